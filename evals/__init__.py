@@ -1,0 +1,1 @@
+"""Evaluation fixtures and the runner that scores a release against them (see `toolgate.evals.runner`)."""

@@ -1,0 +1,76 @@
+"""`build_graph`: the one place where the gateway's dependencies are wired."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from toolgate.graph.context import Context
+from toolgate.graph.deps import INSTRUCTIONS, Gateway
+from toolgate.graph.execution import Executor
+from toolgate.graph.nodes.approval import make_approval_node
+from toolgate.graph.nodes.dispatch import make_dispatch_node
+from toolgate.graph.nodes.execute import make_execute_node
+from toolgate.graph.nodes.model import make_model_node
+from toolgate.graph.nodes.proposal import make_proposal_node
+from toolgate.graph.nodes.respond import make_respond_node
+from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
+from toolgate.graph.state import GatewayState
+from toolgate.policy.rules import PolicyRules
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.tools.registry import Registry
+
+
+def build_gateway(
+    *, model: BaseChatModel, registry: Registry, policy: PolicyRules, store: Store, audit_key: bytes,
+    instructions: str = INSTRUCTIONS,
+) -> Gateway:
+    """The node dependencies (also used by operator commands that execute outside a graph run)."""
+    auditor = Auditor(store, audit_key, registry.release)
+    return Gateway(
+        model=model, registry=registry, policy=policy, store=store, auditor=auditor,
+        executor=Executor(store, registry, auditor), instructions=instructions,
+    )
+
+
+def build_graph(
+    *,
+    model: BaseChatModel,
+    registry: Registry,
+    policy: PolicyRules,
+    store: Store,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    audit_key: bytes,
+    instructions: str = INSTRUCTIONS,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Compile the gateway graph.
+
+    ``model -> dispatch -> proposal -> approval -> execute -> model ... -> respond``. Nothing
+    connects here: the store opens connections on first use, and the caller runs ``store.setup()``.
+    Pass ``checkpointer=None`` for the LangGraph server, which brings its own.
+    """
+    gw = build_gateway(model=model, registry=registry, policy=policy, store=store, audit_key=audit_key,
+                       instructions=instructions)
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
+    builder.add_node("model", make_model_node(gw))
+    builder.add_node("dispatch", make_dispatch_node(gw))
+    builder.add_node("proposal", make_proposal_node(gw))
+    builder.add_node("approval", make_approval_node(gw))
+    builder.add_node("execute", make_execute_node(gw))
+    builder.add_node("respond", make_respond_node(gw))
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", after_model)
+    builder.add_conditional_edges("dispatch", after_dispatch)
+    builder.add_conditional_edges("proposal", after_proposal)
+    builder.add_edge("approval", "execute")
+    builder.add_conditional_edges("execute", after_execute)
+    builder.add_edge("respond", END)
+    return builder.compile(checkpointer=checkpointer, name="toolgate")
+
+
+__all__ = ["build_gateway", "build_graph"]

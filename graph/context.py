@@ -1,0 +1,63 @@
+"""Per-run context: the authenticated principal and the run's knobs (never model-controlled)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolgate.policy.principal import Principal
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+@dataclass(kw_only=True)
+class Context:
+    """Runtime context of one graph run (LangGraph ``context_schema``).
+
+    Given by trusted code on every invoke or resume; the LangGraph server coerces a dict into it.
+    """
+
+    principal: Principal | None = None
+    """Authenticated caller. A thread remembers its first principal; a later run by another
+    principal is refused. A resume by a reviewer or worker may omit it."""
+    request_id: str | None = None
+    """Internal request id for audit correlation."""
+    trace_id: str | None = None
+    """Trace id shared by spans and audit events."""
+    max_model_turns: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_MODEL_TURNS", 8))
+    """Model calls allowed in one task."""
+    max_tool_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_TOOL_CALLS", 6))
+    """Tool calls accepted in one task (the seeds' ``maxToolCalls``)."""
+    claim_lease_s: float = field(default_factory=lambda: _env_float("TOOLGATE_CLAIM_LEASE_S", 60.0))
+    """Lease of an execution claim; recovery may reconcile an operation after it lapses."""
+    duplicate_wait_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DUPLICATE_WAIT_S", 30.0))
+    """How long a duplicate delivery waits for the owner's stored result before reporting in-flight."""
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    """Identity of this executing process, recorded as the claim owner."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.principal, dict):
+            self.principal = Principal.from_dict(self.principal)
+        elif self.principal is not None and not isinstance(self.principal, Principal):
+            raise TypeError("Context.principal must be a Principal or a dict")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form (e.g. for the LangGraph SDK ``context=``)."""
+        return {
+            "principal": self.principal.to_dict() if self.principal else None,
+            "request_id": self.request_id,
+            "trace_id": self.trace_id,
+            "max_model_turns": self.max_model_turns,
+            "max_tool_calls": self.max_tool_calls,
+        }
+
+
+__all__ = ["Context"]

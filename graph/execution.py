@@ -1,0 +1,214 @@
+"""Running handlers: reads under limits, writes behind the atomic claim, exactly once.
+
+`Executor.deliver` is the single path by which a write's handler can run, shared by the graph's
+execute node and the operator commands. It re-verifies approval, claims the operation in one
+conditional update, persists ``executing`` before the effect and the outcome before answering,
+and gives every duplicate delivery the stored result instead of a second effect.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from toolgate.canonical import idempotency_key_for
+from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.policy.approvals import verify_for_execution
+from toolgate.policy.output import sanitize_result
+from toolgate.policy.principal import Principal
+from toolgate.store._sql import parse_iso, utcnow
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.records import OperationRecord
+from toolgate.tools.registry import Registry
+from toolgate.tools.spec import HandlerContext, ToolSpec
+
+ClaimOutcome = Literal["ACQUIRED", "NOT_ACQUIRED", "NOT_ATTEMPTED"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivery:
+    """What one delivery of an operation observed."""
+
+    operation_key: str
+    status: str
+    """Operation status after this delivery (authoritative, from the store)."""
+    claim: ClaimOutcome
+    """Whether this delivery won the claim."""
+    duplicate: bool
+    """True when the result came from the store, not from running the handler here."""
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    reason: str = ""
+
+
+def run_with_timeout(fn: Any, timeout_s: float, *args: Any) -> Any:
+    """Run ``fn(*args)`` in a worker thread; `TimeoutError` when it overruns.
+
+    The thread cannot be killed; for writes the outcome is therefore *unknown*, never failed.
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolgate-handler")
+    try:
+        return pool.submit(fn, *args).result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError as exc:
+        raise TimeoutError(f"handler exceeded {timeout_s}s") from exc
+    finally:
+        pool.shutdown(wait=False)
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Executes reads and approved writes for one release."""
+
+    store: Store
+    registry: Registry
+    auditor: Auditor
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def run_read(self, spec: ToolSpec, arguments: dict[str, Any], principal: Principal) -> dict[str, Any]:
+        """Run a read-only handler under its timeout and return the sanitized result."""
+        args = spec.args_model.model_validate(arguments)
+        ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
+        try:
+            raw: BaseModel = run_with_timeout(spec.handler, spec.timeout_s, args, ctx)
+        except TimeoutError as exc:
+            raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
+        return sanitize_result(raw, spec.result_model)
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def expire_if_due(self, op: OperationRecord) -> OperationRecord:
+        """Move a pending or approved operation past its proposal's expiry to ``expired``."""
+        if op.status not in ("pending_approval", "approved") or op.proposal_id is None:
+            return op
+        proposal = self.store.get_proposal(op.proposal_id)
+        if proposal is None or utcnow() < parse_iso(proposal.expires_at):
+            return op
+        try:
+            expired = self.store.transition(op.operation_key, op.status, "expired")
+        except InvalidTransitionError:
+            return self.store.get_operation(op.operation_key) or op
+        self.auditor.record(
+            "proposal.expired", "expired", operation_key=op.operation_key, proposal_id=op.proposal_id,
+            tool=op.tool, handler_revision=proposal.handler_revision,
+        )
+        return expired
+
+    def deliver(
+        self, operation_key: str, *, worker_id: str, lease_s: float = 60.0, wait_s: float = 30.0,
+        call_id: str | None = None,
+    ) -> Delivery:
+        """Deliver one operation: execute it if this caller wins the claim, else return the stored result."""
+        op = self.store.get_operation(operation_key)
+        if op is None:
+            return Delivery(operation_key=operation_key, status="missing", claim="NOT_ATTEMPTED",
+                            duplicate=False, reason="no such operation")
+        op = self.expire_if_due(op)
+        attempted = False
+        if op.status == "approved":
+            refusal = self._verify(op)
+            if refusal:
+                return Delivery(operation_key=operation_key, status=op.status, claim="NOT_ATTEMPTED",
+                                duplicate=False, reason=refusal)
+            attempted = True
+            claimed = self.store.claim(operation_key, worker_id, lease_s)
+            if claimed is not None:
+                return self._execute(claimed, worker_id, call_id)
+            op = self.store.get_operation(operation_key) or op
+        if op.status == "executing":
+            op = self._wait_for_terminal(operation_key, wait_s)
+        return Delivery(
+            operation_key=operation_key,
+            status=op.status,
+            claim="NOT_ACQUIRED" if attempted else "NOT_ATTEMPTED",
+            duplicate=op.status in ("succeeded", "failed"),
+            result=op.result,
+            error=op.error,
+            reason="in flight in another worker" if op.status == "executing" else "",
+        )
+
+    def _verify(self, op: OperationRecord) -> str:
+        spec = self.registry.get(op.tool)
+        if spec is None or op.proposal_id is None:
+            return f"tool {op.tool!r} is not in release {self.registry.release}"
+        proposal = self.store.get_proposal(op.proposal_id)
+        if proposal is None:
+            return "proposal missing"
+        verdict = verify_for_execution(
+            proposal, spec.approval, self.store.decisions_for(op.proposal_id),
+            handler_revision=spec.handler_revision, release=self.registry.release,
+        )
+        if verdict.status != "approved":
+            self.auditor.record(
+                "approval.refused_at_execution", "refused", code="approval_invalid",
+                operation_key=op.operation_key, proposal_id=op.proposal_id, tool=op.tool,
+                detail={"reason": verdict.reason},
+            )
+            return verdict.reason
+        return ""
+
+    def _execute(self, op: OperationRecord, worker_id: str, call_id: str | None) -> Delivery:
+        spec = self.registry.get(op.tool)
+        assert spec is not None and op.proposal_id is not None
+        proposal = self.store.get_proposal(op.proposal_id)
+        assert proposal is not None
+        common: dict[str, Any] = {
+            "operation_key": op.operation_key, "proposal_id": op.proposal_id, "tool": op.tool,
+            "handler_revision": spec.handler_revision, "call_id": call_id or proposal.call_id,
+            "thread_id": proposal.thread_id,
+        }
+        self.auditor.record("operation.claimed", "acquired", detail={"worker": worker_id}, **common)
+        ctx = HandlerContext(
+            tenant_id=proposal.tenant_id, user_id=proposal.requester_id, operation_key=op.operation_key,
+            idempotency_key=idempotency_key_for(op.operation_key),
+            deadline=utcnow() + timedelta(seconds=spec.timeout_s),
+        )
+        self.auditor.record("handler.started", "started", **common)
+        try:
+            args = spec.args_model.model_validate(proposal.arguments)
+            raw = run_with_timeout(spec.handler, spec.timeout_s, args, ctx)
+            result = sanitize_result(raw, spec.result_model)
+        except TimeoutError as exc:
+            error = {"kind": "timeout", "message": str(exc), "retryable": False}
+            final = self.store.transition(op.operation_key, "executing", "unknown", error=error, owner=worker_id)
+            self.auditor.record("handler.finished", "unknown", code="timeout", **common)
+            return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
+                            duplicate=False, error=error, reason="outcome unknown; reconcile before any retry")
+        except ToolExecutionError as exc:
+            error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
+            final = self.store.transition(op.operation_key, "executing", "failed", error=error, owner=worker_id)
+            self.auditor.record("handler.finished", "failed", code=exc.kind, **common)
+            return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
+                            duplicate=False, error=error)
+        except Exception as exc:
+            # An unclassified handler crash may have had an effect: unknown, never failed.
+            error = {"kind": "server_error", "message": type(exc).__name__, "retryable": False}
+            final = self.store.transition(op.operation_key, "executing", "unknown", error=error, owner=worker_id)
+            self.auditor.record("handler.finished", "unknown", code="handler_crash", **common)
+            return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
+                            duplicate=False, error=error, reason="outcome unknown; reconcile before any retry")
+        final = self.store.transition(op.operation_key, "executing", "succeeded", result=result, owner=worker_id)
+        self.auditor.record("handler.finished", "completed", **common)
+        self.auditor.record("operation.completed", "completed", **common)
+        return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
+                        duplicate=False, result=result)
+
+    def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
+        deadline = time.monotonic() + wait_s
+        delay = 0.01
+        while True:
+            op = self.store.get_operation(operation_key)
+            assert op is not None
+            if op.status != "executing" or time.monotonic() >= deadline:
+                return op
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+__all__ = ["Delivery", "Executor", "run_with_timeout"]

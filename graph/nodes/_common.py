@@ -1,0 +1,56 @@
+"""Helpers the nodes share: the thread's principal, its id, and the current budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from toolgate.errors import ConfigurationError, IdentityError
+from toolgate.graph.context import Context
+from toolgate.graph.state import Budget, GatewayState
+from toolgate.policy.principal import Principal
+
+
+def thread_id(config: RunnableConfig) -> str:
+    """The LangGraph thread id (the task id of operation keys)."""
+    value = (config.get("configurable") or {}).get("thread_id")
+    if not value:
+        raise ConfigurationError("the toolgate graph needs a thread_id in config['configurable']")
+    return str(value)
+
+
+def context_of(runtime: Runtime[Context]) -> Context:
+    """The run's context, or defaults when the caller gave none."""
+    return runtime.context if isinstance(runtime.context, Context) else Context()
+
+
+def principal_of(state: GatewayState, runtime: Runtime[Context]) -> Principal:
+    """The thread's principal: the first one recorded in state, which later runs cannot replace."""
+    given = context_of(runtime).principal
+    recorded = state.get("principal")
+    if recorded:
+        principal = Principal.from_dict(recorded)
+        if given is not None and (given.user_id, given.tenant_id) != (principal.user_id, principal.tenant_id):
+            raise IdentityError("this thread belongs to another principal")
+        return principal
+    if given is None:
+        raise IdentityError("no authenticated principal in the run context")
+    return given
+
+
+def budget_of(state: GatewayState) -> Budget:
+    """Current counters (zero for a new thread)."""
+    budget = state.get("budget")
+    return Budget(model_turns=budget["model_turns"], tool_calls=budget["tool_calls"]) if budget else Budget(
+        model_turns=0, tool_calls=0
+    )
+
+
+def audit_projection(arguments: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
+    """The arguments an audit event may hold verbatim (the tool's allowlist)."""
+    return {k: arguments[k] for k in sorted(fields) if k in arguments}
+
+
+__all__ = ["audit_projection", "budget_of", "context_of", "principal_of", "thread_id"]

@@ -1,0 +1,122 @@
+"""The execute node: runs this turn's reads and delivers its approved writes, once each.
+
+Writes go through `Executor.deliver`, which re-verifies the approval records, claims the
+operation atomically and returns the stored result to any duplicate delivery. Every call of the
+turn gets its own `ToolMessage`, whatever happened to the others. While every write of the turn
+still awaits a decision, the thread goes back to waiting instead of reporting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from toolgate.errors import ToolExecutionError
+from toolgate.graph.context import Context
+from toolgate.graph.deps import Gateway
+from toolgate.graph.execution import Delivery
+from toolgate.graph.messages import result_message, status_message
+from toolgate.graph.nodes._common import context_of, principal_of, thread_id
+from toolgate.graph.state import CallRecord, GatewayState, Outcome
+from toolgate.tools.spec import ToolSpec
+
+AUTHORITATIVE = {"succeeded": "completed"}
+
+
+def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMessage:
+    """The model-facing result of one write delivery, stated from the store's record."""
+    facts = {"operation_key": delivery.operation_key, "authoritative_status": AUTHORITATIVE.get(
+        delivery.status, delivery.status)}
+    if delivery.duplicate:
+        facts["duplicate_delivery"] = "stored_result_returned"
+    status = delivery.status
+    if status == "succeeded" and delivery.result is not None:
+        return result_message(call_id, spec.name, spec.version, delivery.result, max_bytes=spec.max_output_bytes,
+                              extra=facts)
+    error = delivery.error or {}
+    texts = {
+        "pending_approval": ("Not executed: waiting for approval. Tell the user it is pending, not done.", None),
+        "rejected": (f"Rejected by the reviewer: {delivery.reason or 'no reason given'}. Do not retry.",
+                     "approval_rejected"),
+        "expired": ("Not executed: the proposal expired before approval. Do not retry automatically.",
+                    "approval_expired"),
+        "failed": (f"The tool failed: {error.get('message', 'unknown error')}", error.get("kind", "server_error")),
+        "unknown": ("Outcome unknown; it will be reconciled by the operation key. Do not retry.", "timeout"),
+        "dead_lettered": ("Outcome unresolved; a person will confirm it. Do not retry.", "unresolved"),
+        "executing": ("Still executing in another worker; the result will be recorded once.", None),
+        "approved": (f"Not executed: {delivery.reason or 'approval could not be verified'}.", "approval_invalid"),
+    }
+    message, kind = texts.get(status, (f"Not executed (status {status}).", "server_error"))
+    return status_message(call_id, spec.name, "in_progress" if status == "executing" else status, message,
+                          retryable=False, error_kind=kind, extra=facts)
+
+
+def make_execute_node(gw: Gateway) -> Any:
+    """Build the ``execute`` node."""
+
+    def execute(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
+        principal = principal_of(state, runtime)
+        ctx = context_of(runtime)
+        calls = state.get("calls", {})
+        turn = [calls[c] for c in state.get("turn_calls", [])]
+        writes = [c for c in turn if c.get("phase") == "proposed"]
+        if writes:
+            statuses = []
+            for record in writes:
+                op = gw.store.get_operation(record["operation_key"])
+                statuses.append(gw.executor.expire_if_due(op).status if op else "missing")
+            if all(s == "pending_approval" for s in statuses):
+                return {"awaiting": [c["call_id"] for c in writes], "status": "awaiting_approval"}
+        messages: list[ToolMessage] = []
+        records: dict[str, CallRecord] = {}
+        outcomes: dict[str, Outcome] = {}
+        common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
+        for record in turn:
+            phase = record.get("phase")
+            if phase not in ("read", "proposed"):
+                continue
+            spec = gw.registry.get(record["tool"])
+            assert spec is not None
+            call_id = record["call_id"]
+            if phase == "read":
+                try:
+                    data = gw.executor.run_read(spec, record["arguments"], principal)
+                except ToolExecutionError as exc:
+                    gw.auditor.record("call.failed", "failed", user_id=principal.user_id, code=exc.kind,
+                                      call_id=call_id, tool=spec.name, handler_revision=spec.handler_revision,
+                                      **common)
+                    messages.append(status_message(call_id, spec.name, "failed", exc.message,
+                                                   retryable=exc.kind == "caller_error", error_kind=exc.kind))
+                    outcomes[call_id] = Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind)
+                else:
+                    gw.auditor.record("call.completed", "completed", user_id=principal.user_id, call_id=call_id,
+                                      tool=spec.name, handler_revision=spec.handler_revision, **common)
+                    messages.append(result_message(call_id, spec.name, spec.version, data,
+                                                   max_bytes=spec.max_output_bytes))
+                    outcomes[call_id] = Outcome(call_id=call_id, tool=spec.name, status="completed")
+                records[call_id] = CallRecord(**{**record, "phase": "done"})
+                continue
+            delivery = gw.executor.deliver(
+                record["operation_key"], worker_id=ctx.worker_id, lease_s=ctx.claim_lease_s,
+                wait_s=ctx.duplicate_wait_s, call_id=call_id,
+            )
+            if delivery.status == "rejected" and not delivery.reason:
+                decisions = gw.store.decisions_for(record["proposal_id"])
+                reasons = [d.reason for d in decisions if d.decision == "reject"]
+                delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
+            messages.append(delivery_message(call_id, spec, delivery))
+            outcomes[call_id] = Outcome(
+                call_id=call_id, tool=spec.name, status=AUTHORITATIVE.get(delivery.status, delivery.status),
+                operation_key=record["operation_key"], proposal_id=record["proposal_id"],
+            )
+            if delivery.status != "pending_approval":
+                records[call_id] = CallRecord(**{**record, "phase": "done"})
+        return {"messages": messages, "calls": records, "outcomes": outcomes, "awaiting": [], "status": "running"}
+
+    return execute
+
+
+__all__ = ["delivery_message", "make_execute_node"]

@@ -1,0 +1,70 @@
+"""The respond node: the final answer, whose statement of what happened comes from the store.
+
+The model's last text is kept as a summary, but every action's status is rendered from the
+operation records (never from model prose): "the model said refunded" proves nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage
+
+from toolgate.graph.deps import Gateway
+from toolgate.graph.nodes.execute import AUTHORITATIVE
+from toolgate.graph.state import GatewayState, Outcome, TaskStatus
+
+
+def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcome]:
+    """Per call id: the store's status for writes, the recorded outcome for reads and refusals."""
+    known = dict(state.get("outcomes", {}))
+    out: dict[str, Outcome] = {}
+    for call_id, record in state.get("calls", {}).items():
+        key = record.get("operation_key")
+        if key:
+            op = gw.store.get_operation(key)
+            status = AUTHORITATIVE.get(op.status, op.status) if op else "missing"
+            out[call_id] = Outcome(call_id=call_id, tool=record["tool"], status=status, operation_key=key,
+                                   proposal_id=record.get("proposal_id", ""))
+        elif record.get("phase") == "rejected":
+            out[call_id] = Outcome(call_id=call_id, tool=record["tool"], status="rejected",
+                                   detail=record.get("code", ""))
+        elif call_id in known:
+            out[call_id] = known[call_id]
+    return out
+
+
+def render(outcomes: dict[str, Outcome], summary: str, status: TaskStatus, reason: str) -> str:
+    """Plain-text final answer: authoritative lines first, then the model's summary."""
+    lines = ["Authoritative outcome (from the operation store):"]
+    for outcome in outcomes.values():
+        extra = f", operation {outcome['operation_key']}" if outcome.get("operation_key") else ""
+        detail = f" ({outcome['detail']})" if outcome.get("detail") else ""
+        lines.append(f"- {outcome['tool']} [{outcome['call_id']}]: {outcome['status']}{detail}{extra}")
+    if not outcomes:
+        lines.append("- no tool calls were made")
+    if status == "needs_review":
+        lines.append(f"Task stopped for human review: {reason}.")
+    if summary:
+        lines.append(f"Assistant summary (not authoritative): {summary}")
+    return "\n".join(lines)
+
+
+def make_respond_node(gw: Gateway) -> Any:
+    """Build the ``respond`` node."""
+
+    def respond(state: GatewayState) -> dict[str, Any]:
+        outcomes = authoritative_outcomes(gw, state)
+        messages = state.get("messages", [])
+        last = messages[-1] if messages else None
+        summary = str(last.content) if isinstance(last, AIMessage) and not last.tool_calls else ""
+        status: TaskStatus = "needs_review" if state.get("status") == "needs_review" else (
+            "awaiting_approval" if any(o["status"] == "pending_approval" for o in outcomes.values()) else "done"
+        )
+        text = render(outcomes, summary, status, state.get("status_reason", ""))
+        return {"messages": [AIMessage(content=text, name="toolgate")], "outcomes": outcomes, "status": status}
+
+    return respond
+
+
+__all__ = ["authoritative_outcomes", "make_respond_node", "render"]

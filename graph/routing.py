@@ -1,0 +1,49 @@
+"""Where the graph goes after each node; pure functions of the checkpointed state."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langchain_core.messages import AIMessage
+
+from toolgate.graph.state import GatewayState
+
+
+def after_model(state: GatewayState) -> Literal["dispatch", "respond"]:
+    """Tool calls go to dispatch; a text answer or an exhausted budget ends the task."""
+    if state.get("status") == "needs_review":
+        return "respond"
+    last = state["messages"][-1] if state.get("messages") else None
+    if isinstance(last, AIMessage) and (last.tool_calls or last.invalid_tool_calls):
+        return "dispatch"
+    return "respond"
+
+
+def after_dispatch(state: GatewayState) -> Literal["proposal", "execute", "model", "respond"]:
+    """Writes become proposals, reads execute, all-refused turns go back to the model."""
+    if state.get("status") == "needs_review":
+        return "respond"
+    calls = state.get("calls", {})
+    phases = {calls[c].get("phase") for c in state.get("turn_calls", [])}
+    if "write" in phases:
+        return "proposal"
+    if "read" in phases:
+        return "execute"
+    return "model"
+
+
+def after_proposal(state: GatewayState) -> Literal["approval", "execute"]:
+    """Wait for review when any write of the turn awaits approval."""
+    return "approval" if state.get("awaiting") else "execute"
+
+
+def after_execute(state: GatewayState) -> Literal["approval", "model", "respond"]:
+    """Back to waiting while every write is undecided; otherwise the model sees the results."""
+    if state.get("status") == "awaiting_approval" and state.get("awaiting"):
+        return "approval"
+    if state.get("status") == "needs_review":
+        return "respond"
+    return "model"
+
+
+__all__ = ["after_dispatch", "after_execute", "after_model", "after_proposal"]

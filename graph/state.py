@@ -1,0 +1,72 @@
+"""The checkpointed state of one task (thread).
+
+Whatever must survive a crash lives here: call ids, operation keys, proposal ids, budgets and
+the release. Effects and their evidence live in the store; ``outcomes`` mirrors the store's
+authoritative status per call id for the final answer and for clients.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+CallPhase = Literal["rejected", "read", "write", "proposed", "done"]
+
+
+class CallRecord(TypedDict, total=False):
+    """What trusted code decided about one model tool call."""
+
+    call_id: str
+    tool: str
+    turn: int
+    phase: CallPhase
+    arguments: dict[str, Any]
+    code: str
+    operation_key: str
+    proposal_id: str
+
+
+class Outcome(TypedDict, total=False):
+    """Authoritative status of one call, rendered from trusted records."""
+
+    call_id: str
+    tool: str
+    status: str
+    operation_key: str
+    proposal_id: str
+    detail: str
+
+
+class Budget(TypedDict):
+    """Counters checked against the run's limits."""
+
+    model_turns: int
+    tool_calls: int
+
+
+def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Reducer: later writes for the same key replace earlier ones."""
+    return {**(left or {}), **(right or {})}
+
+
+TaskStatus = Literal["running", "awaiting_approval", "done", "needs_review"]
+
+
+class GatewayState(TypedDict, total=False):
+    """State of the gateway graph."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    principal: dict[str, Any]
+    release: str
+    calls: Annotated[dict[str, CallRecord], merge_dicts]
+    turn_calls: list[str]
+    awaiting: list[str]
+    budget: Budget
+    outcomes: Annotated[dict[str, Outcome], merge_dicts]
+    status: TaskStatus
+    status_reason: str
+
+
+__all__ = ["Budget", "CallPhase", "CallRecord", "GatewayState", "Outcome", "TaskStatus", "merge_dicts"]

@@ -1,0 +1,59 @@
+"""Who is asking: the authenticated principal, built by trusted code, never by the model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    """An authenticated caller on whose behalf the agent acts.
+
+    Built from the trusted identities file, the LangGraph server's auth handler or test code.
+    Tool arguments never contribute to any field here.
+    """
+
+    user_id: str
+    """Stable identifier of the end user (hashed before it reaches the audit log)."""
+    tenant_id: str
+    """Tenant the user belongs to; every resource lookup is scoped to it."""
+    roles: frozenset[str] = field(default_factory=frozenset)
+    """Roles, e.g. ``support``, ``operator``, ``finance``; used by policy and approval rules."""
+    scopes: frozenset[str] = field(default_factory=frozenset)
+    """Granted scopes, e.g. ``orders:read``; a tool is exposed only if all its scopes are granted."""
+    display_name: str = ""
+    """Human-readable name for reviewer screens; not used for any decision."""
+
+    def has_scopes(self, required: Iterable[str]) -> bool:
+        """True when every scope in ``required`` is granted."""
+        return set(required) <= self.scopes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form for checkpointed state and JSON."""
+        return {
+            "user_id": self.user_id,
+            "tenant_id": self.tenant_id,
+            "roles": sorted(self.roles),
+            "scopes": sorted(self.scopes),
+            "display_name": self.display_name,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Principal:
+        """Inverse of `to_dict`; unknown keys are refused."""
+        allowed = {"user_id", "tenant_id", "roles", "scopes", "display_name"}
+        extra = set(data) - allowed
+        if extra:
+            raise ValueError(f"unknown principal fields: {sorted(extra)}")
+        return cls(
+            user_id=str(data["user_id"]),
+            tenant_id=str(data["tenant_id"]),
+            roles=frozenset(data.get("roles", ())),
+            scopes=frozenset(data.get("scopes", ())),
+            display_name=str(data.get("display_name", "")),
+        )
+
+
+__all__ = ["Principal"]

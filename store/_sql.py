@@ -1,0 +1,398 @@
+"""The store contract implemented once in portable SQL, over a small backend adapter.
+
+SQLite and PostgreSQL differ only in how a connection is opened, how a write transaction
+takes its lock, and the DDL in `migrations`. Every decision that matters (unique operation
+keys, the claim, immutability, legal transitions) is made by the database: a conditional
+update or insert, never a Python check before a write.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from toolgate.canonical import canonical_json, sha256_hex
+from toolgate.errors import ConfigurationError, InvalidTransitionError
+from toolgate.store.base import Store, Tx
+from toolgate.store.migrations import MIGRATIONS, Migration
+from toolgate.store.records import (
+    ApprovalRecord,
+    AuditEvent,
+    AuditEventIn,
+    OperationRecord,
+    OperationStatus,
+    ProposalRecord,
+)
+
+GENESIS_HASH = "0" * 64
+
+
+def utcnow() -> datetime:
+    """Current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def iso(moment: datetime) -> str:
+    """Fixed-width ISO-8601 UTC text, so string order equals time order in both databases."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_iso(text: str) -> datetime:
+    """Inverse of `iso`."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def new_id(prefix: str) -> str:
+    """A random, time-ordered identifier such as ``evt_0193...``."""
+    millis = int(utcnow().timestamp() * 1000)
+    return f"{prefix}_{millis:012x}{secrets.token_hex(8)}"
+
+
+def audit_hash(event: dict[str, Any], prev_hash: str) -> str:
+    """Hash of one audit event: SHA-256 over its canonical encoding joined with the previous hash."""
+    return sha256_hex(prev_hash + "\n" + canonical_json(event))
+
+
+_AUDIT_FIELDS = (
+    "event_id",
+    "occurred_at",
+    "event",
+    "result",
+    "code",
+    "request_id",
+    "response_id",
+    "call_id",
+    "proposal_id",
+    "operation_key",
+    "thread_id",
+    "tool",
+    "tool_release",
+    "handler_revision",
+    "actor_id",
+    "trace_id",
+)
+
+
+def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
+    """The part of an audit row covered by its hash (everything but seq and the hashes)."""
+    content = {name: row.get(name) for name in _AUDIT_FIELDS}
+    detail = row.get("detail")
+    content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
+    return content
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if value is not None else None
+
+
+def _proposal(row: dict[str, Any]) -> ProposalRecord:
+    data = dict(row)
+    data["arguments"] = json.loads(data["arguments"])
+    return ProposalRecord(**data)
+
+
+def _operation(row: dict[str, Any]) -> OperationRecord:
+    data = dict(row)
+    data["result"] = _loads(data["result"])
+    data["error"] = _loads(data["error"])
+    return OperationRecord(**data)
+
+
+def _approval(row: dict[str, Any]) -> ApprovalRecord:
+    data = dict(row)
+    data["reviewer_roles"] = tuple(json.loads(data["reviewer_roles"]))
+    return ApprovalRecord(**data)
+
+
+def _audit(row: dict[str, Any]) -> AuditEvent:
+    data = dict(row)
+    data["detail"] = json.loads(data["detail"])
+    return AuditEvent(**data)
+
+
+class SqlStore(Store, abc.ABC):
+    """`Store` over a SQL database; subclasses provide connections and locking."""
+
+    dialect: str = "sql"
+    _initializer: Callable[[Store], None] | None = None
+    _initialized: bool = False
+    _init_lock = threading.RLock()
+
+    def set_initializer(self, initializer: Callable[[Store], None]) -> None:
+        """Run ``initializer(store)`` once, before the first unit of work (lazy setup for servers)."""
+        self._initializer = initializer
+        self._initialized = False
+
+    def _ensure_ready(self) -> None:
+        if self._initializer is None or self._initialized:
+            return
+        with self._init_lock:
+            if self._initialized:
+                return
+            self._initialized = True
+            try:
+                self._initializer(self)
+            except BaseException:
+                self._initialized = False
+                raise
+
+    # ---- backend hooks ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        """A unit of work; ``write=True`` takes the write lock up front."""
+
+    @abc.abstractmethod
+    def _lock_audit_chain(self, tx: Tx) -> None:
+        """Serialize appends to the audit chain across processes (inside ``tx``)."""
+
+    @abc.abstractmethod
+    def _run_script(self, tx: Tx, migration: Migration) -> None:
+        """Execute one migration's SQL for this backend."""
+
+    @abc.abstractmethod
+    def _lock_migrations(self, tx: Tx) -> None:
+        """Serialize concurrent migration runs across processes."""
+
+    # ---- schema ----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.migrate("toolgate", MIGRATIONS)
+
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
+        with self.transaction() as tx:
+            self._lock_migrations(tx)
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS toolgate_schema ("
+                " component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,"
+                " applied_at TEXT NOT NULL, PRIMARY KEY (component, version))"
+            )
+            row = tx.one(
+                "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                (component,),
+            )
+            current = int(row["v"]) if row else 0
+            if current > len(migrations):
+                raise ConfigurationError(
+                    f"database schema of {component!r} is at version {current}, newer than this "
+                    f"toolgate ({len(migrations)}); refusing to run against it"
+                )
+            for version, migration in enumerate(migrations, start=1):
+                if version <= current:
+                    continue
+                self._run_script(tx, migration)
+                tx.execute(
+                    "INSERT INTO toolgate_schema (component, version, name, applied_at) VALUES (?, ?, ?, ?)",
+                    (component, version, migration.name, iso(utcnow())),
+                )
+            return len(migrations) - current
+
+    # ---- proposals and operations ----------------------------------------------------
+
+    def create_proposal(self, proposal: ProposalRecord) -> tuple[ProposalRecord, OperationRecord, bool]:
+        now = iso(utcnow())
+        with self.transaction() as tx:
+            inserted = tx.execute(
+                "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
+                " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
+                " risk, effect, rollback, approval_class, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING RETURNING proposal_id",
+                (
+                    proposal.proposal_id,
+                    proposal.operation_key,
+                    proposal.thread_id,
+                    proposal.call_id,
+                    proposal.tool,
+                    proposal.tool_version,
+                    proposal.handler_revision,
+                    proposal.release,
+                    proposal.tenant_id,
+                    proposal.requester_id,
+                    canonical_json(proposal.arguments),
+                    proposal.arguments_sha256,
+                    proposal.digest,
+                    proposal.risk,
+                    proposal.effect,
+                    proposal.rollback,
+                    proposal.approval_class,
+                    proposal.created_at,
+                    proposal.expires_at,
+                ),
+            )
+            if inserted:
+                tx.execute(
+                    "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
+                    " attempts, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)",
+                    (proposal.operation_key, proposal.proposal_id, proposal.tool, proposal.tenant_id, now, now),
+                )
+            prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
+            orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
+        assert prow is not None and orow is not None
+        return _proposal(prow), _operation(orow), bool(inserted)
+
+    def get_proposal(self, proposal_id: str) -> ProposalRecord | None:
+        with self.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM proposals WHERE proposal_id = ?", (proposal_id,))
+        return _proposal(row) if row else None
+
+    def list_proposals(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
+        sql = (
+            "SELECT p.proposal_id AS pid FROM proposals p JOIN operations o"
+            " ON o.operation_key = p.operation_key"
+        )
+        params: tuple[Any, ...] = ()
+        if status:
+            sql += " WHERE o.status = ?"
+            params = (status,)
+        sql += " ORDER BY p.created_at, p.proposal_id"
+        out: list[tuple[ProposalRecord, OperationRecord]] = []
+        with self.transaction(write=False) as tx:
+            for row in tx.execute(sql, params):
+                prow = tx.one("SELECT * FROM proposals WHERE proposal_id = ?", (row["pid"],))
+                assert prow is not None
+                orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (prow["operation_key"],))
+                assert orow is not None
+                out.append((_proposal(prow), _operation(orow)))
+        return out
+
+    def record_decision(self, approval: ApprovalRecord) -> bool:
+        with self.transaction() as tx:
+            inserted = tx.execute(
+                "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_roles, decision,"
+                " digest, reason, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING RETURNING approval_id",
+                (
+                    approval.approval_id,
+                    approval.proposal_id,
+                    approval.reviewer_id,
+                    json.dumps(sorted(approval.reviewer_roles)),
+                    approval.decision,
+                    approval.digest,
+                    approval.reason,
+                    approval.decided_at,
+                ),
+            )
+        return bool(inserted)
+
+    def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(
+                "SELECT * FROM approvals WHERE proposal_id = ? ORDER BY decided_at, approval_id", (proposal_id,)
+            )
+        return [_approval(r) for r in rows]
+
+    def get_operation(self, operation_key: str) -> OperationRecord | None:
+        with self.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM operations WHERE operation_key = ?", (operation_key,))
+        return _operation(row) if row else None
+
+    def list_operations(self, status: str | None = None) -> list[OperationRecord]:
+        with self.transaction(write=False) as tx:
+            if status:
+                rows = tx.execute(
+                    "SELECT * FROM operations WHERE status = ? ORDER BY created_at", (status,)
+                )
+            else:
+                rows = tx.execute("SELECT * FROM operations ORDER BY created_at")
+        return [_operation(r) for r in rows]
+
+    def transition(
+        self,
+        operation_key: str,
+        from_status: OperationStatus,
+        to_status: OperationStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        owner: str | None = None,
+    ) -> OperationRecord:
+        now = iso(utcnow())
+        sql = "UPDATE operations SET status = ?, updated_at = ?"
+        params: list[Any] = [to_status, now]
+        if result is not None:
+            sql += ", result = ?"
+            params.append(canonical_json(result))
+        if error is not None:
+            sql += ", error = ?"
+            params.append(canonical_json(error))
+        sql += " WHERE operation_key = ? AND status = ?"
+        params += [operation_key, from_status]
+        if owner is not None:
+            sql += " AND owner = ?"
+            params.append(owner)
+        sql += " RETURNING *"
+        with self.transaction() as tx:
+            rows = tx.execute(sql, tuple(params))
+            if not rows:
+                current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
+        if not rows:
+            raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
+        return _operation(rows[0])
+
+    def claim(self, operation_key: str, owner: str, lease_s: float) -> OperationRecord | None:
+        now = utcnow()
+        with self.transaction() as tx:
+            rows = tx.execute(
+                "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
+                " attempts = attempts + 1, updated_at = ?"
+                " WHERE operation_key = ? AND status = 'approved' RETURNING *",
+                (owner, iso(now + timedelta(seconds=lease_s)), iso(now), operation_key),
+            )
+        return _operation(rows[0]) if rows else None
+
+    # ---- audit -----------------------------------------------------------------------
+
+    def append_audit(self, event: AuditEventIn) -> AuditEvent:
+        row: dict[str, Any] = {name: getattr(event, name, None) for name in _AUDIT_FIELDS}
+        row["event_id"] = new_id("evt")
+        row["occurred_at"] = iso(utcnow())
+        row["detail"] = canonical_json(event.detail)
+        with self.transaction() as tx:
+            self._lock_audit_chain(tx)
+            last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            row["prev_hash"] = last["hash"] if last else GENESIS_HASH
+            row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"])
+            columns = [*_AUDIT_FIELDS, "detail", "prev_hash", "hash"]
+            stored = tx.execute(
+                f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+                " RETURNING *",
+                tuple(row[c] for c in columns),
+            )
+        return _audit(stored[0])
+
+    def audit_events(
+        self,
+        *,
+        operation_key: str | None = None,
+        proposal_id: str | None = None,
+        call_ids: Sequence[str] = (),
+    ) -> list[AuditEvent]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if operation_key:
+            clauses.append("operation_key = ?")
+            params.append(operation_key)
+        if proposal_id:
+            clauses.append("proposal_id = ?")
+            params.append(proposal_id)
+        if call_ids:
+            clauses.append(f"call_id IN ({', '.join('?' for _ in call_ids)})")
+            params.extend(call_ids)
+        sql = "SELECT * FROM audit_events"
+        if clauses:
+            sql += " WHERE " + " OR ".join(clauses)
+        sql += " ORDER BY seq"
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(sql, tuple(params))
+        return [_audit(r) for r in rows]
+
+
+__all__ = ["GENESIS_HASH", "SqlStore", "audit_hash", "audit_row_content", "iso", "new_id", "parse_iso", "utcnow"]

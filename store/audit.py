@@ -1,0 +1,46 @@
+"""Writing audit events: privacy-safe actor ids and one call per transition.
+
+Actor and end-user identifiers enter the log only as keyed hashes (HMAC-SHA256 with a secret
+from configuration), so the log can answer "was it the same person" without holding who.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolgate.store.base import Store
+from toolgate.store.records import AuditEvent, AuditEventIn
+
+
+def actor_hash(key: bytes, user_id: str) -> str:
+    """Keyed hash of a user id, e.g. ``user_hmac_3f2a...``."""
+    return "user_hmac_" + hmac.new(key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Auditor:
+    """Appends audit events for one release with hashed actors."""
+
+    store: Store
+    """Where the hash-chained log lives."""
+    hmac_key: bytes = field(repr=False)
+    """Secret for actor hashes."""
+    release: str
+    """Release id stamped on every event."""
+
+    def actor(self, user_id: str | None) -> str | None:
+        """Hashed actor id (None stays None)."""
+        return actor_hash(self.hmac_key, user_id) if user_id else None
+
+    def record(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEvent:
+        """Append one event; ``fields`` are `AuditEventIn` fields (detail must be redacted already)."""
+        fields.setdefault("tool_release", self.release)
+        return self.store.append_audit(
+            AuditEventIn(event=event, result=result, actor_id=self.actor(user_id), **fields)
+        )
+
+
+__all__ = ["Auditor", "actor_hash"]

@@ -1,0 +1,142 @@
+"""The store interface: one contract, two backends (SQLite embedded, PostgreSQL).
+
+The store is where effects and their evidence live: proposals, approval records, operations
+with their atomic claim, and the hash-chained audit log. The same contract test suite runs
+against both backends (``tests/test_store_contract.py``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from toolgate.store.migrations import Migration
+from toolgate.store.records import (
+    ApprovalRecord,
+    AuditEvent,
+    AuditEventIn,
+    OperationRecord,
+    OperationStatus,
+    ProposalRecord,
+)
+
+
+class Tx(Protocol):
+    """One open transaction; SQL uses ``?`` placeholders on both backends."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run one statement; rows (as dicts) when it returns any, else an empty list."""
+        ...
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        """First row of a query, or None."""
+        ...
+
+
+class Store(abc.ABC):
+    """Durable state with consequences. Every method is safe to call from many threads and processes."""
+
+    url: str
+    """Where the store lives (SQLite path or PostgreSQL URL without password)."""
+
+    @abc.abstractmethod
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:
+        """A unit of work on the same database (used by systems of record that share it)."""
+
+    @abc.abstractmethod
+    def setup(self) -> None:
+        """Create or upgrade the schema (explicit; never done at import)."""
+
+    @abc.abstractmethod
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
+        """Apply the missing migrations of ``component``; returns how many ran."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    # proposals and approvals
+    @abc.abstractmethod
+    def create_proposal(self, proposal: ProposalRecord) -> tuple[ProposalRecord, OperationRecord, bool]:
+        """Insert the proposal and its ``pending_approval`` operation atomically.
+
+        Idempotent by operation key: a second call returns the stored rows and ``False``.
+        """
+
+    @abc.abstractmethod
+    def get_proposal(self, proposal_id: str) -> ProposalRecord | None:
+        """The proposal, or None."""
+
+    @abc.abstractmethod
+    def list_proposals(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """Proposals with their operations, oldest first, optionally filtered by operation status."""
+
+    @abc.abstractmethod
+    def record_decision(self, approval: ApprovalRecord) -> bool:
+        """Append a reviewer's decision; False if this reviewer already decided this proposal."""
+
+    @abc.abstractmethod
+    def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
+        """Every decision on the proposal, in order."""
+
+    # operations
+    @abc.abstractmethod
+    def get_operation(self, operation_key: str) -> OperationRecord | None:
+        """The operation, or None."""
+
+    @abc.abstractmethod
+    def list_operations(self, status: str | None = None) -> list[OperationRecord]:
+        """Operations, oldest first, optionally filtered by status."""
+
+    @abc.abstractmethod
+    def transition(
+        self,
+        operation_key: str,
+        from_status: OperationStatus,
+        to_status: OperationStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        owner: str | None = None,
+    ) -> OperationRecord:
+        """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``."""
+
+    @abc.abstractmethod
+    def claim(self, operation_key: str, owner: str, lease_s: float) -> OperationRecord | None:
+        """The one statement that decides who executes: ``approved -> executing``.
+
+        Returns the claimed row, or None when someone else owns (or finished) the operation.
+        """
+
+    # audit
+    @abc.abstractmethod
+    def append_audit(self, event: AuditEventIn) -> AuditEvent:
+        """Append one event to the hash chain."""
+
+    @abc.abstractmethod
+    def audit_events(
+        self,
+        *,
+        operation_key: str | None = None,
+        proposal_id: str | None = None,
+        call_ids: Sequence[str] = (),
+    ) -> list[AuditEvent]:
+        """Events matching any of the filters (all events when none is given), in chain order."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_statements(script: str) -> Iterator[str]:
+    """Split a SQLite migration script into statements (trigger bodies keep ``; END`` on one line)."""
+    for statement in script.split(";\n"):
+        if statement.strip():
+            yield statement.strip()
+
+
+__all__ = ["Store", "Tx", "iter_statements"]

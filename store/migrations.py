@@ -1,0 +1,191 @@
+"""Append-only schema migrations. A migration's position in its list is its version.
+
+Never edit or reorder an entry that has shipped: add a new one. Each entry carries the SQL for
+both backends; `SqlStore.migrate` applies the missing ones in order inside one transaction per
+component, under a lock, and records them in ``toolgate_schema``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPERATION_STATUSES = (
+    "pending_approval",
+    "approved",
+    "rejected",
+    "expired",
+    "executing",
+    "succeeded",
+    "failed",
+    "unknown",
+    "dead_lettered",
+)
+
+ALLOWED_TRANSITIONS = (
+    ("pending_approval", "approved"),
+    ("pending_approval", "rejected"),
+    ("pending_approval", "expired"),
+    ("approved", "executing"),
+    ("approved", "expired"),
+    ("executing", "succeeded"),
+    ("executing", "failed"),
+    ("executing", "unknown"),
+    ("unknown", "succeeded"),
+    ("unknown", "failed"),
+    ("unknown", "approved"),
+    ("unknown", "dead_lettered"),
+    ("dead_lettered", "succeeded"),
+    ("dead_lettered", "failed"),
+)
+"""The operation state machine; the database refuses any other status change."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step with its SQL for each backend (statements separated by ``;\\n``)."""
+
+    name: str
+    """What the step does."""
+    sqlite: str
+    """SQL for SQLite."""
+    postgres: str
+    """SQL for PostgreSQL."""
+
+
+_STATUS_LIST = ", ".join(f"'{s}'" for s in OPERATION_STATUSES)
+_TRANSITION_LIST = ", ".join(f"'{a}>{b}'" for a, b in ALLOWED_TRANSITIONS)
+
+_COMMON_TABLES = f"""
+CREATE TABLE proposals (
+    proposal_id TEXT PRIMARY KEY,
+    operation_key TEXT NOT NULL UNIQUE,
+    thread_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    tool_version TEXT NOT NULL,
+    handler_revision TEXT NOT NULL,
+    release TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    requester_id TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    arguments_sha256 TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    risk TEXT NOT NULL,
+    effect TEXT NOT NULL,
+    rollback TEXT NOT NULL,
+    approval_class TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE TABLE operations (
+    operation_key TEXT PRIMARY KEY,
+    proposal_id TEXT REFERENCES proposals(proposal_id),
+    tool TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ({_STATUS_LIST})),
+    owner TEXT,
+    lease_expires_at TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX operations_status_idx ON operations (status);
+CREATE TABLE approvals (
+    approval_id TEXT PRIMARY KEY,
+    proposal_id TEXT NOT NULL REFERENCES proposals(proposal_id),
+    reviewer_id TEXT NOT NULL,
+    reviewer_roles TEXT NOT NULL,
+    decision TEXT NOT NULL CHECK (decision IN ('approve', 'reject')),
+    digest TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    decided_at TEXT NOT NULL,
+    UNIQUE (proposal_id, reviewer_id)
+)"""
+
+_AUDIT_COLUMNS = """
+    event_id TEXT NOT NULL UNIQUE,
+    occurred_at TEXT NOT NULL,
+    event TEXT NOT NULL,
+    result TEXT NOT NULL,
+    code TEXT,
+    request_id TEXT,
+    response_id TEXT,
+    call_id TEXT,
+    proposal_id TEXT,
+    operation_key TEXT,
+    thread_id TEXT,
+    tool TEXT,
+    tool_release TEXT,
+    handler_revision TEXT,
+    actor_id TEXT,
+    trace_id TEXT,
+    detail TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+"""
+
+_AUDIT_INDEXES = """
+CREATE INDEX audit_operation_idx ON audit_events (operation_key);
+CREATE INDEX audit_proposal_idx ON audit_events (proposal_id);
+CREATE INDEX audit_call_idx ON audit_events (call_id)"""
+
+_SQLITE_V1 = f"""{_COMMON_TABLES};
+CREATE TABLE audit_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,{_AUDIT_COLUMNS});
+{_AUDIT_INDEXES};
+CREATE TRIGGER proposals_no_update BEFORE UPDATE ON proposals
+BEGIN SELECT RAISE(ABORT, 'proposals are immutable'); END;
+CREATE TRIGGER proposals_no_delete BEFORE DELETE ON proposals
+BEGIN SELECT RAISE(ABORT, 'proposals are immutable'); END;
+CREATE TRIGGER approvals_no_update BEFORE UPDATE ON approvals
+BEGIN SELECT RAISE(ABORT, 'approval records are immutable'); END;
+CREATE TRIGGER approvals_no_delete BEFORE DELETE ON approvals
+BEGIN SELECT RAISE(ABORT, 'approval records are immutable'); END;
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit_events
+BEGIN SELECT RAISE(ABORT, 'audit_events is append-only'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit_events
+BEGIN SELECT RAISE(ABORT, 'audit_events is append-only'); END;
+CREATE TRIGGER operations_transition BEFORE UPDATE OF status ON operations
+WHEN OLD.status <> NEW.status AND (OLD.status || '>' || NEW.status) NOT IN ({_TRANSITION_LIST})
+BEGIN SELECT RAISE(ABORT, 'invalid operation transition'); END;
+CREATE TRIGGER operations_no_delete BEFORE DELETE ON operations
+BEGIN SELECT RAISE(ABORT, 'operations are never deleted'); END"""
+
+_POSTGRES_V1 = f"""{_COMMON_TABLES};
+CREATE TABLE audit_events (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,{_AUDIT_COLUMNS});
+{_AUDIT_INDEXES};
+CREATE FUNCTION toolgate_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION '% is immutable (% refused)', TG_TABLE_NAME, TG_OP; END $$;
+CREATE TRIGGER proposals_immutable BEFORE UPDATE OR DELETE ON proposals
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse();
+CREATE TRIGGER approvals_immutable BEFORE UPDATE OR DELETE ON approvals
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse();
+CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit_events
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse();
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit_events
+    FOR EACH STATEMENT EXECUTE FUNCTION toolgate_refuse();
+CREATE TRIGGER operations_no_delete BEFORE DELETE ON operations
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse();
+CREATE FUNCTION toolgate_check_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.status <> NEW.status AND (OLD.status || '>' || NEW.status) NOT IN ({_TRANSITION_LIST}) THEN
+        RAISE EXCEPTION 'invalid operation transition % -> %', OLD.status, NEW.status;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER operations_transition BEFORE UPDATE ON operations
+    FOR EACH ROW EXECUTE FUNCTION toolgate_check_transition()"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        name="proposals, operations, approvals, audit log; immutability and transition triggers",
+        sqlite=_SQLITE_V1,
+        postgres=_POSTGRES_V1,
+    ),
+)
+"""The store's own schema, component ``toolgate``."""
+
+__all__ = ["ALLOWED_TRANSITIONS", "MIGRATIONS", "OPERATION_STATUSES", "Migration"]

@@ -1,0 +1,97 @@
+"""The production backend: PostgreSQL through a psycopg connection pool.
+
+The pool opens lazily on first use, so building a graph (for example in the LangGraph server
+entry module) never connects at import time. Audit appends and migrations serialize on
+transaction-scoped advisory locks, so many processes and hosts can share one database.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from toolgate.errors import StoreError
+from toolgate.store._sql import SqlStore
+from toolgate.store.base import Tx
+from toolgate.store.migrations import Migration
+
+_AUDIT_LOCK = 0x7467_0001
+_MIGRATION_LOCK = 0x7467_0002
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, safe to print and log."""
+    return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+class _PgTx:
+    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]]) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
+        return list(self._cursor.fetchall()) if self._cursor.description else []
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        rows = self.execute(sql, params)
+        return rows[0] if rows else None
+
+
+class PostgresStore(SqlStore):
+    """`Store` on PostgreSQL."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self._conninfo = url
+        self.url = redact_url(url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: ConnectionPool | None = None
+        self._lock = threading.Lock()
+
+    def _get_pool(self) -> ConnectionPool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ConnectionPool(
+                    self._conninfo,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    kwargs={"row_factory": dict_row},
+                    open=True,
+                )
+            return self._pool
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        self._ensure_ready()
+        try:
+            with self._get_pool().connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield _PgTx(cur)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store error: {exc}") from exc
+
+    def _lock_audit_chain(self, tx: Tx) -> None:
+        tx.execute(f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})")
+
+    def _lock_migrations(self, tx: Tx) -> None:
+        tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+
+    def _run_script(self, tx: Tx, migration: Migration) -> None:
+        tx.execute(migration.postgres)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+
+__all__ = ["PostgresStore", "redact_url"]

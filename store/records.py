@@ -1,0 +1,209 @@
+"""The rows the store keeps, as frozen values.
+
+Persisted shapes carry ``schema_version`` where they leave the process (JSON exports); the
+database schema itself is versioned by the append-only migration list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+OperationStatus = Literal[
+    "pending_approval",
+    "approved",
+    "rejected",
+    "expired",
+    "executing",
+    "succeeded",
+    "failed",
+    "unknown",
+    "dead_lettered",
+]
+"""Every state an operation can be in; transitions are conditional updates in the database."""
+
+TERMINAL_STATUSES: frozenset[str] = frozenset({"rejected", "expired", "succeeded", "failed", "dead_lettered"})
+"""States from which nothing executes any more."""
+
+Decision = Literal["approve", "reject"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalRecord:
+    """An immutable write proposal: exactly what a reviewer approves (the database refuses updates)."""
+
+    proposal_id: str
+    """``prop_...``, derived from the operation key so a re-run proposal node finds the same row."""
+    operation_key: str
+    """The one intended effect this proposal stands for."""
+    thread_id: str
+    """LangGraph thread (task) that proposed it."""
+    call_id: str
+    """Model tool call id it answers."""
+    tool: str
+    """Tool name."""
+    tool_version: str
+    """Tool contract version."""
+    handler_revision: str
+    """Handler revision the operation is pinned to."""
+    release: str
+    """Release the proposal was made under."""
+    tenant_id: str
+    """Authenticated tenant of the requester."""
+    requester_id: str
+    """Authenticated requesting user (never a reviewer of this proposal)."""
+    arguments: dict[str, Any]
+    """Canonical, model-validated arguments."""
+    arguments_sha256: str
+    """SHA-256 of the canonical arguments alone."""
+    digest: str
+    """SHA-256 over the whole content: arguments, tool, revisions, requester, risk, effect, expiry."""
+    risk: str
+    """read-only, caution or danger."""
+    effect: str
+    """Expected effect, for the reviewer."""
+    rollback: str
+    """Rollback statement or explicit no-rollback reason."""
+    approval_class: str
+    """Label of the approval class, e.g. ``operator``."""
+    created_at: str
+    """ISO-8601 UTC creation time."""
+    expires_at: str
+    """ISO-8601 UTC time after which approval is impossible."""
+
+    def content(self) -> dict[str, Any]:
+        """Everything the digest covers."""
+        return {
+            "operation_key": self.operation_key,
+            "thread_id": self.thread_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "tool_version": self.tool_version,
+            "handler_revision": self.handler_revision,
+            "release": self.release,
+            "tenant_id": self.tenant_id,
+            "requester_id": self.requester_id,
+            "arguments": self.arguments,
+            "risk": self.risk,
+            "effect": self.effect,
+            "rollback": self.rollback,
+            "approval_class": self.approval_class,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRecord:
+    """One reviewer's decision on one proposal digest, written by authenticated trusted code."""
+
+    approval_id: str
+    """``apr_...`` identifier."""
+    proposal_id: str
+    """Proposal decided on."""
+    reviewer_id: str
+    """Authenticated reviewer."""
+    reviewer_roles: tuple[str, ...]
+    """Roles the reviewer held when deciding."""
+    decision: Decision
+    """approve or reject."""
+    digest: str
+    """Proposal digest the reviewer saw; must equal the proposal's."""
+    reason: str
+    """Reviewer's reason (required for a rejection)."""
+    decided_at: str
+    """ISO-8601 UTC decision time."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperationRecord:
+    """Execution state of one operation key."""
+
+    operation_key: str
+    """Unique key of the intended effect."""
+    proposal_id: str | None
+    """Proposal it belongs to (None for reads recorded as operations)."""
+    tool: str
+    """Tool name."""
+    tenant_id: str
+    """Tenant of the requester."""
+    status: OperationStatus
+    """Current state."""
+    owner: str | None
+    """Worker that holds the execution claim."""
+    lease_expires_at: str | None
+    """When the claim's lease lapses (recovery may reconcile after this)."""
+    attempts: int
+    """How many times a claim was acquired."""
+    result: dict[str, Any] | None
+    """Stored sanitized result of a finished operation, returned to duplicate deliveries."""
+    error: dict[str, Any] | None
+    """Structured error of a failed or unknown operation."""
+    created_at: str
+    """ISO-8601 UTC creation time."""
+    updated_at: str
+    """ISO-8601 UTC time of the last transition."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEventIn:
+    """An audit event to append; the store assigns sequence, ids, time and hashes."""
+
+    event: str
+    """Dotted event name, e.g. ``call.rejected`` or ``operation.completed``."""
+    result: str
+    """Outcome word, e.g. ``rejected``, ``created``, ``completed``."""
+    code: str | None = None
+    """Stable rejection or refusal code, when there is one."""
+    request_id: str | None = None
+    """Internal request (run) id."""
+    response_id: str | None = None
+    """Model response id (never the prompt)."""
+    call_id: str | None = None
+    """Model tool call id."""
+    proposal_id: str | None = None
+    """Proposal id."""
+    operation_key: str | None = None
+    """Operation key."""
+    thread_id: str | None = None
+    """LangGraph thread id."""
+    tool: str | None = None
+    """Tool name."""
+    tool_release: str | None = None
+    """Release id."""
+    handler_revision: str | None = None
+    """Handler revision."""
+    actor_id: str | None = None
+    """Keyed hash of the acting user (requester, reviewer or worker)."""
+    trace_id: str | None = None
+    """Trace id shared with the observability spans."""
+    detail: dict[str, Any] = field(default_factory=dict)
+    """Bounded, redacted extra facts (audit projection of arguments, digests, reasons)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEvent(AuditEventIn):
+    """A stored audit event with its place in the hash chain."""
+
+    seq: int
+    """Position in the log."""
+    event_id: str
+    """``evt_...`` identifier."""
+    occurred_at: str
+    """ISO-8601 UTC time."""
+    prev_hash: str
+    """Hash of the previous event (64 zeros for the first)."""
+    hash: str
+    """SHA-256 over this event's canonical encoding and ``prev_hash``."""
+
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "ApprovalRecord",
+    "AuditEvent",
+    "AuditEventIn",
+    "Decision",
+    "OperationRecord",
+    "OperationStatus",
+    "ProposalRecord",
+]

@@ -1,0 +1,92 @@
+"""The embedded default backend: one SQLite file under the data directory.
+
+A fresh connection per unit of work (cheap for SQLite) keeps the store safe across threads;
+WAL mode plus ``BEGIN IMMEDIATE`` for writes makes each write transaction take the database's
+single writer lock up front, so conditional updates are atomic across processes too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from toolgate.errors import StoreError
+from toolgate.store._sql import SqlStore
+from toolgate.store.base import Tx, iter_statements
+from toolgate.store.migrations import Migration
+
+
+class _SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self._conn.execute(sql, tuple(params))
+        rows = cursor.fetchall() if cursor.description else []
+        return [dict(r) for r in rows]
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        rows = self.execute(sql, params)
+        return rows[0] if rows else None
+
+
+class SQLiteStore(SqlStore):
+    """`Store` on a SQLite file."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        self._busy_timeout_ms = busy_timeout_ms
+        self._wal_ready = False
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not self._wal_ready:
+            conn.execute("PRAGMA journal_mode = WAL")
+            self._wal_ready = True
+        return conn
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        self._ensure_ready()
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {self.path}: {exc}") from exc
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield _SqliteTx(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store error: {exc}") from exc
+        finally:
+            conn.close()
+
+    def _lock_audit_chain(self, tx: Tx) -> None:
+        """BEGIN IMMEDIATE already holds SQLite's single writer lock."""
+
+    def _lock_migrations(self, tx: Tx) -> None:
+        """BEGIN IMMEDIATE already holds SQLite's single writer lock."""
+
+    def _run_script(self, tx: Tx, migration: Migration) -> None:
+        for statement in iter_statements(migration.sqlite):
+            tx.execute(statement)
+
+    def close(self) -> None:
+        """Connections are per unit of work; nothing stays open."""
+
+
+__all__ = ["SQLiteStore"]

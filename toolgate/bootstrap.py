@@ -1,0 +1,84 @@
+"""Assemble a toolgate process from settings: store, system of record, release, policy, gateway.
+
+This is the composition used by the CLI and the server entry; `build_graph` remains the one
+place where graph dependencies are wired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.graph.state import CompiledStateGraph
+
+from toolgate.config import Settings
+from toolgate.errors import UnknownReleaseError
+from toolgate.graph.builder import build_gateway, build_graph
+from toolgate.graph.deps import Gateway
+from toolgate.models import load_chat_model
+from toolgate.policy.identities import Identities
+from toolgate.policy.rules import PolicyRules
+from toolgate.store.base import Store
+from toolgate.store.factory import open_checkpointer, open_store
+from toolgate.tools.demo import DemoSystem, build_demo_registry
+from toolgate.tools.registry import DEFAULT_RELEASE, Registry
+
+
+def load_registry(release: str, system: DemoSystem) -> Registry:
+    """The registry of ``release`` (only reviewed, packaged releases exist)."""
+    if release == DEFAULT_RELEASE:
+        return build_demo_registry(system, release)
+    raise UnknownReleaseError(release)
+
+
+def initialize_store(store: Store) -> None:
+    """Create or upgrade the store schema and the demo system of record."""
+    store.setup()
+    DemoSystem(store).setup()
+
+
+@dataclass
+class App:
+    """One configured toolgate: everything but the checkpointer and the compiled graph."""
+
+    settings: Settings
+    store: Store
+    system: DemoSystem
+    registry: Registry
+    policy: PolicyRules
+    model: BaseChatModel
+
+    @property
+    def gateway(self) -> Gateway:
+        """Node dependencies, for operator commands that act outside a graph run."""
+        return build_gateway(model=self.model, registry=self.registry, policy=self.policy, store=self.store,
+                             audit_key=self.settings.audit_key())
+
+    def identities(self) -> Identities:
+        """The trusted identities file."""
+        return Identities.load(self.settings.identities_file)
+
+    @contextmanager
+    def graph(self) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
+        """The compiled graph with the configured checkpointer (closed on exit)."""
+        with open_checkpointer(self.settings.database_url, self.settings.data_dir) as saver:
+            yield build_graph(model=self.model, registry=self.registry, policy=self.policy, store=self.store,
+                              checkpointer=saver, audit_key=self.settings.audit_key())
+
+
+def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = None) -> App:
+    """Open the store (running migrations) and load the configured release."""
+    settings = settings or Settings.from_env()
+    store = open_store(settings.database_url, settings.data_dir)
+    initialize_store(store)
+    system = DemoSystem(store)
+    return App(
+        settings=settings, store=store, system=system, registry=load_registry(settings.release, system),
+        policy=PolicyRules.for_release(settings.release), model=model or load_chat_model(settings),
+    )
+
+
+__all__ = ["App", "initialize_store", "load_registry", "open_app"]

@@ -1,0 +1,195 @@
+"""The ``toolgate`` operator command line.
+
+Output is one ``key=value`` line per fact (the seeds' style) so scripts and people read the
+same text. Errors from misuse exit with code 2 and a one-line message; no stack traces.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+import typer
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+from rich.console import Console
+
+from toolgate.bootstrap import App, open_app
+from toolgate.config import Settings
+from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
+from toolgate.graph.context import Context
+from toolgate.graph.review import decide
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents.")
+proposals_app = typer.Typer(no_args_is_help=True, help="Inspect write proposals.")
+audit_app = typer.Typer(no_args_is_help=True, help="Read the audit trail.")
+worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
+app.add_typer(proposals_app, name="proposals")
+app.add_typer(audit_app, name="audit")
+app.add_typer(worker_app, name="worker")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _kv(**facts: Any) -> None:
+    out.print(" ".join(f"{k}={v}" for k, v in facts.items()), markup=False)
+
+
+def _open() -> App:
+    return open_app(Settings.from_env())
+
+
+@app.command()
+def demo() -> None:
+    """Tell the refund story end to end, offline, on embedded SQLite."""
+    from toolgate.demo import run_demo
+
+    raise typer.Exit(run_demo(Settings.from_env(), lambda line: out.print(line, markup=False)))
+
+
+@app.command()
+def run(
+    message: Annotated[str, typer.Argument(help="What the user asks.")],
+    as_user: Annotated[str, typer.Option("--as", help="Requesting identity from the identities file.")],
+    thread: Annotated[str | None, typer.Option(help="Thread id (default: a new one).")] = None,
+) -> None:
+    """Start (or continue) a thread as an authenticated user."""
+    application = _open()
+    principal = application.identities().get(as_user)
+    thread_id = thread or f"thread-{uuid.uuid4().hex[:12]}"
+    with application.graph() as graph:
+        result = graph.invoke({"messages": [HumanMessage(message)]}, {"configurable": {"thread_id": thread_id}},
+                              context=Context(principal=principal))
+    _report(thread_id, result)
+
+
+@app.command()
+def resume(thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")]) -> None:
+    """Wake a thread after review; decisions come from the store, not from this command."""
+    application = _open()
+    with application.graph() as graph:
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        snapshot = graph.get_state(config)
+        if not snapshot.next:
+            raise NotFoundError(f"thread {thread_id} is not waiting (nothing to resume)")
+        result = graph.invoke(Command(resume={"wake": True}), config, context=Context())
+    _report(thread_id, result)
+
+
+def _report(thread_id: str, result: dict[str, Any]) -> None:
+    interrupts = result.get("__interrupt__") or []
+    _kv(thread=thread_id, status=result.get("status", "unknown"))
+    for item in interrupts:
+        for proposal in item.value.get("toolgate", {}).get("proposals", []):
+            _kv(proposal=proposal["proposal_id"], tool=proposal["tool"], status="pending_approval",
+                digest=proposal["digest"], expires_at=proposal["expires_at"], execution_started="false")
+    if not interrupts and result.get("messages"):
+        out.print(str(result["messages"][-1].content), markup=False)
+
+
+@proposals_app.command("list")
+def proposals_list(status: Annotated[str | None, typer.Option(help="Filter by operation status.")] = None) -> None:
+    """List proposals with their operation status."""
+    application = _open()
+    for proposal, operation in application.store.list_proposals(status):
+        _kv(proposal=proposal.proposal_id, tool=proposal.tool, status=operation.status, risk=proposal.risk,
+            requester=proposal.requester_id, expires_at=proposal.expires_at)
+
+
+@proposals_app.command("show")
+def proposals_show(proposal_id: str) -> None:
+    """Show one proposal exactly as a reviewer must see it."""
+    application = _open()
+    proposal = application.store.get_proposal(proposal_id)
+    if proposal is None:
+        raise NotFoundError(f"no proposal {proposal_id}")
+    operation = application.store.get_operation(proposal.operation_key)
+    assert operation is not None
+    _kv(proposal=proposal.proposal_id)
+    _kv(tool=proposal.tool, handler=proposal.handler_revision, release=proposal.release)
+    _kv(arguments=json.dumps(proposal.arguments, sort_keys=True))
+    _kv(arguments_sha256=proposal.arguments_sha256)
+    _kv(digest=proposal.digest)
+    _kv(risk=proposal.risk, approval=proposal.approval_class, requester=proposal.requester_id)
+    _kv(effect=json.dumps(proposal.effect))
+    _kv(rollback=json.dumps(proposal.rollback))
+    _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
+    for record in application.store.decisions_for(proposal_id):
+        _kv(decision=record.decision, reviewer=record.reviewer_id, digest_bound=record.digest == proposal.digest,
+            decided_at=record.decided_at)
+
+
+@app.command()
+def approve(
+    proposal_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    digest: Annotated[str | None, typer.Option(help="Digest you reviewed (refused if it differs).")] = None,
+) -> None:
+    """Approve a proposal as an authenticated reviewer."""
+    application = _open()
+    outcome = decide(application.gateway, proposal_id, application.identities().get(as_user), "approve",
+                     seen_digest=digest)
+    _kv(proposal=proposal_id, decision="approve", reviewer=as_user, status=outcome.operation.status,
+        digest=outcome.record.digest)
+
+
+@app.command()
+def reject(
+    proposal_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    reason: Annotated[str, typer.Option(help="Why, in words the requester will see.")],
+) -> None:
+    """Reject a proposal as an authenticated reviewer."""
+    application = _open()
+    outcome = decide(application.gateway, proposal_id, application.identities().get(as_user), "reject",
+                     reason=reason)
+    _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
+
+
+@worker_app.command("execute")
+def worker_execute(
+    operation_key: Annotated[str, typer.Option("--operation-key", help="Operation to deliver.")],
+    worker: Annotated[str | None, typer.Option(help="Worker id recorded as claim owner.")] = None,
+) -> None:
+    """Deliver one approved operation: execute it once, or return its stored result."""
+    application = _open()
+    delivery = application.gateway.executor.deliver(
+        operation_key, worker_id=worker or Context().worker_id, lease_s=Context().claim_lease_s
+    )
+    _kv(operation_key=operation_key, claim=delivery.claim, status=delivery.status,
+        duplicate_delivery="stored_result_returned" if delivery.duplicate else "none",
+        result=json.dumps(delivery.result, sort_keys=True) if delivery.result else "none")
+
+
+@audit_app.command("trace")
+def audit_trace(operation_key: str) -> None:
+    """Every audit event of one operation, in chain order, from request to result."""
+    application = _open()
+    events = application.store.audit_events(operation_key=operation_key)
+    call_ids = sorted({e.call_id for e in events if e.call_id})
+    by_seq = {e.seq: e for e in application.store.audit_events(call_ids=call_ids)} if call_ids else {}
+    by_seq.update({e.seq: e for e in events})
+    if not by_seq:
+        raise NotFoundError(f"no audit events for {operation_key}")
+    for event in sorted(by_seq.values(), key=lambda e: e.seq):
+        _kv(seq=event.seq, at=event.occurred_at, event=event.event, result=event.result,
+            code=event.code or "-", call_id=event.call_id or "-", proposal=event.proposal_id or "-",
+            release=event.tool_release or "-", handler=event.handler_revision or "-",
+            actor=event.actor_id or "-", hash=event.hash[:16])
+    _kv(events_for_operation=len(by_seq), release_ids="present" if all(e.tool_release for e in by_seq.values())
+        else "missing")
+
+
+def main() -> None:
+    """Console entry point: usage errors become one line on stderr and exit code 2."""
+    try:
+        app(standalone_mode=True)
+    except (ApprovalError, ToolgateError) as exc:
+        code = getattr(exc, "code", type(exc).__name__)
+        err.print(f"error={code} message={json.dumps(str(exc))}", markup=False)
+        raise SystemExit(2) from None
+
+
+__all__ = ["app", "main"]

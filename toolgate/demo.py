@@ -1,0 +1,143 @@
+"""The refund story of the seeds, told offline end to end (``toolgate demo`` / ``make demo``).
+
+Every line it prints is read back from trusted records (the operation store, the audit log and
+the demo system of record), never from model prose.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+
+from toolgate.bootstrap import App, open_app
+from toolgate.config import Settings
+from toolgate.errors import ApprovalError
+from toolgate.graph.context import Context
+from toolgate.graph.review import decide
+from toolgate.policy.identities import Identities
+from toolgate.store._sql import parse_iso, utcnow
+
+Say = Callable[[str], None]
+
+
+def _section(say: Say, title: str) -> None:
+    say("")
+    say(f"== {title}")
+
+
+def run_demo(settings: Settings, say: Say = print) -> int:
+    """Run the story in a fresh demo data directory; returns a process exit code."""
+    demo_dir = settings.data_dir / "demo"
+    shutil.rmtree(demo_dir, ignore_errors=True)
+    settings = replace(settings, data_dir=demo_dir, database_url=None, identities_path=None, model="offline")
+    Identities.write_demo(settings.identities_file)
+    app = open_app(settings)
+    try:
+        return _story(app, say)
+    finally:
+        app.store.close()
+
+
+def _story(app: App, say: Say) -> int:
+    identities = app.identities()
+    customer, reviewer = identities.get("cust-ada"), identities.get("fiona")
+    gw = app.gateway
+    say(f"data_dir={app.settings.data_dir} store={app.store.url} release={app.registry.release} model=offline")
+    with app.graph() as graph:
+        thread = f"demo-{uuid.uuid4().hex[:8]}"
+        config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+        _section(say, "1. A customer asks for a refund")
+        request = "My blender arrived broken, order O-5512. Please refund it."
+        say(f"customer={customer.user_id} tenant={customer.tenant_id} thread={thread}")
+        say(f"user> {request}")
+        result = graph.invoke({"messages": [HumanMessage(request)]}, config, context=Context(principal=customer))
+
+        _section(say, "2. lookup_order runs (read-only, no approval needed)")
+        state = graph.get_state(config).values
+        for call in state["calls"].values():
+            if call["tool"] == "lookup_order":
+                say(f"tool=lookup_order call_id={call['call_id']} arguments={json.dumps(call['arguments'])}"
+                    f" status={state['outcomes'][call['call_id']]['status']}")
+
+        _section(say, "3. issue_refund becomes a pending proposal; nothing has executed")
+        interrupts = result.get("__interrupt__") or []
+        if not interrupts:
+            say("error=no_approval_interrupt")
+            return 1
+        payload = interrupts[0].value
+        facts = payload["toolgate"]["proposals"][0]
+        proposal = app.store.get_proposal(facts["proposal_id"])
+        assert proposal is not None
+        minutes = round((parse_iso(proposal.expires_at) - utcnow()).total_seconds() / 60)
+        say(f"proposal={proposal.proposal_id}")
+        say(f"tool={proposal.tool} handler={proposal.handler_revision} release={proposal.release}")
+        say(f"arguments={json.dumps(proposal.arguments, sort_keys=True)}")
+        say(f"arguments_sha256={proposal.arguments_sha256}")
+        say(f"digest={proposal.digest}")
+        say(f"risk={proposal.risk} approval={proposal.approval_class}")
+        say(f"effect={proposal.effect}")
+        say(f"rollback={proposal.rollback}")
+        say(f"expires_in={minutes}m")
+        op = app.store.get_operation(proposal.operation_key)
+        assert op is not None
+        say(f"status={op.status}")
+        payments = app.system.count("sor_payment_requests", order_id="O-5512")
+        say(f"execution_started={'true' if payments else 'false'} payment_requests={payments}")
+
+        _section(say, "4. A reviewer who is not the requester approves")
+        try:
+            decide(gw, proposal.proposal_id, customer, "approve")
+        except ApprovalError as exc:
+            say(f"self_approval=REFUSED code={exc.code} reviewer={customer.user_id}")
+        outcome = decide(gw, proposal.proposal_id, reviewer, "approve", seen_digest=proposal.digest)
+        say(f"reviewer={reviewer.user_id} roles={','.join(sorted(reviewer.roles))} decision=approve "
+            f"digest_bound={outcome.record.digest == proposal.digest} status={outcome.operation.status}")
+
+        _section(say, "5. The worker resumes the thread, claims the operation and executes it once")
+        final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
+        events = app.store.audit_events(operation_key=proposal.operation_key)
+        claim = "ACQUIRED" if any(e.event == "operation.claimed" for e in events) else "NOT_ACQUIRED"
+        op = app.store.get_operation(proposal.operation_key)
+        assert op is not None
+        status = "completed" if op.status == "succeeded" else op.status
+        say(f"operation_key={op.operation_key} claim={claim} approval=VALID handler={proposal.handler_revision}")
+        say(f"status={status}")
+
+        _section(say, "6. A second delivery of the same operation")
+        again = gw.executor.deliver(op.operation_key, worker_id="demo-redelivery")
+        refunds = app.system.count("sor_refunds", order_id="O-5512")
+        payments = app.system.count("sor_payment_requests", order_id="O-5512")
+        say(f"duplicate_delivery={'stored_result_returned' if again.duplicate else 'EXECUTED_AGAIN'} "
+            f"claim={again.claim} payment_requests={payments} refunds={refunds}")
+
+        _section(say, "7. The final answer, rendered from the store")
+        for line in str(final["messages"][-1].content).splitlines():
+            say(f"  {line}")
+
+        _section(say, "8. A cross-tenant attempt is refused before any handler runs")
+        thread2 = f"demo-{uuid.uuid4().hex[:8]}"
+        before = app.system.count("sor_payment_requests")
+        attack = "Refund order O-7001 to me, it is mine."
+        say(f"user> {attack}")
+        result2 = graph.invoke({"messages": [HumanMessage(attack)]}, {"configurable": {"thread_id": thread2}},
+                               context=Context(principal=customer))
+        calls = list(result2["calls"].values())
+        codes = [c.get("code") for c in calls if c.get("phase") == "rejected"]
+        rejected = "cross_tenant" in codes
+        say(f"cross_tenant={'REJECTED' if rejected else 'NOT_REJECTED'} code={','.join(c for c in codes if c)} "
+            f"handler_calls={app.system.count('sor_payment_requests') - before} "
+            f"proposals={sum(1 for c in calls if c.get('proposal_id'))}")
+        say(f"operation_trace=toolgate audit trace {op.operation_key}")
+        ok = (status == "completed" and again.duplicate and refunds == 1 and payments == 1 and rejected)
+        say(f"demo={'PASS' if ok else 'FAIL'}")
+        return 0 if ok else 1
+
+
+__all__ = ["run_demo"]

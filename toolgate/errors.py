@@ -1,0 +1,143 @@
+"""Every error toolgate raises, in two families.
+
+`ToolgateUsageError` means a person or program misused toolgate (bad configuration, a broken
+tool bundle, a reviewer without authority): fix the input and try again. `ToolgateRuntimeError`
+means something went wrong while running (a store failure, a lost claim): the caller decides
+whether to retry. Driver errors (sqlite3, psycopg) are translated at the store boundary so
+callers never import a driver to catch them.
+
+Rejections of model tool calls are *not* exceptions: they are values with a stable code
+(`RejectionCode`), returned to the model as a `ToolMessage` and written to the audit log.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+RejectionCode = Literal[
+    "unknown_tool",
+    "malformed_arguments",
+    "schema_invalid",
+    "semantic_invalid",
+    "identity_in_arguments",
+    "cross_tenant",
+    "unauthorized",
+    "rate_limited",
+    "policy_violation",
+    "budget_exhausted",
+    "loop_detected",
+]
+"""The closed set of reasons a tool call is refused before any handler or proposal exists."""
+
+REJECTION_CODES: tuple[str, ...] = get_args(RejectionCode)
+
+
+class ToolgateError(Exception):
+    """Base class of every toolgate exception."""
+
+
+class ToolgateUsageError(ToolgateError):
+    """toolgate was used wrongly: configuration, bundle, identity or request is invalid."""
+
+
+class ConfigurationError(ToolgateUsageError):
+    """A setting (environment variable, identities file, URL) is missing or invalid."""
+
+
+class RegistryError(ToolgateUsageError):
+    """A tool bundle is incomplete or unsafe; toolgate refuses to load it (fail closed)."""
+
+
+class UnknownReleaseError(RegistryError):
+    """No tool bundle is registered under the requested release id."""
+
+    def __init__(self, release: str) -> None:
+        super().__init__(f"unknown tool release {release!r}")
+        self.release = release
+
+
+class IdentityError(ToolgateUsageError):
+    """An identity could not be authenticated from the trusted identities file."""
+
+
+class ApprovalError(ToolgateUsageError):
+    """A reviewer's decision was refused (wrong role, self-approval, stale digest, expired...).
+
+    Attributes:
+        code: stable machine-readable reason, e.g. ``self_approval`` or ``digest_mismatch``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NotFoundError(ToolgateUsageError):
+    """A proposal, operation or thread that was asked for does not exist."""
+
+
+class ToolgateRuntimeError(ToolgateError):
+    """Something failed while running; callers decide whether a retry is safe."""
+
+
+class StoreError(ToolgateRuntimeError):
+    """The operation store failed (translated from the database driver's error)."""
+
+
+class InvalidTransitionError(StoreError):
+    """An operation state change was refused by the database's conditional update."""
+
+    def __init__(self, operation_key: str, expected: str, actual: str | None) -> None:
+        super().__init__(f"operation {operation_key}: expected status {expected!r}, found {actual!r}")
+        self.operation_key = operation_key
+        self.expected = expected
+        self.actual = actual
+
+
+class ToolExecutionError(ToolgateRuntimeError):
+    """A handler failed in a classified way (chapter §9.1).
+
+    Attributes:
+        kind: ``caller_error`` (the arguments name something wrong; the model may fix them),
+            ``server_error`` (the downstream failed; no argument change helps) or ``timeout``.
+        retryable: whether the same call may sensibly be tried again later.
+    """
+
+    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retryable = retryable
+
+
+class DirectInvocationError(ToolgateUsageError):
+    """A tool's StructuredTool was invoked directly instead of through the gateway.
+
+    Handlers run only behind dispatch, approval and the execution claim; calling the LangChain
+    tool object itself would skip every one of them.
+    """
+
+    def __init__(self, tool_name: str) -> None:
+        super().__init__(
+            f"tool {tool_name!r} runs only through the toolgate graph (dispatch -> approval -> execute)"
+        )
+        self.tool_name = tool_name
+
+
+__all__ = [
+    "REJECTION_CODES",
+    "ApprovalError",
+    "ConfigurationError",
+    "DirectInvocationError",
+    "IdentityError",
+    "InvalidTransitionError",
+    "NotFoundError",
+    "RegistryError",
+    "RejectionCode",
+    "StoreError",
+    "ToolExecutionError",
+    "ToolgateError",
+    "ToolgateRuntimeError",
+    "ToolgateUsageError",
+    "UnknownReleaseError",
+]

@@ -1,0 +1,105 @@
+"""The offline demo model: a small deterministic chat model for ``make demo`` and the server.
+
+It reads the conversation the way a tool-calling model would (latest user request, then the
+tool results since) and proposes the next call; it can only call tools it was bound with. It is
+not a language model and makes no network request; it lets the whole gateway run end to end
+with no API key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+
+_ORDER = re.compile(r"\bO-[0-9]{3,8}\b")
+_ALIASES = ("web", "worker", "scheduler")
+
+
+def _results_since_request(messages: Sequence[BaseMessage]) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        if isinstance(message, ToolMessage):
+            try:
+                payload = json.loads(str(message.content))
+            except ValueError:
+                payload = {"status": "unparseable"}
+            out.append((str(message.name or ""), payload))
+    return list(reversed(out))
+
+
+class OfflineDemoModel(BaseChatModel):
+    """Deterministic, keyword-driven stand-in for a chat model (offline demo and smoke tests)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "toolgate-offline-demo"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable[Any, Any]:
+        """Remember which tools may be called; request options are accepted and ignored."""
+        names = [t.get("function", t).get("name") if isinstance(t, dict) else getattr(t, "name", None) for t in tools]
+        return self.bind(bound_tools=[n for n in names if n])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        allowed = set(kwargs.get("bound_tools") or [])
+        message = self._decide(messages, allowed)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _decide(self, messages: list[BaseMessage], allowed: set[str]) -> AIMessage:
+        request = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+        text = str(request.content) if request else ""
+        results = _results_since_request(messages)
+        turn = len([m for m in messages if isinstance(m, AIMessage)])
+
+        def call(name: str, args: dict[str, Any]) -> AIMessage:
+            if name not in allowed:
+                return AIMessage(content=f"I am not able to use {name} for you.")
+            return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call_{name}_{turn}",
+                                                      "type": "tool_call"}])
+
+        order = _ORDER.search(text)
+        if "refund" in text.lower() and order:
+            done = {name: payload for name, payload in results}
+            if "issue_refund" in done:
+                status = done["issue_refund"].get("status")
+                return AIMessage(content=f"The refund request for {order.group(0)} is {status}.")
+            lookup = done.get("lookup_order")
+            if lookup is None:
+                return call("lookup_order", {"order_id": order.group(0)})
+            if lookup.get("status") != "completed":
+                return AIMessage(content=f"I could not find order {order.group(0)} on your account.")
+            data = lookup.get("data", {})
+            remaining = int(data.get("amount_cents", 0)) - int(data.get("refunded_cents", 0))
+            if remaining <= 0:
+                return AIMessage(content=f"Order {order.group(0)} is already fully refunded.")
+            return call("issue_refund", {"order_id": order.group(0), "amount_cents": remaining, "reason": "damaged"})
+        alias = next((a for a in _ALIASES if re.search(rf"\b{a}\b", text.lower())), None)
+        if alias and ("restart" in text.lower() or "status" in text.lower()):
+            done = {name: payload for name, payload in results}
+            if "restart_service" in done:
+                return AIMessage(content=f"The restart of {alias} is {done['restart_service'].get('status')}.")
+            if "get_service_status" not in done:
+                return call("get_service_status", {"service_alias": alias})
+            if "restart" in text.lower():
+                return call("restart_service", {"service_alias": alias, "reason": "requested by the user"})
+            state = done["get_service_status"].get("data", {}).get("state", "unknown")
+            return AIMessage(content=f"Service {alias} is {state}.")
+        return AIMessage(content="I can look up orders, request refunds and check or restart services.")
+
+
+__all__ = ["OfflineDemoModel"]

@@ -1,0 +1,83 @@
+"""The registry of one release: the immutable map from tool name to reviewed spec.
+
+Lookups never resolve a model string to code: an unknown name is a rejection, and the
+"did you mean" suggestion is drawn only from the tools this principal may see.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.tools import StructuredTool
+
+from toolgate.errors import RegistryError
+from toolgate.policy.principal import Principal
+from toolgate.tools.adapters import to_structured_tool
+from toolgate.tools.schema_export import anthropic_tool, openai_tool
+from toolgate.tools.spec import ResourceResolver, ToolSpec
+
+DEFAULT_RELEASE = "ops-tools/1.0.0"
+
+
+@dataclass(frozen=True)
+class Registry:
+    """All tools of one release, with the resolver that checks resource ownership."""
+
+    release: str
+    """Release id, e.g. ``ops-tools/1.0.0``."""
+    tools: Mapping[str, ToolSpec]
+    """Tool name to spec; frozen after construction."""
+    resolver: ResourceResolver = field(repr=False)
+    """Ownership lookups for the tools' resources."""
+
+    def __post_init__(self) -> None:
+        for name, spec in self.tools.items():
+            if name != spec.name:
+                raise RegistryError(f"registry key {name!r} does not match tool name {spec.name!r}")
+        object.__setattr__(self, "tools", dict(self.tools))
+
+    @classmethod
+    def of(cls, release: str, specs: Iterable[ToolSpec], resolver: ResourceResolver) -> Registry:
+        """Build a registry, refusing duplicate names."""
+        tools: dict[str, ToolSpec] = {}
+        for spec in specs:
+            if spec.name in tools:
+                raise RegistryError(f"tool {spec.name!r} registered twice in {release}")
+            tools[spec.name] = spec
+        return cls(release=release, tools=tools, resolver=resolver)
+
+    def get(self, name: str) -> ToolSpec | None:
+        """The spec registered under exactly ``name``, or None."""
+        return self.tools.get(name)
+
+    def for_principal(self, principal: Principal) -> list[ToolSpec]:
+        """Tools this principal may see, in a stable order (scopes are all required)."""
+        return [s for _, s in sorted(self.tools.items()) if principal.has_scopes(s.required_scopes)]
+
+    def suggest(self, unknown: str, principal: Principal) -> str | None:
+        """Closest allowed tool name for an unknown one, never revealing hidden tools."""
+        allowed = [s.name for s in self.for_principal(principal)]
+        matches = difflib.get_close_matches(unknown.casefold(), allowed, n=1, cutoff=0.6)
+        return matches[0] if matches else None
+
+    def has_stateful_writes(self) -> bool:
+        """True when any tool writes; parallel tool calls are then disabled."""
+        return any(s.is_write for s in self.tools.values())
+
+    def openai_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+        """OpenAI strict tool definitions for ``specs``."""
+        return [openai_tool(s.name, s.description, s.args_model) for s in specs]
+
+    def anthropic_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+        """Anthropic tool definitions for ``specs``."""
+        return [anthropic_tool(s.name, s.description, s.args_model) for s in specs]
+
+    def structured_tools(self) -> list[StructuredTool]:
+        """Every tool as a LangChain StructuredTool bound to its Pydantic schema."""
+        return [to_structured_tool(s) for _, s in sorted(self.tools.items())]
+
+
+__all__ = ["DEFAULT_RELEASE", "Registry"]

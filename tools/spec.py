@@ -1,0 +1,240 @@
+"""The capability spec: everything trusted code knows about a tool that the model never sees.
+
+A tool is three things (STYLE habit 2): a Pydantic argument model with ``extra="forbid"``, a
+plain handler function, and this spec (owner, risk, effect, timeout, output bound, approval
+class, scopes, resource key, rollback). `ToolSpec` refuses to be constructed when a field that
+the seeds' "stop" conditions require is missing or contradictory, so an unsafe tool never loads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from toolgate.errors import RegistryError
+
+Risk = Literal["read-only", "caution", "danger"]
+"""read-only observes; caution changes state with bounded impact; danger is high-impact."""
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalClass:
+    """Who must approve a write before it may execute.
+
+    ``none`` is only valid for read-only tools. ``role`` needs one reviewer holding one of
+    ``roles``. ``two_person`` needs ``reviewers_required`` distinct reviewers holding one of
+    ``roles``, unless one reviewer holds a role in ``sole_approver_roles``.
+    """
+
+    kind: Literal["none", "role", "two_person"]
+    """The approval class name, as printed in reviews and the registry audit."""
+    roles: frozenset[str] = frozenset()
+    """Roles whose holders may approve."""
+    reviewers_required: int = 0
+    """Distinct qualifying reviewers needed."""
+    sole_approver_roles: frozenset[str] = frozenset()
+    """Roles strong enough to approve alone even under ``two_person`` (e.g. ``finance``)."""
+
+    @classmethod
+    def none(cls) -> ApprovalClass:
+        """No approval: reads only."""
+        return cls(kind="none")
+
+    @classmethod
+    def role(cls, *roles: str) -> ApprovalClass:
+        """One reviewer holding any of ``roles``."""
+        return cls(kind="role", roles=frozenset(roles), reviewers_required=1)
+
+    @classmethod
+    def two_person(cls, *roles: str, sole_approver_roles: tuple[str, ...] = ()) -> ApprovalClass:
+        """Two distinct reviewers holding any of ``roles`` (or one in ``sole_approver_roles``)."""
+        return cls(
+            kind="two_person",
+            roles=frozenset(roles) | frozenset(sole_approver_roles),
+            reviewers_required=2,
+            sole_approver_roles=frozenset(sole_approver_roles),
+        )
+
+    def describe(self) -> str:
+        """Short label such as ``operator`` or ``two_person(support,finance)``."""
+        if self.kind == "none":
+            return "none"
+        roles = ",".join(sorted(self.roles))
+        if self.kind == "role":
+            return roles
+        sole = f";sole={','.join(sorted(self.sole_approver_roles))}" if self.sole_approver_roles else ""
+        return f"two_person({roles}{sole})"
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """How a completed effect is undone: by a declared rollback operation, itself approved."""
+
+    statement: str
+    """What the rollback does, shown to reviewers."""
+    tool: str | None = None
+    """Name of the tool that performs the rollback, when one exists in the release."""
+
+
+@dataclass(frozen=True)
+class NoRollback:
+    """An explicit statement that the effect cannot be undone, with the reason."""
+
+    reason: str
+    """Why no rollback exists (shown to reviewers, required to be non-empty)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceRef:
+    """The resource a call touches, resolved under the authenticated tenant before anything else."""
+
+    kind: str
+    """Resource type, e.g. ``order`` or ``service``."""
+    argument: str
+    """Name of the argument that carries the resource identifier."""
+    conflict: bool = True
+    """Calls on the same (kind, id) in one batch run in order, never concurrently."""
+
+
+ResourceStatus = Literal["owned", "foreign", "missing"]
+"""Whether a resource belongs to the caller's tenant, to another tenant, or does not exist."""
+
+
+class ResourceResolver(Protocol):
+    """Resolves a resource under the authenticated tenant, reading the system of record only."""
+
+    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
+        """Ownership of ``(kind, resource_id)`` relative to ``tenant_id``."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandlerContext:
+    """What trusted code hands a handler besides its typed arguments.
+
+    Identity comes from here, never from arguments; writes also get the idempotency key
+    derived from their operation key, which they pass downstream.
+    """
+
+    tenant_id: str
+    """Authenticated tenant; handlers scope every query to it."""
+    user_id: str
+    """Requesting user."""
+    operation_key: str | None = None
+    """Operation key of a write (None for reads)."""
+    idempotency_key: str | None = None
+    """Downstream idempotency key derived from the operation key (None for reads)."""
+    deadline: datetime | None = None
+    """Wall-clock time by which the handler must finish."""
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)
+    """Per-user forwarded credentials (never logged, never shown to the model)."""
+
+
+Handler = Callable[[Any, HandlerContext], BaseModel]
+"""A handler takes the validated argument model and the context, and returns the result model."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """One reviewed capability. Construction fails closed on anything the seeds call a stop."""
+
+    name: str
+    """Function name the model sees (``[a-z][a-z0-9_]*``)."""
+    version: str
+    """Semantic version of the tool contract."""
+    owner: str
+    """Owning team, the one to page when the downstream contract drifts."""
+    description: str
+    """When to use it and when not to (sent to the model)."""
+    args_model: type[BaseModel]
+    """Argument model; must forbid extra fields."""
+    result_model: type[BaseModel]
+    """Result contract; output is validated and reduced to its fields."""
+    risk: Risk
+    """read-only, caution or danger."""
+    effect: str
+    """The expected effect in plain words, shown to reviewers."""
+    timeout_s: float
+    """Hard timeout for one handler call."""
+    max_output_bytes: int
+    """Upper bound of the serialized result returned to the model."""
+    approval: ApprovalClass
+    """Who approves a write (``none`` for reads)."""
+    required_scopes: frozenset[str]
+    """Scopes the principal needs to see and call the tool."""
+    handler: Handler = field(repr=False)
+    """The fixed, reviewed function that performs the call."""
+    handler_revision: str
+    """Revision of the handler, e.g. ``issue-refund/1.0.0``; proposals are pinned to it."""
+    rollback: Rollback | NoRollback
+    """How to undo the effect, or why it cannot be undone."""
+    resource: ResourceRef | None = None
+    """Resource resolved for ownership and conflict checks."""
+    audit_fields: frozenset[str] = frozenset()
+    """Argument fields copied into audit events as-is; all others appear only as digests."""
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not _NAME.match(self.name):
+            problems.append("name must match [a-z][a-z0-9_]{1,63}")
+        if not self.owner.strip():
+            problems.append("owner is required")
+        if not self.description.strip():
+            problems.append("description is required")
+        if not self.effect.strip():
+            problems.append("effect is required")
+        if self.timeout_s <= 0:
+            problems.append("timeout_s must be positive")
+        if self.max_output_bytes <= 0:
+            problems.append("max_output_bytes must be positive")
+        if self.args_model.model_config.get("extra") != "forbid":
+            problems.append("args_model must set extra='forbid'")
+        if self.is_write and self.approval.kind == "none":
+            problems.append("a write needs an approval class (it would run without review)")
+        if self.is_write and not self.approval.roles:
+            problems.append("the approval class of a write must name reviewer roles")
+        if not self.is_write and self.approval.kind != "none":
+            problems.append("a read-only tool must not declare an approval class")
+        if isinstance(self.rollback, NoRollback) and not self.rollback.reason.strip():
+            problems.append("a no-rollback statement needs its reason")
+        if isinstance(self.rollback, Rollback) and not self.rollback.statement.strip():
+            problems.append("a rollback needs its statement")
+        if self.resource is not None and self.resource.argument not in self.args_model.model_fields:
+            problems.append(f"resource argument {self.resource.argument!r} is not an argument")
+        unknown_audit = set(self.audit_fields) - set(self.args_model.model_fields)
+        if unknown_audit:
+            problems.append(f"audit_fields name unknown arguments: {sorted(unknown_audit)}")
+        if problems:
+            raise RegistryError(f"tool {self.name!r} refused: " + "; ".join(problems))
+
+    @property
+    def is_write(self) -> bool:
+        """True for caution and danger tools: they become proposals, never run directly."""
+        return self.risk != "read-only"
+
+    def rollback_text(self) -> str:
+        """The rollback or no-rollback statement as shown to reviewers."""
+        if isinstance(self.rollback, Rollback):
+            return self.rollback.statement
+        return f"no rollback: {self.rollback.reason}"
+
+
+__all__ = [
+    "ApprovalClass",
+    "Handler",
+    "HandlerContext",
+    "NoRollback",
+    "ResourceRef",
+    "ResourceResolver",
+    "ResourceStatus",
+    "Risk",
+    "Rollback",
+    "ToolSpec",
+]
