@@ -1,0 +1,128 @@
+"""Test harness: a toolgate wired to a real store, with every handler call counted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+from toolgate.bootstrap import initialize_store
+from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.deps import Gateway
+from toolgate.policy import PolicyRules, Principal
+from toolgate.policy.identities import DEMO_IDENTITIES
+from toolgate.store import Store
+from toolgate.tools import DEFAULT_RELEASE, Registry
+from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools.spec import HandlerContext
+
+PRINCIPALS = {raw["user_id"]: Principal.from_dict(raw) for raw in DEMO_IDENTITIES["identities"]}
+REFUND_REQUEST = "My blender arrived broken, order O-5512. Please refund it."
+REPO = Path(__file__).resolve().parent.parent
+
+
+def principal(user_id: str) -> Principal:
+    """A demo identity (cust-ada, rita, fiona, omar, sam, gina)."""
+    return PRINCIPALS[user_id]
+
+
+class Harness:
+    """A configured gateway on ``store`` whose handlers count their calls."""
+
+    def __init__(self, store: Store, *, handler_delay_s: float = 0.0) -> None:
+        initialize_store(store)
+        self.store = store
+        self.system = DemoSystem(store)
+        self.handler_calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._delay = handler_delay_s
+        specs = [replace(s, handler=self._counting(s.name, s.handler)) for s in demo_specs(self.system)]
+        self.registry = Registry.of(DEFAULT_RELEASE, specs, self.system)
+        self.policy = PolicyRules.for_release(DEFAULT_RELEASE)
+        self.audit_key = b"test-audit-key"
+
+    def _counting(self, name: str, handler: Callable[[Any, HandlerContext], Any]) -> Callable[..., Any]:
+        def counted(args: Any, ctx: HandlerContext) -> Any:
+            with self._lock:
+                self.handler_calls[name] += 1
+            if self._delay:
+                time.sleep(self._delay)
+            return handler(args, ctx)
+
+        return counted
+
+    def gateway(self, model: BaseChatModel | None = None) -> Gateway:
+        """Node dependencies (model only matters inside a graph run)."""
+        from toolgate.testing import ScriptedChatModel
+
+        return build_gateway(model=model or ScriptedChatModel(responses=[]), registry=self.registry,
+                             policy=self.policy, store=self.store, audit_key=self.audit_key)
+
+    def graph(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
+        """The compiled gateway graph (in-memory checkpointer unless one is given)."""
+        return build_graph(model=model, registry=self.registry, policy=self.policy, store=self.store,
+                           checkpointer=checkpointer or InMemorySaver(), audit_key=self.audit_key)
+
+    def total_handler_calls(self) -> int:
+        """Handler invocations of every tool."""
+        return sum(self.handler_calls.values())
+
+    def payments(self, order_id: str = "O-5512") -> int:
+        """Requests the payment system received for ``order_id``."""
+        return self.system.count("sor_payment_requests", order_id=order_id)
+
+    def refunds(self, order_id: str = "O-5512") -> int:
+        """Refunds the payment system performed for ``order_id``."""
+        return self.system.count("sor_refunds", order_id=order_id)
+
+
+def start(graph: Any, text: str, user: str, thread: str) -> dict[str, Any]:
+    """Start a thread as ``user``."""
+    return graph.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}},
+                        context=Context(principal=principal(user)))
+
+
+def tool_messages(state: Mapping[str, Any]) -> list[ToolMessage]:
+    """Every ToolMessage in a state."""
+    return [m for m in state["messages"] if isinstance(m, ToolMessage)]
+
+
+def cli_env(data_dir: Path, database_url: str | None = None, **extra: str) -> dict[str, str]:
+    """Environment for a ``toolgate`` subprocess on ``data_dir`` (and PostgreSQL when given)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_") and k != "OPENAI_API_KEY"}
+    env.update({"TOOLGATE_DATA_DIR": str(data_dir), "TOOLGATE_MODEL": "offline", "TOOLGATE_AUDIT_KEY": "k",
+                "LANGSMITH_TRACING": "false", **extra})
+    if database_url:
+        env["TOOLGATE_DATABASE_URL"] = database_url
+    return env
+
+
+def toolgate(args: list[str], env: Mapping[str, str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the ``toolgate`` CLI in a separate process."""
+    result = subprocess.run([sys.executable, "-m", "toolgate", *args], env=dict(env), capture_output=True,
+                            text=True, timeout=120, cwd=env.get("TOOLGATE_DATA_DIR"))
+    if check and result.returncode != 0:
+        raise AssertionError(f"toolgate {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def kv_lines(text: str) -> list[dict[str, str]]:
+    """Parse ``key=value key=value`` output lines."""
+    rows = []
+    for line in text.splitlines():
+        pairs = [part.split("=", 1) for part in line.split() if "=" in part]
+        if pairs:
+            rows.append({k: v for k, v in pairs})
+    return rows

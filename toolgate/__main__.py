@@ -1,0 +1,5 @@
+"""``python -m toolgate`` runs the CLI."""
+
+from toolgate.cli import main
+
+main()
