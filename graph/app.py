@@ -1,7 +1,8 @@
 """Entry for the LangGraph server (``langgraph.json`` -> ``toolgate.graph.app:graph``).
 
 Compiled without a checkpointer: ``langgraph dev`` and LangGraph Platform bring their own.
-Nothing connects at import: the store opens its connection, and runs its migrations, on first
+Nothing connects at import (only the audit key is read, created once in the data directory):
+the store opens its connection, and runs its migrations, on first
 use. Configuration comes from the same ``TOOLGATE_*`` environment variables as the CLI.
 """
 

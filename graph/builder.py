@@ -27,14 +27,24 @@ from toolgate.tools.registry import Registry
 
 
 def build_gateway(
-    *, model: BaseChatModel, registry: Registry, policy: PolicyRules, store: Store, audit_key: bytes,
+    *,
+    model: BaseChatModel,
+    registry: Registry,
+    policy: PolicyRules,
+    store: Store,
+    audit_key: bytes,
     instructions: str = INSTRUCTIONS,
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run)."""
     auditor = Auditor(store, audit_key, registry.release)
     return Gateway(
-        model=model, registry=registry, policy=policy, store=store, auditor=auditor,
-        executor=Executor(store, registry, auditor), instructions=instructions,
+        model=model,
+        registry=registry,
+        policy=policy,
+        store=store,
+        auditor=auditor,
+        executor=Executor(store, registry, auditor),
+        instructions=instructions,
     )
 
 
@@ -54,8 +64,14 @@ def build_graph(
     connects here: the store opens connections on first use, and the caller runs ``store.setup()``.
     Pass ``checkpointer=None`` for the LangGraph server, which brings its own.
     """
-    gw = build_gateway(model=model, registry=registry, policy=policy, store=store, audit_key=audit_key,
-                       instructions=instructions)
+    gw = build_gateway(
+        model=model,
+        registry=registry,
+        policy=policy,
+        store=store,
+        audit_key=audit_key,
+        instructions=instructions,
+    )
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
     builder.add_node("model", make_model_node(gw))
     builder.add_node("dispatch", make_dispatch_node(gw))

@@ -95,27 +95,46 @@ class Executor:
         except InvalidTransitionError:
             return self.store.get_operation(op.operation_key) or op
         self.auditor.record(
-            "proposal.expired", "expired", operation_key=op.operation_key, proposal_id=op.proposal_id,
-            tool=op.tool, handler_revision=proposal.handler_revision,
+            "proposal.expired",
+            "expired",
+            operation_key=op.operation_key,
+            proposal_id=op.proposal_id,
+            tool=op.tool,
+            handler_revision=proposal.handler_revision,
         )
         return expired
 
     def deliver(
-        self, operation_key: str, *, worker_id: str, lease_s: float = 60.0, wait_s: float = 30.0,
+        self,
+        operation_key: str,
+        *,
+        worker_id: str,
+        lease_s: float = 60.0,
+        wait_s: float = 30.0,
         call_id: str | None = None,
     ) -> Delivery:
         """Deliver one operation: execute it if this caller wins the claim, else return the stored result."""
         op = self.store.get_operation(operation_key)
         if op is None:
-            return Delivery(operation_key=operation_key, status="missing", claim="NOT_ATTEMPTED",
-                            duplicate=False, reason="no such operation")
+            return Delivery(
+                operation_key=operation_key,
+                status="missing",
+                claim="NOT_ATTEMPTED",
+                duplicate=False,
+                reason="no such operation",
+            )
         op = self.expire_if_due(op)
         attempted = False
         if op.status == "approved":
             refusal = self._verify(op)
             if refusal:
-                return Delivery(operation_key=operation_key, status=op.status, claim="NOT_ATTEMPTED",
-                                duplicate=False, reason=refusal)
+                return Delivery(
+                    operation_key=operation_key,
+                    status=op.status,
+                    claim="NOT_ATTEMPTED",
+                    duplicate=False,
+                    reason=refusal,
+                )
             attempted = True
             claimed = self.store.claim(operation_key, worker_id, lease_s)
             if claimed is not None:
@@ -141,13 +160,20 @@ class Executor:
         if proposal is None:
             return "proposal missing"
         verdict = verify_for_execution(
-            proposal, spec.approval, self.store.decisions_for(op.proposal_id),
-            handler_revision=spec.handler_revision, release=self.registry.release,
+            proposal,
+            spec.approval,
+            self.store.decisions_for(op.proposal_id),
+            handler_revision=spec.handler_revision,
+            release=self.registry.release,
         )
         if verdict.status != "approved":
             self.auditor.record(
-                "approval.refused_at_execution", "refused", code="approval_invalid",
-                operation_key=op.operation_key, proposal_id=op.proposal_id, tool=op.tool,
+                "approval.refused_at_execution",
+                "refused",
+                code="approval_invalid",
+                operation_key=op.operation_key,
+                proposal_id=op.proposal_id,
+                tool=op.tool,
                 detail={"reason": verdict.reason},
             )
             return verdict.reason
@@ -159,13 +185,18 @@ class Executor:
         proposal = self.store.get_proposal(op.proposal_id)
         assert proposal is not None
         common: dict[str, Any] = {
-            "operation_key": op.operation_key, "proposal_id": op.proposal_id, "tool": op.tool,
-            "handler_revision": spec.handler_revision, "call_id": call_id or proposal.call_id,
+            "operation_key": op.operation_key,
+            "proposal_id": op.proposal_id,
+            "tool": op.tool,
+            "handler_revision": spec.handler_revision,
+            "call_id": call_id or proposal.call_id,
             "thread_id": proposal.thread_id,
         }
         self.auditor.record("operation.claimed", "acquired", detail={"worker": worker_id}, **common)
         ctx = HandlerContext(
-            tenant_id=proposal.tenant_id, user_id=proposal.requester_id, operation_key=op.operation_key,
+            tenant_id=proposal.tenant_id,
+            user_id=proposal.requester_id,
+            operation_key=op.operation_key,
             idempotency_key=idempotency_key_for(op.operation_key),
             deadline=utcnow() + timedelta(seconds=spec.timeout_s),
         )
@@ -176,28 +207,58 @@ class Executor:
             result = sanitize_result(raw, spec.result_model)
         except TimeoutError as exc:
             error = {"kind": "timeout", "message": str(exc), "retryable": False}
-            final = self.store.transition(op.operation_key, "executing", "unknown", error=error, owner=worker_id)
+            final = self.store.transition(
+                op.operation_key, "executing", "unknown", error=error, owner=worker_id
+            )
             self.auditor.record("handler.finished", "unknown", code="timeout", **common)
-            return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
-                            duplicate=False, error=error, reason="outcome unknown; reconcile before any retry")
+            return Delivery(
+                operation_key=op.operation_key,
+                status=final.status,
+                claim="ACQUIRED",
+                duplicate=False,
+                error=error,
+                reason="outcome unknown; reconcile before any retry",
+            )
         except ToolExecutionError as exc:
             error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
-            final = self.store.transition(op.operation_key, "executing", "failed", error=error, owner=worker_id)
+            final = self.store.transition(
+                op.operation_key, "executing", "failed", error=error, owner=worker_id
+            )
             self.auditor.record("handler.finished", "failed", code=exc.kind, **common)
-            return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
-                            duplicate=False, error=error)
+            return Delivery(
+                operation_key=op.operation_key,
+                status=final.status,
+                claim="ACQUIRED",
+                duplicate=False,
+                error=error,
+            )
         except Exception as exc:
             # An unclassified handler crash may have had an effect: unknown, never failed.
             error = {"kind": "server_error", "message": type(exc).__name__, "retryable": False}
-            final = self.store.transition(op.operation_key, "executing", "unknown", error=error, owner=worker_id)
+            final = self.store.transition(
+                op.operation_key, "executing", "unknown", error=error, owner=worker_id
+            )
             self.auditor.record("handler.finished", "unknown", code="handler_crash", **common)
-            return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
-                            duplicate=False, error=error, reason="outcome unknown; reconcile before any retry")
-        final = self.store.transition(op.operation_key, "executing", "succeeded", result=result, owner=worker_id)
+            return Delivery(
+                operation_key=op.operation_key,
+                status=final.status,
+                claim="ACQUIRED",
+                duplicate=False,
+                error=error,
+                reason="outcome unknown; reconcile before any retry",
+            )
+        final = self.store.transition(
+            op.operation_key, "executing", "succeeded", result=result, owner=worker_id
+        )
         self.auditor.record("handler.finished", "completed", **common)
         self.auditor.record("operation.completed", "completed", **common)
-        return Delivery(operation_key=op.operation_key, status=final.status, claim="ACQUIRED",
-                        duplicate=False, result=result)
+        return Delivery(
+            operation_key=op.operation_key,
+            status=final.status,
+            claim="ACQUIRED",
+            duplicate=False,
+            result=result,
+        )
 
     def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
         deadline = time.monotonic() + wait_s

@@ -23,7 +23,9 @@ def _clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _message(call_id: str, tool: str, payload: dict[str, Any], *, error: bool, max_bytes: int = 16384) -> ToolMessage:
+def _message(
+    call_id: str, tool: str, payload: dict[str, Any], *, error: bool, max_bytes: int = 16384
+) -> ToolMessage:
     text, truncated = bound(payload, max_bytes)
     return ToolMessage(
         content=text,
@@ -50,7 +52,13 @@ def rejection_message(call_id: str, tool: str, rejection: Rejection) -> ToolMess
 
 
 def result_message(
-    call_id: str, tool: str, version: str, data: dict[str, Any], *, max_bytes: int, extra: dict[str, Any] | None = None
+    call_id: str,
+    tool: str,
+    version: str,
+    data: dict[str, Any],
+    *,
+    max_bytes: int,
+    extra: dict[str, Any] | None = None,
 ) -> ToolMessage:
     """A completed call's sanitized data, labelled with its provenance."""
     payload: dict[str, Any] = {
@@ -63,11 +71,22 @@ def result_message(
 
 
 def status_message(
-    call_id: str, tool: str, status: str, message: str, *, retryable: bool, error_kind: str | None = None,
+    call_id: str,
+    tool: str,
+    status: str,
+    message: str,
+    *,
+    retryable: bool,
+    error_kind: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> ToolMessage:
     """A call that did not complete: pending, rejected by a reviewer, expired, failed or unknown."""
-    payload: dict[str, Any] = {"status": status, "message": _clip(message), "retryable": retryable, **(extra or {})}
+    payload: dict[str, Any] = {
+        "status": status,
+        "message": _clip(message),
+        "retryable": retryable,
+        **(extra or {}),
+    }
     if error_kind:
         payload["error"] = error_kind
     return _message(call_id, tool, payload, error=status != "pending_approval")

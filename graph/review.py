@@ -16,7 +16,7 @@ from toolgate.graph.deps import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
 from toolgate.policy.principal import Principal
 from toolgate.store._sql import iso, new_id, parse_iso, utcnow
-from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +45,14 @@ def decide(
     operation = gw.store.get_operation(proposal.operation_key)
     assert operation is not None
     spec = gw.registry.get(proposal.tool)
-    common = {"proposal_id": proposal_id, "operation_key": proposal.operation_key, "tool": proposal.tool,
-              "handler_revision": proposal.handler_revision, "thread_id": proposal.thread_id,
-              "call_id": proposal.call_id}
+    common = {
+        "proposal_id": proposal_id,
+        "operation_key": proposal.operation_key,
+        "tool": proposal.tool,
+        "handler_revision": proposal.handler_revision,
+        "thread_id": proposal.thread_id,
+        "call_id": proposal.call_id,
+    }
     try:
         if spec is None or proposal.release != gw.registry.release:
             raise ApprovalError("wrong_release", f"proposal belongs to release {proposal.release}")
@@ -56,31 +61,58 @@ def decide(
             raise ApprovalError("not_pending", f"proposal is {operation.status}, not pending_approval")
         if decision == "reject" and not reason.strip():
             raise ApprovalError("reason_required", "a rejection needs a reason for the requester")
-        check_reviewer(proposal, spec.approval, reviewer, seen_digest=seen_digest, now=utcnow(),
-                       expires_at=parse_iso(proposal.expires_at))
+        check_reviewer(
+            proposal,
+            spec.approval,
+            reviewer,
+            seen_digest=seen_digest,
+            now=utcnow(),
+            expires_at=parse_iso(proposal.expires_at),
+        )
         record = ApprovalRecord(
-            approval_id=new_id("apr"), proposal_id=proposal_id, reviewer_id=reviewer.user_id,
-            reviewer_roles=tuple(sorted(reviewer.roles)), decision=decision, digest=proposal.digest,
-            reason=reason.strip(), decided_at=iso(utcnow()),
+            approval_id=new_id("apr"),
+            proposal_id=proposal_id,
+            reviewer_id=reviewer.user_id,
+            reviewer_roles=tuple(sorted(reviewer.roles)),
+            decision=decision,
+            digest=proposal.digest,
+            reason=reason.strip(),
+            decided_at=iso(utcnow()),
         )
         if not gw.store.record_decision(record):
             raise ApprovalError("already_decided", "this reviewer already decided this proposal")
     except ApprovalError as exc:
-        gw.auditor.record("approval.refused", "refused", user_id=reviewer.user_id, code=exc.code,
-                          detail={"reason": str(exc)}, **common)
+        gw.auditor.record(
+            "approval.refused",
+            "refused",
+            user_id=reviewer.user_id,
+            code=exc.code,
+            detail={"reason": str(exc)},
+            **common,
+        )
         raise
-    gw.auditor.record("approval.recorded", decision, user_id=reviewer.user_id,
-                      detail={"digest": proposal.digest, "roles": sorted(reviewer.roles),
-                              "reason": record.reason}, **common)
+    gw.auditor.record(
+        "approval.recorded",
+        decision,
+        user_id=reviewer.user_id,
+        detail={"digest": proposal.digest, "roles": sorted(reviewer.roles), "reason": record.reason},
+        **common,
+    )
     verdict = evaluate_decisions(proposal, spec.approval, gw.store.decisions_for(proposal_id))
     if verdict.status in ("approved", "rejected"):
+        target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:
-            operation = gw.store.transition(proposal.operation_key, "pending_approval", verdict.status)
+            operation = gw.store.transition(proposal.operation_key, "pending_approval", target)
         except InvalidTransitionError:
             operation = gw.store.get_operation(proposal.operation_key) or operation
         else:
-            gw.auditor.record(f"proposal.{verdict.status}", verdict.status, user_id=reviewer.user_id,
-                              detail={"approvers": len(verdict.approvers)}, **common)
+            gw.auditor.record(
+                f"proposal.{verdict.status}",
+                verdict.status,
+                user_id=reviewer.user_id,
+                detail={"approvers": len(verdict.approvers)},
+                **common,
+            )
     return ReviewOutcome(proposal=proposal, operation=operation, verdict=verdict, record=record)
 
 

@@ -34,7 +34,9 @@ def check_reviewer(
 ) -> None:
     """Raise `ApprovalError` unless ``reviewer`` may decide ``proposal`` now."""
     if not proposal_digest_valid(proposal):
-        raise ApprovalError("digest_mismatch", "proposal content does not match its digest; refusing to decide")
+        raise ApprovalError(
+            "digest_mismatch", "proposal content does not match its digest; refusing to decide"
+        )
     if seen_digest is not None and seen_digest != proposal.digest:
         raise ApprovalError("digest_mismatch", "the digest you reviewed is not this proposal's digest")
     if now >= expires_at:
@@ -102,7 +104,8 @@ def verify_for_execution(
         return ApprovalVerdict(status="rejected", approvers=(), reason="proposal digest mismatch")
     if proposal.handler_revision != handler_revision or proposal.release != release:
         return ApprovalVerdict(
-            status="rejected", approvers=(),
+            status="rejected",
+            approvers=(),
             reason=f"proposal is pinned to {proposal.release} {proposal.handler_revision}; not executable here",
         )
     return evaluate_decisions(proposal, approval, decisions)

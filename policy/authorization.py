@@ -43,8 +43,12 @@ def check_resource(
     message = f"No {spec.resource.kind} with that id exists for this account."
     if status == "foreign":
         return Rejection(code="cross_tenant", message=message, retryable=False)
-    return Rejection(code="semantic_invalid", message=message, retryable=True,
-                     suggestion=f"check the {spec.resource.argument} with the user")
+    return Rejection(
+        code="semantic_invalid",
+        message=message,
+        retryable=True,
+        suggestion=f"check the {spec.resource.argument} with the user",
+    )
 
 
 __all__ = ["check_resource", "check_scopes"]

@@ -23,19 +23,48 @@ SCHEMA_VERSION = 1
 DEMO_IDENTITIES = {
     "schema_version": SCHEMA_VERSION,
     "identities": [
-        {"user_id": "cust-ada", "tenant_id": "acme", "roles": ["customer"],
-         "scopes": ["orders:read", "refunds:request"], "display_name": "Ada (customer)"},
-        {"user_id": "rita", "tenant_id": "acme", "roles": ["support"],
-         "scopes": ["orders:read", "refunds:request"], "display_name": "Rita (support)"},
-        {"user_id": "fiona", "tenant_id": "acme", "roles": ["finance"],
-         "scopes": ["orders:read"], "display_name": "Fiona (finance)"},
-        {"user_id": "omar", "tenant_id": "acme", "roles": ["operator"],
-         "scopes": ["ops:read", "ops:restart"], "display_name": "Omar (operator)"},
-        {"user_id": "sam", "tenant_id": "acme", "roles": ["support"],
-         "scopes": ["orders:read", "refunds:request", "ops:read", "ops:restart"],
-         "display_name": "Sam (support)"},
-        {"user_id": "gina", "tenant_id": "globex", "roles": ["finance"],
-         "scopes": ["orders:read"], "display_name": "Gina (globex finance)"},
+        {
+            "user_id": "cust-ada",
+            "tenant_id": "acme",
+            "roles": ["customer"],
+            "scopes": ["orders:read", "refunds:request"],
+            "display_name": "Ada (customer)",
+        },
+        {
+            "user_id": "rita",
+            "tenant_id": "acme",
+            "roles": ["support"],
+            "scopes": ["orders:read", "refunds:request"],
+            "display_name": "Rita (support)",
+        },
+        {
+            "user_id": "fiona",
+            "tenant_id": "acme",
+            "roles": ["finance"],
+            "scopes": ["orders:read"],
+            "display_name": "Fiona (finance)",
+        },
+        {
+            "user_id": "omar",
+            "tenant_id": "acme",
+            "roles": ["operator"],
+            "scopes": ["ops:read", "ops:restart"],
+            "display_name": "Omar (operator)",
+        },
+        {
+            "user_id": "sam",
+            "tenant_id": "acme",
+            "roles": ["support"],
+            "scopes": ["orders:read", "refunds:request", "ops:read", "ops:restart"],
+            "display_name": "Sam (support)",
+        },
+        {
+            "user_id": "gina",
+            "tenant_id": "globex",
+            "roles": ["finance"],
+            "scopes": ["orders:read"],
+            "display_name": "Gina (globex finance)",
+        },
     ],
 }
 
@@ -51,7 +80,9 @@ class Identities:
         try:
             return self.principals[user_id]
         except KeyError:
-            raise IdentityError(f"unknown identity {user_id!r} (not in the trusted identities file)") from None
+            raise IdentityError(
+                f"unknown identity {user_id!r} (not in the trusted identities file)"
+            ) from None
 
     @classmethod
     def load(cls, path: Path) -> Identities:

@@ -81,11 +81,16 @@ class PolicyRules:
         rules: list[MaxValueRule] = []
         for raw in data.get("rules", []):
             if raw.get("kind") != "max_value":
-                raise ConfigurationError(f"unknown policy rule kind {raw.get('kind')!r} in rule {raw.get('id')!r}")
+                raise ConfigurationError(
+                    f"unknown policy rule kind {raw.get('kind')!r} in rule {raw.get('id')!r}"
+                )
             rules.append(
                 MaxValueRule(
-                    id=raw["id"], tool=raw["tool"], field=raw["field"],
-                    limits_by_role=dict(raw["limits_by_role"]), default_limit=int(raw["default_limit"]),
+                    id=raw["id"],
+                    tool=raw["tool"],
+                    field=raw["field"],
+                    limits_by_role=dict(raw["limits_by_role"]),
+                    default_limit=int(raw["default_limit"]),
                     reason=raw["reason"],
                 )
             )

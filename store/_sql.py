@@ -231,7 +231,14 @@ class SqlStore(Store, abc.ABC):
                 tx.execute(
                     "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
                     " attempts, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)",
-                    (proposal.operation_key, proposal.proposal_id, proposal.tool, proposal.tenant_id, now, now),
+                    (
+                        proposal.operation_key,
+                        proposal.proposal_id,
+                        proposal.tool,
+                        proposal.tenant_id,
+                        now,
+                        now,
+                    ),
                 )
             prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
             orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
@@ -285,7 +292,8 @@ class SqlStore(Store, abc.ABC):
     def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
         with self.transaction(write=False) as tx:
             rows = tx.execute(
-                "SELECT * FROM approvals WHERE proposal_id = ? ORDER BY decided_at, approval_id", (proposal_id,)
+                "SELECT * FROM approvals WHERE proposal_id = ? ORDER BY decided_at, approval_id",
+                (proposal_id,),
             )
         return [_approval(r) for r in rows]
 
@@ -297,9 +305,7 @@ class SqlStore(Store, abc.ABC):
     def list_operations(self, status: str | None = None) -> list[OperationRecord]:
         with self.transaction(write=False) as tx:
             if status:
-                rows = tx.execute(
-                    "SELECT * FROM operations WHERE status = ? ORDER BY created_at", (status,)
-                )
+                rows = tx.execute("SELECT * FROM operations WHERE status = ? ORDER BY created_at", (status,))
             else:
                 rows = tx.execute("SELECT * FROM operations ORDER BY created_at")
         return [_operation(r) for r in rows]
@@ -395,4 +401,13 @@ class SqlStore(Store, abc.ABC):
         return [_audit(r) for r in rows]
 
 
-__all__ = ["GENESIS_HASH", "SqlStore", "audit_hash", "audit_row_content", "iso", "new_id", "parse_iso", "utcnow"]
+__all__ = [
+    "GENESIS_HASH",
+    "SqlStore",
+    "audit_hash",
+    "audit_row_content",
+    "iso",
+    "new_id",
+    "parse_iso",
+    "utcnow",
+]

@@ -49,10 +49,10 @@ def open_checkpointer(database_url: str | None, data_dir: Path) -> Iterator[Base
         # setup() runs CREATE INDEX CONCURRENTLY, which needs an autocommit connection.
         with Connection.connect(
             str(database_url), autocommit=True, prepare_threshold=0, row_factory=dict_row
-        ) as conn:
-            saver = PostgresSaver(conn)
-            saver.setup()
-            yield saver
+        ) as pg_conn:
+            pg_saver = PostgresSaver(pg_conn)
+            pg_saver.setup()
+            yield pg_saver
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
 

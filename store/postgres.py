@@ -73,7 +73,11 @@ class PostgresStore(SqlStore):
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
         self._ensure_ready()
         try:
-            with self._get_pool().connection() as conn, conn.transaction(), conn.cursor() as cur:
+            with (
+                self._get_pool().connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=dict_row) as cur,
+            ):
                 yield _PgTx(cur)
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store error: {exc}") from exc

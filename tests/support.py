@@ -67,13 +67,24 @@ class Harness:
         """Node dependencies (model only matters inside a graph run)."""
         from toolgate.testing import ScriptedChatModel
 
-        return build_gateway(model=model or ScriptedChatModel(responses=[]), registry=self.registry,
-                             policy=self.policy, store=self.store, audit_key=self.audit_key)
+        return build_gateway(
+            model=model or ScriptedChatModel(responses=[]),
+            registry=self.registry,
+            policy=self.policy,
+            store=self.store,
+            audit_key=self.audit_key,
+        )
 
     def graph(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
         """The compiled gateway graph (in-memory checkpointer unless one is given)."""
-        return build_graph(model=model, registry=self.registry, policy=self.policy, store=self.store,
-                           checkpointer=checkpointer or InMemorySaver(), audit_key=self.audit_key)
+        return build_graph(
+            model=model,
+            registry=self.registry,
+            policy=self.policy,
+            store=self.store,
+            checkpointer=checkpointer or InMemorySaver(),
+            audit_key=self.audit_key,
+        )
 
     def total_handler_calls(self) -> int:
         """Handler invocations of every tool."""
@@ -90,8 +101,11 @@ class Harness:
 
 def start(graph: Any, text: str, user: str, thread: str) -> dict[str, Any]:
     """Start a thread as ``user``."""
-    return graph.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread}},
-                        context=Context(principal=principal(user)))
+    return graph.invoke(
+        {"messages": [HumanMessage(text)]},
+        {"configurable": {"thread_id": thread}},
+        context=Context(principal=principal(user)),
+    )
 
 
 def tool_messages(state: Mapping[str, Any]) -> list[ToolMessage]:
@@ -102,17 +116,32 @@ def tool_messages(state: Mapping[str, Any]) -> list[ToolMessage]:
 def cli_env(data_dir: Path, database_url: str | None = None, **extra: str) -> dict[str, str]:
     """Environment for a ``toolgate`` subprocess on ``data_dir`` (and PostgreSQL when given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_") and k != "OPENAI_API_KEY"}
-    env.update({"TOOLGATE_DATA_DIR": str(data_dir), "TOOLGATE_MODEL": "offline", "TOOLGATE_AUDIT_KEY": "k",
-                "LANGSMITH_TRACING": "false", **extra})
+    env.update(
+        {
+            "TOOLGATE_DATA_DIR": str(data_dir),
+            "TOOLGATE_MODEL": "offline",
+            "TOOLGATE_AUDIT_KEY": "k",
+            "LANGSMITH_TRACING": "false",
+            **extra,
+        }
+    )
     if database_url:
         env["TOOLGATE_DATABASE_URL"] = database_url
     return env
 
 
-def toolgate(args: list[str], env: Mapping[str, str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+def toolgate(
+    args: list[str], env: Mapping[str, str], *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run the ``toolgate`` CLI in a separate process."""
-    result = subprocess.run([sys.executable, "-m", "toolgate", *args], env=dict(env), capture_output=True,
-                            text=True, timeout=120, cwd=env.get("TOOLGATE_DATA_DIR"))
+    result = subprocess.run(
+        [sys.executable, "-m", "toolgate", *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=env.get("TOOLGATE_DATA_DIR"),
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"toolgate {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result

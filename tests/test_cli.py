@@ -31,8 +31,17 @@ def test_demo_tells_the_refund_story_offline(tmp_path: Path) -> None:
 def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
     Identities.write_demo(tmp_path / "identities.json")
-    ran = toolgate(["run", "My blender arrived broken, order O-5512. Please refund it.", "--as", "cust-ada",
-                    "--thread", "t-cli"], env)
+    ran = toolgate(
+        [
+            "run",
+            "My blender arrived broken, order O-5512. Please refund it.",
+            "--as",
+            "cust-ada",
+            "--thread",
+            "t-cli",
+        ],
+        env,
+    )
     proposal_id = next(r["proposal"] for r in kv_lines(ran.stdout) if "proposal" in r)
     listed = toolgate(["proposals", "list", "--status", "pending_approval"], env)
     assert f"proposal={proposal_id}" in listed.stdout
@@ -51,8 +60,9 @@ def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     resumed = toolgate(["resume", "t-cli"], env)
     assert "issue_refund [" in resumed.stdout and "]: rejected" in resumed.stdout
 
-    trace_key = next(line.split("operation_key=")[1].split()[0] for line in shown.splitlines()
-                     if "operation_key=" in line)
+    trace_key = next(
+        line.split("operation_key=")[1].split()[0] for line in shown.splitlines() if "operation_key=" in line
+    )
     trace = toolgate(["audit", "trace", trace_key], env).stdout
     events = [r["event"] for r in kv_lines(trace) if "event" in r]
     assert events[:2] == ["call.accepted", "proposal.created"]

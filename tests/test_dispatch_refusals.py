@@ -15,12 +15,26 @@ CASES: dict[str, tuple[str, Any]] = {
     "unknown_tool": ("cust-ada", ai("", tool_call("lookup_ordr", {"order_id": "O-5512"}, "call_u"))),
     "malformed_arguments": (
         "cust-ada",
-        ai("", invalid=[{"name": "lookup_order", "args": '{"order_id": "O-55', "id": "call_u", "error": "bad json"}]),
+        ai(
+            "",
+            invalid=[
+                {"name": "lookup_order", "args": '{"order_id": "O-55', "id": "call_u", "error": "bad json"}
+            ],
+        ),
     ),
-    "schema_invalid": ("cust-ada", ai("", tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": "49.99",
-                                                                    "reason": "damaged"}, "call_u"))),
-    "unauthorized": ("cust-ada", ai("", tool_call("restart_service", {"service_alias": "web", "reason": "slow"},
-                                                  "call_u"))),
+    "schema_invalid": (
+        "cust-ada",
+        ai(
+            "",
+            tool_call(
+                "issue_refund", {"order_id": "O-5512", "amount_cents": "49.99", "reason": "damaged"}, "call_u"
+            ),
+        ),
+    ),
+    "unauthorized": (
+        "cust-ada",
+        ai("", tool_call("restart_service", {"service_alias": "web", "reason": "slow"}, "call_u")),
+    ),
     "cross_tenant": ("cust-ada", ai("", tool_call("lookup_order", {"order_id": "O-7001"}, "call_u"))),
 }
 
@@ -45,10 +59,16 @@ def test_refusal_runs_nothing_and_answers_the_same_call_id(harness: Harness, cod
 
 
 def test_unknown_tool_suggests_only_tools_the_principal_may_see(harness: Harness) -> None:
-    model = ScriptedChatModel(responses=[
-        ai("", tool_call("restart_servce", {"service_alias": "web"}, "c1"), tool_call("lookup_ordr", {}, "c2")),
-        ai("ok"),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("restart_servce", {"service_alias": "web"}, "c1"),
+                tool_call("lookup_ordr", {}, "c2"),
+            ),
+            ai("ok"),
+        ]
+    )
     state = start(harness.graph(model), "x", "cust-ada", "t-suggest")
     payloads = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
     assert "suggested_fix" not in payloads["c1"]  # restart_service is hidden from this customer
@@ -57,10 +77,17 @@ def test_unknown_tool_suggests_only_tools_the_principal_may_see(harness: Harness
 
 def test_schema_errors_name_the_field_and_constraint_without_echoing_input(harness: Harness) -> None:
     secret = "sk-live-abcdefghijklmnopqrstuvwxyz"
-    model = ScriptedChatModel(responses=[
-        ai("", tool_call("issue_refund", {"order_id": secret, "amount_cents": -5, "reason": "damaged"}, "c1")),
-        ai("ok"),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call(
+                    "issue_refund", {"order_id": secret, "amount_cents": -5, "reason": "damaged"}, "c1"
+                ),
+            ),
+            ai("ok"),
+        ]
+    )
     state = start(harness.graph(model), "x", "cust-ada", "t-schema")
     message = tool_messages(state)[0]
     payload = json.loads(str(message.content))
@@ -72,12 +99,17 @@ def test_schema_errors_name_the_field_and_constraint_without_echoing_input(harne
 
 
 def test_several_calls_in_one_turn_each_get_their_own_answer(harness: Harness) -> None:
-    model = ScriptedChatModel(responses=[
-        ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "ok1"),
-           tool_call("lookup_order", {"order_id": "O-7001"}, "bad1"),
-           invalid=[{"name": "lookup_order", "args": "{", "id": "bad2", "error": "x"}]),
-        ai("done"),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("lookup_order", {"order_id": "O-5512"}, "ok1"),
+                tool_call("lookup_order", {"order_id": "O-7001"}, "bad1"),
+                invalid=[{"name": "lookup_order", "args": "{", "id": "bad2", "error": "x"}],
+            ),
+            ai("done"),
+        ]
+    )
     state = start(harness.graph(model), "x", "cust-ada", "t-multi")
     by_id = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
     assert by_id["ok1"]["status"] == "completed" and by_id["ok1"]["data"]["order_id"] == "O-5512"
@@ -86,7 +118,9 @@ def test_several_calls_in_one_turn_each_get_their_own_answer(harness: Harness) -
 
 
 def test_read_output_is_reduced_to_the_result_contract(harness: Harness) -> None:
-    model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("ok")])
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("ok")]
+    )
     state = start(harness.graph(model), "x", "cust-ada", "t-output")
     content = str(tool_messages(state)[0].content)
     assert "4111111111111111" not in content and "card_number" not in content

@@ -17,14 +17,18 @@ REFUND_ARGS = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 
 
 def refund_script(final: str = "Your refund is complete.") -> ScriptedChatModel:
-    return ScriptedChatModel(responses=[
-        ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "call_lookup")),
-        ai("", tool_call("issue_refund", REFUND_ARGS, "call_refund")),
-        ai(final),
-    ])
+    return ScriptedChatModel(
+        responses=[
+            ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "call_lookup")),
+            ai("", tool_call("issue_refund", REFUND_ARGS, "call_refund")),
+            ai(final),
+        ]
+    )
 
 
-def run_to_interrupt(harness: Harness, model: ScriptedChatModel, thread: str = "t-refund") -> tuple[object, str]:
+def run_to_interrupt(
+    harness: Harness, model: ScriptedChatModel, thread: str = "t-refund"
+) -> tuple[object, str]:
     graph = harness.graph(model)
     result = start(graph, REFUND_REQUEST, "cust-ada", thread)
     interrupt = result["__interrupt__"][0].value
@@ -32,8 +36,11 @@ def run_to_interrupt(harness: Harness, model: ScriptedChatModel, thread: str = "
 
 
 def resume(graph: object, thread: str = "t-refund", payload: object = None) -> dict:  # type: ignore[type-arg]
-    return graph.invoke(Command(resume=payload or {"wake": True}), {"configurable": {"thread_id": thread}},  # type: ignore[attr-defined]
-                        context=Context())
+    return graph.invoke(
+        Command(resume=payload or {"wake": True}),
+        {"configurable": {"thread_id": thread}},  # type: ignore[attr-defined]
+        context=Context(),
+    )
 
 
 def test_write_stops_at_an_interrupt_with_the_hitl_payload_and_runs_nothing(harness: Harness) -> None:
@@ -41,9 +48,16 @@ def test_write_stops_at_an_interrupt_with_the_hitl_payload_and_runs_nothing(harn
     graph = harness.graph(model)
     result = start(graph, REFUND_REQUEST, "cust-ada", "t-refund")
     payload = result["__interrupt__"][0].value
-    assert payload["action_requests"] == [{"name": "issue_refund", "args": REFUND_ARGS,
-                                           "description": payload["action_requests"][0]["description"]}]
-    assert payload["review_configs"] == [{"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}]
+    assert payload["action_requests"] == [
+        {
+            "name": "issue_refund",
+            "args": REFUND_ARGS,
+            "description": payload["action_requests"][0]["description"],
+        }
+    ]
+    assert payload["review_configs"] == [
+        {"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}
+    ]
     facts = payload["toolgate"]["proposals"][0]
     assert facts["status"] == "pending_approval" and facts["execution_started"] is False
     assert facts["risk"] == "danger" and len(facts["digest"]) == 64
@@ -68,8 +82,12 @@ def test_approved_refund_executes_exactly_once_and_answers_from_the_store(harnes
     assert "issue_refund [call_refund]: completed" in str(final["messages"][-1].content)
     model.assert_complete()
 
-    again = harness.gateway().executor.deliver(final["outcomes"]["call_refund"]["operation_key"], worker_id="w2")
-    assert again.duplicate and again.claim == "NOT_ATTEMPTED" and again.result == messages["call_refund"]["data"]
+    again = harness.gateway().executor.deliver(
+        final["outcomes"]["call_refund"]["operation_key"], worker_id="w2"
+    )
+    assert (
+        again.duplicate and again.claim == "NOT_ATTEMPTED" and again.result == messages["call_refund"]["data"]
+    )
     assert harness.handler_calls["issue_refund"] == 1 and harness.payments() == 1
 
 
@@ -89,7 +107,9 @@ def test_requester_cannot_approve_their_own_proposal(harness: Harness) -> None:
     with pytest.raises(ApprovalError) as wrong_role:
         decide(harness.gateway(), proposal_id, principal("omar"), "approve")
     assert wrong_role.value.code == "missing_role"
-    codes = [e.code for e in harness.store.audit_events(proposal_id=proposal_id) if e.event == "approval.refused"]
+    codes = [
+        e.code for e in harness.store.audit_events(proposal_id=proposal_id) if e.event == "approval.refused"
+    ]
     assert codes == ["self_approval", "missing_role"]
     assert harness.store.decisions_for(proposal_id) == []
 

@@ -33,7 +33,9 @@ def open_records(data_dir: Path, database_url: str | None) -> tuple[Store, DemoS
     return store, DemoSystem(store)
 
 
-def propose_refund_in_a_process(tmp_path: Path, database_url: str | None, thread: str) -> tuple[dict[str, str], str]:
+def propose_refund_in_a_process(
+    tmp_path: Path, database_url: str | None, thread: str
+) -> tuple[dict[str, str], str]:
     env = cli_env(tmp_path, database_url)
     Identities.write_demo(tmp_path / "identities.json")
     ran = toolgate(["run", REFUND_REQUEST, "--as", "cust-ada", "--thread", thread], env)
@@ -65,8 +67,17 @@ def test_a_second_process_approves_and_resumes_and_the_handler_runs_once(
 def test_two_concurrent_resume_processes_produce_one_effect(tmp_path: Path, pg_url: str) -> None:
     env, proposal_id = propose_refund_in_a_process(tmp_path, pg_url, "t-race")
     toolgate(["approve", proposal_id, "--as", "fiona"], env)
-    procs = [subprocess.Popen([sys.executable, "-m", "toolgate", "resume", "t-race"], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "toolgate", "resume", "t-race"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert any(p.returncode == 0 for p in procs), outputs
     store, records = open_records(tmp_path, pg_url)
@@ -81,9 +92,16 @@ def test_two_concurrent_resume_processes_produce_one_effect(tmp_path: Path, pg_u
 def test_two_concurrent_resumes_of_one_approved_thread_execute_once(pg_url: str, tmp_path: Path) -> None:
     store = PostgresStore(pg_url, max_size=20)
     harness = Harness(store, handler_delay_s=0.5)
-    model = ScriptedChatModel(responses=[
-        ai("", tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}, "c1")),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call(
+                    "issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}, "c1"
+                ),
+            ),
+        ]
+    )
     with open_checkpointer(pg_url, tmp_path) as saver:
         first = start(harness.graph(model, saver), REFUND_REQUEST, "cust-ada", "t-two")
         proposal_id = first["__interrupt__"][0].value["toolgate"]["proposals"][0]["proposal_id"]
@@ -94,8 +112,9 @@ def test_two_concurrent_resumes_of_one_approved_thread_execute_once(pg_url: str,
         with open_checkpointer(pg_url, tmp_path) as saver:
             graph = harness.graph(ScriptedChatModel(responses=[ai("done")]), saver)
             barrier.wait()
-            result: dict[str, Any] = graph.invoke(Command(resume={"wake": True}),
-                                                  {"configurable": {"thread_id": "t-two"}}, context=Context())
+            result: dict[str, Any] = graph.invoke(
+                Command(resume={"wake": True}), {"configurable": {"thread_id": "t-two"}}, context=Context()
+            )
             return result
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -110,9 +129,16 @@ def test_two_concurrent_resumes_of_one_approved_thread_execute_once(pg_url: str,
 def test_twenty_concurrent_deliveries_one_execution_nineteen_stored_results(pg_url: str) -> None:
     store = PostgresStore(pg_url, max_size=25)
     harness = Harness(store, handler_delay_s=0.3)
-    model = ScriptedChatModel(responses=[
-        ai("", tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}, "c1")),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call(
+                    "issue_refund", {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}, "c1"
+                ),
+            ),
+        ]
+    )
     first = start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-twenty")
     facts = first["__interrupt__"][0].value["toolgate"]["proposals"][0]
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
@@ -142,10 +168,27 @@ def test_twenty_worker_processes_deliver_one_operation_once(tmp_path: Path, pg_u
     try:
         proposal = store.get_proposal(proposal_id)
         assert proposal is not None
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "toolgate", "worker", "execute", "--operation-key", proposal.operation_key,
-             "--worker", f"proc-{i}"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True) for i in range(20)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "toolgate",
+                    "worker",
+                    "execute",
+                    "--operation-key",
+                    proposal.operation_key,
+                    "--worker",
+                    f"proc-{i}",
+                ],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(20)
+        ]
         rows = []
         for proc in procs:
             stdout, stderr = proc.communicate(timeout=180)

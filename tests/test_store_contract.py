@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,11 +18,25 @@ from toolgate.store._sql import GENESIS_HASH, audit_hash, audit_row_content, iso
 def make_proposal(n: int = 1, **overrides: object) -> ProposalRecord:
     now = utcnow()
     base = ProposalRecord(
-        proposal_id=f"prop_test{n}", operation_key=f"op_test{n}", thread_id="t1", call_id=f"call_{n}",
-        tool="issue_refund", tool_version="1.0.0", handler_revision="issue-refund/1.0.0", release="ops-tools/1.0.0",
-        tenant_id="acme", requester_id="cust-ada", arguments={"order_id": "O-5512", "amount_cents": 100},
-        arguments_sha256="", digest="", risk="danger", effect="moves money", rollback="none",
-        approval_class="finance", created_at=iso(now), expires_at=iso(now),
+        proposal_id=f"prop_test{n}",
+        operation_key=f"op_test{n}",
+        thread_id="t1",
+        call_id=f"call_{n}",
+        tool="issue_refund",
+        tool_version="1.0.0",
+        handler_revision="issue-refund/1.0.0",
+        release="ops-tools/1.0.0",
+        tenant_id="acme",
+        requester_id="cust-ada",
+        arguments={"order_id": "O-5512", "amount_cents": 100},
+        arguments_sha256="",
+        digest="",
+        risk="danger",
+        effect="moves money",
+        rollback="none",
+        approval_class="finance",
+        created_at=iso(now),
+        expires_at=iso(now),
     )
     base = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
     base = dataclasses.replace(base, arguments_sha256=digest(base.arguments))
@@ -47,7 +62,10 @@ def test_create_proposal_is_idempotent_by_operation_key(store: Store) -> None:
 def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
     store.create_proposal(make_proposal())
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
-        tx.execute("UPDATE proposals SET arguments = ? WHERE proposal_id = ?", ('{"amount_cents":99999}', "prop_test1"))
+        tx.execute(
+            "UPDATE proposals SET arguments = ? WHERE proposal_id = ?",
+            ('{"amount_cents":99999}', "prop_test1"),
+        )
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("DELETE FROM proposals WHERE proposal_id = ?", ("prop_test1",))
     stored = store.get_proposal("prop_test1")
@@ -69,7 +87,12 @@ def test_claim_only_from_approved_and_only_once(store: Store) -> None:
     assert store.claim("op_test1", "w1", 30) is None
     approve_row(store)
     claimed = store.claim("op_test1", "w1", 30)
-    assert claimed is not None and claimed.status == "executing" and claimed.owner == "w1" and claimed.attempts == 1
+    assert (
+        claimed is not None
+        and claimed.status == "executing"
+        and claimed.owner == "w1"
+        and claimed.attempts == 1
+    )
     assert store.claim("op_test1", "w2", 30) is None
     with pytest.raises(InvalidTransitionError):
         store.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
@@ -95,9 +118,16 @@ def test_twenty_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
 
 def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> None:
     proposal, _, _ = store.create_proposal(make_proposal())
-    record = ApprovalRecord(approval_id="apr_1", proposal_id=proposal.proposal_id, reviewer_id="fiona",
-                            reviewer_roles=("finance",), decision="approve", digest=proposal.digest, reason="",
-                            decided_at=iso(utcnow()))
+    record = ApprovalRecord(
+        approval_id="apr_1",
+        proposal_id=proposal.proposal_id,
+        reviewer_id="fiona",
+        reviewer_roles=("finance",),
+        decision="approve",
+        digest=proposal.digest,
+        reason="",
+        decided_at=iso(utcnow()),
+    )
     assert store.record_decision(record)
     assert not store.record_decision(dataclasses.replace(record, approval_id="apr_2", decision="reject"))
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
@@ -106,9 +136,14 @@ def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> 
 
 
 def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
-    first = store.append_audit(AuditEventIn(event="call.rejected", result="rejected", code="unknown_tool",
-                                            call_id="c1", detail={"n": 1}))
-    second = store.append_audit(AuditEventIn(event="proposal.created", result="pending_approval", call_id="c2"))
+    first = store.append_audit(
+        AuditEventIn(
+            event="call.rejected", result="rejected", code="unknown_tool", call_id="c1", detail={"n": 1}
+        )
+    )
+    second = store.append_audit(
+        AuditEventIn(event="proposal.created", result="pending_approval", call_id="c2")
+    )
     assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
     for event in (first, second):
         row = dataclasses.asdict(event)
@@ -130,4 +165,4 @@ def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
     events = store.audit_events()
     assert len(events) == 40
     assert events[0].prev_hash == GENESIS_HASH
-    assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))

@@ -61,14 +61,17 @@ def test_argument_models_must_forbid_extra_fields(harness: Harness) -> None:
         order_id: str
 
     with pytest.raises(RegistryError, match="extra='forbid'"):
-        dataclasses.replace(spec_of(harness, "lookup_order"), args_model=Loose, resource=None,
-                            audit_fields=frozenset())
+        dataclasses.replace(
+            spec_of(harness, "lookup_order"), args_model=Loose, resource=None, audit_fields=frozenset()
+        )
 
 
 def test_strict_schema_closes_every_object_and_requires_every_property() -> None:
     schema = strict_json_schema(WithOptional)
     assert schema["additionalProperties"] is False and schema["required"] == ["name", "note", "items"]
-    assert {"type": "null"} in schema["properties"]["note"]["anyOf"] and "default" not in schema["properties"]["note"]
+    assert {"type": "null"} in schema["properties"]["note"]["anyOf"] and "default" not in schema[
+        "properties"
+    ]["note"]
     nested = schema["$defs"]["Nested"]
     assert nested["additionalProperties"] is False and nested["required"] == ["sku", "quantity"]
     assert "title" not in schema and "title" not in nested
@@ -77,7 +80,11 @@ def test_strict_schema_closes_every_object_and_requires_every_property() -> None
 def test_provider_forms() -> None:
     tool = openai_tool("restart_service", "Restart one service.", RestartServiceArgs)
     assert tool["type"] == "function" and tool["function"]["strict"] is True
-    assert tool["function"]["parameters"]["properties"]["service_alias"]["enum"] == ["web", "worker", "scheduler"]
+    assert tool["function"]["parameters"]["properties"]["service_alias"]["enum"] == [
+        "web",
+        "worker",
+        "scheduler",
+    ]
     claude = anthropic_tool("issue_refund", "Refund.", IssueRefundArgs)
     assert set(claude) == {"name", "description", "input_schema"}
     assert claude["input_schema"]["additionalProperties"] is False
@@ -95,8 +102,11 @@ def test_structured_tools_carry_the_pydantic_schema_and_refuse_direct_calls(harn
 
 def test_scripted_model_records_requests_and_is_strict() -> None:
     model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", {"order_id": "O-1"}, "c1"))])
-    bound = model.bind_tools([{"type": "function", "function": {"name": "lookup_order"}}], tool_choice="auto",
-                             parallel_tool_calls=False)
+    bound = model.bind_tools(
+        [{"type": "function", "function": {"name": "lookup_order"}}],
+        tool_choice="auto",
+        parallel_tool_calls=False,
+    )
     reply = bound.invoke([HumanMessage("hi")])
     assert reply.tool_calls[0]["id"] == "c1"
     assert model.requests[0].tool_names == ["lookup_order"]

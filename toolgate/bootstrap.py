@@ -54,8 +54,13 @@ class App:
     @property
     def gateway(self) -> Gateway:
         """Node dependencies, for operator commands that act outside a graph run."""
-        return build_gateway(model=self.model, registry=self.registry, policy=self.policy, store=self.store,
-                             audit_key=self.settings.audit_key())
+        return build_gateway(
+            model=self.model,
+            registry=self.registry,
+            policy=self.policy,
+            store=self.store,
+            audit_key=self.settings.audit_key(),
+        )
 
     def identities(self) -> Identities:
         """The trusted identities file."""
@@ -65,8 +70,14 @@ class App:
     def graph(self) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
         """The compiled graph with the configured checkpointer (closed on exit)."""
         with open_checkpointer(self.settings.database_url, self.settings.data_dir) as saver:
-            yield build_graph(model=self.model, registry=self.registry, policy=self.policy, store=self.store,
-                              checkpointer=saver, audit_key=self.settings.audit_key())
+            yield build_graph(
+                model=self.model,
+                registry=self.registry,
+                policy=self.policy,
+                store=self.store,
+                checkpointer=saver,
+                audit_key=self.settings.audit_key(),
+            )
 
 
 def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = None) -> App:
@@ -76,8 +87,12 @@ def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = 
     initialize_store(store)
     system = DemoSystem(store)
     return App(
-        settings=settings, store=store, system=system, registry=load_registry(settings.release, system),
-        policy=PolicyRules.for_release(settings.release), model=model or load_chat_model(settings),
+        settings=settings,
+        store=store,
+        system=system,
+        registry=load_registry(settings.release, system),
+        policy=PolicyRules.for_release(settings.release),
+        model=model or load_chat_model(settings),
     )
 
 

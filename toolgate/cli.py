@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 from rich.console import Console
 
@@ -21,7 +22,9 @@ from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
+)
 proposals_app = typer.Typer(no_args_is_help=True, help="Inspect write proposals.")
 audit_app = typer.Typer(no_args_is_help=True, help="Read the audit trail.")
 worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
@@ -60,17 +63,22 @@ def run(
     principal = application.identities().get(as_user)
     thread_id = thread or f"thread-{uuid.uuid4().hex[:12]}"
     with application.graph() as graph:
-        result = graph.invoke({"messages": [HumanMessage(message)]}, {"configurable": {"thread_id": thread_id}},
-                              context=Context(principal=principal))
+        result = graph.invoke(
+            {"messages": [HumanMessage(message)]},
+            {"configurable": {"thread_id": thread_id}},
+            context=Context(principal=principal),
+        )
     _report(thread_id, result)
 
 
 @app.command()
-def resume(thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")]) -> None:
+def resume(
+    thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")],
+) -> None:
     """Wake a thread after review; decisions come from the store, not from this command."""
     application = _open()
     with application.graph() as graph:
-        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         snapshot = graph.get_state(config)
         if not snapshot.next:
             raise NotFoundError(f"thread {thread_id} is not waiting (nothing to resume)")
@@ -83,19 +91,33 @@ def _report(thread_id: str, result: dict[str, Any]) -> None:
     _kv(thread=thread_id, status=result.get("status", "unknown"))
     for item in interrupts:
         for proposal in item.value.get("toolgate", {}).get("proposals", []):
-            _kv(proposal=proposal["proposal_id"], tool=proposal["tool"], status="pending_approval",
-                digest=proposal["digest"], expires_at=proposal["expires_at"], execution_started="false")
+            _kv(
+                proposal=proposal["proposal_id"],
+                tool=proposal["tool"],
+                status="pending_approval",
+                digest=proposal["digest"],
+                expires_at=proposal["expires_at"],
+                execution_started="false",
+            )
     if not interrupts and result.get("messages"):
         out.print(str(result["messages"][-1].content), markup=False)
 
 
 @proposals_app.command("list")
-def proposals_list(status: Annotated[str | None, typer.Option(help="Filter by operation status.")] = None) -> None:
+def proposals_list(
+    status: Annotated[str | None, typer.Option(help="Filter by operation status.")] = None,
+) -> None:
     """List proposals with their operation status."""
     application = _open()
     for proposal, operation in application.store.list_proposals(status):
-        _kv(proposal=proposal.proposal_id, tool=proposal.tool, status=operation.status, risk=proposal.risk,
-            requester=proposal.requester_id, expires_at=proposal.expires_at)
+        _kv(
+            proposal=proposal.proposal_id,
+            tool=proposal.tool,
+            status=operation.status,
+            risk=proposal.risk,
+            requester=proposal.requester_id,
+            expires_at=proposal.expires_at,
+        )
 
 
 @proposals_app.command("show")
@@ -117,8 +139,12 @@ def proposals_show(proposal_id: str) -> None:
     _kv(rollback=json.dumps(proposal.rollback))
     _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
     for record in application.store.decisions_for(proposal_id):
-        _kv(decision=record.decision, reviewer=record.reviewer_id, digest_bound=record.digest == proposal.digest,
-            decided_at=record.decided_at)
+        _kv(
+            decision=record.decision,
+            reviewer=record.reviewer_id,
+            digest_bound=record.digest == proposal.digest,
+            decided_at=record.decided_at,
+        )
 
 
 @app.command()
@@ -129,10 +155,16 @@ def approve(
 ) -> None:
     """Approve a proposal as an authenticated reviewer."""
     application = _open()
-    outcome = decide(application.gateway, proposal_id, application.identities().get(as_user), "approve",
-                     seen_digest=digest)
-    _kv(proposal=proposal_id, decision="approve", reviewer=as_user, status=outcome.operation.status,
-        digest=outcome.record.digest)
+    outcome = decide(
+        application.gateway, proposal_id, application.identities().get(as_user), "approve", seen_digest=digest
+    )
+    _kv(
+        proposal=proposal_id,
+        decision="approve",
+        reviewer=as_user,
+        status=outcome.operation.status,
+        digest=outcome.record.digest,
+    )
 
 
 @app.command()
@@ -143,8 +175,9 @@ def reject(
 ) -> None:
     """Reject a proposal as an authenticated reviewer."""
     application = _open()
-    outcome = decide(application.gateway, proposal_id, application.identities().get(as_user), "reject",
-                     reason=reason)
+    outcome = decide(
+        application.gateway, proposal_id, application.identities().get(as_user), "reject", reason=reason
+    )
     _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
 
 
@@ -158,9 +191,13 @@ def worker_execute(
     delivery = application.gateway.executor.deliver(
         operation_key, worker_id=worker or Context().worker_id, lease_s=Context().claim_lease_s
     )
-    _kv(operation_key=operation_key, claim=delivery.claim, status=delivery.status,
+    _kv(
+        operation_key=operation_key,
+        claim=delivery.claim,
+        status=delivery.status,
         duplicate_delivery="stored_result_returned" if delivery.duplicate else "none",
-        result=json.dumps(delivery.result, sort_keys=True) if delivery.result else "none")
+        result=json.dumps(delivery.result, sort_keys=True) if delivery.result else "none",
+    )
 
 
 @audit_app.command("trace")
@@ -174,12 +211,23 @@ def audit_trace(operation_key: str) -> None:
     if not by_seq:
         raise NotFoundError(f"no audit events for {operation_key}")
     for event in sorted(by_seq.values(), key=lambda e: e.seq):
-        _kv(seq=event.seq, at=event.occurred_at, event=event.event, result=event.result,
-            code=event.code or "-", call_id=event.call_id or "-", proposal=event.proposal_id or "-",
-            release=event.tool_release or "-", handler=event.handler_revision or "-",
-            actor=event.actor_id or "-", hash=event.hash[:16])
-    _kv(events_for_operation=len(by_seq), release_ids="present" if all(e.tool_release for e in by_seq.values())
-        else "missing")
+        _kv(
+            seq=event.seq,
+            at=event.occurred_at,
+            event=event.event,
+            result=event.result,
+            code=event.code or "-",
+            call_id=event.call_id or "-",
+            proposal=event.proposal_id or "-",
+            release=event.tool_release or "-",
+            handler=event.handler_revision or "-",
+            actor=event.actor_id or "-",
+            hash=event.hash[:16],
+        )
+    _kv(
+        events_for_operation=len(by_seq),
+        release_ids="present" if all(e.tool_release for e in by_seq.values()) else "missing",
+    )
 
 
 def main() -> None:

@@ -12,7 +12,7 @@
 | TOOLGATE_AUDIT_KEY | (generated into DATA_DIR/audit.key) | secret for keyed hashes of actor ids in the audit log |
 | TOOLGATE_ALLOW_MODEL_REQUESTS | 1 | ``0`` refuses to construct a real provider model (tests set it) |
 | TOOLGATE_MAX_MODEL_TURNS, TOOLGATE_MAX_TOOL_CALLS | 8, 6 | task budgets |
-| TOOLGATE_CLAIM_LEASE_S, TOOLGATE_DUPLICATE_WAIT_S | 60, 30 | execution claim lease; how long a duplicate waits for a stored result |
+| TOOLGATE_CLAIM_LEASE_S, TOOLGATE_DUPLICATE_WAIT_S | 60, 30 | claim lease; wait of a duplicate for the stored result |
 | OPENAI_API_KEY | (unset) | read by langchain-openai when TOOLGATE_MODEL names an OpenAI model; never logged |
 """
 

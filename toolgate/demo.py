@@ -11,9 +11,9 @@ import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
 from toolgate.bootstrap import App, open_app
@@ -49,22 +49,28 @@ def _story(app: App, say: Say) -> int:
     identities = app.identities()
     customer, reviewer = identities.get("cust-ada"), identities.get("fiona")
     gw = app.gateway
-    say(f"data_dir={app.settings.data_dir} store={app.store.url} release={app.registry.release} model=offline")
+    say(
+        f"data_dir={app.settings.data_dir} store={app.store.url} release={app.registry.release} model=offline"
+    )
     with app.graph() as graph:
         thread = f"demo-{uuid.uuid4().hex[:8]}"
-        config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
         _section(say, "1. A customer asks for a refund")
         request = "My blender arrived broken, order O-5512. Please refund it."
         say(f"customer={customer.user_id} tenant={customer.tenant_id} thread={thread}")
         say(f"user> {request}")
-        result = graph.invoke({"messages": [HumanMessage(request)]}, config, context=Context(principal=customer))
+        result = graph.invoke(
+            {"messages": [HumanMessage(request)]}, config, context=Context(principal=customer)
+        )
 
         _section(say, "2. lookup_order runs (read-only, no approval needed)")
         state = graph.get_state(config).values
         for call in state["calls"].values():
             if call["tool"] == "lookup_order":
-                say(f"tool=lookup_order call_id={call['call_id']} arguments={json.dumps(call['arguments'])}"
-                    f" status={state['outcomes'][call['call_id']]['status']}")
+                say(
+                    f"tool=lookup_order call_id={call['call_id']} arguments={json.dumps(call['arguments'])}"
+                    f" status={state['outcomes'][call['call_id']]['status']}"
+                )
 
         _section(say, "3. issue_refund becomes a pending proposal; nothing has executed")
         interrupts = result.get("__interrupt__") or []
@@ -97,8 +103,10 @@ def _story(app: App, say: Say) -> int:
         except ApprovalError as exc:
             say(f"self_approval=REFUSED code={exc.code} reviewer={customer.user_id}")
         outcome = decide(gw, proposal.proposal_id, reviewer, "approve", seen_digest=proposal.digest)
-        say(f"reviewer={reviewer.user_id} roles={','.join(sorted(reviewer.roles))} decision=approve "
-            f"digest_bound={outcome.record.digest == proposal.digest} status={outcome.operation.status}")
+        say(
+            f"reviewer={reviewer.user_id} roles={','.join(sorted(reviewer.roles))} decision=approve "
+            f"digest_bound={outcome.record.digest == proposal.digest} status={outcome.operation.status}"
+        )
 
         _section(say, "5. The worker resumes the thread, claims the operation and executes it once")
         final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
@@ -107,15 +115,19 @@ def _story(app: App, say: Say) -> int:
         op = app.store.get_operation(proposal.operation_key)
         assert op is not None
         status = "completed" if op.status == "succeeded" else op.status
-        say(f"operation_key={op.operation_key} claim={claim} approval=VALID handler={proposal.handler_revision}")
+        say(
+            f"operation_key={op.operation_key} claim={claim} approval=VALID handler={proposal.handler_revision}"
+        )
         say(f"status={status}")
 
         _section(say, "6. A second delivery of the same operation")
         again = gw.executor.deliver(op.operation_key, worker_id="demo-redelivery")
         refunds = app.system.count("sor_refunds", order_id="O-5512")
         payments = app.system.count("sor_payment_requests", order_id="O-5512")
-        say(f"duplicate_delivery={'stored_result_returned' if again.duplicate else 'EXECUTED_AGAIN'} "
-            f"claim={again.claim} payment_requests={payments} refunds={refunds}")
+        say(
+            f"duplicate_delivery={'stored_result_returned' if again.duplicate else 'EXECUTED_AGAIN'} "
+            f"claim={again.claim} payment_requests={payments} refunds={refunds}"
+        )
 
         _section(say, "7. The final answer, rendered from the store")
         for line in str(final["messages"][-1].content).splitlines():
@@ -126,16 +138,21 @@ def _story(app: App, say: Say) -> int:
         before = app.system.count("sor_payment_requests")
         attack = "Refund order O-7001 to me, it is mine."
         say(f"user> {attack}")
-        result2 = graph.invoke({"messages": [HumanMessage(attack)]}, {"configurable": {"thread_id": thread2}},
-                               context=Context(principal=customer))
+        result2 = graph.invoke(
+            {"messages": [HumanMessage(attack)]},
+            {"configurable": {"thread_id": thread2}},
+            context=Context(principal=customer),
+        )
         calls = list(result2["calls"].values())
         codes = [c.get("code") for c in calls if c.get("phase") == "rejected"]
         rejected = "cross_tenant" in codes
-        say(f"cross_tenant={'REJECTED' if rejected else 'NOT_REJECTED'} code={','.join(c for c in codes if c)} "
+        say(
+            f"cross_tenant={'REJECTED' if rejected else 'NOT_REJECTED'} code={','.join(c for c in codes if c)} "
             f"handler_calls={app.system.count('sor_payment_requests') - before} "
-            f"proposals={sum(1 for c in calls if c.get('proposal_id'))}")
+            f"proposals={sum(1 for c in calls if c.get('proposal_id'))}"
+        )
         say(f"operation_trace=toolgate audit trace {op.operation_key}")
-        ok = (status == "completed" and again.duplicate and refunds == 1 and payments == 1 and rejected)
+        ok = status == "completed" and again.duplicate and refunds == 1 and payments == 1 and rejected
         say(f"demo={'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
 

@@ -24,16 +24,21 @@ def load_chat_model(settings: Settings) -> BaseChatModel:
         )
     provider, _, name = settings.model.partition(":")
     if not name:
-        raise ConfigurationError("TOOLGATE_MODEL must be 'offline' or 'provider:model', e.g. 'openai:gpt-4.1-mini'")
+        raise ConfigurationError(
+            "TOOLGATE_MODEL must be 'offline' or 'provider:model', e.g. 'openai:gpt-4.1-mini'"
+        )
     if provider == "openai":
         from langchain_openai import ChatOpenAI
 
         return ChatOpenAI(
-            model=name, base_url=settings.model_base_url, max_completion_tokens=settings.model_max_tokens,
-            max_retries=0, timeout=60,
+            model=name,
+            base_url=settings.model_base_url,
+            max_completion_tokens=settings.model_max_tokens,
+            max_retries=0,
+            timeout=60,
         )
     try:
-        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+        from langchain.chat_models import init_chat_model
     except ImportError as exc:
         raise ConfigurationError(
             f"provider {provider!r} needs the 'langchain' package and that provider's integration installed"

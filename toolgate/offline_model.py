@@ -44,9 +44,14 @@ class OfflineDemoModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "toolgate-offline-demo"
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable[Any, Any]:
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+    ) -> Runnable[Any, Any]:
         """Remember which tools may be called; request options are accepted and ignored."""
-        names = [t.get("function", t).get("name") if isinstance(t, dict) else getattr(t, "name", None) for t in tools]
+        names = [
+            t.get("function", t).get("name") if isinstance(t, dict) else getattr(t, "name", None)
+            for t in tools
+        ]
         return self.bind(bound_tools=[n for n in names if n])
 
     def _generate(
@@ -69,8 +74,10 @@ class OfflineDemoModel(BaseChatModel):
         def call(name: str, args: dict[str, Any]) -> AIMessage:
             if name not in allowed:
                 return AIMessage(content=f"I am not able to use {name} for you.")
-            return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call_{name}_{turn}",
-                                                      "type": "tool_call"}])
+            return AIMessage(
+                content="",
+                tool_calls=[{"name": name, "args": args, "id": f"call_{name}_{turn}", "type": "tool_call"}],
+            )
 
         order = _ORDER.search(text)
         if "refund" in text.lower() and order:
@@ -87,12 +94,16 @@ class OfflineDemoModel(BaseChatModel):
             remaining = int(data.get("amount_cents", 0)) - int(data.get("refunded_cents", 0))
             if remaining <= 0:
                 return AIMessage(content=f"Order {order.group(0)} is already fully refunded.")
-            return call("issue_refund", {"order_id": order.group(0), "amount_cents": remaining, "reason": "damaged"})
+            return call(
+                "issue_refund", {"order_id": order.group(0), "amount_cents": remaining, "reason": "damaged"}
+            )
         alias = next((a for a in _ALIASES if re.search(rf"\b{a}\b", text.lower())), None)
         if alias and ("restart" in text.lower() or "status" in text.lower()):
             done = {name: payload for name, payload in results}
             if "restart_service" in done:
-                return AIMessage(content=f"The restart of {alias} is {done['restart_service'].get('status')}.")
+                return AIMessage(
+                    content=f"The restart of {alias} is {done['restart_service'].get('status')}."
+                )
             if "get_service_status" not in done:
                 return call("get_service_status", {"service_alias": alias})
             if "restart" in text.lower():

@@ -74,7 +74,9 @@ class ScriptedChatModel(BaseChatModel):
         """Every request received so far."""
         return list(self._requests)
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Runnable[Any, Any]:
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+    ) -> Runnable[Any, Any]:
         """Record the tools with each request, like a provider integration would send them."""
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
@@ -102,7 +104,9 @@ class ScriptedChatModel(BaseChatModel):
     def assert_complete(self) -> None:
         """Fail unless every scripted response was consumed."""
         if self._position != len(self.responses):
-            raise AssertionError(f"{len(self.responses) - self._position} scripted response(s) were never requested")
+            raise AssertionError(
+                f"{len(self.responses) - self._position} scripted response(s) were never requested"
+            )
 
 
 __all__ = ["ModelRequest", "ScriptedChatModel", "UnexpectedModelCallError", "ai", "tool_call"]

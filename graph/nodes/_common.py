@@ -43,8 +43,10 @@ def principal_of(state: GatewayState, runtime: Runtime[Context]) -> Principal:
 def budget_of(state: GatewayState) -> Budget:
     """Current counters (zero for a new thread)."""
     budget = state.get("budget")
-    return Budget(model_turns=budget["model_turns"], tool_calls=budget["tool_calls"]) if budget else Budget(
-        model_turns=0, tool_calls=0
+    return (
+        Budget(model_turns=budget["model_turns"], tool_calls=budget["tool_calls"])
+        if budget
+        else Budget(model_turns=0, tool_calls=0)
     )
 
 

@@ -29,22 +29,36 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         proposal = gw.store.get_proposal(calls[call_id]["proposal_id"])
         if proposal is None:
             continue
-        actions.append({
-            "name": proposal.tool,
-            "args": proposal.arguments,
-            "description": (
-                f"{proposal.tool} ({proposal.risk}): {proposal.effect} Rollback: {proposal.rollback}. "
-                f"Approve with: toolgate approve {proposal.proposal_id} --as REVIEWER"
-            ),
-        })
+        actions.append(
+            {
+                "name": proposal.tool,
+                "args": proposal.arguments,
+                "description": (
+                    f"{proposal.tool} ({proposal.risk}): {proposal.effect} Rollback: {proposal.rollback}. "
+                    f"Approve with: toolgate approve {proposal.proposal_id} --as REVIEWER"
+                ),
+            }
+        )
         configs.append({"action_name": proposal.tool, "allowed_decisions": ALLOWED_DECISIONS})
-        proposals.append({
-            "call_id": call_id, "proposal_id": proposal.proposal_id, "operation_key": proposal.operation_key,
-            "tool": proposal.tool, "handler_revision": proposal.handler_revision, "release": proposal.release,
-            "arguments_sha256": proposal.arguments_sha256, "digest": proposal.digest, "risk": proposal.risk,
-            "effect": proposal.effect, "rollback": proposal.rollback, "approval_class": proposal.approval_class,
-            "expires_at": proposal.expires_at, "status": "pending_approval", "execution_started": False,
-        })
+        proposals.append(
+            {
+                "call_id": call_id,
+                "proposal_id": proposal.proposal_id,
+                "operation_key": proposal.operation_key,
+                "tool": proposal.tool,
+                "handler_revision": proposal.handler_revision,
+                "release": proposal.release,
+                "arguments_sha256": proposal.arguments_sha256,
+                "digest": proposal.digest,
+                "risk": proposal.risk,
+                "effect": proposal.effect,
+                "rollback": proposal.rollback,
+                "approval_class": proposal.approval_class,
+                "expires_at": proposal.expires_at,
+                "status": "pending_approval",
+                "execution_started": False,
+            }
+        )
     return {"action_requests": actions, "review_configs": configs, "toolgate": {"proposals": proposals}}
 
 

@@ -41,14 +41,22 @@ class ProposedCall:
 
 def proposed_calls(message: AIMessage) -> list[ProposedCall]:
     """Every call in the response: parsed ``tool_calls`` and unparseable ``invalid_tool_calls``."""
-    calls = [ProposedCall(str(tc.get("id") or f"call_missing_{i}"), str(tc.get("name") or ""), tc.get("args"), None)
-             for i, tc in enumerate(message.tool_calls)]
+    calls = [
+        ProposedCall(
+            str(tc.get("id") or f"call_missing_{i}"), str(tc.get("name") or ""), tc.get("args"), None
+        )
+        for i, tc in enumerate(message.tool_calls)
+    ]
     offset = len(calls)
     for i, itc in enumerate(message.invalid_tool_calls):
-        calls.append(ProposedCall(
-            str(itc.get("id") or f"call_missing_{offset + i}"), str(itc.get("name") or ""), itc.get("args"),
-            str(itc.get("error") or "arguments are not valid JSON"),
-        ))
+        calls.append(
+            ProposedCall(
+                str(itc.get("id") or f"call_missing_{offset + i}"),
+                str(itc.get("name") or ""),
+                itc.get("args"),
+                str(itc.get("error") or "arguments are not valid JSON"),
+            )
+        )
     return calls
 
 
@@ -62,27 +70,44 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "Invalid arguments: " + "; ".join(problems[:MAX_ERRORS_SHOWN]) + more
 
 
-def judge(gw: Gateway, principal: Principal, call: ProposedCall) -> tuple[ToolSpec | None, dict[str, Any], Rejection | None]:
+def judge(
+    gw: Gateway, principal: Principal, call: ProposedCall
+) -> tuple[ToolSpec | None, dict[str, Any], Rejection | None]:
     """Judge one call; returns its spec, validated canonical arguments, or the first rejection."""
     spec = gw.registry.get(call.name)
     if spec is None:
         suggestion = gw.registry.suggest(call.name, principal)
-        return None, {}, Rejection(
-            code="unknown_tool", message="No tool with that name is available.", retryable=True,
-            suggestion=f"did you mean {suggestion!r}?" if suggestion else None,
+        return (
+            None,
+            {},
+            Rejection(
+                code="unknown_tool",
+                message="No tool with that name is available.",
+                retryable=True,
+                suggestion=f"did you mean {suggestion!r}?" if suggestion else None,
+            ),
         )
     refused = check_scopes(spec, principal)
     if refused:
         return spec, {}, refused
     if call.parse_error is not None or not isinstance(call.args, dict):
-        return spec, {}, Rejection(
-            code="malformed_arguments", message="Arguments must be one JSON object matching the tool schema.",
-            retryable=True,
+        return (
+            spec,
+            {},
+            Rejection(
+                code="malformed_arguments",
+                message="Arguments must be one JSON object matching the tool schema.",
+                retryable=True,
+            ),
         )
     try:
         validated = spec.args_model.model_validate(call.args)
     except ValidationError as exc:
-        return spec, {}, Rejection(code="schema_invalid", message=describe_validation_error(exc), retryable=True)
+        return (
+            spec,
+            {},
+            Rejection(code="schema_invalid", message=describe_validation_error(exc), retryable=True),
+        )
     arguments = validated.model_dump(mode="json")
     refused = check_resource(spec, principal, arguments, gw.registry.resolver)
     if refused:
@@ -109,9 +134,11 @@ def make_dispatch_node(gw: Gateway) -> Any:
         common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
         for call in proposed_calls(last):
             if budget["tool_calls"] >= ctx.max_tool_calls:
-                spec, arguments = gw.registry.get(call.name), {}
+                spec = gw.registry.get(call.name)
+                arguments: dict[str, Any] = {}
                 rejection: Rejection | None = Rejection(
-                    code="budget_exhausted", retryable=False,
+                    code="budget_exhausted",
+                    retryable=False,
                     message="The tool call budget of this task is exhausted; a person will review the task.",
                 )
                 status = {"status": "needs_review", "status_reason": "tool call budget exhausted"}
@@ -121,8 +148,12 @@ def make_dispatch_node(gw: Gateway) -> Any:
             tool = spec.name if spec else "unknown"
             if rejection is not None:
                 gw.auditor.record(
-                    "call.rejected", "rejected", user_id=principal.user_id, code=rejection.code,
-                    call_id=call.call_id, tool=spec.name if spec else None,
+                    "call.rejected",
+                    "rejected",
+                    user_id=principal.user_id,
+                    code=rejection.code,
+                    call_id=call.call_id,
+                    tool=spec.name if spec else None,
                     handler_revision=spec.handler_revision if spec else None,
                     detail={
                         "message": redact_text(rejection.message)[:300],
@@ -133,24 +164,40 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 )
                 messages.append(rejection_message(call.call_id, tool, rejection))
                 records[call.call_id] = CallRecord(
-                    call_id=call.call_id, tool=tool, turn=budget["model_turns"], phase="rejected",
+                    call_id=call.call_id,
+                    tool=tool,
+                    turn=budget["model_turns"],
+                    phase="rejected",
                     code=rejection.code,
                 )
                 continue
             assert spec is not None
             gw.auditor.record(
-                "call.accepted", "proposal_required" if spec.is_write else "allowed", user_id=principal.user_id,
-                call_id=call.call_id, tool=spec.name, handler_revision=spec.handler_revision,
-                detail={"arguments": audit_projection(arguments, spec.audit_fields),
-                        "arguments_sha256": digest(arguments)},
+                "call.accepted",
+                "proposal_required" if spec.is_write else "allowed",
+                user_id=principal.user_id,
+                call_id=call.call_id,
+                tool=spec.name,
+                handler_revision=spec.handler_revision,
+                detail={
+                    "arguments": audit_projection(arguments, spec.audit_fields),
+                    "arguments_sha256": digest(arguments),
+                },
                 **common,
             )
             records[call.call_id] = CallRecord(
-                call_id=call.call_id, tool=spec.name, turn=budget["model_turns"],
-                phase="write" if spec.is_write else "read", arguments=arguments,
+                call_id=call.call_id,
+                tool=spec.name,
+                turn=budget["model_turns"],
+                phase="write" if spec.is_write else "read",
+                arguments=arguments,
             )
         return {
-            "messages": messages, "calls": records, "turn_calls": list(records), "budget": budget, **status,
+            "messages": messages,
+            "calls": records,
+            "turn_calls": list(records),
+            "budget": budget,
+            **status,
         }
 
     return dispatch

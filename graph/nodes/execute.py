@@ -28,30 +28,53 @@ AUTHORITATIVE = {"succeeded": "completed"}
 
 def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMessage:
     """The model-facing result of one write delivery, stated from the store's record."""
-    facts = {"operation_key": delivery.operation_key, "authoritative_status": AUTHORITATIVE.get(
-        delivery.status, delivery.status)}
+    facts = {
+        "operation_key": delivery.operation_key,
+        "authoritative_status": AUTHORITATIVE.get(delivery.status, delivery.status),
+    }
     if delivery.duplicate:
         facts["duplicate_delivery"] = "stored_result_returned"
     status = delivery.status
     if status == "succeeded" and delivery.result is not None:
-        return result_message(call_id, spec.name, spec.version, delivery.result, max_bytes=spec.max_output_bytes,
-                              extra=facts)
+        return result_message(
+            call_id, spec.name, spec.version, delivery.result, max_bytes=spec.max_output_bytes, extra=facts
+        )
     error = delivery.error or {}
     texts = {
-        "pending_approval": ("Not executed: waiting for approval. Tell the user it is pending, not done.", None),
-        "rejected": (f"Rejected by the reviewer: {delivery.reason or 'no reason given'}. Do not retry.",
-                     "approval_rejected"),
-        "expired": ("Not executed: the proposal expired before approval. Do not retry automatically.",
-                    "approval_expired"),
-        "failed": (f"The tool failed: {error.get('message', 'unknown error')}", error.get("kind", "server_error")),
+        "pending_approval": (
+            "Not executed: waiting for approval. Tell the user it is pending, not done.",
+            None,
+        ),
+        "rejected": (
+            f"Rejected by the reviewer: {delivery.reason or 'no reason given'}. Do not retry.",
+            "approval_rejected",
+        ),
+        "expired": (
+            "Not executed: the proposal expired before approval. Do not retry automatically.",
+            "approval_expired",
+        ),
+        "failed": (
+            f"The tool failed: {error.get('message', 'unknown error')}",
+            error.get("kind", "server_error"),
+        ),
         "unknown": ("Outcome unknown; it will be reconciled by the operation key. Do not retry.", "timeout"),
         "dead_lettered": ("Outcome unresolved; a person will confirm it. Do not retry.", "unresolved"),
         "executing": ("Still executing in another worker; the result will be recorded once.", None),
-        "approved": (f"Not executed: {delivery.reason or 'approval could not be verified'}.", "approval_invalid"),
+        "approved": (
+            f"Not executed: {delivery.reason or 'approval could not be verified'}.",
+            "approval_invalid",
+        ),
     }
     message, kind = texts.get(status, (f"Not executed (status {status}).", "server_error"))
-    return status_message(call_id, spec.name, "in_progress" if status == "executing" else status, message,
-                          retryable=False, error_kind=kind, extra=facts)
+    return status_message(
+        call_id,
+        spec.name,
+        "in_progress" if status == "executing" else status,
+        message,
+        retryable=False,
+        error_kind=kind,
+        extra=facts,
+    )
 
 
 def make_execute_node(gw: Gateway) -> Any:
@@ -85,23 +108,53 @@ def make_execute_node(gw: Gateway) -> Any:
                 try:
                     data = gw.executor.run_read(spec, record["arguments"], principal)
                 except ToolExecutionError as exc:
-                    gw.auditor.record("call.failed", "failed", user_id=principal.user_id, code=exc.kind,
-                                      call_id=call_id, tool=spec.name, handler_revision=spec.handler_revision,
-                                      **common)
-                    messages.append(status_message(call_id, spec.name, "failed", exc.message,
-                                                   retryable=exc.kind == "caller_error", error_kind=exc.kind))
-                    outcomes[call_id] = Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind)
+                    gw.auditor.record(
+                        "call.failed",
+                        "failed",
+                        user_id=principal.user_id,
+                        code=exc.kind,
+                        call_id=call_id,
+                        tool=spec.name,
+                        handler_revision=spec.handler_revision,
+                        **common,
+                    )
+                    messages.append(
+                        status_message(
+                            call_id,
+                            spec.name,
+                            "failed",
+                            exc.message,
+                            retryable=exc.kind == "caller_error",
+                            error_kind=exc.kind,
+                        )
+                    )
+                    outcomes[call_id] = Outcome(
+                        call_id=call_id, tool=spec.name, status="failed", detail=exc.kind
+                    )
                 else:
-                    gw.auditor.record("call.completed", "completed", user_id=principal.user_id, call_id=call_id,
-                                      tool=spec.name, handler_revision=spec.handler_revision, **common)
-                    messages.append(result_message(call_id, spec.name, spec.version, data,
-                                                   max_bytes=spec.max_output_bytes))
+                    gw.auditor.record(
+                        "call.completed",
+                        "completed",
+                        user_id=principal.user_id,
+                        call_id=call_id,
+                        tool=spec.name,
+                        handler_revision=spec.handler_revision,
+                        **common,
+                    )
+                    messages.append(
+                        result_message(
+                            call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes
+                        )
+                    )
                     outcomes[call_id] = Outcome(call_id=call_id, tool=spec.name, status="completed")
                 records[call_id] = CallRecord(**{**record, "phase": "done"})
                 continue
             delivery = gw.executor.deliver(
-                record["operation_key"], worker_id=ctx.worker_id, lease_s=ctx.claim_lease_s,
-                wait_s=ctx.duplicate_wait_s, call_id=call_id,
+                record["operation_key"],
+                worker_id=ctx.worker_id,
+                lease_s=ctx.claim_lease_s,
+                wait_s=ctx.duplicate_wait_s,
+                call_id=call_id,
             )
             if delivery.status == "rejected" and not delivery.reason:
                 decisions = gw.store.decisions_for(record["proposal_id"])
@@ -109,12 +162,21 @@ def make_execute_node(gw: Gateway) -> Any:
                 delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
             messages.append(delivery_message(call_id, spec, delivery))
             outcomes[call_id] = Outcome(
-                call_id=call_id, tool=spec.name, status=AUTHORITATIVE.get(delivery.status, delivery.status),
-                operation_key=record["operation_key"], proposal_id=record["proposal_id"],
+                call_id=call_id,
+                tool=spec.name,
+                status=AUTHORITATIVE.get(delivery.status, delivery.status),
+                operation_key=record["operation_key"],
+                proposal_id=record["proposal_id"],
             )
             if delivery.status != "pending_approval":
                 records[call_id] = CallRecord(**{**record, "phase": "done"})
-        return {"messages": messages, "calls": records, "outcomes": outcomes, "awaiting": [], "status": "running"}
+        return {
+            "messages": messages,
+            "calls": records,
+            "outcomes": outcomes,
+            "awaiting": [],
+            "status": "running",
+        }
 
     return execute
 

@@ -41,8 +41,13 @@ def make_model_node(gw: Gateway) -> Any:
         if not isinstance(response, AIMessage):
             response = AIMessage(content=str(getattr(response, "content", response)))
         gw.auditor.record(
-            "model.response", "received", user_id=principal.user_id, response_id=response_id(response),
-            thread_id=thread_id(config), request_id=ctx.request_id, trace_id=ctx.trace_id,
+            "model.response",
+            "received",
+            user_id=principal.user_id,
+            response_id=response_id(response),
+            thread_id=thread_id(config),
+            request_id=ctx.request_id,
+            trace_id=ctx.trace_id,
             detail={
                 "tools_exposed": len(specs),
                 "tool_calls": len(response.tool_calls) + len(response.invalid_tool_calls),

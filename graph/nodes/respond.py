@@ -24,11 +24,17 @@ def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcom
         if key:
             op = gw.store.get_operation(key)
             status = AUTHORITATIVE.get(op.status, op.status) if op else "missing"
-            out[call_id] = Outcome(call_id=call_id, tool=record["tool"], status=status, operation_key=key,
-                                   proposal_id=record.get("proposal_id", ""))
+            out[call_id] = Outcome(
+                call_id=call_id,
+                tool=record["tool"],
+                status=status,
+                operation_key=key,
+                proposal_id=record.get("proposal_id", ""),
+            )
         elif record.get("phase") == "rejected":
-            out[call_id] = Outcome(call_id=call_id, tool=record["tool"], status="rejected",
-                                   detail=record.get("code", ""))
+            out[call_id] = Outcome(
+                call_id=call_id, tool=record["tool"], status="rejected", detail=record.get("code", "")
+            )
         elif call_id in known:
             out[call_id] = known[call_id]
     return out
@@ -58,11 +64,21 @@ def make_respond_node(gw: Gateway) -> Any:
         messages = state.get("messages", [])
         last = messages[-1] if messages else None
         summary = str(last.content) if isinstance(last, AIMessage) and not last.tool_calls else ""
-        status: TaskStatus = "needs_review" if state.get("status") == "needs_review" else (
-            "awaiting_approval" if any(o["status"] == "pending_approval" for o in outcomes.values()) else "done"
+        status: TaskStatus = (
+            "needs_review"
+            if state.get("status") == "needs_review"
+            else (
+                "awaiting_approval"
+                if any(o["status"] == "pending_approval" for o in outcomes.values())
+                else "done"
+            )
         )
         text = render(outcomes, summary, status, state.get("status_reason", ""))
-        return {"messages": [AIMessage(content=text, name="toolgate")], "outcomes": outcomes, "status": status}
+        return {
+            "messages": [AIMessage(content=text, name="toolgate")],
+            "outcomes": outcomes,
+            "status": status,
+        }
 
     return respond
 

@@ -41,13 +41,17 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
     def restart_service(args: RestartServiceArgs, ctx: HandlerContext) -> RestartServiceResult:
         restart = system.restart(ctx.tenant_id, args.service_alias, _require_key(ctx))
         row = system.service(ctx.tenant_id, args.service_alias)
-        return RestartServiceResult(service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"])
+        return RestartServiceResult(
+            service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"]
+        )
 
     def issue_refund(args: IssueRefundArgs, ctx: HandlerContext) -> IssueRefundResult:
         refund = system.refund(ctx.tenant_id, args.order_id, args.amount_cents, _require_key(ctx))
         return IssueRefundResult(
-            refund_id=refund["refund_id"], order_id=refund["order_id"],
-            amount_cents=refund["amount_cents"], status="refunded",
+            refund_id=refund["refund_id"],
+            order_id=refund["order_id"],
+            amount_cents=refund["amount_cents"],
+            status="refunded",
         )
 
     return [
@@ -136,7 +140,9 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             required_scopes=frozenset({"refunds:request"}),
             handler=issue_refund,
             handler_revision="issue-refund/1.0.0",
-            rollback=Rollback("re-charge the refunded amount through a separately approved payment adjustment"),
+            rollback=Rollback(
+                "re-charge the refunded amount through a separately approved payment adjustment"
+            ),
             resource=ResourceRef(kind="order", argument="order_id"),
             audit_fields=frozenset({"order_id", "amount_cents", "reason"}),
         ),

@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 ServiceAlias = Literal["web", "worker", "scheduler"]
 """Reviewed service aliases; the model cannot name a unit, path or host."""
 
-OrderId = Field(pattern=r"^O-[0-9]{3,8}$", description="Order id exactly as shown to the customer, e.g. 'O-5512'.")
+OrderId = Field(
+    pattern=r"^O-[0-9]{3,8}$", description="Order id exactly as shown to the customer, e.g. 'O-5512'."
+)
 
 
 class _Args(BaseModel):
@@ -57,7 +59,9 @@ class RestartServiceArgs(_Args):
     """Arguments of ``restart_service``."""
 
     service_alias: ServiceAlias = Field(description="One approved service alias.")
-    reason: str = Field(min_length=3, max_length=200, description="Why the restart is needed, for the operator.")
+    reason: str = Field(
+        min_length=3, max_length=200, description="Why the restart is needed, for the operator."
+    )
 
 
 class RestartServiceResult(_Result):
@@ -72,8 +76,12 @@ class IssueRefundArgs(_Args):
     """Arguments of ``issue_refund``."""
 
     order_id: str = OrderId
-    amount_cents: int = Field(gt=0, le=1_000_000, description="Refund amount in cents, at most the unrefunded amount.")
-    reason: Literal["damaged", "not_received", "wrong_item", "other"] = Field(description="Refund reason code.")
+    amount_cents: int = Field(
+        gt=0, le=1_000_000, description="Refund amount in cents, at most the unrefunded amount."
+    )
+    reason: Literal["damaged", "not_received", "wrong_item", "other"] = Field(
+        description="Refund reason code."
+    )
 
 
 class IssueRefundResult(_Result):

@@ -63,8 +63,11 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 SEED_TENANTS = (("acme", "Acme Appliances"), ("globex", "Globex Corporation"))
-SEED_CUSTOMERS = (("cust-ada", "acme", "Ada Lovelace"), ("cust-bob", "acme", "Bob Babbage"),
-                  ("cust-gina", "globex", "Gina Hopper"))
+SEED_CUSTOMERS = (
+    ("cust-ada", "acme", "Ada Lovelace"),
+    ("cust-bob", "acme", "Bob Babbage"),
+    ("cust-gina", "globex", "Gina Hopper"),
+)
 SEED_ORDERS = (
     ("O-5512", "acme", "cust-ada", "Blender B-200", 4999, "USD", "delivered", "4111111111111111"),
     ("O-5513", "acme", "cust-bob", "Toaster T-9", 2999, "USD", "delivered", "5500005555555559"),
@@ -89,18 +92,18 @@ class DemoSystem:
     def seed(self) -> None:
         """Insert the demo tenants, customers, orders and services (idempotent)."""
         with self.store.transaction() as tx:
-            for row in SEED_TENANTS:
-                tx.execute("INSERT INTO sor_tenants VALUES (?, ?) ON CONFLICT DO NOTHING", row)
-            for row in SEED_CUSTOMERS:
+            for tenant_row in SEED_TENANTS:
+                tx.execute("INSERT INTO sor_tenants VALUES (?, ?) ON CONFLICT DO NOTHING", tenant_row)
+            for customer_row in SEED_CUSTOMERS:
                 tx.execute(
                     "INSERT INTO sor_customers (user_id, tenant_id, name) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                    row,
+                    customer_row,
                 )
-            for row in SEED_ORDERS:
+            for order_row in SEED_ORDERS:
                 tx.execute(
                     "INSERT INTO sor_orders (order_id, tenant_id, customer_id, item, amount_cents, currency,"
                     " status, card_number) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    row,
+                    order_row,
                 )
             for tenant, alias in SEED_SERVICES:
                 tx.execute(
@@ -132,7 +135,9 @@ class DemoSystem:
     def order(self, tenant_id: str, order_id: str) -> dict[str, Any]:
         """One order of the tenant, or a caller error."""
         with self.store.transaction(write=False) as tx:
-            row = tx.one("SELECT * FROM sor_orders WHERE tenant_id = ? AND order_id = ?", (tenant_id, order_id))
+            row = tx.one(
+                "SELECT * FROM sor_orders WHERE tenant_id = ? AND order_id = ?", (tenant_id, order_id)
+            )
         if row is None:
             raise ToolExecutionError("caller_error", f"no order {order_id} for this account")
         return row
@@ -147,7 +152,9 @@ class DemoSystem:
 
     # ---- downstream effects ------------------------------------------------------------
 
-    def refund(self, tenant_id: str, order_id: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    def refund(
+        self, tenant_id: str, order_id: str, amount_cents: int, idempotency_key: str
+    ) -> dict[str, Any]:
         """The payment system: logs the request, dedupes on the key, refunds at most the balance."""
         now = iso(utcnow())
         with self.store.transaction() as tx:
@@ -158,7 +165,9 @@ class DemoSystem:
             prior = tx.one("SELECT * FROM sor_refunds WHERE idempotency_key = ?", (idempotency_key,))
             if prior is not None:
                 return prior
-            order = tx.one("SELECT * FROM sor_orders WHERE tenant_id = ? AND order_id = ?", (tenant_id, order_id))
+            order = tx.one(
+                "SELECT * FROM sor_orders WHERE tenant_id = ? AND order_id = ?", (tenant_id, order_id)
+            )
             if order is None:
                 raise ToolExecutionError("caller_error", f"no order {order_id} for this account")
             if order["refunded_cents"] + amount_cents > order["amount_cents"]:
@@ -177,8 +186,17 @@ class DemoSystem:
             }
             tx.execute(
                 "INSERT INTO sor_refunds VALUES (?, ?, ?, ?, ?, ?)",
-                tuple(refund[k] for k in ("refund_id", "idempotency_key", "tenant_id", "order_id",
-                                          "amount_cents", "created_at")),
+                tuple(
+                    refund[k]
+                    for k in (
+                        "refund_id",
+                        "idempotency_key",
+                        "tenant_id",
+                        "order_id",
+                        "amount_cents",
+                        "created_at",
+                    )
+                ),
             )
         return refund
 
@@ -200,11 +218,18 @@ class DemoSystem:
             )
             if not updated:
                 raise ToolExecutionError("caller_error", f"no service {alias} for this account")
-            restart = {"restart_id": "rs_" + secrets.token_hex(8), "idempotency_key": idempotency_key,
-                       "tenant_id": tenant_id, "alias": alias, "created_at": now}
+            restart = {
+                "restart_id": "rs_" + secrets.token_hex(8),
+                "idempotency_key": idempotency_key,
+                "tenant_id": tenant_id,
+                "alias": alias,
+                "created_at": now,
+            }
             tx.execute(
                 "INSERT INTO sor_restarts VALUES (?, ?, ?, ?, ?)",
-                tuple(restart[k] for k in ("restart_id", "idempotency_key", "tenant_id", "alias", "created_at")),
+                tuple(
+                    restart[k] for k in ("restart_id", "idempotency_key", "tenant_id", "alias", "created_at")
+                ),
             )
         return restart
 
@@ -212,7 +237,13 @@ class DemoSystem:
 
     def count(self, table: str, **where: Any) -> int:
         """Rows in one of the demo tables matching ``where`` (test and demo evidence)."""
-        allowed = {"sor_payment_requests", "sor_refunds", "sor_restart_requests", "sor_restarts", "sor_orders"}
+        allowed = {
+            "sor_payment_requests",
+            "sor_refunds",
+            "sor_restart_requests",
+            "sor_restarts",
+            "sor_orders",
+        }
         if table not in allowed:
             raise ValueError(f"not a countable demo table: {table}")
         clauses = " AND ".join(f"{column} = ?" for column in where if column.isidentifier())
