@@ -8,7 +8,7 @@ use. Configuration comes from the same ``TOOLGATE_*`` environment variables as t
 
 from __future__ import annotations
 
-from toolgate.bootstrap import initialize_store, load_registry
+from toolgate.bootstrap import initialize_store, load_registry, verified_release
 from toolgate.config import Settings
 from toolgate.graph.builder import build_graph
 from toolgate.models import load_chat_model
@@ -22,10 +22,14 @@ _store = open_store(_settings.database_url, _settings.data_dir)
 if isinstance(_store, SqlStore):
     _store.set_initializer(initialize_store)
 
+_registry = load_registry(_settings.release, DemoSystem(_store))
+_policy = PolicyRules.for_release(_settings.release)
+verified_release(_registry, _policy, _settings.model)
+
 graph = build_graph(
     model=load_chat_model(_settings),
-    registry=load_registry(_settings.release, DemoSystem(_store)),
-    policy=PolicyRules.for_release(_settings.release),
+    registry=_registry,
+    policy=_policy,
     store=_store,
     checkpointer=None,
     audit_key=_settings.audit_key(),

@@ -20,6 +20,7 @@ from toolgate.graph.nodes.proposal import make_proposal_node
 from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
 from toolgate.graph.state import GatewayState
+from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -44,6 +45,7 @@ def build_gateway(
         store=store,
         auditor=auditor,
         executor=Executor(store, registry, auditor),
+        rate_limiter=InboundRateLimiter(store, policy.rate_limits),
         instructions=instructions,
     )
 

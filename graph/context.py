@@ -36,6 +36,16 @@ class Context:
     """Model calls allowed in one task."""
     max_tool_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_TOOL_CALLS", 6))
     """Tool calls accepted in one task (the seeds' ``maxToolCalls``)."""
+    deadline_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DEADLINE_S", 300.0))
+    """Autonomous running time of a task, counted from its start and from each human decision."""
+    max_validation_retries: int = field(
+        default_factory=lambda: _env_int("TOOLGATE_MAX_VALIDATION_RETRIES", 2)
+    )
+    """Invalid-argument retries allowed per tool before the task goes to human review."""
+    max_identical_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_IDENTICAL_CALLS", 2))
+    """How often the same tool with the same arguments may be called in one task."""
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)
+    """The user's own forwarded credentials (e.g. ``crm_token``); never checkpointed, logged or shown."""
     claim_lease_s: float = field(default_factory=lambda: _env_float("TOOLGATE_CLAIM_LEASE_S", 60.0))
     """Lease of an execution claim; recovery may reconcile an operation after it lapses."""
     duplicate_wait_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DUPLICATE_WAIT_S", 30.0))

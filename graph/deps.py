@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from langchain_core.language_models import BaseChatModel
 
 from toolgate.graph.execution import Executor
+from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
+from toolgate.store._sql import utcnow
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
@@ -34,7 +38,9 @@ class Gateway:
     store: Store
     auditor: Auditor
     executor: Executor
+    rate_limiter: InboundRateLimiter
     instructions: str = INSTRUCTIONS
+    clock: Callable[[], datetime] = field(default=utcnow)
 
 
 __all__ = ["INSTRUCTIONS", "Gateway"]

@@ -71,10 +71,24 @@ class Executor:
 
     # ---- reads -------------------------------------------------------------------------
 
-    def run_read(self, spec: ToolSpec, arguments: dict[str, Any], principal: Principal) -> dict[str, Any]:
-        """Run a read-only handler under its timeout and return the sanitized result."""
+    def run_read(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        principal: Principal,
+        credentials: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Run a read-only handler under its timeout and return the sanitized result.
+
+        ``credentials`` are the user's own forwarded tokens (never a shared service credential).
+        """
         args = spec.args_model.model_validate(arguments)
-        ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
+        ctx = HandlerContext(
+            tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            credentials=dict(credentials or {}),
+            deadline=utcnow() + timedelta(seconds=spec.timeout_s),
+        )
         try:
             raw: BaseModel = run_with_timeout(spec.handler, spec.timeout_s, args, ctx)
         except TimeoutError as exc:

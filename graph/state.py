@@ -67,6 +67,9 @@ class GatewayState(TypedDict, total=False):
     outcomes: Annotated[dict[str, Outcome], merge_dicts]
     status: TaskStatus
     status_reason: str
+    call_counts: Annotated[dict[str, int], merge_dicts]
+    validation_failures: Annotated[dict[str, int], merge_dicts]
+    deadline_at: str
 
 
 __all__ = ["Budget", "CallPhase", "CallRecord", "GatewayState", "Outcome", "TaskStatus", "merge_dicts"]

@@ -15,9 +15,18 @@ from toolgate.policy.principal import Principal
 from toolgate.tools.spec import ResourceResolver, ToolSpec
 
 
+def exposed(spec: ToolSpec, principal: Principal) -> bool:
+    """Whether ``principal`` may see ``spec``: all its scopes, and its role and tenant restrictions."""
+    if not principal.has_scopes(spec.required_scopes):
+        return False
+    if spec.exposed_to_roles is not None and not (principal.roles & spec.exposed_to_roles):
+        return False
+    return spec.exposed_to_tenants is None or principal.tenant_id in spec.exposed_to_tenants
+
+
 def check_scopes(spec: ToolSpec, principal: Principal) -> Rejection | None:
-    """Refuse when a required scope is missing. Not retryable: no argument change helps."""
-    if principal.has_scopes(spec.required_scopes):
+    """Refuse a tool the principal may not see (scopes, roles, tenant). Not retryable."""
+    if exposed(spec, principal):
         return None
     return Rejection(
         code="unauthorized",
@@ -51,4 +60,4 @@ def check_resource(
     )
 
 
-__all__ = ["check_resource", "check_scopes"]
+__all__ = ["check_resource", "check_scopes", "exposed"]

@@ -1,24 +1,43 @@
 """Business rules as data, evaluated by a pure engine (chapter §7.3).
 
 Rules live in the release's versioned policy file (``policy/rules/<release>.json``); a limit
-change is a data change. The engine is pure: principal, tool and validated arguments in, a
-`Decision` out. The first violated rule wins, with its stable id and a reason that says what is
-allowed without hinting how to get around it.
+change is a data change, reviewed like code and pinned by its hash in the release manifest. The
+engine is pure: principal, tool, validated arguments and the current time in, a `Decision` out.
+The first violated rule wins, with its stable id and a reason that says what is allowed without
+hinting how to get around it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, time
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
+from toolgate.canonical import digest
 from toolgate.errors import ConfigurationError
 from toolgate.policy.decisions import Decision, Rejection
 from toolgate.policy.principal import Principal
 
 SCHEMA_VERSION = 1
+
+
+class Rule(Protocol):
+    """One business rule of one tool."""
+
+    id: str
+    tool: str
+
+    def evaluate(self, principal: Principal, args: Mapping[str, Any], now: datetime) -> Rejection | None:
+        """A rejection when violated, else None."""
+        ...
+
+
+def _violation(rule_id: str, reason: str) -> Rejection:
+    return Rejection(code="policy_violation", message=reason, retryable=False, rule_id=rule_id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,40 +56,97 @@ class MaxValueRule:
         limits = [self.limits_by_role[r] for r in principal.roles if r in self.limits_by_role]
         return max(limits, default=self.default_limit)
 
-    def evaluate(self, principal: Principal, args: Mapping[str, Any]) -> Rejection | None:
+    def evaluate(self, principal: Principal, args: Mapping[str, Any], now: datetime) -> Rejection | None:
         value = args.get(self.field)
-        if not isinstance(value, int | float):
+        if not isinstance(value, int | float) or isinstance(value, bool):
             return None
         limit = self.limit_for(principal)
-        if value <= limit:
-            return None
-        return Rejection(
-            code="policy_violation",
-            message=self.reason.format(limit_cents=limit, limit=limit),
-            retryable=False,
-            rule_id=self.id,
+        return (
+            None
+            if value <= limit
+            else _violation(self.id, self.reason.format(limit=limit, limit_cents=limit))
         )
 
 
 @dataclass(frozen=True, kw_only=True)
+class AllowlistRule:
+    """``args[field]`` must be one of the values the principal's roles allow (union over roles)."""
+
+    id: str
+    tool: str
+    field: str
+    values_by_role: Mapping[str, Sequence[str]]
+    reason: str
+
+    def evaluate(self, principal: Principal, args: Mapping[str, Any], now: datetime) -> Rejection | None:
+        allowed = {v for role in principal.roles for v in self.values_by_role.get(role, ())}
+        return None if args.get(self.field) in allowed else _violation(self.id, self.reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllowedHoursRule:
+    """The tool may only be used between ``start`` and ``end`` local time, unless a role is exempt."""
+
+    id: str
+    tool: str
+    timezone: str
+    start: time
+    end: time
+    exempt_roles: frozenset[str]
+    reason: str
+
+    def evaluate(self, principal: Principal, args: Mapping[str, Any], now: datetime) -> Rejection | None:
+        if principal.roles & self.exempt_roles:
+            return None
+        local = now.astimezone(ZoneInfo(self.timezone)).time()
+        inside = (
+            self.start <= local < self.end
+            if self.start < self.end
+            else local >= self.start or local < self.end
+        )
+        return None if inside else _violation(self.id, self.reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLimit:
+    """At most ``limit`` calls per ``window_s`` seconds for one bucket."""
+
+    limit: int
+    window_s: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLimits:
+    """Inbound limits: per principal and tool, and per tenant."""
+
+    per_principal_tool: RateLimit | None = None
+    per_tenant: RateLimit | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicyRules:
-    """One release's rules, with their version."""
+    """One release's rules, with their version and the hash of their source document."""
 
     policy_version: str
     """Version string of the policy file."""
+    sha256: str
+    """SHA-256 of the canonical policy document (pinned in the release manifest)."""
     approval_minutes: int
     """Validity of an unchanged proposal awaiting approval (the seeds' ``approvalMinutes``)."""
-    rules: Sequence[MaxValueRule]
+    rules: Sequence[Rule]
     """Rules in evaluation order."""
+    rate_limits: RateLimits = field(default_factory=RateLimits)
+    """Inbound rate limits."""
 
-    def evaluate(self, tool: str, is_write: bool, principal: Principal, args: Mapping[str, Any]) -> Decision:
+    def evaluate(
+        self, tool: str, is_write: bool, principal: Principal, args: Mapping[str, Any], now: datetime
+    ) -> Decision:
         """First violation wins; otherwise writes need approval and reads are allowed."""
         for rule in self.rules:
-            if rule.tool != tool:
-                continue
-            rejection = rule.evaluate(principal, args)
-            if rejection is not None:
-                return Decision.deny(rejection)
+            if rule.tool == tool:
+                rejection = rule.evaluate(principal, args, now)
+                if rejection is not None:
+                    return Decision.deny(rejection)
         return Decision.require_approval() if is_write else Decision.allow()
 
     @classmethod
@@ -78,26 +154,12 @@ class PolicyRules:
         """Parse a policy document, refusing unknown schema versions and rule kinds."""
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ConfigurationError(f"unsupported policy schema_version {data.get('schema_version')!r}")
-        rules: list[MaxValueRule] = []
-        for raw in data.get("rules", []):
-            if raw.get("kind") != "max_value":
-                raise ConfigurationError(
-                    f"unknown policy rule kind {raw.get('kind')!r} in rule {raw.get('id')!r}"
-                )
-            rules.append(
-                MaxValueRule(
-                    id=raw["id"],
-                    tool=raw["tool"],
-                    field=raw["field"],
-                    limits_by_role=dict(raw["limits_by_role"]),
-                    default_limit=int(raw["default_limit"]),
-                    reason=raw["reason"],
-                )
-            )
         return cls(
             policy_version=str(data["policy_version"]),
+            sha256=digest(data),
             approval_minutes=int(data.get("approval_minutes", 15)),
-            rules=tuple(rules),
+            rules=tuple(_rule(raw) for raw in data.get("rules", [])),
+            rate_limits=_rate_limits(data.get("rate_limits", {})),
         )
 
     @classmethod
@@ -111,4 +173,47 @@ class PolicyRules:
         return cls.from_mapping(json.loads(text))
 
 
-__all__ = ["MaxValueRule", "PolicyRules"]
+def _rule(raw: Mapping[str, Any]) -> Rule:
+    kind = raw.get("kind")
+    common = {"id": str(raw["id"]), "tool": str(raw["tool"]), "reason": str(raw["reason"])}
+    if kind == "max_value":
+        return MaxValueRule(
+            field=raw["field"],
+            limits_by_role=dict(raw["limits_by_role"]),
+            default_limit=int(raw["default_limit"]),
+            **common,
+        )
+    if kind == "allowlist":
+        return AllowlistRule(
+            field=raw["field"],
+            values_by_role={k: tuple(v) for k, v in raw["values_by_role"].items()},
+            **common,
+        )
+    if kind == "allowed_hours":
+        return AllowedHoursRule(
+            timezone=raw.get("timezone", "UTC"),
+            start=time.fromisoformat(raw["start"]),
+            end=time.fromisoformat(raw["end"]),
+            exempt_roles=frozenset(raw.get("exempt_roles", [])),
+            **common,
+        )
+    raise ConfigurationError(f"unknown policy rule kind {kind!r} in rule {raw.get('id')!r}")
+
+
+def _rate_limits(raw: Mapping[str, Any]) -> RateLimits:
+    def one(key: str) -> RateLimit | None:
+        item = raw.get(key)
+        return RateLimit(limit=int(item["limit"]), window_s=int(item["window_s"])) if item else None
+
+    return RateLimits(per_principal_tool=one("per_principal_tool"), per_tenant=one("per_tenant"))
+
+
+__all__ = [
+    "AllowedHoursRule",
+    "AllowlistRule",
+    "MaxValueRule",
+    "PolicyRules",
+    "RateLimit",
+    "RateLimits",
+    "Rule",
+]

@@ -354,6 +354,18 @@ class SqlStore(Store, abc.ABC):
             )
         return _operation(rows[0]) if rows else None
 
+    # ---- rate limits -------------------------------------------------------------------
+
+    def increment_counter(self, bucket: str, window_start: str) -> int:
+        with self.transaction() as tx:
+            rows = tx.execute(
+                "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 1)"
+                " ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1"
+                " RETURNING count",
+                (bucket, window_start),
+            )
+        return int(rows[0]["count"])
+
     # ---- audit -----------------------------------------------------------------------
 
     def append_audit(self, event: AuditEventIn) -> AuditEvent:

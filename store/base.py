@@ -110,6 +110,11 @@ class Store(abc.ABC):
         Returns the claimed row, or None when someone else owns (or finished) the operation.
         """
 
+    # rate limits
+    @abc.abstractmethod
+    def increment_counter(self, bucket: str, window_start: str) -> int:
+        """Atomically count one hit in ``bucket`` for the window; returns the new count (all processes)."""
+
     # audit
     @abc.abstractmethod
     def append_audit(self, event: AuditEventIn) -> AuditEvent:

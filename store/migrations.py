@@ -179,12 +179,21 @@ END $$;
 CREATE TRIGGER operations_transition BEFORE UPDATE ON operations
     FOR EACH ROW EXECUTE FUNCTION toolgate_check_transition()"""
 
+_RATE_COUNTERS = """
+CREATE TABLE rate_counters (
+    bucket TEXT NOT NULL,
+    window_start TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (bucket, window_start)
+)"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
         sqlite=_SQLITE_V1,
         postgres=_POSTGRES_V1,
     ),
+    Migration(name="fixed-window rate limit counters", sqlite=_RATE_COUNTERS, postgres=_RATE_COUNTERS),
 )
 """The store's own schema, component ``toolgate``."""
 

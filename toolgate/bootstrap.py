@@ -17,13 +17,14 @@ from langgraph.graph.state import CompiledStateGraph
 from toolgate.config import Settings
 from toolgate.errors import UnknownReleaseError
 from toolgate.graph.builder import build_gateway, build_graph
-from toolgate.graph.deps import Gateway
+from toolgate.graph.deps import INSTRUCTIONS, Gateway
 from toolgate.models import load_chat_model
 from toolgate.policy.identities import Identities
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
 from toolgate.tools.demo import DemoSystem, build_demo_registry
+from toolgate.tools.manifest import effective_manifest, reviewed_manifest, verify_release
 from toolgate.tools.registry import DEFAULT_RELEASE, Registry
 
 
@@ -32,6 +33,24 @@ def load_registry(release: str, system: DemoSystem) -> Registry:
     if release == DEFAULT_RELEASE:
         return build_demo_registry(system, release)
     raise UnknownReleaseError(release)
+
+
+def release_manifest(registry: Registry, policy: PolicyRules, pinned_models: list[str]) -> dict[str, Any]:
+    """The effective manifest of a loaded release (compared with the reviewed one at startup)."""
+    return effective_manifest(
+        registry.release,
+        list(registry.tools.values()),
+        policy_version=policy.policy_version,
+        policy_sha256=policy.sha256,
+        instructions=INSTRUCTIONS,
+        pinned_models=pinned_models,
+    )
+
+
+def verified_release(registry: Registry, policy: PolicyRules, model: str) -> None:
+    """Refuse to start when the bundle drifted from its reviewed manifest or the model is not pinned."""
+    reviewed = reviewed_manifest(registry.release)
+    verify_release(release_manifest(registry, policy, list(reviewed.get("pinned_models", []))), model)
 
 
 def initialize_store(store: Store) -> None:
@@ -81,19 +100,25 @@ class App:
 
 
 def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = None) -> App:
-    """Open the store (running migrations) and load the configured release."""
+    """Load and verify the configured release, then open the store (running migrations).
+
+    A bundle whose hashes differ from its reviewed manifest, or an unpinned model, refuses to start.
+    """
     settings = settings or Settings.from_env()
     store = open_store(settings.database_url, settings.data_dir)
-    initialize_store(store)
     system = DemoSystem(store)
+    registry = load_registry(settings.release, system)
+    policy = PolicyRules.for_release(settings.release)
+    verified_release(registry, policy, settings.model)
+    initialize_store(store)
     return App(
         settings=settings,
         store=store,
         system=system,
-        registry=load_registry(settings.release, system),
-        policy=PolicyRules.for_release(settings.release),
+        registry=registry,
+        policy=policy,
         model=model or load_chat_model(settings),
     )
 
 
-__all__ = ["App", "initialize_store", "load_registry", "open_app"]
+__all__ = ["App", "initialize_store", "load_registry", "open_app", "release_manifest", "verified_release"]

@@ -17,6 +17,7 @@ from langgraph.types import Command
 from rich.console import Console
 
 from toolgate.bootstrap import App, open_app
+from toolgate.cli_registry import registry_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
@@ -31,6 +32,7 @@ worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations
 app.add_typer(proposals_app, name="proposals")
 app.add_typer(audit_app, name="audit")
 app.add_typer(worker_app, name="worker")
+app.add_typer(registry_app, name="registry")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

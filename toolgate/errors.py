@@ -45,7 +45,19 @@ class ConfigurationError(ToolgateUsageError):
 
 
 class RegistryError(ToolgateUsageError):
-    """A tool bundle is incomplete or unsafe; toolgate refuses to load it (fail closed)."""
+    """A tool bundle is incomplete or unsafe; toolgate refuses to load it (fail closed).
+
+    Attributes:
+        tool: the offending tool, when one is to blame.
+        problems: ``(code, message)`` pairs, e.g. ``("write_without_approval", ...)``.
+    """
+
+    def __init__(
+        self, message: str, *, tool: str | None = None, problems: list[tuple[str, str]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.problems = list(problems or [])
 
 
 class UnknownReleaseError(RegistryError):

@@ -14,6 +14,7 @@ from typing import Any
 from langchain_core.tools import StructuredTool
 
 from toolgate.errors import RegistryError
+from toolgate.policy.authorization import exposed
 from toolgate.policy.principal import Principal
 from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.schema_export import anthropic_tool, openai_tool
@@ -55,7 +56,7 @@ class Registry:
 
     def for_principal(self, principal: Principal) -> list[ToolSpec]:
         """Tools this principal may see, in a stable order (scopes are all required)."""
-        return [s for _, s in sorted(self.tools.items()) if principal.has_scopes(s.required_scopes)]
+        return [s for _, s in sorted(self.tools.items()) if exposed(s, principal)]
 
     def suggest(self, unknown: str, principal: Principal) -> str | None:
         """Closest allowed tool name for an unknown one, never revealing hidden tools."""

@@ -140,6 +140,69 @@ class HandlerContext:
 Handler = Callable[[Any, HandlerContext], BaseModel]
 """A handler takes the validated argument model and the context, and returns the result model."""
 
+SemanticCheck = Callable[[Any, HandlerContext], "str | None"]
+"""Cross-field validation: validated arguments and context in, a model-actionable problem or None out."""
+
+ProblemCode = Literal[
+    "invalid_name",
+    "missing_owner",
+    "missing_description",
+    "missing_effect",
+    "missing_timeout",
+    "missing_output_limit",
+    "open_arguments",
+    "write_without_approval",
+    "approval_without_roles",
+    "read_with_approval",
+    "missing_rollback",
+    "unknown_resource_argument",
+    "unknown_audit_field",
+]
+"""Why a spec is refused; the registry audit counts these."""
+
+
+def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Everything the seeds' stop conditions forbid in one spec (empty when complete)."""
+    problems: list[tuple[ProblemCode, str]] = []
+    if not _NAME.match(spec.name):
+        problems.append(("invalid_name", "name must match [a-z][a-z0-9_]{1,63}"))
+    if not spec.owner.strip():
+        problems.append(("missing_owner", "owner is required"))
+    if not spec.description.strip():
+        problems.append(("missing_description", "description is required"))
+    if not spec.effect.strip():
+        problems.append(("missing_effect", "effect is required"))
+    if not spec.timeout_s or spec.timeout_s <= 0:
+        problems.append(("missing_timeout", "timeout_s must be positive"))
+    if not spec.max_output_bytes or spec.max_output_bytes <= 0:
+        problems.append(("missing_output_limit", "max_output_bytes must be positive"))
+    if spec.args_model.model_config.get("extra") != "forbid":
+        problems.append(("open_arguments", "args_model must set extra='forbid'"))
+    if spec.is_write and spec.approval.kind == "none":
+        problems.append(
+            ("write_without_approval", "a write needs an approval class (it would run without review)")
+        )
+    if spec.is_write and spec.approval.kind != "none" and not spec.approval.roles:
+        problems.append(("approval_without_roles", "the approval class of a write must name reviewer roles"))
+    if spec.is_write and spec.approval.reviewers_required < 1:
+        problems.append(("write_without_approval", "the approval class of a write must require a reviewer"))
+    if not spec.is_write and spec.approval.kind != "none":
+        problems.append(("read_with_approval", "a read-only tool must not declare an approval class"))
+    if isinstance(spec.rollback, NoRollback) and not spec.rollback.reason.strip():
+        problems.append(("missing_rollback", "a no-rollback statement needs its reason"))
+    if isinstance(spec.rollback, Rollback) and not spec.rollback.statement.strip():
+        problems.append(("missing_rollback", "a rollback needs its statement"))
+    if spec.resource is not None and spec.resource.argument not in spec.args_model.model_fields:
+        problems.append(
+            ("unknown_resource_argument", f"resource argument {spec.resource.argument!r} is not an argument")
+        )
+    unknown_audit = set(spec.audit_fields) - set(spec.args_model.model_fields)
+    if unknown_audit:
+        problems.append(
+            ("unknown_audit_field", f"audit_fields name unknown arguments: {sorted(unknown_audit)}")
+        )
+    return problems
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec:
@@ -179,40 +242,21 @@ class ToolSpec:
     """Resource resolved for ownership and conflict checks."""
     audit_fields: frozenset[str] = frozenset()
     """Argument fields copied into audit events as-is; all others appear only as digests."""
+    semantic_check: SemanticCheck | None = field(default=None, repr=False)
+    """Cross-field business validation on validated arguments (read-only; returns a problem or None)."""
+    exposed_to_roles: frozenset[str] | None = None
+    """When set, only principals holding one of these roles see the tool (besides the scopes)."""
+    exposed_to_tenants: frozenset[str] | None = None
+    """When set, only these tenants see the tool (per-tenant integrations)."""
 
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        if not _NAME.match(self.name):
-            problems.append("name must match [a-z][a-z0-9_]{1,63}")
-        if not self.owner.strip():
-            problems.append("owner is required")
-        if not self.description.strip():
-            problems.append("description is required")
-        if not self.effect.strip():
-            problems.append("effect is required")
-        if self.timeout_s <= 0:
-            problems.append("timeout_s must be positive")
-        if self.max_output_bytes <= 0:
-            problems.append("max_output_bytes must be positive")
-        if self.args_model.model_config.get("extra") != "forbid":
-            problems.append("args_model must set extra='forbid'")
-        if self.is_write and self.approval.kind == "none":
-            problems.append("a write needs an approval class (it would run without review)")
-        if self.is_write and not self.approval.roles:
-            problems.append("the approval class of a write must name reviewer roles")
-        if not self.is_write and self.approval.kind != "none":
-            problems.append("a read-only tool must not declare an approval class")
-        if isinstance(self.rollback, NoRollback) and not self.rollback.reason.strip():
-            problems.append("a no-rollback statement needs its reason")
-        if isinstance(self.rollback, Rollback) and not self.rollback.statement.strip():
-            problems.append("a rollback needs its statement")
-        if self.resource is not None and self.resource.argument not in self.args_model.model_fields:
-            problems.append(f"resource argument {self.resource.argument!r} is not an argument")
-        unknown_audit = set(self.audit_fields) - set(self.args_model.model_fields)
-        if unknown_audit:
-            problems.append(f"audit_fields name unknown arguments: {sorted(unknown_audit)}")
+        problems = spec_problems(self)
         if problems:
-            raise RegistryError(f"tool {self.name!r} refused: " + "; ".join(problems))
+            raise RegistryError(
+                f"tool {self.name!r} refused: " + "; ".join(message for _, message in problems),
+                tool=self.name,
+                problems=problems,
+            )
 
     @property
     def is_write(self) -> bool:
@@ -231,10 +275,13 @@ __all__ = [
     "Handler",
     "HandlerContext",
     "NoRollback",
+    "ProblemCode",
     "ResourceRef",
     "ResourceResolver",
     "ResourceStatus",
     "Risk",
     "Rollback",
+    "SemanticCheck",
     "ToolSpec",
+    "spec_problems",
 ]

@@ -1,12 +1,16 @@
-"""The dispatch node: the hostile-input boundary. Every call the model proposed, valid or not,
-is judged here, in order: budget, registry lookup, arguments, scopes, resource ownership under
-the authenticated tenant, then business policy. A refusal is a stable code, one audit event and
-a `ToolMessage` with the same call id; nothing here has a side effect on the world.
+"""The dispatch node: the hostile-input boundary (seed 000 steps 1-5, chapter §4 and §7).
+
+Every call the model proposed, parsed or not, is judged in a fixed order: task budget and
+deadline, registry lookup, exposure to this principal, JSON shape, identity fields, schema,
+repetition, resource ownership under the authenticated tenant, inbound rate limit, cross-field
+business validation, then policy. The first failure is a stable code, one audit event and a
+bounded `ToolMessage` with the same call id. Nothing here has an effect on the world.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -14,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from toolgate.canonical import digest
+from toolgate.canonical import canonical_json, digest, sha256_hex
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
@@ -22,11 +26,17 @@ from toolgate.graph.nodes._common import audit_projection, budget_of, context_of
 from toolgate.graph.state import CallRecord, GatewayState
 from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Rejection
+from toolgate.policy.identity import identity_keys
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
-from toolgate.tools.spec import ToolSpec
+from toolgate.store._sql import parse_iso
+from toolgate.tools.spec import HandlerContext, ToolSpec
 
 MAX_ERRORS_SHOWN = 5
+VALIDATION_CODES = frozenset(
+    {"malformed_arguments", "identity_in_arguments", "schema_invalid", "semantic_invalid"}
+)
+ENDS_TASK = frozenset({"budget_exhausted", "loop_detected"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,16 @@ class ProposedCall:
     name: str
     args: Any
     parse_error: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What dispatch decided about one call."""
+
+    spec: ToolSpec | None
+    arguments: dict[str, Any]
+    rejection: Rejection | None
+    fingerprint: str = ""
 
 
 def proposed_calls(message: AIMessage) -> list[ProposedCall]:
@@ -64,20 +84,31 @@ def describe_validation_error(exc: ValidationError) -> str:
     """Field path and constraint for each problem, never the input values or a stack trace."""
     problems = [
         f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
-        for err in exc.errors(include_url=False, include_input=False)
+        for err in exc.errors(include_url=False, include_input=False, include_context=False)
     ]
     more = f" (+{len(problems) - MAX_ERRORS_SHOWN} more)" if len(problems) > MAX_ERRORS_SHOWN else ""
-    return "Invalid arguments: " + "; ".join(problems[:MAX_ERRORS_SHOWN]) + more
+    return redact_text("Invalid arguments: " + "; ".join(problems[:MAX_ERRORS_SHOWN]) + more)[:600]
+
+
+def call_fingerprint(tool: str, arguments: dict[str, Any]) -> str:
+    """Identity of a call for loop detection: tool name and canonical arguments."""
+    return sha256_hex(canonical_json({"tool": tool, "args": arguments}))[:24]
 
 
 def judge(
-    gw: Gateway, principal: Principal, call: ProposedCall
-) -> tuple[ToolSpec | None, dict[str, Any], Rejection | None]:
-    """Judge one call; returns its spec, validated canonical arguments, or the first rejection."""
+    gw: Gateway,
+    principal: Principal,
+    call: ProposedCall,
+    *,
+    ctx: Context,
+    counts: dict[str, int],
+    now: datetime,
+) -> Verdict:
+    """Judge one call; the first failing check decides."""
     spec = gw.registry.get(call.name)
     if spec is None:
         suggestion = gw.registry.suggest(call.name, principal)
-        return (
+        return Verdict(
             None,
             {},
             Rejection(
@@ -89,9 +120,9 @@ def judge(
         )
     refused = check_scopes(spec, principal)
     if refused:
-        return spec, {}, refused
+        return Verdict(spec, {}, refused)
     if call.parse_error is not None or not isinstance(call.args, dict):
-        return (
+        return Verdict(
             spec,
             {},
             Rejection(
@@ -100,23 +131,59 @@ def judge(
                 retryable=True,
             ),
         )
+    smuggled = sorted(set(identity_keys(call.args)))
+    if smuggled:
+        return Verdict(
+            spec,
+            {},
+            Rejection(
+                code="identity_in_arguments",
+                retryable=False,
+                message="Identity and authority come from the signed-in session, never from arguments. "
+                f"Remove: {', '.join(redact_text(k)[:40] for k in smuggled[:5])}.",
+            ),
+        )
     try:
         validated = spec.args_model.model_validate(call.args)
     except ValidationError as exc:
-        return (
-            spec,
-            {},
-            Rejection(code="schema_invalid", message=describe_validation_error(exc), retryable=True),
+        return Verdict(
+            spec, {}, Rejection(code="schema_invalid", message=describe_validation_error(exc), retryable=True)
         )
     arguments = validated.model_dump(mode="json")
+    fingerprint = call_fingerprint(spec.name, arguments)
+    if counts.get(fingerprint, 0) >= ctx.max_identical_calls:
+        return Verdict(
+            spec,
+            arguments,
+            Rejection(
+                code="loop_detected",
+                retryable=False,
+                message="This exact call was already made in this task; a person will review the task.",
+            ),
+            fingerprint,
+        )
     refused = check_resource(spec, principal, arguments, gw.registry.resolver)
     if refused:
-        return spec, arguments, refused
-    decision = gw.policy.evaluate(spec.name, spec.is_write, principal, arguments)
+        return Verdict(spec, arguments, refused, fingerprint)
+    refused = gw.rate_limiter.check(principal, spec.name, now)
+    if refused:
+        return Verdict(spec, arguments, refused, fingerprint)
+    if spec.semantic_check is not None:
+        problem = spec.semantic_check(
+            validated, HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
+        )
+        if problem:
+            return Verdict(
+                spec,
+                arguments,
+                Rejection(code="semantic_invalid", message=problem[:300], retryable=True),
+                fingerprint,
+            )
+    decision = gw.policy.evaluate(spec.name, spec.is_write, principal, arguments, now)
     if decision.kind == "deny":
         assert decision.rejection is not None
-        return spec, arguments, decision.rejection
-    return spec, arguments, None
+        return Verdict(spec, arguments, decision.rejection, fingerprint)
+    return Verdict(spec, arguments, None, fingerprint)
 
 
 def make_dispatch_node(gw: Gateway) -> Any:
@@ -126,27 +193,45 @@ def make_dispatch_node(gw: Gateway) -> Any:
         principal = principal_of(state, runtime)
         ctx = context_of(runtime)
         budget = budget_of(state)
+        now = gw.clock()
         last = state["messages"][-1]
         assert isinstance(last, AIMessage)
+        counts = dict(state.get("call_counts", {}))
+        failures = dict(state.get("validation_failures", {}))
+        deadline = state.get("deadline_at")
         messages: list[ToolMessage] = []
         records: dict[str, CallRecord] = {}
         status: dict[str, Any] = {}
         common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
         for call in proposed_calls(last):
-            if budget["tool_calls"] >= ctx.max_tool_calls:
-                spec = gw.registry.get(call.name)
-                arguments: dict[str, Any] = {}
-                rejection: Rejection | None = Rejection(
-                    code="budget_exhausted",
-                    retryable=False,
-                    message="The tool call budget of this task is exhausted; a person will review the task.",
+            if budget["tool_calls"] >= ctx.max_tool_calls or (deadline and now >= parse_iso(deadline)):
+                what = "tool call budget" if budget["tool_calls"] >= ctx.max_tool_calls else "deadline"
+                verdict = Verdict(
+                    gw.registry.get(call.name),
+                    {},
+                    Rejection(
+                        code="budget_exhausted",
+                        retryable=False,
+                        message=f"The {what} of this task is exhausted; a person will review the task.",
+                    ),
                 )
-                status = {"status": "needs_review", "status_reason": "tool call budget exhausted"}
             else:
                 budget["tool_calls"] += 1
-                spec, arguments, rejection = judge(gw, principal, call)
+                verdict = judge(gw, principal, call, ctx=ctx, counts=counts, now=now)
+            spec, rejection = verdict.spec, verdict.rejection
+            if verdict.fingerprint and (rejection is None or rejection.code != "loop_detected"):
+                counts[verdict.fingerprint] = counts.get(verdict.fingerprint, 0) + 1
             tool = spec.name if spec else "unknown"
             if rejection is not None:
+                if rejection.code in VALIDATION_CODES:
+                    failures[tool] = failures.get(tool, 0) + 1
+                    if failures[tool] > ctx.max_validation_retries:
+                        status = {
+                            "status": "needs_review",
+                            "status_reason": f"arguments for {tool} stayed invalid after retries",
+                        }
+                if rejection.code in ENDS_TASK:
+                    status = {"status": "needs_review", "status_reason": rejection.code.replace("_", " ")}
                 gw.auditor.record(
                     "call.rejected",
                     "rejected",
@@ -180,8 +265,8 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 tool=spec.name,
                 handler_revision=spec.handler_revision,
                 detail={
-                    "arguments": audit_projection(arguments, spec.audit_fields),
-                    "arguments_sha256": digest(arguments),
+                    "arguments": audit_projection(verdict.arguments, spec.audit_fields),
+                    "arguments_sha256": digest(verdict.arguments),
                 },
                 **common,
             )
@@ -190,17 +275,28 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 tool=spec.name,
                 turn=budget["model_turns"],
                 phase="write" if spec.is_write else "read",
-                arguments=arguments,
+                arguments=verdict.arguments,
             )
-        return {
+        update: dict[str, Any] = {
             "messages": messages,
             "calls": records,
             "turn_calls": list(records),
             "budget": budget,
+            "call_counts": counts,
+            "validation_failures": failures,
             **status,
         }
+        return update
 
     return dispatch
 
 
-__all__ = ["ProposedCall", "describe_validation_error", "judge", "make_dispatch_node", "proposed_calls"]
+__all__ = [
+    "ProposedCall",
+    "Verdict",
+    "call_fingerprint",
+    "describe_validation_error",
+    "judge",
+    "make_dispatch_node",
+    "proposed_calls",
+]

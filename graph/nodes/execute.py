@@ -8,6 +8,7 @@ still awaits a decision, the thread goes back to waiting instead of reporting.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -21,6 +22,7 @@ from toolgate.graph.execution import Delivery
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
+from toolgate.store._sql import iso
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}
@@ -106,7 +108,7 @@ def make_execute_node(gw: Gateway) -> Any:
             call_id = record["call_id"]
             if phase == "read":
                 try:
-                    data = gw.executor.run_read(spec, record["arguments"], principal)
+                    data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
                 except ToolExecutionError as exc:
                     gw.auditor.record(
                         "call.failed",
@@ -170,13 +172,17 @@ def make_execute_node(gw: Gateway) -> Any:
             )
             if delivery.status != "pending_approval":
                 records[call_id] = CallRecord(**{**record, "phase": "done"})
-        return {
+        update: dict[str, Any] = {
             "messages": messages,
             "calls": records,
             "outcomes": outcomes,
             "awaiting": [],
             "status": "running",
         }
+        if writes:
+            # a human decision restarts the task's autonomous running time
+            update["deadline_at"] = iso(gw.clock() + timedelta(seconds=ctx.deadline_s))
+        return update
 
     return execute
 

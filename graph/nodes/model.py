@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from langchain_core.messages import AIMessage, SystemMessage
@@ -12,6 +13,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState
+from toolgate.store._sql import iso, parse_iso
 
 
 def response_id(message: AIMessage) -> str | None:
@@ -28,6 +30,12 @@ def make_model_node(gw: Gateway) -> Any:
         ctx = context_of(runtime)
         budget = budget_of(state)
         base: dict[str, Any] = {"principal": principal.to_dict(), "release": gw.registry.release}
+        now = gw.clock()
+        deadline = state.get("deadline_at")
+        if not deadline:
+            base["deadline_at"] = iso(now + timedelta(seconds=ctx.deadline_s))
+        elif now >= parse_iso(deadline):
+            return {**base, "status": "needs_review", "status_reason": "task deadline exhausted"}
         if budget["model_turns"] >= ctx.max_model_turns:
             return {**base, "status": "needs_review", "status_reason": "model turn budget exhausted"}
         specs = gw.registry.for_principal(principal)

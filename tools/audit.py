@@ -1,0 +1,233 @@
+"""The registry audit (seed 000, "Audit registry closure"): is every tool of a bundle reviewable?
+
+It counts the seeds' figures and lists each defect: a tool without owner, timeout, output limit,
+rollback or no-rollback statement, or approval class for a write; a generic executor under a
+friendly name (free-form command, SQL, URL, code, path or template parameters); an identity or
+authority field in a schema; a handler resolved dynamically; a hash that drifted from the
+reviewed manifest. Specs that refuse to construct are defects too (they fail closed at load).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from toolgate.errors import RegistryError
+from toolgate.policy.identity import is_identity_name
+from toolgate.tools.manifest import manifest_drift
+from toolgate.tools.spec import ToolSpec, spec_problems
+
+EXECUTOR_NAMES = frozenset(
+    {
+        "command",
+        "cmd",
+        "commands",
+        "shell",
+        "bash",
+        "sql",
+        "query_sql",
+        "script",
+        "code",
+        "source",
+        "url",
+        "uri",
+        "href",
+        "endpoint",
+        "webhook",
+        "path",
+        "file",
+        "filename",
+        "filepath",
+        "directory",
+        "dir",
+        "template",
+        "expression",
+        "expr",
+        "eval",
+        "exec",
+        "module",
+        "function",
+        "callable",
+        "handler",
+        "program",
+        "args_string",
+        "argv",
+    }
+)
+EXECUTOR_SUFFIXES = (
+    "_sql",
+    "_url",
+    "_uri",
+    "_path",
+    "_command",
+    "_cmd",
+    "_script",
+    "_template",
+    "_code_string",
+)
+DYNAMIC_MARKERS = {
+    "getattr(": "resolves code dynamically (getattr)",
+    "importlib": "resolves code dynamically (importlib)",
+    "__import__": "resolves code dynamically (__import__)",
+    "eval(": "evaluates code at run time (eval)",
+    "exec(": "executes code at run time (exec)",
+    "globals()": "resolves code dynamically (globals)",
+    "locals()": "resolves code dynamically (locals)",
+    "subprocess": "spawns processes (subprocess)",
+    "os.system": "runs shell commands (os.system)",
+    "os.popen": "runs shell commands (os.popen)",
+}
+
+
+def _walk_fields(model: type[BaseModel], prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """Every argument field (with its annotation) of a model, nested models included."""
+    if depth > 8:
+        return
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        yield path, info
+        for nested in _nested_models(info.annotation):
+            yield from _walk_fields(nested, f"{path}.", depth + 1)
+
+
+def _nested_models(annotation: Any) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        yield from _nested_models(arg)
+
+
+def identity_fields(spec: ToolSpec) -> list[str]:
+    """Argument paths whose names carry identity or authority."""
+    return [path for path, _ in _walk_fields(spec.args_model) if is_identity_name(path.rsplit(".", 1)[-1])]
+
+
+def executor_fields(spec: ToolSpec) -> list[str]:
+    """Argument paths that make the tool a generic executor (command, SQL, URL, code, path, template)."""
+    found = []
+    for path, info in _walk_fields(spec.args_model):
+        name = path.rsplit(".", 1)[-1].casefold()
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        fmt = str(extra.get("format", ""))
+        if name in EXECUTOR_NAMES or name.endswith(EXECUTOR_SUFFIXES) or fmt in {"uri", "url", "path"}:
+            found.append(path)
+    return found
+
+
+def dynamic_handler(spec: ToolSpec) -> str | None:
+    """Why the handler is resolved dynamically, or None for a fixed, reviewed function."""
+    handler = spec.handler
+    if isinstance(handler, functools.partial) or not inspect.isfunction(handler):
+        return f"handler is a {type(handler).__name__}, not a fixed function"
+    try:
+        source = inspect.getsource(handler)
+    except (OSError, TypeError):
+        return "handler source is unavailable for review"
+    for marker, reason in DYNAMIC_MARKERS.items():
+        if marker in source:
+            return f"handler {reason}"
+    if re.search(r"\bexec\b|\bcompile\(", source):
+        return "handler compiles code at run time"
+    return None
+
+
+@dataclass
+class AuditReport:
+    """Figures and defects of one bundle."""
+
+    release: str
+    tool_count: int = 0
+    dynamic_handlers: int = 0
+    write_without_approval: int = 0
+    timeouts: int = 0
+    output_limits: int = 0
+    policy_bindings: int = 0
+    identity_fields_in_schemas: int = 0
+    generic_executors: int = 0
+    owners: int = 0
+    rollback_statements: int = 0
+    manifest: str = "NOT_CHECKED"
+    defects: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when no defect was found."""
+        return not self.defects
+
+    def lines(self) -> list[str]:
+        """The seeds' ``key=value`` figures followed by one ``defect=`` line per defect."""
+        n = self.tool_count
+        figures = [
+            f"release={self.release}",
+            f"tool_count={n}",
+            f"dynamic_handlers={self.dynamic_handlers}",
+            f"write_without_approval={self.write_without_approval}",
+            f"timeouts={self.timeouts}/{n}",
+            f"output_limits={self.output_limits}/{n}",
+            f"policy_bindings={self.policy_bindings}/{n}",
+            f"identity_fields_in_schemas={self.identity_fields_in_schemas}",
+            f"generic_executors={self.generic_executors}",
+            f"owners={self.owners}/{n}",
+            f"rollback_statements={self.rollback_statements}/{n}",
+            f"manifest={self.manifest}",
+        ]
+        return (
+            figures + [f"defect={d}" for d in self.defects] + [f"audit={'PASS' if self.passed else 'FAIL'}"]
+        )
+
+
+def audit_specs(
+    release: str,
+    load: Callable[[], Sequence[ToolSpec]],
+    *,
+    reviewed: Mapping[str, Any] | None = None,
+    effective: Callable[[Sequence[ToolSpec]], Mapping[str, Any]] | None = None,
+) -> AuditReport:
+    """Audit the bundle produced by ``load``; a spec that refuses to construct is reported, not raised."""
+    report = AuditReport(release=release)
+    try:
+        specs = list(load())
+    except RegistryError as exc:
+        report.tool_count = 1
+        codes = [code for code, _ in exc.problems] or ["registry_load"]
+        report.write_without_approval += "write_without_approval" in codes
+        report.defects.append(f"{exc.tool or 'bundle'}: refused at load: {exc}")
+        return report
+    report.tool_count = len(specs)
+    for spec in specs:
+        problems = spec_problems(spec)
+        report.defects.extend(f"{spec.name}: {message}" for _, message in problems)
+        report.write_without_approval += any(code == "write_without_approval" for code, _ in problems)
+        report.timeouts += spec.timeout_s > 0
+        report.output_limits += spec.max_output_bytes > 0
+        report.policy_bindings += bool(spec.required_scopes)
+        report.owners += bool(spec.owner.strip())
+        report.rollback_statements += bool(spec.rollback_text().strip())
+        if not spec.required_scopes:
+            report.defects.append(f"{spec.name}: no authorization binding (required_scopes is empty)")
+        identities = identity_fields(spec)
+        if identities:
+            report.identity_fields_in_schemas += len(identities)
+            report.defects.append(f"{spec.name}: identity or authority in arguments: {', '.join(identities)}")
+        executors = executor_fields(spec)
+        if executors:
+            report.generic_executors += 1
+            report.defects.append(f"{spec.name}: generic executor parameters: {', '.join(executors)}")
+        dynamic = dynamic_handler(spec)
+        if dynamic:
+            report.dynamic_handlers += 1
+            report.defects.append(f"{spec.name}: {dynamic}")
+    if reviewed is not None and effective is not None:
+        drift = manifest_drift(reviewed, effective(specs))
+        report.manifest = "MATCH" if not drift else "DRIFT"
+        report.defects.extend(f"manifest: {d}" for d in drift)
+    return report
+
+
+__all__ = ["AuditReport", "audit_specs", "dynamic_handler", "executor_fields", "identity_fields"]

@@ -1,0 +1,315 @@
+"""The demo tax filing integration: ``submit_filing`` over a legacy service (chapter §8.4, Lab 4, Case 7).
+
+`LegacyFilingService` is the downstream as legacy systems really are: it offers ONLY
+``submit(...)`` (no idempotency key, no uniqueness: a blind retry files twice) and a natural-key
+``status(...)`` query. It can drop the response after committing (the filing exists, the caller
+sees `TimeoutError`) or lose the request before it arrives, from a seeded ``rng``.
+
+`FilingService` is our side, the status-check pattern: ask the status first (already filed ->
+return it, not resubmitted); else submit once; on a timeout never resubmit and never say
+"failed" -- poll the status with backoff and return the confirmation when it appears; when it
+does not, raise an *unresolved* timeout so the gateway records the outcome as unknown and a
+person (or the recovery worker, through `FilingService.filing_status`) settles it.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolgate.errors import ToolExecutionError
+from toolgate.store import Migration, Store
+from toolgate.store._sql import iso, utcnow
+from toolgate.tools.spec import (
+    ApprovalClass,
+    HandlerContext,
+    NoRollback,
+    ResourceRef,
+    ResourceStatus,
+    ToolSpec,
+)
+
+COMPONENT = "demo_filing"
+
+_SCHEMA = """
+CREATE TABLE sor_taxpayers (taxpayer_ref TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL);
+CREATE TABLE sor_filing_requests (
+    request_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, taxpayer_ref TEXT NOT NULL,
+    tax_year INTEGER NOT NULL, filing_type TEXT NOT NULL, transport TEXT NOT NULL, received_at TEXT NOT NULL
+);
+CREATE TABLE sor_filings (
+    filing_id TEXT PRIMARY KEY, confirmation_number TEXT NOT NULL, tenant_id TEXT NOT NULL,
+    taxpayer_ref TEXT NOT NULL, tax_year INTEGER NOT NULL, filing_type TEXT NOT NULL,
+    status TEXT NOT NULL, submitted_at TEXT NOT NULL
+)"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(name="demo filing: taxpayers, legacy requests and filings", sqlite=_SCHEMA, postgres=_SCHEMA),
+)
+
+SEED_TAXPAYERS = (
+    *((f"TP-{1000 + n}", "acme", f"Acme taxpayer {n}") for n in range(1, 11)),
+    ("TP-2001", "globex", "Globex taxpayer 1"),
+)
+"""TP-1001..TP-1010 belong to acme, TP-2001 to globex."""
+
+FilingType = Literal["income_tax_return", "vat_return", "payroll_annual"]
+DEFAULT_BACKOFF_S: tuple[float, ...] = (1, 2, 4, 8, 16)
+"""Waits between status checks after a timeout (Case 7: 31 s in total)."""
+
+Note = Literal[
+    "submitted", "already existed; not resubmitted", "confirmed via status check", "found by status check"
+]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class SubmitFilingArgs(_Args):
+    """Arguments of ``submit_filing``: exactly the legacy system's natural key."""
+
+    taxpayer_ref: str = Field(
+        pattern=r"^TP-[0-9]{4,8}$", description="The taxpayer's reference in this account, e.g. 'TP-1001'."
+    )
+    tax_year: int = Field(ge=2000, le=2100, description="Tax year the filing is for, e.g. 2024.")
+    filing_type: FilingType = Field(description="Kind of filing.")
+
+
+class FilingResult(_Result):
+    """A filing as the agency knows it, and how we learned of it."""
+
+    confirmation_number: str
+    status: Literal["submitted", "accepted"]
+    taxpayer_ref: str
+    tax_year: int
+    filing_type: str
+    note: Note
+
+
+@dataclass
+class LegacyFilingService:
+    """A fake legacy filing service: ``submit`` and a natural-key ``status``, nothing else.
+
+    ``drop_request_rate``: the request is lost before it arrives (nothing filed, caller times out).
+    ``drop_response_rate``: the filing is committed, then the response is lost (caller times out).
+    ``status_available``: False makes status queries time out (an outage of the lookup endpoint).
+    """
+
+    store: Store
+    drop_response_rate: float = 0.0
+    drop_request_rate: float = 0.0
+    rng: random.Random = field(default_factory=random.Random)
+    status_available: bool = True
+
+    def submit(self, tenant_id: str, taxpayer_ref: str, tax_year: int, filing_type: str) -> dict[str, Any]:
+        """File once per call -- including a blind retry, which files again."""
+        draw = self.rng.random()
+        transport = "ok"
+        if draw < self.drop_request_rate:
+            transport = "request_dropped"
+        elif draw < self.drop_request_rate + self.drop_response_rate:
+            transport = "response_dropped"
+        now = iso(utcnow())
+        filing = {
+            "filing_id": "fil_" + secrets.token_hex(8),
+            "confirmation_number": "CN-" + secrets.token_hex(5).upper(),
+            "tenant_id": tenant_id,
+            "taxpayer_ref": taxpayer_ref,
+            "tax_year": tax_year,
+            "filing_type": filing_type,
+            "status": "submitted",
+            "submitted_at": now,
+        }
+        with self.store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO sor_filing_requests VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    "freq_" + secrets.token_hex(8),
+                    tenant_id,
+                    taxpayer_ref,
+                    tax_year,
+                    filing_type,
+                    transport,
+                    now,
+                ),
+            )
+            if transport != "request_dropped":
+                tx.execute(
+                    f"INSERT INTO sor_filings ({', '.join(filing)}) VALUES ({', '.join('?' for _ in filing)})",
+                    tuple(filing.values()),
+                )
+        if transport != "ok":
+            raise TimeoutError("the filing service did not answer in time")
+        return filing
+
+    def status(
+        self, tenant_id: str, taxpayer_ref: str, tax_year: int, filing_type: str
+    ) -> dict[str, Any] | None:
+        """The earliest filing for the natural key, or None."""
+        if not self.status_available:
+            raise TimeoutError("the filing status service did not answer in time")
+        with self.store.transaction(write=False) as tx:
+            return tx.one(
+                "SELECT * FROM sor_filings WHERE tenant_id = ? AND taxpayer_ref = ? AND tax_year = ?"
+                " AND filing_type = ? ORDER BY submitted_at, filing_id LIMIT 1",
+                (tenant_id, taxpayer_ref, tax_year, filing_type),
+            )
+
+
+def _result(filing: dict[str, Any], note: str) -> FilingResult:
+    return FilingResult.model_validate({**filing, "note": note})
+
+
+@dataclass
+class FilingService:
+    """Our adapter over the legacy service: the status-check pattern, with injectable waits."""
+
+    store: Store
+    legacy: LegacyFilingService | None = None
+    backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S
+    sleep: Callable[[float], None] = time.sleep
+
+    resource_kinds: ClassVar[frozenset[str]] = frozenset({"taxpayer"})
+
+    def __post_init__(self) -> None:
+        if self.legacy is None:
+            self.legacy = LegacyFilingService(self.store)
+
+    @property
+    def downstream(self) -> LegacyFilingService:
+        """The legacy service this adapter talks to."""
+        assert self.legacy is not None
+        return self.legacy
+
+    def setup(self, *, seed: bool = True) -> None:
+        """Create the tables and, once, the demo taxpayers."""
+        self.store.migrate(COMPONENT, MIGRATIONS)
+        if seed:
+            with self.store.transaction() as tx:
+                for taxpayer in SEED_TAXPAYERS:
+                    tx.execute(
+                        "INSERT INTO sor_taxpayers (taxpayer_ref, tenant_id, name) VALUES (?, ?, ?)"
+                        " ON CONFLICT DO NOTHING",
+                        taxpayer,
+                    )
+
+    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
+        """A taxpayer reference belongs to exactly one tenant."""
+        if kind not in self.resource_kinds:
+            return "missing"
+        with self.store.transaction(write=False) as tx:
+            row = tx.one("SELECT tenant_id FROM sor_taxpayers WHERE taxpayer_ref = ?", (resource_id,))
+        if row is None:
+            return "missing"
+        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+
+    def filing_status(self, args: SubmitFilingArgs, ctx: HandlerContext) -> FilingResult | None:
+        """Pure natural-key status check (for the recovery worker): never submits anything."""
+        try:
+            found = self.downstream.status(ctx.tenant_id, args.taxpayer_ref, args.tax_year, args.filing_type)
+        except TimeoutError as exc:
+            raise ToolExecutionError(
+                "server_error", "the filing status service is not answering", retryable=True
+            ) from exc
+        return _result(found, "found by status check") if found else None
+
+    def submit_with_status_check(self, args: SubmitFilingArgs, ctx: HandlerContext) -> FilingResult:
+        """Status first, submit at most once, and on a timeout check -- never resubmit, never guess."""
+        if not ctx.idempotency_key:
+            raise ToolExecutionError("server_error", "write handler called without an idempotency key")
+        # The legacy API cannot take the idempotency key; the natural key below does its job.
+        if self.resource_status("taxpayer", args.taxpayer_ref, ctx.tenant_id) != "owned":
+            raise ToolExecutionError("caller_error", f"no taxpayer {args.taxpayer_ref} for this account")
+        natural_key = (ctx.tenant_id, args.taxpayer_ref, args.tax_year, args.filing_type)
+        try:
+            existing = self.downstream.status(*natural_key)
+        except TimeoutError as exc:
+            raise ToolExecutionError(
+                "server_error", "the filing service is not answering; nothing was submitted", retryable=True
+            ) from exc
+        if existing is not None:
+            return _result(existing, "already existed; not resubmitted")
+        try:
+            return _result(self.downstream.submit(*natural_key), "submitted")
+        except TimeoutError:
+            pass  # unknown outcome: the filing may well exist. Check; do not resubmit.
+        checks = 0
+        for delay in self.backoff_s:
+            if ctx.deadline is not None and utcnow() + timedelta(seconds=delay) >= ctx.deadline:
+                break
+            self.sleep(delay)
+            checks += 1
+            try:
+                found = self.downstream.status(*natural_key)
+            except TimeoutError:
+                continue
+            if found is not None:
+                return _result(found, "confirmed via status check")
+        raise ToolExecutionError(
+            "timeout",
+            f"unresolved: the submit timed out and {checks} status check(s) did not find the filing; "
+            "it may still exist. Do not resubmit; a person will confirm the outcome.",
+            retryable=False,
+        )
+
+
+def filing_specs(service: FilingService) -> list[ToolSpec]:
+    """``submit_filing``, bound to ``service``."""
+
+    def submit_filing(args: SubmitFilingArgs, ctx: HandlerContext) -> FilingResult:
+        return service.submit_with_status_check(args, ctx)
+
+    # the handler's timeout must outlast every status check, or the gateway gives up first
+    timeout_s = max(60.0, sum(service.backoff_s) + 30.0)
+    return [
+        ToolSpec(
+            name="submit_filing",
+            version="1.0.0",
+            owner="tax-operations",
+            description=(
+                "Propose submitting one tax filing (taxpayer, tax year, filing type) to the tax agency. A tax "
+                "preparer must approve it; the result says pending_approval until then. If the filing already "
+                "exists it is returned, not filed again. If the agency does not answer, the outcome is "
+                "reported as unresolved: never propose the same filing again to 'retry' it. Not for internal "
+                "reports (that is submit_report_job)."
+            ),
+            args_model=SubmitFilingArgs,
+            result_model=FilingResult,
+            risk="danger",
+            effect="Files a legally binding tax filing with the agency for the taxpayer and year.",
+            timeout_s=timeout_s,
+            max_output_bytes=1024,
+            approval=ApprovalClass.role("tax_preparer"),
+            required_scopes=frozenset({"filings:write"}),
+            handler=submit_filing,
+            handler_revision="submit-filing/1.0.0",
+            rollback=NoRollback(
+                "a filing received by the agency cannot be withdrawn; corrections are an amended filing"
+            ),
+            resource=ResourceRef(kind="taxpayer", argument="taxpayer_ref", conflict=True),
+            audit_fields=frozenset({"taxpayer_ref", "tax_year", "filing_type"}),
+        ),
+    ]
+
+
+__all__ = [
+    "DEFAULT_BACKOFF_S",
+    "MIGRATIONS",
+    "FilingResult",
+    "FilingService",
+    "LegacyFilingService",
+    "SubmitFilingArgs",
+    "filing_specs",
+]

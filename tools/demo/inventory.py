@@ -1,0 +1,321 @@
+"""The demo inventory service and its two tools, ``get_inventory`` and ``update_inventory``.
+
+The downstream service is deliberately naive, like a real REST API without versioning (chapter
+§10.1, Case 6): an adjustment READS ``on_hand`` in one transaction, waits ``latency_s`` (the
+network and application time between the two), then WRITES ``read_value + delta`` in a second
+transaction. Two concurrent adjustments of the same SKU therefore lose an update. The gateway
+must not rely on the service to fix that: ``update_inventory`` declares the SKU as its conflict
+key so same-SKU calls run one after the other (Lab 5 removes the key and reproduces the race).
+
+Like every demo downstream, each request the service *receives* is logged in
+``sor_inventory_requests`` separately from the adjustment it *performs*
+(``sor_inventory_adjustments``, which dedupes on the idempotency key).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from toolgate.errors import ToolExecutionError
+from toolgate.store import Migration, Store
+from toolgate.store._sql import iso, utcnow
+from toolgate.tools.spec import (
+    ApprovalClass,
+    HandlerContext,
+    NoRollback,
+    ResourceRef,
+    ResourceStatus,
+    Rollback,
+    ToolSpec,
+)
+
+COMPONENT = "demo_inventory"
+
+_SCHEMA = """
+CREATE TABLE sor_inventory (
+    tenant_id TEXT NOT NULL,
+    sku TEXT NOT NULL,
+    on_hand INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, sku)
+);
+CREATE TABLE sor_inventory_requests (
+    request_id TEXT PRIMARY KEY, idempotency_key TEXT, tenant_id TEXT NOT NULL,
+    sku TEXT NOT NULL, delta INTEGER NOT NULL, received_at TEXT NOT NULL
+);
+CREATE TABLE sor_inventory_adjustments (
+    adjustment_id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,
+    sku TEXT NOT NULL, delta INTEGER NOT NULL, reason TEXT NOT NULL,
+    on_hand_before INTEGER NOT NULL, on_hand_after INTEGER NOT NULL, created_at TEXT NOT NULL
+)"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(name="demo inventory: stock levels, requests, adjustments", sqlite=_SCHEMA, postgres=_SCHEMA),
+)
+
+SEED_STOCK = (("acme", "SKU-7", 10), ("acme", "SKU-8", 40), ("globex", "SKU-9", 25))
+
+InventoryReason = Literal["received", "shipped", "damaged", "returned", "cycle_count"]
+"""Closed set of adjustment reasons (a free-text reason would be an injection channel)."""
+
+Sku = Field(pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit exactly as labelled, e.g. 'SKU-7'.")
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class GetInventoryArgs(_Args):
+    """Arguments of ``get_inventory``."""
+
+    sku: str = Sku
+
+
+class GetInventoryResult(_Result):
+    """Stock level of one SKU."""
+
+    sku: str
+    on_hand: int
+
+
+class UpdateInventoryArgs(_Args):
+    """Arguments of ``update_inventory``."""
+
+    sku: str = Sku
+    delta: int = Field(
+        ge=-500,
+        le=500,
+        description="Units to add (positive) or remove (negative), -500..500, never 0.",
+    )
+    reason: InventoryReason = Field(description="Why the stock level changes.")
+
+    @field_validator("delta")
+    @classmethod
+    def _not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("delta must not be 0 (an adjustment of nothing is not an adjustment)")
+        return value
+
+
+class UpdateInventoryResult(_Result):
+    """An adjustment as recorded by the inventory service."""
+
+    adjustment_id: str
+    sku: str
+    delta: int
+    on_hand_after: int
+    status: Literal["applied"]
+
+
+@dataclass
+class InventoryService:
+    """The naive downstream inventory service over ``sor_inventory`` (fixed SQL, bound parameters).
+
+    ``latency_s`` widens the read-modify-write window so tests can reproduce the lost update.
+    """
+
+    store: Store
+    latency_s: float = 0.0
+
+    resource_kinds: ClassVar[frozenset[str]] = frozenset({"sku"})
+
+    def setup(self, *, seed: bool = True) -> None:
+        """Create the tables and, once, the demo stock."""
+        self.store.migrate(COMPONENT, MIGRATIONS)
+        if seed:
+            now = iso(utcnow())
+            with self.store.transaction() as tx:
+                for tenant_id, sku, on_hand in SEED_STOCK:
+                    tx.execute(
+                        "INSERT INTO sor_inventory (tenant_id, sku, on_hand, updated_at) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT DO NOTHING",
+                        (tenant_id, sku, on_hand, now),
+                    )
+
+    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
+        """A SKU is owned when the tenant stocks it, foreign when only another tenant does."""
+        if kind not in self.resource_kinds:
+            return "missing"
+        with self.store.transaction(write=False) as tx:
+            rows = tx.execute("SELECT tenant_id FROM sor_inventory WHERE sku = ?", (resource_id,))
+        if not rows:
+            return "missing"
+        return "owned" if any(r["tenant_id"] == tenant_id for r in rows) else "foreign"
+
+    def on_hand(self, tenant_id: str, sku: str) -> int:
+        """Current stock of one SKU of the tenant, or a caller error."""
+        with self.store.transaction(write=False) as tx:
+            row = tx.one(
+                "SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", (tenant_id, sku)
+            )
+        if row is None:
+            raise ToolExecutionError("caller_error", f"no {sku} in this account's inventory")
+        return int(row["on_hand"])
+
+    def adjust(
+        self, tenant_id: str, sku: str, delta: int, idempotency_key: str, *, reason: str = "cycle_count"
+    ) -> dict[str, Any]:
+        """Log the request; replay a known key; else read, wait, write ``read + delta`` (racy)."""
+        now = iso(utcnow())
+        with self.store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO sor_inventory_requests VALUES (?, ?, ?, ?, ?, ?)",
+                ("ireq_" + secrets.token_hex(8), idempotency_key, tenant_id, sku, delta, now),
+            )
+        with self.store.transaction(write=False) as tx:
+            prior = tx.one(
+                "SELECT * FROM sor_inventory_adjustments WHERE idempotency_key = ?", (idempotency_key,)
+            )
+            row = tx.one(
+                "SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", (tenant_id, sku)
+            )
+        if prior is not None:
+            return prior
+        if row is None:
+            raise ToolExecutionError("caller_error", f"no {sku} in this account's inventory")
+        read_value = int(row["on_hand"])
+        if read_value + delta < 0:
+            raise ToolExecutionError(
+                "caller_error", f"{sku} has {read_value} on hand; removing {-delta} would go below zero"
+            )
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)  # the read-modify-write window of a REST API without versions
+        adjustment = {
+            "adjustment_id": "adj_" + secrets.token_hex(8),
+            "idempotency_key": idempotency_key,
+            "tenant_id": tenant_id,
+            "sku": sku,
+            "delta": delta,
+            "reason": reason,
+            "on_hand_before": read_value,
+            "on_hand_after": read_value + delta,
+            "created_at": iso(utcnow()),
+        }
+        with self.store.transaction() as tx:
+            inserted = tx.execute(
+                "INSERT INTO sor_inventory_adjustments (adjustment_id, idempotency_key, tenant_id, sku, delta,"
+                " reason, on_hand_before, on_hand_after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (idempotency_key) DO NOTHING RETURNING adjustment_id",
+                tuple(adjustment.values()),
+            )
+            if inserted:
+                # the naive part: an absolute write of a value computed from a stale read
+                tx.execute(
+                    "UPDATE sor_inventory SET on_hand = ?, updated_at = ? WHERE tenant_id = ? AND sku = ?",
+                    (read_value + delta, adjustment["created_at"], tenant_id, sku),
+                )
+            else:
+                # a concurrent request with the same key won: return its record, change nothing
+                won = tx.one(
+                    "SELECT * FROM sor_inventory_adjustments WHERE idempotency_key = ?", (idempotency_key,)
+                )
+                assert won is not None
+                return won
+        return adjustment
+
+    def count(self, table: str, **where: Any) -> int:
+        """Rows in one of this service's tables matching ``where`` (test and demo evidence)."""
+        if table not in {"sor_inventory_requests", "sor_inventory_adjustments"}:
+            raise ValueError(f"not a countable inventory table: {table}")
+        clauses = " AND ".join(f"{column} = ?" for column in where if column.isidentifier())
+        sql = f"SELECT COUNT(*) AS n FROM {table}" + (f" WHERE {clauses}" if clauses else "")
+        with self.store.transaction(write=False) as tx:
+            row = tx.one(sql, tuple(where.values()))
+        return int(row["n"]) if row else 0
+
+
+def _require_key(ctx: HandlerContext) -> str:
+    if not ctx.idempotency_key:
+        raise ToolExecutionError("server_error", "write handler called without an idempotency key")
+    return ctx.idempotency_key
+
+
+def inventory_specs(service: InventoryService) -> list[ToolSpec]:
+    """``get_inventory`` and ``update_inventory``, bound to ``service``."""
+
+    def get_inventory(args: GetInventoryArgs, ctx: HandlerContext) -> GetInventoryResult:
+        return GetInventoryResult(sku=args.sku, on_hand=service.on_hand(ctx.tenant_id, args.sku))
+
+    def update_inventory(args: UpdateInventoryArgs, ctx: HandlerContext) -> UpdateInventoryResult:
+        adjustment = service.adjust(
+            ctx.tenant_id, args.sku, args.delta, _require_key(ctx), reason=args.reason
+        )
+        return UpdateInventoryResult(
+            adjustment_id=adjustment["adjustment_id"],
+            sku=adjustment["sku"],
+            delta=adjustment["delta"],
+            on_hand_after=adjustment["on_hand_after"],
+            status="applied",
+        )
+
+    return [
+        ToolSpec(
+            name="get_inventory",
+            version="1.0.0",
+            owner="warehouse-systems",
+            description=(
+                "Read how many units of one SKU (e.g. 'SKU-7') are on hand. Use it to answer stock questions "
+                "and before proposing a change. Changes nothing; to change a count use update_inventory."
+            ),
+            args_model=GetInventoryArgs,
+            result_model=GetInventoryResult,
+            risk="read-only",
+            effect="Reads the stock level of one SKU of the authenticated tenant.",
+            timeout_s=5,
+            max_output_bytes=1024,
+            approval=ApprovalClass.none(),
+            required_scopes=frozenset({"inventory:read"}),
+            handler=get_inventory,
+            handler_revision="get-inventory/1.0.0",
+            rollback=NoRollback("read-only: nothing to undo"),
+            resource=ResourceRef(kind="sku", argument="sku", conflict=False),
+            audit_fields=frozenset({"sku"}),
+        ),
+        ToolSpec(
+            name="update_inventory",
+            version="1.0.0",
+            owner="warehouse-systems",
+            description=(
+                "Propose adding or removing units of one SKU in the warehouse count, with a reason code. "
+                "A warehouse reviewer must approve it; the result says pending_approval until then. "
+                "One call per SKU change; to only look at stock use get_inventory, and to order stock "
+                "from a vendor use preview_purchase_order instead."
+            ),
+            args_model=UpdateInventoryArgs,
+            result_model=UpdateInventoryResult,
+            risk="caution",
+            effect="Changes the on-hand count of one SKU by delta units.",
+            timeout_s=10,
+            max_output_bytes=1024,
+            approval=ApprovalClass.role("warehouse"),
+            required_scopes=frozenset({"inventory:write"}),
+            handler=update_inventory,
+            handler_revision="update-inventory/1.0.0",
+            rollback=Rollback(
+                "apply the opposite delta through a separately approved update_inventory",
+                tool="update_inventory",
+            ),
+            resource=ResourceRef(kind="sku", argument="sku", conflict=True),
+            audit_fields=frozenset({"sku", "delta", "reason"}),
+        ),
+    ]
+
+
+__all__ = [
+    "MIGRATIONS",
+    "GetInventoryArgs",
+    "GetInventoryResult",
+    "InventoryService",
+    "UpdateInventoryArgs",
+    "UpdateInventoryResult",
+    "inventory_specs",
+]

@@ -1,0 +1,332 @@
+"""The demo report service: ``submit_report_job`` and ``check_job_status`` (chapter §11.3).
+
+A report takes longer than one tool round trip, so it is modelled as submit / poll: submit
+returns a ``job_id`` immediately, and the status tool says ``running`` until the job's duration
+has passed, then ``complete`` with a small, bounded summary. Status is computed from the stored
+``submitted_at`` and duration against an injectable clock: no background thread, no sleeping,
+nothing that blocks a worker (the wait belongs to the orchestrator, between turns). Both the
+tool description and every answer carry the polling cadence, so the model does not poll on
+every turn.
+
+The summary is computed from ``sor_orders`` when the job is submitted (the demo orders have no
+dates, so the date range is recorded and echoed rather than filtered on) and revealed only when
+the job is complete. Requests are logged in ``sor_report_requests``; jobs dedupe on the
+idempotency key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from toolgate.errors import ToolExecutionError
+from toolgate.store import Migration, Store
+from toolgate.store._sql import iso, parse_iso, utcnow
+from toolgate.tools.spec import (
+    ApprovalClass,
+    HandlerContext,
+    NoRollback,
+    ResourceRef,
+    ResourceStatus,
+    ToolSpec,
+)
+
+COMPONENT = "demo_reports"
+
+_SCHEMA = """
+CREATE TABLE sor_report_requests (
+    request_id TEXT PRIMARY KEY, idempotency_key TEXT, tenant_id TEXT NOT NULL, report_type TEXT NOT NULL,
+    date_from TEXT NOT NULL, date_to TEXT NOT NULL, received_at TEXT NOT NULL
+);
+CREATE TABLE sor_report_jobs (
+    job_id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,
+    report_type TEXT NOT NULL, date_from TEXT NOT NULL, date_to TEXT NOT NULL,
+    submitted_at TEXT NOT NULL, duration_s INTEGER NOT NULL,
+    row_count INTEGER NOT NULL, total_amount_cents BIGINT NOT NULL, total_refunded_cents BIGINT NOT NULL
+)"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(name="demo reports: requests and jobs", sqlite=_SCHEMA, postgres=_SCHEMA),
+)
+
+ReportType = Literal["sales_summary", "refund_summary", "order_volume"]
+REPORT_DURATIONS_S: dict[str, int] = {"sales_summary": 120, "refund_summary": 60, "order_volume": 90}
+"""How long each report type takes to generate (the demo's stand-in for real work)."""
+
+_ALL_ORDERS = (
+    "SELECT COUNT(*) AS row_count, COALESCE(SUM(amount_cents), 0) AS amount,"
+    " COALESCE(SUM(refunded_cents), 0) AS refunded FROM sor_orders WHERE tenant_id = ?"
+)
+_TOTALS_SQL: dict[str, str] = {
+    "sales_summary": _ALL_ORDERS,
+    "order_volume": _ALL_ORDERS,
+    "refund_summary": _ALL_ORDERS + " AND refunded_cents > 0",
+}
+"""Fixed aggregate queries per report type, always scoped to the tenant."""
+
+POLL_MIN_S = 10
+POLL_MAX_S = 15
+"""The polling cadence stated to the model: every 10-15 seconds, no more often."""
+
+_JOB_PATTERN = r"^job_[0-9a-f]{16}$"
+_ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+
+
+def _iso_date_only(value: Any) -> Any:
+    """Accept a date or ``YYYY-MM-DD`` text only (lax date parsing would also take timestamps)."""
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and _ISO_DATE.match(value):
+        return value
+    raise ValueError("must be a calendar date written YYYY-MM-DD")
+
+
+ReportDate = Annotated[
+    date,
+    BeforeValidator(_iso_date_only),
+    Field(strict=False, ge=date(2000, 1, 1), le=date(2100, 12, 31)),
+]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class SubmitReportJobArgs(_Args):
+    """Arguments of ``submit_report_job``."""
+
+    report_type: ReportType = Field(description="Which report to generate.")
+    date_from: ReportDate = Field(description="First day covered, YYYY-MM-DD (on or before date_to).")
+    date_to: ReportDate = Field(
+        description="Last day covered, YYYY-MM-DD (at most 366 days after date_from)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> SubmitReportJobArgs:
+        problem = date_range_problem(self.date_from, self.date_to)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+class CheckJobStatusArgs(_Args):
+    """Arguments of ``check_job_status``."""
+
+    job_id: str = Field(pattern=_JOB_PATTERN, description="The job_id returned by submit_report_job.")
+
+
+class SubmitReportJobResult(_Result):
+    """A job accepted for generation; the report is not ready yet."""
+
+    job_id: str
+    status: Literal["submitted"]
+    estimated_seconds: int
+    poll_after_seconds: int
+
+
+class ReportSummary(_Result):
+    """The bounded result of a complete report."""
+
+    report_type: str
+    date_from: str
+    date_to: str
+    row_count: int
+    total_amount_cents: int
+    total_refunded_cents: int
+
+
+class JobStatusResult(_Result):
+    """Where a job stands; ``poll_after_seconds`` says when to ask again (None once complete)."""
+
+    job_id: str
+    status: Literal["running", "complete"]
+    poll_after_seconds: int | None
+    summary: ReportSummary | None = None
+
+
+def date_range_problem(date_from: date, date_to: date) -> str | None:
+    """The cross-field rule of a report range, shared by the model validator and the handler."""
+    if date_from > date_to:
+        return "date_from must be on or before date_to"
+    if (date_to - date_from).days > 366:
+        return "a report covers at most 366 days"
+    return None
+
+
+def _poll_after(remaining_s: float) -> int:
+    return int(min(POLL_MAX_S, max(POLL_MIN_S, math.ceil(remaining_s))))
+
+
+@dataclass
+class ReportService:
+    """The report system of record; ``now`` is injectable so tests move time instead of sleeping."""
+
+    store: Store
+    now: Callable[[], datetime] = utcnow
+
+    resource_kinds: ClassVar[frozenset[str]] = frozenset({"job"})
+
+    def setup(self, *, seed: bool = True) -> None:
+        """Create the tables (there is nothing to seed: jobs exist only once submitted)."""
+        self.store.migrate(COMPONENT, MIGRATIONS)
+
+    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
+        """A job belongs to the tenant that submitted it."""
+        if kind not in self.resource_kinds:
+            return "missing"
+        with self.store.transaction(write=False) as tx:
+            row = tx.one("SELECT tenant_id FROM sor_report_jobs WHERE job_id = ?", (resource_id,))
+        if row is None:
+            return "missing"
+        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+
+    def submit(
+        self, tenant_id: str, report_type: str, date_from: date, date_to: date, idempotency_key: str
+    ) -> dict[str, Any]:
+        """Log the request and create the job once per idempotency key."""
+        received = iso(self.now())
+        span = (date_from.isoformat(), date_to.isoformat())
+        with self.store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO sor_report_requests VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ("rpreq_" + secrets.token_hex(8), idempotency_key, tenant_id, report_type, *span, received),
+            )
+            totals = tx.one(_TOTALS_SQL[report_type], (tenant_id,))
+            assert totals is not None
+            tx.execute(
+                "INSERT INTO sor_report_jobs (job_id, idempotency_key, tenant_id, report_type, date_from, date_to,"
+                " submitted_at, duration_s, row_count, total_amount_cents, total_refunded_cents)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING",
+                (
+                    "job_" + secrets.token_hex(8),
+                    idempotency_key,
+                    tenant_id,
+                    report_type,
+                    *span,
+                    received,
+                    REPORT_DURATIONS_S[report_type],
+                    int(totals["row_count"]),
+                    int(totals["amount"]),
+                    int(totals["refunded"]),
+                ),
+            )
+            job = tx.one(
+                "SELECT * FROM sor_report_jobs WHERE tenant_id = ? AND idempotency_key = ?",
+                (tenant_id, idempotency_key),
+            )
+        if job is None:
+            raise ToolExecutionError("caller_error", "this idempotency key belongs to another account's job")
+        return job
+
+    def status(self, tenant_id: str, job_id: str) -> dict[str, Any]:
+        """Running until ``submitted_at + duration_s``, then complete with the stored summary."""
+        with self.store.transaction(write=False) as tx:
+            job = tx.one(
+                "SELECT * FROM sor_report_jobs WHERE tenant_id = ? AND job_id = ?", (tenant_id, job_id)
+            )
+        if job is None:
+            raise ToolExecutionError("caller_error", f"no job {job_id} for this account")
+        elapsed = (self.now() - parse_iso(job["submitted_at"])).total_seconds()
+        remaining = job["duration_s"] - elapsed
+        if remaining > 0:
+            return {"job_id": job_id, "status": "running", "poll_after_seconds": _poll_after(remaining)}
+        return {"job_id": job_id, "status": "complete", "poll_after_seconds": None, "summary": job}
+
+
+def _require_key(ctx: HandlerContext) -> str:
+    if not ctx.idempotency_key:
+        raise ToolExecutionError("server_error", "write handler called without an idempotency key")
+    return ctx.idempotency_key
+
+
+def report_specs(service: ReportService) -> list[ToolSpec]:
+    """``submit_report_job`` and ``check_job_status``, bound to ``service``."""
+
+    def submit_report_job(args: SubmitReportJobArgs, ctx: HandlerContext) -> SubmitReportJobResult:
+        problem = date_range_problem(args.date_from, args.date_to)
+        if problem:  # the model validator already refuses this; handlers re-check their own rules
+            raise ToolExecutionError("caller_error", problem)
+        job = service.submit(ctx.tenant_id, args.report_type, args.date_from, args.date_to, _require_key(ctx))
+        return SubmitReportJobResult(
+            job_id=job["job_id"],
+            status="submitted",
+            estimated_seconds=job["duration_s"],
+            poll_after_seconds=_poll_after(job["duration_s"]),
+        )
+
+    def check_job_status(args: CheckJobStatusArgs, ctx: HandlerContext) -> JobStatusResult:
+        return JobStatusResult.model_validate(service.status(ctx.tenant_id, args.job_id))
+
+    return [
+        ToolSpec(
+            name="submit_report_job",
+            version="1.0.0",
+            owner="analytics",
+            description=(
+                "Start generating a report (sales_summary, refund_summary or order_volume) for a date range. "
+                "Returns a job_id immediately; the report is NOT ready yet. An analyst must approve the job "
+                "first. To see whether a job you already submitted is done, use check_job_status with its "
+                "job_id; never submit the same report again to check on it."
+            ),
+            args_model=SubmitReportJobArgs,
+            result_model=SubmitReportJobResult,
+            risk="caution",
+            effect="Starts one report job over the tenant's orders; it uses reporting capacity for minutes.",
+            timeout_s=10,
+            max_output_bytes=1024,
+            approval=ApprovalClass.role("analyst"),
+            required_scopes=frozenset({"reports:write"}),
+            handler=submit_report_job,
+            handler_revision="submit-report-job/1.0.0",
+            rollback=NoRollback("a report job only reads data; there is nothing to undo once it has run"),
+            audit_fields=frozenset({"report_type", "date_from", "date_to"}),
+        ),
+        ToolSpec(
+            name="check_job_status",
+            version="1.0.0",
+            owner="analytics",
+            description=(
+                "Check a report job started by submit_report_job, by its job_id. Poll every 10-15 seconds, "
+                "no more often, and wait at least poll_after_seconds before asking again; stop once the status "
+                "is 'complete' (the summary is then included). To start a new report use submit_report_job."
+            ),
+            args_model=CheckJobStatusArgs,
+            result_model=JobStatusResult,
+            risk="read-only",
+            effect="Reads the status of one report job of the authenticated tenant.",
+            timeout_s=5,
+            max_output_bytes=2048,
+            approval=ApprovalClass.none(),
+            required_scopes=frozenset({"reports:read"}),
+            handler=check_job_status,
+            handler_revision="check-job-status/1.0.0",
+            rollback=NoRollback("read-only: nothing to undo"),
+            resource=ResourceRef(kind="job", argument="job_id", conflict=False),
+            audit_fields=frozenset({"job_id"}),
+        ),
+    ]
+
+
+__all__ = [
+    "MIGRATIONS",
+    "REPORT_DURATIONS_S",
+    "CheckJobStatusArgs",
+    "JobStatusResult",
+    "ReportService",
+    "ReportSummary",
+    "SubmitReportJobArgs",
+    "SubmitReportJobResult",
+    "date_range_problem",
+    "report_specs",
+]
