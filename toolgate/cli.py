@@ -17,6 +17,7 @@ from langgraph.types import Command
 from rich.console import Console
 
 from toolgate.bootstrap import App, open_app
+from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_registry import registry_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
@@ -33,6 +34,7 @@ app.add_typer(proposals_app, name="proposals")
 app.add_typer(audit_app, name="audit")
 app.add_typer(worker_app, name="worker")
 app.add_typer(registry_app, name="registry")
+app.add_typer(dispatch_app, name="dispatch")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

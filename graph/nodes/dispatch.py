@@ -19,6 +19,7 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from toolgate.canonical import canonical_json, digest, sha256_hex
+from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
@@ -169,16 +170,15 @@ def judge(
     if refused:
         return Verdict(spec, arguments, refused, fingerprint)
     if spec.semantic_check is not None:
-        problem = spec.semantic_check(
-            validated, HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
-        )
-        if problem:
-            return Verdict(
-                spec,
-                arguments,
-                Rejection(code="semantic_invalid", message=problem[:300], retryable=True),
-                fingerprint,
+        try:
+            problem = spec.semantic_check(
+                validated, HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
             )
+        except ToolExecutionError as exc:
+            problem = exc.message
+        if problem:
+            rejection = Rejection(code="semantic_invalid", message=redact_text(problem)[:300], retryable=True)
+            return Verdict(spec, arguments, rejection, fingerprint)
     decision = gw.policy.evaluate(spec.name, spec.is_write, principal, arguments, now)
     if decision.kind == "deny":
         assert decision.rejection is not None

@@ -11,6 +11,7 @@ from langgraph.runtime import Runtime
 
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
+from toolgate.graph.nodes._bounds import bound_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState
 from toolgate.store._sql import iso, parse_iso
@@ -48,6 +49,7 @@ def make_model_node(gw: Gateway) -> Any:
         response = runnable.invoke([SystemMessage(gw.instructions), *state.get("messages", [])])
         if not isinstance(response, AIMessage):
             response = AIMessage(content=str(getattr(response, "content", response)))
+        response = bound_response(response)
         gw.auditor.record(
             "model.response",
             "received",

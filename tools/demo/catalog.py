@@ -45,6 +45,13 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"]
         )
 
+    def refund_within_balance(args: IssueRefundArgs, ctx: HandlerContext) -> str | None:
+        order = system.order(ctx.tenant_id, args.order_id)
+        remaining = order["amount_cents"] - order["refunded_cents"]
+        if args.amount_cents > remaining:
+            return f"amount_cents must be at most the unrefunded amount of the order ({remaining})."
+        return None
+
     def issue_refund(args: IssueRefundArgs, ctx: HandlerContext) -> IssueRefundResult:
         refund = system.refund(ctx.tenant_id, args.order_id, args.amount_cents, _require_key(ctx))
         return IssueRefundResult(
@@ -145,6 +152,7 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             ),
             resource=ResourceRef(kind="order", argument="order_id"),
             audit_fields=frozenset({"order_id", "amount_cents", "reason"}),
+            semantic_check=refund_within_balance,
         ),
     ]
 

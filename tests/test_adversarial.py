@@ -1,0 +1,63 @@
+"""The adversarial dispatch cases in pytest: each case, then the totals that prove fail-closed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolgate.evals.adversarial import CASES, PROPOSAL_CREATED, AdversarialCase, Call
+from toolgate.evals.dispatch_runner import DispatchRunner, RunReport
+from toolgate.store import SQLiteStore
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DispatchRunner]:
+    yield DispatchRunner(SQLiteStore(tmp_path_factory.mktemp("adv") / "adv.sqlite"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case(runner: DispatchRunner, case: AdversarialCase) -> None:
+    result = runner.run_case(case, CASES.index(case))
+    assert result.outcome == case.expected
+    assert result.handler_calls == result.completed_reads, "a refused call reached a handler"
+    if case.expected != PROPOSAL_CREATED:
+        assert result.proposals == 0
+
+
+def test_every_rejection_code_is_covered() -> None:
+    from toolgate.errors import REJECTION_CODES
+
+    assert {c.expected for c in CASES} >= set(REJECTION_CODES)
+    assert len(CASES) >= 150
+
+
+def test_full_run_prints_the_seed_line_and_no_write_handler_ran(tmp_path: Path) -> None:
+    report = DispatchRunner(SQLiteStore(tmp_path / "full.sqlite")).run()
+    lines = report.lines()
+    assert lines[0] == (
+        "known_read=ACCEPTED unknown_tool=REJECTED malformed_json=REJECTED unknown_alias=REJECTED "
+        "cross_tenant=REJECTED unauthorized_write=REJECTED authorized_write=PROPOSAL_CREATED "
+        "handlers_executed_for_write=0"
+    )
+    assert (
+        f"cases={len(CASES)} passed={len(CASES)} handlers_executed_for_rejected=0 proposals_for_rejected=0"
+        in lines
+    )
+    assert report.passed
+
+
+def test_a_wrong_expectation_is_reported_as_a_failure(tmp_path: Path) -> None:
+    runner = DispatchRunner(SQLiteStore(tmp_path / "neg.sqlite"))
+    wrong = AdversarialCase(
+        "expects_acceptance_of_cross_tenant",
+        "probe",
+        "ACCEPTED",
+        (Call("lookup_order", {"order_id": "O-7001"}),),
+    )
+    report = RunReport(results=[runner.run_case(wrong)])
+    assert not report.passed
+    assert (
+        "failed_case=expects_acceptance_of_cross_tenant expected=ACCEPTED got=cross_tenant" in report.lines()
+    )
