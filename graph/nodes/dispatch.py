@@ -215,6 +215,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
                         message=f"The {what} of this task is exhausted; a person will review the task.",
                     ),
                 )
+                status = {"status": "needs_review", "status_reason": f"task {what} exhausted"}
             else:
                 budget["tool_calls"] += 1
                 verdict = judge(gw, principal, call, ctx=ctx, counts=counts, now=now)
@@ -230,7 +231,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
                             "status": "needs_review",
                             "status_reason": f"arguments for {tool} stayed invalid after retries",
                         }
-                if rejection.code in ENDS_TASK:
+                if rejection.code in ENDS_TASK and not status:
                     status = {"status": "needs_review", "status_reason": rejection.code.replace("_", " ")}
                 gw.auditor.record(
                     "call.rejected",
