@@ -152,6 +152,8 @@ def _expected_for(value: str) -> str:
 
 
 def _cases() -> list[AdversarialCase]:
+    args: Any
+    tool: str
     cases: list[AdversarialCase] = [
         AdversarialCase(
             "known_read",
@@ -238,13 +240,13 @@ def _cases() -> list[AdversarialCase]:
                     (Call(tool, raw=raw),),
                 )
             )
-    for i, args in enumerate([["O-5512"], "O-5512", 5512, None, True]):
+    for i, non_object in enumerate([["O-5512"], "O-5512", 5512, None, True]):
         cases.append(
             AdversarialCase(
                 f"non_object_args_{i}",
                 "malformed_arguments",
                 "malformed_arguments",
-                (Call("lookup_order", args),),
+                (Call("lookup_order", non_object),),
             )
         )
     for i, value in enumerate(INJECTION_STRINGS):

@@ -18,6 +18,11 @@ def _env_float(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
+def _env_delays() -> tuple[float, ...]:
+    raw = os.environ.get("TOOLGATE_RECONCILE_DELAYS")
+    return tuple(float(x) for x in raw.split(",")) if raw else (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
 @dataclass(kw_only=True)
 class Context:
     """Runtime context of one graph run (LangGraph ``context_schema``).
@@ -46,6 +51,8 @@ class Context:
     """How often the same tool with the same arguments may be called in one task."""
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     """The user's own forwarded credentials (e.g. ``crm_token``); never checkpointed, logged or shown."""
+    reconcile_delays: tuple[float, ...] = field(default_factory=lambda: _env_delays())
+    """Waits between status checks of an unknown outcome (the seeds' 1, 2, 4, 8, 16 s)."""
     claim_lease_s: float = field(default_factory=lambda: _env_float("TOOLGATE_CLAIM_LEASE_S", 60.0))
     """Lease of an execution claim; recovery may reconcile an operation after it lapses."""
     duplicate_wait_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DUPLICATE_WAIT_S", 30.0))

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.policy.principal import Principal
 
 SCHEMA_VERSION = 1
 
-DEMO_IDENTITIES = {
+DEMO_IDENTITIES: dict[str, Any] = {
     "schema_version": SCHEMA_VERSION,
     "identities": [
         {

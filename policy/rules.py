@@ -28,8 +28,15 @@ SCHEMA_VERSION = 1
 class Rule(Protocol):
     """One business rule of one tool."""
 
-    id: str
-    tool: str
+    @property
+    def id(self) -> str:
+        """Stable rule id, e.g. ``refund.amount_limit``."""
+        ...
+
+    @property
+    def tool(self) -> str:
+        """Tool the rule applies to."""
+        ...
 
     def evaluate(self, principal: Principal, args: Mapping[str, Any], now: datetime) -> Rejection | None:
         """A rejection when violated, else None."""

@@ -25,6 +25,7 @@ from toolgate.store.records import (
     ApprovalRecord,
     AuditEvent,
     AuditEventIn,
+    DeadLetter,
     OperationRecord,
     OperationStatus,
     ProposalRecord,
@@ -95,6 +96,12 @@ def _proposal(row: dict[str, Any]) -> ProposalRecord:
     data = dict(row)
     data["arguments"] = json.loads(data["arguments"])
     return ProposalRecord(**data)
+
+
+def _dead_letter(row: dict[str, Any]) -> DeadLetter:
+    data = dict(row)
+    data["context"] = json.loads(data["context"])
+    return DeadLetter(**data)
 
 
 def _operation(row: dict[str, Any]) -> OperationRecord:
@@ -202,8 +209,8 @@ class SqlStore(Store, abc.ABC):
             inserted = tx.execute(
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
-                " risk, effect, rollback, approval_class, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING proposal_id",
                 (
                     proposal.proposal_id,
@@ -225,6 +232,7 @@ class SqlStore(Store, abc.ABC):
                     proposal.approval_class,
                     proposal.created_at,
                     proposal.expires_at,
+                    proposal.supersedes,
                 ),
             )
             if inserted:
@@ -353,6 +361,47 @@ class SqlStore(Store, abc.ABC):
                 (owner, iso(now + timedelta(seconds=lease_s)), iso(now), operation_key),
             )
         return _operation(rows[0]) if rows else None
+
+    def superseding(self, proposal_id: str) -> ProposalRecord | None:
+        with self.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM proposals WHERE supersedes = ? ORDER BY created_at DESC", (proposal_id,))
+        return _proposal(row) if row else None
+
+    def stale_executing(self, lease_before: str) -> list[OperationRecord]:
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(
+                "SELECT * FROM operations WHERE status = 'executing' AND lease_expires_at < ? ORDER BY updated_at",
+                (lease_before,),
+            )
+        return [_operation(r) for r in rows]
+
+    # ---- dead letters ----------------------------------------------------------------
+
+    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter:
+        with self.transaction() as tx:
+            tx.execute(
+                "INSERT INTO dead_letters (operation_key, created_at, reason, context) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (operation_key, iso(utcnow()), reason, canonical_json(context)),
+            )
+            row = tx.one("SELECT * FROM dead_letters WHERE operation_key = ?", (operation_key,))
+        assert row is not None
+        return _dead_letter(row)
+
+    def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
+        sql = "SELECT * FROM dead_letters" + (" WHERE resolved_at IS NULL" if open_only else "")
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(sql + " ORDER BY created_at")
+        return [_dead_letter(r) for r in rows]
+
+    def resolve_dead_letter(self, operation_key: str, *, resolution: str, resolved_by: str, note: str) -> bool:
+        with self.transaction() as tx:
+            rows = tx.execute(
+                "UPDATE dead_letters SET resolved_at = ?, resolved_by = ?, resolution = ?, note = ?"
+                " WHERE operation_key = ? AND resolved_at IS NULL RETURNING operation_key",
+                (iso(utcnow()), resolved_by, resolution, note, operation_key),
+            )
+        return bool(rows)
 
     # ---- rate limits -------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from toolgate.store.records import (
     ApprovalRecord,
     AuditEvent,
     AuditEventIn,
+    DeadLetter,
     OperationRecord,
     OperationStatus,
     ProposalRecord,
@@ -109,6 +110,27 @@ class Store(abc.ABC):
 
         Returns the claimed row, or None when someone else owns (or finished) the operation.
         """
+
+    @abc.abstractmethod
+    def superseding(self, proposal_id: str) -> ProposalRecord | None:
+        """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
+
+    @abc.abstractmethod
+    def stale_executing(self, lease_before: str) -> list[OperationRecord]:
+        """Operations still ``executing`` whose claim lease lapsed before ``lease_before``."""
+
+    # dead letters
+    @abc.abstractmethod
+    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter:
+        """Record an unresolved operation for a person (idempotent per operation)."""
+
+    @abc.abstractmethod
+    def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
+        """Dead letters, oldest first."""
+
+    @abc.abstractmethod
+    def resolve_dead_letter(self, operation_key: str, *, resolution: str, resolved_by: str, note: str) -> bool:
+        """Close a dead letter once; False when it was already resolved or does not exist."""
 
     # rate limits
     @abc.abstractmethod

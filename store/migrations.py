@@ -187,6 +187,19 @@ CREATE TABLE rate_counters (
     PRIMARY KEY (bucket, window_start)
 )"""
 
+_DEAD_LETTERS = """
+CREATE TABLE dead_letters (
+    operation_key TEXT PRIMARY KEY REFERENCES operations(operation_key),
+    created_at TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    context TEXT NOT NULL,
+    resolved_at TEXT,
+    resolved_by TEXT,
+    resolution TEXT,
+    note TEXT
+);
+ALTER TABLE proposals ADD COLUMN supersedes TEXT"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -194,6 +207,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         postgres=_POSTGRES_V1,
     ),
     Migration(name="fixed-window rate limit counters", sqlite=_RATE_COUNTERS, postgres=_RATE_COUNTERS),
+    Migration(name="dead letters; proposal edits supersede their original", sqlite=_DEAD_LETTERS,
+              postgres=_DEAD_LETTERS),
 )
 """The store's own schema, component ``toolgate``."""
 

@@ -70,10 +70,14 @@ class ProposalRecord:
     """ISO-8601 UTC creation time."""
     expires_at: str
     """ISO-8601 UTC time after which approval is impossible."""
+    supersedes: str | None = None
+    """The proposal this one replaces (a reviewer's edit is a new proposal, never a change)."""
 
     def content(self) -> dict[str, Any]:
         """Everything the digest covers."""
+        extra = {"supersedes": self.supersedes} if self.supersedes else {}
         return {
+            **extra,
             "operation_key": self.operation_key,
             "thread_id": self.thread_id,
             "call_id": self.call_id,
@@ -146,6 +150,21 @@ class OperationRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    """An operation whose outcome nobody could determine, waiting for a person."""
+
+    operation_key: str
+    created_at: str
+    reason: str
+    context: dict[str, Any]
+    """Tool, argument digest, attempt history, last error: what the person needs to decide."""
+    resolved_at: str | None = None
+    resolved_by: str | None = None
+    resolution: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class AuditEventIn:
     """An audit event to append; the store assigns sequence, ids, time and hashes."""
 
@@ -202,6 +221,7 @@ __all__ = [
     "ApprovalRecord",
     "AuditEvent",
     "AuditEventIn",
+    "DeadLetter",
     "Decision",
     "OperationRecord",
     "OperationStatus",

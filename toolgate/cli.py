@@ -19,6 +19,7 @@ from rich.console import Console
 from toolgate.bootstrap import App, open_app
 from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_registry import registry_app
+from toolgate.cli_worker import deadletter_app, worker_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
@@ -29,10 +30,10 @@ app = typer.Typer(
 )
 proposals_app = typer.Typer(no_args_is_help=True, help="Inspect write proposals.")
 audit_app = typer.Typer(no_args_is_help=True, help="Read the audit trail.")
-worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
 app.add_typer(proposals_app, name="proposals")
 app.add_typer(audit_app, name="audit")
 app.add_typer(worker_app, name="worker")
+app.add_typer(deadletter_app, name="deadletter")
 app.add_typer(registry_app, name="registry")
 app.add_typer(dispatch_app, name="dispatch")
 
@@ -183,25 +184,6 @@ def reject(
         application.gateway, proposal_id, application.identities().get(as_user), "reject", reason=reason
     )
     _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
-
-
-@worker_app.command("execute")
-def worker_execute(
-    operation_key: Annotated[str, typer.Option("--operation-key", help="Operation to deliver.")],
-    worker: Annotated[str | None, typer.Option(help="Worker id recorded as claim owner.")] = None,
-) -> None:
-    """Deliver one approved operation: execute it once, or return its stored result."""
-    application = _open()
-    delivery = application.gateway.executor.deliver(
-        operation_key, worker_id=worker or Context().worker_id, lease_s=Context().claim_lease_s
-    )
-    _kv(
-        operation_key=operation_key,
-        claim=delivery.claim,
-        status=delivery.status,
-        duplicate_delivery="stored_result_returned" if delivery.duplicate else "none",
-        result=json.dumps(delivery.result, sort_keys=True) if delivery.result else "none",
-    )
 
 
 @audit_app.command("trace")

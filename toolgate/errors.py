@@ -12,6 +12,7 @@ Rejections of model tool calls are *not* exceptions: they are values with a stab
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 RejectionCode = Literal[
@@ -53,7 +54,7 @@ class RegistryError(ToolgateUsageError):
     """
 
     def __init__(
-        self, message: str, *, tool: str | None = None, problems: list[tuple[str, str]] | None = None
+        self, message: str, *, tool: str | None = None, problems: Sequence[tuple[str, str]] | None = None
     ) -> None:
         super().__init__(message)
         self.tool = tool

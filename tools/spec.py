@@ -141,6 +141,9 @@ Handler = Callable[[Any, HandlerContext], BaseModel]
 """A handler takes the validated argument model and the context, and returns the result model."""
 
 SemanticCheck = Callable[[Any, HandlerContext], "str | None"]
+
+Reconcile = Callable[[Any, HandlerContext], "BaseModel | None"]
+"""Status check of a write: the stored effect's result, or None when there is no trace of it."""
 """Cross-field validation: validated arguments and context in, a model-actionable problem or None out."""
 
 ProblemCode = Literal[
@@ -244,6 +247,14 @@ class ToolSpec:
     """Argument fields copied into audit events as-is; all others appear only as digests."""
     semantic_check: SemanticCheck | None = field(default=None, repr=False)
     """Cross-field business validation on validated arguments (read-only; returns a problem or None)."""
+    reconcile: Reconcile | None = field(default=None, repr=False)
+    """Status check for an unknown outcome: finds the effect by idempotency key or natural key.
+
+    Returns the result when the effect happened, None when the system shows no trace of it.
+    Writes without one go straight to the dead-letter list when their outcome is unknown."""
+    retry_safe_when_absent: bool = True
+    """After a status check finds no effect, may the operation be delivered again? True when the
+    downstream dedupes on the idempotency key (or the handler checks the natural key first)."""
     exposed_to_roles: frozenset[str] | None = None
     """When set, only principals holding one of these roles see the tool (besides the scopes)."""
     exposed_to_tenants: frozenset[str] | None = None
@@ -276,6 +287,7 @@ __all__ = [
     "HandlerContext",
     "NoRollback",
     "ProblemCode",
+    "Reconcile",
     "ResourceRef",
     "ResourceResolver",
     "ResourceStatus",

@@ -52,7 +52,8 @@ def _preview(value: Any) -> str:
 
 def bound_response(message: AIMessage) -> AIMessage:
     """The response with out-of-bounds calls moved to ``invalid_tool_calls``."""
-    kept, moved = [], list(message.invalid_tool_calls)
+    kept: list[Any] = []
+    moved: list[Any] = list(message.invalid_tool_calls)
     for call in message.tool_calls:
         problem = argument_problem(call.get("args"))
         if problem is None:
@@ -67,16 +68,16 @@ def bound_response(message: AIMessage) -> AIMessage:
                     "error": problem,
                 }
             )
-    bounded = []
-    for call in moved:
-        raw = call.get("args")
+    bounded: list[Any] = []
+    for invalid in moved:
+        raw = invalid.get("args")
         if isinstance(raw, str) and len(raw) > MAX_ARGUMENT_BYTES:
-            call = {
-                **call,
+            invalid = {
+                **invalid,
                 "args": raw[:PREVIEW_CHARS],
                 "error": f"arguments exceed {MAX_ARGUMENT_BYTES} bytes",
             }
-        bounded.append(call)
+        bounded.append(invalid)
     if len(kept) == len(message.tool_calls) and bounded == list(message.invalid_tool_calls):
         return message
     return message.model_copy(update={"tool_calls": kept, "invalid_tool_calls": bounded})

@@ -21,6 +21,7 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.execution import Delivery
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
+from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.store._sql import iso
 from toolgate.tools.spec import ToolSpec
@@ -76,6 +77,30 @@ def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMe
         retryable=False,
         error_kind=kind,
         extra=facts,
+    )
+
+
+def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) -> Delivery:
+    """Reconcile an unknown outcome right away; deliver once more only if the effect is proven absent."""
+    settled = reconcile(gw.executor, delivery.operation_key, delays=ctx.reconcile_delays)
+    if settled.status == "approved":
+        return gw.executor.deliver(
+            delivery.operation_key,
+            worker_id=ctx.worker_id,
+            lease_s=ctx.claim_lease_s,
+            wait_s=ctx.duplicate_wait_s,
+            call_id=call_id,
+        )
+    op = gw.store.get_operation(delivery.operation_key)
+    assert op is not None
+    return Delivery(
+        operation_key=op.operation_key,
+        status=op.status,
+        claim=delivery.claim,
+        duplicate=False,
+        result=op.result,
+        error=op.error,
+        reason=delivery.reason,
     )
 
 
@@ -158,6 +183,8 @@ def make_execute_node(gw: Gateway) -> Any:
                 wait_s=ctx.duplicate_wait_s,
                 call_id=call_id,
             )
+            if delivery.status == "unknown":
+                delivery = settle_unknown(gw, delivery, ctx, call_id)
             if delivery.status == "rejected" and not delivery.reason:
                 decisions = gw.store.decisions_for(record["proposal_id"])
                 reasons = [d.reason for d in decisions if d.decision == "reject"]

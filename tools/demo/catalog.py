@@ -45,6 +45,20 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"]
         )
 
+    def refund_status(args: IssueRefundArgs, ctx: HandlerContext) -> IssueRefundResult | None:
+        refund = system.refund_by_key(ctx.tenant_id, _require_key(ctx))
+        if refund is None:
+            return None
+        return IssueRefundResult(refund_id=refund["refund_id"], order_id=refund["order_id"],
+                                 amount_cents=refund["amount_cents"], status="refunded")
+
+    def restart_status(args: RestartServiceArgs, ctx: HandlerContext) -> RestartServiceResult | None:
+        restart = system.restart_by_key(ctx.tenant_id, _require_key(ctx))
+        if restart is None:
+            return None
+        row = system.service(ctx.tenant_id, args.service_alias)
+        return RestartServiceResult(service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"])
+
     def refund_within_balance(args: IssueRefundArgs, ctx: HandlerContext) -> str | None:
         order = system.order(ctx.tenant_id, args.order_id)
         remaining = order["amount_cents"] - order["refunded_cents"]
@@ -127,6 +141,7 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             rollback=NoRollback("a restart cannot be undone; the service returns to its configured state"),
             resource=ResourceRef(kind="service", argument="service_alias"),
             audit_fields=frozenset({"service_alias"}),
+            reconcile=restart_status,
         ),
         ToolSpec(
             name="issue_refund",
@@ -153,6 +168,7 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             resource=ResourceRef(kind="order", argument="order_id"),
             audit_fields=frozenset({"order_id", "amount_cents", "reason"}),
             semantic_check=refund_within_balance,
+            reconcile=refund_status,
         ),
     ]
 

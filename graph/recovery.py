@@ -1,0 +1,177 @@
+"""Unknown outcomes and dead workers: reconcile before anything may write again.
+
+A handler timeout, a lost response or a worker that died holding a claim leaves an operation
+whose effect may or may not have happened. Nothing retries it blindly. The tool's status check
+(by idempotency key, or by the legacy system's natural key) is asked with backoff; a found effect
+becomes ``succeeded`` with its real result; an absent one is re-approved for delivery only when
+the downstream dedupes on the same key; anything still unknown goes to the dead-letter list for
+a person, with the context they need (chapter §8.4, §9.5; brandur's "completer").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from toolgate.canonical import idempotency_key_for
+from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.graph.execution import Executor
+from toolgate.policy.output import sanitize_result
+from toolgate.store._sql import iso, utcnow
+from toolgate.tools.spec import HandlerContext
+
+DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
+"""The seeds' status-check backoff: five checks over 31 seconds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reconciliation:
+    """What reconciling one operation found."""
+
+    operation_key: str
+    status: Literal["succeeded", "approved", "dead_lettered", "unchanged"]
+    checks: int
+    found: bool
+
+
+def reconcile(
+    executor: Executor,
+    operation_key: str,
+    *,
+    delays: Sequence[float] = DEFAULT_DELAYS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Reconciliation:
+    """Resolve an ``unknown`` operation from the system of record; never re-executes it here."""
+    store, auditor = executor.store, executor.auditor
+    op = store.get_operation(operation_key)
+    if op is None or op.status != "unknown":
+        return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
+    spec = executor.registry.get(op.tool)
+    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    common = {
+        "operation_key": operation_key,
+        "proposal_id": op.proposal_id,
+        "tool": op.tool,
+        "handler_revision": proposal.handler_revision if proposal else None,
+    }
+    history: list[dict[str, str]] = []
+    checks = 0
+    if spec is not None and spec.reconcile is not None and proposal is not None:
+        args = spec.args_model.model_validate(proposal.arguments)
+        ctx = HandlerContext(
+            tenant_id=proposal.tenant_id,
+            user_id=proposal.requester_id,
+            operation_key=operation_key,
+            idempotency_key=idempotency_key_for(operation_key),
+        )
+        for attempt, delay in enumerate([0.0, *delays]):
+            if attempt:
+                sleep(delay)
+            checks += 1
+            try:
+                found = spec.reconcile(args, ctx)
+            except ToolExecutionError as exc:
+                history.append({"check": str(checks), "error": exc.kind})
+                continue
+            if found is not None:
+                result = sanitize_result(found, spec.result_model)
+                store.transition(operation_key, "unknown", "succeeded", result=result)
+                auditor.record("operation.reconciled", "completed", detail={"checks": checks}, **common)
+                return Reconciliation(
+                    operation_key=operation_key, status="succeeded", checks=checks, found=True
+                )
+            history.append({"check": str(checks), "result": "absent"})
+            if spec.retry_safe_when_absent:
+                store.transition(operation_key, "unknown", "approved")
+                auditor.record(
+                    "operation.reconciled", "absent_retry_safe", detail={"checks": checks}, **common
+                )
+                return Reconciliation(
+                    operation_key=operation_key, status="approved", checks=checks, found=False
+                )
+    reason = (
+        "no status check for this tool"
+        if spec is None or spec.reconcile is None
+        else (f"effect not found after {checks} status checks")
+    )
+    store.add_dead_letter(
+        operation_key,
+        reason,
+        {
+            "tool": op.tool,
+            "proposal_id": op.proposal_id,
+            "attempts": op.attempts,
+            "last_error": op.error,
+            "arguments_sha256": proposal.arguments_sha256 if proposal else None,
+            "history": history,
+        },
+    )
+    with contextlib.suppress(InvalidTransitionError):
+        store.transition(operation_key, "unknown", "dead_lettered")
+    auditor.record(
+        "operation.dead_lettered", "dead_lettered", code="unresolved", detail={"reason": reason}, **common
+    )
+    return Reconciliation(operation_key=operation_key, status="dead_lettered", checks=checks, found=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoveryReport:
+    """What one recovery pass did."""
+
+    recovered: list[str]
+    reconciled: list[Reconciliation]
+    redelivered: list[str]
+
+
+def recover(
+    executor: Executor,
+    *,
+    worker_id: str,
+    grace_s: float = 30.0,
+    delays: Sequence[float] = DEFAULT_DELAYS,
+    sleep: Callable[[float], None] = time.sleep,
+    redeliver: bool = True,
+) -> RecoveryReport:
+    """Find claims whose lease lapsed more than ``grace_s`` ago, mark them unknown, reconcile every
+    unknown operation, and deliver again those the status check proved absent (same key)."""
+    store = executor.store
+    cutoff = iso(utcnow() - timedelta(seconds=grace_s))
+    recovered: list[str] = []
+    for op in store.stale_executing(cutoff):
+        try:
+            store.transition(
+                op.operation_key,
+                "executing",
+                "unknown",
+                owner=op.owner,
+                error={"kind": "worker_lost", "message": f"claim of {op.owner} lapsed", "retryable": False},
+            )
+        except InvalidTransitionError:
+            continue  # the owner finished in the meantime
+        executor.auditor.record(
+            "operation.recovered",
+            "unknown",
+            operation_key=op.operation_key,
+            proposal_id=op.proposal_id,
+            tool=op.tool,
+            detail={"previous_owner": op.owner or ""},
+        )
+        recovered.append(op.operation_key)
+    reconciled = [
+        reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
+        for op in store.list_operations("unknown")
+    ]
+    redelivered: list[str] = []
+    if redeliver:
+        for item in reconciled:
+            if item.status == "approved":
+                executor.deliver(item.operation_key, worker_id=worker_id)
+                redelivered.append(item.operation_key)
+    return RecoveryReport(recovered=recovered, reconciled=reconciled, redelivered=redelivered)
+
+
+__all__ = ["DEFAULT_DELAYS", "Reconciliation", "RecoveryReport", "reconcile", "recover"]

@@ -1,0 +1,150 @@
+"""``toolgate worker`` and ``toolgate deadletter``: execution outside a graph run, recovery, and
+the people's queue of operations whose outcome nobody could determine."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from toolgate.bootstrap import App, open_app
+from toolgate.config import Settings
+from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
+from toolgate.graph.context import Context
+from toolgate.graph.recovery import recover
+
+worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
+deadletter_app = typer.Typer(no_args_is_help=True, help="Operations whose outcome needs a person.")
+
+
+def _kv(**facts: Any) -> None:
+    typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
+
+
+def _open() -> App:
+    return open_app(Settings.from_env())
+
+
+@worker_app.command("execute")
+def worker_execute(
+    operation_key: Annotated[str, typer.Option("--operation-key", help="Operation to deliver.")],
+    worker: Annotated[str | None, typer.Option(help="Worker id recorded as claim owner.")] = None,
+) -> None:
+    """Deliver one approved operation: execute it once, or return its stored result."""
+    application = _open()
+    context = Context()
+    delivery = application.gateway.executor.deliver(
+        operation_key,
+        worker_id=worker or context.worker_id,
+        lease_s=context.claim_lease_s,
+        wait_s=context.duplicate_wait_s,
+    )
+    _kv(
+        operation_key=operation_key,
+        claim=delivery.claim,
+        status=delivery.status,
+        duplicate_delivery="stored_result_returned" if delivery.duplicate else "none",
+        result=json.dumps(delivery.result, sort_keys=True) if delivery.result else "none",
+    )
+
+
+@worker_app.command("recover")
+def worker_recover(
+    grace: Annotated[
+        float, typer.Option(help="Seconds past a claim's lease before it counts as abandoned.")
+    ] = 30.0,
+    redeliver: Annotated[
+        bool, typer.Option(help="Deliver again operations proven not to have happened.")
+    ] = True,
+) -> None:
+    """Reconcile operations left executing by dead workers, and every unknown outcome."""
+    application = _open()
+    context = Context()
+    report = recover(
+        application.gateway.executor,
+        worker_id=context.worker_id,
+        grace_s=grace,
+        delays=context.reconcile_delays,
+        redeliver=redeliver,
+    )
+    for item in report.reconciled:
+        final = application.store.get_operation(item.operation_key)
+        _kv(
+            operation_key=item.operation_key,
+            reconciled=item.status,
+            found=str(item.found).lower(),
+            checks=item.checks,
+            status=final.status if final else "missing",
+        )
+    _kv(
+        recovered=len(report.recovered),
+        reconciled=len(report.reconciled),
+        redelivered=len(report.redelivered),
+        dead_letters_open=len(application.store.dead_letters()),
+    )
+
+
+@deadletter_app.command("list")
+def deadletter_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include resolved ones.")] = False,
+) -> None:
+    """Operations waiting for a person, with the context to decide."""
+    application = _open()
+    for letter in application.store.dead_letters(open_only=not all_):
+        _kv(
+            operation_key=letter.operation_key,
+            created_at=letter.created_at,
+            reason=json.dumps(letter.reason),
+            tool=letter.context.get("tool"),
+            resolution=letter.resolution or "open",
+            context=json.dumps(letter.context, sort_keys=True),
+        )
+
+
+@deadletter_app.command("resolve")
+def deadletter_resolve(
+    operation_key: str,
+    outcome: Annotated[str, typer.Option(help="succeeded or failed, as verified in the system of record.")],
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    note: Annotated[str, typer.Option(help="Evidence for the decision (e.g. the payment id found).")],
+) -> None:
+    """Record a person's verified outcome for a dead-lettered operation (once)."""
+    if outcome not in ("succeeded", "failed"):
+        raise ApprovalError("invalid_outcome", "--outcome must be succeeded or failed")
+    application = _open()
+    reviewer = application.identities().get(as_user)
+    op = application.store.get_operation(operation_key)
+    if op is None:
+        raise NotFoundError(f"no operation {operation_key}")
+    spec = application.registry.get(op.tool)
+    if spec is None or not (reviewer.roles & spec.approval.roles):
+        raise ApprovalError(
+            "missing_role", f"resolving {op.tool} needs one of the roles of its approval class"
+        )
+    if not application.store.resolve_dead_letter(
+        operation_key, resolution=outcome, resolved_by=reviewer.user_id, note=note
+    ):
+        raise ApprovalError("not_open", f"{operation_key} has no open dead letter")
+    try:
+        application.store.transition(
+            operation_key,
+            "dead_lettered",
+            "succeeded" if outcome == "succeeded" else "failed",
+            error=None if outcome == "succeeded" else {"kind": "resolved_failed", "message": note[:200]},
+        )
+    except InvalidTransitionError as exc:
+        raise ApprovalError("not_dead_lettered", str(exc)) from exc
+    application.gateway.auditor.record(
+        "deadletter.resolved",
+        outcome,
+        user_id=reviewer.user_id,
+        operation_key=operation_key,
+        tool=op.tool,
+        proposal_id=op.proposal_id,
+        detail={"note": note[:200]},
+    )
+    _kv(operation_key=operation_key, resolution=outcome, reviewer=as_user, status=outcome)
+
+
+__all__ = ["deadletter_app", "worker_app"]
