@@ -1,0 +1,122 @@
+"""kill -9 of the executing process, (a) after the claim and before the effect, (b) after the
+effect and before the outcome is stored: recovery ends with exactly one effect and the right
+status, never two (PostgreSQL, real processes)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from support import REFUND_REQUEST, Harness, principal, start
+
+from toolgate.graph.recovery import recover
+from toolgate.graph.review import decide
+from toolgate.store import PostgresStore
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+WORKER = """
+import os, signal, sys
+from dataclasses import replace
+from toolgate.graph import build_gateway
+from toolgate.policy import PolicyRules
+from toolgate.store import PostgresStore
+from toolgate.testing import ScriptedChatModel
+from toolgate.tools import DEFAULT_RELEASE, Registry
+from toolgate.tools.demo import DemoSystem, demo_specs
+
+url, key, point = sys.argv[1], sys.argv[2], sys.argv[3]
+store = PostgresStore(url)
+system = DemoSystem(store)
+
+def crashing(handler):
+    def run(args, ctx):
+        if point == "after_claim":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = handler(args, ctx)
+        if point == "after_effect":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    return run
+
+specs = [replace(s, handler=crashing(s.handler)) if s.name == "issue_refund" else s for s in demo_specs(system)]
+gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(DEFAULT_RELEASE, specs, system),
+                        policy=PolicyRules.for_release(DEFAULT_RELEASE), store=store, audit_key=b"test-audit-key")
+gateway.executor.deliver(key, worker_id="doomed-worker", lease_s=0.5)
+print("survived")
+"""
+
+
+def approved_refund(harness: Harness, thread: str) -> str:
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call(
+                    "issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}, "c1"
+                ),
+            ),
+        ]
+    )
+    facts = start(harness.graph(model), REFUND_REQUEST, "cust-ada", thread)["__interrupt__"][0].value
+    proposal = facts["toolgate"]["proposals"][0]
+    decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+    return str(proposal["operation_key"])
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("point", ["after_claim", "after_effect"])
+def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: str) -> None:
+    harness = Harness(PostgresStore(pg_url))
+    key = approved_refund(harness, f"t-crash-{point}")
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, pg_url, key, point], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    op = harness.store.get_operation(key)
+    assert op is not None and op.status == "executing" and op.owner == "doomed-worker"
+    assert harness.payments() == (1 if point == "after_effect" else 0)
+
+    in_flight = harness.gateway().executor.deliver(key, worker_id="impatient", wait_s=0.1)
+    assert in_flight.status == "executing" and not in_flight.duplicate  # reported in flight, never re-run
+    time.sleep(0.6)  # the dead worker's lease lapses
+    report = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
+    assert report.recovered == [key]
+    final = harness.store.get_operation(key)
+    assert final is not None and final.status == "succeeded"
+    assert final.result is not None and final.result["amount_cents"] == 4999
+    assert harness.refunds() == 1, "never two effects"
+    assert harness.payments() == 1  # (a) delivered again with the same key once proven absent; (b) found
+    events = [e.event for e in harness.store.audit_events(operation_key=key)]
+    assert "operation.recovered" in events and "operation.reconciled" in events
+    again = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
+    assert again.recovered == [] and harness.refunds() == 1
+    harness.store.close()
+
+
+@pytest.mark.postgres
+def test_an_undeterminable_outcome_goes_to_the_dead_letter_list(pg_url: str) -> None:
+    from dataclasses import replace
+
+    harness = Harness(PostgresStore(pg_url))
+    key = approved_refund(harness, "t-dead")
+    refund = harness.registry.tools["issue_refund"]
+    harness.registry.tools["issue_refund"] = replace(refund, reconcile=None)  # type: ignore[index]
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER, pg_url, key, "after_claim"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    time.sleep(0.6)
+    report = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
+    assert [r.status for r in report.reconciled] == ["dead_lettered"] and report.redelivered == []
+    letters = harness.store.dead_letters()
+    assert [d.operation_key for d in letters] == [key] and letters[0].context["tool"] == "issue_refund"
+    op = harness.store.get_operation(key)
+    assert op is not None and op.status == "dead_lettered" and harness.payments() == 0
+    assert harness.gateway().executor.deliver(key, worker_id="w").claim == "NOT_ATTEMPTED"
+    harness.store.close()
