@@ -1,6 +1,7 @@
 """The local trusted identities file: who the reviewers and demo users are.
 
-Embedded mode authenticates reviewers from this file (the LangGraph server's auth handler
+Embedded mode authenticates reviewers from this file (each reviewer holds a secret token whose
+SHA-256 is stored here; ``TOOLGATE_REVIEWER_TOKEN`` carries it to the CLI) (the LangGraph server's auth handler
 replaces it in server mode). It is trusted configuration, written by an administrator, never
 by a model. Format (JSON)::
 
@@ -11,8 +12,10 @@ by a model. Format (JSON)::
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,20 @@ class Identities:
     """Principals by user id, loaded from the trusted file."""
 
     principals: dict[str, Principal]
+    token_hashes: dict[str, str] = field(default_factory=dict, repr=False)
+    """SHA-256 of each identity's secret token (identities without one cannot act as reviewers)."""
+
+    def authenticate(self, user_id: str, token: str | None) -> Principal:
+        """The principal for ``user_id`` when ``token`` matches its stored hash; `IdentityError` otherwise."""
+        principal = self.get(user_id)
+        expected = self.token_hashes.get(user_id)
+        if expected is None:
+            raise IdentityError(
+                f"identity {user_id!r} has no credential configured; it cannot act as a reviewer"
+            )
+        if not token or not hmac.compare_digest(expected, token_hash(token)):
+            raise IdentityError(f"authentication failed for {user_id!r}")
+        return principal
 
     def get(self, user_id: str) -> Principal:
         """The principal for ``user_id``, or `IdentityError`."""
@@ -97,18 +114,37 @@ class Identities:
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ConfigurationError(f"identities file {path}: unsupported schema_version")
         principals: dict[str, Principal] = {}
-        for raw in data.get("identities", []):
+        hashes: dict[str, str] = {}
+        for entry in data.get("identities", []):
+            raw = dict(entry)
+            token_sha256 = raw.pop("token_sha256", None)
             principal = Principal.from_dict(raw)
+            if token_sha256:
+                hashes[principal.user_id] = str(token_sha256)
             if principal.user_id in principals:
                 raise ConfigurationError(f"identities file {path}: duplicate user {principal.user_id!r}")
             principals[principal.user_id] = principal
-        return cls(principals)
+        return cls(principals, hashes)
 
     @staticmethod
     def write_demo(path: Path) -> None:
-        """Write the demo identities file (used by ``toolgate demo`` when none exists)."""
+        """Write the demo identities file, each identity with the hash of its demo token."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(DEMO_IDENTITIES, indent=2) + "\n", encoding="utf-8")
+        entries = [
+            {**e, "token_sha256": token_hash(demo_token(e["user_id"]))} for e in DEMO_IDENTITIES["identities"]
+        ]
+        document = {"schema_version": SCHEMA_VERSION, "identities": entries}
+        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
-__all__ = ["DEMO_IDENTITIES", "Identities"]
+def token_hash(token: str) -> str:
+    """SHA-256 hex of a secret token (tokens are long random strings, so no slow hash is needed)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def demo_token(user_id: str) -> str:
+    """The well-known token of a demo identity. Demo only: real files hold hashes of random tokens."""
+    return f"demo-token-{user_id}"
+
+
+__all__ = ["DEMO_IDENTITIES", "Identities", "demo_token", "token_hash"]

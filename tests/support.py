@@ -22,7 +22,7 @@ from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.deps import Gateway
 from toolgate.policy import PolicyRules, Principal
-from toolgate.policy.identities import DEMO_IDENTITIES
+from toolgate.policy.identities import DEMO_IDENTITIES, demo_token
 from toolgate.store import Store
 from toolgate.tools import DEFAULT_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
@@ -134,9 +134,12 @@ def toolgate(
     args: list[str], env: Mapping[str, str], *, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run the ``toolgate`` CLI in a separate process."""
+    env = dict(env)
+    if "--as" in args and args[0] in ("approve", "reject", "edit", "deadletter"):
+        env.setdefault("TOOLGATE_REVIEWER_TOKEN", demo_token(args[args.index("--as") + 1]))
     result = subprocess.run(
         [sys.executable, "-m", "toolgate", *args],
-        env=dict(env),
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,

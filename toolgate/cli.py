@@ -7,6 +7,7 @@ same text. Errors from misuse exit with code 2 and a one-line message; no stack 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from typing import Annotated, Any
 
@@ -23,7 +24,9 @@ from toolgate.cli_worker import deadletter_app, worker_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
+from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide
+from toolgate.policy.principal import Principal
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
@@ -47,6 +50,11 @@ def _kv(**facts: Any) -> None:
 
 def _open() -> App:
     return open_app(Settings.from_env())
+
+
+def _reviewer(application: App, user_id: str) -> Principal:
+    """Authenticate a reviewer: identity from the trusted file, secret from TOOLGATE_REVIEWER_TOKEN."""
+    return application.identities().authenticate(user_id, os.environ.get("TOOLGATE_REVIEWER_TOKEN"))
 
 
 @app.command()
@@ -184,6 +192,40 @@ def reject(
         application.gateway, proposal_id, application.identities().get(as_user), "reject", reason=reason
     )
     _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
+
+
+@app.command()
+def edit(
+    proposal_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    arguments: Annotated[str, typer.Option("--args", help="The edited arguments as one JSON object.")],
+    tool: Annotated[
+        str | None, typer.Option(help="Tool of the edited call (must equal the proposal's).")
+    ] = None,
+) -> None:
+    """Replace a pending proposal with edited arguments: a new proposal that needs its own approval."""
+    application = _open()
+    reviewer = _reviewer(application, as_user)
+    original = application.store.get_proposal(proposal_id)
+    if original is None:
+        raise NotFoundError(f"no proposal {proposal_id}")
+    try:
+        edited = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        raise ApprovalError("malformed_arguments", f"--args is not valid JSON: {exc.msg}") from exc
+    if not isinstance(edited, dict):
+        raise ApprovalError("malformed_arguments", "--args must be one JSON object")
+    created = edit_proposal(
+        application.gateway,
+        proposal_id,
+        reviewer,
+        requester=application.identities().get(original.requester_id),
+        tool=tool or original.tool,
+        arguments=edited,
+    )
+    _kv(
+        proposal=created.proposal_id, supersedes=proposal_id, status="pending_approval", digest=created.digest
+    )
 
 
 @audit_app.command("trace")

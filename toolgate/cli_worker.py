@@ -4,6 +4,7 @@ the people's queue of operations whose outcome nobody could determine."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any
 
 import typer
@@ -113,7 +114,7 @@ def deadletter_resolve(
     if outcome not in ("succeeded", "failed"):
         raise ApprovalError("invalid_outcome", "--outcome must be succeeded or failed")
     application = _open()
-    reviewer = application.identities().get(as_user)
+    reviewer = application.identities().authenticate(as_user, os.environ.get("TOOLGATE_REVIEWER_TOKEN"))
     op = application.store.get_operation(operation_key)
     if op is None:
         raise NotFoundError(f"no operation {operation_key}")

@@ -21,7 +21,7 @@ from toolgate.config import Settings
 from toolgate.errors import ApprovalError
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
-from toolgate.policy.identities import Identities
+from toolgate.policy.identities import Identities, demo_token
 from toolgate.store._sql import parse_iso, utcnow
 
 Say = Callable[[str], None]
@@ -47,7 +47,8 @@ def run_demo(settings: Settings, say: Say = print) -> int:
 
 def _story(app: App, say: Say) -> int:
     identities = app.identities()
-    customer, reviewer = identities.get("cust-ada"), identities.get("fiona")
+    customer = identities.get("cust-ada")
+    reviewer = identities.authenticate("fiona", demo_token("fiona"))
     gw = app.gateway
     say(
         f"data_dir={app.settings.data_dir} store={app.store.url} release={app.registry.release} model=offline"

@@ -18,6 +18,7 @@ from langgraph.runtime import Runtime
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
+from toolgate.graph.edits import current_proposal
 from toolgate.graph.execution import Delivery
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
@@ -111,7 +112,17 @@ def make_execute_node(gw: Gateway) -> Any:
         principal = principal_of(state, runtime)
         ctx = context_of(runtime)
         calls = state.get("calls", {})
-        turn = [calls[c] for c in state.get("turn_calls", [])]
+        records: dict[str, CallRecord] = {}
+        for call_id in state.get("turn_calls", []):
+            record = calls[call_id]
+            latest = (
+                current_proposal(gw, record["proposal_id"]) if record.get("phase") == "proposed" else None
+            )
+            if latest is not None and latest.proposal_id != record["proposal_id"]:
+                records[call_id] = CallRecord(
+                    **{**record, "operation_key": latest.operation_key, "proposal_id": latest.proposal_id}
+                )
+        turn = [records.get(c, calls[c]) for c in state.get("turn_calls", [])]
         writes = [c for c in turn if c.get("phase") == "proposed"]
         if writes:
             statuses = []
@@ -119,9 +130,12 @@ def make_execute_node(gw: Gateway) -> Any:
                 op = gw.store.get_operation(record["operation_key"])
                 statuses.append(gw.executor.expire_if_due(op).status if op else "missing")
             if all(s == "pending_approval" for s in statuses):
-                return {"awaiting": [c["call_id"] for c in writes], "status": "awaiting_approval"}
+                return {
+                    "calls": records,
+                    "awaiting": [c["call_id"] for c in writes],
+                    "status": "awaiting_approval",
+                }
         messages: list[ToolMessage] = []
-        records: dict[str, CallRecord] = {}
         outcomes: dict[str, Outcome] = {}
         common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
         for record in turn:

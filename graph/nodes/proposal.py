@@ -7,20 +7,16 @@ proposal id is derived from the key and the insert is idempotent.
 
 from __future__ import annotations
 
-import dataclasses
-from datetime import timedelta
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
-from toolgate.graph.nodes._common import audit_projection, context_of, principal_of, thread_id
+from toolgate.graph.nodes._common import context_of, principal_of, thread_id
+from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
-from toolgate.store._sql import iso, utcnow
-from toolgate.store.records import ProposalRecord
 
 
 def make_proposal_node(gw: Gateway) -> Any:
@@ -39,54 +35,23 @@ def make_proposal_node(gw: Gateway) -> Any:
                 continue
             spec = gw.registry.get(record["tool"])
             assert spec is not None
-            arguments = record["arguments"]
-            key = operation_key(
-                tenant_id=principal.tenant_id, task_id=task, tool=spec.name, arguments=arguments
-            )
-            now = utcnow()
-            draft = ProposalRecord(
-                proposal_id="prop_" + sha256_hex(key)[:24],
-                operation_key=key,
-                thread_id=task,
-                call_id=call_id,
-                tool=spec.name,
-                tool_version=spec.version,
-                handler_revision=spec.handler_revision,
-                release=gw.registry.release,
+            draft = draft_proposal(
+                gw,
+                spec,
                 tenant_id=principal.tenant_id,
                 requester_id=principal.user_id,
-                arguments=arguments,
-                arguments_sha256=digest(arguments),
-                digest="",
-                risk=spec.risk,
-                effect=spec.effect,
-                rollback=spec.rollback_text(),
-                approval_class=spec.approval.describe(),
-                created_at=iso(now),
-                expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
-            )
-            draft = dataclasses.replace(draft, digest=digest(draft.content()))
-            stored, operation, created = gw.store.create_proposal(draft)
-            gw.auditor.record(
-                "proposal.created" if created else "proposal.reused",
-                "pending_approval" if created else operation.status,
-                user_id=principal.user_id,
-                call_id=call_id,
-                proposal_id=stored.proposal_id,
-                operation_key=key,
-                tool=spec.name,
-                handler_revision=spec.handler_revision,
                 thread_id=task,
-                request_id=ctx.request_id,
-                trace_id=ctx.trace_id,
-                detail={
-                    "digest": stored.digest,
-                    "arguments_sha256": stored.arguments_sha256,
-                    "risk": spec.risk,
-                    "arguments": audit_projection(arguments, spec.audit_fields),
-                    "expires_at": stored.expires_at,
-                },
+                call_id=call_id,
+                arguments=record["arguments"],
             )
+            stored, operation, _ = store_proposal(
+                gw,
+                spec,
+                draft,
+                actor=principal.user_id,
+                audit={"request_id": ctx.request_id, "trace_id": ctx.trace_id},
+            )
+            key = stored.operation_key
             records[call_id] = CallRecord(
                 **{**record, "phase": "proposed", "operation_key": key, "proposal_id": stored.proposal_id}
             )

@@ -1,0 +1,83 @@
+"""Making an immutable proposal: shared by the proposal node and by reviewers' edits."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from toolgate.canonical import digest, operation_key, sha256_hex
+from toolgate.graph.deps import Gateway
+from toolgate.store._sql import iso, utcnow
+from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.tools.spec import ToolSpec
+
+
+def draft_proposal(
+    gw: Gateway,
+    spec: ToolSpec,
+    *,
+    tenant_id: str,
+    requester_id: str,
+    thread_id: str,
+    call_id: str,
+    arguments: dict[str, Any],
+    supersedes: str | None = None,
+) -> ProposalRecord:
+    """The proposal for one intended effect; its operation key and id derive from the content."""
+    key = operation_key(tenant_id=tenant_id, task_id=thread_id, tool=spec.name, arguments=arguments)
+    now = utcnow()
+    draft = ProposalRecord(
+        proposal_id="prop_" + sha256_hex(key)[:24],
+        operation_key=key,
+        thread_id=thread_id,
+        call_id=call_id,
+        tool=spec.name,
+        tool_version=spec.version,
+        handler_revision=spec.handler_revision,
+        release=gw.registry.release,
+        tenant_id=tenant_id,
+        requester_id=requester_id,
+        arguments=arguments,
+        arguments_sha256=digest(arguments),
+        digest="",
+        risk=spec.risk,
+        effect=spec.effect,
+        rollback=spec.rollback_text(),
+        approval_class=spec.approval.describe(),
+        created_at=iso(now),
+        expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
+        supersedes=supersedes,
+    )
+    return dataclasses.replace(draft, digest=digest(draft.content()))
+
+
+def store_proposal(
+    gw: Gateway, spec: ToolSpec, draft: ProposalRecord, *, actor: str, audit: dict[str, Any] | None = None
+) -> tuple[ProposalRecord, OperationRecord, bool]:
+    """Insert (idempotently) and audit one proposal."""
+    stored, operation, created = gw.store.create_proposal(draft)
+    gw.auditor.record(
+        "proposal.created" if created else "proposal.reused",
+        "pending_approval" if created else operation.status,
+        user_id=actor,
+        call_id=stored.call_id,
+        proposal_id=stored.proposal_id,
+        operation_key=stored.operation_key,
+        tool=spec.name,
+        handler_revision=spec.handler_revision,
+        thread_id=stored.thread_id,
+        detail={
+            "digest": stored.digest,
+            "arguments_sha256": stored.arguments_sha256,
+            "risk": spec.risk,
+            "arguments": {k: stored.arguments[k] for k in sorted(spec.audit_fields) if k in stored.arguments},
+            "expires_at": stored.expires_at,
+            "supersedes": stored.supersedes,
+        },
+        **(audit or {}),
+    )
+    return stored, operation, created
+
+
+__all__ = ["draft_proposal", "store_proposal"]
