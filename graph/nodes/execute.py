@@ -66,7 +66,7 @@ def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMe
         "executing": ("Still executing in another worker; the result will be recorded once.", None),
         "approved": (
             f"Not executed: {delivery.reason or 'approval could not be verified'}.",
-            "approval_invalid",
+            error.get("kind", "approval_invalid"),
         ),
     }
     message, kind = texts.get(status, (f"Not executed (status {status}).", "server_error"))

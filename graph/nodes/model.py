@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes._bounds import bound_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState
+from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
 from toolgate.store._sql import iso, parse_iso
 
 
@@ -33,9 +35,10 @@ def make_model_node(gw: Gateway) -> Any:
         base: dict[str, Any] = {"principal": principal.to_dict(), "release": gw.registry.release}
         now = gw.clock()
         deadline = state.get("deadline_at")
+        deadline_at = parse_iso(deadline) if deadline else now + timedelta(seconds=ctx.deadline_s)
         if not deadline:
-            base["deadline_at"] = iso(now + timedelta(seconds=ctx.deadline_s))
-        elif now >= parse_iso(deadline):
+            base["deadline_at"] = iso(deadline_at)
+        elif now >= deadline_at:
             return {**base, "status": "needs_review", "status_reason": "task deadline exhausted"}
         if budget["model_turns"] >= ctx.max_model_turns:
             return {**base, "status": "needs_review", "status_reason": "model turn budget exhausted"}
@@ -46,7 +49,39 @@ def make_model_node(gw: Gateway) -> Any:
             if gw.registry.has_stateful_writes():
                 kwargs["parallel_tool_calls"] = False
             runnable = gw.model.bind_tools(gw.registry.openai_tools(specs), **kwargs)
-        response = runnable.invoke([SystemMessage(gw.instructions), *state.get("messages", [])])
+        messages = [SystemMessage(gw.instructions), *state.get("messages", [])]
+        ids = {
+            "user_id": principal.user_id,
+            "thread_id": thread_id(config),
+            "request_id": ctx.request_id,
+            "trace_id": ctx.trace_id,
+        }
+
+        def on_retry(attempt: int, status: int, delay: float) -> None:
+            gw.auditor.record(
+                "model.retry",
+                "retrying",
+                code=f"http_{status}",
+                detail={"attempt": attempt, "delay_ms": round(delay * 1000)},
+                **ids,
+            )
+
+        # The task deadline is wall-clock in checkpointed state; the retry loop needs monotonic time.
+        monotonic_deadline = time.monotonic() + (deadline_at - now).total_seconds()
+        try:
+            response = call_with_retry(
+                lambda: runnable.invoke(messages), deadline=monotonic_deadline, on_retry=on_retry
+            )
+        except Exception as exc:
+            status = classify_model_error(exc)
+            if status is None:
+                raise  # not transport (a bug, a refusal raised as an error): never hidden
+            gw.auditor.record("model.failed", "failed", code=f"http_{status}", **ids)
+            return {
+                **base,
+                "status": DEFAULT_RETRY_MATRIX.decision("model_transport").fallback,
+                "status_reason": f"model request failed (HTTP {status})",
+            }
         if not isinstance(response, AIMessage):
             response = AIMessage(content=str(getattr(response, "content", response)))
         response = bound_response(response)
