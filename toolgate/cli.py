@@ -20,6 +20,7 @@ from rich.console import Console
 from toolgate.bootstrap import App, open_app
 from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_registry import registry_app
+from toolgate.cli_verify import verify_app
 from toolgate.cli_worker import deadletter_app, worker_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
@@ -39,6 +40,7 @@ app.add_typer(worker_app, name="worker")
 app.add_typer(deadletter_app, name="deadletter")
 app.add_typer(registry_app, name="registry")
 app.add_typer(dispatch_app, name="dispatch")
+app.add_typer(verify_app, name="verify")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

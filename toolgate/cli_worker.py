@@ -86,6 +86,57 @@ def worker_recover(
     )
 
 
+@worker_app.command("verify")
+def worker_verify(
+    operation_key: Annotated[str, typer.Option("--operation-key", help="Operation to verify.")],
+) -> None:
+    """Check one operation: its claim, its approval, its handler, its status, and a replayed delivery."""
+    from toolgate.policy.approvals import verify_for_execution
+
+    application = _open()
+    store = application.store
+    op = store.get_operation(operation_key)
+    if op is None or op.proposal_id is None:
+        raise NotFoundError(f"no operation {operation_key}")
+    proposal = store.get_proposal(op.proposal_id)
+    spec = application.registry.get(op.tool)
+    assert proposal is not None
+    events = store.audit_events(operation_key=operation_key)
+    claims = sum(e.event == "operation.claimed" for e in events)
+    executions = sum(e.event == "handler.started" for e in events)
+    verdict = (
+        verify_for_execution(
+            proposal,
+            spec.approval,
+            store.decisions_for(op.proposal_id),
+            handler_revision=spec.handler_revision,
+            release=application.registry.release,
+        )
+        if spec
+        else None
+    )
+    replay = application.gateway.executor.deliver(operation_key, worker_id="worker-verify", wait_s=5)
+    status = "completed" if op.status == "succeeded" else op.status
+    ok = (
+        claims == 1
+        and executions == 1
+        and op.status == "succeeded"
+        and replay.duplicate
+        and verdict is not None
+        and verdict.status == "approved"
+    )
+    _kv(
+        operation_key=operation_key,
+        claim="ACQUIRED" if claims == 1 else f"CLAIMS_{claims}",
+        approval="VALID" if verdict and verdict.status == "approved" else "INVALID",
+        handler=proposal.handler_revision,
+        executions=executions,
+        status=status,
+        duplicate_delivery="stored_result_returned" if replay.duplicate else replay.status,
+    )
+    raise typer.Exit(0 if ok else 1)
+
+
 @deadletter_app.command("list")
 def deadletter_list(
     all_: Annotated[bool, typer.Option("--all", help="Include resolved ones.")] = False,
