@@ -37,7 +37,7 @@ from toolgate.store.base import Store
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools.demo import DemoSystem, demo_specs
-from toolgate.tools.registry import DEFAULT_RELEASE, Registry
+from toolgate.tools.registry import REFUND_RELEASE, Registry
 from toolgate.tools.spec import HandlerContext
 
 SEED_TAGS = (
@@ -156,9 +156,9 @@ class DispatchRunner:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         specs = [replace(s, handler=self._counted(s.name, s.handler)) for s in demo_specs(DemoSystem(store))]
-        self.registry = Registry.of(DEFAULT_RELEASE, specs, DemoSystem(store))
+        self.registry = Registry.of(REFUND_RELEASE, specs, DemoSystem(store))
         self.writes = {s.name for s in specs if s.is_write}
-        self.base_policy = PolicyRules.for_release(DEFAULT_RELEASE)
+        self.base_policy = PolicyRules.for_release(REFUND_RELEASE)
         raw = [*DEMO_IDENTITIES["identities"], *EXTRA_IDENTITIES]
         self.principals = {p["user_id"]: Principal.from_dict(p) for p in raw}
 

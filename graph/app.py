@@ -15,14 +15,13 @@ from toolgate.models import load_chat_model
 from toolgate.policy.rules import PolicyRules
 from toolgate.store._sql import SqlStore
 from toolgate.store.factory import open_store
-from toolgate.tools.demo import DemoSystem
 
 _settings = Settings.from_env()
 _store = open_store(_settings.database_url, _settings.data_dir)
 if isinstance(_store, SqlStore):
     _store.set_initializer(initialize_store)
 
-_registry = load_registry(_settings.release, DemoSystem(_store))
+_registry = load_registry(_settings.release, _store, secret=_settings.audit_key())
 _policy = PolicyRules.for_release(_settings.release)
 verified_release(_registry, _policy, _settings.model)
 

@@ -28,7 +28,11 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)\b(password|passwd|pwd|secret|api[_-]?key|token)\s*[:=]\s*\S+"),
     re.compile(r"\b(?:\d[ -]?){13,19}\b"),  # card and long account numbers
 ]
-_SECRET_KEYS = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|card|iban|account_number|ssn)")
+_SECRET_KEYS = re.compile(
+    r"(?i)(password|passwd|secret|(?<!preview_)token|api[_-]?key|card|iban|account_number|ssn)"
+)
+"""Keys whose values never reach the model. A ``preview_token`` is a signed, single-use handle the
+model must pass back to confirm a preview; it authorizes nothing by itself."""
 
 
 def redact_text(text: str) -> str:

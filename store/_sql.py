@@ -364,7 +364,9 @@ class SqlStore(Store, abc.ABC):
 
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         with self.transaction(write=False) as tx:
-            row = tx.one("SELECT * FROM proposals WHERE supersedes = ? ORDER BY created_at DESC", (proposal_id,))
+            row = tx.one(
+                "SELECT * FROM proposals WHERE supersedes = ? ORDER BY created_at DESC", (proposal_id,)
+            )
         return _proposal(row) if row else None
 
     def stale_executing(self, lease_before: str) -> list[OperationRecord]:
@@ -394,7 +396,9 @@ class SqlStore(Store, abc.ABC):
             rows = tx.execute(sql + " ORDER BY created_at")
         return [_dead_letter(r) for r in rows]
 
-    def resolve_dead_letter(self, operation_key: str, *, resolution: str, resolved_by: str, note: str) -> bool:
+    def resolve_dead_letter(
+        self, operation_key: str, *, resolution: str, resolved_by: str, note: str
+    ) -> bool:
         with self.transaction() as tx:
             rows = tx.execute(
                 "UPDATE dead_letters SET resolved_at = ?, resolved_by = ?, resolution = ?, note = ?"

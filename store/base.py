@@ -129,7 +129,9 @@ class Store(abc.ABC):
         """Dead letters, oldest first."""
 
     @abc.abstractmethod
-    def resolve_dead_letter(self, operation_key: str, *, resolution: str, resolved_by: str, note: str) -> bool:
+    def resolve_dead_letter(
+        self, operation_key: str, *, resolution: str, resolved_by: str, note: str
+    ) -> bool:
         """Close a dead letter once; False when it was already resolved or does not exist."""
 
     # rate limits

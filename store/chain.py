@@ -35,8 +35,13 @@ def verify_chain(store: Store) -> ChainReport:
         elif audit_hash(audit_row_content(row), event.prev_hash) != event.hash:
             problem = "content does not match its hash (modified)"
         if problem:
-            return ChainReport(events=len(events), ok=False, first_bad_seq=event.seq,
-                               first_bad_event_id=event.event_id, reason=problem)
+            return ChainReport(
+                events=len(events),
+                ok=False,
+                first_bad_seq=event.seq,
+                first_bad_event_id=event.event_id,
+                reason=problem,
+            )
         previous, last_seq = event.hash, event.seq
     return ChainReport(events=len(events), ok=True)
 

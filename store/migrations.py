@@ -207,8 +207,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         postgres=_POSTGRES_V1,
     ),
     Migration(name="fixed-window rate limit counters", sqlite=_RATE_COUNTERS, postgres=_RATE_COUNTERS),
-    Migration(name="dead letters; proposal edits supersede their original", sqlite=_DEAD_LETTERS,
-              postgres=_DEAD_LETTERS),
+    Migration(
+        name="dead letters; proposal edits supersede their original",
+        sqlite=_DEAD_LETTERS,
+        postgres=_DEAD_LETTERS,
+    ),
 )
 """The store's own schema, component ``toolgate``."""
 

@@ -24,7 +24,7 @@ from toolgate.graph.deps import Gateway
 from toolgate.policy import PolicyRules, Principal
 from toolgate.policy.identities import DEMO_IDENTITIES, demo_token
 from toolgate.store import Store
-from toolgate.tools import DEFAULT_RELEASE, Registry
+from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
 from toolgate.tools.spec import HandlerContext
 
@@ -49,8 +49,8 @@ class Harness:
         self._lock = threading.Lock()
         self._delay = handler_delay_s
         specs = [replace(s, handler=self._counting(s.name, s.handler)) for s in demo_specs(self.system)]
-        self.registry = Registry.of(DEFAULT_RELEASE, specs, self.system)
-        self.policy = PolicyRules.for_release(DEFAULT_RELEASE)
+        self.registry = Registry.of(REFUND_RELEASE, specs, self.system)
+        self.policy = PolicyRules.for_release(REFUND_RELEASE)
         self.audit_key = b"test-audit-key"
 
     def _counting(self, name: str, handler: Callable[[Any, HandlerContext], Any]) -> Callable[..., Any]:

@@ -24,7 +24,7 @@ from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
-from toolgate.tools import DEFAULT_RELEASE, Registry
+from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
 
 url, key, point = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -42,8 +42,8 @@ def crashing(handler):
     return run
 
 specs = [replace(s, handler=crashing(s.handler)) if s.name == "issue_refund" else s for s in demo_specs(system)]
-gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(DEFAULT_RELEASE, specs, system),
-                        policy=PolicyRules.for_release(DEFAULT_RELEASE), store=store, audit_key=b"test-audit-key")
+gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, specs, system),
+                        policy=PolicyRules.for_release(REFUND_RELEASE), store=store, audit_key=b"test-audit-key")
 gateway.executor.deliver(key, worker_id="doomed-worker", lease_s=0.5)
 print("survived")
 """

@@ -28,7 +28,6 @@ from toolgate.graph import Context, build_graph
 from toolgate.models import load_chat_model
 from toolgate.policy import PolicyRules, Principal
 from toolgate.store import SQLiteStore
-from toolgate.tools.demo import DemoSystem
 
 FAKE_KEY = "sk-test-not-a-real-key-0000000000"
 RELEASE = "ops-tools/1.0.0"
@@ -231,7 +230,7 @@ def test_langchain_openai_round_trip_through_gateway(
     store = SQLiteStore(tmp_path / "t.sqlite")
     initialize_store(store)
     try:
-        registry = load_registry(RELEASE, DemoSystem(store))
+        registry = load_registry(RELEASE, store, secret=b"test-secret")
         graph = build_graph(
             model=model,
             registry=registry,

@@ -12,17 +12,24 @@ from support import cli_env, toolgate
 from toolgate.bootstrap import release_manifest
 from toolgate.errors import RegistryError
 from toolgate.policy.rules import PolicyRules
-from toolgate.tools.demo import DemoSystem
+from toolgate.store import SQLiteStore
 from toolgate.tools.manifest import reviewed_manifest, verify_release
 
-FIGURES = ["release=ops-tools/1.0.0", "dynamic_handlers=0", "write_without_approval=0",
-           "identity_fields_in_schemas=0", "generic_executors=0", "manifest=MATCH", "audit=PASS"]
+FIGURES = [
+    "release=ops-tools/1.0.0",
+    "dynamic_handlers=0",
+    "write_without_approval=0",
+    "identity_fields_in_schemas=0",
+    "generic_executors=0",
+    "manifest=MATCH",
+    "audit=PASS",
+]
 
 
 def _registry():  # type: ignore[no-untyped-def]
     from toolgate.bootstrap import load_registry
 
-    return load_registry("ops-tools/1.0.0", DemoSystem(store=None))  # type: ignore[arg-type]
+    return load_registry("ops-tools/1.0.0", SQLiteStore("unused.sqlite"), secret=b"k")
 
 
 def test_committed_manifest_matches_the_bundle() -> None:
@@ -37,7 +44,7 @@ def test_startup_refuses_a_drifted_bundle_and_an_unpinned_model() -> None:
     policy = PolicyRules.for_release(registry.release)
     pinned = reviewed_manifest(registry.release)["pinned_models"]
     drifted = replace(policy, sha256="0" * 64)
-    with pytest.raises(RegistryError, match="drifted from its reviewed manifest.*policy"):
+    with pytest.raises(RegistryError, match=r"drifted from its reviewed manifest.*policy"):
         verify_release(release_manifest(registry, drifted, pinned), "offline")
     with pytest.raises(RegistryError, match="not pinned"):
         verify_release(release_manifest(registry, policy, pinned), "openai:gpt-unreviewed")
@@ -51,7 +58,9 @@ def test_registry_audit_passes_for_the_demo_release(tmp_path: Path) -> None:
     result = toolgate(["registry", "audit", "--release", "ops-tools/1.0.0"], cli_env(tmp_path))
     for figure in FIGURES:
         assert figure in result.stdout.splitlines()
-    tools = int(next(line for line in result.stdout.splitlines() if line.startswith("tool_count=")).split("=")[1])
+    tools = int(
+        next(line for line in result.stdout.splitlines() if line.startswith("tool_count=")).split("=")[1]
+    )
     for key in ("timeouts", "output_limits", "policy_bindings"):
         assert f"{key}={tools}/{tools}" in result.stdout
 
@@ -61,11 +70,17 @@ def test_registry_audit_passes_for_the_demo_release(tmp_path: Path) -> None:
     [
         ("shell_tool", "generic_executors=1", "run_maintenance: generic executor parameters: command"),
         ("write_without_approval", "write_without_approval=1", "a write needs an approval class"),
-        ("identity_argument", "identity_fields_in_schemas=1", "identity or authority in arguments: tenant_id"),
+        (
+            "identity_argument",
+            "identity_fields_in_schemas=1",
+            "identity or authority in arguments: tenant_id",
+        ),
         ("dynamic_handler", "dynamic_handlers=1", "handler resolves code dynamically"),
     ],
 )
-def test_registry_audit_fails_on_broken_bundles(tmp_path: Path, bundle: str, figure: str, defect: str) -> None:
+def test_registry_audit_fails_on_broken_bundles(
+    tmp_path: Path, bundle: str, figure: str, defect: str
+) -> None:
     env = cli_env(tmp_path, PYTHONPATH=str(Path(__file__).parent))
     result = toolgate(["registry", "audit", "--bundle", f"fixtures.bundles:{bundle}"], env, check=False)
     assert result.returncode == 1
@@ -79,8 +94,11 @@ def test_registry_audit_fails_on_a_drifted_hash(tmp_path: Path) -> None:
     manifest["tools"]["lookup_order"]["code_sha256"] = "f" * 64
     path = tmp_path / "reviewed.json"
     path.write_text(json.dumps(manifest))
-    result = toolgate(["registry", "audit", "--bundle", "fixtures.bundles:healthy", "--manifest", str(path)], env,
-                      check=False)
+    result = toolgate(
+        ["registry", "audit", "--bundle", "fixtures.bundles:healthy", "--manifest", str(path)],
+        env,
+        check=False,
+    )
     assert result.returncode == 1
     assert "manifest=DRIFT" in result.stdout and "lookup_order: code_sha256 drifted" in result.stdout
 
@@ -88,6 +106,7 @@ def test_registry_audit_fails_on_a_drifted_hash(tmp_path: Path) -> None:
 def test_exported_schemas_pass_the_strict_check(tmp_path: Path) -> None:
     result = toolgate(["registry", "schemas", "--check"], cli_env(tmp_path))
     assert "schemas_checked=PASS" in result.stdout
-    assert "schema=issue_refund strict=true required=3/3 additional_properties=false unsupported_keywords=0" in (
-        result.stdout
+    assert (
+        "schema=issue_refund strict=true required=3/3 additional_properties=false unsupported_keywords=0"
+        in (result.stdout)
     )

@@ -31,7 +31,10 @@ PARAMETERS = {
         "currency": {"type": "string", "enum": ["USD", "EUR", "GBP"]},
         "delivery": {
             "type": "object",
-            "properties": {"express": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 80}},
+            "properties": {
+                "express": {"type": "boolean"},
+                "note": {"type": ["string", "null"], "maxLength": 80},
+            },
             "required": ["express", "note"],
             "additionalProperties": False,
         },
@@ -41,11 +44,27 @@ PARAMETERS = {
     "additionalProperties": False,
     "$defs": {"LineItem": LINE_ITEM},
 }
-OPENAI = {"type": "function", "function": {"name": "order_supplies", "description": "Order supplies from a vendor.",
-                                           "parameters": PARAMETERS, "strict": True}}
-ANTHROPIC = {"name": "order_supplies", "description": "Order supplies from a vendor.", "input_schema": PARAMETERS}
-VALID = {"vendor_id": "V-100", "line_items": [{"sku": "SKU-7", "quantity": 2}], "currency": "USD",
-         "delivery": {"express": False, "note": None}, "discount_code": None}
+OPENAI = {
+    "type": "function",
+    "function": {
+        "name": "order_supplies",
+        "description": "Order supplies from a vendor.",
+        "parameters": PARAMETERS,
+        "strict": True,
+    },
+}
+ANTHROPIC = {
+    "name": "order_supplies",
+    "description": "Order supplies from a vendor.",
+    "input_schema": PARAMETERS,
+}
+VALID = {
+    "vendor_id": "V-100",
+    "line_items": [{"sku": "SKU-7", "quantity": 2}],
+    "currency": "USD",
+    "delivery": {"express": False, "note": None},
+    "discount_code": None,
+}
 
 
 class Ack(BaseModel):
@@ -58,9 +77,15 @@ def _handler(args: Any, ctx: HandlerContext) -> Ack:
 
 
 SPEC_FIELDS: dict[str, Any] = dict(
-    version="1.0.0", owner="procurement", risk="caution", effect="places a supplier order", timeout_s=10,
-    max_output_bytes=2048, approval=ApprovalClass.role("purchasing_manager"),
-    required_scopes=frozenset({"purchasing:write"}), handler_revision="order-supplies/1.0.0",
+    version="1.0.0",
+    owner="procurement",
+    risk="caution",
+    effect="places a supplier order",
+    timeout_s=10,
+    max_output_bytes=2048,
+    approval=ApprovalClass.role("purchasing_manager"),
+    required_scopes=frozenset({"purchasing:write"}),
+    handler_revision="order-supplies/1.0.0",
     rollback=NoRollback("supplier orders are cancelled by phone"),
 )
 
@@ -108,18 +133,31 @@ def test_perturbed_calls_are_rejected(definition: dict[str, Any], bad: dict[str,
     [
         (lambda p: p.update(additionalProperties=True), "open objects"),
         (lambda p: p["properties"].update(x={"oneOf": [{"type": "string"}, {"type": "integer"}]}), "'oneOf'"),
-        (lambda p: p["properties"].update(x={"type": "array", "prefixItems": [{"type": "string"}]}), "'prefixItems'"),
-        (lambda p: p["properties"].update(x={"$ref": "https://example.com/schema.json"}), "only local \\$ref"),
+        (
+            lambda p: p["properties"].update(x={"type": "array", "prefixItems": [{"type": "string"}]}),
+            "'prefixItems'",
+        ),
+        (
+            lambda p: p["properties"].update(x={"$ref": "https://example.com/schema.json"}),
+            "only local \\$ref",
+        ),
         (lambda p: p["properties"].update(x={"type": ["string", "integer"]}), "one type plus 'null'"),
-        (lambda p: p["properties"].update(x={"type": "object", "patternProperties": {".*": {}}}), "patternProperties"),
+        (
+            lambda p: p["properties"].update(x={"type": "object", "patternProperties": {".*": {}}}),
+            "patternProperties",
+        ),
     ],
 )
 def test_what_cannot_be_strict_is_a_registration_error(mutate: Any, message: str) -> None:
     parameters = copy.deepcopy(PARAMETERS)
     mutate(parameters)
     with pytest.raises(RegistryError, match=message):
-        spec_from_tool_definition({"name": "order_supplies", "parameters": parameters}, handler=_handler,
-                                  result_model=Ack, **SPEC_FIELDS)
+        spec_from_tool_definition(
+            {"name": "order_supplies", "parameters": parameters},
+            handler=_handler,
+            result_model=Ack,
+            **SPEC_FIELDS,
+        )
 
 
 def test_function_registration_needs_a_full_spec() -> None:
@@ -132,10 +170,17 @@ def test_function_registration_needs_a_full_spec() -> None:
         assert ctx.tenant_id == "acme"
         return Ack(accepted=city == "Boston")
 
-    fields = {**SPEC_FIELDS, "risk": "read-only", "approval": ApprovalClass.none(),
-              "required_scopes": frozenset({"weather:read"}), "handler_revision": "weather/1.0.0"}
+    fields = {
+        **SPEC_FIELDS,
+        "risk": "read-only",
+        "approval": ApprovalClass.none(),
+        "required_scopes": frozenset({"weather:read"}),
+        "handler_revision": "weather/1.0.0",
+    }
     spec = spec_from_function(weather, args_model=Args, result_model=Ack, **fields)
     assert spec.name == "weather" and spec.description.startswith("Current weather")
-    assert spec.handler(Args(city="Boston"), HandlerContext(tenant_id="acme", user_id="u")) == Ack(accepted=True)
+    assert spec.handler(Args(city="Boston"), HandlerContext(tenant_id="acme", user_id="u")) == Ack(
+        accepted=True
+    )
     with pytest.raises(RegistryError, match="write needs an approval class"):
         spec_from_function(weather, args_model=Args, result_model=Ack, **{**fields, "risk": "danger"})

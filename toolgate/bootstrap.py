@@ -23,15 +23,22 @@ from toolgate.policy.identities import Identities
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
-from toolgate.tools.demo import DemoSystem, build_demo_registry
+from toolgate.tools.demo import DemoServices, DemoSystem, build_demo_registry, build_wide_registry
 from toolgate.tools.manifest import effective_manifest, reviewed_manifest, verify_release
-from toolgate.tools.registry import DEFAULT_RELEASE, Registry
+from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE, Registry
 
 
-def load_registry(release: str, system: DemoSystem) -> Registry:
-    """The registry of ``release`` (only reviewed, packaged releases exist)."""
-    if release == DEFAULT_RELEASE:
+def load_registry(release: str, store: Store, *, secret: bytes) -> Registry:
+    """The registry of ``release`` on ``store`` (only reviewed, packaged releases exist).
+
+    ``secret`` keys the signatures the release's tools issue (purchase-preview tokens); every
+    process serving the release must use the same one (the configured audit key).
+    """
+    system = DemoSystem(store)
+    if release == REFUND_RELEASE:
         return build_demo_registry(system, release)
+    if release == WIDE_RELEASE:
+        return build_wide_registry(system, DemoServices.on(store, secret=secret), release)
     raise UnknownReleaseError(release)
 
 
@@ -54,9 +61,10 @@ def verified_release(registry: Registry, policy: PolicyRules, model: str) -> Non
 
 
 def initialize_store(store: Store) -> None:
-    """Create or upgrade the store schema and the demo system of record."""
+    """Create or upgrade the store schema and the demo systems of record (all releases)."""
     store.setup()
     DemoSystem(store).setup()
+    DemoServices.on(store, secret=b"schema-setup-only").setup()
 
 
 @dataclass
@@ -107,7 +115,7 @@ def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = 
     settings = settings or Settings.from_env()
     store = open_store(settings.database_url, settings.data_dir)
     system = DemoSystem(store)
-    registry = load_registry(settings.release, system)
+    registry = load_registry(settings.release, store, secret=settings.audit_key())
     policy = PolicyRules.for_release(settings.release)
     verified_release(registry, policy, settings.model)
     initialize_store(store)

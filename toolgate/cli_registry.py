@@ -17,7 +17,6 @@ from toolgate.graph.deps import INSTRUCTIONS
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.factory import open_store
 from toolgate.tools.audit import audit_specs
-from toolgate.tools.demo import DemoSystem
 from toolgate.tools.manifest import effective_manifest, reviewed_manifest
 from toolgate.tools.schema_export import anthropic_tool, openai_tool, strict_problems
 from toolgate.tools.spec import ToolSpec
@@ -30,7 +29,7 @@ def _release_specs(release: str) -> Callable[[], Sequence[ToolSpec]]:
 
     def load() -> Sequence[ToolSpec]:
         store = open_store(settings.database_url, settings.data_dir)  # not connected: specs only
-        return list(load_registry(release, DemoSystem(store)).tools.values())
+        return list(load_registry(release, store, secret=settings.audit_key()).tools.values())
 
     return load
 
@@ -126,7 +125,7 @@ def manifest_command(
     """Print the effective manifest (hashes of schemas, handlers, policy, instructions)."""
     settings = Settings.from_env()
     store = open_store(settings.database_url, settings.data_dir)
-    registry = load_registry(release, DemoSystem(store))
+    registry = load_registry(release, store, secret=settings.audit_key())
     try:
         pinned = list(reviewed_manifest(release).get("pinned_models", []))
     except Exception:

@@ -7,7 +7,7 @@
 | TOOLGATE_MODEL | offline | ``offline`` (deterministic demo model) or ``provider:model``, e.g. ``openai:gpt-4.1-mini`` |
 | TOOLGATE_MODEL_BASE_URL | (unset) | base URL of an OpenAI-compatible endpoint |
 | TOOLGATE_MODEL_MAX_TOKENS | 800 | bound on the model's output tokens per turn |
-| TOOLGATE_RELEASE | ops-tools/1.0.0 | tool release to load |
+| TOOLGATE_RELEASE | ops-tools/1.1.0 | tool release to load (ops-tools/1.0.0 is the refund-only bundle) |
 | TOOLGATE_IDENTITIES | DATA_DIR/identities.json | trusted identities file |
 | TOOLGATE_AUDIT_KEY | (generated into DATA_DIR/audit.key) | secret for keyed hashes of actor ids in the audit log |
 | TOOLGATE_ALLOW_MODEL_REQUESTS | 1 | ``0`` refuses to construct a real provider model (tests set it) |

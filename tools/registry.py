@@ -20,7 +20,12 @@ from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.schema_export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec
 
-DEFAULT_RELEASE = "ops-tools/1.0.0"
+REFUND_RELEASE = "ops-tools/1.0.0"
+"""The refund-story release (four tools), kept as the previous complete bundle."""
+WIDE_RELEASE = "ops-tools/1.1.0"
+"""The wider demo release with the seeds' other examples."""
+DEFAULT_RELEASE = WIDE_RELEASE
+"""The release a fresh configuration loads."""
 
 
 @dataclass(frozen=True)
@@ -81,4 +86,4 @@ class Registry:
         return [to_structured_tool(s) for _, s in sorted(self.tools.items())]
 
 
-__all__ = ["DEFAULT_RELEASE", "Registry"]
+__all__ = ["DEFAULT_RELEASE", "REFUND_RELEASE", "WIDE_RELEASE", "Registry"]

@@ -44,6 +44,10 @@ CONSTRAINT_WORDS = {
     "pattern": "pattern",
     "format": "format",
     "multipleOf": "multiple of",
+    "ge": "at least",
+    "le": "at most",
+    "gt": "after",
+    "lt": "before",
     "uniqueItems": "unique items",
 }
 """Constraint keywords moved into descriptions, with their words."""

@@ -18,7 +18,8 @@ from toolgate.tools.demo.models import (
     ServiceStatusResult,
 )
 from toolgate.tools.demo.records import DemoSystem
-from toolgate.tools.registry import DEFAULT_RELEASE, Registry
+from toolgate.tools.demo.services import DemoResolver, DemoServices
+from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE, Registry
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, ResourceRef, Rollback, ToolSpec
 
 
@@ -49,15 +50,21 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
         refund = system.refund_by_key(ctx.tenant_id, _require_key(ctx))
         if refund is None:
             return None
-        return IssueRefundResult(refund_id=refund["refund_id"], order_id=refund["order_id"],
-                                 amount_cents=refund["amount_cents"], status="refunded")
+        return IssueRefundResult(
+            refund_id=refund["refund_id"],
+            order_id=refund["order_id"],
+            amount_cents=refund["amount_cents"],
+            status="refunded",
+        )
 
     def restart_status(args: RestartServiceArgs, ctx: HandlerContext) -> RestartServiceResult | None:
         restart = system.restart_by_key(ctx.tenant_id, _require_key(ctx))
         if restart is None:
             return None
         row = system.service(ctx.tenant_id, args.service_alias)
-        return RestartServiceResult(service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"])
+        return RestartServiceResult(
+            service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"]
+        )
 
     def refund_within_balance(args: IssueRefundArgs, ctx: HandlerContext) -> str | None:
         order = system.order(ctx.tenant_id, args.order_id)
@@ -173,9 +180,14 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
     ]
 
 
-def build_demo_registry(system: DemoSystem, release: str = DEFAULT_RELEASE) -> Registry:
-    """The demo release bound to ``system``."""
+def build_demo_registry(system: DemoSystem, release: str = REFUND_RELEASE) -> Registry:
+    """The refund-story release ``ops-tools/1.0.0`` bound to ``system``."""
     return Registry.of(release, demo_specs(system), system)
 
 
-__all__ = ["build_demo_registry", "demo_specs"]
+def build_wide_registry(system: DemoSystem, services: DemoServices, release: str = WIDE_RELEASE) -> Registry:
+    """The wider release ``ops-tools/1.1.0``: the refund story plus the seeds' other examples."""
+    return Registry.of(release, [*demo_specs(system), *services.specs()], DemoResolver(system, services))
+
+
+__all__ = ["build_demo_registry", "build_wide_registry", "demo_specs"]

@@ -98,6 +98,11 @@ class LookupContactResult(_Result):
     region: Literal["emea", "amer", "apac"]
 
 
+_EPSILON = 1e-9
+_MIN_SLEEP_S = 0.001
+"""Waits never shorter than this, so a wait always makes progress."""
+
+
 class TokenBucket:
     """Thread-safe token bucket: ``burst`` calls at once, then ``rate_per_second`` on average.
 
@@ -127,8 +132,8 @@ class TokenBucket:
             now = self._clock()
             self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate_per_second)
             self._last = now
-            if self._tokens >= 1.0:
-                self._tokens -= 1.0
+            if self._tokens >= 1.0 - _EPSILON:  # refill arithmetic in floats may land a hair short
+                self._tokens = max(0.0, self._tokens - 1.0)
                 return 0.0
             return (1.0 - self._tokens) / self.rate_per_second
 
@@ -145,7 +150,7 @@ class TokenBucket:
                 return True
             if self._clock() + wait > deadline:
                 return False
-            self._sleep(wait)
+            self._sleep(max(wait, _MIN_SLEEP_S))
 
 
 def _sha256(token: str) -> str:

@@ -300,6 +300,10 @@ def filing_specs(service: FilingService) -> list[ToolSpec]:
             ),
             resource=ResourceRef(kind="taxpayer", argument="taxpayer_ref", conflict=True),
             audit_fields=frozenset({"taxpayer_ref", "tax_year", "filing_type"}),
+            reconcile=service.filing_status,
+            # no key downstream: an absent filing after a timeout goes to a person (Case 7), never
+            # straight back to the submit path
+            retry_safe_when_absent=False,
         ),
     ]
 

@@ -222,6 +222,14 @@ class InventoryService:
                 return won
         return adjustment
 
+    def adjustment_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
+        """The service's status query by idempotency key (no side effect), for reconciliation."""
+        with self.store.transaction(write=False) as tx:
+            return tx.one(
+                "SELECT * FROM sor_inventory_adjustments WHERE tenant_id = ? AND idempotency_key = ?",
+                (tenant_id, idempotency_key),
+            )
+
     def count(self, table: str, **where: Any) -> int:
         """Rows in one of this service's tables matching ``where`` (test and demo evidence)."""
         if table not in {"sor_inventory_requests", "sor_inventory_adjustments"}:
@@ -249,12 +257,18 @@ def inventory_specs(service: InventoryService) -> list[ToolSpec]:
         adjustment = service.adjust(
             ctx.tenant_id, args.sku, args.delta, _require_key(ctx), reason=args.reason
         )
-        return UpdateInventoryResult(
-            adjustment_id=adjustment["adjustment_id"],
-            sku=adjustment["sku"],
-            delta=adjustment["delta"],
-            on_hand_after=adjustment["on_hand_after"],
-            status="applied",
+        return UpdateInventoryResult.model_validate({**adjustment, "status": "applied"})
+
+    def stays_non_negative(args: UpdateInventoryArgs, ctx: HandlerContext) -> str | None:
+        on_hand = service.on_hand(ctx.tenant_id, args.sku)
+        if on_hand + args.delta < 0:
+            return f"{args.sku} has {on_hand} on hand; delta must be at least {-on_hand}."
+        return None
+
+    def adjustment_status(args: UpdateInventoryArgs, ctx: HandlerContext) -> UpdateInventoryResult | None:
+        adjustment = service.adjustment_by_key(ctx.tenant_id, _require_key(ctx))
+        return (
+            UpdateInventoryResult.model_validate({**adjustment, "status": "applied"}) if adjustment else None
         )
 
     return [
@@ -306,6 +320,9 @@ def inventory_specs(service: InventoryService) -> list[ToolSpec]:
             ),
             resource=ResourceRef(kind="sku", argument="sku", conflict=True),
             audit_fields=frozenset({"sku", "delta", "reason"}),
+            semantic_check=stays_non_negative,
+            reconcile=adjustment_status,
+            retry_safe_when_absent=True,  # the service dedupes on the idempotency key
         ),
     ]
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toolgate.canonical import canonical_json
 from toolgate.errors import ConfigurationError, ToolExecutionError
-from toolgate.store import Migration, Store
+from toolgate.store import Migration, Store, Tx
 from toolgate.store._sql import iso, parse_iso, utcnow
 from toolgate.tools.spec import (
     ApprovalClass,
@@ -211,6 +211,36 @@ class PurchasingService:
         digest = hmac.new(self.signing_key, message.encode("utf-8"), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
+    def _verified_preview(self, tx: Tx, tenant_id: str, token: str) -> dict[str, Any]:
+        """The stored preview behind ``token``: signature over the stored row first, then tenant."""
+        preview_id = preview_id_of(token)
+        row = None
+        if preview_id is not None:
+            row = tx.one("SELECT * FROM sor_po_previews WHERE preview_id = ?", (preview_id,))
+        if preview_id is None or row is None:
+            raise _refuse("unknown preview token; run preview_purchase_order again")
+        expected = self._mac(preview_id, row["tenant_id"], json.loads(row["payload"]), row["expires_at"])
+        if not hmac.compare_digest(expected, token.rsplit(".", 1)[1]):
+            raise _refuse("preview token signature does not match the stored preview (forged or tampered)")
+        if row["tenant_id"] != tenant_id:
+            raise _refuse("unknown preview token; run preview_purchase_order again")
+        return row
+
+    def preview_summary(self, tenant_id: str, token: str) -> dict[str, Any]:
+        """What a token would create, verified but not consumed: for the reviewer's approval view.
+
+        ``create_purchase_order`` takes only the token, so a reviewer needs this to see the exact
+        vendor, lines and totals being approved (and whether the token is still usable).
+        """
+        with self.store.transaction(write=False) as tx:
+            row = self._verified_preview(tx, tenant_id, token)
+        return {
+            **json.loads(row["payload"]),
+            "expires_at": row["expires_at"],
+            "expired": self.now() >= parse_iso(row["expires_at"]),
+            "used": row["consumed_at"] is not None,
+        }
+
     # ---- preview (no business effect) --------------------------------------------------
 
     def preview(self, tenant_id: str, args: PreviewPurchaseOrderArgs) -> dict[str, Any]:
@@ -221,7 +251,7 @@ class PurchasingService:
             )
         if vendor is None:
             raise _refuse(f"no vendor {args.vendor_id} for this account")
-        lines = [
+        lines: list[dict[str, Any]] = [
             {
                 "sku": item.sku,
                 "quantity": item.quantity,
@@ -230,7 +260,7 @@ class PurchasingService:
             }
             for item in args.line_items
         ]
-        subtotal = sum(line["line_total_cents"] for line in lines)
+        subtotal = sum(item.quantity * item.unit_price_cents for item in args.line_items)
         tax = (subtotal * TAX_RATE_BASIS_POINTS[args.currency] + 5_000) // 10_000  # half-up to the cent
         payload = {
             "vendor_id": args.vendor_id,
@@ -270,16 +300,7 @@ class PurchasingService:
                 ("poreq_" + secrets.token_hex(8), idempotency_key, tenant_id, preview_id, iso(utcnow())),
             )
         with self.store.transaction() as tx:
-            row = tx.one("SELECT * FROM sor_po_previews WHERE preview_id = ?", (preview_id,))
-            if row is None:
-                raise _refuse("unknown preview token; run preview_purchase_order again")
-            expected = self._mac(preview_id, row["tenant_id"], json.loads(row["payload"]), row["expires_at"])
-            if not hmac.compare_digest(expected, token.rsplit(".", 1)[1]):
-                raise _refuse(
-                    "preview token signature does not match the stored preview (forged or tampered)"
-                )
-            if row["tenant_id"] != tenant_id:
-                raise _refuse("unknown preview token; run preview_purchase_order again")
+            row = self._verified_preview(tx, tenant_id, token)
             prior = tx.one(
                 "SELECT * FROM sor_purchase_orders WHERE tenant_id = ? AND idempotency_key = ?",
                 (tenant_id, idempotency_key),
@@ -360,6 +381,19 @@ def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
         order = service.create(ctx.tenant_id, args.preview_token, _require_key(ctx))
         return CreatePurchaseOrderResult.model_validate({**order, "status": "created"})
 
+    def preview_still_usable(args: CreatePurchaseOrderArgs, ctx: HandlerContext) -> str | None:
+        # refuse a stale token before a person is asked to approve it (execute re-checks anyway)
+        summary = service.preview_summary(ctx.tenant_id, args.preview_token)
+        if summary["used"]:
+            return "this preview_token was already used; run preview_purchase_order again for a new order."
+        if summary["expired"]:
+            return "this preview_token has expired; run preview_purchase_order again."
+        return None
+
+    def order_status(args: CreatePurchaseOrderArgs, ctx: HandlerContext) -> CreatePurchaseOrderResult | None:
+        order = service.order_for_key(ctx.tenant_id, _require_key(ctx))
+        return CreatePurchaseOrderResult.model_validate({**order, "status": "created"}) if order else None
+
     ttl_minutes = max(1, round(service.preview_ttl_s / 60))
     return [
         ToolSpec(
@@ -413,6 +447,9 @@ def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
             ),
             resource=ResourceRef(kind="preview", argument="preview_token", conflict=True),
             audit_fields=frozenset(),
+            semantic_check=preview_still_usable,
+            reconcile=order_status,
+            retry_safe_when_absent=True,  # no order means the preview was not consumed (same transaction)
         ),
     ]
 

@@ -247,14 +247,18 @@ class DemoSystem:
     def refund_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """The payment system's status query by idempotency key (no side effect)."""
         with self.store.transaction(write=False) as tx:
-            return tx.one("SELECT * FROM sor_refunds WHERE tenant_id = ? AND idempotency_key = ?",
-                          (tenant_id, idempotency_key))
+            return tx.one(
+                "SELECT * FROM sor_refunds WHERE tenant_id = ? AND idempotency_key = ?",
+                (tenant_id, idempotency_key),
+            )
 
     def restart_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """The service controller's status query by idempotency key (no side effect)."""
         with self.store.transaction(write=False) as tx:
-            return tx.one("SELECT * FROM sor_restarts WHERE tenant_id = ? AND idempotency_key = ?",
-                          (tenant_id, idempotency_key))
+            return tx.one(
+                "SELECT * FROM sor_restarts WHERE tenant_id = ? AND idempotency_key = ?",
+                (tenant_id, idempotency_key),
+            )
 
     # ---- evidence for tests and the demo -------------------------------------------------
 

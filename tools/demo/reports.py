@@ -229,6 +229,14 @@ class ReportService:
             raise ToolExecutionError("caller_error", "this idempotency key belongs to another account's job")
         return job
 
+    def job_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
+        """The job created under an idempotency key, if any (status query for reconciliation)."""
+        with self.store.transaction(write=False) as tx:
+            return tx.one(
+                "SELECT * FROM sor_report_jobs WHERE tenant_id = ? AND idempotency_key = ?",
+                (tenant_id, idempotency_key),
+            )
+
     def status(self, tenant_id: str, job_id: str) -> dict[str, Any]:
         """Running until ``submitted_at + duration_s``, then complete with the stored summary."""
         with self.store.transaction(write=False) as tx:
@@ -250,6 +258,15 @@ def _require_key(ctx: HandlerContext) -> str:
     return ctx.idempotency_key
 
 
+def _submitted(job: dict[str, Any]) -> SubmitReportJobResult:
+    return SubmitReportJobResult(
+        job_id=job["job_id"],
+        status="submitted",
+        estimated_seconds=job["duration_s"],
+        poll_after_seconds=_poll_after(job["duration_s"]),
+    )
+
+
 def report_specs(service: ReportService) -> list[ToolSpec]:
     """``submit_report_job`` and ``check_job_status``, bound to ``service``."""
 
@@ -258,12 +275,11 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
         if problem:  # the model validator already refuses this; handlers re-check their own rules
             raise ToolExecutionError("caller_error", problem)
         job = service.submit(ctx.tenant_id, args.report_type, args.date_from, args.date_to, _require_key(ctx))
-        return SubmitReportJobResult(
-            job_id=job["job_id"],
-            status="submitted",
-            estimated_seconds=job["duration_s"],
-            poll_after_seconds=_poll_after(job["duration_s"]),
-        )
+        return _submitted(job)
+
+    def job_status(args: SubmitReportJobArgs, ctx: HandlerContext) -> SubmitReportJobResult | None:
+        job = service.job_by_key(ctx.tenant_id, _require_key(ctx))
+        return _submitted(job) if job else None
 
     def check_job_status(args: CheckJobStatusArgs, ctx: HandlerContext) -> JobStatusResult:
         return JobStatusResult.model_validate(service.status(ctx.tenant_id, args.job_id))
@@ -291,6 +307,8 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
             handler_revision="submit-report-job/1.0.0",
             rollback=NoRollback("a report job only reads data; there is nothing to undo once it has run"),
             audit_fields=frozenset({"report_type", "date_from", "date_to"}),
+            reconcile=job_status,
+            retry_safe_when_absent=True,  # jobs dedupe on the idempotency key
         ),
         ToolSpec(
             name="check_job_status",
