@@ -53,6 +53,10 @@ class Context:
     """The user's own forwarded credentials (e.g. ``crm_token``); never checkpointed, logged or shown."""
     reconcile_delays: tuple[float, ...] = field(default_factory=lambda: _env_delays())
     """Waits between status checks of an unknown outcome (the seeds' 1, 2, 4, 8, 16 s)."""
+    max_parallel_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_PARALLEL_CALLS", 5))
+    """Independent calls of one turn that may run at the same time (the semaphore)."""
+    batch_deadline_s: float = field(default_factory=lambda: _env_float("TOOLGATE_BATCH_DEADLINE_S", 120.0))
+    """Wall-clock budget of one turn's batch of calls."""
     claim_lease_s: float = field(default_factory=lambda: _env_float("TOOLGATE_CLAIM_LEASE_S", 60.0))
     """Lease of an execution claim; recovery may reconcile an operation after it lapses."""
     duplicate_wait_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DUPLICATE_WAIT_S", 30.0))

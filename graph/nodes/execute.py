@@ -16,6 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate.errors import ToolExecutionError
+from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import current_proposal
@@ -24,6 +25,7 @@ from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
+from toolgate.policy.principal import Principal
 from toolgate.store._sql import iso
 from toolgate.tools.spec import ToolSpec
 
@@ -105,6 +107,79 @@ def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) 
     )
 
 
+def run_read(
+    gw: Gateway,
+    spec: ToolSpec,
+    record: CallRecord,
+    principal: Principal,
+    ctx: Context,
+    common: dict[str, Any],
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Run one authorized read under its limits; audit and answer it."""
+    call_id = record["call_id"]
+    try:
+        data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
+    except ToolExecutionError as exc:
+        gw.auditor.record(
+            "call.failed",
+            "failed",
+            user_id=principal.user_id,
+            code=exc.kind,
+            call_id=call_id,
+            tool=spec.name,
+            handler_revision=spec.handler_revision,
+            **common,
+        )
+        message = status_message(
+            call_id,
+            spec.name,
+            "failed",
+            exc.message,
+            retryable=exc.kind == "caller_error",
+            error_kind=exc.kind,
+        )
+        return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True
+    gw.auditor.record(
+        "call.completed",
+        "completed",
+        user_id=principal.user_id,
+        call_id=call_id,
+        tool=spec.name,
+        handler_revision=spec.handler_revision,
+        **common,
+    )
+    message = result_message(call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes)
+    return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
+
+
+def run_write(
+    gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Deliver one proposed write: execute it once if approved, else report its state."""
+    call_id = record["call_id"]
+    delivery = gw.executor.deliver(
+        record["operation_key"],
+        worker_id=ctx.worker_id,
+        lease_s=ctx.claim_lease_s,
+        wait_s=ctx.duplicate_wait_s,
+        call_id=call_id,
+    )
+    if delivery.status == "unknown":
+        delivery = settle_unknown(gw, delivery, ctx, call_id)
+    if delivery.status == "rejected" and not delivery.reason:
+        decisions = gw.store.decisions_for(record["proposal_id"])
+        reasons = [d.reason for d in decisions if d.decision == "reject"]
+        delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
+    outcome = Outcome(
+        call_id=call_id,
+        tool=spec.name,
+        status=AUTHORITATIVE.get(delivery.status, delivery.status),
+        operation_key=record["operation_key"],
+        proposal_id=record["proposal_id"],
+    )
+    return delivery_message(call_id, spec, delivery), outcome, delivery.status != "pending_approval"
+
+
 def make_execute_node(gw: Gateway) -> Any:
     """Build the ``execute`` node."""
 
@@ -138,80 +213,45 @@ def make_execute_node(gw: Gateway) -> Any:
         messages: list[ToolMessage] = []
         outcomes: dict[str, Outcome] = {}
         common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
-        for record in turn:
-            phase = record.get("phase")
-            if phase not in ("read", "proposed"):
-                continue
+        runnable = [r for r in turn if r.get("phase") in ("read", "proposed")]
+
+        def run(record: CallRecord) -> tuple[ToolMessage, Outcome, bool]:
             spec = gw.registry.get(record["tool"])
             assert spec is not None
+            if record.get("phase") == "read":
+                return run_read(gw, spec, record, principal, ctx, common)
+            return run_write(gw, spec, record, ctx)
+
+        lanes = partition(gw.registry, runnable)
+        results = run_batch(
+            lanes, run, max_concurrency=ctx.max_parallel_calls, deadline_s=ctx.batch_deadline_s
+        )
+        finished = len(results)
+        for record in runnable:
             call_id = record["call_id"]
-            if phase == "read":
-                try:
-                    data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
-                except ToolExecutionError as exc:
-                    gw.auditor.record(
-                        "call.failed",
-                        "failed",
-                        user_id=principal.user_id,
-                        code=exc.kind,
-                        call_id=call_id,
-                        tool=spec.name,
-                        handler_revision=spec.handler_revision,
-                        **common,
-                    )
-                    messages.append(
-                        status_message(
-                            call_id,
-                            spec.name,
-                            "failed",
-                            exc.message,
-                            retryable=exc.kind == "caller_error",
-                            error_kind=exc.kind,
-                        )
-                    )
-                    outcomes[call_id] = Outcome(
-                        call_id=call_id, tool=spec.name, status="failed", detail=exc.kind
-                    )
-                else:
-                    gw.auditor.record(
-                        "call.completed",
-                        "completed",
-                        user_id=principal.user_id,
-                        call_id=call_id,
-                        tool=spec.name,
-                        handler_revision=spec.handler_revision,
-                        **common,
-                    )
-                    messages.append(
-                        result_message(
-                            call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes
-                        )
-                    )
-                    outcomes[call_id] = Outcome(call_id=call_id, tool=spec.name, status="completed")
-                records[call_id] = CallRecord(**{**record, "phase": "done"})
+            if call_id not in results:
+                message = status_message(
+                    call_id,
+                    record["tool"],
+                    "in_progress",
+                    "Still running when the batch deadline passed; its outcome will be recorded once. Do not retry.",
+                    retryable=False,
+                    error_kind="batch_deadline",
+                    extra={"batch": {"size": len(runnable), "completed": finished, "partial": True}},
+                )
+                messages.append(message)
+                outcomes[call_id] = Outcome(
+                    call_id=call_id,
+                    tool=record["tool"],
+                    status="in_progress",
+                    operation_key=record.get("operation_key", ""),
+                    proposal_id=record.get("proposal_id", ""),
+                )
                 continue
-            delivery = gw.executor.deliver(
-                record["operation_key"],
-                worker_id=ctx.worker_id,
-                lease_s=ctx.claim_lease_s,
-                wait_s=ctx.duplicate_wait_s,
-                call_id=call_id,
-            )
-            if delivery.status == "unknown":
-                delivery = settle_unknown(gw, delivery, ctx, call_id)
-            if delivery.status == "rejected" and not delivery.reason:
-                decisions = gw.store.decisions_for(record["proposal_id"])
-                reasons = [d.reason for d in decisions if d.decision == "reject"]
-                delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
-            messages.append(delivery_message(call_id, spec, delivery))
-            outcomes[call_id] = Outcome(
-                call_id=call_id,
-                tool=spec.name,
-                status=AUTHORITATIVE.get(delivery.status, delivery.status),
-                operation_key=record["operation_key"],
-                proposal_id=record["proposal_id"],
-            )
-            if delivery.status != "pending_approval":
+            message, outcome, done = results[call_id]
+            messages.append(message)
+            outcomes[call_id] = outcome
+            if done:
                 records[call_id] = CallRecord(**{**record, "phase": "done"})
         update: dict[str, Any] = {
             "messages": messages,

@@ -1,0 +1,155 @@
+"""Lab 5 through the gateway: same-SKU calls are partitioned and the count is right; the same
+harness without the conflict key reproduces the lost update. Independent calls run concurrently,
+every call gets its own result, and a batch past its deadline is reported as partial."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from support import principal, tool_messages
+
+from toolgate.bootstrap import initialize_store
+from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.review import decide
+from toolgate.policy import PolicyRules
+from toolgate.store import SQLiteStore
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools import WIDE_RELEASE, Registry, ResourceRef
+from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+
+
+class Wide:
+    """The wider demo release on one store, with inventory latency to widen the race window."""
+
+    def __init__(self, path: Path, *, conflict_key: bool = True, latency_s: float = 0.05) -> None:
+        self.store = SQLiteStore(path)
+        initialize_store(self.store)
+        self.services = DemoServices.on(self.store, secret=b"test-secret")
+        self.services.inventory.latency_s = latency_s
+        registry = build_wide_registry(DemoSystem(self.store), self.services)
+        if not conflict_key:
+            spec = registry.tools["update_inventory"]
+            assert spec.resource is not None
+            unprotected = replace(spec, resource=ResourceRef(kind="sku", argument="sku", conflict=False))
+            registry = Registry.of(
+                WIDE_RELEASE,
+                [*(s for s in registry.tools.values() if s.name != spec.name), unprotected],
+                registry.resolver,
+            )
+        self.registry = registry
+        self.policy = PolicyRules.for_release(WIDE_RELEASE)
+
+    def graph(self, model: ScriptedChatModel) -> Any:
+        return build_graph(
+            model=model,
+            registry=self.registry,
+            policy=self.policy,
+            store=self.store,
+            checkpointer=InMemorySaver(),
+            audit_key=b"k",
+        )
+
+    def on_hand(self, sku: str = "SKU-7") -> int:
+        with self.store.transaction(write=False) as tx:
+            row = tx.one("SELECT on_hand FROM sor_inventory WHERE tenant_id = 'acme' AND sku = ?", (sku,))
+        assert row is not None
+        return int(row["on_hand"])
+
+
+def two_same_sku_adjustments(wide: Wide) -> int:
+    calls = [
+        tool_call("update_inventory", {"sku": "SKU-7", "delta": -2, "reason": "shipped"}, "bin_a"),
+        tool_call("update_inventory", {"sku": "SKU-7", "delta": -3, "reason": "shipped"}, "bin_b"),
+    ]
+    graph = wide.graph(ScriptedChatModel(responses=[ai("", *calls), ai("moved")]))
+    config: Any = {"configurable": {"thread_id": "t-sku"}}
+    first = graph.invoke(
+        {"messages": [("user", "move 2 to bin A and 3 to bin B")]},
+        config,
+        context=Context(principal=principal("lee")),
+    )
+    gw = build_gateway(
+        model=ScriptedChatModel(responses=[]),
+        registry=wide.registry,
+        policy=wide.policy,
+        store=wide.store,
+        audit_key=b"k",
+    )
+    for proposal in first["__interrupt__"][0].value["toolgate"]["proposals"]:
+        decide(gw, proposal["proposal_id"], principal("wanda"), "approve")
+    final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
+    statuses = [json.loads(str(m.content))["status"] for m in tool_messages(final)]
+    assert statuses == ["completed", "completed"]
+    return wide.on_hand()
+
+
+def test_same_sku_calls_run_in_order_and_the_count_is_right(tmp_path: Path) -> None:
+    assert two_same_sku_adjustments(Wide(tmp_path / "protected.sqlite")) == 5
+
+
+def test_without_the_conflict_key_the_same_harness_loses_an_update(tmp_path: Path) -> None:
+    assert two_same_sku_adjustments(Wide(tmp_path / "unprotected.sqlite", conflict_key=False)) in (7, 8)
+
+
+def test_independent_reads_run_concurrently_and_each_gets_its_result(tmp_path: Path) -> None:
+    wide = Wide(tmp_path / "reads.sqlite")
+    active, peak, lock = [0], [0], threading.Lock()
+    spec = wide.registry.tools["get_inventory"]
+
+    def slow(args: Any, ctx: Any) -> Any:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+        return spec.handler(args, ctx)
+
+    wide.registry.tools["get_inventory"] = replace(spec, handler=slow)  # type: ignore[index]
+    calls = [tool_call("get_inventory", {"sku": "SKU-7"}, f"r{i}") for i in range(2)]
+    calls.append(tool_call("lookup_order", {"order_id": "O-7001"}, "bad"))
+    state = wide.graph(ScriptedChatModel(responses=[ai("", *calls), ai("ok")])).invoke(
+        {"messages": [("user", "stock?")]},
+        {"configurable": {"thread_id": "t-par"}},
+        context=Context(principal=principal("lee")),
+    )
+    results = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert results["r0"]["status"] == results["r1"]["status"] == "completed"
+    assert results["bad"]["status"] == "rejected"
+    assert [m.tool_call_id for m in tool_messages(state)] == ["bad", "r0", "r1"]
+    assert peak[0] == 2
+
+
+@pytest.mark.parametrize("deadline", [0.2])
+def test_a_batch_past_its_deadline_is_reported_partial(tmp_path: Path, deadline: float) -> None:
+    wide = Wide(tmp_path / "deadline.sqlite")
+    spec = wide.registry.tools["get_inventory"]
+    release = threading.Event()
+
+    def stuck(args: Any, ctx: Any) -> Any:
+        release.wait(5)
+        return spec.handler(args, ctx)
+
+    wide.registry.tools["get_inventory"] = replace(spec, handler=stuck)  # type: ignore[index]
+    calls = [
+        tool_call("get_inventory", {"sku": "SKU-7"}, "slow"),
+        tool_call("lookup_order", {"order_id": "O-5512"}, "fast"),
+    ]
+    state = wide.graph(ScriptedChatModel(responses=[ai("", *calls), ai("partial")])).invoke(
+        {"messages": [("user", "both")]},
+        {"configurable": {"thread_id": "t-deadline"}},
+        context=Context(principal=principal("lee"), batch_deadline_s=deadline),
+    )
+    release.set()
+    results = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert results["fast"]["status"] == "completed"
+    assert results["slow"]["status"] == "in_progress" and results["slow"]["batch"]["partial"] is True
+    assert state["outcomes"]["slow"]["status"] == "in_progress"
