@@ -1,0 +1,98 @@
+"""Stress: 8 processes x 64 concurrent deliveries of 200 approved operations on PostgreSQL give
+exactly 200 effects and lose none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from support import Harness, principal
+
+from toolgate.canonical import idempotency_key_for
+from toolgate.graph.proposals import draft_proposal, store_proposal
+from toolgate.graph.review import decide
+from toolgate.store import PostgresStore
+
+OPERATIONS = 200
+PROCESSES = 8
+THREADS = 64
+
+WORKER = (
+    """
+import random, sys, time
+from concurrent.futures import ThreadPoolExecutor
+from toolgate.graph import build_gateway
+from toolgate.policy import PolicyRules
+from toolgate.store import PostgresStore
+from toolgate.testing import ScriptedChatModel
+from toolgate.tools import REFUND_RELEASE, Registry
+from toolgate.tools.demo import DemoSystem, demo_specs
+
+url, keys_file, start_at, worker = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+keys = open(keys_file).read().split()
+random.Random(worker).shuffle(keys)
+store = PostgresStore(url, max_size=12)
+system = DemoSystem(store)
+gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, demo_specs(system), system),
+                   policy=PolicyRules.for_release(REFUND_RELEASE), store=store, audit_key=b"test-audit-key")
+store.get_operation("warm-up")
+time.sleep(max(0.0, start_at - time.time()))
+with ThreadPoolExecutor(max_workers=int(sys.argv[5])) as pool:
+    claims = sum(d.claim == "ACQUIRED" for d in pool.map(
+        lambda k: gw.executor.deliver(k, worker_id=f"{worker}", wait_s=120), keys))
+print(claims)
+"""
+    % THREADS
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_eight_processes_sixty_four_threads_two_hundred_operations(pg_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    harness = Harness(PostgresStore(pg_url, max_size=10))
+    gw = harness.gateway()
+    spec = harness.registry.tools["restart_service"]
+    keys = []
+    for n in range(OPERATIONS):
+        draft = draft_proposal(
+            gw,
+            spec,
+            tenant_id="acme",
+            requester_id="sam",
+            thread_id="t-stress",
+            call_id=f"c{n}",
+            arguments={"service_alias": "web", "reason": f"stress restart {n}"},
+        )
+        proposal, _, _ = store_proposal(gw, spec, draft, actor="sam")
+        decide(gw, proposal.proposal_id, principal("omar"), "approve")
+        keys.append(proposal.operation_key)
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text("\n".join(keys))
+    start_at = str(time.time() + 4)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, pg_url, str(keys_file), start_at, f"proc{i}", str(THREADS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(PROCESSES)
+    ]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    claims = [int(out.strip()) for out, _ in outputs]
+    assert sum(claims) == OPERATIONS
+    statuses = [harness.store.get_operation(k).status for k in keys]  # type: ignore[union-attr]
+    assert statuses.count("succeeded") == OPERATIONS  # none lost
+    with harness.store.transaction(write=False) as tx:
+        effects = tx.one("SELECT COUNT(*) AS n FROM sor_restarts WHERE tenant_id = 'acme'")
+        requests = tx.one("SELECT COUNT(*) AS n FROM sor_restart_requests WHERE tenant_id = 'acme'")
+    assert effects is not None and int(effects["n"]) == OPERATIONS
+    assert requests is not None and int(requests["n"]) == OPERATIONS  # one downstream request per operation
+    assert all(
+        harness.system.count("sor_restart_requests", idempotency_key=idempotency_key_for(k)) == 1
+        for k in keys[:20]
+    )
+    harness.store.close()
