@@ -19,8 +19,7 @@ OPERATIONS = 200
 PROCESSES = 8
 THREADS = 64
 
-WORKER = (
-    """
+WORKER = """
 import random, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from toolgate.graph import build_gateway
@@ -44,8 +43,6 @@ with ThreadPoolExecutor(max_workers=int(sys.argv[5])) as pool:
         lambda k: gw.executor.deliver(k, worker_id=f"{worker}", wait_s=120), keys))
 print(claims)
 """
-    % THREADS
-)
 
 
 @pytest.mark.postgres
