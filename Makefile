@@ -13,7 +13,7 @@ endif
 PYTEST_ARGS ?=
 TYPECHECK_DIR := .build/typecheck
 
-.PHONY: venv demo test lint typecheck check wheel-check clean
+.PHONY: venv demo test lint typecheck check wheel-check bench clean
 
 # venv: create .venv and install the project editable with the dev extras
 venv: $(STAMP)
@@ -59,3 +59,7 @@ wheel-check: $(STAMP)
 # clean: remove every generated artefact (venvs, builds, app data)
 clean:
 	rm -rf $(VENV) .build .toolgate .langgraph_api dist build *.egg-info
+
+# bench: measured benchmarks (ratios within one run), written to bench/results/
+bench: $(STAMP)
+	$(BIN)/python bench/lab6_breaker.py

@@ -20,6 +20,7 @@ from toolgate.graph.nodes.proposal import make_proposal_node
 from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
 from toolgate.graph.state import GatewayState
+from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
@@ -35,6 +36,7 @@ def build_gateway(
     store: Store,
     audit_key: bytes,
     instructions: str = INSTRUCTIONS,
+    breakers: BreakerRegistry | None = None,
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run)."""
     auditor = Auditor(store, audit_key, registry.release)
@@ -44,7 +46,7 @@ def build_gateway(
         policy=policy,
         store=store,
         auditor=auditor,
-        executor=Executor(store, registry, auditor),
+        executor=Executor(store, registry, auditor, breakers=breakers or BreakerRegistry()),
         rate_limiter=InboundRateLimiter(store, policy.rate_limits),
         instructions=instructions,
     )
@@ -59,6 +61,7 @@ def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     audit_key: bytes,
     instructions: str = INSTRUCTIONS,
+    breakers: BreakerRegistry | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile the gateway graph.
 
@@ -73,6 +76,7 @@ def build_graph(
         store=store,
         audit_key=audit_key,
         instructions=instructions,
+        breakers=breakers,
     )
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
     builder.add_node("model", make_model_node(gw))
