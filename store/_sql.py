@@ -81,10 +81,18 @@ _AUDIT_FIELDS = (
 
 
 def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
-    """The part of an audit row covered by its hash (everything but seq and the hashes)."""
+    """The part of an audit row covered by its hash (everything but seq and the hashes).
+
+    Events carry the digest of their detail, not the detail itself, so retention can delete the
+    protected payload while the chain stays verifiable. (Events written before the payload split
+    hash the detail inline.)
+    """
     content = {name: row.get(name) for name in _AUDIT_FIELDS}
-    detail = row.get("detail")
-    content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
+    if row.get("detail_sha256"):
+        content["detail_sha256"] = row["detail_sha256"]
+    else:
+        detail = row.get("detail")
+        content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
     return content
 
 
@@ -119,7 +127,12 @@ def _approval(row: dict[str, Any]) -> ApprovalRecord:
 
 def _audit(row: dict[str, Any]) -> AuditEvent:
     data = dict(row)
-    data["detail"] = json.loads(data["detail"])
+    payload = data.pop("payload", None)
+    if data.get("detail_sha256"):
+        data["detail"] = json.loads(payload) if payload is not None else {}
+        data["payload_retained"] = payload is not None
+    else:
+        data["detail"] = json.loads(data["detail"])
     return AuditEvent(**data)
 
 
@@ -425,19 +438,32 @@ class SqlStore(Store, abc.ABC):
         row: dict[str, Any] = {name: getattr(event, name, None) for name in _AUDIT_FIELDS}
         row["event_id"] = new_id("evt")
         row["occurred_at"] = iso(utcnow())
-        row["detail"] = canonical_json(event.detail)
+        payload = canonical_json(event.detail)
+        row["detail"] = "{}"
+        row["detail_sha256"] = sha256_hex(payload)
         with self.transaction() as tx:
             self._lock_audit_chain(tx)
             last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             row["prev_hash"] = last["hash"] if last else GENESIS_HASH
             row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"])
-            columns = [*_AUDIT_FIELDS, "detail", "prev_hash", "hash"]
+            columns = [*_AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
             stored = tx.execute(
                 f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
                 " RETURNING *",
                 tuple(row[c] for c in columns),
             )
-        return _audit(stored[0])
+            tx.execute(
+                "INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES (?, ?, ?)",
+                (row["event_id"], row["occurred_at"], payload),
+            )
+        return _audit({**stored[0], "payload": payload})
+
+    def purge_audit_payloads(self, before: str) -> int:
+        with self.transaction() as tx:
+            rows = tx.execute(
+                "DELETE FROM audit_payloads WHERE occurred_at < ? RETURNING event_id", (before,)
+            )
+        return len(rows)
 
     def audit_events(
         self,
@@ -457,10 +483,13 @@ class SqlStore(Store, abc.ABC):
         if call_ids:
             clauses.append(f"call_id IN ({', '.join('?' for _ in call_ids)})")
             params.extend(call_ids)
-        sql = "SELECT * FROM audit_events"
+        sql = (
+            "SELECT e.*, p.detail AS payload FROM audit_events e"
+            " LEFT JOIN audit_payloads p ON p.event_id = e.event_id"
+        )
         if clauses:
-            sql += " WHERE " + " OR ".join(clauses)
-        sql += " ORDER BY seq"
+            sql += " WHERE " + " OR ".join("e." + c for c in clauses)
+        sql += " ORDER BY e.seq"
         with self.transaction(write=False) as tx:
             rows = tx.execute(sql, tuple(params))
         return [_audit(r) for r in rows]

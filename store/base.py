@@ -145,6 +145,10 @@ class Store(abc.ABC):
         """Append one event to the hash chain."""
 
     @abc.abstractmethod
+    def purge_audit_payloads(self, before: str) -> int:
+        """Delete audit payloads older than ``before`` (ISO time); the chain and digests stay."""
+
+    @abc.abstractmethod
     def audit_events(
         self,
         *,

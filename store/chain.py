@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from toolgate.canonical import digest
 from toolgate.store._sql import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.base import Store
 
@@ -34,6 +35,8 @@ def verify_chain(store: Store) -> ChainReport:
             problem = "previous-hash link broken (an event before it was removed, reordered or forged)"
         elif audit_hash(audit_row_content(row), event.prev_hash) != event.hash:
             problem = "content does not match its hash (modified)"
+        elif event.detail_sha256 and event.payload_retained and digest(event.detail) != event.detail_sha256:
+            problem = "payload does not match the digest in the chain (modified)"
         if problem:
             return ChainReport(
                 events=len(events),

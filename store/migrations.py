@@ -200,6 +200,15 @@ CREATE TABLE dead_letters (
 );
 ALTER TABLE proposals ADD COLUMN supersedes TEXT"""
 
+_AUDIT_PAYLOADS = """
+ALTER TABLE audit_events ADD COLUMN detail_sha256 TEXT;
+CREATE TABLE audit_payloads (
+    event_id TEXT PRIMARY KEY,
+    occurred_at TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX audit_payloads_time_idx ON audit_payloads (occurred_at)"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -211,6 +220,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="dead letters; proposal edits supersede their original",
         sqlite=_DEAD_LETTERS,
         postgres=_DEAD_LETTERS,
+    ),
+    Migration(
+        name="audit payloads apart from the chain, so retention can delete them",
+        sqlite=_AUDIT_PAYLOADS,
+        postgres=_AUDIT_PAYLOADS,
     ),
 )
 """The store's own schema, component ``toolgate``."""

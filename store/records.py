@@ -214,6 +214,10 @@ class AuditEvent(AuditEventIn):
     """Hash of the previous event (64 zeros for the first)."""
     hash: str
     """SHA-256 over this event's canonical encoding and ``prev_hash``."""
+    detail_sha256: str | None = None
+    """Digest of ``detail`` (the chain covers this, so the payload itself can be retained or purged)."""
+    payload_retained: bool = True
+    """False once retention deleted the protected payload (``detail`` is then empty)."""
 
 
 __all__ = [
