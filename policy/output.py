@@ -42,6 +42,11 @@ def redact_text(text: str) -> str:
     return text
 
 
+def count_secrets(text: str) -> int:
+    """How many secret-looking substrings ``text`` holds (for scans of logs and stored state)."""
+    return sum(len(pattern.findall(text)) for pattern in _SECRET_PATTERNS)
+
+
 def redact(value: Any, key: str = "") -> Any:
     """Redact a JSON-like value recursively (by key name and by value pattern)."""
     if key and _SECRET_KEYS.search(key) and not isinstance(value, dict | list):
@@ -82,4 +87,4 @@ def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any
     return redacted
 
 
-__all__ = ["REDACTED", "TRUNCATED", "bound", "redact", "redact_text", "sanitize_result"]
+__all__ = ["REDACTED", "TRUNCATED", "bound", "count_secrets", "redact", "redact_text", "sanitize_result"]

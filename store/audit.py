@@ -15,9 +15,16 @@ from toolgate.store.base import Store
 from toolgate.store.records import AuditEvent, AuditEventIn
 
 
+def key_id(key: bytes) -> str:
+    """Short public id of an HMAC key, stored with each hash so keys can be rotated."""
+    return hashlib.sha256(b"toolgate-key-id:" + key).hexdigest()[:8]
+
+
 def actor_hash(key: bytes, user_id: str) -> str:
-    """Keyed hash of a user id, e.g. ``user_hmac_3f2a...``."""
-    return "user_hmac_" + hmac.new(key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+    """Keyed hash of a user id, e.g. ``user_hmac_k1a2b3c4d_3f2a...`` (key id, then the HMAC)."""
+    return (
+        f"user_hmac_k{key_id(key)}_" + hmac.new(key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+    )
 
 
 @dataclass(frozen=True)
@@ -43,4 +50,4 @@ class Auditor:
         )
 
 
-__all__ = ["Auditor", "actor_hash"]
+__all__ = ["Auditor", "actor_hash", "key_id"]

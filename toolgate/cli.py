@@ -18,6 +18,7 @@ from langgraph.types import Command
 from rich.console import Console
 
 from toolgate.bootstrap import App, open_app
+from toolgate.cli_audit import audit_app
 from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_registry import registry_app
 from toolgate.cli_verify import verify_app
@@ -33,7 +34,6 @@ app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
 )
 proposals_app = typer.Typer(no_args_is_help=True, help="Inspect write proposals.")
-audit_app = typer.Typer(no_args_is_help=True, help="Read the audit trail.")
 app.add_typer(proposals_app, name="proposals")
 app.add_typer(audit_app, name="audit")
 app.add_typer(worker_app, name="worker")
@@ -227,36 +227,6 @@ def edit(
     )
     _kv(
         proposal=created.proposal_id, supersedes=proposal_id, status="pending_approval", digest=created.digest
-    )
-
-
-@audit_app.command("trace")
-def audit_trace(operation_key: str) -> None:
-    """Every audit event of one operation, in chain order, from request to result."""
-    application = _open()
-    events = application.store.audit_events(operation_key=operation_key)
-    call_ids = sorted({e.call_id for e in events if e.call_id})
-    by_seq = {e.seq: e for e in application.store.audit_events(call_ids=call_ids)} if call_ids else {}
-    by_seq.update({e.seq: e for e in events})
-    if not by_seq:
-        raise NotFoundError(f"no audit events for {operation_key}")
-    for event in sorted(by_seq.values(), key=lambda e: e.seq):
-        _kv(
-            seq=event.seq,
-            at=event.occurred_at,
-            event=event.event,
-            result=event.result,
-            code=event.code or "-",
-            call_id=event.call_id or "-",
-            proposal=event.proposal_id or "-",
-            release=event.tool_release or "-",
-            handler=event.handler_revision or "-",
-            actor=event.actor_id or "-",
-            hash=event.hash[:16],
-        )
-    _kv(
-        events_for_operation=len(by_seq),
-        release_ids="present" if all(e.tool_release for e in by_seq.values()) else "missing",
     )
 
 

@@ -152,7 +152,9 @@ def _story(app: App, say: Say) -> int:
             f"handler_calls={app.system.count('sor_payment_requests') - before} "
             f"proposals={sum(1 for c in calls if c.get('proposal_id'))}"
         )
+        refused = next((c["call_id"] for c in calls if c.get("phase") == "rejected"), "")
         say(f"operation_trace=toolgate audit trace {op.operation_key}")
+        say(f"refusal_trace=toolgate audit trace --call {refused}")
         ok = status == "completed" and again.duplicate and refunds == 1 and payments == 1 and rejected
         say(f"demo={'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1

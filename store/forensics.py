@@ -1,0 +1,144 @@
+"""Reconstructing what happened to one operation (or one refused call) from the audit log.
+
+Investigators need the whole path months later: request, call, policy decision, proposal,
+approval, claim, handler and result, in order, with actors, release and hashes; and whether the
+log itself can still be trusted (chain intact, approver attributable, no secrets inside).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from toolgate.policy.output import count_secrets
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.chain import verify_chain
+from toolgate.store.records import AuditEvent
+
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "succeeded": (
+        "model.response",
+        "call.accepted",
+        "proposal.created",
+        "approval.recorded",
+        "proposal.approved",
+        "operation.claimed",
+        "handler.started",
+        "handler.finished",
+        "operation.completed",
+    ),
+    "rejected": (
+        "model.response",
+        "call.accepted",
+        "proposal.created",
+        "approval.recorded",
+        "proposal.rejected",
+    ),
+    "expired": ("model.response", "call.accepted", "proposal.created", "proposal.expired"),
+    "pending_approval": ("model.response", "call.accepted", "proposal.created"),
+    "dead_lettered": (
+        "model.response",
+        "call.accepted",
+        "proposal.created",
+        "operation.claimed",
+        "operation.dead_lettered",
+    ),
+    "refused": ("model.response", "call.rejected"),
+}
+"""The transitions a complete record of each final state must contain."""
+
+
+@dataclass
+class TraceReport:
+    """One operation's (or refused call's) events and the seeds' summary figures."""
+
+    subject: str
+    events: list[AuditEvent]
+    final: str
+    missing: list[str] = field(default_factory=list)
+    approver: str = "n/a"
+    raw_secrets: int = 0
+    tamper_check: str = "PASS"
+    first_bad_event: str | None = None
+    retention: str = "not_run"
+
+    def summary(self) -> str:
+        """The seeds' line."""
+        release = "present" if self.events and all(e.tool_release for e in self.events) else "missing"
+        return (
+            f"events_for_operation={len(self.events)} missing_transitions={len(self.missing)} "
+            f"release_ids={release} approver={self.approver} raw_secrets={self.raw_secrets} "
+            f"tamper_check={self.tamper_check} retention_policy={self.retention}"
+        )
+
+
+def _with_request(store: Store, events: list[AuditEvent]) -> list[AuditEvent]:
+    """Add the model response that proposed the first call (same thread, just before it)."""
+    first = next((e for e in events if e.event in ("call.accepted", "call.rejected")), None)
+    if first is None or not first.thread_id:
+        return events
+    responses = [
+        e
+        for e in store.audit_events()
+        if e.event == "model.response" and e.thread_id == first.thread_id and e.seq < first.seq
+    ]
+    return ([responses[-1]] if responses else []) + events
+
+
+def trace(
+    store: Store, auditor: Auditor, *, operation_key: str | None = None, call_id: str | None = None
+) -> TraceReport:
+    """Every event of ``operation_key`` (with the calls that led to it) or of one refused ``call_id``."""
+    if operation_key:
+        events = store.audit_events(operation_key=operation_key)
+        call_ids = sorted({e.call_id for e in events if e.call_id})
+        proposal_ids = sorted({e.proposal_id for e in events if e.proposal_id})
+        merged = {e.seq: e for e in events}
+        if call_ids:
+            merged.update(
+                {
+                    e.seq: e
+                    for e in store.audit_events(call_ids=call_ids)
+                    if e.event in ("call.accepted", "call.rejected")
+                }
+            )
+        for proposal_id in proposal_ids:
+            merged.update({e.seq: e for e in store.audit_events(proposal_id=proposal_id)})
+        ordered = _with_request(store, sorted(merged.values(), key=lambda e: e.seq))
+        op = store.get_operation(operation_key)
+        final = op.status if op else "missing"
+        subject = operation_key
+    else:
+        assert call_id is not None
+        ordered = _with_request(store, store.audit_events(call_ids=[call_id]))
+        final = "refused" if any(e.event == "call.rejected" for e in ordered) else "accepted"
+        subject = call_id
+        proposal_ids = []
+    report = TraceReport(subject=subject, events=ordered, final=final)
+    seen = {e.event for e in ordered}
+    report.missing = [name for name in EXPECTED.get(final, ()) if name not in seen]
+    approvals = [e for e in ordered if e.event == "approval.recorded"]
+    if approvals:
+        reviewers = {
+            auditor.actor(d.reviewer_id): d for pid in proposal_ids for d in store.decisions_for(pid)
+        }
+        report.approver = (
+            "verified"
+            if all(
+                e.actor_id in reviewers and reviewers[e.actor_id].digest == e.detail.get("digest")
+                for e in approvals
+            )
+            else "UNVERIFIED"
+        )
+    text = json.dumps([e.detail for e in ordered], sort_keys=True)
+    report.raw_secrets = count_secrets(text)
+    chain = verify_chain(store)
+    report.tamper_check = "PASS" if chain.ok else "FAIL"
+    report.first_bad_event = chain.first_bad_event_id
+    if any(e.event == "audit.retention_applied" for e in store.audit_events()):
+        report.retention = "applied"
+    return report
+
+
+__all__ = ["EXPECTED", "TraceReport", "trace"]

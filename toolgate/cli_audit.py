@@ -1,0 +1,125 @@
+"""``toolgate audit``: reconstruct an operation, verify the chain, export for a SIEM, apply retention."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from toolgate.bootstrap import App, open_app
+from toolgate.config import Settings
+from toolgate.errors import NotFoundError
+from toolgate.store._sql import iso, utcnow
+from toolgate.store.chain import verify_chain
+from toolgate.store.forensics import trace
+
+audit_app = typer.Typer(no_args_is_help=True, help="Read, verify and export the audit trail.")
+
+
+def _open() -> App:
+    return open_app(Settings.from_env())
+
+
+def _kv(**facts: Any) -> None:
+    typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
+
+
+@audit_app.command("trace")
+def audit_trace(
+    operation_key: Annotated[str | None, typer.Argument(help="Operation to reconstruct.")] = None,
+    call: Annotated[
+        str | None, typer.Option("--call", help="Reconstruct one (refused) call instead.")
+    ] = None,
+) -> None:
+    """Request -> call -> policy -> proposal -> approval -> claim -> handler -> result, in order."""
+    if not operation_key and not call:
+        raise NotFoundError("give an OPERATION_KEY or --call CALL_ID")
+    application = _open()
+    report = trace(application.store, application.gateway.auditor, operation_key=operation_key, call_id=call)
+    if not report.events:
+        raise NotFoundError(f"no audit events for {operation_key or call}")
+    for event in report.events:
+        detail = event.detail
+        facts = {
+            "seq": event.seq,
+            "at": event.occurred_at,
+            "event": event.event,
+            "result": event.result,
+            "code": event.code or "-",
+            "call_id": event.call_id or "-",
+            "proposal": event.proposal_id or "-",
+            "release": event.tool_release or "-",
+            "handler": event.handler_revision or "-",
+            "actor": event.actor_id or "-",
+            "hash": event.hash[:16],
+        }
+        if detail.get("rule_id"):
+            facts["rule"] = detail["rule_id"]
+        if detail.get("digest"):
+            facts["digest"] = str(detail["digest"])[:16]
+        _kv(**facts)
+    _kv(final_status=report.final, missing=",".join(report.missing) or "none")
+    typer.echo(report.summary())
+    raise typer.Exit(
+        0 if not report.missing and report.tamper_check == "PASS" and report.raw_secrets == 0 else 1
+    )
+
+
+@audit_app.command("verify")
+def audit_verify() -> None:
+    """Recompute the whole hash chain; name the first event that does not fit."""
+    report = verify_chain(_open().store)
+    if report.ok:
+        _kv(events=report.events, tamper_check="PASS")
+        raise typer.Exit(0)
+    _kv(
+        events=report.events,
+        tamper_check="FAIL",
+        first_bad_seq=report.first_bad_seq,
+        first_bad_event=report.first_bad_event_id,
+        reason=json.dumps(report.reason),
+    )
+    raise typer.Exit(1)
+
+
+@audit_app.command("export")
+def audit_export(
+    output: Annotated[Path | None, typer.Option(help="File to write (default: stdout).")] = None,
+) -> None:
+    """Every event as JSON Lines (schema_version 1) for a SIEM."""
+    lines = []
+    for event in _open().store.audit_events():
+        record = {"schema_version": 1, **{k: v for k, v in event.__dict__.items()}}
+        lines.append(json.dumps(record, sort_keys=True))
+    text = "\n".join(lines) + ("\n" if lines else "")
+    if output:
+        output.write_text(text, encoding="utf-8")
+        _kv(exported=len(lines), output=output)
+    else:
+        typer.echo(text, nl=False)
+
+
+@audit_app.command("retention")
+def audit_retention(
+    older_than_days: Annotated[
+        float, typer.Option(help="Delete protected payloads older than this.")
+    ] = float(os.environ.get("TOOLGATE_AUDIT_RETENTION_DAYS", "90")),
+) -> None:
+    """Delete audit payloads past the retention period; digests and the chain stay verifiable."""
+    application = _open()
+    before = iso(utcnow() - timedelta(days=older_than_days))
+    purged = application.store.purge_audit_payloads(before)
+    application.gateway.auditor.record(
+        "audit.retention_applied",
+        "applied",
+        detail={"older_than_days": older_than_days, "payloads_deleted": purged},
+    )
+    chain = verify_chain(application.store)
+    _kv(payloads_deleted=purged, older_than_days=older_than_days, tamper_check="PASS" if chain.ok else "FAIL")
+
+
+__all__ = ["audit_app"]
