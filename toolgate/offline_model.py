@@ -77,7 +77,14 @@ class OfflineDemoModel(BaseChatModel):
                 return AIMessage(content=f"I am not able to use {name} for you.")
             return AIMessage(
                 content="",
-                tool_calls=[{"name": name, "args": args, "id": f"call_{name}_{turn}_{uuid.uuid4().hex[:8]}", "type": "tool_call"}],
+                tool_calls=[
+                    {
+                        "name": name,
+                        "args": args,
+                        "id": f"call_{name}_{turn}_{uuid.uuid4().hex[:8]}",
+                        "type": "tool_call",
+                    }
+                ],
             )
 
         order = _ORDER.search(text)
