@@ -9,6 +9,8 @@ update or insert, never a Python check before a write.
 from __future__ import annotations
 
 import abc
+import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -55,9 +57,16 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{millis:012x}{secrets.token_hex(8)}"
 
 
-def audit_hash(event: dict[str, Any], prev_hash: str) -> str:
-    """Hash of one audit event: SHA-256 over its canonical encoding joined with the previous hash."""
-    return sha256_hex(prev_hash + "\n" + canonical_json(event))
+def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes = b"") -> str:
+    """Hash of one audit event over its canonical encoding joined with the previous hash.
+
+    With a chain key (the configured audit secret) it is an HMAC-SHA256, so someone with write
+    access to the database but not the key cannot forge or re-chain events; without one, SHA-256.
+    """
+    message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
+    if key:
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hashlib.sha256(message).hexdigest()
 
 
 _AUDIT_FIELDS = (
@@ -140,6 +149,8 @@ class SqlStore(Store, abc.ABC):
     """`Store` over a SQL database; subclasses provide connections and locking."""
 
     dialect: str = "sql"
+    chain_key: bytes = b""
+    """Secret keying the audit chain's HMAC (set from configuration by `open_store`)."""
     _initializer: Callable[[Store], None] | None = None
     _initialized: bool = False
     _init_lock = threading.RLock()
@@ -445,7 +456,7 @@ class SqlStore(Store, abc.ABC):
             self._lock_audit_chain(tx)
             last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             row["prev_hash"] = last["hash"] if last else GENESIS_HASH
-            row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"])
+            row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"], self.chain_key)
             columns = [*_AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
             stored = tx.execute(
                 f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"

@@ -41,6 +41,8 @@ class Store(abc.ABC):
 
     url: str
     """Where the store lives (SQLite path or PostgreSQL URL without password)."""
+    chain_key: bytes = b""
+    """Secret keying the audit chain (an HMAC); empty means an unkeyed SHA-256 chain."""
 
     @abc.abstractmethod
     def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:

@@ -33,7 +33,10 @@ def verify_chain(store: Store) -> ChainReport:
             problem = "sequence out of order"
         elif event.prev_hash != previous:
             problem = "previous-hash link broken (an event before it was removed, reordered or forged)"
-        elif audit_hash(audit_row_content(row), event.prev_hash) != event.hash:
+        elif (
+            audit_hash(audit_row_content(row), event.prev_hash, getattr(store, "chain_key", b""))
+            != event.hash
+        ):
             problem = "content does not match its hash (modified)"
         elif event.detail_sha256 and event.payload_retained and digest(event.detail) != event.detail_sha256:
             problem = "payload does not match the digest in the chain (modified)"

@@ -25,8 +25,17 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in {"postgres", "postgresql"}
 
 
-def open_store(database_url: str | None, data_dir: Path) -> Store:
-    """The store for ``database_url`` (PostgreSQL) or ``data_dir/toolgate.sqlite`` (default)."""
+def open_store(database_url: str | None, data_dir: Path, *, chain_key: bytes = b"") -> Store:
+    """The store for ``database_url`` (PostgreSQL) or ``data_dir/toolgate.sqlite`` (default).
+
+    ``chain_key`` keys the audit chain; every process writing to one store must use the same key.
+    """
+    store = _open(database_url, data_dir)
+    store.chain_key = chain_key
+    return store
+
+
+def _open(database_url: str | None, data_dir: Path) -> Store:
     if is_postgres_url(database_url):
         return PostgresStore(str(database_url))
     if database_url and not database_url.startswith("sqlite:///"):

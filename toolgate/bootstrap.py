@@ -113,7 +113,7 @@ def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = 
     A bundle whose hashes differ from its reviewed manifest, or an unpinned model, refuses to start.
     """
     settings = settings or Settings.from_env()
-    store = open_store(settings.database_url, settings.data_dir)
+    store = open_store(settings.database_url, settings.data_dir, chain_key=settings.audit_key())
     system = DemoSystem(store)
     registry = load_registry(settings.release, store, secret=settings.audit_key())
     policy = PolicyRules.for_release(settings.release)
