@@ -70,6 +70,9 @@ class GatewayState(TypedDict, total=False):
     call_counts: Annotated[dict[str, int], merge_dicts]
     validation_failures: Annotated[dict[str, int], merge_dicts]
     deadline_at: str
+    trace: list[str]
+    """``[trace_id_hex, span_id_hex, flags_hex]`` of the latest model span (`toolgate.telemetry`):
+    the execute node links tool spans to it and the next model span continues its trace."""
 
 
 __all__ = ["Budget", "CallPhase", "CallRecord", "GatewayState", "Outcome", "TaskStatus", "merge_dicts"]

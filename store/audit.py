@@ -13,6 +13,7 @@ from typing import Any
 
 from toolgate.store.base import Store
 from toolgate.store.records import AuditEvent, AuditEventIn
+from toolgate.telemetry import current_trace_id
 
 
 def key_id(key: bytes) -> str:
@@ -45,6 +46,8 @@ class Auditor:
     def record(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEvent:
         """Append one event; ``fields`` are `AuditEventIn` fields (detail must be redacted already)."""
         fields.setdefault("tool_release", self.release)
+        if fields.get("trace_id") is None:  # an event written inside a span carries its trace id
+            fields["trace_id"] = current_trace_id()
         return self.store.append_audit(
             AuditEventIn(event=event, result=result, actor_id=self.actor(user_id), **fields)
         )

@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from toolgate import telemetry
 from toolgate.canonical import canonical_json, digest, sha256_hex
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
@@ -202,7 +203,11 @@ def make_dispatch_node(gw: Gateway) -> Any:
         messages: list[ToolMessage] = []
         records: dict[str, CallRecord] = {}
         status: dict[str, Any] = {}
-        common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
+        common = {
+            "thread_id": thread_id(config),
+            "request_id": ctx.request_id,
+            "trace_id": telemetry.audit_trace_id(ctx.trace_id, state.get("trace")),
+        }
         for call in proposed_calls(last):
             if budget["tool_calls"] >= ctx.max_tool_calls or (deadline and now >= parse_iso(deadline)):
                 what = "tool call budget" if budget["tool_calls"] >= ctx.max_tool_calls else "deadline"
@@ -248,6 +253,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
                     },
                     **common,
                 )
+                telemetry.record_rejection(tool, rejection.code, release=gw.registry.release)
                 messages.append(rejection_message(call.call_id, tool, rejection))
                 records[call.call_id] = CallRecord(
                     call_id=call.call_id,

@@ -15,6 +15,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from toolgate import telemetry
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
@@ -153,7 +154,7 @@ def run_read(
 
 
 def run_write(
-    gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context
+    gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context, span: telemetry.ToolSpan | None = None
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Deliver one proposed write: execute it once if approved, else report its state."""
     call_id = record["call_id"]
@@ -165,7 +166,13 @@ def run_write(
         call_id=call_id,
     )
     if delivery.status == "unknown":
+        if span is not None:
+            span.set_retry_count(1)  # reconciled; delivered once more only if proven absent
         delivery = settle_unknown(gw, delivery, ctx, call_id)
+    if span is not None:
+        span.set_duplicate_delivery(delivery.duplicate)
+        if delivery.status == "failed":
+            span.set_outcome("failed", error_kind=(delivery.error or {}).get("kind", "server_error"))
     if delivery.status == "rejected" and not delivery.reason:
         decisions = gw.store.decisions_for(record["proposal_id"])
         reasons = [d.reason for d in decisions if d.decision == "reject"]
@@ -214,13 +221,38 @@ def make_execute_node(gw: Gateway) -> Any:
         outcomes: dict[str, Outcome] = {}
         common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
         runnable = [r for r in turn if r.get("phase") in ("read", "proposed")]
+        release = state.get("release") or gw.registry.release
+        model_span_ref = state.get("trace") or []
+        if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
+            telemetry.annotate_langsmith_run(
+                release, [r["operation_key"] for r in turn if r.get("operation_key")]
+            )
 
         def run(record: CallRecord) -> tuple[ToolMessage, Outcome, bool]:
             spec = gw.registry.get(record["tool"])
             assert spec is not None
-            if record.get("phase") == "read":
-                return run_read(gw, spec, record, principal, ctx, common)
-            return run_write(gw, spec, record, ctx)
+            read = record.get("phase") == "read"
+            # run_batch may use worker threads, which do not inherit the OpenTelemetry context:
+            # link to this turn's model span (another node invocation) inside the worker itself.
+            with (
+                telemetry.link_parent(*model_span_ref),
+                telemetry.tool_span(
+                    tool=spec.name,
+                    call_id=record["call_id"],
+                    release=release,
+                    operation_key=record.get("operation_key"),
+                    kind="read" if read else "write",
+                ) as span,
+            ):
+                if read:
+                    traced = {**common, "trace_id": telemetry.audit_trace_id(ctx.trace_id)}
+                    result = run_read(gw, spec, record, principal, ctx, traced)
+                else:
+                    result = run_write(gw, spec, record, ctx, span)
+                outcome = result[1]
+                if span.outcome is None:
+                    span.set_outcome(outcome["status"], error_kind=outcome.get("detail") or None)
+                return result
 
         lanes = partition(gw.registry, runnable)
         results = run_batch(

@@ -10,6 +10,7 @@ from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from toolgate import telemetry
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes._bounds import bound_response
@@ -49,58 +50,72 @@ def make_model_node(gw: Gateway) -> Any:
             if gw.registry.has_stateful_writes():
                 kwargs["parallel_tool_calls"] = False
             runnable = gw.model.bind_tools(gw.registry.openai_tools(specs), **kwargs)
+        if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
+            keys = [c["operation_key"] for c in state.get("calls", {}).values() if c.get("operation_key")]
+            runnable = runnable.with_config(metadata=telemetry.langsmith_metadata(gw.registry.release, keys))
         messages = [SystemMessage(gw.instructions), *state.get("messages", [])]
-        ids = {
-            "user_id": principal.user_id,
-            "thread_id": thread_id(config),
-            "request_id": ctx.request_id,
-            "trace_id": ctx.trace_id,
-        }
+        turn = budget["model_turns"] + 1
+        with telemetry.model_span(
+            model=telemetry.model_name(gw.model),
+            release=gw.registry.release,
+            thread_id=thread_id(config),
+            turn=turn,
+            # one trace per task: continue from the previous turn's model span, else the caller's trace id
+            parent=state.get("trace") or ctx.trace_id,
+        ) as span:
+            ref = span.trace_ref()
+            trace_update = {"trace": ref} if ref else {}
+            ids = {
+                "user_id": principal.user_id,
+                "thread_id": thread_id(config),
+                "request_id": ctx.request_id,
+                "trace_id": telemetry.audit_trace_id(ctx.trace_id),
+            }
 
-        def on_retry(attempt: int, status: int, delay: float) -> None:
+            def on_retry(attempt: int, status: int, delay: float) -> None:
+                span.add_retry(attempt, status, delay)
+                gw.auditor.record(
+                    "model.retry",
+                    "retrying",
+                    code=f"http_{status}",
+                    detail={"attempt": attempt, "delay_ms": round(delay * 1000)},
+                    **ids,
+                )
+
+            # The task deadline is wall-clock in checkpointed state; the retry loop needs monotonic time.
+            monotonic_deadline = time.monotonic() + (deadline_at - now).total_seconds()
+            try:
+                response = call_with_retry(
+                    lambda: runnable.invoke(messages), deadline=monotonic_deadline, on_retry=on_retry
+                )
+            except Exception as exc:
+                status = classify_model_error(exc)
+                if status is None:
+                    raise  # not transport (a bug, a refusal raised as an error): never hidden
+                span.set_outcome("failed", error_kind=f"http_{status}")
+                gw.auditor.record("model.failed", "failed", code=f"http_{status}", **ids)
+                return {
+                    **base,
+                    **trace_update,
+                    "status": DEFAULT_RETRY_MATRIX.decision("model_transport").fallback,
+                    "status_reason": f"model request failed (HTTP {status})",
+                }
+            if not isinstance(response, AIMessage):
+                response = AIMessage(content=str(getattr(response, "content", response)))
+            response = bound_response(response)
+            proposed = len(response.tool_calls) + len(response.invalid_tool_calls)
+            span.set_response_id(response_id(response))
+            span.set_tool_calls(proposed)
+            span.set_outcome("completed")
             gw.auditor.record(
-                "model.retry",
-                "retrying",
-                code=f"http_{status}",
-                detail={"attempt": attempt, "delay_ms": round(delay * 1000)},
+                "model.response",
+                "received",
+                response_id=response_id(response),
+                detail={"tools_exposed": len(specs), "tool_calls": proposed, "turn": turn},
                 **ids,
             )
-
-        # The task deadline is wall-clock in checkpointed state; the retry loop needs monotonic time.
-        monotonic_deadline = time.monotonic() + (deadline_at - now).total_seconds()
-        try:
-            response = call_with_retry(
-                lambda: runnable.invoke(messages), deadline=monotonic_deadline, on_retry=on_retry
-            )
-        except Exception as exc:
-            status = classify_model_error(exc)
-            if status is None:
-                raise  # not transport (a bug, a refusal raised as an error): never hidden
-            gw.auditor.record("model.failed", "failed", code=f"http_{status}", **ids)
-            return {
-                **base,
-                "status": DEFAULT_RETRY_MATRIX.decision("model_transport").fallback,
-                "status_reason": f"model request failed (HTTP {status})",
-            }
-        if not isinstance(response, AIMessage):
-            response = AIMessage(content=str(getattr(response, "content", response)))
-        response = bound_response(response)
-        gw.auditor.record(
-            "model.response",
-            "received",
-            user_id=principal.user_id,
-            response_id=response_id(response),
-            thread_id=thread_id(config),
-            request_id=ctx.request_id,
-            trace_id=ctx.trace_id,
-            detail={
-                "tools_exposed": len(specs),
-                "tool_calls": len(response.tool_calls) + len(response.invalid_tool_calls),
-                "turn": budget["model_turns"] + 1,
-            },
-        )
         budget["model_turns"] += 1
-        return {**base, "messages": [response], "budget": budget, "status": "running"}
+        return {**base, **trace_update, "messages": [response], "budget": budget, "status": "running"}
 
     return model
 

@@ -12,6 +12,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from toolgate import telemetry
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
@@ -49,7 +50,10 @@ def make_proposal_node(gw: Gateway) -> Any:
                 spec,
                 draft,
                 actor=principal.user_id,
-                audit={"request_id": ctx.request_id, "trace_id": ctx.trace_id},
+                audit={
+                    "request_id": ctx.request_id,
+                    "trace_id": telemetry.audit_trace_id(ctx.trace_id, state.get("trace")),
+                },
             )
             key = stored.operation_key
             records[call_id] = CallRecord(

@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
+from toolgate import telemetry
 from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes.execute import AUTHORITATIVE
 from toolgate.graph.state import GatewayState, Outcome, TaskStatus
@@ -74,6 +75,9 @@ def make_respond_node(gw: Gateway) -> Any:
             )
         )
         text = render(outcomes, summary, status, state.get("status_reason", ""))
+        if status in ("done", "needs_review"):  # finished (awaiting_approval comes back here later)
+            release = state.get("release") or gw.registry.release
+            telemetry.record_task_completed(len(state.get("calls", {})), status=status, release=release)
         return {
             "messages": [AIMessage(content=text, name="toolgate")],
             "outcomes": outcomes,
