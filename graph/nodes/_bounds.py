@@ -4,6 +4,9 @@ A tool call's arguments are untrusted input. Oversized or deeply nested argument
 every later checkpoint and model turn, and nesting beyond the serializer's depth crashes the
 checkpointer itself. Such calls are moved to ``invalid_tool_calls`` (with a short, truncated
 preview) before the response is stored, so dispatch refuses them as ``malformed_arguments``.
+
+Secrets never enter checkpoints: secret-looking values (API keys, passwords, card numbers, ...)
+in the model's text and in its call arguments are replaced before the response is stored.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import json
 from typing import Any
 
 from langchain_core.messages import AIMessage
+
+from toolgate.policy.output import redact_text
 
 MAX_ARGUMENT_BYTES = 65_536
 MAX_ARGUMENT_DEPTH = 16
@@ -78,9 +83,29 @@ def bound_response(message: AIMessage) -> AIMessage:
                 "error": f"arguments exceed {MAX_ARGUMENT_BYTES} bytes",
             }
         bounded.append(invalid)
-    if len(kept) == len(message.tool_calls) and bounded == list(message.invalid_tool_calls):
-        return message
-    return message.model_copy(update={"tool_calls": kept, "invalid_tool_calls": bounded})
+    redacted_calls = [{**call, "args": _redact_values(call.get("args"))} for call in kept]
+    redacted_invalid = [{**call, "args": _redact_values(call.get("args"))} for call in bounded]
+    update: dict[str, Any] = {
+        "tool_calls": redacted_calls,
+        "invalid_tool_calls": redacted_invalid,
+        "additional_kwargs": _redact_values(dict(message.additional_kwargs)),
+    }
+    if isinstance(message.content, str):
+        update["content"] = redact_text(message.content)
+    else:
+        update["content"] = _redact_values(message.content)
+    return message.model_copy(update=update)
+
+
+def _redact_values(value: Any) -> Any:
+    """Secret-looking substrings replaced in every string of a JSON-like value (keys untouched)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: _redact_values(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_values(v) for v in value]
+    return value
 
 
 __all__ = ["MAX_ARGUMENT_BYTES", "MAX_ARGUMENT_DEPTH", "argument_problem", "bound_response"]

@@ -1,0 +1,178 @@
+"""Evidence: the hash chain detects tampering done with raw SQL on both backends, traces are
+complete, and planted secrets never reach the audit log, the checkpoints or the model."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+from support import REFUND_REQUEST, Harness, principal, start
+
+from toolgate.errors import StoreError
+from toolgate.graph.review import decide
+from toolgate.store import AuditEventIn, PostgresStore, Store
+from toolgate.store.chain import verify_chain
+from toolgate.store.forensics import trace
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+TAMPERING = ["modify", "delete", "reorder", "forge"]
+
+
+def bypass_guards(store: Store) -> None:
+    """What an attacker with database access does first: switch off the append-only triggers."""
+    with store.transaction() as tx:
+        if isinstance(store, PostgresStore):
+            tx.execute("ALTER TABLE audit_events DISABLE TRIGGER USER")
+        else:
+            tx.execute("DROP TRIGGER audit_no_update")
+            tx.execute("DROP TRIGGER audit_no_delete")
+
+
+@pytest.mark.parametrize("attack", TAMPERING)
+def test_raw_sql_tampering_is_detected_and_the_first_bad_event_named(store: Store, attack: str) -> None:
+    store.chain_key = b"configured audit secret"
+    for n in range(6):
+        store.append_audit(
+            AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{n}", detail={"n": n})
+        )
+    assert verify_chain(store).ok
+    with pytest.raises(StoreError, match=r"append-only|immutable"), store.transaction() as tx:
+        tx.execute(
+            "UPDATE audit_events SET result = 'rejected' WHERE seq = 3"
+        )  # the application role is refused
+    bypass_guards(store)
+    events = store.audit_events()
+    with store.transaction() as tx:
+        if attack == "modify":
+            tx.execute("UPDATE audit_events SET result = 'rejected' WHERE seq = ?", (events[2].seq,))
+            expected = events[2].seq
+        elif attack == "delete":
+            tx.execute("DELETE FROM audit_events WHERE seq = ?", (events[2].seq,))
+            expected = events[3].seq
+        elif attack == "reorder":
+            a, b = events[2], events[3]
+            for target, source in ((a, b), (b, a)):
+                tx.execute(
+                    "UPDATE audit_events SET event_id = ?, call_id = ?, occurred_at = ?, prev_hash = ?, hash = ?,"
+                    " detail_sha256 = ? WHERE seq = ?",
+                    (
+                        source.event_id + "-x",
+                        source.call_id,
+                        source.occurred_at,
+                        source.prev_hash,
+                        source.hash,
+                        source.detail_sha256,
+                        target.seq,
+                    ),
+                )
+            expected = a.seq
+        else:
+            last = events[-1]
+            tx.execute(
+                "INSERT INTO audit_events (event_id, occurred_at, event, result, detail, detail_sha256, prev_hash,"
+                " hash) VALUES (?, ?, 'approval.recorded', 'approve', '{}', ?, ?, ?)",
+                ("evt_forged", last.occurred_at, last.detail_sha256, last.hash, "f" * 64),
+            )
+            expected = None
+    report = verify_chain(store)
+    assert not report.ok
+    if expected is not None:
+        assert report.first_bad_seq == expected
+    else:
+        assert report.first_bad_event_id == "evt_forged"
+
+
+def test_the_refund_trace_is_complete_and_a_refused_attempt_shows_its_code(harness: Harness) -> None:
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call(
+                    "issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}, "c1"
+                ),
+            ),
+            ai("done"),
+            ai("", tool_call("lookup_order", {"order_id": "O-7001"}, "c2")),
+            ai("not yours"),
+        ]
+    )
+    graph = harness.graph(model)
+    first = start(graph, REFUND_REQUEST, "cust-ada", "t-ev")
+    facts = first["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
+    graph.invoke(Command(resume={"wake": True}), {"configurable": {"thread_id": "t-ev"}})
+    start(graph, "refund O-7001", "cust-ada", "t-ev-2")
+    auditor = harness.gateway().auditor
+    report = trace(harness.store, auditor, operation_key=facts["operation_key"])
+    assert report.missing == [] and report.approver == "verified" and report.tamper_check == "PASS"
+    assert report.summary().startswith("events_for_operation=")
+    assert "missing_transitions=0 release_ids=present approver=verified raw_secrets=0 tamper_check=PASS" in (
+        report.summary()
+    )
+    refused = trace(harness.store, auditor, call_id="c2")
+    assert [(e.event, e.code) for e in refused.events][-1] == ("call.rejected", "cross_tenant")
+    assert refused.final == "refused" and refused.missing == []
+
+
+def test_planted_secrets_reach_no_audit_row_checkpoint_or_model_message(
+    harness: Harness, tmp_path: Path
+) -> None:
+    api_key = "sk-live-PLANTEDabcdefghijklmnopqrstuv"
+    password = "hunter2-PLANTED"
+    card = "4111111111111111"  # O-5512's card number in the system of record
+    with harness.store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO sor_orders (order_id, tenant_id, customer_id, item, amount_cents, currency, status,"
+            " card_number) VALUES ('O-5515', 'acme', 'cust-ada', ?, 500, 'USD', 'delivered', ?)",
+            (f"Mixer (support note: use api key {api_key})", card),
+        )
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("lookup_order", {"order_id": "O-5515"}, "c1"),
+                tool_call("lookup_order", {"order_id": "O-5512"}, "c2"),
+            ),
+            ai(
+                f"Restarting; my password: {password}",
+                tool_call(
+                    "restart_service", {"service_alias": "web", "reason": f"password={password} pls"}, "c3"
+                ),
+            ),
+            ai("done"),
+        ]
+    )
+    checkpoints = tmp_path / "checkpoints.sqlite"
+    with sqlite3.connect(checkpoints, check_same_thread=False) as conn:
+        saver = SqliteSaver(conn)
+        saver.setup()
+        state = start(harness.graph(model, saver), "order status and restart", "sam", "t-secrets")
+    assert "__interrupt__" in state  # the restart awaits review
+
+    planted = [api_key, password, card]
+    model_bound = []
+    for request in model.requests:
+        for message in request.messages:
+            model_bound.append(str(message.content))
+            if isinstance(message, AIMessage):
+                model_bound.append(repr(message.tool_calls))
+    assert not [s for s in planted if any(s in text for text in model_bound)]
+    assert any(isinstance(m, ToolMessage) for r in model.requests for m in r.messages)
+    with harness.store.transaction(write=False) as tx:
+        audit_rows = repr(tx.execute("SELECT * FROM audit_events")) + repr(
+            tx.execute("SELECT * FROM audit_payloads")
+        )
+        proposals = repr(tx.execute("SELECT arguments FROM proposals"))
+    assert not [s for s in planted if s in audit_rows]
+    assert password not in proposals
+    raw = checkpoints.read_bytes() + (
+        checkpoints.with_suffix(".sqlite-wal").read_bytes()
+        if checkpoints.with_suffix(".sqlite-wal").exists()
+        else b""
+    )
+    assert b"Mixer" in raw and b"REDACTED" in raw  # the scan sees the stored messages
+    assert not [s for s in planted if s.encode() in raw]
