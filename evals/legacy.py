@@ -16,10 +16,10 @@ from toolgate.bootstrap import initialize_store
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import ToolExecutionError
 from toolgate.store.sqlite import SQLiteStore
-from toolgate.tools.demo.filing import FilingService, LegacyFilingService, SubmitFilingArgs
+from toolgate.tools.demo.filing import FilingService, FilingType, LegacyFilingService, SubmitFilingArgs
 from toolgate.tools.spec import HandlerContext
 
-KINDS = ("income_tax_return", "vat_return", "payroll_annual")
+KINDS: tuple[FilingType, ...] = ("income_tax_return", "vat_return", "payroll_annual")
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ def trace(
             merged.update({e.seq: e for e in store.audit_events(proposal_id=proposal_id)})
         ordered = _with_request(store, sorted(merged.values(), key=lambda e: e.seq))
         op = store.get_operation(operation_key)
-        final = op.status if op else "missing"
+        final: str = op.status if op else "missing"
         subject = operation_key
     else:
         assert call_id is not None
