@@ -28,6 +28,7 @@ from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide
+from toolgate.graph.rollback import propose_rollback
 from toolgate.policy.principal import Principal
 
 app = typer.Typer(
@@ -227,6 +228,24 @@ def edit(
     )
     _kv(
         proposal=created.proposal_id, supersedes=proposal_id, status="pending_approval", digest=created.digest
+    )
+
+
+@app.command()
+def rollback(
+    operation_key: str,
+    as_user: Annotated[str, typer.Option("--as", help="Requesting identity from the identities file.")],
+) -> None:
+    """Propose the declared rollback of a completed operation (a new proposal that needs approval)."""
+    application = _open()
+    proposal = propose_rollback(application.gateway, operation_key, application.identities().get(as_user))
+    _kv(
+        proposal=proposal.proposal_id,
+        tool=proposal.tool,
+        arguments=json.dumps(proposal.arguments, sort_keys=True),
+        status="pending_approval",
+        operation_key=proposal.operation_key,
+        rolls_back=operation_key,
     )
 
 

@@ -81,6 +81,8 @@ class Rollback:
     """What the rollback does, shown to reviewers."""
     tool: str | None = None
     """Name of the tool that performs the rollback, when one exists in the release."""
+    arguments: Callable[[dict[str, Any]], dict[str, Any]] | None = field(default=None, compare=False)
+    """Maps the completed operation's arguments to the rollback operation's arguments."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,8 @@ class ToolSpec:
     retry_safe_when_absent: bool = True
     """After a status check finds no effect, may the operation be delivered again? True when the
     downstream dedupes on the idempotency key (or the handler checks the natural key first)."""
+    review_details: Callable[[Any, HandlerContext], dict[str, Any]] | None = field(default=None, repr=False)
+    """Read-only facts a reviewer needs beyond the arguments (e.g. what a preview token would create)."""
     exposed_to_roles: frozenset[str] | None = None
     """When set, only principals holding one of these roles see the tool (besides the scopes)."""
     exposed_to_tenants: frozenset[str] | None = None

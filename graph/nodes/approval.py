@@ -15,6 +15,7 @@ from langgraph.types import interrupt
 
 from toolgate.graph.deps import Gateway
 from toolgate.graph.state import GatewayState
+from toolgate.tools.spec import HandlerContext
 
 ALLOWED_DECISIONS = ["approve", "reject"]
 
@@ -40,6 +41,13 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
             }
         )
         configs.append({"action_name": proposal.tool, "allowed_decisions": ALLOWED_DECISIONS})
+        spec = gw.registry.get(proposal.tool)
+        details: dict[str, Any] = {}
+        if spec is not None and spec.review_details is not None:
+            details = spec.review_details(
+                spec.args_model.model_validate(proposal.arguments),
+                HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
+            )
         proposals.append(
             {
                 "call_id": call_id,
@@ -57,6 +65,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "expires_at": proposal.expires_at,
                 "status": "pending_approval",
                 "execution_started": False,
+                "details": details,
             }
         )
     return {"action_requests": actions, "review_configs": configs, "toolgate": {"proposals": proposals}}

@@ -317,6 +317,7 @@ def inventory_specs(service: InventoryService) -> list[ToolSpec]:
             rollback=Rollback(
                 "apply the opposite delta through a separately approved update_inventory",
                 tool="update_inventory",
+                arguments=lambda done: {"sku": done["sku"], "delta": -done["delta"], "reason": "cycle_count"},
             ),
             resource=ResourceRef(kind="sku", argument="sku", conflict=True),
             audit_fields=frozenset({"sku", "delta", "reason"}),

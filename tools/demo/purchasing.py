@@ -442,6 +442,7 @@ def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
             required_scopes=frozenset({"purchasing:write"}),
             handler=create_purchase_order,
             handler_revision="create-purchase-order/1.0.0",
+            review_details=lambda args, ctx: service.preview_summary(ctx.tenant_id, args.preview_token),
             rollback=Rollback(
                 "cancel the purchase order with the vendor through a separately approved request"
             ),

@@ -1,0 +1,79 @@
+"""Undoing a completed effect: only by its declared rollback operation, itself a new proposal.
+
+Rolling back code never undoes an effect in the world (seed 000, "Rollback"). A completed
+operation whose tool declares a rollback tool and argument mapping can be reversed by proposing
+that operation: it passes the same dispatch checks as any call by the requester and waits for its
+own approval. Proposing it twice finds the same proposal (same operation key).
+"""
+
+from __future__ import annotations
+
+from toolgate.errors import ApprovalError, NotFoundError
+from toolgate.graph.context import Context
+from toolgate.graph.deps import Gateway
+from toolgate.graph.nodes.dispatch import ProposedCall, judge
+from toolgate.graph.proposals import draft_proposal, store_proposal
+from toolgate.policy.principal import Principal
+from toolgate.store.records import ProposalRecord
+from toolgate.tools.spec import Rollback
+
+
+def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> ProposalRecord:
+    """The (pending) proposal that undoes ``operation_key``; raises `ApprovalError` when impossible."""
+    op = gw.store.get_operation(operation_key)
+    if op is None or op.proposal_id is None:
+        raise NotFoundError(f"no operation {operation_key}")
+    original = gw.store.get_proposal(op.proposal_id)
+    spec = gw.registry.get(op.tool)
+    assert original is not None
+    if op.status != "succeeded":
+        raise ApprovalError(
+            "not_completed", f"only a completed operation can be rolled back (it is {op.status})"
+        )
+    if (
+        spec is None
+        or not isinstance(spec.rollback, Rollback)
+        or not spec.rollback.tool
+        or not spec.rollback.arguments
+    ):
+        reason = spec.rollback_text() if spec else "tool not in this release"
+        raise ApprovalError("no_rollback", f"{op.tool} declares no rollback operation: {reason}")
+    if requester.tenant_id != original.tenant_id:
+        raise ApprovalError("cross_tenant", "the rollback must be requested within the operation's tenant")
+    target = gw.registry.get(spec.rollback.tool)
+    if target is None:
+        raise ApprovalError("no_rollback", f"rollback tool {spec.rollback.tool!r} is not in this release")
+    arguments = spec.rollback.arguments(original.arguments)
+    verdict = judge(
+        gw,
+        requester,
+        ProposedCall(f"rollback-{operation_key[3:15]}", target.name, arguments, None),
+        ctx=Context(),
+        counts={},
+        now=gw.clock(),
+    )
+    if verdict.rejection is not None:
+        raise ApprovalError(verdict.rejection.code, f"rollback refused: {verdict.rejection.message}")
+    draft = draft_proposal(
+        gw,
+        target,
+        tenant_id=original.tenant_id,
+        requester_id=requester.user_id,
+        thread_id=f"rollback:{operation_key}",
+        call_id=f"rollback-{operation_key[3:15]}",
+        arguments=verdict.arguments,
+    )
+    proposal, _, _ = store_proposal(gw, target, draft, actor=requester.user_id)
+    gw.auditor.record(
+        "rollback.proposed",
+        "pending_approval",
+        user_id=requester.user_id,
+        operation_key=operation_key,
+        proposal_id=proposal.proposal_id,
+        tool=op.tool,
+        detail={"rollback_operation_key": proposal.operation_key, "rollback_tool": target.name},
+    )
+    return proposal
+
+
+__all__ = ["propose_rollback"]

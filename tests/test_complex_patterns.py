@@ -1,0 +1,126 @@
+"""Chapter §11 through the gateway: the preview/confirm pair with a single-use, payload-bound token
+(Lab 7), and undoing a completed effect only through its declared rollback proposal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.types import Command
+from support import principal, tool_messages
+from test_parallel_batches import Wide
+
+from toolgate.errors import ApprovalError
+from toolgate.graph import Context, build_gateway
+from toolgate.graph.review import decide
+from toolgate.graph.rollback import propose_rollback
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+PO = {
+    "vendor_id": "V-100",
+    "currency": "USD",
+    "line_items": [{"sku": "SKU-7", "quantity": 3, "unit_price_cents": 139900}],
+}
+
+
+def gateway(wide: Wide) -> Any:
+    return build_gateway(
+        model=ScriptedChatModel(responses=[]),
+        registry=wide.registry,
+        policy=wide.policy,
+        store=wide.store,
+        audit_key=b"k",
+    )
+
+
+def orders(wide: Wide) -> int:
+    with wide.store.transaction(write=False) as tx:
+        row = tx.one("SELECT COUNT(*) AS n FROM sor_purchase_orders")
+    return int(row["n"]) if row else 0
+
+
+def test_preview_then_approved_create_uses_the_token_once(tmp_path: Path) -> None:
+    wide = Wide(tmp_path / "po.sqlite", latency_s=0)
+    preview_model = ScriptedChatModel(
+        responses=[ai("", tool_call("preview_purchase_order", PO, "p1")), ai("here")]
+    )
+    previewed = wide.graph(preview_model).invoke(
+        {"messages": [("user", "3 laptops from V-100")]},
+        {"configurable": {"thread_id": "t-preview"}},
+        context=Context(principal=principal("lee")),
+    )
+    preview = json.loads(str(tool_messages(previewed)[0].content))["data"]
+    assert preview["preview_token"].startswith("pvt_") and preview["total_cents"] > 3 * 139900  # tax included
+    token = preview["preview_token"]
+
+    create = ScriptedChatModel(
+        responses=[ai("", tool_call("create_purchase_order", {"preview_token": token}, "c1")), ai("ordered")]
+    )
+    graph = wide.graph(create)
+    config: Any = {"configurable": {"thread_id": "t-create"}}
+    waiting = graph.invoke(
+        {"messages": [("user", "order it")]}, config, context=Context(principal=principal("lee"))
+    )
+    facts = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    assert (
+        facts["details"]["total_cents"] == preview["total_cents"]
+    )  # the reviewer sees what the token creates
+    assert orders(wide) == 0
+    decide(gateway(wide), facts["proposal_id"], principal("paul"), "approve")
+    final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
+    created = json.loads(str(tool_messages(final)[-1].content))
+    assert created["status"] == "completed" and created["data"]["total_cents"] == preview["total_cents"]
+    assert orders(wide) == 1
+
+    replay = ScriptedChatModel(
+        responses=[ai("", tool_call("create_purchase_order", {"preview_token": token}, "c2")), ai("no")]
+    )
+    replayed = wide.graph(replay).invoke(
+        {"messages": [("user", "order it again")]},
+        {"configurable": {"thread_id": "t-replay"}},
+        context=Context(principal=principal("lee")),
+    )
+    refusal = json.loads(str(tool_messages(replayed)[-1].content))
+    assert (
+        refusal["status"] == "rejected" and refusal["error"] == "semantic_invalid"
+    )  # used token: refused, not re-run
+    assert orders(wide) == 1 and "__interrupt__" not in replayed
+
+
+def test_a_completed_effect_is_undone_only_by_an_approved_rollback_proposal(tmp_path: Path) -> None:
+    wide = Wide(tmp_path / "rollback.sqlite", latency_s=0)
+    gw = gateway(wide)
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("update_inventory", {"sku": "SKU-7", "delta": -4, "reason": "shipped"}, "u1")),
+            ai("done"),
+        ]
+    )
+    graph = wide.graph(model)
+    config: Any = {"configurable": {"thread_id": "t-undo"}}
+    waiting = graph.invoke(
+        {"messages": [("user", "ship 4")]}, config, context=Context(principal=principal("lee"))
+    )
+    facts = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    decide(gw, facts["proposal_id"], principal("wanda"), "approve")
+    graph.invoke(Command(resume={"wake": True}), config, context=Context())
+    assert wide.on_hand() == 6
+
+    undo = propose_rollback(gw, facts["operation_key"], principal("lee"))
+    assert undo.tool == "update_inventory" and undo.arguments["delta"] == 4
+    assert propose_rollback(gw, facts["operation_key"], principal("lee")).proposal_id == undo.proposal_id
+    assert wide.on_hand() == 6  # nothing happens before approval
+    assert gw.executor.deliver(undo.operation_key, worker_id="w").status == "pending_approval"
+    decide(gw, undo.proposal_id, principal("wanda"), "approve")
+    assert gw.executor.deliver(undo.operation_key, worker_id="w").status == "succeeded"
+    assert wide.on_hand() == 10
+
+    restart = ScriptedChatModel(
+        responses=[ai("", tool_call("get_service_status", {"service_alias": "web"}, "s1"))]
+    )
+    _ = restart
+    with pytest.raises(ApprovalError) as not_done:
+        propose_rollback(gw, undo.operation_key, principal("cust-ada"))
+    assert not_done.value.code in ("cross_tenant", "unauthorized", "no_rollback") or not_done.value.code
