@@ -117,10 +117,21 @@ def test_a_completed_effect_is_undone_only_by_an_approved_rollback_proposal(tmp_
     assert gw.executor.deliver(undo.operation_key, worker_id="w").status == "succeeded"
     assert wide.on_hand() == 10
 
-    restart = ScriptedChatModel(
-        responses=[ai("", tool_call("get_service_status", {"service_alias": "web"}, "s1"))]
+    with pytest.raises(ApprovalError) as outsider:
+        propose_rollback(gw, facts["operation_key"], principal("cust-ada"))
+    assert outsider.value.code == "unauthorized"  # the rollback is judged like any call by its requester
+    second = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("update_inventory", {"sku": "SKU-7", "delta": 2, "reason": "received"}, "u2")),
+            ai("ok"),
+        ]
     )
-    _ = restart
+    pending = wide.graph(second).invoke(
+        {"messages": [("user", "receive 2")]},
+        {"configurable": {"thread_id": "t-p"}},
+        context=Context(principal=principal("lee")),
+    )
+    key = pending["__interrupt__"][0].value["toolgate"]["proposals"][0]["operation_key"]
     with pytest.raises(ApprovalError) as not_done:
-        propose_rollback(gw, undo.operation_key, principal("cust-ada"))
-    assert not_done.value.code in ("cross_tenant", "unauthorized", "no_rollback") or not_done.value.code
+        propose_rollback(gw, key, principal("lee"))
+    assert not_done.value.code == "not_completed"
