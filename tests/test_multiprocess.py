@@ -200,3 +200,57 @@ def test_twenty_worker_processes_deliver_one_operation_once(tmp_path: Path, pg_u
         assert records.count("sor_payment_requests", order_id="O-5512") == 1
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_lab3_sequential_twice_and_twenty_with_asyncio_gather(pg_url: str) -> None:
+    import asyncio
+
+    store = PostgresStore(pg_url, max_size=25)
+    harness = Harness(store, handler_delay_s=0.2)
+    executor = harness.gateway().executor
+
+    def approved(n: int) -> str:
+        model = ScriptedChatModel(
+            responses=[
+                ai(
+                    "",
+                    tool_call(
+                        "issue_refund",
+                        {"order_id": "O-5512", "amount_cents": 100 + n, "reason": "damaged"},
+                        f"c{n}",
+                    ),
+                )
+            ]
+        )
+        facts = start(harness.graph(model), REFUND_REQUEST, "cust-ada", f"t-lab3-{n}")["__interrupt__"][
+            0
+        ].value
+        proposal = facts["toolgate"]["proposals"][0]
+        decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+        return str(proposal["operation_key"])
+
+    sequential = approved(1)
+    first = executor.deliver(sequential, worker_id="seq-1")
+    second = executor.deliver(sequential, worker_id="seq-2")
+    assert (first.claim, second.duplicate, second.result == first.result) == ("ACQUIRED", True, True)
+    assert harness.handler_calls["issue_refund"] == 1
+
+    concurrent = approved(2)
+
+    async def deliver_all() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(executor.deliver, concurrent, worker_id=f"async-{i}", wait_s=30)
+                    for i in range(20)
+                )
+            )
+        )
+
+    deliveries = asyncio.run(deliver_all())
+    assert sum(d.claim == "ACQUIRED" for d in deliveries) == 1 and sum(d.duplicate for d in deliveries) == 19
+    assert (
+        harness.handler_calls["issue_refund"] == 2 and harness.refunds() == 2
+    )  # one effect per logical call
+    store.close()
