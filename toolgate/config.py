@@ -13,6 +13,11 @@
 | TOOLGATE_ALLOW_MODEL_REQUESTS | 1 | ``0`` refuses to construct a real provider model (tests set it) |
 | TOOLGATE_MAX_MODEL_TURNS, TOOLGATE_MAX_TOOL_CALLS | 8, 6 | task budgets |
 | TOOLGATE_CLAIM_LEASE_S, TOOLGATE_DUPLICATE_WAIT_S | 60, 30 | claim lease; wait of a duplicate for the stored result |
+| TOOLGATE_DEADLINE_S, TOOLGATE_MAX_VALIDATION_RETRIES, TOOLGATE_MAX_IDENTICAL_CALLS | 300, 2, 2 | task limits |
+| TOOLGATE_RECONCILE_DELAYS | 1,2,4,8,16 | waits between status checks of an unknown outcome |
+| TOOLGATE_MAX_PARALLEL_CALLS, TOOLGATE_BATCH_DEADLINE_S | 5, 120 | parallel batch limits |
+| TOOLGATE_REVIEWER_TOKEN | (unset) | a reviewer's secret for the CLI's approve/reject/edit/deadletter resolve |
+| TOOLGATE_AUDIT_RETENTION_DAYS | 90 | default age for ``toolgate audit retention`` |
 | OPENAI_API_KEY | (unset) | read by langchain-openai when TOOLGATE_MODEL names an OpenAI model; never logged |
 """
 
