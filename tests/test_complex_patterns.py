@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,18 @@ def test_a_completed_effect_is_undone_only_by_an_approved_rollback_proposal(tmp_
     with pytest.raises(ApprovalError) as not_done:
         propose_rollback(gw, key, principal("lee"))
     assert not_done.value.code == "not_completed"
+
+
+def test_polling_a_long_running_job_is_not_a_loop(tmp_path: Path) -> None:
+    wide = Wide(tmp_path / "jobs.sqlite", latency_s=0)
+    job = wide.services.reports.submit(
+        "acme", "sales_summary", date(2026, 1, 1), date(2026, 1, 31), idempotency_key="idem_poll_test"
+    )
+    polls = [ai("", tool_call("check_job_status", {"job_id": job["job_id"]}, f"p{i}")) for i in range(4)]
+    state = wide.graph(ScriptedChatModel(responses=[*polls, ai("still running")])).invoke(
+        {"messages": [("user", "is my report ready?")]},
+        {"configurable": {"thread_id": "t-poll"}},
+        context=Context(principal=principal("lee")),
+    )
+    statuses = [json.loads(str(m.content))["status"] for m in tool_messages(state)]
+    assert statuses == ["completed"] * 4 and state["status"] == "done"

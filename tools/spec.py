@@ -257,6 +257,9 @@ class ToolSpec:
     retry_safe_when_absent: bool = True
     """After a status check finds no effect, may the operation be delivered again? True when the
     downstream dedupes on the idempotency key (or the handler checks the natural key first)."""
+    pollable: bool = False
+    """A status read the model is told to poll (e.g. ``check_job_status``): identical repeats are
+    expected, so loop detection leaves it to the turn budget and deadline."""
     review_details: Callable[[Any, HandlerContext], dict[str, Any]] | None = field(default=None, repr=False)
     """Read-only facts a reviewer needs beyond the arguments (e.g. what a preview token would create)."""
     exposed_to_roles: frozenset[str] | None = None

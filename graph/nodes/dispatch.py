@@ -153,7 +153,7 @@ def judge(
         )
     arguments = validated.model_dump(mode="json")
     fingerprint = call_fingerprint(spec.name, arguments)
-    if counts.get(fingerprint, 0) >= ctx.max_identical_calls:
+    if not spec.pollable and counts.get(fingerprint, 0) >= ctx.max_identical_calls:
         return Verdict(
             spec,
             arguments,

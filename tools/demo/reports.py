@@ -329,6 +329,7 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
             required_scopes=frozenset({"reports:read"}),
             handler=check_job_status,
             handler_revision="check-job-status/1.0.0",
+            pollable=True,
             rollback=NoRollback("read-only: nothing to undo"),
             resource=ResourceRef(kind="job", argument="job_id", conflict=False),
             audit_fields=frozenset({"job_id"}),
