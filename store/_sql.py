@@ -469,6 +469,15 @@ class SqlStore(Store, abc.ABC):
             )
         return _audit({**stored[0], "payload": payload})
 
+    def latest_audit_event(self, event: str) -> AuditEvent | None:
+        with self.transaction(write=False) as tx:
+            row = tx.one(
+                "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
+                " ON p.event_id = e.event_id WHERE e.event = ? ORDER BY e.seq DESC LIMIT 1",
+                (event,),
+            )
+        return _audit(row) if row else None
+
     def purge_audit_payloads(self, before: str) -> int:
         with self.transaction() as tx:
             rows = tx.execute(

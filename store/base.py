@@ -147,6 +147,10 @@ class Store(abc.ABC):
         """Append one event to the hash chain."""
 
     @abc.abstractmethod
+    def latest_audit_event(self, event: str) -> AuditEvent | None:
+        """The most recent event named ``event``, or None."""
+
+    @abc.abstractmethod
     def purge_audit_payloads(self, before: str) -> int:
         """Delete audit payloads older than ``before`` (ISO time); the chain and digests stay."""
 

@@ -136,7 +136,7 @@ def trace(
     chain = verify_chain(store)
     report.tamper_check = "PASS" if chain.ok else "FAIL"
     report.first_bad_event = chain.first_bad_event_id
-    if any(e.event == "audit.retention_applied" for e in store.audit_events()):
+    if store.latest_audit_event("audit.retention_applied") is not None:
         report.retention = "applied"
     return report
 

@@ -14,6 +14,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langgraph.graph.state import CompiledStateGraph
 
+from toolgate.canonical import digest
 from toolgate.config import Settings
 from toolgate.errors import UnknownReleaseError
 from toolgate.graph.builder import build_gateway, build_graph
@@ -119,13 +120,37 @@ def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = 
     policy = PolicyRules.for_release(settings.release)
     verified_release(registry, policy, settings.model)
     initialize_store(store)
-    return App(
+    application = App(
         settings=settings,
         store=store,
         system=system,
         registry=registry,
         policy=policy,
         model=model or load_chat_model(settings),
+    )
+    record_release_change(application)
+    return application
+
+
+def record_release_change(app: App) -> None:
+    """Audit a release change: the first process to run a different bundle on this store records it."""
+    reviewed = reviewed_manifest(app.registry.release)
+    manifest_sha256 = digest(
+        release_manifest(app.registry, app.policy, list(reviewed.get("pinned_models", [])))
+    )
+    last = app.store.latest_audit_event("release.loaded")
+    if last is not None and last.detail.get("manifest_sha256") == manifest_sha256:
+        return
+    app.gateway.auditor.record(
+        "release.loaded",
+        "loaded",
+        detail={
+            "manifest_sha256": manifest_sha256,
+            "policy_version": app.policy.policy_version,
+            "policy_sha256": app.policy.sha256,
+            "model": app.settings.model,
+            "previous_release": last.tool_release if last else None,
+        },
     )
 
 
