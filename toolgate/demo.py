@@ -11,6 +11,7 @@ import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -22,9 +23,11 @@ from toolgate.errors import ApprovalError
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
 from toolgate.policy.identities import Identities, demo_token
-from toolgate.store._sql import parse_iso, utcnow
+from toolgate.store._sql import iso, parse_iso, utcnow
+from toolgate.store.chain import verify_chain
 
 Say = Callable[[str], None]
+RETENTION_DAYS = 90
 
 
 def _section(say: Say, title: str) -> None:
@@ -155,6 +158,18 @@ def _story(app: App, say: Say) -> int:
         refused = next((c["call_id"] for c in calls if c.get("phase") == "rejected"), "")
         say(f"operation_trace=toolgate audit trace {op.operation_key}")
         say(f"refusal_trace=toolgate audit trace --call {refused}")
+        _section(say, "9. Retention: old protected payloads go, digests and the chain stay")
+        purged = app.store.purge_audit_payloads(iso(utcnow() - timedelta(days=RETENTION_DAYS)))
+        gw.auditor.record(
+            "audit.retention_applied",
+            "applied",
+            detail={"older_than_days": RETENTION_DAYS, "payloads_deleted": purged},
+        )
+        chain = verify_chain(app.store)
+        say(
+            f"retention_policy=applied older_than_days={RETENTION_DAYS} payloads_deleted={purged} "
+            f"tamper_check={'PASS' if chain.ok else 'FAIL'} events={chain.events}"
+        )
         ok = status == "completed" and again.duplicate and refunds == 1 and payments == 1 and rejected
         say(f"demo={'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
