@@ -25,7 +25,7 @@ from toolgate.policy.principal import Principal
 from toolgate.store._sql import parse_iso, utcnow
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.records import OperationRecord
+from toolgate.store.records import OperationRecord, OperationStatus
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
@@ -245,65 +245,56 @@ class Executor:
             deadline=utcnow() + timedelta(seconds=spec.timeout_s),
         )
         self.auditor.record("handler.started", "started", **common)
+
+        def finish(
+            status: OperationStatus,
+            *,
+            code: str | None = None,
+            result: dict[str, Any] | None = None,
+            error: dict[str, Any] | None = None,
+        ) -> Delivery:
+            """Persist the outcome (conditional on still owning the claim), audit it, then answer."""
+            final = self.store.transition(
+                op.operation_key, "executing", status, result=result, error=error, owner=worker_id
+            )
+            word = {"succeeded": "completed"}.get(status, status)
+            self.auditor.record("handler.finished", word, code=code, **common)
+            if status == "succeeded":
+                self.auditor.record("operation.completed", "completed", **common)
+            reason = "outcome unknown; reconcile before any retry" if status == "unknown" else ""
+            return Delivery(
+                operation_key=op.operation_key,
+                status=final.status,
+                claim="ACQUIRED",
+                duplicate=False,
+                result=result,
+                error=error,
+                reason=reason,
+            )
+
         try:
             args = spec.args_model.model_validate(proposal.arguments)
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
                 raw = run_with_timeout(spec.handler, spec.timeout_s, args, ctx)
             result = sanitize_result(raw, spec.result_model)
         except TimeoutError as exc:
-            error = {"kind": "timeout", "message": str(exc), "retryable": False}
-            final = self.store.transition(
-                op.operation_key, "executing", "unknown", error=error, owner=worker_id
-            )
-            self.auditor.record("handler.finished", "unknown", code="timeout", **common)
-            return Delivery(
-                operation_key=op.operation_key,
-                status=final.status,
-                claim="ACQUIRED",
-                duplicate=False,
-                error=error,
-                reason="outcome unknown; reconcile before any retry",
+            return finish(
+                "unknown", code="timeout", error={"kind": "timeout", "message": str(exc), "retryable": False}
             )
         except ToolExecutionError as exc:
-            error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
-            final = self.store.transition(
-                op.operation_key, "executing", "failed", error=error, owner=worker_id
-            )
-            self.auditor.record("handler.finished", "failed", code=exc.kind, **common)
-            return Delivery(
-                operation_key=op.operation_key,
-                status=final.status,
-                claim="ACQUIRED",
-                duplicate=False,
-                error=error,
+            return finish(
+                "failed",
+                code=exc.kind,
+                error={"kind": exc.kind, "message": exc.message, "retryable": exc.retryable},
             )
         except Exception as exc:
             # An unclassified handler crash may have had an effect: unknown, never failed.
-            error = {"kind": "server_error", "message": type(exc).__name__, "retryable": False}
-            final = self.store.transition(
-                op.operation_key, "executing", "unknown", error=error, owner=worker_id
+            return finish(
+                "unknown",
+                code="handler_crash",
+                error={"kind": "server_error", "message": type(exc).__name__, "retryable": False},
             )
-            self.auditor.record("handler.finished", "unknown", code="handler_crash", **common)
-            return Delivery(
-                operation_key=op.operation_key,
-                status=final.status,
-                claim="ACQUIRED",
-                duplicate=False,
-                error=error,
-                reason="outcome unknown; reconcile before any retry",
-            )
-        final = self.store.transition(
-            op.operation_key, "executing", "succeeded", result=result, owner=worker_id
-        )
-        self.auditor.record("handler.finished", "completed", **common)
-        self.auditor.record("operation.completed", "completed", **common)
-        return Delivery(
-            operation_key=op.operation_key,
-            status=final.status,
-            claim="ACQUIRED",
-            duplicate=False,
-            result=result,
-        )
+        return finish("succeeded", result=result)
 
     def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
         deadline = time.monotonic() + wait_s

@@ -67,4 +67,6 @@ def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     events = [r["event"] for r in kv_lines(trace) if "event" in r]
     assert events[:3] == ["model.response", "call.accepted", "proposal.created"]
     assert "approval.refused" in events and "proposal.rejected" in events
-    assert "missing_transitions=0 release_ids=present approver=verified raw_secrets=0 tamper_check=PASS" in trace
+    assert (
+        "missing_transitions=0 release_ids=present approver=verified raw_secrets=0 tamper_check=PASS" in trace
+    )

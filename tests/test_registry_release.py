@@ -13,7 +13,7 @@ from toolgate.bootstrap import release_manifest
 from toolgate.errors import RegistryError
 from toolgate.policy.rules import PolicyRules
 from toolgate.store import SQLiteStore
-from toolgate.tools.manifest import reviewed_manifest, verify_release
+from toolgate.tools.manifest import manifest_drift, reviewed_manifest, verify_release
 
 FIGURES = [
     "release=ops-tools/1.0.0",
@@ -36,7 +36,9 @@ def test_committed_manifest_matches_the_bundle() -> None:
     registry = _registry()
     policy = PolicyRules.for_release(registry.release)
     reviewed = reviewed_manifest(registry.release)
-    verify_release(release_manifest(registry, policy, reviewed["pinned_models"]), "offline")
+    effective = release_manifest(registry, policy, reviewed["pinned_models"])
+    assert manifest_drift(reviewed, effective) == []
+    verify_release(effective, "offline")
 
 
 def test_startup_refuses_a_drifted_bundle_and_an_unpinned_model() -> None:
