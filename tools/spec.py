@@ -109,6 +109,13 @@ ResourceStatus = Literal["owned", "foreign", "missing"]
 """Whether a resource belongs to the caller's tenant, to another tenant, or does not exist."""
 
 
+def ownership(row: Any, tenant_id: str) -> ResourceStatus:
+    """Status of a looked-up resource row (with a ``tenant_id`` column) relative to ``tenant_id``."""
+    if row is None:
+        return "missing"
+    return "owned" if row["tenant_id"] == tenant_id else "foreign"
+
+
 class ResourceResolver(Protocol):
     """Resolves a resource under the authenticated tenant, reading the system of record only."""
 
@@ -302,5 +309,6 @@ __all__ = [
     "Rollback",
     "SemanticCheck",
     "ToolSpec",
+    "ownership",
     "spec_problems",
 ]

@@ -33,6 +33,7 @@ from toolgate.tools.spec import (
     ResourceRef,
     ResourceStatus,
     ToolSpec,
+    ownership,
 )
 
 COMPONENT = "demo_crm"
@@ -250,9 +251,7 @@ class CrmClient:
             return "missing"
         with self.store.transaction(write=False) as tx:
             row = tx.one("SELECT tenant_id FROM sor_crm_contacts WHERE contact_id = ?", (resource_id,))
-        if row is None:
-            return "missing"
-        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+        return ownership(row, tenant_id)
 
     def issue_token(self, tenant_id: str, user_id: str, regions: Iterable[str]) -> str:
         """Demo helper: a CRM token for a user (what the user's own CRM login would produce)."""

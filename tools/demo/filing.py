@@ -34,6 +34,7 @@ from toolgate.tools.spec import (
     ResourceRef,
     ResourceStatus,
     ToolSpec,
+    ownership,
 )
 
 COMPONENT = "demo_filing"
@@ -211,9 +212,7 @@ class FilingService:
             return "missing"
         with self.store.transaction(write=False) as tx:
             row = tx.one("SELECT tenant_id FROM sor_taxpayers WHERE taxpayer_ref = ?", (resource_id,))
-        if row is None:
-            return "missing"
-        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+        return ownership(row, tenant_id)
 
     def filing_status(self, args: SubmitFilingArgs, ctx: HandlerContext) -> FilingResult | None:
         """Pure natural-key status check (for the recovery worker): never submits anything."""

@@ -39,6 +39,7 @@ from toolgate.tools.spec import (
     ResourceStatus,
     Rollback,
     ToolSpec,
+    ownership,
 )
 
 COMPONENT = "demo_purchasing"
@@ -198,9 +199,7 @@ class PurchasingService:
                 row = tx.one("SELECT tenant_id FROM sor_po_previews WHERE preview_id = ?", (preview_id,))
             else:
                 return "missing"
-        if row is None:
-            return "missing"
-        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+        return ownership(row, tenant_id)
 
     # ---- tokens ------------------------------------------------------------------------
 

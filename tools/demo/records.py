@@ -16,7 +16,7 @@ from typing import Any
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
 from toolgate.store._sql import iso, utcnow
-from toolgate.tools.spec import ResourceStatus
+from toolgate.tools.spec import ResourceStatus, ownership
 
 _SCHEMA = """
 CREATE TABLE sor_tenants (tenant_id TEXT PRIMARY KEY, name TEXT NOT NULL);
@@ -137,9 +137,7 @@ class DemoSystem:
                 )
             else:
                 return "missing"
-        if row is None:
-            return "missing"
-        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+        return ownership(row, tenant_id)
 
     # ---- reads -------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from toolgate.tools.spec import (
     ResourceRef,
     ResourceStatus,
     ToolSpec,
+    ownership,
 )
 
 COMPONENT = "demo_reports"
@@ -187,9 +188,7 @@ class ReportService:
             return "missing"
         with self.store.transaction(write=False) as tx:
             row = tx.one("SELECT tenant_id FROM sor_report_jobs WHERE job_id = ?", (resource_id,))
-        if row is None:
-            return "missing"
-        return "owned" if row["tenant_id"] == tenant_id else "foreign"
+        return ownership(row, tenant_id)
 
     def submit(
         self, tenant_id: str, report_type: str, date_from: date, date_to: date, idempotency_key: str
