@@ -3,18 +3,16 @@ complete, and planted secrets never reach the audit log, the checkpoints or the 
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.errors import StoreError
 from toolgate.graph.review import decide
-from toolgate.store import AuditEventIn, PostgresStore, Store
+from toolgate.store import AuditEventIn, PostgresStore, Store, open_checkpointer
 from toolgate.store.chain import verify_chain
 from toolgate.store.forensics import trace
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -118,6 +116,24 @@ def test_the_refund_trace_is_complete_and_a_refused_attempt_shows_its_code(harne
     assert refused.final == "refused" and refused.missing == []
 
 
+def checkpoint_bytes(pg_url: str | None, data_dir: Path) -> bytes:
+    """Everything the checkpointer stored: the SQLite files, or every checkpoint table in PostgreSQL."""
+    if pg_url is None:
+        files = [data_dir / "checkpoints.sqlite", data_dir / "checkpoints.sqlite-wal"]
+        return b"".join(f.read_bytes() for f in files if f.exists())
+    import psycopg
+
+    chunks: list[bytes] = []
+    with psycopg.connect(pg_url) as conn:
+        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            for row in conn.execute(f"SELECT * FROM {table}"):
+                for value in row:
+                    chunks.append(
+                        bytes(value) if isinstance(value, bytes | memoryview) else str(value).encode()
+                    )
+    return b"".join(chunks)
+
+
 def test_planted_secrets_reach_no_audit_row_checkpoint_or_model_message(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -146,10 +162,8 @@ def test_planted_secrets_reach_no_audit_row_checkpoint_or_model_message(
             ai("done"),
         ]
     )
-    checkpoints = tmp_path / "checkpoints.sqlite"
-    with sqlite3.connect(checkpoints, check_same_thread=False) as conn:
-        saver = SqliteSaver(conn)
-        saver.setup()
+    pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None
+    with open_checkpointer(pg_url, tmp_path) as saver:  # the backend's own checkpointer
         state = start(harness.graph(model, saver), "order status and restart", "sam", "t-secrets")
     assert "__interrupt__" in state  # the restart awaits review
 
@@ -169,10 +183,6 @@ def test_planted_secrets_reach_no_audit_row_checkpoint_or_model_message(
         proposals = repr(tx.execute("SELECT arguments FROM proposals"))
     assert not [s for s in planted if s in audit_rows]
     assert password not in proposals
-    raw = checkpoints.read_bytes() + (
-        checkpoints.with_suffix(".sqlite-wal").read_bytes()
-        if checkpoints.with_suffix(".sqlite-wal").exists()
-        else b""
-    )
+    raw = checkpoint_bytes(pg_url, tmp_path)
     assert b"Mixer" in raw and b"REDACTED" in raw  # the scan sees the stored messages
     assert not [s for s in planted if s.encode() in raw]
