@@ -74,6 +74,7 @@ def edit_proposal(
         call_id=original.call_id,
         arguments=validated,
         supersedes=proposal_id,
+        trace_id=original.trace_id,
     )
     if draft.operation_key == original.operation_key:
         raise ApprovalError("no_change", "the edited arguments are identical; approve the original instead")

@@ -235,6 +235,7 @@ class Executor:
             "handler_revision": spec.handler_revision,
             "call_id": call_id or proposal.call_id,
             "thread_id": proposal.thread_id,
+            "trace_id": proposal.trace_id,
         }
         self.auditor.record("operation.claimed", "acquired", detail={"worker": worker_id}, **common)
         ctx = HandlerContext(

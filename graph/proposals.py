@@ -23,6 +23,7 @@ def draft_proposal(
     call_id: str,
     arguments: dict[str, Any],
     supersedes: str | None = None,
+    trace_id: str | None = None,
 ) -> ProposalRecord:
     """The proposal for one intended effect; its operation key and id derive from the content."""
     key = operation_key(tenant_id=tenant_id, task_id=thread_id, tool=spec.name, arguments=arguments)
@@ -48,6 +49,7 @@ def draft_proposal(
         created_at=iso(now),
         expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
         supersedes=supersedes,
+        trace_id=trace_id,
     )
     return dataclasses.replace(draft, digest=digest(draft.content()))
 

@@ -50,6 +50,7 @@ def decide(
         "operation_key": proposal.operation_key,
         "tool": proposal.tool,
         "handler_revision": proposal.handler_revision,
+        "trace_id": proposal.trace_id,
         "thread_id": proposal.thread_id,
         "call_id": proposal.call_id,
     }

@@ -233,8 +233,8 @@ class SqlStore(Store, abc.ABC):
             inserted = tx.execute(
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
-                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING proposal_id",
                 (
                     proposal.proposal_id,
@@ -257,6 +257,7 @@ class SqlStore(Store, abc.ABC):
                     proposal.created_at,
                     proposal.expires_at,
                     proposal.supersedes,
+                    proposal.trace_id,
                 ),
             )
             if inserted:

@@ -209,6 +209,8 @@ CREATE TABLE audit_payloads (
 );
 CREATE INDEX audit_payloads_time_idx ON audit_payloads (occurred_at)"""
 
+_PROPOSAL_TRACE = "ALTER TABLE proposals ADD COLUMN trace_id TEXT"
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -225,6 +227,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="audit payloads apart from the chain, so retention can delete them",
         sqlite=_AUDIT_PAYLOADS,
         postgres=_AUDIT_PAYLOADS,
+    ),
+    Migration(
+        name="proposals remember the trace they were made in (not part of their digest)",
+        sqlite=_PROPOSAL_TRACE,
+        postgres=_PROPOSAL_TRACE,
     ),
 )
 """The store's own schema, component ``toolgate``."""

@@ -72,6 +72,8 @@ class ProposalRecord:
     """ISO-8601 UTC time after which approval is impossible."""
     supersedes: str | None = None
     """The proposal this one replaces (a reviewer's edit is a new proposal, never a change)."""
+    trace_id: str | None = None
+    """Trace the proposal was made in, so reviewers' and workers' audit events join it (not digested)."""
 
     def content(self) -> dict[str, Any]:
         """Everything the digest covers."""

@@ -88,6 +88,8 @@ def test_the_refund_story_is_one_trace_joined_to_the_audit_log(harness: Harness,
             "call.rejected",
             "call.completed",
             "proposal.created",
+            "approval.recorded",
+            "proposal.approved",
             "operation.claimed",
             "handler.finished",
         )

@@ -30,6 +30,7 @@ def make_proposal_node(gw: Gateway) -> Any:
         calls = state.get("calls", {})
         records: dict[str, CallRecord] = {}
         awaiting: list[str] = []
+        trace_id = telemetry.audit_trace_id(ctx.trace_id, state.get("trace"))
         for call_id in state.get("turn_calls", []):
             record = calls[call_id]
             if record.get("phase") != "write":
@@ -44,16 +45,14 @@ def make_proposal_node(gw: Gateway) -> Any:
                 thread_id=task,
                 call_id=call_id,
                 arguments=record["arguments"],
+                trace_id=trace_id,
             )
             stored, operation, _ = store_proposal(
                 gw,
                 spec,
                 draft,
                 actor=principal.user_id,
-                audit={
-                    "request_id": ctx.request_id,
-                    "trace_id": telemetry.audit_trace_id(ctx.trace_id, state.get("trace")),
-                },
+                audit={"request_id": ctx.request_id, "trace_id": trace_id},
             )
             key = stored.operation_key
             records[call_id] = CallRecord(
