@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from toolgate.errors import RegistryError
+from toolgate.errors import RegistryError, ToolExecutionError
 
 Risk = Literal["read-only", "caution", "danger"]
 """read-only observes; caution changes state with bounded impact; danger is high-impact."""
@@ -144,6 +144,24 @@ class HandlerContext:
     """Wall-clock time by which the handler must finish."""
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     """Per-user forwarded credentials (never logged, never shown to the model)."""
+
+    def require_idempotency_key(self) -> str:
+        """The downstream idempotency key a write must send; a write without one is a gateway bug."""
+        if not self.idempotency_key:
+            raise ToolExecutionError("server_error", "write handler called without an idempotency key")
+        return self.idempotency_key
+
+
+class StrictArgs(BaseModel):
+    """Base of tool argument models: closed (``extra="forbid"``), strict (no coercion), immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ToolResult(BaseModel):
+    """Base of tool result models: fields not in the contract are dropped (an allowlist), immutable."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 Handler = Callable[[Any, HandlerContext], BaseModel]
@@ -308,6 +326,8 @@ __all__ = [
     "Risk",
     "Rollback",
     "SemanticCheck",
+    "StrictArgs",
+    "ToolResult",
     "ToolSpec",
     "ownership",
     "spec_problems",

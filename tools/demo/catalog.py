@@ -6,7 +6,6 @@ URLs from model strings. Identity comes from `HandlerContext`, never from argume
 
 from __future__ import annotations
 
-from toolgate.errors import ToolExecutionError
 from toolgate.tools.demo.models import (
     IssueRefundArgs,
     IssueRefundResult,
@@ -23,12 +22,6 @@ from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE, Registry
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, ResourceRef, Rollback, ToolSpec
 
 
-def _require_key(ctx: HandlerContext) -> str:
-    if not ctx.idempotency_key:
-        raise ToolExecutionError("server_error", "write handler called without an idempotency key")
-    return ctx.idempotency_key
-
-
 def demo_specs(system: DemoSystem) -> list[ToolSpec]:
     """The demo tools, each bound to ``system``."""
 
@@ -40,14 +33,14 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
         return ServiceStatusResult(service_alias=row["alias"], state=row["state"], restarts=row["restarts"])
 
     def restart_service(args: RestartServiceArgs, ctx: HandlerContext) -> RestartServiceResult:
-        restart = system.restart(ctx.tenant_id, args.service_alias, _require_key(ctx))
+        restart = system.restart(ctx.tenant_id, args.service_alias, ctx.require_idempotency_key())
         row = system.service(ctx.tenant_id, args.service_alias)
         return RestartServiceResult(
             service_alias=row["alias"], state=row["state"], restart_id=restart["restart_id"]
         )
 
     def refund_status(args: IssueRefundArgs, ctx: HandlerContext) -> IssueRefundResult | None:
-        refund = system.refund_by_key(ctx.tenant_id, _require_key(ctx))
+        refund = system.refund_by_key(ctx.tenant_id, ctx.require_idempotency_key())
         if refund is None:
             return None
         return IssueRefundResult(
@@ -58,7 +51,7 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
         )
 
     def restart_status(args: RestartServiceArgs, ctx: HandlerContext) -> RestartServiceResult | None:
-        restart = system.restart_by_key(ctx.tenant_id, _require_key(ctx))
+        restart = system.restart_by_key(ctx.tenant_id, ctx.require_idempotency_key())
         if restart is None:
             return None
         row = system.service(ctx.tenant_id, args.service_alias)
@@ -74,7 +67,7 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
         return None
 
     def issue_refund(args: IssueRefundArgs, ctx: HandlerContext) -> IssueRefundResult:
-        refund = system.refund(ctx.tenant_id, args.order_id, args.amount_cents, _require_key(ctx))
+        refund = system.refund(ctx.tenant_id, args.order_id, args.amount_cents, ctx.require_idempotency_key())
         return IssueRefundResult(
             refund_id=refund["refund_id"],
             order_id=refund["order_id"],

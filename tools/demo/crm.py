@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
@@ -32,6 +32,8 @@ from toolgate.tools.spec import (
     NoRollback,
     ResourceRef,
     ResourceStatus,
+    StrictArgs,
+    ToolResult,
     ToolSpec,
     ownership,
 )
@@ -76,21 +78,13 @@ SEED_CONTACTS = (
 )
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class LookupContactArgs(_Args):
+class LookupContactArgs(StrictArgs):
     """Arguments of ``crm_lookup_contact``."""
 
     contact_id: str = Field(pattern=r"^C-[0-9]{3,6}$", description="CRM contact id, e.g. 'C-100'.")
 
 
-class LookupContactResult(_Result):
+class LookupContactResult(ToolResult):
     """A contact as the model may see it: no phone number, no free-text notes."""
 
     contact_id: str

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
@@ -33,6 +33,8 @@ from toolgate.tools.spec import (
     NoRollback,
     ResourceRef,
     ResourceStatus,
+    StrictArgs,
+    ToolResult,
     ToolSpec,
     ownership,
 )
@@ -70,15 +72,7 @@ Note = Literal[
 ]
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class SubmitFilingArgs(_Args):
+class SubmitFilingArgs(StrictArgs):
     """Arguments of ``submit_filing``: exactly the legacy system's natural key."""
 
     taxpayer_ref: str = Field(
@@ -88,7 +82,7 @@ class SubmitFilingArgs(_Args):
     filing_type: FilingType = Field(description="Kind of filing.")
 
 
-class FilingResult(_Result):
+class FilingResult(ToolResult):
     """A filing as the agency knows it, and how we learned of it."""
 
     confirmation_number: str

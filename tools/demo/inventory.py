@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
 from toolgate.store._sql import iso, utcnow
+from toolgate.tools.demo.records import count_rows
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
@@ -31,6 +32,8 @@ from toolgate.tools.spec import (
     ResourceRef,
     ResourceStatus,
     Rollback,
+    StrictArgs,
+    ToolResult,
     ToolSpec,
 )
 
@@ -66,28 +69,20 @@ InventoryReason = Literal["received", "shipped", "damaged", "returned", "cycle_c
 Sku = Field(pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit exactly as labelled, e.g. 'SKU-7'.")
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class GetInventoryArgs(_Args):
+class GetInventoryArgs(StrictArgs):
     """Arguments of ``get_inventory``."""
 
     sku: str = Sku
 
 
-class GetInventoryResult(_Result):
+class GetInventoryResult(ToolResult):
     """Stock level of one SKU."""
 
     sku: str
     on_hand: int
 
 
-class UpdateInventoryArgs(_Args):
+class UpdateInventoryArgs(StrictArgs):
     """Arguments of ``update_inventory``."""
 
     sku: str = Sku
@@ -106,7 +101,7 @@ class UpdateInventoryArgs(_Args):
         return value
 
 
-class UpdateInventoryResult(_Result):
+class UpdateInventoryResult(ToolResult):
     """An adjustment as recorded by the inventory service."""
 
     adjustment_id: str
@@ -232,19 +227,9 @@ class InventoryService:
 
     def count(self, table: str, **where: Any) -> int:
         """Rows in one of this service's tables matching ``where`` (test and demo evidence)."""
-        if table not in {"sor_inventory_requests", "sor_inventory_adjustments"}:
-            raise ValueError(f"not a countable inventory table: {table}")
-        clauses = " AND ".join(f"{column} = ?" for column in where if column.isidentifier())
-        sql = f"SELECT COUNT(*) AS n FROM {table}" + (f" WHERE {clauses}" if clauses else "")
-        with self.store.transaction(write=False) as tx:
-            row = tx.one(sql, tuple(where.values()))
-        return int(row["n"]) if row else 0
-
-
-def _require_key(ctx: HandlerContext) -> str:
-    if not ctx.idempotency_key:
-        raise ToolExecutionError("server_error", "write handler called without an idempotency key")
-    return ctx.idempotency_key
+        return count_rows(
+            self.store, table, frozenset({"sor_inventory_requests", "sor_inventory_adjustments"}), where
+        )
 
 
 def inventory_specs(service: InventoryService) -> list[ToolSpec]:
@@ -255,7 +240,7 @@ def inventory_specs(service: InventoryService) -> list[ToolSpec]:
 
     def update_inventory(args: UpdateInventoryArgs, ctx: HandlerContext) -> UpdateInventoryResult:
         adjustment = service.adjust(
-            ctx.tenant_id, args.sku, args.delta, _require_key(ctx), reason=args.reason
+            ctx.tenant_id, args.sku, args.delta, ctx.require_idempotency_key(), reason=args.reason
         )
         return UpdateInventoryResult.model_validate({**adjustment, "status": "applied"})
 
@@ -266,7 +251,7 @@ def inventory_specs(service: InventoryService) -> list[ToolSpec]:
         return None
 
     def adjustment_status(args: UpdateInventoryArgs, ctx: HandlerContext) -> UpdateInventoryResult | None:
-        adjustment = service.adjustment_by_key(ctx.tenant_id, _require_key(ctx))
+        adjustment = service.adjustment_by_key(ctx.tenant_id, ctx.require_idempotency_key())
         return (
             UpdateInventoryResult.model_validate({**adjustment, "status": "applied"}) if adjustment else None
         )

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from toolgate.tools.spec import StrictArgs, ToolResult
 
 ServiceAlias = Literal["web", "worker", "scheduler"]
 """Reviewed service aliases; the model cannot name a unit, path or host."""
@@ -16,21 +18,13 @@ OrderId = Field(
 )
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class LookupOrderArgs(_Args):
+class LookupOrderArgs(StrictArgs):
     """Arguments of ``lookup_order``."""
 
     order_id: str = OrderId
 
 
-class LookupOrderResult(_Result):
+class LookupOrderResult(ToolResult):
     """An order as the model may see it (no card or address data)."""
 
     order_id: str
@@ -41,13 +35,13 @@ class LookupOrderResult(_Result):
     currency: str
 
 
-class ServiceStatusArgs(_Args):
+class ServiceStatusArgs(StrictArgs):
     """Arguments of ``get_service_status``."""
 
     service_alias: ServiceAlias = Field(description="One approved service alias.")
 
 
-class ServiceStatusResult(_Result):
+class ServiceStatusResult(ToolResult):
     """Current state of one service."""
 
     service_alias: str
@@ -55,7 +49,7 @@ class ServiceStatusResult(_Result):
     restarts: int
 
 
-class RestartServiceArgs(_Args):
+class RestartServiceArgs(StrictArgs):
     """Arguments of ``restart_service``."""
 
     service_alias: ServiceAlias = Field(description="One approved service alias.")
@@ -64,7 +58,7 @@ class RestartServiceArgs(_Args):
     )
 
 
-class RestartServiceResult(_Result):
+class RestartServiceResult(ToolResult):
     """Outcome of a restart."""
 
     service_alias: str
@@ -72,7 +66,7 @@ class RestartServiceResult(_Result):
     restart_id: str
 
 
-class IssueRefundArgs(_Args):
+class IssueRefundArgs(StrictArgs):
     """Arguments of ``issue_refund``."""
 
     order_id: str = OrderId
@@ -84,7 +78,7 @@ class IssueRefundArgs(_Args):
     )
 
 
-class IssueRefundResult(_Result):
+class IssueRefundResult(ToolResult):
     """A refund as recorded by the payment system."""
 
     refund_id: str

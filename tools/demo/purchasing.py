@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from toolgate.canonical import canonical_json
 from toolgate.errors import ConfigurationError, ToolExecutionError
 from toolgate.store import Migration, Store, Tx
 from toolgate.store._sql import iso, parse_iso, utcnow
+from toolgate.tools.demo.records import count_rows
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
@@ -38,6 +39,8 @@ from toolgate.tools.spec import (
     ResourceRef,
     ResourceStatus,
     Rollback,
+    StrictArgs,
+    ToolResult,
     ToolSpec,
     ownership,
 )
@@ -79,15 +82,7 @@ _TOKEN_PATTERN = r"^pvt_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$"
 _TOKEN = re.compile(_TOKEN_PATTERN)
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class LineItem(_Args):
+class LineItem(StrictArgs):
     """One line of a purchase order."""
 
     sku: str = Field(pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit, e.g. 'SKU-7'.")
@@ -95,7 +90,7 @@ class LineItem(_Args):
     unit_price_cents: int = Field(ge=0, le=10_000_000, description="Agreed unit price in cents.")
 
 
-class PreviewPurchaseOrderArgs(_Args):
+class PreviewPurchaseOrderArgs(StrictArgs):
     """Arguments of ``preview_purchase_order``."""
 
     vendor_id: str = Field(pattern=r"^V-[0-9]{3,6}$", description="Vendor id, e.g. 'V-100'.")
@@ -103,7 +98,7 @@ class PreviewPurchaseOrderArgs(_Args):
     currency: Currency = Field(description="Currency of the order.")
 
 
-class CreatePurchaseOrderArgs(_Args):
+class CreatePurchaseOrderArgs(StrictArgs):
     """Arguments of ``create_purchase_order``: only the token, so nothing can drift from the preview."""
 
     preview_token: str = Field(
@@ -112,14 +107,14 @@ class CreatePurchaseOrderArgs(_Args):
     )
 
 
-class PreviewLine(_Result):
+class PreviewLine(ToolResult):
     sku: str
     quantity: int
     unit_price_cents: int
     line_total_cents: int
 
 
-class PreviewPurchaseOrderResult(_Result):
+class PreviewPurchaseOrderResult(ToolResult):
     """What the order would be; nothing has been created."""
 
     preview_token: str
@@ -133,7 +128,7 @@ class PreviewPurchaseOrderResult(_Result):
     expires_at: str
 
 
-class CreatePurchaseOrderResult(_Result):
+class CreatePurchaseOrderResult(ToolResult):
     """A purchase order as recorded by the purchasing system."""
 
     po_id: str
@@ -351,19 +346,9 @@ class PurchasingService:
 
     def count(self, table: str, **where: Any) -> int:
         """Rows in one of this service's tables matching ``where`` (test and demo evidence)."""
-        if table not in {"sor_po_previews", "sor_po_requests", "sor_purchase_orders"}:
-            raise ValueError(f"not a countable purchasing table: {table}")
-        clauses = " AND ".join(f"{column} = ?" for column in where if column.isidentifier())
-        sql = f"SELECT COUNT(*) AS n FROM {table}" + (f" WHERE {clauses}" if clauses else "")
-        with self.store.transaction(write=False) as tx:
-            row = tx.one(sql, tuple(where.values()))
-        return int(row["n"]) if row else 0
-
-
-def _require_key(ctx: HandlerContext) -> str:
-    if not ctx.idempotency_key:
-        raise ToolExecutionError("server_error", "write handler called without an idempotency key")
-    return ctx.idempotency_key
+        return count_rows(
+            self.store, table, frozenset({"sor_po_previews", "sor_po_requests", "sor_purchase_orders"}), where
+        )
 
 
 def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
@@ -377,7 +362,7 @@ def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
     def create_purchase_order(
         args: CreatePurchaseOrderArgs, ctx: HandlerContext
     ) -> CreatePurchaseOrderResult:
-        order = service.create(ctx.tenant_id, args.preview_token, _require_key(ctx))
+        order = service.create(ctx.tenant_id, args.preview_token, ctx.require_idempotency_key())
         return CreatePurchaseOrderResult.model_validate({**order, "status": "created"})
 
     def preview_still_usable(args: CreatePurchaseOrderArgs, ctx: HandlerContext) -> str | None:
@@ -390,7 +375,7 @@ def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
         return None
 
     def order_status(args: CreatePurchaseOrderArgs, ctx: HandlerContext) -> CreatePurchaseOrderResult | None:
-        order = service.order_for_key(ctx.tenant_id, _require_key(ctx))
+        order = service.order_for_key(ctx.tenant_id, ctx.require_idempotency_key())
         return CreatePurchaseOrderResult.model_validate({**order, "status": "created"}) if order else None
 
     ttl_minutes = max(1, round(service.preview_ttl_s / 60))

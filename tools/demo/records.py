@@ -87,6 +87,25 @@ SEED_ORDERS = (
 SEED_SERVICES = (("acme", "web"), ("acme", "worker"), ("acme", "scheduler"), ("globex", "web"))
 
 
+COUNTABLE = frozenset(
+    {"sor_payment_requests", "sor_refunds", "sor_restart_requests", "sor_restarts", "sor_orders"}
+)
+"""Tables `DemoSystem.count` may read: downstream request logs and effects, the evidence tests count."""
+
+
+def count_rows(store: Store, table: str, allowed: frozenset[str], where: dict[str, Any]) -> int:
+    """Rows of ``table`` (one of ``allowed``) matching ``where``; table and columns never come from a model."""
+    if table not in allowed:
+        raise ValueError(f"not a countable table: {table}")
+    if not all(column.isidentifier() for column in where):
+        raise ValueError("column names must be identifiers")
+    clauses = " AND ".join(f"{column} = ?" for column in where)
+    sql = f"SELECT COUNT(*) AS n FROM {table}" + (f" WHERE {clauses}" if clauses else "")
+    with store.transaction(write=False) as tx:
+        row = tx.one(sql, tuple(where.values()))
+    return int(row["n"]) if row else 0
+
+
 @dataclass
 class DemoSystem:
     """Typed access to the demo system of record. Queries are fixed SQL with bound parameters;
@@ -262,20 +281,7 @@ class DemoSystem:
 
     def count(self, table: str, **where: Any) -> int:
         """Rows in one of the demo tables matching ``where`` (test and demo evidence)."""
-        allowed = {
-            "sor_payment_requests",
-            "sor_refunds",
-            "sor_restart_requests",
-            "sor_restarts",
-            "sor_orders",
-        }
-        if table not in allowed:
-            raise ValueError(f"not a countable demo table: {table}")
-        clauses = " AND ".join(f"{column} = ?" for column in where if column.isidentifier())
-        sql = f"SELECT COUNT(*) AS n FROM {table}" + (f" WHERE {clauses}" if clauses else "")
-        with self.store.transaction(write=False) as tx:
-            row = tx.one(sql, tuple(where.values()))
-        return int(row["n"]) if row else 0
+        return count_rows(self.store, table, COUNTABLE, where)
 
 
-__all__ = ["MIGRATIONS", "DemoSystem"]
+__all__ = ["COUNTABLE", "MIGRATIONS", "DemoSystem", "count_rows"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
@@ -35,6 +35,8 @@ from toolgate.tools.spec import (
     NoRollback,
     ResourceRef,
     ResourceStatus,
+    StrictArgs,
+    ToolResult,
     ToolSpec,
     ownership,
 )
@@ -96,15 +98,7 @@ ReportDate = Annotated[
 ]
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class SubmitReportJobArgs(_Args):
+class SubmitReportJobArgs(StrictArgs):
     """Arguments of ``submit_report_job``."""
 
     report_type: ReportType = Field(description="Which report to generate.")
@@ -121,13 +115,13 @@ class SubmitReportJobArgs(_Args):
         return self
 
 
-class CheckJobStatusArgs(_Args):
+class CheckJobStatusArgs(StrictArgs):
     """Arguments of ``check_job_status``."""
 
     job_id: str = Field(pattern=_JOB_PATTERN, description="The job_id returned by submit_report_job.")
 
 
-class SubmitReportJobResult(_Result):
+class SubmitReportJobResult(ToolResult):
     """A job accepted for generation; the report is not ready yet."""
 
     job_id: str
@@ -136,7 +130,7 @@ class SubmitReportJobResult(_Result):
     poll_after_seconds: int
 
 
-class ReportSummary(_Result):
+class ReportSummary(ToolResult):
     """The bounded result of a complete report."""
 
     report_type: str
@@ -147,7 +141,7 @@ class ReportSummary(_Result):
     total_refunded_cents: int
 
 
-class JobStatusResult(_Result):
+class JobStatusResult(ToolResult):
     """Where a job stands; ``poll_after_seconds`` says when to ask again (None once complete)."""
 
     job_id: str
@@ -251,12 +245,6 @@ class ReportService:
         return {"job_id": job_id, "status": "complete", "poll_after_seconds": None, "summary": job}
 
 
-def _require_key(ctx: HandlerContext) -> str:
-    if not ctx.idempotency_key:
-        raise ToolExecutionError("server_error", "write handler called without an idempotency key")
-    return ctx.idempotency_key
-
-
 def _submitted(job: dict[str, Any]) -> SubmitReportJobResult:
     return SubmitReportJobResult(
         job_id=job["job_id"],
@@ -273,11 +261,13 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
         problem = date_range_problem(args.date_from, args.date_to)
         if problem:  # the model validator already refuses this; handlers re-check their own rules
             raise ToolExecutionError("caller_error", problem)
-        job = service.submit(ctx.tenant_id, args.report_type, args.date_from, args.date_to, _require_key(ctx))
+        job = service.submit(
+            ctx.tenant_id, args.report_type, args.date_from, args.date_to, ctx.require_idempotency_key()
+        )
         return _submitted(job)
 
     def job_status(args: SubmitReportJobArgs, ctx: HandlerContext) -> SubmitReportJobResult | None:
-        job = service.job_by_key(ctx.tenant_id, _require_key(ctx))
+        job = service.job_by_key(ctx.tenant_id, ctx.require_idempotency_key())
         return _submitted(job) if job else None
 
     def check_job_status(args: CheckJobStatusArgs, ctx: HandlerContext) -> JobStatusResult:
