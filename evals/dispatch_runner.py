@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import tempfile
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -35,10 +33,9 @@ from toolgate.policy.principal import Principal
 from toolgate.policy.rules import PolicyRules, RateLimit, RateLimits
 from toolgate.store.base import Store
 from toolgate.store.sqlite import SQLiteStore
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import HandlerCounter, ScriptedChatModel
 from toolgate.tools.demo import DemoSystem, demo_specs
 from toolgate.tools.registry import REFUND_RELEASE, Registry
-from toolgate.tools.spec import HandlerContext
 
 SEED_TAGS = (
     "known_read",
@@ -153,22 +150,14 @@ class DispatchRunner:
     def __init__(self, store: Store) -> None:
         initialize_store(store)
         self.store = store
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        specs = [replace(s, handler=self._counted(s.name, s.handler)) for s in demo_specs(DemoSystem(store))]
+        self.counter = HandlerCounter()
+        self.counts = self.counter.calls
+        specs = self.counter.wrap(demo_specs(DemoSystem(store)))
         self.registry = Registry.of(REFUND_RELEASE, specs, DemoSystem(store))
         self.writes = {s.name for s in specs if s.is_write}
         self.base_policy = PolicyRules.for_release(REFUND_RELEASE)
         raw = [*DEMO_IDENTITIES["identities"], *EXTRA_IDENTITIES]
         self.principals = {p["user_id"]: Principal.from_dict(p) for p in raw}
-
-    def _counted(self, name: str, handler: Callable[[Any, HandlerContext], Any]) -> Callable[..., Any]:
-        def counted(args: Any, ctx: HandlerContext) -> Any:
-            with self._lock:
-                self.counts[name] += 1
-            return handler(args, ctx)
-
-        return counted
 
     def run_case(self, case: AdversarialCase, index: int = 0) -> CaseResult:
         """Run one case on a fresh thread."""

@@ -42,10 +42,17 @@ def run_lab4(*, submissions: int = 50, drop_rate: float = 0.3, seed: int = 7) ->
         adapter = FilingService(store, legacy=legacy, backoff_s=(0.001,) * 5)
         false_failures = unresolved = dropped = 0
         for n in range(submissions):
-            args = SubmitFilingArgs(taxpayer_ref=f"TP-{1001 + n % 10}", tax_year=2000 + n // 10 % 100,
-                                    filing_type=KINDS[n % len(KINDS)])
-            ctx = HandlerContext(tenant_id="acme", user_id="lab4", operation_key=f"op_lab4_{n}",
-                                 idempotency_key=idempotency_key_for(f"op_lab4_{n}"))
+            args = SubmitFilingArgs(
+                taxpayer_ref=f"TP-{1001 + n % 10}",
+                tax_year=2000 + n // 10 % 100,
+                filing_type=KINDS[n % len(KINDS)],
+            )
+            ctx = HandlerContext(
+                tenant_id="acme",
+                user_id="lab4",
+                operation_key=f"op_lab4_{n}",
+                idempotency_key=idempotency_key_for(f"op_lab4_{n}"),
+            )
             try:
                 result = adapter.submit_with_status_check(args, ctx)
             except ToolExecutionError as exc:
@@ -60,8 +67,13 @@ def run_lab4(*, submissions: int = 50, drop_rate: float = 0.3, seed: int = 7) ->
                 "SELECT COUNT(*) AS n FROM sor_filings GROUP BY tenant_id, taxpayer_ref, tax_year, filing_type"
                 " HAVING COUNT(*) > 1"
             )
-        return Lab4Result(submissions=submissions, dropped=dropped, duplicates=len(duplicate_rows),
-                          false_failures=false_failures, unresolved=unresolved)
+        return Lab4Result(
+            submissions=submissions,
+            dropped=dropped,
+            duplicates=len(duplicate_rows),
+            false_failures=false_failures,
+            unresolved=unresolved,
+        )
 
 
 __all__ = ["Lab4Result", "run_lab4"]

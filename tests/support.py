@@ -5,11 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +20,9 @@ from toolgate.graph.deps import Gateway
 from toolgate.policy import PolicyRules, Principal
 from toolgate.policy.identities import DEMO_IDENTITIES, demo_token
 from toolgate.store import Store
+from toolgate.testing import HandlerCounter
 from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
-from toolgate.tools.spec import HandlerContext
 
 PRINCIPALS = {raw["user_id"]: Principal.from_dict(raw) for raw in DEMO_IDENTITIES["identities"]}
 REFUND_REQUEST = "My blender arrived broken, order O-5512. Please refund it."
@@ -45,23 +41,11 @@ class Harness:
         initialize_store(store)
         self.store = store
         self.system = DemoSystem(store)
-        self.handler_calls: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._delay = handler_delay_s
-        specs = [replace(s, handler=self._counting(s.name, s.handler)) for s in demo_specs(self.system)]
-        self.registry = Registry.of(REFUND_RELEASE, specs, self.system)
+        self.counter = HandlerCounter(delay_s=handler_delay_s)
+        self.handler_calls = self.counter.calls
+        self.registry = Registry.of(REFUND_RELEASE, self.counter.wrap(demo_specs(self.system)), self.system)
         self.policy = PolicyRules.for_release(REFUND_RELEASE)
         self.audit_key = b"test-audit-key"
-
-    def _counting(self, name: str, handler: Callable[[Any, HandlerContext], Any]) -> Callable[..., Any]:
-        def counted(args: Any, ctx: HandlerContext) -> Any:
-            with self._lock:
-                self.handler_calls[name] += 1
-            if self._delay:
-                time.sleep(self._delay)
-            return handler(args, ctx)
-
-        return counted
 
     def gateway(self, model: BaseChatModel | None = None) -> Gateway:
         """Node dependencies (model only matters inside a graph run)."""
@@ -88,7 +72,7 @@ class Harness:
 
     def total_handler_calls(self) -> int:
         """Handler invocations of every tool."""
-        return sum(self.handler_calls.values())
+        return self.counter.total()
 
     def payments(self, order_id: str = "O-5512") -> int:
         """Requests the payment system received for ``order_id``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -79,9 +80,10 @@ class App:
     policy: PolicyRules
     model: BaseChatModel
 
-    @property
+    @cached_property
     def gateway(self) -> Gateway:
-        """Node dependencies, for operator commands that act outside a graph run."""
+        """Node dependencies, for operator commands that act outside a graph run (one per App, so its
+        executor's circuit breakers are shared by everything the process does)."""
         return build_gateway(
             model=self.model,
             registry=self.registry,

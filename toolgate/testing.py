@@ -8,8 +8,11 @@ bound tools and request options), fails loudly on a call nobody scripted, and ch
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -18,6 +21,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from pydantic import PrivateAttr
+
+from toolgate.tools.spec import HandlerContext, ToolSpec
 
 _ids = itertools.count(1)
 
@@ -55,6 +60,39 @@ def ai(content: str = "", *calls: ToolCall, invalid: Sequence[dict[str, Any]] = 
         tool_calls=list(calls),
         invalid_tool_calls=[{"type": "invalid_tool_call", **i} for i in invalid],
     )
+
+
+class HandlerCounter:
+    """Wraps tool handlers so every real invocation is counted (thread-safe).
+
+    Tests and evaluations assert on these counts ("a refused call ran no handler") rather than on
+    what the code looks like it does.
+    """
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._delay_s = delay_s
+
+    def wrap(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
+        """The same specs with counting handlers (``delay_s`` widens race windows in tests)."""
+        return [replace(spec, handler=self._counted(spec.name, spec.handler)) for spec in specs]
+
+    def _counted(
+        self, name: str, handler: Callable[[Any, HandlerContext], Any]
+    ) -> Callable[[Any, HandlerContext], Any]:
+        def counted(args: Any, ctx: HandlerContext) -> Any:
+            with self._lock:
+                self.calls[name] += 1
+            if self._delay_s:
+                time.sleep(self._delay_s)
+            return handler(args, ctx)
+
+        return counted
+
+    def total(self) -> int:
+        """Handler invocations of every tool."""
+        return sum(self.calls.values())
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -109,4 +147,11 @@ class ScriptedChatModel(BaseChatModel):
             )
 
 
-__all__ = ["ModelRequest", "ScriptedChatModel", "UnexpectedModelCallError", "ai", "tool_call"]
+__all__ = [
+    "HandlerCounter",
+    "ModelRequest",
+    "ScriptedChatModel",
+    "UnexpectedModelCallError",
+    "ai",
+    "tool_call",
+]
