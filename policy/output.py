@@ -4,6 +4,10 @@ Order matters: validate against the tool's result model (contract drift is an er
 garbage forwarded), keep only the model's fields (an allowlist fails safe when a new sensitive
 field appears upstream), redact secret-looking values, then bound the size with an explicit
 truncation marker, and label the provenance so the model treats it as data.
+
+Secret patterns must not fire on ordinary data: a bare ``\\d{13,19}`` run used to eat the fraction
+of floats (``123.04999999999999716`` reached the model as ``123.[REDACTED]``), order ids and
+timestamps. Card numbers now need a card shape, a network prefix and the Luhn checksum.
 """
 
 from __future__ import annotations
@@ -19,32 +23,100 @@ from toolgate.errors import ToolExecutionError
 REDACTED = "[REDACTED]"
 TRUNCATED = "[TRUNCATED]"
 
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/\-]"  # RFC 6750 b64token (the "=" padding follows it)
 _SECRET_PATTERNS = [
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}\b"),  # API keys (OpenAI style)
+    # API keys (OpenAI style); needs a letter so "sk-1234-5678-9012-3456" style ids stay.
+    re.compile(r"\bsk-(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,}\b"),
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # AWS access key ids
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),  # GitHub tokens
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\b"),  # JWTs
-    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{12,}"),
-    re.compile(r"(?i)\b(password|passwd|pwd|secret|api[_-]?key|token)\s*[:=]\s*\S+"),
-    re.compile(r"\b(?:\d[ -]?){13,19}\b"),  # card and long account numbers
+    # "Bearer <token>" as written in headers; a lower-case "bearer" in prose ("payable to the
+    # bearer notwithstanding ...") only counts when the token has a digit.
+    re.compile(rf"\b(?:(?:Bearer|BEARER)\s+|(?i:bearer)\s+(?={_TOKEN_CHARS}*\d)){_TOKEN_CHARS}{{12,}}=*"),
+    # key=value / key: value. Not the JSON literals (``secret: false``), not a value that is
+    # already redacted (keeps redact_text idempotent and count_secrets at 0 on redacted text),
+    # and not ``PWD=/home/...`` (the working directory, not a password).
+    re.compile(
+        r"(?i)\b(?:password|passwd|pwd(?!\s*[:=]\s*[/~])|secret|api[_-]?key|token)\s*[:=]\s*"
+        r"(?!\[REDACTED\])(?!(?:true|false|null|none)\b)\S+"
+    ),
 ]
+
+# Card candidates: 13-19 digits, bare or grouped by one consistent single space or dash (first
+# group of 4, then groups of 3-6: 4-4-4-4, 4-6-5, 4-4-4-4-3), never part of a decimal number or of
+# a longer digit/word run (so float fractions, thousands groups, hex digests and "+1..." phone
+# numbers are not candidates). _is_card then asks for a network prefix and the Luhn checksum.
+_CARD_CANDIDATE = re.compile(
+    r"(?<![\w.,+])(?:\d{4}(?P<sep>[ -])\d{3,6}(?:(?P=sep)\d{3,6}){1,3}|\d{13,19})(?!\w)(?![.,]\d)"
+)
+
+
+def _luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _is_card(candidate: str) -> bool:
+    """A Luhn-valid 13-19 digit number with a card network's leading digits.
+
+    The prefix check (Mir 2200-2204, Mastercard 2221-2720, 3-6 for Amex/Diners/JCB/Visa/
+    Mastercard/Discover/Maestro/UnionPay, UnionPay/RuPay 81-82) drops the 1 in 10 ordinary numbers
+    that pass Luhn by chance when they start like epoch-millisecond timestamps (1...) or dated ids
+    (20...)."""
+    digits = candidate.replace(" ", "").replace("-", "")
+    if not 13 <= len(digits) <= 19:
+        return False
+    head = int(digits[:4])
+    network = (
+        digits[0] in "3456" or 2200 <= head <= 2204 or 2221 <= head <= 2720 or digits[:2] in ("81", "82")
+    )
+    return network and _luhn_ok(digits)
+
+
 _SECRET_KEYS = re.compile(
-    r"(?i)(password|passwd|secret|(?<!preview_)token|api[_-]?key|card|iban|account_number|ssn)"
+    r"(?i)(password|passwd|secret(?!ar)|(?<!preview_)token(?!s|iz)|api[_-]?key|(?<!dis)card(?!inal)|iban"
+    r"|account_?number)"
+    r"|(?<![A-Za-z])(?i:ssn)(?![a-z])|(?<![A-Z])SSN|(?<=[a-z])Ssn(?![a-z])"
 )
 """Keys whose values never reach the model. A ``preview_token`` is a signed, single-use handle the
-model must pass back to confirm a preview; it authorizes nothing by itself."""
+model must pass back to confirm a preview; it authorizes nothing by itself. Plain words that merely
+contain a keyword are not secrets: ``total_tokens``/``max_tokens`` (counts), ``tokenizer``,
+``cardinality``, ``discard``, ``secretary``, and ``ssn`` inside ``className``/``businessName``."""
+
+
+def _scrub(text: str) -> tuple[str, int]:
+    """``text`` with secret-looking substrings replaced, and how many were replaced."""
+    count = 0
+    for pattern in _SECRET_PATTERNS:
+        text, n = pattern.subn(REDACTED, text)
+        count += n
+
+    def card(match: re.Match[str]) -> str:
+        nonlocal count
+        if _is_card(match.group()):
+            count += 1
+            return REDACTED
+        return match.group()
+
+    text = _CARD_CANDIDATE.sub(card, text)
+    return text, count
 
 
 def redact_text(text: str) -> str:
     """Replace secret-looking substrings of ``text``."""
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    return text
+    return _scrub(text)[0]
 
 
 def count_secrets(text: str) -> int:
-    """How many secret-looking substrings ``text`` holds (for scans of logs and stored state)."""
-    return sum(len(pattern.findall(text)) for pattern in _SECRET_PATTERNS)
+    """How many secret-looking substrings ``text`` holds (for scans of logs and stored state).
+
+    Counts exactly what `redact_text` would replace."""
+    return _scrub(text)[1]
 
 
 def redact(value: Any, key: str = "") -> Any:
