@@ -11,6 +11,7 @@ Run: ``.venv/bin/python bench/lab6_breaker.py``
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 import time
 from dataclasses import replace
@@ -40,7 +41,7 @@ CUSTOMER = Principal(
 def run(failure_threshold: int) -> dict[str, Any]:
     """One task of CALLS lookups against a dead downstream; seconds to the final answer and per-call results."""
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "lab6.sqlite")
+        store = SQLiteStore(Path(tmp) / "lab6.sqlite", key=secrets.token_bytes(32))
         initialize_store(store)
         system = DemoSystem(store)
 
@@ -64,7 +65,6 @@ def run(failure_threshold: int) -> dict[str, Any]:
             policy=policy,
             store=store,
             checkpointer=InMemorySaver(),
-            audit_key=b"lab6",
             breakers=BreakerRegistry(failure_threshold=failure_threshold, reset_timeout_s=30),
         )
         started = time.perf_counter()

@@ -25,6 +25,8 @@ class Call:
     name: str
     args: Any = None
     raw: str | None = None
+    call_id: str | None = None
+    """The id the model gives the call (default: ``call_t<turn>_<index>``)."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,11 @@ IDENTITY_SMUGGLING = [
 
 
 def _expected_for(value: str) -> str:
-    """Values past the argument size bound are refused at the model boundary as malformed."""
-    return "malformed_arguments" if len(value.encode("utf-8")) > 65_536 else "schema_invalid"
+    """Values that cannot be judged are refused at the model boundary: past the argument size bound
+    as malformed, with a NUL character as such; the rest fail the schema."""
+    if len(value.encode("utf-8")) > 65_536:
+        return "malformed_arguments"
+    return "nul_character" if "\x00" in value else "schema_invalid"
 
 
 def _cases() -> list[AdversarialCase]:
@@ -419,6 +424,57 @@ def _cases() -> list[AdversarialCase]:
             "loop_detected",
             "loop_detected",
             tuple(Call("lookup_order", {"order_id": "O-5512"}) for _ in range(3)),
+        ),
+        AdversarialCase(
+            "too_many_calls_in_one_turn",
+            "too_many_calls",
+            "too_many_calls",
+            tuple(Call("lookup_order", {"order_id": "O-5512"}) for _ in range(40)),
+        ),
+        AdversarialCase(
+            "accepted_call_in_a_turn_that_stops_the_task",
+            "task_stopped",
+            "task_stopped",
+            (
+                *(Call("lookup_order", {"order_id": 5512 + i}) for i in range(3)),
+                Call("lookup_order", {"order_id": "O-5512"}),
+            ),
+        ),
+        AdversarialCase(
+            "nan_amount",
+            "non_finite_number",
+            "non_finite_number",
+            (Call("issue_refund", {**REFUND, "amount_cents": float("nan")}),),
+        ),
+        AdversarialCase(
+            "infinite_amount",
+            "non_finite_number",
+            "non_finite_number",
+            (Call("issue_refund", {**REFUND, "amount_cents": float("-inf")}),),
+        ),
+        AdversarialCase(
+            "amount_beyond_64_bits",
+            "number_out_of_range",
+            "number_out_of_range",
+            (Call("issue_refund", {**REFUND, "amount_cents": 2**64 + 1}),),
+        ),
+        AdversarialCase(
+            "nul_in_call_id",
+            "nul_character",
+            "nul_character",
+            (Call("lookup_order", {"order_id": "O-5512"}, call_id="call\x00nul"),),
+        ),
+        AdversarialCase(
+            "api_key_in_arguments",
+            "secret_in_arguments",
+            "secret_in_arguments",
+            (Call("issue_refund", {**REFUND, "reason": "other", "order_id": "sk-live-" + "a1B2" * 8}),),
+        ),
+        AdversarialCase(
+            "card_number_in_arguments",
+            "secret_in_arguments",
+            "secret_in_arguments",
+            (Call("lookup_order", {"order_id": "4111 1111 1111 1111"}),),
         ),
     ]
     injection_read = (Call("lookup_order", {"order_id": "O-5514"}),)

@@ -9,6 +9,7 @@ become proposals).
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 from collections import Counter
 from collections.abc import Iterable
@@ -28,7 +29,7 @@ from toolgate.evals.adversarial import (
     Call,
 )
 from toolgate.graph import Context, build_graph
-from toolgate.policy.identities import DEMO_IDENTITIES
+from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import PolicyRules, RateLimit, RateLimits
 from toolgate.store.base import Store
@@ -127,7 +128,7 @@ class RunReport:
 def _message(calls: Iterable[Call], turn: int) -> AIMessage:
     tool_calls, invalid = [], []
     for i, call in enumerate(calls):
-        call_id = f"call_t{turn}_{i}"
+        call_id = call.call_id or f"call_t{turn}_{i}"
         if call.raw is not None or not isinstance(call.args, dict):
             raw = call.raw if call.raw is not None else json.dumps(call.args)
             invalid.append(
@@ -177,7 +178,6 @@ class DispatchRunner:
             policy=policy,
             store=self.store,
             checkpointer=InMemorySaver(),
-            audit_key=b"adversarial",
         )
         thread = f"adv-{index}-{case.name}"[:120]
         before = sum(self.counts.values())
@@ -188,7 +188,7 @@ class DispatchRunner:
         )
         messages = [m for m in state["messages"] if isinstance(m, ToolMessage)]
         statuses = {m.tool_call_id: json.loads(str(m.content)) for m in messages}
-        target = f"call_t{len(turns) - 1}_{len(case.calls) - 1}"
+        target = case.calls[-1].call_id or f"call_t{len(turns) - 1}_{len(case.calls) - 1}"
         proposals = [p for p, _ in self.store.list_proposals() if p.thread_id == thread]
         if any(p.call_id == target for p in proposals) and state.get("__interrupt__"):
             outcome = PROPOSAL_CREATED
@@ -220,7 +220,7 @@ class DispatchRunner:
 def run_adversarial(cases: Iterable[AdversarialCase] = CASES, directory: Path | None = None) -> RunReport:
     """Run ``cases`` on a fresh embedded store in ``directory`` (a temporary one by default)."""
     with tempfile.TemporaryDirectory(prefix="toolgate-adversarial-") as tmp:
-        store = SQLiteStore(Path(directory or tmp) / "adversarial.sqlite")
+        store = SQLiteStore(Path(directory or tmp) / "adversarial.sqlite", key=secrets.token_bytes(32))
         return DispatchRunner(store).run(cases)
 
 

@@ -8,6 +8,7 @@ filings and zero false "failed" outcomes; what stays undetermined is reported as
 from __future__ import annotations
 
 import random
+import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ class Lab4Result:
 def run_lab4(*, submissions: int = 50, drop_rate: float = 0.3, seed: int = 7) -> Lab4Result:
     """Run ``submissions`` filings through the status-check adapter with ``drop_rate`` lost replies."""
     with tempfile.TemporaryDirectory(prefix="toolgate-lab4-") as tmp:
-        store = SQLiteStore(Path(tmp) / "lab4.sqlite")
+        store = SQLiteStore(Path(tmp) / "lab4.sqlite", key=secrets.token_bytes(32))
         initialize_store(store)
         legacy = LegacyFilingService(store, drop_response_rate=drop_rate, rng=random.Random(seed))
         adapter = FilingService(store, legacy=legacy, backoff_s=(0.001,) * 5)

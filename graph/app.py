@@ -17,7 +17,7 @@ from toolgate.store._sql import SqlStore
 from toolgate.store.factory import open_store
 
 _settings = Settings.from_env()
-_store = open_store(_settings.database_url, _settings.data_dir, chain_key=_settings.audit_key())
+_store = open_store(_settings.database_url, _settings.data_dir, key=_settings.audit_key())
 if isinstance(_store, SqlStore):
     _store.set_initializer(initialize_store)
 
@@ -31,7 +31,6 @@ graph = build_graph(
     policy=_policy,
     store=_store,
     checkpointer=None,
-    audit_key=_settings.audit_key(),
 )
 """The gateway graph as served by the LangGraph server."""
 

@@ -12,6 +12,7 @@ from langgraph.graph.state import CompiledStateGraph
 from toolgate.graph.context import Context
 from toolgate.graph.deps import INSTRUCTIONS, Gateway
 from toolgate.graph.execution import Executor
+from toolgate.graph.guard import guarded
 from toolgate.graph.nodes.approval import make_approval_node
 from toolgate.graph.nodes.dispatch import make_dispatch_node
 from toolgate.graph.nodes.execute import make_execute_node
@@ -21,6 +22,7 @@ from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
 from toolgate.graph.state import GatewayState
 from toolgate.policy.breaker import BreakerRegistry
+from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
@@ -34,20 +36,24 @@ def build_gateway(
     registry: Registry,
     policy: PolicyRules,
     store: Store,
-    audit_key: bytes,
     instructions: str = INSTRUCTIONS,
     breakers: BreakerRegistry | None = None,
 ) -> Gateway:
-    """The node dependencies (also used by operator commands that execute outside a graph run)."""
-    auditor = Auditor(store, audit_key, registry.release)
+    """The node dependencies (also used by operator commands that execute outside a graph run).
+
+    Every secret comes from the store's keyring: one configured secret per store, never a second
+    key that could disagree with it."""
+    auditor = Auditor(store, registry.release)
+    directory = IdentityDirectory(store, auditor)
     return Gateway(
         model=model,
         registry=registry,
         policy=policy,
         store=store,
         auditor=auditor,
-        executor=Executor(store, registry, auditor, breakers=breakers or BreakerRegistry()),
+        executor=Executor(store, registry, auditor, directory, breakers=breakers or BreakerRegistry()),
         rate_limiter=InboundRateLimiter(store, policy.rate_limits),
+        directory=directory,
         instructions=instructions,
     )
 
@@ -59,7 +65,6 @@ def build_graph(
     policy: PolicyRules,
     store: Store,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
-    audit_key: bytes,
     instructions: str = INSTRUCTIONS,
     breakers: BreakerRegistry | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -74,17 +79,20 @@ def build_graph(
         registry=registry,
         policy=policy,
         store=store,
-        audit_key=audit_key,
         instructions=instructions,
         breakers=breakers,
     )
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
-    builder.add_node("model", make_model_node(gw))
-    builder.add_node("dispatch", make_dispatch_node(gw))
-    builder.add_node("proposal", make_proposal_node(gw))
-    builder.add_node("approval", make_approval_node(gw))
-    builder.add_node("execute", make_execute_node(gw))
-    builder.add_node("respond", make_respond_node(gw))
+    nodes = {
+        "model": make_model_node(gw),
+        "dispatch": make_dispatch_node(gw),
+        "proposal": make_proposal_node(gw),
+        "approval": make_approval_node(gw),
+        "execute": make_execute_node(gw),
+        "respond": make_respond_node(gw),
+    }
+    for name, node in nodes.items():
+        builder.add_node(name, guarded(gw, name, node))
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", after_model)
     builder.add_conditional_edges("dispatch", after_dispatch)

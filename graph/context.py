@@ -41,6 +41,9 @@ class Context:
     """Model calls allowed in one task."""
     max_tool_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_TOOL_CALLS", 6))
     """Tool calls accepted in one task (the seeds' ``maxToolCalls``)."""
+    max_calls_per_turn: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_CALLS_PER_TURN", 32))
+    """Calls judged one by one in one model turn; the rest of the turn is refused as one batch
+    (``too_many_calls``), so a runaway response costs a bounded number of audit events."""
     deadline_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DEADLINE_S", 300.0))
     """Autonomous running time of a task, counted from its start and from each human decision."""
     max_validation_retries: int = field(

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
 
 from toolgate.graph.execution import Executor
+from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
-from toolgate.store._sql import utcnow
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
@@ -39,8 +37,10 @@ class Gateway:
     auditor: Auditor
     executor: Executor
     rate_limiter: InboundRateLimiter
+    directory: IdentityDirectory
+    """Who may act: authenticates people at the doors, and tells execute whether an approver is
+    still active."""
     instructions: str = INSTRUCTIONS
-    clock: Callable[[], datetime] = field(default=utcnow)
 
 
 __all__ = ["INSTRUCTIONS", "Gateway"]

@@ -3,7 +3,8 @@
 The edited call must name the same tool (an edit cannot switch tools), its arguments pass the
 same dispatch checks as a model's call made by the requester (schema, identity fields, resource
 ownership, cross-field validation, policy), and the original is rejected as superseded. The new
-proposal carries ``supersedes`` so the thread finds it on resume.
+proposal carries ``supersedes`` so the thread finds it on resume, and ``editors``: whoever shaped
+its arguments can never count as its approver.
 """
 
 from __future__ import annotations
@@ -25,20 +26,25 @@ def edit_proposal(
     proposal_id: str,
     reviewer: Principal,
     *,
-    requester: Principal,
     tool: str,
     arguments: dict[str, Any],
 ) -> ProposalRecord:
-    """Replace a pending proposal with an edited one; returns the new, pending proposal."""
+    """Replace a pending proposal with an edited one; returns the new, pending proposal.
+
+    The edited call is judged as the original requester would be judged now (their identity as
+    the store records it)."""
     original = gw.store.get_proposal(proposal_id)
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
     common = {"proposal_id": proposal_id, "operation_key": original.operation_key, "tool": original.tool}
     refusal: ApprovalError | None = None
-    if tool != original.tool:
+    requester = gw.directory.active(original.requester_id, original.tenant_id)
+    if reviewer.tenant_id != original.tenant_id:
+        refusal = ApprovalError("cross_tenant", "reviewer belongs to another tenant")
+    elif tool != original.tool:
         refusal = ApprovalError("tool_switch", "an edit cannot switch to another tool")
-    elif (requester.user_id, requester.tenant_id) != (original.requester_id, original.tenant_id):
-        refusal = ApprovalError("wrong_requester", "the edit must be judged as the original requester")
+    elif requester is None:
+        refusal = ApprovalError("requester_inactive", "the requester is no longer an active identity")
     else:
         verdict = judge(
             gw,
@@ -46,7 +52,7 @@ def edit_proposal(
             ProposedCall(original.call_id, tool, arguments, None),
             ctx=Context(),
             counts={},
-            now=gw.clock(),
+            now=gw.store.now(),
         )
         if verdict.rejection is not None:
             refusal = ApprovalError(
@@ -75,6 +81,7 @@ def edit_proposal(
         arguments=validated,
         supersedes=proposal_id,
         trace_id=original.trace_id,
+        editors=(*original.editors, reviewer.user_id),
     )
     if draft.operation_key == original.operation_key:
         raise ApprovalError("no_change", "the edited arguments are identical; approve the original instead")

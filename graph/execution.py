@@ -9,6 +9,7 @@ and gives every duplicate delivery the stored result instead of a second effect.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -18,14 +19,17 @@ from pydantic import BaseModel
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.graph import handlers
+from toolgate.graph.handlers import Overruns
 from toolgate.policy.approvals import verify_for_execution
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
+from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.store._sql import parse_iso, utcnow
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.records import OperationRecord, OperationStatus
+from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
@@ -48,20 +52,6 @@ class Delivery:
     reason: str = ""
 
 
-def run_with_timeout(fn: Any, timeout_s: float, *args: Any) -> Any:
-    """Run ``fn(*args)`` in a worker thread; `TimeoutError` when it overruns.
-
-    The thread cannot be killed; for writes the outcome is therefore *unknown*, never failed.
-    """
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolgate-handler")
-    try:
-        return pool.submit(fn, *args).result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError as exc:
-        raise TimeoutError(f"handler exceeded {timeout_s}s") from exc
-    finally:
-        pool.shutdown(wait=False)
-
-
 @dataclass(frozen=True)
 class Executor:
     """Executes reads and approved writes for one release."""
@@ -69,8 +59,12 @@ class Executor:
     store: Store
     registry: Registry
     auditor: Auditor
+    directory: IdentityDirectory
+    """Tells whether an approver is still an active identity of the proposal's tenant."""
     breakers: BreakerRegistry = field(default_factory=BreakerRegistry)
     """One circuit breaker per tool: a dead downstream fails fast instead of timing out each call."""
+    overruns: Overruns = field(default_factory=Overruns, compare=False, repr=False)
+    """Handlers of this process still running past their timeout (never delivered again meanwhile)."""
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -94,7 +88,7 @@ class Executor:
         )
         try:
             raw: BaseModel = self.breakers.get(spec.name).call(
-                run_with_timeout, spec.handler, spec.timeout_s, args, ctx
+                handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx
             )
         except TimeoutError as exc:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
@@ -107,7 +101,7 @@ class Executor:
         if op.status not in ("pending_approval", "approved") or op.proposal_id is None:
             return op
         proposal = self.store.get_proposal(op.proposal_id)
-        if proposal is None or utcnow() < parse_iso(proposal.expires_at):
+        if proposal is None or self.store.now() < parse_iso(proposal.expires_at):
             return op
         try:
             expired = self.store.transition(op.operation_key, op.status, "expired")
@@ -178,10 +172,11 @@ class Executor:
             try:
                 claimed = self.store.claim(operation_key, worker_id, lease_s)
                 if claimed is not None:
-                    return self._execute(claimed, worker_id, call_id, breaker)
+                    return self._execute(claimed, worker_id, call_id, breaker, lease_s)
             finally:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
             op = self.store.get_operation(operation_key) or op
+            op = self.expire_if_due(op)  # the claim also refuses an approval that expired meanwhile
         if op.status == "executing":
             op = self._wait_for_terminal(operation_key, wait_s)
         return Delivery(
@@ -194,6 +189,31 @@ class Executor:
             reason="in flight in another worker" if op.status == "executing" else "",
         )
 
+    def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
+        """The proposal's decisions that may count: authentic records by reviewers who are still
+        active identities of the proposal's tenant. Every other one is audited and dropped."""
+        counted: list[ApprovalRecord] = []
+        for decision in self.store.decisions_for(proposal.proposal_id):
+            if not decision.authentic:
+                code = "forged_approval"
+            elif self.directory.active(decision.reviewer_id, proposal.tenant_id) is None:
+                code = "reviewer_inactive"
+            else:
+                counted.append(decision)
+                continue
+            if self.store.read_only:  # a verification run reports, it never writes
+                continue
+            self.auditor.record(
+                "approval.voided",
+                "refused",
+                code=code,
+                proposal_id=proposal.proposal_id,
+                operation_key=proposal.operation_key,
+                tool=proposal.tool,
+                detail={"approval_id": decision.approval_id},
+            )
+        return counted
+
     def _verify(self, op: OperationRecord) -> str:
         spec = self.registry.get(op.tool)
         if spec is None or op.proposal_id is None:
@@ -204,7 +224,7 @@ class Executor:
         verdict = verify_for_execution(
             proposal,
             spec.approval,
-            self.store.decisions_for(op.proposal_id),
+            self.counted_decisions(proposal),
             handler_revision=spec.handler_revision,
             release=self.registry.release,
         )
@@ -222,7 +242,12 @@ class Executor:
         return ""
 
     def _execute(
-        self, op: OperationRecord, worker_id: str, call_id: str | None, breaker: CircuitBreaker
+        self,
+        op: OperationRecord,
+        worker_id: str,
+        call_id: str | None,
+        breaker: CircuitBreaker,
+        lease_s: float,
     ) -> Delivery:
         spec = self.registry.get(op.tool)
         assert spec is not None and op.proposal_id is not None
@@ -273,15 +298,33 @@ class Executor:
                 reason=reason,
             )
 
+        def renew() -> bool:
+            return self.store.renew_lease(op.operation_key, worker_id, lease_s)
+
+        interval = max(lease_s / 3, 0.05)
+        future = None
         try:
             args = spec.args_model.model_validate(proposal.arguments)
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
-                raw = run_with_timeout(spec.handler, spec.timeout_s, args, ctx)
+                future = handlers.start(spec.handler, args, ctx)
+                raw = handlers.wait(future, spec.timeout_s, heartbeat=renew, interval_s=interval)
             result = sanitize_result(raw, spec.result_model)
         except TimeoutError as exc:
-            return finish(
+            renew()  # the effect may still happen: the lease starts over before anything else
+            delivery = finish(
                 "unknown", code="timeout", error={"kind": "timeout", "message": str(exc), "retryable": False}
             )
+            if future is not None:  # the effect may still happen: keep the lease while the thread lives
+                self.overruns.watch(
+                    op.operation_key,
+                    future,
+                    renew=renew,
+                    finished=lambda done: self._finished_late(
+                        op.operation_key, worker_id, spec, done, common
+                    ),
+                    interval_s=interval,
+                )
+            return delivery
         except ToolExecutionError as exc:
             return finish(
                 "failed",
@@ -297,6 +340,29 @@ class Executor:
             )
         return finish("succeeded", result=result)
 
+    def _finished_late(
+        self,
+        operation_key: str,
+        worker_id: str,
+        spec: ToolSpec,
+        future: concurrent.futures.Future[Any],
+        common: dict[str, Any],
+    ) -> None:
+        """An overrunning handler ended: record a late success, then give up the lease."""
+        try:
+            if future.exception() is None:
+                result = sanitize_result(future.result(), spec.result_model)
+                with contextlib.suppress(InvalidTransitionError):
+                    self.store.transition(
+                        operation_key, "unknown", "succeeded", result=result, owner=worker_id
+                    )
+                    self.auditor.record("handler.finished", "completed_late", **common)
+                    self.auditor.record("operation.completed", "completed", **common)
+        except ToolExecutionError:
+            pass  # the status check decides what happened
+        finally:
+            self.store.renew_lease(operation_key, worker_id, 0.0)  # reconcilable from now on
+
     def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
         deadline = time.monotonic() + wait_s
         delay = 0.01
@@ -309,4 +375,4 @@ class Executor:
             delay = min(delay * 2, 0.25)
 
 
-__all__ = ["Delivery", "Executor", "run_with_timeout"]
+__all__ = ["Delivery", "Executor"]

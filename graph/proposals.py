@@ -8,7 +8,7 @@ from typing import Any
 
 from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.graph.deps import Gateway
-from toolgate.store._sql import iso, utcnow
+from toolgate.store._sql import iso
 from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
 
@@ -24,10 +24,13 @@ def draft_proposal(
     arguments: dict[str, Any],
     supersedes: str | None = None,
     trace_id: str | None = None,
+    editors: tuple[str, ...] = (),
 ) -> ProposalRecord:
-    """The proposal for one intended effect; its operation key and id derive from the content."""
+    """The proposal for one intended effect; its operation key and id derive from the content.
+
+    Its creation and expiry times come from the store's clock."""
     key = operation_key(tenant_id=tenant_id, task_id=thread_id, tool=spec.name, arguments=arguments)
-    now = utcnow()
+    now = gw.store.now()
     draft = ProposalRecord(
         proposal_id="prop_" + sha256_hex(key)[:24],
         operation_key=key,
@@ -50,6 +53,7 @@ def draft_proposal(
         expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
         supersedes=supersedes,
         trace_id=trace_id,
+        editors=tuple(sorted(set(editors))),
     )
     return dataclasses.replace(draft, digest=digest(draft.content()))
 

@@ -10,18 +10,15 @@ a person, with the context they need (chapter §8.4, §9.5; brandur's "completer
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Literal
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph.execution import Executor
 from toolgate.policy.output import sanitize_result
-from toolgate.store._sql import iso, utcnow
 from toolgate.tools.spec import HandlerContext
 
 DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
@@ -33,7 +30,9 @@ class Reconciliation:
     """What reconciling one operation found."""
 
     operation_key: str
-    status: Literal["succeeded", "approved", "dead_lettered", "unchanged"]
+    status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "unchanged"]
+    """``in_flight``: the effect is not found yet, but its handler may still be running (its owner's
+    lease is live); nothing is delivered again and nothing is dead-lettered until that lease ends."""
     checks: int
     found: bool
 
@@ -45,7 +44,13 @@ def reconcile(
     delays: Sequence[float] = DEFAULT_DELAYS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Reconciliation:
-    """Resolve an ``unknown`` operation from the system of record; never re-executes it here."""
+    """Resolve an ``unknown`` operation from the system of record; never re-executes it here.
+
+    The status check runs after each delay (the first after ``delays[0]``, never at once). A found
+    effect becomes ``succeeded``; an absent one becomes ``approved`` again (retry-safe tools only)
+    but only once the claim's lease has lapsed by the store's clock and no handler of this process
+    still runs for it, so an overrunning handler is never raced by a second delivery.
+    """
     store, auditor = executor.store, executor.auditor
     op = store.get_operation(operation_key)
     if op is None or op.status != "unknown":
@@ -68,9 +73,8 @@ def reconcile(
             operation_key=operation_key,
             idempotency_key=idempotency_key_for(operation_key),
         )
-        for attempt, delay in enumerate([0.0, *delays]):
-            if attempt:
-                sleep(delay)
+        for delay in delays or (0.0,):
+            sleep(delay)
             checks += 1
             try:
                 found = spec.reconcile(args, ctx)
@@ -85,33 +89,34 @@ def reconcile(
                     operation_key=operation_key, status="succeeded", checks=checks, found=True
                 )
             history.append({"check": str(checks), "result": "absent"})
-            if spec.retry_safe_when_absent:
-                store.transition(operation_key, "unknown", "approved")
-                auditor.record(
-                    "operation.reconciled", "absent_retry_safe", detail={"checks": checks}, **common
-                )
-                return Reconciliation(
-                    operation_key=operation_key, status="approved", checks=checks, found=False
-                )
+            if not spec.retry_safe_when_absent or executor.overruns.running(operation_key):
+                continue
+            try:
+                store.transition(operation_key, "unknown", "approved", lease_lapsed=True)
+            except InvalidTransitionError:
+                continue  # the owner's lease is live: its handler may still act
+            auditor.record("operation.reconciled", "absent_retry_safe", detail={"checks": checks}, **common)
+            return Reconciliation(operation_key=operation_key, status="approved", checks=checks, found=False)
     reason = (
         "no status check for this tool"
         if spec is None or spec.reconcile is None
         else (f"effect not found after {checks} status checks")
     )
-    store.add_dead_letter(
-        operation_key,
-        reason,
-        {
-            "tool": op.tool,
-            "proposal_id": op.proposal_id,
-            "attempts": op.attempts,
-            "last_error": op.error,
-            "arguments_sha256": proposal.arguments_sha256 if proposal else None,
-            "history": history,
-        },
-    )
-    with contextlib.suppress(InvalidTransitionError):
-        store.transition(operation_key, "unknown", "dead_lettered")
+    context = {
+        "tool": op.tool,
+        "proposal_id": op.proposal_id,
+        "attempts": op.attempts,
+        "last_error": op.error,
+        "arguments_sha256": proposal.arguments_sha256 if proposal else None,
+        "history": history,
+    }
+    if (
+        executor.overruns.running(operation_key)
+        or store.add_dead_letter(operation_key, reason, context) is None
+    ):
+        # its handler may still be running (here, or under a live lease elsewhere): not a person's case yet
+        auditor.record("operation.reconciled", "in_flight", detail={"checks": checks}, **common)
+        return Reconciliation(operation_key=operation_key, status="in_flight", checks=checks, found=False)
     auditor.record(
         "operation.dead_lettered", "dead_lettered", code="unresolved", detail={"reason": reason}, **common
     )
@@ -139,9 +144,8 @@ def recover(
     """Find claims whose lease lapsed more than ``grace_s`` ago, mark them unknown, reconcile every
     unknown operation, and deliver again those the status check proved absent (same key)."""
     store = executor.store
-    cutoff = iso(utcnow() - timedelta(seconds=grace_s))
     recovered: list[str] = []
-    for op in store.stale_executing(cutoff):
+    for op in store.stale_executing(grace_s):
         try:
             store.transition(
                 op.operation_key,

@@ -1,9 +1,11 @@
 """Recording a reviewer's decision: the only way authority enters the system.
 
-The reviewer is authenticated by the caller (CLI identities file, server auth handler). The
-rules are checked, the decision is appended as an immutable record bound to the proposal's
-digest, and when the approval class is satisfied the operation moves ``pending_approval ->
-approved`` (or ``rejected``) by a conditional update. Every refusal is audited too.
+The reviewer is authenticated by the caller (`IdentityDirectory.authenticate` at every door).
+The rules are checked against the store's clock, the decision is appended as an immutable record
+bound to the proposal's digest and signed with the store's approval key, and when the approval
+class is satisfied by the decisions that still count (`Executor.counted_decisions`) the operation
+moves ``pending_approval -> approved`` (or ``rejected``) by a conditional update. Every refusal
+is audited too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.deps import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import iso, new_id, parse_iso, utcnow
+from toolgate.store._sql import iso, new_id, parse_iso
 from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
 
 
@@ -55,6 +57,10 @@ def decide(
         "call_id": proposal.call_id,
     }
     try:
+        current = gw.directory.active(reviewer.user_id, reviewer.tenant_id)
+        if current is None:
+            raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
+        reviewer = current  # roles and tenant as the store records them now, not as the caller says
         if spec is None or proposal.release != gw.registry.release:
             raise ApprovalError("wrong_release", f"proposal belongs to release {proposal.release}")
         operation = gw.executor.expire_if_due(operation)
@@ -62,23 +68,25 @@ def decide(
             raise ApprovalError("not_pending", f"proposal is {operation.status}, not pending_approval")
         if decision == "reject" and not reason.strip():
             raise ApprovalError("reason_required", "a rejection needs a reason for the requester")
+        now = gw.store.now()
         check_reviewer(
             proposal,
             spec.approval,
             reviewer,
             seen_digest=seen_digest,
-            now=utcnow(),
+            now=now,
             expires_at=parse_iso(proposal.expires_at),
         )
         record = ApprovalRecord(
             approval_id=new_id("apr"),
             proposal_id=proposal_id,
             reviewer_id=reviewer.user_id,
+            reviewer_tenant_id=reviewer.tenant_id,
             reviewer_roles=tuple(sorted(reviewer.roles)),
             decision=decision,
             digest=proposal.digest,
             reason=reason.strip(),
-            decided_at=iso(utcnow()),
+            decided_at=iso(now),
         )
         if not gw.store.record_decision(record):
             raise ApprovalError("already_decided", "this reviewer already decided this proposal")
@@ -99,7 +107,7 @@ def decide(
         detail={"digest": proposal.digest, "roles": sorted(reviewer.roles), "reason": record.reason},
         **common,
     )
-    verdict = evaluate_decisions(proposal, spec.approval, gw.store.decisions_for(proposal_id))
+    verdict = evaluate_decisions(proposal, spec.approval, gw.executor.counted_decisions(proposal))
     if verdict.status in ("approved", "rejected"):
         target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:

@@ -8,6 +8,8 @@ own approval. Proposing it twice finds the same proposal (same operation key).
 
 from __future__ import annotations
 
+from typing import Any
+
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
@@ -15,53 +17,38 @@ from toolgate.graph.nodes.dispatch import ProposedCall, judge
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
-from toolgate.tools.spec import Rollback
+from toolgate.tools.spec import Rollback, ToolSpec
 
 
 def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> ProposalRecord:
-    """The (pending) proposal that undoes ``operation_key``; raises `ApprovalError` when impossible."""
+    """The (pending) proposal that undoes ``operation_key``; raises (and audits) when impossible.
+
+    The tenant is checked first, so someone of another tenant learns nothing about the operation."""
     op = gw.store.get_operation(operation_key)
-    if op is None or op.proposal_id is None:
-        raise NotFoundError(f"no operation {operation_key}")
-    original = gw.store.get_proposal(op.proposal_id)
-    spec = gw.registry.get(op.tool)
-    assert original is not None
-    if op.status != "succeeded":
-        raise ApprovalError(
-            "not_completed", f"only a completed operation can be rolled back (it is {op.status})"
+    original = gw.store.get_proposal(op.proposal_id) if op is not None and op.proposal_id else None
+    try:
+        target, arguments = _rollback_call(gw, operation_key, requester)
+    except (ApprovalError, NotFoundError) as exc:
+        gw.auditor.record(
+            "rollback.refused",
+            "refused",
+            user_id=requester.user_id,
+            code=getattr(exc, "code", "not_found"),
+            operation_key=operation_key if original is not None else None,
+            tool=op.tool if op is not None and original is not None else None,
+            detail={"reason": str(exc)[:300]},
         )
-    if (
-        spec is None
-        or not isinstance(spec.rollback, Rollback)
-        or not spec.rollback.tool
-        or not spec.rollback.arguments
-    ):
-        reason = spec.rollback_text() if spec else "tool not in this release"
-        raise ApprovalError("no_rollback", f"{op.tool} declares no rollback operation: {reason}")
-    if requester.tenant_id != original.tenant_id:
-        raise ApprovalError("cross_tenant", "the rollback must be requested within the operation's tenant")
-    target = gw.registry.get(spec.rollback.tool)
-    if target is None:
-        raise ApprovalError("no_rollback", f"rollback tool {spec.rollback.tool!r} is not in this release")
-    arguments = spec.rollback.arguments(original.arguments)
-    verdict = judge(
-        gw,
-        requester,
-        ProposedCall(f"rollback-{operation_key[3:15]}", target.name, arguments, None),
-        ctx=Context(),
-        counts={},
-        now=gw.clock(),
-    )
-    if verdict.rejection is not None:
-        raise ApprovalError(verdict.rejection.code, f"rollback refused: {verdict.rejection.message}")
+        raise
+    assert op is not None and original is not None
+    call_id = f"rollback-{operation_key[3:15]}"
     draft = draft_proposal(
         gw,
         target,
         tenant_id=original.tenant_id,
         requester_id=requester.user_id,
         thread_id=f"rollback:{operation_key}",
-        call_id=f"rollback-{operation_key[3:15]}",
-        arguments=verdict.arguments,
+        call_id=call_id,
+        arguments=arguments,
     )
     proposal, _, _ = store_proposal(gw, target, draft, actor=requester.user_id)
     gw.auditor.record(
@@ -74,6 +61,45 @@ def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> P
         detail={"rollback_operation_key": proposal.operation_key, "rollback_tool": target.name},
     )
     return proposal
+
+
+def _rollback_call(gw: Gateway, operation_key: str, requester: Principal) -> tuple[ToolSpec, dict[str, Any]]:
+    """The rollback tool and its judged arguments, or the reason there is none for ``requester``."""
+    op = gw.store.get_operation(operation_key)
+    original = gw.store.get_proposal(op.proposal_id) if op is not None and op.proposal_id else None
+    if op is None or original is None:
+        raise NotFoundError(f"no operation {operation_key}")
+    if requester.tenant_id != original.tenant_id:
+        raise ApprovalError("cross_tenant", "the rollback must be requested within the operation's tenant")
+    spec = gw.registry.get(op.tool)
+    if op.status != "succeeded":
+        raise ApprovalError(
+            "not_completed", f"only a completed operation can be rolled back (it is {op.status})"
+        )
+    if (
+        spec is None
+        or not isinstance(spec.rollback, Rollback)
+        or not spec.rollback.tool
+        or not spec.rollback.arguments
+    ):
+        reason = spec.rollback_text() if spec else "tool not in this release"
+        raise ApprovalError("no_rollback", f"{op.tool} declares no rollback operation: {reason}")
+    target = gw.registry.get(spec.rollback.tool)
+    if target is None:
+        raise ApprovalError("no_rollback", f"rollback tool {spec.rollback.tool!r} is not in this release")
+    verdict = judge(
+        gw,
+        requester,
+        ProposedCall(
+            f"rollback-{operation_key[3:15]}", target.name, spec.rollback.arguments(original.arguments), None
+        ),
+        ctx=Context(),
+        counts={},
+        now=gw.store.now(),
+    )
+    if verdict.rejection is not None:
+        raise ApprovalError(verdict.rejection.code, f"rollback refused: {verdict.rejection.message}")
+    return target, verdict.arguments
 
 
 __all__ = ["propose_rollback"]

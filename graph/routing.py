@@ -1,4 +1,7 @@
-"""Where the graph goes after each node; pure functions of the checkpointed state."""
+"""Where the graph goes after each node; pure functions of the checkpointed state.
+
+They also run on state a client rewrote (``update_state`` routes from the named node), so they
+never fail on it: a wrong route only leads to a node that checks the seal first."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from toolgate.graph.state import GatewayState
 
 
 def after_model(state: GatewayState) -> Literal["dispatch", "respond"]:
-    """Tool calls go to dispatch; a text answer or an exhausted budget ends the task."""
-    if state.get("status") == "needs_review":
+    """Tool calls go to dispatch; a text answer, an exhausted budget or a refusal ends the task."""
+    if state.get("status") in ("needs_review", "refused"):
         return "respond"
     last = state["messages"][-1] if state.get("messages") else None
     if isinstance(last, AIMessage) and (last.tool_calls or last.invalid_tool_calls):
@@ -21,10 +24,10 @@ def after_model(state: GatewayState) -> Literal["dispatch", "respond"]:
 
 def after_dispatch(state: GatewayState) -> Literal["proposal", "execute", "model", "respond"]:
     """Writes become proposals, reads execute, all-refused turns go back to the model."""
-    if state.get("status") == "needs_review":
+    if state.get("status") in ("needs_review", "refused"):
         return "respond"
     calls = state.get("calls", {})
-    phases = {calls[c].get("phase") for c in state.get("turn_calls", [])}
+    phases = {(calls.get(c) or {}).get("phase") for c in state.get("turn_calls", [])}
     if "write" in phases:
         return "proposal"
     if "read" in phases:
@@ -32,8 +35,10 @@ def after_dispatch(state: GatewayState) -> Literal["proposal", "execute", "model
     return "model"
 
 
-def after_proposal(state: GatewayState) -> Literal["approval", "execute"]:
+def after_proposal(state: GatewayState) -> Literal["approval", "execute", "respond"]:
     """Wait for review when any write of the turn awaits approval."""
+    if state.get("status") == "refused":
+        return "respond"
     return "approval" if state.get("awaiting") else "execute"
 
 
@@ -41,7 +46,7 @@ def after_execute(state: GatewayState) -> Literal["approval", "model", "respond"
     """Back to waiting while every write is undecided; otherwise the model sees the results."""
     if state.get("status") == "awaiting_approval" and state.get("awaiting"):
         return "approval"
-    if state.get("status") == "needs_review":
+    if state.get("status") in ("needs_review", "refused"):
         return "respond"
     return "model"
 

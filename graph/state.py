@@ -51,7 +51,8 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
     return {**(left or {}), **(right or {})}
 
 
-TaskStatus = Literal["running", "awaiting_approval", "done", "needs_review"]
+TaskStatus = Literal["running", "awaiting_approval", "done", "needs_review", "refused"]
+"""``refused``: the thread's state was changed outside the gateway; nothing runs in it any more."""
 
 
 class GatewayState(TypedDict, total=False):
@@ -61,6 +62,9 @@ class GatewayState(TypedDict, total=False):
     principal: dict[str, Any]
     release: str
     calls: Annotated[dict[str, CallRecord], merge_dicts]
+    screened: dict[str, str]
+    """Calls of the latest model turn moved aside before storing, by call id, with their code
+    (`toolgate.graph.nodes._bounds`); dispatch refuses them with that code."""
     turn_calls: list[str]
     awaiting: list[str]
     budget: Budget
@@ -73,6 +77,9 @@ class GatewayState(TypedDict, total=False):
     trace: list[str]
     """``[trace_id_hex, span_id_hex, flags_hex]`` of the latest model span (`toolgate.telemetry`):
     the execute node links tool spans to it and the next model span continues its trace."""
+    seal: dict[str, str]
+    """One HMAC per key above, made by the last node that ran (`toolgate.graph.seal`): state is
+    untrusted input, and a key changed outside the gateway no longer matches its MAC."""
 
 
 __all__ = ["Budget", "CallPhase", "CallRecord", "GatewayState", "Outcome", "TaskStatus", "merge_dicts"]

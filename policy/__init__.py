@@ -9,7 +9,7 @@ from toolgate.policy.approvals import (
 )
 from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Decision, Rejection
-from toolgate.policy.identities import Identities
+from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import bound, redact, redact_text, sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import MaxValueRule, PolicyRules
@@ -17,7 +17,7 @@ from toolgate.policy.rules import MaxValueRule, PolicyRules
 __all__ = [
     "ApprovalVerdict",
     "Decision",
-    "Identities",
+    "IdentityDirectory",
     "MaxValueRule",
     "PolicyRules",
     "Principal",

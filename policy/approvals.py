@@ -43,6 +43,8 @@ def check_reviewer(
         raise ApprovalError("expired", f"proposal {proposal.proposal_id} expired at {proposal.expires_at}")
     if reviewer.user_id == proposal.requester_id:
         raise ApprovalError("self_approval", "the requester cannot review their own proposal")
+    if reviewer.user_id in proposal.editors:
+        raise ApprovalError("editor_approval", "a reviewer who edited the proposal cannot also approve it")
     if reviewer.tenant_id != proposal.tenant_id:
         raise ApprovalError("cross_tenant", "reviewer belongs to another tenant")
     if not (reviewer.roles & approval.roles):
@@ -68,14 +70,19 @@ def evaluate_decisions(
 ) -> ApprovalVerdict:
     """Apply the approval class to the decisions that bind this proposal's digest.
 
-    Decisions on another digest, by the requester, or by reviewers without a qualifying role
-    never count. Any valid rejection rejects.
+    A decision counts only when its record is authentic (its MAC verified), it binds this digest,
+    it was made inside the proposal's tenant, and its reviewer held a qualifying role and is
+    neither the requester nor one of the proposal's editors. Two-person means two distinct
+    reviewers. Any counting rejection rejects.
     """
     valid = [
         d
         for d in decisions
-        if d.digest == proposal.digest
+        if d.authentic
+        and d.digest == proposal.digest
+        and d.reviewer_tenant_id == proposal.tenant_id
         and d.reviewer_id != proposal.requester_id
+        and d.reviewer_id not in proposal.editors
         and set(d.reviewer_roles) & approval.roles
     ]
     for d in valid:

@@ -1,195 +1,201 @@
-"""The local trusted identities file: who the reviewers and demo users are.
+"""People who may act through toolgate: identities kept in the store, authenticated by token.
 
-Embedded mode authenticates reviewers from this file (each reviewer holds a secret token whose
-SHA-256 is stored here; ``TOOLGATE_REVIEWER_TOKEN`` carries it to the CLI) (the LangGraph server's auth handler
-replaces it in server mode). It is trusted configuration, written by an administrator, never
-by a model. Format (JSON)::
-
-    {"schema_version": 1,
-     "identities": [{"user_id": "rita", "tenant_id": "acme", "roles": ["support"],
-                     "scopes": ["orders:read"], "display_name": "Rita (support)"}]}
+Every door that acts for a person (each CLI command, the server's auth handler, HTTP routes)
+turns a user id and a secret token into a `Principal` here, and nowhere else. Identity rows live
+in the store, bound by a MAC under the store's secret, with only a keyed hash of each token; a
+file can seed them once (``toolgate identities import``) but is never read to authenticate.
+Administrators (role ``admin``) manage the identities of their own tenant. Every refusal and
+every change is audited.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
-from dataclasses import dataclass, field
+import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.policy.principal import Principal
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.records import IdentityRecord
 
 SCHEMA_VERSION = 1
+"""Version of the identities import file."""
+ADMIN_ROLE = "admin"
+"""Holders manage the identities of their own tenant."""
 
-DEMO_IDENTITIES: dict[str, Any] = {
-    "schema_version": SCHEMA_VERSION,
-    "identities": [
-        {
-            "user_id": "cust-ada",
-            "tenant_id": "acme",
-            "roles": ["customer"],
-            "scopes": ["orders:read", "refunds:request"],
-            "display_name": "Ada (customer)",
-        },
-        {
-            "user_id": "rita",
-            "tenant_id": "acme",
-            "roles": ["support"],
-            "scopes": ["orders:read", "refunds:request"],
-            "display_name": "Rita (support)",
-        },
-        {
-            "user_id": "fiona",
-            "tenant_id": "acme",
-            "roles": ["finance"],
-            "scopes": ["orders:read"],
-            "display_name": "Fiona (finance)",
-        },
-        {
-            "user_id": "omar",
-            "tenant_id": "acme",
-            "roles": ["operator"],
-            "scopes": ["ops:read", "ops:restart"],
-            "display_name": "Omar (operator)",
-        },
-        {
-            "user_id": "sam",
-            "tenant_id": "acme",
-            "roles": ["support"],
-            "scopes": ["orders:read", "refunds:request", "ops:read", "ops:restart"],
-            "display_name": "Sam (support)",
-        },
-        {
-            "user_id": "lee",
-            "tenant_id": "acme",
-            "roles": ["support"],
-            "scopes": [
-                "orders:read",
-                "inventory:read",
-                "inventory:write",
-                "purchasing:read",
-                "purchasing:write",
-                "reports:read",
-                "reports:write",
-                "filings:write",
-                "crm:read",
-            ],
-            "display_name": "Lee (operations requester)",
-        },
-        {
-            "user_id": "wanda",
-            "tenant_id": "acme",
-            "roles": ["warehouse"],
-            "scopes": ["inventory:read"],
-            "display_name": "Wanda (warehouse reviewer)",
-        },
-        {
-            "user_id": "paul",
-            "tenant_id": "acme",
-            "roles": ["purchasing_manager"],
-            "scopes": ["purchasing:read"],
-            "display_name": "Paul (purchasing manager)",
-        },
-        {
-            "user_id": "ana",
-            "tenant_id": "acme",
-            "roles": ["analyst"],
-            "scopes": ["reports:read"],
-            "display_name": "Ana (analyst)",
-        },
-        {
-            "user_id": "tara",
-            "tenant_id": "acme",
-            "roles": ["tax_preparer"],
-            "scopes": [],
-            "display_name": "Tara (tax preparer)",
-        },
-        {
-            "user_id": "gina",
-            "tenant_id": "globex",
-            "roles": ["finance"],
-            "scopes": ["orders:read"],
-            "display_name": "Gina (globex finance)",
-        },
-    ],
-}
+
+def new_token() -> str:
+    """A fresh random secret token (shown once, stored only as a keyed hash)."""
+    return "tg_" + secrets.token_urlsafe(32)
+
+
+def principal_of(record: IdentityRecord) -> Principal:
+    """The principal an identity row stands for."""
+    return Principal(
+        user_id=record.user_id,
+        tenant_id=record.tenant_id,
+        roles=frozenset(record.roles),
+        scopes=frozenset(record.scopes),
+        display_name=record.display_name,
+    )
 
 
 @dataclass(frozen=True)
-class Identities:
-    """Principals by user id, loaded from the trusted file."""
+class IdentityDirectory:
+    """Authentication and administration of the identities in one store."""
 
-    principals: dict[str, Principal]
-    token_hashes: dict[str, str] = field(default_factory=dict, repr=False)
-    """SHA-256 of each identity's secret token (identities without one cannot act as reviewers)."""
+    store: Store
+    """Where the identity rows live."""
+    auditor: Auditor | None = None
+    """Records refusals and changes (None only for read-only uses)."""
+
+    # ---- authentication ----------------------------------------------------------------
 
     def authenticate(self, user_id: str, token: str | None) -> Principal:
-        """The principal for ``user_id`` when ``token`` matches its stored hash; `IdentityError` otherwise."""
-        principal = self.get(user_id)
-        expected = self.token_hashes.get(user_id)
-        if expected is None:
-            raise IdentityError(
-                f"identity {user_id!r} has no credential configured; it cannot act as a reviewer"
+        """The active principal ``user_id`` when ``token`` is theirs; `IdentityError` otherwise."""
+        if not token:
+            self._refuse(user_id, "missing_token", f"no token given for {user_id!r} (set TOOLGATE_TOKEN)")
+        record = self.store.get_identity(user_id)
+        if record is not None and not record.authentic:
+            self._refuse(user_id, "forged_identity", f"identity {user_id!r} was changed outside toolgate")
+        expected = record.token_hash if record is not None else None
+        presented = self.store.token_hash(token or "")
+        if not expected or not hmac.compare_digest(expected, presented):
+            # an unknown user and a wrong token look the same to the caller (no user oracle)
+            self._refuse(user_id, "authentication_failed", f"authentication failed for {user_id!r}")
+        assert record is not None
+        if record.status != "active":
+            self._refuse(user_id, "revoked", f"identity {user_id!r} has been revoked")
+        return principal_of(record)
+
+    def active(self, user_id: str, tenant_id: str) -> Principal | None:
+        """The principal when ``user_id`` is an authentic, active identity of ``tenant_id`` (no token)."""
+        record = self.store.get_identity(user_id)
+        if record is None or not record.authentic or record.status != "active":
+            return None
+        return principal_of(record) if record.tenant_id == tenant_id else None
+
+    def is_empty(self) -> bool:
+        """True before the first identity exists (the only time a file may seed without an admin)."""
+        return not self.store.list_identities()
+
+    # ---- administration ----------------------------------------------------------------
+
+    def add(self, principal: Principal, *, by: Principal | None, token: str | None = None) -> str | None:
+        """Add ``principal`` with a new token (returned once); None when the user id exists.
+
+        ``by`` is the authenticated administrator; None is the trusted bootstrap (a seed file on an
+        empty store, or the embedding application itself).
+        """
+        self._authorize(by, principal.tenant_id, "add")
+        issued = token or new_token()
+        record = IdentityRecord(
+            user_id=principal.user_id,
+            tenant_id=principal.tenant_id,
+            roles=tuple(sorted(principal.roles)),
+            scopes=tuple(sorted(principal.scopes)),
+            display_name=principal.display_name,
+            token_hash=self.store.token_hash(issued),
+        )
+        if self.store.add_identity(record) is None:
+            return None
+        self._record("identity.added", by, record, roles=sorted(principal.roles), scopes=sorted(principal.scopes))
+        return issued
+
+    def revoke(self, user_id: str, *, by: Principal | None) -> IdentityRecord:
+        """Revoke ``user_id``: it can no longer act, and its pending decisions stop counting."""
+        self._authorize(by, self._tenant_of(user_id), "revoke")
+        record = self.store.change_identity(user_id, status="revoked")
+        self._record("identity.revoked", by, record)
+        return record
+
+    def rotate_token(self, user_id: str, *, by: Principal | None) -> str:
+        """Issue a new token for ``user_id`` (returned once); the old one stops working at once."""
+        self._authorize(by, self._tenant_of(user_id), "rotate")
+        issued = new_token()
+        record = self.store.change_identity(user_id, token_hash=self.store.token_hash(issued))
+        self._record("identity.token_rotated", by, record)
+        return issued
+
+    def import_file(self, path: Path, *, by: Principal | None) -> list[tuple[str, str | None]]:
+        """Add every identity of a seed file; ``(user_id, token or None if it existed)`` each."""
+        return [(p.user_id, self.add(p, by=by)) for p in load_seed_file(path)]
+
+    def visible_to(self, by: Principal) -> list[IdentityRecord]:
+        """The identities an administrator may list: those of their own tenant."""
+        self._authorize(by, by.tenant_id, "list")
+        return self.store.list_identities([by.tenant_id])
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _tenant_of(self, user_id: str) -> str:
+        record = self.store.get_identity(user_id)
+        if record is None:
+            raise IdentityError(f"unknown identity {user_id!r}", code="unknown_identity")
+        return record.tenant_id
+
+    def _authorize(self, by: Principal | None, tenant_id: str, action: str) -> None:
+        if by is None:
+            return
+        if ADMIN_ROLE not in by.roles:
+            self._refuse(by.user_id, "not_admin", f"{by.user_id!r} may not {action} identities (needs role admin)")
+        if by.tenant_id != tenant_id:
+            self._refuse(by.user_id, "cross_tenant", f"{by.user_id!r} administers another tenant")
+
+    def _refuse(self, user_id: str, code: str, message: str) -> None:
+        if self.auditor is not None and not self.store.read_only:
+            self.auditor.record("identity.refused", "refused", user_id=user_id, code=code)
+        raise IdentityError(message, code=code)
+
+    def _record(self, event: str, by: Principal | None, record: IdentityRecord, **detail: Any) -> None:
+        if self.auditor is None:
+            return
+        self.auditor.record(
+            event,
+            record.status,
+            user_id=by.user_id if by else None,
+            detail={"identity": self.auditor.actor(record.user_id), "tenant_id": record.tenant_id, **detail},
+        )
+
+
+def load_seed_file(path: Path) -> list[Principal]:
+    """Parse an identities seed file, refusing unknown schema versions, duplicates and token fields.
+
+    Format::
+
+        {"schema_version": 1,
+         "identities": [{"user_id": "rita", "tenant_id": "acme", "roles": ["support"],
+                         "scopes": ["orders:read"], "display_name": "Rita (support)"}]}
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigurationError(f"identities file {path} does not exist") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"identities file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise ConfigurationError(f"identities file {path}: unsupported schema_version")
+    principals: dict[str, Principal] = {}
+    for entry in data.get("identities", []):
+        if not isinstance(entry, dict):
+            raise ConfigurationError(f"identities file {path}: every identity must be an object")
+        if {"token", "token_sha256", "token_hash"} & set(entry):
+            raise ConfigurationError(
+                f"identities file {path}: tokens are issued by toolgate, never read from a file"
             )
-        if not token or not hmac.compare_digest(expected, token_hash(token)):
-            raise IdentityError(f"authentication failed for {user_id!r}")
-        return principal
-
-    def get(self, user_id: str) -> Principal:
-        """The principal for ``user_id``, or `IdentityError`."""
         try:
-            return self.principals[user_id]
-        except KeyError:
-            raise IdentityError(
-                f"unknown identity {user_id!r} (not in the trusted identities file)"
-            ) from None
-
-    @classmethod
-    def load(cls, path: Path) -> Identities:
-        """Parse the identities file, refusing unknown schema versions and duplicates."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise ConfigurationError(f"identities file {path} does not exist") from exc
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"identities file {path} is not valid JSON: {exc}") from exc
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ConfigurationError(f"identities file {path}: unsupported schema_version")
-        principals: dict[str, Principal] = {}
-        hashes: dict[str, str] = {}
-        for entry in data.get("identities", []):
-            raw = dict(entry)
-            token_sha256 = raw.pop("token_sha256", None)
-            principal = Principal.from_dict(raw)
-            if token_sha256:
-                hashes[principal.user_id] = str(token_sha256)
-            if principal.user_id in principals:
-                raise ConfigurationError(f"identities file {path}: duplicate user {principal.user_id!r}")
-            principals[principal.user_id] = principal
-        return cls(principals, hashes)
-
-    @staticmethod
-    def write_demo(path: Path) -> None:
-        """Write the demo identities file, each identity with the hash of its demo token."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entries = [
-            {**e, "token_sha256": token_hash(demo_token(e["user_id"]))} for e in DEMO_IDENTITIES["identities"]
-        ]
-        document = {"schema_version": SCHEMA_VERSION, "identities": entries}
-        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+            principal = Principal.from_dict(entry)
+        except (KeyError, ValueError) as exc:
+            raise ConfigurationError(f"identities file {path}: {exc}") from exc
+        if principal.user_id in principals:
+            raise ConfigurationError(f"identities file {path}: duplicate user {principal.user_id!r}")
+        principals[principal.user_id] = principal
+    return list(principals.values())
 
 
-def token_hash(token: str) -> str:
-    """SHA-256 hex of a secret token (tokens are long random strings, so no slow hash is needed)."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def demo_token(user_id: str) -> str:
-    """The well-known token of a demo identity. Demo only: real files hold hashes of random tokens."""
-    return f"demo-token-{user_id}"
-
-
-__all__ = ["DEMO_IDENTITIES", "Identities", "demo_token", "token_hash"]
+__all__ = ["ADMIN_ROLE", "SCHEMA_VERSION", "IdentityDirectory", "load_seed_file", "new_token", "principal_of"]

@@ -1,25 +1,19 @@
 """Inbound rate limits per principal and tool, and per tenant (chapter §12.2, inbound side).
 
-Counters live in the store (fixed windows, one atomic upsert per hit), so the limit holds across
-every process and host sharing the database. Outbound limits, a property of each downstream
-integration, are token buckets held by that integration's client.
+Counters live in the store (fixed windows of the store's clock, one atomic upsert per hit), so
+the limit holds across every process and host sharing the database, whatever their own clocks
+say. Outbound limits, a property of each downstream integration, are token buckets held by that
+integration's client.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store.base import Store
-
-
-def _window_start(now: datetime, window_s: int) -> str:
-    start = math.floor(now.timestamp() / window_s) * window_s
-    return datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -29,17 +23,17 @@ class InboundRateLimiter:
     store: Store
     limits: RateLimits
 
-    def _hit(self, bucket: str, limit: RateLimit, now: datetime) -> bool:
-        return self.store.increment_counter(bucket, _window_start(now, limit.window_s)) <= limit.limit
+    def _hit(self, bucket: str, limit: RateLimit) -> bool:
+        return self.store.increment_counter(bucket, limit.window_s) <= limit.limit
 
-    def check(self, principal: Principal, tool: str, now: datetime) -> Rejection | None:
+    def check(self, principal: Principal, tool: str) -> Rejection | None:
         """Refuse with ``rate_limited`` when the principal-tool or tenant window is full."""
         limits = self.limits
         if limits.per_principal_tool and not self._hit(
-            f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool, now
+            f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool
         ):
             return _limited(limits.per_principal_tool)
-        if limits.per_tenant and not self._hit(f"t:{principal.tenant_id}", limits.per_tenant, now):
+        if limits.per_tenant and not self._hit(f"t:{principal.tenant_id}", limits.per_tenant):
             return _limited(limits.per_tenant)
         return None
 

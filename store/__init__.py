@@ -2,6 +2,7 @@
 
 from toolgate.store.base import Store, Tx
 from toolgate.store.factory import is_postgres_url, open_checkpointer, open_store
+from toolgate.store.keys import Keyring
 from toolgate.store.migrations import ALLOWED_TRANSITIONS, MIGRATIONS, Migration
 from toolgate.store.postgres import PostgresStore
 from toolgate.store.records import (
@@ -10,6 +11,7 @@ from toolgate.store.records import (
     AuditEvent,
     AuditEventIn,
     DeadLetter,
+    IdentityRecord,
     OperationRecord,
     OperationStatus,
     ProposalRecord,
@@ -24,6 +26,8 @@ __all__ = [
     "AuditEvent",
     "AuditEventIn",
     "DeadLetter",
+    "IdentityRecord",
+    "Keyring",
     "Migration",
     "OperationRecord",
     "OperationStatus",

@@ -9,6 +9,7 @@ update or insert, never a Python check before a write.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -20,8 +21,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
-from toolgate.errors import ConfigurationError, InvalidTransitionError
+from toolgate.errors import ConfigurationError, InvalidTransitionError, StoreError
+from toolgate.store._identity_rows import IdentityRows
 from toolgate.store.base import Store, Tx
+from toolgate.store.keys import Keyring
 from toolgate.store.migrations import MIGRATIONS, Migration
 from toolgate.store.records import (
     ApprovalRecord,
@@ -51,22 +54,27 @@ def parse_iso(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
+def _later(now: str, seconds: float) -> str:
+    """``now`` (`iso` text) moved by ``seconds``."""
+    return iso(parse_iso(now) + timedelta(seconds=seconds))
+
+
 def new_id(prefix: str) -> str:
     """A random, time-ordered identifier such as ``evt_0193...``."""
     millis = int(utcnow().timestamp() * 1000)
     return f"{prefix}_{millis:012x}{secrets.token_hex(8)}"
 
 
-def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes = b"") -> str:
-    """Hash of one audit event over its canonical encoding joined with the previous hash.
+def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes) -> str:
+    """HMAC-SHA256 of one audit event's canonical encoding joined with the previous hash.
 
-    With a chain key (the configured audit secret) it is an HMAC-SHA256, so someone with write
-    access to the database but not the key cannot forge or re-chain events; without one, SHA-256.
+    Keyed by the store's audit-chain key, so someone with write access to the database but not
+    the store's secret cannot forge or re-chain events.
     """
+    if not key:
+        raise ConfigurationError("the audit chain needs a key")
     message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
-    if key:
-        return hmac.new(key, message, hashlib.sha256).hexdigest()
-    return hashlib.sha256(message).hexdigest()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 _AUDIT_FIELDS = (
@@ -112,6 +120,7 @@ def _loads(value: Any) -> Any:
 def _proposal(row: dict[str, Any]) -> ProposalRecord:
     data = dict(row)
     data["arguments"] = json.loads(data["arguments"])
+    data["editors"] = tuple(json.loads(data["editors"])) if data.get("editors") else ()
     return ProposalRecord(**data)
 
 
@@ -128,10 +137,13 @@ def _operation(row: dict[str, Any]) -> OperationRecord:
     return OperationRecord(**data)
 
 
-def _approval(row: dict[str, Any]) -> ApprovalRecord:
+def _approval(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
     data = dict(row)
+    mac = data.pop("mac", None)
     data["reviewer_roles"] = tuple(json.loads(data["reviewer_roles"]))
-    return ApprovalRecord(**data)
+    data["reviewer_tenant_id"] = data.get("reviewer_tenant_id") or ""
+    record = ApprovalRecord(**data)
+    return dataclasses.replace(record, authentic=keys.verify("approval", record.content(), mac))
 
 
 def _audit(row: dict[str, Any]) -> AuditEvent:
@@ -145,12 +157,10 @@ def _audit(row: dict[str, Any]) -> AuditEvent:
     return AuditEvent(**data)
 
 
-class SqlStore(Store, abc.ABC):
-    """`Store` over a SQL database; subclasses provide connections and locking."""
+class SqlStore(IdentityRows, Store, abc.ABC):
+    """`Store` over a SQL database; subclasses provide connections, locking and the clock."""
 
     dialect: str = "sql"
-    chain_key: bytes = b""
-    """Secret keying the audit chain's HMAC (set from configuration by `open_store`)."""
     _initializer: Callable[[Store], None] | None = None
     _initialized: bool = False
     _init_lock = threading.RLock()
@@ -192,10 +202,31 @@ class SqlStore(Store, abc.ABC):
     def _lock_migrations(self, tx: Tx) -> None:
         """Serialize concurrent migration runs across processes."""
 
+    @abc.abstractmethod
+    def _tx_now(self, tx: Tx) -> str:
+        """The database's current time as `iso` text, read inside ``tx``."""
+
+    def now(self) -> datetime:
+        with self.transaction(write=False) as tx:
+            return parse_iso(self._tx_now(tx))
+
     # ---- schema ----------------------------------------------------------------------
 
     def setup(self) -> None:
         self.migrate("toolgate", MIGRATIONS)
+
+    def require_schema(self) -> None:
+        try:
+            with self.transaction(write=False) as tx:
+                row = tx.one("SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?", ("toolgate",))
+        except StoreError as exc:
+            raise ConfigurationError(f"{self.url} holds no toolgate store") from exc
+        version = int(row["v"]) if row else 0
+        if version != len(MIGRATIONS):
+            raise ConfigurationError(
+                f"{self.url} is at schema version {version}, this toolgate needs {len(MIGRATIONS)}; "
+                "run a command that writes (e.g. toolgate worker recover) to upgrade it first"
+            )
 
     def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
         with self.transaction() as tx:
@@ -228,13 +259,13 @@ class SqlStore(Store, abc.ABC):
     # ---- proposals and operations ----------------------------------------------------
 
     def create_proposal(self, proposal: ProposalRecord) -> tuple[ProposalRecord, OperationRecord, bool]:
-        now = iso(utcnow())
         with self.transaction() as tx:
+            now = self._tx_now(tx)
             inserted = tx.execute(
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
-                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING proposal_id",
                 (
                     proposal.proposal_id,
@@ -258,6 +289,7 @@ class SqlStore(Store, abc.ABC):
                     proposal.expires_at,
                     proposal.supersedes,
                     proposal.trace_id,
+                    json.dumps(sorted(proposal.editors)) if proposal.editors else None,
                 ),
             )
             if inserted:
@@ -306,18 +338,21 @@ class SqlStore(Store, abc.ABC):
     def record_decision(self, approval: ApprovalRecord) -> bool:
         with self.transaction() as tx:
             inserted = tx.execute(
-                "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_roles, decision,"
-                " digest, reason, decided_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id,"
+                " reviewer_roles, decision, digest, reason, decided_at, mac)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING approval_id",
                 (
                     approval.approval_id,
                     approval.proposal_id,
                     approval.reviewer_id,
+                    approval.reviewer_tenant_id,
                     json.dumps(sorted(approval.reviewer_roles)),
                     approval.decision,
                     approval.digest,
                     approval.reason,
                     approval.decided_at,
+                    self.keys.mac("approval", approval.content()),
                 ),
             )
         return bool(inserted)
@@ -328,7 +363,12 @@ class SqlStore(Store, abc.ABC):
                 "SELECT * FROM approvals WHERE proposal_id = ? ORDER BY decided_at, approval_id",
                 (proposal_id,),
             )
-        return [_approval(r) for r in rows]
+        return [_approval(r, self.keys) for r in rows]
+
+    def all_decisions(self) -> list[ApprovalRecord]:
+        with self.transaction(write=False) as tx:
+            rows = tx.execute("SELECT * FROM approvals ORDER BY decided_at, approval_id")
+        return [_approval(r, self.keys) for r in rows]
 
     def get_operation(self, operation_key: str) -> OperationRecord | None:
         with self.transaction(write=False) as tx:
@@ -352,10 +392,10 @@ class SqlStore(Store, abc.ABC):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         owner: str | None = None,
+        lease_lapsed: bool = False,
     ) -> OperationRecord:
-        now = iso(utcnow())
         sql = "UPDATE operations SET status = ?, updated_at = ?"
-        params: list[Any] = [to_status, now]
+        params: list[Any] = [to_status]
         if result is not None:
             sql += ", result = ?"
             params.append(canonical_json(result))
@@ -367,8 +407,14 @@ class SqlStore(Store, abc.ABC):
         if owner is not None:
             sql += " AND owner = ?"
             params.append(owner)
+        if lease_lapsed:
+            sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
         sql += " RETURNING *"
         with self.transaction() as tx:
+            now = self._tx_now(tx)
+            params.insert(1, now)
+            if lease_lapsed:
+                params.append(now)
             rows = tx.execute(sql, tuple(params))
             if not rows:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
@@ -377,15 +423,26 @@ class SqlStore(Store, abc.ABC):
         return _operation(rows[0])
 
     def claim(self, operation_key: str, owner: str, lease_s: float) -> OperationRecord | None:
-        now = utcnow()
         with self.transaction() as tx:
+            now = self._tx_now(tx)
             rows = tx.execute(
                 "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
                 " attempts = attempts + 1, updated_at = ?"
-                " WHERE operation_key = ? AND status = 'approved' RETURNING *",
-                (owner, iso(now + timedelta(seconds=lease_s)), iso(now), operation_key),
+                " WHERE operation_key = ? AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
+                (owner, _later(now, lease_s), now, operation_key, now),
             )
         return _operation(rows[0]) if rows else None
+
+    def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            rows = tx.execute(
+                "UPDATE operations SET lease_expires_at = ? WHERE operation_key = ? AND owner = ?"
+                " AND status IN ('executing', 'unknown') RETURNING operation_key",
+                (_later(now, lease_s), operation_key, owner),
+            )
+        return bool(rows)
 
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         with self.transaction(write=False) as tx:
@@ -394,22 +451,32 @@ class SqlStore(Store, abc.ABC):
             )
         return _proposal(row) if row else None
 
-    def stale_executing(self, lease_before: str) -> list[OperationRecord]:
+    def stale_executing(self, grace_s: float) -> list[OperationRecord]:
         with self.transaction(write=False) as tx:
+            cutoff = _later(self._tx_now(tx), -grace_s)
             rows = tx.execute(
                 "SELECT * FROM operations WHERE status = 'executing' AND lease_expires_at < ? ORDER BY updated_at",
-                (lease_before,),
+                (cutoff,),
             )
         return [_operation(r) for r in rows]
 
     # ---- dead letters ----------------------------------------------------------------
 
-    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter:
+    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
         with self.transaction() as tx:
+            now = self._tx_now(tx)
+            moved = tx.execute(
+                "UPDATE operations SET status = 'dead_lettered', updated_at = ? WHERE operation_key = ?"
+                " AND status = 'unknown' AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
+                " RETURNING operation_key",
+                (now, operation_key, now),
+            )
+            if not moved:
+                return None
             tx.execute(
                 "INSERT INTO dead_letters (operation_key, created_at, reason, context) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
-                (operation_key, iso(utcnow()), reason, canonical_json(context)),
+                (operation_key, now, reason, canonical_json(context)),
             )
             row = tx.one("SELECT * FROM dead_letters WHERE operation_key = ?", (operation_key,))
         assert row is not None
@@ -428,14 +495,16 @@ class SqlStore(Store, abc.ABC):
             rows = tx.execute(
                 "UPDATE dead_letters SET resolved_at = ?, resolved_by = ?, resolution = ?, note = ?"
                 " WHERE operation_key = ? AND resolved_at IS NULL RETURNING operation_key",
-                (iso(utcnow()), resolved_by, resolution, note, operation_key),
+                (self._tx_now(tx), resolved_by, resolution, note, operation_key),
             )
         return bool(rows)
 
     # ---- rate limits -------------------------------------------------------------------
 
-    def increment_counter(self, bucket: str, window_start: str) -> int:
+    def increment_counter(self, bucket: str, window_s: int) -> int:
         with self.transaction() as tx:
+            moment = parse_iso(self._tx_now(tx)).timestamp()
+            window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
             rows = tx.execute(
                 "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 1)"
                 " ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1"
@@ -449,15 +518,15 @@ class SqlStore(Store, abc.ABC):
     def append_audit(self, event: AuditEventIn) -> AuditEvent:
         row: dict[str, Any] = {name: getattr(event, name, None) for name in _AUDIT_FIELDS}
         row["event_id"] = new_id("evt")
-        row["occurred_at"] = iso(utcnow())
         payload = canonical_json(event.detail)
         row["detail"] = "{}"
         row["detail_sha256"] = sha256_hex(payload)
         with self.transaction() as tx:
             self._lock_audit_chain(tx)
+            row["occurred_at"] = self._tx_now(tx)
             last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             row["prev_hash"] = last["hash"] if last else GENESIS_HASH
-            row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"], self.chain_key)
+            row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"], self.keys.key("audit-chain"))
             columns = [*_AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
             stored = tx.execute(
                 f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"

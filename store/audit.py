@@ -1,14 +1,14 @@
 """Writing audit events: privacy-safe actor ids and one call per transition.
 
-Actor and end-user identifiers enter the log only as keyed hashes (HMAC-SHA256 with a secret
-from configuration), so the log can answer "was it the same person" without holding who.
+Actor and end-user identifiers enter the log only as keyed hashes (HMAC-SHA256 under the store's
+actor key), so the log can answer "was it the same person" without holding who.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from toolgate.store.base import Store
@@ -33,15 +33,13 @@ class Auditor:
     """Appends audit events for one release with hashed actors."""
 
     store: Store
-    """Where the hash-chained log lives."""
-    hmac_key: bytes = field(repr=False)
-    """Secret for actor hashes."""
+    """Where the hash-chained log lives (its keyring keys the actor hashes)."""
     release: str
     """Release id stamped on every event."""
 
     def actor(self, user_id: str | None) -> str | None:
         """Hashed actor id (None stays None)."""
-        return actor_hash(self.hmac_key, user_id) if user_id else None
+        return actor_hash(self.store.keys.key("actor"), user_id) if user_id else None
 
     def record(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEvent:
         """Append one event; ``fields`` are `AuditEventIn` fields (detail must be redacted already)."""

@@ -10,14 +10,18 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Protocol
 
+from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 from toolgate.store.records import (
     ApprovalRecord,
     AuditEvent,
     AuditEventIn,
     DeadLetter,
+    IdentityRecord,
+    IdentityStatus,
     OperationRecord,
     OperationStatus,
     ProposalRecord,
@@ -41,8 +45,18 @@ class Store(abc.ABC):
 
     url: str
     """Where the store lives (SQLite path or PostgreSQL URL without password)."""
-    chain_key: bytes = b""
-    """Secret keying the audit chain (an HMAC); empty means an unkeyed SHA-256 chain."""
+    keys: Keyring
+    """The store's secret and its purpose keys: the audit chain, approval and identity MACs,
+    token hashes and state seals. Every process sharing one database must hold the same secret."""
+    read_only: bool = False
+    """True for stores opened only to read (verification commands): every write fails."""
+
+    @abc.abstractmethod
+    def now(self) -> datetime:
+        """The store's clock (PostgreSQL's ``clock_timestamp()``; on SQLite, the host clock).
+
+        Expiry, leases, rate-limit windows and recorded times are judged by this clock, never by a
+        worker's own, so a process with a skewed clock cannot stretch an approval or a lease."""
 
     @abc.abstractmethod
     def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:
@@ -51,6 +65,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def setup(self) -> None:
         """Create or upgrade the schema (explicit; never done at import)."""
+
+    @abc.abstractmethod
+    def require_schema(self) -> None:
+        """Refuse (`ConfigurationError`) unless the store exists at this toolgate's schema version."""
 
     @abc.abstractmethod
     def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
@@ -82,7 +100,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
-        """Every decision on the proposal, in order."""
+        """Every decision on the proposal, in order, each marked ``authentic`` when its MAC verifies."""
+
+    @abc.abstractmethod
+    def all_decisions(self) -> list[ApprovalRecord]:
+        """Every decision in the store (for verification), each marked ``authentic`` or not."""
 
     # operations
     @abc.abstractmethod
@@ -103,28 +125,38 @@ class Store(abc.ABC):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         owner: str | None = None,
+        lease_lapsed: bool = False,
     ) -> OperationRecord:
-        """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``."""
+        """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
+        (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live)."""
 
     @abc.abstractmethod
     def claim(self, operation_key: str, owner: str, lease_s: float) -> OperationRecord | None:
         """The one statement that decides who executes: ``approved -> executing``.
 
-        Returns the claimed row, or None when someone else owns (or finished) the operation.
+        Only while the proposal has not expired, with a lease of ``lease_s`` from the store's clock.
+        Returns the claimed row, or None when someone else owns (or finished) the operation or the
+        approval expired.
         """
+
+    @abc.abstractmethod
+    def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
+        """Extend ``owner``'s lease to ``lease_s`` from now while its handler still runs."""
 
     @abc.abstractmethod
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
 
     @abc.abstractmethod
-    def stale_executing(self, lease_before: str) -> list[OperationRecord]:
-        """Operations still ``executing`` whose claim lease lapsed before ``lease_before``."""
+    def stale_executing(self, grace_s: float) -> list[OperationRecord]:
+        """Operations still ``executing`` whose claim lease lapsed more than ``grace_s`` ago."""
 
     # dead letters
     @abc.abstractmethod
-    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter:
-        """Record an unresolved operation for a person (idempotent per operation)."""
+    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
+        """Move an ``unknown`` operation whose claim lease has lapsed to ``dead_lettered`` and record
+        its letter for a person, in one transaction. None (and nothing changed) while the lease is live
+        or the operation is not ``unknown``."""
 
     @abc.abstractmethod
     def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
@@ -138,8 +170,32 @@ class Store(abc.ABC):
 
     # rate limits
     @abc.abstractmethod
-    def increment_counter(self, bucket: str, window_start: str) -> int:
-        """Atomically count one hit in ``bucket`` for the window; returns the new count (all processes)."""
+    def increment_counter(self, bucket: str, window_s: int) -> int:
+        """Atomically count one hit in ``bucket`` for the current ``window_s``-second window of the
+        store's clock; returns the new count (all processes)."""
+
+    # identities
+    @abc.abstractmethod
+    def token_hash(self, token: str) -> str:
+        """Keyed hash of a secret token, as stored in identity rows."""
+
+    @abc.abstractmethod
+    def add_identity(self, record: IdentityRecord) -> IdentityRecord | None:
+        """Insert a new identity; None when the user id exists."""
+
+    @abc.abstractmethod
+    def change_identity(
+        self, user_id: str, *, status: IdentityStatus | None = None, token_hash: str | None = None
+    ) -> IdentityRecord:
+        """Change the status or token of an authentic identity (`IdentityError` otherwise)."""
+
+    @abc.abstractmethod
+    def get_identity(self, user_id: str) -> IdentityRecord | None:
+        """The identity row (check ``authentic`` and ``status`` before trusting it), or None."""
+
+    @abc.abstractmethod
+    def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
+        """Identities by user id, optionally only those of ``tenant_ids``."""
 
     # audit
     @abc.abstractmethod

@@ -1,4 +1,6 @@
-"""Verifying the hash-chained audit log: any modified, deleted, reordered or forged event breaks it."""
+"""Verifying the evidence: the hash-chained audit log (any modified, deleted, reordered or forged
+event breaks it) and the MACs of approval and identity rows (a row written with database access
+alone does not verify)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def verify_chain(store: Store) -> ChainReport:
         elif event.prev_hash != previous:
             problem = "previous-hash link broken (an event before it was removed, reordered or forged)"
         elif (
-            audit_hash(audit_row_content(row), event.prev_hash, getattr(store, "chain_key", b""))
+            audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain"))
             != event.hash
         ):
             problem = "content does not match its hash (modified)"
@@ -52,4 +54,33 @@ def verify_chain(store: Store) -> ChainReport:
     return ChainReport(events=len(events), ok=True)
 
 
-__all__ = ["ChainReport", "verify_chain"]
+@dataclass(frozen=True, kw_only=True)
+class RecordsReport:
+    """Result of checking the MAC of every approval and identity row."""
+
+    approvals: int
+    identities: int
+    forged_approvals: list[str]
+    """Approval ids whose MAC does not verify (written or changed with database access alone)."""
+    forged_identities: list[str]
+    """User ids whose row MAC does not verify."""
+
+    @property
+    def ok(self) -> bool:
+        """True when every row verifies."""
+        return not self.forged_approvals and not self.forged_identities
+
+
+def verify_records(store: Store) -> RecordsReport:
+    """Name every approval and identity row that was not written by toolgate with the store's secret."""
+    approvals = store.all_decisions()
+    identities = store.list_identities()
+    return RecordsReport(
+        approvals=len(approvals),
+        identities=len(identities),
+        forged_approvals=[a.approval_id for a in approvals if not a.authentic],
+        forged_identities=[i.user_id for i in identities if not i.authentic],
+    )
+
+
+__all__ = ["ChainReport", "RecordsReport", "verify_chain", "verify_records"]

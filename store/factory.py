@@ -25,26 +25,25 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in {"postgres", "postgresql"}
 
 
-def open_store(database_url: str | None, data_dir: Path, *, chain_key: bytes = b"") -> Store:
+def open_store(
+    database_url: str | None, data_dir: Path, *, key: bytes, read_only: bool = False
+) -> Store:
     """The store for ``database_url`` (PostgreSQL) or ``data_dir/toolgate.sqlite`` (default).
 
-    ``chain_key`` keys the audit chain; every process writing to one store must use the same key.
+    ``key`` is the store's secret (MACs, token hashes, the audit chain); every process sharing
+    one store must use the same one. ``read_only`` opens it for verification: nothing is written.
     """
-    store = _open(database_url, data_dir)
-    store.chain_key = chain_key
-    return store
-
-
-def _open(database_url: str | None, data_dir: Path) -> Store:
     if is_postgres_url(database_url):
-        return PostgresStore(str(database_url))
+        return PostgresStore(str(database_url), key=key, read_only=read_only)
     if database_url and not database_url.startswith("sqlite:///"):
         raise ConfigurationError(
             "TOOLGATE_DATABASE_URL must be a postgresql:// URL or sqlite:///PATH, got a "
             f"{database_url.split(':', 1)[0]!r} URL"
         )
     path = Path(database_url[len("sqlite:///") :]) if database_url else data_dir / "toolgate.sqlite"
-    return SQLiteStore(path)
+    if read_only and not path.exists():
+        raise ConfigurationError(f"no toolgate store at {path} (nothing to read)")
+    return SQLiteStore(path, key=key, read_only=read_only)
 
 
 @contextmanager

@@ -211,6 +211,32 @@ CREATE INDEX audit_payloads_time_idx ON audit_payloads (occurred_at)"""
 
 _PROPOSAL_TRACE = "ALTER TABLE proposals ADD COLUMN trace_id TEXT"
 
+_EVIDENCE_COLUMNS = """
+ALTER TABLE approvals ADD COLUMN reviewer_tenant_id TEXT;
+ALTER TABLE approvals ADD COLUMN mac TEXT;
+ALTER TABLE proposals ADD COLUMN editors TEXT;
+CREATE TABLE identities (
+    user_id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    display_name TEXT NOT NULL,
+    token_hash TEXT UNIQUE,
+    status TEXT NOT NULL CHECK (status IN ('active', 'revoked')),
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    mac TEXT NOT NULL
+);
+CREATE INDEX identities_tenant_idx ON identities (tenant_id)"""
+
+_IDENTITIES_SQLITE = f"""{_EVIDENCE_COLUMNS};
+CREATE TRIGGER identities_no_delete BEFORE DELETE ON identities
+BEGIN SELECT RAISE(ABORT, 'identities are revoked, never deleted'); END"""
+
+_IDENTITIES_POSTGRES = f"""{_EVIDENCE_COLUMNS};
+CREATE TRIGGER identities_no_delete BEFORE DELETE ON identities
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse()"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -232,6 +258,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="proposals remember the trace they were made in (not part of their digest)",
         sqlite=_PROPOSAL_TRACE,
         postgres=_PROPOSAL_TRACE,
+    ),
+    Migration(
+        name="identities in the store; approvals carry the reviewer's tenant and a MAC; proposals their editors",
+        sqlite=_IDENTITIES_SQLITE,
+        postgres=_IDENTITIES_POSTGRES,
     ),
 )
 """The store's own schema, component ``toolgate``."""

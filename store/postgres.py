@@ -20,8 +20,11 @@ from psycopg_pool import ConnectionPool
 from toolgate.errors import StoreError
 from toolgate.store._sql import SqlStore
 from toolgate.store.base import Tx
+from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 
+NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+"""The server's clock as `toolgate.store._sql.iso` text: every time decision uses it, never a worker's."""
 _AUDIT_LOCK = 0x7467_0001
 _MIGRATION_LOCK = 0x7467_0002
 
@@ -49,9 +52,13 @@ class PostgresStore(SqlStore):
 
     dialect = "postgres"
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self, url: str, *, key: bytes, read_only: bool = False, min_size: int = 1, max_size: int = 10
+    ) -> None:
         self._conninfo = url
         self.url = redact_url(url)
+        self.keys = Keyring(key)
+        self.read_only = read_only
         self._min_size = min_size
         self._max_size = max_size
         self._pool: ConnectionPool | None = None
@@ -60,17 +67,22 @@ class PostgresStore(SqlStore):
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None:
+                kwargs: dict[str, Any] = {"row_factory": dict_row}
+                if self.read_only:  # the server refuses every write in these sessions
+                    kwargs["options"] = "-c default_transaction_read_only=on"
                 self._pool = ConnectionPool(
                     self._conninfo,
                     min_size=self._min_size,
                     max_size=self._max_size,
-                    kwargs={"row_factory": dict_row},
+                    kwargs=kwargs,
                     open=True,
                 )
             return self._pool
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        if write and self.read_only:
+            raise StoreError(f"the store {self.url} was opened read-only")
         self._ensure_ready()
         try:
             with (
@@ -81,6 +93,11 @@ class PostgresStore(SqlStore):
                 yield _PgTx(cur)
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
+
+    def _tx_now(self, tx: Tx) -> str:
+        row = tx.one(f"SELECT {NOW_SQL} AS now")
+        assert row is not None
+        return str(row["now"])
 
     def _lock_audit_chain(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})")

@@ -74,10 +74,15 @@ class ProposalRecord:
     """The proposal this one replaces (a reviewer's edit is a new proposal, never a change)."""
     trace_id: str | None = None
     """Trace the proposal was made in, so reviewers' and workers' audit events join it (not digested)."""
+    editors: tuple[str, ...] = ()
+    """Reviewers who shaped these arguments by editing (along the whole edit chain); none of them
+    may count as an approver of this proposal."""
 
     def content(self) -> dict[str, Any]:
         """Everything the digest covers."""
-        extra = {"supersedes": self.supersedes} if self.supersedes else {}
+        extra: dict[str, Any] = {"supersedes": self.supersedes} if self.supersedes else {}
+        if self.editors:
+            extra["editors"] = sorted(self.editors)
         return {
             **extra,
             "operation_key": self.operation_key,
@@ -109,6 +114,8 @@ class ApprovalRecord:
     """Proposal decided on."""
     reviewer_id: str
     """Authenticated reviewer."""
+    reviewer_tenant_id: str
+    """Tenant of the reviewer when deciding; a decision counts only inside its own tenant."""
     reviewer_roles: tuple[str, ...]
     """Roles the reviewer held when deciding."""
     decision: Decision
@@ -118,7 +125,68 @@ class ApprovalRecord:
     reason: str
     """Reviewer's reason (required for a rejection)."""
     decided_at: str
-    """ISO-8601 UTC decision time."""
+    """ISO-8601 UTC decision time (the store's clock)."""
+    authentic: bool = False
+    """Set by the store on read: whether the row's MAC verified. A row written with database access alone
+    (no store secret) is not authentic and never counts as a decision."""
+
+    def content(self) -> dict[str, Any]:
+        """Everything the record's MAC covers."""
+        return {
+            "approval_id": self.approval_id,
+            "proposal_id": self.proposal_id,
+            "reviewer_id": self.reviewer_id,
+            "reviewer_tenant_id": self.reviewer_tenant_id,
+            "reviewer_roles": sorted(self.reviewer_roles),
+            "decision": self.decision,
+            "digest": self.digest,
+            "reason": self.reason,
+            "decided_at": self.decided_at,
+        }
+
+
+IdentityStatus = Literal["active", "revoked"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdentityRecord:
+    """A person who may act through toolgate: requester, reviewer or administrator."""
+
+    user_id: str
+    """Stable identifier of the person."""
+    tenant_id: str
+    """Tenant the person acts in."""
+    roles: tuple[str, ...]
+    """Roles (sorted), e.g. ``support``, ``finance``, ``admin``."""
+    scopes: tuple[str, ...]
+    """Granted scopes (sorted)."""
+    display_name: str
+    """Name for reviewer screens; never used for a decision."""
+    token_hash: str | None = field(default=None, repr=False)
+    """Keyed hash of the person's secret token (None: cannot authenticate until a token is issued)."""
+    status: IdentityStatus = "active"
+    """``revoked`` identities cannot act, and their pending decisions stop counting."""
+    created_at: str = ""
+    """ISO-8601 UTC creation time (the store's clock)."""
+    updated_at: str = ""
+    """ISO-8601 UTC time of the last change (the store's clock)."""
+    authentic: bool = False
+    """Set by the store on read: whether the row's MAC verified (a row changed with database access
+    alone does not)."""
+
+    def content(self) -> dict[str, Any]:
+        """Everything the record's MAC covers."""
+        return {
+            "user_id": self.user_id,
+            "tenant_id": self.tenant_id,
+            "roles": sorted(self.roles),
+            "scopes": sorted(self.scopes),
+            "display_name": self.display_name,
+            "token_hash": self.token_hash,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,6 +297,8 @@ __all__ = [
     "AuditEventIn",
     "DeadLetter",
     "Decision",
+    "IdentityRecord",
+    "IdentityStatus",
     "OperationRecord",
     "OperationStatus",
     "ProposalRecord",

@@ -3,6 +3,9 @@
 A fresh connection per unit of work (cheap for SQLite) keeps the store safe across threads;
 WAL mode plus ``BEGIN IMMEDIATE`` for writes makes each write transaction take the database's
 single writer lock up front, so conditional updates are atomic across processes too.
+
+Every process using an SQLite file runs on the same host, so the store's clock is the host's
+clock, read in one place (`SQLiteStore.now`).
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from toolgate.errors import StoreError
-from toolgate.store._sql import SqlStore
+from toolgate.store._sql import SqlStore, iso, utcnow
 from toolgate.store.base import Tx, iter_statements
+from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 
 
@@ -38,25 +43,47 @@ class SQLiteStore(SqlStore):
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, path: str | Path, *, key: bytes, read_only: bool = False, busy_timeout_ms: int = 30_000
+    ) -> None:
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
+        self.keys = Keyring(key)
+        self.read_only = read_only
         self._busy_timeout_ms = busy_timeout_ms
         self._wal_ready = False
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+        if self.read_only:
+            # mode=ro: SQLite itself refuses every write, and a missing file is an error, not a new store
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=self._busy_timeout_ms / 1000,
+                isolation_level=None,
+            )
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
-        if not self._wal_ready:
+        if not self._wal_ready and not self.read_only:
             conn.execute("PRAGMA journal_mode = WAL")
             self._wal_ready = True
         return conn
 
+    def now(self) -> datetime:
+        """The host clock (every process on an SQLite file shares it)."""
+        return utcnow()
+
+    def _tx_now(self, tx: Tx) -> str:
+        return iso(utcnow())
+
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        if write and self.read_only:
+            raise StoreError(f"the store {self.path} was opened read-only")
         self._ensure_ready()
         try:
             conn = self._connect()

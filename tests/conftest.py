@@ -100,12 +100,14 @@ os.environ["TOOLGATE_ALLOW_MODEL_REQUESTS"] = "0"  # no test constructs a real p
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A fresh, set-up store on each backend: embedded SQLite and a real PostgreSQL database."""
+    from support import TEST_KEY
+
     from toolgate.store import PostgresStore, SQLiteStore
 
     if request.param == "sqlite":
-        backend: object = SQLiteStore(tmp_path_factory.mktemp("store") / "toolgate.sqlite")
+        backend: object = SQLiteStore(tmp_path_factory.mktemp("store") / "toolgate.sqlite", key=TEST_KEY)
     else:
-        backend = PostgresStore(request.getfixturevalue("pg_url"), max_size=30)
+        backend = PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY, max_size=30)
     backend.setup()  # type: ignore[attr-defined]
     yield backend
     backend.close()  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,16 @@ from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.deps import Gateway
 from toolgate.policy import PolicyRules, Principal
-from toolgate.policy.identities import DEMO_IDENTITIES, demo_token
-from toolgate.store import Store
+from toolgate.policy.demo_identities import demo_principals, demo_token, seed_demo_identities
+from toolgate.policy.identities import IdentityDirectory
+from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.testing import HandlerCounter
 from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
 
-PRINCIPALS = {raw["user_id"]: Principal.from_dict(raw) for raw in DEMO_IDENTITIES["identities"]}
+TEST_KEY = b"toolgate-test-store-secret-0001"
+"""The store secret every test process shares (CLI subprocesses get it as TOOLGATE_AUDIT_KEY)."""
+PRINCIPALS = demo_principals()
 REFUND_REQUEST = "My blender arrived broken, order O-5512. Please refund it."
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,13 +43,13 @@ class Harness:
 
     def __init__(self, store: Store, *, handler_delay_s: float = 0.0) -> None:
         initialize_store(store)
+        seed_demo_identities(IdentityDirectory(store))
         self.store = store
         self.system = DemoSystem(store)
         self.counter = HandlerCounter(delay_s=handler_delay_s)
         self.handler_calls = self.counter.calls
         self.registry = Registry.of(REFUND_RELEASE, self.counter.wrap(demo_specs(self.system)), self.system)
         self.policy = PolicyRules.for_release(REFUND_RELEASE)
-        self.audit_key = b"test-audit-key"
 
     def gateway(self, model: BaseChatModel | None = None) -> Gateway:
         """Node dependencies (model only matters inside a graph run)."""
@@ -56,7 +60,6 @@ class Harness:
             registry=self.registry,
             policy=self.policy,
             store=self.store,
-            audit_key=self.audit_key,
         )
 
     def graph(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
@@ -67,7 +70,6 @@ class Harness:
             policy=self.policy,
             store=self.store,
             checkpointer=checkpointer or InMemorySaver(),
-            audit_key=self.audit_key,
         )
 
     def total_handler_calls(self) -> int:
@@ -104,7 +106,7 @@ def cli_env(data_dir: Path, database_url: str | None = None, **extra: str) -> di
         {
             "TOOLGATE_DATA_DIR": str(data_dir),
             "TOOLGATE_MODEL": "offline",
-            "TOOLGATE_AUDIT_KEY": "k",
+            "TOOLGATE_AUDIT_KEY": TEST_KEY.decode(),
             "LANGSMITH_TRACING": "false",
             **extra,
         }
@@ -119,8 +121,8 @@ def toolgate(
 ) -> subprocess.CompletedProcess[str]:
     """Run the ``toolgate`` CLI in a separate process."""
     env = dict(env)
-    if "--as" in args and args[0] in ("approve", "reject", "edit", "deadletter"):
-        env.setdefault("TOOLGATE_REVIEWER_TOKEN", demo_token(args[args.index("--as") + 1]))
+    if "--as" in args:  # the named person's own token, unless the test chose another (or none)
+        env.setdefault("TOOLGATE_TOKEN", demo_token(args[args.index("--as") + 1]))
     result = subprocess.run(
         [sys.executable, "-m", "toolgate", *args],
         env=env,
@@ -132,6 +134,34 @@ def toolgate(
     if check and result.returncode != 0:
         raise AssertionError(f"toolgate {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def shift_store_clock(monkeypatch: Any, store: Store, delta: timedelta) -> None:
+    """Move ``store``'s clock by ``delta`` (expiry, leases and windows all follow the store's clock)."""
+    from toolgate.store._sql import iso, parse_iso
+
+    read = store._tx_now  # type: ignore[attr-defined]
+    monkeypatch.setattr(store, "_tx_now", lambda tx: iso(parse_iso(read(tx)) + delta))
+    if isinstance(store, SQLiteStore):
+        now = store.now
+        monkeypatch.setattr(store, "now", lambda: now() + delta)
+
+
+def open_test_store(data_dir: Path, database_url: str | None = None) -> Store:
+    """The store a ``toolgate`` subprocess on ``data_dir`` (or ``database_url``) uses."""
+    if database_url:
+        return PostgresStore(database_url, key=TEST_KEY)
+    return SQLiteStore(data_dir / "toolgate.sqlite", key=TEST_KEY)
+
+
+def seed_people(data_dir: Path, database_url: str | None = None) -> None:
+    """Create the store a CLI subprocess will use and add the demo people (with their demo tokens)."""
+    store = open_test_store(data_dir, database_url)
+    try:
+        initialize_store(store)
+        seed_demo_identities(IdentityDirectory(store))
+    finally:
+        store.close()
 
 
 def kv_lines(text: str) -> list[dict[str, str]]:

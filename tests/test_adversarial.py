@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import TEST_KEY
 
 from toolgate.evals.adversarial import CASES, PROPOSAL_CREATED, AdversarialCase, Call
 from toolgate.evals.dispatch_runner import DispatchRunner, RunReport
@@ -14,7 +15,7 @@ from toolgate.store import SQLiteStore
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DispatchRunner]:
-    yield DispatchRunner(SQLiteStore(tmp_path_factory.mktemp("adv") / "adv.sqlite"))
+    yield DispatchRunner(SQLiteStore(tmp_path_factory.mktemp("adv") / "adv.sqlite", key=TEST_KEY))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -27,14 +28,15 @@ def test_case(runner: DispatchRunner, case: AdversarialCase) -> None:
 
 
 def test_every_rejection_code_is_covered() -> None:
-    from toolgate.errors import REJECTION_CODES
+    from toolgate.errors import REJECTION_CODES, STATE_CODES
 
-    assert {c.expected for c in CASES} >= set(REJECTION_CODES)
+    # state codes come from a rewritten checkpoint, not a model's call: tests/test_state_tampering.py
+    assert {c.expected for c in CASES} >= set(REJECTION_CODES) - set(STATE_CODES)
     assert len(CASES) >= 150
 
 
 def test_full_run_prints_the_seed_line_and_no_write_handler_ran(tmp_path: Path) -> None:
-    report = DispatchRunner(SQLiteStore(tmp_path / "full.sqlite")).run()
+    report = DispatchRunner(SQLiteStore(tmp_path / "full.sqlite", key=TEST_KEY)).run()
     lines = report.lines()
     assert lines[0] == (
         "known_read=ACCEPTED unknown_tool=REJECTED malformed_json=REJECTED unknown_alias=REJECTED "
@@ -49,7 +51,7 @@ def test_full_run_prints_the_seed_line_and_no_write_handler_ran(tmp_path: Path) 
 
 
 def test_a_wrong_expectation_is_reported_as_a_failure(tmp_path: Path) -> None:
-    runner = DispatchRunner(SQLiteStore(tmp_path / "neg.sqlite"))
+    runner = DispatchRunner(SQLiteStore(tmp_path / "neg.sqlite", key=TEST_KEY))
     wrong = AdversarialCase(
         "expects_acceptance_of_cross_tenant",
         "probe",

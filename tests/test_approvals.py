@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 from langgraph.types import Command
-from support import REFUND_REQUEST, Harness, principal, start, tool_messages
+from support import REFUND_REQUEST, TEST_KEY, Harness, principal, shift_store_clock, start, tool_messages
 
-import toolgate.graph.execution as execution
 from toolgate.errors import ApprovalError, IdentityError
 from toolgate.graph import Context
 from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide
-from toolgate.policy.identities import Identities, demo_token
+from toolgate.policy.demo_identities import demo_token
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
@@ -24,7 +23,7 @@ REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    return Harness(SQLiteStore(tmp_path / "approvals.sqlite"))
+    return Harness(SQLiteStore(tmp_path / "approvals.sqlite", key=TEST_KEY))
 
 
 def resume(graph: object, thread: str, payload: object = None) -> dict:  # type: ignore[type-arg]
@@ -104,13 +103,12 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
     model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1")), ai("done")])
     graph = harness.graph(model)
     original = proposals_of(start(graph, REFUND_REQUEST, "cust-ada", "t-edit"))["c1"]
-    gw, requester = harness.gateway(), principal("cust-ada")
+    gw = harness.gateway()
     with pytest.raises(ApprovalError) as switched:
         edit_proposal(
             gw,
             original["proposal_id"],
             principal("fiona"),
-            requester=requester,
             tool="restart_service",
             arguments={"service_alias": "web", "reason": "because"},
         )
@@ -120,7 +118,6 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
             gw,
             original["proposal_id"],
             principal("fiona"),
-            requester=requester,
             tool="issue_refund",
             arguments={**REFUND, "order_id": "O-7001"},
         )
@@ -130,7 +127,6 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
             gw,
             original["proposal_id"],
             principal("fiona"),
-            requester=requester,
             tool="issue_refund",
             arguments={**REFUND, "amount_cents": 4999 + 1},
         )
@@ -139,7 +135,6 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
         gw,
         original["proposal_id"],
         principal("fiona"),
-        requester=requester,
         tool="issue_refund",
         arguments={**REFUND, "amount_cents": 700},
     )
@@ -147,8 +142,13 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
     assert harness.store.get_operation(original["operation_key"]).status == "rejected"  # type: ignore[union-attr]
     waiting = resume(graph, "t-edit")
     assert proposals_of(waiting)["c1"]["proposal_id"] == edited.proposal_id  # needs its own approval
-    assert harness.refunds() == 0
-    decide(gw, edited.proposal_id, principal("fiona"), "approve")
+    assert harness.refunds() == 0 and edited.editors == ("fiona",)
+    with pytest.raises(ApprovalError) as own_edit:  # whoever shaped the arguments cannot approve them
+        decide(gw, edited.proposal_id, principal("fiona"), "approve")
+    assert own_edit.value.code == "editor_approval"
+    decide(gw, edited.proposal_id, principal("rita"), "approve")
+    assert harness.store.get_operation(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
+    decide(gw, edited.proposal_id, principal("sam"), "approve")
     final = resume(graph, "t-edit")
     result = json.loads(str(tool_messages(final)[-1].content))
     assert result["status"] == "completed" and result["data"]["amount_cents"] == 700
@@ -162,8 +162,7 @@ def test_a_stale_approval_cannot_be_used_after_expiry(
     graph = harness.graph(model)
     facts = proposals_of(start(graph, REFUND_REQUEST, "cust-ada", "t-stale"))
     decide(harness.gateway(), facts["c1"]["proposal_id"], principal("fiona"), "approve")
-    real = execution.utcnow
-    monkeypatch.setattr(execution, "utcnow", lambda: real() + timedelta(minutes=16))  # past the 15 minutes
+    shift_store_clock(monkeypatch, harness.store, timedelta(minutes=16))  # past the 15 minutes
     final = resume(graph, "t-stale")
     monkeypatch.undo()
     result = json.loads(str(tool_messages(final)[-1].content))
@@ -174,13 +173,15 @@ def test_a_stale_approval_cannot_be_used_after_expiry(
     assert late.value.code == "not_pending"
 
 
-def test_reviewers_authenticate_with_their_token(tmp_path: Path) -> None:
-    path = tmp_path / "identities.json"
-    Identities.write_demo(path)
-    identities = Identities.load(path)
-    assert identities.authenticate("fiona", demo_token("fiona")).roles == frozenset({"finance"})
-    with pytest.raises(IdentityError, match="authentication failed"):
-        identities.authenticate("fiona", demo_token("rita"))
-    with pytest.raises(IdentityError, match="authentication failed"):
-        identities.authenticate("fiona", None)
-    assert "demo-token" not in path.read_text()
+def test_reviewers_authenticate_with_their_token(harness: Harness) -> None:
+    directory = harness.gateway().directory
+    assert directory.authenticate("fiona", demo_token("fiona")).roles == frozenset({"finance"})
+    with pytest.raises(IdentityError, match="authentication failed") as wrong:
+        directory.authenticate("fiona", demo_token("rita"))
+    assert wrong.value.code == "authentication_failed"
+    with pytest.raises(IdentityError, match="no token") as missing:
+        directory.authenticate("fiona", None)
+    assert missing.value.code == "missing_token"
+    with harness.store.transaction(write=False) as tx:
+        rows = tx.execute("SELECT token_hash FROM identities")
+    assert rows and not any("demo-token" in str(r["token_hash"]) for r in rows)  # only keyed hashes

@@ -32,7 +32,6 @@ def bypass_guards(store: Store) -> None:
 
 @pytest.mark.parametrize("attack", TAMPERING)
 def test_raw_sql_tampering_is_detected_and_the_first_bad_event_named(store: Store, attack: str) -> None:
-    store.chain_key = b"configured audit secret"
     for n in range(6):
         store.append_audit(
             AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{n}", detail={"n": n})
@@ -165,7 +164,8 @@ def test_planted_secrets_reach_no_audit_row_checkpoint_or_model_message(
     pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None
     with open_checkpointer(pg_url, tmp_path) as saver:  # the backend's own checkpointer
         state = start(harness.graph(model, saver), "order status and restart", "sam", "t-secrets")
-    assert "__interrupt__" in state  # the restart awaits review
+    # the restart carried a password: refused at dispatch (never rewritten, never proposed)
+    assert "__interrupt__" not in state and state["calls"]["c3"]["code"] == "secret_in_arguments"
 
     planted = [api_key, password, card]
     model_bound = []

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support import cli_env, kv_lines, toolgate
-
-from toolgate.policy.identities import Identities
+from support import cli_env, kv_lines, seed_people, toolgate
 
 REQUIRED_LINES = [
     "status=pending_approval",
@@ -30,7 +28,7 @@ def test_demo_tells_the_refund_story_offline(tmp_path: Path) -> None:
 
 def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
-    Identities.write_demo(tmp_path / "identities.json")
+    seed_people(tmp_path)
     ran = toolgate(
         [
             "run",
@@ -53,7 +51,7 @@ def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     stale = toolgate(["approve", proposal_id, "--as", "fiona", "--digest", "0" * 64], env, check=False)
     assert stale.returncode == 2 and "error=digest_mismatch" in stale.stderr
     unknown = toolgate(["approve", proposal_id, "--as", "mallory"], env, check=False)
-    assert unknown.returncode == 2 and "unknown identity" in unknown.stderr
+    assert unknown.returncode == 2 and "error=authentication_failed" in unknown.stderr
 
     rejected = toolgate(["reject", proposal_id, "--as", "fiona", "--reason", "duplicate request"], env)
     assert "status=rejected" in rejected.stdout

@@ -32,7 +32,6 @@ def gateway(wide: Wide) -> Any:
         registry=wide.registry,
         policy=wide.policy,
         store=wide.store,
-        audit_key=b"k",
     )
 
 

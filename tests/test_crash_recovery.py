@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from support import REFUND_REQUEST, Harness, principal, start
+from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
 
 from toolgate.graph.recovery import recover
 from toolgate.graph.review import decide
@@ -28,7 +28,7 @@ from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
 
 url, key, point = sys.argv[1], sys.argv[2], sys.argv[3]
-store = PostgresStore(url)
+store = PostgresStore(url, key=KEY_LITERAL)
 system = DemoSystem(store)
 
 def crashing(handler):
@@ -43,10 +43,10 @@ def crashing(handler):
 
 specs = [replace(s, handler=crashing(s.handler)) if s.name == "issue_refund" else s for s in demo_specs(system)]
 gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, specs, system),
-                        policy=PolicyRules.for_release(REFUND_RELEASE), store=store, audit_key=b"test-audit-key")
+                        policy=PolicyRules.for_release(REFUND_RELEASE), store=store)
 gateway.executor.deliver(key, worker_id="doomed-worker", lease_s=0.5)
 print("survived")
-"""
+""".replace("KEY_LITERAL", repr(TEST_KEY))
 
 
 def approved_refund(harness: Harness, thread: str) -> str:
@@ -69,7 +69,7 @@ def approved_refund(harness: Harness, thread: str) -> str:
 @pytest.mark.postgres
 @pytest.mark.parametrize("point", ["after_claim", "after_effect"])
 def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: str) -> None:
-    harness = Harness(PostgresStore(pg_url))
+    harness = Harness(PostgresStore(pg_url, key=TEST_KEY))
     key = approved_refund(harness, f"t-crash-{point}")
     proc = subprocess.run(
         [sys.executable, "-c", WORKER, pg_url, key, point], capture_output=True, text=True, timeout=120
@@ -100,7 +100,7 @@ def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: 
 def test_an_undeterminable_outcome_goes_to_the_dead_letter_list(pg_url: str) -> None:
     from dataclasses import replace
 
-    harness = Harness(PostgresStore(pg_url))
+    harness = Harness(PostgresStore(pg_url, key=TEST_KEY))
     key = approved_refund(harness, "t-dead")
     refund = harness.registry.tools["issue_refund"]
     harness.registry.tools["issue_refund"] = replace(refund, reconcile=None)  # type: ignore[index]

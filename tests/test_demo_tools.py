@@ -319,6 +319,65 @@ def run_batch(calls: list[tuple[ToolSpec, dict[str, Any], HandlerContext]]) -> l
     return results
 
 
+WINDOW_TIMEOUT_S = 30.0
+"""Bounds every rendezvous below. Reaching it fails the test (a hang guard); no test passes by it."""
+
+
+class ReadWriteWindow:
+    """Forces (or records) the interleaving of inventory adjustments with events, never with time.
+
+    `InventoryService.adjust` reads ``on_hand``, calls ``time.sleep(latency_s)`` and only then
+    writes ``read + delta``. `install` puts this object in place of that module's ``time`` (with a
+    nonzero latency so the call happens), so that sleep becomes `sleep` below: it logs ``read`` and,
+    with ``meet=2``, waits at a barrier until both adjustments have read, so neither writes before
+    the other has read. `wrap` makes a handler log ``start`` and ``end``; ordering is asserted on
+    `events` (``(event, delta)`` in the order they happened), not on elapsed time.
+    """
+
+    def __init__(self, *, meet: int = 1) -> None:
+        self.events: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._barrier = threading.Barrier(meet, timeout=WINDOW_TIMEOUT_S) if meet > 1 else None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch, service: InventoryService) -> None:
+        monkeypatch.setattr(inventory_mod, "time", self)
+        monkeypatch.setattr(service, "latency_s", 1.0)  # any value > 0: adjust() then calls self.sleep
+
+    def _log(self, event: str, delta: int) -> None:
+        with self._lock:
+            self.events.append((event, delta))
+
+    def sleep(self, _seconds: float) -> None:
+        """The window between the service's read and its write."""
+        self._log("read", self._local.delta)
+        if self._barrier is not None:
+            self._barrier.wait()  # BrokenBarrierError (the call fails) unless both calls get here
+
+    def wrap(self, spec: ToolSpec) -> ToolSpec:
+        """``spec`` whose handler logs its start and end (keyed by its delta)."""
+        inner = spec.handler
+
+        def handler(args: Any, call_ctx: HandlerContext) -> Any:
+            self._local.delta = args.delta
+            self._log("start", args.delta)
+            result = inner(args, call_ctx)
+            self._log("end", args.delta)
+            return result
+
+        return dataclasses.replace(spec, handler=handler)
+
+
+SERIALIZED_EVENTS = [("start", -2), ("read", -2), ("end", -2), ("start", -3), ("read", -3), ("end", -3)]
+"""The -3 adjustment starts only after the -2 one ended (the lane order)."""
+
+
+def assert_both_read_before_either_wrote(events: list[tuple[str, int]]) -> None:
+    """The forced interleaving really happened: two starts and two reads, then the two ends."""
+    assert sorted(events[:4]) == [("read", -3), ("read", -2), ("start", -3), ("start", -2)]
+    assert sorted(events[4:]) == [("end", -3), ("end", -2)]
+
+
 def _two_same_sku_updates(spec: ToolSpec) -> list[tuple[ToolSpec, dict[str, Any], HandlerContext]]:
     return [
         (spec, {"sku": "SKU-7", "delta": -2, "reason": "shipped"}, ctx(key="idem_bin_a")),
@@ -326,23 +385,36 @@ def _two_same_sku_updates(spec: ToolSpec) -> list[tuple[ToolSpec, dict[str, Any]
     ]
 
 
-def test_conflict_key_serializes_same_sku_updates(world: World) -> None:
-    world.inventory.latency_s = 0.05
-    spec = world.specs()["update_inventory"]
+def _read_before_each_adjustment(world: World) -> dict[int, int]:
+    rows = world.rows("SELECT delta, on_hand_before FROM sor_inventory_adjustments WHERE sku = 'SKU-7'")
+    return {int(r["delta"]): int(r["on_hand_before"]) for r in rows}
+
+
+def test_conflict_key_serializes_same_sku_updates(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    window = ReadWriteWindow()
+    window.install(monkeypatch, world.inventory)
+    spec = window.wrap(world.specs()["update_inventory"])
     results = run_batch(_two_same_sku_updates(spec))
     assert len(results) == 2
+    assert window.events == SERIALIZED_EVENTS  # the second call started after the first ended
+    assert _read_before_each_adjustment(world) == {-2: 10, -3: 8}  # ... and read its write
     assert world.inventory.on_hand("acme", "SKU-7") == 5  # 10 - 2 - 3
 
 
-def test_removing_the_conflict_key_reproduces_the_lost_update(world: World) -> None:
-    world.inventory.latency_s = 0.05
+def test_removing_the_conflict_key_reproduces_the_lost_update(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = ReadWriteWindow(meet=2)  # both calls read, then both write: the race, forced
+    window.install(monkeypatch, world.inventory)
     unprotected = dataclasses.replace(
         world.specs()["update_inventory"], resource=ResourceRef(kind="sku", argument="sku", conflict=False)
     )
-    results = run_batch(_two_same_sku_updates(unprotected))
+    results = run_batch(_two_same_sku_updates(window.wrap(unprotected)))
     assert len(results) == 2  # both adjustments "succeeded" ...
+    assert_both_read_before_either_wrote(window.events)
     assert world.inventory.count("sor_inventory_adjustments", tenant_id="acme") == 2
     # ... but both read 10 and wrote their own result: one change is lost
+    assert _read_before_each_adjustment(world) == {-2: 10, -3: 10}
     assert world.inventory.on_hand("acme", "SKU-7") in (7, 8)
 
 

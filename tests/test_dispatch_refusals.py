@@ -76,7 +76,7 @@ def test_unknown_tool_suggests_only_tools_the_principal_may_see(harness: Harness
 
 
 def test_schema_errors_name_the_field_and_constraint_without_echoing_input(harness: Harness) -> None:
-    secret = "sk-live-abcdefghijklmnopqrstuvwxyz"
+    secret = "customer-private-note-never-echo-7731"  # not secret-looking: it reaches the schema check
     model = ScriptedChatModel(
         responses=[
             ai(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
-from support import Harness, principal, start, tool_messages
+from support import TEST_KEY, Harness, principal, start, tool_messages
 
 from toolgate.graph import build_graph
 from toolgate.graph.context import Context
@@ -23,7 +23,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
     """These rules are backend-independent: one embedded store is enough."""
-    return Harness(SQLiteStore(tmp_path / "rules.sqlite"))
+    return Harness(SQLiteStore(tmp_path / "rules.sqlite", key=TEST_KEY))
 
 
 def payloads(state: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -136,7 +136,6 @@ def test_deadline_ends_the_task(harness: Harness) -> None:
         registry=harness.registry,
         policy=harness.policy,
         store=harness.store,
-        audit_key=b"k",
         checkpointer=InMemorySaver(),
     )
     state = graph.invoke(
@@ -209,7 +208,6 @@ def test_rate_limit_per_principal_and_tool(harness: Harness) -> None:
         registry=harness.registry,
         policy=policy,
         store=harness.store,
-        audit_key=b"k",
         checkpointer=InMemorySaver(),
     )
     state = start(graph, "x", "cust-ada", "t-rate")

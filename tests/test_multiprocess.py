@@ -12,12 +12,22 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
-from support import REFUND_REQUEST, Harness, cli_env, kv_lines, principal, start, toolgate
+from support import (
+    REFUND_REQUEST,
+    TEST_KEY,
+    Harness,
+    cli_env,
+    kv_lines,
+    open_test_store,
+    principal,
+    seed_people,
+    start,
+    toolgate,
+)
 
 from toolgate.graph import Context
 from toolgate.graph.review import decide
-from toolgate.policy.identities import Identities
-from toolgate.store import PostgresStore, SQLiteStore, Store, open_checkpointer
+from toolgate.store import PostgresStore, Store, open_checkpointer
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo import DemoSystem
 
@@ -29,7 +39,7 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 
 
 def open_records(data_dir: Path, database_url: str | None) -> tuple[Store, DemoSystem]:
-    store: Store = PostgresStore(database_url) if database_url else SQLiteStore(data_dir / "toolgate.sqlite")
+    store = open_test_store(data_dir, database_url)
     return store, DemoSystem(store)
 
 
@@ -37,7 +47,7 @@ def propose_refund_in_a_process(
     tmp_path: Path, database_url: str | None, thread: str
 ) -> tuple[dict[str, str], str]:
     env = cli_env(tmp_path, database_url)
-    Identities.write_demo(tmp_path / "identities.json")
+    seed_people(tmp_path, database_url)
     ran = toolgate(["run", REFUND_REQUEST, "--as", "cust-ada", "--thread", thread], env)
     proposal = next(row for row in kv_lines(ran.stdout) if "proposal" in row)
     assert proposal["status"] == "pending_approval" and proposal["execution_started"] == "false"
@@ -90,7 +100,7 @@ def test_two_concurrent_resume_processes_produce_one_effect(tmp_path: Path, pg_u
 
 @pytest.mark.postgres
 def test_two_concurrent_resumes_of_one_approved_thread_execute_once(pg_url: str, tmp_path: Path) -> None:
-    store = PostgresStore(pg_url, max_size=20)
+    store = PostgresStore(pg_url, key=TEST_KEY, max_size=20)
     harness = Harness(store, handler_delay_s=0.5)
     model = ScriptedChatModel(
         responses=[
@@ -127,7 +137,7 @@ def test_two_concurrent_resumes_of_one_approved_thread_execute_once(pg_url: str,
 
 @pytest.mark.postgres
 def test_twenty_concurrent_deliveries_one_execution_nineteen_stored_results(pg_url: str) -> None:
-    store = PostgresStore(pg_url, max_size=25)
+    store = PostgresStore(pg_url, key=TEST_KEY, max_size=25)
     harness = Harness(store, handler_delay_s=0.3)
     model = ScriptedChatModel(
         responses=[
@@ -206,7 +216,7 @@ def test_twenty_worker_processes_deliver_one_operation_once(tmp_path: Path, pg_u
 def test_lab3_sequential_twice_and_twenty_with_asyncio_gather(pg_url: str) -> None:
     import asyncio
 
-    store = PostgresStore(pg_url, max_size=25)
+    store = PostgresStore(pg_url, key=TEST_KEY, max_size=25)
     harness = Harness(store, handler_delay_s=0.2)
     executor = harness.gateway().executor
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from support import TEST_KEY
 
 from toolgate.bootstrap import initialize_store, load_registry
 from toolgate.config import Settings
@@ -227,7 +228,7 @@ def test_langchain_openai_round_trip_through_gateway(
     model = load_chat_model(settings)
     assert type(model).__name__ == "ChatOpenAI"
 
-    store = SQLiteStore(tmp_path / "t.sqlite")
+    store = SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY)
     initialize_store(store)
     try:
         registry = load_registry(RELEASE, store, secret=b"test-secret")
@@ -237,8 +238,7 @@ def test_langchain_openai_round_trip_through_gateway(
             policy=PolicyRules.for_release(RELEASE),
             store=store,
             checkpointer=InMemorySaver(),
-            audit_key=b"k",
-        )
+            )
         final = graph.invoke(
             {"messages": [HumanMessage("where is my order O-5512?")]},
             {"configurable": {"thread_id": "t1"}},

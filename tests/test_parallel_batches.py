@@ -1,12 +1,14 @@
 """Lab 5 through the gateway: same-SKU calls are partitioned and the count is right; the same
 harness without the conflict key reproduces the lost update. Independent calls run concurrently,
-every call gets its own result, and a batch past its deadline is reported as partial."""
+every call gets its own result, and a batch past its deadline is reported as partial.
+
+Interleavings are forced or observed with barriers and recorded events (`ReadWriteWindow`), never
+with sleeps: the lost update is reproduced on every run, not when the scheduler happens to allow it."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,12 +16,20 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from support import principal, tool_messages
+from support import TEST_KEY, principal, tool_messages
+from test_demo_tools import (
+    SERIALIZED_EVENTS,
+    WINDOW_TIMEOUT_S,
+    ReadWriteWindow,
+    assert_both_read_before_either_wrote,
+)
 
 from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.review import decide
 from toolgate.policy import PolicyRules
+from toolgate.policy.demo_identities import seed_demo_identities
+from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import WIDE_RELEASE, Registry, ResourceRef
@@ -27,11 +37,12 @@ from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
 
 
 class Wide:
-    """The wider demo release on one store, with inventory latency to widen the race window."""
+    """The wider demo release on one store (``latency_s``: the inventory service's read-write gap)."""
 
-    def __init__(self, path: Path, *, conflict_key: bool = True, latency_s: float = 0.05) -> None:
-        self.store = SQLiteStore(path)
+    def __init__(self, path: Path, *, conflict_key: bool = True, latency_s: float = 0.0) -> None:
+        self.store = SQLiteStore(path, key=TEST_KEY)
         initialize_store(self.store)
+        seed_demo_identities(IdentityDirectory(self.store))
         self.services = DemoServices.on(self.store, secret=b"test-secret")
         self.services.inventory.latency_s = latency_s
         registry = build_wide_registry(DemoSystem(self.store), self.services)
@@ -54,7 +65,6 @@ class Wide:
             policy=self.policy,
             store=self.store,
             checkpointer=InMemorySaver(),
-            audit_key=b"k",
         )
 
     def on_hand(self, sku: str = "SKU-7") -> int:
@@ -62,6 +72,21 @@ class Wide:
             row = tx.one("SELECT on_hand FROM sor_inventory WHERE tenant_id = 'acme' AND sku = ?", (sku,))
         assert row is not None
         return int(row["on_hand"])
+
+    def read_before_each_adjustment(self) -> dict[int, int]:
+        """``on_hand`` each SKU-7 adjustment read before writing, by its delta."""
+        with self.store.transaction(write=False) as tx:
+            rows = tx.execute(
+                "SELECT delta, on_hand_before FROM sor_inventory_adjustments WHERE sku = 'SKU-7'"
+            )
+        return {int(r["delta"]): int(r["on_hand_before"]) for r in rows}
+
+    def watch_adjustments(self, monkeypatch: pytest.MonkeyPatch, *, meet: int = 1) -> ReadWriteWindow:
+        """Route ``update_inventory`` through a `ReadWriteWindow` (``meet=2``: force the race)."""
+        window = ReadWriteWindow(meet=meet)
+        window.install(monkeypatch, self.services.inventory)
+        self.registry.tools["update_inventory"] = window.wrap(self.registry.tools["update_inventory"])  # type: ignore[index]
+        return window
 
 
 def two_same_sku_adjustments(wide: Wide) -> int:
@@ -81,7 +106,6 @@ def two_same_sku_adjustments(wide: Wide) -> int:
         registry=wide.registry,
         policy=wide.policy,
         store=wide.store,
-        audit_key=b"k",
     )
     for proposal in first["__interrupt__"][0].value["toolgate"]["proposals"]:
         decide(gw, proposal["proposal_id"], principal("wanda"), "approve")
@@ -91,29 +115,42 @@ def two_same_sku_adjustments(wide: Wide) -> int:
     return wide.on_hand()
 
 
-def test_same_sku_calls_run_in_order_and_the_count_is_right(tmp_path: Path) -> None:
-    assert two_same_sku_adjustments(Wide(tmp_path / "protected.sqlite")) == 5
+def test_same_sku_calls_run_in_order_and_the_count_is_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wide = Wide(tmp_path / "protected.sqlite")
+    window = wide.watch_adjustments(monkeypatch)
+    assert two_same_sku_adjustments(wide) == 5
+    assert window.events == SERIALIZED_EVENTS  # the second call started after the first ended
+    assert wide.read_before_each_adjustment() == {-2: 10, -3: 8}  # ... and read its write
 
 
-def test_without_the_conflict_key_the_same_harness_loses_an_update(tmp_path: Path) -> None:
-    assert two_same_sku_adjustments(Wide(tmp_path / "unprotected.sqlite", conflict_key=False)) in (7, 8)
+def test_without_the_conflict_key_the_same_harness_loses_an_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wide = Wide(tmp_path / "unprotected.sqlite", conflict_key=False)
+    window = wide.watch_adjustments(monkeypatch, meet=2)  # both calls read, then both write
+    assert two_same_sku_adjustments(wide) in (7, 8)  # 10 - 2 - 3 would be 5: one change is lost
+    assert_both_read_before_either_wrote(window.events)
+    assert wide.read_before_each_adjustment() == {-2: 10, -3: 10}
 
 
 def test_independent_reads_run_concurrently_and_each_gets_its_result(tmp_path: Path) -> None:
     wide = Wide(tmp_path / "reads.sqlite")
     active, peak, lock = [0], [0], threading.Lock()
+    both_running = threading.Barrier(2, timeout=WINDOW_TIMEOUT_S)  # broken (call fails) if run one by one
     spec = wide.registry.tools["get_inventory"]
 
-    def slow(args: Any, ctx: Any) -> Any:
+    def together(args: Any, ctx: Any) -> Any:
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        time.sleep(0.2)
+        both_running.wait()  # returns only once the other read is running too
         with lock:
             active[0] -= 1
         return spec.handler(args, ctx)
 
-    wide.registry.tools["get_inventory"] = replace(spec, handler=slow)  # type: ignore[index]
+    wide.registry.tools["get_inventory"] = replace(spec, handler=together)  # type: ignore[index]
     calls = [tool_call("get_inventory", {"sku": "SKU-7"}, f"r{i}") for i in range(2)]
     calls.append(tool_call("lookup_order", {"order_id": "O-7001"}, "bad"))
     state = wide.graph(ScriptedChatModel(responses=[ai("", *calls), ai("ok")])).invoke(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import Harness, start, tool_messages
+from support import TEST_KEY, Harness, start, tool_messages
 
 from toolgate.errors import REJECTION_CODES
 from toolgate.store import SQLiteStore
@@ -54,7 +54,7 @@ def argument_strategy(tool: str) -> st.SearchStrategy[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Harness:
-    return Harness(SQLiteStore(Path(tmp_path_factory.mktemp("prop")) / "p.sqlite"))
+    return Harness(SQLiteStore(Path(tmp_path_factory.mktemp("prop")) / "p.sqlite", key=TEST_KEY))
 
 
 _threads = itertools.count()

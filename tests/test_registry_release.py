@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import cli_env, toolgate
+from support import TEST_KEY, cli_env, toolgate
 
 from toolgate.bootstrap import release_manifest
 from toolgate.errors import RegistryError
@@ -29,7 +29,7 @@ FIGURES = [
 def _registry():  # type: ignore[no-untyped-def]
     from toolgate.bootstrap import load_registry
 
-    return load_registry("ops-tools/1.0.0", SQLiteStore("unused.sqlite"), secret=b"k")
+    return load_registry("ops-tools/1.0.0", SQLiteStore("unused.sqlite", key=TEST_KEY), secret=b"k")
 
 
 def test_committed_manifest_matches_the_bundle() -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 
@@ -36,7 +37,7 @@ def make_proposal(n: int = 1, **overrides: object) -> ProposalRecord:
         rollback="none",
         approval_class="finance",
         created_at=iso(now),
-        expires_at=iso(now),
+        expires_at=iso(now + timedelta(minutes=15)),
     )
     base = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
     base = dataclasses.replace(base, arguments_sha256=digest(base.arguments))
@@ -122,6 +123,7 @@ def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> 
         approval_id="apr_1",
         proposal_id=proposal.proposal_id,
         reviewer_id="fiona",
+        reviewer_tenant_id="acme",
         reviewer_roles=("finance",),
         decision="approve",
         digest=proposal.digest,
@@ -132,7 +134,8 @@ def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> 
     assert not store.record_decision(dataclasses.replace(record, approval_id="apr_2", decision="reject"))
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("UPDATE approvals SET decision = 'reject'")
-    assert [d.decision for d in store.decisions_for(proposal.proposal_id)] == ["approve"]
+    decisions = store.decisions_for(proposal.proposal_id)
+    assert [(d.decision, d.authentic) for d in decisions] == [("approve", True)]
 
 
 def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
@@ -147,7 +150,7 @@ def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
     assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
     for event in (first, second):
         row = dataclasses.asdict(event)
-        assert audit_hash(audit_row_content(row), event.prev_hash) == event.hash
+        assert audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain")) == event.hash
     with pytest.raises(StoreError), store.transaction() as tx:
         tx.execute("UPDATE audit_events SET result = 'accepted' WHERE seq = ?", (first.seq,))
     with pytest.raises(StoreError), store.transaction() as tx:

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from support import Harness, principal
+from support import TEST_KEY, Harness, principal
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.graph.proposals import draft_proposal, store_proposal
@@ -32,23 +32,23 @@ from toolgate.tools.demo import DemoSystem, demo_specs
 url, keys_file, start_at, worker = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 keys = open(keys_file).read().split()
 random.Random(worker).shuffle(keys)
-store = PostgresStore(url, max_size=12)
+store = PostgresStore(url, key=KEY_LITERAL, max_size=12)
 system = DemoSystem(store)
 gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, demo_specs(system), system),
-                   policy=PolicyRules.for_release(REFUND_RELEASE), store=store, audit_key=b"test-audit-key")
+                   policy=PolicyRules.for_release(REFUND_RELEASE), store=store)
 store.get_operation("warm-up")
 time.sleep(max(0.0, start_at - time.time()))
 with ThreadPoolExecutor(max_workers=int(sys.argv[5])) as pool:
     claims = sum(d.claim == "ACQUIRED" for d in pool.map(
         lambda k: gw.executor.deliver(k, worker_id=f"{worker}", wait_s=120), keys))
 print(claims)
-"""
+""".replace("KEY_LITERAL", repr(TEST_KEY))
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_eight_processes_sixty_four_threads_two_hundred_operations(pg_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    harness = Harness(PostgresStore(pg_url, max_size=10))
+    harness = Harness(PostgresStore(pg_url, key=TEST_KEY, max_size=10))
     gw = harness.gateway()
     spec = harness.registry.tools["restart_service"]
     keys = []

@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support import REFUND_REQUEST, Harness, principal, start
+from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
 
 from toolgate import telemetry
 from toolgate.graph import Context
@@ -27,7 +27,7 @@ REFUND_ARGS = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
-    return Harness(SQLiteStore(tmp_path / "trace.sqlite"))
+    return Harness(SQLiteStore(tmp_path / "trace.sqlite", key=TEST_KEY))
 
 
 @pytest.fixture

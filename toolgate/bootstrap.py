@@ -21,7 +21,6 @@ from toolgate.errors import UnknownReleaseError
 from toolgate.graph.builder import build_gateway, build_graph
 from toolgate.graph.deps import INSTRUCTIONS, Gateway
 from toolgate.models import load_chat_model
-from toolgate.policy.identities import Identities
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
@@ -84,17 +83,7 @@ class App:
     def gateway(self) -> Gateway:
         """Node dependencies, for operator commands that act outside a graph run (one per App, so its
         executor's circuit breakers are shared by everything the process does)."""
-        return build_gateway(
-            model=self.model,
-            registry=self.registry,
-            policy=self.policy,
-            store=self.store,
-            audit_key=self.settings.audit_key(),
-        )
-
-    def identities(self) -> Identities:
-        """The trusted identities file."""
-        return Identities.load(self.settings.identities_file)
+        return build_gateway(model=self.model, registry=self.registry, policy=self.policy, store=self.store)
 
     @contextmanager
     def graph(self) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
@@ -106,22 +95,29 @@ class App:
                 policy=self.policy,
                 store=self.store,
                 checkpointer=saver,
-                audit_key=self.settings.audit_key(),
             )
 
 
-def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = None) -> App:
+def open_app(
+    settings: Settings | None = None, *, model: BaseChatModel | None = None, read_only: bool = False
+) -> App:
     """Load and verify the configured release, then open the store (running migrations).
 
     A bundle whose hashes differ from its reviewed manifest, or an unpinned model, refuses to start.
+    ``read_only`` (verification and listing commands) writes nothing at all: no migration, no key
+    file, no audit event; the store must already exist at the current schema.
     """
     settings = settings or Settings.from_env()
-    store = open_store(settings.database_url, settings.data_dir, chain_key=settings.audit_key())
+    key = settings.audit_key(create=not read_only)
+    store = open_store(settings.database_url, settings.data_dir, key=key, read_only=read_only)
     system = DemoSystem(store)
-    registry = load_registry(settings.release, store, secret=settings.audit_key())
+    registry = load_registry(settings.release, store, secret=key)
     policy = PolicyRules.for_release(settings.release)
     verified_release(registry, policy, settings.model)
-    initialize_store(store)
+    if read_only:
+        store.require_schema()
+    else:
+        initialize_store(store)
     application = App(
         settings=settings,
         store=store,
@@ -130,7 +126,8 @@ def open_app(settings: Settings | None = None, *, model: BaseChatModel | None = 
         policy=policy,
         model=model or load_chat_model(settings),
     )
-    record_release_change(application)
+    if not read_only:
+        record_release_change(application)
     return application
 
 

@@ -7,7 +7,6 @@ same text. Errors from misuse exit with code 2 and a one-line message; no stack 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Annotated, Any
 
@@ -17,9 +16,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 from rich.console import Console
 
-from toolgate.bootstrap import App, open_app
 from toolgate.cli_audit import audit_app
+from toolgate.cli_common import open_from_env, person
 from toolgate.cli_dispatch import dispatch_app
+from toolgate.cli_identities import identities_app
 from toolgate.cli_registry import registry_app
 from toolgate.cli_verify import verify_app
 from toolgate.cli_worker import deadletter_app, worker_app
@@ -29,7 +29,6 @@ from toolgate.graph.context import Context
 from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide
 from toolgate.graph.rollback import propose_rollback
-from toolgate.policy.principal import Principal
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
@@ -42,6 +41,7 @@ app.add_typer(deadletter_app, name="deadletter")
 app.add_typer(registry_app, name="registry")
 app.add_typer(dispatch_app, name="dispatch")
 app.add_typer(verify_app, name="verify")
+app.add_typer(identities_app, name="identities")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -49,15 +49,6 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def _kv(**facts: Any) -> None:
     out.print(" ".join(f"{k}={v}" for k, v in facts.items()), markup=False)
-
-
-def _open() -> App:
-    return open_app(Settings.from_env())
-
-
-def _reviewer(application: App, user_id: str) -> Principal:
-    """Authenticate a reviewer: identity from the trusted file, secret from TOOLGATE_REVIEWER_TOKEN."""
-    return application.identities().authenticate(user_id, os.environ.get("TOOLGATE_REVIEWER_TOKEN"))
 
 
 @app.command()
@@ -71,12 +62,12 @@ def demo() -> None:
 @app.command()
 def run(
     message: Annotated[str, typer.Argument(help="What the user asks.")],
-    as_user: Annotated[str, typer.Option("--as", help="Requesting identity from the identities file.")],
+    as_user: Annotated[str, typer.Option("--as", help="Requesting person (token in TOOLGATE_TOKEN).")],
     thread: Annotated[str | None, typer.Option(help="Thread id (default: a new one).")] = None,
 ) -> None:
     """Start (or continue) a thread as an authenticated user."""
-    application = _open()
-    principal = application.identities().get(as_user)
+    application = open_from_env()
+    principal = person(application, as_user)
     thread_id = thread or f"thread-{uuid.uuid4().hex[:12]}"
     with application.graph() as graph:
         result = graph.invoke(
@@ -92,7 +83,7 @@ def resume(
     thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")],
 ) -> None:
     """Wake a thread after review; decisions come from the store, not from this command."""
-    application = _open()
+    application = open_from_env()
     with application.graph() as graph:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         snapshot = graph.get_state(config)
@@ -124,7 +115,7 @@ def proposals_list(
     status: Annotated[str | None, typer.Option(help="Filter by operation status.")] = None,
 ) -> None:
     """List proposals with their operation status."""
-    application = _open()
+    application = open_from_env(read_only=True)
     for proposal, operation in application.store.list_proposals(status):
         _kv(
             proposal=proposal.proposal_id,
@@ -139,7 +130,7 @@ def proposals_list(
 @proposals_app.command("show")
 def proposals_show(proposal_id: str) -> None:
     """Show one proposal exactly as a reviewer must see it."""
-    application = _open()
+    application = open_from_env(read_only=True)
     proposal = application.store.get_proposal(proposal_id)
     if proposal is None:
         raise NotFoundError(f"no proposal {proposal_id}")
@@ -159,6 +150,7 @@ def proposals_show(proposal_id: str) -> None:
             decision=record.decision,
             reviewer=record.reviewer_id,
             digest_bound=record.digest == proposal.digest,
+            authentic=str(record.authentic).lower(),
             decided_at=record.decided_at,
         )
 
@@ -166,14 +158,13 @@ def proposals_show(proposal_id: str) -> None:
 @app.command()
 def approve(
     proposal_id: str,
-    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
     digest: Annotated[str | None, typer.Option(help="Digest you reviewed (refused if it differs).")] = None,
 ) -> None:
     """Approve a proposal as an authenticated reviewer."""
-    application = _open()
-    outcome = decide(
-        application.gateway, proposal_id, application.identities().get(as_user), "approve", seen_digest=digest
-    )
+    application = open_from_env()
+    reviewer = person(application, as_user)
+    outcome = decide(application.gateway, proposal_id, reviewer, "approve", seen_digest=digest)
     _kv(
         proposal=proposal_id,
         decision="approve",
@@ -186,29 +177,28 @@ def approve(
 @app.command()
 def reject(
     proposal_id: str,
-    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
     reason: Annotated[str, typer.Option(help="Why, in words the requester will see.")],
 ) -> None:
     """Reject a proposal as an authenticated reviewer."""
-    application = _open()
-    outcome = decide(
-        application.gateway, proposal_id, application.identities().get(as_user), "reject", reason=reason
-    )
+    application = open_from_env()
+    reviewer = person(application, as_user)
+    outcome = decide(application.gateway, proposal_id, reviewer, "reject", reason=reason)
     _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
 
 
 @app.command()
 def edit(
     proposal_id: str,
-    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
     arguments: Annotated[str, typer.Option("--args", help="The edited arguments as one JSON object.")],
     tool: Annotated[
         str | None, typer.Option(help="Tool of the edited call (must equal the proposal's).")
     ] = None,
 ) -> None:
     """Replace a pending proposal with edited arguments: a new proposal that needs its own approval."""
-    application = _open()
-    reviewer = _reviewer(application, as_user)
+    application = open_from_env()
+    reviewer = person(application, as_user)
     original = application.store.get_proposal(proposal_id)
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
@@ -222,7 +212,6 @@ def edit(
         application.gateway,
         proposal_id,
         reviewer,
-        requester=application.identities().get(original.requester_id),
         tool=tool or original.tool,
         arguments=edited,
     )
@@ -234,11 +223,11 @@ def edit(
 @app.command()
 def rollback(
     operation_key: str,
-    as_user: Annotated[str, typer.Option("--as", help="Requesting identity from the identities file.")],
+    as_user: Annotated[str, typer.Option("--as", help="Requesting person (token in TOOLGATE_TOKEN).")],
 ) -> None:
     """Propose the declared rollback of a completed operation (a new proposal that needs approval)."""
-    application = _open()
-    proposal = propose_rollback(application.gateway, operation_key, application.identities().get(as_user))
+    application = open_from_env()
+    proposal = propose_rollback(application.gateway, operation_key, person(application, as_user))
     _kv(
         proposal=proposal.proposal_id,
         tool=proposal.tool,
@@ -253,7 +242,7 @@ def main() -> None:
     """Console entry point: usage errors become one line on stderr and exit code 2."""
     try:
         app(standalone_mode=True)
-    except (ApprovalError, ToolgateError) as exc:
+    except ToolgateError as exc:
         code = getattr(exc, "code", type(exc).__name__)
         err.print(f"error={code} message={json.dumps(str(exc))}", markup=False)
         raise SystemExit(2) from None

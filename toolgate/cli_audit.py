@@ -6,26 +6,18 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from toolgate.bootstrap import App, open_app
-from toolgate.config import Settings
+from toolgate.cli_common import kv as _kv
+from toolgate.cli_common import open_from_env
 from toolgate.errors import NotFoundError
-from toolgate.store._sql import iso, utcnow
-from toolgate.store.chain import verify_chain
+from toolgate.store._sql import iso
+from toolgate.store.chain import verify_chain, verify_records
 from toolgate.store.forensics import trace
 
 audit_app = typer.Typer(no_args_is_help=True, help="Read, verify and export the audit trail.")
-
-
-def _open() -> App:
-    return open_app(Settings.from_env())
-
-
-def _kv(**facts: Any) -> None:
-    typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
 
 
 @audit_app.command("trace")
@@ -38,7 +30,7 @@ def audit_trace(
     """Request -> call -> policy -> proposal -> approval -> claim -> handler -> result, in order."""
     if not operation_key and not call:
         raise NotFoundError("give an OPERATION_KEY or --call CALL_ID")
-    application = _open()
+    application = open_from_env(read_only=True)
     report = trace(application.store, application.gateway.auditor, operation_key=operation_key, call_id=call)
     if not report.events:
         raise NotFoundError(f"no audit events for {operation_key or call}")
@@ -71,19 +63,31 @@ def audit_trace(
 
 @audit_app.command("verify")
 def audit_verify() -> None:
-    """Recompute the whole hash chain; name the first event that does not fit."""
-    report = verify_chain(_open().store)
-    if report.ok:
-        _kv(events=report.events, tamper_check="PASS")
-        raise typer.Exit(0)
+    """Recompute the whole hash chain and every approval and identity MAC; name what does not fit.
+
+    Opens the store read-only: verifying never writes."""
+    store = open_from_env(read_only=True).store
+    report = verify_chain(store)
+    records = verify_records(store)
+    chain = (
+        {"tamper_check": "PASS"}
+        if report.ok
+        else {
+            "tamper_check": "FAIL",
+            "first_bad_seq": report.first_bad_seq,
+            "first_bad_event": report.first_bad_event_id,
+            "reason": json.dumps(report.reason),
+        }
+    )
     _kv(
         events=report.events,
-        tamper_check="FAIL",
-        first_bad_seq=report.first_bad_seq,
-        first_bad_event=report.first_bad_event_id,
-        reason=json.dumps(report.reason),
+        approvals=records.approvals,
+        identities=records.identities,
+        **chain,
+        forged_approvals=",".join(records.forged_approvals) or "none",
+        forged_identities=",".join(records.forged_identities) or "none",
     )
-    raise typer.Exit(1)
+    raise typer.Exit(0 if report.ok and records.ok else 1)
 
 
 @audit_app.command("export")
@@ -92,7 +96,7 @@ def audit_export(
 ) -> None:
     """Every event as JSON Lines (schema_version 1) for a SIEM."""
     lines = []
-    for event in _open().store.audit_events():
+    for event in open_from_env(read_only=True).store.audit_events():
         record = {"schema_version": 1, **{k: v for k, v in event.__dict__.items()}}
         lines.append(json.dumps(record, sort_keys=True))
     text = "\n".join(lines) + ("\n" if lines else "")
@@ -110,8 +114,8 @@ def audit_retention(
     ] = float(os.environ.get("TOOLGATE_AUDIT_RETENTION_DAYS", "90")),
 ) -> None:
     """Delete audit payloads past the retention period; digests and the chain stay verifiable."""
-    application = _open()
-    before = iso(utcnow() - timedelta(days=older_than_days))
+    application = open_from_env()
+    before = iso(application.store.now() - timedelta(days=older_than_days))
     purged = application.store.purge_audit_payloads(before)
     application.gateway.auditor.record(
         "audit.retention_applied",

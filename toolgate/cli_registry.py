@@ -23,13 +23,17 @@ from toolgate.tools.spec import ToolSpec
 
 registry_app = typer.Typer(no_args_is_help=True, help="Audit and inspect tool releases.")
 
+SPECS_ONLY_KEY = b"toolgate-registry-specs-only-never-connected"
+"""Registry commands build specs on a store that is never connected; no MAC is made with this."""
+
 
 def _release_specs(release: str) -> Callable[[], Sequence[ToolSpec]]:
     settings = Settings.from_env()
 
     def load() -> Sequence[ToolSpec]:
-        store = open_store(settings.database_url, settings.data_dir)  # not connected: specs only
-        return list(load_registry(release, store, secret=settings.audit_key()).tools.values())
+        # never connected (specs only), so a throwaway secret: nothing is signed with it
+        store = open_store(settings.database_url, settings.data_dir, key=SPECS_ONLY_KEY)
+        return list(load_registry(release, store, secret=SPECS_ONLY_KEY).tools.values())
 
     return load
 
@@ -124,8 +128,8 @@ def manifest_command(
 ) -> None:
     """Print the effective manifest (hashes of schemas, handlers, policy, instructions)."""
     settings = Settings.from_env()
-    store = open_store(settings.database_url, settings.data_dir)
-    registry = load_registry(release, store, secret=settings.audit_key())
+    store = open_store(settings.database_url, settings.data_dir, key=SPECS_ONLY_KEY)
+    registry = load_registry(release, store, secret=SPECS_ONLY_KEY)
     try:
         pinned = list(reviewed_manifest(release).get("pinned_models", []))
     except Exception:

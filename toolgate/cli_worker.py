@@ -4,13 +4,12 @@ the people's queue of operations whose outcome nobody could determine."""
 from __future__ import annotations
 
 import json
-import os
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from toolgate.bootstrap import App, open_app
-from toolgate.config import Settings
+from toolgate.cli_common import kv as _kv
+from toolgate.cli_common import open_from_env, person
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.recovery import recover
@@ -19,21 +18,13 @@ worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations
 deadletter_app = typer.Typer(no_args_is_help=True, help="Operations whose outcome needs a person.")
 
 
-def _kv(**facts: Any) -> None:
-    typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
-
-
-def _open() -> App:
-    return open_app(Settings.from_env())
-
-
 @worker_app.command("execute")
 def worker_execute(
     operation_key: Annotated[str, typer.Option("--operation-key", help="Operation to deliver.")],
     worker: Annotated[str | None, typer.Option(help="Worker id recorded as claim owner.")] = None,
 ) -> None:
     """Deliver one approved operation: execute it once, or return its stored result."""
-    application = _open()
+    application = open_from_env()
     context = Context()
     delivery = application.gateway.executor.deliver(
         operation_key,
@@ -60,7 +51,7 @@ def worker_recover(
     ] = True,
 ) -> None:
     """Reconcile operations left executing by dead workers, and every unknown outcome."""
-    application = _open()
+    application = open_from_env()
     context = Context()
     report = recover(
         application.gateway.executor,
@@ -90,10 +81,13 @@ def worker_recover(
 def worker_verify(
     operation_key: Annotated[str, typer.Option("--operation-key", help="Operation to verify.")],
 ) -> None:
-    """Check one operation: its claim, its approval, its handler, its status, and a replayed delivery."""
+    """Check one operation: its claim, its approval, its handler, its status, and a replayed delivery.
+
+    Writes nothing: the store is opened read-only, and a delivery is replayed only for a finished
+    operation (which returns its stored result)."""
     from toolgate.policy.approvals import verify_for_execution
 
-    application = _open()
+    application = open_from_env(read_only=True)
     store = application.store
     op = store.get_operation(operation_key)
     if op is None or op.proposal_id is None:
@@ -108,19 +102,25 @@ def worker_verify(
         verify_for_execution(
             proposal,
             spec.approval,
-            store.decisions_for(op.proposal_id),
+            application.gateway.executor.counted_decisions(proposal),
             handler_revision=spec.handler_revision,
             release=application.registry.release,
         )
         if spec
         else None
     )
-    replay = application.gateway.executor.deliver(operation_key, worker_id="worker-verify", wait_s=5)
+    finished = op.status in ("succeeded", "failed")
+    replay = (
+        application.gateway.executor.deliver(operation_key, worker_id="worker-verify", wait_s=5)
+        if finished
+        else None
+    )
     status = "completed" if op.status == "succeeded" else op.status
     ok = (
         claims == 1
         and executions == 1
         and op.status == "succeeded"
+        and replay is not None
         and replay.duplicate
         and verdict is not None
         and verdict.status == "approved"
@@ -132,7 +132,9 @@ def worker_verify(
         handler=proposal.handler_revision,
         executions=executions,
         status=status,
-        duplicate_delivery="stored_result_returned" if replay.duplicate else replay.status,
+        duplicate_delivery=(
+            "stored_result_returned" if replay and replay.duplicate else (replay.status if replay else "not_attempted")
+        ),
     )
     raise typer.Exit(0 if ok else 1)
 
@@ -142,7 +144,7 @@ def deadletter_list(
     all_: Annotated[bool, typer.Option("--all", help="Include resolved ones.")] = False,
 ) -> None:
     """Operations waiting for a person, with the context to decide."""
-    application = _open()
+    application = open_from_env(read_only=True)
     for letter in application.store.dead_letters(open_only=not all_):
         _kv(
             operation_key=letter.operation_key,
@@ -158,22 +160,33 @@ def deadletter_list(
 def deadletter_resolve(
     operation_key: str,
     outcome: Annotated[str, typer.Option(help="succeeded or failed, as verified in the system of record.")],
-    as_user: Annotated[str, typer.Option("--as", help="Reviewer identity from the identities file.")],
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
     note: Annotated[str, typer.Option(help="Evidence for the decision (e.g. the payment id found).")],
 ) -> None:
     """Record a person's verified outcome for a dead-lettered operation (once)."""
     if outcome not in ("succeeded", "failed"):
         raise ApprovalError("invalid_outcome", "--outcome must be succeeded or failed")
-    application = _open()
-    reviewer = application.identities().authenticate(as_user, os.environ.get("TOOLGATE_REVIEWER_TOKEN"))
+    application = open_from_env()
+    reviewer = person(application, as_user)
     op = application.store.get_operation(operation_key)
     if op is None:
         raise NotFoundError(f"no operation {operation_key}")
     spec = application.registry.get(op.tool)
-    if spec is None or not (reviewer.roles & spec.approval.roles):
-        raise ApprovalError(
-            "missing_role", f"resolving {op.tool} needs one of the roles of its approval class"
+    refusal = None
+    if op.tenant_id != reviewer.tenant_id:
+        refusal = ApprovalError("cross_tenant", f"{operation_key} belongs to another tenant")
+    elif spec is None or not (reviewer.roles & spec.approval.roles):
+        refusal = ApprovalError("missing_role", f"resolving {op.tool} needs one of the roles of its approval class")
+    if refusal is not None:
+        application.gateway.auditor.record(
+            "deadletter.refused",
+            "refused",
+            user_id=reviewer.user_id,
+            code=refusal.code,
+            operation_key=operation_key,
+            tool=op.tool,
         )
+        raise refusal
     if not application.store.resolve_dead_letter(
         operation_key, resolution=outcome, resolved_by=reviewer.user_id, note=note
     ):

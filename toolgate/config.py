@@ -2,21 +2,21 @@
 
 | variable | default | meaning |
 | --- | --- | --- |
-| TOOLGATE_DATA_DIR | ./.toolgate | where embedded SQLite files, the identities file and the audit key live |
+| TOOLGATE_DATA_DIR | ./.toolgate | where embedded SQLite files and the store secret (audit.key) live |
 | TOOLGATE_DATABASE_URL | (unset: SQLite in the data dir) | ``postgresql://...`` for PostgreSQL, or ``sqlite:///PATH`` |
 | TOOLGATE_MODEL | offline | ``offline`` (deterministic demo model) or ``provider:model``, e.g. ``openai:gpt-4.1-mini`` |
 | TOOLGATE_MODEL_BASE_URL | (unset) | base URL of an OpenAI-compatible endpoint |
 | TOOLGATE_MODEL_MAX_TOKENS | 800 | bound on the model's output tokens per turn |
 | TOOLGATE_RELEASE | ops-tools/1.1.0 | tool release to load (ops-tools/1.0.0 is the refund-only bundle) |
-| TOOLGATE_IDENTITIES | DATA_DIR/identities.json | trusted identities file |
-| TOOLGATE_AUDIT_KEY | (generated into DATA_DIR/audit.key) | secret for keyed hashes of actor ids in the audit log |
+| TOOLGATE_AUDIT_KEY | (generated into DATA_DIR/audit.key) | the store's secret (16+ bytes): every MAC, token hash |
+| TOOLGATE_TOKEN | (unset) | the acting person's token (``run``, ``approve``, ``identities``, ...) |
 | TOOLGATE_ALLOW_MODEL_REQUESTS | 1 | ``0`` refuses to construct a real provider model (tests set it) |
 | TOOLGATE_MAX_MODEL_TURNS, TOOLGATE_MAX_TOOL_CALLS | 8, 6 | task budgets |
+| TOOLGATE_MAX_CALLS_PER_TURN | 32 | calls judged in one model turn; the rest are refused as one batch |
 | TOOLGATE_CLAIM_LEASE_S, TOOLGATE_DUPLICATE_WAIT_S | 60, 30 | claim lease; wait of a duplicate for the stored result |
 | TOOLGATE_DEADLINE_S, TOOLGATE_MAX_VALIDATION_RETRIES, TOOLGATE_MAX_IDENTICAL_CALLS | 300, 2, 2 | task limits |
 | TOOLGATE_RECONCILE_DELAYS | 1,2,4,8,16 | waits between status checks of an unknown outcome |
 | TOOLGATE_MAX_PARALLEL_CALLS, TOOLGATE_BATCH_DEADLINE_S | 5, 120 | parallel batch limits |
-| TOOLGATE_REVIEWER_TOKEN | (unset) | a reviewer's secret for the CLI's approve/reject/edit/deadletter resolve |
 | TOOLGATE_AUDIT_RETENTION_DAYS | 90 | default age for ``toolgate audit retention`` |
 | OPENAI_API_KEY | (unset) | read by langchain-openai when TOOLGATE_MODEL names an OpenAI model; never logged |
 """
@@ -49,10 +49,8 @@ class Settings:
     """Output token bound per model turn."""
     release: str = DEFAULT_RELEASE
     """Release id."""
-    identities_path: Path | None = None
-    """Trusted identities file (default ``data_dir/identities.json``)."""
     audit_key_value: str | None = field(default=None, repr=False)
-    """Explicit audit HMAC secret."""
+    """Explicit store secret (``TOOLGATE_AUDIT_KEY``)."""
     allow_model_requests: bool = True
     """False refuses real provider models."""
 
@@ -61,7 +59,6 @@ class Settings:
         """Settings from ``env`` (default: the process environment)."""
         env = os.environ if env is None else env
         data_dir = Path(env.get("TOOLGATE_DATA_DIR") or ".toolgate").expanduser()
-        identities = env.get("TOOLGATE_IDENTITIES")
         try:
             max_tokens = int(env.get("TOOLGATE_MODEL_MAX_TOKENS", "800"))
         except ValueError as exc:
@@ -73,21 +70,19 @@ class Settings:
             model_base_url=env.get("TOOLGATE_MODEL_BASE_URL") or None,
             model_max_tokens=max_tokens,
             release=env.get("TOOLGATE_RELEASE") or DEFAULT_RELEASE,
-            identities_path=Path(identities).expanduser() if identities else None,
             audit_key_value=env.get("TOOLGATE_AUDIT_KEY") or None,
             allow_model_requests=env.get("TOOLGATE_ALLOW_MODEL_REQUESTS", "1") != "0",
         )
 
-    @property
-    def identities_file(self) -> Path:
-        """The identities file path."""
-        return self.identities_path or self.data_dir / "identities.json"
+    def audit_key(self, *, create: bool = True) -> bytes:
+        """The store's secret: explicit, or generated once into ``data_dir/audit.key`` (mode 0600).
 
-    def audit_key(self) -> bytes:
-        """The audit HMAC secret: explicit, or generated once into ``data_dir/audit.key`` (mode 0600)."""
+        ``create=False`` (read-only commands) refuses to generate one."""
         if self.audit_key_value:
             return self.audit_key_value.encode("utf-8")
         path = self.data_dir / "audit.key"
+        if not path.exists() and not create:
+            raise ConfigurationError(f"no store secret: set TOOLGATE_AUDIT_KEY or create {path}")
         if not path.exists():
             self.data_dir.mkdir(parents=True, exist_ok=True)
             try:

@@ -22,8 +22,8 @@ from toolgate.config import Settings
 from toolgate.errors import ApprovalError
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
-from toolgate.policy.identities import Identities, demo_token
-from toolgate.store._sql import iso, parse_iso, utcnow
+from toolgate.policy.demo_identities import demo_token, seed_demo_identities
+from toolgate.store._sql import iso, parse_iso
 from toolgate.store.chain import verify_chain
 
 Say = Callable[[str], None]
@@ -39,9 +39,9 @@ def run_demo(settings: Settings, say: Say = print) -> int:
     """Run the story in a fresh demo data directory; returns a process exit code."""
     demo_dir = settings.data_dir / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
-    settings = replace(settings, data_dir=demo_dir, database_url=None, identities_path=None, model="offline")
-    Identities.write_demo(settings.identities_file)
+    settings = replace(settings, data_dir=demo_dir, database_url=None, model="offline")
     app = open_app(settings)
+    seed_demo_identities(app.gateway.directory)
     try:
         return _story(app, say)
     finally:
@@ -49,9 +49,9 @@ def run_demo(settings: Settings, say: Say = print) -> int:
 
 
 def _story(app: App, say: Say) -> int:
-    identities = app.identities()
-    customer = identities.get("cust-ada")
-    reviewer = identities.authenticate("fiona", demo_token("fiona"))
+    directory = app.gateway.directory
+    customer = directory.authenticate("cust-ada", demo_token("cust-ada"))
+    reviewer = directory.authenticate("fiona", demo_token("fiona"))
     gw = app.gateway
     say(
         f"data_dir={app.settings.data_dir} store={app.store.url} release={app.registry.release} model=offline"
@@ -85,7 +85,7 @@ def _story(app: App, say: Say) -> int:
         facts = payload["toolgate"]["proposals"][0]
         proposal = app.store.get_proposal(facts["proposal_id"])
         assert proposal is not None
-        minutes = round((parse_iso(proposal.expires_at) - utcnow()).total_seconds() / 60)
+        minutes = round((parse_iso(proposal.expires_at) - app.store.now()).total_seconds() / 60)
         say(f"proposal={proposal.proposal_id}")
         say(f"tool={proposal.tool} handler={proposal.handler_revision} release={proposal.release}")
         say(f"arguments={json.dumps(proposal.arguments, sort_keys=True)}")
@@ -159,7 +159,7 @@ def _story(app: App, say: Say) -> int:
         say(f"operation_trace=toolgate audit trace {op.operation_key}")
         say(f"refusal_trace=toolgate audit trace --call {refused}")
         _section(say, "9. Retention: old protected payloads go, digests and the chain stay")
-        purged = app.store.purge_audit_payloads(iso(utcnow() - timedelta(days=RETENTION_DAYS)))
+        purged = app.store.purge_audit_payloads(iso(app.store.now() - timedelta(days=RETENTION_DAYS)))
         gw.auditor.record(
             "audit.retention_applied",
             "applied",

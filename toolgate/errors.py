@@ -27,10 +27,20 @@ RejectionCode = Literal[
     "policy_violation",
     "budget_exhausted",
     "loop_detected",
+    "too_many_calls",
+    "non_finite_number",
+    "number_out_of_range",
+    "nul_character",
+    "secret_in_arguments",
+    "state_tampered",
+    "state_mismatch",
+    "task_stopped",
 ]
-"""The closed set of reasons a tool call is refused before any handler or proposal exists."""
+"""The closed set of reasons a tool call is refused before any handler runs for it."""
 
 REJECTION_CODES: tuple[str, ...] = get_args(RejectionCode)
+STATE_CODES: tuple[str, ...] = ("state_tampered", "state_mismatch")
+"""Refusals caused by checkpointed state changed outside the gateway, never by a model's call."""
 
 
 class ToolgateError(Exception):
@@ -70,7 +80,16 @@ class UnknownReleaseError(RegistryError):
 
 
 class IdentityError(ToolgateUsageError):
-    """An identity could not be authenticated from the trusted identities file."""
+    """A person could not be authenticated, or may not do what they asked.
+
+    Attributes:
+        code: stable machine-readable reason, e.g. ``missing_token``, ``authentication_failed``,
+            ``revoked``, ``forged_identity``, ``not_admin``, ``thread_owner``.
+    """
+
+    def __init__(self, message: str, *, code: str = "authentication_failed") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ApprovalError(ToolgateUsageError):
@@ -139,6 +158,7 @@ class DirectInvocationError(ToolgateUsageError):
 
 __all__ = [
     "REJECTION_CODES",
+    "STATE_CODES",
     "ApprovalError",
     "ConfigurationError",
     "DirectInvocationError",

@@ -18,12 +18,24 @@ from toolgate.evals.adversarial import CASES
 from toolgate.evals.dispatch_runner import run_adversarial
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.review import decide
-from toolgate.policy.identities import DEMO_IDENTITIES
+from toolgate.policy.demo_identities import demo_principals
 from toolgate.policy.principal import Principal
 from toolgate.store.chain import verify_chain
 from toolgate.tools.audit import audit_specs
 
-VERIFY_PRINCIPALS = {raw["user_id"]: Principal.from_dict(raw) for raw in DEMO_IDENTITIES["identities"]}
+VERIFY_PRINCIPALS = demo_principals()
+
+
+def verify_identity(app: App, user_id: str) -> Principal:
+    """A demo person the checks act as: an active identity in the store (added with a random token
+    nobody sees when missing, so the check can never become a way in)."""
+    principal = VERIFY_PRINCIPALS[user_id]
+    if app.store.get_identity(user_id) is None:
+        app.gateway.directory.add(principal, by=None)
+    active = app.gateway.directory.active(user_id, principal.tenant_id)
+    if active is None:
+        raise RuntimeError(f"verification identity {user_id!r} is not active in this store")
+    return active
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,7 @@ class IdempotencyResult:
 def run_idempotency(app: App, concurrency: int) -> IdempotencyResult:
     """Propose, approve and deliver one restart ``concurrency`` times at once; count the effects."""
     gw = app.gateway
-    requester, reviewer = VERIFY_PRINCIPALS["sam"], VERIFY_PRINCIPALS["omar"]
+    requester, reviewer = verify_identity(app, "sam"), verify_identity(app, "omar")
     spec = app.registry.get("restart_service")
     assert spec is not None
     draft = draft_proposal(

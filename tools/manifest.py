@@ -55,6 +55,8 @@ def tool_fingerprint(spec: ToolSpec) -> dict[str, Any]:
                 "approval": spec.approval.describe(),
                 "scopes": sorted(spec.required_scopes),
                 "rollback": spec.rollback_text(),
+                # only when set, so manifests reviewed before the field existed stay valid
+                **({"secret_arguments": spec.secret_arguments} if spec.secret_arguments != "refuse" else {}),
             }
         ),
     }

@@ -187,6 +187,7 @@ ProblemCode = Literal[
     "missing_rollback",
     "unknown_resource_argument",
     "unknown_audit_field",
+    "secret_review_on_read",
 ]
 """Why a spec is refused; the registry audit counts these."""
 
@@ -218,6 +219,10 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         problems.append(("write_without_approval", "the approval class of a write must require a reviewer"))
     if not spec.is_write and spec.approval.kind != "none":
         problems.append(("read_with_approval", "a read-only tool must not declare an approval class"))
+    if not spec.is_write and spec.secret_arguments == "review":
+        problems.append(
+            ("secret_review_on_read", "only a write, which a reviewer sees, may take secret-looking arguments")
+        )
     if isinstance(spec.rollback, NoRollback) and not spec.rollback.reason.strip():
         problems.append(("missing_rollback", "a no-rollback statement needs its reason"))
     if isinstance(spec.rollback, Rollback) and not spec.rollback.statement.strip():
@@ -291,6 +296,12 @@ class ToolSpec:
     """When set, only principals holding one of these roles see the tool (besides the scopes)."""
     exposed_to_tenants: frozenset[str] | None = None
     """When set, only these tenants see the tool (per-tenant integrations)."""
+    secret_arguments: Literal["refuse", "review"] = "refuse"
+    """What happens to a call whose arguments hold a secret-looking value (a key, token or card
+    number). ``refuse``: dispatch refuses it (``secret_in_arguments``) and the value never enters
+    checkpointed state. ``review`` (writes only, e.g. a payment tool that takes a card number):
+    it is proposed with its real arguments, shown to the reviewer as they are. Arguments are
+    never rewritten: what runs is what was approved."""
 
     def __post_init__(self) -> None:
         problems = spec_problems(self)

@@ -1,111 +1,236 @@
-"""Bounds on what a model response may put into checkpointed state.
+"""What a model response may put into checkpointed state, decided before it is stored.
 
-A tool call's arguments are untrusted input. Oversized or deeply nested arguments would bloat
-every later checkpoint and model turn, and nesting beyond the serializer's depth crashes the
-checkpointer itself. Such calls are moved to ``invalid_tool_calls`` (with a short, truncated
-preview) before the response is stored, so dispatch refuses them as ``malformed_arguments``.
+A tool call's arguments and even its id are untrusted input. Some values cannot be judged at
+all, and some would crash the machinery before dispatch could refuse them: integers beyond 64
+bits (the checkpoint serializer), NaN and Infinity (canonical JSON), NUL characters (PostgreSQL
+text), arguments that are too large or too deeply nested, and more calls in one turn than the
+gateway judges. Such a call is *screened*: moved to ``invalid_tool_calls`` with a short, safe
+preview instead of its arguments, and its stable code kept in ``screened`` so dispatch refuses it
+with that code and a `ToolMessage` carrying the same call id.
 
-Secrets never enter checkpoints: secret-looking values (API keys, passwords, card numbers, ...)
-in the model's text and in its call arguments are replaced before the response is stored.
+Secret-looking values in arguments are never rewritten: what runs must be what was judged and
+approved. A call holding one is screened (``secret_in_arguments``) unless its tool declares
+``secret_arguments="review"``, in which case its real arguments go on to a proposal that a
+reviewer sees as they are. The model's text itself carries no authority and is redacted.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from toolgate.policy.output import redact_text
+from toolgate.policy.decisions import Rejection
+from toolgate.policy.output import count_secrets, redact_text
+from toolgate.tools.registry import Registry
 
 MAX_ARGUMENT_BYTES = 65_536
 MAX_ARGUMENT_DEPTH = 16
+MAX_CALL_ID_CHARS = 256
 PREVIEW_CHARS = 200
+INT_RANGE = (-(2**63), 2**63 - 1)
+"""Integers the checkpoint serializer and every database column can hold."""
 
 
-def argument_problem(args: Any) -> str | None:
-    """Why ``args`` is out of bounds (depth first, measured without recursion), or None."""
+SCREEN_REJECTIONS: dict[str, Rejection] = {
+    "malformed_arguments": Rejection(
+        code="malformed_arguments",
+        message="Arguments must be one JSON object matching the tool schema, within the size and nesting limits.",
+        retryable=True,
+    ),
+    "non_finite_number": Rejection(
+        code="non_finite_number",
+        message="Numbers must be finite: NaN and Infinity are not accepted.",
+        retryable=True,
+    ),
+    "number_out_of_range": Rejection(
+        code="number_out_of_range",
+        message="Integers must fit in 64 bits.",
+        retryable=True,
+    ),
+    "nul_character": Rejection(
+        code="nul_character",
+        message="Text, names and call ids must not contain NUL characters.",
+        retryable=True,
+    ),
+    "secret_in_arguments": Rejection(
+        code="secret_in_arguments",
+        message="Arguments must not carry secrets (API keys, passwords, tokens, card numbers). "
+        "Do not repeat the value; tell the user to use the product's secure flow instead.",
+        retryable=True,
+        suggestion="call again without the secret-looking value",
+    ),
+}
+"""How dispatch refuses a call screened by `screen_response` (``too_many_calls`` aside)."""
+
+
+def too_many_calls(limit: int) -> Rejection:
+    """The refusal of every call past the per-turn limit."""
+    return Rejection(
+        code="too_many_calls",
+        message=f"Not judged: more than {limit} tool calls in one turn. Make fewer calls at a time.",
+        retryable=True,
+    )
+
+
+def argument_problem(args: Any) -> tuple[str, str] | None:
+    """``(code, message)`` when ``args`` cannot be judged, else None (iterative: no recursion)."""
+    if not isinstance(args, dict):
+        return "malformed_arguments", "arguments must be one JSON object"
     stack: list[tuple[Any, int]] = [(args, 1)]
     size = 0
     while stack:
         value, depth = stack.pop()
         if depth > MAX_ARGUMENT_DEPTH:
-            return f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+            return "malformed_arguments", f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
         if isinstance(value, dict):
-            size += 2 + sum(len(str(k)) + 3 for k in value)
-            stack.extend((v, depth + 1) for v in value.values())
+            size += 2
+            for key, item in value.items():
+                if not isinstance(key, str) or "\x00" in key:
+                    return "nul_character", "argument names must be text without NUL characters"
+                size += len(key) + 3
+                stack.append((item, depth + 1))
         elif isinstance(value, list | tuple):
             size += 2 + len(value)
             stack.extend((v, depth + 1) for v in value)
         elif isinstance(value, str):
+            if "\x00" in value:
+                return "nul_character", "arguments must not contain NUL characters"
             size += len(value.encode("utf-8", errors="replace")) + 2
+        elif isinstance(value, bool) or value is None:
+            size += 5
+        elif isinstance(value, int):
+            if not INT_RANGE[0] <= value <= INT_RANGE[1]:
+                return "number_out_of_range", "integers must fit in 64 bits"
+            size += 20
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return "non_finite_number", "numbers must be finite (no NaN or Infinity)"
+            size += 24
         else:
-            size += 8
+            return "malformed_arguments", "arguments must be plain JSON values"
         if size > MAX_ARGUMENT_BYTES:
-            return f"arguments exceed {MAX_ARGUMENT_BYTES} bytes"
+            return "malformed_arguments", f"arguments exceed {MAX_ARGUMENT_BYTES} bytes"
     return None
 
 
-def _preview(value: Any) -> str:
-    if isinstance(value, str):
-        return value[:PREVIEW_CHARS]
-    try:
-        return json.dumps(value)[:PREVIEW_CHARS]
-    except (TypeError, ValueError, RecursionError):
-        return "<unserializable>"
+def call_id_problem(call_id: Any) -> tuple[str, str] | None:
+    """``(code, message)`` when a call id cannot be stored and audited as it is."""
+    text = str(call_id or "")
+    if "\x00" in text:
+        return "nul_character", "the call id contains a NUL character"
+    if len(text) > MAX_CALL_ID_CHARS:
+        return "malformed_arguments", f"the call id is longer than {MAX_CALL_ID_CHARS} characters"
+    return None
 
 
-def bound_response(message: AIMessage) -> AIMessage:
-    """The response with out-of-bounds calls moved to ``invalid_tool_calls``."""
-    kept: list[Any] = []
-    moved: list[Any] = list(message.invalid_tool_calls)
-    for call in message.tool_calls:
-        problem = argument_problem(call.get("args"))
-        if problem is None:
-            kept.append(call)
-        else:
-            moved.append(
-                {
-                    "type": "invalid_tool_call",
-                    "name": call.get("name"),
-                    "id": call.get("id"),
-                    "args": _preview(call.get("args")),
-                    "error": problem,
-                }
-            )
-    bounded: list[Any] = []
-    for invalid in moved:
-        raw = invalid.get("args")
-        if isinstance(raw, str) and len(raw) > MAX_ARGUMENT_BYTES:
-            invalid = {
-                **invalid,
-                "args": raw[:PREVIEW_CHARS],
-                "error": f"arguments exceed {MAX_ARGUMENT_BYTES} bytes",
-            }
-        bounded.append(invalid)
-    redacted_calls = [{**call, "args": _redact_values(call.get("args"))} for call in kept]
-    redacted_invalid = [{**call, "args": _redact_values(call.get("args"))} for call in bounded]
-    update: dict[str, Any] = {
-        "tool_calls": redacted_calls,
-        "invalid_tool_calls": redacted_invalid,
-        "additional_kwargs": _redact_values(dict(message.additional_kwargs)),
+def holds_secret(value: Any) -> bool:
+    """True when any string in a JSON value looks like a secret (API key, token, card number...)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if count_secrets(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
+def _safe_text(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """A short preview that can be stored anywhere: no NUL or other control characters, redacted."""
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value, default=repr)
+        except (TypeError, ValueError, RecursionError):
+            value = "<unserializable>"
+    value = value[: limit * 2]
+    if not value.isprintable():
+        value = "".join(
+            "\ufffd" if unicodedata.category(ch) == "Cc" and ch not in "\n\t" else ch for ch in value
+        )
+    return redact_text(value)[:limit]
+
+
+def _screened(call: Mapping[str, Any], message: str) -> dict[str, Any]:
+    return {
+        "type": "invalid_tool_call",
+        "name": _safe_text(call.get("name") or "", 64),
+        "id": call.get("id"),
+        "args": "{}",
+        "error": message,
     }
-    if isinstance(message.content, str):
-        update["content"] = redact_text(message.content)
-    else:
-        update["content"] = _redact_values(message.content)
-    return message.model_copy(update=update)
 
 
-def _redact_values(value: Any) -> Any:
-    """Secret-looking substrings replaced in every string of a JSON-like value (keys untouched)."""
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, dict):
-        return {k: _redact_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_values(v) for v in value]
-    return value
+def _redacted_content(content: Any) -> Any:
+    """The model's text with secret-looking values redacted; other content blocks (reasoning,
+    encrypted items, signatures) stay exactly as the provider sent them."""
+    if isinstance(content, str):
+        return redact_text(content)
+    if isinstance(content, list):
+        return [
+            {**block, "text": redact_text(block["text"])}
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+            else block
+            for block in content
+        ]
+    return content
 
 
-__all__ = ["MAX_ARGUMENT_BYTES", "MAX_ARGUMENT_DEPTH", "argument_problem", "bound_response"]
+def screen_response(
+    message: AIMessage, registry: Registry, *, max_calls: int
+) -> tuple[AIMessage, dict[str, str]]:
+    """The response as it may be stored, and the screening code of every call moved aside."""
+    kept: list[Any] = []
+    moved: list[Any] = []
+    screened: dict[str, str] = {}
+    calls = [(c, False) for c in message.tool_calls] + [(c, True) for c in message.invalid_tool_calls]
+    for index, (call, invalid) in enumerate(calls):
+        call_id = str(call.get("id") or "")
+        problem = call_id_problem(call_id)
+        if problem is None and index >= max_calls:
+            problem = ("too_many_calls", f"more than {max_calls} calls in one turn")
+        if problem is None and not invalid:
+            problem = argument_problem(call.get("args"))
+            if problem is None and holds_secret(call.get("args")):
+                spec = registry.get(str(call.get("name") or ""))
+                if spec is None or spec.secret_arguments != "review":
+                    problem = ("secret_in_arguments", "arguments hold a secret-looking value")
+        if problem is not None:
+            code, text = problem
+            moved.append(_screened(call, text))
+            if call_id:
+                screened[call_id] = code
+        elif invalid:
+            moved.append({**call, "args": _safe_text(call.get("args"), MAX_ARGUMENT_BYTES)})
+        else:
+            kept.append(call)
+    # the raw provider copy of the calls would carry what was just screened out; tool_calls is the record
+    extra = {k: v for k, v in message.additional_kwargs.items() if k not in ("tool_calls", "function_call")}
+    update: dict[str, Any] = {
+        "tool_calls": kept,
+        "invalid_tool_calls": moved,
+        "additional_kwargs": extra,
+        "content": _redacted_content(message.content),
+    }
+    return message.model_copy(update=update), screened
+
+
+__all__ = [
+    "INT_RANGE",
+    "MAX_ARGUMENT_BYTES",
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_CALL_ID_CHARS",
+    "SCREEN_REJECTIONS",
+    "argument_problem",
+    "call_id_problem",
+    "holds_secret",
+    "screen_response",
+    "too_many_calls",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -33,10 +34,10 @@ def principal_of(state: GatewayState, runtime: Runtime[Context]) -> Principal:
     if recorded:
         principal = Principal.from_dict(recorded)
         if given is not None and (given.user_id, given.tenant_id) != (principal.user_id, principal.tenant_id):
-            raise IdentityError("this thread belongs to another principal")
+            raise IdentityError("this thread belongs to another principal", code="thread_owner")
         return principal
     if given is None:
-        raise IdentityError("no authenticated principal in the run context")
+        raise IdentityError("no authenticated principal in the run context", code="missing_principal")
     return given
 
 
@@ -50,9 +51,18 @@ def budget_of(state: GatewayState) -> Budget:
     )
 
 
+def audit_call_id(call_id: str) -> str:
+    """The call id as the audit log may hold it: as is when it is short plain text, else its digest.
+
+    Call ids come from the model; a NUL or a megabyte of text must not reach a database column."""
+    if len(call_id) <= 128 and call_id.isprintable():
+        return call_id
+    return "callid_sha256_" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def audit_projection(arguments: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
     """The arguments an audit event may hold verbatim (the tool's allowlist)."""
     return {k: arguments[k] for k in sorted(fields) if k in arguments}
 
 
-__all__ = ["audit_projection", "budget_of", "context_of", "principal_of", "thread_id"]
+__all__ = ["audit_call_id", "audit_projection", "budget_of", "context_of", "principal_of", "thread_id"]

@@ -24,7 +24,15 @@ from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
-from toolgate.graph.nodes._common import audit_projection, budget_of, context_of, principal_of, thread_id
+from toolgate.graph.nodes._bounds import SCREEN_REJECTIONS, too_many_calls
+from toolgate.graph.nodes._common import (
+    audit_call_id,
+    audit_projection,
+    budget_of,
+    context_of,
+    principal_of,
+    thread_id,
+)
 from toolgate.graph.state import CallRecord, GatewayState
 from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Rejection
@@ -167,7 +175,7 @@ def judge(
     refused = check_resource(spec, principal, arguments, gw.registry.resolver)
     if refused:
         return Verdict(spec, arguments, refused, fingerprint)
-    refused = gw.rate_limiter.check(principal, spec.name, now)
+    refused = gw.rate_limiter.check(principal, spec.name)
     if refused:
         return Verdict(spec, arguments, refused, fingerprint)
     if spec.semantic_check is not None:
@@ -194,22 +202,34 @@ def make_dispatch_node(gw: Gateway) -> Any:
         principal = principal_of(state, runtime)
         ctx = context_of(runtime)
         budget = budget_of(state)
-        now = gw.clock()
+        now = gw.store.now()
         last = state["messages"][-1]
         assert isinstance(last, AIMessage)
         counts = dict(state.get("call_counts", {}))
         failures = dict(state.get("validation_failures", {}))
         deadline = state.get("deadline_at")
-        messages: list[ToolMessage] = []
-        records: dict[str, CallRecord] = {}
+        screened = state.get("screened", {})
+        turn = Turn(
+            gw,
+            principal,
+            budget["model_turns"],
+            {
+                "thread_id": thread_id(config),
+                "request_id": ctx.request_id,
+                "trace_id": telemetry.audit_trace_id(ctx.trace_id, state.get("trace")),
+            },
+        )
         status: dict[str, Any] = {}
-        common = {
-            "thread_id": thread_id(config),
-            "request_id": ctx.request_id,
-            "trace_id": telemetry.audit_trace_id(ctx.trace_id, state.get("trace")),
-        }
+        overflow: list[ProposedCall] = []
         for call in proposed_calls(last):
-            if budget["tool_calls"] >= ctx.max_tool_calls or (deadline and now >= parse_iso(deadline)):
+            code = screened.get(call.call_id)
+            if code == "too_many_calls":
+                overflow.append(call)
+                continue
+            if code is not None:
+                budget["tool_calls"] += 1
+                verdict = Verdict(gw.registry.get(call.name), {}, SCREEN_REJECTIONS[code])
+            elif budget["tool_calls"] >= ctx.max_tool_calls or (deadline and now >= parse_iso(deadline)):
                 what = "tool call budget" if budget["tool_calls"] >= ctx.max_tool_calls else "deadline"
                 verdict = Verdict(
                     gw.registry.get(call.name),
@@ -228,78 +248,140 @@ def make_dispatch_node(gw: Gateway) -> Any:
             if verdict.fingerprint and (rejection is None or rejection.code != "loop_detected"):
                 counts[verdict.fingerprint] = counts.get(verdict.fingerprint, 0) + 1
             tool = spec.name if spec else "unknown"
-            if rejection is not None:
-                if rejection.code in VALIDATION_CODES:
-                    failures[tool] = failures.get(tool, 0) + 1
-                    if failures[tool] > ctx.max_validation_retries:
-                        status = {
-                            "status": "needs_review",
-                            "status_reason": f"arguments for {tool} stayed invalid after retries",
-                        }
-                if rejection.code in ENDS_TASK and not status:
-                    status = {"status": "needs_review", "status_reason": rejection.code.replace("_", " ")}
-                gw.auditor.record(
-                    "call.rejected",
-                    "rejected",
-                    user_id=principal.user_id,
-                    code=rejection.code,
-                    call_id=call.call_id,
-                    tool=spec.name if spec else None,
-                    handler_revision=spec.handler_revision if spec else None,
-                    detail={
-                        "message": redact_text(rejection.message)[:300],
-                        "rule_id": rejection.rule_id,
-                        "requested_name": redact_text(call.name)[:64] if spec is None else None,
-                    },
-                    **common,
-                )
-                telemetry.record_rejection(tool, rejection.code, release=gw.registry.release)
-                messages.append(rejection_message(call.call_id, tool, rejection))
-                records[call.call_id] = CallRecord(
-                    call_id=call.call_id,
-                    tool=tool,
-                    turn=budget["model_turns"],
-                    phase="rejected",
-                    code=rejection.code,
-                )
+            if rejection is None:
+                assert spec is not None
+                turn.accept(call, spec, verdict.arguments)
                 continue
-            assert spec is not None
-            gw.auditor.record(
-                "call.accepted",
-                "proposal_required" if spec.is_write else "allowed",
-                user_id=principal.user_id,
-                call_id=call.call_id,
-                tool=spec.name,
-                handler_revision=spec.handler_revision,
-                detail={
-                    "arguments": audit_projection(verdict.arguments, spec.audit_fields),
-                    "arguments_sha256": digest(verdict.arguments),
-                },
-                **common,
-            )
-            records[call.call_id] = CallRecord(
-                call_id=call.call_id,
-                tool=spec.name,
-                turn=budget["model_turns"],
-                phase="write" if spec.is_write else "read",
-                arguments=verdict.arguments,
-            )
-        update: dict[str, Any] = {
-            "messages": messages,
-            "calls": records,
-            "turn_calls": list(records),
+            if rejection.code in VALIDATION_CODES:
+                failures[tool] = failures.get(tool, 0) + 1
+                if failures[tool] > ctx.max_validation_retries:
+                    status = {
+                        "status": "needs_review",
+                        "status_reason": f"arguments for {tool} stayed invalid after retries",
+                    }
+            if rejection.code in ENDS_TASK and not status:
+                status = {"status": "needs_review", "status_reason": rejection.code.replace("_", " ")}
+            turn.reject(call, spec, rejection)
+        if overflow:
+            turn.reject_batch(overflow, too_many_calls(ctx.max_calls_per_turn))
+        if status:
+            turn.stop(status["status_reason"])  # every accepted call of the turn is answered, not run
+        return {
+            "messages": turn.messages,
+            "calls": turn.records,
+            "turn_calls": list(turn.records),
             "budget": budget,
             "call_counts": counts,
             "validation_failures": failures,
             **status,
         }
-        return update
 
     return dispatch
 
 
+class Turn:
+    """What dispatch decided about one model turn: records, answers and audit events."""
+
+    def __init__(self, gw: Gateway, principal: Principal, turn: int, common: dict[str, Any]) -> None:
+        self.gw, self.principal, self.turn, self.common = gw, principal, turn, common
+        self.messages: list[ToolMessage] = []
+        self.records: dict[str, CallRecord] = {}
+
+    def accept(self, call: ProposedCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:
+        """Record an accepted call: reads go on to execute, writes to a proposal."""
+        self.gw.auditor.record(
+            "call.accepted",
+            "proposal_required" if spec.is_write else "allowed",
+            user_id=self.principal.user_id,
+            call_id=audit_call_id(call.call_id),
+            tool=spec.name,
+            handler_revision=spec.handler_revision,
+            detail={
+                "arguments": audit_projection(arguments, spec.audit_fields),
+                "arguments_sha256": digest(arguments),
+            },
+            **self.common,
+        )
+        self.records[call.call_id] = CallRecord(
+            call_id=call.call_id,
+            tool=spec.name,
+            turn=self.turn,
+            phase="write" if spec.is_write else "read",
+            arguments=arguments,
+        )
+
+    def reject(self, call: ProposedCall, spec: ToolSpec | None, rejection: Rejection) -> None:
+        """Refuse one call: one audit event, one `ToolMessage` with its call id."""
+        self.gw.auditor.record(
+            "call.rejected",
+            "rejected",
+            user_id=self.principal.user_id,
+            code=rejection.code,
+            call_id=audit_call_id(call.call_id),
+            tool=spec.name if spec else None,
+            handler_revision=spec.handler_revision if spec else None,
+            detail={
+                "message": redact_text(rejection.message)[:300],
+                "rule_id": rejection.rule_id,
+                "requested_name": redact_text(call.name)[:64] if spec is None else None,
+            },
+            **self.common,
+        )
+        self._answer(call.call_id, spec.name if spec else "unknown", rejection)
+
+    def reject_batch(self, calls: list[ProposedCall], rejection: Rejection) -> None:
+        """Refuse many calls with one audit event (a runaway turn costs one event, not thousands)."""
+        self.gw.auditor.record(
+            "call.rejected",
+            "rejected",
+            user_id=self.principal.user_id,
+            code=rejection.code,
+            detail={
+                "calls": len(calls),
+                "first_call_id": audit_call_id(calls[0].call_id),
+                "message": rejection.message[:300],
+            },
+            **self.common,
+        )
+        answer = rejection_message("", "unknown", rejection)  # one answer, copied per call id
+        for call in calls:
+            self.messages.append(answer.model_copy(update={"tool_call_id": call.call_id}))
+            self.records[call.call_id] = CallRecord(
+                call_id=call.call_id, tool="unknown", turn=self.turn, phase="rejected", code=rejection.code
+            )
+        telemetry.record_rejection("unknown", rejection.code, release=self.gw.registry.release)
+
+    def stop(self, reason: str) -> None:
+        """The task stops for review: answer every accepted call of the turn instead of running it."""
+        stopped = Rejection(
+            code="task_stopped",
+            message=f"Not run: the task stopped for human review ({reason}).",
+            retryable=False,
+        )
+        for call_id, record in list(self.records.items()):
+            if record["phase"] in ("read", "write"):
+                self.gw.auditor.record(
+                    "call.rejected",
+                    "rejected",
+                    user_id=self.principal.user_id,
+                    code=stopped.code,
+                    call_id=audit_call_id(call_id),
+                    tool=record["tool"],
+                    **self.common,
+                )
+                self._answer(call_id, record["tool"], stopped)
+
+    def _answer(self, call_id: str, tool: str, rejection: Rejection) -> None:
+        telemetry.record_rejection(tool, rejection.code, release=self.gw.registry.release)
+        self.messages.append(rejection_message(call_id, tool, rejection))
+        self.records[call_id] = CallRecord(
+            call_id=call_id, tool=tool, turn=self.turn, phase="rejected", code=rejection.code
+        )
+
+
 __all__ = [
     "ProposedCall",
+    "Turn",
     "Verdict",
     "call_fingerprint",
     "describe_validation_error",

@@ -1,5 +1,9 @@
 """The execute node: runs this turn's reads and delivers its approved writes, once each.
 
+Nothing runs because checkpointed state says so. Besides the seal checked before this node, each
+call is re-judged from trusted sources: a read runs only for a tool that is a read in the loaded
+release and that this principal may use on this resource now; a write runs only through an
+operation whose proposal in the store belongs to this thread, tenant, requester, tool and call.
 Writes go through `Executor.deliver`, which re-verifies the approval records, claims the
 operation atomically and returns the stored result to any duplicate delivery. Every call of the
 turn gets its own `ToolMessage`, whatever happened to the others. While every write of the turn
@@ -22,15 +26,22 @@ from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import current_proposal
 from toolgate.graph.execution import Delivery
-from toolgate.graph.messages import result_message, status_message
+from toolgate.graph.messages import rejection_message, result_message, status_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
+from toolgate.policy.authorization import check_resource, check_scopes
+from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.store._sql import iso
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}
+STATE_MISMATCH = Rejection(
+    code="state_mismatch",
+    message="Not run: this call does not match the gateway's own records for this task.",
+    retryable=False,
+)
 
 
 def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMessage:
@@ -106,6 +117,59 @@ def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) 
         error=op.error,
         reason=delivery.reason,
     )
+
+
+def refuse_call(
+    gw: Gateway, record: CallRecord, principal: Principal, rejection: Rejection, common: dict[str, Any]
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Answer a call that execute will not run (audited like a dispatch refusal)."""
+    call_id, tool = record["call_id"], record.get("tool", "unknown")
+    gw.auditor.record(
+        "call.rejected",
+        "rejected",
+        user_id=principal.user_id,
+        code=rejection.code,
+        call_id=call_id,
+        tool=tool,
+        detail={"message": rejection.message[:300], "stage": "execute"},
+        **common,
+    )
+    outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
+    return rejection_message(call_id, tool, rejection), outcome, True
+
+
+def read_refusal(
+    gw: Gateway, spec: ToolSpec | None, record: CallRecord, principal: Principal
+) -> Rejection | None:
+    """Why a read recorded in state may not run for ``principal`` now (None: it may)."""
+    if spec is None or spec.is_write:
+        return STATE_MISMATCH
+    return check_scopes(spec, principal) or check_resource(
+        spec, principal, record.get("arguments", {}), gw.registry.resolver
+    )
+
+
+def write_refusal(
+    gw: Gateway, spec: ToolSpec | None, record: CallRecord, principal: Principal, task: str
+) -> Rejection | None:
+    """Why a write recorded in state may not be delivered from this thread (None: it may).
+
+    The operation and its proposal are read from the store: they must be this call's, proposed in
+    this thread, for this tenant and requester."""
+    proposal = gw.store.get_proposal(record.get("proposal_id", ""))
+    if (
+        spec is None
+        or not spec.is_write
+        or proposal is None
+        or proposal.operation_key != record.get("operation_key")
+        or proposal.thread_id != task
+        or proposal.tenant_id != principal.tenant_id
+        or proposal.requester_id != principal.user_id
+        or proposal.tool != spec.name
+        or proposal.call_id != record.get("call_id")
+    ):
+        return STATE_MISMATCH
+    return None
 
 
 def run_read(
@@ -229,9 +293,15 @@ def make_execute_node(gw: Gateway) -> Any:
             )
 
         def run(record: CallRecord) -> tuple[ToolMessage, Outcome, bool]:
-            spec = gw.registry.get(record["tool"])
-            assert spec is not None
+            spec = gw.registry.get(record.get("tool", ""))
             read = record.get("phase") == "read"
+            refusal = (
+                read_refusal(gw, spec, record, principal)
+                if read
+                else write_refusal(gw, spec, record, principal, thread_id(config))
+            )
+            if refusal is not None or spec is None:
+                return refuse_call(gw, record, principal, refusal or STATE_MISMATCH, common)
             # run_batch may use worker threads, which do not inherit the OpenTelemetry context:
             # link to this turn's model span (another node invocation) inside the worker itself.
             with (
@@ -294,7 +364,7 @@ def make_execute_node(gw: Gateway) -> Any:
         }
         if writes:
             # a human decision restarts the task's autonomous running time
-            update["deadline_at"] = iso(gw.clock() + timedelta(seconds=ctx.deadline_s))
+            update["deadline_at"] = iso(gw.store.now() + timedelta(seconds=ctx.deadline_s))
         return update
 
     return execute

@@ -13,7 +13,7 @@ from langgraph.runtime import Runtime
 from toolgate import telemetry
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
-from toolgate.graph.nodes._bounds import bound_response
+from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
@@ -34,7 +34,7 @@ def make_model_node(gw: Gateway) -> Any:
         ctx = context_of(runtime)
         budget = budget_of(state)
         base: dict[str, Any] = {"principal": principal.to_dict(), "release": gw.registry.release}
-        now = gw.clock()
+        now = gw.store.now()
         deadline = state.get("deadline_at")
         deadline_at = parse_iso(deadline) if deadline else now + timedelta(seconds=ctx.deadline_s)
         if not deadline:
@@ -102,7 +102,7 @@ def make_model_node(gw: Gateway) -> Any:
                 }
             if not isinstance(response, AIMessage):
                 response = AIMessage(content=str(getattr(response, "content", response)))
-            response = bound_response(response)
+            response, screened = screen_response(response, gw.registry, max_calls=ctx.max_calls_per_turn)
             proposed = len(response.tool_calls) + len(response.invalid_tool_calls)
             span.set_response_id(response_id(response))
             span.set_tool_calls(proposed)
@@ -115,7 +115,14 @@ def make_model_node(gw: Gateway) -> Any:
                 **ids,
             )
         budget["model_turns"] += 1
-        return {**base, **trace_update, "messages": [response], "budget": budget, "status": "running"}
+        return {
+            **base,
+            **trace_update,
+            "messages": [response],
+            "screened": screened,
+            "budget": budget,
+            "status": "running",
+        }
 
     return model
 

@@ -61,6 +61,14 @@ def make_respond_node(gw: Gateway) -> Any:
     """Build the ``respond`` node."""
 
     def respond(state: GatewayState) -> dict[str, Any]:
+        if state.get("status") == "refused":
+            # nothing recorded in this thread's state is trusted any more, not even to look records up
+            text = (
+                "This task was stopped: its saved state was changed outside the gateway "
+                f"({state.get('status_reason', 'state tampered')}). Nothing further runs in it; "
+                "start a new conversation."
+            )
+            return {"messages": [AIMessage(content=text, name="toolgate")], "status": "refused"}
         outcomes = authoritative_outcomes(gw, state)
         messages = state.get("messages", [])
         last = messages[-1] if messages else None

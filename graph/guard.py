@@ -1,0 +1,117 @@
+"""Every node runs behind the seal: check it first, seal what the node changed last.
+
+A thread whose state was changed outside the gateway is refused once: one ``state.tampered``
+audit event naming the changed keys, a `ToolMessage` for every call of the turn still waiting
+for an answer, and ``status="refused"``, sealed, so later runs of the thread do nothing but say
+so. Nothing in a refused thread runs again; the user starts a new thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from toolgate.errors import IdentityError
+from toolgate.graph.context import Context
+from toolgate.graph.deps import Gateway
+from toolgate.graph.messages import rejection_message
+from toolgate.graph.nodes._common import context_of, thread_id
+from toolgate.graph.seal import Sealer, apply_update
+from toolgate.graph.state import GatewayState
+from toolgate.policy.decisions import Rejection
+
+Node = Callable[..., dict[str, Any]]
+
+TAMPERED = Rejection(
+    code="state_tampered",
+    message="Not run: this task's saved state was changed outside the gateway. Nothing further runs in it.",
+    retryable=False,
+)
+
+
+def unanswered_calls(state: GatewayState) -> list[tuple[str, str]]:
+    """``(call_id, tool name)`` of the last model turn's calls that have no `ToolMessage` yet."""
+    messages = state.get("messages", [])
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage):
+            answered = {m.tool_call_id for m in messages[index + 1 :] if isinstance(m, ToolMessage)}
+            calls = [*message.tool_calls, *message.invalid_tool_calls]
+            return [
+                (str(c.get("id")), str(c.get("name") or "unknown"))
+                for c in calls
+                if c.get("id") and c.get("id") not in answered
+            ]
+    return []
+
+
+def refuse_tampered(
+    gw: Gateway, state: GatewayState, ctx: Context, config: RunnableConfig, node: str, keys: list[str]
+) -> dict[str, Any]:
+    """Audit the tampering once and stop the thread."""
+    principal = ctx.principal
+    gw.auditor.record(
+        "state.tampered",
+        "refused",
+        user_id=principal.user_id if principal else None,
+        code="state_tampered",
+        thread_id=thread_id(config),
+        request_id=ctx.request_id,
+        trace_id=ctx.trace_id,
+        detail={"keys": keys, "node": node},
+    )
+    messages = [rejection_message(call_id, tool, TAMPERED) for call_id, tool in unanswered_calls(state)]
+    return {
+        "messages": messages,
+        "awaiting": [],
+        "status": "refused",
+        "status_reason": "state changed outside the gateway: " + ", ".join(keys),
+    }
+
+
+def guarded(gw: Gateway, name: str, fn: Node) -> Node:
+    """``fn`` behind the seal (``fn`` takes the state and, if it names them, runtime and config)."""
+    wants = set(inspect.signature(fn).parameters)
+
+    def node(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
+        task = thread_id(config)
+        sealer = Sealer(gw.store.keys, task)
+        changed = sealer.tampered_keys(state)
+        if changed:
+            update = refuse_tampered(gw, state, context_of(runtime), config, name, changed)
+            if name == "respond":  # the final answer still comes, saying the thread was refused
+                final = fn(apply_update(state, update), **_args(runtime, config))
+                update = {**update, **final, "messages": [*update["messages"], *final.get("messages", [])]}
+        elif state.get("status") == "refused" and name != "respond":
+            return {}
+        else:
+            try:
+                update = fn(state, **_args(runtime, config))
+            except IdentityError as exc:  # a run by someone who is not this thread's principal
+                who = context_of(runtime).principal
+                gw.auditor.record(
+                    "identity.refused",
+                    "refused",
+                    user_id=who.user_id if who else None,
+                    code=exc.code,
+                    thread_id=task,
+                    detail={"node": name},
+                )
+                raise
+        return sealer.seal_update(state, update)
+
+    def _args(runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
+        given = {"runtime": runtime, "config": config}
+        return {k: v for k, v in given.items() if k in wants}
+
+    node.__name__ = name
+    node.__doc__ = fn.__doc__
+    return node
+
+
+__all__ = ["TAMPERED", "guarded", "refuse_tampered", "unanswered_calls"]

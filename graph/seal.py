@@ -1,0 +1,187 @@
+"""Checkpointed state is untrusted input: trusted code seals what it decided, and checks the seal.
+
+Any client can rewrite a thread's state: ``update_state`` in process, ``threads.update_state``
+on the LangGraph server, ``Command(update=...)`` on resume, or extra keys in a run's input. So
+every node that changes the thread ends by sealing it: one HMAC per key of `GatewayState`, under
+the store's state key and bound to the thread id (`seal_update`). Every node starts by checking
+the seal (`tampered_keys`); a key whose value changed outside the gateway is named, and nothing
+runs because that state says so.
+
+Human and system messages are the user's own untrusted input and may be added by any run. The
+model's messages and the gateway's tool results are sealed as an ordered list of digests, so a
+call the model never made, or a result the gateway never gave, is noticed too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from toolgate.graph.state import GatewayState
+from toolgate.store.keys import Keyring
+
+SEAL_VERSION = "1"
+"""Bumped when the sealed form changes; a seal of another version does not verify."""
+
+
+@cache
+def _reducers() -> dict[str, Callable[[Any, Any], Any] | None]:
+    """Every state key with its reducer (None: a write replaces the value)."""
+    out: dict[str, Callable[[Any, Any], Any] | None] = {}
+    for key, hint in get_type_hints(GatewayState, include_extras=True).items():
+        reducer = None
+        if get_origin(hint) is Annotated:
+            reducer = next((m for m in get_args(hint)[1:] if callable(m)), None)
+        out[key] = reducer
+    return out
+
+
+def sealed_keys() -> tuple[str, ...]:
+    """The keys of `GatewayState` the seal covers (all of them but the seal itself)."""
+    return tuple(k for k in _reducers() if k != "seal")
+
+
+_DIGESTS: dict[int, tuple[weakref.ref[BaseMessage], str]] = {}
+"""Digests of message objects still alive in this process. A node sees the same message objects
+as the node before it in the same run, so each message is digested once per run, not once per
+node; a rewritten thread arrives as new objects, digested afresh."""
+
+
+def message_digest(message: BaseMessage) -> str:
+    """SHA-256 of what the seal covers of one message (cached per live object)."""
+    key = id(message)
+    known = _DIGESTS.get(key)
+    if known is not None and known[0]() is message:
+        return known[1]
+    digest = _message_digest(message)
+
+    def forget(_: weakref.ref[BaseMessage]) -> None:
+        _DIGESTS.pop(key, None)
+
+    _DIGESTS[key] = (weakref.ref(message, forget), digest)
+    return digest
+
+
+def _message_digest(message: BaseMessage) -> str:
+    if isinstance(message, ToolMessage) and isinstance(message.content, str):
+        # the common case, without a JSON encoder: fields joined by a separator no field contains
+        fields = ("tool", message.id, message.tool_call_id, message.status, message.name, message.content)
+        text = "\x1f".join("" if f is None else str(f).replace("\x1f", "\\x1f") for f in fields)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    form: dict[str, Any] = {"type": message.type, "id": message.id, "content": message.content}
+    if isinstance(message, AIMessage):
+        form["tool_calls"] = [[c.get("id"), c.get("name"), c.get("args")] for c in message.tool_calls]
+        form["invalid_tool_calls"] = [
+            [c.get("id"), c.get("name"), c.get("args"), c.get("error")] for c in message.invalid_tool_calls
+        ]
+    if isinstance(message, ToolMessage):
+        form["tool_call_id"] = message.tool_call_id
+        form["status"] = message.status
+        form["name"] = message.name
+    text = json.dumps(form, sort_keys=True, default=repr, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Sealer:
+    """Seals and checks the state of one thread during one node run.
+
+    The node's pre-state is sealed once to check it; sealing the post-state then reuses the MACs
+    of the keys the node did not write."""
+
+    def __init__(self, keys: Keyring, thread_id: str) -> None:
+        self.keys = keys
+        self.thread_id = thread_id
+        self._checked: tuple[Mapping[str, Any], dict[str, str]] | None = None
+
+    def _value(self, key: str, state: Mapping[str, Any]) -> Any:
+        value = state.get(key)
+        if key == "messages":
+            return [message_digest(m) for m in value or () if isinstance(m, AIMessage | ToolMessage)]
+        return value
+
+    def _mac(self, key: str, state: Mapping[str, Any]) -> str:
+        value = {"v": SEAL_VERSION, "thread": self.thread_id, "key": key, "value": self._value(key, state)}
+        try:
+            # deterministic for the values the checkpointer round-trips (types and floats kept as
+            # they are); the C encoder keeps sealing a large thread cheap
+            text = json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+        except (TypeError, ValueError):
+            # a value JSON cannot hold (NaN, a foreign object) was never written by trusted code
+            return "unsealable"
+        return self.keys.mac_text("state", text)
+
+    def seal_of(self, state: Mapping[str, Any], *, only: set[str] | None = None) -> dict[str, str]:
+        """The seal of ``state``: version and one MAC per sealed key (``only`` these recomputed)."""
+        base = self._checked[1] if only is not None and self._checked is not None else {}
+        return {
+            "v": SEAL_VERSION,
+            **{
+                k: (self._mac(k, state) if only is None or k in only or k not in base else base[k])
+                for k in sealed_keys()
+            },
+        }
+
+    def tampered_keys(self, state: Mapping[str, Any]) -> list[str]:
+        """The keys of ``state`` that changed outside the gateway since it was last sealed.
+
+        A thread never sealed (a new one) may hold only the user's input: human messages.
+        """
+        seal = state.get("seal")
+        if not isinstance(seal, Mapping):
+            if seal is not None:
+                return ["seal"]
+            return [k for k in sealed_keys() if self._value(k, state)]
+        if seal.get("v") != SEAL_VERSION or not all(isinstance(seal.get(k), str) for k in sealed_keys()):
+            return ["seal"]
+        expected = self.seal_of(state)
+        self._checked = (state, expected)
+        return [k for k in sealed_keys() if seal.get(k) != expected[k]]
+
+    def seal_update(self, state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+        """``update`` with the seal of the state it produces."""
+        after = apply_update(state, update)
+        reuse = self._checked is not None and self._checked[0] is state
+        return {**update, "seal": self.seal_of(after, only=set(update) if reuse else None)}
+
+
+def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str, str]:
+    """The seal of ``state`` for ``thread_id``: version and one MAC per sealed key."""
+    return Sealer(keys, thread_id).seal_of(state)
+
+
+def tampered_keys(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> list[str]:
+    """The keys of ``state`` changed outside the gateway since it was last sealed (see `Sealer`)."""
+    return Sealer(keys, thread_id).tampered_keys(state)
+
+
+def apply_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """The state LangGraph will hold after ``update`` (each key through its reducer)."""
+    reducers = _reducers()
+    after = dict(state)
+    for key, value in update.items():
+        reducer = reducers.get(key)
+        if key == "messages":
+            for message in value or ():
+                if isinstance(message, BaseMessage) and message.id is None:
+                    message.id = str(uuid.uuid4())  # the id add_messages would give it, chosen here
+        after[key] = reducer(state.get(key), value) if reducer is not None and key in state else value
+    return after
+
+
+def seal_update(
+    keys: Keyring, thread_id: str, state: Mapping[str, Any], update: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``update`` with the seal of the state it produces."""
+    return Sealer(keys, thread_id).seal_update(state, update)
+
+
+__all__ = ["SEAL_VERSION", "Sealer", "apply_update", "seal_of", "seal_update", "sealed_keys", "tampered_keys"]

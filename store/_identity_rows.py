@@ -1,0 +1,134 @@
+"""Identity rows: who may act, kept in the store and bound by a MAC.
+
+The row's MAC covers every field that grants authority (tenant, roles, scopes, token hash,
+status), so a row inserted or promoted with database access alone does not verify and cannot
+act. Tokens are stored only as keyed hashes. Changes read the row inside the write transaction,
+refuse to re-sign a row that no longer verifies, and write a new MAC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from toolgate.errors import IdentityError
+from toolgate.store.records import IdentityRecord, IdentityStatus
+
+if TYPE_CHECKING:
+    from toolgate.store.base import Tx
+    from toolgate.store.keys import Keyring
+
+
+class IdentityRows:
+    """The identity part of `SqlStore` (mixed in; uses its transactions, clock and keys)."""
+
+    keys: Keyring
+    dialect: str
+
+    if TYPE_CHECKING:
+
+        def transaction(self, *, write: bool = True) -> Any: ...
+
+        def _tx_now(self, tx: Tx) -> str: ...
+
+    def token_hash(self, token: str) -> str:
+        """Keyed hash of a secret token, as stored in identity rows."""
+        return self.keys.mac("identity-token", token)
+
+    def _identity(self, row: dict[str, Any]) -> IdentityRecord:
+        data = dict(row)
+        mac = data.pop("mac", None)
+        data["roles"] = tuple(json.loads(data["roles"]))
+        data["scopes"] = tuple(json.loads(data["scopes"]))
+        record = IdentityRecord(**data)
+        return dataclasses.replace(record, authentic=self.keys.verify("identity", record.content(), mac))
+
+    def _write_identity(self, tx: Tx, record: IdentityRecord, *, insert: bool) -> bool:
+        values = (
+            record.tenant_id,
+            json.dumps(sorted(record.roles)),
+            json.dumps(sorted(record.scopes)),
+            record.display_name,
+            record.token_hash,
+            record.status,
+            record.created_at,
+            record.updated_at,
+            self.keys.mac("identity", record.content()),
+        )
+        if insert:
+            rows = tx.execute(
+                "INSERT INTO identities (tenant_id, roles, scopes, display_name, token_hash, status,"
+                " created_at, updated_at, mac, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING RETURNING user_id",
+                (*values, record.user_id),
+            )
+        else:
+            rows = tx.execute(
+                "UPDATE identities SET tenant_id = ?, roles = ?, scopes = ?, display_name = ?,"
+                " token_hash = ?, status = ?, created_at = ?, updated_at = ?, mac = ?"
+                " WHERE user_id = ? RETURNING user_id",
+                (*values, record.user_id),
+            )
+        return bool(rows)
+
+    def add_identity(self, record: IdentityRecord) -> IdentityRecord | None:
+        """Insert a new identity (times from the store's clock); None when the user id exists."""
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            stored = dataclasses.replace(record, created_at=now, updated_at=now, authentic=True)
+            if not self._write_identity(tx, stored, insert=True):
+                return None
+        return stored
+
+    def change_identity(
+        self,
+        user_id: str,
+        *,
+        status: IdentityStatus | None = None,
+        token_hash: str | None = None,
+    ) -> IdentityRecord:
+        """Change the status or token of an authentic identity; `IdentityError` otherwise."""
+        lock = " FOR UPDATE" if self.dialect == "postgres" else ""
+        with self.transaction() as tx:
+            row = tx.one(f"SELECT * FROM identities WHERE user_id = ?{lock}", (user_id,))
+            if row is None:
+                raise IdentityError(f"unknown identity {user_id!r}", code="unknown_identity")
+            current = self._identity(row)
+            if not current.authentic:
+                raise IdentityError(
+                    f"identity {user_id!r} was changed outside toolgate (its MAC does not verify);"
+                    " refusing to re-sign it",
+                    code="forged_identity",
+                )
+            changed = dataclasses.replace(
+                current,
+                status=status or current.status,
+                token_hash=token_hash if token_hash is not None else current.token_hash,
+                updated_at=self._tx_now(tx),
+            )
+            self._write_identity(tx, changed, insert=False)
+        return changed
+
+    def get_identity(self, user_id: str) -> IdentityRecord | None:
+        """The identity row (check ``authentic`` and ``status`` before trusting it), or None."""
+        with self.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM identities WHERE user_id = ?", (user_id,))
+        return self._identity(row) if row else None
+
+    def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
+        """Identities, by user id, optionally only those of ``tenant_ids``."""
+        sql = "SELECT * FROM identities"
+        params: tuple[str, ...] = ()
+        if tenant_ids is not None:
+            if not tenant_ids:
+                return []
+            sql += f" WHERE tenant_id IN ({', '.join('?' for _ in tenant_ids)})"
+            params = tuple(tenant_ids)
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(sql + " ORDER BY user_id", params)
+        return [self._identity(r) for r in rows]
+
+
+__all__ = ["IdentityRows"]

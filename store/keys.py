@@ -1,0 +1,64 @@
+"""The store's secret and the keys derived from it, one per purpose.
+
+Records that carry authority once stored (approval decisions, identities, the audit chain) and
+the call records a thread keeps in checkpointed state are bound by an HMAC. Database write access
+or a client's ``update_state`` can change the bytes, but without the secret nobody can make a
+changed record verify. Each purpose has its own derived key, so a MAC made for one kind of record
+never verifies as another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from toolgate.canonical import canonical_json
+from toolgate.errors import ConfigurationError
+
+MIN_SECRET_BYTES = 16
+"""Shorter secrets are refused: a guessable key makes every MAC forgeable."""
+
+Purpose = Literal["audit-chain", "actor", "approval", "identity", "identity-token", "state"]
+"""What a derived key may sign; one key per kind of record."""
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """One configured secret and the purpose keys derived from it (HMAC-SHA256 with a label)."""
+
+    secret: bytes = field(repr=False)
+    """The configured secret (``TOOLGATE_AUDIT_KEY`` or the generated ``audit.key``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.secret, bytes) or len(self.secret) < MIN_SECRET_BYTES:
+            raise ConfigurationError(
+                f"the store needs a secret of at least {MIN_SECRET_BYTES} bytes "
+                "(TOOLGATE_AUDIT_KEY, or the audit.key file in the data directory)"
+            )
+
+    def key(self, purpose: Purpose) -> bytes:
+        """The key for ``purpose``."""
+        return hmac.new(self.secret, b"toolgate/" + purpose.encode("ascii"), hashlib.sha256).digest()
+
+    def mac(self, purpose: Purpose, value: Any) -> str:
+        """Hex HMAC of the canonical JSON form of ``value`` under the key for ``purpose``."""
+        return hmac.new(self.key(purpose), canonical_json(value).encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def mac_text(self, purpose: Purpose, text: str) -> str:
+        """Hex HMAC of ``text`` (an encoding the caller makes deterministic) for ``purpose``."""
+        return hmac.new(self.key(purpose), text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+    def verify(self, purpose: Purpose, value: Any, mac: str | None) -> bool:
+        """True when ``mac`` is the MAC of ``value`` for ``purpose`` (constant-time compare)."""
+        if not mac:
+            return False
+        try:
+            expected = self.mac(purpose, value)
+        except (TypeError, ValueError):
+            return False
+        return hmac.compare_digest(expected, mac)
+
+
+__all__ = ["MIN_SECRET_BYTES", "Keyring", "Purpose"]

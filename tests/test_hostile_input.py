@@ -1,0 +1,198 @@
+"""What cannot be judged is refused, never crashes, and every call id gets its answer.
+
+Arguments that are JSON but not an object, integers beyond 64 bits, NaN and Infinity, NUL
+characters (in arguments and in call ids, on the PostgreSQL checkpointer and store too), and a
+turn of 10,000 calls: each refused with its stable code and a `ToolMessage` per call id, with a
+bounded number of audit events. A turn that crosses the task budget answers every one of its calls.
+Secret-looking arguments are never rewritten: refused, or (for a tool that declares it) proposed
+as they are and executed exactly as approved.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.types import Command
+from support import Harness, principal, start, tool_messages
+
+from toolgate.graph import Context
+from toolgate.graph.review import decide
+from toolgate.store import PostgresStore, open_checkpointer
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+
+
+def answers(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+
+
+def rejected_events(harness: Harness) -> list[Any]:
+    return [e for e in harness.store.audit_events() if e.event == "call.rejected"]
+
+
+def raw_call(name: str, args: Any, call_id: str) -> dict[str, Any]:
+    """A tool call exactly as a provider integration may hand it over (no validation)."""
+    return {"type": "tool_call", "name": name, "args": args, "id": call_id}
+
+
+def run_turn(
+    harness: Harness, calls: list[dict[str, Any]], thread: str, checkpointer: Any = None
+) -> dict[str, Any]:
+    message = AIMessage(content="", tool_calls=[])
+    message.tool_calls = calls  # type: ignore[assignment]  # as parsed upstream, unvalidated
+    model = ScriptedChatModel(responses=[message, ai("done")])
+    return start(harness.graph(model, checkpointer), "hostile", "cust-ada", thread)
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (5, "malformed_arguments"),
+        ("x", "malformed_arguments"),
+        ([1], "malformed_arguments"),
+        (None, "malformed_arguments"),
+        ({"order_id": "O-5512", "amount_cents": 2**64 + 1, "reason": "damaged"}, "number_out_of_range"),
+        ({"order_id": "O-5512", "amount_cents": -(2**63) - 1, "reason": "damaged"}, "number_out_of_range"),
+        ({"order_id": "O-5512", "amount_cents": float("nan"), "reason": "damaged"}, "non_finite_number"),
+        ({"order_id": "O-5512", "amount_cents": float("inf"), "reason": "damaged"}, "non_finite_number"),
+        ({"order_id": "O-55\x0012", "amount_cents": 10, "reason": "damaged"}, "nul_character"),
+        ({"order_id\x00": "O-5512", "amount_cents": 10, "reason": "damaged"}, "nul_character"),
+    ],
+    ids=[
+        "int",
+        "str",
+        "list",
+        "null",
+        "int_above_64_bits",
+        "int_below_64_bits",
+        "nan",
+        "inf",
+        "nul",
+        "nul_key",
+    ],
+)
+def test_arguments_that_cannot_be_judged_are_refused_with_their_code(
+    harness: Harness, args: Any, code: str
+) -> None:
+    state = run_turn(harness, [raw_call("issue_refund", args, "c1")], f"t-{code}-{id(args)}")
+    assert answers(state)["c1"]["error"] == code
+    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert [e.code for e in rejected_events(harness)] == [code]
+
+
+def test_nul_in_a_call_id_is_refused_on_the_postgres_checkpointer_and_store(
+    harness: Harness, tmp_path: Path
+) -> None:
+    pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None  # type: ignore[attr-defined]
+    with open_checkpointer(pg_url, tmp_path) as saver:
+        state = run_turn(
+            harness, [raw_call("lookup_order", {"order_id": "O-5512"}, "call\x00evil")], "t-nul-id", saver
+        )
+    assert answers(state)["call\x00evil"]["error"] == "nul_character"  # answered with the exact id
+    [event] = rejected_events(harness)
+    assert event.code == "nul_character" and event.call_id is not None and "\x00" not in event.call_id
+    assert harness.total_handler_calls() == 0
+
+
+def test_ten_thousand_calls_in_one_turn_cost_a_bounded_number_of_audit_events(harness: Harness) -> None:
+    calls = [raw_call("lookup_order", {"order_id": "O-5512"}, f"c{i}") for i in range(10_000)]
+    state = run_turn(harness, calls, "t-flood")
+    answered = answers(state)
+    assert set(answered) == {f"c{i}" for i in range(10_000)}  # every call id has its answer
+    codes = [answered[f"c{i}"]["error"] for i in range(32, 10_000)]
+    assert set(codes) == {"too_many_calls"}
+    rejected = rejected_events(harness)
+    batch = [e for e in rejected if e.code == "too_many_calls"]
+    assert len(batch) == 1 and batch[0].detail["calls"] == 10_000 - 32
+    assert len(harness.store.audit_events()) <= 32 * 2 + 10  # the judged 32 at most, plus the batch
+    # the task budget (6 calls) judged the first calls; the turn crossed it, so nothing ran
+    assert harness.total_handler_calls() == 0 and state["status"] == "needs_review"
+
+
+def test_a_turn_that_crosses_the_budget_answers_every_call(harness: Harness) -> None:
+    calls = [raw_call("lookup_order", {"order_id": f"O-55{12 + i % 3}"}, f"c{i}") for i in range(8)]
+    state = run_turn(harness, calls, "t-budget")
+    answered = answers(state)
+    assert set(answered) == {f"c{i}" for i in range(8)}
+    assert [answered[f"c{i}"]["error"] for i in range(6)] == ["task_stopped"] * 6
+    assert [answered[f"c{i}"]["error"] for i in (6, 7)] == ["budget_exhausted"] * 2
+    assert harness.total_handler_calls() == 0 and state["status"] == "needs_review"
+
+
+def test_a_secret_in_arguments_is_refused_and_never_stored(harness: Harness) -> None:
+    key = "sk-live-" + "Zq9" * 10
+    state = run_turn(
+        harness, [raw_call("issue_refund", {**REFUND, "reason": "damaged", "order_id": key}, "c1")], "t-sec"
+    )
+    assert answers(state)["c1"]["error"] == "secret_in_arguments"
+    assert key not in repr(state["messages"]) and key not in repr(state["calls"])
+    assert all(key not in json.dumps(e.detail) for e in harness.store.audit_events())
+    assert harness.store.list_proposals() == []
+
+
+def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
+    harness: Harness,
+) -> None:
+    restart = harness.registry.tools["restart_service"]
+    seen: list[dict[str, Any]] = []
+
+    def recording(args: Any, ctx: Any) -> Any:
+        seen.append(args.model_dump())
+        return restart.handler(args, ctx)
+
+    harness.registry.tools["restart_service"] = replace(  # type: ignore[index]
+        restart, secret_arguments="review", handler=recording
+    )
+    arguments = {"service_alias": "web", "reason": "card 4111 1111 1111 1111 was charged twice"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", arguments, "c1")), ai("done")])
+    graph = harness.graph(model)
+    first = start(graph, "restart web", "sam", "t-card")
+    payload = first["__interrupt__"][0].value
+    assert payload["action_requests"][0]["args"] == arguments  # the reviewer sees the real value
+    proposal = payload["toolgate"]["proposals"][0]
+    stored = harness.store.get_proposal(proposal["proposal_id"])
+    assert stored is not None and stored.arguments == arguments
+    decide(harness.gateway(), proposal["proposal_id"], principal("omar"), "approve")
+    graph.invoke(Command(resume={"wake": True}), {"configurable": {"thread_id": "t-card"}}, context=Context())
+    assert seen == [arguments]  # what ran is exactly what was approved
+    assert all("4111" not in json.dumps(e.detail) for e in harness.store.audit_events())
+
+
+def test_a_review_tool_keeps_a_secret_looking_argument_verbatim(harness: Harness) -> None:
+    from toolgate.graph.nodes._bounds import screen_response
+
+    refund = harness.registry.tools["issue_refund"]
+    card = "4111111111111111"
+    message = ai("", tool_call("issue_refund", {**REFUND, "order_id": card}, "c1"))
+    _, screened = screen_response(message, harness.registry, max_calls=32)
+    assert screened == {"c1": "secret_in_arguments"}  # refused by default
+    harness.registry.tools["issue_refund"] = replace(refund, secret_arguments="review")  # type: ignore[index]
+    kept, screened = screen_response(message, harness.registry, max_calls=32)
+    assert screened == {} and kept.tool_calls[0]["args"]["order_id"] == card  # never rewritten
+
+
+def test_ordinary_numbers_in_results_reach_the_model_unchanged(harness: Harness) -> None:
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("ok")]
+    )
+    state = start(harness.graph(model), "status", "cust-ada", "t-numbers")
+    data = answers(state)["c1"]["data"]
+    assert "REDACTED" not in json.dumps({k: v for k, v in data.items() if k != "card_number"})
+    assert isinstance(data["amount_cents"], int)
+
+
+def test_tool_messages_answer_screened_calls_in_model_order(harness: Harness) -> None:
+    calls = [
+        raw_call("lookup_order", {"order_id": "O-5512"}, "a"),
+        raw_call("lookup_order", {"order_id": float("nan")}, "b"),
+        raw_call("lookup_order", 7, "c"),
+    ]
+    state = run_turn(harness, calls, "t-order")
+    ids = [m.tool_call_id for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert sorted(ids) == ["a", "b", "c"] and answers(state)["a"]["status"] == "completed"

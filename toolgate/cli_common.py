@@ -1,0 +1,36 @@
+"""What every ``toolgate`` command shares: opening the app, printing facts, authenticating the person.
+
+Every command that acts for a person names them with ``--as`` and proves it with that person's
+token in ``TOOLGATE_TOKEN``; `person` is the only way a command gets a `Principal`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import typer
+
+from toolgate.bootstrap import App, open_app
+from toolgate.config import Settings
+from toolgate.policy.principal import Principal
+
+TOKEN_ENV = "TOOLGATE_TOKEN"
+
+
+def open_from_env(*, read_only: bool = False) -> App:
+    """The app configured by the environment; ``read_only`` for commands that only look."""
+    return open_app(Settings.from_env(), read_only=read_only)
+
+
+def kv(**facts: Any) -> None:
+    """One ``key=value`` line (the seeds' output style)."""
+    typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
+
+
+def person(application: App, user_id: str) -> Principal:
+    """The authenticated person acting: ``--as`` names them, ``TOOLGATE_TOKEN`` proves it."""
+    return application.gateway.directory.authenticate(user_id, os.environ.get(TOKEN_ENV))
+
+
+__all__ = ["TOKEN_ENV", "kv", "open_from_env", "person"]
