@@ -35,8 +35,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	"$(BIN)/toolgate" demo
 
-# test: the whole pytest suite against a throwaway PostgreSQL (PYTEST_ARGS="-k foo" to filter)
+# test: the whole pytest suite against a throwaway PostgreSQL (PYTEST_ARGS="-k foo" to filter);
+# first installs missing system test tools when root (libfaketime, for the clock-skew tests)
 test: $(STAMP)
+	bash scripts/ensure-test-tools.sh
 	bash scripts/with-postgres.sh "$(BIN)/pytest" $(PYTEST_ARGS)
 
 # lint: ruff lint rules from pyproject.toml (no formatter check)
@@ -63,3 +65,4 @@ clean:
 # bench: measured benchmarks (ratios within one run), written to bench/results/
 bench: $(STAMP)
 	$(BIN)/python bench/lab6_breaker.py
+	$(BIN)/python bench/hostile_turn.py

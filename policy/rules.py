@@ -138,7 +138,7 @@ class PolicyRules:
     """Version string of the policy file."""
     sha256: str
     """SHA-256 of the canonical policy document (pinned in the release manifest)."""
-    approval_minutes: int
+    approval_minutes: float
     """Validity of an unchanged proposal awaiting approval (the seeds' ``approvalMinutes``)."""
     rules: Sequence[Rule]
     """Rules in evaluation order."""
@@ -164,7 +164,7 @@ class PolicyRules:
         return cls(
             policy_version=str(data["policy_version"]),
             sha256=digest(data),
-            approval_minutes=int(data.get("approval_minutes", 15)),
+            approval_minutes=float(data.get("approval_minutes", 15)),
             rules=tuple(_rule(raw) for raw in data.get("rules", [])),
             rate_limits=_rate_limits(data.get("rate_limits", {})),
         )
