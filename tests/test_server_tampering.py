@@ -9,9 +9,8 @@ approval and read the evidence: audit events and the payment system's rows.
 Proven:
 
 * a read judged by dispatch and paused before execute (``interrupt_before=["execute"]``), whose
-  thread then gets one key rewritten with ``threads.update_state`` (``calls``, ``principal``,
-  ``turn_calls``, ``budget``, ``status``, ``messages``, ``seal``, ``release``, ``awaiting``,
-  ``outcomes``), never runs when the run continues: no ``call.completed``/``call.failed`` for
+  thread then gets one key rewritten with ``threads.update_state`` (every key of
+  ``GatewayState``, one thread each), never runs when the run continues: no ``call.completed``/``call.failed`` for
   it, its call id is answered with ``state_tampered``, exactly one ``state.tampered`` audit
   event names the key, the thread ends ``refused`` and stays refused on a later run;
 * a refund approved by a finance reviewer (fiona) at the approval interrupt, whose thread then
@@ -216,7 +215,19 @@ READ_TAMPER: dict[str, Callable[[dict[str, Any], str], Any]] = {
     "release": lambda v, c: "evil-tools/9.9.9",
     "awaiting": lambda v, c: [c, "c-forged"],
     "outcomes": lambda v, c: {c: {"call_id": c, "tool": "lookup_order", "status": "completed"}},
+    "screened": lambda v, c: {c: "none"},
+    "status_reason": lambda v, c: "approved by the CEO",
+    "call_counts": lambda v, c: {"forged": 0},
+    "validation_failures": lambda v, c: {"lookup_order": 0, "issue_refund": 0},
+    "deadline_at": lambda v, c: "2999-01-01T00:00:00.000000Z",
+    "trace": lambda v, c: ["0" * 32, "0" * 16, "01"],
 }
+
+
+def test_every_key_of_the_state_is_tampered_through_the_server() -> None:
+    from toolgate.graph.state import GatewayState
+
+    assert set(READ_TAMPER) == set(GatewayState.__annotations__)
 
 
 @pytest.mark.parametrize("key", list(READ_TAMPER))
