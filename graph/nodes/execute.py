@@ -27,7 +27,7 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import current_proposal
 from toolgate.graph.execution import Delivery
 from toolgate.graph.messages import rejection_message, result_message, status_message
-from toolgate.graph.nodes._common import context_of, principal_of, thread_id
+from toolgate.graph.nodes._common import audit_call_id, context_of, principal_of, thread_id
 from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.policy.authorization import check_resource, check_scopes
@@ -129,7 +129,7 @@ def refuse_call(
         "rejected",
         user_id=principal.user_id,
         code=rejection.code,
-        call_id=call_id,
+        call_id=audit_call_id(call_id),
         tool=tool,
         detail={"message": rejection.message[:300], "stage": "execute"},
         **common,
