@@ -13,7 +13,7 @@ endif
 PYTEST_ARGS ?=
 TYPECHECK_DIR := .build/typecheck
 
-.PHONY: venv demo test lint typecheck check wheel-check bench clean
+.PHONY: venv demo serve test lint typecheck check wheel-check bench clean
 
 # venv: create .venv and install the project editable with the dev extras
 venv: $(STAMP)
@@ -40,6 +40,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/ensure-test-tools.sh
 	bash scripts/with-postgres.sh "$(BIN)/pytest" $(PYTEST_ARGS)
+
+# serve: the real `langgraph dev`, offline, on a free loopback port, with its own data directory
+serve: $(STAMP)
+	bash scripts/serve.sh
 
 # lint: ruff lint rules from pyproject.toml (no formatter check)
 lint: $(STAMP)

@@ -38,6 +38,7 @@ def build_gateway(
     store: Store,
     instructions: str = INSTRUCTIONS,
     breakers: BreakerRegistry | None = None,
+    server_mode: bool = False,
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run).
 
@@ -55,6 +56,7 @@ def build_gateway(
         rate_limiter=InboundRateLimiter(store, policy.rate_limits),
         directory=directory,
         instructions=instructions,
+        server_mode=server_mode,
     )
 
 
@@ -67,12 +69,15 @@ def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     instructions: str = INSTRUCTIONS,
     breakers: BreakerRegistry | None = None,
+    server_mode: bool = False,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile the gateway graph.
 
     ``model -> dispatch -> proposal -> approval -> execute -> model ... -> respond``. Nothing
     connects here: the store opens connections on first use, and the caller runs ``store.setup()``.
-    Pass ``checkpointer=None`` for the LangGraph server, which brings its own.
+    Pass ``checkpointer=None`` for the LangGraph server, which brings its own, and
+    ``server_mode=True`` there: the acting principal then comes from the server's auth handler,
+    never from the client's ``context``.
     """
     gw = build_gateway(
         model=model,
@@ -81,6 +86,7 @@ def build_graph(
         store=store,
         instructions=instructions,
         breakers=breakers,
+        server_mode=server_mode,
     )
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
     nodes = {

@@ -41,6 +41,9 @@ class Gateway:
     """Who may act: authenticates people at the doors, and tells execute whether an approver is
     still active."""
     instructions: str = INSTRUCTIONS
+    server_mode: bool = False
+    """Served by the LangGraph server: the acting principal comes from its auth handler and the
+    run context is rebuilt from the server's own settings (`toolgate.graph.server_context`)."""
 
 
 __all__ = ["INSTRUCTIONS", "Gateway"]

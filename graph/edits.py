@@ -17,8 +17,11 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes.dispatch import ProposedCall, judge
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.review import decide
+from toolgate.policy.approvals import check_reviewer
 from toolgate.policy.principal import Principal
+from toolgate.store._sql import parse_iso
 from toolgate.store.records import ProposalRecord
+from toolgate.tools.spec import ToolSpec
 
 
 def edit_proposal(
@@ -31,34 +34,16 @@ def edit_proposal(
 ) -> ProposalRecord:
     """Replace a pending proposal with an edited one; returns the new, pending proposal.
 
-    The edited call is judged as the original requester would be judged now (their identity as
-    the store records it)."""
+    The editor must be someone who could decide the original (active identity, tenant, role, not
+    the requester), and the edited call is judged as the original requester would be judged now
+    (their identity as the store records it). Every refusal is audited."""
     original = gw.store.get_proposal(proposal_id)
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
     common = {"proposal_id": proposal_id, "operation_key": original.operation_key, "tool": original.tool}
-    refusal: ApprovalError | None = None
-    requester = gw.directory.active(original.requester_id, original.tenant_id)
-    if reviewer.tenant_id != original.tenant_id:
-        refusal = ApprovalError("cross_tenant", "reviewer belongs to another tenant")
-    elif tool != original.tool:
-        refusal = ApprovalError("tool_switch", "an edit cannot switch to another tool")
-    elif requester is None:
-        refusal = ApprovalError("requester_inactive", "the requester is no longer an active identity")
-    else:
-        verdict = judge(
-            gw,
-            requester,
-            ProposedCall(original.call_id, tool, arguments, None),
-            ctx=Context(),
-            counts={},
-            now=gw.store.now(),
-        )
-        if verdict.rejection is not None:
-            refusal = ApprovalError(
-                verdict.rejection.code, f"edited arguments refused: {verdict.rejection.message}"
-            )
-    if refusal is not None:
+    try:
+        editor, spec, validated = _judge_edit(gw, original, reviewer, tool, arguments)
+    except ApprovalError as refusal:
         gw.auditor.record(
             "approval.refused",
             "refused",
@@ -67,10 +52,7 @@ def edit_proposal(
             detail={"reason": str(refusal)[:300], "edit": True},
             **common,
         )
-        raise refusal
-    spec = gw.registry.get(tool)
-    assert spec is not None
-    validated = spec.args_model.model_validate(arguments).model_dump(mode="json")
+        raise
     draft = draft_proposal(
         gw,
         spec,
@@ -81,22 +63,60 @@ def edit_proposal(
         arguments=validated,
         supersedes=proposal_id,
         trace_id=original.trace_id,
-        editors=(*original.editors, reviewer.user_id),
+        editors=(*original.editors, editor.user_id),
     )
-    if draft.operation_key == original.operation_key:
-        raise ApprovalError("no_change", "the edited arguments are identical; approve the original instead")
-    decide(
-        gw, proposal_id, reviewer, "reject", reason=f"edited by reviewer; superseded by {draft.proposal_id}"
-    )
-    stored, _, _ = store_proposal(gw, spec, draft, actor=reviewer.user_id)
+    # the replacement exists before the original is rejected: a failure in between leaves a pending
+    # proposal that expires, never an original rejected with nothing in its place
+    stored, _, _ = store_proposal(gw, spec, draft, actor=editor.user_id)
+    decide(gw, proposal_id, editor, "reject", reason=f"edited by reviewer; superseded by {draft.proposal_id}")
     gw.auditor.record(
         "proposal.edited",
         "superseded",
-        user_id=reviewer.user_id,
+        user_id=editor.user_id,
         detail={"superseded_by": stored.proposal_id, "new_digest": stored.digest},
         **common,
     )
     return stored
+
+
+def _judge_edit(
+    gw: Gateway, original: ProposalRecord, reviewer: Principal, tool: str, arguments: dict[str, Any]
+) -> tuple[Principal, ToolSpec, dict[str, Any]]:
+    """The editor (as the store records them), the tool and the judged arguments of an edit; the
+    first rule it breaks as an `ApprovalError` otherwise."""
+    editor = gw.directory.active(reviewer.user_id, reviewer.tenant_id)
+    if editor is None:
+        raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
+    spec = gw.registry.get(original.tool)
+    operation = gw.store.get_operation(original.operation_key)
+    if spec is None or operation is None or operation.status != "pending_approval":
+        raise ApprovalError("not_pending", "only a pending proposal of this release can be edited")
+    check_reviewer(
+        original,
+        spec.approval,
+        editor,
+        seen_digest=None,
+        now=gw.store.now(),
+        expires_at=parse_iso(original.expires_at),
+    )
+    if tool != original.tool:
+        raise ApprovalError("tool_switch", "an edit cannot switch to another tool")
+    requester = gw.directory.active(original.requester_id, original.tenant_id)
+    if requester is None:
+        raise ApprovalError("requester_inactive", "the requester is no longer an active identity")
+    verdict = judge(
+        gw,
+        requester,
+        ProposedCall(original.call_id, tool, arguments, None),
+        ctx=Context(),
+        counts={},
+        now=gw.store.now(),
+    )
+    if verdict.rejection is not None:
+        raise ApprovalError(verdict.rejection.code, f"edited arguments refused: {verdict.rejection.message}")
+    if verdict.arguments == original.arguments:
+        raise ApprovalError("no_change", "the edited arguments are identical; approve the original instead")
+    return editor, spec, verdict.arguments
 
 
 def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:

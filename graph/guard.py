@@ -4,6 +4,11 @@ A thread whose state was changed outside the gateway is refused once: one ``stat
 audit event naming the changed keys, a `ToolMessage` for every call of the turn still waiting
 for an answer, and ``status="refused"``, sealed, so later runs of the thread do nothing but say
 so. Nothing in a refused thread runs again; the user starts a new thread.
+
+On the LangGraph server the guard also decides who is acting: the run context is rebuilt from the
+server's auth handler and settings (`toolgate.graph.server_context`), never taken from the
+client. A run refused for who is acting ends with `RunRefused`: a stable code and a readable
+message the client sees (the server hides other errors as "internal").
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from toolgate.errors import IdentityError
+from toolgate.errors import IdentityError, RunRefused
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._common import context_of, thread_id
 from toolgate.graph.seal import Sealer, apply_update
+from toolgate.graph.server_context import server_context
 from toolgate.graph.state import GatewayState
 from toolgate.policy.decisions import Rejection
 
@@ -80,6 +86,10 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
 
     def node(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
         task = thread_id(config)
+        if gw.server_mode:
+            user = runtime.server_info.user if runtime.server_info is not None else None
+            trusted = server_context(context_of(runtime), user, gw.directory)
+            runtime = runtime.override(context=trusted)
         sealer = Sealer(gw.store.keys, task)
         changed = sealer.tampered_keys(state)
         if changed:
@@ -102,7 +112,7 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
                     thread_id=task,
                     detail={"node": name},
                 )
-                raise
+                raise RunRefused(exc.code, str(exc)) from exc
         return sealer.seal_update(state, update)
 
     def _args(runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:

@@ -64,6 +64,8 @@ def decide(
         if spec is None or proposal.release != gw.registry.release:
             raise ApprovalError("wrong_release", f"proposal belongs to release {proposal.release}")
         operation = gw.executor.expire_if_due(operation)
+        if operation.status == "expired":
+            raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
         if operation.status != "pending_approval":
             raise ApprovalError("not_pending", f"proposal is {operation.status}, not pending_approval")
         if decision == "reject" and not reason.strip():

@@ -77,6 +77,9 @@ class GatewayState(TypedDict, total=False):
     trace: list[str]
     """``[trace_id_hex, span_id_hex, flags_hex]`` of the latest model span (`toolgate.telemetry`):
     the execute node links tool spans to it and the next model span continues its trace."""
+    review: dict[str, Any]
+    """What became of the decisions sent with the latest resume (`toolgate.graph.hitl`): per
+    proposal, recorded or refused with a code and message; shown again in the next interrupt."""
     seal: dict[str, str]
     """One HMAC per key above, made by the last node that ran (`toolgate.graph.seal`): state is
     untrusted input, and a key changed outside the gateway no longer matches its MAC."""

@@ -73,6 +73,22 @@ class IdentityDirectory:
             self._refuse(user_id, "revoked", f"identity {user_id!r} has been revoked")
         return principal_of(record)
 
+    def authenticate_bearer(self, token: str | None) -> Principal:
+        """The active principal a bearer token belongs to (the server's doors: one secret, no user id)."""
+        if not token:
+            self._refuse("", "missing_token", "no bearer token (send Authorization: Bearer <token>)")
+        record = self.store.identity_by_token_hash(self.store.token_hash(token or ""))
+        if record is None:
+            self._refuse("", "authentication_failed", "authentication failed: unknown or rotated token")
+        assert record is not None
+        if not record.authentic:
+            self._refuse(
+                record.user_id, "forged_identity", f"identity {record.user_id!r} was changed outside toolgate"
+            )
+        if record.status != "active":
+            self._refuse(record.user_id, "revoked", f"identity {record.user_id!r} has been revoked")
+        return principal_of(record)
+
     def active(self, user_id: str, tenant_id: str) -> Principal | None:
         """The principal when ``user_id`` is an authentic, active identity of ``tenant_id`` (no token)."""
         record = self.store.get_identity(user_id)
@@ -104,7 +120,9 @@ class IdentityDirectory:
         )
         if self.store.add_identity(record) is None:
             return None
-        self._record("identity.added", by, record, roles=sorted(principal.roles), scopes=sorted(principal.scopes))
+        self._record(
+            "identity.added", by, record, roles=sorted(principal.roles), scopes=sorted(principal.scopes)
+        )
         return issued
 
     def revoke(self, user_id: str, *, by: Principal | None) -> IdentityRecord:
@@ -143,7 +161,9 @@ class IdentityDirectory:
         if by is None:
             return
         if ADMIN_ROLE not in by.roles:
-            self._refuse(by.user_id, "not_admin", f"{by.user_id!r} may not {action} identities (needs role admin)")
+            self._refuse(
+                by.user_id, "not_admin", f"{by.user_id!r} may not {action} identities (needs role admin)"
+            )
         if by.tenant_id != tenant_id:
             self._refuse(by.user_id, "cross_tenant", f"{by.user_id!r} administers another tenant")
 

@@ -117,6 +117,12 @@ class IdentityRows:
             row = tx.one("SELECT * FROM identities WHERE user_id = ?", (user_id,))
         return self._identity(row) if row else None
 
+    def identity_by_token_hash(self, token_hash: str) -> IdentityRecord | None:
+        """The identity whose token has ``token_hash`` (check ``authentic`` and ``status``), or None."""
+        with self.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM identities WHERE token_hash = ?", (token_hash,))
+        return self._identity(row) if row else None
+
     def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
         """Identities, by user id, optionally only those of ``tenant_ids``."""
         sql = "SELECT * FROM identities"

@@ -194,6 +194,10 @@ class Store(abc.ABC):
         """The identity row (check ``authentic`` and ``status`` before trusting it), or None."""
 
     @abc.abstractmethod
+    def identity_by_token_hash(self, token_hash: str) -> IdentityRecord | None:
+        """The identity whose token has ``token_hash`` (a bearer token names its person), or None."""
+
+    @abc.abstractmethod
     def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
         """Identities by user id, optionally only those of ``tenant_ids``."""
 

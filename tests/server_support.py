@@ -190,6 +190,31 @@ def langgraph_dev(workdir: Path, extra_env: Mapping[str, str] | None = None) -> 
         print(f"---- langgraph dev log ({' '.join(cmd)}) ----\n{log_tail(log)}")
 
 
+@contextlib.contextmanager
+def people_server(workdir: Path, extra_env: Mapping[str, str] | None = None) -> Iterator[Server]:
+    """`langgraph_dev` on a store that already holds the demo people (their tokens: ``demo_token``).
+
+    The test process and the server share the store's secret (``TOOLGATE_AUDIT_KEY``), so a test
+    can open the server's store (`open_test_store(server.data_dir)`) to read its evidence."""
+    from support import TEST_KEY, seed_people
+
+    seed_people(workdir / "data")
+    with langgraph_dev(workdir, {"TOOLGATE_AUDIT_KEY": TEST_KEY.decode(), **(extra_env or {})}) as server:
+        yield server
+
+
+def client_as(server: Server, user: str | None, *, token: str | None = None, **headers: str) -> Any:
+    """A ``langgraph-sdk`` sync client authenticated as ``user`` (their demo token, or ``token``)."""
+    from langgraph_sdk import get_sync_client
+
+    from toolgate.policy.demo_identities import demo_token
+
+    secret = token if token is not None else (demo_token(user) if user else None)
+    if secret:
+        headers = {"Authorization": f"Bearer {secret}", **headers}
+    return get_sync_client(url=server.url, api_key=None, timeout=60.0, headers=headers)
+
+
 def interrupts_of(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Interrupts of a thread state, whichever field this SDK/server version fills."""
     found = list(state.get("interrupts") or [])
@@ -204,12 +229,14 @@ __all__ = [
     "READY_TIMEOUT_S",
     "REPO",
     "Server",
+    "client_as",
     "free_port",
     "interrupts_of",
     "langgraph_dev",
     "langgraph_executable",
     "log_tail",
     "missing",
+    "people_server",
     "server_env",
     "stop",
     "wait_ready",

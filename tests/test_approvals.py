@@ -170,7 +170,7 @@ def test_a_stale_approval_cannot_be_used_after_expiry(
     assert harness.store.get_operation(facts["c1"]["operation_key"]).status == "expired"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as late:
         decide(harness.gateway(), facts["c1"]["proposal_id"], principal("sam"), "approve")
-    assert late.value.code == "not_pending"
+    assert late.value.code == "expired"
 
 
 def test_reviewers_authenticate_with_their_token(harness: Harness) -> None:

@@ -56,7 +56,7 @@ def test_write_stops_at_an_interrupt_with_the_hitl_payload_and_runs_nothing(harn
         }
     ]
     assert payload["review_configs"] == [
-        {"action_name": "issue_refund", "allowed_decisions": ["approve", "reject"]}
+        {"action_name": "issue_refund", "allowed_decisions": ["approve", "edit", "reject"]}
     ]
     facts = payload["toolgate"]["proposals"][0]
     assert facts["status"] == "pending_approval" and facts["execution_started"] is False

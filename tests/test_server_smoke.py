@@ -3,7 +3,9 @@
 The server (`server_support.langgraph_dev`) runs as a subprocess in its own process group with a
 temporary working directory (it writes ``.langgraph_api/`` there, never into the repo) and a copy
 of the repo's ``langgraph.json`` whose ``dependencies`` point at the repo by absolute path. It uses
-the offline demo model and a SQLite store in a temporary ``TOOLGATE_DATA_DIR``.
+the offline demo model and a SQLite store in a temporary ``TOOLGATE_DATA_DIR`` holding the demo
+people; the client authenticates with cust-ada's bearer token (the server's auth handler makes
+her the thread's principal: nobody names a principal in ``context``).
 """
 
 from __future__ import annotations
@@ -14,15 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from server_support import Server, interrupts_of, langgraph_dev
+from server_support import Server, client_as, interrupts_of, people_server
 
 REQUEST = "My blender arrived broken, order O-5512. Please refund it."
-PRINCIPAL = {
-    "user_id": "cust-ada",
-    "tenant_id": "acme",
-    "roles": ["customer"],
-    "scopes": ["orders:read", "refunds:request"],
-}
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -30,26 +26,23 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 @pytest.fixture
 def langgraph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A running ``langgraph dev`` on a free port; the process group is always terminated."""
-    with langgraph_dev(tmp_path_factory.mktemp("lgdev")) as server:
+    with people_server(tmp_path_factory.mktemp("lgdev")) as server:
         yield server
 
 
 def test_langgraph_dev_run_stops_at_approval_interrupt(
     langgraph_server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langgraph_sdk import get_sync_client
-
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     started = time.monotonic()
-    with get_sync_client(url=langgraph_server.url, api_key=None, timeout=30.0) as client:
+    with client_as(langgraph_server, "cust-ada") as client:
         assistants = client.assistants.search(graph_id="toolgate")
         assert [a["graph_id"] for a in assistants] == ["toolgate"]
 
         thread = client.threads.create()
         thread_id = thread["thread_id"]
         run_input: Any = {"messages": [{"role": "user", "content": REQUEST}]}
-        run_context: Any = {"principal": PRINCIPAL}
-        result = client.runs.wait(thread_id, "toolgate", input=run_input, context=run_context)
+        result = client.runs.wait(thread_id, "toolgate", input=run_input)
         assert isinstance(result, dict), result
         assert result.get("status") == "awaiting_approval", result
         assert result["principal"]["user_id"] == "cust-ada"

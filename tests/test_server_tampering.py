@@ -33,15 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from server_support import LOCAL_HOSTS, Server, interrupts_of, langgraph_dev
+from server_support import LOCAL_HOSTS, Server, client_as, interrupts_of, langgraph_dev
 from support import REFUND_REQUEST, TEST_KEY, principal
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 GRAPH = "toolgate"
 ORDER = "O-5512"
-ADA = principal("cust-ada").to_dict()
-APPROVE = {"resume": {"decisions": [{"type": "approve"}]}}
+WAKE = {"resume": {"wake": True}}
+"""Fiona's approval is recorded in the store first; the resume only wakes the thread."""
 RAN = ("call.completed", "call.failed")
 """Audit events of a read whose handler ran."""
 
@@ -52,6 +52,9 @@ class Rig:
 
     server: Server
     client: Any
+    """cust-ada's client: she owns the threads and runs them."""
+    operator: Any
+    """omar's (an operator): the only role whose state updates the server accepts."""
     store: Any
     gateway: Any
 
@@ -91,12 +94,13 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     workdir = tmp_path_factory.mktemp("lgdev-tamper")
     with (
         pytest.MonkeyPatch.context() as mp,
-        langgraph_dev(workdir, {"TOOLGATE_AUDIT_KEY": TEST_KEY.decode()}) as server,
+        # no background waker: every approved operation here runs only if a case resumes its thread
+        langgraph_dev(
+            workdir, {"TOOLGATE_AUDIT_KEY": TEST_KEY.decode(), "TOOLGATE_WAKER_INTERVAL_S": "0"}
+        ) as server,
     ):
         mp.setenv("NO_PROXY", LOCAL_HOSTS)
         mp.setenv("no_proxy", LOCAL_HOSTS)
-        from langgraph_sdk import get_sync_client
-
         from toolgate.bootstrap import initialize_store, load_registry
         from toolgate.graph import build_gateway
         from toolgate.policy import PolicyRules
@@ -117,8 +121,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
                 policy=PolicyRules.for_release(DEFAULT_RELEASE),
                 store=store,
             )
-            with get_sync_client(url=server.url, api_key=None, timeout=60.0) as client:
-                yield Rig(server=server, client=client, store=store, gateway=gateway)
+            with client_as(server, "cust-ada") as client, client_as(server, "omar") as operator:
+                yield Rig(server=server, client=client, operator=operator, store=store, gateway=gateway)
         finally:
             store.close()
 
@@ -136,7 +140,6 @@ def read_paused_before_execute(rig: Rig) -> tuple[str, str]:
     rig.run(
         thread_id,
         input={"messages": [{"role": "user", "content": REFUND_REQUEST}]},
-        context={"principal": ADA},
         interrupt_before=["execute"],
     )
     state = rig.client.threads.get_state(thread_id)
@@ -157,7 +160,6 @@ def write_approved_at_interrupt(rig: Rig) -> tuple[str, dict[str, Any]]:
     result = rig.run(
         thread_id,
         input={"messages": [{"role": "user", "content": REFUND_REQUEST}]},
-        context={"principal": ADA},
     )
     assert result.get("status") == "awaiting_approval", rig.fail(
         f"no approval interrupt (is {ORDER} already refunded by an earlier case?): {result}"
@@ -221,6 +223,7 @@ READ_TAMPER: dict[str, Callable[[dict[str, Any], str], Any]] = {
     "validation_failures": lambda v, c: {"lookup_order": 0, "issue_refund": 0},
     "deadline_at": lambda v, c: "2999-01-01T00:00:00.000000Z",
     "trace": lambda v, c: ["0" * 32, "0" * 16, "01"],
+    "review": lambda v, c: {"reviewer": "fiona", "outcomes": [{"decision": "approve", "result": "recorded"}]},
 }
 
 
@@ -233,9 +236,11 @@ def test_every_key_of_the_state_is_tampered_through_the_server() -> None:
 @pytest.mark.parametrize("key", list(READ_TAMPER))
 def test_a_read_tampered_through_the_server_runs_nothing(rig: Rig, key: str) -> None:
     thread_id, call_id = read_paused_before_execute(rig)
-    rig.client.threads.update_state(thread_id, values={key: READ_TAMPER[key](rig.values(thread_id), call_id)})
+    rig.operator.threads.update_state(
+        thread_id, values={key: READ_TAMPER[key](rig.values(thread_id), call_id)}
+    )
 
-    final = rig.run(thread_id, input=None, context={"principal": ADA})
+    final = rig.run(thread_id, input=None)
 
     assert final.get("status") == "refused", rig.fail(f"tampered {key!r} not refused: {final}")
     assert not set(rig.events_of_call(call_id)) & set(RAN), rig.events_of_call(call_id)
@@ -250,7 +255,6 @@ def test_a_read_tampered_through_the_server_runs_nothing(rig: Rig, key: str) -> 
     again = rig.run(
         thread_id,
         input={"messages": [{"role": "user", "content": REFUND_REQUEST}]},
-        context={"principal": ADA},
     )
     assert again.get("status") == "refused", again
     assert len(rig.tampered_events(thread_id)) == 1
@@ -259,7 +263,7 @@ def test_a_read_tampered_through_the_server_runs_nothing(rig: Rig, key: str) -> 
 
 def test_control_an_untampered_read_runs_once(rig: Rig) -> None:
     thread_id, call_id = read_paused_before_execute(rig)
-    final = rig.run(thread_id, input=None, context={"principal": ADA})
+    final = rig.run(thread_id, input=None)
     assert rig.events_of_call(call_id).count("call.completed") == 1, rig.events_of_call(call_id)
     assert rig.tampered_events(thread_id) == []
     assert [a.get("status") for a in tool_answers(final, call_id)] == ["completed"]
@@ -312,9 +316,9 @@ def test_an_approved_refund_tampered_through_the_server_runs_nothing(rig: Rig, c
     values = rig.values(thread_id)
     (call_id,) = [c for c, r in values["calls"].items() if r["tool"] == "issue_refund"]
     assert values["calls"][call_id]["operation_key"] == proposal["operation_key"]
-    rig.client.threads.update_state(thread_id, values=tamper(values, call_id, other))
+    rig.operator.threads.update_state(thread_id, values=tamper(values, call_id, other))
 
-    final = rig.run(thread_id, command=APPROVE)
+    final = rig.run(thread_id, command=WAKE)
 
     assert final.get("status") == "refused", rig.fail(f"tampered {case!r} not refused: {final}")
     assert money_for(rig, proposal["operation_key"]) == (0, 0)
@@ -335,7 +339,7 @@ def test_control_an_untampered_approved_refund_runs_exactly_once(rig: Rig) -> No
     before = order_money(rig)
     thread_id, proposal = write_approved_at_interrupt(rig)
 
-    final = rig.run(thread_id, command=APPROVE)
+    final = rig.run(thread_id, command=WAKE)
 
     assert final.get("status") == "done", rig.fail(f"approved refund did not finish: {final}")
     assert money_for(rig, proposal["operation_key"]) == (1, 1)

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
-from toolgate.errors import IdentityError
+from toolgate.errors import RunRefused
 from toolgate.graph import Context
 from toolgate.graph.review import decide
 from toolgate.graph.seal import apply_update, seal_of, sealed_keys
@@ -92,6 +92,7 @@ TAMPER: dict[str, Callable[[dict[str, Any]], Any]] = {
     "validation_failures": lambda v: {"lookup_order": 0, "issue_refund": 0},
     "deadline_at": lambda v: "2999-01-01T00:00:00.000000Z",
     "trace": lambda v: ["0" * 32, "0" * 16, "01"],
+    "review": lambda v: {"reviewer": "fiona", "outcomes": [{"decision": "approve", "result": "recorded"}]},
     "seal": lambda v: {"v": "1"},
 }
 
@@ -235,7 +236,7 @@ def test_another_tenants_approved_operation_is_not_run_from_this_thread(harness:
 def test_a_thread_cannot_be_turned_into_another_principals(harness: Harness) -> None:
     graph = read_paused_before_execute(harness, "t-who")
     forge(harness, graph, "t-who", {"principal": principal("gina").to_dict()})
-    with pytest.raises(IdentityError, match="another principal"):
+    with pytest.raises(RunRefused, match="thread_owner: this thread belongs to another principal"):
         graph.invoke(None, cfg("t-who"), context=Context(principal=principal("cust-ada")))
     assert harness.total_handler_calls() == 0
     refusals = [e for e in harness.store.audit_events() if e.event == "identity.refused"]

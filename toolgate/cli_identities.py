@@ -16,6 +16,7 @@ import typer
 from toolgate.bootstrap import App
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.errors import IdentityError
+from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.principal import Principal
 
 identities_app = typer.Typer(no_args_is_help=True, help="Manage the people who may act (admins only).")
@@ -71,6 +72,24 @@ def identities_import(
     admin = _admin(application, as_user)
     for user_id, token in application.gateway.directory.import_file(path, by=admin):
         kv(identity=user_id, status="added" if token else "exists", token=token or "-")
+
+
+@identities_app.command("seed-demo")
+def identities_seed_demo() -> None:
+    """Add the demo people with their WELL-KNOWN demo tokens (``demo-token-<user>``): for a local
+    demo store only, and only while it has no identities yet."""
+    application = open_from_env()
+    if not application.gateway.directory.is_empty():
+        raise IdentityError("seed-demo works only on a store without identities", code="not_empty")
+    seed_demo_identities(application.gateway.directory)
+    for record in application.store.list_identities():
+        kv(
+            identity=record.user_id,
+            tenant=record.tenant_id,
+            roles=",".join(record.roles) or "-",
+            token=demo_token(record.user_id),
+        )
+    typer.echo("warning=demo tokens are public; never use seed-demo on a store that matters", err=True)
 
 
 @identities_app.command("list")

@@ -18,6 +18,7 @@
 | TOOLGATE_RECONCILE_DELAYS | 1,2,4,8,16 | waits between status checks of an unknown outcome |
 | TOOLGATE_MAX_PARALLEL_CALLS, TOOLGATE_BATCH_DEADLINE_S | 5, 120 | parallel batch limits |
 | TOOLGATE_AUDIT_RETENTION_DAYS | 90 | default age for ``toolgate audit retention`` |
+| TOOLGATE_WAKER_INTERVAL_S | 2 | the server's background waker (``0``: off) |
 | OPENAI_API_KEY | (unset) | read by langchain-openai when TOOLGATE_MODEL names an OpenAI model; never logged |
 """
 

@@ -108,6 +108,21 @@ class NotFoundError(ToolgateUsageError):
     """A proposal, operation or thread that was asked for does not exist."""
 
 
+class RunRefused(ToolgateUsageError, ValueError):
+    """A graph run was refused (who is acting, or what they asked for); nothing ran.
+
+    Raised to end the run with a stable ``code`` and a readable message. It is a `ValueError`
+    so the LangGraph server shows its message to the client instead of "An internal error occurred".
+
+    Attributes:
+        code: stable machine-readable reason, e.g. ``thread_owner`` or ``missing_principal``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 class ToolgateRuntimeError(ToolgateError):
     """Something failed while running; callers decide whether a retry is safe."""
 
@@ -167,6 +182,7 @@ __all__ = [
     "NotFoundError",
     "RegistryError",
     "RejectionCode",
+    "RunRefused",
     "StoreError",
     "ToolExecutionError",
     "ToolgateError",

@@ -27,13 +27,20 @@ def context_of(runtime: Runtime[Context]) -> Context:
     return runtime.context if isinstance(runtime.context, Context) else Context()
 
 
-def principal_of(state: GatewayState, runtime: Runtime[Context]) -> Principal:
-    """The thread's principal: the first one recorded in state, which later runs cannot replace."""
+def principal_of(state: GatewayState, runtime: Runtime[Context], *, new_turn: bool = False) -> Principal:
+    """The thread's principal: the first one recorded in state, which later runs cannot replace.
+
+    Someone else may only carry a turn on (a reviewer resuming the approval interrupt of their
+    own tenant); a new turn, with new user input, belongs to the thread's principal alone."""
     given = context_of(runtime).principal
     recorded = state.get("principal")
     if recorded:
         principal = Principal.from_dict(recorded)
-        if given is not None and (given.user_id, given.tenant_id) != (principal.user_id, principal.tenant_id):
+        other = given is not None and (given.user_id, given.tenant_id) != (
+            principal.user_id,
+            principal.tenant_id,
+        )
+        if other and (new_turn or (given is not None and given.tenant_id != principal.tenant_id)):
             raise IdentityError("this thread belongs to another principal", code="thread_owner")
         return principal
     if given is None:

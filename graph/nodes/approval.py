@@ -1,23 +1,32 @@
-"""The approval node: it only pauses the thread with `interrupt()`.
+"""The approval node: it pauses the thread with `interrupt()`, and records decisions sent with the resume.
 
-LangGraph re-runs this node from its start on resume, so nothing here may have a side effect.
-The payload follows LangChain's human-in-the-loop request shape (``action_requests`` and
-``review_configs``) with toolgate's proposal facts alongside. The resume value is a wake-up,
-not authority: decisions count only when an authenticated reviewer recorded them in the store,
-and the execute node re-checks them before the claim.
+LangGraph re-runs this node from its start on resume, so nothing before `interrupt()` may have a
+side effect. The payload follows LangChain's human-in-the-loop request shape (``action_requests``
+and ``review_configs``) with toolgate's proposal facts alongside, so Studio and chat UIs can answer
+it. A resume is a wake-up, or carries decisions (`toolgate.graph.hitl`): those are recorded in the
+store as the authenticated person resuming, with every approval rule applied; refusals come back
+in ``review`` and in the next interrupt. Authority is the store's approval records, which the
+execute node re-checks before the claim.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
+from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
+from toolgate.graph.hitl import apply_decisions
+from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState
 from toolgate.tools.spec import HandlerContext
 
-ALLOWED_DECISIONS = ["approve", "reject"]
+ALLOWED_DECISIONS = ["approve", "edit", "reject"]
+UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer"})
+"""Refusals made here, before `decide` or `edit_proposal` (which audit their own)."""
 
 
 def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
@@ -68,15 +77,42 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "details": details,
             }
         )
-    return {"action_requests": actions, "review_configs": configs, "toolgate": {"proposals": proposals}}
+    review = state.get("review") or {}
+    return {
+        "action_requests": actions,
+        "review_configs": configs,
+        "toolgate": {"proposals": proposals, "last_review": review},
+    }
 
 
 def make_approval_node(gw: Gateway) -> Any:
     """Build the ``approval`` node."""
 
-    def approval(state: GatewayState) -> dict[str, Any]:
-        interrupt(hitl_request(gw, state))
-        return {}
+    def approval(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
+        request = hitl_request(gw, state)
+        resume = interrupt(request)
+        principal_of(state, runtime)  # someone of another tenant is refused before anything is recorded
+        reviewer = context_of(runtime).principal
+        outcomes = apply_decisions(gw, reviewer, request["toolgate"]["proposals"], resume)
+        if outcomes is None:
+            return {}  # a wake-up: decisions were recorded elsewhere (CLI, console, API)
+        for outcome in outcomes:
+            if outcome.result == "refused" and outcome.code in UNAUDITED:
+                gw.auditor.record(
+                    "approval.refused",
+                    "refused",
+                    user_id=reviewer.user_id if reviewer else None,
+                    code=outcome.code,
+                    proposal_id=outcome.proposal_id or None,
+                    thread_id=thread_id(config),
+                    detail={"reason": outcome.message},
+                )
+        return {
+            "review": {
+                "reviewer": reviewer.user_id if reviewer else "",
+                "outcomes": [o.as_dict() for o in outcomes],
+            }
+        }
 
     return approval
 

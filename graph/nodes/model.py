@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import time
 from datetime import timedelta
 from typing import Any
 
-from langchain_core.messages import AIMessage, SystemMessage
+import langsmith
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
@@ -26,11 +28,30 @@ def response_id(message: AIMessage) -> str | None:
     return str(meta.get("id") or message.id or "") or None
 
 
+def invoke_unobserved(runnable: Any, messages: list[Any]) -> Any:
+    """Call the model so its raw response reaches no observer before it is screened.
+
+    The raw response may carry what screening removes (secret-looking values, calls that cannot be
+    judged). Callbacks would hand it to streaming clients (``messages`` and ``events`` stream
+    modes) and tracers as it arrives, so the call runs in an empty context (a bound model merges
+    in the node's callbacks from a context variable otherwise), with no callbacks and no tracing;
+    clients and traces see the screened message the node returns, exactly what the state keeps."""
+
+    def call() -> Any:
+        with langsmith.tracing_context(enabled=False):
+            return runnable.invoke(messages, config={"callbacks": [], "tags": ["nostream"]})
+
+    return contextvars.Context().run(call)
+
+
 def make_model_node(gw: Gateway) -> Any:
     """Build the ``model`` node."""
 
     def model(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
-        principal = principal_of(state, runtime)
+        history = state.get("messages", [])
+        principal = principal_of(
+            state, runtime, new_turn=bool(history) and isinstance(history[-1], HumanMessage)
+        )
         ctx = context_of(runtime)
         budget = budget_of(state)
         base: dict[str, Any] = {"principal": principal.to_dict(), "release": gw.registry.release}
@@ -52,7 +73,7 @@ def make_model_node(gw: Gateway) -> Any:
             runnable = gw.model.bind_tools(gw.registry.openai_tools(specs), **kwargs)
         if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
             keys = [c["operation_key"] for c in state.get("calls", {}).values() if c.get("operation_key")]
-            runnable = runnable.with_config(metadata=telemetry.langsmith_metadata(gw.registry.release, keys))
+            telemetry.annotate_langsmith_run(gw.registry.release, keys)
         messages = [SystemMessage(gw.instructions), *state.get("messages", [])]
         turn = budget["model_turns"] + 1
         with telemetry.model_span(
@@ -86,7 +107,9 @@ def make_model_node(gw: Gateway) -> Any:
             monotonic_deadline = time.monotonic() + (deadline_at - now).total_seconds()
             try:
                 response = call_with_retry(
-                    lambda: runnable.invoke(messages), deadline=monotonic_deadline, on_retry=on_retry
+                    lambda: invoke_unobserved(runnable, messages),
+                    deadline=monotonic_deadline,
+                    on_retry=on_retry,
                 )
             except Exception as exc:
                 status = classify_model_error(exc)

@@ -1,0 +1,384 @@
+// toolgate reviewer console: plain JavaScript, no framework, nothing loaded from elsewhere.
+// Every value from the server is shown with textContent (never parsed as HTML): proposal
+// arguments come from a model and are untrusted.
+"use strict";
+
+(function () {
+  var TOKEN_KEY = "toolgate.token";
+  var POLL_MS = 1500;
+  var MAX_POLLS = 80;
+  var FINAL = ["succeeded", "failed", "rejected", "expired", "dead_lettered", "unknown"];
+  var HINTS = {
+    self_approval: "You requested this operation; another person must review it.",
+    editor_approval: "You edited this proposal; another person must approve it.",
+    already_decided: "You already decided this proposal; a second decision by the same person does not count.",
+    digest_mismatch: "The proposal changed since you opened it. Reload it and review again.",
+    expired: "The proposal expired; the requester must ask again.",
+    not_pending: "This proposal is no longer waiting for a decision.",
+    missing_role: "Your roles do not allow you to decide this proposal.",
+    cross_tenant: "This proposal belongs to another organization.",
+    not_found: "No such proposal is visible to you.",
+    reason_required: "A rejection needs a reason the requester can read.",
+    revoked: "Your access has been revoked.",
+    authentication_failed: "The token was not accepted.",
+    missing_token: "Sign in with your access token."
+  };
+
+  var timers = { countdown: null, poll: null };
+  var current = null; // the proposal on screen
+
+  function $(id) { return document.getElementById(id); }
+
+  function show(id, visible) { $(id).hidden = !visible; }
+
+  function setText(id, value) {
+    $(id).textContent = value === null || value === undefined || value === "" ? "—" : String(value);
+  }
+
+  function say(message) {
+    $("status").textContent = message;
+  }
+
+  function clearAlert() {
+    show("alert", false);
+    $("alert-code").textContent = "";
+    $("alert-message").textContent = "";
+  }
+
+  function alertError(err) {
+    var code = err.code || "error";
+    var hint = HINTS[code] ? " " + HINTS[code] : "";
+    $("alert-code").textContent = code + ":";
+    var message = err.message || "request failed";
+    $("alert-message").textContent = " " + message + (/[.!?]$/.test(message) ? "" : ".") + hint;
+    show("alert", true);
+  }
+
+  function ApiError(status, code, message, body) {
+    this.status = status;
+    this.code = code;
+    this.message = message;
+    this.body = body || {};
+  }
+
+  function token() { return window.sessionStorage.getItem(TOKEN_KEY); }
+
+  function api(path, options) {
+    options = options || {};
+    var headers = { "Accept": "application/json", "Authorization": "Bearer " + (token() || "") };
+    var init = { method: options.method || "GET", headers: headers, cache: "no-store", credentials: "omit" };
+    if (options.body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(options.body);
+    }
+    // relative to the page (…/console), so the API is found under any mount prefix
+    return window.fetch(path, init).then(function (response) {
+      return response.text().then(function (text) {
+        var body = {};
+        try { body = text ? JSON.parse(text) : {}; } catch (e) { body = {}; }
+        if (!response.ok) {
+          var err = new ApiError(response.status, body.error || "http_" + response.status,
+            body.message || response.statusText, body);
+          if (response.status === 401) { signOut(); }
+          throw err;
+        }
+        return body;
+      });
+    }, function () {
+      throw new ApiError(0, "network_error", "the server could not be reached");
+    });
+  }
+
+  function stopTimers() {
+    if (timers.countdown) { window.clearInterval(timers.countdown); timers.countdown = null; }
+    if (timers.poll) { window.clearTimeout(timers.poll); timers.poll = null; }
+  }
+
+  function duration(seconds) {
+    if (seconds <= 0) { return "expired"; }
+    var m = Math.floor(seconds / 60);
+    var s = seconds % 60;
+    return (m ? m + " min " : "") + (s < 10 && m ? "0" : "") + s + " s";
+  }
+
+  // ---- session -------------------------------------------------------------------------
+
+  function signOut() {
+    window.sessionStorage.removeItem(TOKEN_KEY);
+    stopTimers();
+    current = null;
+    show("session", false);
+    show("queue", false);
+    show("detail", false);
+    show("operation", false);
+    show("signin", true);
+    $("whoami").textContent = "";
+    $("proposal-rows").textContent = "";
+  }
+
+  function start() {
+    return api("toolgate/me").then(function (me) {
+      $("whoami").textContent = "Signed in as " + me.user_id + " (" + me.tenant + "; roles: " +
+        (me.roles.length ? me.roles.join(", ") : "none") + ")";
+      show("signin", false);
+      show("session", true);
+      return loadList();
+    });
+  }
+
+  function onSignIn(event) {
+    event.preventDefault();
+    clearAlert();
+    var value = $("token-input").value.trim();
+    if (!value) { return; }
+    window.sessionStorage.setItem(TOKEN_KEY, value);
+    $("token-input").value = "";
+    start().then(function () {
+      say("Signed in.");
+      $("refresh").focus();
+    }, function (err) {
+      alertError(err);
+      $("token-input").focus();
+    });
+  }
+
+  // ---- the list ------------------------------------------------------------------------
+
+  function cell(row, text) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    row.appendChild(td);
+    return td;
+  }
+
+  function loadList() {
+    stopTimers();
+    current = null;
+    show("detail", false);
+    show("operation", false);
+    show("queue", true);
+    return api("toolgate/proposals?status=pending_approval").then(function (data) {
+      var rows = $("proposal-rows");
+      rows.textContent = "";
+      data.proposals.forEach(function (p) {
+        var tr = document.createElement("tr");
+        tr.setAttribute("data-testid", "row-" + p.proposal_id);
+        var code = document.createElement("code");
+        code.textContent = p.proposal_id;
+        cell(tr, "").appendChild(code);
+        cell(tr, p.tool);
+        cell(tr, p.risk);
+        cell(tr, p.requester);
+        cell(tr, duration(p.seconds_left));
+        var button = document.createElement("button");
+        button.type = "button";
+        button.textContent = "Open";
+        button.setAttribute("aria-label", "Open proposal " + p.proposal_id + " (" + p.tool + ")");
+        button.setAttribute("data-testid", "open-" + p.proposal_id);
+        button.addEventListener("click", function () { openProposal(p.proposal_id); });
+        cell(tr, "").appendChild(button);
+        rows.appendChild(tr);
+      });
+      show("queue-empty", data.proposals.length === 0);
+      show("proposal-table", data.proposals.length > 0);
+      say(data.proposals.length + " proposal(s) waiting for review.");
+    }, alertError);
+  }
+
+  // ---- one proposal --------------------------------------------------------------------
+
+  function renderDecisions(decisions) {
+    var list = $("decisions");
+    list.textContent = "";
+    decisions.forEach(function (d) {
+      var li = document.createElement("li");
+      li.textContent = d.reviewer + ": " + d.decision + (d.reason ? " (" + d.reason + ")" : "") +
+        (d.authentic ? "" : " — NOT AUTHENTIC, does not count") +
+        (d.digest_bound ? "" : " — bound to another digest, does not count");
+      list.appendChild(li);
+    });
+    show("decisions-empty", decisions.length === 0);
+  }
+
+  function startCountdown(seconds) {
+    var deadline = window.performance.now() + seconds * 1000; // the server's clock, not this browser's
+    var warned = false;
+    function tick() {
+      var left = Math.max(0, Math.round((deadline - window.performance.now()) / 1000));
+      $("countdown").textContent = left > 0 ? "Expires in " + duration(left) : "Expired: it can no longer be approved.";
+      if (left <= 60 && left > 0 && !warned) { warned = true; say("This proposal expires in less than a minute."); }
+      if (left === 0) {
+        setActionsEnabled(false);
+        window.clearInterval(timers.countdown);
+        timers.countdown = null;
+        say("The proposal expired.");
+      }
+    }
+    tick();
+    timers.countdown = window.setInterval(tick, 1000);
+  }
+
+  function setActionsEnabled(enabled) {
+    ["approve", "reject", "reject-reason", "confirm-reviewed"].forEach(function (id) { $(id).disabled = !enabled; });
+  }
+
+  // keepAlert: a reload after a decision keeps its message (refusal or status) on screen
+  function openProposal(id, keepAlert) {
+    if (!keepAlert) { clearAlert(); }
+    stopTimers();
+    return api("toolgate/proposals/" + encodeURIComponent(id)).then(function (p) {
+      current = p;
+      $("detail-title").textContent = "Proposal " + p.proposal_id;
+      setText("fact-tool", p.tool);
+      setText("fact-tool-version", p.tool_version);
+      setText("fact-handler", p.handler_revision);
+      setText("fact-release", p.release);
+      setText("fact-risk", p.risk);
+      setText("fact-effect", p.effect);
+      setText("fact-rollback", p.rollback);
+      setText("fact-approval", p.approval_class);
+      setText("fact-requester", p.requester);
+      setText("fact-created", p.created_at);
+      setText("fact-expires", p.expires_at);
+      setText("fact-status", p.status);
+      setText("fact-args-sha", p.arguments_sha256);
+      setText("digest", p.digest);
+      $("arguments").textContent = JSON.stringify(p.arguments, null, 2);
+      $("review-details").textContent = p.review_details === null ? "(unavailable)" :
+        Object.keys(p.review_details).length ? JSON.stringify(p.review_details, null, 2) : "(none for this tool)";
+      $("review-details-error").textContent = p.review_details_error
+        ? p.review_details_error + " Do not approve without them." : "";
+      show("review-details-error", !!p.review_details_error);
+      $("superseded").textContent = p.superseded_by ? "A reviewer edited this proposal; it was replaced by " + p.superseded_by + "." : "";
+      show("superseded", !!p.superseded_by);
+      renderDecisions(p.decisions);
+      $("confirm-reviewed").checked = false;
+      $("reject-reason").value = "";
+      var open = p.status === "pending_approval" && p.seconds_left > 0;
+      setActionsEnabled(open);
+      show("actions", open);
+      show("queue", false);
+      show("operation", false);
+      show("detail", true);
+      startCountdown(p.seconds_left);
+      if (!keepAlert) {
+        say("Opened proposal " + p.proposal_id + " (" + p.tool + ", " + p.status + ").");
+        $("detail-title").focus();
+      }
+    }, alertError);
+  }
+
+  function afterDecision(reply) {
+    var text = "Recorded your " + reply.decision + ". Status: " + reply.status + ".";
+    if (reply.verdict === "pending" && reply.still_needed) { text += " " + reply.still_needed + "."; }
+    say(text);
+    if (reply.status === "pending_approval") { return openProposal(reply.proposal_id, true); }
+    return follow(reply.operation_key);
+  }
+
+  function decideWith(path, body) {
+    clearAlert();
+    setActionsEnabled(false);
+    return api(path, { method: "POST", body: body }).then(afterDecision, function (err) {
+      alertError(err);
+      // the refusal may come from a changed proposal: show it as it is now
+      if (current && err.status !== 401) { return openProposal(current.proposal_id, true); }
+    });
+  }
+
+  function onApprove(event) {
+    event.preventDefault();
+    if (!current) { return; }
+    // the digest sent is the one on screen: a proposal changed since then is refused
+    decideWith("toolgate/proposals/" + encodeURIComponent(current.proposal_id) + "/approve",
+      { digest: $("digest").textContent });
+  }
+
+  function onReject(event) {
+    event.preventDefault();
+    if (!current) { return; }
+    var reason = $("reject-reason").value.trim();
+    if (!reason) {
+      alertError({ code: "reason_required", message: "a rejection needs a reason" });
+      $("reject-reason").focus();
+      return;
+    }
+    decideWith("toolgate/proposals/" + encodeURIComponent(current.proposal_id) + "/reject", { reason: reason });
+  }
+
+  // ---- following the operation ---------------------------------------------------------
+
+  function renderTrace(report) {
+    var rows = $("trace-rows");
+    rows.textContent = "";
+    report.events.forEach(function (e) {
+      var tr = document.createElement("tr");
+      [e.seq, e.event, e.result, e.code, e.at, e.actor, e.release, e.handler].forEach(function (v) {
+        cell(tr, v === null || v === undefined ? "" : String(v));
+      });
+      rows.appendChild(tr);
+    });
+    $("trace-summary").textContent = report.events.length + " event(s); final state " + report.final +
+      "; missing transitions: " + (report.missing.length ? report.missing.join(", ") : "none") +
+      "; approver " + report.approver + "; audit chain " + report.tamper_check + ".";
+  }
+
+  function loadTrace(key) {
+    return api("toolgate/operations/" + encodeURIComponent(key) + "/trace").then(renderTrace, alertError);
+  }
+
+  function follow(key) {
+    stopTimers();
+    show("detail", false);
+    show("queue", false);
+    show("operation", true);
+    setText("operation-key", key);
+    var polls = 0;
+    var announced = null;
+    function poll() {
+      timers.poll = null;
+      api("toolgate/operations/" + encodeURIComponent(key)).then(function (op) {
+        setText("operation-status", op.status);
+        $("operation-result").textContent = JSON.stringify(op.result !== null ? op.result : op.error, null, 2);
+        if (op.status !== announced) { announced = op.status; say("Operation status: " + op.status + "."); }
+        polls += 1;
+        if (FINAL.indexOf(op.status) >= 0 || polls >= MAX_POLLS) {
+          if (FINAL.indexOf(op.status) < 0) { say("Still " + op.status + "; refresh later to see the outcome."); }
+          return loadTrace(key);
+        }
+        timers.poll = window.setTimeout(poll, POLL_MS);
+      }, alertError);
+    }
+    loadTrace(key);
+    poll();
+    $("operation-title").setAttribute("tabindex", "-1");
+    $("operation-title").focus();
+  }
+
+  // ---- wiring --------------------------------------------------------------------------
+
+  function backToList() {
+    clearAlert();
+    loadList().then(function () { $("refresh").focus(); });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    $("signin-form").addEventListener("submit", onSignIn);
+    $("sign-out").addEventListener("click", function () {
+      signOut();
+      clearAlert();
+      say("Signed out.");
+      $("token-input").focus();
+    });
+    $("refresh").addEventListener("click", function () { clearAlert(); loadList(); });
+    $("approve-form").addEventListener("submit", onApprove);
+    $("reject-form").addEventListener("submit", onReject);
+    $("back").addEventListener("click", backToList);
+    $("operation-back").addEventListener("click", backToList);
+    if (token()) {
+      start().catch(alertError);
+    } else {
+      signOut();
+    }
+  });
+})();
