@@ -23,6 +23,7 @@ from toolgate.graph.routing import after_dispatch, after_execute, after_model, a
 from toolgate.graph.state import GatewayState
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
@@ -46,6 +47,7 @@ def build_gateway(
     key that could disagree with it."""
     auditor = Auditor(store, registry.release)
     directory = IdentityDirectory(store, auditor)
+    rate_limiter = InboundRateLimiter(store, policy.rate_limits)
     return Gateway(
         model=model,
         registry=registry,
@@ -53,7 +55,8 @@ def build_gateway(
         store=store,
         auditor=auditor,
         executor=Executor(store, registry, auditor, directory, breakers=breakers or BreakerRegistry()),
-        rate_limiter=InboundRateLimiter(store, policy.rate_limits),
+        rate_limiter=rate_limiter,
+        judge=Judge(registry, policy, rate_limiter),
         directory=directory,
         instructions=instructions,
         server_mode=server_mode,

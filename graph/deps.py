@@ -8,6 +8,7 @@ from langchain_core.language_models import BaseChatModel
 
 from toolgate.graph.execution import Executor
 from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
@@ -37,6 +38,8 @@ class Gateway:
     auditor: Auditor
     executor: Executor
     rate_limiter: InboundRateLimiter
+    judge: Judge
+    """The release's checks of one proposed call, shared by dispatch, edits and rollbacks."""
     directory: IdentityDirectory
     """Who may act: authenticates people at the doors, and tells execute whether an approver is
     still active."""

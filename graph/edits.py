@@ -14,10 +14,10 @@ from typing import Any
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
-from toolgate.graph.nodes.dispatch import ProposedCall, judge
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.review import decide
 from toolgate.policy.approvals import check_reviewer
+from toolgate.policy.judge import ProposedCall
 from toolgate.policy.principal import Principal
 from toolgate.store._sql import parse_iso
 from toolgate.store.records import ProposalRecord
@@ -104,12 +104,11 @@ def _judge_edit(
     requester = gw.directory.active(original.requester_id, original.tenant_id)
     if requester is None:
         raise ApprovalError("requester_inactive", "the requester is no longer an active identity")
-    verdict = judge(
-        gw,
+    verdict = gw.judge(
         requester,
         ProposedCall(original.call_id, tool, arguments, None),
-        ctx=Context(),
         counts={},
+        max_identical_calls=Context().max_identical_calls,
         now=gw.store.now(),
     )
     if verdict.rejection is not None:

@@ -79,7 +79,7 @@ class Executor:
 
         ``credentials`` are the user's own forwarded tokens (never a shared service credential).
         """
-        args = spec.args_model.model_validate(arguments)
+        args = spec.handler_arguments(arguments)
         ctx = HandlerContext(
             tenant_id=principal.tenant_id,
             user_id=principal.user_id,
@@ -304,7 +304,7 @@ class Executor:
         interval = max(lease_s / 3, 0.05)
         future = None
         try:
-            args = spec.args_model.model_validate(proposal.arguments)
+            args = spec.handler_arguments(proposal.arguments)
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
                 future = handlers.start(spec.handler, args, ctx)
                 raw = handlers.wait(future, spec.timeout_s, heartbeat=renew, interval_s=interval)

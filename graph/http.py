@@ -255,7 +255,7 @@ def _review_details(gw: Gateway, proposal: ProposalRecord) -> tuple[dict[str, An
         return {}, None
     try:
         return spec.review_details(
-            spec.args_model.model_validate(proposal.arguments),
+            spec.handler_arguments(proposal.arguments),
             HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
         ), None
     except ToolExecutionError as exc:

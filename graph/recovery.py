@@ -66,7 +66,7 @@ def reconcile(
     history: list[dict[str, str]] = []
     checks = 0
     if spec is not None and spec.reconcile is not None and proposal is not None:
-        args = spec.args_model.model_validate(proposal.arguments)
+        args = spec.handler_arguments(proposal.arguments)
         ctx = HandlerContext(
             tenant_id=proposal.tenant_id,
             user_id=proposal.requester_id,

@@ -13,8 +13,8 @@ from typing import Any
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
-from toolgate.graph.nodes.dispatch import ProposedCall, judge
 from toolgate.graph.proposals import draft_proposal, store_proposal
+from toolgate.policy.judge import ProposedCall
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
 from toolgate.tools.spec import Rollback, ToolSpec
@@ -87,14 +87,13 @@ def _rollback_call(gw: Gateway, operation_key: str, requester: Principal) -> tup
     target = gw.registry.get(spec.rollback.tool)
     if target is None:
         raise ApprovalError("no_rollback", f"rollback tool {spec.rollback.tool!r} is not in this release")
-    verdict = judge(
-        gw,
+    verdict = gw.judge(
         requester,
         ProposedCall(
             f"rollback-{operation_key[3:15]}", target.name, spec.rollback.arguments(original.arguments), None
         ),
-        ctx=Context(),
         counts={},
+        max_identical_calls=Context().max_identical_calls,
         now=gw.store.now(),
     )
     if verdict.rejection is not None:

@@ -9,12 +9,12 @@ the seeds' "stop" conditions require is missing or contradictory, so an unsafe t
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from toolgate.errors import RegistryError, ToolExecutionError
 
@@ -150,6 +150,27 @@ class HandlerContext:
         if not self.idempotency_key:
             raise ToolExecutionError("server_error", "write handler called without an idempotency key")
         return self.idempotency_key
+
+
+class ArgumentsInvalid(ValueError):
+    """Arguments that do not fit a tool's schema: one ``(path, problem)`` per finding.
+
+    Paths are dotted field names (``items.0.sku``); problems never quote the input, which may
+    hold anything the model wrote."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{path}: {problem}" for path, problem in problems))
+        self.problems = problems
+
+    @classmethod
+    def from_validation_error(cls, exc: ValidationError) -> ArgumentsInvalid:
+        """The problems of a pydantic validation error, without its input values."""
+        return cls(
+            [
+                (".".join(str(p) for p in err["loc"]) or "(arguments)", err["msg"])
+                for err in exc.errors(include_url=False, include_input=False, include_context=False)
+            ]
+        )
 
 
 class StrictArgs(BaseModel):
@@ -317,6 +338,20 @@ class ToolSpec:
         """True for caution and danger tools: they become proposals, never run directly."""
         return self.risk != "read-only"
 
+    def parse_arguments(self, raw: Any) -> dict[str, Any]:
+        """The call's arguments as toolgate keeps them (proposal, digest, operation key, audit):
+        validated against the tool's schema, in canonical JSON form.
+
+        Raises `ArgumentsInvalid` naming each problem's field path (never the input values)."""
+        try:
+            return self.args_model.model_validate(raw).model_dump(mode="json")
+        except ValidationError as exc:
+            raise ArgumentsInvalid.from_validation_error(exc) from None
+
+    def handler_arguments(self, arguments: Mapping[str, Any]) -> Any:
+        """What the handler receives for arguments this tool parsed (its argument model)."""
+        return self.args_model.model_validate(arguments)
+
     def rollback_text(self) -> str:
         """The rollback or no-rollback statement as shown to reviewers."""
         if isinstance(self.rollback, Rollback):
@@ -326,6 +361,7 @@ class ToolSpec:
 
 __all__ = [
     "ApprovalClass",
+    "ArgumentsInvalid",
     "Handler",
     "HandlerContext",
     "NoRollback",

@@ -54,7 +54,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         details: dict[str, Any] = {}
         if spec is not None and spec.review_details is not None:
             details = spec.review_details(
-                spec.args_model.model_validate(proposal.arguments),
+                spec.handler_arguments(proposal.arguments),
                 HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
             )
         proposals.append(

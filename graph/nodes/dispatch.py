@@ -1,26 +1,21 @@
-"""The dispatch node: the hostile-input boundary (seed 000 steps 1-5, chapter §4 and §7).
+"""The dispatch node: the hostile-input boundary.
 
-Every call the model proposed, parsed or not, is judged in a fixed order: task budget and
-deadline, registry lookup, exposure to this principal, JSON shape, identity fields, schema,
-repetition, resource ownership under the authenticated tenant, inbound rate limit, cross-field
-business validation, then policy. The first failure is a stable code, one audit event and a
-bounded `ToolMessage` with the same call id. Nothing here has an effect on the world.
+Every call the model proposed, parsed or not, is judged: the task's budget and deadline here,
+then the release's checks in their fixed order (`toolgate.policy.judge`). The first failure is a
+stable code, one audit event and a bounded `ToolMessage` with the same call id. Nothing here has
+an effect on the world.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
-from pydantic import ValidationError
 
 from toolgate import telemetry
-from toolgate.canonical import canonical_json, digest, sha256_hex
-from toolgate.errors import ToolExecutionError
+from toolgate.canonical import digest
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
@@ -34,39 +29,17 @@ from toolgate.graph.nodes._common import (
     thread_id,
 )
 from toolgate.graph.state import CallRecord, GatewayState
-from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Rejection
-from toolgate.policy.identity import identity_keys
+from toolgate.policy.judge import ProposedCall, Verdict
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
 from toolgate.store._sql import parse_iso
-from toolgate.tools.spec import HandlerContext, ToolSpec
+from toolgate.tools.spec import ToolSpec
 
-MAX_ERRORS_SHOWN = 5
 VALIDATION_CODES = frozenset(
     {"malformed_arguments", "identity_in_arguments", "schema_invalid", "semantic_invalid"}
 )
 ENDS_TASK = frozenset({"budget_exhausted", "loop_detected"})
-
-
-@dataclass(frozen=True)
-class ProposedCall:
-    """One call as the model emitted it, before any judgement."""
-
-    call_id: str
-    name: str
-    args: Any
-    parse_error: str | None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What dispatch decided about one call."""
-
-    spec: ToolSpec | None
-    arguments: dict[str, Any]
-    rejection: Rejection | None
-    fingerprint: str = ""
 
 
 def proposed_calls(message: AIMessage) -> list[ProposedCall]:
@@ -88,111 +61,6 @@ def proposed_calls(message: AIMessage) -> list[ProposedCall]:
             )
         )
     return calls
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """Field path and constraint for each problem, never the input values or a stack trace."""
-    problems = [
-        f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
-        for err in exc.errors(include_url=False, include_input=False, include_context=False)
-    ]
-    more = f" (+{len(problems) - MAX_ERRORS_SHOWN} more)" if len(problems) > MAX_ERRORS_SHOWN else ""
-    return redact_text("Invalid arguments: " + "; ".join(problems[:MAX_ERRORS_SHOWN]) + more)[:600]
-
-
-def call_fingerprint(tool: str, arguments: dict[str, Any]) -> str:
-    """Identity of a call for loop detection: tool name and canonical arguments."""
-    return sha256_hex(canonical_json({"tool": tool, "args": arguments}))[:24]
-
-
-def judge(
-    gw: Gateway,
-    principal: Principal,
-    call: ProposedCall,
-    *,
-    ctx: Context,
-    counts: dict[str, int],
-    now: datetime,
-) -> Verdict:
-    """Judge one call; the first failing check decides."""
-    spec = gw.registry.get(call.name)
-    if spec is None:
-        suggestion = gw.registry.suggest(call.name, principal)
-        return Verdict(
-            None,
-            {},
-            Rejection(
-                code="unknown_tool",
-                message="No tool with that name is available.",
-                retryable=True,
-                suggestion=f"did you mean {suggestion!r}?" if suggestion else None,
-            ),
-        )
-    refused = check_scopes(spec, principal)
-    if refused:
-        return Verdict(spec, {}, refused)
-    if call.parse_error is not None or not isinstance(call.args, dict):
-        return Verdict(
-            spec,
-            {},
-            Rejection(
-                code="malformed_arguments",
-                message="Arguments must be one JSON object matching the tool schema.",
-                retryable=True,
-            ),
-        )
-    smuggled = sorted(set(identity_keys(call.args)))
-    if smuggled:
-        return Verdict(
-            spec,
-            {},
-            Rejection(
-                code="identity_in_arguments",
-                retryable=False,
-                message="Identity and authority come from the signed-in session, never from arguments. "
-                f"Remove: {', '.join(redact_text(k)[:40] for k in smuggled[:5])}.",
-            ),
-        )
-    try:
-        validated = spec.args_model.model_validate(call.args)
-    except ValidationError as exc:
-        return Verdict(
-            spec, {}, Rejection(code="schema_invalid", message=describe_validation_error(exc), retryable=True)
-        )
-    arguments = validated.model_dump(mode="json")
-    fingerprint = call_fingerprint(spec.name, arguments)
-    if not spec.pollable and counts.get(fingerprint, 0) >= ctx.max_identical_calls:
-        return Verdict(
-            spec,
-            arguments,
-            Rejection(
-                code="loop_detected",
-                retryable=False,
-                message="This exact call was already made in this task; a person will review the task.",
-            ),
-            fingerprint,
-        )
-    refused = check_resource(spec, principal, arguments, gw.registry.resolver)
-    if refused:
-        return Verdict(spec, arguments, refused, fingerprint)
-    refused = gw.rate_limiter.check(principal, spec.name)
-    if refused:
-        return Verdict(spec, arguments, refused, fingerprint)
-    if spec.semantic_check is not None:
-        try:
-            problem = spec.semantic_check(
-                validated, HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
-            )
-        except ToolExecutionError as exc:
-            problem = exc.message
-        if problem:
-            rejection = Rejection(code="semantic_invalid", message=redact_text(problem)[:300], retryable=True)
-            return Verdict(spec, arguments, rejection, fingerprint)
-    decision = gw.policy.evaluate(spec.name, spec.is_write, principal, arguments, now)
-    if decision.kind == "deny":
-        assert decision.rejection is not None
-        return Verdict(spec, arguments, decision.rejection, fingerprint)
-    return Verdict(spec, arguments, None, fingerprint)
 
 
 def make_dispatch_node(gw: Gateway) -> Any:
@@ -243,7 +111,9 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 status = {"status": "needs_review", "status_reason": f"task {what} exhausted"}
             else:
                 budget["tool_calls"] += 1
-                verdict = judge(gw, principal, call, ctx=ctx, counts=counts, now=now)
+                verdict = gw.judge(
+                    principal, call, counts=counts, max_identical_calls=ctx.max_identical_calls, now=now
+                )
             spec, rejection = verdict.spec, verdict.rejection
             if verdict.fingerprint and (rejection is None or rejection.code != "loop_detected"):
                 counts[verdict.fingerprint] = counts.get(verdict.fingerprint, 0) + 1
@@ -379,13 +249,4 @@ class Turn:
         )
 
 
-__all__ = [
-    "ProposedCall",
-    "Turn",
-    "Verdict",
-    "call_fingerprint",
-    "describe_validation_error",
-    "judge",
-    "make_dispatch_node",
-    "proposed_calls",
-]
+__all__ = ["Turn", "make_dispatch_node", "proposed_calls"]
