@@ -25,14 +25,14 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 from toolgate.bootstrap import initialize_store
-from toolgate.graph import Context, build_graph
-from toolgate.policy import PolicyRules
+from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai
 from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 CALLS = 10_000
 ROUNDS = 5
@@ -63,7 +63,8 @@ def baseline_graph() -> Any:
         assert isinstance(last, AIMessage)
         return {
             "messages": [
-                ToolMessage(content='{"status":"rejected"}', tool_call_id=str(c["id"])) for c in last.tool_calls
+                ToolMessage(content='{"status":"rejected"}', tool_call_id=str(c["id"]))
+                for c in last.tool_calls
             ]
         }
 
@@ -86,10 +87,9 @@ def time_baseline(thread: str) -> float:
 def time_toolgate(store: SQLiteStore, registry: Registry, thread: str) -> tuple[float, int]:
     model = ScriptedChatModel(responses=[flood(), ai("done")])
     graph = build_graph(
-        model=model,
-        registry=registry,
-        policy=PolicyRules.for_release(REFUND_RELEASE),
-        store=store,
+        gateway=build_gateway(
+            model=model, registry=registry, policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store
+        ),
         checkpointer=InMemorySaver(),
     )
     before = len(store.audit_events())
@@ -105,7 +105,7 @@ def time_toolgate(store: SQLiteStore, registry: Registry, thread: str) -> tuple[
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "bench.sqlite", key=secrets.token_bytes(32))
-        initialize_store(store)
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
         seed_demo_identities(IdentityDirectory(store))
         system = DemoSystem(store)
         registry = Registry.of(REFUND_RELEASE, demo_specs(system), system)

@@ -21,14 +21,15 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 
 from toolgate.bootstrap import initialize_store
-from toolgate.graph import Context, build_graph
-from toolgate.policy import PolicyRules, Principal
+from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.policy import Principal
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.rules import RateLimits
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 CALLS = 10
 TIMEOUT_S = 0.3
@@ -42,7 +43,7 @@ def run(failure_threshold: int) -> dict[str, Any]:
     """One task of CALLS lookups against a dead downstream; seconds to the final answer and per-call results."""
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "lab6.sqlite", key=secrets.token_bytes(32))
-        initialize_store(store)
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
         system = DemoSystem(store)
 
         def dead(args: Any, ctx: Any) -> Any:
@@ -58,14 +59,16 @@ def run(failure_threshold: int) -> dict[str, Any]:
             for i in range(CALLS)
         ]
         model = ScriptedChatModel(responses=[*responses, ai("Tracking is temporarily unavailable.")])
-        policy = replace(PolicyRules.for_release(REFUND_RELEASE), rate_limits=RateLimits())
+        policy = replace(DEMO_RELEASES[REFUND_RELEASE].policy, rate_limits=RateLimits())
         graph = build_graph(
-            model=model,
-            registry=Registry.of(REFUND_RELEASE, specs, system),
-            policy=policy,
-            store=store,
+            gateway=build_gateway(
+                model=model,
+                registry=Registry.of(REFUND_RELEASE, specs, system),
+                policy=policy,
+                store=store,
+                breakers=BreakerRegistry(failure_threshold=failure_threshold, reset_timeout_s=30),
+            ),
             checkpointer=InMemorySaver(),
-            breakers=BreakerRegistry(failure_threshold=failure_threshold, reset_timeout_s=30),
         )
         started = time.perf_counter()
         state = graph.invoke(

@@ -44,6 +44,8 @@ class AdversarialCase:
     """Label used for the seeds' summary line (known_read, unknown_tool, ...)."""
     rate_limit: int | None = None
     """Per principal-and-tool limit for this case (None: no inbound limits)."""
+    max_tool_calls: int | None = None
+    """The thread's tool-call budget for this case (None: the operator default)."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -355,6 +357,16 @@ def _cases() -> list[AdversarialCase]:
         )
     for i, (tool, args, user) in enumerate(
         [
+            ("lookup_order", {"order_id": "O-5513"}, "cust-ada"),
+            ("issue_refund", {**REFUND, "order_id": "O-5513", "amount_cents": 100}, "cust-ada"),
+            ("lookup_order", {"order_id": "O-5512"}, "cust-bob"),
+        ]
+    ):
+        cases.append(
+            AdversarialCase(f"cross_user_{i}", "cross_user", "not_owner", (Call(tool, args),), user=user)
+        )
+    for i, (tool, args, user) in enumerate(
+        [
             ("restart_service", {"service_alias": "web", "reason": "slow"}, "cust-ada"),
             ("get_service_status", {"service_alias": "web"}, "cust-ada"),
             ("issue_refund", REFUND, "omar"),
@@ -418,6 +430,8 @@ def _cases() -> list[AdversarialCase]:
             "budget_exhausted",
             "budget_exhausted",
             tuple(Call("lookup_order", {"order_id": f"O-{5512 + (i % 3)}"}) for i in range(7)),
+            user="rita",  # support: reads any customer's order, so only the budget can stop the seventh
+            max_tool_calls=6,
         ),
         AdversarialCase(
             "loop_detected",

@@ -28,14 +28,15 @@ from toolgate.evals.adversarial import (
     AdversarialCase,
     Call,
 )
-from toolgate.graph import Context, build_graph
+from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.principal import Principal
-from toolgate.policy.rules import PolicyRules, RateLimit, RateLimits
+from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store.base import Store
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import HandlerCounter, ScriptedChatModel
 from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import REFUND_RELEASE, Registry
 
 SEED_TAGS = (
@@ -149,14 +150,14 @@ class DispatchRunner:
     """A demo release on one store, with handlers counted, for adversarial runs."""
 
     def __init__(self, store: Store) -> None:
-        initialize_store(store)
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
         self.store = store
         self.counter = HandlerCounter()
         self.counts = self.counter.calls
         specs = self.counter.wrap(demo_specs(DemoSystem(store)))
         self.registry = Registry.of(REFUND_RELEASE, specs, DemoSystem(store))
         self.writes = {s.name for s in specs if s.is_write}
-        self.base_policy = PolicyRules.for_release(REFUND_RELEASE)
+        self.base_policy = DEMO_RELEASES[REFUND_RELEASE].policy
         raw = [*DEMO_IDENTITIES["identities"], *EXTRA_IDENTITIES]
         self.principals = {p["user_id"]: Principal.from_dict(p) for p in raw}
 
@@ -173,18 +174,18 @@ class DispatchRunner:
             responses=[*(_message(c, t) for t, c in enumerate(turns)), AIMessage("done")]
         )
         graph = build_graph(
-            model=model,
-            registry=self.registry,
-            policy=policy,
-            store=self.store,
+            gateway=build_gateway(model=model, registry=self.registry, policy=policy, store=self.store),
             checkpointer=InMemorySaver(),
         )
         thread = f"adv-{index}-{case.name}"[:120]
+        context = Context(principal=self.principals[case.user])
+        if case.max_tool_calls is not None:
+            context.max_tool_calls = case.max_tool_calls
         before = sum(self.counts.values())
         state = graph.invoke(
             {"messages": [HumanMessage("adversarial case")]},
             {"configurable": {"thread_id": thread}},
-            context=Context(principal=self.principals[case.user]),
+            context=context,
         )
         messages = [m for m in state["messages"] if isinstance(m, ToolMessage)]
         statuses = {m.tool_call_id: json.loads(str(m.content)) for m in messages}

@@ -18,6 +18,7 @@ from toolgate.canonical import idempotency_key_for
 from toolgate.errors import ToolExecutionError
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.demo.filing import FilingService, FilingType, LegacyFilingService, SubmitFilingArgs
+from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.spec import HandlerContext
 
 KINDS: tuple[FilingType, ...] = ("income_tax_return", "vat_return", "payroll_annual")
@@ -38,7 +39,7 @@ def run_lab4(*, submissions: int = 50, drop_rate: float = 0.3, seed: int = 7) ->
     """Run ``submissions`` filings through the status-check adapter with ``drop_rate`` lost replies."""
     with tempfile.TemporaryDirectory(prefix="toolgate-lab4-") as tmp:
         store = SQLiteStore(Path(tmp) / "lab4.sqlite", key=secrets.token_bytes(32))
-        initialize_store(store)
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
         legacy = LegacyFilingService(store, drop_response_rate=drop_rate, rng=random.Random(seed))
         adapter = FilingService(store, legacy=legacy, backoff_s=(0.001,) * 5)
         false_failures = unresolved = dropped = 0

@@ -14,34 +14,51 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from toolgate.graph.state import CallRecord
+from toolgate.tools.argpaths import values_at
 from toolgate.tools.registry import Registry
 
 R = TypeVar("R")
 
 
-def conflict_key(registry: Registry, record: CallRecord) -> tuple[str, str] | None:
-    """The resource a call must not touch concurrently with another call, if its tool declares one."""
+def conflict_keys(registry: Registry, record: CallRecord) -> set[tuple[str, str]]:
+    """The resources a call must not touch concurrently with another call (every declared
+    conflicting resource, each value of a list path included)."""
     spec = registry.get(record["tool"])
-    if spec is None or spec.resource is None or not spec.resource.conflict:
-        return None
-    value = record.get("arguments", {}).get(spec.resource.argument)
-    return (spec.resource.kind, str(value)) if value is not None else None
+    if spec is None:
+        return set()
+    arguments = record.get("arguments", {})
+    return {
+        (ref.kind, str(value))
+        for ref in spec.resource_refs
+        if ref.conflict
+        for value in values_at(arguments, ref.argument)
+    }
 
 
 def partition(registry: Registry, records: Sequence[CallRecord]) -> list[list[CallRecord]]:
-    """Lanes of calls: each lane runs in order; different lanes may run at the same time."""
-    lanes: list[list[CallRecord]] = []
-    by_key: dict[tuple[str, str], list[CallRecord]] = {}
-    for record in records:
-        key = conflict_key(registry, record)
-        if key is None:
-            lanes.append([record])
-        elif key in by_key:
-            by_key[key].append(record)
-        else:
-            by_key[key] = [record]
-            lanes.append(by_key[key])
-    return lanes
+    """Lanes of calls: each lane runs in order; different lanes may run at the same time.
+
+    Calls sharing any resource share a lane, transitively: a call naming orders A and B joins the
+    lanes of A's and B's other calls into one, so no two calls on one resource ever overlap."""
+    parent = list(range(len(records)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_with: dict[tuple[str, str], int] = {}
+    for index, record in enumerate(records):
+        for key in sorted(conflict_keys(registry, record)):
+            if key in first_with:
+                parent[root(index)] = root(first_with[key])
+            else:
+                first_with[key] = index
+    lanes: dict[int, list[CallRecord]] = {}
+    for index, record in enumerate(records):
+        lanes.setdefault(root(index), []).append(record)
+    return list(lanes.values())
 
 
 def run_batch(
@@ -74,4 +91,4 @@ def run_batch(
     return dict(results)
 
 
-__all__ = ["conflict_key", "partition", "run_batch"]
+__all__ = ["conflict_keys", "partition", "run_batch"]

@@ -1,4 +1,4 @@
-"""`build_graph`: the one place where the gateway's dependencies are wired."""
+"""`build_gateway` wires the gateway's dependencies; `build_graph` compiles the graph around it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.context import Context
 from toolgate.graph.deps import INSTRUCTIONS, Gateway
 from toolgate.graph.execution import Executor
@@ -40,6 +41,7 @@ def build_gateway(
     instructions: str = INSTRUCTIONS,
     breakers: BreakerRegistry | None = None,
     server_mode: bool = False,
+    clock: Clock | None = None,
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run).
 
@@ -54,43 +56,36 @@ def build_gateway(
         policy=policy,
         store=store,
         auditor=auditor,
-        executor=Executor(store, registry, auditor, directory, breakers=breakers or BreakerRegistry()),
+        executor=Executor(
+            store,
+            registry,
+            auditor,
+            directory,
+            breakers=breakers or BreakerRegistry(),
+            clock=clock or SYSTEM_CLOCK,
+        ),
         rate_limiter=rate_limiter,
         judge=Judge(registry, policy, rate_limiter),
         directory=directory,
         instructions=instructions,
         server_mode=server_mode,
+        clock=clock or SYSTEM_CLOCK,
     )
 
 
 def build_graph(
-    *,
-    model: BaseChatModel,
-    registry: Registry,
-    policy: PolicyRules,
-    store: Store,
-    checkpointer: BaseCheckpointSaver[Any] | None = None,
-    instructions: str = INSTRUCTIONS,
-    breakers: BreakerRegistry | None = None,
-    server_mode: bool = False,
+    *, gateway: Gateway, checkpointer: BaseCheckpointSaver[Any] | None = None
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """Compile the gateway graph.
+    """Compile the gateway graph around ``gateway`` (built once per process by `build_gateway`,
+    through `toolgate.bootstrap.open_app` in the CLI, the server and the worker).
 
     ``model -> dispatch -> proposal -> approval -> execute -> model ... -> respond``. Nothing
-    connects here: the store opens connections on first use, and the caller runs ``store.setup()``.
-    Pass ``checkpointer=None`` for the LangGraph server, which brings its own, and
-    ``server_mode=True`` there: the acting principal then comes from the server's auth handler,
-    never from the client's ``context``.
+    connects here: the store opens connections on first use. Pass ``checkpointer=None`` for the
+    LangGraph server, which brings its own (and build the gateway with ``server_mode=True``: the
+    acting principal then comes from the server's auth handler, never from the client's
+    ``context``).
     """
-    gw = build_gateway(
-        model=model,
-        registry=registry,
-        policy=policy,
-        store=store,
-        instructions=instructions,
-        breakers=breakers,
-        server_mode=server_mode,
-    )
+    gw = gateway
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
     nodes = {
         "model": make_model_node(gw),

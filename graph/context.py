@@ -37,10 +37,12 @@ class Context:
     """Internal request id for audit correlation."""
     trace_id: str | None = None
     """Trace id shared by spans and audit events."""
-    max_model_turns: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_MODEL_TURNS", 8))
-    """Model calls allowed in one task."""
-    max_tool_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_TOOL_CALLS", 6))
-    """Tool calls accepted in one task (the seeds' ``maxToolCalls``)."""
+    max_model_turns: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_MODEL_TURNS", 24))
+    """Model calls allowed in one task. Like every budget here, read when a thread starts and kept
+    in the thread (its ``budget``): later runs and resumes count against the thread's limits."""
+    max_tool_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_TOOL_CALLS", 40))
+    """Tool calls accepted in one task (the seeds' ``maxToolCalls``). The default leaves room for
+    realistic multi-step tasks (public agent suites need up to about 30); lower it per release."""
     max_calls_per_turn: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_CALLS_PER_TURN", 32))
     """Calls judged one by one in one model turn; the rest of the turn is refused as one batch
     (``too_many_calls``), so a runaway response costs a bounded number of audit events."""

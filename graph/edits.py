@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolgate.clock import parse_iso
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
@@ -19,7 +20,6 @@ from toolgate.graph.review import decide
 from toolgate.policy.approvals import check_reviewer
 from toolgate.policy.judge import ProposedCall
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import parse_iso
 from toolgate.store.records import ProposalRecord
 from toolgate.tools.spec import ToolSpec
 

@@ -18,15 +18,16 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from toolgate.canonical import idempotency_key_for
+from toolgate.clock import SYSTEM_CLOCK, Clock, parse_iso
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph import handlers
 from toolgate.graph.handlers import Overruns
 from toolgate.policy.approvals import verify_for_execution
+from toolgate.policy.authorization import check_resource
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import sanitize_result
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import parse_iso, utcnow
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
@@ -65,6 +66,8 @@ class Executor:
     """One circuit breaker per tool: a dead downstream fails fast instead of timing out each call."""
     overruns: Overruns = field(default_factory=Overruns, compare=False, repr=False)
     """Handlers of this process still running past their timeout (never delivered again meanwhile)."""
+    clock: Clock = SYSTEM_CLOCK
+    """The process clock handler deadlines are set by (handlers check them against the same one)."""
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -84,7 +87,7 @@ class Executor:
             tenant_id=principal.tenant_id,
             user_id=principal.user_id,
             credentials=dict(credentials or {}),
-            deadline=utcnow() + timedelta(seconds=spec.timeout_s),
+            deadline=self.clock.now() + timedelta(seconds=spec.timeout_s),
         )
         try:
             raw: BaseModel = self.breakers.get(spec.name).call(
@@ -191,12 +194,13 @@ class Executor:
 
     def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
         """The proposal's decisions that may count: authentic records by reviewers who are still
-        active identities of the proposal's tenant. Every other one is audited and dropped."""
+        active identities reviewing for the proposal's tenant (its own people or staff). Every
+        other one is audited and dropped."""
         counted: list[ApprovalRecord] = []
         for decision in self.store.decisions_for(proposal.proposal_id):
             if not decision.authentic:
                 code = "forged_approval"
-            elif self.directory.active(decision.reviewer_id, proposal.tenant_id) is None:
+            elif self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id) is None:
                 code = "reviewer_inactive"
             else:
                 counted.append(decision)
@@ -239,7 +243,29 @@ class Executor:
                 detail={"reason": verdict.reason},
             )
             return verdict.reason
-        return ""
+        return self._ownership_refusal(spec, proposal)
+
+    def _ownership_refusal(self, spec: ToolSpec, proposal: ProposalRecord) -> str:
+        """Re-resolve every resource the proposal names for its requester, right before the claim:
+        an order that changed hands since approval is not touched. The requester's staff roles
+        come from their identity row; one no longer active keeps none."""
+        requester = self.directory.active(proposal.requester_id, proposal.tenant_id) or Principal(
+            user_id=proposal.requester_id, tenant_id=proposal.tenant_id
+        )
+        refused = check_resource(spec, requester, proposal.arguments, self.registry.resolver)
+        if refused is None:
+            return ""
+        if not self.store.read_only:
+            self.auditor.record(
+                "operation.refused",
+                "refused",
+                code=refused.code,
+                operation_key=proposal.operation_key,
+                proposal_id=proposal.proposal_id,
+                tool=proposal.tool,
+                detail={"stage": "execute"},
+            )
+        return f"{refused.code}: {refused.message}"
 
     def _execute(
         self,
@@ -268,7 +294,7 @@ class Executor:
             user_id=proposal.requester_id,
             operation_key=op.operation_key,
             idempotency_key=idempotency_key_for(op.operation_key),
-            deadline=utcnow() + timedelta(seconds=spec.timeout_s),
+            deadline=self.clock.now() + timedelta(seconds=spec.timeout_s),
         )
         self.auditor.record("handler.started", "started", **common)
 

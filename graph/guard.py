@@ -56,6 +56,12 @@ def unanswered_calls(state: GatewayState) -> list[tuple[str, str]]:
     return []
 
 
+def _real_name(gw: Gateway, wire: str) -> str:
+    """The tool's own name for the name a model used (its wire name), as people read it."""
+    spec = gw.registry.get(wire)
+    return spec.name if spec else wire
+
+
 def refuse_tampered(
     gw: Gateway, state: GatewayState, ctx: Context, config: RunnableConfig, node: str, keys: list[str]
 ) -> dict[str, Any]:
@@ -71,7 +77,10 @@ def refuse_tampered(
         trace_id=ctx.trace_id,
         detail={"keys": keys, "node": node},
     )
-    messages = [rejection_message(call_id, tool, TAMPERED) for call_id, tool in unanswered_calls(state)]
+    messages = [
+        rejection_message(call_id, _real_name(gw, tool), TAMPERED)
+        for call_id, tool in unanswered_calls(state)
+    ]
     return {
         "messages": messages,
         "awaiting": [],

@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from toolgate.clock import parse_iso
 from toolgate.errors import (
     REJECTION_CODES,
     ApprovalError,
@@ -51,7 +52,6 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import ReviewOutcome, decide
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import parse_iso
 from toolgate.store.forensics import trace
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
 from toolgate.tools.spec import HandlerContext
@@ -126,13 +126,13 @@ View = Callable[[Gateway, Principal, _Input], _Reply]
 
 
 def visible(gw: Gateway, caller: Principal, proposal: ProposalRecord) -> bool:
-    """True when ``caller`` may see ``proposal``: same tenant, and a reviewer role of its tool's
-    approval class or its requester (who may follow it, and is refused by `decide` if they try
-    to decide it)."""
-    if proposal.tenant_id != caller.tenant_id:
-        return False
-    if proposal.requester_id == caller.user_id:
+    """True when ``caller`` may see ``proposal``: its requester (who may follow it, and is refused
+    by `decide` if they try to decide it), or a reviewer for its tenant (one of its people, or
+    staff granted that tenant) holding a role of its tool's approval class."""
+    if proposal.requester_id == caller.user_id and proposal.tenant_id == caller.tenant_id:
         return True
+    if not caller.reviews_for(proposal.tenant_id):
+        return False
     spec = gw.registry.get(proposal.tool)
     return spec is not None and bool(caller.roles & spec.approval.roles)
 
@@ -181,7 +181,7 @@ def _visible_operation(
     proposal = gw.store.get_proposal(operation.proposal_id) if operation and operation.proposal_id else None
     if operation is None:
         raise _unseen(gw, caller, route, "operation")
-    if proposal is None or operation.tenant_id != caller.tenant_id or not visible(gw, caller, proposal):
+    if proposal is None or operation.tenant_id != proposal.tenant_id or not visible(gw, caller, proposal):
         raise _unseen(gw, caller, route, "operation", operation=operation)
     return operation, proposal
 

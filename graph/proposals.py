@@ -7,8 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 from toolgate.canonical import digest, operation_key, sha256_hex
+from toolgate.clock import iso
 from toolgate.graph.deps import Gateway
-from toolgate.store._sql import iso
 from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
 
@@ -29,7 +29,9 @@ def draft_proposal(
     """The proposal for one intended effect; its operation key and id derive from the content.
 
     Its creation and expiry times come from the store's clock."""
-    key = operation_key(tenant_id=tenant_id, task_id=thread_id, tool=spec.name, arguments=arguments)
+    key = operation_key(
+        tenant_id=tenant_id, task_id=thread_id, call_id=call_id, tool=spec.name, arguments=arguments
+    )
     now = gw.store.now()
     draft = ProposalRecord(
         proposal_id="prop_" + sha256_hex(key)[:24],

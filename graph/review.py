@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from toolgate.clock import iso, new_id, parse_iso
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.deps import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import iso, new_id, parse_iso
 from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
 
 
@@ -57,7 +57,7 @@ def decide(
         "call_id": proposal.call_id,
     }
     try:
-        current = gw.directory.active(reviewer.user_id, reviewer.tenant_id)
+        current = gw.directory.active(reviewer.user_id, reviewer.tenant_id)  # home tenant, as authenticated
         if current is None:
             raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
         reviewer = current  # roles and tenant as the store records them now, not as the caller says
@@ -83,7 +83,7 @@ def decide(
             approval_id=new_id("apr"),
             proposal_id=proposal_id,
             reviewer_id=reviewer.user_id,
-            reviewer_tenant_id=reviewer.tenant_id,
+            reviewer_tenant_id=proposal.tenant_id,  # the tenant decided for (check_reviewer passed)
             reviewer_roles=tuple(sorted(reviewer.roles)),
             decision=decision,
             digest=proposal.digest,

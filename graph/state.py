@@ -40,10 +40,18 @@ class Outcome(TypedDict, total=False):
 
 
 class Budget(TypedDict):
-    """Counters checked against the run's limits."""
+    """The thread's counters and its limits.
+
+    The limits are fixed when the thread starts, from the trusted run context (the operator's
+    settings, which a server client may only lower), and kept here under the state seal: a resume
+    or a later turn, from any process, counts against the same limits instead of its own."""
 
     model_turns: int
     tool_calls: int
+    max_model_turns: int
+    max_tool_calls: int
+    max_identical_calls: int
+    max_validation_retries: int
 
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def check_reviewer(
         raise ApprovalError("self_approval", "the requester cannot review their own proposal")
     if reviewer.user_id in proposal.editors:
         raise ApprovalError("editor_approval", "a reviewer who edited the proposal cannot also approve it")
-    if reviewer.tenant_id != proposal.tenant_id:
+    if not reviewer.reviews_for(proposal.tenant_id):
         raise ApprovalError("cross_tenant", "reviewer belongs to another tenant")
     if not (reviewer.roles & approval.roles):
         raise ApprovalError(
@@ -71,8 +71,9 @@ def evaluate_decisions(
     """Apply the approval class to the decisions that bind this proposal's digest.
 
     A decision counts only when its record is authentic (its MAC verified), it binds this digest,
-    it was made inside the proposal's tenant, and its reviewer held a qualifying role and is
-    neither the requester nor one of the proposal's editors. Two-person means two distinct
+    it was made for the proposal's tenant (by one of its people or by staff reviewing for it),
+    and its reviewer held a qualifying role and is neither the requester nor one of the
+    proposal's editors. Two-person means two distinct
     reviewers. Any counting rejection rejects.
     """
     valid = [

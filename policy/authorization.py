@@ -1,4 +1,4 @@
-"""Authorization from the authenticated context: scopes, then resource ownership under the tenant.
+"""Authorization from the authenticated context: scopes, then ownership of every resource a call names.
 
 A scope check answers "may this principal ever call the tool"; the resource check answers
 "may it call it on this resource" (the IDOR gap, chapter §6.2). Both read only trusted data:
@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from toolgate.errors import RejectionCode
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
-from toolgate.tools.spec import ResourceResolver, ToolSpec
+from toolgate.tools.argpaths import values_at
+from toolgate.tools.spec import HandlerContext, ResourceRef, ResourceResolver, ResourceStatus, ToolSpec
 
 
 def exposed(spec: ToolSpec, principal: Principal) -> bool:
@@ -38,26 +40,41 @@ def check_scopes(spec: ToolSpec, principal: Principal) -> Rejection | None:
 def check_resource(
     spec: ToolSpec, principal: Principal, args: Mapping[str, Any], resolver: ResourceResolver
 ) -> Rejection | None:
-    """Resolve the call's resource under the principal's tenant before anything else touches it.
+    """Resolve every resource the call names for the authenticated caller before anything
+    touches it: each declared argument path, each value found there (list items included).
 
-    A resource of another tenant and a missing one get the same model-facing message, so the
-    refusal is no oracle for other tenants' ids; the audit log keeps the precise code.
+    Another tenant's resource, another user's (unless the caller holds one of the declared staff
+    roles) and a missing one all get the same model-facing message, so a refusal is no oracle
+    for ids the caller may not see; the audit log keeps the precise code. Authorization refusals
+    are not retryable; a missing id is (the user may have mistyped it).
     """
-    if spec.resource is None:
-        return None
-    resource_id = str(args[spec.resource.argument])
-    status = resolver.resource_status(spec.resource.kind, resource_id, principal.tenant_id)
-    if status == "owned":
-        return None
-    message = f"No {spec.resource.kind} with that id exists for this account."
-    if status == "foreign":
-        return Rejection(code="cross_tenant", message=message, retryable=False)
-    return Rejection(
-        code="semantic_invalid",
-        message=message,
-        retryable=True,
-        suggestion=f"check the {spec.resource.argument} with the user",
-    )
+    ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
+    for ref in spec.resource_refs:
+        for value in values_at(args, ref.argument):
+            status = resource_status(ref, str(value), ctx, resolver)
+            if status == "owned" or (status == "not_owner" and principal.roles & ref.staff_roles):
+                continue
+            message = f"No {ref.kind} with that id exists for this account."
+            if status in ("foreign", "not_owner"):
+                code: RejectionCode = "cross_tenant" if status == "foreign" else "not_owner"
+                return Rejection(code=code, message=message, retryable=False)
+            return Rejection(
+                code="semantic_invalid",
+                message=message,
+                retryable=True,
+                suggestion=f"check the {ref.argument} with the user",
+            )
+    return None
 
 
-__all__ = ["check_resource", "check_scopes", "exposed"]
+def resource_status(
+    ref: ResourceRef, resource_id: str, ctx: HandlerContext, resolver: ResourceResolver
+) -> ResourceStatus:
+    """Where one resource id stands for the caller: the tool's own owner check when it declares
+    one (it sees tenant and user), else the release resolver's per-tenant answer."""
+    if ref.owner is not None:
+        return ref.owner(resource_id, ctx)
+    return resolver.resource_status(ref.kind, resource_id, ctx.tenant_id)
+
+
+__all__ = ["check_resource", "check_scopes", "exposed", "resource_status"]

@@ -22,6 +22,13 @@ DEMO_IDENTITIES: dict[str, Any] = {
             "display_name": "Ada (customer)",
         },
         {
+            "user_id": "cust-bob",
+            "tenant_id": "acme",
+            "roles": ["customer"],
+            "scopes": ["orders:read", "refunds:request"],
+            "display_name": "Bob (customer)",
+        },
+        {
             "user_id": "rita",
             "tenant_id": "acme",
             "roles": ["support"],
@@ -100,6 +107,14 @@ DEMO_IDENTITIES: dict[str, Any] = {
             "roles": ["admin"],
             "scopes": [],
             "display_name": "Ivy (acme identity administrator)",
+        },
+        {
+            "user_id": "stella",
+            "tenant_id": "toolgate-staff",
+            "roles": ["finance", "support"],
+            "scopes": [],
+            "review_tenants": ["acme"],
+            "display_name": "Stella (staff reviewer for acme)",
         },
         {
             "user_id": "cust-gina",

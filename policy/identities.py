@@ -42,6 +42,7 @@ def principal_of(record: IdentityRecord) -> Principal:
         roles=frozenset(record.roles),
         scopes=frozenset(record.scopes),
         display_name=record.display_name,
+        review_tenants=frozenset(record.review_tenants),
     )
 
 
@@ -96,6 +97,15 @@ class IdentityDirectory:
             return None
         return principal_of(record) if record.tenant_id == tenant_id else None
 
+    def reviewer_for(self, user_id: str, tenant_id: str) -> Principal | None:
+        """The principal when ``user_id`` is an authentic, active identity that reviews for
+        ``tenant_id`` (its own tenant, or one the operator granted it as staff)."""
+        record = self.store.get_identity(user_id)
+        if record is None or not record.authentic or record.status != "active":
+            return None
+        principal = principal_of(record)
+        return principal if principal.reviews_for(tenant_id) else None
+
     def is_empty(self) -> bool:
         """True before the first identity exists (the only time a file may seed without an admin)."""
         return not self.store.list_identities()
@@ -106,9 +116,17 @@ class IdentityDirectory:
         """Add ``principal`` with a new token (returned once); None when the user id exists.
 
         ``by`` is the authenticated administrator; None is the trusted bootstrap (a seed file on an
-        empty store, or the embedding application itself).
+        empty store, or the embedding application itself). Staff review of a further tenant
+        (``principal.review_tenants``) is granted by the bootstrap, or by an administrator who
+        reviews for that tenant themselves (a staff administrator): a tenant's own administrator
+        cannot hand out review of another tenant.
         """
         self._authorize(by, principal.tenant_id, "add")
+        for tenant_id in sorted(principal.review_tenants):
+            if by is not None and tenant_id not in by.review_tenants:
+                self._refuse(
+                    by.user_id, "cross_tenant", f"{by.user_id!r} may not grant review of tenant {tenant_id!r}"
+                )
         issued = token or new_token()
         record = IdentityRecord(
             user_id=principal.user_id,
@@ -117,11 +135,17 @@ class IdentityDirectory:
             scopes=tuple(sorted(principal.scopes)),
             display_name=principal.display_name,
             token_hash=self.store.token_hash(issued),
+            review_tenants=tuple(sorted(principal.review_tenants)),
         )
         if self.store.add_identity(record) is None:
             return None
         self._record(
-            "identity.added", by, record, roles=sorted(principal.roles), scopes=sorted(principal.scopes)
+            "identity.added",
+            by,
+            record,
+            roles=sorted(principal.roles),
+            scopes=sorted(principal.scopes),
+            review_tenants=sorted(principal.review_tenants),
         )
         return issued
 

@@ -17,7 +17,6 @@ from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.errors import ToolExecutionError
 from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Rejection
-from toolgate.policy.identity import identity_keys
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -104,7 +103,7 @@ class Judge:
                     retryable=True,
                 ),
             )
-        smuggled = sorted(set(identity_keys(call.args)))
+        smuggled = sorted(set(spec.identity_keys(call.args)))
         if smuggled:
             return Verdict(
                 spec,
@@ -119,7 +118,9 @@ class Judge:
         try:
             arguments = spec.parse_arguments(call.args)
         except ArgumentsInvalid as exc:
-            return Verdict(spec, {}, Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True))
+            return Verdict(
+                spec, {}, Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True)
+            )
         fingerprint = call_fingerprint(spec.name, arguments)
         if not spec.pollable and counts.get(fingerprint, 0) >= max_identical_calls:
             return Verdict(
@@ -147,7 +148,9 @@ class Judge:
             except ToolExecutionError as exc:
                 problem = exc.message
             if problem:
-                rejection = Rejection(code="semantic_invalid", message=redact_text(problem)[:300], retryable=True)
+                rejection = Rejection(
+                    code="semantic_invalid", message=redact_text(problem)[:300], retryable=True
+                )
                 return Verdict(spec, arguments, rejection, fingerprint)
         decision = self.policy.evaluate(spec.name, spec.is_write, principal, arguments, now)
         if decision.kind == "deny":

@@ -25,6 +25,13 @@ class Principal:
     """Granted scopes, e.g. ``orders:read``; a tool is exposed only if all its scopes are granted."""
     display_name: str = ""
     """Human-readable name for reviewer screens; not used for any decision."""
+    review_tenants: frozenset[str] = field(default_factory=frozenset)
+    """Further tenants this person reviews proposals for (staff reviewers), from their identity
+    row; they request, read and act only in ``tenant_id``."""
+
+    def reviews_for(self, tenant_id: str) -> bool:
+        """True when this person may review proposals of ``tenant_id`` (their own, or as staff)."""
+        return tenant_id == self.tenant_id or tenant_id in self.review_tenants
 
     def has_scopes(self, required: Iterable[str]) -> bool:
         """True when every scope in ``required`` is granted."""
@@ -38,12 +45,12 @@ class Principal:
             "roles": sorted(self.roles),
             "scopes": sorted(self.scopes),
             "display_name": self.display_name,
-        }
+        } | ({"review_tenants": sorted(self.review_tenants)} if self.review_tenants else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Principal:
         """Inverse of `to_dict`; unknown keys are refused."""
-        allowed = {"user_id", "tenant_id", "roles", "scopes", "display_name"}
+        allowed = {"user_id", "tenant_id", "roles", "scopes", "display_name", "review_tenants"}
         extra = set(data) - allowed
         if extra:
             raise ValueError(f"unknown principal fields: {sorted(extra)}")
@@ -53,6 +60,7 @@ class Principal:
             roles=frozenset(data.get("roles", ())),
             scopes=frozenset(data.get("scopes", ())),
             display_name=str(data.get("display_name", "")),
+            review_tenants=frozenset(data.get("review_tenants", ())),
         )
 
 

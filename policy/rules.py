@@ -1,6 +1,6 @@
 """Business rules as data, evaluated by a pure engine (chapter §7.3).
 
-Rules live in the release's versioned policy file (``policy/rules/<release>.json``); a limit
+Rules live in the release's versioned policy file (its ``policy.json``, beside it); a limit
 change is a data change, reviewed like code and pinned by its hash in the release manifest. The
 engine is pure: principal, tool, validated arguments and the current time in, a `Decision` out.
 The first violated rule wins, with its stable id and a reason that says what is allowed without
@@ -9,11 +9,9 @@ hinting how to get around it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time
-from importlib import resources
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
@@ -168,16 +166,6 @@ class PolicyRules:
             rules=tuple(_rule(raw) for raw in data.get("rules", [])),
             rate_limits=_rate_limits(data.get("rate_limits", {})),
         )
-
-    @classmethod
-    def for_release(cls, release: str) -> PolicyRules:
-        """The packaged policy file of ``release`` (``ops-tools/1.0.0`` -> ``ops-tools-1.0.0.json``)."""
-        name = release.replace("/", "-") + ".json"
-        try:
-            text = resources.files("toolgate.policy").joinpath("rules", name).read_text(encoding="utf-8")
-        except FileNotFoundError as exc:
-            raise ConfigurationError(f"no policy file for release {release!r}") from exc
-        return cls.from_mapping(json.loads(text))
 
 
 def _rule(raw: Mapping[str, Any]) -> Rule:

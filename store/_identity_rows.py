@@ -1,9 +1,10 @@
 """Identity rows: who may act, kept in the store and bound by a MAC.
 
 The row's MAC covers every field that grants authority (tenant, roles, scopes, token hash,
-status), so a row inserted or promoted with database access alone does not verify and cannot
-act. Tokens are stored only as keyed hashes. Changes read the row inside the write transaction,
-refuse to re-sign a row that no longer verifies, and write a new MAC.
+status, the further tenants a staff reviewer reviews for), so a row inserted or promoted with
+database access alone does not verify and cannot act. Tokens are stored only as keyed hashes.
+Changes read the row inside the write transaction, refuse to re-sign a row that no longer
+verifies, and write a new MAC.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class IdentityRows:
         mac = data.pop("mac", None)
         data["roles"] = tuple(json.loads(data["roles"]))
         data["scopes"] = tuple(json.loads(data["scopes"]))
+        data["review_tenants"] = tuple(json.loads(data.get("review_tenants") or "[]"))
         record = IdentityRecord(**data)
         return dataclasses.replace(record, authentic=self.keys.verify("identity", record.content(), mac))
 
@@ -55,19 +57,21 @@ class IdentityRows:
             record.status,
             record.created_at,
             record.updated_at,
+            json.dumps(sorted(record.review_tenants)),
             self.keys.mac("identity", record.content()),
         )
         if insert:
             rows = tx.execute(
                 "INSERT INTO identities (tenant_id, roles, scopes, display_name, token_hash, status,"
-                " created_at, updated_at, mac, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " created_at, updated_at, review_tenants, mac, user_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING user_id",
                 (*values, record.user_id),
             )
         else:
             rows = tx.execute(
                 "UPDATE identities SET tenant_id = ?, roles = ?, scopes = ?, display_name = ?,"
-                " token_hash = ?, status = ?, created_at = ?, updated_at = ?, mac = ?"
+                " token_hash = ?, status = ?, created_at = ?, updated_at = ?, review_tenants = ?, mac = ?"
                 " WHERE user_id = ? RETURNING user_id",
                 (*values, record.user_id),
             )

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import hashlib
-import hmac
 import json
-import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,9 +18,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
+from toolgate.clock import iso, new_id, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, InvalidTransitionError, StoreError
 from toolgate.store._identity_rows import IdentityRows
 from toolgate.store.base import Store, Tx
+from toolgate.store.chain import AUDIT_FIELDS, GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import MIGRATIONS, Migration
 from toolgate.store.records import (
@@ -36,81 +35,10 @@ from toolgate.store.records import (
     ProposalRecord,
 )
 
-GENESIS_HASH = "0" * 64
-
-
-def utcnow() -> datetime:
-    """Current time, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """Fixed-width ISO-8601 UTC text, so string order equals time order in both databases."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_iso(text: str) -> datetime:
-    """Inverse of `iso`."""
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-
 
 def _later(now: str, seconds: float) -> str:
     """``now`` (`iso` text) moved by ``seconds``."""
     return iso(parse_iso(now) + timedelta(seconds=seconds))
-
-
-def new_id(prefix: str) -> str:
-    """A random, time-ordered identifier such as ``evt_0193...``."""
-    millis = int(utcnow().timestamp() * 1000)
-    return f"{prefix}_{millis:012x}{secrets.token_hex(8)}"
-
-
-def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes) -> str:
-    """HMAC-SHA256 of one audit event's canonical encoding joined with the previous hash.
-
-    Keyed by the store's audit-chain key, so someone with write access to the database but not
-    the store's secret cannot forge or re-chain events.
-    """
-    if not key:
-        raise ConfigurationError("the audit chain needs a key")
-    message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-_AUDIT_FIELDS = (
-    "event_id",
-    "occurred_at",
-    "event",
-    "result",
-    "code",
-    "request_id",
-    "response_id",
-    "call_id",
-    "proposal_id",
-    "operation_key",
-    "thread_id",
-    "tool",
-    "tool_release",
-    "handler_revision",
-    "actor_id",
-    "trace_id",
-)
-
-
-def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
-    """The part of an audit row covered by its hash (everything but seq and the hashes).
-
-    Events carry the digest of their detail, not the detail itself, so retention can delete the
-    protected payload while the chain stays verifiable. (Events written before the payload split
-    hash the detail inline.)
-    """
-    content = {name: row.get(name) for name in _AUDIT_FIELDS}
-    if row.get("detail_sha256"):
-        content["detail_sha256"] = row["detail_sha256"]
-    else:
-        detail = row.get("detail")
-        content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
-    return content
 
 
 def _loads(value: Any) -> Any:
@@ -218,7 +146,10 @@ class SqlStore(IdentityRows, Store, abc.ABC):
     def require_schema(self) -> None:
         try:
             with self.transaction(write=False) as tx:
-                row = tx.one("SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?", ("toolgate",))
+                row = tx.one(
+                    "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                    ("toolgate",),
+                )
         except StoreError as exc:
             raise ConfigurationError(f"{self.url} holds no toolgate store") from exc
         version = int(row["v"]) if row else 0
@@ -316,15 +247,25 @@ class SqlStore(IdentityRows, Store, abc.ABC):
         return _proposal(row) if row else None
 
     def list_proposals(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
+        if status:
+            return self._proposal_pairs("o.status = ?", (status,))
+        return self._proposal_pairs("1 = 1", ())
+
+    def same_effect(self, proposal: ProposalRecord) -> list[tuple[ProposalRecord, OperationRecord]]:
+        return self._proposal_pairs(
+            "p.thread_id = ? AND p.tool = ? AND p.arguments_sha256 = ? AND p.proposal_id <> ?",
+            (proposal.thread_id, proposal.tool, proposal.arguments_sha256, proposal.proposal_id),
+        )
+
+    def _proposal_pairs(
+        self, where: str, params: tuple[Any, ...]
+    ) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """Proposals matching `where` (over `p` proposals and `o` operations) with their operations,
+        oldest first."""
         sql = (
             "SELECT p.proposal_id AS pid FROM proposals p JOIN operations o"
-            " ON o.operation_key = p.operation_key"
+            f" ON o.operation_key = p.operation_key WHERE {where} ORDER BY p.created_at, p.proposal_id"
         )
-        params: tuple[Any, ...] = ()
-        if status:
-            sql += " WHERE o.status = ?"
-            params = (status,)
-        sql += " ORDER BY p.created_at, p.proposal_id"
         out: list[tuple[ProposalRecord, OperationRecord]] = []
         with self.transaction(write=False) as tx:
             for row in tx.execute(sql, params):
@@ -516,7 +457,7 @@ class SqlStore(IdentityRows, Store, abc.ABC):
     # ---- audit -----------------------------------------------------------------------
 
     def append_audit(self, event: AuditEventIn) -> AuditEvent:
-        row: dict[str, Any] = {name: getattr(event, name, None) for name in _AUDIT_FIELDS}
+        row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
         row["event_id"] = new_id("evt")
         payload = canonical_json(event.detail)
         row["detail"] = "{}"
@@ -527,7 +468,7 @@ class SqlStore(IdentityRows, Store, abc.ABC):
             last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             row["prev_hash"] = last["hash"] if last else GENESIS_HASH
             row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"], self.keys.key("audit-chain"))
-            columns = [*_AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
+            columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
             stored = tx.execute(
                 f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
                 " RETURNING *",

@@ -95,6 +95,11 @@ class Store(abc.ABC):
         """Proposals with their operations, oldest first, optionally filtered by operation status."""
 
     @abc.abstractmethod
+    def same_effect(self, proposal: ProposalRecord) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """Other proposals of the same thread for the same tool and arguments (a reviewer is told
+        when an identical operation already ran)."""
+
+    @abc.abstractmethod
     def record_decision(self, approval: ApprovalRecord) -> bool:
         """Append a reviewer's decision; False if this reviewer already decided this proposal."""
 

@@ -5,11 +5,66 @@ alone does not verify)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
+import json
 from dataclasses import dataclass
+from typing import Any
 
-from toolgate.canonical import digest
-from toolgate.store._sql import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.canonical import canonical_json, digest
+from toolgate.errors import ConfigurationError
 from toolgate.store.base import Store
+
+GENESIS_HASH = "0" * 64
+"""The previous hash of the first event."""
+
+
+def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes) -> str:
+    """HMAC-SHA256 of one audit event's canonical encoding joined with the previous hash.
+
+    Keyed by the store's audit-chain key, so someone with write access to the database but not
+    the store's secret cannot forge or re-chain events.
+    """
+    if not key:
+        raise ConfigurationError("the audit chain needs a key")
+    message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+AUDIT_FIELDS = (
+    "event_id",
+    "occurred_at",
+    "event",
+    "result",
+    "code",
+    "request_id",
+    "response_id",
+    "call_id",
+    "proposal_id",
+    "operation_key",
+    "thread_id",
+    "tool",
+    "tool_release",
+    "handler_revision",
+    "actor_id",
+    "trace_id",
+)
+
+
+def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
+    """The part of an audit row covered by its hash (everything but seq and the hashes).
+
+    Events carry the digest of their detail, not the detail itself, so retention can delete the
+    protected payload while the chain stays verifiable. (Events written before the payload split
+    hash the detail inline.)
+    """
+    content = {name: row.get(name) for name in AUDIT_FIELDS}
+    if row.get("detail_sha256"):
+        content["detail_sha256"] = row["detail_sha256"]
+    else:
+        detail = row.get("detail")
+        content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
+    return content
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,10 +90,7 @@ def verify_chain(store: Store) -> ChainReport:
             problem = "sequence out of order"
         elif event.prev_hash != previous:
             problem = "previous-hash link broken (an event before it was removed, reordered or forged)"
-        elif (
-            audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain"))
-            != event.hash
-        ):
+        elif audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain")) != event.hash:
             problem = "content does not match its hash (modified)"
         elif event.detail_sha256 and event.payload_retained and digest(event.detail) != event.detail_sha256:
             problem = "payload does not match the digest in the chain (modified)"
@@ -83,4 +135,13 @@ def verify_records(store: Store) -> RecordsReport:
     )
 
 
-__all__ = ["ChainReport", "RecordsReport", "verify_chain", "verify_records"]
+__all__ = [
+    "AUDIT_FIELDS",
+    "GENESIS_HASH",
+    "ChainReport",
+    "RecordsReport",
+    "audit_hash",
+    "audit_row_content",
+    "verify_chain",
+    "verify_records",
+]

@@ -25,9 +25,7 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in {"postgres", "postgresql"}
 
 
-def open_store(
-    database_url: str | None, data_dir: Path, *, key: bytes, read_only: bool = False
-) -> Store:
+def open_store(database_url: str | None, data_dir: Path, *, key: bytes, read_only: bool = False) -> Store:
     """The store for ``database_url`` (PostgreSQL) or ``data_dir/toolgate.sqlite`` (default).
 
     ``key`` is the store's secret (MACs, token hashes, the audit chain); every process sharing

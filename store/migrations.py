@@ -237,6 +237,10 @@ _IDENTITIES_POSTGRES = f"""{_EVIDENCE_COLUMNS};
 CREATE TRIGGER identities_no_delete BEFORE DELETE ON identities
     FOR EACH ROW EXECUTE FUNCTION toolgate_refuse()"""
 
+_STAFF_REVIEWERS = """
+ALTER TABLE identities ADD COLUMN review_tenants TEXT NOT NULL DEFAULT '[]';
+CREATE INDEX proposals_same_effect_idx ON proposals (thread_id, tool, arguments_sha256)"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -263,6 +267,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="identities in the store; approvals carry the reviewer's tenant and a MAC; proposals their editors",
         sqlite=_IDENTITIES_SQLITE,
         postgres=_IDENTITIES_POSTGRES,
+    ),
+    Migration(
+        name="staff reviewers: identities may review for further tenants; identical writes are found by content",
+        sqlite=_STAFF_REVIEWERS,
+        postgres=_STAFF_REVIEWERS,
     ),
 )
 """The store's own schema, component ``toolgate``."""

@@ -166,6 +166,8 @@ class IdentityRecord:
     """Keyed hash of the person's secret token (None: cannot authenticate until a token is issued)."""
     status: IdentityStatus = "active"
     """``revoked`` identities cannot act, and their pending decisions stop counting."""
+    review_tenants: tuple[str, ...] = ()
+    """Further tenants (sorted) this person reviews for, as staff; granted by the operator only."""
     created_at: str = ""
     """ISO-8601 UTC creation time (the store's clock)."""
     updated_at: str = ""
@@ -186,7 +188,7 @@ class IdentityRecord:
             "status": self.status,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
-        }
+        } | ({"review_tenants": sorted(self.review_tenants)} if self.review_tenants else {})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,8 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
-from toolgate.store._sql import SqlStore, iso, utcnow
+from toolgate.store._sql import SqlStore
 from toolgate.store.base import Tx, iter_statements
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration

@@ -18,13 +18,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.deps import Gateway
-from toolgate.policy import PolicyRules, Principal
+from toolgate.policy import Principal
 from toolgate.policy.demo_identities import demo_principals, demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.testing import HandlerCounter
 from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 TEST_KEY = b"toolgate-test-store-secret-0001"
 """The store secret every test process shares (CLI subprocesses get it as TOOLGATE_AUDIT_KEY)."""
@@ -42,14 +43,14 @@ class Harness:
     """A configured gateway on ``store`` whose handlers count their calls."""
 
     def __init__(self, store: Store, *, handler_delay_s: float = 0.0) -> None:
-        initialize_store(store)
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
         seed_demo_identities(IdentityDirectory(store))
         self.store = store
         self.system = DemoSystem(store)
         self.counter = HandlerCounter(delay_s=handler_delay_s)
         self.handler_calls = self.counter.calls
         self.registry = Registry.of(REFUND_RELEASE, self.counter.wrap(demo_specs(self.system)), self.system)
-        self.policy = PolicyRules.for_release(REFUND_RELEASE)
+        self.policy = DEMO_RELEASES[REFUND_RELEASE].policy
 
     def gateway(self, model: BaseChatModel | None = None) -> Gateway:
         """Node dependencies (model only matters inside a graph run)."""
@@ -65,10 +66,7 @@ class Harness:
     def graph(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
         """The compiled gateway graph (in-memory checkpointer unless one is given)."""
         return build_graph(
-            model=model,
-            registry=self.registry,
-            policy=self.policy,
-            store=self.store,
+            gateway=build_gateway(model=model, registry=self.registry, policy=self.policy, store=self.store),
             checkpointer=checkpointer or InMemorySaver(),
         )
 
@@ -138,7 +136,7 @@ def toolgate(
 
 def shift_store_clock(monkeypatch: Any, store: Store, delta: timedelta) -> None:
     """Move ``store``'s clock by ``delta`` (expiry, leases and windows all follow the store's clock)."""
-    from toolgate.store._sql import iso, parse_iso
+    from toolgate.clock import iso, parse_iso
 
     read = store._tx_now  # type: ignore[attr-defined]
     monkeypatch.setattr(store, "_tx_now", lambda tx: iso(parse_iso(read(tx)) + delta))
@@ -158,7 +156,7 @@ def seed_people(data_dir: Path, database_url: str | None = None) -> None:
     """Create the store a CLI subprocess will use and add the demo people (with their demo tokens)."""
     store = open_test_store(data_dir, database_url)
     try:
-        initialize_store(store)
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
         seed_demo_identities(IdentityDirectory(store))
     finally:
         store.close()

@@ -206,7 +206,7 @@ def _start(
 ) -> tuple[dict[str, Any], ScriptedChatModel]:
     """Propose ``tool`` as ``user`` on ``thread``: the proposal's facts, and the model (to resume with)."""
     model = ScriptedChatModel(responses=[ai("", tool_call(tool, args, f"c-{thread}")), ai("done")])
-    with dataclasses.replace(app, model=model).graph() as graph:
+    with app.graph(dataclasses.replace(app.gateway, model=model)) as graph:
         state = graph.invoke(
             {"messages": [HumanMessage(f"{tool} please")]},
             {"configurable": {"thread_id": thread}},
@@ -233,7 +233,7 @@ def build_world(tmp_path: Path) -> World:
 
         done, model = _start(app, "lee", "t-done", "update_inventory", INVENTORY_ARGS)
         decide(app.gateway, done["proposal_id"], principal("wanda"), "approve")
-        with dataclasses.replace(app, model=model).graph() as graph:
+        with app.graph(dataclasses.replace(app.gateway, model=model)) as graph:
             graph.invoke(
                 Command(resume={"wake": True}), {"configurable": {"thread_id": "t-done"}}, context=Context()
             )

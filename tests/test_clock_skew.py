@@ -53,9 +53,9 @@ from typing import Any
 import pytest
 from support import REFUND_REQUEST, TEST_KEY, Harness, cli_env, kv_lines, principal, start
 
+from toolgate.clock import parse_iso
 from toolgate.graph.review import decide
 from toolgate.store import PostgresStore
-from toolgate.store._sql import parse_iso
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import REFUND_RELEASE
 
@@ -180,6 +180,7 @@ from pathlib import Path
 
 from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
+from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools import REFUND_RELEASE, Registry
@@ -214,7 +215,7 @@ specs = [
     for s in demo_specs(system)
 ]
 gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, specs, system),
-                        policy=PolicyRules.for_release(REFUND_RELEASE), store=store)
+                        policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store)
 delivery = gateway.executor.deliver(key, worker_id="slow-worker", lease_s=lease_s, wait_s=1)
 signal("delivered", json.dumps({"status": delivery.status, "claim": delivery.claim}))
 # an overrunning handler lives on; its lease keeper records the late outcome when it ends

@@ -22,6 +22,7 @@ import os, signal, sys
 from dataclasses import replace
 from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
+from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools import REFUND_RELEASE, Registry
@@ -43,7 +44,7 @@ def crashing(handler):
 
 specs = [replace(s, handler=crashing(s.handler)) if s.name == "issue_refund" else s for s in demo_specs(system)]
 gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, specs, system),
-                        policy=PolicyRules.for_release(REFUND_RELEASE), store=store)
+                        policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store)
 gateway.executor.deliver(key, worker_id="doomed-worker", lease_s=0.5)
 print("survived")
 """.replace("KEY_LITERAL", repr(TEST_KEY))

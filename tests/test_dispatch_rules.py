@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from support import TEST_KEY, Harness, principal, start, tool_messages
 
-from toolgate.graph import build_graph
+from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.context import Context
 from toolgate.policy.output import TRUNCATED, bound, redact
 from toolgate.policy.rules import PolicyRules, RateLimit, RateLimits
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.release import HOME as DEMO_HOME
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_exposure_by_role_and_tenant(harness: Harness) -> None:
 
 
 def test_policy_is_data_first_violation_wins_and_a_limit_change_is_a_data_change(harness: Harness) -> None:
-    doc = json.loads(resources.files("toolgate.policy").joinpath("rules", "ops-tools-1.0.0.json").read_text())
+    doc = json.loads((DEMO_HOME / "ops-tools-1.0.0" / "policy.json").read_text())
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
     args = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
     policy = PolicyRules.from_mapping(doc)
@@ -132,10 +132,9 @@ def test_deadline_ends_the_task(harness: Harness) -> None:
         responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("x")]
     )
     graph = build_graph(
-        model=model,
-        registry=harness.registry,
-        policy=harness.policy,
-        store=harness.store,
+        gateway=build_gateway(
+            model=model, registry=harness.registry, policy=harness.policy, store=harness.store
+        ),
         checkpointer=InMemorySaver(),
     )
     state = graph.invoke(
@@ -204,13 +203,10 @@ def test_rate_limit_per_principal_and_tool(harness: Harness) -> None:
     ]
     model = ScriptedChatModel(responses=[ai("", *calls), ai("ok")])
     graph = build_graph(
-        model=model,
-        registry=harness.registry,
-        policy=policy,
-        store=harness.store,
+        gateway=build_gateway(model=model, registry=harness.registry, policy=policy, store=harness.store),
         checkpointer=InMemorySaver(),
     )
-    state = start(graph, "x", "cust-ada", "t-rate")
+    state = start(graph, "x", "rita", "t-rate")  # support staff: any customer's order of acme
     got = payloads(state)
     assert [got[f"c{i}"]["status"] for i in range(3)] == ["completed", "completed", "rejected"]
     assert got["c2"]["error"] == "rate_limited" and got["c2"]["retryable"] is True

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 from support import Harness, principal, start, tool_messages
 
@@ -42,12 +42,22 @@ def raw_call(name: str, args: Any, call_id: str) -> dict[str, Any]:
 
 
 def run_turn(
-    harness: Harness, calls: list[dict[str, Any]], thread: str, checkpointer: Any = None
+    harness: Harness,
+    calls: list[dict[str, Any]],
+    thread: str,
+    checkpointer: Any = None,
+    context: Context | None = None,
 ) -> dict[str, Any]:
     message = AIMessage(content="", tool_calls=[])
     message.tool_calls = calls  # type: ignore[assignment]  # as parsed upstream, unvalidated
     model = ScriptedChatModel(responses=[message, ai("done")])
-    return start(harness.graph(model, checkpointer), "hostile", "cust-ada", thread)
+    graph = harness.graph(model, checkpointer)
+    if context is None:
+        return start(graph, "hostile", "cust-ada", thread)
+    result: dict[str, Any] = graph.invoke(
+        {"messages": [HumanMessage("hostile")]}, {"configurable": {"thread_id": thread}}, context=context
+    )
+    return result
 
 
 @pytest.mark.parametrize(
@@ -117,7 +127,9 @@ def test_ten_thousand_calls_in_one_turn_cost_a_bounded_number_of_audit_events(ha
 
 def test_a_turn_that_crosses_the_budget_answers_every_call(harness: Harness) -> None:
     calls = [raw_call("lookup_order", {"order_id": f"O-55{12 + i % 3}"}, f"c{i}") for i in range(8)]
-    state = run_turn(harness, calls, "t-budget")
+    state = run_turn(
+        harness, calls, "t-budget", context=Context(principal=principal("rita"), max_tool_calls=6)
+    )
     answered = answers(state)
     assert set(answered) == {f"c{i}" for i in range(8)}
     assert [answered[f"c{i}"]["error"] for i in range(6)] == ["task_stopped"] * 6

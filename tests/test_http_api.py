@@ -23,12 +23,12 @@ import toolgate.graph.http as http
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.deps import Gateway
 from toolgate.graph.review import decide
-from toolgate.policy import PolicyRules
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import WIDE_RELEASE
 from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}
 
@@ -316,12 +316,13 @@ def test_an_edit_is_a_new_pending_proposal_that_its_editor_cannot_approve(api: A
 def test_review_details_show_what_a_preview_token_will_create(store: Store, monkeypatch: Any) -> None:
     Harness(store)  # schema, demo people and the systems of record
     registry = build_wide_registry(DemoSystem(store), DemoServices.on(store, secret=b"test-secret"))
-    policy = PolicyRules.for_release(WIDE_RELEASE)
+    policy = DEMO_RELEASES[WIDE_RELEASE].policy
 
     def graph(*responses: Any) -> Any:
         model = ScriptedChatModel(responses=list(responses))
         return build_graph(
-            model=model, registry=registry, policy=policy, store=store, checkpointer=InMemorySaver()
+            gateway=build_gateway(model=model, registry=registry, policy=policy, store=store),
+            checkpointer=InMemorySaver(),
         )
 
     order = {

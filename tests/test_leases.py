@@ -77,7 +77,9 @@ def test_an_overrunning_handler_is_never_redelivered_while_it_runs(harness: Harn
     release.set()
 
     def finished() -> list[str]:
-        return [e.result for e in harness.store.audit_events(operation_key=key) if e.event == "handler.finished"]
+        return [
+            e.result for e in harness.store.audit_events(operation_key=key) if e.event == "handler.finished"
+        ]
 
     _wait_for(lambda: len(finished()) == 2)
     assert finished() == ["unknown", "completed_late"]

@@ -23,12 +23,14 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from support import TEST_KEY
 
-from toolgate.bootstrap import initialize_store, load_registry
+from toolgate.bootstrap import initialize_store
 from toolgate.config import Settings
-from toolgate.graph import Context, build_graph
+from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.models import load_chat_model
-from toolgate.policy import PolicyRules, Principal
+from toolgate.policy import Principal
 from toolgate.store import SQLiteStore
+from toolgate.tools.demo.release import DEMO_RELEASES
+from toolgate.tools.release import ReleaseEnv
 
 FAKE_KEY = "sk-test-not-a-real-key-0000000000"
 RELEASE = "ops-tools/1.0.0"
@@ -229,16 +231,15 @@ def test_langchain_openai_round_trip_through_gateway(
     assert type(model).__name__ == "ChatOpenAI"
 
     store = SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY)
-    initialize_store(store)
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
     try:
-        registry = load_registry(RELEASE, store, secret=b"test-secret")
+        registry = DEMO_RELEASES[RELEASE].registry(ReleaseEnv(store, secret=b"test-secret"))
         graph = build_graph(
-            model=model,
-            registry=registry,
-            policy=PolicyRules.for_release(RELEASE),
-            store=store,
+            gateway=build_gateway(
+                model=model, registry=registry, policy=DEMO_RELEASES[RELEASE].policy, store=store
+            ),
             checkpointer=InMemorySaver(),
-            )
+        )
         final = graph.invoke(
             {"messages": [HumanMessage("where is my order O-5512?")]},
             {"configurable": {"thread_id": "t1"}},

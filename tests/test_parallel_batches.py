@@ -27,13 +27,13 @@ from test_demo_tools import (
 from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.review import decide
-from toolgate.policy import PolicyRules
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import WIDE_RELEASE, Registry, ResourceRef
 from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 
 class Wide:
@@ -41,7 +41,7 @@ class Wide:
 
     def __init__(self, path: Path, *, conflict_key: bool = True, latency_s: float = 0.0) -> None:
         self.store = SQLiteStore(path, key=TEST_KEY)
-        initialize_store(self.store)
+        initialize_store(self.store, DEMO_RELEASES["ops-tools/1.1.0"])
         seed_demo_identities(IdentityDirectory(self.store))
         self.services = DemoServices.on(self.store, secret=b"test-secret")
         self.services.inventory.latency_s = latency_s
@@ -56,14 +56,11 @@ class Wide:
                 registry.resolver,
             )
         self.registry = registry
-        self.policy = PolicyRules.for_release(WIDE_RELEASE)
+        self.policy = DEMO_RELEASES[WIDE_RELEASE].policy
 
     def graph(self, model: ScriptedChatModel) -> Any:
         return build_graph(
-            model=model,
-            registry=self.registry,
-            policy=self.policy,
-            store=self.store,
+            gateway=build_gateway(model=model, registry=self.registry, policy=self.policy, store=self.store),
             checkpointer=InMemorySaver(),
         )
 

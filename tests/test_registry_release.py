@@ -11,9 +11,13 @@ from support import TEST_KEY, cli_env, toolgate
 
 from toolgate.bootstrap import release_manifest
 from toolgate.errors import RegistryError
-from toolgate.policy.rules import PolicyRules
 from toolgate.store import SQLiteStore
-from toolgate.tools.manifest import manifest_drift, reviewed_manifest, verify_release
+from toolgate.tools.demo.release import DEMO_RELEASES
+from toolgate.tools.manifest import manifest_drift, verify_release
+from toolgate.tools.registry import Registry
+from toolgate.tools.release import Release, ReleaseEnv
+
+REFUND = DEMO_RELEASES["ops-tools/1.0.0"]
 
 FIGURES = [
     "release=ops-tools/1.0.0",
@@ -26,34 +30,32 @@ FIGURES = [
 ]
 
 
-def _registry():  # type: ignore[no-untyped-def]
-    from toolgate.bootstrap import load_registry
-
-    return load_registry("ops-tools/1.0.0", SQLiteStore("unused.sqlite", key=TEST_KEY), secret=b"k")
+def _registry(release: Release = REFUND) -> Registry:
+    return release.registry(ReleaseEnv(SQLiteStore("unused.sqlite", key=TEST_KEY), secret=b"k"))
 
 
 def test_committed_manifest_matches_the_bundle() -> None:
-    registry = _registry()
-    policy = PolicyRules.for_release(registry.release)
-    reviewed = reviewed_manifest(registry.release)
-    effective = release_manifest(registry, policy, reviewed["pinned_models"])
-    assert manifest_drift(reviewed, effective) == []
-    verify_release(effective, "offline")
+    for release in DEMO_RELEASES.values():
+        effective = release_manifest(release, _registry(release))
+        assert manifest_drift(release.reviewed_manifest(), effective) == []
+        verify_release(release.reviewed_manifest(), effective, "offline")
 
 
 def test_startup_refuses_a_drifted_bundle_and_an_unpinned_model() -> None:
     registry = _registry()
-    policy = PolicyRules.for_release(registry.release)
-    pinned = reviewed_manifest(registry.release)["pinned_models"]
-    drifted = replace(policy, sha256="0" * 64)
+    reviewed = REFUND.reviewed_manifest()
+    drifted = replace(REFUND, policy=replace(REFUND.policy, sha256="0" * 64))
     with pytest.raises(RegistryError, match=r"drifted from its reviewed manifest.*policy"):
-        verify_release(release_manifest(registry, drifted, pinned), "offline")
+        verify_release(reviewed, release_manifest(drifted, registry), "offline")
     with pytest.raises(RegistryError, match="not pinned"):
-        verify_release(release_manifest(registry, policy, pinned), "openai:gpt-unreviewed")
+        verify_release(reviewed, release_manifest(REFUND, registry), "openai:gpt-unreviewed")
     refund = registry.tools["issue_refund"]
     changed = replace(registry, tools={**registry.tools, "issue_refund": replace(refund, timeout_s=99)})
     with pytest.raises(RegistryError, match="issue_refund: metadata_sha256 drifted"):
-        verify_release(release_manifest(changed, policy, pinned), "offline")
+        verify_release(reviewed, release_manifest(REFUND, changed), "offline")
+    instructed = replace(REFUND, instructions=REFUND.instructions + "\nAlways refund.")
+    with pytest.raises(RegistryError, match="instructions_sha256"):
+        verify_release(reviewed, release_manifest(instructed, registry), "offline")
 
 
 def test_registry_audit_passes_for_the_demo_release(tmp_path: Path) -> None:
@@ -92,7 +94,7 @@ def test_registry_audit_fails_on_broken_bundles(
 
 def test_registry_audit_fails_on_a_drifted_hash(tmp_path: Path) -> None:
     env = cli_env(tmp_path, PYTHONPATH=str(Path(__file__).parent))
-    manifest = reviewed_manifest("ops-tools/1.0.0")
+    manifest = json.loads(json.dumps(REFUND.reviewed_manifest()))
     manifest["tools"]["lookup_order"]["code_sha256"] = "f" * 64
     path = tmp_path / "reviewed.json"
     path.write_text(json.dumps(manifest))
@@ -109,6 +111,6 @@ def test_exported_schemas_pass_the_strict_check(tmp_path: Path) -> None:
     result = toolgate(["registry", "schemas", "--check"], cli_env(tmp_path))
     assert "schemas_checked=PASS" in result.stdout
     assert (
-        "schema=issue_refund strict=true required=3/3 additional_properties=false unsupported_keywords=0"
-        in (result.stdout)
+        "schema=issue_refund wire_name=issue_refund strict=true required=3/3 additional_properties=false"
+        " unsupported_keywords=0" in (result.stdout)
     )

@@ -101,24 +101,25 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     ):
         mp.setenv("NO_PROXY", LOCAL_HOSTS)
         mp.setenv("no_proxy", LOCAL_HOSTS)
-        from toolgate.bootstrap import initialize_store, load_registry
+        from toolgate.bootstrap import initialize_store
         from toolgate.graph import build_gateway
-        from toolgate.policy import PolicyRules
         from toolgate.policy.demo_identities import seed_demo_identities
         from toolgate.policy.identities import IdentityDirectory
         from toolgate.store import SQLiteStore
         from toolgate.testing import ScriptedChatModel
+        from toolgate.tools.demo.release import DEMO_RELEASES
         from toolgate.tools.registry import DEFAULT_RELEASE
+        from toolgate.tools.release import ReleaseEnv
 
         server.data_dir.mkdir(parents=True, exist_ok=True)
         store = SQLiteStore(server.data_dir / "toolgate.sqlite", key=TEST_KEY)
         try:
-            initialize_store(store)
+            initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
             seed_demo_identities(IdentityDirectory(store))
             gateway = build_gateway(
                 model=ScriptedChatModel(responses=[]),
-                registry=load_registry(DEFAULT_RELEASE, store, secret=TEST_KEY),
-                policy=PolicyRules.for_release(DEFAULT_RELEASE),
+                registry=DEMO_RELEASES[DEFAULT_RELEASE].registry(ReleaseEnv(store, secret=TEST_KEY)),
+                policy=DEMO_RELEASES[DEFAULT_RELEASE].policy,
                 store=store,
             )
             with client_as(server, "cust-ada") as client, client_as(server, "omar") as operator:

@@ -249,7 +249,7 @@ def test_every_tampered_call_id_gets_an_answer_in_order(harness: Harness) -> Non
             ai(
                 "",
                 tool_call("lookup_order", LOOKUP, "c1"),
-                tool_call("lookup_order", {"order_id": "O-5513"}, "c2"),
+                tool_call("lookup_order", {"order_id": "O-5514"}, "c2"),
             ),
             ai("done"),
         ]

@@ -11,9 +11,10 @@ from datetime import timedelta
 import pytest
 
 from toolgate.canonical import digest
+from toolgate.clock import iso, utcnow
 from toolgate.errors import InvalidTransitionError, StoreError
 from toolgate.store import ApprovalRecord, AuditEventIn, ProposalRecord, Store
-from toolgate.store._sql import GENESIS_HASH, audit_hash, audit_row_content, iso, utcnow
+from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content
 
 
 def make_proposal(n: int = 1, **overrides: object) -> ProposalRecord:
@@ -150,7 +151,9 @@ def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
     assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
     for event in (first, second):
         row = dataclasses.asdict(event)
-        assert audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain")) == event.hash
+        assert (
+            audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain")) == event.hash
+        )
     with pytest.raises(StoreError), store.transaction() as tx:
         tx.execute("UPDATE audit_events SET result = 'accepted' WHERE seq = ?", (first.seq,))
     with pytest.raises(StoreError), store.transaction() as tx:

@@ -24,6 +24,7 @@ import random, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
+from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools import REFUND_RELEASE, Registry
@@ -35,7 +36,7 @@ random.Random(worker).shuffle(keys)
 store = PostgresStore(url, key=KEY_LITERAL, max_size=12)
 system = DemoSystem(store)
 gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, demo_specs(system), system),
-                   policy=PolicyRules.for_release(REFUND_RELEASE), store=store)
+                   policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store)
 store.get_operation("warm-up")
 time.sleep(max(0.0, start_at - time.time()))
 with ThreadPoolExecutor(max_workers=int(sys.argv[5])) as pool:

@@ -6,13 +6,13 @@ import copy
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from toolgate.errors import RegistryError
 from toolgate.tools import ApprovalClass, NoRollback, strict_json_schema
 from toolgate.tools.schema_export import strict_problems
-from toolgate.tools.spec import HandlerContext
-from toolgate.tools.thirdparty import model_from_json_schema, spec_from_function, spec_from_tool_definition
+from toolgate.tools.spec import ArgumentsInvalid, HandlerContext
+from toolgate.tools.thirdparty import spec_from_function, spec_from_tool_definition
 
 LINE_ITEM = {
     "type": "object",
@@ -98,9 +98,15 @@ def test_definition_registers_and_round_trips_to_strict_form(definition: dict[st
     assert strict_problems(strict) == []
     assert sorted(strict["required"]) == sorted(PARAMETERS["properties"])
     assert strict["properties"]["currency"]["enum"] == ["USD", "EUR", "GBP"]
-    assert spec.args_model.model_validate(VALID).line_items[0].quantity == 2  # type: ignore[attr-defined]
-    again = model_from_json_schema("Again", strict)
-    assert again.model_validate(VALID).model_dump() == spec.args_model.model_validate(VALID).model_dump()
+    # JSON-Schema tools validate through the spec's seam, never through a converted Pydantic model
+    assert spec.parse_arguments(VALID)["line_items"][0]["quantity"] == 2
+    again = spec_from_tool_definition(
+        {"name": "order_supplies", "description": "Again.", "parameters": strict},
+        handler=_handler,
+        result_model=Ack,
+        **SPEC_FIELDS,
+    )
+    assert again.parse_arguments(VALID) == spec.parse_arguments(VALID) == VALID
 
 
 PERTURBED = [
@@ -124,8 +130,8 @@ PERTURBED = [
 @pytest.mark.parametrize("bad", PERTURBED, ids=[f"perturbed_{i}" for i in range(len(PERTURBED))])
 def test_perturbed_calls_are_rejected(definition: dict[str, Any], bad: dict[str, Any]) -> None:
     spec = spec_from_tool_definition(definition, handler=_handler, result_model=Ack, **SPEC_FIELDS)
-    with pytest.raises(ValidationError):
-        spec.args_model.model_validate(bad)
+    with pytest.raises(ArgumentsInvalid):
+        spec.parse_arguments(bad)
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ from toolgate.errors import (
     ToolgateRuntimeError,
     ToolgateUsageError,
 )
-from toolgate.graph import Context, GatewayState, build_graph
+from toolgate.graph import Context, GatewayState, build_gateway, build_graph
 from toolgate.policy import Principal
 from toolgate.tools import ApprovalClass, NoRollback, Registry, ResourceRef, Rollback, ToolSpec
+from toolgate.tools.release import Release, ReleaseEnv
 
 __all__ = [
     "REJECTION_CODES",
@@ -30,6 +31,8 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RejectionCode",
+    "Release",
+    "ReleaseEnv",
     "ResourceRef",
     "Rollback",
     "Settings",
@@ -39,6 +42,7 @@ __all__ = [
     "ToolgateError",
     "ToolgateRuntimeError",
     "ToolgateUsageError",
+    "build_gateway",
     "build_graph",
     "canonical_json",
     "digest",

@@ -1,142 +1,144 @@
-"""Assemble a toolgate process from settings: store, system of record, release, policy, gateway.
+"""The one bootstrap of a toolgate process: settings in, a verified release and its gateway out.
 
-This is the composition used by the CLI and the server entry; `build_graph` remains the one
-place where graph dependencies are wired.
+The CLI, the worker commands and the LangGraph server entry (`toolgate.graph.server`) all call
+`open_app`: one store, one release loaded by name (`toolgate.tools.release_loader`), verified
+against its reviewed manifest, and one `Gateway` built from them, once per process. `build_graph`
+then compiles the graph around that gateway; nothing else wires dependencies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langgraph.graph.state import CompiledStateGraph
 
 from toolgate.canonical import digest
+from toolgate.clock import Clock
 from toolgate.config import Settings
-from toolgate.errors import UnknownReleaseError
 from toolgate.graph.builder import build_gateway, build_graph
-from toolgate.graph.deps import INSTRUCTIONS, Gateway
+from toolgate.graph.deps import Gateway
 from toolgate.models import load_chat_model
 from toolgate.policy.rules import PolicyRules
+from toolgate.store._sql import SqlStore
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
-from toolgate.tools.demo import DemoServices, DemoSystem, build_demo_registry, build_wide_registry
-from toolgate.tools.manifest import effective_manifest, reviewed_manifest, verify_release
-from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE, Registry
+from toolgate.tools.manifest import effective_manifest, verify_release
+from toolgate.tools.registry import Registry
+from toolgate.tools.release import Release, ReleaseEnv
+from toolgate.tools.release_loader import load_release
+
+DEFAULT_PINNED = ("offline",)
+"""Models a release pins before its manifest is first written (the deterministic demo model)."""
 
 
-def load_registry(release: str, store: Store, *, secret: bytes) -> Registry:
-    """The registry of ``release`` on ``store`` (only reviewed, packaged releases exist).
-
-    ``secret`` keys the signatures the release's tools issue (purchase-preview tokens); every
-    process serving the release must use the same one (the configured audit key).
-    """
-    system = DemoSystem(store)
-    if release == REFUND_RELEASE:
-        return build_demo_registry(system, release)
-    if release == WIDE_RELEASE:
-        return build_wide_registry(system, DemoServices.on(store, secret=secret), release)
-    raise UnknownReleaseError(release)
-
-
-def release_manifest(registry: Registry, policy: PolicyRules, pinned_models: list[str]) -> dict[str, Any]:
-    """The effective manifest of a loaded release (compared with the reviewed one at startup)."""
+def release_manifest(release: Release, registry: Registry) -> dict[str, Any]:
+    """The effective manifest of ``release`` as loaded in this process (``registry``)."""
+    reviewed: Mapping[str, Any] = release.manifest or {}
     return effective_manifest(
-        registry.release,
+        release.id,
         list(registry.tools.values()),
-        policy_version=policy.policy_version,
-        policy_sha256=policy.sha256,
-        instructions=INSTRUCTIONS,
-        pinned_models=pinned_models,
+        policy_version=release.policy.policy_version,
+        policy_sha256=release.policy.sha256,
+        instructions=release.instructions,
+        pinned_models=list(reviewed.get("pinned_models", DEFAULT_PINNED)),
     )
 
 
-def verified_release(registry: Registry, policy: PolicyRules, model: str) -> None:
+def verified_release(release: Release, registry: Registry, model: str) -> None:
     """Refuse to start when the bundle drifted from its reviewed manifest or the model is not pinned."""
-    reviewed = reviewed_manifest(registry.release)
-    verify_release(release_manifest(registry, policy, list(reviewed.get("pinned_models", []))), model)
+    verify_release(release.reviewed_manifest(), release_manifest(release, registry), model)
 
 
-def initialize_store(store: Store) -> None:
-    """Create or upgrade the store schema and the demo systems of record (all releases)."""
+def initialize_store(store: Store, release: Release | None = None) -> None:
+    """Create or upgrade the store schema, then the release's own tables (its ``setup``)."""
     store.setup()
-    DemoSystem(store).setup()
-    DemoServices.on(store, secret=b"schema-setup-only").setup()
+    if release is not None and release.setup is not None:
+        release.setup(store)
 
 
 @dataclass
 class App:
-    """One configured toolgate: everything but the checkpointer and the compiled graph."""
+    """One configured toolgate process: settings, store, release and the gateway built once."""
 
     settings: Settings
     store: Store
-    system: DemoSystem
+    release: Release
     registry: Registry
-    policy: PolicyRules
     model: BaseChatModel
+    gateway: Gateway
+    """The node dependencies, shared by every graph and operator command of this process (so its
+    executor's circuit breakers are one set)."""
 
-    @cached_property
-    def gateway(self) -> Gateway:
-        """Node dependencies, for operator commands that act outside a graph run (one per App, so its
-        executor's circuit breakers are shared by everything the process does)."""
-        return build_gateway(model=self.model, registry=self.registry, policy=self.policy, store=self.store)
+    @property
+    def policy(self) -> PolicyRules:
+        """The release's rules."""
+        return self.release.policy
 
     @contextmanager
-    def graph(self) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
-        """The compiled graph with the configured checkpointer (closed on exit)."""
+    def graph(self, gateway: Gateway | None = None) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
+        """The compiled graph with the configured checkpointer (closed on exit), around this
+        process's gateway (or ``gateway``, e.g. one with a scripted model in a test)."""
         with open_checkpointer(self.settings.database_url, self.settings.data_dir) as saver:
-            yield build_graph(
-                model=self.model,
-                registry=self.registry,
-                policy=self.policy,
-                store=self.store,
-                checkpointer=saver,
-            )
+            yield build_graph(gateway=gateway or self.gateway, checkpointer=saver)
 
 
 def open_app(
-    settings: Settings | None = None, *, model: BaseChatModel | None = None, read_only: bool = False
+    settings: Settings | None = None,
+    *,
+    model: BaseChatModel | None = None,
+    read_only: bool = False,
+    server_mode: bool = False,
+    clock: Clock | None = None,
 ) -> App:
-    """Load and verify the configured release, then open the store (running migrations).
+    """Load and verify the configured release, open the store and build the gateway.
 
-    A bundle whose hashes differ from its reviewed manifest, or an unpinned model, refuses to start.
-    ``read_only`` (verification and listing commands) writes nothing at all: no migration, no key
-    file, no audit event; the store must already exist at the current schema.
+    A bundle whose hashes differ from its reviewed manifest, or an unpinned model, refuses to
+    start. ``read_only`` (verification and listing commands) writes nothing at all: no migration,
+    no key file, no audit event; the store must already exist at the current schema.
+    ``server_mode`` (the LangGraph server) connects nothing now: the store initializes itself,
+    and records the release, on first use.
     """
     settings = settings or Settings.from_env()
     key = settings.audit_key(create=not read_only)
     store = open_store(settings.database_url, settings.data_dir, key=key, read_only=read_only)
-    system = DemoSystem(store)
-    registry = load_registry(settings.release, store, secret=key)
-    policy = PolicyRules.for_release(settings.release)
-    verified_release(registry, policy, settings.model)
+    release = load_release(settings.release)
+    registry = release.registry(ReleaseEnv(store=store, secret=key))
+    verified_release(release, registry, settings.model)
+    app_model = model or load_chat_model(settings)
+    gateway = build_gateway(
+        model=app_model,
+        registry=registry,
+        policy=release.policy,
+        store=store,
+        instructions=release.instructions,
+        server_mode=server_mode,
+        clock=clock,
+    )
+    application = App(
+        settings=settings, store=store, release=release, registry=registry, model=app_model, gateway=gateway
+    )
     if read_only:
         store.require_schema()
+    elif server_mode and isinstance(store, SqlStore):
+        store.set_initializer(lambda _: start_store(application))
     else:
-        initialize_store(store)
-    application = App(
-        settings=settings,
-        store=store,
-        system=system,
-        registry=registry,
-        policy=policy,
-        model=model or load_chat_model(settings),
-    )
-    if not read_only:
-        record_release_change(application)
+        start_store(application)
     return application
+
+
+def start_store(app: App) -> None:
+    """Initialize the store for the release and record the release when it changed."""
+    initialize_store(app.store, app.release)
+    record_release_change(app)
 
 
 def record_release_change(app: App) -> None:
     """Audit a release change: the first process to run a different bundle on this store records it."""
-    reviewed = reviewed_manifest(app.registry.release)
-    manifest_sha256 = digest(
-        release_manifest(app.registry, app.policy, list(reviewed.get("pinned_models", [])))
-    )
+    manifest_sha256 = digest(release_manifest(app.release, app.registry))
     last = app.store.latest_audit_event("release.loaded")
     if last is not None and last.detail.get("manifest_sha256") == manifest_sha256:
         return
@@ -153,4 +155,12 @@ def record_release_change(app: App) -> None:
     )
 
 
-__all__ = ["App", "initialize_store", "load_registry", "open_app", "release_manifest", "verified_release"]
+__all__ = [
+    "App",
+    "initialize_store",
+    "open_app",
+    "record_release_change",
+    "release_manifest",
+    "start_store",
+    "verified_release",
+]

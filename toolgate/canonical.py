@@ -47,14 +47,16 @@ def digest(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
-def operation_key(*, tenant_id: str, task_id: str, tool: str, arguments: dict[str, Any]) -> str:
-    """The stable key of one intended effect (chapter §8.3).
+def operation_key(*, tenant_id: str, task_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> str:
+    """The stable key of one intended effect: one accepted write call of one task.
 
-    Derived only from tenant, task (thread) id, tool and canonical arguments: a model that
-    re-issues the same call after a timeout collides with the first attempt on purpose. Made
-    once at proposal time and kept in checkpointed state; never regenerated in a retry loop.
+    Derived from tenant, task (thread) id, the model's call id, tool and canonical arguments.
+    The same model response delivered again (same call ids) finds the same operation, so it never
+    runs twice; two calls that happen to be equal (two equal certificates the user asked for) are
+    two operations, each approved and executed once. Made once at proposal time and kept in
+    checkpointed state; never regenerated in a retry loop.
     """
-    material = {"tenant": tenant_id, "task": task_id, "tool": tool, "args": arguments}
+    material = {"tenant": tenant_id, "task": task_id, "call": call_id, "tool": tool, "args": arguments}
     return "op_" + digest(material)[:32]
 
 

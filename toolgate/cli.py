@@ -21,6 +21,7 @@ from toolgate.cli_common import open_from_env, person
 from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_identities import identities_app
 from toolgate.cli_registry import registry_app
+from toolgate.cli_release import release_app
 from toolgate.cli_verify import verify_app
 from toolgate.cli_worker import deadletter_app, worker_app
 from toolgate.config import Settings
@@ -42,6 +43,7 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(dispatch_app, name="dispatch")
 app.add_typer(verify_app, name="verify")
 app.add_typer(identities_app, name="identities")
+app.add_typer(release_app, name="release")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

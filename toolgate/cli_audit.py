@@ -12,8 +12,8 @@ import typer
 
 from toolgate.cli_common import kv as _kv
 from toolgate.cli_common import open_from_env
+from toolgate.clock import iso
 from toolgate.errors import NotFoundError
-from toolgate.store._sql import iso
 from toolgate.store.chain import verify_chain, verify_records
 from toolgate.store.forensics import trace
 

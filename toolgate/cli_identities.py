@@ -48,13 +48,21 @@ def identities_add(
     roles: Annotated[str, typer.Option(help="Comma-separated roles, e.g. support,finance.")] = "",
     scopes: Annotated[str, typer.Option(help="Comma-separated scopes, e.g. orders:read.")] = "",
     name: Annotated[str, typer.Option(help="Display name for reviewer screens.")] = "",
+    review_tenants: Annotated[
+        str, typer.Option(help="Staff reviewers: comma-separated further tenants they review for.")
+    ] = "",
     as_user: AsAdmin = None,
 ) -> None:
     """Add a person and print their token (shown once)."""
     application = open_from_env()
     admin = _admin(application, as_user)
     principal = Principal(
-        user_id=user_id, tenant_id=tenant, roles=_split(roles), scopes=_split(scopes), display_name=name
+        user_id=user_id,
+        tenant_id=tenant,
+        roles=_split(roles),
+        scopes=_split(scopes),
+        display_name=name,
+        review_tenants=_split(review_tenants) - {tenant},
     )
     token = application.gateway.directory.add(principal, by=admin)
     if token is None:
@@ -105,6 +113,7 @@ def identities_list(
             tenant=record.tenant_id,
             roles=",".join(record.roles) or "-",
             scopes=",".join(record.scopes) or "-",
+            review_tenants=",".join(record.review_tenants) or "-",
             status=record.status,
             authentic=str(record.authentic).lower(),
         )

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from toolgate.bootstrap import load_registry, release_manifest
+from toolgate.bootstrap import release_manifest
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
-from toolgate.graph.deps import INSTRUCTIONS
-from toolgate.policy.rules import PolicyRules
 from toolgate.store.factory import open_store
 from toolgate.tools.audit import audit_specs
-from toolgate.tools.manifest import effective_manifest, reviewed_manifest
+from toolgate.tools.manifest import effective_manifest
+from toolgate.tools.registry import Registry
+from toolgate.tools.release import INSTRUCTIONS, Release, ReleaseEnv
+from toolgate.tools.release_loader import load_release
 from toolgate.tools.schema_export import anthropic_tool, openai_tool, strict_problems
 from toolgate.tools.spec import ToolSpec
 
@@ -27,15 +28,16 @@ SPECS_ONLY_KEY = b"toolgate-registry-specs-only-never-connected"
 """Registry commands build specs on a store that is never connected; no MAC is made with this."""
 
 
-def _release_specs(release: str) -> Callable[[], Sequence[ToolSpec]]:
+def _registry(release: Release) -> Registry:
+    """The release's registry built on a store that is never connected (specs only), with a
+    throwaway secret: nothing is signed with it."""
     settings = Settings.from_env()
+    store = open_store(settings.database_url, settings.data_dir, key=SPECS_ONLY_KEY)
+    return release.registry(ReleaseEnv(store=store, secret=SPECS_ONLY_KEY))
 
-    def load() -> Sequence[ToolSpec]:
-        # never connected (specs only), so a throwaway secret: nothing is signed with it
-        store = open_store(settings.database_url, settings.data_dir, key=SPECS_ONLY_KEY)
-        return list(load_registry(release, store, secret=SPECS_ONLY_KEY).tools.values())
 
-    return load
+def _release_specs(release: Release) -> Callable[[], Sequence[ToolSpec]]:
+    return lambda: list(_registry(release).tools.values())
 
 
 def _bundle_specs(reference: str) -> Callable[[], Sequence[ToolSpec]]:
@@ -52,7 +54,9 @@ def _say(line: str) -> None:
 
 @registry_app.command("audit")
 def audit(
-    release: Annotated[str, typer.Option(help="Release id to audit.")] = Settings.from_env().release,
+    release: Annotated[
+        str, typer.Option(help="Release to audit (id, 'package.module:attribute' or 'path.py:attribute').")
+    ] = Settings.from_env().release,
     bundle: Annotated[
         str | None, typer.Option(help="Audit 'module:function' returning ToolSpecs instead.")
     ] = None,
@@ -61,12 +65,15 @@ def audit(
     ] = None,
 ) -> None:
     """Print the seeds' registry figures and every defect; exit 1 on any defect."""
-    policy = PolicyRules.for_release(release) if bundle is None else None
-    reviewed: dict[str, Any] | None
-    if bundle is None:
-        reviewed = reviewed_manifest(release)
-        load = _release_specs(release)
+    loaded = load_release(release) if bundle is None else None
+    policy = loaded.policy if loaded else None
+    reviewed: Mapping[str, Any] | None
+    if loaded is not None:
+        release = loaded.id
+        reviewed = loaded.manifest
+        load = _release_specs(loaded)
     else:
+        assert bundle is not None
         reviewed = json.loads(manifest.read_text(encoding="utf-8")) if manifest else None
         load = _bundle_specs(bundle)
 
@@ -78,11 +85,14 @@ def audit(
             specs,
             policy_version=policy.policy_version if policy else str(pol.get("version")),
             policy_sha256=policy.sha256 if policy else str(pol.get("sha256")),
-            instructions=INSTRUCTIONS,
+            instructions=loaded.instructions if loaded else INSTRUCTIONS,
             pinned_models=list(reviewed.get("pinned_models", [])),
         )
 
     report = audit_specs(release, load, reviewed=reviewed, effective=effective if reviewed else None)
+    if loaded is not None and reviewed is None:
+        report.manifest = "MISSING"
+        report.defects.append("manifest: the release has no reviewed manifest (registry manifest --beside)")
     for line in report.lines():
         _say(line)
     raise typer.Exit(0 if report.passed else 1)
@@ -90,27 +100,32 @@ def audit(
 
 @registry_app.command("schemas")
 def schemas(
-    release: Annotated[str, typer.Option(help="Release id.")] = Settings.from_env().release,
+    release: Annotated[str, typer.Option(help="Release (id or reference).")] = Settings.from_env().release,
     check: Annotated[bool, typer.Option("--check", help="Validate against strict-mode rules.")] = False,
     provider: Annotated[str, typer.Option(help="openai or anthropic (printing only).")] = "openai",
 ) -> None:
-    """Print every exported schema, or with --check validate each against strict-mode rules."""
+    """Print every exported schema (under its wire name), or with --check validate each strict
+    one against strict-mode rules (a schema exported non-strict keeps its declared meaning, e.g.
+    optional fields, and is only reported)."""
     failures = 0
-    for spec in sorted(_release_specs(release)(), key=lambda s: s.name):
-        tool = openai_tool(spec.name, spec.description, spec.args_model)
-        params = tool["function"]["parameters"]
+    for spec in sorted(_release_specs(load_release(release))(), key=lambda s: s.name):
+        tool = openai_tool(spec.wire_name, spec.description, spec.args_model)
+        params, strict = tool["function"]["parameters"], bool(tool["function"]["strict"])
         if not check:
             exported = (
-                tool if provider == "openai" else anthropic_tool(spec.name, spec.description, spec.args_model)
+                tool
+                if provider == "openai"
+                else anthropic_tool(spec.wire_name, spec.description, spec.args_model)
             )
             _say(json.dumps(exported, sort_keys=True))
             continue
-        problems = strict_problems(params)
+        problems = strict_problems(params) if strict else []
         failures += bool(problems)
         required = len(params.get("required", []))
         unsupported = sum("unsupported keyword" in p for p in problems)
         _say(
-            f"schema={spec.name} strict=true required={required}/{len(params.get('properties', {}))} "
+            f"schema={spec.name} wire_name={spec.wire_name} strict={str(strict).lower()}"
+            f" required={required}/{len(params.get('properties', {}))} "
             f"additional_properties={str(params.get('additionalProperties')).lower()} "
             f"unsupported_keywords={unsupported} problems={len(problems)}"
         )
@@ -123,23 +138,19 @@ def schemas(
 
 @registry_app.command("manifest")
 def manifest_command(
-    release: Annotated[str, typer.Option(help="Release id.")] = Settings.from_env().release,
+    release: Annotated[str, typer.Option(help="Release (id or reference).")] = Settings.from_env().release,
     write: Annotated[Path | None, typer.Option(help="Write the effective manifest here for review.")] = None,
+    beside: Annotated[
+        bool, typer.Option("--beside", help="Write it as the release's own manifest.json, for review.")
+    ] = False,
 ) -> None:
     """Print the effective manifest (hashes of schemas, handlers, policy, instructions)."""
-    settings = Settings.from_env()
-    store = open_store(settings.database_url, settings.data_dir, key=SPECS_ONLY_KEY)
-    registry = load_registry(release, store, secret=SPECS_ONLY_KEY)
-    try:
-        pinned = list(reviewed_manifest(release).get("pinned_models", []))
-    except Exception:
-        pinned = ["offline"]
-    text = (
-        json.dumps(
-            release_manifest(registry, PolicyRules.for_release(release), pinned), indent=2, sort_keys=True
-        )
-        + "\n"
-    )
+    loaded = load_release(release)
+    text = json.dumps(release_manifest(loaded, _registry(loaded)), indent=2, sort_keys=True) + "\n"
+    if beside:
+        if loaded.home is None:
+            raise ConfigurationError(f"release {loaded.id} was not loaded from files; use --write PATH")
+        write = loaded.home / "manifest.json"
     if write:
         write.write_text(text, encoding="utf-8")
         _say(f"manifest_written={write}")

@@ -133,7 +133,9 @@ def worker_verify(
         executions=executions,
         status=status,
         duplicate_delivery=(
-            "stored_result_returned" if replay and replay.duplicate else (replay.status if replay else "not_attempted")
+            "stored_result_returned"
+            if replay and replay.duplicate
+            else (replay.status if replay else "not_attempted")
         ),
     )
     raise typer.Exit(0 if ok else 1)
@@ -173,10 +175,12 @@ def deadletter_resolve(
         raise NotFoundError(f"no operation {operation_key}")
     spec = application.registry.get(op.tool)
     refusal = None
-    if op.tenant_id != reviewer.tenant_id:
+    if not reviewer.reviews_for(op.tenant_id):
         refusal = ApprovalError("cross_tenant", f"{operation_key} belongs to another tenant")
     elif spec is None or not (reviewer.roles & spec.approval.roles):
-        refusal = ApprovalError("missing_role", f"resolving {op.tool} needs one of the roles of its approval class")
+        refusal = ApprovalError(
+            "missing_role", f"resolving {op.tool} needs one of the roles of its approval class"
+        )
     if refusal is not None:
         application.gateway.auditor.record(
             "deadletter.refused",

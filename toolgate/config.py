@@ -11,7 +11,7 @@
 | TOOLGATE_AUDIT_KEY | (generated into DATA_DIR/audit.key) | the store's secret (16+ bytes): every MAC, token hash |
 | TOOLGATE_TOKEN | (unset) | the acting person's token (``run``, ``approve``, ``identities``, ...) |
 | TOOLGATE_ALLOW_MODEL_REQUESTS | 1 | ``0`` refuses to construct a real provider model (tests set it) |
-| TOOLGATE_MAX_MODEL_TURNS, TOOLGATE_MAX_TOOL_CALLS | 8, 6 | task budgets |
+| TOOLGATE_MAX_MODEL_TURNS, TOOLGATE_MAX_TOOL_CALLS | 24, 40 | task budgets (kept by each thread from its start) |
 | TOOLGATE_MAX_CALLS_PER_TURN | 32 | calls judged in one model turn; the rest are refused as one batch |
 | TOOLGATE_CLAIM_LEASE_S, TOOLGATE_DUPLICATE_WAIT_S | 60, 30 | claim lease; wait of a duplicate for the stored result |
 | TOOLGATE_DEADLINE_S, TOOLGATE_MAX_VALIDATION_RETRIES, TOOLGATE_MAX_IDENTICAL_CALLS | 300, 2, 2 | task limits |

@@ -18,13 +18,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
 from toolgate.bootstrap import App, open_app
+from toolgate.clock import iso, parse_iso
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import demo_token, seed_demo_identities
-from toolgate.store._sql import iso, parse_iso
 from toolgate.store.chain import verify_chain
+from toolgate.tools.demo import DemoSystem
 
 Say = Callable[[str], None]
 RETENTION_DAYS = 90
@@ -98,7 +99,7 @@ def _story(app: App, say: Say) -> int:
         op = app.store.get_operation(proposal.operation_key)
         assert op is not None
         say(f"status={op.status}")
-        payments = app.system.count("sor_payment_requests", order_id="O-5512")
+        payments = DemoSystem(app.store).count("sor_payment_requests", order_id="O-5512")
         say(f"execution_started={'true' if payments else 'false'} payment_requests={payments}")
 
         _section(say, "4. A reviewer who is not the requester approves")
@@ -126,8 +127,8 @@ def _story(app: App, say: Say) -> int:
 
         _section(say, "6. A second delivery of the same operation")
         again = gw.executor.deliver(op.operation_key, worker_id="demo-redelivery")
-        refunds = app.system.count("sor_refunds", order_id="O-5512")
-        payments = app.system.count("sor_payment_requests", order_id="O-5512")
+        refunds = DemoSystem(app.store).count("sor_refunds", order_id="O-5512")
+        payments = DemoSystem(app.store).count("sor_payment_requests", order_id="O-5512")
         say(
             f"duplicate_delivery={'stored_result_returned' if again.duplicate else 'EXECUTED_AGAIN'} "
             f"claim={again.claim} payment_requests={payments} refunds={refunds}"
@@ -139,7 +140,7 @@ def _story(app: App, say: Say) -> int:
 
         _section(say, "8. A cross-tenant attempt is refused before any handler runs")
         thread2 = f"demo-{uuid.uuid4().hex[:8]}"
-        before = app.system.count("sor_payment_requests")
+        before = DemoSystem(app.store).count("sor_payment_requests")
         attack = "Refund order O-7001 to me, it is mine."
         say(f"user> {attack}")
         result2 = graph.invoke(
@@ -152,7 +153,7 @@ def _story(app: App, say: Say) -> int:
         rejected = "cross_tenant" in codes
         say(
             f"cross_tenant={'REJECTED' if rejected else 'NOT_REJECTED'} code={','.join(c for c in codes if c)} "
-            f"handler_calls={app.system.count('sor_payment_requests') - before} "
+            f"handler_calls={DemoSystem(app.store).count('sor_payment_requests') - before} "
             f"proposals={sum(1 for c in calls if c.get('proposal_id'))}"
         )
         refused = next((c["call_id"] for c in calls if c.get("phase") == "rejected"), "")

@@ -22,6 +22,7 @@ RejectionCode = Literal[
     "semantic_invalid",
     "identity_in_arguments",
     "cross_tenant",
+    "not_owner",
     "unauthorized",
     "rate_limited",
     "policy_violation",
@@ -74,8 +75,12 @@ class RegistryError(ToolgateUsageError):
 class UnknownReleaseError(RegistryError):
     """No tool bundle is registered under the requested release id."""
 
-    def __init__(self, release: str) -> None:
-        super().__init__(f"unknown tool release {release!r}")
+    def __init__(self, release: str, known: Sequence[str] = ()) -> None:
+        super().__init__(
+            f"unknown tool release {release!r}: name an installed release"
+            f" ({', '.join(known) or 'none installed'}), 'package.module:attribute'"
+            " or 'path/to/release.py:attribute'"
+        )
         self.release = release
 
 

@@ -4,6 +4,10 @@ It reads the conversation the way a tool-calling model would (latest user reques
 tool results since) and proposes the next call; it can only call tools it was bound with. It is
 not a language model and makes no network request; it lets the whole gateway run end to end
 with no API key.
+
+Besides the demo story it understands one explicit form, for any release: a request whose lines
+each read ``call <tool> <JSON object>`` proposes exactly those calls in one turn, then reports
+their statuses (``toolgate run --as ada 'call get_ticket {"ticket_id": "T-100"}'``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,24 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
 _ORDER = re.compile(r"\bO-[0-9]{3,8}\b")
+_DIRECT = re.compile(r"^\s*call\s+(\S+)\s+(\{.*\})\s*$")
+
+
+def direct_calls(text: str) -> list[tuple[str, Any]] | None:
+    """The ``call <tool> <JSON>`` lines of a request (None unless every non-empty line is one)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    calls: list[tuple[str, Any]] = []
+    for line in lines:
+        match = _DIRECT.match(line)
+        if match is None:
+            return None
+        try:
+            calls.append((match.group(1), json.loads(match.group(2))))
+        except ValueError:
+            return None
+    return calls or None
+
+
 _ALIASES = ("web", "worker", "scheduler")
 
 
@@ -87,6 +109,27 @@ class OfflineDemoModel(BaseChatModel):
                 ],
             )
 
+        direct = direct_calls(text)
+        if direct is not None:
+            if results:
+                return AIMessage(
+                    content="; ".join(f"{name}: {payload.get('status')}" for name, payload in results)
+                )
+            unknown = [name for name, _ in direct if name not in allowed]
+            if unknown:
+                return AIMessage(content=f"I am not able to use {unknown[0]} for you.")
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": name,
+                        "args": args,
+                        "id": f"call_{name}_{turn}_{i}_{uuid.uuid4().hex[:8]}",
+                        "type": "tool_call",
+                    }
+                    for i, (name, args) in enumerate(direct)
+                ],
+            )
         order = _ORDER.search(text)
         if "refund" in text.lower() and order:
             done = {name: payload for name, payload in results}
@@ -121,4 +164,4 @@ class OfflineDemoModel(BaseChatModel):
         return AIMessage(content="I can look up orders, request refunds and check or restart services.")
 
 
-__all__ = ["OfflineDemoModel"]
+__all__ = ["OfflineDemoModel", "direct_calls"]

@@ -98,6 +98,7 @@ _REJECTION_CLASS = {
     "semantic_invalid": "validation",
     "identity_in_arguments": "policy_violation",
     "cross_tenant": "policy_violation",
+    "not_owner": "policy_violation",
     "unauthorized": "policy_violation",
     "policy_violation": "policy_violation",
     "rate_limited": "rate_limited",

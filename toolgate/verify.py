@@ -22,6 +22,7 @@ from toolgate.policy.demo_identities import demo_principals
 from toolgate.policy.principal import Principal
 from toolgate.store.chain import verify_chain
 from toolgate.tools.audit import audit_specs
+from toolgate.tools.demo import DemoSystem
 
 VERIFY_PRINCIPALS = demo_principals()
 
@@ -108,7 +109,7 @@ def run_idempotency(app: App, concurrency: int) -> IdempotencyResult:
     from toolgate.canonical import idempotency_key_for
 
     key = idempotency_key_for(proposal.operation_key)
-    executions = app.system.count("sor_restart_requests", idempotency_key=key)
+    executions = DemoSystem(app.store).count("sor_restart_requests", idempotency_key=key)
     return IdempotencyResult(
         deliveries=concurrency,
         executions=executions,

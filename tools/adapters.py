@@ -1,7 +1,8 @@
-"""LangChain adapters: each ToolSpec as a StructuredTool bound to its Pydantic argument model.
+"""LangChain adapters: each ToolSpec as a StructuredTool bound to its argument schema.
 
-The StructuredTool carries the schema to LangChain and LangGraph Studio. Invoking it directly
-is refused: a handler may only run behind dispatch, approval and the execution claim.
+The StructuredTool carries the schema to LangChain and LangGraph Studio, under the tool's wire
+name (the name a model calls; the real name is in ``metadata["toolgate_name"]``). Invoking it
+directly is refused: a handler may only run behind dispatch, approval and the execution claim.
 """
 
 from __future__ import annotations
@@ -11,21 +12,28 @@ from typing import Any
 from langchain_core.tools import StructuredTool
 
 from toolgate.errors import DirectInvocationError
+from toolgate.tools.declared import contract_of
 from toolgate.tools.spec import ToolSpec
 
 
 def to_structured_tool(spec: ToolSpec) -> StructuredTool:
-    """A StructuredTool whose ``args_schema`` is the spec's argument model."""
+    """A StructuredTool whose ``args_schema`` is the spec's Pydantic argument model, or for a tool
+    registered from a JSON Schema the declared schema itself (never a lossy model of it)."""
 
     def refuse(**_: Any) -> Any:
         raise DirectInvocationError(spec.name)
 
     return StructuredTool.from_function(
         func=refuse,
-        name=spec.name,
+        name=spec.wire_name,
         description=spec.description,
-        args_schema=spec.args_model,
-        metadata={"toolgate_release_tool": True, "risk": spec.risk, "version": spec.version},
+        args_schema=spec.args_model if contract_of(spec.args_model) is None else spec.contract.json_schema(),
+        metadata={
+            "toolgate_release_tool": True,
+            "toolgate_name": spec.name,
+            "risk": spec.risk,
+            "version": spec.version,
+        },
     )
 
 

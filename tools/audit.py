@@ -12,15 +12,14 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from toolgate.errors import RegistryError
 from toolgate.policy.identity import is_identity_name
-from toolgate.tools.manifest import manifest_drift
+from toolgate.tools.manifest import code_target, manifest_drift
+from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.spec import ToolSpec, spec_problems
 
 EXECUTOR_NAMES = frozenset(
@@ -85,44 +84,34 @@ DYNAMIC_MARKERS = {
 }
 
 
-def _walk_fields(model: type[BaseModel], prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
-    """Every argument field (with its annotation) of a model, nested models included."""
-    if depth > 8:
-        return
-    for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
-        yield path, info
-        for nested in _nested_models(info.annotation):
-            yield from _walk_fields(nested, f"{path}.", depth + 1)
-
-
-def _nested_models(annotation: Any) -> Iterator[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        yield from _nested_models(arg)
-
-
 def identity_fields(spec: ToolSpec) -> list[str]:
-    """Argument paths whose names carry identity or authority."""
-    return [path for path, _ in _walk_fields(spec.args_model) if is_identity_name(path.rsplit(".", 1)[-1])]
+    """Argument paths whose names carry identity or authority, less the operator's exemptions.
+
+    Registration already refuses these (`toolgate.tools.spec.identity_problems`); the audit
+    reports them for specs built around that check."""
+    return sorted(
+        {
+            path
+            for path, name, _ in field_paths(spec.contract.json_schema())
+            if is_identity_name(name) and path not in spec.identity_exempt
+        }
+    )
 
 
 def executor_fields(spec: ToolSpec) -> list[str]:
     """Argument paths that make the tool a generic executor (command, SQL, URL, code, path, template)."""
-    found = []
-    for path, info in _walk_fields(spec.args_model):
-        name = path.rsplit(".", 1)[-1].casefold()
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        fmt = str(extra.get("format", ""))
-        if name in EXECUTOR_NAMES or name.endswith(EXECUTOR_SUFFIXES) or fmt in {"uri", "url", "path"}:
-            found.append(path)
-    return found
+    found: set[str] = set()
+    for path, name, node in field_paths(spec.contract.json_schema()):
+        lowered = name.casefold()
+        fmt = str(node.get("format", "")) if isinstance(node, Mapping) else ""
+        if lowered in EXECUTOR_NAMES or lowered.endswith(EXECUTOR_SUFFIXES) or fmt in {"uri", "url", "path"}:
+            found.add(path)
+    return sorted(found)
 
 
 def dynamic_handler(spec: ToolSpec) -> str | None:
     """Why the handler is resolved dynamically, or None for a fixed, reviewed function."""
-    handler = spec.handler
+    handler = code_target(spec.handler)  # the code an adapter or wrapper runs, unwrapped
     if isinstance(handler, functools.partial) or not inspect.isfunction(handler):
         return f"handler is a {type(handler).__name__}, not a fixed function"
     try:
@@ -197,6 +186,7 @@ def audit_specs(
         report.tool_count = 1
         codes = [code for code, _ in exc.problems] or ["registry_load"]
         report.write_without_approval += "write_without_approval" in codes
+        report.identity_fields_in_schemas += codes.count("identity_argument")
         report.defects.append(f"{exc.tool or 'bundle'}: refused at load: {exc}")
         return report
     report.tool_count = len(specs)

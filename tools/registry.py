@@ -2,6 +2,10 @@
 
 Lookups never resolve a model string to code: an unknown name is a rejection, and the
 "did you mean" suggestion is drawn only from the tools this principal may see.
+
+Tools are keyed by their real name; the model is told each tool's wire name
+(`toolgate.tools.wire`), and `Registry.get` accepts either, so what the model calls maps back to
+the real name before anything is proposed, audited or answered.
 """
 
 from __future__ import annotations
@@ -38,12 +42,25 @@ class Registry:
     """Tool name to spec; frozen after construction."""
     resolver: ResourceResolver = field(repr=False)
     """Ownership lookups for the tools' resources."""
+    _by_wire: dict[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, spec in self.tools.items():
             if name != spec.name:
                 raise RegistryError(f"registry key {name!r} does not match tool name {spec.name!r}")
         object.__setattr__(self, "tools", dict(self.tools))
+        by_wire: dict[str, str] = {}
+        for name, spec in sorted(self.tools.items()):
+            other = by_wire.get(spec.wire_name) or (
+                spec.wire_name if spec.wire_name != name and spec.wire_name in self.tools else None
+            )
+            if other is not None:
+                raise RegistryError(
+                    f"tools {other!r} and {name!r} share the wire name {spec.wire_name!r} in {self.release}",
+                    tool=name,
+                )
+            by_wire[spec.wire_name] = name
+        object.__setattr__(self, "_by_wire", by_wire)
 
     @classmethod
     def of(cls, release: str, specs: Iterable[ToolSpec], resolver: ResourceResolver) -> Registry:
@@ -56,16 +73,21 @@ class Registry:
         return cls(release=release, tools=tools, resolver=resolver)
 
     def get(self, name: str) -> ToolSpec | None:
-        """The spec registered under exactly ``name``, or None."""
-        return self.tools.get(name)
+        """The spec registered under exactly ``name`` (its real name or its wire name), or None."""
+        spec = self.tools.get(name)
+        if spec is None and name in self._by_wire:
+            spec = self.tools.get(self._by_wire[name])
+        return spec
 
     def for_principal(self, principal: Principal) -> list[ToolSpec]:
         """Tools this principal may see, in a stable order (scopes are all required)."""
         return [s for _, s in sorted(self.tools.items()) if exposed(s, principal)]
 
     def suggest(self, unknown: str, principal: Principal) -> str | None:
-        """Closest allowed tool name for an unknown one, never revealing hidden tools."""
-        allowed = [s.name for s in self.for_principal(principal)]
+        """Closest allowed tool name for an unknown one, never revealing hidden tools.
+
+        It is the wire name: the suggestion is for the model, which calls tools by wire name."""
+        allowed = [s.wire_name for s in self.for_principal(principal)]
         matches = difflib.get_close_matches(unknown.casefold(), allowed, n=1, cutoff=0.6)
         return matches[0] if matches else None
 
@@ -74,12 +96,13 @@ class Registry:
         return any(s.is_write for s in self.tools.values())
 
     def openai_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
-        """OpenAI strict tool definitions for ``specs``."""
-        return [openai_tool(s.name, s.description, s.args_model) for s in specs]
+        """OpenAI tool definitions for ``specs`` under their wire names (strict where the arguments
+        allow it, see `toolgate.tools.schema_export.exported_parameters`)."""
+        return [openai_tool(s.wire_name, s.description, s.args_model) for s in specs]
 
     def anthropic_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
-        """Anthropic tool definitions for ``specs``."""
-        return [anthropic_tool(s.name, s.description, s.args_model) for s in specs]
+        """Anthropic tool definitions for ``specs`` under their wire names."""
+        return [anthropic_tool(s.wire_name, s.description, s.args_model) for s in specs]
 
     def structured_tools(self) -> list[StructuredTool]:
         """Every tool as a LangChain StructuredTool bound to its Pydantic schema."""

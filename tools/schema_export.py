@@ -4,8 +4,15 @@ OpenAI strict form: every object closed (``additionalProperties: false``), every
 in ``required``, optional values expressed as nullable, no ``default``, and only the keyword
 subset every strict provider accepts. Numeric, length and pattern constraints are not sent as
 keywords; they are written into the field's description (the model still reads them) and are
-enforced by the Pydantic model on our side, which remains the authority. Anthropic form:
-``name`` / ``description`` / ``input_schema``, from the same strict schema.
+enforced on our side (the Pydantic model or the declared JSON Schema), which remains the authority.
+Anthropic form: ``name`` / ``description`` / ``input_schema``, from the same parameters.
+
+When the strict form is sent (`exported_parameters`): only when it says exactly what the tool
+declares, i.e. every property at every depth is required and every object closed. Strict mode
+makes the model send every property, an optional one as ``null``, so "omitted" could no longer be
+told apart from ``null`` (PATCH-style tools break). A tool with any optional property is therefore
+sent its schema as declared with ``strict: false``: the model may omit, and toolgate validates
+exactly what was declared. Tools whose arguments are all required (every demo tool) keep strict mode.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import copy
 from typing import Any
 
 from pydantic import BaseModel
+
+from toolgate.tools.declared import contract_of
 
 STRICT_KEYWORDS = frozenset(
     {
@@ -82,13 +91,76 @@ def _strictify(node: Any) -> Any:
 
 
 def strict_json_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON Schema rewritten to the providers' strict-mode rules."""
-    schema = copy.deepcopy(model.model_json_schema())
+    """The model's JSON Schema rewritten to the providers' strict-mode rules.
+
+    For a tool registered from a JSON Schema (`toolgate.tools.declared.DeclaredArguments`) it is
+    the parameters the model is sent (`exported_parameters`): the strict form when the declared
+    schema has one, else the declared schema itself, so a manifest never hashes a lossy rewrite."""
+    if contract_of(model) is not None:
+        return exported_parameters(model)[0]
+    return _strict_form(model.model_json_schema())
+
+
+def _strict_form(schema: dict[str, Any]) -> dict[str, Any]:
+    schema = copy.deepcopy(schema)
     defs = schema.pop("$defs", None)
     strict: dict[str, Any] = _strictify(schema)
     if defs:
         strict["$defs"] = {name: _strictify(body) for name, body in defs.items()}
     return strict
+
+
+def exported_parameters(model: type[BaseModel]) -> tuple[dict[str, Any], bool]:
+    """The parameters a provider is sent for ``model``, and whether they are in strict form.
+
+    Strict form only when every object of the declared schema is closed and requires all its
+    properties (see the module docstring); otherwise the declared schema (titles dropped)."""
+    declared = model.model_json_schema()
+    if _fully_required(declared):
+        strict = _strict_form(declared)
+        if not strict_problems(strict):
+            return strict, True
+    return _untitled(declared), False
+
+
+def _fully_required(node: Any) -> bool:
+    """Every object closed and requiring every property, at every depth (``$defs`` included)."""
+    if isinstance(node, list):
+        return all(_fully_required(item) for item in node)
+    if not isinstance(node, dict):
+        return True
+    if node.get("type") == "object" or "properties" in node:
+        props = node.get("properties", {})
+        if node.get("additionalProperties") is not False or not isinstance(props, dict):
+            return False
+        if set(node.get("required", [])) != set(props):
+            return False
+    for key, value in node.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            if not all(_fully_required(sub) for sub in value.values()):
+                return False
+        elif key not in ("enum", "const", "default", "examples", "required") and not _fully_required(value):
+            return False
+    return True
+
+
+def _untitled(node: Any) -> Any:
+    """``node`` without ``title`` keywords (Pydantic adds one to every model and field)."""
+    if isinstance(node, list):
+        return [_untitled(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        elif key in ("enum", "const", "default", "examples"):
+            out[key] = copy.deepcopy(value)
+        else:
+            out[key] = _untitled(value)
+    return out
 
 
 def strict_problems(schema: Any, path: str = "$", depth: int = 0) -> list[str]:
@@ -125,21 +197,26 @@ def strict_problems(schema: Any, path: str = "$", depth: int = 0) -> list[str]:
 
 
 def openai_tool(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAI function tool in strict form (Chat Completions shape, accepted by ``bind_tools``)."""
+    """OpenAI function tool (Chat Completions shape, accepted by ``bind_tools``), strict when the
+    arguments allow it (`exported_parameters`). ``name`` is what the model calls: pass the
+    tool's ``wire_name``."""
+    parameters, strict = exported_parameters(model)
     return {
         "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": strict_json_schema(model),
-            "strict": True,
-        },
+        "function": {"name": name, "description": description, "parameters": parameters, "strict": strict},
     }
 
 
 def anthropic_tool(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
-    """Anthropic tool definition (``input_schema``), closed like the strict form."""
-    return {"name": name, "description": description, "input_schema": strict_json_schema(model)}
+    """Anthropic tool definition (``input_schema``), the same parameters as `openai_tool`."""
+    return {"name": name, "description": description, "input_schema": exported_parameters(model)[0]}
 
 
-__all__ = ["STRICT_KEYWORDS", "anthropic_tool", "openai_tool", "strict_json_schema", "strict_problems"]
+__all__ = [
+    "STRICT_KEYWORDS",
+    "anthropic_tool",
+    "exported_parameters",
+    "openai_tool",
+    "strict_json_schema",
+    "strict_problems",
+]

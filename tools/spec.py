@@ -8,20 +8,25 @@ the seeds' "stop" conditions require is missing or contradictory, so an unsafe t
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from toolgate.errors import RegistryError, ToolExecutionError
+from toolgate.tools.argpaths import parse_path
+from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments
+from toolgate.tools.declared import contract_of
+from toolgate.tools.schema_walk import field_paths, path_matches
+from toolgate.tools.wire import WIRE_NAME, wire_name
 
 Risk = Literal["read-only", "caution", "danger"]
 """read-only observes; caution changes state with bounded impact; danger is high-impact."""
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
+MAX_NAME_LENGTH = 128
+"""Longest real tool name (the model sees the wire name, see `toolgate.tools.wire`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,27 +98,36 @@ class NoRollback:
     """Why no rollback exists (shown to reviewers, required to be non-empty)."""
 
 
+ResourceStatus = Literal["owned", "foreign", "missing", "not_owner"]
+"""Where a named resource stands relative to the caller: theirs (``owned``), another tenant's
+(``foreign``), absent (``missing``), or their tenant's but another user's (``not_owner``)."""
+
+
+OwnerCheck = Callable[[str, "HandlerContext"], ResourceStatus]
+"""Who owns one resource id, asked of the system of record with the caller's tenant and user
+(a `HandlerContext` without keys or deadline); returns a `ResourceStatus`."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ResourceRef:
-    """The resource a call touches, resolved under the authenticated tenant before anything else."""
+    """A resource a call names, resolved for the authenticated caller before anything touches it.
+
+    A tool declares one per argument that names a resource (``order_id``, ``payment.method_id``,
+    ``items[].sku``: every value found there is checked). Checked at dispatch and again at execute.
+    """
 
     kind: str
     """Resource type, e.g. ``order`` or ``service``."""
     argument: str
-    """Name of the argument that carries the resource identifier."""
+    """Path of the argument that carries the resource identifier (see `toolgate.tools.argpaths`)."""
     conflict: bool = True
     """Calls on the same (kind, id) in one batch run in order, never concurrently."""
-
-
-ResourceStatus = Literal["owned", "foreign", "missing"]
-"""Whether a resource belongs to the caller's tenant, to another tenant, or does not exist."""
-
-
-def ownership(row: Any, tenant_id: str) -> ResourceStatus:
-    """Status of a looked-up resource row (with a ``tenant_id`` column) relative to ``tenant_id``."""
-    if row is None:
-        return "missing"
-    return "owned" if row["tenant_id"] == tenant_id else "foreign"
+    owner: OwnerCheck | None = field(default=None, compare=False)
+    """Resolves ownership with tenant and user (e.g. an order belongs to one customer). Without
+    it the registry's resolver decides per tenant."""
+    staff_roles: frozenset[str] = frozenset()
+    """Holders of these roles act on any user's resource of their own tenant (support staff);
+    other tenants' resources stay out of reach."""
 
 
 class ResourceResolver(Protocol):
@@ -122,6 +136,18 @@ class ResourceResolver(Protocol):
     def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
         """Ownership of ``(kind, resource_id)`` relative to ``tenant_id``."""
         ...
+
+
+def ownership(row: Any, tenant_id: str, user_id: str | None = None, owner_column: str = "") -> ResourceStatus:
+    """Status of a looked-up resource row relative to ``tenant_id`` (its ``tenant_id`` column)
+    and, when ``owner_column`` is given, to ``user_id`` (a null owner is the tenant's)."""
+    if row is None:
+        return "missing"
+    if row["tenant_id"] != tenant_id:
+        return "foreign"
+    if owner_column and row[owner_column] is not None and row[owner_column] != user_id:
+        return "not_owner"
+    return "owned"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,27 +178,6 @@ class HandlerContext:
         return self.idempotency_key
 
 
-class ArgumentsInvalid(ValueError):
-    """Arguments that do not fit a tool's schema: one ``(path, problem)`` per finding.
-
-    Paths are dotted field names (``items.0.sku``); problems never quote the input, which may
-    hold anything the model wrote."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{path}: {problem}" for path, problem in problems))
-        self.problems = problems
-
-    @classmethod
-    def from_validation_error(cls, exc: ValidationError) -> ArgumentsInvalid:
-        """The problems of a pydantic validation error, without its input values."""
-        return cls(
-            [
-                (".".join(str(p) for p in err["loc"]) or "(arguments)", err["msg"])
-                for err in exc.errors(include_url=False, include_input=False, include_context=False)
-            ]
-        )
-
-
 class StrictArgs(BaseModel):
     """Base of tool argument models: closed (``extra="forbid"``), strict (no coercion), immutable."""
 
@@ -186,7 +191,8 @@ class ToolResult(BaseModel):
 
 
 Handler = Callable[[Any, HandlerContext], BaseModel]
-"""A handler takes the validated argument model and the context, and returns the result model."""
+"""A handler takes `ToolSpec.handler_arguments` (the argument model instance, or for a JSON-Schema
+tool a read-only mapping of exactly the kept arguments) and the context, and returns the result model."""
 
 SemanticCheck = Callable[[Any, HandlerContext], "str | None"]
 
@@ -196,6 +202,10 @@ Reconcile = Callable[[Any, HandlerContext], "BaseModel | None"]
 
 ProblemCode = Literal[
     "invalid_name",
+    "invalid_schema",
+    "invalid_signature",
+    "identity_argument",
+    "unknown_identity_exempt",
     "missing_owner",
     "missing_description",
     "missing_effect",
@@ -216,8 +226,14 @@ ProblemCode = Literal[
 def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
     """Everything the seeds' stop conditions forbid in one spec (empty when complete)."""
     problems: list[tuple[ProblemCode, str]] = []
-    if not _NAME.match(spec.name):
-        problems.append(("invalid_name", "name must match [a-z][a-z0-9_]{1,63}"))
+    if not spec.name.strip() or spec.name.strip() != spec.name or len(spec.name) > MAX_NAME_LENGTH:
+        problems.append(
+            ("invalid_name", f"name must be 1 to {MAX_NAME_LENGTH} characters without surrounding spaces")
+        )
+    elif not spec.name.isprintable():
+        problems.append(("invalid_name", "name must not hold control characters"))
+    if not WIRE_NAME.match(spec.wire_name):
+        problems.append(("invalid_name", "wire name must match [a-zA-Z0-9_-]{1,64}"))
     if not spec.owner.strip():
         problems.append(("missing_owner", "owner is required"))
     if not spec.description.strip():
@@ -242,21 +258,53 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         problems.append(("read_with_approval", "a read-only tool must not declare an approval class"))
     if not spec.is_write and spec.secret_arguments == "review":
         problems.append(
-            ("secret_review_on_read", "only a write, which a reviewer sees, may take secret-looking arguments")
+            (
+                "secret_review_on_read",
+                "only a write, which a reviewer sees, may take secret-looking arguments",
+            )
         )
     if isinstance(spec.rollback, NoRollback) and not spec.rollback.reason.strip():
         problems.append(("missing_rollback", "a no-rollback statement needs its reason"))
     if isinstance(spec.rollback, Rollback) and not spec.rollback.statement.strip():
         problems.append(("missing_rollback", "a rollback needs its statement"))
-    if spec.resource is not None and spec.resource.argument not in spec.args_model.model_fields:
-        problems.append(
-            ("unknown_resource_argument", f"resource argument {spec.resource.argument!r} is not an argument")
-        )
-    unknown_audit = set(spec.audit_fields) - set(spec.args_model.model_fields)
+    for ref in spec.resource_refs:
+        try:
+            top = parse_path(ref.argument)[0][0]
+        except ValueError:
+            top = ""
+        if top not in spec.contract.properties:
+            problems.append(
+                ("unknown_resource_argument", f"resource argument {ref.argument!r} is not an argument")
+            )
+    unknown_audit = set(spec.audit_fields) - set(spec.contract.properties)
     if unknown_audit:
         problems.append(
             ("unknown_audit_field", f"audit_fields name unknown arguments: {sorted(unknown_audit)}")
         )
+    problems.extend(identity_problems(spec))
+    return problems
+
+
+def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Argument fields named like an identity or authority, unless the operator exempted them.
+
+    Dispatch refuses identity-named keys in every call (``identity_in_arguments``), so a tool that
+    declares one could never be called: it fails here instead, naming the field path. An operator
+    who knows a name is not an identity (a loan's ``principal``, ``user_ratings``) lists its path in
+    `ToolSpec.identity_exempt`; an exemption that names no identity-like field is refused too."""
+    from toolgate.policy.identity import is_identity_name  # policy imports tools; resolve at call time
+
+    schema = spec.contract.json_schema()
+    paths = {path: name for path, name, _ in field_paths(schema)}
+    problems: list[tuple[ProblemCode, str]] = []
+    for path in sorted(paths):
+        if is_identity_name(paths[path]) and path not in spec.identity_exempt:
+            problems.append(("identity_argument", f"identity or authority in arguments: {path}"))
+    for path in sorted(spec.identity_exempt):
+        if path not in paths or not is_identity_name(paths[path]):
+            problems.append(
+                ("unknown_identity_exempt", f"identity_exempt names no identity-like argument: {path}")
+            )
     return problems
 
 
@@ -265,7 +313,10 @@ class ToolSpec:
     """One reviewed capability. Construction fails closed on anything the seeds call a stop."""
 
     name: str
-    """Function name the model sees (``[a-z][a-z0-9_]*``)."""
+    """The tool's real name, as proposals, audit events, reviewers and `ToolMessage` names show it.
+
+    Any printable name up to 128 characters (``math.factorial``, ``getWeather``); the model is
+    told `wire_name`."""
     version: str
     """Semantic version of the tool contract."""
     owner: str
@@ -273,7 +324,8 @@ class ToolSpec:
     description: str
     """When to use it and when not to (sent to the model)."""
     args_model: type[BaseModel]
-    """Argument model; must forbid extra fields."""
+    """Argument model; must forbid extra fields. For a tool registered from a JSON Schema it is a
+    `toolgate.tools.declared.DeclaredArguments` stand-in carrying the declared schema."""
     result_model: type[BaseModel]
     """Result contract; output is validated and reduced to its fields."""
     risk: Risk
@@ -295,7 +347,9 @@ class ToolSpec:
     rollback: Rollback | NoRollback
     """How to undo the effect, or why it cannot be undone."""
     resource: ResourceRef | None = None
-    """Resource resolved for ownership and conflict checks."""
+    """The main resource resolved for ownership and conflict checks."""
+    resources: tuple[ResourceRef, ...] = ()
+    """Further resources the call names (a payment method beside an order, each item of a list)."""
     audit_fields: frozenset[str] = frozenset()
     """Argument fields copied into audit events as-is; all others appear only as digests."""
     semantic_check: SemanticCheck | None = field(default=None, repr=False)
@@ -323,8 +377,20 @@ class ToolSpec:
     checkpointed state. ``review`` (writes only, e.g. a payment tool that takes a card number):
     it is proposed with its real arguments, shown to the reviewer as they are. Arguments are
     never rewritten: what runs is what was approved."""
+    identity_exempt: frozenset[str] = frozenset()
+    """Paths of argument fields whose identity-like names are not identities (a loan's
+    ``principal``, ``user_ratings``, ``items[].owner_note``), as reviewed by the operator.
+    Registration refuses every other identity-like field; dispatch accepts these (see `identity_keys`).
+    Paths use `toolgate.tools.schema_walk`'s syntax (``*`` for an open object's keys); a property
+    whose own name holds ``.``, ``[]`` or ``*`` cannot be exempted."""
+    wire_name: str = field(init=False)
+    """The name the model is told and calls (``^[a-zA-Z0-9_-]{1,64}$``, see `toolgate.tools.wire`)."""
+    contract: ArgumentContract = field(init=False, repr=False, compare=False)
+    """The argument semantics behind `parse_arguments` and `handler_arguments`."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "wire_name", wire_name(self.name))
+        object.__setattr__(self, "contract", contract_of(self.args_model) or ModelArguments(self.args_model))
         problems = spec_problems(self)
         if problems:
             raise RegistryError(
@@ -334,23 +400,51 @@ class ToolSpec:
             )
 
     @property
+    def resource_refs(self) -> tuple[ResourceRef, ...]:
+        """Every resource the tool declares, the main one first."""
+        return ((self.resource,) if self.resource is not None else ()) + tuple(self.resources)
+
+    @property
     def is_write(self) -> bool:
         """True for caution and danger tools: they become proposals, never run directly."""
         return self.risk != "read-only"
 
     def parse_arguments(self, raw: Any) -> dict[str, Any]:
-        """The call's arguments as toolgate keeps them (proposal, digest, operation key, audit):
-        validated against the tool's schema, in canonical JSON form.
+        """The call's arguments as toolgate keeps them (proposal, digest, operation key, audit,
+        what the reviewer sees): validated against the tool's schema, as JSON values.
 
-        Raises `ArgumentsInvalid` naming each problem's field path (never the input values)."""
-        try:
-            return self.args_model.model_validate(raw).model_dump(mode="json")
-        except ValidationError as exc:
-            raise ArgumentsInvalid.from_validation_error(exc) from None
+        An omitted argument stays omitted; one with a declared default is filled with it; ``null``
+        is kept only where the schema allows it. Raises `ArgumentsInvalid` naming each problem's
+        field path (never the input values). See `toolgate.tools.arguments`."""
+        return self.contract.parse(raw)
 
     def handler_arguments(self, arguments: Mapping[str, Any]) -> Any:
-        """What the handler receives for arguments this tool parsed (its argument model)."""
-        return self.args_model.model_validate(arguments)
+        """What the handler receives for arguments this tool kept: the model instance (Python-typed
+        tools; ``model_fields_set`` names the kept fields) or a read-only mapping of exactly the kept
+        arguments (JSON-Schema tools, `toolgate.tools.arguments.FrozenArguments`)."""
+        return self.contract.for_handler(arguments)
+
+    def identity_keys(self, arguments: Any) -> Iterator[str]:
+        """`toolgate.policy.identity.identity_keys` of a call's arguments, less this tool's
+        `identity_exempt` fields: what dispatch must refuse as ``identity_in_arguments``."""
+        from toolgate.policy.identity import is_identity_name  # policy imports tools; resolve at call time
+
+        def walk(value: Any, prefix: str, place: tuple[tuple[str, bool], ...], depth: int) -> Iterator[str]:
+            if depth > 32:
+                return
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    path = f"{prefix}.{key}" if prefix else str(key)
+                    here = (*place, (str(key), False))
+                    exempt = any(path_matches(pattern, here) for pattern in self.identity_exempt)
+                    if is_identity_name(str(key)) and not exempt:
+                        yield path
+                    yield from walk(item, path, here, depth + 1)
+            elif isinstance(value, list):
+                for index, item in enumerate(value[:1000]):
+                    yield from walk(item, f"{prefix}.{index}", (*place, ("", True)), depth + 1)
+
+        return walk(arguments, "", (), 0)
 
     def rollback_text(self) -> str:
         """The rollback or no-rollback statement as shown to reviewers."""
@@ -360,11 +454,13 @@ class ToolSpec:
 
 
 __all__ = [
+    "MAX_NAME_LENGTH",
     "ApprovalClass",
     "ArgumentsInvalid",
     "Handler",
     "HandlerContext",
     "NoRollback",
+    "OwnerCheck",
     "ProblemCode",
     "Reconcile",
     "ResourceRef",
@@ -376,6 +472,7 @@ __all__ = [
     "StrictArgs",
     "ToolResult",
     "ToolSpec",
+    "identity_problems",
     "ownership",
     "spec_problems",
 ]

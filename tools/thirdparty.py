@@ -1,38 +1,43 @@
 """Register teams' own tools: from a Python function plus Pydantic models, or from a JSON Schema
-function definition in OpenAI or Anthropic format.
+function definition in OpenAI (Chat Completions or Responses) or Anthropic format.
 
 Either way the result is a full `ToolSpec` (owner, risk, approval class, timeout, ...): a schema
-alone is never enough to expose a capability. JSON Schema definitions are converted to a closed,
-strict Pydantic model; anything that cannot be expressed strictly (open objects, ``oneOf``,
-conditionals, tuple items, external references) is a registration error naming its path.
+alone is never enough to expose a capability.
+
+Handler contract:
+
+- ``spec_from_function``: the function is called with exactly the arguments the call kept, as
+  keyword arguments (given ones plus declared non-``None`` defaults of the model), so its own
+  Python defaults apply to the rest; ``ctx`` (the `HandlerContext`) when it takes one.
+- ``spec_from_tool_definition``: the handler gets ``(args, ctx)`` where ``args`` is a read-only
+  mapping (`FrozenArguments`, a ``dict``) of exactly the kept arguments: what the model sent plus
+  declared defaults, nothing else (no ``None`` for an omitted property).
+- A tool built directly on `ToolSpec` with a Pydantic model gets the model instance; its
+  ``model_fields_set`` names the kept fields.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Union
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel
 
 from toolgate.errors import RegistryError
+from toolgate.tools.arguments import FrozenArguments, ModelArguments
+from toolgate.tools.declared import (
+    UNSUPPORTED,
+    JsonSchemaArguments,
+    OpenObjects,
+    SchemaRefused,
+    declared_model,
+)
+from toolgate.tools.manifest import mark_code
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
-UNSUPPORTED = (
-    "oneOf",
-    "allOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "patternProperties",
-    "dependentRequired",
-    "dependentSchemas",
-    "prefixItems",
-    "unevaluatedProperties",
-    "propertyNames",
-)
-_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+"""Parameters of an OpenAI function that declares none (a tool without arguments)."""
 
 
 def spec_from_function(
@@ -40,176 +45,118 @@ def spec_from_function(
 ) -> ToolSpec:
     """A ToolSpec around a plain function taking the model's fields as keyword arguments.
 
-    The function may also accept ``ctx`` (the `HandlerContext`) to read tenant, user or keys.
+    The function is called with only the kept arguments (see the module docstring); it may also
+    accept ``ctx`` (the `HandlerContext`) to read tenant, user or keys. Registration refuses a
+    function that could not be called for every valid call: a field with no parameter, or a
+    parameter without default for a field the call may omit.
     """
+    spec.setdefault("name", function.__name__)
+    _check_signature(function, args_model, str(spec["name"]))
     wants_ctx = "ctx" in inspect.signature(function).parameters
 
     def handler(args: BaseModel, ctx: HandlerContext) -> Any:
-        values = {name: getattr(args, name) for name in type(args).model_fields}
+        values = {name: value for name, value in args if name in args.model_fields_set}
         return function(**values, ctx=ctx) if wants_ctx else function(**values)
 
     handler.__doc__ = function.__doc__
-    spec.setdefault("name", function.__name__)
+    mark_code(handler, target=function)
     spec.setdefault("description", inspect.getdoc(function) or "")
     return ToolSpec(args_model=args_model, result_model=result_model, handler=handler, **spec)
 
 
+def _check_signature(function: Callable[..., Any], args_model: type[BaseModel], tool: str) -> None:
+    parameters = inspect.signature(function).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    fields = args_model.model_fields
+    contract = ModelArguments(args_model)
+    present = {name for name, info in fields.items() if (info.alias or name) in contract.always_present}
+    problems: list[tuple[str, str]] = []
+    for name in fields:
+        if name not in parameters and not takes_any:
+            problems.append(("invalid_signature", f"{name}: the function has no parameter for this argument"))
+    for name, parameter in parameters.items():
+        if name == "ctx" or parameter.kind in (
+            inspect.Parameter.VAR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL,
+        ):
+            continue
+        if parameter.default is not inspect.Parameter.empty:
+            continue
+        if name not in fields:
+            problems.append(("invalid_signature", f"{name}: parameter without default is not an argument"))
+        elif name not in present:
+            problems.append(
+                (
+                    "invalid_signature",
+                    f"{name}: parameter needs a default, since a call may omit this argument",
+                )
+            )
+    if problems:
+        raise RegistryError(
+            f"tool {tool!r} refused: " + "; ".join(message for _, message in problems),
+            tool=tool,
+            problems=problems,
+        )
+
+
 def parse_tool_definition(definition: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """Name, description and parameter schema of an OpenAI (Chat Completions or Responses) or
-    Anthropic tool definition."""
+    Anthropic tool definition. An OpenAI function without ``parameters`` takes no arguments."""
     if "input_schema" in definition:  # Anthropic
         return (
             str(definition["name"]),
-            str(definition.get("description", "")),
+            str(definition.get("description") or ""),
             dict(definition["input_schema"]),
         )
     body = definition.get("function", definition)  # Chat Completions nests under "function"
-    if "parameters" not in body or "name" not in body:
+    if not isinstance(body, Mapping) or not isinstance(body.get("name"), str):
         raise RegistryError(
             "a tool definition needs a name and parameters (OpenAI) or input_schema (Anthropic)"
         )
-    return str(body["name"]), str(body.get("description", "")), dict(body["parameters"])
+    parameters = body.get("parameters", EMPTY_PARAMETERS)
+    if not isinstance(parameters, Mapping):
+        raise RegistryError(
+            f"tool {body['name']!r} refused: $: parameters must be a JSON object", tool=body["name"]
+        )
+    return body["name"], str(body.get("description") or ""), dict(parameters)
 
 
 def spec_from_tool_definition(
     definition: Mapping[str, Any],
     *,
-    handler: Callable[[Any, HandlerContext], Any],
+    handler: Callable[[FrozenArguments, HandlerContext], Any],
     result_model: type[BaseModel],
+    open_objects: OpenObjects = "refuse",
     **spec: Any,
 ) -> ToolSpec:
-    """A ToolSpec whose argument model is converted from a provider tool definition."""
+    """A ToolSpec whose arguments are the definition's JSON Schema, validated as declared.
+
+    ``open_objects`` is the operator's explicit choice for objects that accept undeclared keys
+    (see `toolgate.tools.declared`): ``refuse`` (default), ``close``, or ``allow``. Every
+    registration problem is a `RegistryError` naming the tool and the schema's JSON path.
+    """
     name, description, parameters = parse_tool_definition(definition)
-    model = model_from_json_schema(_model_name(name), parameters)
+    try:
+        contract = JsonSchemaArguments(parameters, open_objects=open_objects)
+    except SchemaRefused as exc:
+        raise RegistryError(
+            f"tool {name!r} refused: {exc}",
+            tool=name,
+            problems=[(r.code, r.text) for r in exc.refusals],
+        ) from None
     spec.setdefault("description", description)
+    model = declared_model(_model_name(name), contract)
     return ToolSpec(name=name, args_model=model, result_model=result_model, handler=handler, **spec)
 
 
-def model_from_json_schema(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
-    """A closed, strict Pydantic model equivalent to ``schema`` (an object schema)."""
-    defs = dict(schema.get("$defs", {}) or schema.get("definitions", {}))
-    converter = _Converter(defs)
-    annotation = converter.convert(schema, "$", name)
-    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-        raise RegistryError("$: tool parameters must be an object schema")
-    return annotation
-
-
 def _model_name(tool: str) -> str:
-    return "".join(part.capitalize() for part in tool.split("_")) + "Args"
-
-
-class _Converter:
-    def __init__(self, defs: Mapping[str, Any]) -> None:
-        self.defs = defs
-        self.models: dict[str, type[BaseModel]] = {}
-        self.resolving: set[str] = set()
-
-    def convert(self, node: Mapping[str, Any], path: str, name: str) -> Any:
-        for keyword in UNSUPPORTED:
-            if keyword in node:
-                raise RegistryError(f"{path}: {keyword!r} cannot be expressed in strict mode")
-        if "$ref" in node:
-            return self._ref(str(node["$ref"]), path)
-        if "anyOf" in node:
-            options = [
-                self.convert(option, f"{path}.anyOf[{i}]", f"{name}Option{i}")
-                for i, option in enumerate(node["anyOf"])
-            ]
-            return Union[tuple(options)]  # noqa: UP007 - built at run time
-        if "enum" in node:
-            return self._literal(node["enum"], path)
-        if "const" in node:
-            return self._literal([node["const"]], path)
-        kind = node.get("type")
-        if isinstance(kind, list):
-            non_null = [k for k in kind if k != "null"]
-            if len(non_null) != 1:
-                raise RegistryError(f"{path}: a type list must be one type plus 'null'")
-            inner = self.convert({**node, "type": non_null[0]}, path, name)
-            return inner | None if "null" in kind else inner
-        if kind == "object":
-            return self._object(node, path, name)
-        if kind == "array":
-            if "items" not in node or not isinstance(node["items"], Mapping):
-                raise RegistryError(f"{path}: an array needs one 'items' schema")
-            item = self.convert(node["items"], f"{path}[]", f"{name}Item")
-            return list[item]  # type: ignore[valid-type]
-        scalar = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None)}
-        if kind in scalar:
-            return scalar[kind]
-        raise RegistryError(f"{path}: unsupported or missing type {kind!r}")
-
-    def _literal(self, values: list[Any], path: str) -> Any:
-        if not values or not all(isinstance(v, str | int | bool) or v is None for v in values):
-            raise RegistryError(f"{path}: enum values must be strings, integers, booleans or null")
-        return Literal[tuple(values)]
-
-    def _ref(self, ref: str, path: str) -> Any:
-        for prefix in ("#/$defs/", "#/definitions/"):
-            if ref.startswith(prefix):
-                key = ref[len(prefix) :]
-                break
-        else:
-            raise RegistryError(f"{path}: only local $ref to $defs is supported, got {ref!r}")
-        if key in self.models:
-            return self.models[key]
-        if key not in self.defs:
-            raise RegistryError(f"{path}: $ref {ref!r} is not defined")
-        if key in self.resolving:
-            raise RegistryError(f"{path}: recursive $ref {ref!r} cannot be expressed in strict mode")
-        self.resolving.add(key)
-        model = self.convert(self.defs[key], f"$defs.{key}", key)
-        self.resolving.discard(key)
-        self.models[key] = model
-        return model
-
-    def _object(self, node: Mapping[str, Any], path: str, name: str) -> type[BaseModel]:
-        if node.get("additionalProperties", False) is not False:
-            raise RegistryError(
-                f"{path}: open objects (additionalProperties) cannot be expressed in strict mode"
-            )
-        required = set(node.get("required", []))
-        fields: dict[str, Any] = {}
-        for prop, sub in (node.get("properties") or {}).items():
-            if not isinstance(sub, Mapping):
-                raise RegistryError(f"{path}.{prop}: property schema must be an object")
-            annotation = self.convert(sub, f"{path}.{prop}", f"{name}{prop.title().replace('_', '')}")
-            constraints = _constraints(sub)
-            if prop in required:
-                fields[prop] = (annotation, Field(..., description=sub.get("description"), **constraints))
-            else:
-                fields[prop] = (
-                    annotation | None,
-                    Field(
-                        None,
-                        description=sub.get("description"),
-                        **constraints,
-                    ),
-                )
-        model: type[BaseModel] = create_model(name, __config__=_STRICT, **fields)
-        model.__doc__ = node.get("description") or f"Arguments converted from JSON Schema ({path})."
-        return model
-
-
-def _constraints(node: Mapping[str, Any]) -> dict[str, Any]:
-    names = {
-        "minimum": "ge",
-        "maximum": "le",
-        "exclusiveMinimum": "gt",
-        "exclusiveMaximum": "lt",
-        "minLength": "min_length",
-        "maxLength": "max_length",
-        "pattern": "pattern",
-        "minItems": "min_length",
-        "maxItems": "max_length",
-        "multipleOf": "multiple_of",
-    }
-    return {names[k]: v for k, v in node.items() if k in names}
+    words = "".join(ch if ch.isalnum() else " " for ch in tool).split()
+    return "".join(word[:1].upper() + word[1:] for word in words) + "Args" if words else "ToolArgs"
 
 
 __all__ = [
-    "model_from_json_schema",
+    "EMPTY_PARAMETERS",
+    "UNSUPPORTED",
     "parse_tool_definition",
     "spec_from_function",
     "spec_from_tool_definition",

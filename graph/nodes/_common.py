@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -48,13 +49,23 @@ def principal_of(state: GatewayState, runtime: Runtime[Context], *, new_turn: bo
     return given
 
 
-def budget_of(state: GatewayState) -> Budget:
-    """Current counters (zero for a new thread)."""
-    budget = state.get("budget")
-    return (
-        Budget(model_turns=budget["model_turns"], tool_calls=budget["tool_calls"])
-        if budget
-        else Budget(model_turns=0, tool_calls=0)
+def budget_of(state: GatewayState, ctx: Context) -> Budget:
+    """The thread's counters and limits: zero counters and the run context's limits for a new
+    thread (or one started before threads kept their limits); the thread's own limits after."""
+    budget: Mapping[str, Any] = state.get("budget") or {}
+    limits = {
+        "max_model_turns": ctx.max_model_turns,
+        "max_tool_calls": ctx.max_tool_calls,
+        "max_identical_calls": ctx.max_identical_calls,
+        "max_validation_retries": ctx.max_validation_retries,
+    }
+    return Budget(
+        model_turns=budget.get("model_turns", 0),
+        tool_calls=budget.get("tool_calls", 0),
+        max_model_turns=budget.get("max_model_turns", limits["max_model_turns"]),
+        max_tool_calls=budget.get("max_tool_calls", limits["max_tool_calls"]),
+        max_identical_calls=budget.get("max_identical_calls", limits["max_identical_calls"]),
+        max_validation_retries=budget.get("max_validation_retries", limits["max_validation_retries"]),
     )
 
 

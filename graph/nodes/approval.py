@@ -57,6 +57,11 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 spec.handler_arguments(proposal.arguments),
                 HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
             )
+        earlier = [
+            {"operation_key": op.operation_key, "status": op.status}
+            for other, op in gw.store.same_effect(proposal)
+            if op.status in ("succeeded", "executing", "unknown", "approved")
+        ]
         proposals.append(
             {
                 "call_id": call_id,
@@ -75,6 +80,12 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "status": "pending_approval",
                 "execution_started": False,
                 "details": details,
+                "identical_in_thread": earlier,
+                "note": (
+                    f"An identical {proposal.tool} already ran (or may have) in this task: approving makes a second effect."
+                    if earlier
+                    else ""
+                ),
             }
         )
     review = state.get("review") or {}

@@ -16,6 +16,7 @@ from langgraph.runtime import Runtime
 
 from toolgate import telemetry
 from toolgate.canonical import digest
+from toolgate.clock import parse_iso
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
@@ -33,7 +34,6 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.judge import ProposedCall, Verdict
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import parse_iso
 from toolgate.tools.spec import ToolSpec
 
 VALIDATION_CODES = frozenset(
@@ -69,7 +69,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
     def dispatch(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
         principal = principal_of(state, runtime)
         ctx = context_of(runtime)
-        budget = budget_of(state)
+        budget = budget_of(state, ctx)
         now = gw.store.now()
         last = state["messages"][-1]
         assert isinstance(last, AIMessage)
@@ -97,8 +97,10 @@ def make_dispatch_node(gw: Gateway) -> Any:
             if code is not None:
                 budget["tool_calls"] += 1
                 verdict = Verdict(gw.registry.get(call.name), {}, SCREEN_REJECTIONS[code])
-            elif budget["tool_calls"] >= ctx.max_tool_calls or (deadline and now >= parse_iso(deadline)):
-                what = "tool call budget" if budget["tool_calls"] >= ctx.max_tool_calls else "deadline"
+            elif budget["tool_calls"] >= budget["max_tool_calls"] or (
+                deadline and now >= parse_iso(deadline)
+            ):
+                what = "tool call budget" if budget["tool_calls"] >= budget["max_tool_calls"] else "deadline"
                 verdict = Verdict(
                     gw.registry.get(call.name),
                     {},
@@ -112,7 +114,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
             else:
                 budget["tool_calls"] += 1
                 verdict = gw.judge(
-                    principal, call, counts=counts, max_identical_calls=ctx.max_identical_calls, now=now
+                    principal, call, counts=counts, max_identical_calls=budget["max_identical_calls"], now=now
                 )
             spec, rejection = verdict.spec, verdict.rejection
             if verdict.fingerprint and (rejection is None or rejection.code != "loop_detected"):
@@ -124,7 +126,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 continue
             if rejection.code in VALIDATION_CODES:
                 failures[tool] = failures.get(tool, 0) + 1
-                if failures[tool] > ctx.max_validation_retries:
+                if failures[tool] > budget["max_validation_retries"]:
                     status = {
                         "status": "needs_review",
                         "status_reason": f"arguments for {tool} stayed invalid after retries",

@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate import telemetry
+from toolgate.clock import iso
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
@@ -33,7 +34,6 @@ from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
-from toolgate.store._sql import iso
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}

@@ -13,13 +13,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate import telemetry
+from toolgate.clock import iso, parse_iso
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
-from toolgate.store._sql import iso, parse_iso
 
 
 def response_id(message: AIMessage) -> str | None:
@@ -53,7 +53,7 @@ def make_model_node(gw: Gateway) -> Any:
             state, runtime, new_turn=bool(history) and isinstance(history[-1], HumanMessage)
         )
         ctx = context_of(runtime)
-        budget = budget_of(state)
+        budget = budget_of(state, ctx)
         base: dict[str, Any] = {"principal": principal.to_dict(), "release": gw.registry.release}
         now = gw.store.now()
         deadline = state.get("deadline_at")
@@ -62,12 +62,12 @@ def make_model_node(gw: Gateway) -> Any:
             base["deadline_at"] = iso(deadline_at)
         elif now >= deadline_at:
             return {**base, "status": "needs_review", "status_reason": "task deadline exhausted"}
-        if budget["model_turns"] >= ctx.max_model_turns:
+        if budget["model_turns"] >= budget["max_model_turns"]:
             return {**base, "status": "needs_review", "status_reason": "model turn budget exhausted"}
         specs = gw.registry.for_principal(principal)
         runnable: Any = gw.model
         if specs:
-            kwargs: dict[str, Any] = {"tool_choice": "auto", "strict": True}
+            kwargs: dict[str, Any] = {"tool_choice": "auto"}  # each tool says whether it is strict
             if gw.registry.has_stateful_writes():
                 kwargs["parallel_tool_calls"] = False
             runnable = gw.model.bind_tools(gw.registry.openai_tools(specs), **kwargs)

@@ -21,6 +21,9 @@ from toolgate.tools.demo.services import DemoResolver, DemoServices
 from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE, Registry
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, ResourceRef, Rollback, ToolSpec
 
+STAFF = frozenset({"support", "finance"})
+"""Roles that act on any customer's order of their own tenant; a customer reaches only their own."""
+
 
 def demo_specs(system: DemoSystem) -> list[ToolSpec]:
     """The demo tools, each bound to ``system``."""
@@ -95,7 +98,13 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             handler=lookup_order,
             handler_revision="lookup-order/1.0.0",
             rollback=NoRollback("read-only: nothing to undo"),
-            resource=ResourceRef(kind="order", argument="order_id", conflict=False),
+            resource=ResourceRef(
+                kind="order",
+                argument="order_id",
+                conflict=False,
+                owner=system.order_ownership,
+                staff_roles=STAFF,
+            ),
             audit_fields=frozenset({"order_id"}),
         ),
         ToolSpec(
@@ -165,7 +174,9 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             rollback=Rollback(
                 "re-charge the refunded amount through a separately approved payment adjustment"
             ),
-            resource=ResourceRef(kind="order", argument="order_id"),
+            resource=ResourceRef(
+                kind="order", argument="order_id", owner=system.order_ownership, staff_roles=STAFF
+            ),
             audit_fields=frozenset({"order_id", "amount_cents", "reason"}),
             semantic_check=refund_within_balance,
             reconcile=refund_status,

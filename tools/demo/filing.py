@@ -24,9 +24,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.store._sql import iso, utcnow
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,

@@ -28,9 +28,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from toolgate.canonical import canonical_json
+from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, ToolExecutionError
 from toolgate.store import Migration, Store, Tx
-from toolgate.store._sql import iso, parse_iso, utcnow
 from toolgate.tools.demo.records import count_rows
 from toolgate.tools.spec import (
     ApprovalClass,

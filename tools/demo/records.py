@@ -13,10 +13,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.store._sql import iso, utcnow
-from toolgate.tools.spec import ResourceStatus, ownership
+from toolgate.tools.spec import HandlerContext, ResourceStatus, ownership
 
 _SCHEMA = """
 CREATE TABLE sor_tenants (tenant_id TEXT PRIMARY KEY, name TEXT NOT NULL);
@@ -157,6 +157,13 @@ class DemoSystem:
             else:
                 return "missing"
         return ownership(row, tenant_id)
+
+    def order_ownership(self, order_id: str, ctx: HandlerContext) -> ResourceStatus:
+        """An order belongs to one customer of one tenant: staff reach it through the tool's
+        staff roles, other customers never."""
+        with self.store.transaction(write=False) as tx:
+            row = tx.one("SELECT tenant_id, customer_id FROM sor_orders WHERE order_id = ?", (order_id,))
+        return ownership(row, ctx.tenant_id, ctx.user_id, owner_column="customer_id")
 
     # ---- reads -------------------------------------------------------------------------
 

@@ -26,9 +26,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.store._sql import iso, parse_iso, utcnow
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,

@@ -1,0 +1,71 @@
+"""Exactly-once is about one approved proposal delivered many times, not about calls that look alike.
+
+Two identical write calls in one thread (the user asked for two equal refunds of an order with
+room for both) are two operations: each is proposed, approved and executed once, and the reviewer
+of the second is told an identical one already ran. The same model response delivered again
+(same call ids) finds the same operation and makes no extra effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.types import Command
+from support import REFUND_REQUEST, Harness, principal, start
+
+from toolgate.graph import Context
+from toolgate.graph.review import decide
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+HALF = {"order_id": "O-5512", "amount_cents": 2000, "reason": "damaged"}
+
+
+def resume(graph: Any, thread: str) -> dict[str, Any]:
+    result: dict[str, Any] = graph.invoke(
+        Command(resume={"wake": True}), {"configurable": {"thread_id": thread}}, context=Context()
+    )
+    return result
+
+
+def test_two_identical_calls_are_two_operations_and_two_effects(harness: Harness) -> None:
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("issue_refund", HALF, "first")),
+            ai("", tool_call("issue_refund", HALF, "second")),
+            ai("both done"),
+        ]
+    )
+    graph = harness.graph(model)
+    first = start(graph, REFUND_REQUEST, "cust-ada", "t-twice")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    assert first["identical_in_thread"] == [] and first["note"] == ""
+    decide(harness.gateway(), first["proposal_id"], principal("fiona"), "approve")
+    waiting = resume(graph, "t-twice")
+    second = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    assert second["operation_key"] != first["operation_key"]
+    assert second["identical_in_thread"] == [{"operation_key": first["operation_key"], "status": "succeeded"}]
+    assert "already ran" in second["note"]  # the reviewer is told before approving a second effect
+    decide(harness.gateway(), second["proposal_id"], principal("fiona"), "approve")
+    done = resume(graph, "t-twice")
+    assert done["status"] == "done"
+    assert harness.refunds() == 2 and harness.payments() == 2 and harness.handler_calls["issue_refund"] == 2
+    statuses = {o["call_id"]: o["status"] for o in done["outcomes"].values()}
+    assert statuses["first"] == statuses["second"] == "completed"
+
+
+def test_the_same_model_response_delivered_again_makes_no_extra_effect(harness: Harness) -> None:
+    call = tool_call("issue_refund", HALF, "replayed")
+    graph = harness.graph(ScriptedChatModel(responses=[ai("", call), ai("done")]))
+    proposal = start(graph, REFUND_REQUEST, "cust-ada", "t-replay")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+    resume(graph, "t-replay")
+    assert harness.refunds() == 1
+    # the same response again, in the same thread (a retried provider request, a duplicated delivery)
+    replay = harness.graph(ScriptedChatModel(responses=[ai("", call), ai("done")]))
+    again = start(replay, REFUND_REQUEST, "cust-ada", "t-replay")
+    assert "__interrupt__" not in again, "the replayed call found its stored, completed operation"
+    assert harness.refunds() == 1 and harness.payments() == 1
+    assert [p.proposal_id for p, _ in harness.store.list_proposals()] == [proposal["proposal_id"]]

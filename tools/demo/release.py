@@ -1,0 +1,84 @@
+"""The demo releases, registered like any other release (entry points ``ops-tools/1.0.0`` and
+``ops-tools/1.1.0`` in the group ``toolgate.releases``): specs bound to the demo system of record
+kept in the toolgate store, each with its ``policy.json`` and reviewed ``manifest.json`` beside
+it under ``releases/<name>-<version>/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolgate.store.base import Store
+from toolgate.tools.demo.catalog import demo_specs
+from toolgate.tools.demo.records import DemoSystem
+from toolgate.tools.demo.services import DemoResolver, DemoServices
+from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE
+from toolgate.tools.release import Release, ReleaseEnv
+from toolgate.tools.spec import ToolSpec
+
+HOME = Path(__file__).resolve().parent / "releases"
+"""Where the demo releases' files live."""
+
+
+def setup_refund(store: Store) -> None:
+    """Create and seed the demo system of record (tenants, customers, orders, services)."""
+    DemoSystem(store).setup()
+
+
+def setup_wide(store: Store) -> None:
+    """The refund story's tables plus the other demo services' (inventory, purchasing, ...)."""
+    DemoSystem(store).setup()
+    DemoServices.on(store, secret=b"schema-setup-only").setup()  # tables only: nothing is signed
+
+
+def refund_tools(env: ReleaseEnv) -> list[ToolSpec]:
+    """The four refund-story tools on ``env``'s store."""
+    return demo_specs(DemoSystem(env.store))
+
+
+def refund_resolver(env: ReleaseEnv) -> DemoSystem:
+    """Ownership of orders and services."""
+    return DemoSystem(env.store)
+
+
+def wide_tools(env: ReleaseEnv) -> list[ToolSpec]:
+    """The refund story plus the seeds' other examples."""
+    return [*demo_specs(DemoSystem(env.store)), *DemoServices.on(env.store, secret=env.secret).specs()]
+
+
+def wide_resolver(env: ReleaseEnv) -> DemoResolver:
+    """Ownership for every demo resource kind."""
+    return DemoResolver(DemoSystem(env.store), DemoServices.on(env.store, secret=env.secret))
+
+
+def _home(release_id: str) -> Path:
+    return HOME / release_id.replace("/", "-")
+
+
+refund = Release.from_directory(
+    _home(REFUND_RELEASE),
+    id=REFUND_RELEASE,
+    tools=refund_tools,
+    resolver=refund_resolver,
+    setup=setup_refund,
+)
+"""``ops-tools/1.0.0``: the refund story (four tools), kept as the previous complete bundle."""
+
+wide = Release.from_directory(
+    _home(WIDE_RELEASE), id=WIDE_RELEASE, tools=wide_tools, resolver=wide_resolver, setup=setup_wide
+)
+"""``ops-tools/1.1.0``: the default demo release."""
+
+DEMO_RELEASES = {release.id: release for release in (refund, wide)}
+"""The demo releases by id (tests and benchmarks use them directly)."""
+
+__all__ = [
+    "DEMO_RELEASES",
+    "HOME",
+    "refund",
+    "refund_tools",
+    "setup_refund",
+    "setup_wide",
+    "wide",
+    "wide_resolver",
+    "wide_tools",
+]
