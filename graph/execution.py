@@ -95,6 +95,14 @@ class Executor:
             )
         except TimeoutError as exc:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
+        except ToolExecutionError:
+            raise
+        except Exception as exc:
+            # an unclassified crash (a reset connection, a bug) answers this call only: the other
+            # reads of the batch still report, and the message names the class, never the text
+            raise ToolExecutionError(
+                "server_error", f"the tool failed ({type(exc).__name__})", retryable=False
+            ) from exc
         return sanitize_result(raw, spec.result_model)
 
     # ---- writes ------------------------------------------------------------------------

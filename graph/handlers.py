@@ -50,6 +50,10 @@ def wait(
         try:
             return future.result(timeout=min(remaining, interval_s) if heartbeat else remaining)
         except concurrent.futures.TimeoutError:
+            # `concurrent.futures.TimeoutError` is the builtin `TimeoutError`: a handler that
+            # raised one itself (``socket.timeout``) is finished, not still running
+            if future.done():
+                raise
             if heartbeat is not None and deadline - time.monotonic() > 0:
                 heartbeat()
 
@@ -90,6 +94,8 @@ class Overruns:
                 try:
                     future.result(timeout=interval_s)
                 except concurrent.futures.TimeoutError:
+                    if future.done():  # the handler's own TimeoutError: it has ended
+                        break
                     renew()
                     continue
                 except BaseException:

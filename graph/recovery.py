@@ -83,7 +83,17 @@ def reconcile(
                 continue
             if found is not None:
                 result = sanitize_result(found, spec.result_model)
-                store.transition(operation_key, "unknown", "succeeded", result=result)
+                try:
+                    store.transition(operation_key, "unknown", "succeeded", result=result)
+                except InvalidTransitionError:
+                    # another worker reconciled it first: its record stands, nothing runs again
+                    settled = store.get_operation(operation_key)
+                    return Reconciliation(
+                        operation_key=operation_key,
+                        status=settled.status if settled else "unchanged",
+                        checks=checks,
+                        found=True,
+                    )
                 auditor.record("operation.reconciled", "completed", detail={"checks": checks}, **common)
                 return Reconciliation(
                     operation_key=operation_key, status="succeeded", checks=checks, found=True

@@ -1,0 +1,160 @@
+"""Handlers that fail in ways the gateway did not raise itself.
+
+- A handler that raises `TimeoutError` on its own (``socket.timeout`` from a downstream) has
+  finished: waiting for it must not spin renewing the lease (`concurrent.futures.TimeoutError` is
+  the builtin `TimeoutError`).
+- Two workers reconciling the same unknown operation: one records the outcome, the other reads it
+  back; neither crashes, and nothing runs again.
+- A read handler that crashes with an unclassified exception answers its own call id with
+  ``server_error``; the other reads of the batch still report and the thread finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from typing import Any
+
+from support import Harness, principal, start, tool_messages
+
+from toolgate.graph import build_gateway, build_graph, handlers
+from toolgate.graph.recovery import reconcile
+from toolgate.graph.review import decide
+from toolgate.store import SQLiteStore
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools import Registry
+
+
+def _raise_timeout() -> None:
+    raise TimeoutError("downstream socket timed out")
+
+
+def test_a_handler_that_raises_timeout_itself_is_not_waited_for_again() -> None:
+    beats: list[int] = []
+    future = handlers.start(_raise_timeout)
+    try:
+        handlers.wait(future, 30.0, heartbeat=lambda: beats.append(1), interval_s=0.001)
+    except TimeoutError as exc:
+        assert "downstream socket" in str(exc)  # the handler's own error, not our deadline
+    else:
+        raise AssertionError("the handler's TimeoutError must propagate")
+    assert len(beats) <= 1  # before the fix: tens of thousands of lease renewals in one second
+
+
+def test_an_overrun_watch_of_a_handler_that_raised_timeout_finishes_without_renewing() -> None:
+    renewals: list[int] = []
+    finished = threading.Event()
+    future = handlers.start(_raise_timeout)
+    handlers.Overruns().watch(
+        "op_x", future, renew=lambda: renewals.append(1), finished=lambda _: finished.set(), interval_s=0.001
+    )
+    assert finished.wait(10)
+    assert len(renewals) <= 1
+
+
+def _unknown_refund(harness: Harness) -> tuple[str, Any]:
+    """An approved refund whose handler made the payment, then lost its connection: ``unknown``."""
+    refund = harness.registry.tools["issue_refund"]
+
+    def effect_then_reset(args: Any, ctx: Any) -> Any:
+        refund.handler(args, ctx)
+        raise ConnectionResetError("peer reset after the effect")
+
+    crashing = replace(refund, handler=effect_then_reset)
+    specs = [crashing if s.name == "issue_refund" else s for s in harness.registry.tools.values()]
+    registry = Registry.of(harness.registry.release, specs, harness.system)
+    gateway = build_gateway(
+        model=ScriptedChatModel(responses=[]), registry=registry, policy=harness.policy, store=harness.store
+    )
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}),
+            )
+        ]
+    )
+    state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-reconcile-race")
+    proposal = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+    delivery = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
+    assert delivery.status == "unknown"
+    return str(proposal["operation_key"]), gateway
+
+
+def test_two_workers_reconciling_one_unknown_operation_both_return(tmp_path: Any) -> None:
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    key, gateway = _unknown_refund(harness)
+    refund = gateway.registry.tools["issue_refund"]
+    both_found = threading.Barrier(2)
+
+    def found_then_wait(args: Any, ctx: Any) -> Any:
+        result = refund.reconcile(args, ctx)
+        both_found.wait(timeout=30)  # both workers found the effect before either records it
+        return result
+
+    racing = replace(refund, reconcile=found_then_wait)
+    registry = Registry.of(gateway.registry.release, [racing], harness.system)
+    executor = build_gateway(
+        model=ScriptedChatModel(responses=[]), registry=registry, policy=harness.policy, store=harness.store
+    ).executor
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            results.append(reconcile(executor, key, delays=(0.0,)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sorted(r.status for r in results) == ["succeeded", "succeeded"]
+    op = harness.store.get_operation(key)
+    assert op is not None and op.status == "succeeded"
+    assert harness.refunds() == 1 and harness.payments() == 1
+    reconciled = [
+        e for e in harness.store.audit_events(operation_key=key) if e.event == "operation.reconciled"
+    ]
+    assert len(reconciled) == 1  # only the worker that recorded the outcome audits it
+
+
+def test_a_crashing_read_answers_its_own_call_and_the_batch_goes_on(tmp_path: Any) -> None:
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    status = harness.registry.tools["get_service_status"]
+
+    def reset(args: Any, ctx: Any) -> Any:
+        if args.service_alias == "web":
+            raise ConnectionResetError("secret-looking detail that must not reach the model")
+        return status.handler(args, ctx)
+
+    specs = [
+        replace(status, handler=reset) if s.name == "get_service_status" else s
+        for s in harness.registry.tools.values()
+    ]
+    registry = Registry.of(harness.registry.release, specs, harness.system)
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("get_service_status", {"service_alias": "worker"}, "c-worker"),
+                tool_call("get_service_status", {"service_alias": "web"}, "c-status"),
+            ),
+            ai("done"),
+        ]
+    )
+    gateway = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store)
+    state = start(build_graph(gateway=gateway), "two statuses", "omar", "t-read-crash")
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert answers["c-worker"]["status"] == "completed"
+    assert answers["c-status"]["status"] == "failed"
+    assert answers["c-status"]["error"] == "server_error", answers["c-status"]
+    assert "secret-looking" not in json.dumps(answers)
+    assert state["status"] == "done"
+    failed = [e for e in harness.store.audit_events() if e.event == "call.failed"]
+    assert [(e.tool, e.code) for e in failed] == [("get_service_status", "server_error")]
