@@ -1,0 +1,155 @@
+"""What one case run did, as plain JSON-able facts read from trusted places.
+
+Call outcomes come from the thread's checkpointed call records and authoritative outcomes (which
+the execute node renders from the store), proposals and operations from the store, operation
+transitions from the audit log, handler invocations and effects from the instrumented handlers.
+Nothing here is taken from the model's prose.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from toolgate.graph.execution import Executor
+from toolgate.policy.approvals import evaluate_decisions
+from toolgate.store.base import Store
+from toolgate.testing import ModelRequest
+from toolgate.tools.registry import Registry
+
+EXECUTED = frozenset({"executing", "succeeded", "failed", "unknown", "dead_lettered"})
+"""Operation statuses that mean a handler was (or may have been) started."""
+
+
+@dataclass(kw_only=True)
+class Observation:
+    """Facts of one run of one case against one release."""
+
+    case_id: str
+    release: str
+    thread_id: str
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls the model proposed: turn, id, name, args (or raw text)."""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """Per call id: accepted, failed, proposal, not_run or the rejection code."""
+    arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per accepted call id: the canonical arguments the gateway kept."""
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+    """Proposals created in the thread: id, call id, tool, operation status."""
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    """Review steps taken: call id, reviewer, decision, ``recorded`` or the refusal code."""
+    handler_calls: dict[str, int] = field(default_factory=dict)
+    """Handler invocations per tool."""
+    duplicate_effects: int = 0
+    """Completed write-handler runs beyond the first for one operation key."""
+    unapproved_executions: list[str] = field(default_factory=list)
+    """Operation keys that executed without counted approval decisions."""
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    """The thread's operations: key, tool, final status, transitions from the audit log."""
+    status: str = ""
+    """The thread's final status (``done``, ``awaiting_approval``, ``needs_review``, ``refused``)."""
+    final_text: str = ""
+    model_turns: int = 0
+    tool_calls: int = 0
+    tokens: dict[str, Any] = field(default_factory=dict)
+    """``input``, ``output`` and ``source``: ``reported`` (provider usage) or ``estimated``
+    (characters / 4: the scripted model reports none)."""
+    messages: list[BaseMessage] = field(default_factory=list, repr=False)
+    """The thread's messages (not part of `to_dict`; the LangSmith target converts them)."""
+    errors: list[str] = field(default_factory=list)
+    """Exceptions that ended the run early (the case then fails)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (without the message objects)."""
+        data = asdict(self)
+        data.pop("messages", None)
+        return data
+
+
+def call_outcomes(state: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Outcome and canonical arguments per call id, from the thread's trusted records."""
+    outcomes: dict[str, str] = {}
+    arguments: dict[str, dict[str, Any]] = {}
+    authoritative = state.get("outcomes", {})
+    for call_id, record in state.get("calls", {}).items():
+        final = authoritative.get(call_id, {})
+        if record.get("phase") == "rejected":
+            outcomes[call_id] = str(record.get("code") or "rejected")
+        elif final.get("status") == "rejected" and not record.get("proposal_id"):
+            outcomes[call_id] = str(final.get("detail") or "rejected")
+        elif record.get("proposal_id"):
+            outcomes[call_id] = "proposal"
+        elif final.get("status") == "completed":
+            outcomes[call_id] = "accepted"
+        elif final.get("status") == "failed":
+            outcomes[call_id] = "failed"
+        else:
+            outcomes[call_id] = "not_run"
+        if "arguments" in record and record.get("phase") != "rejected":
+            arguments[call_id] = dict(record["arguments"])
+    return outcomes, arguments
+
+
+def store_facts(obs: Observation, store: Store, registry: Registry, executor: Executor) -> None:
+    """Fill proposals, operations (with audit transitions) and unapproved executions from the store."""
+    for proposal, operation in store.list_proposals():
+        if proposal.thread_id != obs.thread_id:
+            continue
+        obs.proposals.append(
+            {
+                "proposal_id": proposal.proposal_id,
+                "call_id": proposal.call_id,
+                "tool": proposal.tool,
+                "status": operation.status,
+            }
+        )
+        events = store.audit_events(operation_key=proposal.operation_key)
+        obs.operations.append(
+            {
+                "operation_key": proposal.operation_key,
+                "tool": proposal.tool,
+                "status": operation.status,
+                "transitions": [f"{e.event}:{e.result}" for e in events],
+            }
+        )
+        ran = operation.status in EXECUTED or any(e.event == "handler.started" for e in events)
+        spec = registry.get(proposal.tool)
+        if ran and spec is not None:
+            verdict = evaluate_decisions(proposal, spec.approval, executor.counted_decisions(proposal))
+            if verdict.status != "approved":
+                obs.unapproved_executions.append(proposal.operation_key)
+
+
+def usage(messages: list[BaseMessage], requests: list[ModelRequest]) -> dict[str, Any]:
+    """Token use of the run: provider-reported when every response carries usage, else estimated
+    at four characters a token over what each model request really carried (instructions, history
+    and tool definitions) and what each response said (the scripted model reports no usage)."""
+    answers = [m for m in messages if isinstance(m, AIMessage)]
+    reported = [m.usage_metadata for m in answers if m.usage_metadata]
+    if answers and len(reported) == len(answers):
+        return {
+            "input": sum(u.get("input_tokens", 0) for u in reported),
+            "output": sum(u.get("output_tokens", 0) for u in reported),
+            "source": "reported",
+        }
+    prompt = sum(
+        sum(len(str(m.content)) for m in request.messages) + len(json.dumps(request.tools, default=str))
+        for request in requests
+    )
+    output = sum(len(str(m.content)) + len(json.dumps(m.tool_calls, default=str)) for m in answers)
+    return {"input": math.ceil(prompt / 4), "output": math.ceil(output / 4), "source": "estimated"}
+
+
+def final_text(messages: list[BaseMessage]) -> str:
+    """The last non-tool message's text (the respond node's answer)."""
+    for message in reversed(messages):
+        if not isinstance(message, ToolMessage) and str(message.content):
+            return str(message.content)[:2000]
+    return ""
+
+
+__all__ = ["EXECUTED", "Observation", "call_outcomes", "final_text", "store_facts", "usage"]

@@ -1,0 +1,270 @@
+"""Runs evaluation cases through the real gateway graph of one release.
+
+`CaseRunner` loads the release once and initializes a template store (schema, the release's own
+tables and seed data, the people); every case then runs on its own copy of that template (an
+SQLite backup, milliseconds), so cases are independent: a refund in one case never changes an
+order another case reads. Each case gets the release's real registry with counted and ledgered
+handlers (`toolgate.evals.faults`), the real graph with an in-memory checkpointer, the scripted model
+(or a live one), and reviewers deciding through the real review path (`decide`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from toolgate.bootstrap import initialize_store
+from toolgate.evals.execution_steps import apply_approvals, redeliver
+from toolgate.evals.faults import EffectLedger, instrument
+from toolgate.evals.fixtures import EvalCase
+from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
+from toolgate.evals.release_facts import ReleaseFacts, release_facts
+from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.deps import Gateway
+from toolgate.policy.demo_identities import DEMO_IDENTITIES
+from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.principal import Principal
+from toolgate.store.sqlite import SQLiteStore
+from toolgate.testing import ScriptedChatModel
+from toolgate.tools.registry import Registry
+from toolgate.tools.release import Release, ReleaseEnv
+from toolgate.tools.release_loader import load_release
+
+EXTRA_PEOPLE: tuple[dict[str, Any], ...] = (
+    {
+        "user_id": "gina_support",
+        "tenant_id": "globex",
+        "roles": ["support"],
+        "scopes": ["orders:read", "refunds:request"],
+    },
+    {
+        "user_id": "gina_ops",
+        "tenant_id": "globex",
+        "roles": ["operator"],
+        "scopes": ["ops:read", "ops:restart"],
+    },
+)
+"""People some cases need beyond the demo identities (globex staff)."""
+
+
+def default_people() -> dict[str, Principal]:
+    """The demo identities and `EXTRA_PEOPLE`, by user id."""
+    raw = [*DEMO_IDENTITIES["identities"], *EXTRA_PEOPLE]
+    return {p["user_id"]: Principal.from_dict(p) for p in raw}
+
+
+def scratch_dir() -> Path:
+    """A directory for throwaway stores: memory-backed when the host has one (no fsync per event)."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and shm.stat().st_mode & 0o002 else None
+    return Path(tempfile.mkdtemp(prefix="toolgate-evals-", dir=base))
+
+
+def scripted_responses(case: EvalCase) -> list[AIMessage]:
+    """The case's turns as model responses, then its final text."""
+    from toolgate.evals.adversarial import Call
+    from toolgate.evals.dispatch_runner import _message
+
+    turns = [
+        _message([Call(c.name, c.args, raw=c.raw, call_id=c.id) for c in turn], index)
+        for index, turn in enumerate(case.turns)
+    ]
+    return [*turns, AIMessage(case.final)]
+
+
+class CaseRunner:
+    """One release, a template store, and `run_case` for any number of cases."""
+
+    def __init__(
+        self,
+        release: str | Release,
+        *,
+        cases: Iterable[EvalCase] = (),
+        people: Mapping[str, Principal] | None = None,
+        directory: Path | None = None,
+    ) -> None:
+        self.release = load_release(release) if isinstance(release, str) else release
+        self.people = dict(people or default_people())
+        for case in cases:
+            if isinstance(case.principal, dict):
+                self.people.setdefault(case.user_id, Principal.from_dict(case.principal))
+        self.directory = directory or scratch_dir()
+        self._owns_directory = directory is None
+        self.key = secrets.token_bytes(32)
+        self.template = self.directory / "template.sqlite"
+        store = SQLiteStore(self.template, key=self.key)
+        initialize_store(store, self.release)
+        self._identities = IdentityDirectory(store)
+        for principal in self.people.values():
+            self._identities.add(principal, by=None, token=f"eval-token-{principal.user_id}")
+        self.facts: ReleaseFacts = release_facts(
+            self.release, self.release.registry(ReleaseEnv(store, self.key))
+        )
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Remove the scratch directory this runner made."""
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> CaseRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _fresh_store(self, case: EvalCase) -> tuple[SQLiteStore, Path]:
+        with self._lock:
+            if isinstance(case.principal, dict) and case.user_id not in self.people:
+                principal = Principal.from_dict(case.principal)  # a case the runner was not built with
+                self._identities.add(principal, by=None, token=f"eval-token-{principal.user_id}")
+                self.people[principal.user_id] = principal
+            self._count += 1
+            path = self.directory / f"case-{self._count}.sqlite"
+        source, target = sqlite3.connect(self.template), sqlite3.connect(path)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        return SQLiteStore(path, key=self.key), path
+
+    def principal(self, user: str | Mapping[str, Any]) -> Principal:
+        """The principal a case names (a known user id, or an inline principal)."""
+        if isinstance(user, Mapping):
+            return Principal.from_dict(user)
+        if user not in self.people:
+            raise KeyError(f"unknown person {user!r}: add them to the runner's people or inline them")
+        return self.people[user]
+
+    def context(self, case: EvalCase, principal: Principal | None = None) -> Context:
+        """The run context: the case's budgets and immediate status checks (no waits)."""
+        limits = {k: v for k, v in case.limits.model_dump().items() if v is not None}
+        return Context(principal=principal, reconcile_delays=(0.0,), worker_id="eval-worker", **limits)
+
+    def run_case(self, case: EvalCase, *, model: BaseChatModel | None = None) -> Observation:
+        """Run ``case`` on a fresh copy of the template store and observe what happened."""
+        store, path = self._fresh_store(case)
+        try:
+            return self._run(case, store, model)
+        finally:
+            path.unlink(missing_ok=True)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+    def _run(self, case: EvalCase, store: SQLiteStore, model: BaseChatModel | None) -> Observation:
+        ledger = EffectLedger()
+        base = self.release.registry(ReleaseEnv(store, self.key))
+        specs = instrument(list(base.tools.values()), case.faults, ledger)
+        registry = Registry.of(self.release.id, specs, base.resolver)
+        responses = scripted_responses(case)
+        main_model = model or ScriptedChatModel(responses=responses)
+        saver = InMemorySaver()
+
+        def gateway(chat: BaseChatModel) -> Gateway:
+            return build_gateway(
+                model=chat,
+                registry=registry,
+                policy=self.release.policy,
+                store=store,
+                instructions=self.release.instructions,
+            )
+
+        gw = gateway(main_model)
+        graph = build_graph(gateway=gw, checkpointer=saver)
+        thread = f"eval-{case.id}"
+        config: Any = {"configurable": {"thread_id": thread}}
+        obs = Observation(case_id=case.id, release=self.release.id, thread_id=thread)
+        models: list[BaseChatModel] = [main_model]
+        state: dict[str, Any] = {}
+        try:
+            state = graph.invoke(
+                {"messages": [HumanMessage(case.input)]},
+                config,
+                context=self.context(case, self.principal(case.principal)),
+            )
+
+            def resume_once(payload: dict[str, Any]) -> dict[str, Any]:
+                return graph.invoke(Command(resume=payload), config, context=self.context(case))
+
+            def resume_twice() -> dict[str, Any]:
+                twin_model: BaseChatModel = main_model  # a live model serves both workers
+                if isinstance(main_model, ScriptedChatModel):
+                    twin_model = ScriptedChatModel(responses=responses[len(main_model.requests) :])
+                    models.append(twin_model)
+                twin = build_graph(gateway=gateway(twin_model), checkpointer=saver)
+                return concurrent_resume(graph, twin, config, self.context(case))
+
+            state = apply_approvals(gw, case, obs, state, self.principal, resume_once, resume_twice)
+            if any(f.kind == "redeliver" and not f.concurrent for f in case.faults):
+                redeliver(gw, store, thread)
+            if any(f.kind == "replay_turn" for f in case.faults):
+                replay = ScriptedChatModel(responses=responses)
+                models.append(replay)
+                build_graph(gateway=gateway(replay), checkpointer=InMemorySaver()).invoke(
+                    {"messages": [HumanMessage(case.input)]},
+                    config,
+                    context=self.context(case, self.principal(case.principal)),
+                )
+        except Exception as exc:  # the case fails with the reason; the run goes on
+            obs.errors.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+            state = dict(graph.get_state(config).values or state)
+        messages = list(state.get("messages", []))
+        obs.calls = [
+            {"turn": turn, "id": c.get("id"), "name": c.get("name"), "args": c.get("args")}
+            for turn, m in enumerate(m for m in messages if isinstance(m, AIMessage))
+            for c in [*m.tool_calls, *m.invalid_tool_calls]
+        ]
+        obs.outcomes, obs.arguments = call_outcomes(state)
+        obs.handler_calls = dict(ledger.calls)
+        obs.duplicate_effects = ledger.duplicates()
+        store_facts(obs, store, registry, gw.executor)
+        obs.status = str(state.get("status", "unknown"))
+        obs.messages = messages
+        obs.final_text = final_text(messages)
+        obs.model_turns = sum(len(m.requests) for m in models if isinstance(m, ScriptedChatModel)) or int(
+            state.get("budget", {}).get("model_turns", 0)
+        )
+        obs.tool_calls = len(obs.calls)
+        obs.tokens = usage(
+            messages, [r for m in models if isinstance(m, ScriptedChatModel) for r in m.requests]
+        )
+        return obs
+
+
+def concurrent_resume(first: Any, second: Any, config: Any, context: Context) -> dict[str, Any]:
+    """Resume one thread from two graphs (two workers) at the same moment; the first's state."""
+    barrier = threading.Barrier(2)
+    results: list[Any] = [None, None]
+
+    def resume(index: int, graph: Any) -> None:
+        barrier.wait()
+        try:
+            results[index] = graph.invoke(Command(resume={"wake": True}), config, context=context)
+        except Exception as exc:  # reported by the caller
+            results[index] = exc
+
+    workers = [threading.Thread(target=resume, args=(i, g)) for i, g in enumerate((first, second))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return dict(results[0])
+
+
+__all__ = ["EXTRA_PEOPLE", "CaseRunner", "concurrent_resume", "default_people", "scratch_dir"]

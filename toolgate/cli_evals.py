@@ -1,0 +1,118 @@
+"""``toolgate evals``: the release gate, human sign-off of its critical cases, LangSmith datasets.
+
+``evals run`` works offline: every case runs against the candidate (and the control) on its own
+throwaway store with the scripted model; only counting sign-offs reads the configured store. It
+prints the seeds' summary line first and exits 1 when the gate fails. ``evals review`` signs a
+report as an authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolgate.cli_common import kv, open_from_env, person
+from toolgate.config import Settings
+from toolgate.errors import ConfigurationError, IdentityError, StoreError
+from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
+from toolgate.evals.gate import GateResult, evaluate_gate
+from toolgate.evals.report import build_report, lines, write_reports
+from toolgate.evals.signoff import refuse, reviewed_cases, sign_off
+from toolgate.store.factory import open_store
+
+evals_app = typer.Typer(
+    no_args_is_help=True, help="Evaluate releases: the release gate, sign-offs, LangSmith datasets."
+)
+
+LANGSMITH_KEY_VARIABLES = ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY")
+
+
+def _reviewed(settings: Settings, result: GateResult) -> list[str]:
+    """Critical cases signed off in the configured store for this dataset and candidate bundle."""
+    tenants = {r.case.id: r.tenant for r in result.candidate.records if r.case.critical}
+    try:
+        store = open_store(
+            settings.database_url, settings.data_dir, key=settings.audit_key(create=False), read_only=True
+        )
+    except (ConfigurationError, StoreError):
+        return []  # no store configured yet: nobody has signed anything
+    try:
+        return reviewed_cases(store, result.dataset.sha256, result.candidate.facts.manifest_sha256, tenants)
+    finally:
+        store.close()
+
+
+@evals_app.command("run")
+def run(
+    dataset: Annotated[Path, typer.Option(help="Dataset (JSONL).")] = DEFAULT_DATASET,
+    candidate: Annotated[
+        str | None, typer.Option(help="Candidate release (default: TOOLGATE_RELEASE).")
+    ] = None,
+    control: Annotated[str | None, typer.Option(help="Known-good control release.")] = None,
+    report_dir: Annotated[Path, typer.Option(help="Where the JSON and HTML reports go.")] = Path("reports"),
+    critical_only: Annotated[bool, typer.Option(help="Run only the critical cases.")] = False,
+    require_review: Annotated[
+        bool, typer.Option(help="Fail the gate unless every critical case has a sign-off.")
+    ] = False,
+) -> None:
+    """Run the dataset on the candidate and the control; print the gate line; write the reports."""
+    settings = Settings.from_env()
+    data = load_dataset(dataset)
+    result = evaluate_gate(data, candidate or settings.release, control, critical_only=critical_only)
+    result.require_review = require_review
+    result.reviewed = _reviewed(settings, result)
+    report = build_report(result)
+    json_path, html_path = write_reports(report, report_dir)
+    for line in lines(result):
+        typer.echo(line)
+    kv(report=json_path, html=html_path, digest=report["digest"])
+    raise typer.Exit(0 if result.passed else 1)
+
+
+@evals_app.command("review")
+def review(
+    report: Annotated[Path, typer.Argument(help="The JSON report written by `toolgate evals run`.")],
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
+) -> None:
+    """Sign off every critical case of REPORT that acts in a tenant you review for."""
+    application = open_from_env()
+    auditor = application.gateway.auditor
+    try:
+        reviewer = person(application, as_user)
+    except IdentityError as exc:
+        refuse(auditor, exc.code, str(exc), user_id=as_user, digest=None)
+        raise
+    result = sign_off(application.store, auditor, application.gateway.directory, report, reviewer)
+    kv(
+        report=report,
+        digest=result.report_digest,
+        reviewer=as_user,
+        signed=len(result.signed),
+        already_signed=len(result.already),
+        other_tenant=len(result.other_tenant),
+        signed_at=result.signed_at,
+    )
+
+
+@evals_app.command("push")
+def push(
+    name: Annotated[str, typer.Option(help="LangSmith dataset name.")],
+    dataset: Annotated[Path, typer.Option(help="Dataset (JSONL).")] = DEFAULT_DATASET,
+) -> None:
+    """Create or update the LangSmith dataset NAME from the dataset file (needs LANGSMITH_API_KEY)."""
+    if not any(os.environ.get(v) for v in LANGSMITH_KEY_VARIABLES):
+        typer.echo(
+            'error=langsmith_not_configured message="set LANGSMITH_API_KEY to push; nothing was sent"',
+            err=True,
+        )
+        raise typer.Exit(2)
+    from toolgate.evals.langsmith_target import push_dataset
+
+    counts = push_dataset(load_dataset(dataset), name)
+    kv(dataset=name, **counts)
+
+
+__all__ = ["evals_app"]
