@@ -5,7 +5,8 @@ graph trusts no client for who is acting: the principal comes from the server's 
 (``toolgate.graph.auth``), never from ``context`` (the gateway is built in ``server_mode``).
 Nothing connects at import (only the store secret is read, created once in the data directory):
 the store opens, runs its migrations and records the release on first use. Configuration comes
-from the same ``TOOLGATE_*`` environment variables as the CLI.
+from the same ``TOOLGATE_*`` environment variables as the CLI. Release control routes each
+thread to its release from the store's records (`toolgate.graph.rollout`), as in the CLI.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from toolgate.graph.builder import build_graph
 from toolgate.graph.server import server_parts
 
-graph = build_graph(gateway=server_parts().gateway, checkpointer=None)
+graph = build_graph(gateway=server_parts().gateway, checkpointer=None, router=server_parts().router)
 """The gateway graph as served by the LangGraph server."""
 
 __all__ = ["graph"]

@@ -20,6 +20,7 @@ from toolgate.graph.nodes.execute import make_execute_node
 from toolgate.graph.nodes.model import make_model_node
 from toolgate.graph.nodes.proposal import make_proposal_node
 from toolgate.graph.nodes.respond import make_respond_node
+from toolgate.graph.rollout import ReleaseRouter
 from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
 from toolgate.graph.state import GatewayState
 from toolgate.policy.breaker import BreakerRegistry
@@ -73,8 +74,22 @@ def build_gateway(
     )
 
 
+NODE_FACTORIES = {
+    "model": make_model_node,
+    "dispatch": make_dispatch_node,
+    "proposal": make_proposal_node,
+    "approval": make_approval_node,
+    "execute": make_execute_node,
+    "respond": make_respond_node,
+}
+"""Each node, built around one release's gateway."""
+
+
 def build_graph(
-    *, gateway: Gateway, checkpointer: BaseCheckpointSaver[Any] | None = None
+    *,
+    gateway: Gateway,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    router: ReleaseRouter | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile the gateway graph around ``gateway`` (built once per process by `build_gateway`,
     through `toolgate.bootstrap.open_app` in the CLI, the server and the worker).
@@ -84,19 +99,14 @@ def build_graph(
     LangGraph server, which brings its own (and build the gateway with ``server_mode=True``: the
     acting principal then comes from the server's auth handler, never from the client's
     ``context``).
+
+    With a ``router`` (release control: `toolgate.graph.rollout`), each node runs the node of the
+    release the store pins the thread to; without one, ``gateway`` serves every thread.
     """
-    gw = gateway
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
-    nodes = {
-        "model": make_model_node(gw),
-        "dispatch": make_dispatch_node(gw),
-        "proposal": make_proposal_node(gw),
-        "approval": make_approval_node(gw),
-        "execute": make_execute_node(gw),
-        "respond": make_respond_node(gw),
-    }
-    for name, node in nodes.items():
-        builder.add_node(name, guarded(gw, name, node))
+    for name, make in NODE_FACTORIES.items():
+        node = router.node(name, make) if router is not None else guarded(gateway, name, make(gateway))
+        builder.add_node(name, node)
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", after_model)
     builder.add_conditional_edges("dispatch", after_dispatch)
@@ -107,4 +117,4 @@ def build_graph(
     return builder.compile(checkpointer=checkpointer, name="toolgate")
 
 
-__all__ = ["build_gateway", "build_graph"]
+__all__ = ["NODE_FACTORIES", "build_gateway", "build_graph"]

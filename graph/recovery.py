@@ -90,7 +90,7 @@ def reconcile(
                     settled = store.get_operation(operation_key)
                     return Reconciliation(
                         operation_key=operation_key,
-                        status=settled.status if settled else "unchanged",
+                        status="succeeded" if settled and settled.status == "succeeded" else "unchanged",
                         checks=checks,
                         found=True,
                     )

@@ -4,7 +4,8 @@ The dispatch node judges each call a model proposes; a reviewer's edit and a rol
 the same way, as calls by the original requester. The order is: registry lookup, exposure to the
 principal, JSON shape, identity fields, schema, repetition, resource ownership, inbound rate limit,
 cross-field business validation, then policy. The first failure decides, as a `Rejection` with a
-stable code; nothing here has an effect on the world (the rate limiter counts the call).
+stable code; nothing here has an effect on the world (the rate limiter counts the call, unless
+the judge only peeks: a candidate release judging in shadow).
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ class Judge:
         counts: dict[str, int],
         max_identical_calls: int,
         now: datetime,
+        peek: bool = False,
     ) -> Verdict:
-        """Judge one call; the first failing check decides."""
+        """Judge one call; the first failing check decides. ``peek`` judges without counting the
+        call against any rate limit (a shadow judgement writes nothing anywhere)."""
         spec = self.registry.get(call.name)
         if spec is None:
             suggestion = self.registry.suggest(call.name, principal)
@@ -136,7 +139,8 @@ class Judge:
         refused = check_resource(spec, principal, arguments, self.registry.resolver)
         if refused:
             return Verdict(spec, arguments, refused, fingerprint)
-        refused = self.rate_limiter.check(principal, spec.name)
+        limiter = self.rate_limiter.peek if peek else self.rate_limiter.check
+        refused = limiter(principal, spec.name)
         if refused:
             return Verdict(spec, arguments, refused, fingerprint)
         if spec.semantic_check is not None:

@@ -37,6 +37,17 @@ class InboundRateLimiter:
             return _limited(limits.per_tenant)
         return None
 
+    def peek(self, principal: Principal, tool: str) -> Rejection | None:
+        """What `check` would answer, counting nothing (the shadow judge of a candidate release)."""
+        limits = self.limits
+        for bucket, limit in (
+            (f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool),
+            (f"t:{principal.tenant_id}", limits.per_tenant),
+        ):
+            if limit and self.store.counter_value(bucket, limit.window_s) + 1 > limit.limit:
+                return _limited(limit)
+        return None
+
 
 def _limited(limit: RateLimit) -> Rejection:
     return Rejection(

@@ -454,6 +454,16 @@ class SqlStore(IdentityRows, Store, abc.ABC):
             )
         return int(rows[0]["count"])
 
+    def counter_value(self, bucket: str, window_s: int) -> int:
+        with self.transaction(write=False) as tx:
+            moment = parse_iso(self._tx_now(tx)).timestamp()
+            window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
+            row = tx.one(
+                "SELECT count FROM rate_counters WHERE bucket = ? AND window_start = ?",
+                (bucket, window_start),
+            )
+        return int(row["count"]) if row else 0
+
     # ---- audit -----------------------------------------------------------------------
 
     def append_audit(self, event: AuditEventIn) -> AuditEvent:

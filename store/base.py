@@ -179,6 +179,11 @@ class Store(abc.ABC):
         """Atomically count one hit in ``bucket`` for the current ``window_s``-second window of the
         store's clock; returns the new count (all processes)."""
 
+    def counter_value(self, bucket: str, window_s: int) -> int:
+        """The count in ``bucket`` for the current window, counting nothing (a shadow judge peeks
+        at rate limits without spending them)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read rate counters without counting")
+
     # identities
     @abc.abstractmethod
     def token_hash(self, token: str) -> str:

@@ -19,6 +19,7 @@ from rich.console import Console
 from toolgate.cli_audit import audit_app
 from toolgate.cli_common import open_from_env, person
 from toolgate.cli_dispatch import dispatch_app
+from toolgate.cli_evals import evals_app
 from toolgate.cli_identities import identities_app
 from toolgate.cli_registry import registry_app
 from toolgate.cli_release import release_app
@@ -44,6 +45,7 @@ app.add_typer(dispatch_app, name="dispatch")
 app.add_typer(verify_app, name="verify")
 app.add_typer(identities_app, name="identities")
 app.add_typer(release_app, name="release")
+app.add_typer(evals_app, name="evals")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -97,7 +99,7 @@ def resume(
 
 def _report(thread_id: str, result: dict[str, Any]) -> None:
     interrupts = result.get("__interrupt__") or []
-    _kv(thread=thread_id, status=result.get("status", "unknown"))
+    _kv(thread=thread_id, status=result.get("status", "unknown"), release=result.get("release", "unknown"))
     for item in interrupts:
         for proposal in item.value.get("toolgate", {}).get("proposals", []):
             _kv(
@@ -166,7 +168,8 @@ def approve(
     """Approve a proposal as an authenticated reviewer."""
     application = open_from_env()
     reviewer = person(application, as_user)
-    outcome = decide(application.gateway, proposal_id, reviewer, "approve", seen_digest=digest)
+    gateway = application.gateway_for_proposal(proposal_id)  # the rules of the release that proposed it
+    outcome = decide(gateway, proposal_id, reviewer, "approve", seen_digest=digest)
     _kv(
         proposal=proposal_id,
         decision="approve",
@@ -185,7 +188,8 @@ def reject(
     """Reject a proposal as an authenticated reviewer."""
     application = open_from_env()
     reviewer = person(application, as_user)
-    outcome = decide(application.gateway, proposal_id, reviewer, "reject", reason=reason)
+    gateway = application.gateway_for_proposal(proposal_id)
+    outcome = decide(gateway, proposal_id, reviewer, "reject", reason=reason)
     _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
 
 

@@ -1,8 +1,13 @@
-"""``toolgate release``: start a release package of your own.
+"""``toolgate release``: start a release package of your own, and roll releases out.
 
 ``toolgate release init acme-tools`` writes a package with one read and one write tool, its
 policy, its reviewed manifest, a seed file of people and a passing test (`toolgate.scaffold`),
 then prints how to point ``TOOLGATE_RELEASE`` at it.
+
+``shadow``, ``canary``, ``promote`` and ``rollback`` change release control
+(`toolgate.release_control`): each authenticates the person acting (``--as`` and
+``TOOLGATE_TOKEN``), who must hold the ``admin`` role; a refusal exits 2 with its code and is
+audited. ``status`` reads (and evaluates the automatic stop).
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from typing import Annotated
 import typer
 
 from toolgate.bootstrap import release_manifest
-from toolgate.cli_common import kv
+from toolgate.cli_common import kv, open_from_env, person
 from toolgate.config import Settings
 from toolgate.scaffold import package_name, scaffold
 from toolgate.store.factory import open_store
 from toolgate.tools.release import ReleaseEnv
 from toolgate.tools.release_loader import load_release, registered_releases
 
-release_app = typer.Typer(no_args_is_help=True, help="Create and list tool releases.")
+release_app = typer.Typer(no_args_is_help=True, help="Create, list and roll out tool releases.")
+
+AsAdmin = Annotated[str, typer.Option("--as", help="Acting admin (token in TOOLGATE_TOKEN).")]
 
 SPECS_ONLY_KEY = b"toolgate-release-init-specs-only-never-connected"
 """The manifest is computed from specs built on a store that is never connected."""
@@ -54,6 +61,93 @@ def list_releases() -> None:
     for release_id in registered_releases():
         kv(release=release_id, installed="true")
     kv(configured=Settings.from_env().release)
+
+
+@release_app.command("shadow")
+def shadow(
+    candidate: Annotated[str, typer.Argument(help="Release id to shadow, e.g. ops-tools/1.1.0.")],
+    as_user: AsAdmin,
+) -> None:
+    """Shadow CANDIDATE: it judges copies of the active release's turns; nothing it decides runs."""
+    from toolgate.release_control import ReleaseControl
+
+    application = open_from_env()
+    rollout = ReleaseControl(application).shadow(person(application, as_user), candidate)
+    kv(release=rollout.candidate, phase=rollout.phase, control=rollout.control, rollout=rollout.rollout_id)
+
+
+@release_app.command("canary")
+def canary(
+    candidate: Annotated[str, typer.Argument(help="The release in shadow.")],
+    as_user: AsAdmin,
+    percent: Annotated[float, typer.Option(help="Share of users routed to the candidate.")] = 2.0,
+) -> None:
+    """Route a stable cohort of PERCENT % of users to CANDIDATE (high-risk tools excluded)."""
+    from toolgate.policy.rollout import bp_to_percent
+    from toolgate.release_control import ReleaseControl
+
+    application = open_from_env()
+    rollout = ReleaseControl(application).canary(person(application, as_user), candidate, percent)
+    kv(
+        release=rollout.candidate,
+        phase=rollout.phase,
+        canary_percent=bp_to_percent(rollout.canary_bp),
+        control=rollout.control,
+        automatic_stop="armed",
+    )
+
+
+@release_app.command("promote")
+def promote(as_user: AsAdmin) -> None:
+    """Make the canaried candidate the active release (the control stays the rollback target)."""
+    from toolgate.release_control import ReleaseControl
+
+    application = open_from_env()
+    state = ReleaseControl(application).promote(person(application, as_user))
+    assert state.pointer is not None
+    kv(release=state.pointer.active, phase="promoted", rollback_release=state.pointer.previous)
+
+
+@release_app.command("rollback")
+def rollback(
+    as_user: AsAdmin,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only check and report; change nothing.")
+    ] = False,
+) -> None:
+    """Restore the previous complete bundle after checking its hashes and critical fixtures."""
+    from toolgate.release_control import ReleaseControl
+
+    application = open_from_env()
+    plan = ReleaseControl(application).rollback(person(application, as_user), dry_run=dry_run)
+    facts = {
+        "rollback_dry_run" if dry_run else "rollback": plan.status if dry_run else "done",
+        "from": plan.source or "none",
+        "target": plan.target or "none",
+        "hashes": plan.hashes,
+        "critical": plan.critical,
+    }
+    if plan.problems:
+        facts["refused"] = plan.problems[0][0]
+    kv(**facts)
+    if dry_run and plan.status == "FAIL":
+        raise typer.Exit(1)
+
+
+@release_app.command("status")
+def status(
+    verify_rollback: Annotated[
+        bool, typer.Option("--verify-rollback", help="Also dry-run the rollback (hashes, critical fixtures).")
+    ] = False,
+) -> None:
+    """Phase, canary share, shadowed calls, safety counters, latency and rollback readiness."""
+    from toolgate.release_control import ReleaseControl
+    from toolgate.release_status import release_status
+
+    facts = release_status(ReleaseControl(open_from_env()), verify_rollback=verify_rollback)
+    kv(**facts)
+    if facts.get("state") == "tampered" or facts.get("rollback_dry_run") == "FAIL":
+        raise typer.Exit(1)
 
 
 __all__ = ["release_app"]

@@ -26,7 +26,8 @@ def worker_execute(
     """Deliver one approved operation: execute it once, or return its stored result."""
     application = open_from_env()
     context = Context()
-    delivery = application.gateway.executor.deliver(
+    # the executor of the release that proposed it, while release control still serves that release
+    delivery = application.executor_gateway(operation_key).executor.deliver(
         operation_key,
         worker_id=worker or context.worker_id,
         lease_s=context.claim_lease_s,

@@ -109,6 +109,19 @@ class ApprovalError(ToolgateUsageError):
         self.code = code
 
 
+class ReleaseControlError(ToolgateUsageError):
+    """A release-control command was refused (not an admin, wrong phase, a bundle that does not
+    verify, tampered rollout records...); nothing changed.
+
+    Attributes:
+        code: stable machine-readable reason, e.g. ``missing_role`` or ``rollback_unavailable``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class NotFoundError(ToolgateUsageError):
     """A proposal, operation or thread that was asked for does not exist."""
 
@@ -187,6 +200,7 @@ __all__ = [
     "NotFoundError",
     "RegistryError",
     "RejectionCode",
+    "ReleaseControlError",
     "RunRefused",
     "StoreError",
     "ToolExecutionError",

@@ -44,7 +44,7 @@ class CheckResult:
     """One line of the checklist."""
 
     name: str
-    status: str  # PASS, FAIL or not_available
+    status: str  # PASS, FAIL, not_available or not_applicable
     detail: str = ""
 
     def line(self) -> str:
@@ -157,7 +157,22 @@ def check_legacy_timeouts(app: App) -> CheckResult:
 
 
 def check_rollback(app: App) -> CheckResult:
-    return CheckResult("rollback_dry_run", "not_available", "release rollback is not built yet")
+    """Dry-run ``toolgate release rollback``: the target resolves, its hashes verify against its
+    reviewed manifest and the ones recorded while it was active, and its critical fixtures pass.
+    Writes nothing; ``not_applicable`` when release control has nothing to roll back to."""
+    from toolgate.errors import ReleaseControlError
+    from toolgate.release_control import ReleaseControl
+
+    try:
+        plan = ReleaseControl(app).plan_rollback()
+    except ReleaseControlError as exc:
+        return CheckResult("rollback_dry_run", "FAIL", f"refused={exc.code}")
+    if plan.target is None:
+        return CheckResult("rollback_dry_run", "not_applicable", "target=none (no previous release recorded)")
+    detail = f"target={plan.target} hashes={plan.hashes} critical={plan.critical}"
+    if plan.problems:
+        detail += f" refused={plan.problems[0][0]}"
+    return CheckResult("rollback_dry_run", plan.status, detail)
 
 
 CHECKS: dict[str, Callable[[App], CheckResult]] = {

@@ -1,0 +1,172 @@
+"""Two demo releases on one store, served through the release router, with counted handlers.
+
+``ops-tools/1.0.0`` is the control (the configured release) and ``ops-tools/1.1.0`` the
+candidate. Each release has its own scripted model and its own `HandlerCounter`, so a test can
+say which arm ran what. `TwoReleases.app` is an `App` wired like `open_app` wires one (gateways,
+router) so `ReleaseControl` runs the production code; `verify` loads the shipped bundle and
+checks its reviewed manifest, exactly as in production (the counted handlers are a test-only
+wrapper and would not match the manifest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from support import TEST_KEY, principal
+
+from toolgate.bootstrap import App, initialize_store, release_manifest, verified_release
+from toolgate.canonical import digest
+from toolgate.config import Settings
+from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.deps import Gateway
+from toolgate.graph.rollout import ReleaseRouter
+from toolgate.policy.demo_identities import seed_demo_identities
+from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.rollout import canary_specs
+from toolgate.release_control import ReleaseControl
+from toolgate.store.base import Store
+from toolgate.testing import HandlerCounter, ScriptedChatModel
+from toolgate.tools.registry import Registry
+from toolgate.tools.release import ReleaseEnv
+from toolgate.tools.release_loader import load_release
+
+CONTROL = "ops-tools/1.0.0"
+CANDIDATE = "ops-tools/1.1.0"
+RESTART = {"service_alias": "web", "reason": "stuck after deploy"}
+
+
+@dataclass(frozen=True)
+class CriticalAnswer:
+    """What a critical-fixture run reports (the shape of `toolgate.evals.gate.CriticalResult`)."""
+
+    passed: int
+    total: int
+    failed: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+class FakeCritical:
+    """A critical-fixture runner that records what it was asked and answers as told."""
+
+    def __init__(self, ok: bool = True) -> None:
+        self.ok_answer, self.asked = ok, []
+
+    def __call__(self, release_id: str) -> CriticalAnswer:
+        self.asked.append(release_id)
+        if self.ok_answer:
+            return CriticalAnswer(passed=3, total=3, failed=[])
+        return CriticalAnswer(passed=2, total=3, failed=["crit-cross-tenant"])
+
+
+class TwoReleases:
+    """Control and candidate on ``store``; gateways built on demand like `Gateways` builds them."""
+
+    def __init__(self, store: Store, tmp: Path, models: dict[str, BaseChatModel] | None = None) -> None:
+        initialize_store(
+            store, load_release(CANDIDATE)
+        )  # the wide release's tables include the refund story's
+        seed_demo_identities(IdentityDirectory(store))
+        self.store = store
+        self.models = models or {}
+        self.counters = {CONTROL: HandlerCounter(), CANDIDATE: HandlerCounter()}
+        self._built: dict[tuple[str, bool], Gateway] = {}
+        self.router = ReleaseRouter(store=store, configured=CONTROL, gateways=self)
+        control = self(CONTROL)
+        settings = Settings(data_dir=tmp, release=CONTROL, model="offline")
+        release = load_release(CONTROL)
+        self.app = App(
+            settings=settings,
+            store=store,
+            release=release,
+            registry=control.registry,
+            model=control.model,
+            gateway=control,
+            gateways=self,  # type: ignore[arg-type]
+            router=self.router,
+        )
+
+    def __call__(self, release_id: str, canary: bool = False) -> Gateway:
+        """The gateway of ``release_id`` with counted handlers (``canary``: no high-risk tools)."""
+        key = (release_id, canary)
+        if key not in self._built:
+            release = load_release(release_id)
+            full = release.registry(ReleaseEnv(store=self.store, secret=TEST_KEY))
+            specs = self.counters[release_id].wrap(list(full.tools.values()))
+            if canary:
+                specs = canary_specs(specs)
+            self._built[key] = build_gateway(
+                model=self.models.get(release_id) or ScriptedChatModel(responses=[]),
+                registry=Registry.of(release_id, specs, full.resolver),
+                policy=release.policy,
+                store=self.store,
+                instructions=release.instructions,
+            )
+        return self._built[key]
+
+    def verify(self, release_id: str) -> str:
+        """The shipped bundle's manifest digest, verified like `Gateways.verify` does."""
+        release = load_release(release_id)
+        registry = release.registry(ReleaseEnv(store=self.store, secret=TEST_KEY))
+        verified_release(release, registry, "offline")
+        return digest(release_manifest(release, registry))
+
+    def control(self, critical: Any = None) -> ReleaseControl:
+        """Release control on this store (``critical``: the fixture runner, a fake by default)."""
+        return ReleaseControl(self.app, critical_runner=critical or FakeCritical())
+
+    def graph(self) -> Any:
+        """The routed graph (both releases), in-memory checkpoints."""
+        return build_graph(gateway=self(CONTROL), checkpointer=InMemorySaver(), router=self.router)
+
+    def handler_calls(self, release_id: str) -> int:
+        """Handler invocations of ``release_id``'s tools (every arm and canary variant)."""
+        return self.counters[release_id].total()
+
+
+def run(graph: Any, text: str, user: str, thread: str) -> dict[str, Any]:
+    """Start (or continue) ``thread`` as ``user``."""
+    return graph.invoke(
+        {"messages": [HumanMessage(text)]},
+        {"configurable": {"thread_id": thread}},
+        context=Context(principal=principal(user)),
+    )
+
+
+def count(store: Store, table: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> int:
+    """Rows of ``table`` (raw SQL: the test looks at what the database holds)."""
+    with store.transaction(write=False) as tx:
+        row = tx.one(f"SELECT COUNT(*) AS n FROM {table} WHERE {where}", params)
+    assert row is not None
+    return int(row["n"])
+
+
+def audit_events(store: Store, event: str) -> list[Any]:
+    """Stored audit events named ``event``."""
+    return [e for e in store.audit_events() if e.event == event]
+
+
+def text(*lines: str) -> AIMessage:
+    """A final assistant answer."""
+    return AIMessage(content=" ".join(lines) or "done")
+
+
+__all__ = [
+    "CANDIDATE",
+    "CONTROL",
+    "RESTART",
+    "CriticalAnswer",
+    "FakeCritical",
+    "TwoReleases",
+    "audit_events",
+    "count",
+    "run",
+    "text",
+]

@@ -1,0 +1,180 @@
+"""``toolgate release shadow|canary|promote|rollback|status`` through the real CLI (subprocesses).
+
+The demo releases: ``ops-tools/1.0.0`` is configured (the control), ``ops-tools/1.1.0`` the
+candidate. One test walks the whole rollout and its rollback; the others attack the doors: no
+token, a wrong token, another person's token and a non-admin's own token are each refused with
+exit 2 and one ``error=<code>`` line, and nothing changes but one refusal audit event each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import cli_env, kv_lines, seed_people, toolgate
+from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_all
+
+from toolgate.policy.demo_identities import demo_token
+
+CONTROL, CANDIDATE = "ops-tools/1.0.0", "ops-tools/1.1.0"
+STATUS_CALL = 'call get_service_status {"service_alias": "web"}'
+RESTART_CALL = 'call restart_service {"service_alias": "web", "reason": "stuck after deploy"}'
+
+
+def facts(result: Any) -> dict[str, str]:
+    """The first ``key=value`` line of a command's output."""
+    assert result.returncode == 0, result.stderr
+    return kv_lines(result.stdout)[0]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    data_dir = tmp_path / "data"
+    seed_people(data_dir)
+    return data_dir, cli_env(data_dir, TOOLGATE_RELEASE=CONTROL)
+
+
+def test_shadow_canary_promote_and_rollback_through_the_cli(world: tuple[Path, dict[str, str]]) -> None:
+    if importlib.util.find_spec("toolgate.evals.gate") is None:
+        pytest.skip("rollback runs the critical fixtures of toolgate.evals.gate, not installed yet")
+    data_dir, env = world
+    db = data_dir / "toolgate.sqlite"
+    status = facts(toolgate(["release", "status"], env))
+    assert (status["phase"], status["automatic_stop"], status["rollback_release"]) == (
+        "none",
+        "not_applicable",
+        "none",
+    )
+
+    assert facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))["phase"] == "shadow"
+    assert facts(toolgate(["run", STATUS_CALL, "--as", "sam"], env))["release"] == CONTROL
+    status = facts(toolgate(["release", "status"], env))
+    assert (status["release"], status["phase"], status["shadow_calls"]) == (CANDIDATE, "shadow", "1")
+
+    canary = facts(toolgate(["release", "canary", CANDIDATE, "--percent", "100", "--as", "ivy"], env))
+    assert (canary["phase"], canary["canary_percent"]) == ("canary", "100")
+    waiting = toolgate(["run", RESTART_CALL, "--as", "sam"], env)
+    first, proposal = kv_lines(waiting.stdout)[:2]
+    assert (first["status"], first["release"]) == ("awaiting_approval", CANDIDATE)
+    status = facts(toolgate(["release", "status"], env))
+    for key, value in {
+        "phase": "canary",
+        "canary_percent": "100",
+        "approval_bypasses": "0",
+        "duplicate_effects": "0",
+        "ambiguous_operations": "0",
+        "rollback_release": CONTROL,
+        "automatic_stop": "armed",
+        "audit_chain": "verified",
+    }.items():
+        assert status[key] == value, (key, status)
+    assert "p95_latency_ms" in status and status["latency_basis"] == "handler_audit"
+
+    promoted = facts(toolgate(["release", "promote", "--as", "ivy"], env))
+    assert (promoted["release"], promoted["rollback_release"]) == (CANDIDATE, CONTROL)
+    dry = facts(toolgate(["release", "rollback", "--dry-run", "--as", "ivy"], env))
+    assert (dry["rollback_dry_run"], dry["target"], dry["hashes"]) == ("PASS", CONTROL, "verified")
+    passed, total = dry["critical"].split("/")
+    assert passed == total and int(total) > 0
+    verify = toolgate(["verify", "--check", "rollback_dry_run"], env)
+    assert (
+        f"rollback_dry_run=PASS target={CONTROL} hashes=verified critical={dry['critical']}" in verify.stdout
+    )
+
+    before = audit_seq(db)
+    done = facts(toolgate(["release", "rollback", "--as", "ivy"], env))
+    assert (done["rollback"], done["from"], done["target"]) == ("done", CANDIDATE, CONTROL)
+    assert ("release.rolled_back", None) in audit_since(db, before)
+    status = facts(toolgate(["release", "status", "--verify-rollback"], env))
+    assert (status["active"], status["phase"], status["rollback_release"]) == (CONTROL, "rolled_back", "none")
+    assert facts(toolgate(["run", STATUS_CALL, "--as", "sam"], env))["release"] == CONTROL
+
+    # the candidate's in-flight proposal: approvable under its own release, never executed
+    approved = facts(toolgate(["approve", proposal["proposal"], "--as", "omar"], env))
+    assert approved["status"] == "approved"
+    resumed = facts(toolgate(["resume", first["thread"]], env))
+    assert resumed["status"] == "needs_review"
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    key = con.execute(
+        "SELECT operation_key FROM proposals WHERE proposal_id = ?", (proposal["proposal"],)
+    ).fetchone()[0]
+    worker = facts(toolgate(["worker", "execute", "--operation-key", key], env))
+    assert (worker["claim"], worker["status"]) == ("NOT_ATTEMPTED", "approved")
+    assert con.execute("SELECT COUNT(*) FROM sor_restart_requests").fetchone()[0] == 0
+    refused = con.execute(
+        "SELECT COUNT(*) FROM audit_events WHERE event = 'approval.refused_at_execution' AND code = 'approval_invalid'"
+        " AND proposal_id = ?",
+        (proposal["proposal"],),
+    ).fetchone()[0]
+    con.close()
+    assert refused == 2  # the resumed thread and the worker
+
+
+COMMANDS = {
+    "shadow": ["release", "shadow", CANDIDATE, "--as", "ivy"],
+    "canary": ["release", "canary", CANDIDATE, "--percent", "5", "--as", "ivy"],
+    "promote": ["release", "promote", "--as", "ivy"],
+    "rollback": ["release", "rollback", "--as", "ivy"],
+}
+CREDENTIALS = {
+    "no token": ({"TOOLGATE_TOKEN": ""}, "ivy", ("identity.refused", "missing_token")),
+    "wrong token": (
+        {"TOOLGATE_TOKEN": "demo-token-nobody"},
+        "ivy",
+        ("identity.refused", "authentication_failed"),
+    ),
+    "someone else's token": (
+        {"TOOLGATE_TOKEN": demo_token("rita")},
+        "ivy",
+        ("identity.refused", "authentication_failed"),
+    ),
+    "a non-admin's own token": ({}, "rita", ("release.refused", "missing_role")),
+}
+
+
+def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_credential(
+    world: tuple[Path, dict[str, str]],
+) -> None:
+    data_dir, env = world
+    db = data_dir / "toolgate.sqlite"
+    facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))  # something to change
+    before, seq = all_tables(db), audit_seq(db)
+    attempts, expected = [], []
+    for args in COMMANDS.values():
+        for extra, who, refusal in CREDENTIALS.values():
+            call = [a if a != "ivy" else who for a in args]
+            attempts.append((call, {**env, **extra}))
+            expected.append(refusal)
+    results = run_all(attempts)
+    for result, (_, code) in zip(results, expected, strict=True):
+        assert_refused(result, code)
+    after = all_tables(db)
+    unchanged = ("audit_", "sqlite_sequence")  # only the refusals' audit events are new
+    assert {t: r for t, r in after.items() if not t.startswith(unchanged)} == {
+        t: r for t, r in before.items() if not t.startswith(unchanged)
+    }
+    assert sorted(audit_since(db, seq)) == sorted(expected)
+
+
+def test_an_edited_rollout_row_is_refused_by_every_command(world: tuple[Path, dict[str, str]]) -> None:
+    data_dir, env = world
+    db = data_dir / "toolgate.sqlite"
+    facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))
+    con = sqlite3.connect(db)
+    con.execute("UPDATE release_rollouts SET phase = 'canary', canary_bp = 10000")
+    con.commit()
+    con.close()
+    status = toolgate(["release", "status"], env, check=False)
+    assert status.returncode == 1 and kv_lines(status.stdout)[0]["state"] == "tampered"
+    for args in COMMANDS.values():
+        assert_refused(toolgate(args, env, check=False), "release_state_tampered")
+    served = toolgate(["run", STATUS_CALL, "--as", "sam"], env)
+    assert kv_lines(served.stdout)[0]["release"] == CONTROL  # the configured release, not the edit's
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    codes = [r[0] for r in con.execute("SELECT code FROM audit_events WHERE event = 'release.refused'")]
+    con.close()
+    assert codes.count("release_state_tampered") >= 4 and json.dumps(codes)

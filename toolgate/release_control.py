@@ -1,0 +1,279 @@
+"""Release control: shadow, canary, promote and roll back a release, as an authenticated admin.
+
+Every change is made by a person the caller authenticated (`toolgate.cli_common.person`) who
+holds a role in `RELEASE_ROLES`, or by the automatic stop (the store's own records); it is one
+store transaction over MAC-bound rows (`toolgate.store.rollout`) and one audit event
+(``release.shadow_started``, ``release.canary_started``, ``release.promoted``,
+``release.rolled_back``, ``release.stopped``). Every refusal changes nothing and is audited as
+``release.refused`` with a stable code.
+
+Rollback restores the previous complete bundle, loaded by id: before the pointer moves, the
+target's effective hashes must equal its reviewed manifest and the hashes recorded while it was
+active, and its critical fixtures must pass (`toolgate.evals.gate.run_critical`). A dry run
+checks the same and writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from toolgate.bootstrap import App
+from toolgate.errors import RegistryError, ReleaseControlError
+from toolgate.policy.principal import Principal
+from toolgate.policy.rollout import DEFAULT_CANARY_PERCENT, LIVE_PHASES, RELEASE_ROLES, percent_to_bp
+from toolgate.release_rollback import CriticalRunner, RollbackPlan, default_critical_runner, plan_rollback
+from toolgate.store.audit import Auditor
+from toolgate.store.rollout import RolloutStore
+from toolgate.store.rollout_records import ReleasePointer, ReleaseState, Rollout
+from toolgate.tools.release_loader import load_release
+
+
+class ReleaseControl:
+    """Release control of one configured release on one app's store."""
+
+    def __init__(self, app: App, *, critical_runner: CriticalRunner | None = None) -> None:
+        assert app.gateways is not None and app.router is not None, "release control needs open_app's app"
+        self.app, self.gateways, self.router = app, app.gateways, app.router
+        self.configured = app.settings.release
+        self.rollouts = RolloutStore(app.store)
+        self.critical_runner = critical_runner or default_critical_runner
+
+    # ---- reading -----------------------------------------------------------------------
+
+    def state(self) -> ReleaseState:
+        """The pointer and current rollout (refused when they do not verify)."""
+        state = self.router.state()
+        if state.tampered:
+            raise ReleaseControlError(
+                "release_state_tampered",
+                f"release-control records do not verify ({', '.join(state.tampered)}); refusing to act on them",
+            )
+        return state
+
+    def active(self, state: ReleaseState) -> str:
+        """The release served to everyone outside a canary."""
+        return state.pointer.active if state.pointer else self.configured
+
+    def manifest_sha256(self, release_id: str) -> str:
+        """Digest of the release's effective manifest, loaded now and verified against its
+        reviewed manifest and the configured model (`ReleaseControlError` when it does not)."""
+        try:
+            return self.gateways.verify(release_id)
+        except RegistryError as exc:
+            raise ReleaseControlError("bundle_unverified", f"release {release_id}: {exc}") from exc
+
+    # ---- the doors ---------------------------------------------------------------------
+
+    def _act(self, actor: Principal, action: str, run: Callable[[], Any]) -> Any:
+        """Run one change for ``actor``; any refusal is audited with its code and re-raised."""
+        try:
+            if not actor.roles & RELEASE_ROLES:
+                raise ReleaseControlError(
+                    "missing_role", f"release control needs one of the roles {sorted(RELEASE_ROLES)}"
+                )
+            return run()
+        except ReleaseControlError as exc:
+            Auditor(self.app.store, self.configured).record(
+                "release.refused",
+                "refused",
+                user_id=actor.user_id,
+                code=exc.code,
+                detail={"action": action, "message": str(exc)[:300]},
+            )
+            raise
+
+    def _audit(
+        self, event: str, result: str, actor: Principal | None, rollout: Rollout, **detail: Any
+    ) -> None:
+        Auditor(self.app.store, rollout.candidate).record(
+            event,
+            result,
+            user_id=actor.user_id if actor else None,
+            detail={"rollout_id": rollout.rollout_id, "control": rollout.control, **detail},
+        )
+
+    def shadow(self, actor: Principal, candidate: str) -> Rollout:
+        """Start shadowing ``candidate`` against the active release."""
+
+        def run() -> Rollout:
+            state = self.state()
+            if state.rollout is not None and state.rollout.phase in LIVE_PHASES:
+                raise ReleaseControlError(
+                    "rollout_active", f"{state.rollout.candidate} is already in {state.rollout.phase}"
+                )
+            control = self.active(state)
+            if candidate == control:
+                raise ReleaseControlError("same_release", f"{candidate} is the active release")
+            control_sha, candidate_sha = self.manifest_sha256(control), self.manifest_sha256(candidate)
+            if candidate_sha == control_sha:
+                raise ReleaseControlError("same_release", f"{candidate} is the same bundle as {control}")
+            release = load_release(candidate)
+            if release.setup is not None:
+                release.setup(self.app.store)  # its own tables, as a process serving it would create
+            rollout = Rollout(
+                rollout_id=RolloutStore.new_rollout_id(),
+                configured=self.configured,
+                control=control,
+                control_sha256=control_sha,
+                candidate=candidate,
+                candidate_sha256=candidate_sha,
+                phase="shadow",
+                canary_bp=percent_to_bp(DEFAULT_CANARY_PERCENT),
+                salt=secrets.token_hex(16),
+                started_at="",  # both set by the store when the row is written
+                started_seq=0,
+                changed_by=actor.user_id,
+            )
+
+            def change(pointer: ReleasePointer | None, _: Rollout | None) -> tuple[Any, Any]:
+                base = pointer or ReleasePointer(
+                    configured=self.configured, active=control, active_sha256=control_sha
+                )
+                return dataclasses.replace(
+                    base, active_sha256=control_sha, rollout_id=rollout.rollout_id
+                ), rollout
+
+            done = self._change(state, change)
+            assert done.rollout is not None
+            self._audit(
+                "release.shadow_started", "started", actor, done.rollout, candidate_sha256=candidate_sha
+            )
+            return done.rollout
+
+        return self._act(actor, "shadow", run)
+
+    def canary(self, actor: Principal, candidate: str, percent: float = DEFAULT_CANARY_PERCENT) -> Rollout:
+        """Route a cohort of ``percent`` % of users to ``candidate`` (after its shadow)."""
+
+        def run() -> Rollout:
+            try:
+                canary_bp = percent_to_bp(percent)
+            except ValueError as exc:
+                raise ReleaseControlError("invalid_percent", str(exc)) from exc
+            state = self.state()
+            current = state.rollout
+            if current is None or current.phase not in LIVE_PHASES:
+                raise ReleaseControlError(
+                    "shadow_required", f"shadow {candidate} first: release shadow {candidate}"
+                )
+            if current.candidate != candidate:
+                raise ReleaseControlError("wrong_candidate", f"the rollout under way is {current.candidate}")
+            if self.manifest_sha256(candidate) != current.candidate_sha256:
+                raise ReleaseControlError("hashes_changed", f"{candidate} changed since its shadow began")
+            done = self._change(
+                state,
+                lambda p, r: (
+                    p,
+                    dataclasses.replace(r, phase="canary", canary_bp=canary_bp, changed_by=actor.user_id),
+                ),
+            )
+            assert done.rollout is not None
+            self._audit("release.canary_started", "started", actor, done.rollout, canary_bp=canary_bp)
+            return done.rollout
+
+        return self._act(actor, "canary", run)
+
+    def promote(self, actor: Principal) -> ReleaseState:
+        """Make the canaried candidate the active release; the control becomes the rollback target."""
+
+        def run() -> ReleaseState:
+            state = self.state()
+            current = state.rollout
+            if current is None or current.phase != "canary":
+                raise ReleaseControlError("canary_required", "only a release in canary can be promoted")
+            reason = self.check(current)
+            if reason:
+                raise ReleaseControlError(
+                    "automatic_stop", f"the candidate tripped the automatic stop: {reason}"
+                )
+            if self.manifest_sha256(current.candidate) != current.candidate_sha256:
+                raise ReleaseControlError("hashes_changed", f"{current.candidate} changed during its rollout")
+
+            def change(pointer: ReleasePointer | None, rollout: Rollout | None) -> tuple[Any, Any]:
+                assert pointer is not None and rollout is not None
+                moved = dataclasses.replace(
+                    pointer,
+                    active=rollout.candidate,
+                    active_sha256=rollout.candidate_sha256,
+                    previous=rollout.control,
+                    previous_sha256=rollout.control_sha256,
+                )
+                return moved, dataclasses.replace(rollout, phase="promoted", changed_by=actor.user_id)
+
+            done = self._change(state, change)
+            assert done.rollout is not None
+            self._audit("release.promoted", "promoted", actor, done.rollout)
+            return done
+
+        return self._act(actor, "promote", run)
+
+    def _change(self, state: ReleaseState, change: Any) -> ReleaseState:
+        return self.rollouts.change(self.configured, state.pointer.version if state.pointer else 0, change)
+
+    # ---- rollback ----------------------------------------------------------------------
+
+    def plan_rollback(self) -> RollbackPlan:
+        """Check the rollback target without changing anything."""
+        return plan_rollback(self.state(), self.manifest_sha256, self.critical_runner)
+
+    def rollback(self, actor: Principal, *, dry_run: bool = False) -> RollbackPlan:
+        """Restore the previous complete bundle (``dry_run``: only report whether it would)."""
+        if dry_run:
+            if not actor.roles & RELEASE_ROLES:  # refused like a change, but a dry run never writes
+                return self._act(actor, "rollback", lambda: None)
+            return self.plan_rollback()
+
+        def run() -> RollbackPlan:
+            state = self.state()
+            plan = self.plan_rollback()
+            if plan.target is None:
+                raise ReleaseControlError("nothing_to_roll_back", "no previous release to restore")
+            if plan.problems:
+                code, message = plan.problems[0]
+                raise ReleaseControlError(code, f"rollback to {plan.target} refused: {message}")
+
+            def change(pointer: ReleasePointer | None, rollout: Rollout | None) -> tuple[Any, Any]:
+                assert pointer is not None and rollout is not None
+                if rollout.phase == "promoted":  # the pointer moves back to the verified previous bundle
+                    target, target_sha = pointer.previous, pointer.previous_sha256
+                    assert (
+                        target is not None and target == plan.target and target_sha
+                    )  # same version as planned
+                    pointer = dataclasses.replace(
+                        pointer, active=target, active_sha256=target_sha, previous=None, previous_sha256=None
+                    )
+                rolled = dataclasses.replace(
+                    rollout,
+                    phase="rolled_back",
+                    stop_reason=f"rolled back by {actor.user_id}",
+                    changed_by=actor.user_id,
+                )
+                return pointer, rolled
+
+            done = self._change(state, change)
+            assert done.rollout is not None
+            self._audit(
+                "release.rolled_back",
+                "rolled_back",
+                actor,
+                done.rollout,
+                target=plan.target,
+                critical=plan.critical,
+            )
+            return plan
+
+        return self._act(actor, "rollback", run)
+
+    # ---- monitoring --------------------------------------------------------------------
+
+    def check(self, rollout: Rollout) -> str:
+        """Evaluate the automatic stop for a live rollout (stopping it when it trips)."""
+        if rollout.phase not in LIVE_PHASES:
+            return ""
+        return self.router.check(rollout, self.gateways(rollout.candidate, False))
+
+
+__all__ = ["CriticalRunner", "ReleaseControl", "RollbackPlan", "default_critical_runner"]
