@@ -106,6 +106,18 @@ class _Input:
     path: Mapping[str, str]
     query: Mapping[str, str]
     raw_body: bytes | None = None
+    reviewing: Callable[[str], Gateway | None] = lambda release_id: None
+    """The gateway of a release release control serves beside this one (a candidate's proposal
+    is decided under its own release's rules), or None."""
+
+
+def _deciding_gateway(gw: Gateway, proposal: ProposalRecord, inp: _Input) -> Gateway:
+    """The gateway whose rules decide ``proposal``: this process's for its own release, the
+    proposal's release's while release control serves it (the store's records say which), else
+    this process's, which refuses another release's proposal (``wrong_release``)."""
+    if proposal.release == gw.registry.release:
+        return gw
+    return inp.reviewing(proposal.release) or gw
 
 
 @dataclass(frozen=True)
@@ -352,6 +364,7 @@ def _decided(outcome: ReviewOutcome) -> _Reply:
 
 def _approve(gw: Gateway, caller: Principal, inp: _Input) -> _Reply:
     proposal, _ = _visible_proposal(gw, caller, inp.path["proposal_id"], "approve")
+    gw = _deciding_gateway(gw, proposal, inp)
     digest = _fields(inp.raw_body, {"digest": str}, required=["digest"])["digest"]
     if not digest.strip():
         raise _Refusal(422, "invalid_body", "digest must be the proposal digest you reviewed")
@@ -364,6 +377,7 @@ def _approve(gw: Gateway, caller: Principal, inp: _Input) -> _Reply:
 
 def _reject(gw: Gateway, caller: Principal, inp: _Input) -> _Reply:
     proposal, _ = _visible_proposal(gw, caller, inp.path["proposal_id"], "reject")
+    gw = _deciding_gateway(gw, proposal, inp)
     reason = _fields(inp.raw_body, {"reason": str}, required=[]).get("reason", "")
     try:  # an empty reason is refused (and audited) by decide itself
         outcome = decide(gw, proposal.proposal_id, caller, "reject", reason=reason)
@@ -374,6 +388,7 @@ def _reject(gw: Gateway, caller: Principal, inp: _Input) -> _Reply:
 
 def _edit(gw: Gateway, caller: Principal, inp: _Input) -> _Reply:
     proposal, _ = _visible_proposal(gw, caller, inp.path["proposal_id"], "edit")
+    gw = _deciding_gateway(gw, proposal, inp)
     body = _fields(inp.raw_body, {"arguments": dict, "tool": str}, required=["arguments"])
     spec = gw.registry.get(proposal.tool)
     if spec is None or not caller.roles & spec.approval.roles:
@@ -498,12 +513,20 @@ async def _wake_quietly(thread_id: str) -> bool:
         return False
 
 
-async def _serve(request: Request, gateway: Callable[[], Gateway], view: View, *, body: bool) -> Response:
+async def _serve(
+    request: Request,
+    gateway: Callable[[], Gateway],
+    view: View,
+    *,
+    body: bool,
+    reviewing: Callable[[str], Gateway | None],
+) -> Response:
     try:
         inp = _Input(
             path=dict(request.path_params),
             query=dict(request.query_params),
             raw_body=await _read_body(request) if body else None,
+            reviewing=reviewing,
         )
         gw = await run_in_threadpool(gateway)
         reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp)
@@ -646,6 +669,14 @@ def _server_gateway() -> Gateway:
     return server_parts().gateway
 
 
+def _server_reviewing_gateway(release_id: str) -> Gateway | None:
+    """The server's gateway of ``release_id`` while release control serves that release."""
+    from toolgate.graph.server import server_parts
+
+    router = server_parts().router
+    return router.reviewing_gateway(release_id) if router is not None else None
+
+
 def _console_file(name: str, media_type: str) -> Callable[[Request], Any]:
     async def serve(request: Request) -> Response:
         return FileResponse(CONSOLE_DIR / name, media_type=media_type, headers=_CONSOLE_HEADERS)
@@ -662,15 +693,18 @@ async def _console_slash(request: Request) -> Response:
 def create_app(
     gateway: Callable[[], Gateway] = _server_gateway,
     *,
+    reviewing: Callable[[str], Gateway | None] = _server_reviewing_gateway,
     waker_interval_s: float | None = WAKER_INTERVAL_S,
     langgraph_client: Callable[[], Any] = _langgraph_client,
 ) -> Starlette:
     """The approval API and console over the gateway ``gateway()`` returns (called per request;
-    it must be cheap after the first call). ``waker_interval_s=None`` runs no background waker."""
+    it must be cheap after the first call). ``reviewing(release_id)`` gives the gateway of another
+    release release control serves (decisions on its proposals use its rules), or None.
+    ``waker_interval_s=None`` runs no background waker."""
 
     def api(path: str, view: View, method: str = "GET") -> BaseRoute:
         async def endpoint(request: Request) -> Response:
-            return await _serve(request, gateway, view, body=method == "POST")
+            return await _serve(request, gateway, view, body=method == "POST", reviewing=reviewing)
 
         return Route(path, endpoint, methods=[method], name=view.__name__.strip("_"))
 

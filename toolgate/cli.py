@@ -215,7 +215,7 @@ def edit(
     if not isinstance(edited, dict):
         raise ApprovalError("malformed_arguments", "--args must be one JSON object")
     created = edit_proposal(
-        application.gateway,
+        application.gateway_for_proposal(proposal_id),  # judged by the release that proposed it
         proposal_id,
         reviewer,
         tool=tool or original.tool,
