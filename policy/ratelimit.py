@@ -23,28 +23,27 @@ class InboundRateLimiter:
     store: Store
     limits: RateLimits
 
-    def _hit(self, bucket: str, limit: RateLimit) -> bool:
-        return self.store.increment_counter(bucket, limit.window_s) <= limit.limit
+    def _windows(self, principal: Principal, tool: str) -> list[tuple[str, RateLimit]]:
+        limits = self.limits
+        windows = [
+            (f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool),
+            (f"t:{principal.tenant_id}", limits.per_tenant),
+        ]
+        return [(bucket, limit) for bucket, limit in windows if limit]
 
     def check(self, principal: Principal, tool: str) -> Rejection | None:
-        """Refuse with ``rate_limited`` when the principal-tool or tenant window is full."""
-        limits = self.limits
-        if limits.per_principal_tool and not self._hit(
-            f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool
-        ):
-            return _limited(limits.per_principal_tool)
-        if limits.per_tenant and not self._hit(f"t:{principal.tenant_id}", limits.per_tenant):
-            return _limited(limits.per_tenant)
-        return None
+        """Refuse with ``rate_limited`` when the principal-tool or tenant window is full (both
+        counted in one store transaction; a call refused by the first is not counted by the second)."""
+        windows = self._windows(principal, tool)
+        if not windows:
+            return None
+        full = self.store.count_hits([(bucket, limit.window_s, limit.limit) for bucket, limit in windows])
+        return None if full is None else _limited(windows[full][1])
 
     def peek(self, principal: Principal, tool: str) -> Rejection | None:
         """What `check` would answer, counting nothing (the shadow judge of a candidate release)."""
-        limits = self.limits
-        for bucket, limit in (
-            (f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool),
-            (f"t:{principal.tenant_id}", limits.per_tenant),
-        ):
-            if limit and self.store.counter_value(bucket, limit.window_s) + 1 > limit.limit:
+        for bucket, limit in self._windows(principal, tool):
+            if self.store.counter_value(bucket, limit.window_s) + 1 > limit.limit:
                 return _limited(limit)
         return None
 

@@ -444,14 +444,26 @@ class SqlStore(IdentityRows, Store, abc.ABC):
 
     def increment_counter(self, bucket: str, window_s: int) -> int:
         with self.transaction() as tx:
+            return self._hit(tx, parse_iso(self._tx_now(tx)).timestamp(), bucket, window_s)
+
+    def count_hits(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        with self.transaction() as tx:
             moment = parse_iso(self._tx_now(tx)).timestamp()
-            window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
-            rows = tx.execute(
-                "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 1)"
-                " ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1"
-                " RETURNING count",
-                (bucket, window_start),
-            )
+            for index, (bucket, window_s, limit) in enumerate(hits):
+                if self._hit(tx, moment, bucket, window_s) > limit:
+                    return index
+        return None
+
+    @staticmethod
+    def _hit(tx: Tx, moment: float, bucket: str, window_s: int) -> int:
+        """One atomic upsert of ``bucket``'s count in the window holding ``moment``."""
+        window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
+        rows = tx.execute(
+            "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 1)"
+            " ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1"
+            " RETURNING count",
+            (bucket, window_start),
+        )
         return int(rows[0]["count"])
 
     def counter_value(self, bucket: str, window_s: int) -> int:

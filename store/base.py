@@ -179,6 +179,15 @@ class Store(abc.ABC):
         """Atomically count one hit in ``bucket`` for the current ``window_s``-second window of the
         store's clock; returns the new count (all processes)."""
 
+    def count_hits(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        """Count one hit in each ``(bucket, window_s, limit)`` in order, stopping at the first whose
+        new count exceeds its limit: its index, or None when every hit fit. Backends do it in one
+        transaction (a call's limits cost one commit, not one per limit)."""
+        for index, (bucket, window_s, limit) in enumerate(hits):
+            if self.increment_counter(bucket, window_s) > limit:
+                return index
+        return None
+
     def counter_value(self, bucket: str, window_s: int) -> int:
         """The count in ``bucket`` for the current window, counting nothing (a shadow judge peeks
         at rate limits without spending them)."""

@@ -172,3 +172,25 @@ def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
     assert len(events) == 40
     assert events[0].prev_hash == GENESIS_HASH
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
+
+
+def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transactions: list[bool] = []
+    real = store.transaction
+
+    def counted(*, write: bool = True):  # type: ignore[no-untyped-def]
+        transactions.append(write)
+        return real(write=write)
+
+    monkeypatch.setattr(store, "transaction", counted)
+    window = 10**9  # one fixed window for the whole test: no boundary can fall between the calls
+    hits = [("pt:acme:ada:tool", window, 2), ("t:acme", window, 1)]
+    assert store.count_hits(hits) is None
+    assert transactions == [True]  # both limits, one commit
+    assert store.count_hits(hits) == 1  # the tenant window is full
+    assert store.count_hits(hits) == 0  # the principal window is full: the tenant's is not counted
+    monkeypatch.setattr(store, "transaction", real)
+    assert store.counter_value("pt:acme:ada:tool", window) == 3
+    assert store.counter_value("t:acme", window) == 2

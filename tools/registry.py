@@ -10,7 +10,9 @@ the real name before anything is proposed, audited or answered.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +100,7 @@ class Registry:
     def openai_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """OpenAI tool definitions for ``specs`` under their wire names (strict where the arguments
         allow it, see `toolgate.tools.schema_export.exported_parameters`)."""
-        return [openai_tool(s.wire_name, s.description, s.args_model) for s in specs]
+        return [copy.deepcopy(_openai_definition(s.wire_name, s.description, s.args_model)) for s in specs]
 
     def anthropic_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """Anthropic tool definitions for ``specs`` under their wire names."""
@@ -107,6 +109,14 @@ class Registry:
     def structured_tools(self) -> list[StructuredTool]:
         """Every tool as a LangChain StructuredTool bound to its Pydantic schema."""
         return [to_structured_tool(s) for _, s in sorted(self.tools.items())]
+
+
+@functools.lru_cache(maxsize=4096)
+def _openai_definition(wire_name: str, description: str, args_model: type[Any]) -> dict[str, Any]:
+    """A tool's exported definition, built once per process: the model node asks for it on every
+    turn, and its schema never changes while the process runs (a spec's argument model is fixed).
+    Callers get a deep copy, so the cached value is never mutated."""
+    return openai_tool(wire_name, description, args_model)
 
 
 __all__ = ["DEFAULT_RELEASE", "REFUND_RELEASE", "WIDE_RELEASE", "Registry"]
