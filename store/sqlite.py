@@ -1,8 +1,10 @@
 """The embedded default backend: one SQLite file under the data directory.
 
-A fresh connection per unit of work (cheap for SQLite) keeps the store safe across threads;
-WAL mode plus ``BEGIN IMMEDIATE`` for writes makes each write transaction take the database's
-single writer lock up front, so conditional updates are atomic across processes too.
+Each unit of work borrows an idle connection from the store's small pool (opening one, with its
+PRAGMAs, costs more than the transaction it serves) and gives it back; one that failed is closed,
+and a forked child never uses its parent's. WAL mode plus ``BEGIN IMMEDIATE`` for writes makes
+each write transaction take the database's single writer lock up front, so conditional updates
+are atomic across processes too.
 
 Every process using an SQLite file runs on the same host, so the store's clock is the host's
 clock, read in one place (`SQLiteStore.now`).
@@ -10,7 +12,9 @@ clock, read in one place (`SQLiteStore.now`).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -53,6 +57,27 @@ class SQLiteStore(SqlStore):
         self.read_only = read_only
         self._busy_timeout_ms = busy_timeout_ms
         self._wal_ready = False
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_pid = os.getpid()
+        self._idle_lock = threading.Lock()
+
+    MAX_IDLE = 8
+    """Idle connections kept for reuse (more concurrent units of work open their own)."""
+
+    def _checkout(self) -> sqlite3.Connection:
+        with self._idle_lock:
+            if self._idle_pid != os.getpid():  # a forked child: the parent's connections are not ours
+                self._idle, self._idle_pid = [], os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _checkin(self, conn: sqlite3.Connection, *, reusable: bool) -> None:
+        with self._idle_lock:
+            if reusable and self._idle_pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
@@ -62,10 +87,13 @@ class SQLiteStore(SqlStore):
                 uri=True,
                 timeout=self._busy_timeout_ms / 1000,
                 isolation_level=None,
+                check_same_thread=False,
             )
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            )
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -87,9 +115,10 @@ class SQLiteStore(SqlStore):
             raise StoreError(f"the store {self.path} was opened read-only")
         self._ensure_ready()
         try:
-            conn = self._connect()
+            conn = self._checkout()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite store {self.path}: {exc}") from exc
+        reusable = False
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
@@ -98,10 +127,12 @@ class SQLiteStore(SqlStore):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            reusable = True
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store error: {exc}") from exc
         finally:
-            conn.close()
+            # only a connection whose transaction committed goes back: anything else may hold state
+            self._checkin(conn, reusable=reusable and not conn.in_transaction)
 
     def _lock_audit_chain(self, tx: Tx) -> None:
         """BEGIN IMMEDIATE already holds SQLite's single writer lock."""
@@ -114,7 +145,12 @@ class SQLiteStore(SqlStore):
             tx.execute(statement)
 
     def close(self) -> None:
-        """Connections are per unit of work; nothing stays open."""
+        """Close the idle connections. A unit of work still running gives its connection back
+        when it ends, so close a store once nothing uses it."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 __all__ = ["SQLiteStore"]

@@ -1,0 +1,103 @@
+"""The SQLite store reuses its connections: one open per idle slot, not one per unit of work.
+
+A connection goes back to the pool only after its transaction committed; a failed one is closed.
+A forked child never uses its parent's connections. Threads share the pool safely.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolgate.store import SQLiteStore
+from toolgate.store import sqlite as sqlite_module
+
+KEY = b"k" * 32
+
+
+@pytest.fixture
+def connects(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    opened: list[int] = []
+    real = sqlite3.connect
+
+    def counting(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sqlite_module.sqlite3, "connect", counting)
+    return opened
+
+
+def test_sequential_units_of_work_reuse_one_connection(tmp_path: Path, connects: list[int]) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite", key=KEY)
+    store.setup()
+    before = len(connects)
+    for _ in range(50):
+        store.increment_counter("b", 10**9)
+    assert len(connects) - before <= 1
+    assert store.counter_value("b", 10**9) == 50
+    store.close()
+
+
+def test_a_failed_transaction_closes_its_connection(tmp_path: Path, connects: list[int]) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite", key=KEY)
+    store.setup()
+    with store.transaction() as tx:
+        tx.execute("SELECT 1")
+    before = len(connects)
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES ('x', 'w', 1)")
+        raise RuntimeError("boom")
+    with store.transaction(write=False) as tx:
+        assert tx.one("SELECT count(*) AS n FROM rate_counters WHERE bucket = 'x'") == {"n": 0}
+    assert len(connects) - before == 1  # the failed one was not given back
+    store.close()
+
+
+def _child(path: str, queue: Any) -> None:
+    store = SQLiteStore(path, key=KEY)
+    queue.put(store.increment_counter("forked", 10**9))
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite", key=KEY)
+    store.setup()
+    store.increment_counter("forked", 10**9)  # the parent now holds an idle connection
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(str(store.path), queue))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and queue.get(timeout=10) == 2
+    assert store.increment_counter("forked", 10**9) == 3  # the parent's connection still works
+    store.close()
+
+
+def test_threads_share_the_pool_without_losing_a_write(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.sqlite", key=KEY)
+    store.setup()
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            start.wait(30)
+            for _ in range(25):
+                store.increment_counter("shared", 10**9)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert store.counter_value("shared", 10**9) == 200
+    assert len(store._idle) <= SQLiteStore.MAX_IDLE
+    store.close()
