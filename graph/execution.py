@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -53,6 +55,31 @@ class Delivery:
     reason: str = ""
 
 
+class ProposalCache:
+    """A bounded map of proposals by id. Proposals are immutable once stored (database triggers
+    refuse any change), so a copy read once stays right; approvals, operations and identities are
+    never cached."""
+
+    SIZE = 2048
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, ProposalRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, proposal_id: str) -> ProposalRecord | None:
+        with self._lock:
+            found = self._items.get(proposal_id)
+            if found is not None:
+                self._items.move_to_end(proposal_id)
+            return found
+
+    def put(self, proposal: ProposalRecord) -> None:
+        with self._lock:
+            self._items[proposal.proposal_id] = proposal
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+
+
 @dataclass(frozen=True)
 class Executor:
     """Executes reads and approved writes for one release."""
@@ -68,6 +95,19 @@ class Executor:
     """Handlers of this process still running past their timeout (never delivered again meanwhile)."""
     clock: Clock = SYSTEM_CLOCK
     """The process clock handler deadlines are set by (handlers check them against the same one)."""
+    proposals: ProposalCache = field(default_factory=lambda: ProposalCache(), compare=False, repr=False)
+    """Proposals already read (immutable once stored): a delivery reads its proposal once."""
+
+    def proposal(self, proposal_id: str | None) -> ProposalRecord | None:
+        """The stored proposal ``proposal_id`` (read from the store once per process)."""
+        if not proposal_id:
+            return None
+        found = self.proposals.get(proposal_id)
+        if found is None:
+            found = self.store.get_proposal(proposal_id)
+            if found is not None:
+                self.proposals.put(found)
+        return found
 
     # ---- reads -------------------------------------------------------------------------
 
@@ -111,7 +151,7 @@ class Executor:
         """Move a pending or approved operation past its proposal's expiry to ``expired``."""
         if op.status not in ("pending_approval", "approved") or op.proposal_id is None:
             return op
-        proposal = self.store.get_proposal(op.proposal_id)
+        proposal = self.proposal(op.proposal_id)
         if proposal is None or self.store.now() < parse_iso(proposal.expires_at):
             return op
         try:
@@ -230,7 +270,7 @@ class Executor:
         spec = self.registry.get(op.tool)
         if spec is None or op.proposal_id is None:
             return f"tool {op.tool!r} is not in release {self.registry.release}"
-        proposal = self.store.get_proposal(op.proposal_id)
+        proposal = self.proposal(op.proposal_id)
         if proposal is None:
             return "proposal missing"
         verdict = verify_for_execution(
@@ -285,7 +325,7 @@ class Executor:
     ) -> Delivery:
         spec = self.registry.get(op.tool)
         assert spec is not None and op.proposal_id is not None
-        proposal = self.store.get_proposal(op.proposal_id)
+        proposal = self.proposal(op.proposal_id)
         assert proposal is not None
         common: dict[str, Any] = {
             "operation_key": op.operation_key,

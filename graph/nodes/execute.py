@@ -156,7 +156,7 @@ def write_refusal(
 
     The operation and its proposal are read from the store: they must be this call's, proposed in
     this thread, for this tenant and requester."""
-    proposal = gw.store.get_proposal(record.get("proposal_id", ""))
+    proposal = gw.executor.proposal(record.get("proposal_id", ""))
     if (
         spec is None
         or not spec.is_write
