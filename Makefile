@@ -11,6 +11,7 @@ ifndef PYTHON
 PYTHON      := $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 endif
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 TYPECHECK_DIR := .build/typecheck
 
 .PHONY: venv demo serve test lint typecheck check wheel-check bench clean
@@ -67,6 +68,6 @@ clean:
 	rm -rf $(VENV) .build .toolgate .langgraph_api dist build *.egg-info
 
 # bench: measured benchmarks (ratios within one run), written to bench/results/
+# (BENCH_ARGS=--full for more rounds; the PostgreSQL ones run on a throwaway server)
 bench: $(STAMP)
-	$(BIN)/python bench/lab6_breaker.py
-	$(BIN)/python bench/hostile_turn.py
+	PYTHON="$(BIN)/python" BENCH_ARGS="$(BENCH_ARGS)" bash scripts/with-postgres.sh bash bench/run_all.sh

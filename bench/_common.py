@@ -1,0 +1,361 @@
+"""Shared benchmark machinery: alternated rounds, medians and spread, counters, results and plots.
+
+Every figure a benchmark reports is a ratio against a baseline measured in the same run: rounds
+alternate (baseline, toolgate, baseline, ...), so load on the machine hits both sides alike, and
+medians with their spread (min, max, quartiles) are reported, never a single absolute time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import secrets
+import sqlite3
+import statistics
+import time
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PG_ENV = ("TOOLGATE_BENCH_PG_URL", "TOOLGATE_TEST_PG_URL")
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", message=".*create_react_agent.*")
+
+
+def arguments(description: str, quick: int, full: int) -> argparse.Namespace:
+    """``--quick`` (default) or ``--full`` rounds; ``--rounds N`` overrides both."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--full", action="store_true", help=f"{full} rounds instead of {quick}")
+    parser.add_argument("--quick", action="store_true", help=f"{quick} rounds (the default)")
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args()
+    args.rounds = args.rounds or (full if args.full else quick)
+    return args
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+
+def spread(samples: Sequence[float]) -> dict[str, float]:
+    """Median, min, max and quartiles of ``samples``."""
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "q1": q[0],
+        "q3": q[2],
+        "n": len(ordered),
+    }
+
+
+def ratio(subject: Sequence[float], baseline: Sequence[float]) -> dict[str, float]:
+    """Ratio of medians, plus the spread of the paired per-round ratios."""
+    paired = [s / b for s, b in zip(subject, baseline, strict=False) if b > 0]
+    per_round = spread(paired)
+    return {
+        "ratio": statistics.median(subject) / statistics.median(baseline),
+        "round_min": per_round["min"],
+        "round_max": per_round["max"],
+        "round_q1": per_round["q1"],
+        "round_q3": per_round["q3"],
+    }
+
+
+def alternate(
+    rounds: int, contenders: Mapping[str, Callable[[int], float]], *, warmup: int = 1
+) -> dict[str, list[float]]:
+    """Run each contender once per round, in the given order (baseline first), ``rounds`` times.
+
+    Each callable gets the round number (negative for warm-up rounds) and returns seconds."""
+    for n in range(warmup):
+        for run in contenders.values():
+            run(-1 - n)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for n in range(rounds):
+        for name, run in contenders.items():
+            samples[name].append(run(n))
+    return samples
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds ``fn`` took."""
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+# ---- counting ---------------------------------------------------------------------------------
+
+
+class StoreCounter:
+    """Counts a store's units of work at the Python level (cheap: one wrapper per call).
+
+    ``write_tx`` are committed write transactions (commits), ``read_tx`` read-only ones,
+    ``audit`` the audit appends among the write transactions, ``connections`` new SQLite
+    connections (PostgreSQL uses a pool: ``connections`` there is pool checkouts = transactions),
+    ``statements`` statements sent through the store's transaction objects."""
+
+    def __init__(self, store: Any) -> None:
+        self.counts: Counter[str] = Counter()
+        self.store = store
+        original_tx = store.transaction
+        original_audit = store.append_audit
+        counts = self.counts
+
+        @contextlib.contextmanager
+        def transaction(*, write: bool = True) -> Iterator[Any]:
+            with original_tx(write=write) as tx:
+                inner = tx.execute
+
+                def execute(sql: str, params: Sequence[Any] = ()) -> Any:
+                    counts["statements"] += 1
+                    return inner(sql, params)
+
+                tx.execute = execute
+                yield tx
+            counts["write_tx" if write else "read_tx"] += 1
+
+        def append_audit(event: Any) -> Any:
+            counts["audit"] += 1
+            return original_audit(event)
+
+        store.transaction = transaction
+        store.append_audit = append_audit
+        if hasattr(store, "_connect"):
+            original_connect = store._connect
+
+            def connect() -> Any:
+                counts["connections"] += 1
+                return original_connect()
+
+            store._connect = connect
+
+    def snapshot(self) -> Counter[str]:
+        return Counter(self.counts)
+
+
+class SaverCounter:
+    """Counts checkpoint commits: every ``put`` and ``put_writes`` of a saver commits once."""
+
+    def __init__(self, saver: Any) -> None:
+        self.counts: Counter[str] = Counter()
+        counts = self.counts
+        put, put_writes = saver.put, saver.put_writes
+
+        def counted_put(*a: Any, **k: Any) -> Any:
+            counts["checkpoint_put"] += 1
+            return put(*a, **k)
+
+        def counted_writes(*a: Any, **k: Any) -> Any:
+            counts["checkpoint_writes"] += 1
+            return put_writes(*a, **k)
+
+        saver.put = counted_put
+        saver.put_writes = counted_writes
+
+    def snapshot(self) -> Counter[str]:
+        return Counter(self.counts)
+
+
+def delta(after: Counter[str], before: Counter[str]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in sorted(set(after) | set(before))}
+
+
+# ---- stores, savers, the demo -----------------------------------------------------------------
+
+
+def pg_url() -> str | None:
+    """The PostgreSQL server to benchmark on, when one is configured."""
+    for name in PG_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+@contextlib.contextmanager
+def fresh_pg_database(url: str) -> Iterator[str]:
+    """A new empty database on ``url``'s server for one benchmark (dropped afterwards)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    info = conninfo_to_dict(url)
+    info["dbname"] = name
+    try:
+        yield make_conninfo(**info)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def open_store(kind: str, where: str, *, key: bytes, max_size: int = 10) -> Any:
+    """A toolgate store: ``where`` is a file path (sqlite) or a URL (postgres)."""
+    from toolgate.store import PostgresStore, SQLiteStore
+
+    if kind == "sqlite":
+        return SQLiteStore(Path(where), key=key)
+    return PostgresStore(where, key=key, max_size=max_size)
+
+
+@contextlib.contextmanager
+def open_saver(kind: str, where: str) -> Iterator[Any]:
+    """A LangGraph checkpointer of ``kind``: SqliteSaver on a file, or PostgresSaver on a URL."""
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(where, check_same_thread=False)
+        saver = SqliteSaver(conn)
+        saver.setup()
+        try:
+            yield saver
+        finally:
+            conn.close()
+    else:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(where) as saver:
+            saver.setup()
+            yield saver
+
+
+def bench_policy(release: str) -> Any:
+    """The release's policy with rate limits raised out of reach: the limiter still runs (and
+    costs what it costs) but never refuses the benchmark's repeated calls."""
+    from toolgate.policy.rules import RateLimit, RateLimits
+    from toolgate.tools.demo.release import DEMO_RELEASES
+
+    policy = DEMO_RELEASES[release].policy
+    huge = RateLimit(limit=10**9, window_s=60)
+    return replace(policy, rate_limits=RateLimits(per_principal_tool=huge, per_tenant=huge))
+
+
+class Demo:
+    """toolgate's demo on one store, wired like the test harness (``tests/support.py``)."""
+
+    def __init__(self, store: Any) -> None:
+        from toolgate.bootstrap import initialize_store
+        from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
+        from toolgate.policy.identities import IdentityDirectory
+        from toolgate.tools import REFUND_RELEASE, Registry
+        from toolgate.tools.demo import DemoSystem, demo_specs
+        from toolgate.tools.demo.release import DEMO_RELEASES
+
+        initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+        seed_demo_identities(IdentityDirectory(store))
+        self.store = store
+        self.system = DemoSystem(store)
+        self.registry = Registry.of(REFUND_RELEASE, demo_specs(self.system), self.system)
+        self.policy = bench_policy(REFUND_RELEASE)
+        self.principals = demo_principals()
+
+    def gateway(self, model: Any) -> Any:
+        from toolgate.graph import build_gateway
+
+        return build_gateway(model=model, registry=self.registry, policy=self.policy, store=self.store)
+
+    def graph(self, model: Any, saver: Any) -> Any:
+        from toolgate.graph import build_graph
+
+        return build_graph(gateway=self.gateway(model), checkpointer=saver)
+
+    def context(self, user: str = "cust-ada", **knobs: Any) -> Any:
+        from toolgate.graph import Context
+
+        return Context(principal=self.principals[user], **knobs)
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+
+def verdict(measured: float, target: float) -> str:
+    return "met" if measured <= target else "NOT met"
+
+
+def print_table(title: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A plain-text table of ``rows`` (all rows share the first row's keys)."""
+    if not rows:
+        print(f"{title}: no rows")
+        return
+    columns = list(rows[0])
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print(f"\n== {title}")
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return "" if value is None else str(value)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def write_results(name: str, result: Mapping[str, Any]) -> Path:
+    """``bench/results/<name>.json`` with the machine facts alongside."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    body = {"benchmark": name, "machine": machine(), **result}
+    path.write_text(json.dumps(body, indent=2, default=_json) + "\n", encoding="utf-8")
+    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    return path
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)
+    return str(value)
+
+
+def plot(name: str, draw: Callable[[Any], None], *, title: str) -> Path:
+    """``bench/results/<name>.png`` drawn by ``draw(axes)`` (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    draw(axes)
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    path = RESULTS / f"{name}.png"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    return path
+
+
+def boxplot(axes: Any, samples: Mapping[str, Sequence[float]], *, ylabel: str, scale: float = 1000.0) -> None:
+    """Box plot of per-round times (milliseconds by default)."""
+    names = list(samples)
+    axes.boxplot([[s * scale for s in samples[n]] for n in names], showfliers=True)
+    axes.set_xticks(range(1, len(names) + 1), names, rotation=15, fontsize=8)
+    axes.set_ylabel(ylabel)

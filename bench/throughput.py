@@ -1,0 +1,228 @@
+"""Throughput: distinct approved operations per second for 1, 2, 4 and 8 worker processes.
+
+PostgreSQL only. Each round prepares approved ``restart_service`` operations (proposal stored,
+omar approves; outside the timing), then starts N worker processes that each build their own
+store and gateway and, from a start signal, take operation keys from a shared queue. Every key is
+queued twice, so workers race for the same operations as a redundant fleet would. Contenders,
+alternated per round with fresh operations each:
+
+- ``claim``: the claim step alone, `Store.claim(key, owner, lease_s)` (the baseline);
+- ``deliver``: `Executor.deliver(key, worker_id=...)`: claim, handler, outcome, audit.
+
+Duplicate check after every deliver round: each operation succeeded, exactly one downstream
+restart request per operation (none executed twice), none lost. Each claim round: exactly one
+winning claim per operation.
+
+Run: ``scripts/with-postgres.sh .venv/bin/python bench/throughput.py [--full]``
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from typing import Any
+
+from _common import (  # bench/ is on sys.path when run as a script
+    Demo,
+    fresh_pg_database,
+    new_key,
+    open_store,
+    pg_url,
+    plot,
+    print_table,
+    write_results,
+)
+
+WORKERS = (1, 2, 4, 8)
+TARGET = 0.5
+
+
+def worker(kind: str, url: str, key: bytes, queue: Any, ready: Any, go: Any, out: Any, name: str) -> None:
+    from toolgate.testing import ScriptedChatModel
+
+    store = open_store("postgres", url, key=key, max_size=2)
+    demo = Demo.__new__(Demo)  # no setup: the parent initialised the store
+    from toolgate.tools import REFUND_RELEASE, Registry
+    from toolgate.tools.demo import DemoSystem, demo_specs
+
+    system = DemoSystem(store)
+    demo.store, demo.system = store, system
+    demo.registry = Registry.of(REFUND_RELEASE, demo_specs(system), system)
+    from _common import bench_policy
+
+    demo.policy = bench_policy(REFUND_RELEASE)
+    gw = demo.gateway(ScriptedChatModel(responses=[]))
+    store.get_operation("warm-up")  # opens the pool
+    ready.set()
+    go.wait()
+    won = 0
+    started = time.time()
+    while True:
+        op = queue.get()
+        if op is None:
+            break
+        if kind == "claim":
+            won += store.claim(op, name, 60.0) is not None
+        else:
+            won += gw.executor.deliver(op, worker_id=name, wait_s=60).claim == "ACQUIRED"
+    out.put((started, time.time(), won))
+    store.close()
+
+
+def prepare(demo: Demo, gw: Any, count: int, tag: str) -> list[str]:
+    from toolgate.graph.proposals import draft_proposal, store_proposal
+    from toolgate.graph.review import decide
+
+    spec = demo.registry.tools["restart_service"]
+    keys = []
+    for n in range(count):
+        draft = draft_proposal(
+            gw,
+            spec,
+            tenant_id="acme",
+            requester_id="sam",
+            thread_id=f"t-{tag}",
+            call_id=f"c{n}",
+            arguments={"service_alias": "web", "reason": f"bench {tag} {n}"},
+        )
+        proposal, _, _ = store_proposal(gw, spec, draft, actor="sam")
+        decide(gw, proposal.proposal_id, demo.principals["omar"], "approve")
+        keys.append(proposal.operation_key)
+    return keys
+
+
+def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) -> tuple[float, int]:
+    ctx = mp.get_context("spawn")
+    queue, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    readies = [ctx.Event() for _ in range(workers)]
+    procs = [
+        ctx.Process(target=worker, args=(kind, url, key, queue, readies[i], go, out, f"{kind}-w{i}"))
+        for i in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    for k in keys + keys:  # every operation is offered twice: workers race for it
+        queue.put(k)
+    for _ in procs:
+        queue.put(None)
+    for r in readies:
+        r.wait(120)
+    go.set()
+    reports = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(60)
+    wall = max(r[1] for r in reports) - min(r[0] for r in reports)
+    return len(keys) / wall, sum(r[2] for r in reports)
+
+
+def check_exactly_once(store: Any, keys: list[str]) -> dict[str, int]:
+    from toolgate.canonical import idempotency_key_for
+
+    statuses = [store.get_operation(k).status for k in keys]
+    with store.transaction(write=False) as tx:
+        requests = {
+            r["idempotency_key"]: int(r["n"])
+            for r in tx.execute(
+                "SELECT idempotency_key, COUNT(*) AS n FROM sor_restart_requests GROUP BY idempotency_key"
+            )
+        }
+    per_op = [requests.get(idempotency_key_for(k), 0) for k in keys]
+    return {
+        "succeeded": statuses.count("succeeded"),
+        "lost": sum(1 for n in per_op if n == 0),
+        "duplicates": sum(n - 1 for n in per_op if n > 1),
+    }
+
+
+def main() -> None:
+    from _common import arguments
+
+    args = arguments(__doc__.splitlines()[0], quick=2, full=5)
+    ops = 40 if not args.full else 100
+    url = pg_url()
+    if not url:
+        print(
+            "throughput: SKIPPED: needs PostgreSQL (set TOOLGATE_BENCH_PG_URL or run via scripts/with-postgres.sh)"
+        )
+        return
+    key = new_key()
+    rates: dict[int, dict[str, list[float]]] = {w: {"claim": [], "deliver": []} for w in WORKERS}
+    checks: list[dict[str, int]] = []
+    with fresh_pg_database(url) as db:
+        store = open_store("postgres", db, key=key)
+        demo = Demo(store)
+        from toolgate.testing import ScriptedChatModel
+
+        gw = demo.gateway(ScriptedChatModel(responses=[]))
+        for r in range(args.rounds):
+            for w in WORKERS:
+                for kind in ("claim", "deliver"):
+                    keys = prepare(demo, gw, ops, f"{kind}-{w}-{r}")
+                    rate, won = run_round(kind, db, key, keys, w)
+                    assert won == len(keys), f"{kind} x{w}: {won} winning claims for {len(keys)} operations"
+                    if kind == "deliver":
+                        check = check_exactly_once(store, keys)
+                        checks.append(check)
+                        assert check == {"succeeded": len(keys), "lost": 0, "duplicates": 0}, check
+                    rates[w][kind].append(rate)
+                    print(f"  round {r} workers={w} {kind}: {rate:.0f} ops/s", file=sys.stderr)
+        store.close()
+    rows = []
+    for w in WORKERS:
+        c, d = statistics.median(rates[w]["claim"]), statistics.median(rates[w]["deliver"])
+        rows.append(
+            {
+                "workers": w,
+                "deliver_ops_s": d,
+                "deliver_min-max": f"{min(rates[w]['deliver']):.0f}-{max(rates[w]['deliver']):.0f}",
+                "claim_only_ops_s": c,
+                "claim_min-max": f"{min(rates[w]['claim']):.0f}-{max(rates[w]['claim']):.0f}",
+                "ratio": d / c,
+            }
+        )
+    best = max(rows, key=lambda row: row["deliver_ops_s"])
+    best_ratio = best["deliver_ops_s"] / statistics.median(rates[best["workers"]]["claim"])
+    met = best_ratio >= TARGET and all(c["duplicates"] == 0 and c["lost"] == 0 for c in checks)
+    print_table(
+        f"throughput, PostgreSQL, {ops} operations per round (target: best deliver >= {TARGET}x claim-only, 0 dup, 0 lost)",
+        rows,
+    )
+    print(
+        f"best worker count {best['workers']}: ratio {best_ratio:.2f} (target >= {TARGET}) "
+        f"{'met' if met else 'NOT met'}; duplicates {sum(c['duplicates'] for c in checks)}, "
+        f"lost {sum(c['lost'] for c in checks)} over {len(checks)} deliver rounds"
+    )
+    write_results(
+        "throughput",
+        {
+            "operations_per_round": ops,
+            "rounds": args.rounds,
+            "target_ratio_at_best": TARGET,
+            "best_workers": best["workers"],
+            "best_ratio": best_ratio,
+            "met": met,
+            "rates_ops_s": rates,
+            "exactly_once_checks": checks,
+            "table": rows,
+        },
+    )
+
+    def draw(axes: Any) -> None:
+        for kind in ("claim", "deliver"):
+            med = [statistics.median(rates[w][kind]) for w in WORKERS]
+            lo = [med[i] - min(rates[w][kind]) for i, w in enumerate(WORKERS)]
+            hi = [max(rates[w][kind]) - med[i] for i, w in enumerate(WORKERS)]
+            axes.errorbar(WORKERS, med, yerr=[lo, hi], marker="o", capsize=4, label=kind)
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(WORKERS, [str(w) for w in WORKERS])
+        axes.set_xlabel("worker processes")
+        axes.set_ylabel("distinct operations per second (median, min-max)")
+        axes.legend()
+
+    plot("throughput", draw, title="Approved operations per second, PostgreSQL")
+
+
+if __name__ == "__main__":
+    main()
