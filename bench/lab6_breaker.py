@@ -55,7 +55,8 @@ def run(failure_threshold: int) -> dict[str, Any]:
             for s in demo_specs(system)
         ]
         responses = [
-            ai("", tool_call("lookup_order", {"order_id": f"O-55{12 + i % 3}"}, f"c{i}"))
+            # orders cust-ada owns: anyone else's is refused (not_owner) before the dead tool is reached
+            ai("", tool_call("lookup_order", {"order_id": ("O-5512", "O-5514")[i % 2]}, f"c{i}"))
             for i in range(CALLS)
         ]
         model = ScriptedChatModel(responses=[*responses, ai("Tracking is temporarily unavailable.")])
