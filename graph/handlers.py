@@ -11,25 +11,79 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 
+class _Worker:
+    """One daemon thread that runs handler calls handed to it, one at a time."""
+
+    def __init__(self, pool: _WorkerPool) -> None:
+        self.inbox: queue.SimpleQueue[
+            tuple[contextvars.Context, Callable[..., Any], tuple[Any, ...], Any]
+        ] = queue.SimpleQueue()
+        self._pool = pool
+        threading.Thread(target=self._loop, name="toolgate-handler", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            context, fn, args, future = self.inbox.get()
+            try:
+                future.set_result(context.run(fn, *args))
+            except BaseException as exc:  # handed to whoever waits on the future
+                future.set_exception(exc)
+            del context, fn, args, future  # nothing of this call outlives it in an idle worker
+            if not self._pool.give_back(self):
+                return
+
+
+class _WorkerPool:
+    """Daemon threads reused across handler calls: starting a thread per call costs more than
+    many reads. A call only ever goes to an idle worker (or a new one), never behind a busy one,
+    so a hung handler delays nothing else; daemon threads never hold up the process's exit; a
+    forked child starts with no workers (its parent's threads do not exist there)."""
+
+    MAX_IDLE = 16
+
+    def __init__(self) -> None:
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def worker(self) -> _Worker:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return _Worker(self)
+
+    def give_back(self, worker: _Worker) -> bool:
+        """Keep ``worker`` for the next call (False: enough are idle, it ends)."""
+        with self._lock:
+            if len(self._idle) < self.MAX_IDLE:
+                self._idle.append(worker)
+                return True
+        return False
+
+    def forget(self) -> None:
+        """After a fork: the idle workers are threads of the parent."""
+        self._idle = []
+        self._lock = threading.Lock()
+
+
+_POOL = _WorkerPool()
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
 def start(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-    """Run ``fn(*args)`` in a new daemon thread (a hung handler never blocks the process's exit)."""
+    """Run ``fn(*args)`` on an idle daemon worker thread (a new one when none is idle); a hung
+    handler never blocks the process's exit."""
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     future.set_running_or_notify_cancel()
     context = contextvars.copy_context()  # the caller's trace context follows the handler
-
-    def run() -> None:
-        try:
-            future.set_result(context.run(fn, *args))
-        except BaseException as exc:  # handed to whoever waits on the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="toolgate-handler", daemon=True).start()
+    _POOL.worker().inbox.put((context, fn, args, future))
     return future
 
 
