@@ -83,6 +83,14 @@ MIGRATIONS: tuple[Migration, ...] = (
 """Append-only, like the store's own list."""
 
 
+def signed_content(record: Any, kind: str) -> dict[str, Any]:
+    """What a release-control row's MAC covers: every field but ``authentic`` (set on read), and
+    the kind of row, so one row can never pass for another."""
+    data = asdict(record)
+    data.pop("authentic")
+    return {"kind": kind, **data}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReleasePointer:
     """Which release a configured release id resolves to: what `open_app` serves."""
@@ -108,9 +116,7 @@ class ReleasePointer:
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
-        data = asdict(self)
-        data.pop("authentic")
-        return {"kind": "pointer", **data}
+        return signed_content(self, "pointer")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,9 +159,7 @@ class Rollout:
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
-        data = asdict(self)
-        data.pop("authentic")
-        return {"kind": "rollout", **data}
+        return signed_content(self, "rollout")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,14 +178,7 @@ class ThreadPin:
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
-        return {
-            "kind": "pin",
-            "rollout_id": self.rollout_id,
-            "thread_id": self.thread_id,
-            "release": self.release,
-            "arm": self.arm,
-            "pinned_at": self.pinned_at,
-        }
+        return signed_content(self, "pin")
 
 
 @dataclass(frozen=True, kw_only=True)
