@@ -43,15 +43,16 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
     store = open_store("postgres", url, key=key, max_size=2)
     store.get_operation("warm-up")
     waited = 0.0
-    lock = store._lock_audit_chain
+    lock = store._chain_head
 
-    def timed_lock(tx: Any) -> None:
+    def timed_lock(tx: Any) -> tuple[str, str]:
         nonlocal waited
         started = time.perf_counter()
-        lock(tx)
+        head = lock(tx)
         waited += time.perf_counter() - started
+        return head
 
-    store._lock_audit_chain = timed_lock
+    store._chain_head = timed_lock
     ready.set()
     go.wait()
     started = time.time()

@@ -154,11 +154,7 @@ class Executor:
         proposal = self.proposal(op.proposal_id)
         if proposal is None or self.store.now() < parse_iso(proposal.expires_at):
             return op
-        try:
-            expired = self.store.transition(op.operation_key, op.status, "expired")
-        except InvalidTransitionError:
-            return self.store.get_operation(op.operation_key) or op
-        self.auditor.record(
+        event = self.auditor.event(
             "proposal.expired",
             "expired",
             operation_key=op.operation_key,
@@ -166,7 +162,10 @@ class Executor:
             tool=op.tool,
             handler_revision=proposal.handler_revision,
         )
-        return expired
+        try:
+            return self.store.transition(op.operation_key, op.status, "expired", audit=[event])
+        except InvalidTransitionError:
+            return self.store.get_operation(op.operation_key) or op
 
     def deliver(
         self,
@@ -221,9 +220,20 @@ class Executor:
                 )
             attempted = True
             try:
-                claimed = self.store.claim(operation_key, worker_id, lease_s)
+                common = self._audit_fields(op, call_id)
+                claimed = self.store.claim(
+                    operation_key,
+                    worker_id,
+                    lease_s,
+                    audit=[
+                        self.auditor.event(
+                            "operation.claimed", "acquired", detail={"worker": worker_id}, **common
+                        ),
+                        self.auditor.event("handler.started", "started", **common),
+                    ],
+                )
                 if claimed is not None:
-                    return self._execute(claimed, worker_id, call_id, breaker, lease_s)
+                    return self._execute(claimed, worker_id, common, breaker, lease_s)
             finally:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
             op = self.store.get_operation(operation_key) or op
@@ -315,19 +325,13 @@ class Executor:
             )
         return f"{refused.code}: {refused.message}"
 
-    def _execute(
-        self,
-        op: OperationRecord,
-        worker_id: str,
-        call_id: str | None,
-        breaker: CircuitBreaker,
-        lease_s: float,
-    ) -> Delivery:
+    def _audit_fields(self, op: OperationRecord, call_id: str | None) -> dict[str, Any]:
+        """The fields every event of one delivery of ``op`` carries (its tool and proposal are
+        known to exist: `_verify` passed)."""
         spec = self.registry.get(op.tool)
-        assert spec is not None and op.proposal_id is not None
         proposal = self.proposal(op.proposal_id)
-        assert proposal is not None
-        common: dict[str, Any] = {
+        assert spec is not None and proposal is not None
+        return {
             "operation_key": op.operation_key,
             "proposal_id": op.proposal_id,
             "tool": op.tool,
@@ -336,7 +340,21 @@ class Executor:
             "thread_id": proposal.thread_id,
             "trace_id": proposal.trace_id,
         }
-        self.auditor.record("operation.claimed", "acquired", detail={"worker": worker_id}, **common)
+
+    def _execute(
+        self,
+        op: OperationRecord,
+        worker_id: str,
+        common: dict[str, Any],
+        breaker: CircuitBreaker,
+        lease_s: float,
+    ) -> Delivery:
+        """Run the claimed operation's handler (``operation.claimed`` and ``handler.started`` were
+        appended with the claim) and persist its outcome with its audit events."""
+        spec = self.registry.get(op.tool)
+        assert spec is not None and op.proposal_id is not None
+        proposal = self.proposal(op.proposal_id)
+        assert proposal is not None
         ctx = HandlerContext(
             tenant_id=proposal.tenant_id,
             user_id=proposal.requester_id,
@@ -344,7 +362,6 @@ class Executor:
             idempotency_key=idempotency_key_for(op.operation_key),
             deadline=self.clock.now() + timedelta(seconds=spec.timeout_s),
         )
-        self.auditor.record("handler.started", "started", **common)
 
         def finish(
             status: OperationStatus,
@@ -353,14 +370,21 @@ class Executor:
             result: dict[str, Any] | None = None,
             error: dict[str, Any] | None = None,
         ) -> Delivery:
-            """Persist the outcome (conditional on still owning the claim), audit it, then answer."""
-            final = self.store.transition(
-                op.operation_key, "executing", status, result=result, error=error, owner=worker_id
-            )
+            """Persist the outcome with its audit events (conditional on still owning the claim),
+            then answer."""
             word = {"succeeded": "completed"}.get(status, status)
-            self.auditor.record("handler.finished", word, code=code, **common)
+            events = [self.auditor.event("handler.finished", word, code=code, **common)]
             if status == "succeeded":
-                self.auditor.record("operation.completed", "completed", **common)
+                events.append(self.auditor.event("operation.completed", "completed", **common))
+            final = self.store.transition(
+                op.operation_key,
+                "executing",
+                status,
+                result=result,
+                error=error,
+                owner=worker_id,
+                audit=events,
+            )
             reason = "outcome unknown; reconcile before any retry" if status == "unknown" else ""
             return Delivery(
                 operation_key=op.operation_key,
@@ -428,10 +452,16 @@ class Executor:
                 result = sanitize_result(future.result(), spec.result_model)
                 with contextlib.suppress(InvalidTransitionError):
                     self.store.transition(
-                        operation_key, "unknown", "succeeded", result=result, owner=worker_id
+                        operation_key,
+                        "unknown",
+                        "succeeded",
+                        result=result,
+                        owner=worker_id,
+                        audit=[
+                            self.auditor.event("handler.finished", "completed_late", **common),
+                            self.auditor.event("operation.completed", "completed", **common),
+                        ],
                     )
-                    self.auditor.record("handler.finished", "completed_late", **common)
-                    self.auditor.record("operation.completed", "completed", **common)
         except ToolExecutionError:
             pass  # the status check decides what happened
         finally:

@@ -9,7 +9,7 @@ from typing import Any
 from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.clock import iso
 from toolgate.graph.deps import Gateway
-from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.store.records import AuditEventIn, OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
 
 
@@ -61,30 +61,46 @@ def draft_proposal(
 
 
 def store_proposal(
-    gw: Gateway, spec: ToolSpec, draft: ProposalRecord, *, actor: str, audit: dict[str, Any] | None = None
+    gw: Gateway,
+    spec: ToolSpec,
+    draft: ProposalRecord,
+    *,
+    actor: str,
+    audit: dict[str, Any] | None = None,
+    accepted: AuditEventIn | None = None,
 ) -> tuple[ProposalRecord, OperationRecord, bool]:
-    """Insert (idempotently) and audit one proposal."""
-    stored, operation, created = gw.store.create_proposal(draft)
-    gw.auditor.record(
-        "proposal.created" if created else "proposal.reused",
-        "pending_approval" if created else operation.status,
-        user_id=actor,
-        call_id=stored.call_id,
-        proposal_id=stored.proposal_id,
-        operation_key=stored.operation_key,
-        tool=spec.name,
-        handler_revision=spec.handler_revision,
-        thread_id=stored.thread_id,
-        detail={
-            "digest": stored.digest,
-            "arguments_sha256": stored.arguments_sha256,
-            "risk": spec.risk,
-            "arguments": {k: stored.arguments[k] for k in sorted(spec.audit_fields) if k in stored.arguments},
-            "expires_at": stored.expires_at,
-            "supersedes": stored.supersedes,
-        },
-        **(audit or {}),
-    )
+    """Insert (idempotently) and audit one proposal: ``proposal.created`` (after ``accepted``, the
+    model call it came from, if any) commits with the proposal. A proposal already stored under the
+    same operation key is audited as ``proposal.reused`` on its own."""
+
+    def event(name: str, result: str, proposal: ProposalRecord) -> AuditEventIn:
+        return gw.auditor.event(
+            name,
+            result,
+            user_id=actor,
+            call_id=proposal.call_id,
+            proposal_id=proposal.proposal_id,
+            operation_key=proposal.operation_key,
+            tool=spec.name,
+            handler_revision=spec.handler_revision,
+            thread_id=proposal.thread_id,
+            detail={
+                "digest": proposal.digest,
+                "arguments_sha256": proposal.arguments_sha256,
+                "risk": spec.risk,
+                "arguments": {
+                    k: proposal.arguments[k] for k in sorted(spec.audit_fields) if k in proposal.arguments
+                },
+                "expires_at": proposal.expires_at,
+                "supersedes": proposal.supersedes,
+            },
+            **(audit or {}),
+        )
+
+    created_events = [*([accepted] if accepted else []), event("proposal.created", "pending_approval", draft)]
+    stored, operation, created = gw.store.create_proposal(draft, audit=created_events)
+    if not created:
+        gw.store.append_audit(event("proposal.reused", operation.status, stored))
     return stored, operation, created
 
 

@@ -10,15 +10,23 @@ is audited too.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from toolgate.clock import iso, new_id, parse_iso
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.deps import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
 from toolgate.policy.principal import Principal
-from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
+from toolgate.store.records import (
+    ApprovalRecord,
+    AuditEventIn,
+    OperationRecord,
+    OperationStatus,
+    ProposalRecord,
+    Settlement,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +98,32 @@ def decide(
             reason=reason.strip(),
             decided_at=iso(now),
         )
-        if not gw.store.record_decision(record):
+        # The verdict this decision completes, judged before it is stored: when it settles the
+        # proposal, the decision and the operation's change commit in one transaction.
+        settling = evaluate_decisions(
+            proposal,
+            spec.approval,
+            [*gw.executor.counted_decisions(proposal), dataclasses.replace(record, authentic=True)],
+        )
+        recorded_event = gw.auditor.event(
+            "approval.recorded",
+            decision,
+            user_id=reviewer.user_id,
+            detail={"digest": proposal.digest, "roles": sorted(reviewer.roles), "reason": record.reason},
+            **common,
+        )
+        settle = (
+            Settlement(
+                operation_key=proposal.operation_key,
+                from_status="pending_approval",
+                to_status="approved" if settling.status == "approved" else "rejected",
+                audit=[settled_event(gw, settling, reviewer, common)],
+            )
+            if settling.status in ("approved", "rejected")
+            else None
+        )
+        recorded, settled = gw.store.record_and_settle(record, audit=[recorded_event], settle=settle)
+        if not recorded:
             raise ApprovalError("already_decided", "this reviewer already decided this proposal")
     except ApprovalError as exc:
         gw.auditor.record(
@@ -102,29 +135,36 @@ def decide(
             **common,
         )
         raise
-    gw.auditor.record(
-        "approval.recorded",
-        decision,
-        user_id=reviewer.user_id,
-        detail={"digest": proposal.digest, "roles": sorted(reviewer.roles), "reason": record.reason},
-        **common,
-    )
+    if settled is not None:
+        return ReviewOutcome(proposal=proposal, operation=settled, verdict=settling, record=record)
+    # Not settled with the decision (it does not complete the verdict, another decision settled
+    # the proposal first, or a rejection is on record): judge every decision stored by now.
     verdict = evaluate_decisions(proposal, spec.approval, gw.executor.counted_decisions(proposal))
     if verdict.status in ("approved", "rejected"):
         target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:
-            operation = gw.store.transition(proposal.operation_key, "pending_approval", target)
+            operation = gw.store.transition(
+                proposal.operation_key,
+                "pending_approval",
+                target,
+                audit=[settled_event(gw, verdict, reviewer, common)],
+            )
         except InvalidTransitionError:
             operation = gw.store.get_operation(proposal.operation_key) or operation
-        else:
-            gw.auditor.record(
-                f"proposal.{verdict.status}",
-                verdict.status,
-                user_id=reviewer.user_id,
-                detail={"approvers": len(verdict.approvers)},
-                **common,
-            )
     return ReviewOutcome(proposal=proposal, operation=operation, verdict=verdict, record=record)
 
 
-__all__ = ["ReviewOutcome", "decide"]
+def settled_event(
+    gw: Gateway, verdict: ApprovalVerdict, reviewer: Principal, common: dict[str, Any]
+) -> AuditEventIn:
+    """``proposal.approved`` or ``proposal.rejected``, appended with the operation's change."""
+    return gw.auditor.event(
+        f"proposal.{verdict.status}",
+        verdict.status,
+        user_id=reviewer.user_id,
+        detail={"approvers": len(verdict.approvers)},
+        **common,
+    )
+
+
+__all__ = ["ReviewOutcome", "decide", "settled_event"]

@@ -33,6 +33,7 @@ from toolgate.store.records import (
     OperationRecord,
     OperationStatus,
     ProposalRecord,
+    Settlement,
 )
 
 
@@ -119,8 +120,30 @@ class SqlStore(IdentityRows, Store, abc.ABC):
         """A unit of work; ``write=True`` takes the write lock up front."""
 
     @abc.abstractmethod
-    def _lock_audit_chain(self, tx: Tx) -> None:
-        """Serialize appends to the audit chain across processes (inside ``tx``)."""
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """Take the audit chain's lock (held until ``tx`` ends) and read, under it, the store's
+        time and the hash of the chain's last event: ``(now, last_hash)``, the genesis hash for an
+        empty chain. Called as the last step of a transaction, so the lock covers only linking the
+        new events and the commit, never the state change's own round trips."""
+
+    def _insert_audit_rows(
+        self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
+    ) -> list[dict[str, Any]]:
+        """Insert linked events and their payloads; the stored rows, in chain order."""
+        columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
+        row_marks = "(" + ", ".join("?" for _ in columns) + ")"
+        stored = tx.execute(
+            f"INSERT INTO audit_events ({', '.join(columns)}) VALUES "
+            + ", ".join(row_marks for _ in rows)
+            + " RETURNING *",
+            tuple(row[c] for row in rows for c in columns),
+        )
+        tx.execute(
+            "INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
+            + ", ".join("(?, ?, ?)" for _ in payloads),
+            tuple(value for payload in payloads for value in payload),
+        )
+        return sorted(stored, key=lambda r: int(r["seq"]))
 
     @abc.abstractmethod
     def _run_script(self, tx: Tx, migration: Migration) -> None:
@@ -189,7 +212,9 @@ class SqlStore(IdentityRows, Store, abc.ABC):
 
     # ---- proposals and operations ----------------------------------------------------
 
-    def create_proposal(self, proposal: ProposalRecord) -> tuple[ProposalRecord, OperationRecord, bool]:
+    def create_proposal(
+        self, proposal: ProposalRecord, *, audit: Sequence[AuditEventIn] = ()
+    ) -> tuple[ProposalRecord, OperationRecord, bool]:
         with self.transaction() as tx:
             now = self._tx_now(tx)
             inserted = tx.execute(
@@ -197,7 +222,7 @@ class SqlStore(IdentityRows, Store, abc.ABC):
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
                 " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT DO NOTHING RETURNING proposal_id",
+                " ON CONFLICT DO NOTHING RETURNING *",
                 (
                     proposal.proposal_id,
                     proposal.operation_key,
@@ -224,9 +249,11 @@ class SqlStore(IdentityRows, Store, abc.ABC):
                 ),
             )
             if inserted:
-                tx.execute(
+                prow: dict[str, Any] | None = inserted[0]
+                orow = tx.one(
                     "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
-                    " attempts, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)",
+                    " attempts, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)"
+                    " RETURNING *",
                     (
                         proposal.operation_key,
                         proposal.proposal_id,
@@ -236,8 +263,10 @@ class SqlStore(IdentityRows, Store, abc.ABC):
                         now,
                     ),
                 )
-            prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
-            orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
+                self._append_events(tx, audit)
+            else:
+                prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
+                orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
         assert prow is not None and orow is not None
         return _proposal(prow), _operation(orow), bool(inserted)
 
@@ -276,7 +305,16 @@ class SqlStore(IdentityRows, Store, abc.ABC):
                 out.append((_proposal(prow), _operation(orow)))
         return out
 
-    def record_decision(self, approval: ApprovalRecord) -> bool:
+    def record_decision(self, approval: ApprovalRecord, *, audit: Sequence[AuditEventIn] = ()) -> bool:
+        return self.record_and_settle(approval, audit=audit)[0]
+
+    def record_and_settle(
+        self,
+        approval: ApprovalRecord,
+        *,
+        audit: Sequence[AuditEventIn] = (),
+        settle: Settlement | None = None,
+    ) -> tuple[bool, OperationRecord | None]:
         with self.transaction() as tx:
             inserted = tx.execute(
                 "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id,"
@@ -296,7 +334,26 @@ class SqlStore(IdentityRows, Store, abc.ABC):
                     self.keys.mac("approval", approval.content()),
                 ),
             )
-        return bool(inserted)
+            if not inserted:
+                return False, None
+            settled = None
+            if settle is not None:
+                # an approval settles only while no rejection is on record: one that came in
+                # meanwhile leaves the verdict to a judgement of every stored decision
+                unless_rejected = (
+                    " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.proposal_id = operations.proposal_id"
+                    " AND a.decision = 'reject')"
+                    if settle.to_status == "approved"
+                    else ""
+                )
+                rows = tx.execute(
+                    "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ?"
+                    " AND status = ?" + unless_rejected + " RETURNING *",
+                    (settle.to_status, self._tx_now(tx), settle.operation_key, settle.from_status),
+                )
+                settled = _operation(rows[0]) if rows else None
+            self._append_events(tx, [*audit, *(settle.audit if settle and settled else ())])
+        return True, settled
 
     def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
         with self.transaction(write=False) as tx:
@@ -334,6 +391,7 @@ class SqlStore(IdentityRows, Store, abc.ABC):
         error: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_lapsed: bool = False,
+        audit: Sequence[AuditEventIn] = (),
     ) -> OperationRecord:
         sql = "UPDATE operations SET status = ?, updated_at = ?"
         params: list[Any] = [to_status]
@@ -357,13 +415,17 @@ class SqlStore(IdentityRows, Store, abc.ABC):
             if lease_lapsed:
                 params.append(now)
             rows = tx.execute(sql, tuple(params))
-            if not rows:
+            if rows:
+                self._append_events(tx, audit)
+            else:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
         if not rows:
             raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
         return _operation(rows[0])
 
-    def claim(self, operation_key: str, owner: str, lease_s: float) -> OperationRecord | None:
+    def claim(
+        self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
+    ) -> OperationRecord | None:
         with self.transaction() as tx:
             now = self._tx_now(tx)
             rows = tx.execute(
@@ -373,6 +435,8 @@ class SqlStore(IdentityRows, Store, abc.ABC):
                 " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
                 (owner, _later(now, lease_s), now, operation_key, now),
             )
+            if rows:
+                self._append_events(tx, audit)
         return _operation(rows[0]) if rows else None
 
     def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
@@ -479,28 +543,38 @@ class SqlStore(IdentityRows, Store, abc.ABC):
     # ---- audit -----------------------------------------------------------------------
 
     def append_audit(self, event: AuditEventIn) -> AuditEvent:
-        row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
-        row["event_id"] = new_id("evt")
-        payload = canonical_json(event.detail)
-        row["detail"] = "{}"
-        row["detail_sha256"] = sha256_hex(payload)
+        return self.append_audits([event])[0]
+
+    def append_audits(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+        if not events:
+            return []
         with self.transaction() as tx:
-            self._lock_audit_chain(tx)
-            row["occurred_at"] = self._tx_now(tx)
-            last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
-            row["prev_hash"] = last["hash"] if last else GENESIS_HASH
-            row["hash"] = audit_hash(audit_row_content(row), row["prev_hash"], self.keys.key("audit-chain"))
-            columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
-            stored = tx.execute(
-                f"INSERT INTO audit_events ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
-                " RETURNING *",
-                tuple(row[c] for c in columns),
-            )
-            tx.execute(
-                "INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES (?, ?, ?)",
-                (row["event_id"], row["occurred_at"], payload),
-            )
-        return _audit({**stored[0], "payload": payload})
+            return self._append_events(tx, events)
+
+    def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+        """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
+        change they record, so the change and its evidence commit together or not at all."""
+        if not events:
+            return []
+        key = self.keys.key("audit-chain")
+        drafts: list[tuple[dict[str, Any], str]] = []
+        for event in events:
+            row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
+            row["event_id"] = new_id("evt")
+            payload = canonical_json(event.detail)
+            row["detail"] = "{}"
+            row["detail_sha256"] = sha256_hex(payload)
+            drafts.append((row, payload))
+        now, previous = self._chain_head(tx)
+        for row, _ in drafts:
+            row["occurred_at"] = now
+            row["prev_hash"] = previous
+            row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
+        stored = self._insert_audit_rows(
+            tx, [row for row, _ in drafts], [(row["event_id"], now, payload) for row, payload in drafts]
+        )
+        payloads = {row["event_id"]: payload for row, payload in drafts}
+        return [_audit({**r, "payload": payloads[r["event_id"]]}) for r in stored]
 
     def latest_audit_event(self, event: str) -> AuditEvent | None:
         with self.transaction(write=False) as tx:

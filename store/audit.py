@@ -41,14 +41,22 @@ class Auditor:
         """Hashed actor id (None stays None)."""
         return actor_hash(self.store.keys.key("actor"), user_id) if user_id else None
 
-    def record(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEvent:
-        """Append one event; ``fields`` are `AuditEventIn` fields (detail must be redacted already)."""
+    def event(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEventIn:
+        """One event, not yet appended: for a store method that appends it in the transaction of the
+        change it records (``fields`` are `AuditEventIn` fields; detail must be redacted already)."""
         fields.setdefault("tool_release", self.release)
         if fields.get("trace_id") is None:  # an event written inside a span carries its trace id
             fields["trace_id"] = current_trace_id()
-        return self.store.append_audit(
-            AuditEventIn(event=event, result=result, actor_id=self.actor(user_id), **fields)
-        )
+        return AuditEventIn(event=event, result=result, actor_id=self.actor(user_id), **fields)
+
+    def record(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEvent:
+        """Append one event on its own (for what changes nothing else in the store: a refusal, a
+        model response)."""
+        return self.store.append_audit(self.event(event, result, user_id=user_id, **fields))
+
+    def record_all(self, events: list[AuditEventIn]) -> None:
+        """Append ``events`` together: one transaction, one commit."""
+        self.store.append_audits(events)
 
 
 __all__ = ["Auditor", "actor_hash", "key_id"]

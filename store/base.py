@@ -25,6 +25,7 @@ from toolgate.store.records import (
     OperationRecord,
     OperationStatus,
     ProposalRecord,
+    Settlement,
 )
 
 
@@ -80,10 +81,14 @@ class Store(abc.ABC):
 
     # proposals and approvals
     @abc.abstractmethod
-    def create_proposal(self, proposal: ProposalRecord) -> tuple[ProposalRecord, OperationRecord, bool]:
-        """Insert the proposal and its ``pending_approval`` operation atomically.
+    def create_proposal(
+        self, proposal: ProposalRecord, *, audit: Sequence[AuditEventIn] = ()
+    ) -> tuple[ProposalRecord, OperationRecord, bool]:
+        """Insert the proposal and its ``pending_approval`` operation atomically, with ``audit``
+        appended in the same transaction.
 
-        Idempotent by operation key: a second call returns the stored rows and ``False``.
+        Idempotent by operation key: a second call returns the stored rows and ``False`` (and
+        appends nothing).
         """
 
     @abc.abstractmethod
@@ -100,8 +105,21 @@ class Store(abc.ABC):
         when an identical operation already ran)."""
 
     @abc.abstractmethod
-    def record_decision(self, approval: ApprovalRecord) -> bool:
-        """Append a reviewer's decision; False if this reviewer already decided this proposal."""
+    def record_decision(self, approval: ApprovalRecord, *, audit: Sequence[AuditEventIn] = ()) -> bool:
+        """Append a reviewer's decision (and ``audit``, in the same transaction); False, with nothing
+        written, if this reviewer already decided this proposal."""
+
+    @abc.abstractmethod
+    def record_and_settle(
+        self,
+        approval: ApprovalRecord,
+        *,
+        audit: Sequence[AuditEventIn] = (),
+        settle: Settlement | None = None,
+    ) -> tuple[bool, OperationRecord | None]:
+        """`record_decision`, and in the same transaction the operation change ``settle`` names
+        (conditional on its ``from_status``): ``(recorded, settled operation or None)``. Used when
+        this decision completes the verdict, so an approval and its decision commit together."""
 
     @abc.abstractmethod
     def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
@@ -131,13 +149,18 @@ class Store(abc.ABC):
         error: dict[str, Any] | None = None,
         owner: str | None = None,
         lease_lapsed: bool = False,
+        audit: Sequence[AuditEventIn] = (),
     ) -> OperationRecord:
         """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
-        (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live)."""
+        (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
+        ``audit`` is appended in the same transaction, only when the change happened."""
 
     @abc.abstractmethod
-    def claim(self, operation_key: str, owner: str, lease_s: float) -> OperationRecord | None:
-        """The one statement that decides who executes: ``approved -> executing``.
+    def claim(
+        self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
+    ) -> OperationRecord | None:
+        """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
+        appended in its transaction when this caller won).
 
         Only while the proposal has not expired, with a lease of ``lease_s`` from the store's clock.
         Returns the claimed row, or None when someone else owns (or finished) the operation or the
@@ -224,6 +247,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def append_audit(self, event: AuditEventIn) -> AuditEvent:
         """Append one event to the hash chain."""
+
+    @abc.abstractmethod
+    def append_audits(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+        """Append ``events``, in order, in one transaction (one lock of the chain, one commit)."""
 
     @abc.abstractmethod
     def latest_audit_event(self, event: str) -> AuditEvent | None:

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 from toolgate.errors import StoreError
 from toolgate.store._sql import SqlStore
 from toolgate.store.base import Tx
+from toolgate.store.chain import AUDIT_FIELDS, GENESIS_HASH
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 
@@ -45,6 +46,14 @@ class _PgTx:
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
+
+    def last_of(self, script: str) -> dict[str, Any] | None:
+        """Run a parameterless script of several statements in one round trip (each statement
+        takes its own snapshot); the first row of the last statement's result."""
+        self._cursor.execute(script)
+        while self._cursor.nextset():
+            pass
+        return self._cursor.fetchone()
 
 
 class PostgresStore(SqlStore):
@@ -99,8 +108,33 @@ class PostgresStore(SqlStore):
         assert row is not None
         return str(row["now"])
 
-    def _lock_audit_chain(self, tx: Tx) -> None:
-        tx.execute(f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})")
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """Lock, then read time and last hash, in one round trip. The read is a statement of its
+        own after the lock statement: under READ COMMITTED it then sees the event the previous
+        lock holder committed (a single statement's snapshot could predate the lock)."""
+        assert isinstance(tx, _PgTx)
+        row = tx.last_of(
+            f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
+            f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+        )
+        assert row is not None
+        return str(row["now"]), str(row["hash"])
+
+    def _insert_audit_rows(
+        self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
+    ) -> list[dict[str, Any]]:
+        """Events and payloads in one statement (one round trip while the chain lock is held)."""
+        columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
+        row_marks = "(" + ", ".join("?" for _ in columns) + ")"
+        stored = tx.execute(
+            "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
+            + ", ".join("(?, ?, ?)" for _ in payloads)
+            + f") INSERT INTO audit_events ({', '.join(columns)}) VALUES "
+            + ", ".join(row_marks for _ in rows)
+            + " RETURNING *",
+            (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
+        )
+        return sorted(stored, key=lambda r: int(r["seq"]))
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

@@ -6,6 +6,7 @@ database schema itself is versioned by the append-only migration list.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -222,6 +223,18 @@ class OperationRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Settlement:
+    """The operation status change a decision brings about, made in the decision's transaction
+    when the reviewer's decision completes the verdict (conditional on ``from_status``)."""
+
+    operation_key: str
+    from_status: OperationStatus
+    to_status: OperationStatus
+    audit: Sequence[AuditEventIn] = ()
+    """Events appended only when the status changed."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeadLetter:
     """An operation whose outcome nobody could determine, waiting for a person."""
 
@@ -304,4 +317,5 @@ __all__ = [
     "OperationRecord",
     "OperationStatus",
     "ProposalRecord",
+    "Settlement",
 ]

@@ -25,6 +25,7 @@ from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
 from toolgate.store._sql import SqlStore
 from toolgate.store.base import Tx, iter_statements
+from toolgate.store.chain import GENESIS_HASH
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 
@@ -134,8 +135,10 @@ class SQLiteStore(SqlStore):
             # only a connection whose transaction committed goes back: anything else may hold state
             self._checkin(conn, reusable=reusable and not conn.in_transaction)
 
-    def _lock_audit_chain(self, tx: Tx) -> None:
-        """BEGIN IMMEDIATE already holds SQLite's single writer lock."""
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """BEGIN IMMEDIATE already holds SQLite's single writer lock: no other lock to take."""
+        last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+        return iso(utcnow()), last["hash"] if last else GENESIS_HASH
 
     def _lock_migrations(self, tx: Tx) -> None:
         """BEGIN IMMEDIATE already holds SQLite's single writer lock."""

@@ -9,10 +9,14 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
+from toolgate.canonical import digest
 from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.graph.context import Context
-from toolgate.graph.state import Budget, GatewayState
+from toolgate.graph.state import Budget, CallRecord, GatewayState
 from toolgate.policy.principal import Principal
+from toolgate.store.audit import Auditor
+from toolgate.store.records import AuditEventIn
+from toolgate.tools.spec import ToolSpec
 
 
 def thread_id(config: RunnableConfig) -> str:
@@ -83,4 +87,33 @@ def audit_projection(arguments: dict[str, Any], fields: frozenset[str]) -> dict[
     return {k: arguments[k] for k in sorted(fields) if k in arguments}
 
 
-__all__ = ["audit_call_id", "audit_projection", "budget_of", "context_of", "principal_of", "thread_id"]
+def accepted_event(
+    auditor: Auditor, principal: Principal, record: CallRecord, spec: ToolSpec, common: dict[str, Any]
+) -> AuditEventIn:
+    """``call.accepted`` for a call dispatch let through. It is appended with what became of the
+    call, in one transaction: a write's with its proposal, a read's with its result or refusal."""
+    arguments = record.get("arguments", {})
+    return auditor.event(
+        "call.accepted",
+        "proposal_required" if spec.is_write else "allowed",
+        user_id=principal.user_id,
+        call_id=audit_call_id(record["call_id"]),
+        tool=spec.name,
+        handler_revision=spec.handler_revision,
+        detail={
+            "arguments": audit_projection(arguments, spec.audit_fields),
+            "arguments_sha256": digest(arguments),
+        },
+        **common,
+    )
+
+
+__all__ = [
+    "accepted_event",
+    "audit_call_id",
+    "audit_projection",
+    "budget_of",
+    "context_of",
+    "principal_of",
+    "thread_id",
+]

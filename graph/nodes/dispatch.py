@@ -15,7 +15,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate import telemetry
-from toolgate.canonical import digest
 from toolgate.clock import parse_iso
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
@@ -23,7 +22,6 @@ from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._bounds import SCREEN_REJECTIONS, too_many_calls
 from toolgate.graph.nodes._common import (
     audit_call_id,
-    audit_projection,
     budget_of,
     context_of,
     principal_of,
@@ -34,6 +32,7 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.judge import ProposedCall, Verdict
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
+from toolgate.store.records import AuditEventIn
 from toolgate.tools.spec import ToolSpec
 
 VALIDATION_CODES = frozenset(
@@ -138,6 +137,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
             turn.reject_batch(overflow, too_many_calls(ctx.max_calls_per_turn))
         if status:
             turn.stop(status["status_reason"])  # every accepted call of the turn is answered, not run
+        turn.flush()
         return {
             "messages": turn.messages,
             "calls": turn.records,
@@ -158,22 +158,18 @@ class Turn:
         self.gw, self.principal, self.turn, self.common = gw, principal, turn, common
         self.messages: list[ToolMessage] = []
         self.records: dict[str, CallRecord] = {}
+        self.events: list[AuditEventIn] = []
+        """The turn's refusals, appended together when dispatch ends (`flush`)."""
+
+    def flush(self) -> None:
+        """Append the turn's audit events: one transaction for the whole turn."""
+        if self.events:
+            self.gw.auditor.record_all(self.events)
+            self.events = []
 
     def accept(self, call: ProposedCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:
-        """Record an accepted call: reads go on to execute, writes to a proposal."""
-        self.gw.auditor.record(
-            "call.accepted",
-            "proposal_required" if spec.is_write else "allowed",
-            user_id=self.principal.user_id,
-            call_id=audit_call_id(call.call_id),
-            tool=spec.name,
-            handler_revision=spec.handler_revision,
-            detail={
-                "arguments": audit_projection(arguments, spec.audit_fields),
-                "arguments_sha256": digest(arguments),
-            },
-            **self.common,
-        )
+        """Record an accepted call: reads go on to execute, writes to a proposal. Its
+        ``call.accepted`` event is appended with what becomes of it (`accepted_event`)."""
         self.records[call.call_id] = CallRecord(
             call_id=call.call_id,
             tool=spec.name,
@@ -184,36 +180,40 @@ class Turn:
 
     def reject(self, call: ProposedCall, spec: ToolSpec | None, rejection: Rejection) -> None:
         """Refuse one call: one audit event, one `ToolMessage` with its call id."""
-        self.gw.auditor.record(
-            "call.rejected",
-            "rejected",
-            user_id=self.principal.user_id,
-            code=rejection.code,
-            call_id=audit_call_id(call.call_id),
-            tool=spec.name if spec else None,
-            handler_revision=spec.handler_revision if spec else None,
-            detail={
-                "message": redact_text(rejection.message)[:300],
-                "rule_id": rejection.rule_id,
-                "requested_name": redact_text(call.name)[:64] if spec is None else None,
-            },
-            **self.common,
+        self.events.append(
+            self.gw.auditor.event(
+                "call.rejected",
+                "rejected",
+                user_id=self.principal.user_id,
+                code=rejection.code,
+                call_id=audit_call_id(call.call_id),
+                tool=spec.name if spec else None,
+                handler_revision=spec.handler_revision if spec else None,
+                detail={
+                    "message": redact_text(rejection.message)[:300],
+                    "rule_id": rejection.rule_id,
+                    "requested_name": redact_text(call.name)[:64] if spec is None else None,
+                },
+                **self.common,
+            )
         )
         self._answer(call.call_id, spec.name if spec else "unknown", rejection)
 
     def reject_batch(self, calls: list[ProposedCall], rejection: Rejection) -> None:
         """Refuse many calls with one audit event (a runaway turn costs one event, not thousands)."""
-        self.gw.auditor.record(
-            "call.rejected",
-            "rejected",
-            user_id=self.principal.user_id,
-            code=rejection.code,
-            detail={
-                "calls": len(calls),
-                "first_call_id": audit_call_id(calls[0].call_id),
-                "message": rejection.message[:300],
-            },
-            **self.common,
+        self.events.append(
+            self.gw.auditor.event(
+                "call.rejected",
+                "rejected",
+                user_id=self.principal.user_id,
+                code=rejection.code,
+                detail={
+                    "calls": len(calls),
+                    "first_call_id": audit_call_id(calls[0].call_id),
+                    "message": rejection.message[:300],
+                },
+                **self.common,
+            )
         )
         answer = rejection_message("", "unknown", rejection)  # one answer, copied per call id
         for call in calls:
@@ -232,14 +232,16 @@ class Turn:
         )
         for call_id, record in list(self.records.items()):
             if record["phase"] in ("read", "write"):
-                self.gw.auditor.record(
-                    "call.rejected",
-                    "rejected",
-                    user_id=self.principal.user_id,
-                    code=stopped.code,
-                    call_id=audit_call_id(call_id),
-                    tool=record["tool"],
-                    **self.common,
+                self.events.append(
+                    self.gw.auditor.event(
+                        "call.rejected",
+                        "rejected",
+                        user_id=self.principal.user_id,
+                        code=stopped.code,
+                        call_id=audit_call_id(call_id),
+                        tool=record["tool"],
+                        **self.common,
+                    )
                 )
                 self._answer(call_id, record["tool"], stopped)
 

@@ -28,12 +28,13 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import current_proposal
 from toolgate.graph.execution import Delivery
 from toolgate.graph.messages import rejection_message, result_message, status_message
-from toolgate.graph.nodes._common import audit_call_id, context_of, principal_of, thread_id
+from toolgate.graph.nodes._common import accepted_event, audit_call_id, context_of, principal_of, thread_id
 from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.policy.authorization import check_resource, check_scopes
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
+from toolgate.store.records import AuditEventIn
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}
@@ -120,11 +121,17 @@ def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) 
 
 
 def refuse_call(
-    gw: Gateway, record: CallRecord, principal: Principal, rejection: Rejection, common: dict[str, Any]
+    gw: Gateway,
+    record: CallRecord,
+    principal: Principal,
+    rejection: Rejection,
+    common: dict[str, Any],
+    accepted: AuditEventIn | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
-    """Answer a call that execute will not run (audited like a dispatch refusal)."""
+    """Answer a call that execute will not run (audited like a dispatch refusal, in one append
+    with the read's ``accepted`` event)."""
     call_id, tool = record["call_id"], record.get("tool", "unknown")
-    gw.auditor.record(
+    refused = gw.auditor.event(
         "call.rejected",
         "rejected",
         user_id=principal.user_id,
@@ -134,6 +141,7 @@ def refuse_call(
         detail={"message": rejection.message[:300], "stage": "execute"},
         **common,
     )
+    gw.auditor.record_all([*([accepted] if accepted else []), refused])
     outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
     return rejection_message(call_id, tool, rejection), outcome, True
 
@@ -180,12 +188,14 @@ def run_read(
     ctx: Context,
     common: dict[str, Any],
 ) -> tuple[ToolMessage, Outcome, bool]:
-    """Run one authorized read under its limits; audit and answer it."""
+    """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
+    in one append."""
     call_id = record["call_id"]
+    accepted = accepted_event(gw.auditor, principal, record, spec, common)
     try:
         data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
     except ToolExecutionError as exc:
-        gw.auditor.record(
+        failed = gw.auditor.event(
             "call.failed",
             "failed",
             user_id=principal.user_id,
@@ -195,6 +205,7 @@ def run_read(
             handler_revision=spec.handler_revision,
             **common,
         )
+        gw.auditor.record_all([accepted, failed])
         message = status_message(
             call_id,
             spec.name,
@@ -204,7 +215,7 @@ def run_read(
             error_kind=exc.kind,
         )
         return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True
-    gw.auditor.record(
+    completed = gw.auditor.event(
         "call.completed",
         "completed",
         user_id=principal.user_id,
@@ -213,6 +224,7 @@ def run_read(
         handler_revision=spec.handler_revision,
         **common,
     )
+    gw.auditor.record_all([accepted, completed])
     message = result_message(call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes)
     return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
 
@@ -293,6 +305,7 @@ def make_execute_node(gw: Gateway) -> Any:
             )
 
         def run(record: CallRecord) -> tuple[ToolMessage, Outcome, bool]:
+            traced = {**common, "trace_id": telemetry.audit_trace_id(ctx.trace_id)}
             spec = gw.registry.get(record.get("tool", ""))
             read = record.get("phase") == "read"
             refusal = (
@@ -301,7 +314,12 @@ def make_execute_node(gw: Gateway) -> Any:
                 else write_refusal(gw, spec, record, principal, thread_id(config))
             )
             if refusal is not None or spec is None:
-                return refuse_call(gw, record, principal, refusal or STATE_MISMATCH, common)
+                accepted = (
+                    accepted_event(gw.auditor, principal, record, spec, traced)
+                    if read and spec is not None and not spec.is_write
+                    else None
+                )
+                return refuse_call(gw, record, principal, refusal or STATE_MISMATCH, common, accepted)
             # run_batch may use worker threads, which do not inherit the OpenTelemetry context:
             # link to this turn's model span (another node invocation) inside the worker itself.
             with (
@@ -315,7 +333,6 @@ def make_execute_node(gw: Gateway) -> Any:
                 ) as span,
             ):
                 if read:
-                    traced = {**common, "trace_id": telemetry.audit_trace_id(ctx.trace_id)}
                     result = run_read(gw, spec, record, principal, ctx, traced)
                 else:
                     result = run_write(gw, spec, record, ctx, span)

@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from toolgate import telemetry
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
-from toolgate.graph.nodes._common import context_of, principal_of, thread_id
+from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
 
@@ -53,6 +53,13 @@ def make_proposal_node(gw: Gateway) -> Any:
                 draft,
                 actor=principal.user_id,
                 audit={"request_id": ctx.request_id, "trace_id": trace_id},
+                accepted=accepted_event(
+                    gw.auditor,
+                    principal,
+                    record,
+                    spec,
+                    {"thread_id": task, "request_id": ctx.request_id, "trace_id": trace_id},
+                ),
             )
             key = stored.operation_key
             records[call_id] = CallRecord(

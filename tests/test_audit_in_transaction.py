@@ -1,0 +1,209 @@
+"""Evidence commits with the change it records, on both backends.
+
+Each state change (proposal, decision with the approval it completes, claim, outcome) appends its
+audit events in its own transaction: a change without its evidence, or evidence of a change that
+never happened, cannot be left behind. A read call audits with one append. Counted through the
+store's own `_append_events` (each call is one transaction's events) and its transactions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from support import Harness, principal, start
+
+from toolgate.errors import StoreError
+from toolgate.graph.review import decide
+from toolgate.store.chain import verify_chain
+from toolgate.store.records import ApprovalRecord, Settlement
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+
+
+class Counted:
+    """Write transactions of a store, and the audit events each carried."""
+
+    def __init__(self, harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+        store = harness.store
+        self.writes = 0
+        self.appends: list[tuple[str, ...]] = []
+        real_tx, real_append = store.transaction, store._append_events
+
+        @contextmanager
+        def transaction(*, write: bool = True) -> Iterator[Any]:
+            if write:
+                self.writes += 1
+            with real_tx(write=write) as tx:
+                yield tx
+
+        def append(tx: Any, events: Any) -> Any:
+            if events:
+                self.appends.append(tuple(e.event for e in events))
+            return real_append(tx, events)
+
+        monkeypatch.setattr(store, "transaction", transaction)
+        monkeypatch.setattr(store, "_append_events", append)
+
+    def reset(self) -> None:
+        self.writes, self.appends = 0, []
+
+
+def refund_proposal(harness: Harness, thread: str) -> dict[str, Any]:
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND))])
+    return start(harness.graph(model), "refund", "cust-ada", thread)["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+
+
+def test_a_read_call_audits_with_one_append(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = Counted(harness, monkeypatch)
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("It shipped.")]
+    )
+    state = start(harness.graph(model), "where is my order?", "cust-ada", "t-read")
+    assert state["status"] == "done"
+    assert harness.handler_calls["lookup_order"] == 1
+    # the call's acceptance and outcome in one append; each model turn's response in one more
+    assert counted.appends == [("model.response",), ("call.accepted", "call.completed"), ("model.response",)]
+    # those three plus the rate limiter's one counting transaction
+    assert counted.writes == 4
+    assert verify_chain(harness.store).ok
+
+
+def test_an_approved_write_commits_each_change_with_its_evidence(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = Counted(harness, monkeypatch)
+    proposal = refund_proposal(harness, "t-write")
+    assert ("call.accepted", "proposal.created") in counted.appends
+    counted.reset()
+    outcome = decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+    assert outcome.operation.status == "approved"
+    # finance approves alone: the decision and the approval it completes are one transaction
+    assert counted.appends == [("approval.recorded", "proposal.approved")]
+    assert counted.writes == 1
+    counted.reset()
+    delivery = harness.gateway().executor.deliver(proposal["operation_key"], worker_id="w1")
+    assert delivery.status == "succeeded"
+    assert counted.appends == [
+        ("operation.claimed", "handler.started"),
+        ("handler.finished", "operation.completed"),
+    ]
+    assert counted.writes == 3  # claim, the payment system's own refund, outcome
+    assert harness.refunds() == 1
+    assert verify_chain(harness.store).ok
+
+
+def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    proposal = refund_proposal(harness, "t-atomic")
+    gateway = harness.gateway()
+    decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+    events_before = len(harness.store.audit_events())
+    real_head = harness.store._chain_head
+
+    def broken(tx: Any) -> Any:
+        raise StoreError("audit chain unavailable")
+
+    monkeypatch.setattr(harness.store, "_chain_head", broken)
+    with pytest.raises(StoreError):
+        gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
+    op = harness.store.get_operation(proposal["operation_key"])
+    assert op is not None and op.status == "approved" and op.attempts == 0  # the claim rolled back
+    assert harness.handler_calls["issue_refund"] == 0
+    assert len(harness.store.audit_events()) == events_before
+    monkeypatch.setattr(harness.store, "_chain_head", real_head)
+    assert gateway.executor.deliver(proposal["operation_key"], worker_id="w2").status == "succeeded"
+    assert harness.refunds() == 1
+    assert verify_chain(harness.store).ok
+
+
+def test_a_lost_claim_appends_nothing(harness: Harness) -> None:
+    proposal = refund_proposal(harness, "t-lost")
+    gateway = harness.gateway()
+    decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+    key = proposal["operation_key"]
+    assert harness.store.claim(key, "w1", 60.0) is not None
+    before = len(harness.store.audit_events())
+    event = gateway.auditor.event("operation.claimed", "acquired", operation_key=key)
+    assert harness.store.claim(key, "w2", 60.0, audit=[event]) is None
+    assert len(harness.store.audit_events()) == before
+
+
+def test_two_concurrent_second_approvals_approve_exactly_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two support reviewers of a two-person refund decide at once. Each judged its decision
+    before the other's was stored (a barrier holds both before their transactions), so neither
+    settles with its decision; the judgement after the commit then approves exactly once."""
+    proposal = refund_proposal(harness, "t-two")
+    gateway = harness.gateway()
+    barrier = threading.Barrier(2, timeout=30)
+    real = harness.store.record_and_settle
+    settles: list[object] = []
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        settles.append(kwargs.get("settle"))
+        barrier.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(harness.store, "record_and_settle", held)
+    outcomes: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def review(user: str) -> None:
+        try:
+            outcomes[user] = decide(gateway, proposal["proposal_id"], principal(user), "approve")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=review, args=(u,)) for u in ("rita", "sam")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert settles == [None, None]  # neither decision completed the verdict on its own
+    op = harness.store.get_operation(proposal["operation_key"])
+    assert op is not None and op.status == "approved"
+    events = [e.event for e in harness.store.audit_events(proposal_id=proposal["proposal_id"])]
+    assert events.count("approval.recorded") == 2
+    assert events.count("proposal.approved") == 1
+    assert verify_chain(harness.store).ok
+
+
+def test_an_approval_does_not_settle_over_a_recorded_rejection(harness: Harness) -> None:
+    """A rejection on record keeps an approval from settling in its own transaction, whatever the
+    approving reviewer saw when it judged: the operation stays for the judgement of every stored
+    decision (`decide` makes it after the commit)."""
+    proposal = refund_proposal(harness, "t-reject-first")
+    stored = harness.store.get_proposal(proposal["proposal_id"])
+    assert stored is not None
+
+    def decision(approval_id: str, reviewer: str, verdict: str) -> ApprovalRecord:
+        who = principal(reviewer)
+        return ApprovalRecord(
+            approval_id=approval_id,
+            proposal_id=stored.proposal_id,
+            reviewer_id=who.user_id,
+            reviewer_tenant_id=stored.tenant_id,
+            reviewer_roles=tuple(sorted(who.roles)),
+            decision=verdict,
+            digest=stored.digest,
+            reason="not damaged" if verdict == "reject" else "",
+            decided_at="2026-12-01T00:00:00.000000Z",
+        )
+
+    assert harness.store.record_decision(decision("apr_r", "rita", "reject"))  # recorded, not settled
+    recorded, settled = harness.store.record_and_settle(
+        decision("apr_f", "fiona", "approve"),
+        settle=Settlement(
+            operation_key=stored.operation_key, from_status="pending_approval", to_status="approved"
+        ),
+    )
+    assert recorded and settled is None
+    op = harness.store.get_operation(stored.operation_key)
+    assert op is not None and op.status == "pending_approval"
