@@ -102,7 +102,8 @@ class StoreCounter:
     """Counts a store's units of work at the Python level (cheap: one wrapper per call).
 
     ``write_tx`` are committed write transactions (commits), ``read_tx`` read-only ones,
-    ``audit`` the audit appends among the write transactions, ``connections`` new SQLite
+    ``audit`` the write transactions that appended audit events (alone, or with the change they
+    record), ``audit_events`` the events appended, ``connections`` new SQLite
     connections (PostgreSQL uses a pool: ``connections`` there is pool checkouts = transactions),
     ``statements`` statements sent through the store's transaction objects."""
 
@@ -110,7 +111,7 @@ class StoreCounter:
         self.counts: Counter[str] = Counter()
         self.store = store
         original_tx = store.transaction
-        original_audit = store.append_audit
+        original_append = store._append_events
         counts = self.counts
 
         @contextlib.contextmanager
@@ -123,15 +124,25 @@ class StoreCounter:
                     return inner(sql, params)
 
                 tx.execute = execute
+                if hasattr(tx, "last_of"):  # PostgreSQL: several statements in one round trip
+                    inner_script = tx.last_of
+
+                    def last_of(script: str) -> Any:
+                        counts["statements"] += script.count(";") + 1
+                        return inner_script(script)
+
+                    tx.last_of = last_of
                 yield tx
             counts["write_tx" if write else "read_tx"] += 1
 
-        def append_audit(event: Any) -> Any:
-            counts["audit"] += 1
-            return original_audit(event)
+        def append_events(tx: Any, events: Any) -> Any:
+            if events:
+                counts["audit"] += 1
+                counts["audit_events"] += len(events)
+            return original_append(tx, events)
 
         store.transaction = transaction
-        store.append_audit = append_audit
+        store._append_events = append_events
         if hasattr(store, "_connect"):
             original_connect = store._connect
 

@@ -94,7 +94,9 @@ def build_graph(
     """Compile the gateway graph around ``gateway`` (built once per process by `build_gateway`,
     through `toolgate.bootstrap.open_app` in the CLI, the server and the worker).
 
-    ``model -> dispatch -> proposal -> approval -> execute -> model ... -> respond``. Nothing
+    ``model -> dispatch -> proposal -> approval -> execute -> model ...``; a text answer ends the
+    task turn in the model node (it renders the final answer itself, one step fewer), a stopped
+    task ends through ``respond``. Nothing
     connects here: the store opens connections on first use. Pass ``checkpointer=None`` for the
     LangGraph server, which brings its own (and build the gateway with ``server_mode=True``: the
     acting principal then comes from the server's auth handler, never from the client's

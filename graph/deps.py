@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
@@ -16,6 +18,7 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
 from toolgate.tools.release import INSTRUCTIONS
+from toolgate.tools.spec import ToolSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,29 @@ class Gateway:
     run context is rebuilt from the server's own settings (`toolgate.graph.server_context`)."""
     clock: Clock = SYSTEM_CLOCK
     """The process clock (handler deadlines); the store keeps its own for expiry and leases."""
+    _bound: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+    """Models bound per tool set (`model_for`); a copy made with `dataclasses.replace` starts empty."""
+
+    def model_for(self, specs: Sequence[ToolSpec]) -> Any:
+        """The model bound to exactly ``specs`` (a principal's tools), made once per tool set and
+        reused by every later turn: binding converts every definition again, and a release's
+        definitions never change while the process runs."""
+        if not specs:
+            return self.model
+        names = tuple(s.wire_name for s in specs)
+        bound = self._bound.get(names)
+        if bound is None:
+            kwargs: dict[str, Any] = {"tool_choice": "auto"}  # each tool says whether it is strict
+            if self.registry.has_stateful_writes():
+                kwargs["parallel_tool_calls"] = False
+            bound = self.model.bind_tools(self.registry.openai_tools(specs), **kwargs)
+            if len(self._bound) < MAX_BOUND_MODELS:
+                self._bound[names] = bound
+        return bound
+
+
+MAX_BOUND_MODELS = 256
+"""Distinct tool sets kept bound per gateway (one per role mix in practice)."""
 
 
 __all__ = ["INSTRUCTIONS", "Gateway"]

@@ -12,13 +12,16 @@ from langchain_core.messages import AIMessage
 from toolgate.graph.state import GatewayState
 
 
-def after_model(state: GatewayState) -> Literal["dispatch", "respond"]:
-    """Tool calls go to dispatch; a text answer, an exhausted budget or a refusal ends the task."""
+def after_model(state: GatewayState) -> Literal["dispatch", "respond", "__end__"]:
+    """Tool calls go to dispatch; a text answer (answered by the model node itself) ends the
+    task turn; an exhausted budget or a refusal ends the task through respond."""
     if state.get("status") in ("needs_review", "refused"):
         return "respond"
     last = state["messages"][-1] if state.get("messages") else None
     if isinstance(last, AIMessage) and (last.tool_calls or last.invalid_tool_calls):
         return "dispatch"
+    if state.get("status") in ("done", "awaiting_approval"):
+        return "__end__"  # END
     return "respond"
 
 

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.types import Overwrite
 
 from toolgate.graph.state import GatewayState
 from toolgate.store.keys import Keyring
@@ -99,6 +102,7 @@ class Sealer:
         self.keys = keys
         self.thread_id = thread_id
         self._checked: tuple[Mapping[str, Any], dict[str, str]] | None = None
+        self._recent_key = (thread_id, keys.key("state"))
 
     def _value(self, key: str, state: Mapping[str, Any]) -> Any:
         value = state.get(key)
@@ -142,15 +146,75 @@ class Sealer:
             return [k for k in sealed_keys() if self._value(k, state)]
         if seal.get("v") != SEAL_VERSION or not all(isinstance(seal.get(k), str) for k in sealed_keys()):
             return ["seal"]
-        expected = self.seal_of(state)
+        known = _RECENT.get(self._recent_key)
+        if known is None:
+            expected = self.seal_of(state)
+        else:
+            values, macs = known
+            expected = {
+                "v": SEAL_VERSION,
+                **{
+                    k: macs[k] if _same_objects(state.get(k), values.get(k)) else self._mac(k, state)
+                    for k in sealed_keys()
+                },
+            }
         self._checked = (state, expected)
         return [k for k in sealed_keys() if seal.get(k) != expected[k]]
 
     def seal_update(self, state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
         """``update`` with the seal of the state it produces."""
+        update = lean_update(state, update)
         after = apply_update(state, update)
         reuse = self._checked is not None and self._checked[0] is state
-        return {**update, "seal": self.seal_of(after, only=set(update) if reuse else None)}
+        seal = self.seal_of(after, only=set(update) if reuse else None)
+        _RECENT.put(self._recent_key, ({k: after.get(k) for k in sealed_keys()}, seal))
+        return lean_update(state, {**update, "seal": seal})
+
+
+def _same_objects(value: Any, known: Any) -> bool:
+    """True when ``value`` is made of the very objects the last node of this process sealed (or
+    is an equal immutable scalar of the same type), so its MAC is the one computed then.
+
+    A client's change (``update_state``, a resume's update, a reloaded checkpoint) always arrives
+    as new objects and is MACed afresh; LangGraph's own reducers rebuild the list or dict around
+    the same elements, which is why containers compare element by element."""
+    if value is known:
+        return True
+    if type(value) is not type(known):
+        return False
+    if isinstance(value, str | int | float):
+        return bool(value == known)
+    if isinstance(value, list):
+        return len(value) == len(known) and all(a is b for a, b in zip(value, known, strict=True))
+    if isinstance(value, dict):
+        return value.keys() == known.keys() and all(value[k] is known[k] for k in value)
+    return False
+
+
+class _RecentSeals:
+    """Per thread, the values the last node of this process sealed and their MACs: the next node
+    of the same run checks the seal without encoding unchanged values again (bounded; a thread
+    not in it is checked in full)."""
+
+    SIZE = 1024
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[str, bytes], tuple[dict[str, Any], dict[str, str]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, bytes]) -> tuple[dict[str, Any], dict[str, str]] | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: tuple[str, bytes], entry: tuple[dict[str, Any], dict[str, str]]) -> None:
+        with self._lock:
+            self._items[key] = entry
+            self._items.move_to_end(key)
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+
+
+_RECENT = _RecentSeals()
 
 
 def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str, str]:
@@ -164,17 +228,53 @@ def tampered_keys(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> li
 
 
 def apply_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """The state LangGraph will hold after ``update`` (each key through its reducer)."""
+    """The state LangGraph will hold after ``update`` (each key through its reducer, or replaced
+    by an `Overwrite`)."""
     reducers = _reducers()
     after = dict(state)
     for key, value in update.items():
         reducer = reducers.get(key)
+        if isinstance(value, Overwrite):
+            after[key] = value.value
+            continue
         if key == "messages":
             for message in value or ():
                 if isinstance(message, BaseMessage) and message.id is None:
                     message.id = str(uuid.uuid4())  # the id add_messages would give it, chosen here
         after[key] = reducer(state.get(key), value) if reducer is not None and key in state else value
     return after
+
+
+def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``update`` without the keys that would leave their channel as it is: a channel that did
+    not change is not written again (each write is a new channel version in the checkpoint).
+
+    A merge written as the one-key dict ``{"__overwrite__": ...}`` (a model may name a call
+    ``__overwrite__``) would be taken by LangGraph for its overwrite sentinel: such a merge is
+    made here and written as an explicit `Overwrite` of the merged value instead."""
+    reducers = _reducers()
+    lean: dict[str, Any] = {}
+    for key, value in update.items():
+        reducer = reducers.get(key)
+        if isinstance(value, Overwrite):
+            lean[key] = value
+        elif reducer is None:
+            if key not in state or state[key] != value:
+                lean[key] = value
+        elif key == "messages":
+            if value:
+                lean[key] = value
+        elif isinstance(value, Mapping):
+            current = state.get(key) or {}
+            if any(k not in current or current[k] != v for k, v in value.items()):
+                lean[key] = Overwrite(reducer(current, value)) if OVERWRITE_KEY in value else value
+        else:
+            lean[key] = value
+    return lean
+
+
+OVERWRITE_KEY = "__overwrite__"
+"""LangGraph's sentinel key: a one-key dict under it replaces a reducer channel's value."""
 
 
 def seal_update(
@@ -184,4 +284,13 @@ def seal_update(
     return Sealer(keys, thread_id).seal_update(state, update)
 
 
-__all__ = ["SEAL_VERSION", "Sealer", "apply_update", "seal_of", "seal_update", "sealed_keys", "tampered_keys"]
+__all__ = [
+    "SEAL_VERSION",
+    "Sealer",
+    "apply_update",
+    "lean_update",
+    "seal_of",
+    "seal_update",
+    "sealed_keys",
+    "tampered_keys",
+]

@@ -84,13 +84,7 @@ def ask_candidate(
 ) -> tuple[AIMessage, dict[str, str]]:
     """The candidate model's response to the control's messages, with the candidate's tools and
     instructions, screened as its model node would screen it (unobserved, untraced)."""
-    specs = candidate.registry.for_principal(principal)
-    runnable: Any = candidate.model
-    if specs:
-        kwargs: dict[str, Any] = {"tool_choice": "auto"}
-        if candidate.registry.has_stateful_writes():
-            kwargs["parallel_tool_calls"] = False
-        runnable = candidate.model.bind_tools(candidate.registry.openai_tools(specs), **kwargs)
+    runnable = candidate.model_for(candidate.registry.for_principal(principal))
     response = invoke_unobserved(runnable, [SystemMessage(candidate.instructions), *history])
     if not isinstance(response, AIMessage):
         response = AIMessage(content=str(getattr(response, "content", response)))
@@ -117,15 +111,16 @@ def shadow_turn(
     """Shadow one control model turn (``update`` is what the control's model node returned for
     ``state``); the record written, or None when the turn had no new response to compare."""
     messages = update.get("messages") or []
-    response = messages[-1] if messages else None
+    response = messages[0] if messages else None  # the model's response (a final answer follows it)
+    recorded = update.get("principal") or state.get("principal")  # unchanged keys are not written
     if (
-        update.get("status") != "running"
+        update.get("status") in ("needs_review", "refused")
         or not isinstance(response, AIMessage)
-        or not update.get("principal")
+        or not recorded
     ):
         return None
-    principal = Principal.from_dict(update["principal"])
-    budget = update.get("budget") or {}
+    principal = Principal.from_dict(recorded)
+    budget = update.get("budget") or state.get("budget") or {}
     max_identical = int(budget.get("max_identical_calls", DEFAULT_MAX_IDENTICAL))
     counts = state.get("call_counts") or {}
     control_decisions = judge_turn(

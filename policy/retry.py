@@ -223,6 +223,10 @@ def classify_model_error(exc: BaseException) -> int | None:
 # ---- the retry loop ---------------------------------------------------------------------
 
 
+_JITTER = random.Random()
+"""The jitter source when the caller gives none (seeded once per process, not once per call)."""
+
+
 def call_with_retry(
     fn: Callable[[], T],
     *,
@@ -244,7 +248,7 @@ def call_with_retry(
     ``on_retry(attempt, status, delay)`` runs before each sleep (``attempt`` is the 1-based
     number of the attempt that failed) for audit and metrics. Anything else propagates at once.
     """
-    rng = rng or random.Random()
+    rng = rng or _JITTER
     attempts = matrix.max_attempts
     for attempt in range(attempts):
         try:

@@ -9,7 +9,6 @@ never verifies as another.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -31,6 +30,9 @@ class Keyring:
     secret: bytes = field(repr=False)
     """The configured secret (``TOOLGATE_AUDIT_KEY`` or the generated ``audit.key``)."""
 
+    _derived: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Purpose keys already derived (a key is derived once, not once per MAC)."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.secret, bytes) or len(self.secret) < MIN_SECRET_BYTES:
             raise ConfigurationError(
@@ -40,15 +42,19 @@ class Keyring:
 
     def key(self, purpose: Purpose) -> bytes:
         """The key for ``purpose``."""
-        return hmac.new(self.secret, b"toolgate/" + purpose.encode("ascii"), hashlib.sha256).digest()
+        found = self._derived.get(purpose)
+        if found is None:
+            found = hmac.digest(self.secret, b"toolgate/" + purpose.encode("ascii"), "sha256")
+            self._derived[purpose] = found
+        return found
 
     def mac(self, purpose: Purpose, value: Any) -> str:
         """Hex HMAC of the canonical JSON form of ``value`` under the key for ``purpose``."""
-        return hmac.new(self.key(purpose), canonical_json(value).encode("utf-8"), hashlib.sha256).hexdigest()
+        return hmac.digest(self.key(purpose), canonical_json(value).encode("utf-8"), "sha256").hex()
 
     def mac_text(self, purpose: Purpose, text: str) -> str:
         """Hex HMAC of ``text`` (an encoding the caller makes deterministic) for ``purpose``."""
-        return hmac.new(self.key(purpose), text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+        return hmac.digest(self.key(purpose), text.encode("utf-8", "surrogatepass"), "sha256").hex()
 
     def verify(self, purpose: Purpose, value: Any, mac: str | None) -> bool:
         """True when ``mac`` is the MAC of ``value`` for ``purpose`` (constant-time compare)."""

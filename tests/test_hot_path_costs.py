@@ -66,3 +66,54 @@ def test_a_tools_definition_is_built_once_per_process(
     second = harness.registry.openai_tools(specs)
     assert sorted(builds) == sorted(s.wire_name for s in specs)  # once each, not once per turn
     assert second[0]["function"]["name"] == specs[0].wire_name
+
+
+def test_the_seal_check_reuses_a_mac_only_for_the_objects_it_sealed() -> None:
+    """The next node of a run reuses the MACs of values made of the very objects the last node
+    sealed; anything else (a client's change arrives as new objects) is MACed afresh."""
+    from toolgate.graph.seal import _same_objects
+
+    record = {"call_id": "c1", "tool": "lookup_order", "phase": "done"}
+    sealed = {"c1": record}
+    assert _same_objects(sealed, sealed)
+    assert _same_objects({"c1": record}, sealed)  # LangGraph's reducer: new dict, same values
+    assert not _same_objects({"c1": dict(record)}, sealed)  # an equal copy is MACed again
+    assert not _same_objects({"c1": record, "c2": record}, sealed)
+    assert not _same_objects({**sealed, "c1": {**record, "phase": "read"}}, sealed)
+    messages = [object(), object()]
+    assert _same_objects(list(messages), messages)
+    assert not _same_objects([messages[0], object()], messages)
+    assert _same_objects("running", "running") and not _same_objects("done", "running")
+    assert not _same_objects(True, 1) and not _same_objects(1.0, 1)  # equal, but not the same JSON
+    assert not _same_objects(None, {}) and not _same_objects([], None)
+
+
+def test_a_changed_budget_is_caught_after_the_seal_cache_was_filled(tmp_path: Path) -> None:
+    """A thread's last node filled the process's seal cache; a client's ``update_state`` after it
+    is still refused as tampering (the changed value arrives as new objects)."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from toolgate.graph.context import Context
+
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")),
+            ai("first"),
+            ai("", tool_call("lookup_order", {"order_id": "O-5514"}, "c2")),
+            ai("second"),
+        ]
+    )
+    graph = harness.graph(model, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t-cache"}}
+    context = Context(principal=principal("cust-ada"))
+    assert graph.invoke({"messages": [HumanMessage("one")]}, config, context=context)["status"] == "done"
+    budget = dict(graph.get_state(config).values["budget"])
+    budget["max_tool_calls"] = 10_000
+    graph.update_state(config, {"budget": budget})
+    state = graph.invoke({"messages": [HumanMessage("two")]}, config, context=context)
+    assert state["status"] == "refused"
+    assert harness.handler_calls["lookup_order"] == 1
+    tampered = [e for e in harness.store.audit_events() if e.event == "state.tampered"]
+    assert tampered and tampered[0].detail["keys"] == ["budget"]

@@ -1,4 +1,6 @@
-"""The model node: one bounded request to the pinned model with only this principal's tools."""
+"""The model node: one bounded request to the pinned model with only this principal's tools.
+
+A text answer ends the task turn here too: the node adds the final answer (`respond`) itself."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import langsmith
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
 from toolgate import telemetry
 from toolgate.clock import iso, parse_iso
@@ -18,6 +21,8 @@ from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
+from toolgate.graph.nodes.respond import make_respond_node
+from toolgate.graph.seal import apply_update
 from toolgate.graph.state import GatewayState
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
 
@@ -44,17 +49,35 @@ def invoke_unobserved(runnable: Any, messages: list[Any]) -> Any:
     return contextvars.Context().run(call)
 
 
+def finished_turn_dropped(state: GatewayState) -> dict[str, Any]:
+    """At new user input: the thread's records of calls already answered, and their outcomes, are
+    dropped from the checkpoint (the store and the audit log keep the history). Kept, a thread's
+    state and every checkpoint of it would grow with every call it ever made; the final answer
+    reports the outcomes of this task turn."""
+    calls = state.get("calls") or {}
+    open_calls = {k: v for k, v in calls.items() if v.get("phase") not in ("done", "rejected")}
+    update: dict[str, Any] = {}
+    if len(open_calls) != len(calls):
+        update["calls"] = Overwrite(open_calls)
+    if state.get("outcomes"):
+        update["outcomes"] = Overwrite({})
+    return update
+
+
 def make_model_node(gw: Gateway) -> Any:
     """Build the ``model`` node."""
 
     def model(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
         history = state.get("messages", [])
-        principal = principal_of(
-            state, runtime, new_turn=bool(history) and isinstance(history[-1], HumanMessage)
-        )
+        new_turn = bool(history) and isinstance(history[-1], HumanMessage)
+        principal = principal_of(state, runtime, new_turn=new_turn)
         ctx = context_of(runtime)
         budget = budget_of(state, ctx)
-        base: dict[str, Any] = {"principal": principal.to_dict(), "release": gw.registry.release}
+        base: dict[str, Any] = {
+            "principal": principal.to_dict(),
+            "release": gw.registry.release,
+            **(finished_turn_dropped(state) if new_turn else {}),
+        }
         now = gw.store.now()
         deadline = state.get("deadline_at")
         deadline_at = parse_iso(deadline) if deadline else now + timedelta(seconds=ctx.deadline_s)
@@ -65,12 +88,7 @@ def make_model_node(gw: Gateway) -> Any:
         if budget["model_turns"] >= budget["max_model_turns"]:
             return {**base, "status": "needs_review", "status_reason": "model turn budget exhausted"}
         specs = gw.registry.for_principal(principal)
-        runnable: Any = gw.model
-        if specs:
-            kwargs: dict[str, Any] = {"tool_choice": "auto"}  # each tool says whether it is strict
-            if gw.registry.has_stateful_writes():
-                kwargs["parallel_tool_calls"] = False
-            runnable = gw.model.bind_tools(gw.registry.openai_tools(specs), **kwargs)
+        runnable = gw.model_for(specs)
         if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
             keys = [c["operation_key"] for c in state.get("calls", {}).values() if c.get("operation_key")]
             telemetry.annotate_langsmith_run(gw.registry.release, keys)
@@ -138,7 +156,7 @@ def make_model_node(gw: Gateway) -> Any:
                 **ids,
             )
         budget["model_turns"] += 1
-        return {
+        update = {
             **base,
             **trace_update,
             "messages": [response],
@@ -146,8 +164,15 @@ def make_model_node(gw: Gateway) -> Any:
             "budget": budget,
             "status": "running",
         }
+        if response.tool_calls or response.invalid_tool_calls:
+            return update
+        # A text answer ends the task turn: the final answer is made here, one step (and one
+        # checkpoint) fewer than a separate respond node would take.
+        final = respond(apply_update(state, update))
+        return {**update, **final, "messages": [response, *final["messages"]]}
 
+    respond = make_respond_node(gw)
     return model
 
 
-__all__ = ["make_model_node", "response_id"]
+__all__ = ["finished_turn_dropped", "make_model_node", "response_id"]

@@ -1,0 +1,105 @@
+"""A lean checkpoint: what a thread keeps does not grow with every call it ever made.
+
+The final answer reports this task turn's outcomes (the store and the audit log keep the history),
+answered calls of earlier turns leave the checkpointed state at new user input, and a node that
+leaves a channel as it was does not write it again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.types import Overwrite
+from support import Harness, principal
+
+from toolgate.graph.context import Context
+from toolgate.graph.nodes.model import finished_turn_dropped
+from toolgate.store import SQLiteStore
+from toolgate.store.chain import verify_chain
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+ORDERS = ("O-5512", "O-5514")  # both cust-ada's (the same call at most twice per thread)
+
+
+def lookup_turns(count: int) -> ScriptedChatModel:
+    responses: list[AIMessage] = []
+    for n in range(count):
+        order = ORDERS[n % 2]
+        responses += [ai("", tool_call("lookup_order", {"order_id": order}, f"c{n}")), ai(f"answer {n}")]
+    return ScriptedChatModel(responses=responses)
+
+
+def ask(graph: Any, text: str, thread: str) -> dict[str, Any]:
+    return graph.invoke(
+        {"messages": [HumanMessage(text)]},
+        {"configurable": {"thread_id": thread}},
+        context=Context(principal=principal("cust-ada")),
+    )
+
+
+def test_the_answer_and_the_state_hold_this_turns_calls_only(tmp_path: Path) -> None:
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    graph = harness.graph(lookup_turns(3))
+    for n in range(3):
+        state = ask(graph, f"where is my order? ({n})", "t-long")
+        assert state["status"] == "done"
+    assert list(state["calls"]) == ["c2"] and list(state["outcomes"]) == ["c2"]
+    answer = state["messages"][-1].content
+    assert "[c2]: completed" in answer and "[c0]" not in answer and "[c1]" not in answer
+    assert harness.handler_calls["lookup_order"] == 3
+    # the history stays in the audit log
+    completed = [e.call_id for e in harness.store.audit_events(call_ids=["c0", "c1", "c2"])]
+    assert completed.count("c0") == 2 and completed.count("c2") == 2  # accepted and completed
+    assert verify_chain(harness.store).ok
+
+
+def test_new_input_drops_only_answered_calls() -> None:
+    state: dict[str, Any] = {
+        "calls": {
+            "r1": {"call_id": "r1", "tool": "lookup_order", "phase": "done"},
+            "x1": {"call_id": "x1", "tool": "unknown", "phase": "rejected", "code": "unknown_tool"},
+            "w1": {"call_id": "w1", "tool": "issue_refund", "phase": "proposed", "operation_key": "op_1"},
+        },
+        "outcomes": {"r1": {"call_id": "r1", "tool": "lookup_order", "status": "completed"}},
+    }
+    update = finished_turn_dropped(state)
+    assert isinstance(update["calls"], Overwrite) and list(update["calls"].value) == ["w1"]
+    assert isinstance(update["outcomes"], Overwrite) and update["outcomes"].value == {}
+    assert finished_turn_dropped({"calls": {"w1": state["calls"]["w1"]}}) == {}  # nothing to drop
+
+
+def test_unchanged_channels_are_not_written_again(tmp_path: Path) -> None:
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    graph = harness.graph(lookup_turns(2))
+    ask(graph, "where is my order?", "t-writes")
+    written: dict[str, set[str]] = {}
+    for chunk in graph.stream(
+        {"messages": [HumanMessage("and the other one?")]},
+        {"configurable": {"thread_id": "t-writes"}},
+        context=Context(principal=principal("cust-ada")),
+        stream_mode="updates",
+    ):
+        for node, update in chunk.items():
+            written.setdefault(node, set()).update(update or {})
+    # the principal, the release and the deadline were set by the first turn and did not change
+    assert "model" in written and not written["model"] & {"principal", "release", "deadline_at"}
+    # execute found nothing awaiting and the thread already running
+    assert "execute" in written and not written["execute"] & {"awaiting", "status"}
+    assert "messages" in written["execute"]
+
+
+def test_a_call_named_like_langgraphs_overwrite_sentinel_is_an_ordinary_call(tmp_path: Path) -> None:
+    """A one-key dict ``{"__overwrite__": ...}`` replaces a reducer channel in LangGraph. A model
+    naming its call ``__overwrite__`` must neither replace the thread's records nor get the thread
+    refused as tampered."""
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "__overwrite__")), ai("done")]
+    )
+    state = ask(harness.graph(model), "where is my order?", "t-sentinel")
+    assert state["status"] == "done"
+    assert state["calls"]["__overwrite__"]["tool"] == "lookup_order"
+    assert state["outcomes"]["__overwrite__"]["status"] == "completed"
+    assert harness.handler_calls["lookup_order"] == 1
+    assert not [e for e in harness.store.audit_events() if e.event == "state.tampered"]
