@@ -9,6 +9,9 @@ alternated per round with fresh operations each:
 - ``claim``: the claim step alone, `Store.claim(key, owner, lease_s)` (the baseline);
 - ``deliver``: `Executor.deliver(key, worker_id=...)`: claim, handler, outcome, audit.
 
+Also reported: the share of deliver workers' time spent taking the audit chain's lock (timed
+around the store's ``_chain_head`` step, which takes the lock and reads the chain's head).
+
 Duplicate check after every deliver round: each operation succeeded, exactly one downstream
 restart request per operation (none executed twice), none lost. Each claim round: exactly one
 winning claim per operation.
@@ -37,6 +40,8 @@ from _common import (  # bench/ is on sys.path when run as a script
 
 WORKERS = (1, 2, 4, 8)
 TARGET = 0.5
+LOCK_TARGET = 0.10
+"""Audit-lock wait under 10% of deliver workers' time at 8 workers."""
 
 
 def worker(kind: str, url: str, key: bytes, queue: Any, ready: Any, go: Any, out: Any, name: str) -> None:
@@ -55,6 +60,18 @@ def worker(kind: str, url: str, key: bytes, queue: Any, ready: Any, go: Any, out
     demo.policy = bench_policy(REFUND_RELEASE)
     gw = demo.gateway(ScriptedChatModel(responses=[]))
     store.get_operation("warm-up")  # opens the pool
+    waited = 0.0
+    head = store._chain_head
+
+    def timed_head(tx: Any) -> tuple[str, str]:
+        nonlocal waited
+        begun = time.perf_counter()
+        try:
+            return head(tx)
+        finally:
+            waited += time.perf_counter() - begun
+
+    store._chain_head = timed_head  # lock the audit chain and read its head: the wait is in here
     ready.set()
     go.wait()
     won = 0
@@ -67,7 +84,7 @@ def worker(kind: str, url: str, key: bytes, queue: Any, ready: Any, go: Any, out
             won += store.claim(op, name, 60.0) is not None
         else:
             won += gw.executor.deliver(op, worker_id=name, wait_s=60).claim == "ACQUIRED"
-    out.put((started, time.time(), won))
+    out.put((started, time.time(), won, waited))
     store.close()
 
 
@@ -93,7 +110,9 @@ def prepare(demo: Demo, gw: Any, count: int, tag: str) -> list[str]:
     return keys
 
 
-def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) -> tuple[float, int]:
+def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) -> tuple[float, int, float]:
+    """Operations per second, winning claims, and the share of worker time spent taking the
+    audit chain's lock."""
     ctx = mp.get_context("spawn")
     queue, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     readies = [ctx.Event() for _ in range(workers)]
@@ -114,7 +133,8 @@ def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) ->
     for p in procs:
         p.join(60)
     wall = max(r[1] for r in reports) - min(r[0] for r in reports)
-    return len(keys) / wall, sum(r[2] for r in reports)
+    busy = sum(r[1] - r[0] for r in reports)
+    return len(keys) / wall, sum(r[2] for r in reports), sum(r[3] for r in reports) / busy
 
 
 def check_exactly_once(store: Any, keys: list[str]) -> dict[str, int]:
@@ -149,6 +169,7 @@ def main() -> None:
         return
     key = new_key()
     rates: dict[int, dict[str, list[float]]] = {w: {"claim": [], "deliver": []} for w in WORKERS}
+    lock_share: dict[int, list[float]] = {w: [] for w in WORKERS}
     checks: list[dict[str, int]] = []
     with fresh_pg_database(url) as db:
         store = open_store("postgres", db, key=key)
@@ -160,11 +181,12 @@ def main() -> None:
             for w in WORKERS:
                 for kind in ("claim", "deliver"):
                     keys = prepare(demo, gw, ops, f"{kind}-{w}-{r}")
-                    rate, won = run_round(kind, db, key, keys, w)
+                    rate, won, waiting = run_round(kind, db, key, keys, w)
                     assert won == len(keys), f"{kind} x{w}: {won} winning claims for {len(keys)} operations"
                     if kind == "deliver":
                         check = check_exactly_once(store, keys)
                         checks.append(check)
+                        lock_share[w].append(waiting)
                         assert check == {"succeeded": len(keys), "lost": 0, "duplicates": 0}, check
                     rates[w][kind].append(rate)
                     print(f"  round {r} workers={w} {kind}: {rate:.0f} ops/s", file=sys.stderr)
@@ -180,11 +202,13 @@ def main() -> None:
                 "claim_only_ops_s": c,
                 "claim_min-max": f"{min(rates[w]['claim']):.0f}-{max(rates[w]['claim']):.0f}",
                 "ratio": d / c,
+                "audit_lock_wait": f"{statistics.median(lock_share[w]):.1%}",
             }
         )
     best = max(rows, key=lambda row: row["deliver_ops_s"])
     best_ratio = best["deliver_ops_s"] / statistics.median(rates[best["workers"]]["claim"])
     met = best_ratio >= TARGET and all(c["duplicates"] == 0 and c["lost"] == 0 for c in checks)
+    lock_at_8 = statistics.median(lock_share[WORKERS[-1]])
     print_table(
         f"throughput, PostgreSQL, {ops} operations per round (target: best deliver >= {TARGET}x claim-only, 0 dup, 0 lost)",
         rows,
@@ -193,6 +217,10 @@ def main() -> None:
         f"best worker count {best['workers']}: ratio {best_ratio:.2f} (target >= {TARGET}) "
         f"{'met' if met else 'NOT met'}; duplicates {sum(c['duplicates'] for c in checks)}, "
         f"lost {sum(c['lost'] for c in checks)} over {len(checks)} deliver rounds"
+    )
+    print(
+        f"audit-lock wait at {WORKERS[-1]} workers: {lock_at_8:.1%} of worker time "
+        f"(target < {LOCK_TARGET:.0%}) {'met' if lock_at_8 < LOCK_TARGET else 'NOT met'}"
     )
     write_results(
         "throughput",
@@ -203,6 +231,10 @@ def main() -> None:
             "best_workers": best["workers"],
             "best_ratio": best_ratio,
             "met": met,
+            "audit_lock_wait_share": lock_share,
+            "audit_lock_wait_at_8": lock_at_8,
+            "audit_lock_target": LOCK_TARGET,
+            "audit_lock_met": lock_at_8 < LOCK_TARGET,
             "rates_ops_s": rates,
             "exactly_once_checks": checks,
             "table": rows,
