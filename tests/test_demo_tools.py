@@ -33,6 +33,7 @@ from toolgate.tools.demo import crm as crm_mod
 from toolgate.tools.demo import filing as filing_mod
 from toolgate.tools.demo import inventory as inventory_mod
 from toolgate.tools.demo import purchasing as purchasing_mod
+from toolgate.tools.demo import records as records_mod
 from toolgate.tools.demo import reports as reports_mod
 from toolgate.tools.demo.crm import CrmClient, LookupContactArgs, TokenBucket, crm_specs
 from toolgate.tools.demo.filing import FilingService, LegacyFilingService, SubmitFilingArgs, filing_specs
@@ -44,6 +45,7 @@ from toolgate.tools.demo.purchasing import (
     purchasing_specs,
 )
 from toolgate.tools.demo.reports import CheckJobStatusArgs, ReportService, SubmitReportJobArgs, report_specs
+from toolgate.tools.demo.service import DemoService
 
 SIGNING_KEY = b"test-signing-key-0123456789abcdef"
 
@@ -83,6 +85,9 @@ class World:
             ]
         }
 
+    def services(self) -> tuple[DemoService, ...]:
+        return (self.inventory, self.purchasing, self.reports, self.filing, self.crm)
+
     def call(self, tool: str, args: dict[str, Any], ctx: HandlerContext) -> Any:
         """Validate like dispatch (a JSON-shaped dict), then run the handler like execute."""
         spec = self.specs()[tool]
@@ -105,7 +110,7 @@ def build_world(store: Store) -> World:
         filing=FilingService(store, backoff_s=(0.001,) * 5),
         crm=CrmClient(store),
     )
-    for service in (world.inventory, world.purchasing, world.reports, world.filing, world.crm):
+    for service in world.services():
         service.setup()
     return world
 
@@ -223,8 +228,25 @@ def test_argument_models_are_closed_strict_and_free_of_identity(world: World) ->
             spec.args_model.model_validate({"tenant_id": "globex"})
 
 
+SEEDED = {
+    "sor_tenants": 2,
+    "sor_customers": 3,
+    "sor_orders": 4,
+    "sor_services": 4,
+    "sor_inventory": 3,
+    "sor_vendors": 3,
+    "sor_taxpayers": 11,
+    "sor_crm_contacts": 4,
+}
+"""Demo rows per seeded table, as every service's ``setup`` leaves them."""
+
+
+def _seeded(world: World) -> dict[str, int]:
+    return {table: world.rows(f"SELECT COUNT(*) AS n FROM {table}")[0]["n"] for table in SEEDED}
+
+
 def test_migrations_are_portable_and_setup_is_idempotent(world: World) -> None:
-    for module in (inventory_mod, purchasing_mod, reports_mod, filing_mod, crm_mod):
+    for module in (records_mod, inventory_mod, purchasing_mod, reports_mod, filing_mod, crm_mod):
         for migration in module.MIGRATIONS:
             assert migration.sqlite == migration.postgres
             assert "AUTOINCREMENT" not in migration.sqlite.upper()
@@ -232,10 +254,33 @@ def test_migrations_are_portable_and_setup_is_idempotent(world: World) -> None:
                 line.split()[2] for line in migration.sqlite.splitlines() if line.startswith("CREATE TABLE")
             ]
             assert tables and all(t.startswith("sor_") for t in tables)
-    before = world.rows("SELECT COUNT(*) AS n FROM sor_inventory")[0]["n"]
-    for service in (world.inventory, world.purchasing, world.reports, world.filing, world.crm):
+    assert _seeded(world) == SEEDED
+    assert world.rows("SELECT DISTINCT state FROM sor_services") == [{"state": "active"}]
+    for service in (DemoSystem(world.store), *world.services()):
         service.setup()
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_inventory")[0]["n"] == before
+    assert _seeded(world) == SEEDED
+
+
+def test_every_service_counts_only_its_evidence_and_resolves_only_its_own_kinds(world: World) -> None:
+    """What the services share (`DemoService`): ``count`` reads an allow-list of tables with
+    identifier columns, each resource kind has exactly one resolving service, and a service alias
+    is looked up inside the caller's tenant, so another tenant's alias is missing, not foreign."""
+    system = DemoSystem(world.store)
+    services = (system, *world.services())
+    for service in services:
+        assert service.countable and not service.countable & (set(SEEDED) - {"sor_orders"})
+        with pytest.raises(ValueError, match="not a countable table"):
+            service.count("sor_tenants")
+        with pytest.raises(ValueError, match="identifiers"):
+            service.count(min(service.countable), **{"tenant_id = tenant_id OR 1": 1})
+    kinds = [kind for service in services for kind in service.resource_kinds]
+    assert sorted(kinds) == ["contact", "job", "order", "preview", "service", "sku", "taxpayer", "vendor"]
+    assert system.count("sor_orders", tenant_id="acme") == 3
+    assert system.resource_status("order", "O-7001", "acme") == "foreign"
+    assert system.resource_status("order", "O-4040", "acme") == "missing"
+    assert system.resource_status("service", "web", "globex") == "owned"
+    assert system.resource_status("service", "worker", "globex") == "missing"
+    assert system.resource_status("service", "worker", "acme") == "owned"
 
 
 def test_status_checks_find_effects_by_key_and_semantic_checks_refuse_early(world: World) -> None:
@@ -626,8 +671,8 @@ def test_report_job_dedupes_on_the_key_and_stays_with_its_tenant(world: World) -
     first = world.call("submit_report_job", REPORT_ARGS, ctx(key="idem_rep"))
     again = world.call("submit_report_job", REPORT_ARGS, ctx(key="idem_rep"))
     assert first.job_id == again.job_id
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_report_jobs")[0]["n"] == 1
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_report_requests")[0]["n"] == 2
+    assert world.reports.count("sor_report_jobs") == 1
+    assert world.reports.count("sor_report_requests") == 2
     assert world.reports.resource_status("job", first.job_id, "globex") == "foreign"
     with pytest.raises(ToolExecutionError, match="no job"):
         world.call("check_job_status", {"job_id": first.job_id}, ctx("globex"))
@@ -713,7 +758,7 @@ def test_lab4_status_check_makes_no_duplicates_and_no_false_failures(world: Worl
         if log[n][0] != "unresolved":
             assert result.note == "already existed; not resubmitted"
     assert _duplicates(world) == []
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_filings")[0]["n"] == 50
+    assert world.filing.count("sor_filings") == 50
 
 
 def test_negative_control_blind_retry_creates_duplicates(world: World) -> None:
@@ -747,7 +792,7 @@ def test_unresolved_when_status_is_down_then_recovered_by_status_check(world: Wo
     assert unresolved.value.kind == "timeout" and unresolved.value.message.startswith("unresolved")
     assert sleeps == [0.001] * 5
     assert len(_filing(world, "TP-1001", 2024, "vat_return")) == 1  # it did go through
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_filing_requests")[0]["n"] == 1  # never resubmitted
+    assert world.filing.count("sor_filing_requests") == 1  # never resubmitted
 
     legacy.status_available = True
     found = service.filing_status(args, ctx())  # what the recovery worker does
@@ -755,7 +800,7 @@ def test_unresolved_when_status_is_down_then_recovered_by_status_check(world: Wo
     again = service.submit_with_status_check(args, ctx(key="idem_down_2"))
     assert again.note == "already existed; not resubmitted"
     assert again.confirmation_number == found.confirmation_number
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_filing_requests")[0]["n"] == 1
+    assert world.filing.count("sor_filing_requests") == 1
 
 
 def test_filing_refusals(world: World) -> None:
@@ -766,7 +811,7 @@ def test_filing_refusals(world: World) -> None:
     with pytest.raises(ToolExecutionError) as no_key:
         world.call("submit_filing", {**args, "taxpayer_ref": "TP-1001"}, ctx())
     assert no_key.value.kind == "server_error"
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_filing_requests")[0]["n"] == 0
+    assert world.filing.count("sor_filing_requests") == 0
     assert world.filing.resource_status("taxpayer", "TP-2001", "acme") == "foreign"
     assert world.filing.resource_status("taxpayer", "TP-1001", "acme") == "owned"
     deadline_passed = ctx(key="idem_deadline", deadline=datetime.now(UTC))
@@ -804,7 +849,7 @@ def test_crm_refuses_missing_invalid_and_foreign_sessions(world: World) -> None:
     with pytest.raises(ToolExecutionError) as missing:
         world.call("crm_lookup_contact", {"contact_id": "C-100"}, ctx())
     assert missing.value.kind == "caller_error" and "no CRM session" in missing.value.message
-    assert world.rows("SELECT COUNT(*) AS n FROM sor_crm_requests")[0]["n"] == 0  # nothing was sent
+    assert world.crm.count("sor_crm_requests") == 0  # nothing was sent
     with pytest.raises(ToolExecutionError, match="did not accept"):
         world.call(
             "crm_lookup_contact", {"contact_id": "C-100"}, ctx(credentials={"crm_token": "crm_made_up"})

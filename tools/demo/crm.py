@@ -19,26 +19,23 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
+from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
     NoRollback,
     ResourceRef,
-    ResourceStatus,
     StrictArgs,
     ToolResult,
     ToolSpec,
-    ownership,
 )
-
-COMPONENT = "demo_crm"
 
 _SCHEMA = """
 CREATE TABLE sor_crm_contacts (
@@ -206,46 +203,33 @@ class CrmApi:
 
 
 @dataclass
-class CrmClient:
+class CrmClient(DemoService):
     """Our CRM integration: forwards the user's token and holds the CRM's one outbound limiter."""
 
-    store: Store
     api: CrmApi | None = None
     limiter: TokenBucket = field(default_factory=lambda: TokenBucket(rate_per_second=10, burst=20))
     max_wait_s: float = 1.0
     """Longest wait for a rate-limit token when the call has no deadline."""
 
-    resource_kinds: ClassVar[frozenset[str]] = frozenset({"contact"})
-
-    def __post_init__(self) -> None:
-        if self.api is None:
-            self.api = CrmApi(self.store)
+    component = "demo_crm"
+    migrations = MIGRATIONS
+    seeds = (
+        Seed(
+            "sor_crm_contacts",
+            ("contact_id", "tenant_id", "region", "name", "email", "phone", "notes"),
+            SEED_CONTACTS,
+        ),
+    )
+    owners = {"contact": Owner("sor_crm_contacts", "contact_id")}
+    """Tenant ownership only; the region check is the CRM's own, at call time."""
+    countable = frozenset({"sor_crm_requests"})
+    downstreams = {"api": CrmApi}
 
     @property
     def crm(self) -> CrmApi:
         """The downstream CRM."""
         assert self.api is not None
         return self.api
-
-    def setup(self, *, seed: bool = True) -> None:
-        """Create the tables and, once, the demo contacts."""
-        self.store.migrate(COMPONENT, MIGRATIONS)
-        if seed:
-            with self.store.transaction() as tx:
-                for contact in SEED_CONTACTS:
-                    tx.execute(
-                        "INSERT INTO sor_crm_contacts (contact_id, tenant_id, region, name, email, phone, notes)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                        contact,
-                    )
-
-    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
-        """Tenant ownership only; the region check is the CRM's own, at call time."""
-        if kind not in self.resource_kinds:
-            return "missing"
-        with self.store.transaction(write=False) as tx:
-            row = tx.one("SELECT tenant_id FROM sor_crm_contacts WHERE contact_id = ?", (resource_id,))
-        return ownership(row, tenant_id)
 
     def issue_token(self, tenant_id: str, user_id: str, regions: Iterable[str]) -> str:
         """Demo helper: a CRM token for a user (what the user's own CRM login would produce)."""

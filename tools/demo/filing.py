@@ -20,26 +20,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
+from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
     NoRollback,
     ResourceRef,
-    ResourceStatus,
     StrictArgs,
     ToolResult,
     ToolSpec,
-    ownership,
 )
-
-COMPONENT = "demo_filing"
 
 _SCHEMA = """
 CREATE TABLE sor_taxpayers (taxpayer_ref TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL);
@@ -168,45 +165,26 @@ def _result(filing: dict[str, Any], note: str) -> FilingResult:
 
 
 @dataclass
-class FilingService:
+class FilingService(DemoService):
     """Our adapter over the legacy service: the status-check pattern, with injectable waits."""
 
-    store: Store
     legacy: LegacyFilingService | None = None
     backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S
     sleep: Callable[[float], None] = time.sleep
 
-    resource_kinds: ClassVar[frozenset[str]] = frozenset({"taxpayer"})
-
-    def __post_init__(self) -> None:
-        if self.legacy is None:
-            self.legacy = LegacyFilingService(self.store)
+    component = "demo_filing"
+    migrations = MIGRATIONS
+    seeds = (Seed("sor_taxpayers", ("taxpayer_ref", "tenant_id", "name"), SEED_TAXPAYERS),)
+    owners = {"taxpayer": Owner("sor_taxpayers", "taxpayer_ref")}
+    """A taxpayer reference belongs to exactly one tenant."""
+    countable = frozenset({"sor_filing_requests", "sor_filings"})
+    downstreams = {"legacy": LegacyFilingService}
 
     @property
     def downstream(self) -> LegacyFilingService:
         """The legacy service this adapter talks to."""
         assert self.legacy is not None
         return self.legacy
-
-    def setup(self, *, seed: bool = True) -> None:
-        """Create the tables and, once, the demo taxpayers."""
-        self.store.migrate(COMPONENT, MIGRATIONS)
-        if seed:
-            with self.store.transaction() as tx:
-                for taxpayer in SEED_TAXPAYERS:
-                    tx.execute(
-                        "INSERT INTO sor_taxpayers (taxpayer_ref, tenant_id, name) VALUES (?, ?, ?)"
-                        " ON CONFLICT DO NOTHING",
-                        taxpayer,
-                    )
-
-    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
-        """A taxpayer reference belongs to exactly one tenant."""
-        if kind not in self.resource_kinds:
-            return "missing"
-        with self.store.transaction(write=False) as tx:
-            row = tx.one("SELECT tenant_id FROM sor_taxpayers WHERE taxpayer_ref = ?", (resource_id,))
-        return ownership(row, tenant_id)
 
     def filing_status(self, args: SubmitFilingArgs, ctx: HandlerContext) -> FilingResult | None:
         """Pure natural-key status check (for the recovery worker): never submits anything."""

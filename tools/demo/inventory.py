@@ -17,27 +17,24 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
-from toolgate.store import Migration, Store
-from toolgate.tools.demo.records import count_rows
+from toolgate.store import Migration
+from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
     NoRollback,
     ResourceRef,
-    ResourceStatus,
     Rollback,
     StrictArgs,
     ToolResult,
     ToolSpec,
 )
-
-COMPONENT = "demo_inventory"
 
 _SCHEMA = """
 CREATE TABLE sor_inventory (
@@ -112,39 +109,25 @@ class UpdateInventoryResult(ToolResult):
 
 
 @dataclass
-class InventoryService:
+class InventoryService(DemoService):
     """The naive downstream inventory service over ``sor_inventory`` (fixed SQL, bound parameters).
 
     ``latency_s`` widens the read-modify-write window so tests can reproduce the lost update.
     """
 
-    store: Store
     latency_s: float = 0.0
 
-    resource_kinds: ClassVar[frozenset[str]] = frozenset({"sku"})
+    component = "demo_inventory"
+    migrations = MIGRATIONS
+    owners = {"sku": Owner("sor_inventory", "sku")}
+    """A SKU is owned when the tenant stocks it, foreign when only another tenant does."""
+    countable = frozenset({"sor_inventory_requests", "sor_inventory_adjustments"})
 
-    def setup(self, *, seed: bool = True) -> None:
-        """Create the tables and, once, the demo stock."""
-        self.store.migrate(COMPONENT, MIGRATIONS)
-        if seed:
-            now = iso(utcnow())
-            with self.store.transaction() as tx:
-                for tenant_id, sku, on_hand in SEED_STOCK:
-                    tx.execute(
-                        "INSERT INTO sor_inventory (tenant_id, sku, on_hand, updated_at) VALUES (?, ?, ?, ?)"
-                        " ON CONFLICT DO NOTHING",
-                        (tenant_id, sku, on_hand, now),
-                    )
-
-    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
-        """A SKU is owned when the tenant stocks it, foreign when only another tenant does."""
-        if kind not in self.resource_kinds:
-            return "missing"
-        with self.store.transaction(write=False) as tx:
-            rows = tx.execute("SELECT tenant_id FROM sor_inventory WHERE sku = ?", (resource_id,))
-        if not rows:
-            return "missing"
-        return "owned" if any(r["tenant_id"] == tenant_id for r in rows) else "foreign"
+    def seed_rows(self) -> tuple[Seed, ...]:
+        """The demo stock, stamped with the moment of setup."""
+        now = iso(utcnow())
+        columns = ("tenant_id", "sku", "on_hand", "updated_at")
+        return (Seed("sor_inventory", columns, tuple((*row, now) for row in SEED_STOCK)),)
 
     def on_hand(self, tenant_id: str, sku: str) -> int:
         """Current stock of one SKU of the tenant, or a caller error."""
@@ -219,17 +202,7 @@ class InventoryService:
 
     def adjustment_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """The service's status query by idempotency key (no side effect), for reconciliation."""
-        with self.store.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT * FROM sor_inventory_adjustments WHERE tenant_id = ? AND idempotency_key = ?",
-                (tenant_id, idempotency_key),
-            )
-
-    def count(self, table: str, **where: Any) -> int:
-        """Rows in one of this service's tables matching ``where`` (test and demo evidence)."""
-        return count_rows(
-            self.store, table, frozenset({"sor_inventory_requests", "sor_inventory_adjustments"}), where
-        )
+        return self._by_key("sor_inventory_adjustments", tenant_id, idempotency_key)
 
 
 def inventory_specs(service: InventoryService) -> list[ToolSpec]:

@@ -5,47 +5,42 @@ total) and issues a ``preview_token``; the create call takes only that token. Th
 signed, bound to the tenant, to the canonical previewed payload and to its expiry, and single
 use. So the amounts a reviewer approves are the amounts that execute, and a replayed create is
 refused by the same mechanism that gates it: one conditional UPDATE consumes the preview, and
-zero rows back means "already used", never a second order.
-
-Token format: ``pvt_<id>.<base64url HMAC-SHA256>``. The HMAC covers the id, the tenant, the
-canonical JSON of the stored payload and the expiry, and is verified against the *stored*
-preview row, so a forged token and a tampered stored payload are both refused.
+zero rows back means "already used", never a second order. The token format and its checks
+are in `toolgate.tools.demo.preview_tokens`; the tools' argument and result models in
+`toolgate.tools.demo.purchasing_models`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
-import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal
-
-from pydantic import Field
+from typing import Any
 
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, ToolExecutionError
-from toolgate.store import Migration, Store, Tx
-from toolgate.tools.demo.records import count_rows
+from toolgate.store import Migration, Tx
+from toolgate.tools.demo.preview_tokens import preview_id_of, token_mac, verified_preview
+from toolgate.tools.demo.purchasing_models import (
+    TAX_RATE_BASIS_POINTS,
+    CreatePurchaseOrderArgs,
+    CreatePurchaseOrderResult,
+    LineItem,
+    PreviewPurchaseOrderArgs,
+    PreviewPurchaseOrderResult,
+)
+from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
     NoRollback,
     ResourceRef,
-    ResourceStatus,
     Rollback,
-    StrictArgs,
-    ToolResult,
     ToolSpec,
-    ownership,
 )
-
-COMPONENT = "demo_purchasing"
 
 _SCHEMA = """
 CREATE TABLE sor_vendors (vendor_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL);
@@ -74,151 +69,45 @@ SEED_VENDORS = (
     ("V-200", "globex", "Initech Supply"),
 )
 
-Currency = Literal["USD", "EUR", "GBP"]
-TAX_RATE_BASIS_POINTS: dict[str, int] = {"USD": 825, "EUR": 1900, "GBP": 2000}
-"""Demo sales-tax / VAT rates in basis points (8.25 %, 19 %, 20 %)."""
-
-_TOKEN_PATTERN = r"^pvt_[0-9a-f]{24}\.[A-Za-z0-9_-]{43}$"
-_TOKEN = re.compile(_TOKEN_PATTERN)
-
-
-class LineItem(StrictArgs):
-    """One line of a purchase order."""
-
-    sku: str = Field(pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit, e.g. 'SKU-7'.")
-    quantity: int = Field(ge=1, le=1000, description="Units to order, 1..1000.")
-    unit_price_cents: int = Field(ge=0, le=10_000_000, description="Agreed unit price in cents.")
-
-
-class PreviewPurchaseOrderArgs(StrictArgs):
-    """Arguments of ``preview_purchase_order``."""
-
-    vendor_id: str = Field(pattern=r"^V-[0-9]{3,6}$", description="Vendor id, e.g. 'V-100'.")
-    line_items: list[LineItem] = Field(min_length=1, max_length=20, description="1 to 20 order lines.")
-    currency: Currency = Field(description="Currency of the order.")
-
-
-class CreatePurchaseOrderArgs(StrictArgs):
-    """Arguments of ``create_purchase_order``: only the token, so nothing can drift from the preview."""
-
-    preview_token: str = Field(
-        pattern=_TOKEN_PATTERN,
-        description="The preview_token returned by preview_purchase_order, copied exactly.",
-    )
-
-
-class PreviewLine(ToolResult):
-    sku: str
-    quantity: int
-    unit_price_cents: int
-    line_total_cents: int
-
-
-class PreviewPurchaseOrderResult(ToolResult):
-    """What the order would be; nothing has been created."""
-
-    preview_token: str
-    vendor_id: str
-    vendor_name: str
-    currency: str
-    line_items: list[PreviewLine]
-    subtotal_cents: int
-    tax_cents: int
-    total_cents: int
-    expires_at: str
-
-
-class CreatePurchaseOrderResult(ToolResult):
-    """A purchase order as recorded by the purchasing system."""
-
-    po_id: str
-    vendor_id: str
-    currency: str
-    subtotal_cents: int
-    tax_cents: int
-    total_cents: int
-    status: Literal["created"]
-
 
 def _refuse(message: str) -> ToolExecutionError:
     return ToolExecutionError("caller_error", message)
 
 
-def preview_id_of(token: str) -> str | None:
-    """The preview id inside a well-formed token (``None`` for anything else)."""
-    if not _TOKEN.match(token):
-        return None
-    return token[len("pvt_") : token.index(".")]
-
-
 @dataclass
-class PurchasingService:
+class PurchasingService(DemoService):
     """The purchasing system of record: vendors, signed previews and purchase orders.
 
     ``signing_key`` must be shared by every process that verifies tokens (from configuration,
     never a tool argument); ``now`` is injectable so expiry is testable without sleeping.
     """
 
-    store: Store
     signing_key: bytes = field(repr=False)
     preview_ttl_s: float = 600.0
     now: Callable[[], datetime] = utcnow
 
-    resource_kinds: ClassVar[frozenset[str]] = frozenset({"vendor", "preview"})
+    component = "demo_purchasing"
+    migrations = MIGRATIONS
+    seeds = (Seed("sor_vendors", ("vendor_id", "tenant_id", "name"), SEED_VENDORS),)
+    owners = {
+        "vendor": Owner("sor_vendors", "vendor_id"),
+        # a preview by the id inside its token: ownership only, not validity
+        "preview": Owner("sor_po_previews", "preview_id", stored_id=preview_id_of),
+    }
+    countable = frozenset({"sor_po_previews", "sor_po_requests", "sor_purchase_orders"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if len(self.signing_key) < 16:
             raise ConfigurationError("the purchase-order signing key must be at least 16 bytes")
 
-    def setup(self, *, seed: bool = True) -> None:
-        """Create the tables and, once, the demo vendors."""
-        self.store.migrate(COMPONENT, MIGRATIONS)
-        if seed:
-            with self.store.transaction() as tx:
-                for vendor in SEED_VENDORS:
-                    tx.execute(
-                        "INSERT INTO sor_vendors (vendor_id, tenant_id, name) VALUES (?, ?, ?)"
-                        " ON CONFLICT DO NOTHING",
-                        vendor,
-                    )
-
-    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
-        """Vendors by id; previews by the id inside the token (ownership only, not validity)."""
-        with self.store.transaction(write=False) as tx:
-            if kind == "vendor":
-                row = tx.one("SELECT tenant_id FROM sor_vendors WHERE vendor_id = ?", (resource_id,))
-            elif kind == "preview":
-                preview_id = preview_id_of(resource_id)
-                if preview_id is None:
-                    return "missing"
-                row = tx.one("SELECT tenant_id FROM sor_po_previews WHERE preview_id = ?", (preview_id,))
-            else:
-                return "missing"
-        return ownership(row, tenant_id)
-
-    # ---- tokens ------------------------------------------------------------------------
+    # ---- tokens (with this service's key; ``preview`` and ``create`` call these) ---------
 
     def _mac(self, preview_id: str, tenant_id: str, payload: dict[str, Any], expires_at: str) -> str:
-        message = canonical_json(
-            {"id": preview_id, "tenant": tenant_id, "payload": payload, "expires_at": expires_at}
-        )
-        digest = hmac.new(self.signing_key, message.encode("utf-8"), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+        return token_mac(self.signing_key, preview_id, tenant_id, payload, expires_at)
 
     def _verified_preview(self, tx: Tx, tenant_id: str, token: str) -> dict[str, Any]:
-        """The stored preview behind ``token``: signature over the stored row first, then tenant."""
-        preview_id = preview_id_of(token)
-        row = None
-        if preview_id is not None:
-            row = tx.one("SELECT * FROM sor_po_previews WHERE preview_id = ?", (preview_id,))
-        if preview_id is None or row is None:
-            raise _refuse("unknown preview token; run preview_purchase_order again")
-        expected = self._mac(preview_id, row["tenant_id"], json.loads(row["payload"]), row["expires_at"])
-        if not hmac.compare_digest(expected, token.rsplit(".", 1)[1]):
-            raise _refuse("preview token signature does not match the stored preview (forged or tampered)")
-        if row["tenant_id"] != tenant_id:
-            raise _refuse("unknown preview token; run preview_purchase_order again")
-        return row
+        return verified_preview(tx, self.signing_key, tenant_id, token)
 
     def preview_summary(self, tenant_id: str, token: str) -> dict[str, Any]:
         """What a token would create, verified but not consumed: for the reviewer's approval view.
@@ -338,17 +227,7 @@ class PurchasingService:
 
     def order_for_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """Status check for reconciliation: the order created under this key, if any."""
-        with self.store.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT * FROM sor_purchase_orders WHERE tenant_id = ? AND idempotency_key = ?",
-                (tenant_id, idempotency_key),
-            )
-
-    def count(self, table: str, **where: Any) -> int:
-        """Rows in one of this service's tables matching ``where`` (test and demo evidence)."""
-        return count_rows(
-            self.store, table, frozenset({"sor_po_previews", "sor_po_requests", "sor_purchase_orders"}), where
-        )
+        return self._by_key("sor_purchase_orders", tenant_id, idempotency_key)
 
 
 def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:

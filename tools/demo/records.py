@@ -10,12 +10,12 @@ both: the gateway's exactly-once guarantee must hold without leaning on downstre
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
-from toolgate.store import Migration, Store
+from toolgate.store import Migration
+from toolgate.tools.demo.service import DemoService, Owner, Seed, count_rows
 from toolgate.tools.spec import HandlerContext, ResourceStatus, ownership
 
 _SCHEMA = """
@@ -84,6 +84,16 @@ SEED_ORDERS = (
         "4000056655665556",
     ),
 )
+_ORDER_COLUMNS = (
+    "order_id",
+    "tenant_id",
+    "customer_id",
+    "item",
+    "amount_cents",
+    "currency",
+    "status",
+    "card_number",
+)
 SEED_SERVICES = (("acme", "web"), ("acme", "worker"), ("acme", "scheduler"), ("globex", "web"))
 
 
@@ -93,70 +103,25 @@ COUNTABLE = frozenset(
 """Tables `DemoSystem.count` may read: downstream request logs and effects, the evidence tests count."""
 
 
-def count_rows(store: Store, table: str, allowed: frozenset[str], where: dict[str, Any]) -> int:
-    """Rows of ``table`` (one of ``allowed``) matching ``where``; table and columns never come from a model."""
-    if table not in allowed:
-        raise ValueError(f"not a countable table: {table}")
-    if not all(column.isidentifier() for column in where):
-        raise ValueError("column names must be identifiers")
-    clauses = " AND ".join(f"{column} = ?" for column in where)
-    sql = f"SELECT COUNT(*) AS n FROM {table}" + (f" WHERE {clauses}" if clauses else "")
-    with store.transaction(write=False) as tx:
-        row = tx.one(sql, tuple(where.values()))
-    return int(row["n"]) if row else 0
-
-
-@dataclass
-class DemoSystem:
+class DemoSystem(DemoService):
     """Typed access to the demo system of record. Queries are fixed SQL with bound parameters;
     no model string ever becomes SQL text, a path, a URL or a command."""
 
-    store: Store
-
-    def setup(self, *, seed: bool = True) -> None:
-        """Create the tables and, once, the demo rows."""
-        self.store.migrate("demo_records", MIGRATIONS)
-        if seed:
-            self.seed()
-
-    def seed(self) -> None:
-        """Insert the demo tenants, customers, orders and services (idempotent)."""
-        with self.store.transaction() as tx:
-            for tenant_row in SEED_TENANTS:
-                tx.execute("INSERT INTO sor_tenants VALUES (?, ?) ON CONFLICT DO NOTHING", tenant_row)
-            for customer_row in SEED_CUSTOMERS:
-                tx.execute(
-                    "INSERT INTO sor_customers (user_id, tenant_id, name) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                    customer_row,
-                )
-            for order_row in SEED_ORDERS:
-                tx.execute(
-                    "INSERT INTO sor_orders (order_id, tenant_id, customer_id, item, amount_cents, currency,"
-                    " status, card_number) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    order_row,
-                )
-            for tenant, alias in SEED_SERVICES:
-                tx.execute(
-                    "INSERT INTO sor_services (tenant_id, alias, state) VALUES (?, ?, 'active')"
-                    " ON CONFLICT DO NOTHING",
-                    (tenant, alias),
-                )
-
-    # ---- ownership (used by dispatch before anything else) ------------------------------
-
-    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
-        """Resolve a resource under the authenticated tenant."""
-        with self.store.transaction(write=False) as tx:
-            if kind == "order":
-                row = tx.one("SELECT tenant_id FROM sor_orders WHERE order_id = ?", (resource_id,))
-            elif kind == "service":
-                row = tx.one(
-                    "SELECT tenant_id FROM sor_services WHERE tenant_id = ? AND alias = ?",
-                    (tenant_id, resource_id),
-                )
-            else:
-                return "missing"
-        return ownership(row, tenant_id)
+    component = "demo_records"
+    migrations = MIGRATIONS
+    seeds = (
+        Seed("sor_tenants", ("tenant_id", "name"), SEED_TENANTS),
+        Seed("sor_customers", ("user_id", "tenant_id", "name"), SEED_CUSTOMERS),
+        Seed("sor_orders", _ORDER_COLUMNS, SEED_ORDERS),
+        Seed(
+            "sor_services", ("tenant_id", "alias", "state"), tuple((*row, "active") for row in SEED_SERVICES)
+        ),
+    )
+    owners = {
+        "order": Owner("sor_orders", "order_id"),
+        "service": Owner("sor_services", "alias", within_tenant=True),
+    }
+    countable = COUNTABLE
 
     def order_ownership(self, order_id: str, ctx: HandlerContext) -> ResourceStatus:
         """An order belongs to one customer of one tenant: staff reach it through the tool's
@@ -270,25 +235,11 @@ class DemoSystem:
 
     def refund_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """The payment system's status query by idempotency key (no side effect)."""
-        with self.store.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT * FROM sor_refunds WHERE tenant_id = ? AND idempotency_key = ?",
-                (tenant_id, idempotency_key),
-            )
+        return self._by_key("sor_refunds", tenant_id, idempotency_key)
 
     def restart_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """The service controller's status query by idempotency key (no side effect)."""
-        with self.store.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT * FROM sor_restarts WHERE tenant_id = ? AND idempotency_key = ?",
-                (tenant_id, idempotency_key),
-            )
-
-    # ---- evidence for tests and the demo -------------------------------------------------
-
-    def count(self, table: str, **where: Any) -> int:
-        """Rows in one of the demo tables matching ``where`` (test and demo evidence)."""
-        return count_rows(self.store, table, COUNTABLE, where)
+        return self._by_key("sor_restarts", tenant_id, idempotency_key)
 
 
 __all__ = ["COUNTABLE", "MIGRATIONS", "DemoSystem", "count_rows"]

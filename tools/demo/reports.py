@@ -22,26 +22,23 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ToolExecutionError
-from toolgate.store import Migration, Store
+from toolgate.store import Migration
+from toolgate.tools.demo.service import DemoService, Owner
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
     NoRollback,
     ResourceRef,
-    ResourceStatus,
     StrictArgs,
     ToolResult,
     ToolSpec,
-    ownership,
 )
-
-COMPONENT = "demo_reports"
 
 _SCHEMA = """
 CREATE TABLE sor_report_requests (
@@ -164,25 +161,19 @@ def _poll_after(remaining_s: float) -> int:
 
 
 @dataclass
-class ReportService:
-    """The report system of record; ``now`` is injectable so tests move time instead of sleeping."""
+class ReportService(DemoService):
+    """The report system of record; ``now`` is injectable so tests move time instead of sleeping.
 
-    store: Store
+    Nothing is seeded: jobs exist only once submitted.
+    """
+
     now: Callable[[], datetime] = utcnow
 
-    resource_kinds: ClassVar[frozenset[str]] = frozenset({"job"})
-
-    def setup(self, *, seed: bool = True) -> None:
-        """Create the tables (there is nothing to seed: jobs exist only once submitted)."""
-        self.store.migrate(COMPONENT, MIGRATIONS)
-
-    def resource_status(self, kind: str, resource_id: str, tenant_id: str) -> ResourceStatus:
-        """A job belongs to the tenant that submitted it."""
-        if kind not in self.resource_kinds:
-            return "missing"
-        with self.store.transaction(write=False) as tx:
-            row = tx.one("SELECT tenant_id FROM sor_report_jobs WHERE job_id = ?", (resource_id,))
-        return ownership(row, tenant_id)
+    component = "demo_reports"
+    migrations = MIGRATIONS
+    owners = {"job": Owner("sor_report_jobs", "job_id")}
+    """A job belongs to the tenant that submitted it."""
+    countable = frozenset({"sor_report_requests", "sor_report_jobs"})
 
     def submit(
         self, tenant_id: str, report_type: str, date_from: date, date_to: date, idempotency_key: str
@@ -224,11 +215,7 @@ class ReportService:
 
     def job_by_key(self, tenant_id: str, idempotency_key: str) -> dict[str, Any] | None:
         """The job created under an idempotency key, if any (status query for reconciliation)."""
-        with self.store.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT * FROM sor_report_jobs WHERE tenant_id = ? AND idempotency_key = ?",
-                (tenant_id, idempotency_key),
-            )
+        return self._by_key("sor_report_jobs", tenant_id, idempotency_key)
 
     def status(self, tenant_id: str, job_id: str) -> dict[str, Any]:
         """Running until ``submitted_at + duration_s``, then complete with the stored summary."""

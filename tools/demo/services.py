@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Any
 
 from toolgate.store.base import Store
 from toolgate.tools.demo.crm import CrmClient, crm_specs
@@ -19,6 +18,7 @@ from toolgate.tools.demo.inventory import InventoryService, inventory_specs
 from toolgate.tools.demo.purchasing import PurchasingService, purchasing_specs
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.reports import ReportService, report_specs
+from toolgate.tools.demo.service import DemoService
 from toolgate.tools.spec import ResourceStatus, ToolSpec
 
 
@@ -48,7 +48,7 @@ class DemoServices:
             CrmClient(store),
         )
 
-    def all(self) -> tuple[Any, ...]:
+    def all(self) -> tuple[DemoService, ...]:
         """Every service, in setup order."""
         return (self.inventory, self.purchasing, self.reports, self.filing, self.crm)
 
@@ -79,8 +79,7 @@ class DemoResolver:
         """Ownership of ``(kind, resource_id)`` relative to ``tenant_id``."""
         for service in self.services.all():
             if kind in service.resource_kinds:
-                status: ResourceStatus = service.resource_status(kind, resource_id, tenant_id)
-                return status
+                return service.resource_status(kind, resource_id, tenant_id)
         return self.system.resource_status(kind, resource_id, tenant_id)
 
 
