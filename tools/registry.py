@@ -99,11 +99,12 @@ class Registry:
 
     def openai_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """OpenAI tool definitions for ``specs`` under their wire names (strict where the arguments
-        allow it, see `toolgate.tools.schema_export.exported_parameters`)."""
+        allow it, see `toolgate.tools.schema_export.exported_parameters`), every description in
+        them plain text (`toolgate.tools.schema_export.plain_text`)."""
         return [copy.deepcopy(_openai_definition(s.wire_name, s.description, s.args_model)) for s in specs]
 
     def anthropic_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
-        """Anthropic tool definitions for ``specs`` under their wire names."""
+        """Anthropic tool definitions for ``specs`` under their wire names, with the same plain text."""
         return [anthropic_tool(s.wire_name, s.description, s.args_model) for s in specs]
 
     def structured_tools(self) -> list[StructuredTool]:

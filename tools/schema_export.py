@@ -7,6 +7,14 @@ keywords; they are written into the field's description (the model still reads t
 enforced on our side (the Pydantic model or the declared JSON Schema), which remains the authority.
 Anthropic form: ``name`` / ``description`` / ``input_schema``, from the same parameters.
 
+Text the model reads is plain text (`plain_text`). Argument models are documented in
+reStructuredText like any Python code, and Pydantic turns their docstrings and field descriptions
+into schema descriptions, so without this the model would read the markup: names between double
+backquotes, roles such as :class: and :func:. Every export renders that inline markup as the words
+it stands for, in the tool description and in every ``description`` and ``title`` of the
+parameters, for our tools and third-party ones alike; the exported text is what the release
+manifest pins.
+
 When the strict form is sent (`exported_parameters`): only when it says exactly what the tool
 declares, i.e. every property at every depth is required and every object closed. Strict mode
 makes the model send every property, an optional one as ``null``, so "omitted" could no longer be
@@ -18,6 +26,7 @@ exactly what was declared. Tools whose arguments are all required (every demo to
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -63,6 +72,68 @@ CONSTRAINT_WORDS = {
 
 _DROP = ("title", "default", "examples")
 
+_INLINE_MARKUP = re.compile(
+    r"(?<!`)``(?P<literal>[^`\s](?:[^`]*[^`\s])?)``(?!`)"
+    r"|(?<![\w`:])(?::[A-Za-z][\w+.-]*)+:`(?P<role>[^`]+)`(?!`)"
+    r"|(?<![\w`])`(?P<interpreted>[^`\s](?:[^`]*[^`\s])?)`(?:__?)?(?![\w`])"
+)
+"""reStructuredText inline markup with backquotes: an inline literal (a text between double
+backquotes), a role (:class:, :py:meth: and the like before a text between single backquotes) and
+interpreted text (a text between single backquotes, also as a link when an underscore follows).
+One left-to-right pass, so a literal's content is never read as markup again; a run of three or
+more backquotes (a Markdown fence) and a backquote inside a word are left as they are."""
+
+_ROLE_TITLE = re.compile(r"(?s)(?P<title>.*?\S)\s*<[^<>]*>")
+"""A role's explicit title, ``title <target>``: the reader sees the title."""
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+"""Keywords whose value maps names to subschemas (a property may be called ``description``)."""
+_SCHEMA_DATA = ("enum", "const", "default", "examples")
+"""Keywords whose value is data, never text for the model to read as documentation."""
+
+
+def plain_text(text: str) -> str:
+    """``text`` with its reStructuredText inline markup rendered as plain text, as the model reads it.
+
+    An inline literal and interpreted text become their content (``issue_refund`` between double
+    backquotes reads issue_refund); a role becomes its target as Sphinx shows it (:class: of
+    ``X`` reads X, of ``~a.b.C`` reads C, of ``title <target>`` reads title). Everything else
+    (words, Markdown fences, patterns) is kept as written."""
+    return _INLINE_MARKUP.sub(_rendered, text) if "`" in text else text
+
+
+def _rendered(match: re.Match[str]) -> str:
+    role = match.group("role")
+    if role is None:
+        return match.group("literal") or match.group("interpreted")
+    role = role.strip().lstrip("!")
+    titled = _ROLE_TITLE.fullmatch(role)
+    if titled:
+        return titled.group("title")
+    return role[1:].rsplit(".", 1)[-1] if role.startswith("~") else role
+
+
+def plain_text_schema(node: Any) -> Any:
+    """A copy of the JSON Schema ``node`` whose ``description`` and ``title`` texts are `plain_text`.
+
+    Nothing else changes: property names, data (``enum``, ``const``, ``default``, ``examples``)
+    and every validation keyword are kept exactly, so the schema means what it meant."""
+    if isinstance(node, list):
+        return [plain_text_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("description", "title") and isinstance(value, str):
+            out[key] = plain_text(value)
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: plain_text_schema(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_DATA:
+            out[key] = copy.deepcopy(value)
+        else:
+            out[key] = plain_text_schema(value)
+    return out
+
 
 def _strictify(node: Any) -> Any:
     if isinstance(node, list):
@@ -95,10 +166,11 @@ def strict_json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     For a tool registered from a JSON Schema (`toolgate.tools.declared.DeclaredArguments`) it is
     the parameters the model is sent (`exported_parameters`): the strict form when the declared
-    schema has one, else the declared schema itself, so a manifest never hashes a lossy rewrite."""
+    schema has one, else the declared schema itself, so a manifest never hashes a lossy rewrite.
+    Descriptions are `plain_text` either way."""
     if contract_of(model) is not None:
         return exported_parameters(model)[0]
-    return _strict_form(model.model_json_schema())
+    return _strict_form(plain_text_schema(model.model_json_schema()))
 
 
 def _strict_form(schema: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +186,10 @@ def exported_parameters(model: type[BaseModel]) -> tuple[dict[str, Any], bool]:
     """The parameters a provider is sent for ``model``, and whether they are in strict form.
 
     Strict form only when every object of the declared schema is closed and requires all its
-    properties (see the module docstring); otherwise the declared schema (titles dropped)."""
-    declared = model.model_json_schema()
+    properties (see the module docstring); otherwise the declared schema (titles dropped). Its
+    descriptions are `plain_text`, rendered before constraints are written into them, so a
+    pattern is sent exactly as declared."""
+    declared = plain_text_schema(model.model_json_schema())
     if _fully_required(declared):
         strict = _strict_form(declared)
         if not strict_problems(strict):
@@ -199,17 +273,27 @@ def strict_problems(schema: Any, path: str = "$", depth: int = 0) -> list[str]:
 def openai_tool(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
     """OpenAI function tool (Chat Completions shape, accepted by ``bind_tools``), strict when the
     arguments allow it (`exported_parameters`). ``name`` is what the model calls: pass the
-    tool's ``wire_name``."""
+    tool's ``wire_name``. ``description`` is sent as `plain_text`."""
     parameters, strict = exported_parameters(model)
     return {
         "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters, "strict": strict},
+        "function": {
+            "name": name,
+            "description": plain_text(description),
+            "parameters": parameters,
+            "strict": strict,
+        },
     }
 
 
 def anthropic_tool(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
-    """Anthropic tool definition (``input_schema``), the same parameters as `openai_tool`."""
-    return {"name": name, "description": description, "input_schema": exported_parameters(model)[0]}
+    """Anthropic tool definition (``input_schema``), the same parameters and description text as
+    `openai_tool`."""
+    return {
+        "name": name,
+        "description": plain_text(description),
+        "input_schema": exported_parameters(model)[0],
+    }
 
 
 __all__ = [
@@ -217,6 +301,8 @@ __all__ = [
     "anthropic_tool",
     "exported_parameters",
     "openai_tool",
+    "plain_text",
+    "plain_text_schema",
     "strict_json_schema",
     "strict_problems",
 ]

@@ -322,7 +322,9 @@ class ToolSpec:
     owner: str
     """Owning team, the one to page when the downstream contract drifts."""
     description: str
-    """When to use it and when not to (sent to the model)."""
+    """When to use it and when not to (sent to the model). May be written in reStructuredText like
+    any docstring: the model is sent it as plain text (`toolgate.tools.schema_export.plain_text`),
+    while the manifest and reviewers keep it as written."""
     args_model: type[BaseModel]
     """Argument model; must forbid extra fields. For a tool registered from a JSON Schema it is a
     `toolgate.tools.declared.DeclaredArguments` stand-in carrying the declared schema."""
