@@ -8,18 +8,14 @@ component, under a lock, and records them in ``toolgate_schema``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
-OPERATION_STATUSES = (
-    "pending_approval",
-    "approved",
-    "rejected",
-    "expired",
-    "executing",
-    "succeeded",
-    "failed",
-    "unknown",
-    "dead_lettered",
-)
+from toolgate.store.records import OperationStatus
+
+OPERATION_STATUSES: tuple[str, ...] = get_args(OperationStatus)
+"""Every operation status, in the order of `toolgate.store.records.OperationStatus` (read from it,
+so the two cannot drift). The first migration's ``CHECK`` lists them: a new status also needs a
+new migration that widens that check on databases created before it."""
 
 ALLOWED_TRANSITIONS = (
     ("pending_approval", "approved"),

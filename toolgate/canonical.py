@@ -1,8 +1,27 @@
 """Canonical JSON and the digests and keys built on it.
 
-Equal intent must give equal bytes: arguments are first normalized by their Pydantic model,
-then encoded RFC 8785 style (sorted keys, no insignificant whitespace, UTF-8, one number form).
-Approval digests, operation keys and audit hashes are SHA-256 over this form.
+Equal intent must give equal bytes: arguments are first normalized by their Pydantic model, then
+encoded in toolgate's own canonical form. Approval digests, operation keys and audit hashes are
+SHA-256 over this form, so it is frozen: changing any rule below changes every stored digest,
+operation key and audit hash (``tests/test_canonical.py`` pins it).
+
+The form, exactly:
+
+- object keys sorted by Unicode code point at every depth (a non-string key is written as
+  ``str(key)``); no whitespace: ``,`` and ``:`` separators;
+- strings as Python's ``json`` writes them with ``ensure_ascii=False``: characters kept as
+  themselves (UTF-8 once hashed), only ``"``, ``\\`` and control characters below U+0020 escaped;
+- integers in full decimal digits, however large; ``true``, ``false``, ``null``; tuples as arrays;
+- a float (or `decimal.Decimal`, converted to float first) with an integral value as that integer
+  in full digits (``1.0`` is ``1``, ``-0.0`` is ``0``, ``1e21`` is ``1000000000000000000000``),
+  any other float in Python's shortest round-trip form (``0.1``, ``1e-07``);
+- NaN and infinity refused (`ValueError`), any other type refused (`TypeError`).
+
+It is not RFC 8785 (JCS), though close to it: RFC 8785 writes every number in ECMAScript's form
+(``1e+21``, ``1e-7``, integers beyond 2**53 rounded through a double) and sorts keys by UTF-16
+code units, which orders a key holding a character beyond U+FFFF before one holding a character
+in U+E000..U+FFFF; this form orders them by code point. Do not verify these digests with a JCS
+library.
 """
 
 from __future__ import annotations
@@ -33,7 +52,7 @@ def _normalize(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> str:
-    """Encode ``value`` as canonical JSON text (sorted keys, compact, UTF-8 characters kept)."""
+    """Encode ``value`` in toolgate's canonical JSON form (see the module docstring; not RFC 8785)."""
     return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
