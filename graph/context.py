@@ -8,19 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.policy.principal import Principal
-
-
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
-def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
-
-
-def _env_delays() -> tuple[float, ...]:
-    raw = os.environ.get("TOOLGATE_RECONCILE_DELAYS")
-    return tuple(float(x) for x in raw.split(",")) if raw else (1.0, 2.0, 4.0, 8.0, 16.0)
+from toolgate.settings import setting
 
 
 @dataclass(kw_only=True)
@@ -28,6 +16,8 @@ class Context:
     """Runtime context of one graph run (LangGraph ``context_schema``).
 
     Given by trusted code on every invoke or resume; the LangGraph server coerces a dict into it.
+    A knob left out takes its ``TOOLGATE_*`` setting (`toolgate.settings`), read when the context
+    is made.
     """
 
     principal: Principal | None = None
@@ -37,34 +27,32 @@ class Context:
     """Internal request id for audit correlation."""
     trace_id: str | None = None
     """Trace id shared by spans and audit events."""
-    max_model_turns: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_MODEL_TURNS", 24))
+    max_model_turns: int = field(default_factory=lambda: setting("max_model_turns"))
     """Model calls allowed in one task. Like every budget here, read when a thread starts and kept
     in the thread (its ``budget``): later runs and resumes count against the thread's limits."""
-    max_tool_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_TOOL_CALLS", 40))
+    max_tool_calls: int = field(default_factory=lambda: setting("max_tool_calls"))
     """Tool calls accepted in one task (the seeds' ``maxToolCalls``). The default leaves room for
     realistic multi-step tasks (public agent suites need up to about 30); lower it per release."""
-    max_calls_per_turn: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_CALLS_PER_TURN", 32))
+    max_calls_per_turn: int = field(default_factory=lambda: setting("max_calls_per_turn"))
     """Calls judged one by one in one model turn; the rest of the turn is refused as one batch
     (``too_many_calls``), so a runaway response costs a bounded number of audit events."""
-    deadline_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DEADLINE_S", 300.0))
+    deadline_s: float = field(default_factory=lambda: setting("deadline_s"))
     """Autonomous running time of a task, counted from its start and from each human decision."""
-    max_validation_retries: int = field(
-        default_factory=lambda: _env_int("TOOLGATE_MAX_VALIDATION_RETRIES", 2)
-    )
+    max_validation_retries: int = field(default_factory=lambda: setting("max_validation_retries"))
     """Invalid-argument retries allowed per tool before the task goes to human review."""
-    max_identical_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_IDENTICAL_CALLS", 2))
+    max_identical_calls: int = field(default_factory=lambda: setting("max_identical_calls"))
     """How often the same tool with the same arguments may be called in one task."""
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     """The user's own forwarded credentials (e.g. ``crm_token``); never checkpointed, logged or shown."""
-    reconcile_delays: tuple[float, ...] = field(default_factory=lambda: _env_delays())
+    reconcile_delays: tuple[float, ...] = field(default_factory=lambda: setting("reconcile_delays"))
     """Waits between status checks of an unknown outcome (the seeds' 1, 2, 4, 8, 16 s)."""
-    max_parallel_calls: int = field(default_factory=lambda: _env_int("TOOLGATE_MAX_PARALLEL_CALLS", 5))
+    max_parallel_calls: int = field(default_factory=lambda: setting("max_parallel_calls"))
     """Independent calls of one turn that may run at the same time (the semaphore)."""
-    batch_deadline_s: float = field(default_factory=lambda: _env_float("TOOLGATE_BATCH_DEADLINE_S", 120.0))
+    batch_deadline_s: float = field(default_factory=lambda: setting("batch_deadline_s"))
     """Wall-clock budget of one turn's batch of calls."""
-    claim_lease_s: float = field(default_factory=lambda: _env_float("TOOLGATE_CLAIM_LEASE_S", 60.0))
+    claim_lease_s: float = field(default_factory=lambda: setting("claim_lease_s"))
     """Lease of an execution claim; recovery may reconcile an operation after it lapses."""
-    duplicate_wait_s: float = field(default_factory=lambda: _env_float("TOOLGATE_DUPLICATE_WAIT_S", 30.0))
+    duplicate_wait_s: float = field(default_factory=lambda: setting("duplicate_wait_s"))
     """How long a duplicate delivery waits for the owner's stored result before reporting in-flight."""
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """Identity of this executing process, recorded as the claim owner."""

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -52,6 +51,7 @@ from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import ReviewOutcome, decide
 from toolgate.policy.principal import Principal
+from toolgate.settings import read_settings
 from toolgate.store.forensics import trace
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
 from toolgate.tools.spec import HandlerContext
@@ -746,12 +746,8 @@ def create_app(
 
 
 def _configured_waker_interval() -> float | None:
-    """``TOOLGATE_WAKER_INTERVAL_S`` (seconds; ``0`` runs no background waker), default 2."""
-    raw = os.environ.get("TOOLGATE_WAKER_INTERVAL_S", "")
-    try:
-        seconds = float(raw) if raw else WAKER_INTERVAL_S
-    except ValueError as exc:
-        raise ConfigurationError("TOOLGATE_WAKER_INTERVAL_S must be a number of seconds") from exc
+    """``TOOLGATE_WAKER_INTERVAL_S`` (seconds; ``0`` runs no background waker)."""
+    seconds = read_settings().waker_interval_s
     return seconds if seconds > 0 else None
 
 

@@ -11,8 +11,6 @@ use.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from functools import cache
 from pathlib import Path
 
@@ -27,11 +25,13 @@ the CLI's ``.toolgate`` so demo runs of one never change the other. Point both a
 
 @cache
 def server_parts() -> App:
-    """The toolgate of this server process (built on first use, then shared)."""
-    settings = Settings.from_env()
-    if not os.environ.get("TOOLGATE_DATA_DIR"):
-        settings = dataclasses.replace(settings, data_dir=SERVER_DATA_DIR)
-    return open_app(settings, server_mode=True)
+    """The toolgate of this server process (built on first use, then shared).
+
+    Raises:
+        InvalidSetting: a ``TOOLGATE_*`` variable has a value of the wrong form; its message is one
+            line naming the variable and the form it expects, and nothing was opened.
+    """
+    return open_app(Settings.from_env(default_data_dir=SERVER_DATA_DIR), server_mode=True)
 
 
 __all__ = ["SERVER_DATA_DIR", "server_parts"]

@@ -1,13 +1,17 @@
 """The ``toolgate`` operator command line.
 
 Output is one ``key=value`` line per fact (the seeds' style) so scripts and people read the
-same text. Errors from misuse exit with code 2 and a one-line message; no stack traces.
+same text. Errors from misuse exit with code 2 and a one-line message; no stack traces. Every
+command first checks every ``TOOLGATE_*`` setting (`toolgate.settings`), so a bad value stops it
+before it touches anything; ``--help`` and ``--version`` need no settings.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import uuid
+from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
@@ -31,6 +35,12 @@ from toolgate.graph.context import Context
 from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide
 from toolgate.graph.rollback import propose_rollback
+from toolgate.settings import InvalidSetting, read_settings
+
+DISTRIBUTION = "langgraph-toolgate"
+"""The installed package whose version ``toolgate --version`` prints."""
+NEEDS_NO_SETTINGS = frozenset({"--help", "--version"})
+"""Options that only print; a command line holding one runs no command."""
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
@@ -53,6 +63,26 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def _kv(**facts: Any) -> None:
     out.print(" ".join(f"{k}={v}" for k, v in facts.items()), markup=False)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        try:
+            installed = version(DISTRIBUTION)
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown"
+        typer.echo(f"toolgate {installed}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Options of ``toolgate`` itself."""
 
 
 @app.command()
@@ -245,9 +275,16 @@ def rollback(
 
 
 def main() -> None:
-    """Console entry point: usage errors become one line on stderr and exit code 2."""
+    """Console entry point: usage errors become one line on stderr and exit code 2 (a bad setting:
+    ``toolgate: TOOLGATE_X must be ...``; anything else: ``error=CODE message="..."``)."""
+    args = sys.argv[1:]
     try:
-        app(standalone_mode=True)
+        if args and not NEEDS_NO_SETTINGS.intersection(args):
+            read_settings()  # every command starts from valid settings, before it touches anything
+        app(args, standalone_mode=True)
+    except InvalidSetting as exc:
+        typer.echo(f"toolgate: {exc}", err=True)
+        raise SystemExit(2) from None
     except ToolgateError as exc:
         code = getattr(exc, "code", type(exc).__name__)
         err.print(f"error={code} message={json.dumps(str(exc))}", markup=False)

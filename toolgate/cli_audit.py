@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,7 @@ from toolgate.cli_common import kv as _kv
 from toolgate.cli_common import open_from_env
 from toolgate.clock import iso
 from toolgate.errors import NotFoundError
+from toolgate.settings import read_settings
 from toolgate.store.chain import verify_chain, verify_records
 from toolgate.store.forensics import trace
 
@@ -110,10 +110,15 @@ def audit_export(
 @audit_app.command("retention")
 def audit_retention(
     older_than_days: Annotated[
-        float, typer.Option(help="Delete protected payloads older than this.")
-    ] = float(os.environ.get("TOOLGATE_AUDIT_RETENTION_DAYS", "90")),
+        float | None,
+        typer.Option(
+            help="Delete protected payloads older than this (default: TOOLGATE_AUDIT_RETENTION_DAYS, 90)."
+        ),
+    ] = None,
 ) -> None:
     """Delete audit payloads past the retention period; digests and the chain stay verifiable."""
+    if older_than_days is None:
+        older_than_days = read_settings().audit_retention_days
     application = open_from_env()
     before = iso(application.store.now() - timedelta(days=older_than_days))
     purged = application.store.purge_audit_payloads(before)

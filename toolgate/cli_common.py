@@ -6,7 +6,6 @@ token in ``TOOLGATE_TOKEN``; `person` is the only way a command gets a `Principa
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import typer
@@ -14,6 +13,7 @@ import typer
 from toolgate.bootstrap import App, open_app
 from toolgate.config import Settings
 from toolgate.policy.principal import Principal
+from toolgate.settings import read_settings
 
 TOKEN_ENV = "TOOLGATE_TOKEN"
 
@@ -30,7 +30,8 @@ def kv(**facts: Any) -> None:
 
 def person(application: App, user_id: str) -> Principal:
     """The authenticated person acting: ``--as`` names them, ``TOOLGATE_TOKEN`` proves it."""
-    return application.gateway.directory.authenticate(user_id, os.environ.get(TOKEN_ENV))
+    token = read_settings().token
+    return application.gateway.directory.authenticate(user_id, token.get_secret_value() if token else None)
 
 
 __all__ = ["TOKEN_ENV", "kv", "open_from_env", "person"]

@@ -55,8 +55,12 @@ def _say(line: str) -> None:
 @registry_app.command("audit")
 def audit(
     release: Annotated[
-        str, typer.Option(help="Release to audit (id, 'package.module:attribute' or 'path.py:attribute').")
-    ] = Settings.from_env().release,
+        str | None,
+        typer.Option(
+            help="Release to audit (id, 'package.module:attribute' or 'path.py:attribute'; "
+            "default: TOOLGATE_RELEASE)."
+        ),
+    ] = None,
     bundle: Annotated[
         str | None, typer.Option(help="Audit 'module:function' returning ToolSpecs instead.")
     ] = None,
@@ -65,6 +69,7 @@ def audit(
     ] = None,
 ) -> None:
     """Print the seeds' registry figures and every defect; exit 1 on any defect."""
+    release = release or Settings.from_env().release
     loaded = load_release(release) if bundle is None else None
     policy = loaded.policy if loaded else None
     reviewed: Mapping[str, Any] | None
@@ -100,13 +105,16 @@ def audit(
 
 @registry_app.command("schemas")
 def schemas(
-    release: Annotated[str, typer.Option(help="Release (id or reference).")] = Settings.from_env().release,
+    release: Annotated[
+        str | None, typer.Option(help="Release (id or reference; default: TOOLGATE_RELEASE).")
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Validate against strict-mode rules.")] = False,
     provider: Annotated[str, typer.Option(help="openai or anthropic (printing only).")] = "openai",
 ) -> None:
     """Print every exported schema (under its wire name), or with --check validate each strict
     one against strict-mode rules (a schema exported non-strict keeps its declared meaning, e.g.
     optional fields, and is only reported)."""
+    release = release or Settings.from_env().release
     failures = 0
     for spec in sorted(_release_specs(load_release(release))(), key=lambda s: s.name):
         tool = openai_tool(spec.wire_name, spec.description, spec.args_model)
@@ -138,13 +146,16 @@ def schemas(
 
 @registry_app.command("manifest")
 def manifest_command(
-    release: Annotated[str, typer.Option(help="Release (id or reference).")] = Settings.from_env().release,
+    release: Annotated[
+        str | None, typer.Option(help="Release (id or reference; default: TOOLGATE_RELEASE).")
+    ] = None,
     write: Annotated[Path | None, typer.Option(help="Write the effective manifest here for review.")] = None,
     beside: Annotated[
         bool, typer.Option("--beside", help="Write it as the release's own manifest.json, for review.")
     ] = False,
 ) -> None:
     """Print the effective manifest (hashes of schemas, handlers, policy, instructions)."""
+    release = release or Settings.from_env().release
     loaded = load_release(release)
     text = json.dumps(release_manifest(loaded, _registry(loaded)), indent=2, sort_keys=True) + "\n"
     if beside:

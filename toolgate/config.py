@@ -1,25 +1,7 @@
-"""Settings from the environment. Every variable toolgate reads is listed here (and in the README).
+"""The resolved configuration of one toolgate process: data directory, store, model, release.
 
-| variable | default | meaning |
-| --- | --- | --- |
-| TOOLGATE_DATA_DIR | ./.toolgate | where embedded SQLite files and the store secret (audit.key) live |
-| TOOLGATE_DATABASE_URL | (unset: SQLite in the data dir) | ``postgresql://...`` for PostgreSQL, or ``sqlite:///PATH`` |
-| TOOLGATE_MODEL | offline | ``offline`` (deterministic demo model) or ``provider:model``, e.g. ``openai:gpt-4.1-mini`` |
-| TOOLGATE_MODEL_BASE_URL | (unset) | base URL of an OpenAI-compatible endpoint |
-| TOOLGATE_MODEL_MAX_TOKENS | 800 | bound on the model's output tokens per turn |
-| TOOLGATE_RELEASE | ops-tools/1.1.0 | tool release to load (ops-tools/1.0.0 is the refund-only bundle) |
-| TOOLGATE_AUDIT_KEY | (generated into DATA_DIR/audit.key) | the store's secret (16+ bytes): every MAC, token hash |
-| TOOLGATE_TOKEN | (unset) | the acting person's token (``run``, ``approve``, ``identities``, ...) |
-| TOOLGATE_ALLOW_MODEL_REQUESTS | 1 | ``0`` refuses to construct a real provider model (tests set it) |
-| TOOLGATE_MAX_MODEL_TURNS, TOOLGATE_MAX_TOOL_CALLS | 24, 40 | task budgets (kept by each thread from its start) |
-| TOOLGATE_MAX_CALLS_PER_TURN | 32 | calls judged in one model turn; the rest are refused as one batch |
-| TOOLGATE_CLAIM_LEASE_S, TOOLGATE_DUPLICATE_WAIT_S | 60, 30 | claim lease; wait of a duplicate for the stored result |
-| TOOLGATE_DEADLINE_S, TOOLGATE_MAX_VALIDATION_RETRIES, TOOLGATE_MAX_IDENTICAL_CALLS | 300, 2, 2 | task limits |
-| TOOLGATE_RECONCILE_DELAYS | 1,2,4,8,16 | waits between status checks of an unknown outcome |
-| TOOLGATE_MAX_PARALLEL_CALLS, TOOLGATE_BATCH_DEADLINE_S | 5, 120 | parallel batch limits |
-| TOOLGATE_AUDIT_RETENTION_DAYS | 90 | default age for ``toolgate audit retention`` |
-| TOOLGATE_WAKER_INTERVAL_S | 2 | the server's background waker (``0``: off) |
-| OPENAI_API_KEY | (unset) | read by langchain-openai when TOOLGATE_MODEL names an OpenAI model; never logged |
+Built from the environment by `Settings.from_env`; every variable it reads is declared, with its
+type, default and meaning, in `toolgate.settings` (and listed in the README).
 """
 
 from __future__ import annotations
@@ -31,7 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolgate.errors import ConfigurationError
+from toolgate.settings import read_settings
 from toolgate.tools.registry import DEFAULT_RELEASE
+
+DATA_DIR = Path(".toolgate")
+"""The data directory when ``TOOLGATE_DATA_DIR`` is unset (relative to the working directory)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,23 +42,24 @@ class Settings:
     """False refuses real provider models."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Settings from ``env`` (default: the process environment)."""
-        env = os.environ if env is None else env
-        data_dir = Path(env.get("TOOLGATE_DATA_DIR") or ".toolgate").expanduser()
-        try:
-            max_tokens = int(env.get("TOOLGATE_MODEL_MAX_TOKENS", "800"))
-        except ValueError as exc:
-            raise ConfigurationError("TOOLGATE_MODEL_MAX_TOKENS must be an integer") from exc
+    def from_env(cls, env: Mapping[str, str] | None = None, *, default_data_dir: Path = DATA_DIR) -> Settings:
+        """Settings from ``env`` (default: the process environment); ``default_data_dir`` when
+        ``TOOLGATE_DATA_DIR`` is unset.
+
+        Raises:
+            InvalidSetting: any ``TOOLGATE_*`` variable, also one this object does not hold, has a
+                value of the wrong form (`toolgate.settings.read_settings`).
+        """
+        values = read_settings(env)
         return cls(
-            data_dir=data_dir,
-            database_url=env.get("TOOLGATE_DATABASE_URL") or None,
-            model=env.get("TOOLGATE_MODEL") or "offline",
-            model_base_url=env.get("TOOLGATE_MODEL_BASE_URL") or None,
-            model_max_tokens=max_tokens,
-            release=env.get("TOOLGATE_RELEASE") or DEFAULT_RELEASE,
-            audit_key_value=env.get("TOOLGATE_AUDIT_KEY") or None,
-            allow_model_requests=env.get("TOOLGATE_ALLOW_MODEL_REQUESTS", "1") != "0",
+            data_dir=(values.data_dir or default_data_dir).expanduser(),
+            database_url=values.database_url,
+            model=values.model,
+            model_base_url=values.model_base_url,
+            model_max_tokens=values.model_max_tokens,
+            release=values.release,
+            audit_key_value=values.audit_key.get_secret_value() if values.audit_key else None,
+            allow_model_requests=values.allow_model_requests,
         )
 
     def audit_key(self, *, create: bool = True) -> bytes:
@@ -96,4 +83,4 @@ class Settings:
         return path.read_bytes().strip()
 
 
-__all__ = ["Settings"]
+__all__ = ["DATA_DIR", "Settings"]

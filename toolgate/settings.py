@@ -1,0 +1,210 @@
+"""Every ``TOOLGATE_*`` environment variable toolgate reads: its type, default and meaning.
+
+This is the one place that declares them. `read_settings` parses the environment when a command,
+the server or a run needs a value, never at import, so ``toolgate --help`` and ``--version`` work
+whatever the environment holds. An empty variable counts as unset. A value of the wrong form
+raises `InvalidSetting`, whose message is one line naming the variable and the form it expects
+(``TOOLGATE_MAX_MODEL_TURNS must be an integer >= 1 (got 'eight')``); a secret's value is never
+repeated in it. `read_settings` checks every variable at once, so a command refuses a bad value
+before it touches anything, even one it would not have used.
+
+Test and benchmark harness variables (``TOOLGATE_TEST_PG_URL``, ``TOOLGATE_BENCH_PG_URL``,
+``TOOLGATE_PG_*``) belong to those harnesses and are not settings of the product.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, get_args
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
+
+from toolgate.errors import ConfigurationError
+from toolgate.store.keys import MIN_SECRET_BYTES
+from toolgate.tools.registry import DEFAULT_RELEASE
+
+PREFIX = "TOOLGATE_"
+
+
+class InvalidSetting(ConfigurationError):
+    """A ``TOOLGATE_*`` variable holds a value of the wrong form; the message is one line.
+
+    Attributes:
+        variable: the variable's name, e.g. ``TOOLGATE_MAX_MODEL_TURNS``.
+    """
+
+    def __init__(self, variable: str, expected: str, got: str | None) -> None:
+        shown = "" if got is None else f" (got {got!r})"
+        super().__init__(f"{variable} must be {expected}{shown}")
+        self.variable = variable
+
+
+@dataclass(frozen=True)
+class Form:
+    """What a refused value should have looked like, for the one-line message.
+
+    Attributes:
+        text: the expected form, e.g. ``an integer >= 1``.
+        echo: False for secrets: the refused value is not repeated.
+    """
+
+    text: str
+    echo: bool = True
+
+
+def _split_commas(value: Any) -> Any:
+    return [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+
+
+def _strip(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _long_enough(value: SecretStr) -> SecretStr:
+    if len(value.get_secret_value().encode("utf-8")) < MIN_SECRET_BYTES:
+        raise ValueError("too short")
+    return value
+
+
+def _model_name(value: str) -> str:
+    provider, _, name = value.partition(":")
+    if value != "offline" and not (provider and name):
+        raise ValueError("not offline or provider:model")
+    return value
+
+
+Count = Annotated[int, Field(ge=1), Form("an integer >= 1")]
+Retries = Annotated[int, Field(ge=0), Form("an integer >= 0")]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), Form("a number of seconds > 0")]
+Wait = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of seconds >= 0")]
+Days = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of days >= 0")]
+Delays = Annotated[
+    tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)], ...],
+    BeforeValidator(_split_commas),
+    Field(min_length=1),
+    Form("comma-separated numbers of seconds >= 0, e.g. 1,2,4,8,16"),
+]
+Switch = Annotated[bool, BeforeValidator(_strip), Form("1 or 0")]
+ModelName = Annotated[
+    str, AfterValidator(_model_name), Form("'offline' or 'provider:model', e.g. 'openai:gpt-4.1-mini'")
+]
+StoreSecret = Annotated[
+    SecretStr, AfterValidator(_long_enough), Form(f"at least {MIN_SECRET_BYTES} bytes", echo=False)
+]
+
+
+class EnvSettings(BaseModel):
+    """The ``TOOLGATE_*`` variables of one process, parsed (field ``x`` is ``TOOLGATE_X``)."""
+
+    model_config = ConfigDict(
+        alias_generator=lambda name: PREFIX + name.upper(),
+        extra="ignore",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+    data_dir: Path | None = None
+    """Where embedded SQLite files and the generated store secret (``audit.key``) live; unset:
+    ``./.toolgate`` (the LangGraph server: ``./.toolgate/server``)."""
+    database_url: str | None = Field(default=None, repr=False)
+    """``postgresql://...`` for PostgreSQL or ``sqlite:///PATH``; unset: SQLite in the data directory."""
+    model: ModelName = "offline"
+    """``offline`` (the deterministic demo model) or ``provider:model``."""
+    model_base_url: str | None = None
+    """Base URL of an OpenAI-compatible endpoint."""
+    model_max_tokens: Count = 800
+    """Bound on the model's output tokens per turn."""
+    release: str = DEFAULT_RELEASE
+    """The release to serve: an installed id, ``package.module:attribute`` or ``path/to/release.py:attribute``."""
+    audit_key: StoreSecret | None = None
+    """The store's secret (the same for every process on one store); unset: generated into the data directory."""
+    token: SecretStr | None = None
+    """The acting person's token, proving who ``--as`` names."""
+    allow_model_requests: Switch = True
+    """``0`` refuses to construct a real provider model (the tests set it)."""
+    max_model_turns: Count = 24
+    """Model calls per task (a thread keeps the limits it started with)."""
+    max_tool_calls: Count = 40
+    """Tool calls per task."""
+    max_calls_per_turn: Count = 32
+    """Calls judged one by one in one model turn; the rest are refused as one batch."""
+    deadline_s: Seconds = 300.0
+    """Autonomous running time of a task, restarted by each human decision."""
+    max_validation_retries: Retries = 2
+    """Invalid-argument retries per tool before human review."""
+    max_identical_calls: Count = 2
+    """Identical calls (name and arguments) allowed per task."""
+    reconcile_delays: Delays = (1.0, 2.0, 4.0, 8.0, 16.0)
+    """Waits between status checks of an unknown outcome."""
+    max_parallel_calls: Count = 5
+    """Independent calls of one turn running at once."""
+    batch_deadline_s: Seconds = 120.0
+    """Wall-clock budget of one turn's batch of calls."""
+    claim_lease_s: Seconds = 60.0
+    """Lease of an execution claim."""
+    duplicate_wait_s: Wait = 30.0
+    """How long a duplicate delivery waits for the stored result."""
+    audit_retention_days: Days = 90.0
+    """Default age for ``toolgate audit retention``."""
+    waker_interval_s: Wait = 2.0
+    """How often the server resumes threads whose approval was decided elsewhere (``0``: never)."""
+
+
+VARIABLES: tuple[str, ...] = tuple(PREFIX + name.upper() for name in EnvSettings.model_fields)
+"""Every variable `EnvSettings` reads, in declaration order."""
+
+
+def read_settings(env: Mapping[str, str] | None = None) -> EnvSettings:
+    """Every setting in ``env`` (default: the process environment), parsed when called.
+
+    A parse is kept for as long as the variables keep their values.
+
+    Raises:
+        InvalidSetting: the first variable, in declaration order, whose value has the wrong form.
+    """
+    source = os.environ if env is None else env
+    return _parse(tuple((name, source.get(name) or "") for name in VARIABLES))
+
+
+def setting(name: str) -> Any:
+    """One setting (``name`` is the field, e.g. ``max_model_turns``) from the process environment now.
+
+    For defaults made often, such as a `Context`'s knobs: it reads one variable, not all of them.
+
+    Raises:
+        InvalidSetting: the variable's value has the wrong form.
+    """
+    variable = PREFIX + name.upper()
+    return getattr(_parse(((variable, os.environ.get(variable) or ""),)), name)
+
+
+@functools.lru_cache(maxsize=128)
+def _parse(values: tuple[tuple[str, str], ...]) -> EnvSettings:
+    given = {name: value for name, value in values if value}
+    try:
+        return EnvSettings.model_validate(given)
+    except ValidationError as exc:
+        raise _invalid(exc, given) from None
+
+
+def _invalid(exc: ValidationError, given: Mapping[str, str]) -> InvalidSetting:
+    variable = str(exc.errors()[0]["loc"][0])
+    info = EnvSettings.model_fields[variable.removeprefix(PREFIX).lower()]
+    form = _form([*info.metadata, *get_args(info.annotation)]) or Form("a valid value", echo=False)
+    return InvalidSetting(variable, form.text, given[variable] if form.echo else None)
+
+
+def _form(annotations: list[Any]) -> Form | None:
+    """The `Form` declared on a field, also inside ``Optional[Annotated[...]]``."""
+    for item in annotations:
+        found = item if isinstance(item, Form) else _form(list(get_args(item)))
+        if found:
+            return found
+    return None
+
+
+__all__ = ["VARIABLES", "EnvSettings", "InvalidSetting", "read_settings", "setting"]
