@@ -5,6 +5,13 @@ audit event naming the changed keys, a `ToolMessage` for every call of the turn 
 for an answer, and ``status="refused"``, sealed, so later runs of the thread do nothing but say
 so. Nothing in a refused thread runs again; the user starts a new thread.
 
+A state whose seal verified (and that is not refused) is brought to the current schema version
+before the node runs (`toolgate.graph.state_versions`), and the migration is sealed with the
+node's update; a version the seal does not vouch for is never sealed by a refusal. A state
+newer than this code knows is not run: one ``state.refused`` audit event with the code
+``state_version_unsupported`` per attempt, and `RunRefused`; nothing is written, so the code that
+wrote it can still run it.
+
 On the LangGraph server the guard also decides who is acting: the run context is rebuilt from the
 server's auth handler and settings (`toolgate.graph.server_context`), never taken from the
 client. A run refused for who is acting ends with `RunRefused`: a stable code and a readable
@@ -22,11 +29,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate.errors import IdentityError, RunRefused
+from toolgate.graph import state_versions
 from toolgate.graph.context import Context
 from toolgate.graph.deps import Gateway
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._common import context_of, thread_id
-from toolgate.graph.seal import Sealer, apply_update
+from toolgate.graph.seal import Sealer, apply_update, chain_updates
 from toolgate.graph.server_context import server_context
 from toolgate.graph.state import GatewayState
 from toolgate.policy.decisions import Rejection
@@ -89,6 +97,27 @@ def refuse_tampered(
     }
 
 
+def refuse_unsupported(gw: Gateway, ctx: Context, task: str, node: str, version: int) -> RunRefused:
+    """Audit a refusal to run a state newer than this code knows; the error to end the run with."""
+    principal = ctx.principal
+    latest = state_versions.latest_version()
+    gw.auditor.record(
+        "state.refused",
+        "refused",
+        user_id=principal.user_id if principal else None,
+        code=state_versions.UNSUPPORTED,
+        thread_id=task,
+        request_id=ctx.request_id,
+        trace_id=ctx.trace_id,
+        detail={"version": version, "supported": latest, "node": node},
+    )
+    return RunRefused(
+        state_versions.UNSUPPORTED,
+        f"this task was saved by a newer toolgate (state version {version}; this one runs up to "
+        f"{latest}). Nothing ran; run it where that version is deployed.",
+    )
+
+
 def guarded(gw: Gateway, name: str, fn: Node) -> Node:
     """``fn`` behind the seal (``fn`` takes the state and, if it names them, runtime and config)."""
     wants = set(inspect.signature(fn).parameters)
@@ -100,28 +129,39 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
             trusted = server_context(context_of(runtime), user, gw.directory)
             runtime = runtime.override(context=trusted)
         sealer = Sealer(gw.store.keys, task)
+        version = sealer.sealed_version(state)
+        if version is not None and version > state_versions.latest_version():
+            raise refuse_unsupported(gw, context_of(runtime), task, name, version)
         changed = sealer.tampered_keys(state)
-        if changed:
+        if changed:  # refused as it is: nothing, migrations included, runs on tampered state
             update = refuse_tampered(gw, state, context_of(runtime), config, name, changed)
+            claimed = state.get("state_version")
+            if claimed is not None and (type(claimed) is not int or claimed != version):
+                update["state_version"] = None  # a version the seal does not vouch for is not sealed
             if name == "respond":  # the final answer still comes, saying the thread was refused
                 final = fn(apply_update(state, update), **_args(runtime, config))
                 update = {**update, **final, "messages": [*update["messages"], *final.get("messages", [])]}
-        elif state.get("status") == "refused" and name != "respond":
+            return sealer.seal_update(state, update)
+        refused = state.get("status") == "refused"
+        if refused and name != "respond":  # nothing runs in a refused thread, not even a migration
             return {}
-        else:
-            try:
-                update = fn(state, **_args(runtime, config))
-            except IdentityError as exc:  # a run by someone who is not this thread's principal
-                who = context_of(runtime).principal
-                gw.auditor.record(
-                    "identity.refused",
-                    "refused",
-                    user_id=who.user_id if who else None,
-                    code=exc.code,
-                    thread_id=task,
-                    detail={"node": name},
-                )
-                raise RunRefused(exc.code, str(exc)) from exc
+        migration = {} if refused else state_versions.pending_update(state)
+        current = apply_update(state, migration) if migration else state
+        try:
+            update = fn(current, **_args(runtime, config))
+        except IdentityError as exc:  # a run by someone who is not this thread's principal
+            who = context_of(runtime).principal
+            gw.auditor.record(
+                "identity.refused",
+                "refused",
+                user_id=who.user_id if who else None,
+                code=exc.code,
+                thread_id=task,
+                detail={"node": name},
+            )
+            raise RunRefused(exc.code, str(exc)) from exc
+        if migration:
+            update = chain_updates(state, migration, update)
         return sealer.seal_update(state, update)
 
     def _args(runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
@@ -133,4 +173,4 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
     return node
 
 
-__all__ = ["TAMPERED", "guarded", "refuse_tampered", "unanswered_calls"]
+__all__ = ["TAMPERED", "guarded", "refuse_tampered", "refuse_unsupported", "unanswered_calls"]

@@ -10,6 +10,10 @@ runs because that state says so.
 Human and system messages are the user's own untrusted input and may be added by any run. The
 model's messages and the gateway's tool results are sealed as an ordered list of digests, so a
 call the model never made, or a result the gateway never gave, is noticed too.
+
+A seal covers the keys of the state version it sealed (`sealed_version`): a thread sealed before
+a key existed has no MAC for it, and that key must still be empty. The guard then brings the
+verified state to the current version (`toolgate.graph.state_versions`) and seals the result.
 """
 
 from __future__ import annotations
@@ -27,11 +31,18 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.types import Overwrite
 
-from toolgate.graph.state import GatewayState
+from toolgate.graph.state import KEYS_ADDED_IN, GatewayState
 from toolgate.store.keys import Keyring
 
-SEAL_VERSION = "1"
-"""Bumped when the sealed form changes; a seal of another version does not verify."""
+SEAL_VERSION = "2"
+"""The sealed form, named in the seal and in each of its MACs: bumped when the form changes; a
+seal of another form does not verify (but see `LEGACY_SEAL_VERSION`)."""
+
+LEGACY_SEAL_VERSION = "1"
+"""The form of seals made before states had a version: MACs as in form 2 but naming form 1, and
+none for ``state_version``. Such a seal verifies the version-1 state it sealed, so a thread saved
+then is migrated, not refused. Each MAC names its form, so a form-2 seal cannot pass for form 1
+by losing its ``state_version`` MAC."""
 
 
 @cache
@@ -102,6 +113,7 @@ class Sealer:
         self.keys = keys
         self.thread_id = thread_id
         self._checked: tuple[Mapping[str, Any], dict[str, str]] | None = None
+        self._version: tuple[Mapping[str, Any], int | None] | None = None
         self._recent_key = (thread_id, keys.key("state"))
 
     def _value(self, key: str, state: Mapping[str, Any]) -> Any:
@@ -110,8 +122,8 @@ class Sealer:
             return [message_digest(m) for m in value or () if isinstance(m, AIMessage | ToolMessage)]
         return value
 
-    def _mac(self, key: str, state: Mapping[str, Any]) -> str:
-        value = {"v": SEAL_VERSION, "thread": self.thread_id, "key": key, "value": self._value(key, state)}
+    def _mac(self, key: str, state: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
+        value = {"v": form, "thread": self.thread_id, "key": key, "value": self._value(key, state)}
         try:
             # deterministic for the values the checkpointer round-trips (types and floats kept as
             # they are); the C encoder keeps sealing a large thread cheap
@@ -134,32 +146,76 @@ class Sealer:
             },
         }
 
+    def sealed_version(self, state: Mapping[str, Any]) -> int | None:
+        """The state version ``state``'s seal vouches for: 1 for a seal of the legacy form (made
+        before states had a version), else the ``state_version`` its MAC verifies (1 when that
+        is empty). None when the seal vouches for none: missing, of an unknown form, or with a
+        ``state_version`` it does not verify."""
+        if self._version is not None and self._version[0] is state:
+            return self._version[1]
+        version = self._sealed_version(state)
+        self._version = (state, version)
+        return version
+
+    def _sealed_version(self, state: Mapping[str, Any]) -> int | None:
+        seal = state.get("seal")
+        if not isinstance(seal, Mapping):
+            return None
+        if seal.get("v") == LEGACY_SEAL_VERSION:
+            return 1
+        if seal.get("v") != SEAL_VERSION:
+            return None
+        if seal.get("state_version") != self._expected_mac(
+            "state_version", state, _RECENT.get(self._recent_key)
+        ):
+            return None
+        version = state.get("state_version")
+        if version is None:
+            return 1
+        return version if type(version) is int else None
+
+    def _expected_mac(
+        self, key: str, state: Mapping[str, Any], known: tuple[dict[str, Any], dict[str, str]] | None
+    ) -> str:
+        """The current form's MAC of ``state``'s ``key``: the one the last node of this process
+        computed (``known``) when the value is made of the very objects it sealed, else afresh."""
+        if known is not None and _same_objects(state.get(key), known[0].get(key)):
+            return known[1][key]
+        return self._mac(key, state)
+
     def tampered_keys(self, state: Mapping[str, Any]) -> list[str]:
         """The keys of ``state`` that changed outside the gateway since it was last sealed.
 
-        A thread never sealed (a new one) may hold only the user's input: human messages.
+        A thread never sealed (a new one) may hold only the user's input: human messages. A key
+        younger than the state version its seal vouches for has no MAC and must be empty.
         """
+        self._checked = None
         seal = state.get("seal")
         if not isinstance(seal, Mapping):
             if seal is not None:
                 return ["seal"]
             return [k for k in sealed_keys() if self._value(k, state)]
-        if seal.get("v") != SEAL_VERSION or not all(isinstance(seal.get(k), str) for k in sealed_keys()):
+        form = seal.get("v")
+        if form not in (SEAL_VERSION, LEGACY_SEAL_VERSION):
             return ["seal"]
-        known = _RECENT.get(self._recent_key)
-        if known is None:
-            expected = self.seal_of(state)
+        version = self.sealed_version(state)
+        covered = [
+            k for k in sealed_keys() if version is None or KEYS_ADDED_IN.get(k, 1) <= version or k in seal
+        ]
+        if not all(isinstance(seal.get(k), str) for k in covered):
+            return ["seal"]
+        if form == SEAL_VERSION:
+            known = _RECENT.get(self._recent_key)
+            expected = {k: self._expected_mac(k, state, known) for k in covered}
+            # sealing the node's update reuses these (current form only)
+            self._checked = (state, {"v": SEAL_VERSION, **expected})
         else:
-            values, macs = known
-            expected = {
-                "v": SEAL_VERSION,
-                **{
-                    k: macs[k] if _same_objects(state.get(k), values.get(k)) else self._mac(k, state)
-                    for k in sealed_keys()
-                },
-            }
-        self._checked = (state, expected)
-        return [k for k in sealed_keys() if seal.get(k) != expected[k]]
+            expected = {k: self._mac(k, state, form) for k in covered}
+        return [
+            k
+            for k in sealed_keys()
+            if (seal.get(k) != expected[k] if k in expected else state.get(k) is not None)
+        ]
 
     def seal_update(self, state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
         """``update`` with the seal of the state it produces."""
@@ -245,6 +301,22 @@ def apply_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[st
     return after
 
 
+def chain_updates(
+    state: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One update with the effect of ``first`` and then ``second`` on ``state``: a reducer channel
+    both write is written once, as an `Overwrite` of the value both leave."""
+    reducers = _reducers()
+    chained = {**first, **second}
+    both = [k for k in first.keys() & second.keys() if reducers.get(k) is not None]
+    if both:
+        after = apply_update(apply_update(state, first), second)
+        for key in both:
+            if not isinstance(second[key], Overwrite):
+                chained[key] = Overwrite(after[key])
+    return chained
+
+
 def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """``update`` without the keys that would leave their channel as it is: a channel that did
     not change is not written again (each write is a new channel version in the checkpoint).
@@ -285,9 +357,11 @@ def seal_update(
 
 
 __all__ = [
+    "LEGACY_SEAL_VERSION",
     "SEAL_VERSION",
     "Sealer",
     "apply_update",
+    "chain_updates",
     "lean_update",
     "seal_of",
     "seal_update",

@@ -225,6 +225,7 @@ READ_TAMPER: dict[str, Callable[[dict[str, Any], str], Any]] = {
     "deadline_at": lambda v, c: "2999-01-01T00:00:00.000000Z",
     "trace": lambda v, c: ["0" * 32, "0" * 16, "01"],
     "review": lambda v, c: {"reviewer": "fiona", "outcomes": [{"decision": "approve", "result": "recorded"}]},
+    "state_version": lambda v, c: 1,
 }
 
 

@@ -93,6 +93,7 @@ TAMPER: dict[str, Callable[[dict[str, Any]], Any]] = {
     "deadline_at": lambda v: "2999-01-01T00:00:00.000000Z",
     "trace": lambda v: ["0" * 32, "0" * 16, "01"],
     "review": lambda v: {"reviewer": "fiona", "outcomes": [{"decision": "approve", "result": "recorded"}]},
+    "state_version": lambda v: 1,
     "seal": lambda v: {"v": "1"},
 }
 
