@@ -1,4 +1,4 @@
-# toolgate: developer and CI entry points. Every target bootstraps .venv when needed.
+# toolgate: developer and CI entry points (`make help` lists them). Every target bootstraps .venv when needed.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := check
@@ -14,7 +14,14 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TYPECHECK_DIR := .build/typecheck
 
-.PHONY: venv demo serve test lint typecheck check wheel-check bench clean
+.PHONY: help venv demo serve test lint typecheck check wheel-check bench reset clean
+
+# help: list the targets with what each does (read from the comment above each target)
+help:
+	@awk '/^# [a-z-]+: / { name = substr($$2, 1, length($$2) - 1); text = substr($$0, length($$2) + 4); open = 1; next } \
+		/^# / && open { text = text " " substr($$0, 3); next } \
+		open && index($$0, name ":") == 1 { printf "make %-12s %s\n", name, text } \
+		{ open = 0 }' $(firstword $(MAKEFILE_LIST))
 
 # venv: create .venv and install the project editable with the dev extras
 venv: $(STAMP)
@@ -32,7 +39,7 @@ $(STAMP): pyproject.toml
 	"$(BIN)/python" -m pip install --quiet -e '.[dev]'
 	@touch "$@"
 
-# demo: run the offline demo (no API key; the app keeps its SQLite data under .toolgate/)
+# demo: run the offline demo (no API key; its SQLite store is .toolgate/demo, started afresh each run)
 demo: $(STAMP)
 	"$(BIN)/toolgate" demo
 
@@ -63,7 +70,12 @@ check: lint typecheck test
 wheel-check: $(STAMP)
 	bash scripts/check-wheel.sh
 
-# clean: remove every generated artefact (venvs, builds, app data)
+# reset: delete the app data only, keeping .venv: .toolgate (the CLI's store, the demo's in
+# .toolgate/demo, make serve's in .toolgate/server) and .langgraph_api (langgraph dev's state)
+reset:
+	rm -rf .toolgate .langgraph_api
+
+# clean: remove every generated artefact: .venv, builds and the app data (make reset keeps .venv)
 clean:
 	rm -rf $(VENV) .build .toolgate .langgraph_api dist build *.egg-info
 

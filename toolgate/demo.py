@@ -1,17 +1,22 @@
 """The refund story of the seeds, told offline end to end (``toolgate demo`` / ``make demo``).
 
 Every line it prints is read back from trusted records (the operation store, the audit log and
-the demo system of record), never from model prose.
+the demo system of record), never from model prose. Its last section prints shell commands that
+run as printed from the same directory: they name the demo's data directory (and whatever else
+differs from the caller's environment) and the ``toolgate`` executable that told the story.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -36,20 +41,48 @@ def _section(say: Say, title: str) -> None:
     say(f"== {title}")
 
 
+def toolgate_command() -> str:
+    """This process's ``toolgate`` as a shell word that runs it from the current directory.
+
+    ``toolgate`` when that name on PATH is this very script; else the script as it was invoked
+    (``make demo`` runs ``.venv/bin/toolgate``); under ``python -m toolgate``, that."""
+    script = Path(sys.argv[0])
+    if script.name == "toolgate" and script.is_file():
+        found = shutil.which("toolgate")
+        if found and Path(found).resolve() == script.resolve():
+            return "toolgate"
+        return shlex.quote(sys.argv[0])
+    return f"{shlex.quote(sys.executable)} -m toolgate"
+
+
+def demo_env(caller: Settings, demo_dir: Path) -> str:
+    """The environment assignments that point a command at the demo's store (as the demo ran).
+
+    Always the data directory; ``TOOLGATE_DATABASE_URL`` and ``TOOLGATE_MODEL`` only when the
+    caller's environment sets them to something the demo overrides."""
+    env = [f"TOOLGATE_DATA_DIR={shlex.quote(str(demo_dir))}"]
+    if caller.database_url:
+        env.append("TOOLGATE_DATABASE_URL=")
+    if caller.model != "offline":
+        env.append("TOOLGATE_MODEL=offline")
+    return " ".join(env)
+
+
 def run_demo(settings: Settings, say: Say = print) -> int:
     """Run the story in a fresh demo data directory; returns a process exit code."""
     demo_dir = settings.data_dir / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)
+    prefix = f"{demo_env(settings, demo_dir)} {toolgate_command()}"
     settings = replace(settings, data_dir=demo_dir, database_url=None, model="offline")
     app = open_app(settings)
     seed_demo_identities(app.gateway.directory)
     try:
-        return _story(app, say)
+        return _story(app, say, prefix)
     finally:
         app.store.close()
 
 
-def _story(app: App, say: Say) -> int:
+def _story(app: App, say: Say, prefix: str) -> int:
     directory = app.gateway.directory
     customer = directory.authenticate("cust-ada", demo_token("cust-ada"))
     reviewer = directory.authenticate("fiona", demo_token("fiona"))
@@ -157,8 +190,6 @@ def _story(app: App, say: Say) -> int:
             f"proposals={sum(1 for c in calls if c.get('proposal_id'))}"
         )
         refused = next((c["call_id"] for c in calls if c.get("phase") == "rejected"), "")
-        say(f"operation_trace=toolgate audit trace {op.operation_key}")
-        say(f"refusal_trace=toolgate audit trace --call {refused}")
         _section(say, "9. Retention: old protected payloads go, digests and the chain stay")
         purged = app.store.purge_audit_payloads(iso(app.store.now() - timedelta(days=RETENTION_DAYS)))
         gw.auditor.record(
@@ -172,6 +203,16 @@ def _story(app: App, say: Say) -> int:
             f"tamper_check={'PASS' if chain.ok else 'FAIL'} events={chain.events}"
         )
         ok = status == "completed" and again.duplicate and refunds == 1 and payments == 1 and rejected
+
+        _section(say, "10. Look for yourself: the commands below run as printed, from this directory")
+        say(f"# the store stays in {app.settings.data_dir} until the next demo starts it afresh")
+        say("# the refund's operation, event by event; then the refused cross-tenant call; then the chain")
+        say(f"{prefix} audit trace {op.operation_key}")
+        say(f"{prefix} audit trace --call {refused}")
+        say(f"{prefix} audit verify")
+        say("# the demo people; each acts with its public demo token, demo-token-<user>, in TOOLGATE_TOKEN")
+        say(f"TOOLGATE_TOKEN={demo_token('ivy')} {prefix} identities list --as ivy")
+        say('# your own refund, approval, resume and audit: README.md, "After make demo"')
         say(f"demo={'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
 
