@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+
+if TYPE_CHECKING:
+    from toolgate.evals.dispatch_runner import RunReport
 
 # =============================================================================
 # BEGIN PostgreSQL harness  (build/CI infrastructure; keep this section self-contained)
@@ -119,3 +123,18 @@ def harness(store: object) -> object:
     from support import Harness
 
     return Harness(store)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def adversarial_report(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
+    """Every adversarial dispatch case, run once per test session, exactly as `toolgate verify` runs
+    them (`run_adversarial` on a fresh embedded store).
+
+    The whole set takes seconds and proves the same thing wherever it runs, so the tests that need
+    it share this one run: tests/test_adversarial.py asserts each case and the totals from it, and
+    tests/test_verify.py checks that the verify command reports it. Selecting a single case still
+    runs the whole set (the report is the set's)."""
+    from toolgate.evals.adversarial import CASES
+    from toolgate.evals.dispatch_runner import run_adversarial
+
+    return run_adversarial(CASES, directory=tmp_path_factory.mktemp("adversarial"))

@@ -1,8 +1,10 @@
-"""The adversarial dispatch cases in pytest: each case, then the totals that prove fail-closed."""
+"""The adversarial dispatch cases in pytest: each case, then the totals that prove fail-closed.
+
+Every case runs once per session (the ``adversarial_report`` fixture in conftest.py); the tests
+here assert each case's result and the run's totals from that one run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,14 +15,10 @@ from toolgate.evals.dispatch_runner import DispatchRunner, RunReport
 from toolgate.store import SQLiteStore
 
 
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DispatchRunner]:
-    yield DispatchRunner(SQLiteStore(tmp_path_factory.mktemp("adv") / "adv.sqlite", key=TEST_KEY))
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_case(runner: DispatchRunner, case: AdversarialCase) -> None:
-    result = runner.run_case(case, CASES.index(case))
+def test_case(adversarial_report: RunReport, case: AdversarialCase) -> None:
+    result = adversarial_report.results[CASES.index(case)]
+    assert result.case is case
     assert result.outcome == case.expected
     assert result.handler_calls == result.completed_reads, "a refused call reached a handler"
     if case.expected != PROPOSAL_CREATED:
@@ -35,8 +33,9 @@ def test_every_rejection_code_is_covered() -> None:
     assert len(CASES) >= 150
 
 
-def test_full_run_prints_the_seed_line_and_no_write_handler_ran(tmp_path: Path) -> None:
-    report = DispatchRunner(SQLiteStore(tmp_path / "full.sqlite", key=TEST_KEY)).run()
+def test_full_run_prints_the_seed_line_and_no_write_handler_ran(adversarial_report: RunReport) -> None:
+    report = adversarial_report
+    assert [r.case for r in report.results] == list(CASES)
     lines = report.lines()
     assert lines[0] == (
         "known_read=ACCEPTED unknown_tool=REJECTED malformed_json=REJECTED unknown_alias=REJECTED "

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
@@ -99,12 +100,12 @@ def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: 
 
 @pytest.mark.postgres
 def test_an_undeterminable_outcome_goes_to_the_dead_letter_list(pg_url: str) -> None:
-    from dataclasses import replace
-
     harness = Harness(PostgresStore(pg_url, key=TEST_KEY))
     key = approved_refund(harness, "t-dead")
     refund = harness.registry.tools["issue_refund"]
-    harness.registry.tools["issue_refund"] = replace(refund, reconcile=None)  # type: ignore[index]
+    harness.registry = replace(
+        harness.registry, tools={**harness.registry.tools, refund.name: replace(refund, reconcile=None)}
+    )
     proc = subprocess.run(
         [sys.executable, "-c", WORKER, pg_url, key, "after_claim"],
         capture_output=True,

@@ -49,11 +49,13 @@ def test_a_principal_never_sees_a_tool_it_lacks_scope_for_and_calling_it_is_unau
 
 def test_exposure_by_role_and_tenant(harness: Harness) -> None:
     restricted = replace(harness.registry.tools["lookup_order"], exposed_to_roles=frozenset({"support"}))
-    harness.registry.tools["lookup_order"] = restricted  # type: ignore[index]
+    harness.registry = replace(harness.registry, tools={**harness.registry.tools, "lookup_order": restricted})
     assert "lookup_order" not in [s.name for s in harness.registry.for_principal(principal("cust-ada"))]
     assert "lookup_order" in [s.name for s in harness.registry.for_principal(principal("rita"))]
     tenant_only = replace(restricted, exposed_to_roles=None, exposed_to_tenants=frozenset({"globex"}))
-    harness.registry.tools["lookup_order"] = tenant_only  # type: ignore[index]
+    harness.registry = replace(
+        harness.registry, tools={**harness.registry.tools, "lookup_order": tenant_only}
+    )
     assert "lookup_order" not in [s.name for s in harness.registry.for_principal(principal("rita"))]
 
 

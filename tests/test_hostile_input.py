@@ -158,9 +158,8 @@ def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_a
         seen.append(args.model_dump())
         return restart.handler(args, ctx)
 
-    harness.registry.tools["restart_service"] = replace(  # type: ignore[index]
-        restart, secret_arguments="review", handler=recording
-    )
+    reviewed = replace(restart, secret_arguments="review", handler=recording)
+    harness.registry = replace(harness.registry, tools={**harness.registry.tools, restart.name: reviewed})
     arguments = {"service_alias": "web", "reason": "card 4111 1111 1111 1111 was charged twice"}
     model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", arguments, "c1")), ai("done")])
     graph = harness.graph(model)
@@ -184,7 +183,8 @@ def test_a_review_tool_keeps_a_secret_looking_argument_verbatim(harness: Harness
     message = ai("", tool_call("issue_refund", {**REFUND, "order_id": card}, "c1"))
     _, screened = screen_response(message, harness.registry, max_calls=32)
     assert screened == {"c1": "secret_in_arguments"}  # refused by default
-    harness.registry.tools["issue_refund"] = replace(refund, secret_arguments="review")  # type: ignore[index]
+    reviewed = replace(refund, secret_arguments="review")
+    harness.registry = replace(harness.registry, tools={**harness.registry.tools, refund.name: reviewed})
     kept, screened = screen_response(message, harness.registry, max_calls=32)
     assert screened == {} and kept.tool_calls[0]["args"]["order_id"] == card  # never rewritten
 

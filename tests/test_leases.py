@@ -45,7 +45,8 @@ def blocking_refund(harness: Harness) -> tuple[threading.Event, threading.Event]
         assert release.wait(60), "the test never released the handler"
         return spec.handler(args, ctx)
 
-    harness.registry.tools["issue_refund"] = replace(spec, handler=handler, timeout_s=0.2)  # type: ignore[index]
+    blocking = replace(spec, handler=handler, timeout_s=0.2)
+    harness.registry = replace(harness.registry, tools={**harness.registry.tools, spec.name: blocking})
     return started, release
 
 
@@ -100,7 +101,10 @@ def test_a_handler_longer_than_its_lease_keeps_its_claim(harness: Harness) -> No
         assert release.wait(60)
         return spec.handler(args, ctx)
 
-    harness.registry.tools["issue_refund"] = replace(spec, handler=slow, timeout_s=30)  # type: ignore[index]
+    harness.registry = replace(
+        harness.registry,
+        tools={**harness.registry.tools, spec.name: replace(spec, handler=slow, timeout_s=30)},
+    )
     owner = harness.gateway().executor
     result: list[Any] = []
     worker = threading.Thread(

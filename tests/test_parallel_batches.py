@@ -82,7 +82,8 @@ class Wide:
         """Route ``update_inventory`` through a `ReadWriteWindow` (``meet=2``: force the race)."""
         window = ReadWriteWindow(meet=meet)
         window.install(monkeypatch, self.services.inventory)
-        self.registry.tools["update_inventory"] = window.wrap(self.registry.tools["update_inventory"])  # type: ignore[index]
+        watched = window.wrap(self.registry.tools["update_inventory"])
+        self.registry = replace(self.registry, tools={**self.registry.tools, "update_inventory": watched})
         return window
 
 
@@ -147,7 +148,9 @@ def test_independent_reads_run_concurrently_and_each_gets_its_result(tmp_path: P
             active[0] -= 1
         return spec.handler(args, ctx)
 
-    wide.registry.tools["get_inventory"] = replace(spec, handler=together)  # type: ignore[index]
+    wide.registry = replace(
+        wide.registry, tools={**wide.registry.tools, spec.name: replace(spec, handler=together)}
+    )
     calls = [tool_call("get_inventory", {"sku": "SKU-7"}, f"r{i}") for i in range(2)]
     calls.append(tool_call("lookup_order", {"order_id": "O-7001"}, "bad"))
     state = wide.graph(ScriptedChatModel(responses=[ai("", *calls), ai("ok")])).invoke(
@@ -164,8 +167,9 @@ def test_independent_reads_run_concurrently_and_each_gets_its_result(tmp_path: P
 
 @pytest.mark.parametrize("deadline", [5.0])
 def test_a_batch_past_its_deadline_is_reported_partial(tmp_path: Path, deadline: float) -> None:
-    # the slow call is held until the batch has answered, so it is past the deadline by construction;
-    # the deadline only has to be long enough for the quick call on a loaded machine
+    # the slow call is held until the batch has answered, so it is past the deadline by construction
+    # (its own timeout is far longer than the deadline, so it cannot end first as a timeout); the
+    # deadline only has to be long enough for the quick call on a loaded machine
     wide = Wide(tmp_path / "deadline.sqlite")
     spec = wide.registry.tools["get_inventory"]
     release = threading.Event()
@@ -174,7 +178,9 @@ def test_a_batch_past_its_deadline_is_reported_partial(tmp_path: Path, deadline:
         assert release.wait(60), "never released"
         return spec.handler(args, ctx)
 
-    wide.registry.tools["get_inventory"] = replace(spec, handler=stuck)  # type: ignore[index]
+    wide.registry = replace(
+        wide.registry, tools={**wide.registry.tools, spec.name: replace(spec, handler=stuck, timeout_s=60)}
+    )
     calls = [
         tool_call("get_inventory", {"sku": "SKU-7"}, "slow"),
         tool_call("lookup_order", {"order_id": "O-5512"}, "fast"),

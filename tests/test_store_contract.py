@@ -1,20 +1,65 @@
-"""One contract, run against both backends (SQLite and a real PostgreSQL server)."""
+"""One contract, run against both backends (SQLite and a real PostgreSQL server).
+
+Every public method of `Store` has a test here that runs on both backends (``CONTRACT`` at the end
+lists them; `test_every_public_store_method_has_a_contract_test` fails for a method without one).
+Each asserts what the method returns and the rows it leaves, and each state-changing method is
+also shown refusing: the exact exception or return value, no row changed, no audit event added.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
+import os
+import re
 import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+from support import TEST_KEY, shift_store_clock
 
 from toolgate.canonical import digest
-from toolgate.clock import iso, utcnow
-from toolgate.errors import InvalidTransitionError, StoreError
-from toolgate.store import ApprovalRecord, AuditEventIn, ProposalRecord, Store
-from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.clock import iso, parse_iso, utcnow
+from toolgate.errors import ConfigurationError, IdentityError, InvalidTransitionError, StoreError
+from toolgate.store import (
+    MIGRATIONS,
+    ApprovalRecord,
+    AuditEvent,
+    AuditEventIn,
+    IdentityRecord,
+    Migration,
+    OperationRecord,
+    PostgresStore,
+    ProposalRecord,
+    SQLiteStore,
+    Store,
+)
+from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content, verify_chain
+from toolgate.store.records import Settlement
+
+TABLES = (
+    "toolgate_schema",
+    "proposals",
+    "operations",
+    "approvals",
+    "audit_events",
+    "audit_payloads",
+    "dead_letters",
+    "rate_counters",
+    "identities",
+)
+"""Every table the store keeps: a refusal must leave all of them as they were."""
+
+
+# ---- helpers -----------------------------------------------------------------------------
 
 
 def make_proposal(n: int = 1, **overrides: object) -> ProposalRecord:
@@ -45,12 +90,350 @@ def make_proposal(n: int = 1, **overrides: object) -> ProposalRecord:
     return dataclasses.replace(base, digest=digest(base.content()))
 
 
+def make_approval(
+    proposal: ProposalRecord, reviewer: str = "fiona", decision: str = "approve", **overrides: object
+) -> ApprovalRecord:
+    record = ApprovalRecord(
+        approval_id=f"apr_{proposal.proposal_id}_{reviewer}",
+        proposal_id=proposal.proposal_id,
+        reviewer_id=reviewer,
+        reviewer_tenant_id="acme",
+        reviewer_roles=("finance",),
+        decision=decision,
+        digest=proposal.digest,
+        reason="" if decision == "approve" else "not this one",
+        decided_at=iso(utcnow()),
+    )
+    return dataclasses.replace(record, **overrides)
+
+
+def make_identity(user_id: str = "ada", tenant_id: str = "acme", **overrides: object) -> IdentityRecord:
+    record = IdentityRecord(
+        user_id=user_id,
+        tenant_id=tenant_id,
+        roles=("customer",),
+        scopes=("orders:read",),
+        display_name=user_id.title(),
+    )
+    return dataclasses.replace(record, **overrides)
+
+
+def event(name: str = "contract.event", **fields: Any) -> AuditEventIn:
+    return AuditEventIn(event=name, result="recorded", **fields)
+
+
+def named(store: Store, name: str) -> list[AuditEvent]:
+    """Stored events called ``name``, in chain order."""
+    return [e for e in store.audit_events() if e.event == name]
+
+
+def snapshot(store: Store) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every table (rows sorted, so the comparison ignores scan order)."""
+    with store.transaction(write=False) as tx:
+        return {table: sorted(tx.execute(f"SELECT * FROM {table}"), key=repr) for table in TABLES}
+
+
 def approve_row(store: Store, key: str = "op_test1") -> None:
     store.transition(key, "pending_approval", "approved")
 
 
-def test_setup_is_idempotent(store: Store) -> None:
-    assert store.migrate("toolgate", __import__("toolgate.store", fromlist=["MIGRATIONS"]).MIGRATIONS) == 0
+def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0) -> OperationRecord:
+    """Proposal ``n``, approved and claimed by ``owner``."""
+    store.create_proposal(make_proposal(n))
+    approve_row(store, f"op_test{n}")
+    claimed = store.claim(f"op_test{n}", owner, lease_s)
+    assert claimed is not None
+    return claimed
+
+
+def unknown_outcome(store: Store, n: int = 1, lease_s: float = 30.0) -> OperationRecord:
+    """Proposal ``n``, claimed by ``w1`` for ``lease_s``, its outcome then ``unknown``."""
+    executing(store, n, lease_s=lease_s)
+    return store.transition(f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"})
+
+
+def table_exists(store: Store, table: str) -> bool:
+    try:
+        with store.transaction(write=False) as tx:
+            tx.execute(f"SELECT 1 FROM {table}")
+    except StoreError:
+        return False
+    return True
+
+
+def schema_versions(store: Store, component: str) -> list[tuple[int, str]]:
+    with store.transaction(write=False) as tx:
+        rows = tx.execute(
+            "SELECT version, name FROM toolgate_schema WHERE component = ? ORDER BY version", (component,)
+        )
+    return [(int(r["version"]), r["name"]) for r in rows]
+
+
+def _links_to(link: Path, target: str) -> bool:
+    try:
+        return os.readlink(link) == target
+    except OSError:  # closed between listing and reading
+        return False
+
+
+def open_connections(store: Store, request: pytest.FixtureRequest) -> int:
+    """Connections to ``store``'s database held by this process (SQLite: open descriptors of the
+    file; PostgreSQL: the server's sessions on the database, seen from its maintenance database)."""
+    if isinstance(store, SQLiteStore):
+        target = str(store.path.resolve())
+        fds = Path("/proc/self/fd")
+        return sum(_links_to(fds / fd, target) for fd in os.listdir(fds))
+    import psycopg
+
+    dbname = urlsplit(store.url).path.lstrip("/")
+    with psycopg.connect(request.getfixturevalue("pg_admin_url"), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (dbname,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def settled_connections(store: Store, request: pytest.FixtureRequest, timeout_s: float = 10.0) -> int:
+    """`open_connections` once it reaches 0 (a server session ends just after its client closes it),
+    or its value at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while (held := open_connections(store, request)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return held
+
+
+@pytest.fixture
+def reopen(store: Store, request: pytest.FixtureRequest) -> Iterator[Callable[..., Store]]:
+    """Open another `Store` on ``store``'s database (as another process would), closed afterwards."""
+    url = request.getfixturevalue("pg_url") if isinstance(store, PostgresStore) else None
+    opened: list[Store] = []
+
+    def open_again(*, key: bytes = TEST_KEY, read_only: bool = False) -> Store:
+        if isinstance(store, SQLiteStore):
+            other: Store = SQLiteStore(store.path, key=key, read_only=read_only)
+        else:
+            assert url is not None
+            other = PostgresStore(url, key=key, read_only=read_only)
+        opened.append(other)
+        return other
+
+    yield open_again
+    for other in opened:
+        other.close()
+
+
+@pytest.fixture
+def no_toolgate(store: Store, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A read-only store of ``store``'s backend on a database toolgate never set up (SQLite: a
+    file that does not exist; PostgreSQL: the server's maintenance database). It writes nothing."""
+    if isinstance(store, SQLiteStore):
+        other: Store = SQLiteStore(tmp_path / "never-set-up.sqlite", key=TEST_KEY, read_only=True)
+    else:
+        other = PostgresStore(request.getfixturevalue("pg_admin_url"), key=TEST_KEY, read_only=True)
+    yield other
+    other.close()
+
+
+# ---- clock, transactions, schema, connections -----------------------------------------------
+
+
+def test_now_is_the_store_clock_and_recorded_times_come_from_it(store: Store) -> None:
+    before = utcnow()
+    first = store.now()
+    second = store.now()
+    after = utcnow()
+    assert first.utcoffset() == timedelta(0) and second.utcoffset() == timedelta(0)
+    assert first <= second
+    # the PostgreSQL server runs on this host: its clock and this process's agree closely
+    assert before - timedelta(seconds=5) <= first <= after + timedelta(seconds=5)
+    start = store.now()
+    _, op, _ = store.create_proposal(make_proposal())
+    end = store.now()
+    assert start <= parse_iso(op.created_at) == parse_iso(op.updated_at) <= end
+
+
+def test_a_transaction_commits_on_success_and_rolls_back_on_any_error(store: Store) -> None:
+    with store.transaction() as tx:
+        inserted = tx.execute(
+            "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("a", "w", 7)
+        )
+        assert inserted == []  # a statement that returns no rows
+        returned = tx.execute(
+            "UPDATE rate_counters SET count = count + 1 WHERE bucket = ? RETURNING count", ("a",)
+        )
+        assert returned == [{"count": 8}]
+        assert tx.one("SELECT count FROM rate_counters WHERE bucket = ?", ("missing",)) is None
+    with store.transaction(write=False) as tx:
+        assert tx.one("SELECT bucket, count FROM rate_counters WHERE bucket = ?", ("a",)) == {
+            "bucket": "a",
+            "count": 8,
+        }
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), store.transaction() as tx:  # the caller's own error passes through unchanged
+        tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("b", "w", 1))
+        raise Boom
+    with pytest.raises(StoreError), store.transaction() as tx:  # a driver error becomes a StoreError
+        tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("c", "w", 1))
+        tx.execute("INSERT INTO no_such_table (x) VALUES (?)", (1,))
+    with store.transaction(write=False) as tx:
+        assert [r["bucket"] for r in tx.execute("SELECT bucket FROM rate_counters")] == ["a"]
+
+
+def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: Callable[..., Store]) -> None:
+    proposal, _, _ = store.create_proposal(make_proposal(1))
+    executing(store, 2)
+    unknown_outcome(store, 3, lease_s=0)
+    store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
+    store.append_audit(event())
+    reader = reopen(read_only=True)
+    assert reader.read_only and not store.read_only
+    before = snapshot(store)
+    writes: dict[str, Callable[[Store], object]] = {
+        "transaction": lambda s: ExitStack().enter_context(s.transaction()),
+        "setup": lambda s: s.setup(),
+        "migrate": lambda s: s.migrate(
+            "contract_extra", [Migration("t", "CREATE TABLE t (x INTEGER)", "CREATE TABLE t (x INTEGER)")]
+        ),
+        "create_proposal": lambda s: s.create_proposal(make_proposal(4)),
+        "record_decision": lambda s: s.record_decision(make_approval(proposal)),
+        "record_and_settle": lambda s: s.record_and_settle(
+            make_approval(proposal),
+            settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
+        ),
+        "transition": lambda s: s.transition("op_test1", "pending_approval", "approved"),
+        "claim": lambda s: s.claim("op_test1", "w9", 30),
+        "renew_lease": lambda s: s.renew_lease("op_test2", "w1", 60),
+        "add_dead_letter": lambda s: s.add_dead_letter("op_test3", "no outcome", {}),
+        "resolve_dead_letter": lambda s: s.resolve_dead_letter(
+            "op_test3", resolution="r", resolved_by="p", note=""
+        ),
+        "increment_counter": lambda s: s.increment_counter("bucket", 60),
+        "count_hits": lambda s: s.count_hits([("bucket", 60, 5)]),
+        "add_identity": lambda s: s.add_identity(make_identity("bob")),
+        "change_identity": lambda s: s.change_identity("ada", status="revoked"),
+        "append_audit": lambda s: s.append_audit(event()),
+        "append_audits": lambda s: s.append_audits([event(), event()]),
+        "purge_audit_payloads": lambda s: s.purge_audit_payloads(iso(utcnow() + timedelta(days=1))),
+    }
+    unrefused = []
+    for name, write in writes.items():
+        try:
+            write(reader)
+        except StoreError as exc:
+            assert "read-only" in str(exc), (name, exc)
+        else:
+            unrefused.append(name)
+    assert unrefused == []
+    assert snapshot(store) == before
+    # everything that only reads still works
+    reader.require_schema()
+    assert reader.get_proposal("prop_test1") == proposal
+    assert [o.operation_key for o in reader.list_operations("executing")] == ["op_test2"]
+    assert len(reader.audit_events()) == 1
+
+
+def test_setup_is_idempotent_and_refuses_a_newer_schema(store: Store) -> None:
+    # the fixture ran setup() on an empty database: every migration, in order, once
+    assert schema_versions(store, "toolgate") == [(i, m.name) for i, m in enumerate(MIGRATIONS, start=1)]
+    for table in TABLES:
+        assert table_exists(store, table), table
+    store.setup()
+    assert store.migrate("toolgate", MIGRATIONS) == 0
+    assert schema_versions(store, "toolgate") == [(i, m.name) for i, m in enumerate(MIGRATIONS, start=1)]
+
+    with store.transaction() as tx:  # a newer toolgate has migrated this database
+        tx.execute(
+            "INSERT INTO toolgate_schema (component, version, name, applied_at) VALUES (?, ?, ?, ?)",
+            ("toolgate", len(MIGRATIONS) + 1, "from the future", iso(utcnow())),
+        )
+    before = snapshot(store)
+    with pytest.raises(ConfigurationError, match="newer than this toolgate"):
+        store.setup()
+    assert snapshot(store) == before
+
+
+def test_require_schema_accepts_only_this_toolgates_schema_version_and_writes_nothing(
+    store: Store, reopen: Callable[..., Store], no_toolgate: Store
+) -> None:
+    store.require_schema()
+    reopen(read_only=True).require_schema()  # verification commands check with a read-only store
+    with pytest.raises(ConfigurationError, match="holds no toolgate store"):
+        no_toolgate.require_schema()
+    with pytest.raises(ConfigurationError, match="holds no toolgate store"):
+        no_toolgate.require_schema()  # still nothing there: the check created nothing
+    last = len(MIGRATIONS)
+    with store.transaction() as tx:  # an older toolgate's database: the last migration has not run
+        tx.execute("DELETE FROM toolgate_schema WHERE component = ? AND version = ?", ("toolgate", last))
+    before = snapshot(store)
+    with pytest.raises(ConfigurationError, match=f"at schema version {last - 1}, this toolgate needs {last}"):
+        store.require_schema()
+    assert snapshot(store) == before
+    with store.transaction() as tx:  # a newer toolgate's database
+        tx.execute(
+            "INSERT INTO toolgate_schema (component, version, name, applied_at) VALUES (?, ?, ?, ?), (?, ?, ?, ?)",
+            (
+                "toolgate",
+                last,
+                MIGRATIONS[-1].name,
+                iso(utcnow()),
+                "toolgate",
+                last + 1,
+                "future",
+                iso(utcnow()),
+            ),
+        )
+    with pytest.raises(ConfigurationError, match=f"at schema version {last + 1}"):
+        store.require_schema()
+
+
+def _table_migration(name: str, table: str) -> Migration:
+    return Migration(
+        name=name, sqlite=f"CREATE TABLE {table} (x INTEGER)", postgres=f"CREATE TABLE {table} (x INTEGER)"
+    )
+
+
+def test_migrate_applies_only_the_missing_steps_of_a_component_all_or_nothing(store: Store) -> None:
+    first, second = _table_migration("a", "contract_a"), _table_migration("b", "contract_b")
+    assert store.migrate("contract_extra", [first]) == 1
+    assert store.migrate("contract_extra", [first]) == 0
+    assert store.migrate("contract_extra", [first, second]) == 1
+    assert schema_versions(store, "contract_extra") == [(1, "a"), (2, "b")]
+    assert table_exists(store, "contract_a") and table_exists(store, "contract_b")
+    assert schema_versions(store, "toolgate") == [(i, m.name) for i, m in enumerate(MIGRATIONS, start=1)]
+
+    before = snapshot(store)
+    with pytest.raises(ConfigurationError, match="newer than this toolgate"):
+        store.migrate("contract_extra", [first])  # this code knows fewer steps than the database ran
+    broken = Migration(
+        name="c then a failing statement",
+        sqlite="CREATE TABLE contract_c (x INTEGER);\nCREATE TABLE contract_a (x INTEGER)",
+        postgres="CREATE TABLE contract_c (x INTEGER); CREATE TABLE contract_a (x INTEGER)",
+    )
+    with pytest.raises(StoreError):
+        store.migrate("contract_extra", [first, second, _table_migration("d", "contract_d"), broken])
+    assert not table_exists(store, "contract_c") and not table_exists(store, "contract_d")  # one transaction
+    assert snapshot(store) == before
+
+
+def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager(
+    store: Store, reopen: Callable[..., Store], request: pytest.FixtureRequest
+) -> None:
+    store.create_proposal(make_proposal())
+    assert open_connections(store, request) >= 1  # the store keeps a connection for the next unit of work
+    store.close()
+    assert settled_connections(store, request) == 0
+    store.close()  # closing twice is harmless
+    other = reopen()
+    with other as entered:
+        assert entered is other
+        assert entered.get_proposal("prop_test1") is not None
+        assert open_connections(other, request) >= 1
+    assert settled_connections(other, request) == 0
+
+
+# ---- proposals and decisions ---------------------------------------------------------------
 
 
 def test_create_proposal_is_idempotent_by_operation_key(store: Store) -> None:
@@ -59,6 +442,104 @@ def test_create_proposal_is_idempotent_by_operation_key(store: Store) -> None:
     assert created and not created2
     assert first == again and op.status == op2.status == "pending_approval"
     assert len(store.list_proposals()) == 1
+
+
+def test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing(
+    store: Store,
+) -> None:
+    proposal = make_proposal()
+    stored, op, created = store.create_proposal(
+        proposal, audit=[event("proposal.created", proposal_id="prop_test1")]
+    )
+    assert created and stored == proposal
+    assert (op.operation_key, op.proposal_id, op.tool, op.tenant_id) == (
+        "op_test1",
+        "prop_test1",
+        "issue_refund",
+        "acme",
+    )
+    assert (op.status, op.owner, op.lease_expires_at, op.attempts, op.result, op.error) == (
+        "pending_approval",
+        None,
+        None,
+        0,
+        None,
+        None,
+    )
+    assert [e.proposal_id for e in named(store, "proposal.created")] == ["prop_test1"]
+    before = snapshot(store)
+    # another proposal for the same operation (a re-run node, a second process): the first one stands
+    rival = make_proposal(1, proposal_id="prop_rival", arguments={"order_id": "O-1", "amount_cents": 1})
+    again, op_again, created_again = store.create_proposal(rival, audit=[event("proposal.created")])
+    assert not created_again and again == proposal and op_again == op
+    assert store.get_proposal("prop_rival") is None
+    assert snapshot(store) == before
+
+
+def test_get_proposal_returns_exactly_what_was_stored(store: Store) -> None:
+    original = make_proposal(1)
+    edited = make_proposal(
+        2,
+        arguments={
+            "order_id": "O-5512",
+            "amount_cents": 90,
+            "note": "ünïcode ✓",
+            "lines": [{"sku": "A", "qty": 2}],
+        },
+        supersedes="prop_test1",
+        trace_id="trace-1",
+        editors=("fiona", "rita"),
+    )
+    store.create_proposal(original)
+    store.create_proposal(edited)
+    assert store.get_proposal("prop_test1") == original
+    assert store.get_proposal("prop_test2") == edited
+    assert store.get_proposal("prop_missing") is None
+
+
+def test_list_proposals_pairs_each_with_its_operation_oldest_first(store: Store) -> None:
+    start = utcnow()
+    for n, minutes in ((1, 2), (2, 0), (3, 1)):  # inserted out of time order
+        store.create_proposal(make_proposal(n, created_at=iso(start + timedelta(minutes=minutes))))
+    approve_row(store, "op_test3")
+    listed = store.list_proposals()
+    assert [(p.proposal_id, o.operation_key, o.status) for p, o in listed] == [
+        ("prop_test2", "op_test2", "pending_approval"),
+        ("prop_test3", "op_test3", "approved"),
+        ("prop_test1", "op_test1", "pending_approval"),
+    ]
+    assert [p.proposal_id for p, _ in store.list_proposals("pending_approval")] == [
+        "prop_test2",
+        "prop_test1",
+    ]
+    assert [p.proposal_id for p, _ in store.list_proposals("approved")] == ["prop_test3"]
+    assert store.list_proposals("succeeded") == []
+
+
+def test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments(
+    store: Store,
+) -> None:
+    first, _, _ = store.create_proposal(make_proposal(1))
+    second, second_op, _ = store.create_proposal(make_proposal(2))  # same thread, tool and arguments
+    store.create_proposal(make_proposal(3, thread_id="t2"))
+    store.create_proposal(make_proposal(4, arguments={"order_id": "O-5512", "amount_cents": 101}))
+    store.create_proposal(make_proposal(5, tool="other_tool"))
+    assert store.same_effect(first) == [(second, second_op)]
+    assert [p.proposal_id for p, _ in store.same_effect(second)] == ["prop_test1"]
+    assert store.same_effect(make_proposal(6, thread_id="t3")) == []
+
+
+def test_superseding_is_the_newest_proposal_that_replaces_one(store: Store) -> None:
+    start = utcnow()
+    store.create_proposal(make_proposal(1, created_at=iso(start)))
+    store.create_proposal(
+        make_proposal(2, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=1)))
+    )
+    newest = make_proposal(3, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=2)))
+    store.create_proposal(newest)
+    assert store.superseding("prop_test1") == newest
+    assert store.superseding("prop_test3") is None
+    assert store.superseding("prop_missing") is None
 
 
 def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
@@ -72,50 +553,6 @@ def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
         tx.execute("DELETE FROM proposals WHERE proposal_id = ?", ("prop_test1",))
     stored = store.get_proposal("prop_test1")
     assert stored is not None and stored.arguments["amount_cents"] == 100
-
-
-def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
-    store.create_proposal(make_proposal())
-    with pytest.raises(StoreError, match="invalid operation transition"), store.transaction() as tx:
-        tx.execute("UPDATE operations SET status = 'succeeded' WHERE operation_key = ?", ("op_test1",))
-    with pytest.raises(InvalidTransitionError):
-        store.transition("op_test1", "approved", "executing")
-    op = store.get_operation("op_test1")
-    assert op is not None and op.status == "pending_approval"
-
-
-def test_claim_only_from_approved_and_only_once(store: Store) -> None:
-    store.create_proposal(make_proposal())
-    assert store.claim("op_test1", "w1", 30) is None
-    approve_row(store)
-    claimed = store.claim("op_test1", "w1", 30)
-    assert (
-        claimed is not None
-        and claimed.status == "executing"
-        and claimed.owner == "w1"
-        and claimed.attempts == 1
-    )
-    assert store.claim("op_test1", "w2", 30) is None
-    with pytest.raises(InvalidTransitionError):
-        store.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
-    done = store.transition("op_test1", "executing", "succeeded", owner="w1", result={"x": 1})
-    assert done.result == {"x": 1}
-
-
-def test_twenty_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
-    store.create_proposal(make_proposal())
-    approve_row(store)
-    barrier = threading.Barrier(20)
-
-    def contend(i: int) -> bool:
-        barrier.wait()
-        return store.claim("op_test1", f"worker-{i}", 30) is not None
-
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        wins = list(pool.map(contend, range(20)))
-    assert wins.count(True) == 1
-    op = store.get_operation("op_test1")
-    assert op is not None and op.attempts == 1
 
 
 def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> None:
@@ -139,39 +576,437 @@ def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> 
     assert [(d.decision, d.authentic) for d in decisions] == [("approve", True)]
 
 
-def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
-    first = store.append_audit(
-        AuditEventIn(
-            event="call.rejected", result="rejected", code="unknown_tool", call_id="c1", detail={"n": 1}
-        )
+def test_record_decision_appends_its_audit_only_when_the_decision_is_new(store: Store) -> None:
+    proposal, _, _ = store.create_proposal(make_proposal())
+    decision = make_approval(proposal)
+    assert store.record_decision(
+        decision, audit=[event("approval.recorded", proposal_id=proposal.proposal_id)]
     )
-    second = store.append_audit(
-        AuditEventIn(event="proposal.created", result="pending_approval", call_id="c2")
+    assert store.decisions_for(proposal.proposal_id) == [dataclasses.replace(decision, authentic=True)]
+    assert len(named(store, "approval.recorded")) == 1
+    before = snapshot(store)
+    second_try = make_approval(proposal, decision="reject", approval_id="apr_again")
+    assert store.record_decision(second_try, audit=[event("approval.recorded")]) is False
+    assert snapshot(store) == before
+    # a decision on a proposal the store does not hold is refused by the database
+    ghost = make_approval(make_proposal(9), reviewer="rita")
+    with pytest.raises(StoreError):
+        store.record_decision(ghost, audit=[event("approval.recorded")])
+    assert snapshot(store) == before
+
+
+def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(store: Store) -> None:
+    proposal, _, _ = store.create_proposal(make_proposal(1))
+    settle = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="approved",
+        audit=[event("operation.approved", operation_key="op_test1")],
     )
-    assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
-    for event in (first, second):
-        row = dataclasses.asdict(event)
-        assert (
-            audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain")) == event.hash
+    recorded, settled = store.record_and_settle(
+        make_approval(proposal), audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
+    )
+    assert recorded and settled is not None and settled.status == "approved"
+    assert settled == store.get_operation("op_test1")
+    assert [e.event for e in store.audit_events(operation_key="op_test1")] == [
+        "approval.recorded",
+        "operation.approved",
+    ]
+
+    # a second reviewer's decision is recorded; the operation is no longer in from_status: no settlement,
+    # and the settlement's events are not appended
+    recorded, settled = store.record_and_settle(
+        make_approval(proposal, reviewer="gina"),
+        audit=[event("approval.recorded", operation_key="op_test1")],
+        settle=settle,
+    )
+    assert recorded and settled is None
+    assert [e.event for e in store.audit_events(operation_key="op_test1")] == [
+        "approval.recorded",
+        "operation.approved",
+        "approval.recorded",
+    ]
+    assert [d.reviewer_id for d in store.decisions_for("prop_test1")] == ["fiona", "gina"]
+
+    # the same reviewer again: nothing at all is written
+    before = snapshot(store)
+    assert store.record_and_settle(
+        make_approval(proposal, approval_id="apr_other"), audit=[event("approval.recorded")], settle=settle
+    ) == (False, None)
+    assert snapshot(store) == before
+
+
+def test_record_and_settle_never_approves_past_a_recorded_rejection(store: Store) -> None:
+    proposal, _, _ = store.create_proposal(make_proposal(1))
+    assert store.record_decision(make_approval(proposal, reviewer="rita", decision="reject"))
+    settle = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="approved",
+        audit=[event("operation.approved")],
+    )
+    recorded, settled = store.record_and_settle(make_approval(proposal), settle=settle)
+    assert recorded and settled is None
+    op = store.get_operation("op_test1")
+    assert op is not None and op.status == "pending_approval"
+    assert named(store, "operation.approved") == []
+    reject = Settlement(operation_key="op_test1", from_status="pending_approval", to_status="rejected")
+    recorded, settled = store.record_and_settle(
+        make_approval(proposal, reviewer="gina", decision="reject"), settle=reject
+    )
+    assert recorded and settled is not None and settled.status == "rejected"
+
+
+def _forge_decision(store: Store, proposal: ProposalRecord, approval_id: str, decided_at: str) -> None:
+    """A decision row written with database access alone (no store secret, so no valid MAC)."""
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id, reviewer_roles,"
+            " decision, digest, reason, decided_at, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                approval_id,
+                proposal.proposal_id,
+                "mallory",
+                "acme",
+                '["finance"]',
+                "approve",
+                proposal.digest,
+                "",
+                decided_at,
+                "0" * 64,
+            ),
         )
-    with pytest.raises(StoreError), store.transaction() as tx:
-        tx.execute("UPDATE audit_events SET result = 'accepted' WHERE seq = ?", (first.seq,))
-    with pytest.raises(StoreError), store.transaction() as tx:
-        tx.execute("DELETE FROM audit_events")
-    assert [e.code for e in store.audit_events(call_ids=["c1"])] == ["unknown_tool"]
-    assert len(store.audit_events()) == 2
 
 
-def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
-    def append(i: int) -> None:
-        store.append_audit(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{i}"))
+def test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows(store: Store) -> None:
+    start = utcnow()
+    proposal, _, _ = store.create_proposal(make_proposal(1))
+    other, _, _ = store.create_proposal(make_proposal(2))
+    later = make_approval(proposal, reviewer="gina", decided_at=iso(start + timedelta(seconds=2)))
+    earlier = make_approval(proposal, reviewer="fiona", decided_at=iso(start))
+    assert store.record_decision(later) and store.record_decision(earlier)
+    assert store.record_decision(make_approval(other))
+    _forge_decision(store, proposal, "apr_forged", iso(start + timedelta(seconds=1)))
+    decisions = store.decisions_for(proposal.proposal_id)
+    assert [(d.approval_id, d.authentic) for d in decisions] == [
+        (earlier.approval_id, True),
+        ("apr_forged", False),
+        (later.approval_id, True),
+    ]
+    assert decisions[0] == dataclasses.replace(earlier, authentic=True)
+    assert store.decisions_for("prop_missing") == []
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(append, range(40)))
-    events = store.audit_events()
-    assert len(events) == 40
-    assert events[0].prev_hash == GENESIS_HASH
-    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
+
+def test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows(store: Store) -> None:
+    start = utcnow()
+    first, _, _ = store.create_proposal(make_proposal(1))
+    second, _, _ = store.create_proposal(make_proposal(2))
+    assert store.all_decisions() == []
+    assert store.record_decision(make_approval(second, decided_at=iso(start)))
+    assert store.record_decision(
+        make_approval(first, reviewer="gina", decided_at=iso(start + timedelta(seconds=1)))
+    )
+    _forge_decision(store, first, "apr_forged", iso(start + timedelta(seconds=2)))
+    assert [(d.proposal_id, d.reviewer_id, d.authentic) for d in store.all_decisions()] == [
+        ("prop_test2", "fiona", True),
+        ("prop_test1", "gina", True),
+        ("prop_test1", "mallory", False),
+    ]
+
+
+# ---- operations ------------------------------------------------------------------------------
+
+
+def test_get_operation_and_list_operations_oldest_first_by_status(store: Store) -> None:
+    assert store.get_operation("op_missing") is None
+    assert store.list_operations() == []
+    for n in (1, 2, 3):
+        store.create_proposal(make_proposal(n))
+    approve_row(store, "op_test2")
+    op = store.get_operation("op_test2")
+    assert op is not None and op.status == "approved" and op.proposal_id == "prop_test2"
+    assert [o.operation_key for o in store.list_operations()] == ["op_test1", "op_test2", "op_test3"]
+    assert store.list_operations()[1] == op
+    assert [o.operation_key for o in store.list_operations("pending_approval")] == ["op_test1", "op_test3"]
+    assert [o.operation_key for o in store.list_operations("approved")] == ["op_test2"]
+    assert store.list_operations("failed") == []
+
+
+def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
+    store.create_proposal(make_proposal())
+    with pytest.raises(StoreError, match="invalid operation transition"), store.transaction() as tx:
+        tx.execute("UPDATE operations SET status = 'succeeded' WHERE operation_key = ?", ("op_test1",))
+    with pytest.raises(InvalidTransitionError):
+        store.transition("op_test1", "approved", "executing")
+    op = store.get_operation("op_test1")
+    assert op is not None and op.status == "pending_approval"
+
+
+def test_transition_changes_status_result_and_error_with_its_audit(store: Store) -> None:
+    store.create_proposal(make_proposal(1))
+    approved = store.transition(
+        "op_test1",
+        "pending_approval",
+        "approved",
+        audit=[event("operation.approved", operation_key="op_test1")],
+    )
+    assert approved.status == "approved" and approved == store.get_operation("op_test1")
+    assert approved.updated_at >= approved.created_at
+    assert [e.event for e in store.audit_events(operation_key="op_test1")] == ["operation.approved"]
+    executing(store, 2)
+    done = store.transition(
+        "op_test2", "executing", "succeeded", owner="w1", result={"refund_id": "R-1", "n": 2}
+    )
+    assert (done.status, done.result, done.error) == ("succeeded", {"refund_id": "R-1", "n": 2}, None)
+    executing(store, 3)
+    failed = store.transition("op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"})
+    assert (failed.status, failed.result, failed.error) == ("failed", None, {"kind": "server_error"})
+    assert store.get_operation("op_test3") == failed
+
+
+def test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing(store: Store) -> None:
+    store.create_proposal(make_proposal(1))
+    approve_row(store, "op_test1")
+    before = snapshot(store)
+    with pytest.raises(InvalidTransitionError) as wrong:
+        store.transition("op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")])
+    assert (wrong.value.operation_key, wrong.value.expected, wrong.value.actual) == (
+        "op_test1",
+        "pending_approval",
+        "approved",
+    )
+    with pytest.raises(InvalidTransitionError) as missing:
+        store.transition("op_missing", "pending_approval", "approved", audit=[event("operation.approved")])
+    assert missing.value.actual is None
+    assert snapshot(store) == before
+
+    executing(store, 2, owner="w1")
+    before = snapshot(store)
+    with pytest.raises(InvalidTransitionError):
+        store.transition(
+            "op_test2", "executing", "succeeded", owner="w2", result={"x": 1}, audit=[event("x")]
+        )
+    # a change the state machine forbids is refused by the database itself, also through transition()
+    with pytest.raises(StoreError, match="invalid operation transition") as illegal:
+        store.transition("op_test2", "executing", "approved", audit=[event("x")])
+    assert not isinstance(illegal.value, InvalidTransitionError)
+    assert snapshot(store) == before
+
+
+def test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executing(store, 1, owner="w1", lease_s=30)
+    before = snapshot(store)
+    with pytest.raises(InvalidTransitionError):
+        store.transition(
+            "op_test1", "executing", "unknown", lease_lapsed=True, audit=[event("operation.recovered")]
+        )
+    assert snapshot(store) == before
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=31))
+        recovered = store.transition(
+            "op_test1", "executing", "unknown", lease_lapsed=True, audit=[event("operation.recovered")]
+        )
+    assert recovered.status == "unknown" and len(named(store, "operation.recovered")) == 1
+
+
+def test_claim_only_from_approved_and_only_once(store: Store) -> None:
+    store.create_proposal(make_proposal())
+    assert store.claim("op_test1", "w1", 30) is None
+    approve_row(store)
+    claimed = store.claim("op_test1", "w1", 30)
+    assert (
+        claimed is not None
+        and claimed.status == "executing"
+        and claimed.owner == "w1"
+        and claimed.attempts == 1
+    )
+    assert store.claim("op_test1", "w2", 30) is None
+    with pytest.raises(InvalidTransitionError):
+        store.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
+    done = store.transition("op_test1", "executing", "succeeded", owner="w1", result={"x": 1})
+    assert done.result == {"x": 1}
+
+
+def test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner(store: Store) -> None:
+    store.create_proposal(make_proposal())
+    before = snapshot(store)
+    assert store.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
+    assert snapshot(store) == before
+    approve_row(store)
+    claimed = store.claim("op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")])
+    assert claimed is not None and claimed == store.get_operation("op_test1")
+    assert claimed.lease_expires_at is not None
+    assert parse_iso(claimed.lease_expires_at) - parse_iso(claimed.updated_at) == timedelta(seconds=30)
+    before = snapshot(store)
+    assert store.claim("op_test1", "w2", 30, audit=[event("operation.claimed")]) is None
+    assert snapshot(store) == before
+    assert len(named(store, "operation.claimed")) == 1
+    # an operation given back (unknown -> approved) is claimed again: attempts count every claim
+    store.transition("op_test1", "executing", "unknown", owner="w1")
+    store.transition("op_test1", "unknown", "approved")
+    again = store.claim("op_test1", "w2", 30)
+    assert again is not None and again.owner == "w2" and again.attempts == 2
+
+
+def test_claim_refuses_an_approval_that_has_expired(store: Store) -> None:
+    past = utcnow() - timedelta(minutes=20)
+    store.create_proposal(make_proposal(created_at=iso(past), expires_at=iso(past + timedelta(minutes=15))))
+    approve_row(store)
+    before = snapshot(store)
+    assert store.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
+    assert snapshot(store) == before
+    op = store.get_operation("op_test1")
+    assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
+
+
+def test_twenty_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
+    store.create_proposal(make_proposal())
+    approve_row(store)
+    barrier = threading.Barrier(20)
+
+    def contend(i: int) -> bool:
+        barrier.wait()
+        return store.claim("op_test1", f"worker-{i}", 30) is not None
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        wins = list(pool.map(contend, range(20)))
+    assert wins.count(True) == 1
+    op = store.get_operation("op_test1")
+    assert op is not None and op.attempts == 1
+
+
+def test_renew_lease_extends_only_the_owners_live_claim(store: Store) -> None:
+    claimed = executing(store, 1, owner="w1", lease_s=5)
+    start = store.now()
+    assert store.renew_lease("op_test1", "w1", 120) is True
+    end = store.now()
+    renewed = store.get_operation("op_test1")
+    assert renewed is not None and renewed.lease_expires_at is not None
+    assert (
+        start + timedelta(seconds=120) <= parse_iso(renewed.lease_expires_at) <= end + timedelta(seconds=120)
+    )
+    assert (renewed.status, renewed.owner, renewed.attempts) == (claimed.status, "w1", 1)
+    store.transition("op_test1", "executing", "unknown", owner="w1")
+    assert store.renew_lease("op_test1", "w1", 120) is True  # its handler may still be running
+
+    before = snapshot(store)
+    assert store.renew_lease("op_test1", "w2", 600) is False  # not the owner
+    assert store.renew_lease("op_missing", "w1", 600) is False
+    assert snapshot(store) == before
+    store.create_proposal(make_proposal(2))
+    approve_row(store, "op_test2")
+    before = snapshot(store)
+    assert store.renew_lease("op_test2", "w1", 600) is False  # nobody claimed it
+    assert snapshot(store) == before
+
+
+def test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executing(store, 1, lease_s=30)
+    unknown_outcome(store, 2, lease_s=30)
+    executing(store, 3, lease_s=300)
+    assert store.stale_executing(0) == []
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=40))
+        stale = store.stale_executing(0)
+        assert [o.operation_key for o in stale] == ["op_test1"]  # not the unknown one, not the live lease
+        assert stale[0] == store.get_operation("op_test1")
+        assert [o.operation_key for o in store.stale_executing(5)] == ["op_test1"]
+        assert store.stale_executing(60) == []  # lapsed 10 s ago: within a 60 s grace
+
+
+# ---- dead letters --------------------------------------------------------------------------
+
+
+def test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unknown_outcome(store, 1, lease_s=30)
+    executing(store, 2, lease_s=0)
+    before = snapshot(store)
+    assert (
+        store.add_dead_letter("op_test1", "no outcome", {"tool": "issue_refund"}) is None
+    )  # lease still live
+    assert store.add_dead_letter("op_test2", "no outcome", {}) is None  # still executing
+    assert store.add_dead_letter("op_missing", "no outcome", {}) is None
+    assert snapshot(store) == before
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=31))
+        moment = store.now()
+        letter = store.add_dead_letter("op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]})
+    assert letter is not None
+    assert (letter.operation_key, letter.reason, letter.context) == (
+        "op_test1",
+        "no outcome",
+        {"tool": "issue_refund", "attempts": [1]},
+    )
+    assert abs(parse_iso(letter.created_at) - moment) < timedelta(seconds=5)  # the store's (shifted) clock
+    assert (letter.resolved_at, letter.resolved_by, letter.resolution, letter.note) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    op = store.get_operation("op_test1")
+    assert op is not None and op.status == "dead_lettered"
+    assert store.dead_letters() == [letter]
+    before = snapshot(store)
+    assert store.add_dead_letter("op_test1", "again", {}) is None  # no longer unknown
+    assert snapshot(store) == before
+
+
+def test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.dead_letters() == [] and store.dead_letters(open_only=False) == []
+    unknown_outcome(store, 1, lease_s=0)
+    unknown_outcome(store, 2, lease_s=0)
+    first = store.add_dead_letter("op_test1", "first", {})
+    second = store.add_dead_letter("op_test2", "second", {})
+    assert first is not None and second is not None
+    assert store.dead_letters() == [first, second]
+    assert (
+        store.resolve_dead_letter(
+            "op_test1", resolution="refunded_by_hand", resolved_by="omar", note="checked"
+        )
+        is True
+    )
+    resolved = store.dead_letters(open_only=False)[0]
+    assert (resolved.operation_key, resolved.resolution, resolved.resolved_by, resolved.note) == (
+        "op_test1",
+        "refunded_by_hand",
+        "omar",
+        "checked",
+    )
+    assert resolved.resolved_at is not None
+    assert store.dead_letters() == [second]
+    assert [d.operation_key for d in store.dead_letters(open_only=False)] == ["op_test1", "op_test2"]
+    before = snapshot(store)
+    assert store.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="") is False
+    assert store.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="") is False
+    assert snapshot(store) == before
+
+
+# ---- rate limits ---------------------------------------------------------------------------
+
+
+def test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = 10**9  # one window for the whole test: no boundary falls between the calls
+    assert [store.increment_counter("pt:acme:ada:tool", window) for _ in range(3)] == [1, 2, 3]
+    assert store.increment_counter("pt:acme:bob:tool", window) == 1
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=window))  # the next window of the store's clock
+        assert store.increment_counter("pt:acme:ada:tool", window) == 1
+    assert store.counter_value("pt:acme:ada:tool", window) == 3
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        counts = list(pool.map(lambda _: store.increment_counter("t:acme", window), range(20)))
+    assert sorted(counts) == list(range(1, 21))  # every process-wide hit counted exactly once
+    assert store.counter_value("t:acme", window) == 20
 
 
 def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full(
@@ -194,3 +1029,324 @@ def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first
     monkeypatch.setattr(store, "transaction", real)
     assert store.counter_value("pt:acme:ada:tool", window) == 3
     assert store.counter_value("t:acme", window) == 2
+
+
+def test_counter_value_peeks_without_counting(store: Store) -> None:
+    window = 10**9
+    assert store.counter_value("t:acme", window) == 0
+    store.increment_counter("t:acme", window)
+    store.increment_counter("t:acme", window)
+    before = snapshot(store)
+    assert store.counter_value("t:acme", window) == 2
+    assert store.counter_value("t:acme", window) == 2
+    assert store.counter_value("t:globex", window) == 0
+    assert snapshot(store) == before
+
+
+# ---- identities ----------------------------------------------------------------------------
+
+
+def test_token_hash_is_a_keyed_hash_of_the_token(store: Store, reopen: Callable[..., Store]) -> None:
+    hashed = store.token_hash("secret-token-ada")
+    assert re.fullmatch(r"[0-9a-f]{64}", hashed) and "secret-token-ada" not in hashed
+    assert store.token_hash("secret-token-ada") == hashed
+    assert store.token_hash("secret-token-bob") != hashed
+    assert reopen().token_hash("secret-token-ada") == hashed  # every process with the secret agrees
+    assert reopen(key=b"another-store-secret-0002").token_hash("secret-token-ada") != hashed
+
+
+def test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one(store: Store) -> None:
+    start = store.now()
+    added = store.add_identity(
+        make_identity("ada", token_hash=store.token_hash("tok-ada"), review_tenants=("globex",))
+    )
+    end = store.now()
+    assert added is not None and added.authentic and added.status == "active"
+    assert added.created_at == added.updated_at and start <= parse_iso(added.created_at) <= end
+    assert store.get_identity("ada") == added
+    before = snapshot(store)
+    assert store.add_identity(make_identity("ada", tenant_id="globex", roles=("admin",))) is None
+    assert snapshot(store) == before
+
+
+def test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one(store: Store) -> None:
+    added = store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-1")))
+    assert added is not None
+    rotated = store.change_identity("ada", token_hash=store.token_hash("tok-2"))
+    assert (
+        rotated.token_hash == store.token_hash("tok-2") and rotated.status == "active" and rotated.authentic
+    )
+    revoked = store.change_identity("ada", status="revoked")
+    assert revoked.status == "revoked" and revoked.token_hash == rotated.token_hash
+    assert (
+        revoked.updated_at >= rotated.updated_at >= added.updated_at
+        and revoked.created_at == added.created_at
+    )
+    assert store.get_identity("ada") == revoked
+
+    before = snapshot(store)
+    with pytest.raises(IdentityError) as unknown:
+        store.change_identity("nobody", status="revoked")
+    assert unknown.value.code == "unknown_identity"
+    assert snapshot(store) == before
+
+    store.add_identity(make_identity("bob"))
+    with store.transaction() as tx:  # promoted with database access alone
+        tx.execute("UPDATE identities SET roles = ? WHERE user_id = ?", ('["admin"]', "bob"))
+    before = snapshot(store)
+    with pytest.raises(IdentityError) as forged:
+        store.change_identity("bob", status="active", token_hash=store.token_hash("tok-bob"))
+    assert forged.value.code == "forged_identity"
+    assert snapshot(store) == before
+    stored = store.get_identity("bob")
+    assert stored is not None and stored.roles == ("admin",) and not stored.authentic  # never re-signed
+
+
+def test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies(store: Store) -> None:
+    assert store.get_identity("ada") is None
+    assert store.identity_by_token_hash(store.token_hash("tok-ada")) is None
+    added = store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
+    store.add_identity(make_identity("bob", token_hash=store.token_hash("tok-bob")))
+    assert store.get_identity("ada") == added
+    assert store.identity_by_token_hash(store.token_hash("tok-ada")) == added
+    bob = store.identity_by_token_hash(store.token_hash("tok-bob"))
+    assert bob is not None and bob.user_id == "bob"
+    assert store.identity_by_token_hash(store.token_hash("tok-eve")) is None
+    with store.transaction() as tx:  # a row changed with database access alone no longer verifies
+        tx.execute("UPDATE identities SET scopes = ? WHERE user_id = ?", ('["refunds:write"]', "ada"))
+    tampered = store.get_identity("ada")
+    assert tampered is not None and tampered.scopes == ("refunds:write",) and not tampered.authentic
+    by_token = store.identity_by_token_hash(store.token_hash("tok-ada"))
+    assert by_token is not None and not by_token.authentic
+
+
+def test_list_identities_by_user_id_optionally_of_some_tenants(store: Store) -> None:
+    assert store.list_identities() == []
+    for user, tenant in (("zed", "acme"), ("ada", "acme"), ("gus", "globex"), ("ivy", "initech")):
+        store.add_identity(make_identity(user, tenant_id=tenant))
+    assert [i.user_id for i in store.list_identities()] == ["ada", "gus", "ivy", "zed"]
+    assert all(i.authentic for i in store.list_identities())
+    assert [i.user_id for i in store.list_identities(["acme"])] == ["ada", "zed"]
+    assert [i.user_id for i in store.list_identities(["globex", "initech"])] == ["gus", "ivy"]
+    assert store.list_identities([]) == []
+    assert store.list_identities(["umbrella"]) == []
+
+
+# ---- audit ---------------------------------------------------------------------------------
+
+
+def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
+    first = store.append_audit(
+        AuditEventIn(
+            event="call.rejected", result="rejected", code="unknown_tool", call_id="c1", detail={"n": 1}
+        )
+    )
+    second = store.append_audit(
+        AuditEventIn(event="proposal.created", result="pending_approval", call_id="c2")
+    )
+    assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
+    for event_ in (first, second):
+        row = dataclasses.asdict(event_)
+        assert (
+            audit_hash(audit_row_content(row), event_.prev_hash, store.keys.key("audit-chain")) == event_.hash
+        )
+    with pytest.raises(StoreError), store.transaction() as tx:
+        tx.execute("UPDATE audit_events SET result = 'accepted' WHERE seq = ?", (first.seq,))
+    with pytest.raises(StoreError), store.transaction() as tx:
+        tx.execute("DELETE FROM audit_events")
+    assert [e.code for e in store.audit_events(call_ids=["c1"])] == ["unknown_tool"]
+    assert len(store.audit_events()) == 2
+
+
+def test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode(store: Store) -> None:
+    start = store.now()
+    stored = store.append_audit(
+        event("call.accepted", call_id="c1", tool="lookup_order", detail={"n": 1, "s": "é"})
+    )
+    end = store.now()
+    assert (stored.event, stored.result, stored.call_id, stored.tool, stored.detail) == (
+        "call.accepted",
+        "recorded",
+        "c1",
+        "lookup_order",
+        {"n": 1, "s": "é"},
+    )
+    assert stored.event_id.startswith("evt_") and stored.payload_retained
+    assert stored.detail_sha256 == digest({"n": 1, "s": "é"})
+    assert start - timedelta(seconds=1) <= parse_iso(stored.occurred_at) <= end + timedelta(seconds=1)
+    assert store.audit_events() == [stored]
+    before = snapshot(store)
+    with pytest.raises(ValueError, match="NaN"):
+        store.append_audit(event(detail={"x": float("nan")}))
+    assert snapshot(store) == before
+
+
+def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
+    def append(i: int) -> None:
+        store.append_audit(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{i}"))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(append, range(40)))
+    events = store.audit_events()
+    assert len(events) == 40
+    assert events[0].prev_hash == GENESIS_HASH
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
+
+
+def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    head = store.append_audit(event("first"))
+    transactions: list[bool] = []
+    real = store.transaction
+
+    def counted(*, write: bool = True):  # type: ignore[no-untyped-def]
+        transactions.append(write)
+        return real(write=write)
+
+    monkeypatch.setattr(store, "transaction", counted)
+    assert store.append_audits([]) == [] and transactions == []  # nothing to append: no transaction
+    appended = store.append_audits(
+        [event("a", call_id="c1"), event("b", call_id="c2"), event("c", call_id="c3")]
+    )
+    assert transactions == [True]
+    monkeypatch.setattr(store, "transaction", real)
+    assert [e.event for e in appended] == ["a", "b", "c"]
+    assert [e.seq for e in appended] == sorted(e.seq for e in appended) and appended[0].seq > head.seq
+    assert appended[0].prev_hash == head.hash
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(appended))
+    assert store.audit_events() == [head, *appended]
+    before = snapshot(store)
+    with pytest.raises(ValueError):
+        store.append_audits([event("d"), event("e", detail={"x": float("inf")})])
+    assert snapshot(store) == before
+    assert verify_chain(store).ok
+
+
+def test_latest_audit_event_is_the_most_recent_of_a_name(store: Store) -> None:
+    assert store.latest_audit_event("release.loaded") is None
+    store.append_audit(event("release.loaded", detail={"release": "ops-tools/1.0.0"}))
+    newest = store.append_audit(event("release.loaded", detail={"release": "ops-tools/1.1.0"}))
+    store.append_audit(event("call.accepted"))
+    assert store.latest_audit_event("release.loaded") == newest
+    assert store.latest_audit_event("release.stopped") is None
+
+
+def test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain(store: Store) -> None:
+    old = store.append_audit(event("old", detail={"card": "4111"}))
+    new = store.append_audit(event("new", detail={"card": "5500"}))
+    assert old.occurred_at < new.occurred_at
+    before = snapshot(store)
+    assert store.purge_audit_payloads(old.occurred_at) == 0  # strictly older only
+    assert snapshot(store) == before
+    assert store.purge_audit_payloads(new.occurred_at) == 1
+    purged, kept = store.audit_events()
+    assert (purged.event_id, purged.detail, purged.payload_retained) == (old.event_id, {}, False)
+    assert purged.detail_sha256 == old.detail_sha256 and purged.hash == old.hash
+    assert kept == new
+    assert store.latest_audit_event("old") == purged
+    assert verify_chain(store).ok  # the chain covers the payload's digest, not the payload
+    assert store.purge_audit_payloads(new.occurred_at) == 0
+
+
+def test_audit_events_match_any_filter_in_chain_order(store: Store) -> None:
+    a = store.append_audit(event("a", operation_key="op_1"))
+    b = store.append_audit(event("b", proposal_id="prop_1"))
+    c = store.append_audit(event("c", call_id="c1"))
+    d = store.append_audit(event("d", call_id="c2", operation_key="op_2"))
+    assert store.audit_events() == [a, b, c, d]
+    assert store.audit_events(operation_key="op_1") == [a]
+    assert store.audit_events(proposal_id="prop_1") == [b]
+    assert store.audit_events(call_ids=["c2", "c1"]) == [c, d]
+    assert store.audit_events(operation_key="op_1", call_ids=["c2"]) == [a, d]  # any filter matches
+    assert store.audit_events(operation_key="op_9", proposal_id="prop_9", call_ids=["c9"]) == []
+
+
+# ---- the contract covers the whole interface -----------------------------------------------
+
+CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
+    "now": (test_now_is_the_store_clock_and_recorded_times_come_from_it,),
+    "transaction": (
+        test_a_transaction_commits_on_success_and_rolls_back_on_any_error,
+        test_a_read_only_store_reads_and_refuses_every_write,
+    ),
+    "setup": (test_setup_is_idempotent_and_refuses_a_newer_schema,),
+    "require_schema": (test_require_schema_accepts_only_this_toolgates_schema_version_and_writes_nothing,),
+    "migrate": (test_migrate_applies_only_the_missing_steps_of_a_component_all_or_nothing,),
+    "close": (test_close_releases_every_connection_and_a_store_closes_as_a_context_manager,),
+    "create_proposal": (
+        test_create_proposal_is_idempotent_by_operation_key,
+        test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing,
+    ),
+    "get_proposal": (test_get_proposal_returns_exactly_what_was_stored,),
+    "list_proposals": (test_list_proposals_pairs_each_with_its_operation_oldest_first,),
+    "same_effect": (
+        test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments,
+    ),
+    "superseding": (test_superseding_is_the_newest_proposal_that_replaces_one,),
+    "record_decision": (
+        test_one_decision_per_reviewer_and_decisions_are_immutable,
+        test_record_decision_appends_its_audit_only_when_the_decision_is_new,
+    ),
+    "record_and_settle": (
+        test_record_and_settle_settles_the_operation_in_the_decisions_transaction,
+        test_record_and_settle_never_approves_past_a_recorded_rejection,
+    ),
+    "decisions_for": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
+    "all_decisions": (test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows,),
+    "get_operation": (test_get_operation_and_list_operations_oldest_first_by_status,),
+    "list_operations": (test_get_operation_and_list_operations_oldest_first_by_status,),
+    "transition": (
+        test_transition_changes_status_result_and_error_with_its_audit,
+        test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing,
+        test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse,
+        test_database_refuses_illegal_operation_transitions,
+    ),
+    "claim": (
+        test_claim_only_from_approved_and_only_once,
+        test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner,
+        test_claim_refuses_an_approval_that_has_expired,
+        test_twenty_concurrent_claims_have_exactly_one_winner,
+    ),
+    "renew_lease": (test_renew_lease_extends_only_the_owners_live_claim,),
+    "stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
+    "add_dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
+    "dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "increment_counter": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
+    "count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
+    "counter_value": (test_counter_value_peeks_without_counting,),
+    "token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
+    "add_identity": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
+    "change_identity": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
+    "get_identity": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "identity_by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "list_identities": (test_list_identities_by_user_id_optionally_of_some_tenants,),
+    "append_audit": (
+        test_audit_log_is_append_only_and_hash_chained,
+        test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode,
+        test_concurrent_audit_appends_keep_one_chain,
+    ),
+    "append_audits": (test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing,),
+    "latest_audit_event": (test_latest_audit_event_is_the_most_recent_of_a_name,),
+    "purge_audit_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
+    "audit_events": (test_audit_events_match_any_filter_in_chain_order,),
+}
+"""Each public `Store` method and the tests (run on both backends) that hold it to its contract."""
+
+
+def test_every_public_store_method_has_a_contract_test() -> None:
+    public = {
+        name for name, member in inspect.getmembers(Store) if not name.startswith("_") and callable(member)
+    }
+    assert Store.__abstractmethods__ <= public
+    missing = sorted(public - set(CONTRACT))
+    assert missing == [], (
+        f"Store methods without a contract test here (add one and list it in CONTRACT): {missing}"
+    )
+    assert sorted(set(CONTRACT) - public) == [], "CONTRACT lists methods Store no longer has"
+    for name, tests in CONTRACT.items():
+        for test in tests:
+            assert test.__name__.startswith("test_") and globals()[test.__name__] is test
+            assert "store" in inspect.signature(test).parameters, f"{test.__name__} must run on both backends"
+            assert re.search(rf"\.{name}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"

@@ -1,4 +1,8 @@
-"""``toolgate verify``: passes on a healthy database, fails when a check is sabotaged."""
+"""``toolgate verify``: passes on a healthy database, fails when a check is sabotaged.
+
+The adversarial cases run once per session (the ``adversarial_report`` fixture in conftest.py,
+asserted case by case in tests/test_adversarial.py): the command is run here with every other
+check, and its adversarial check is shown to report that one run of every case."""
 
 from __future__ import annotations
 
@@ -6,17 +10,27 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support import cli_env, kv_lines, toolgate
+from support import TEST_KEY, cli_env, kv_lines, toolgate
+
+from toolgate import verify
+from toolgate.bootstrap import open_app
+from toolgate.config import Settings
+from toolgate.evals.adversarial import CASES, AdversarialCase
+from toolgate.evals.dispatch_runner import RunReport
+from toolgate.testing import ScriptedChatModel
+
+OTHER_CHECKS = [name for name in verify.CHECKS if name != "adversarial_dispatch"]
+"""Every check but the adversarial cases, in checklist order."""
 
 
 @pytest.mark.slow
 def test_verify_passes_then_fails_after_audit_tampering(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
-    healthy = toolgate(["verify"], env)
+    healthy = toolgate(["verify", *(arg for name in OTHER_CHECKS for arg in ("--check", name))], env)
     lines = healthy.stdout.splitlines()
+    assert [line.split("=", 1)[0] for line in lines] == [*OTHER_CHECKS, "verify"]
     assert "idempotency=PASS deliveries=20 executions=1 stored_result_returned=19" in lines
     assert any(line.startswith("registry_audit=PASS") for line in lines)
-    assert any(line.startswith("adversarial_dispatch=PASS cases=") for line in lines)
     assert "verify=PASS" in lines
 
     key = next(
@@ -38,4 +52,28 @@ def test_verify_passes_then_fails_after_audit_tampering(tmp_path: Path) -> None:
     assert (
         "audit_chain=FAIL first_bad_seq=3" in broken.stdout
         and "verify=FAIL failed=audit_chain" in broken.stdout
+    )
+
+
+def test_verify_reports_the_adversarial_run_of_every_case(
+    adversarial_report: RunReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "adversarial_dispatch" in verify.CHECKS  # `toolgate verify` without --check runs it
+    given: list[tuple[AdversarialCase, ...]] = []
+
+    def the_sessions_run(cases: tuple[AdversarialCase, ...]) -> RunReport:
+        given.append(tuple(cases))
+        return adversarial_report
+
+    monkeypatch.setattr(verify, "run_adversarial", the_sessions_run)
+    app = open_app(
+        Settings(data_dir=tmp_path, audit_key_value=TEST_KEY.decode()), model=ScriptedChatModel(responses=[])
+    )
+    try:
+        [result] = verify.run_checks(app, ["adversarial_dispatch"])
+    finally:
+        app.store.close()
+    assert given == [CASES]
+    assert result.line() == (
+        f"adversarial_dispatch=PASS cases={len(CASES)} handlers_executed_for_rejected=0 proposals_for_rejected=0"
     )
