@@ -18,14 +18,14 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from toolgate.errors import StoreError
-from toolgate.store._sql import SqlStore
 from toolgate.store.base import Tx
 from toolgate.store.chain import AUDIT_FIELDS, GENESIS_HASH
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
+from toolgate.store.sql import SqlStore
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-"""The server's clock as `toolgate.store._sql.iso` text: every time decision uses it, never a worker's."""
+"""The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
 _AUDIT_LOCK = 0x7467_0001
 _MIGRATION_LOCK = 0x7467_0002
 
@@ -76,7 +76,10 @@ class PostgresStore(SqlStore):
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None:
-                kwargs: dict[str, Any] = {"row_factory": dict_row}
+                # autocommit sessions: a read is one statement, no BEGIN/COMMIT round trips (under
+                # READ COMMITTED each statement takes its own snapshot anyway); a write opens its
+                # transaction block explicitly (`transaction`)
+                kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": True}
                 if self.read_only:  # the server refuses every write in these sessions
                     kwargs["options"] = "-c default_transaction_read_only=on"
                 self._pool = ConnectionPool(
@@ -94,12 +97,13 @@ class PostgresStore(SqlStore):
             raise StoreError(f"the store {self.url} was opened read-only")
         self._ensure_ready()
         try:
-            with (
-                self._get_pool().connection() as conn,
-                conn.transaction(),
-                conn.cursor(row_factory=dict_row) as cur,
-            ):
-                yield _PgTx(cur)
+            with self._get_pool().connection() as conn:
+                if write:
+                    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                        yield _PgTx(cur)
+                else:
+                    with conn.cursor(row_factory=dict_row) as cur:
+                        yield _PgTx(cur)
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
 
