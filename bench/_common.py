@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing as mp
 import os
 import platform
 import secrets
@@ -362,6 +363,61 @@ def plot(name: str, draw: Callable[[Any], None], *, title: str) -> Path:
     plt.close(figure)
     print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     return path
+
+
+def rate_errorbars(
+    axes: Any,
+    counts: Sequence[int],
+    rates: Mapping[int, Mapping[str, Sequence[float]]],
+    kinds: Sequence[str],
+    *,
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """Median rate per process count, one line per kind, min-max as error bars (log2 x axis)."""
+    for kind in kinds:
+        med = [statistics.median(rates[c][kind]) for c in counts]
+        lo = [med[i] - min(rates[c][kind]) for i, c in enumerate(counts)]
+        hi = [max(rates[c][kind]) - med[i] for i, c in enumerate(counts)]
+        axes.errorbar(counts, med, yerr=[lo, hi], marker="o", capsize=4, label=kind)
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(counts, [str(c) for c in counts])
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.legend()
+
+
+def process_round(
+    target: Callable[..., None],
+    processes: int,
+    args: Callable[[int, Any, Any, Any], tuple[Any, ...]],
+    *,
+    feed: Callable[[Any], None] | None = None,
+) -> list[tuple[Any, ...]]:
+    """Run ``processes`` spawned workers from one start signal; their reports, one each.
+
+    ``args(i, ready, go, out)`` gives worker ``i``'s arguments: it sets ``ready`` once set up,
+    waits for ``go``, and puts one report tuple on ``out`` (the first two items its start and end
+    times). ``feed(queue)``, when given, fills a shared work queue passed as the last argument."""
+    ctx = mp.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    queue = ctx.Queue() if feed is not None else None
+    readies = [ctx.Event() for _ in range(processes)]
+    procs = []
+    for i in range(processes):
+        extra = (queue,) if queue is not None else ()
+        procs.append(ctx.Process(target=target, args=(*args(i, readies[i], go, out), *extra)))
+    for p in procs:
+        p.start()
+    if feed is not None:
+        feed(queue)
+    for r in readies:
+        r.wait(120)
+    go.set()
+    reports = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(60)
+    return reports
 
 
 def boxplot(axes: Any, samples: Mapping[str, Sequence[float]], *, ylabel: str, scale: float = 1000.0) -> None:

@@ -15,7 +15,6 @@ Run: ``scripts/with-postgres.sh .venv/bin/python bench/audit_appends.py [--full]
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -29,6 +28,8 @@ from _common import (  # bench/ is on sys.path when run as a script
     pg_url,
     plot,
     print_table,
+    process_round,
+    rate_errorbars,
     write_results,
 )
 
@@ -69,21 +70,9 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
 
 
 def run_round(kind: str, url: str, key: bytes, processes: int, count: int) -> tuple[float, float]:
-    ctx = mp.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    readies = [ctx.Event() for _ in range(processes)]
-    procs = [
-        ctx.Process(target=worker, args=(kind, url, key, count, readies[i], go, out))
-        for i in range(processes)
-    ]
-    for p in procs:
-        p.start()
-    for r in readies:
-        r.wait(120)
-    go.set()
-    reports = [out.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(60)
+    reports = process_round(
+        worker, processes, lambda i, ready, go, out: (kind, url, key, count, ready, go, out)
+    )
     wall = max(r[1] for r in reports) - min(r[0] for r in reports)
     busy = sum(r[1] - r[0] for r in reports)
     return processes * count / wall, sum(r[2] for r in reports) / busy
@@ -152,16 +141,14 @@ def main() -> None:
     )
 
     def draw(axes: Any) -> None:
-        for kind in ("plain", "audit"):
-            med = [statistics.median(rates[p][kind]) for p in PROCESSES]
-            lo = [med[i] - min(rates[p][kind]) for i, p in enumerate(PROCESSES)]
-            hi = [max(rates[p][kind]) - med[i] for i, p in enumerate(PROCESSES)]
-            axes.errorbar(PROCESSES, med, yerr=[lo, hi], marker="o", capsize=4, label=kind)
-        axes.set_xscale("log", base=2)
-        axes.set_xticks(PROCESSES, [str(p) for p in PROCESSES])
-        axes.set_xlabel("processes")
-        axes.set_ylabel("commits per second (median, min-max)")
-        axes.legend()
+        rate_errorbars(
+            axes,
+            PROCESSES,
+            rates,
+            ("plain", "audit"),
+            xlabel="processes",
+            ylabel="commits per second (median, min-max)",
+        )
 
     plot("audit_appends", draw, title="Audit appends vs plain locked one-row commits, PostgreSQL")
 

@@ -21,7 +21,6 @@ Run: ``scripts/with-postgres.sh .venv/bin/python bench/throughput.py [--full]``
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -35,6 +34,8 @@ from _common import (  # bench/ is on sys.path when run as a script
     pg_url,
     plot,
     print_table,
+    process_round,
+    rate_errorbars,
     write_results,
 )
 
@@ -44,7 +45,7 @@ LOCK_TARGET = 0.10
 """Audit-lock wait under 10% of deliver workers' time at 8 workers."""
 
 
-def worker(kind: str, url: str, key: bytes, queue: Any, ready: Any, go: Any, out: Any, name: str) -> None:
+def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name: str, queue: Any) -> None:
     from toolgate.testing import ScriptedChatModel
 
     store = open_store("postgres", url, key=key, max_size=2)
@@ -113,25 +114,19 @@ def prepare(demo: Demo, gw: Any, count: int, tag: str) -> list[str]:
 def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) -> tuple[float, int, float]:
     """Operations per second, winning claims, and the share of worker time spent taking the
     audit chain's lock."""
-    ctx = mp.get_context("spawn")
-    queue, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    readies = [ctx.Event() for _ in range(workers)]
-    procs = [
-        ctx.Process(target=worker, args=(kind, url, key, queue, readies[i], go, out, f"{kind}-w{i}"))
-        for i in range(workers)
-    ]
-    for p in procs:
-        p.start()
-    for k in keys + keys:  # every operation is offered twice: workers race for it
-        queue.put(k)
-    for _ in procs:
-        queue.put(None)
-    for r in readies:
-        r.wait(120)
-    go.set()
-    reports = [out.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(60)
+
+    def feed(queue: Any) -> None:
+        for k in keys + keys:  # every operation is offered twice: workers race for it
+            queue.put(k)
+        for _ in range(workers):
+            queue.put(None)
+
+    reports = process_round(
+        worker,
+        workers,
+        lambda i, ready, go, out: (kind, url, key, ready, go, out, f"{kind}-w{i}"),
+        feed=feed,
+    )
     wall = max(r[1] for r in reports) - min(r[0] for r in reports)
     busy = sum(r[1] - r[0] for r in reports)
     return len(keys) / wall, sum(r[2] for r in reports), sum(r[3] for r in reports) / busy
@@ -242,16 +237,14 @@ def main() -> None:
     )
 
     def draw(axes: Any) -> None:
-        for kind in ("claim", "deliver"):
-            med = [statistics.median(rates[w][kind]) for w in WORKERS]
-            lo = [med[i] - min(rates[w][kind]) for i, w in enumerate(WORKERS)]
-            hi = [max(rates[w][kind]) - med[i] for i, w in enumerate(WORKERS)]
-            axes.errorbar(WORKERS, med, yerr=[lo, hi], marker="o", capsize=4, label=kind)
-        axes.set_xscale("log", base=2)
-        axes.set_xticks(WORKERS, [str(w) for w in WORKERS])
-        axes.set_xlabel("worker processes")
-        axes.set_ylabel("distinct operations per second (median, min-max)")
-        axes.legend()
+        rate_errorbars(
+            axes,
+            WORKERS,
+            rates,
+            ("claim", "deliver"),
+            xlabel="worker processes",
+            ylabel="distinct operations per second (median, min-max)",
+        )
 
     plot("throughput", draw, title="Approved operations per second, PostgreSQL")
 
