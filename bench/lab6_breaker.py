@@ -1,6 +1,6 @@
-"""Lab 6: time to a final answer against a dead downstream, with and without the circuit breaker.
+"""Benchmark: time to a final answer against a dead downstream, with and without the circuit breaker.
 
-An agent task needs the same read tool ten times (Case 4: ten calls per task). The downstream is
+An agent task needs the same read tool ten times (ten calls per task). The downstream is
 dead: every call hangs past the tool's timeout. Both runs go through the real graph with the same
 scripted model; only the breaker differs (opens after 5 failures, versus never). The result is a
 ratio measured in the same run, written to ``bench/results/lab6_breaker.json``.

@@ -1,4 +1,4 @@
-"""Adversarial dispatch cases (seed 000, "Prove fail-closed dispatch"; chapter §16).
+"""Adversarial dispatch cases: they prove that dispatch fails closed.
 
 Each case is one scripted model turn (or a short script) against the demo release, with the
 outcome trusted code must reach for the call under test: a rejection code, ``ACCEPTED`` for a
@@ -41,7 +41,7 @@ class AdversarialCase:
     before: tuple[tuple[Call, ...], ...] = ()
     """Earlier model turns (e.g. a read whose output carries an injection)."""
     seed_tag: str = ""
-    """Label used for the seeds' summary line (known_read, unknown_tool, ...)."""
+    """Label used for the summary line (known_read, unknown_tool, ...)."""
     rate_limit: int | None = None
     """Per principal-and-tool limit for this case (None: no inbound limits)."""
     max_tool_calls: int | None = None

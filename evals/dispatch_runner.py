@@ -68,7 +68,7 @@ class CaseResult:
 
 @dataclass
 class RunReport:
-    """All results and the figures the seeds print."""
+    """All results and the summary figures printed from them."""
 
     results: list[CaseResult] = field(default_factory=list)
     write_handler_calls: int = 0
@@ -99,7 +99,7 @@ class RunReport:
         )
 
     def lines(self) -> list[str]:
-        """The seeds' summary line, the counts line and one line per failure."""
+        """The summary line, the counts line and one line per failure."""
         by_tag = {r.case.seed_tag: r for r in self.results if r.case.seed_tag}
 
         def word(tag: str) -> str:

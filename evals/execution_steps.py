@@ -14,7 +14,7 @@ from typing import Any
 from toolgate.errors import ApprovalError
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.observation import Observation
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.review import decide
 from toolgate.policy.principal import Principal
 from toolgate.store.base import Store

@@ -55,7 +55,7 @@ class ReleaseRun:
     seconds: float = 0.0
 
     def metrics(self) -> dict[str, float | int | None]:
-        """The seeds' metrics and the cost per task."""
+        """The gate's metrics and the cost per task."""
         scores = [r.score for r in self.records]
         tasks = max(len(self.records), 1)
         return {

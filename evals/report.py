@@ -1,4 +1,4 @@
-"""What the gate prints and writes: the seeds' summary line, the critical differences between
+"""What the gate prints and writes: the summary line, the critical differences between
 candidate and control, cost per task, and a JSON report whose digest reviewers sign.
 
 The JSON report is the reviewed artifact: ``digest`` is the SHA-256 of its canonical JSON without

@@ -31,7 +31,7 @@ from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
 from toolgate.evals.release_facts import ReleaseFacts, release_facts
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal

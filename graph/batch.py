@@ -1,4 +1,4 @@
-"""Parallel tool calls: same-resource calls in order, independent ones concurrently (chapter §10).
+"""Parallel tool calls: same-resource calls in order, independent ones concurrently.
 
 Calls whose tools declare a conflicting resource (e.g. the same inventory SKU) share a lane and
 run one after another; every other call gets a lane of its own. Lanes run under a bounded pool

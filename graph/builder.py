@@ -11,8 +11,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.context import Context
-from toolgate.graph.deps import INSTRUCTIONS, Gateway
 from toolgate.graph.execution import Executor
+from toolgate.graph.gateway import INSTRUCTIONS, Gateway
 from toolgate.graph.guard import guarded
 from toolgate.graph.nodes.approval import make_approval_node
 from toolgate.graph.nodes.dispatch import make_dispatch_node

@@ -31,7 +31,7 @@ class Context:
     """Model calls allowed in one task. Like every budget here, read when a thread starts and kept
     in the thread (its ``budget``): later runs and resumes count against the thread's limits."""
     max_tool_calls: int = field(default_factory=lambda: setting("max_tool_calls"))
-    """Tool calls accepted in one task (the seeds' ``maxToolCalls``). The default leaves room for
+    """Tool calls accepted in one task: a hard cap on runaway loops. The default leaves room for
     realistic multi-step tasks (public agent suites need up to about 30); lower it per release."""
     max_calls_per_turn: int = field(default_factory=lambda: setting("max_calls_per_turn"))
     """Calls judged one by one in one model turn; the rest of the turn is refused as one batch
@@ -45,7 +45,7 @@ class Context:
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     """The user's own forwarded credentials (e.g. ``crm_token``); never checkpointed, logged or shown."""
     reconcile_delays: tuple[float, ...] = field(default_factory=lambda: setting("reconcile_delays"))
-    """Waits between status checks of an unknown outcome (the seeds' 1, 2, 4, 8, 16 s)."""
+    """Waits between status checks of an unknown outcome (by default 1, 2, 4, 8, 16 s)."""
     max_parallel_calls: int = field(default_factory=lambda: setting("max_parallel_calls"))
     """Independent calls of one turn that may run at the same time (the semaphore)."""
     batch_deadline_s: float = field(default_factory=lambda: setting("batch_deadline_s"))

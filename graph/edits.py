@@ -14,7 +14,7 @@ from typing import Any
 from toolgate.clock import parse_iso
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.review import decide
 from toolgate.policy.approvals import check_reviewer

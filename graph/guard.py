@@ -31,7 +31,7 @@ from langgraph.runtime import Runtime
 from toolgate.errors import IdentityError, RunRefused
 from toolgate.graph import state_versions
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._common import context_of, thread_id
 from toolgate.graph.seal import Sealer, apply_update, chain_updates

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateUsageError
-from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import edit_proposal
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.review import decide
 from toolgate.policy.principal import Principal
 

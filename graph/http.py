@@ -47,12 +47,12 @@ from toolgate.errors import (
     RegistryError,
     ToolExecutionError,
 )
-from toolgate.graph.deps import Gateway
+from toolgate.forensics import trace
 from toolgate.graph.edits import edit_proposal
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.review import ReviewOutcome, decide
 from toolgate.policy.principal import Principal
 from toolgate.settings import read_settings
-from toolgate.store.forensics import trace
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
 from toolgate.tools.spec import HandlerContext
 

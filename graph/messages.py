@@ -6,7 +6,6 @@ provenance label; tool data is nested under ``data`` so it is read as data, neve
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -92,12 +91,4 @@ def status_message(
     return _message(call_id, tool, payload, error=status != "pending_approval")
 
 
-def tool_message_status(message: ToolMessage) -> str | None:
-    """The ``status`` word of a gateway ToolMessage."""
-    try:
-        return str(json.loads(str(message.content)).get("status"))
-    except (ValueError, AttributeError):
-        return None
-
-
-__all__ = ["rejection_message", "result_message", "status_message", "tool_message_status"]
+__all__ = ["rejection_message", "result_message", "status_message"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.clock import iso
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.store.records import AuditEventIn, OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
 

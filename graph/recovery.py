@@ -5,7 +5,7 @@ whose effect may or may not have happened. Nothing retries it blindly. The tool'
 (by idempotency key, or by the legacy system's natural key) is asked with backoff; a found effect
 becomes ``succeeded`` with its real result; an absent one is re-approved for delivery only when
 the downstream dedupes on the same key; anything still unknown goes to the dead-letter list for
-a person, with the context they need (chapter §8.4, §9.5; brandur's "completer").
+a person, with the context they need, so no outcome stays unknown silently (brandur's "completer").
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from toolgate.policy.output import sanitize_result
 from toolgate.tools.spec import HandlerContext
 
 DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
-"""The seeds' status-check backoff: five checks over 31 seconds."""
+"""Status-check backoff: five checks over 31 seconds, time for a slow downstream to settle."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from toolgate.clock import iso, new_id, parse_iso
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
 from toolgate.policy.principal import Principal
 from toolgate.store.records import (

@@ -1,6 +1,6 @@
 """Undoing a completed effect: only by its declared rollback operation, itself a new proposal.
 
-Rolling back code never undoes an effect in the world (seed 000, "Rollback"). A completed
+Rolling back code never undoes an effect in the world; only a new operation can. A completed
 operation whose tool declares a rollback tool and argument mapping can be reversed by proposing
 that operation: it passes the same dispatch checks as any call by the requester and waits for its
 own approval. Proposing it twice finds the same proposal (same operation key).
@@ -12,7 +12,7 @@ from typing import Any
 
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.policy.judge import ProposedCall
 from toolgate.policy.principal import Principal

@@ -37,7 +37,7 @@ from langgraph.runtime import Runtime
 
 from toolgate.errors import ToolgateError
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.guard import guarded
 from toolgate.graph.nodes._common import context_of, thread_id
 from toolgate.graph.rollout_stop import halt_node, stop_rollout
@@ -47,11 +47,11 @@ from toolgate.graph.shadow import shadow_turn
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
 from toolgate.policy.rollout import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
+from toolgate.policy.rollout_signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.rollout_records import ReleaseState, Rollout
-from toolgate.store.rollout_signals import ChainCursor, candidate_signals
 
 GatewayFactory = Callable[[str, bool], Gateway]
 """``(release id, canary)`` -> that release's gateway, verified against its reviewed manifest;

@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 
 from toolgate.errors import ReleaseControlError
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.guard import unanswered_calls
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._common import budget_of, context_of, thread_id

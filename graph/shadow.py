@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, SystemMessage
 
 from toolgate.canonical import digest
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes.dispatch import proposed_calls
 from toolgate.graph.nodes.model import invoke_unobserved

@@ -1,7 +1,7 @@
 """Authorization from the authenticated context: scopes, then ownership of every resource a call names.
 
 A scope check answers "may this principal ever call the tool"; the resource check answers
-"may it call it on this resource" (the IDOR gap, chapter §6.2). Both read only trusted data:
+"may it call it on this resource" (closing the IDOR gap). Both read only trusted data:
 the principal and the system of record. Neither ever reads an identity from arguments.
 """
 

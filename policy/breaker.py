@@ -1,6 +1,6 @@
-"""Circuit breakers: a dead dependency degrades one tool, fast, instead of freezing every task (§9.4).
+"""Circuit breakers: a dead dependency degrades one tool, fast, instead of freezing every task.
 
-Without a breaker every call to a dead downstream waits out its full timeout (the chapter's Case 4:
+Without a breaker every call to a dead downstream waits out its full timeout (for example
 10 calls x 30 s = 5 minutes per task, and a saturated worker pool for everyone else). A breaker per
 tool or per downstream host counts consecutive *dependency* failures (server errors, timeouts,
 connection failures); at the threshold it opens and refuses calls in microseconds with a structured,

@@ -1,4 +1,4 @@
-"""Inbound rate limits per principal and tool, and per tenant (chapter §12.2, inbound side).
+"""Inbound rate limits per principal and tool, and per tenant; outbound limits live in downstream clients.
 
 Counters live in the store (fixed windows of the store's clock, one atomic upsert per hit), so
 the limit holds across every process and host sharing the database, whatever their own clocks

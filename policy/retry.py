@@ -1,8 +1,8 @@
-"""The retry matrix and the one retry loop for model transport (seeds: "Define retries by state").
+"""The retry matrix and the one retry loop for model transport: retries are defined by failure state.
 
 Different failure states need different recovery, and a blind retry can evade a refusal, multiply
-cost or repeat a real-world effect. So the matrix is data (``config/tool-retry-policy.json`` in the
-seeds' shape), reviewed like policy, and exactly one class may retry automatically: a transient
+cost or repeat a real-world effect. So the matrix is data (one JSON entry per failure class,
+reviewed like policy), and exactly one class may retry automatically: a transient
 *model transport* failure (408, 429, 5xx). Everything else is never retried and names its fallback:
 an invalid call goes to review, a refusal is explained, a pending approval waits, a handler timeout
 is reconciled by its operation key, a completed operation returns its stored result.
@@ -36,7 +36,7 @@ NEVER_RETRIED: tuple[str, ...] = (
     "handler_timeout",
     "completed_operation",
 )
-"""Classes that must never retry automatically (the seeds' stop condition); config cannot change it."""
+"""Classes that must never retry automatically (a hard stop, not a setting); config cannot change it."""
 
 FAILURE_CLASSES: tuple[str, ...] = (TRANSPORT, *NEVER_RETRIED)
 
@@ -49,7 +49,7 @@ RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 425, 429, *range(500, 600)}
 """Statuses a matrix may list as transient. Retrying a 400/401/403/404/422 never helps."""
 
 DEFAULT_TRANSPORT_FALLBACK = "needs_review"
-"""What a task does when transport retries are exhausted (the seeds' JSON names none)."""
+"""What a task does when transport retries are exhausted (the policy JSON names none)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class TransportRetry:
 
 @dataclass(frozen=True, kw_only=True)
 class RetryMatrix:
-    """The seeds' retry policy as configuration: one transport rule, a fallback for every other class."""
+    """The retry policy as configuration: one transport rule, a fallback for every other class."""
 
     model_transport: TransportRetry
     fallbacks: Mapping[str, str] = field(default_factory=dict)
@@ -95,7 +95,7 @@ class RetryMatrix:
         return self.model_transport.max_attempts
 
     def lines(self) -> list[str]:
-        """The seeds' check line, rendered from this matrix (so a config change shows in it)."""
+        """The retry check line, rendered from this matrix (so a config change shows in it)."""
         short = {"reconcile_operation": "reconcile", "return_stored_result": "stored_result"}
         figures = [
             f"429={'retry_with_jitter' if self.retries_status(429) else 'no_retry'}",
@@ -110,7 +110,7 @@ class RetryMatrix:
         return [" ".join(figures)]
 
     def to_mapping(self) -> dict[str, Any]:
-        """The matrix in the seeds' JSON shape (``from_mapping(m.to_mapping()) == m``)."""
+        """The matrix in the policy JSON shape (``from_mapping(m.to_mapping()) == m``)."""
         transport: dict[str, Any] = {
             "retry": list(self.model_transport.retry),
             "max_attempts": self.model_transport.max_attempts,
@@ -123,7 +123,7 @@ class RetryMatrix:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> RetryMatrix:
-        """Parse the seeds' JSON shape, failing closed on anything it does not understand.
+        """Parse the policy JSON shape, failing closed on anything it does not understand.
 
         Refuses unknown or missing classes, unknown keys, a ``retry`` other than ``false`` for a
         never-retried class, non-transient statuses and unknown fallbacks: a matrix that silently
@@ -187,7 +187,7 @@ SEED_RETRY_POLICY: Mapping[str, Any] = MappingProxyType(
         "completed_operation": {"retry": False, "fallback": "return_stored_result"},
     }
 )
-"""The seeds' ``config/tool-retry-policy.json``, verbatim."""
+"""The default retry policy, in the JSON shape a reviewed policy file uses."""
 
 DEFAULT_RETRY_MATRIX = RetryMatrix.from_mapping(SEED_RETRY_POLICY)
 

@@ -32,7 +32,7 @@ from toolgate.tools.spec import ToolSpec
 BUCKETS = 10_000
 """Cohort buckets: a percentage maps to ``percent * 100`` of them (0.01 % resolution)."""
 DEFAULT_CANARY_PERCENT = 2.0
-"""The seeds' ``canaryPercent`` example: eligible traffic routed to the candidate after shadow."""
+"""Default canary share: eligible traffic routed to the candidate after shadow, small to limit harm."""
 RELEASE_ROLES = frozenset({"admin"})
 """Roles that may change release control (shadow, canary, promote, rollback). Release control is
 process-wide, not per tenant: grant ``admin`` only to operators of the deployment."""

@@ -1,4 +1,4 @@
-"""Business rules as data, evaluated by a pure engine (chapter §7.3).
+"""Business rules as data, evaluated by a pure engine.
 
 Rules live in the release's versioned policy file (its ``policy.json``, beside it); a limit
 change is a data change, reviewed like code and pinned by its hash in the release manifest. The
@@ -137,7 +137,7 @@ class PolicyRules:
     sha256: str
     """SHA-256 of the canonical policy document (pinned in the release manifest)."""
     approval_minutes: float
-    """Validity of an unchanged proposal awaiting approval (the seeds' ``approvalMinutes``)."""
+    """Validity of an unchanged proposal awaiting approval, in minutes; then it must be proposed again."""
     rules: Sequence[Rule]
     """Rules in evaluation order."""
     rate_limits: RateLimits = field(default_factory=RateLimits)

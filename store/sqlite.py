@@ -23,11 +23,11 @@ from typing import Any
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
-from toolgate.store._sql import SqlStore
 from toolgate.store.base import Tx, iter_statements
 from toolgate.store.chain import GENESIS_HASH
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
+from toolgate.store.sql import SqlStore
 
 
 class _SqliteTx:

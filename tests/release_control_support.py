@@ -23,7 +23,7 @@ from toolgate.bootstrap import App, initialize_store, release_manifest, verified
 from toolgate.canonical import digest
 from toolgate.config import Settings
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout import ReleaseRouter
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory

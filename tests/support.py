@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.policy import Principal
 from toolgate.policy.demo_identities import demo_principals, demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory

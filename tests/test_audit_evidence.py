@@ -11,10 +11,10 @@ from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.errors import StoreError
+from toolgate.forensics import trace
 from toolgate.graph.review import decide
 from toolgate.store import AuditEventIn, PostgresStore, Store, open_checkpointer
 from toolgate.store.chain import verify_chain
-from toolgate.store.forensics import trace
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 TAMPERING = ["modify", "delete", "reorder", "forge"]

@@ -1,5 +1,5 @@
-"""Chapter §11 through the gateway: the preview/confirm pair with a single-use, payload-bound token
-(Lab 7), and undoing a completed effect only through its declared rollback proposal."""
+"""Complex write patterns through the gateway: the preview/confirm pair with a single-use, payload-bound
+token, and undoing a completed effect only through its declared rollback proposal."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 
 Each test runs against a real store (SQLite always, PostgreSQL when the harness provides one)
 and calls the handlers directly with a trusted `HandlerContext`, the way the execute node does.
-The labs' success criteria are asserted as counts of rows in the systems of record, never by
-reading the code: Lab 4 (status check: no duplicates, no false "failed"), Lab 5 (the conflict
-key prevents the lost update, and removing it reproduces the race), Lab 7 (preview tokens are
-single use, time-boxed and payload-bound), Case 3 (the CRM enforces the user's own access).
+Success criteria are asserted as counts of rows in the systems of record, never by
+reading the code: the status check (no duplicates, no false "failed"), the conflict key (it
+prevents the lost update, and removing it reproduces the race), preview tokens (they are
+single use, time-boxed and payload-bound) and the CRM (it enforces the user's own access).
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ def test_status_checks_find_effects_by_key_and_semantic_checks_refuse_early(worl
     )
 
 
-# ---- inventory (Lab 5, Case 6) --------------------------------------------------------
+# ---- inventory (conflict key, lost update) --------------------------------------------
 
 
 def run_batch(calls: list[tuple[ToolSpec, dict[str, Any], HandlerContext]]) -> list[BaseModel]:
@@ -496,7 +496,7 @@ def test_inventory_refusals(world: World) -> None:
     assert world.inventory.resource_status("sku", "SKU-404", "acme") == "missing"
 
 
-# ---- purchasing (Lab 7) ---------------------------------------------------------------
+# ---- purchasing (preview / confirm token) ---------------------------------------------
 
 PO_ARGS = {
     "vendor_id": "V-100",
@@ -637,7 +637,7 @@ def test_concurrent_creates_from_one_token_make_one_order(world: World) -> None:
     assert world.purchasing.count("sor_purchase_orders") == 1
 
 
-# ---- reports (§11.3) --------------------------------------------------------------------
+# ---- reports (submit / poll) --------------------------------------------------------------
 
 REPORT_ARGS = {"report_type": "sales_summary", "date_from": "2025-01-01", "date_to": "2025-01-31"}
 
@@ -697,7 +697,7 @@ def test_report_dates_are_calendar_dates_in_order(world: World) -> None:
     assert args.model_dump(mode="json") == REPORT_ARGS  # canonical form round-trips as text
 
 
-# ---- filing (Lab 4, Case 7) -------------------------------------------------------------
+# ---- filing (status check on a legacy system) ---------------------------------------------
 
 COMBOS = [
     (f"TP-{1001 + n % 10}", 2019 + n // 10, ("income_tax_return", "vat_return")[n % 2]) for n in range(50)
@@ -820,7 +820,7 @@ def test_filing_refusals(world: World) -> None:
         world.call("submit_filing", {**args, "taxpayer_ref": "TP-1002"}, deadline_passed)
 
 
-# ---- CRM (§6.3, Case 3) and outbound rate limiting (§12.2) ------------------------------
+# ---- CRM (the user's own token) and outbound rate limiting ------------------------------
 
 
 def test_crm_forwards_the_users_own_token_and_the_crm_enforces_regions(world: World) -> None:

@@ -21,7 +21,7 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 import toolgate.graph.http as http
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store

@@ -1,4 +1,4 @@
-"""Lab 5 through the gateway: same-SKU calls are partitioned and the count is right; the same
+"""Conflict keys through the gateway: same-SKU calls are partitioned and the count is right; the same
 harness without the conflict key reproduces the lost update. Independent calls run concurrently,
 every call gets its own result, and a batch past its deadline is reported as partial.
 

@@ -1,4 +1,4 @@
-"""Retry matrix, model-transport retries and circuit breakers (seeds "Define retries by state", §9.3, §9.4).
+"""Retry matrix, model-transport retries and circuit breakers: retries defined by failure state.
 
 Retries use a fake clock and a recorded ``sleep`` so timing is exact; the round trip uses the real
 ``langchain-openai`` client against a stdlib HTTP server on 127.0.0.1 that answers like OpenAI. The

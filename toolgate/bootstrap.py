@@ -26,16 +26,16 @@ from toolgate.canonical import digest
 from toolgate.clock import Clock
 from toolgate.config import Settings
 from toolgate.graph.builder import build_gateway, build_graph
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout import ReleaseRouter
 from toolgate.models import load_chat_model
 from toolgate.policy.rollout import canary_specs
 from toolgate.policy.rules import PolicyRules
-from toolgate.store._sql import SqlStore
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
 from toolgate.store.rollout import RolloutStore
+from toolgate.store.sql import SqlStore
 from toolgate.tools.manifest import effective_manifest, verify_release
 from toolgate.tools.registry import Registry
 from toolgate.tools.release import Release, ReleaseEnv

@@ -1,6 +1,6 @@
 """The ``toolgate`` operator command line.
 
-Output is one ``key=value`` line per fact (the seeds' style) so scripts and people read the
+Output is one ``key=value`` line per fact, so scripts and people read the
 same text. Errors from misuse exit with code 2 and a one-line message; no stack traces. Every
 command first checks every ``TOOLGATE_*`` setting (`toolgate.settings`), so a bad value stops it
 before it touches anything; ``--help`` and ``--version`` need no settings.

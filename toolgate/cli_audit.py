@@ -13,9 +13,9 @@ from toolgate.cli_common import kv as _kv
 from toolgate.cli_common import open_from_env
 from toolgate.clock import iso
 from toolgate.errors import NotFoundError
+from toolgate.forensics import trace
 from toolgate.settings import read_settings
 from toolgate.store.chain import verify_chain, verify_records
-from toolgate.store.forensics import trace
 
 audit_app = typer.Typer(no_args_is_help=True, help="Read, verify and export the audit trail.")
 

@@ -24,7 +24,7 @@ def open_from_env(*, read_only: bool = False) -> App:
 
 
 def kv(**facts: Any) -> None:
-    """One ``key=value`` line (the seeds' output style)."""
+    """One ``key=value`` line: the CLI's output style, easy to grep and to parse."""
     typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
 
 

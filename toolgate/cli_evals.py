@@ -2,7 +2,7 @@
 
 ``evals run`` works offline: every case runs against the candidate (and the control) on its own
 throwaway store with the scripted model; only counting sign-offs reads the configured store. It
-prints the seeds' summary line first and exits 1 when the gate fails. ``evals review`` signs a
+prints the gate's summary line first and exits 1 when the gate fails. ``evals review`` signs a
 report as an authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
 """
 

@@ -68,7 +68,7 @@ def audit(
         Path | None, typer.Option(help="Reviewed manifest JSON to compare a --bundle with.")
     ] = None,
 ) -> None:
-    """Print the seeds' registry figures and every defect; exit 1 on any defect."""
+    """Print the registry audit figures and every defect; exit 1 on any defect."""
     release = release or Settings.from_env().release
     loaded = load_release(release) if bundle is None else None
     policy = loaded.policy if loaded else None

@@ -9,7 +9,7 @@ import typer
 from toolgate.bootstrap import open_app
 from toolgate.config import Settings
 
-verify_app = typer.Typer(help="Run the seeds' finish-line checks against the configured database.")
+verify_app = typer.Typer(help="Run the finish-line checks against the configured database.")
 
 
 @verify_app.callback(invoke_without_command=True)

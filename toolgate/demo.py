@@ -1,4 +1,4 @@
-"""The refund story of the seeds, told offline end to end (``toolgate demo`` / ``make demo``).
+"""The refund story, told offline end to end (``toolgate demo`` / ``make demo``).
 
 Every line it prints is read back from trusted records (the operation store, the audit log and
 the demo system of record), never from model prose. Its last section prints shell commands that

@@ -160,7 +160,7 @@ class InvalidTransitionError(StoreError):
 
 
 class ToolExecutionError(ToolgateRuntimeError):
-    """A handler failed in a classified way (chapter §9.1).
+    """A handler failed in a classified way, so recovery can depend on the kind of failure.
 
     Attributes:
         kind: ``caller_error`` (the arguments name something wrong; the model may fix them),

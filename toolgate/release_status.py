@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from toolgate.errors import ReleaseControlError
 from toolgate.policy.rollout import LIVE_PHASES, bp_to_percent, p95
+from toolgate.policy.rollout_signals import handler_latencies_ms
 from toolgate.release_control import ReleaseControl
 from toolgate.release_rollback import rollback_target
-from toolgate.store.rollout_signals import handler_latencies_ms
 
 
 def _canary_percent(phase: str, canary_bp: int) -> str:

@@ -1,4 +1,4 @@
-"""``toolgate verify``: the seeds' finish-line checklist as one operator command.
+"""``toolgate verify``: the finish-line checklist as one operator command.
 
 Each check prints one ``key=value`` line and the command exits non-zero when any check fails.
 Checks that exercise writes do so through the demo release on the configured database, with a
@@ -143,7 +143,7 @@ def check_audit_chain(app: App) -> CheckResult:
 
 def check_legacy_timeouts(app: App) -> CheckResult:
     try:
-        from toolgate.evals.legacy import run_lab4
+        from toolgate.evals.labs import run_lab4
     except ImportError:
         return CheckResult("legacy_timeouts", "not_available")
     result = run_lab4(submissions=20, drop_rate=0.3)

@@ -1,6 +1,6 @@
-"""The registry audit (seed 000, "Audit registry closure"): is every tool of a bundle reviewable?
+"""The registry audit: is every tool of a bundle reviewable, with no gap left open?
 
-It counts the seeds' figures and lists each defect: a tool without owner, timeout, output limit,
+It counts the registry figures and lists each defect: a tool without owner, timeout, output limit,
 rollback or no-rollback statement, or approval class for a write; a generic executor under a
 friendly name (free-form command, SQL, URL, code, path or template parameters); an identity or
 authority field in a schema; a handler resolved dynamically; a hash that drifted from the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.errors import RegistryError
-from toolgate.policy.identity import is_identity_name
+from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import code_target, manifest_drift
 from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.spec import ToolSpec, spec_problems
@@ -150,7 +150,7 @@ class AuditReport:
         return not self.defects
 
     def lines(self) -> list[str]:
-        """The seeds' ``key=value`` figures followed by one ``defect=`` line per defect."""
+        """The ``key=value`` figures followed by one ``defect=`` line per defect."""
         n = self.tool_count
         figures = [
             f"release={self.release}",

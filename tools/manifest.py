@@ -3,7 +3,7 @@
 A release is tool schemas, handler code, policy, instructions and the pinned models, each with
 its SHA-256. The reviewed manifest is committed beside the release (its ``manifest.json``, see
 `toolgate.tools.release`); startup computes the effective hashes and refuses to run when anything
-drifted ("fail startup on mixed hashes", seed 000). ``toolgate registry manifest`` prints the
+drifted (never run on mixed hashes). ``toolgate registry manifest`` prints the
 effective manifest for review, or writes it beside the release.
 """
 

@@ -29,7 +29,7 @@ from toolgate.tools.spec import ResourceResolver, ToolSpec
 REFUND_RELEASE = "ops-tools/1.0.0"
 """The refund-story release (four tools), kept as the previous complete bundle."""
 WIDE_RELEASE = "ops-tools/1.1.0"
-"""The wider demo release with the seeds' other examples."""
+"""The wider demo release: the refund story plus the other demo integrations."""
 DEFAULT_RELEASE = WIDE_RELEASE
 """The release a fresh configuration loads."""
 

@@ -3,7 +3,7 @@
 A tool is three things (STYLE habit 2): a Pydantic argument model with ``extra="forbid"``, a
 plain handler function, and this spec (owner, risk, effect, timeout, output bound, approval
 class, scopes, resource key, rollback). `ToolSpec` refuses to be constructed when a field that
-the seeds' "stop" conditions require is missing or contradictory, so an unsafe tool never loads.
+review requires is missing or contradictory (a "stop" condition), so an unsafe tool never loads.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from toolgate.errors import RegistryError, ToolExecutionError
 from toolgate.tools.argpaths import parse_path
 from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments
 from toolgate.tools.declared import contract_of
+from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.schema_walk import field_paths, path_matches
 from toolgate.tools.wire import WIRE_NAME, wire_name
 
@@ -224,7 +225,7 @@ ProblemCode = Literal[
 
 
 def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
-    """Everything the seeds' stop conditions forbid in one spec (empty when complete)."""
+    """Every stop condition (a reason the tool must not load) in one spec (empty when complete)."""
     problems: list[tuple[ProblemCode, str]] = []
     if not spec.name.strip() or spec.name.strip() != spec.name or len(spec.name) > MAX_NAME_LENGTH:
         problems.append(
@@ -292,8 +293,6 @@ def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
     declares one could never be called: it fails here instead, naming the field path. An operator
     who knows a name is not an identity (a loan's ``principal``, ``user_ratings``) lists its path in
     `ToolSpec.identity_exempt`; an exemption that names no identity-like field is refused too."""
-    from toolgate.policy.identity import is_identity_name  # policy imports tools; resolve at call time
-
     schema = spec.contract.json_schema()
     paths = {path: name for path, name, _ in field_paths(schema)}
     problems: list[tuple[ProblemCode, str]] = []
@@ -310,7 +309,7 @@ def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec:
-    """One reviewed capability. Construction fails closed on anything the seeds call a stop."""
+    """One reviewed capability. Construction fails closed on any stop condition (`spec_problems`)."""
 
     name: str
     """The tool's real name, as proposals, audit events, reviewers and `ToolMessage` names show it.
@@ -427,9 +426,8 @@ class ToolSpec:
         return self.contract.for_handler(arguments)
 
     def identity_keys(self, arguments: Any) -> Iterator[str]:
-        """`toolgate.policy.identity.identity_keys` of a call's arguments, less this tool's
+        """`toolgate.tools.identity_names.identity_keys` of a call's arguments, less this tool's
         `identity_exempt` fields: what dispatch must refuse as ``identity_in_arguments``."""
-        from toolgate.policy.identity import is_identity_name  # policy imports tools; resolve at call time
 
         def walk(value: Any, prefix: str, place: tuple[tuple[str, bool], ...], depth: int) -> Iterator[str]:
             if depth > 32:

@@ -18,7 +18,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.hitl import apply_decisions
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.state import GatewayState

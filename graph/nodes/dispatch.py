@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 from toolgate import telemetry
 from toolgate.clock import parse_iso
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._bounds import SCREEN_REJECTIONS, too_many_calls
 from toolgate.graph.nodes._common import (

@@ -24,9 +24,9 @@ from toolgate.clock import iso
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
 from toolgate.graph.edits import current_proposal
 from toolgate.graph.execution import Delivery
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import rejection_message, result_message, status_message
 from toolgate.graph.nodes._common import accepted_event, audit_call_id, context_of, principal_of, thread_id
 from toolgate.graph.recovery import reconcile

@@ -18,7 +18,7 @@ from langgraph.types import Overwrite
 from toolgate import telemetry
 from toolgate.clock import iso, parse_iso
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.nodes.respond import make_respond_node

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 
 from toolgate import telemetry
 from toolgate.graph.context import Context
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState

@@ -11,7 +11,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from toolgate import telemetry
-from toolgate.graph.deps import Gateway
+from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes.execute import AUTHORITATIVE
 from toolgate.graph.state import GatewayState, Outcome, TaskStatus
 

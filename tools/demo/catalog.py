@@ -190,7 +190,7 @@ def build_demo_registry(system: DemoSystem, release: str = REFUND_RELEASE) -> Re
 
 
 def build_wide_registry(system: DemoSystem, services: DemoServices, release: str = WIDE_RELEASE) -> Registry:
-    """The wider release ``ops-tools/1.1.0``: the refund story plus the seeds' other examples."""
+    """The wider release ``ops-tools/1.1.0``: the refund story plus the other demo integrations."""
     return Registry.of(release, [*demo_specs(system), *services.specs()], DemoResolver(system, services))
 
 

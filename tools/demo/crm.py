@@ -1,4 +1,4 @@
-"""The demo CRM integration: ``crm_lookup_contact`` with the user's own token (chapter §6.3, Case 3).
+"""The demo CRM integration: ``crm_lookup_contact`` with the user's own token.
 
 `CrmApi` is the downstream CRM with its own access control: it authenticates a bearer token by
 its SHA-256 and shows a contact only when the token's regions include the contact's region.
@@ -6,7 +6,7 @@ its SHA-256 and shows a contact only when the token's regions include the contac
 ``ctx.credentials["crm_token"]`` -- never a shared service credential, which would silently widen
 every user's access to whatever that account can see -- so the CRM refuses exactly what it
 would refuse the user directly. The client also holds the integration's one outbound
-`TokenBucket` (chapter §12.2): the CRM's rate limit is a property of the integration, shared by
+`TokenBucket`: the CRM's rate limit is a property of the integration, shared by
 every call and tenant, not of one tool call.
 """
 

@@ -1,4 +1,4 @@
-"""The demo tax filing integration: ``submit_filing`` over a legacy service (chapter §8.4, Lab 4, Case 7).
+"""The demo tax filing integration: ``submit_filing`` over a legacy service without idempotency keys.
 
 `LegacyFilingService` is the downstream as legacy systems really are: it offers ONLY
 ``submit(...)`` (no idempotency key, no uniqueness: a blind retry files twice) and a natural-key
@@ -62,7 +62,7 @@ SEED_TAXPAYERS = (
 
 FilingType = Literal["income_tax_return", "vat_return", "payroll_annual"]
 DEFAULT_BACKOFF_S: tuple[float, ...] = (1, 2, 4, 8, 16)
-"""Waits between status checks after a timeout (Case 7: 31 s in total)."""
+"""Waits between status checks after a timeout (31 s in total)."""
 
 Note = Literal[
     "submitted", "already existed; not resubmitted", "confirmed via status check", "found by status check"
@@ -272,7 +272,7 @@ def filing_specs(service: FilingService) -> list[ToolSpec]:
             resource=ResourceRef(kind="taxpayer", argument="taxpayer_ref", conflict=True),
             audit_fields=frozenset({"taxpayer_ref", "tax_year", "filing_type"}),
             reconcile=service.filing_status,
-            # no key downstream: an absent filing after a timeout goes to a person (Case 7), never
+            # no key downstream: an absent filing after a timeout goes to a person, never
             # straight back to the submit path
             retry_safe_when_absent=False,
         ),

@@ -1,11 +1,11 @@
 """The demo inventory service and its two tools, ``get_inventory`` and ``update_inventory``.
 
-The downstream service is deliberately naive, like a real REST API without versioning (chapter
-§10.1, Case 6): an adjustment READS ``on_hand`` in one transaction, waits ``latency_s`` (the
+The downstream service is deliberately naive, like a real REST API without versioning: an
+adjustment READS ``on_hand`` in one transaction, waits ``latency_s`` (the
 network and application time between the two), then WRITES ``read_value + delta`` in a second
 transaction. Two concurrent adjustments of the same SKU therefore lose an update. The gateway
 must not rely on the service to fix that: ``update_inventory`` declares the SKU as its conflict
-key so same-SKU calls run one after the other (Lab 5 removes the key and reproduces the race).
+key so same-SKU calls run one after the other (the tests remove the key and reproduce the race).
 
 Like every demo downstream, each request the service *receives* is logged in
 ``sor_inventory_requests`` separately from the adjustment it *performs*

@@ -1,6 +1,6 @@
 """The demo purchasing service: ``preview_purchase_order`` and ``create_purchase_order``.
 
-Chapter §11.2 and Lab 7: a preview computes exactly what an order would be (subtotal, tax,
+Preview, then confirm: a preview computes exactly what an order would be (subtotal, tax,
 total) and issues a ``preview_token``; the create call takes only that token. The token is
 signed, bound to the tenant, to the canonical previewed payload and to its expiry, and single
 use. So the amounts a reviewer approves are the amounts that execute, and a replayed create is

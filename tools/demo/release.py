@@ -41,7 +41,7 @@ def refund_resolver(env: ReleaseEnv) -> DemoSystem:
 
 
 def wide_tools(env: ReleaseEnv) -> list[ToolSpec]:
-    """The refund story plus the seeds' other examples."""
+    """The refund story plus the other demo integrations."""
     return [*demo_specs(DemoSystem(env.store)), *DemoServices.on(env.store, secret=env.secret).specs()]
 
 

@@ -1,4 +1,4 @@
-"""The demo report service: ``submit_report_job`` and ``check_job_status`` (chapter §11.3).
+"""The demo report service: ``submit_report_job`` and ``check_job_status`` (submit, then poll).
 
 A report takes longer than one tool round trip, so it is modelled as submit / poll: submit
 returns a ``job_id`` immediately, and the status tool says ``running`` until the job's duration

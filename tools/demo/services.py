@@ -1,4 +1,4 @@
-"""The wider demo release ``ops-tools/1.1.0``: the seeds' other examples beside the refund story.
+"""The wider demo release ``ops-tools/1.1.0``: the other demo integrations beside the refund story.
 
 Inventory (a conflict key), purchase orders (preview and signed single-use token), report jobs
 (submit, poll, retrieve), a legacy filing system (no idempotency keys; natural-key status check)

@@ -1,7 +1,7 @@
 """Names that carry identity or authority. They never belong in a model-facing schema.
 
 Tenant, user, account and privilege come from the authenticated context. A schema that lets
-the model fill ``approved_by`` or ``tenant_id`` hands it authority (chapter §6.1); the registry
+the model fill ``approved_by`` or ``tenant_id`` hands it authority it must never have; the registry
 audit refuses such schemas, and dispatch refuses such arguments with ``identity_in_arguments``.
 """
 

@@ -1,4 +1,4 @@
-"""Lab 4 as a reusable check: the status-check pattern against a legacy system that loses replies.
+"""A reusable check of the status-check pattern against a legacy system that loses replies.
 
 Submissions go to a fake legacy filing service (no idempotency keys, natural-key status query)
 that drops a fraction of responses after committing. The adapter must produce zero duplicate

@@ -1,48 +1,23 @@
-"""OpenTelemetry spans and metrics for model and tool calls, and LangSmith run metadata.
+"""Spans of model and tool calls, and the trace id they share with audit events.
 
 One span per model call (``chat {model}``, kind CLIENT) and one per tool call
-(``execute_tool {tool}``, kind INTERNAL) as its child, with the OpenTelemetry GenAI semantic
-convention attributes where they exist (``gen_ai.operation.name``, ``gen_ai.request.model``,
-``gen_ai.response.id``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``error.type``) and
-``toolgate.*`` attributes for the rest (release, outcome, operation key, retry count, latency).
-Audit events written inside a span carry its trace id (`current_trace_id`), so an incident can
-pivot from the trace to the audit log on one join key (seed chapter §13.3).
-
-Metrics (one meter, ``toolgate``):
-
-* ``toolgate.tool.calls`` (counter): tool calls by tool, outcome and outcome class; rejections
-  at dispatch also carry ``toolgate.rejection_code``.
-* ``toolgate.tool.duration`` (histogram, seconds): tool latency by tool and outcome; the backend
-  derives p50/p95/p99 per tool from it.
-* ``toolgate.task.tool_calls`` (histogram): tool calls per finished task, by task status.
-* ``gen_ai.client.operation.duration`` (histogram, seconds): model call latency.
-
-Nothing leaves the machine by default. This module needs only ``opentelemetry-api``: without an
-SDK provider configured (by the operator, e.g. ``opentelemetry-instrument`` or code calling
-``trace.set_tracer_provider``) every tracer and meter is the API's no-op, spans record nothing
-and no exporter exists. LangSmith metadata is attached only when LangSmith tracing is enabled
-(``LANGSMITH_TRACING=true`` or an active LangSmith run); otherwise nothing is sent either.
-
-In LangGraph the model node and the execute node run as separate node invocations (possibly in
-separate processes, hours apart around an approval), so the model span cannot simply be the
-current span when tools run. The model node stores `ModelSpan.trace_ref` in the checkpointed
-state and the execute node re-enters it with `link_parent`, which makes tool spans its children.
+(``execute_tool {tool}``, kind INTERNAL) as its child. The model node and the execute node run
+as separate node invocations (possibly hours apart around an approval), so the model node keeps
+`ModelSpan.trace_ref` in checkpointed state and the execute node re-enters it with `link_parent`.
 """
 
 from __future__ import annotations
 
-import math
-import os
 import random
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 from opentelemetry.trace import (
     NonRecordingSpan,
     Span,
@@ -53,165 +28,34 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-INSTRUMENTATION_NAME = "toolgate"
-INSTRUMENTATION_VERSION = "0.1.0"
-
-# GenAI semantic conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
-GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
-GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-GEN_AI_RESPONSE_ID = "gen_ai.response.id"
-GEN_AI_TOOL_NAME = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
-GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
-ERROR_TYPE = "error.type"
-
-# toolgate's own attributes (no semantic convention exists for these)
-RELEASE = "toolgate.release"
-THREAD_ID = "toolgate.thread_id"
-TURN = "toolgate.turn"
-OUTCOME = "toolgate.outcome"
-OUTCOME_CLASS = "toolgate.outcome.class"
-OPERATION_KEY = "toolgate.operation_key"
-TOOL_KIND = "toolgate.tool.kind"
-RETRY_COUNT = "toolgate.retry_count"
-TOOL_CALLS = "toolgate.tool_calls"
-LATENCY_MS = "toolgate.latency_ms"
-DUPLICATE_DELIVERY = "toolgate.duplicate_delivery"
-REJECTION_CODE = "toolgate.rejection_code"
-TASK_STATUS = "toolgate.task.status"
-
-TOOL_CALLS_METRIC = "toolgate.tool.calls"
-TOOL_DURATION_METRIC = "toolgate.tool.duration"
-TASK_TOOL_CALLS_METRIC = "toolgate.task.tool_calls"
-MODEL_DURATION_METRIC = "gen_ai.client.operation.duration"
-
-# Bucket boundaries the GenAI conventions advise for gen_ai.client.operation.duration (seconds).
-DURATION_BUCKETS_S = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-TASK_TOOL_CALL_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30)
-
-# Outcome classes (seed chapter §13.2): a rising policy rate says "the schema or the policy is
-# off", a rising execution_error rate says "the downstream is unhealthy"; never one failure rate.
-_REJECTION_CLASS = {
-    "unknown_tool": "validation",
-    "malformed_arguments": "validation",
-    "schema_invalid": "validation",
-    "semantic_invalid": "validation",
-    "identity_in_arguments": "policy_violation",
-    "cross_tenant": "policy_violation",
-    "not_owner": "policy_violation",
-    "unauthorized": "policy_violation",
-    "policy_violation": "policy_violation",
-    "rate_limited": "rate_limited",
-    "budget_exhausted": "budget",
-    "loop_detected": "budget",
-}
-_OUTCOME_CLASS = {
-    "completed": "success",
-    "failed": "execution_error",
-    "error": "execution_error",
-    "unknown": "unresolved",
-    "dead_lettered": "unresolved",
-    "executing": "unresolved",
-    "pending_approval": "pending",
-    "rejected": "not_approved",  # a reviewer's rejection; dispatch refusals go through record_rejection
-    "expired": "not_approved",
-    "approved": "not_approved",  # the approval could not be verified at delivery
-}
-_ERROR_OUTCOMES = frozenset({"failed", "error", "unknown", "dead_lettered"})
+from toolgate.telemetry.attributes import (
+    DUPLICATE_DELIVERY,
+    ERROR_OUTCOMES,
+    ERROR_TYPE,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_ID,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_TOOL_TYPE,
+    LATENCY_MS,
+    OPERATION_KEY,
+    OUTCOME,
+    OUTCOME_CLASS,
+    RELEASE,
+    RETRY_COUNT,
+    THREAD_ID,
+    TOOL_CALLS,
+    TOOL_KIND,
+    TURN,
+    outcome_class,
+)
+from toolgate.telemetry.metrics import instruments
+from toolgate.telemetry.providers import tracer
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-
-
-def outcome_class(outcome: str, rejection_code: str | None = None) -> str:
-    """Low-cardinality class of an outcome (success, validation, policy_violation, ...)."""
-    if rejection_code is not None:
-        return _REJECTION_CLASS.get(rejection_code, "policy_violation")
-    return _OUTCOME_CLASS.get(outcome, "other")
-
-
-# ---- providers ---------------------------------------------------------------------------
-
-_tracer_provider: trace.TracerProvider | None = None
-_meter_provider: metrics.MeterProvider | None = None
-
-
-def configure(
-    tracer_provider: trace.TracerProvider | None = None,
-    meter_provider: metrics.MeterProvider | None = None,
-) -> None:
-    """Use these providers instead of the global ones (``None`` restores the global provider).
-
-    OpenTelemetry's global providers can be set only once per process; tests and embedders pass
-    their own here instead.
-    """
-    global _tracer_provider, _meter_provider, _instruments
-    _tracer_provider = tracer_provider
-    _meter_provider = meter_provider
-    _instruments = None
-
-
-def tracer() -> trace.Tracer:
-    """toolgate's tracer, resolved at use time (the override from `configure`, else the global)."""
-    return trace.get_tracer(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, tracer_provider=_tracer_provider)
-
-
-def meter() -> metrics.Meter:
-    """toolgate's meter, resolved at use time (the override from `configure`, else the global)."""
-    return metrics.get_meter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, meter_provider=_meter_provider)
-
-
-@dataclass(frozen=True)
-class _Instruments:
-    provider: object
-    tool_calls: metrics.Counter
-    tool_duration: metrics.Histogram
-    task_tool_calls: metrics.Histogram
-    model_duration: metrics.Histogram
-
-
-_instruments: _Instruments | None = None
-
-
-def _current_meter_provider() -> object:
-    return _meter_provider if _meter_provider is not None else metrics.get_meter_provider()
-
-
-def instruments() -> _Instruments:
-    """The metric instruments, created once per meter provider."""
-    global _instruments
-    provider = _current_meter_provider()
-    cached = _instruments
-    if cached is not None and cached.provider is provider:
-        return cached
-    m = meter()
-    created = _Instruments(
-        provider=provider,
-        tool_calls=m.create_counter(
-            TOOL_CALLS_METRIC, unit="{call}", description="Tool calls by tool and outcome."
-        ),
-        tool_duration=m.create_histogram(
-            TOOL_DURATION_METRIC,
-            unit="s",
-            description="Tool call latency by tool and outcome.",
-            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS_S),
-        ),
-        task_tool_calls=m.create_histogram(
-            TASK_TOOL_CALLS_METRIC,
-            unit="{call}",
-            description="Tool calls per finished task.",
-            explicit_bucket_boundaries_advisory=[float(b) for b in TASK_TOOL_CALL_BUCKETS],
-        ),
-        model_duration=m.create_histogram(
-            MODEL_DURATION_METRIC,
-            unit="s",
-            description="GenAI operation duration (model calls).",
-            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS_S),
-        ),
-    )
-    _instruments = created
-    return created
 
 
 def model_name(model: Any) -> str:
@@ -372,7 +216,7 @@ class _Handle:
         self.outcome = outcome
         self.span.set_attribute(OUTCOME, outcome)
         self.span.set_attribute(OUTCOME_CLASS, outcome_class(outcome))
-        if error_kind is not None or outcome in _ERROR_OUTCOMES:
+        if error_kind is not None or outcome in ERROR_OUTCOMES:
             self.error_kind = error_kind or outcome
             self.span.set_attribute(ERROR_TYPE, self.error_kind)
             self.span.set_status(Status(StatusCode.ERROR, self.error_kind))
@@ -414,10 +258,6 @@ class ToolSpan(_Handle):
     def set_duplicate_delivery(self, duplicate: bool) -> None:
         """True when the result came from the store instead of running the handler."""
         self.span.set_attribute(DUPLICATE_DELIVERY, bool(duplicate))
-
-    def set_operation_key(self, operation_key: str | None) -> None:
-        """The write's operation key, when it became known inside the span."""
-        self.set(OPERATION_KEY, operation_key)
 
 
 def _record_exception(handle: _Handle, exc: BaseException) -> None:
@@ -529,109 +369,14 @@ def tool_span(
             inst.tool_calls.add(1, {**metric_attributes, OUTCOME_CLASS: outcome_class(outcome)})
 
 
-def record_rejection(tool: str, code: str, *, release: str | None = None) -> None:
-    """Count one call refused at dispatch (outcome ``rejected`` with its stable code)."""
-    attributes: dict[str, Any] = {
-        GEN_AI_TOOL_NAME: tool,
-        OUTCOME: "rejected",
-        OUTCOME_CLASS: outcome_class("rejected", code),
-        REJECTION_CODE: code,
-    }
-    if release:
-        attributes[RELEASE] = release
-    instruments().tool_calls.add(1, attributes)
-
-
-def record_task_completed(tool_calls: int, *, status: str = "done", release: str | None = None) -> None:
-    """Record the tool calls of one finished task (``toolgate.task.tool_calls``)."""
-    attributes: dict[str, Any] = {TASK_STATUS: status}
-    if release:
-        attributes[RELEASE] = release
-    instruments().task_tool_calls.record(int(tool_calls), attributes)
-
-
-# ---- LangSmith -----------------------------------------------------------------------------
-
-
-def langsmith_enabled() -> bool:
-    """True when LangSmith tracing is on (``LANGSMITH_TRACING=true`` or an active LangSmith run)."""
-    try:
-        from langsmith.utils import tracing_is_enabled
-    except ImportError:  # pragma: no cover - langsmith is a runtime dependency
-        value = os.environ.get("LANGSMITH_TRACING") or os.environ.get("LANGCHAIN_TRACING_V2") or ""
-        return value.strip().lower() == "true"
-    return tracing_is_enabled() is True
-
-
-def langsmith_metadata(release: str, operation_keys: Iterable[str]) -> dict[str, Any]:
-    """LangSmith run metadata: ``{"toolgate_release": ..., "toolgate_operation_keys": [...]}``.
-
-    Metadata is only a dict; it is sent only by LangSmith's tracer, which runs only when
-    LangSmith tracing is enabled. Callers attach it behind `langsmith_enabled`.
-    """
-    return {
-        "toolgate_release": release,
-        "toolgate_operation_keys": sorted({str(k) for k in operation_keys if k}),
-    }
-
-
-def annotate_langsmith_run(release: str, operation_keys: Iterable[str]) -> bool:
-    """Add `langsmith_metadata` to the current LangSmith run (the running graph node).
-
-    Does nothing (and returns False) unless LangSmith tracing is enabled and a run is active.
-    """
-    if not langsmith_enabled():
-        return False
-    try:
-        from langsmith.run_helpers import get_current_run_tree
-    except ImportError:  # pragma: no cover
-        return False
-    run = get_current_run_tree()
-    if run is None:
-        return False
-    run.add_metadata(langsmith_metadata(release, operation_keys))
-    return True
-
-
-# ---- reports -------------------------------------------------------------------------------
-
-
-def percentiles(values: Iterable[float]) -> dict[str, float | None]:
-    """Nearest-rank p50/p95/p99 of ``values`` (``None`` each when empty)."""
-    ordered = sorted(float(v) for v in values)
-    out: dict[str, float | None] = {}
-    for p in (50, 95, 99):
-        if not ordered:
-            out[f"p{p}"] = None
-            continue
-        rank = max(1, math.ceil(p / 100 * len(ordered)))
-        out[f"p{p}"] = ordered[rank - 1]
-    return out
-
-
 __all__ = [
-    "MODEL_DURATION_METRIC",
-    "TASK_TOOL_CALLS_METRIC",
-    "TOOL_CALLS_METRIC",
-    "TOOL_DURATION_METRIC",
     "ModelSpan",
     "ToolSpan",
-    "annotate_langsmith_run",
     "audit_trace_id",
-    "configure",
     "current_trace_id",
-    "instruments",
-    "langsmith_enabled",
-    "langsmith_metadata",
     "link_parent",
-    "meter",
     "model_name",
     "model_span",
-    "outcome_class",
     "parse_parent",
-    "percentiles",
-    "record_rejection",
-    "record_task_completed",
     "tool_span",
-    "tracer",
 ]

@@ -51,7 +51,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class TraceReport:
-    """One operation's (or refused call's) events and the seeds' summary figures."""
+    """One operation's (or refused call's) events and their summary figures."""
 
     subject: str
     events: list[AuditEvent]
@@ -64,7 +64,7 @@ class TraceReport:
     retention: str = "not_run"
 
     def summary(self) -> str:
-        """The seeds' line."""
+        """The one-line summary: event and transition counts, release ids, secrets, tamper check."""
         release = "present" if self.events and all(e.tool_release for e in self.events) else "missing"
         return (
             f"events_for_operation={len(self.events)} missing_transitions={len(self.missing)} "

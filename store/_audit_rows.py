@@ -1,0 +1,130 @@
+"""The audit chain in SQL: events linked by keyed hashes, their payloads kept apart.
+
+Events are linked as the last step of the transaction whose change they record, under the
+chain's lock (`SqlStore._chain_head`), so a change and its evidence commit together or not at
+all. Payloads live in their own table, so retention can purge them while the chain still verifies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from toolgate.canonical import canonical_json, sha256_hex
+from toolgate.clock import new_id
+from toolgate.store.chain import AUDIT_FIELDS, audit_hash, audit_row_content
+from toolgate.store.records import AuditEvent, AuditEventIn
+
+if TYPE_CHECKING:
+    from toolgate.store.base import Tx
+    from toolgate.store.keys import Keyring
+
+
+def _audit(row: dict[str, Any]) -> AuditEvent:
+    data = dict(row)
+    payload = data.pop("payload", None)
+    if data.get("detail_sha256"):
+        data["detail"] = json.loads(payload) if payload is not None else {}
+        data["payload_retained"] = payload is not None
+    else:
+        data["detail"] = json.loads(data["detail"])
+    return AuditEvent(**data)
+
+
+class AuditRows:
+    """The audit part of `SqlStore` (mixed in; uses its transactions, chain lock and keys)."""
+
+    keys: Keyring
+
+    if TYPE_CHECKING:
+
+        def transaction(self, *, write: bool = True) -> Any: ...
+
+        def _chain_head(self, tx: Tx) -> tuple[str, str]: ...
+
+        def _insert_audit_rows(
+            self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
+        ) -> list[dict[str, Any]]: ...
+
+    def append_audit(self, event: AuditEventIn) -> AuditEvent:
+        return self.append_audits([event])[0]
+
+    def append_audits(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+        if not events:
+            return []
+        with self.transaction() as tx:
+            return self._append_events(tx, events)
+
+    def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+        """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
+        change they record, so the change and its evidence commit together or not at all."""
+        if not events:
+            return []
+        key = self.keys.key("audit-chain")
+        drafts: list[tuple[dict[str, Any], str]] = []
+        for event in events:
+            row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
+            row["event_id"] = new_id("evt")
+            payload = canonical_json(event.detail)
+            row["detail"] = "{}"
+            row["detail_sha256"] = sha256_hex(payload)
+            drafts.append((row, payload))
+        now, previous = self._chain_head(tx)
+        for row, _ in drafts:
+            row["occurred_at"] = now
+            row["prev_hash"] = previous
+            row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
+        stored = self._insert_audit_rows(
+            tx, [row for row, _ in drafts], [(row["event_id"], now, payload) for row, payload in drafts]
+        )
+        payloads = {row["event_id"]: payload for row, payload in drafts}
+        return [_audit({**r, "payload": payloads[r["event_id"]]}) for r in stored]
+
+    def latest_audit_event(self, event: str) -> AuditEvent | None:
+        with self.transaction(write=False) as tx:
+            row = tx.one(
+                "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
+                " ON p.event_id = e.event_id WHERE e.event = ? ORDER BY e.seq DESC LIMIT 1",
+                (event,),
+            )
+        return _audit(row) if row else None
+
+    def purge_audit_payloads(self, before: str) -> int:
+        with self.transaction() as tx:
+            rows = tx.execute(
+                "DELETE FROM audit_payloads WHERE occurred_at < ? RETURNING event_id", (before,)
+            )
+        return len(rows)
+
+    def audit_events(
+        self,
+        *,
+        operation_key: str | None = None,
+        proposal_id: str | None = None,
+        call_ids: Sequence[str] = (),
+    ) -> list[AuditEvent]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if operation_key:
+            clauses.append("operation_key = ?")
+            params.append(operation_key)
+        if proposal_id:
+            clauses.append("proposal_id = ?")
+            params.append(proposal_id)
+        if call_ids:
+            clauses.append(f"call_id IN ({', '.join('?' for _ in call_ids)})")
+            params.extend(call_ids)
+        sql = (
+            "SELECT e.*, p.detail AS payload FROM audit_events e"
+            " LEFT JOIN audit_payloads p ON p.event_id = e.event_id"
+        )
+        if clauses:
+            sql += " WHERE " + " OR ".join("e." + c for c in clauses)
+        sql += " ORDER BY e.seq"
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(sql, tuple(params))
+        return [_audit(r) for r in rows]
+
+
+__all__ = ["AuditRows"]

@@ -1,0 +1,185 @@
+"""The operation lifecycle in SQL: one row per operation key, moved only by conditional updates.
+
+A transition, a claim or a lease renewal is one ``UPDATE ... WHERE status = ?`` that either
+matches or does not; the database decides, never a Python check before the write. An operation
+whose outcome stays unknown moves to the dead letters for a person to resolve.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from toolgate.canonical import canonical_json
+from toolgate.clock import iso, parse_iso
+from toolgate.errors import InvalidTransitionError
+from toolgate.store.records import AuditEvent, AuditEventIn, DeadLetter, OperationRecord, OperationStatus
+
+if TYPE_CHECKING:
+    from toolgate.store.base import Tx
+
+
+def later(now: str, seconds: float) -> str:
+    """``now`` (`iso` text) moved by ``seconds``."""
+    return iso(parse_iso(now) + timedelta(seconds=seconds))
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if value is not None else None
+
+
+def operation_of(row: dict[str, Any]) -> OperationRecord:
+    data = dict(row)
+    data["result"] = _loads(data["result"])
+    data["error"] = _loads(data["error"])
+    return OperationRecord(**data)
+
+
+def _dead_letter(row: dict[str, Any]) -> DeadLetter:
+    data = dict(row)
+    data["context"] = json.loads(data["context"])
+    return DeadLetter(**data)
+
+
+class OperationRows:
+    """The operations part of `SqlStore` (mixed in; uses its transactions, clock and audit chain)."""
+
+    if TYPE_CHECKING:
+
+        def transaction(self, *, write: bool = True) -> Any: ...
+
+        def _tx_now(self, tx: Tx) -> str: ...
+
+        def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]: ...
+
+    def get_operation(self, operation_key: str) -> OperationRecord | None:
+        with self.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM operations WHERE operation_key = ?", (operation_key,))
+        return operation_of(row) if row else None
+
+    def list_operations(self, status: str | None = None) -> list[OperationRecord]:
+        with self.transaction(write=False) as tx:
+            if status:
+                rows = tx.execute("SELECT * FROM operations WHERE status = ? ORDER BY created_at", (status,))
+            else:
+                rows = tx.execute("SELECT * FROM operations ORDER BY created_at")
+        return [operation_of(r) for r in rows]
+
+    def transition(
+        self,
+        operation_key: str,
+        from_status: OperationStatus,
+        to_status: OperationStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        owner: str | None = None,
+        lease_lapsed: bool = False,
+        audit: Sequence[AuditEventIn] = (),
+    ) -> OperationRecord:
+        sql = "UPDATE operations SET status = ?, updated_at = ?"
+        params: list[Any] = [to_status]
+        if result is not None:
+            sql += ", result = ?"
+            params.append(canonical_json(result))
+        if error is not None:
+            sql += ", error = ?"
+            params.append(canonical_json(error))
+        sql += " WHERE operation_key = ? AND status = ?"
+        params += [operation_key, from_status]
+        if owner is not None:
+            sql += " AND owner = ?"
+            params.append(owner)
+        if lease_lapsed:
+            sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
+        sql += " RETURNING *"
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            params.insert(1, now)
+            if lease_lapsed:
+                params.append(now)
+            rows = tx.execute(sql, tuple(params))
+            if rows:
+                self._append_events(tx, audit)
+            else:
+                current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
+        if not rows:
+            raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
+        return operation_of(rows[0])
+
+    def claim(
+        self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
+    ) -> OperationRecord | None:
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            rows = tx.execute(
+                "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
+                " attempts = attempts + 1, updated_at = ?"
+                " WHERE operation_key = ? AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
+                (owner, later(now, lease_s), now, operation_key, now),
+            )
+            if rows:
+                self._append_events(tx, audit)
+        return operation_of(rows[0]) if rows else None
+
+    def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            rows = tx.execute(
+                "UPDATE operations SET lease_expires_at = ? WHERE operation_key = ? AND owner = ?"
+                " AND status IN ('executing', 'unknown') RETURNING operation_key",
+                (later(now, lease_s), operation_key, owner),
+            )
+        return bool(rows)
+
+    def stale_executing(self, grace_s: float) -> list[OperationRecord]:
+        with self.transaction(write=False) as tx:
+            cutoff = later(self._tx_now(tx), -grace_s)
+            rows = tx.execute(
+                "SELECT * FROM operations WHERE status = 'executing' AND lease_expires_at < ? ORDER BY updated_at",
+                (cutoff,),
+            )
+        return [operation_of(r) for r in rows]
+
+    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            moved = tx.execute(
+                "UPDATE operations SET status = 'dead_lettered', updated_at = ? WHERE operation_key = ?"
+                " AND status = 'unknown' AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
+                " RETURNING operation_key",
+                (now, operation_key, now),
+            )
+            if not moved:
+                return None
+            tx.execute(
+                "INSERT INTO dead_letters (operation_key, created_at, reason, context) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (operation_key, now, reason, canonical_json(context)),
+            )
+            row = tx.one("SELECT * FROM dead_letters WHERE operation_key = ?", (operation_key,))
+        assert row is not None
+        return _dead_letter(row)
+
+    def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
+        sql = "SELECT * FROM dead_letters" + (" WHERE resolved_at IS NULL" if open_only else "")
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(sql + " ORDER BY created_at")
+        return [_dead_letter(r) for r in rows]
+
+    def resolve_dead_letter(
+        self, operation_key: str, *, resolution: str, resolved_by: str, note: str
+    ) -> bool:
+        with self.transaction() as tx:
+            rows = tx.execute(
+                "UPDATE dead_letters SET resolved_at = ?, resolved_by = ?, resolution = ?, note = ?"
+                " WHERE operation_key = ? AND resolved_at IS NULL RETURNING operation_key",
+                (self._tx_now(tx), resolved_by, resolution, note, operation_key),
+            )
+        return bool(rows)
+
+
+__all__ = ["OperationRows", "later", "operation_of"]

@@ -1,0 +1,159 @@
+"""The store contract implemented once in portable SQL, over a small backend adapter.
+
+SQLite and PostgreSQL differ only in how a connection is opened, how a write transaction
+takes its lock, and the DDL in `migrations`. Every decision that matters (unique operation
+keys, the claim, immutability, legal transitions) is made by the database: a conditional
+update or insert, never a Python check before a write.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from toolgate.clock import iso, parse_iso, utcnow
+from toolgate.errors import ConfigurationError, StoreError
+from toolgate.store._audit_rows import AuditRows
+from toolgate.store._counter_rows import CounterRows
+from toolgate.store._identity_rows import IdentityRows
+from toolgate.store._operation_rows import OperationRows
+from toolgate.store._proposal_rows import ProposalRows
+from toolgate.store.base import Store, Tx
+from toolgate.store.chain import AUDIT_FIELDS
+from toolgate.store.migrations import MIGRATIONS, Migration
+
+
+class SqlStore(ProposalRows, OperationRows, AuditRows, CounterRows, IdentityRows, Store, abc.ABC):
+    """`Store` over a SQL database; subclasses provide connections, locking and the clock.
+
+    Each part of the contract is a mixin over the same transactions: proposals and decisions
+    (`ProposalRows`), the operation lifecycle and dead letters (`OperationRows`), the audit chain
+    (`AuditRows`), rate counters (`CounterRows`) and identities (`IdentityRows`)."""
+
+    dialect: str = "sql"
+    _initializer: Callable[[Store], None] | None = None
+    _initialized: bool = False
+    _init_lock = threading.RLock()
+
+    def set_initializer(self, initializer: Callable[[Store], None]) -> None:
+        """Run ``initializer(store)`` once, before the first unit of work (lazy setup for servers)."""
+        self._initializer = initializer
+        self._initialized = False
+
+    def _ensure_ready(self) -> None:
+        if self._initializer is None or self._initialized:
+            return
+        with self._init_lock:
+            if self._initialized:
+                return
+            self._initialized = True
+            try:
+                self._initializer(self)
+            except BaseException:
+                self._initialized = False
+                raise
+
+    # ---- backend hooks ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        """A unit of work; ``write=True`` takes the write lock up front."""
+
+    @abc.abstractmethod
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """Take the audit chain's lock (held until ``tx`` ends) and read, under it, the store's
+        time and the hash of the chain's last event: ``(now, last_hash)``, the genesis hash for an
+        empty chain. Called as the last step of a transaction, so the lock covers only linking the
+        new events and the commit, never the state change's own round trips."""
+
+    def _insert_audit_rows(
+        self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
+    ) -> list[dict[str, Any]]:
+        """Insert linked events and their payloads; the stored rows, in chain order."""
+        columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
+        row_marks = "(" + ", ".join("?" for _ in columns) + ")"
+        stored = tx.execute(
+            f"INSERT INTO audit_events ({', '.join(columns)}) VALUES "
+            + ", ".join(row_marks for _ in rows)
+            + " RETURNING *",
+            tuple(row[c] for row in rows for c in columns),
+        )
+        tx.execute(
+            "INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
+            + ", ".join("(?, ?, ?)" for _ in payloads),
+            tuple(value for payload in payloads for value in payload),
+        )
+        return sorted(stored, key=lambda r: int(r["seq"]))
+
+    @abc.abstractmethod
+    def _run_script(self, tx: Tx, migration: Migration) -> None:
+        """Execute one migration's SQL for this backend."""
+
+    @abc.abstractmethod
+    def _lock_migrations(self, tx: Tx) -> None:
+        """Serialize concurrent migration runs across processes."""
+
+    @abc.abstractmethod
+    def _tx_now(self, tx: Tx) -> str:
+        """The database's current time as `iso` text, read inside ``tx``."""
+
+    def now(self) -> datetime:
+        with self.transaction(write=False) as tx:
+            return parse_iso(self._tx_now(tx))
+
+    # ---- schema ----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.migrate("toolgate", MIGRATIONS)
+
+    def require_schema(self) -> None:
+        try:
+            with self.transaction(write=False) as tx:
+                row = tx.one(
+                    "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                    ("toolgate",),
+                )
+        except StoreError as exc:
+            raise ConfigurationError(f"{self.url} holds no toolgate store") from exc
+        version = int(row["v"]) if row else 0
+        if version != len(MIGRATIONS):
+            raise ConfigurationError(
+                f"{self.url} is at schema version {version}, this toolgate needs {len(MIGRATIONS)}; "
+                "run a command that writes (e.g. toolgate worker recover) to upgrade it first"
+            )
+
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
+        with self.transaction() as tx:
+            self._lock_migrations(tx)
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS toolgate_schema ("
+                " component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,"
+                " applied_at TEXT NOT NULL, PRIMARY KEY (component, version))"
+            )
+            row = tx.one(
+                "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                (component,),
+            )
+            current = int(row["v"]) if row else 0
+            if current > len(migrations):
+                raise ConfigurationError(
+                    f"database schema of {component!r} is at version {current}, newer than this "
+                    f"toolgate ({len(migrations)}); refusing to run against it"
+                )
+            for version, migration in enumerate(migrations, start=1):
+                if version <= current:
+                    continue
+                self._run_script(tx, migration)
+                tx.execute(
+                    "INSERT INTO toolgate_schema (component, version, name, applied_at) VALUES (?, ?, ?, ?)",
+                    (component, version, migration.name, iso(utcnow())),
+                )
+            return len(migrations) - current
+
+
+__all__ = ["SqlStore"]
