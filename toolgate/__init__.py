@@ -1,23 +1,44 @@
-"""toolgate: models propose typed tool calls; trusted code owns authority, approval, execution and evidence."""
+"""toolgate: models propose typed tool calls; trusted code owns authority, approval, execution and evidence.
 
-from toolgate.canonical import canonical_json, digest, operation_key
-from toolgate.config import Settings
+The names here are the public API (README, "Python API"): what a tool author writes a tool with
+(`ToolSpec`, `spec_from_function`, `StrictArgs`, `ToolResult`, `HandlerContext`, the approval,
+rollback and resource declarations, `ToolExecutionError`), what an embedder builds and runs the
+gateway with (`Release`, `ReleaseEnv`, `Registry`, `build_gateway`, `build_graph`, `Context`,
+`Principal`), and the errors either of them catches. Everything else lives in its submodule and
+may change between releases.
+"""
+
 from toolgate.errors import (
     REJECTION_CODES,
     ApprovalError,
     ConfigurationError,
+    IdentityError,
+    NotFoundError,
     RegistryError,
     RejectionCode,
+    RunRefused,
     StoreError,
     ToolExecutionError,
     ToolgateError,
     ToolgateRuntimeError,
     ToolgateUsageError,
 )
-from toolgate.graph import Context, GatewayState, build_gateway, build_graph
+from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.policy import Principal
-from toolgate.tools import ApprovalClass, NoRollback, Registry, ResourceRef, Rollback, ToolSpec
+from toolgate.tools import Registry
 from toolgate.tools.release import Release, ReleaseEnv
+from toolgate.tools.spec import (
+    ApprovalClass,
+    HandlerContext,
+    NoRollback,
+    ResourceRef,
+    ResourceStatus,
+    Rollback,
+    StrictArgs,
+    ToolResult,
+    ToolSpec,
+)
+from toolgate.tools.thirdparty import spec_from_function
 
 __all__ = [
     "REJECTION_CODES",
@@ -25,8 +46,10 @@ __all__ = [
     "ApprovalError",
     "ConfigurationError",
     "Context",
-    "GatewayState",
+    "HandlerContext",
+    "IdentityError",
     "NoRollback",
+    "NotFoundError",
     "Principal",
     "Registry",
     "RegistryError",
@@ -34,17 +57,18 @@ __all__ = [
     "Release",
     "ReleaseEnv",
     "ResourceRef",
+    "ResourceStatus",
     "Rollback",
-    "Settings",
+    "RunRefused",
     "StoreError",
+    "StrictArgs",
     "ToolExecutionError",
+    "ToolResult",
     "ToolSpec",
     "ToolgateError",
     "ToolgateRuntimeError",
     "ToolgateUsageError",
     "build_gateway",
     "build_graph",
-    "canonical_json",
-    "digest",
-    "operation_key",
+    "spec_from_function",
 ]

@@ -1,0 +1,313 @@
+"""The module structure of the package, read from source with `ast` (nothing is imported, so it is
+fast and also sees a module that would fail to import).
+
+Modules are the ``*.py`` files of the folders ``[tool.setuptools] package-dir`` maps in
+pyproject.toml, each named by its deepest mapped folder (``graph/nodes/model.py`` is
+``toolgate.graph.nodes.model``). Its top-level folder (``toolgate``, ``graph``, ``tools``,
+``policy``, ``store``, ``evals``) is the first part of its path.
+
+Which imports count: every ``toolgate`` import a module runs when it is imported, i.e. in its
+body and in ``if``/``try``/``with`` blocks and class bodies there, **including** ``if
+TYPE_CHECKING:`` blocks. A type-only import is still a dependency of the design: mypy follows it,
+``typing.get_type_hints`` (Pydantic, dataclass tooling, LangGraph's state and context schemas)
+imports it at run time, and it breaks when the imported module is split or renamed. A type-only
+back edge between folders is a layering cycle that only waits for its first run-time use.
+Imports inside function bodies are deferred: they do not count for the cycle rule (b) (deferring
+is how a command loads heavy or optional parts late), but those that would close a cycle are
+printed; they do count for the private-module rule (a), since privacy is about who knows a module,
+not when it is loaded.
+
+(a) A private module (a dotted name with a part starting with ``_``, e.g. ``toolgate.store._sql``)
+    is imported only from its own top-level folder.
+(b) No import cycle between the top-level folders. ``graph``, ``tools``, ``policy``, ``store``
+    and ``evals`` are one node each. The package's own folder ``toolgate/`` holds both the shared
+    base (``errors``, ``clock``, ``canonical``, settings) that every folder imports and the entry
+    points (``cli``, ``bootstrap``, the public exports in ``__init__``) that import every folder,
+    so it cannot be one node of an acyclic graph; each of its modules is its own node, and a
+    cycle through it must pass through one module and back (``graph -> toolgate.telemetry ->
+    graph`` is a cycle, ``toolgate.cli -> graph -> toolgate.errors`` is not).
+(c) Modules longer than 300 lines are reported (``pytest -s`` shows the report); nothing fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import itertools
+import tomllib
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT_PACKAGE = "toolgate"
+FOLDERS = ("toolgate", "graph", "tools", "policy", "store", "evals")
+LONG_MODULE_LINES = 300
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    """Dotted import name, e.g. ``toolgate.store.postgres``."""
+    path: Path
+    """Relative to the repository."""
+    folder: str
+    """Top-level folder, e.g. ``store``."""
+    is_package: bool
+    lines: int
+
+
+@dataclass(frozen=True)
+class Import:
+    source: Module
+    target: str
+    """The dotted module imported (``from a.b import c`` is ``a.b.c`` when that is a module)."""
+    line: int
+    deferred: bool
+    """Inside a function body."""
+
+    def where(self) -> str:
+        return f"{self.source.path}:{self.line}: {self.source.name} imports {self.target}"
+
+
+def _package_dirs() -> dict[str, Path]:
+    with (REPO / "pyproject.toml").open("rb") as fh:
+        package_dir = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
+    return {package: REPO / folder for package, folder in package_dir.items()}
+
+
+def _statements(body: list[ast.stmt], deferred: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
+    """Every statement under ``body``, with whether it sits inside a function."""
+    for node in body:
+        yield node, deferred
+        inner = deferred or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                yield from _statements([child], inner)
+            elif isinstance(child, ast.ExceptHandler | ast.match_case):
+                yield from _statements(child.body, inner)
+
+
+@functools.cache
+def scan() -> tuple[dict[str, Module], tuple[Import, ...]]:
+    """All modules of the package folders and every ``toolgate`` import statement in them."""
+    roots = sorted(_package_dirs().items(), key=lambda item: len(item[1].parts), reverse=True)
+    modules: dict[str, Module] = {}
+    trees: dict[str, ast.Module] = {}
+    for package, folder in roots:
+        for path in sorted(folder.rglob("*.py")):
+            relative = path.relative_to(REPO)
+            if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+                continue
+            if next(p for p, f in roots if path.is_relative_to(f)) != package:
+                continue  # belongs to a deeper mapped folder
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            name = ".".join([package, *parts[:-1]] if is_package else [package, *parts])
+            text = path.read_text(encoding="utf-8")
+            try:
+                trees[name] = ast.parse(text, filename=str(relative))
+            except SyntaxError as exc:
+                raise AssertionError(f"{relative} does not parse: {exc}") from exc
+            modules[name] = Module(name, relative, relative.parts[0], is_package, len(text.splitlines()))
+
+    imports: list[Import] = []
+    for name, tree in trees.items():
+        module = modules[name]
+        for node, deferred in _statements(tree.body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package_parts = name.split(".") if module.is_package else name.split(".")[:-1]
+                    anchor = package_parts[: len(package_parts) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for target in dict.fromkeys(targets):
+                if target == ROOT_PACKAGE or target.startswith(ROOT_PACKAGE + "."):
+                    imports.append(Import(module, target, node.lineno, deferred))
+    return modules, tuple(imports)
+
+
+def folder_of(target: str) -> str:
+    """Top-level folder of a dotted name (also of one that no longer exists)."""
+    modules, _ = scan()
+    if target in modules:
+        return modules[target].folder
+    packages = _package_dirs()
+    package = max((p for p in packages if target == p or target.startswith(p + ".")), key=len)
+    return packages[package].relative_to(REPO).parts[0]
+
+
+def is_private(dotted: str) -> bool:
+    """A part starts with ``_`` (dunder names such as ``__main__`` are not private)."""
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in dotted.split("."))
+
+
+def node_of(target: str) -> str:
+    """The node of the folder graph: a folder, or a module of the ``toolgate/`` folder."""
+    folder = folder_of(target)
+    return target if folder == ROOT_PACKAGE else folder
+
+
+def folder_of_node(node: str) -> str:
+    return node if node in FOLDERS and node != ROOT_PACKAGE else folder_of(node)
+
+
+def folder_graph(deferred: bool = False) -> dict[str, dict[str, list[Import]]]:
+    """node -> node -> the imports that make the edge."""
+    _, imports = scan()
+    graph: dict[str, dict[str, list[Import]]] = defaultdict(lambda: defaultdict(list))
+    for imp in imports:
+        if imp.deferred and not deferred:
+            continue
+        source, target = node_of(imp.source.name), node_of(imp.target)
+        if source != target:
+            graph[source][target].append(imp)
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, list[Import]]]) -> list[list[str]]:
+    """Tarjan's components with more than one node."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph.get(node, {}):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def path_between(graph: dict[str, dict[str, list[Import]]], start: str, goal: str) -> list[str] | None:
+    """A shortest path of nodes from ``start`` to ``goal`` (breadth first), or None."""
+    previous: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for succ in sorted(graph.get(node, {})):
+            if succ in previous:
+                continue
+            previous[succ] = node
+            if succ == goal:
+                path = [succ]
+                while (back := previous[path[-1]]) is not None:
+                    path.append(back)
+                return path[::-1]
+            queue.append(succ)
+    return None
+
+
+def describe_cycle(graph: dict[str, dict[str, list[Import]]], component: list[str]) -> str:
+    first = component[0]
+    inside = {node: {s: imps for s, imps in graph[node].items() if s in component} for node in component}
+    cycle = next(
+        [first, *rest] for succ in sorted(inside[first]) if (rest := path_between(inside, succ, first))
+    )
+    lines = ["cycle " + " -> ".join(cycle) + f" (component: {', '.join(component)})"]
+    for source, target in itertools.pairwise(cycle):
+        witnesses = graph[source][target]
+        lines += [f"    {imp.where()}" for imp in witnesses[:4]]
+        if len(witnesses) > 4:
+            lines.append(f"    ... and {len(witnesses) - 4} more {source} -> {target}")
+    others = sorted(
+        (source, target)
+        for source in component
+        for target in inside[source]
+        if (source, target) not in set(itertools.pairwise(cycle))
+    )
+    for source, target in others:
+        witnesses = graph[source][target]
+        lines.append(f"  also {source} -> {target} ({len(witnesses)}): {witnesses[0].where()}")
+    return "\n".join(lines)
+
+
+def test_the_layout_is_the_one_checked() -> None:
+    modules, imports = scan()
+    assert {m.folder for m in modules.values()} == set(FOLDERS)
+    assert ROOT_PACKAGE in modules and f"{ROOT_PACKAGE}.errors" in modules
+    assert len(imports) > len(modules)
+
+
+def test_private_modules_stay_in_their_folder() -> None:
+    _, imports = scan()
+    violations = [
+        imp.where() + (" (deferred)" if imp.deferred else "")
+        for imp in imports
+        if is_private(imp.target) and folder_of(imp.target) != imp.source.folder
+    ]
+    assert not violations, "private modules imported from another top-level folder:\n" + "\n".join(violations)
+
+
+KNOWN_CYCLES = {
+    frozenset({"policy", "tools"}): "tools/registry.py filters tools by policy.authorization and takes a "
+    "policy.principal.Principal; tools/release.py carries policy.rules.PolicyRules. Moving the "
+    "principal and the rules' data types below both folders breaks it.",
+    frozenset({"graph", "toolgate.bootstrap"}): "the LangGraph server's entry modules (graph/app.py, "
+    "auth.py, http.py, server.py) build the application through toolgate.bootstrap, which builds "
+    "graphs; they belong with the application layer beside toolgate/cli.py.",
+}
+"""Folder cycles left today, each with what breaks it. The test fails on any other cycle and when a
+listed one is gone (then take it off the list): the list only shrinks."""
+
+
+def test_no_cycles_between_folders() -> None:
+    graph = folder_graph()
+    between = [
+        c
+        for c in strongly_connected(graph)
+        if len({folder_of_node(n) for n in c}) > 1 and frozenset(c) not in KNOWN_CYCLES
+    ]
+    gone = set(KNOWN_CYCLES) - {frozenset(c) for c in strongly_connected(graph)}
+    assert not gone, f"a listed cycle is gone; take it off KNOWN_CYCLES: {sorted(map(sorted, gone))}"
+
+    closing = []
+    for imp in (i for i in scan()[1] if i.deferred):
+        source, target = node_of(imp.source.name), node_of(imp.target)
+        back = path_between(graph, target, source) if source != target else None
+        if back and len({folder_of_node(n) for n in back}) > 1:
+            closing.append(f"  {imp.where()} (deferred; {' -> '.join(back)} at import time)")
+    if closing:
+        print("\ndeferred imports that would close a folder cycle (not counted):\n" + "\n".join(closing))
+
+    assert not between, "import cycles between top-level folders:\n" + "\n".join(
+        describe_cycle(graph, c) for c in between
+    )
+
+
+def test_report_long_modules() -> None:
+    modules, _ = scan()
+    long = sorted((m for m in modules.values() if m.lines > LONG_MODULE_LINES), key=lambda m: -m.lines)
+    print(f"\nmodules over {LONG_MODULE_LINES} lines: {len(long)} of {len(modules)}")
+    for module in long:
+        print(f"  {module.lines:5d}  {module.path}")
