@@ -258,7 +258,7 @@ class Demo:
     """toolgate's demo on one store, wired like the test harness (``tests/support.py``)."""
 
     def __init__(self, store: Any) -> None:
-        from toolgate.bootstrap import initialize_store
+        from toolgate.graph.bootstrap import initialize_store
         from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
         from toolgate.policy.identities import IdentityDirectory
         from toolgate.tools import REFUND_RELEASE, Registry

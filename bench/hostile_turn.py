@@ -24,8 +24,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore

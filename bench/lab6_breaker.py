@@ -20,8 +20,8 @@ from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy import Principal
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.rules import RateLimits

@@ -19,7 +19,6 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from toolgate.bootstrap import initialize_store
 from toolgate.evals.adversarial import (
     ACCEPTED,
     CASES,
@@ -29,6 +28,7 @@ from toolgate.evals.adversarial import (
     Call,
 )
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import RateLimit, RateLimits

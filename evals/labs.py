@@ -13,9 +13,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolgate.bootstrap import initialize_store
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import ToolExecutionError
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.demo.filing import FilingService, FilingType, LegacyFilingService, SubmitFilingArgs
 from toolgate.tools.demo.release import DEMO_RELEASES

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolgate.bootstrap import release_manifest
 from toolgate.canonical import digest
+from toolgate.graph.bootstrap import release_manifest
 from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.registry import Registry
 from toolgate.tools.release import Release

@@ -24,13 +24,13 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from toolgate.bootstrap import initialize_store
 from toolgate.evals.execution_steps import apply_approvals, redeliver
 from toolgate.evals.faults import EffectLedger, instrument
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
 from toolgate.evals.release_facts import ReleaseFacts, release_facts
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.identities import IdentityDirectory

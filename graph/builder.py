@@ -92,7 +92,7 @@ def build_graph(
     router: ReleaseRouter | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """Compile the gateway graph around ``gateway`` (built once per process by `build_gateway`,
-    through `toolgate.bootstrap.open_app` in the CLI, the server and the worker).
+    through `toolgate.graph.bootstrap.open_app` in the CLI, the server and the worker).
 
     ``model -> dispatch -> proposal -> approval -> execute -> model ...``; a text answer ends the
     task turn in the model node (it renders the final answer itself, one step fewer), a stopped

@@ -3,7 +3,7 @@
 ``langgraph.json`` names three objects the server imports separately: the graph
 (`toolgate.graph.app:graph`), the auth handler (`toolgate.graph.auth:auth`) and the HTTP routes
 of the approval API and reviewer console (`toolgate.graph.http:app`). All three use the one
-`App` built here by the same bootstrap as the CLI and the worker (`toolgate.bootstrap.open_app`),
+`App` built here by the same bootstrap as the CLI and the worker (`toolgate.graph.bootstrap.open_app`),
 from the same ``TOOLGATE_*`` environment: one store (and its secret), one verified release, one
 gateway. Nothing connects at import: the store opens, migrates and records the release on first
 use.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from toolgate.bootstrap import App, open_app
 from toolgate.config import Settings
+from toolgate.graph.bootstrap import App, open_app
 
 SERVER_DATA_DIR = Path(".toolgate") / "server"
 """Where the server keeps its embedded data unless ``TOOLGATE_DATA_DIR`` says otherwise: apart from

@@ -19,10 +19,10 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from support import TEST_KEY, principal
 
-from toolgate.bootstrap import App, initialize_store, release_manifest, verified_release
 from toolgate.canonical import digest
 from toolgate.config import Settings
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import App, initialize_store, release_manifest, verified_release
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout import ReleaseRouter
 from toolgate.policy.demo_identities import seed_demo_identities

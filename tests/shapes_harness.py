@@ -16,8 +16,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from support import principal, start, tool_messages
 
-from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory

@@ -15,8 +15,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.policy import Principal
 from toolgate.policy.demo_identities import demo_principals, demo_token, seed_demo_identities

@@ -42,9 +42,9 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from support import REFUND_REQUEST, TEST_KEY, cli_env, kv_lines, principal, seed_people, toolgate
 
-from toolgate.bootstrap import App, open_app
 from toolgate.config import Settings
 from toolgate.graph import Context
+from toolgate.graph.bootstrap import App, open_app
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.testing import ScriptedChatModel, ai, tool_call

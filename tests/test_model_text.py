@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 from support import TEST_KEY
 
-from toolgate.bootstrap import initialize_store
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.store import SQLiteStore
 from toolgate.tools import ApprovalClass, NoRollback
 from toolgate.tools.demo.release import DEMO_RELEASES

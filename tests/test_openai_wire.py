@@ -23,9 +23,9 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from support import TEST_KEY
 
-from toolgate.bootstrap import initialize_store
 from toolgate.config import Settings
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.models import load_chat_model
 from toolgate.policy import Principal
 from toolgate.store import SQLiteStore

@@ -24,8 +24,8 @@ from test_demo_tools import (
     assert_both_read_before_either_wrote,
 )
 
-from toolgate.bootstrap import initialize_store
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from support import TEST_KEY, cli_env, toolgate
 
-from toolgate.bootstrap import release_manifest
 from toolgate.errors import RegistryError
+from toolgate.graph.bootstrap import release_manifest
 from toolgate.store import SQLiteStore
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.manifest import manifest_drift, verify_release

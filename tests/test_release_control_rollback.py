@@ -30,9 +30,9 @@ from release_control_support import (
 from support import principal
 from test_release_control_routing import admin, table_counts
 
-from toolgate.bootstrap import served_release
 from toolgate.errors import ReleaseControlError
 from toolgate.graph import Context
+from toolgate.graph.bootstrap import served_release
 from toolgate.graph.review import decide
 from toolgate.store import SQLiteStore
 from toolgate.store.base import Store

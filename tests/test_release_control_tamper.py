@@ -14,8 +14,8 @@ import pytest
 from release_control_support import CANDIDATE, CONTROL, TwoReleases, audit_events, run, text
 from test_release_control_routing import admin, table_counts
 
-from toolgate.bootstrap import served_release
 from toolgate.errors import ReleaseControlError
+from toolgate.graph.bootstrap import served_release
 from toolgate.release_status import release_status
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore

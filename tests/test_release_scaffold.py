@@ -20,8 +20,8 @@ import pytest
 from server_support import client_as, interrupts_of, langgraph_dev
 from support import TEST_KEY, cli_env, kv_lines, open_test_store, toolgate
 
-from toolgate.bootstrap import initialize_store
 from toolgate.errors import RegistryError, UnknownReleaseError
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
 from toolgate.store import SQLiteStore
 from toolgate.tools.release_loader import load_release

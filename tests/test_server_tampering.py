@@ -101,8 +101,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     ):
         mp.setenv("NO_PROXY", LOCAL_HOSTS)
         mp.setenv("no_proxy", LOCAL_HOSTS)
-        from toolgate.bootstrap import initialize_store
         from toolgate.graph import build_gateway
+        from toolgate.graph.bootstrap import initialize_store
         from toolgate.policy.demo_identities import seed_demo_identities
         from toolgate.policy.identities import IdentityDirectory
         from toolgate.store import SQLiteStore

@@ -13,10 +13,10 @@ import pytest
 from support import TEST_KEY, cli_env, kv_lines, toolgate
 
 from toolgate import verify
-from toolgate.bootstrap import open_app
 from toolgate.config import Settings
 from toolgate.evals.adversarial import CASES, AdversarialCase
 from toolgate.evals.dispatch_runner import RunReport
+from toolgate.graph.bootstrap import open_app
 from toolgate.testing import ScriptedChatModel
 
 OTHER_CHECKS = [name for name in verify.CHECKS if name != "adversarial_dispatch"]

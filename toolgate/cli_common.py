@@ -10,8 +10,8 @@ from typing import Any
 
 import typer
 
-from toolgate.bootstrap import App, open_app
 from toolgate.config import Settings
+from toolgate.graph.bootstrap import App, open_app
 from toolgate.policy.principal import Principal
 from toolgate.settings import read_settings
 

@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from toolgate.bootstrap import App
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.errors import IdentityError
+from toolgate.graph.bootstrap import App
 from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.principal import Principal
 

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from toolgate.bootstrap import release_manifest
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
+from toolgate.graph.bootstrap import release_manifest
 from toolgate.store.factory import open_store
 from toolgate.tools.audit import audit_specs
 from toolgate.tools.manifest import effective_manifest

@@ -18,9 +18,9 @@ from typing import Annotated
 
 import typer
 
-from toolgate.bootstrap import release_manifest
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.config import Settings
+from toolgate.graph.bootstrap import release_manifest
 from toolgate.scaffold import package_name, scaffold
 from toolgate.store.factory import open_store
 from toolgate.tools.release import ReleaseEnv

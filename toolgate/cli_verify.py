@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from toolgate.bootstrap import open_app
 from toolgate.config import Settings
+from toolgate.graph.bootstrap import open_app
 
 verify_app = typer.Typer(help="Run the finish-line checks against the configured database.")
 

@@ -22,10 +22,10 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
-from toolgate.bootstrap import App, open_app
 from toolgate.clock import iso, parse_iso
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError
+from toolgate.graph.bootstrap import App, open_app
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import demo_token, seed_demo_identities

@@ -20,8 +20,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from toolgate.bootstrap import App
 from toolgate.errors import RegistryError, ReleaseControlError
+from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
 from toolgate.policy.rollout import DEFAULT_CANARY_PERCENT, LIVE_PHASES, RELEASE_ROLES, percent_to_bp
 from toolgate.release_rollback import CriticalRunner, RollbackPlan, default_critical_runner, plan_rollback

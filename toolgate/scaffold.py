@@ -327,7 +327,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from toolgate.bootstrap import initialize_store, release_manifest
+from toolgate.graph.bootstrap import initialize_store, release_manifest
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.review import decide
 from toolgate.policy.identities import IdentityDirectory, load_seed_file

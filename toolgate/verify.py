@@ -13,9 +13,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from toolgate.bootstrap import App
 from toolgate.evals.adversarial import CASES
 from toolgate.evals.dispatch_runner import run_adversarial
+from toolgate.graph.bootstrap import App
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import demo_principals
