@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -339,28 +338,6 @@ def test_counters_and_histograms_per_tool_and_outcome(otel: Otel) -> None:
     tasks = {p.attributes["toolgate.task.status"]: p for p in otel.points(telemetry.TASK_TOOL_CALLS_METRIC)}
     assert tasks["done"].count == 2 and tasks["done"].sum == 8
     assert tasks["needs_review"].count == 1 and tasks["needs_review"].sum == 7
-
-
-def percentiles(values: Iterable[float]) -> dict[str, float | None]:
-    """Nearest-rank p50/p95/p99 of ``values`` (``None`` each when empty)."""
-    ordered = sorted(float(v) for v in values)
-    out: dict[str, float | None] = {}
-    for p in (50, 95, 99):
-        if not ordered:
-            out[f"p{p}"] = None
-            continue
-        rank = max(1, math.ceil(p / 100 * len(ordered)))
-        out[f"p{p}"] = ordered[rank - 1]
-    return out
-
-
-def test_percentiles_nearest_rank() -> None:
-    assert percentiles(range(1, 101)) == {"p50": 50.0, "p95": 95.0, "p99": 99.0}
-    assert percentiles([0.3, 0.1, 0.2]) == {"p50": 0.2, "p95": 0.3, "p99": 0.3}
-    assert percentiles([4]) == {"p50": 4.0, "p95": 4.0, "p99": 4.0}
-    assert percentiles([]) == {"p50": None, "p95": None, "p99": None}
-    slow_tail = [0.1] * 95 + [5.0] * 5
-    assert percentiles(slow_tail) == {"p50": 0.1, "p95": 0.1, "p99": 5.0}
 
 
 def test_outcome_classes_separate_policy_from_execution_health() -> None:

@@ -1,4 +1,5 @@
-"""A strict scripted chat model for deterministic tests (STYLE habit 9).
+"""A strict scripted chat model for deterministic tests: every response is scripted, and a call
+past the script fails loudly.
 
 `ScriptedChatModel` replays the responses it was given, records every request (messages,
 bound tools and request options), fails loudly on a call nobody scripted, and checks with

@@ -1,6 +1,6 @@
 """The capability spec: everything trusted code knows about a tool that the model never sees.
 
-A tool is three things (STYLE habit 2): a Pydantic argument model with ``extra="forbid"``, a
+A tool is three things, each reviewed on its own: a Pydantic argument model with ``extra="forbid"``, a
 plain handler function, and this spec (owner, risk, effect, timeout, output bound, approval
 class, scopes, resource key, rollback). `ToolSpec` refuses to be constructed when a field that
 review requires is missing or contradictory (a "stop" condition), so an unsafe tool never loads.
