@@ -302,9 +302,36 @@ def test_no_cycles_between_folders() -> None:
     )
 
 
-def test_report_long_modules() -> None:
+KNOWN_LONG_MODULES = {
+    "graph/http.py": 766,
+    "tools/shapes.py": 602,
+    "evals/adversarial.py": 557,
+    "tools/declared.py": 546,
+    "graph/execution.py": 482,
+    "tools/spec.py": 478,
+    "toolgate/scaffold.py": 438,
+    "graph/nodes/execute.py": 390,
+    "toolgate/telemetry/spans.py": 382,
+    "graph/seal.py": 370,
+    "tools/manifest.py": 339,
+    "tools/demo/purchasing.py": 332,
+    "tools/demo/reports.py": 327,
+    "store/records.py": 321,
+    "tools/schema_export.py": 308,
+    "evals/dataset_cases_arguments.py": 307,
+}
+"""Modules still over the limit, at their size when listed: none may grow, no other may join
+them, and one brought under the limit leaves the list (it only shrinks)."""
+
+
+def test_long_modules_only_shrink() -> None:
     modules, _ = scan()
-    long = sorted((m for m in modules.values() if m.lines > LONG_MODULE_LINES), key=lambda m: -m.lines)
+    long = {str(m.path): m.lines for m in modules.values() if m.lines > LONG_MODULE_LINES}
     print(f"\nmodules over {LONG_MODULE_LINES} lines: {len(long)} of {len(modules)}")
-    for module in long:
-        print(f"  {module.lines:5d}  {module.path}")
+    for path, lines in sorted(long.items(), key=lambda item: -item[1]):
+        print(f"  {lines:5d}  {path}")
+    assert not set(long) - set(KNOWN_LONG_MODULES), f"new modules over {LONG_MODULE_LINES} lines"
+    grown = {p: n for p, n in long.items() if p in KNOWN_LONG_MODULES and n > KNOWN_LONG_MODULES[p]}
+    assert not grown, f"listed modules grew: {grown}"
+    gone = set(KNOWN_LONG_MODULES) - set(long)
+    assert not gone, f"now under the limit; take them off KNOWN_LONG_MODULES: {sorted(gone)}"
