@@ -39,7 +39,7 @@ TARGET_LOCK_SHARE = 0.10
 
 
 def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out: Any) -> None:
-    from toolgate.store.records import AuditEventIn
+    from toolgate.store.audit_records import AuditEventIn
 
     store = open_store("postgres", url, key=key, max_size=2)
     store.get_operation("warm-up")

@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 from toolgate.evals.dataset_cases_approvals import approval_bypass
-from toolgate.evals.dataset_cases_arguments import argument_extraction, refusal
+from toolgate.evals.dataset_cases_arguments import argument_extraction
 from toolgate.evals.dataset_cases_batches import parallel_partial_results
 from toolgate.evals.dataset_cases_budgets import loops_and_budgets
 from toolgate.evals.dataset_cases_delivery import duplicate_delivery, unknown_outcome
 from toolgate.evals.dataset_cases_injection import prompt_injection_in_tool_output
+from toolgate.evals.dataset_cases_refusal import refusal
 from toolgate.evals.dataset_cases_selection import no_tool, tool_selection
 from toolgate.evals.dataset_cases_tenancy import cross_tenant, cross_user
 from toolgate.evals.fixtures import DEFAULT_DATASET, EvalCase, dump_cases

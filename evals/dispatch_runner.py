@@ -19,14 +19,8 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from toolgate.evals.adversarial import (
-    ACCEPTED,
-    CASES,
-    EXTRA_IDENTITIES,
-    PROPOSAL_CREATED,
-    AdversarialCase,
-    Call,
-)
+from toolgate.evals.adversarial import CASES, EXTRA_IDENTITIES
+from toolgate.evals.adversarial_case import ACCEPTED, PROPOSAL_CREATED, AdversarialCase, Call
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.demo_identities import DEMO_IDENTITIES

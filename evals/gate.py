@@ -22,7 +22,7 @@ from toolgate.evals.observation import Observation
 from toolgate.evals.release_facts import ReleaseFacts
 from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import CaseScore, score_case
-from toolgate.tools.release import Release
+from toolgate.release import Release
 
 QUALITY = ("tool_selection_top1", "no_tool_precision", "argument_valid")
 """Percent metrics a candidate may not lose against its control."""

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from toolgate.canonical import digest
 from toolgate.graph.bootstrap import release_manifest
+from toolgate.release import Release
 from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import Release
 
 
 @dataclass(frozen=True)

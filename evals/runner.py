@@ -35,11 +35,11 @@ from toolgate.graph.gateway import Gateway
 from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
+from toolgate.release import Release, ReleaseEnv
+from toolgate.release_loader import load_release
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import Release, ReleaseEnv
-from toolgate.tools.release_loader import load_release
 
 EXTRA_PEOPLE: tuple[dict[str, Any], ...] = (
     {
@@ -73,7 +73,7 @@ def scratch_dir() -> Path:
 
 def scripted_responses(case: EvalCase) -> list[AIMessage]:
     """The case's turns as model responses, then its final text."""
-    from toolgate.evals.adversarial import Call
+    from toolgate.evals.adversarial_case import Call
     from toolgate.evals.dispatch_runner import _message
 
     turns = [

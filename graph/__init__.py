@@ -2,7 +2,8 @@
 
 from toolgate.graph.builder import build_gateway, build_graph
 from toolgate.graph.context import Context
-from toolgate.graph.execution import Delivery, Executor
+from toolgate.graph.delivery import Delivery
+from toolgate.graph.execution import Executor
 from toolgate.graph.gateway import INSTRUCTIONS, Gateway
 from toolgate.graph.review import ReviewOutcome, decide
 from toolgate.graph.state import Budget, CallRecord, GatewayState, Outcome

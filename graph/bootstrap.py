@@ -1,7 +1,7 @@
 """The one bootstrap of a toolgate process: settings in, a verified release and its gateway out.
 
 The CLI, the worker commands and the LangGraph server entry (`toolgate.graph.server`) all call
-`open_app`: one store, one release loaded by name (`toolgate.tools.release_loader`), verified
+`open_app`: one store, one release loaded by name (`toolgate.release_loader`), verified
 against its reviewed manifest, and one `Gateway` built from them, once per process. `build_graph`
 then compiles the graph around that gateway; nothing else wires dependencies.
 
@@ -31,6 +31,8 @@ from toolgate.graph.rollout import ReleaseRouter
 from toolgate.models import load_chat_model
 from toolgate.policy.rollout import canary_specs
 from toolgate.policy.rules import PolicyRules
+from toolgate.release import Release, ReleaseEnv
+from toolgate.release_loader import load_release
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
@@ -38,8 +40,6 @@ from toolgate.store.rollout import RolloutStore
 from toolgate.store.sql import SqlStore
 from toolgate.tools.manifest import effective_manifest, verify_release
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import Release, ReleaseEnv
-from toolgate.tools.release_loader import load_release
 
 DEFAULT_PINNED = ("offline",)
 """Models a release pins before its manifest is first written (the deterministic demo model)."""

@@ -1,21 +1,18 @@
 """Running handlers: reads under limits, writes behind the atomic claim, exactly once.
 
 `Executor.deliver` is the single path by which a write's handler can run, shared by the graph's
-execute node and the operator commands. It re-verifies approval, claims the operation in one
-conditional update, persists ``executing`` before the effect and the outcome before answering,
-and gives every duplicate delivery the stored result instead of a second effect.
+execute node and the operator commands. It re-verifies approval (`toolgate.graph.delivery_checks`),
+claims the operation in one conditional update, has the claimed handler run and its outcome
+persisted before answering (`toolgate.graph.claimed_write`), and gives every duplicate delivery
+the stored result instead of a second effect.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -23,61 +20,20 @@ from toolgate.canonical import idempotency_key_for
 from toolgate.clock import SYSTEM_CLOCK, Clock, parse_iso
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph import handlers
+from toolgate.graph.claimed_write import ClaimedWrite
+from toolgate.graph.delivery import Delivery
+from toolgate.graph.delivery_checks import DeliveryChecks
 from toolgate.graph.handlers import Overruns
-from toolgate.policy.approvals import verify_for_execution
-from toolgate.policy.authorization import check_resource
+from toolgate.graph.proposal_cache import ProposalCache
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.records import ApprovalRecord, OperationRecord, OperationStatus, ProposalRecord
+from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ToolSpec
-
-ClaimOutcome = Literal["ACQUIRED", "NOT_ACQUIRED", "NOT_ATTEMPTED"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Delivery:
-    """What one delivery of an operation observed."""
-
-    operation_key: str
-    status: str
-    """Operation status after this delivery (authoritative, from the store)."""
-    claim: ClaimOutcome
-    """Whether this delivery won the claim."""
-    duplicate: bool
-    """True when the result came from the store, not from running the handler here."""
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    reason: str = ""
-
-
-class ProposalCache:
-    """A bounded map of proposals by id. Proposals are immutable once stored (database triggers
-    refuse any change), so a copy read once stays right; approvals, operations and identities are
-    never cached."""
-
-    SIZE = 2048
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[str, ProposalRecord] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, proposal_id: str) -> ProposalRecord | None:
-        with self._lock:
-            found = self._items.get(proposal_id)
-            if found is not None:
-                self._items.move_to_end(proposal_id)
-            return found
-
-    def put(self, proposal: ProposalRecord) -> None:
-        with self._lock:
-            self._items[proposal.proposal_id] = proposal
-            while len(self._items) > self.SIZE:
-                self._items.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -250,31 +206,14 @@ class Executor:
             reason="in flight in another worker" if op.status == "executing" else "",
         )
 
+    @property
+    def checks(self) -> DeliveryChecks:
+        """The checks an approved write of this release must pass right before its claim."""
+        return DeliveryChecks(self.store, self.registry, self.auditor, self.directory)
+
     def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
-        """The proposal's decisions that may count: authentic records by reviewers who are still
-        active identities reviewing for the proposal's tenant (its own people or staff). Every
-        other one is audited and dropped."""
-        counted: list[ApprovalRecord] = []
-        for decision in self.store.decisions_for(proposal.proposal_id):
-            if not decision.authentic:
-                code = "forged_approval"
-            elif self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id) is None:
-                code = "reviewer_inactive"
-            else:
-                counted.append(decision)
-                continue
-            if self.store.read_only:  # a verification run reports, it never writes
-                continue
-            self.auditor.record(
-                "approval.voided",
-                "refused",
-                code=code,
-                proposal_id=proposal.proposal_id,
-                operation_key=proposal.operation_key,
-                tool=proposal.tool,
-                detail={"approval_id": decision.approval_id},
-            )
-        return counted
+        """The proposal's decisions that may count (see `DeliveryChecks.counted_decisions`)."""
+        return self.checks.counted_decisions(proposal)
 
     def _verify(self, op: OperationRecord) -> str:
         spec = self.registry.get(op.tool)
@@ -283,47 +222,7 @@ class Executor:
         proposal = self.proposal(op.proposal_id)
         if proposal is None:
             return "proposal missing"
-        verdict = verify_for_execution(
-            proposal,
-            spec.approval,
-            self.counted_decisions(proposal),
-            handler_revision=spec.handler_revision,
-            release=self.registry.release,
-        )
-        if verdict.status != "approved":
-            self.auditor.record(
-                "approval.refused_at_execution",
-                "refused",
-                code="approval_invalid",
-                operation_key=op.operation_key,
-                proposal_id=op.proposal_id,
-                tool=op.tool,
-                detail={"reason": verdict.reason},
-            )
-            return verdict.reason
-        return self._ownership_refusal(spec, proposal)
-
-    def _ownership_refusal(self, spec: ToolSpec, proposal: ProposalRecord) -> str:
-        """Re-resolve every resource the proposal names for its requester, right before the claim:
-        an order that changed hands since approval is not touched. The requester's staff roles
-        come from their identity row; one no longer active keeps none."""
-        requester = self.directory.active(proposal.requester_id, proposal.tenant_id) or Principal(
-            user_id=proposal.requester_id, tenant_id=proposal.tenant_id
-        )
-        refused = check_resource(spec, requester, proposal.arguments, self.registry.resolver)
-        if refused is None:
-            return ""
-        if not self.store.read_only:
-            self.auditor.record(
-                "operation.refused",
-                "refused",
-                code=refused.code,
-                operation_key=proposal.operation_key,
-                proposal_id=proposal.proposal_id,
-                tool=proposal.tool,
-                detail={"stage": "execute"},
-            )
-        return f"{refused.code}: {refused.message}"
+        return self.checks.refusal(op, spec, proposal)
 
     def _audit_fields(self, op: OperationRecord, call_id: str | None) -> dict[str, Any]:
         """The fields every event of one delivery of ``op`` carries (its tool and proposal are
@@ -349,8 +248,8 @@ class Executor:
         breaker: CircuitBreaker,
         lease_s: float,
     ) -> Delivery:
-        """Run the claimed operation's handler (``operation.claimed`` and ``handler.started`` were
-        appended with the claim) and persist its outcome with its audit events."""
+        """Run the claimed operation's handler under this process's clock and persist its outcome
+        (see `ClaimedWrite`)."""
         spec = self.registry.get(op.tool)
         assert spec is not None and op.proposal_id is not None
         proposal = self.proposal(op.proposal_id)
@@ -362,110 +261,17 @@ class Executor:
             idempotency_key=idempotency_key_for(op.operation_key),
             deadline=self.clock.now() + timedelta(seconds=spec.timeout_s),
         )
-
-        def finish(
-            status: OperationStatus,
-            *,
-            code: str | None = None,
-            result: dict[str, Any] | None = None,
-            error: dict[str, Any] | None = None,
-        ) -> Delivery:
-            """Persist the outcome with its audit events (conditional on still owning the claim),
-            then answer."""
-            word = {"succeeded": "completed"}.get(status, status)
-            events = [self.auditor.event("handler.finished", word, code=code, **common)]
-            if status == "succeeded":
-                events.append(self.auditor.event("operation.completed", "completed", **common))
-            final = self.store.transition(
-                op.operation_key,
-                "executing",
-                status,
-                result=result,
-                error=error,
-                owner=worker_id,
-                audit=events,
-            )
-            reason = "outcome unknown; reconcile before any retry" if status == "unknown" else ""
-            return Delivery(
-                operation_key=op.operation_key,
-                status=final.status,
-                claim="ACQUIRED",
-                duplicate=False,
-                result=result,
-                error=error,
-                reason=reason,
-            )
-
-        def renew() -> bool:
-            return self.store.renew_lease(op.operation_key, worker_id, lease_s)
-
-        interval = max(lease_s / 3, 0.05)
-        future = None
-        try:
-            args = spec.handler_arguments(proposal.arguments)
-            with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
-                future = handlers.start(spec.handler, args, ctx)
-                raw = handlers.wait(future, spec.timeout_s, heartbeat=renew, interval_s=interval)
-            result = sanitize_result(raw, spec.result_model)
-        except TimeoutError as exc:
-            renew()  # the effect may still happen: the lease starts over before anything else
-            delivery = finish(
-                "unknown", code="timeout", error={"kind": "timeout", "message": str(exc), "retryable": False}
-            )
-            if future is not None:  # the effect may still happen: keep the lease while the thread lives
-                self.overruns.watch(
-                    op.operation_key,
-                    future,
-                    renew=renew,
-                    finished=lambda done: self._finished_late(
-                        op.operation_key, worker_id, spec, done, common
-                    ),
-                    interval_s=interval,
-                )
-            return delivery
-        except ToolExecutionError as exc:
-            return finish(
-                "failed",
-                code=exc.kind,
-                error={"kind": exc.kind, "message": exc.message, "retryable": exc.retryable},
-            )
-        except Exception as exc:
-            # An unclassified handler crash may have had an effect: unknown, never failed.
-            return finish(
-                "unknown",
-                code="handler_crash",
-                error={"kind": "server_error", "message": type(exc).__name__, "retryable": False},
-            )
-        return finish("succeeded", result=result)
-
-    def _finished_late(
-        self,
-        operation_key: str,
-        worker_id: str,
-        spec: ToolSpec,
-        future: concurrent.futures.Future[Any],
-        common: dict[str, Any],
-    ) -> None:
-        """An overrunning handler ended: record a late success, then give up the lease."""
-        try:
-            if future.exception() is None:
-                result = sanitize_result(future.result(), spec.result_model)
-                with contextlib.suppress(InvalidTransitionError):
-                    self.store.transition(
-                        operation_key,
-                        "unknown",
-                        "succeeded",
-                        result=result,
-                        owner=worker_id,
-                        audit=[
-                            self.auditor.event("handler.finished", "completed_late", **common),
-                            self.auditor.event("operation.completed", "completed", **common),
-                        ],
-                    )
-        except ToolExecutionError:
-            pass  # the status check decides what happened
-        finally:
-            self.store.renew_lease(operation_key, worker_id, 0.0)  # reconcilable from now on
+        claimed = ClaimedWrite(
+            store=self.store,
+            auditor=self.auditor,
+            overruns=self.overruns,
+            spec=spec,
+            operation_key=op.operation_key,
+            worker_id=worker_id,
+            lease_s=lease_s,
+            common=common,
+        )
+        return claimed.run(proposal.arguments, ctx, breaker)
 
     def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
         deadline = time.monotonic() + wait_s
@@ -479,4 +285,4 @@ class Executor:
             delay = min(delay * 2, 0.25)
 
 
-__all__ = ["Delivery", "Executor"]
+__all__ = ["Executor"]

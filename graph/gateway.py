@@ -14,10 +14,10 @@ from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
+from toolgate.release import INSTRUCTIONS
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import INSTRUCTIONS
 from toolgate.tools.spec import ToolSpec
 
 

@@ -34,9 +34,10 @@ from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._common import context_of, thread_id
-from toolgate.graph.seal import Sealer, apply_update, chain_updates
+from toolgate.graph.seal import Sealer
 from toolgate.graph.server_context import server_context
 from toolgate.graph.state import GatewayState
+from toolgate.graph.state_updates import apply_update, chain_updates
 from toolgate.policy.decisions import Rejection
 
 Node = Callable[..., dict[str, Any]]

@@ -9,7 +9,8 @@ from typing import Any
 from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.clock import iso
 from toolgate.graph.gateway import Gateway
-from toolgate.store.records import AuditEventIn, OperationRecord, ProposalRecord
+from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
 
 

@@ -19,9 +19,9 @@ from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.gateway import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
 from toolgate.policy.principal import Principal
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import (
     ApprovalRecord,
-    AuditEventIn,
     OperationRecord,
     OperationStatus,
     ProposalRecord,

@@ -14,24 +14,24 @@ call the model never made, or a result the gateway never gave, is noticed too.
 A seal covers the keys of the state version it sealed (`sealed_version`): a thread sealed before
 a key existed has no MAC for it, and that key must still be empty. The guard then brings the
 verified state to the current version (`toolgate.graph.state_versions`) and seals the result.
+
+What the state will be after an update is computed by `toolgate.graph.state_updates`; the MACs
+the last node of this process computed are reused through `toolgate.graph.recent_seals`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import threading
-import uuid
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from functools import cache
-from typing import Annotated, Any, get_args, get_origin, get_type_hints
+from collections.abc import Mapping
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langgraph.types import Overwrite
 
-from toolgate.graph.state import KEYS_ADDED_IN, GatewayState
+from toolgate.graph.recent_seals import RecentSeals, SealedEntry, known_mac
+from toolgate.graph.state import KEYS_ADDED_IN
+from toolgate.graph.state_updates import apply_update, lean_update, state_reducers
 from toolgate.store.keys import Keyring
 
 SEAL_VERSION = "2"
@@ -45,21 +45,9 @@ then is migrated, not refused. Each MAC names its form, so a form-2 seal cannot 
 by losing its ``state_version`` MAC."""
 
 
-@cache
-def _reducers() -> dict[str, Callable[[Any, Any], Any] | None]:
-    """Every state key with its reducer (None: a write replaces the value)."""
-    out: dict[str, Callable[[Any, Any], Any] | None] = {}
-    for key, hint in get_type_hints(GatewayState, include_extras=True).items():
-        reducer = None
-        if get_origin(hint) is Annotated:
-            reducer = next((m for m in get_args(hint)[1:] if callable(m)), None)
-        out[key] = reducer
-    return out
-
-
 def sealed_keys() -> tuple[str, ...]:
     """The keys of `GatewayState` the seal covers (all of them but the seal itself)."""
-    return tuple(k for k in _reducers() if k != "seal")
+    return tuple(k for k in state_reducers() if k != "seal")
 
 
 _DIGESTS: dict[int, tuple[weakref.ref[BaseMessage], str]] = {}
@@ -174,14 +162,11 @@ class Sealer:
             return 1
         return version if type(version) is int else None
 
-    def _expected_mac(
-        self, key: str, state: Mapping[str, Any], known: tuple[dict[str, Any], dict[str, str]] | None
-    ) -> str:
+    def _expected_mac(self, key: str, state: Mapping[str, Any], known: SealedEntry | None) -> str:
         """The current form's MAC of ``state``'s ``key``: the one the last node of this process
         computed (``known``) when the value is made of the very objects it sealed, else afresh."""
-        if known is not None and _same_objects(state.get(key), known[0].get(key)):
-            return known[1][key]
-        return self._mac(key, state)
+        reused = known_mac(known, key, state.get(key))
+        return reused if reused is not None else self._mac(key, state)
 
     def tampered_keys(self, state: Mapping[str, Any]) -> list[str]:
         """The keys of ``state`` that changed outside the gateway since it was last sealed.
@@ -227,50 +212,8 @@ class Sealer:
         return lean_update(state, {**update, "seal": seal})
 
 
-def _same_objects(value: Any, known: Any) -> bool:
-    """True when ``value`` is made of the very objects the last node of this process sealed (or
-    is an equal immutable scalar of the same type), so its MAC is the one computed then.
-
-    A client's change (``update_state``, a resume's update, a reloaded checkpoint) always arrives
-    as new objects and is MACed afresh; LangGraph's own reducers rebuild the list or dict around
-    the same elements, which is why containers compare element by element."""
-    if value is known:
-        return True
-    if type(value) is not type(known):
-        return False
-    if isinstance(value, str | int | float):
-        return bool(value == known)
-    if isinstance(value, list):
-        return len(value) == len(known) and all(a is b for a, b in zip(value, known, strict=True))
-    if isinstance(value, dict):
-        return value.keys() == known.keys() and all(value[k] is known[k] for k in value)
-    return False
-
-
-class _RecentSeals:
-    """Per thread, the values the last node of this process sealed and their MACs: the next node
-    of the same run checks the seal without encoding unchanged values again (bounded; a thread
-    not in it is checked in full)."""
-
-    SIZE = 1024
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[tuple[str, bytes], tuple[dict[str, Any], dict[str, str]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, bytes]) -> tuple[dict[str, Any], dict[str, str]] | None:
-        with self._lock:
-            return self._items.get(key)
-
-    def put(self, key: tuple[str, bytes], entry: tuple[dict[str, Any], dict[str, str]]) -> None:
-        with self._lock:
-            self._items[key] = entry
-            self._items.move_to_end(key)
-            while len(self._items) > self.SIZE:
-                self._items.popitem(last=False)
-
-
-_RECENT = _RecentSeals()
+_RECENT = RecentSeals()
+"""This process's recent seals, shared by every `Sealer`."""
 
 
 def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str, str]:
@@ -281,72 +224,6 @@ def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str
 def tampered_keys(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> list[str]:
     """The keys of ``state`` changed outside the gateway since it was last sealed (see `Sealer`)."""
     return Sealer(keys, thread_id).tampered_keys(state)
-
-
-def apply_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """The state LangGraph will hold after ``update`` (each key through its reducer, or replaced
-    by an `Overwrite`)."""
-    reducers = _reducers()
-    after = dict(state)
-    for key, value in update.items():
-        reducer = reducers.get(key)
-        if isinstance(value, Overwrite):
-            after[key] = value.value
-            continue
-        if key == "messages":
-            for message in value or ():
-                if isinstance(message, BaseMessage) and message.id is None:
-                    message.id = str(uuid.uuid4())  # the id add_messages would give it, chosen here
-        after[key] = reducer(state.get(key), value) if reducer is not None and key in state else value
-    return after
-
-
-def chain_updates(
-    state: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any]
-) -> dict[str, Any]:
-    """One update with the effect of ``first`` and then ``second`` on ``state``: a reducer channel
-    both write is written once, as an `Overwrite` of the value both leave."""
-    reducers = _reducers()
-    chained = {**first, **second}
-    both = [k for k in first.keys() & second.keys() if reducers.get(k) is not None]
-    if both:
-        after = apply_update(apply_update(state, first), second)
-        for key in both:
-            if not isinstance(second[key], Overwrite):
-                chained[key] = Overwrite(after[key])
-    return chained
-
-
-def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """``update`` without the keys that would leave their channel as it is: a channel that did
-    not change is not written again (each write is a new channel version in the checkpoint).
-
-    A merge written as the one-key dict ``{"__overwrite__": ...}`` (a model may name a call
-    ``__overwrite__``) would be taken by LangGraph for its overwrite sentinel: such a merge is
-    made here and written as an explicit `Overwrite` of the merged value instead."""
-    reducers = _reducers()
-    lean: dict[str, Any] = {}
-    for key, value in update.items():
-        reducer = reducers.get(key)
-        if isinstance(value, Overwrite):
-            lean[key] = value
-        elif reducer is None:
-            if key not in state or state[key] != value:
-                lean[key] = value
-        elif key == "messages":
-            if value:
-                lean[key] = value
-        elif isinstance(value, Mapping):
-            current = state.get(key) or {}
-            if any(k not in current or current[k] != v for k, v in value.items()):
-                lean[key] = Overwrite(reducer(current, value)) if OVERWRITE_KEY in value else value
-        else:
-            lean[key] = value
-    return lean
-
-
-OVERWRITE_KEY = "__overwrite__"
-"""LangGraph's sentinel key: a one-key dict under it replaces a reducer channel's value."""
 
 
 def seal_update(
@@ -360,9 +237,6 @@ __all__ = [
     "LEGACY_SEAL_VERSION",
     "SEAL_VERSION",
     "Sealer",
-    "apply_update",
-    "chain_updates",
-    "lean_update",
     "seal_of",
     "seal_update",
     "sealed_keys",

@@ -23,6 +23,7 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes.dispatch import proposed_calls
 from toolgate.graph.nodes.model import invoke_unobserved
+from toolgate.policy.authorization import visible_tools
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
 from toolgate.store.rollout import RolloutStore
@@ -84,7 +85,7 @@ def ask_candidate(
 ) -> tuple[AIMessage, dict[str, str]]:
     """The candidate model's response to the control's messages, with the candidate's tools and
     instructions, screened as its model node would screen it (unobserved, untraced)."""
-    runnable = candidate.model_for(candidate.registry.for_principal(principal))
+    runnable = candidate.model_for(visible_tools(candidate.registry, principal))
     response = invoke_unobserved(runnable, [SystemMessage(candidate.instructions), *history])
     if not isinstance(response, AIMessage):
         response = AIMessage(content=str(getattr(response, "content", response)))

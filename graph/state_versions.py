@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from toolgate.graph.seal import apply_update, chain_updates
+from toolgate.graph.state_updates import apply_update, chain_updates
 
 Migration = Callable[[Mapping[str, Any]], dict[str, Any]]
 """One step: a pure function of a state of version ``n`` (it changes nothing it is given) that

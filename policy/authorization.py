@@ -7,6 +7,7 @@ the principal and the system of record. Neither ever reads an identity from argu
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from toolgate.errors import RejectionCode
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.tools.argpaths import values_at
+from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ResourceRef, ResourceResolver, ResourceStatus, ToolSpec
 
 
@@ -24,6 +26,20 @@ def exposed(spec: ToolSpec, principal: Principal) -> bool:
     if spec.exposed_to_roles is not None and not (principal.roles & spec.exposed_to_roles):
         return False
     return spec.exposed_to_tenants is None or principal.tenant_id in spec.exposed_to_tenants
+
+
+def visible_tools(registry: Registry, principal: Principal) -> list[ToolSpec]:
+    """The tools of ``registry`` this principal may see, in a stable order (by real name): the only
+    tools a model acting for them is offered."""
+    return [s for _, s in sorted(registry.tools.items()) if exposed(s, principal)]
+
+
+def closest_visible(registry: Registry, unknown: str, principal: Principal) -> str | None:
+    """The closest tool name to an unknown one among those the principal may see, never a hidden
+    tool's. It is the wire name: the suggestion is for the model, which calls tools by wire name."""
+    allowed = [s.wire_name for s in visible_tools(registry, principal)]
+    matches = difflib.get_close_matches(unknown.casefold(), allowed, n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 def check_scopes(spec: ToolSpec, principal: Principal) -> Rejection | None:
@@ -77,4 +93,4 @@ def resource_status(
     return resolver.resource_status(ref.kind, resource_id, ctx.tenant_id)
 
 
-__all__ = ["check_resource", "check_scopes", "exposed", "resource_status"]
+__all__ = ["check_resource", "check_scopes", "closest_visible", "exposed", "resource_status", "visible_tools"]

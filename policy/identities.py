@@ -21,7 +21,7 @@ from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.records import IdentityRecord
+from toolgate.store.identity_records import IdentityRecord
 
 SCHEMA_VERSION = 1
 """Version of the identities import file."""

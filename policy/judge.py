@@ -16,7 +16,7 @@ from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.errors import ToolExecutionError
-from toolgate.policy.authorization import check_resource, check_scopes
+from toolgate.policy.authorization import check_resource, check_scopes, closest_visible
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
@@ -82,7 +82,7 @@ class Judge:
         call against any rate limit (a shadow judgement writes nothing anywhere)."""
         spec = self.registry.get(call.name)
         if spec is None:
-            suggestion = self.registry.suggest(call.name, principal)
+            suggestion = closest_visible(self.registry, call.name, principal)
             return Verdict(
                 None,
                 {},

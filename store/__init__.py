@@ -1,17 +1,16 @@
 """Durable state with consequences: proposals, approvals, operations with atomic claims, audit log."""
 
+from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.base import Store, Tx
 from toolgate.store.factory import is_postgres_url, open_checkpointer, open_store
+from toolgate.store.identity_records import IdentityRecord
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import ALLOWED_TRANSITIONS, MIGRATIONS, Migration
 from toolgate.store.postgres import PostgresStore
 from toolgate.store.records import (
     TERMINAL_STATUSES,
     ApprovalRecord,
-    AuditEvent,
-    AuditEventIn,
     DeadLetter,
-    IdentityRecord,
     OperationRecord,
     OperationStatus,
     ProposalRecord,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolgate.errors import IdentityError
-from toolgate.store.records import IdentityRecord, IdentityStatus
+from toolgate.store.identity_records import IdentityRecord, IdentityStatus
 
 if TYPE_CHECKING:
     from toolgate.store.base import Tx

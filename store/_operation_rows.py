@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso
 from toolgate.errors import InvalidTransitionError
-from toolgate.store.records import AuditEvent, AuditEventIn, DeadLetter, OperationRecord, OperationStatus
+from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
 
 if TYPE_CHECKING:
     from toolgate.store.base import Tx

@@ -14,14 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolgate.canonical import canonical_json
 from toolgate.store._operation_rows import operation_of
-from toolgate.store.records import (
-    ApprovalRecord,
-    AuditEvent,
-    AuditEventIn,
-    OperationRecord,
-    ProposalRecord,
-    Settlement,
-)
+from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord, Settlement
 
 if TYPE_CHECKING:
     from toolgate.store.base import Tx

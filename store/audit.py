@@ -11,8 +11,8 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
+from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.base import Store
-from toolgate.store.records import AuditEvent, AuditEventIn
 from toolgate.telemetry import current_trace_id
 
 

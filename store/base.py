@@ -13,15 +13,13 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
+from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.identity_records import IdentityRecord, IdentityStatus
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 from toolgate.store.records import (
     ApprovalRecord,
-    AuditEvent,
-    AuditEventIn,
     DeadLetter,
-    IdentityRecord,
-    IdentityStatus,
     OperationRecord,
     OperationStatus,
     ProposalRecord,

@@ -1,14 +1,20 @@
-"""The rows the store keeps, as frozen values.
+"""The records of a proposed write's life: proposal, approvals, operation state, dead letters.
 
-Persisted shapes carry ``schema_version`` where they leave the process (JSON exports); the
-database schema itself is versioned by the append-only migration list.
+A proposal is what a reviewer approves, an approval one reviewer's decision on its digest, the
+operation the execution state of its key, and a dead letter an outcome nobody could determine.
+Identities (`toolgate.store.identity_records`) and audit events
+(`toolgate.store.audit_records`) have records of their own. Persisted shapes carry
+``schema_version`` where they leave the process (JSON exports); the database schema itself is
+versioned by the append-only migration list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from toolgate.store.audit_records import AuditEventIn
 
 OperationStatus = Literal[
     "pending_approval",
@@ -146,52 +152,6 @@ class ApprovalRecord:
         }
 
 
-IdentityStatus = Literal["active", "revoked"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class IdentityRecord:
-    """A person who may act through toolgate: requester, reviewer or administrator."""
-
-    user_id: str
-    """Stable identifier of the person."""
-    tenant_id: str
-    """Tenant the person acts in."""
-    roles: tuple[str, ...]
-    """Roles (sorted), e.g. ``support``, ``finance``, ``admin``."""
-    scopes: tuple[str, ...]
-    """Granted scopes (sorted)."""
-    display_name: str
-    """Name for reviewer screens; never used for a decision."""
-    token_hash: str | None = field(default=None, repr=False)
-    """Keyed hash of the person's secret token (None: cannot authenticate until a token is issued)."""
-    status: IdentityStatus = "active"
-    """``revoked`` identities cannot act, and their pending decisions stop counting."""
-    review_tenants: tuple[str, ...] = ()
-    """Further tenants (sorted) this person reviews for, as staff; granted by the operator only."""
-    created_at: str = ""
-    """ISO-8601 UTC creation time (the store's clock)."""
-    updated_at: str = ""
-    """ISO-8601 UTC time of the last change (the store's clock)."""
-    authentic: bool = False
-    """Set by the store on read: whether the row's MAC verified (a row changed with database access
-    alone does not)."""
-
-    def content(self) -> dict[str, Any]:
-        """Everything the record's MAC covers."""
-        return {
-            "user_id": self.user_id,
-            "tenant_id": self.tenant_id,
-            "roles": sorted(self.roles),
-            "scopes": sorted(self.scopes),
-            "display_name": self.display_name,
-            "token_hash": self.token_hash,
-            "status": self.status,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        } | ({"review_tenants": sorted(self.review_tenants)} if self.review_tenants else {})
-
-
 @dataclass(frozen=True, kw_only=True)
 class OperationRecord:
     """Execution state of one operation key."""
@@ -249,71 +209,11 @@ class DeadLetter:
     note: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class AuditEventIn:
-    """An audit event to append; the store assigns sequence, ids, time and hashes."""
-
-    event: str
-    """Dotted event name, e.g. ``call.rejected`` or ``operation.completed``."""
-    result: str
-    """Outcome word, e.g. ``rejected``, ``created``, ``completed``."""
-    code: str | None = None
-    """Stable rejection or refusal code, when there is one."""
-    request_id: str | None = None
-    """Internal request (run) id."""
-    response_id: str | None = None
-    """Model response id (never the prompt)."""
-    call_id: str | None = None
-    """Model tool call id."""
-    proposal_id: str | None = None
-    """Proposal id."""
-    operation_key: str | None = None
-    """Operation key."""
-    thread_id: str | None = None
-    """LangGraph thread id."""
-    tool: str | None = None
-    """Tool name."""
-    tool_release: str | None = None
-    """Release id."""
-    handler_revision: str | None = None
-    """Handler revision."""
-    actor_id: str | None = None
-    """Keyed hash of the acting user (requester, reviewer or worker)."""
-    trace_id: str | None = None
-    """Trace id shared with the observability spans."""
-    detail: dict[str, Any] = field(default_factory=dict)
-    """Bounded, redacted extra facts (audit projection of arguments, digests, reasons)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditEvent(AuditEventIn):
-    """A stored audit event with its place in the hash chain."""
-
-    seq: int
-    """Position in the log."""
-    event_id: str
-    """``evt_...`` identifier."""
-    occurred_at: str
-    """ISO-8601 UTC time."""
-    prev_hash: str
-    """Hash of the previous event (64 zeros for the first)."""
-    hash: str
-    """SHA-256 over this event's canonical encoding and ``prev_hash``."""
-    detail_sha256: str | None = None
-    """Digest of ``detail`` (the chain covers this, so the payload itself can be retained or purged)."""
-    payload_retained: bool = True
-    """False once retention deleted the protected payload (``detail`` is then empty)."""
-
-
 __all__ = [
     "TERMINAL_STATUSES",
     "ApprovalRecord",
-    "AuditEvent",
-    "AuditEventIn",
     "DeadLetter",
     "Decision",
-    "IdentityRecord",
-    "IdentityStatus",
     "OperationRecord",
     "OperationStatus",
     "ProposalRecord",

@@ -28,12 +28,12 @@ from toolgate.graph.rollout import ReleaseRouter
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.rollout import canary_specs
+from toolgate.release import ReleaseEnv
 from toolgate.release_control import ReleaseControl
+from toolgate.release_loader import load_release
 from toolgate.store.base import Store
 from toolgate.testing import HandlerCounter, ScriptedChatModel
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import ReleaseEnv
-from toolgate.tools.release_loader import load_release
 
 CONTROL = "ops-tools/1.0.0"
 CANDIDATE = "ops-tools/1.1.0"

@@ -19,6 +19,7 @@ from support import principal, start, tool_messages
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review import decide
+from toolgate.policy.authorization import visible_tools
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
@@ -26,7 +27,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import REFUND_RELEASE, ApprovalClass, NoRollback, Registry, ToolSpec
 from toolgate.tools.demo import DemoSystem
 from toolgate.tools.demo.release import DEMO_RELEASES
-from toolgate.tools.shapes import OperatorPolicy
+from toolgate.tools.operator_policy import OperatorPolicy
 
 RELEASE = "shapes-test/1.0.0"
 READ = OperatorPolicy(risk="read-only", owner="weather-team", scopes=frozenset({"ops:read"}))
@@ -69,7 +70,7 @@ def run_read_then_write(
     initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
     seed_demo_identities(IdentityDirectory(store))
     registry = Registry.of(RELEASE, specs, DemoSystem(store))
-    assert [s.name for s in registry.for_principal(principal("cust-ada"))] == []
+    assert [s.name for s in visible_tools(registry, principal("cust-ada"))] == []
     model = ScriptedChatModel(
         responses=[
             ai("", tool_call(read[0], read[1], "call_read")),

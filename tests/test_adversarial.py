@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from support import TEST_KEY
 
-from toolgate.evals.adversarial import CASES, PROPOSAL_CREATED, AdversarialCase, Call
+from toolgate.evals.adversarial import CASES
+from toolgate.evals.adversarial_case import PROPOSAL_CREATED, AdversarialCase, Call
 from toolgate.evals.dispatch_runner import DispatchRunner, RunReport
 from toolgate.store import SQLiteStore
 

@@ -32,18 +32,16 @@ from toolgate.tools.demo import DemoSystem, demo_specs
 from toolgate.tools.demo import crm as crm_mod
 from toolgate.tools.demo import filing as filing_mod
 from toolgate.tools.demo import inventory as inventory_mod
-from toolgate.tools.demo import purchasing as purchasing_mod
+from toolgate.tools.demo import purchasing_schema as purchasing_schema_mod
 from toolgate.tools.demo import records as records_mod
+from toolgate.tools.demo import report_models as report_models_mod
 from toolgate.tools.demo import reports as reports_mod
 from toolgate.tools.demo.crm import CrmClient, LookupContactArgs, TokenBucket, crm_specs
 from toolgate.tools.demo.filing import FilingService, LegacyFilingService, SubmitFilingArgs, filing_specs
 from toolgate.tools.demo.inventory import InventoryService, UpdateInventoryArgs, inventory_specs
-from toolgate.tools.demo.purchasing import (
-    CreatePurchaseOrderArgs,
-    PreviewPurchaseOrderArgs,
-    PurchasingService,
-    purchasing_specs,
-)
+from toolgate.tools.demo.preview_tokens import preview_id_of
+from toolgate.tools.demo.purchasing import PurchasingService, purchasing_specs
+from toolgate.tools.demo.purchasing_models import CreatePurchaseOrderArgs, PreviewPurchaseOrderArgs
 from toolgate.tools.demo.reports import CheckJobStatusArgs, ReportService, SubmitReportJobArgs, report_specs
 from toolgate.tools.demo.service import DemoService
 
@@ -246,7 +244,7 @@ def _seeded(world: World) -> dict[str, int]:
 
 
 def test_migrations_are_portable_and_setup_is_idempotent(world: World) -> None:
-    for module in (records_mod, inventory_mod, purchasing_mod, reports_mod, filing_mod, crm_mod):
+    for module in (records_mod, inventory_mod, purchasing_schema_mod, reports_mod, filing_mod, crm_mod):
         for migration in module.MIGRATIONS:
             assert migration.sqlite == migration.postgres
             assert "AUTOINCREMENT" not in migration.sqlite.upper()
@@ -574,7 +572,7 @@ def test_expired_token_is_refused_with_a_clear_reason(world: World) -> None:
 
 def test_tampered_stored_payload_is_refused(world: World) -> None:
     preview = _preview(world)
-    preview_id = purchasing_mod.preview_id_of(preview.preview_token)
+    preview_id = preview_id_of(preview.preview_token)
     stored = json.loads(
         world.rows("SELECT payload FROM sor_po_previews WHERE preview_id = ?", (preview_id,))[0]["payload"]
     )
@@ -662,8 +660,8 @@ def test_report_job_submit_running_complete_with_a_controlled_clock(world: World
     assert acme["n"] >= 2  # the demo's acme orders, and none of globex's
     assert (done.summary.row_count, done.summary.total_amount_cents) == (acme["n"], acme["total"])
     assert (done.summary.date_from, done.summary.date_to) == ("2025-01-01", "2025-01-31")
-    assert set(sanitize_result(done, reports_mod.JobStatusResult)["summary"]) == set(
-        reports_mod.ReportSummary.model_fields
+    assert set(sanitize_result(done, report_models_mod.JobStatusResult)["summary"]) == set(
+        report_models_mod.ReportSummary.model_fields
     )
 
 

@@ -13,6 +13,7 @@ from support import TEST_KEY, Harness, principal, start, tool_messages
 
 from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.context import Context
+from toolgate.policy.authorization import visible_tools
 from toolgate.policy.output import TRUNCATED, bound, redact
 from toolgate.policy.rules import PolicyRules, RateLimit, RateLimits
 from toolgate.store import SQLiteStore
@@ -50,13 +51,13 @@ def test_a_principal_never_sees_a_tool_it_lacks_scope_for_and_calling_it_is_unau
 def test_exposure_by_role_and_tenant(harness: Harness) -> None:
     restricted = replace(harness.registry.tools["lookup_order"], exposed_to_roles=frozenset({"support"}))
     harness.registry = replace(harness.registry, tools={**harness.registry.tools, "lookup_order": restricted})
-    assert "lookup_order" not in [s.name for s in harness.registry.for_principal(principal("cust-ada"))]
-    assert "lookup_order" in [s.name for s in harness.registry.for_principal(principal("rita"))]
+    assert "lookup_order" not in [s.name for s in visible_tools(harness.registry, principal("cust-ada"))]
+    assert "lookup_order" in [s.name for s in visible_tools(harness.registry, principal("rita"))]
     tenant_only = replace(restricted, exposed_to_roles=None, exposed_to_tenants=frozenset({"globex"}))
     harness.registry = replace(
         harness.registry, tools={**harness.registry.tools, "lookup_order": tenant_only}
     )
-    assert "lookup_order" not in [s.name for s in harness.registry.for_principal(principal("rita"))]
+    assert "lookup_order" not in [s.name for s in visible_tools(harness.registry, principal("rita"))]
 
 
 def test_policy_is_data_first_violation_wins_and_a_limit_change_is_a_data_change(harness: Harness) -> None:

@@ -71,7 +71,7 @@ def test_a_tools_definition_is_built_once_per_process(
 def test_the_seal_check_reuses_a_mac_only_for_the_objects_it_sealed() -> None:
     """The next node of a run reuses the MACs of values made of the very objects the last node
     sealed; anything else (a client's change arrives as new objects) is MACed afresh."""
-    from toolgate.graph.seal import _same_objects
+    from toolgate.graph.recent_seals import _same_objects
 
     record = {"call_id": "c1", "tool": "lookup_order", "phase": "done"}
     sealed = {"c1": record}

@@ -20,7 +20,9 @@ from starlette.testclient import TestClient
 from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 import toolgate.graph.http as http
+import toolgate.graph.waker as waker
 from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.api_serving import MAX_BODY_BYTES
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review import decide
 from toolgate.policy.demo_identities import demo_token
@@ -92,7 +94,7 @@ def api(store: Store, monkeypatch: pytest.MonkeyPatch) -> Api:
         made.woken.append(thread_id)
         return True
 
-    monkeypatch.setattr(http, "wake_thread", wake)
+    monkeypatch.setattr(waker, "wake_thread", wake)
     return made
 
 
@@ -265,7 +267,7 @@ def test_bad_bodies_are_refused_with_422_before_anything_changes(api: Api) -> No
         response = api.client.post(url, content=content, headers=headers)
         assert response.status_code == 422, why
         assert response.json()["error"] in ("invalid_json", "invalid_body"), why
-    huge = api.client.post(url, content=b" " * (http.MAX_BODY_BYTES + 1), headers=headers)
+    huge = api.client.post(url, content=b" " * (MAX_BODY_BYTES + 1), headers=headers)
     assert huge.status_code == 413 and huge.json()["error"] == "body_too_large"
     edit = api.post(proposal_url(facts, "edit"), "fiona", {"arguments": "amount 700"})
     assert edit.status_code == 422 and edit.json()["message"] == "arguments must be an object"
@@ -428,17 +430,17 @@ def test_the_waker_wakes_only_threads_whose_operation_was_decided(api: Api) -> N
         ],
         states={"t-via-state": {"values": {"awaiting": "nope", "calls": []}}},
     )
-    woken: http.Woken = {}
-    assert asyncio.run(http.wake_decided_threads(api.gw, fake, woken)) == ["t-decided"]
+    woken: waker.Woken = {}
+    assert asyncio.run(waker.wake_decided_threads(api.gw, fake, woken)) == ["t-decided"]
     assert api.woken == ["t-decided"]
-    assert asyncio.run(http.wake_decided_threads(api.gw, fake, woken)) == []  # woken once per decision
+    assert asyncio.run(waker.wake_decided_threads(api.gw, fake, woken)) == []  # woken once per decision
     fake.found = fake.found[1:]
-    asyncio.run(http.wake_decided_threads(api.gw, fake, woken))
+    asyncio.run(waker.wake_decided_threads(api.gw, fake, woken))
     assert woken == {} and api.woken == ["t-decided"]
 
 
 def test_awaited_operation_keys_reads_untrusted_state_defensively() -> None:
-    read = http.awaited_operation_keys
+    read = waker.awaited_operation_keys
     assert read(None) == read([]) == read({"awaiting": "c1"}) == read({"awaiting": ["c1"], "calls": []}) == []
     calls = {"c1": {"operation_key": "op_a"}, "c2": {"operation_key": "op_a"}, "c3": {"operation_key": 5}}
     assert read({"awaiting": ["c1", "c2", "c3", "c4", {"c1": 1}], "calls": calls}) == ["op_a"]
@@ -446,7 +448,7 @@ def test_awaited_operation_keys_reads_untrusted_state_defensively() -> None:
         "awaiting": [f"c{i}" for i in range(500)],
         "calls": {f"c{i}": {"operation_key": f"op_{i}"} for i in range(500)},
     }
-    assert len(read(many)) == http.MAX_AWAITED_PER_THREAD
+    assert len(read(many)) == waker.MAX_AWAITED_PER_THREAD
     assert read({"awaiting": ["c1"], "calls": {"c1": {"operation_key": "x" * 201}}}) == []
 
 

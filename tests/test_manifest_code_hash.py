@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict
 
 from toolgate.store import SQLiteStore
 from toolgate.tools import ApprovalClass, NoRollback
-from toolgate.tools.manifest import code_identity, handler_source_hash, mark_code
-from toolgate.tools.shapes import OperatorPolicy, from_function
+from toolgate.tools.code_hash import code_identity, handler_source_hash, mark_code
+from toolgate.tools.operator_policy import OperatorPolicy
+from toolgate.tools.shapes_functions import from_function
 from toolgate.tools.spec import ToolSpec
 from toolgate.tools.thirdparty import spec_from_function
 
@@ -161,8 +162,8 @@ def test_unwrapping_rules() -> None:
 
 
 def test_demo_handlers_cover_the_system_of_record_methods_they_call(tmp_path: Path) -> None:
+    from toolgate.release import ReleaseEnv
     from toolgate.tools.demo.release import DEMO_RELEASES
-    from toolgate.tools.release import ReleaseEnv
 
     store = SQLiteStore(tmp_path / "s.sqlite", key=b"k" * 16)
     registry = DEMO_RELEASES["ops-tools/1.0.0"].registry(ReleaseEnv(store, secret=b"k"))

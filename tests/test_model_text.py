@@ -17,13 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from support import TEST_KEY
 
 from toolgate.graph.bootstrap import initialize_store
+from toolgate.release import NoResources, ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools import ApprovalClass, NoRollback
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.manifest import tool_fingerprint
+from toolgate.tools.model_text import plain_text
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import NoResources, ReleaseEnv
-from toolgate.tools.schema_export import plain_text
 from toolgate.tools.spec import HandlerContext
 from toolgate.tools.thirdparty import spec_from_function
 

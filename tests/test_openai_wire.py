@@ -28,9 +28,9 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.models import load_chat_model
 from toolgate.policy import Principal
+from toolgate.release import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools.demo.release import DEMO_RELEASES
-from toolgate.tools.release import ReleaseEnv
 
 FAKE_KEY = "sk-test-not-a-real-key-0000000000"
 RELEASE = "ops-tools/1.0.0"

@@ -18,9 +18,9 @@ from pydantic import Field
 
 import toolgate
 from toolgate import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, spec_from_function
+from toolgate.release import NoResources
 from toolgate.tools.arguments import ArgumentsInvalid
 from toolgate.tools.audit import audit_specs
-from toolgate.tools.release import NoResources
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ STABLE_SOURCES = frozenset(
         "toolgate.graph",
         "toolgate.policy",
         "toolgate.tools",
-        "toolgate.tools.release",
+        "toolgate.release",
         "toolgate.tools.spec",
         "toolgate.tools.thirdparty",
     }

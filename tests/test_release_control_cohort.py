@@ -18,9 +18,9 @@ from toolgate.policy.rollout import (
     percent_to_bp,
     stop_reason,
 )
+from toolgate.release import ReleaseEnv
+from toolgate.release_loader import load_release
 from toolgate.store import SQLiteStore
-from toolgate.tools.release import ReleaseEnv
-from toolgate.tools.release_loader import load_release
 
 SALT = "5f1c0e2a9b7d4c3e8a6f0b1d2c3e4f50"
 USERS = [(f"tenant-{i % 37}", f"user-{i:05d}") for i in range(10_000)]

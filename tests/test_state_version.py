@@ -28,7 +28,8 @@ from toolgate.clock import parse_iso
 from toolgate.errors import RunRefused
 from toolgate.graph import Context, state_versions
 from toolgate.graph.review import decide
-from toolgate.graph.seal import LEGACY_SEAL_VERSION, SEAL_VERSION, Sealer, apply_update, seal_of
+from toolgate.graph.seal import LEGACY_SEAL_VERSION, SEAL_VERSION, Sealer, seal_of
+from toolgate.graph.state_updates import apply_update
 from toolgate.graph.state_versions import CURRENT_VERSION, UNSUPPORTED, migrate, pending_update
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain

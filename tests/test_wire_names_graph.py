@@ -16,9 +16,9 @@ from support import Harness, principal, start, tool_messages
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.review import decide
 from toolgate.policy import PolicyRules
+from toolgate.release import NoResources
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import ApprovalClass, NoRollback, Registry
-from toolgate.tools.release import NoResources
 from toolgate.tools.thirdparty import spec_from_tool_definition
 
 

@@ -25,8 +25,8 @@ from toolgate.errors import (
 )
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.policy import Principal
+from toolgate.release import Release, ReleaseEnv
 from toolgate.tools import Registry
-from toolgate.tools.release import Release, ReleaseEnv
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,

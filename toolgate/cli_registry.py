@@ -13,12 +13,12 @@ import typer
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
 from toolgate.graph.bootstrap import release_manifest
+from toolgate.release import INSTRUCTIONS, Release, ReleaseEnv
+from toolgate.release_loader import load_release
 from toolgate.store.factory import open_store
 from toolgate.tools.audit import audit_specs
 from toolgate.tools.manifest import effective_manifest
 from toolgate.tools.registry import Registry
-from toolgate.tools.release import INSTRUCTIONS, Release, ReleaseEnv
-from toolgate.tools.release_loader import load_release
 from toolgate.tools.schema_export import anthropic_tool, openai_tool, strict_problems
 from toolgate.tools.spec import ToolSpec
 

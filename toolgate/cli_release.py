@@ -21,10 +21,10 @@ import typer
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import release_manifest
+from toolgate.release import ReleaseEnv
+from toolgate.release_loader import load_release, registered_releases
 from toolgate.scaffold import package_name, scaffold
 from toolgate.store.factory import open_store
-from toolgate.tools.release import ReleaseEnv
-from toolgate.tools.release_loader import load_release, registered_releases
 
 release_app = typer.Typer(no_args_is_help=True, help="Create, list and roll out tool releases.")
 

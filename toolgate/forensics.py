@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from toolgate.policy.output import count_secrets
 from toolgate.store.audit import Auditor
+from toolgate.store.audit_records import AuditEvent
 from toolgate.store.base import Store
 from toolgate.store.chain import verify_chain
-from toolgate.store.records import AuditEvent
 
 EXPECTED: dict[str, tuple[str, ...]] = {
     "succeeded": (

@@ -24,11 +24,11 @@ from toolgate.errors import RegistryError, ReleaseControlError
 from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
 from toolgate.policy.rollout import DEFAULT_CANARY_PERCENT, LIVE_PHASES, RELEASE_ROLES, percent_to_bp
+from toolgate.release_loader import load_release
 from toolgate.release_rollback import CriticalRunner, RollbackPlan, default_critical_runner, plan_rollback
 from toolgate.store.audit import Auditor
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.rollout_records import ReleasePointer, ReleaseState, Rollout
-from toolgate.tools.release_loader import load_release
 
 
 class ReleaseControl:

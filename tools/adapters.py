@@ -3,7 +3,7 @@
 The StructuredTool carries the schema to LangChain and LangGraph Studio, under the tool's wire
 name (the name a model calls; the real name is in ``metadata["toolgate_name"]``). Invoking it
 directly is refused: a handler may only run behind dispatch, approval and the execution claim.
-Its description is the text the model is sent (`toolgate.tools.schema_export.plain_text`).
+Its description is the text the model is sent (`toolgate.tools.model_text.plain_text`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from langchain_core.tools import StructuredTool
 
 from toolgate.errors import DirectInvocationError
 from toolgate.tools.declared import contract_of
-from toolgate.tools.schema_export import plain_text, plain_text_schema
+from toolgate.tools.model_text import plain_text, plain_text_schema
 from toolgate.tools.spec import ToolSpec
 
 

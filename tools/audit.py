@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.errors import RegistryError
+from toolgate.tools.code_hash import code_target
 from toolgate.tools.identity_names import is_identity_name
-from toolgate.tools.manifest import code_target, manifest_drift
+from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.schema_walk import field_paths
-from toolgate.tools.spec import ToolSpec, spec_problems
+from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec_checks import spec_problems
 
 EXECUTOR_NAMES = frozenset(
     {
@@ -87,7 +89,7 @@ DYNAMIC_MARKERS = {
 def identity_fields(spec: ToolSpec) -> list[str]:
     """Argument paths whose names carry identity or authority, less the operator's exemptions.
 
-    Registration already refuses these (`toolgate.tools.spec.identity_problems`); the audit
+    Registration already refuses these (`toolgate.tools.spec_checks.identity_problems`); the audit
     reports them for specs built around that check."""
     return sorted(
         {

@@ -1,7 +1,8 @@
 """The registry of one release: the immutable map from tool name to reviewed spec.
 
-Lookups never resolve a model string to code: an unknown name is a rejection, and the
-"did you mean" suggestion is drawn only from the tools this principal may see.
+Lookups never resolve a model string to code: an unknown name is a rejection. Which of these
+tools a principal sees (and the "did you mean" drawn only from those) is policy's decision:
+`toolgate.policy.authorization.visible_tools`.
 
 Tools are keyed by their real name; the model is told each tool's wire name
 (`toolgate.tools.wire`), and `Registry.get` accepts either, so what the model calls maps back to
@@ -11,7 +12,6 @@ the real name before anything is proposed, audited or answered.
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,8 +20,6 @@ from typing import Any
 from langchain_core.tools import StructuredTool
 
 from toolgate.errors import RegistryError
-from toolgate.policy.authorization import exposed
-from toolgate.policy.principal import Principal
 from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.schema_export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec
@@ -81,18 +79,6 @@ class Registry:
             spec = self.tools.get(self._by_wire[name])
         return spec
 
-    def for_principal(self, principal: Principal) -> list[ToolSpec]:
-        """Tools this principal may see, in a stable order (scopes are all required)."""
-        return [s for _, s in sorted(self.tools.items()) if exposed(s, principal)]
-
-    def suggest(self, unknown: str, principal: Principal) -> str | None:
-        """Closest allowed tool name for an unknown one, never revealing hidden tools.
-
-        It is the wire name: the suggestion is for the model, which calls tools by wire name."""
-        allowed = [s.wire_name for s in self.for_principal(principal)]
-        matches = difflib.get_close_matches(unknown.casefold(), allowed, n=1, cutoff=0.6)
-        return matches[0] if matches else None
-
     def has_stateful_writes(self) -> bool:
         """True when any tool writes; parallel tool calls are then disabled."""
         return any(s.is_write for s in self.tools.values())
@@ -100,7 +86,7 @@ class Registry:
     def openai_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """OpenAI tool definitions for ``specs`` under their wire names (strict where the arguments
         allow it, see `toolgate.tools.schema_export.exported_parameters`), every description in
-        them plain text (`toolgate.tools.schema_export.plain_text`)."""
+        them plain text (`toolgate.tools.model_text.plain_text`)."""
         return [copy.deepcopy(_openai_definition(s.wire_name, s.description, s.args_model)) for s in specs]
 
     def anthropic_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:

@@ -26,14 +26,9 @@ from pydantic import BaseModel
 
 from toolgate.errors import RegistryError
 from toolgate.tools.arguments import FrozenArguments, ModelArguments
-from toolgate.tools.declared import (
-    UNSUPPORTED,
-    JsonSchemaArguments,
-    OpenObjects,
-    SchemaRefused,
-    declared_model,
-)
-from toolgate.tools.manifest import mark_code
+from toolgate.tools.code_hash import mark_code
+from toolgate.tools.declared import JsonSchemaArguments, declared_model
+from toolgate.tools.declared_checks import UNSUPPORTED, OpenObjects, SchemaRefused
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}

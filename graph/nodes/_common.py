@@ -15,7 +15,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.state import Budget, CallRecord, GatewayState
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
-from toolgate.store.records import AuditEventIn
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.tools.spec import ToolSpec
 
 

@@ -32,7 +32,7 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.judge import ProposedCall, Verdict
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
-from toolgate.store.records import AuditEventIn
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.tools.spec import ToolSpec
 
 VALIDATION_CODES = frozenset(

@@ -1,13 +1,12 @@
 """The execute node: runs this turn's reads and delivers its approved writes, once each.
 
 Nothing runs because checkpointed state says so. Besides the seal checked before this node, each
-call is re-judged from trusted sources: a read runs only for a tool that is a read in the loaded
-release and that this principal may use on this resource now; a write runs only through an
-operation whose proposal in the store belongs to this thread, tenant, requester, tool and call.
-Writes go through `Executor.deliver`, which re-verifies the approval records, claims the
-operation atomically and returns the stored result to any duplicate delivery. Every call of the
-turn gets its own `ToolMessage`, whatever happened to the others. While every write of the turn
-still awaits a decision, the thread goes back to waiting instead of reporting.
+call is re-judged from trusted sources (`toolgate.graph.nodes.execute_refusals`) and then run on
+its own (`toolgate.graph.nodes.execute_calls`). This node owns the turn: it picks up a write's
+replacement proposal, batches the runnable calls under the context's concurrency and deadline,
+answers a call still running when the batch deadline passes, and records what is done. While
+every write of the turn still awaits a decision, the thread goes back to waiting instead of
+reporting.
 """
 
 from __future__ import annotations
@@ -21,246 +20,15 @@ from langgraph.runtime import Runtime
 
 from toolgate import telemetry
 from toolgate.clock import iso
-from toolgate.errors import ToolExecutionError
 from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
 from toolgate.graph.edits import current_proposal
-from toolgate.graph.execution import Delivery
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.messages import rejection_message, result_message, status_message
-from toolgate.graph.nodes._common import accepted_event, audit_call_id, context_of, principal_of, thread_id
-from toolgate.graph.recovery import reconcile
+from toolgate.graph.messages import status_message
+from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
+from toolgate.graph.nodes.execute_calls import run_read, run_write
+from toolgate.graph.nodes.execute_refusals import STATE_MISMATCH, read_refusal, refuse_call, write_refusal
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
-from toolgate.policy.authorization import check_resource, check_scopes
-from toolgate.policy.decisions import Rejection
-from toolgate.policy.principal import Principal
-from toolgate.store.records import AuditEventIn
-from toolgate.tools.spec import ToolSpec
-
-AUTHORITATIVE = {"succeeded": "completed"}
-STATE_MISMATCH = Rejection(
-    code="state_mismatch",
-    message="Not run: this call does not match the gateway's own records for this task.",
-    retryable=False,
-)
-
-
-def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMessage:
-    """The model-facing result of one write delivery, stated from the store's record."""
-    facts = {
-        "operation_key": delivery.operation_key,
-        "authoritative_status": AUTHORITATIVE.get(delivery.status, delivery.status),
-    }
-    if delivery.duplicate:
-        facts["duplicate_delivery"] = "stored_result_returned"
-    status = delivery.status
-    if status == "succeeded" and delivery.result is not None:
-        return result_message(
-            call_id, spec.name, spec.version, delivery.result, max_bytes=spec.max_output_bytes, extra=facts
-        )
-    error = delivery.error or {}
-    texts = {
-        "pending_approval": (
-            "Not executed: waiting for approval. Tell the user it is pending, not done.",
-            None,
-        ),
-        "rejected": (
-            f"Rejected by the reviewer: {delivery.reason or 'no reason given'}. Do not retry.",
-            "approval_rejected",
-        ),
-        "expired": (
-            "Not executed: the proposal expired before approval. Do not retry automatically.",
-            "approval_expired",
-        ),
-        "failed": (
-            f"The tool failed: {error.get('message', 'unknown error')}",
-            error.get("kind", "server_error"),
-        ),
-        "unknown": ("Outcome unknown; it will be reconciled by the operation key. Do not retry.", "timeout"),
-        "dead_lettered": ("Outcome unresolved; a person will confirm it. Do not retry.", "unresolved"),
-        "executing": ("Still executing in another worker; the result will be recorded once.", None),
-        "approved": (
-            f"Not executed: {delivery.reason or 'approval could not be verified'}.",
-            error.get("kind", "approval_invalid"),
-        ),
-    }
-    message, kind = texts.get(status, (f"Not executed (status {status}).", "server_error"))
-    return status_message(
-        call_id,
-        spec.name,
-        "in_progress" if status == "executing" else status,
-        message,
-        retryable=False,
-        error_kind=kind,
-        extra=facts,
-    )
-
-
-def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) -> Delivery:
-    """Reconcile an unknown outcome right away; deliver once more only if the effect is proven absent."""
-    settled = reconcile(gw.executor, delivery.operation_key, delays=ctx.reconcile_delays)
-    if settled.status == "approved":
-        return gw.executor.deliver(
-            delivery.operation_key,
-            worker_id=ctx.worker_id,
-            lease_s=ctx.claim_lease_s,
-            wait_s=ctx.duplicate_wait_s,
-            call_id=call_id,
-        )
-    op = gw.store.get_operation(delivery.operation_key)
-    assert op is not None
-    return Delivery(
-        operation_key=op.operation_key,
-        status=op.status,
-        claim=delivery.claim,
-        duplicate=False,
-        result=op.result,
-        error=op.error,
-        reason=delivery.reason,
-    )
-
-
-def refuse_call(
-    gw: Gateway,
-    record: CallRecord,
-    principal: Principal,
-    rejection: Rejection,
-    common: dict[str, Any],
-    accepted: AuditEventIn | None = None,
-) -> tuple[ToolMessage, Outcome, bool]:
-    """Answer a call that execute will not run (audited like a dispatch refusal, in one append
-    with the read's ``accepted`` event)."""
-    call_id, tool = record["call_id"], record.get("tool", "unknown")
-    refused = gw.auditor.event(
-        "call.rejected",
-        "rejected",
-        user_id=principal.user_id,
-        code=rejection.code,
-        call_id=audit_call_id(call_id),
-        tool=tool,
-        detail={"message": rejection.message[:300], "stage": "execute"},
-        **common,
-    )
-    gw.auditor.record_all([*([accepted] if accepted else []), refused])
-    outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
-    return rejection_message(call_id, tool, rejection), outcome, True
-
-
-def read_refusal(
-    gw: Gateway, spec: ToolSpec | None, record: CallRecord, principal: Principal
-) -> Rejection | None:
-    """Why a read recorded in state may not run for ``principal`` now (None: it may)."""
-    if spec is None or spec.is_write:
-        return STATE_MISMATCH
-    return check_scopes(spec, principal) or check_resource(
-        spec, principal, record.get("arguments", {}), gw.registry.resolver
-    )
-
-
-def write_refusal(
-    gw: Gateway, spec: ToolSpec | None, record: CallRecord, principal: Principal, task: str
-) -> Rejection | None:
-    """Why a write recorded in state may not be delivered from this thread (None: it may).
-
-    The operation and its proposal are read from the store: they must be this call's, proposed in
-    this thread, for this tenant and requester."""
-    proposal = gw.executor.proposal(record.get("proposal_id", ""))
-    if (
-        spec is None
-        or not spec.is_write
-        or proposal is None
-        or proposal.operation_key != record.get("operation_key")
-        or proposal.thread_id != task
-        or proposal.tenant_id != principal.tenant_id
-        or proposal.requester_id != principal.user_id
-        or proposal.tool != spec.name
-        or proposal.call_id != record.get("call_id")
-    ):
-        return STATE_MISMATCH
-    return None
-
-
-def run_read(
-    gw: Gateway,
-    spec: ToolSpec,
-    record: CallRecord,
-    principal: Principal,
-    ctx: Context,
-    common: dict[str, Any],
-) -> tuple[ToolMessage, Outcome, bool]:
-    """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
-    in one append."""
-    call_id = record["call_id"]
-    accepted = accepted_event(gw.auditor, principal, record, spec, common)
-    try:
-        data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
-    except ToolExecutionError as exc:
-        failed = gw.auditor.event(
-            "call.failed",
-            "failed",
-            user_id=principal.user_id,
-            code=exc.kind,
-            call_id=call_id,
-            tool=spec.name,
-            handler_revision=spec.handler_revision,
-            **common,
-        )
-        gw.auditor.record_all([accepted, failed])
-        message = status_message(
-            call_id,
-            spec.name,
-            "failed",
-            exc.message,
-            retryable=exc.kind == "caller_error",
-            error_kind=exc.kind,
-        )
-        return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True
-    completed = gw.auditor.event(
-        "call.completed",
-        "completed",
-        user_id=principal.user_id,
-        call_id=call_id,
-        tool=spec.name,
-        handler_revision=spec.handler_revision,
-        **common,
-    )
-    gw.auditor.record_all([accepted, completed])
-    message = result_message(call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes)
-    return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
-
-
-def run_write(
-    gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context, span: telemetry.ToolSpan | None = None
-) -> tuple[ToolMessage, Outcome, bool]:
-    """Deliver one proposed write: execute it once if approved, else report its state."""
-    call_id = record["call_id"]
-    delivery = gw.executor.deliver(
-        record["operation_key"],
-        worker_id=ctx.worker_id,
-        lease_s=ctx.claim_lease_s,
-        wait_s=ctx.duplicate_wait_s,
-        call_id=call_id,
-    )
-    if delivery.status == "unknown":
-        if span is not None:
-            span.set_retry_count(1)  # reconciled; delivered once more only if proven absent
-        delivery = settle_unknown(gw, delivery, ctx, call_id)
-    if span is not None:
-        span.set_duplicate_delivery(delivery.duplicate)
-        if delivery.status == "failed":
-            span.set_outcome("failed", error_kind=(delivery.error or {}).get("kind", "server_error"))
-    if delivery.status == "rejected" and not delivery.reason:
-        decisions = gw.store.decisions_for(record["proposal_id"])
-        reasons = [d.reason for d in decisions if d.decision == "reject"]
-        delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
-    outcome = Outcome(
-        call_id=call_id,
-        tool=spec.name,
-        status=AUTHORITATIVE.get(delivery.status, delivery.status),
-        operation_key=record["operation_key"],
-        proposal_id=record["proposal_id"],
-    )
-    return delivery_message(call_id, spec, delivery), outcome, delivery.status != "pending_approval"
 
 
 def make_execute_node(gw: Gateway) -> Any:
@@ -387,4 +155,4 @@ def make_execute_node(gw: Gateway) -> Any:
     return execute
 
 
-__all__ = ["delivery_message", "make_execute_node"]
+__all__ = ["make_execute_node"]

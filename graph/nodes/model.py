@@ -22,8 +22,9 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.nodes.respond import make_respond_node
-from toolgate.graph.seal import apply_update
 from toolgate.graph.state import GatewayState
+from toolgate.graph.state_updates import apply_update
+from toolgate.policy.authorization import visible_tools
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
 
 
@@ -87,7 +88,7 @@ def make_model_node(gw: Gateway) -> Any:
             return {**base, "status": "needs_review", "status_reason": "task deadline exhausted"}
         if budget["model_turns"] >= budget["max_model_turns"]:
             return {**base, "status": "needs_review", "status_reason": "model turn budget exhausted"}
-        specs = gw.registry.for_principal(principal)
+        specs = visible_tools(gw.registry, principal)
         runnable = gw.model_for(specs)
         if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
             keys = [c["operation_key"] for c in state.get("calls", {}).values() if c.get("operation_key")]

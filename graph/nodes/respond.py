@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage
 
 from toolgate import telemetry
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.nodes.execute import AUTHORITATIVE
+from toolgate.graph.nodes.execute_calls import AUTHORITATIVE
 from toolgate.graph.state import GatewayState, Outcome, TaskStatus
 
 

@@ -45,17 +45,8 @@ from toolgate.telemetry.metrics import (
     record_task_completed,
 )
 from toolgate.telemetry.providers import configure, meter, tracer
-from toolgate.telemetry.spans import (
-    ModelSpan,
-    ToolSpan,
-    audit_trace_id,
-    current_trace_id,
-    link_parent,
-    model_name,
-    model_span,
-    parse_parent,
-    tool_span,
-)
+from toolgate.telemetry.spans import ModelSpan, ToolSpan, model_name, model_span, tool_span
+from toolgate.telemetry.trace_context import audit_trace_id, current_trace_id, link_parent, parse_parent
 
 __all__ = [
     "DURATION_BUCKETS_S",

@@ -1,32 +1,23 @@
-"""Spans of model and tool calls, and the trace id they share with audit events.
+"""Spans of model and tool calls: the handles callers record on, and the wrappers that time them.
 
 One span per model call (``chat {model}``, kind CLIENT) and one per tool call
-(``execute_tool {tool}``, kind INTERNAL) as its child. The model node and the execute node run
-as separate node invocations (possibly hours apart around an approval), so the model node keeps
-`ModelSpan.trace_ref` in checkpointed state and the execute node re-enters it with `link_parent`.
+(``execute_tool {tool}``, kind INTERNAL) as its child. Both wrappers share one lifecycle
+(`_timed_span`): open the span as current, mark it ERROR on an exception, set its latency and
+record its metrics on exit; they differ only in attributes and in what they record. Which trace
+a span joins, and the ids audit events share with it, are `toolgate.telemetry.trace_context`.
 """
 
 from __future__ import annotations
 
-import random
-import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import (
-    NonRecordingSpan,
-    Span,
-    SpanContext,
-    SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
-)
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 from toolgate.telemetry.attributes import (
     DUPLICATE_DELIVERY,
@@ -52,10 +43,7 @@ from toolgate.telemetry.attributes import (
 )
 from toolgate.telemetry.metrics import instruments
 from toolgate.telemetry.providers import tracer
-
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_HEX16 = re.compile(r"^[0-9a-f]{16}$")
-_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+from toolgate.telemetry.trace_context import hex_span_id, hex_trace_id, parse_parent
 
 
 def model_name(model: Any) -> str:
@@ -67,102 +55,7 @@ def model_name(model: Any) -> str:
     return type(model).__name__
 
 
-# ---- trace ids and parents ----------------------------------------------------------------
-
-
-def _hex_trace_id(span_context: SpanContext) -> str:
-    return format(span_context.trace_id, "032x")
-
-
-def _hex_span_id(span_context: SpanContext) -> str:
-    return format(span_context.span_id, "016x")
-
-
-def current_trace_id() -> str | None:
-    """32-hex trace id of the current span when its context is valid, else ``None``.
-
-    Audit events written inside `model_span`, `tool_span` or `link_parent` pass this as their
-    ``trace_id`` so the audit log and the traces share one join key.
-    """
-    span_context = trace.get_current_span().get_span_context()
-    return _hex_trace_id(span_context) if span_context.is_valid else None
-
-
-def audit_trace_id(fallback: str | None = None, trace_ref: Sequence[Any] | None = None) -> str | None:
-    """The trace id for an audit event: the current span's, else the task's stored model span
-    trace (``state["trace"]``), else ``fallback`` (the run context's ``trace_id``)."""
-    current = current_trace_id()
-    if current:
-        return current
-    if trace_ref:
-        candidate = str(trace_ref[0]).lower()
-        if _HEX32.match(candidate) and int(candidate, 16):
-            return candidate
-    return fallback
-
-
-def _span_context(
-    trace_id_hex: Any, span_id_hex: Any, flags: Any = "01", *, remote: bool
-) -> SpanContext | None:
-    if not isinstance(trace_id_hex, str) or not isinstance(span_id_hex, str):
-        return None
-    tid, sid = trace_id_hex.lower(), span_id_hex.lower()
-    if not _HEX32.match(tid) or not _HEX16.match(sid):
-        return None
-    try:
-        trace_flags = TraceFlags(int(str(flags), 16) & 0xFF)
-    except ValueError:
-        trace_flags = TraceFlags(TraceFlags.SAMPLED)
-    span_context = SpanContext(int(tid, 16), int(sid, 16), is_remote=remote, trace_flags=trace_flags)
-    return span_context if span_context.is_valid else None
-
-
-def parse_parent(value: Any) -> SpanContext | None:
-    """A parent span context from a stored trace ref, a W3C ``traceparent`` or a bare trace id.
-
-    * ``[trace_id_hex, span_id_hex]`` or ``[trace_id_hex, span_id_hex, flags_hex]``
-      (`ModelSpan.trace_ref`, `ModelSpan.context_ids`): that span.
-    * ``"00-<trace id>-<span id>-<flags>"``: an upstream caller's span.
-    * a 32-hex trace id (e.g. ``Context.trace_id``): join that trace under a synthetic remote
-      parent (the caller gave no span id), so spans and audit events share the caller's id.
-
-    Anything else (``None``, a non-hex request id) gives ``None``: the span starts a new trace.
-    """
-    if isinstance(value, (list, tuple)) and len(value) in (2, 3):
-        return _span_context(*value, remote=False)
-    if not isinstance(value, str):
-        return None
-    text = value.strip().lower()
-    match = _TRACEPARENT.match(text)
-    if match:
-        return _span_context(match.group(1), match.group(2), match.group(3), remote=True)
-    if _HEX32.match(text) and int(text, 16):
-        return _span_context(text, format(random.getrandbits(64) or 1, "016x"), "01", remote=True)
-    return None
-
-
-@contextmanager
-def link_parent(
-    trace_id_hex: str | None = None, span_id_hex: str | None = None, flags: str = "01"
-) -> Iterator[SpanContext | None]:
-    """Make the span ``(trace_id_hex, span_id_hex)`` current, so spans opened inside are its children.
-
-    Used by the execute node with the model span's ids from state: ``link_parent(*state["trace"])``.
-    Missing or malformed ids (no SDK, an old checkpoint) change nothing. Works without an SDK:
-    `current_trace_id` inside returns the linked trace id.
-    """
-    span_context = _span_context(trace_id_hex, span_id_hex, flags, remote=False)
-    if span_context is None:
-        yield None
-        return
-    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(span_context)))
-    try:
-        yield span_context
-    finally:
-        otel_context.detach(token)
-
-
-# ---- spans ---------------------------------------------------------------------------------
+# ---- handles -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -182,7 +75,7 @@ class _Handle:
     def trace_id(self) -> str | None:
         """32-hex trace id of this span, or ``None`` without an SDK."""
         span_context = self.span.get_span_context()
-        return _hex_trace_id(span_context) if span_context.is_valid else None
+        return hex_trace_id(span_context) if span_context.is_valid else None
 
     @property
     def sampled(self) -> bool:
@@ -194,7 +87,7 @@ class _Handle:
         span_context = self.span.get_span_context()
         if not span_context.is_valid:
             return None
-        return _hex_trace_id(span_context), _hex_span_id(span_context)
+        return hex_trace_id(span_context), hex_span_id(span_context)
 
     def trace_ref(self) -> list[str] | None:
         """``[trace_id_hex, span_id_hex, flags_hex]`` for checkpointed state (``state["trace"]``).
@@ -220,9 +113,6 @@ class _Handle:
             self.error_kind = error_kind or outcome
             self.span.set_attribute(ERROR_TYPE, self.error_kind)
             self.span.set_status(Status(StatusCode.ERROR, self.error_kind))
-
-    def _elapsed_s(self) -> float:
-        return max(0.0, time.perf_counter() - self.started)
 
 
 @dataclass
@@ -260,6 +150,11 @@ class ToolSpan(_Handle):
         self.span.set_attribute(DUPLICATE_DELIVERY, bool(duplicate))
 
 
+# ---- the shared lifecycle and the two wrappers ---------------------------------------------
+
+_H = TypeVar("_H", bound=_Handle)
+
+
 def _record_exception(handle: _Handle, exc: BaseException) -> None:
     handle.span.record_exception(exc)
     handle.error_kind = type(exc).__qualname__
@@ -269,6 +164,40 @@ def _record_exception(handle: _Handle, exc: BaseException) -> None:
         handle.outcome = "error"
         handle.span.set_attribute(OUTCOME, "error")
         handle.span.set_attribute(OUTCOME_CLASS, outcome_class("error"))
+
+
+@contextmanager
+def _timed_span(
+    name: str,
+    make_handle: Callable[[Span], _H],
+    record: Callable[[_H, float], None],
+    *,
+    kind: SpanKind,
+    attributes: dict[str, Any],
+    context: otel_context.Context | None = None,
+) -> Iterator[_H]:
+    """Span ``name`` as the current span, yielding its handle; an exception marks it ERROR and
+    propagates. On exit, however it ends, the span gets its latency and ``record(handle, elapsed_s)``
+    records the wrapper's metrics."""
+    with tracer().start_as_current_span(
+        name,
+        context=context,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        handle = make_handle(span)
+        try:
+            yield handle
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                _record_exception(handle, exc)
+            raise
+        finally:
+            elapsed = max(0.0, time.perf_counter() - handle.started)
+            span.set_attribute(LATENCY_MS, round(elapsed * 1000, 3))
+            record(handle, elapsed)
 
 
 @contextmanager
@@ -293,32 +222,21 @@ def model_span(
         parent_context = parse_parent(parent)
         if parent_context is not None:
             context = trace.set_span_in_context(NonRecordingSpan(parent_context))
-    with tracer().start_as_current_span(
-        f"chat {model}",
-        context=context,
-        kind=SpanKind.CLIENT,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        handle = ModelSpan(span)
-        try:
-            yield handle
-        except BaseException as exc:
-            if not isinstance(exc, GeneratorExit):
-                _record_exception(handle, exc)
-            raise
-        finally:
-            elapsed = handle._elapsed_s()
-            span.set_attribute(LATENCY_MS, round(elapsed * 1000, 3))
-            metric_attributes: dict[str, Any] = {
-                GEN_AI_OPERATION_NAME: "chat",
-                GEN_AI_REQUEST_MODEL: model,
-                RELEASE: release,
-            }
-            if handle.error_kind:
-                metric_attributes[ERROR_TYPE] = handle.error_kind
-            instruments().model_duration.record(elapsed, metric_attributes)
+
+    def record(handle: ModelSpan, elapsed: float) -> None:
+        metric_attributes: dict[str, Any] = {
+            GEN_AI_OPERATION_NAME: "chat",
+            GEN_AI_REQUEST_MODEL: model,
+            RELEASE: release,
+        }
+        if handle.error_kind:
+            metric_attributes[ERROR_TYPE] = handle.error_kind
+        instruments().model_duration.record(elapsed, metric_attributes)
+
+    with _timed_span(
+        f"chat {model}", ModelSpan, record, kind=SpanKind.CLIENT, attributes=attributes, context=context
+    ) as handle:
+        yield handle
 
 
 @contextmanager
@@ -345,38 +263,21 @@ def tool_span(
     }
     if operation_key:
         attributes[OPERATION_KEY] = operation_key
-    with tracer().start_as_current_span(
-        f"execute_tool {tool}",
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        handle = ToolSpan(span, tool=tool, release=release)
-        try:
-            yield handle
-        except BaseException as exc:
-            if not isinstance(exc, GeneratorExit):
-                _record_exception(handle, exc)
-            raise
-        finally:
-            elapsed = handle._elapsed_s()
-            span.set_attribute(LATENCY_MS, round(elapsed * 1000, 3))
-            outcome = handle.outcome or "unset"
-            metric_attributes = {GEN_AI_TOOL_NAME: tool, OUTCOME: outcome, RELEASE: release}
-            inst = instruments()
-            inst.tool_duration.record(elapsed, metric_attributes)
-            inst.tool_calls.add(1, {**metric_attributes, OUTCOME_CLASS: outcome_class(outcome)})
+
+    def record(handle: ToolSpan, elapsed: float) -> None:
+        outcome = handle.outcome or "unset"
+        metric_attributes = {GEN_AI_TOOL_NAME: tool, OUTCOME: outcome, RELEASE: release}
+        inst = instruments()
+        inst.tool_duration.record(elapsed, metric_attributes)
+        inst.tool_calls.add(1, {**metric_attributes, OUTCOME_CLASS: outcome_class(outcome)})
+
+    def make_handle(span: Span) -> ToolSpan:
+        return ToolSpan(span, tool=tool, release=release)
+
+    with _timed_span(
+        f"execute_tool {tool}", make_handle, record, kind=SpanKind.INTERNAL, attributes=attributes
+    ) as handle:
+        yield handle
 
 
-__all__ = [
-    "ModelSpan",
-    "ToolSpan",
-    "audit_trace_id",
-    "current_trace_id",
-    "link_parent",
-    "model_name",
-    "model_span",
-    "parse_parent",
-    "tool_span",
-]
+__all__ = ["ModelSpan", "ToolSpan", "model_name", "model_span", "tool_span"]

@@ -7,7 +7,8 @@ use. So the amounts a reviewer approves are the amounts that execute, and a repl
 refused by the same mechanism that gates it: one conditional UPDATE consumes the preview, and
 zero rows back means "already used", never a second order. The token format and its checks
 are in `toolgate.tools.demo.preview_tokens`; the tools' argument and result models in
-`toolgate.tools.demo.purchasing_models`.
+`toolgate.tools.demo.purchasing_models`; the tables and demo vendors in
+`toolgate.tools.demo.purchasing_schema`.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ from typing import Any
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, ToolExecutionError
-from toolgate.store import Migration, Tx
+from toolgate.store import Tx
 from toolgate.tools.demo.preview_tokens import preview_id_of, token_mac, verified_preview
 from toolgate.tools.demo.purchasing_models import (
     TAX_RATE_BASIS_POINTS,
     CreatePurchaseOrderArgs,
     CreatePurchaseOrderResult,
-    LineItem,
     PreviewPurchaseOrderArgs,
     PreviewPurchaseOrderResult,
 )
+from toolgate.tools.demo.purchasing_schema import MIGRATIONS, SEED_VENDORS
 from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
@@ -40,33 +41,6 @@ from toolgate.tools.spec import (
     ResourceRef,
     Rollback,
     ToolSpec,
-)
-
-_SCHEMA = """
-CREATE TABLE sor_vendors (vendor_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL);
-CREATE TABLE sor_po_previews (
-    preview_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, payload TEXT NOT NULL,
-    created_at TEXT NOT NULL, expires_at TEXT NOT NULL, consumed_at TEXT, consumed_key TEXT
-);
-CREATE TABLE sor_po_requests (
-    request_id TEXT PRIMARY KEY, idempotency_key TEXT, tenant_id TEXT NOT NULL,
-    preview_id TEXT NOT NULL, received_at TEXT NOT NULL
-);
-CREATE TABLE sor_purchase_orders (
-    po_id TEXT PRIMARY KEY, idempotency_key TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,
-    preview_id TEXT NOT NULL UNIQUE, vendor_id TEXT NOT NULL, currency TEXT NOT NULL,
-    line_items TEXT NOT NULL, subtotal_cents BIGINT NOT NULL, tax_cents BIGINT NOT NULL,
-    total_cents BIGINT NOT NULL, created_at TEXT NOT NULL
-)"""
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(name="demo purchasing: vendors, previews, requests, orders", sqlite=_SCHEMA, postgres=_SCHEMA),
-)
-
-SEED_VENDORS = (
-    ("V-100", "acme", "Contoso Parts"),
-    ("V-101", "acme", "Northwind Components"),
-    ("V-200", "globex", "Initech Supply"),
 )
 
 
@@ -318,15 +292,4 @@ def purchasing_specs(service: PurchasingService) -> list[ToolSpec]:
     ]
 
 
-__all__ = [
-    "MIGRATIONS",
-    "TAX_RATE_BASIS_POINTS",
-    "CreatePurchaseOrderArgs",
-    "CreatePurchaseOrderResult",
-    "LineItem",
-    "PreviewPurchaseOrderArgs",
-    "PreviewPurchaseOrderResult",
-    "PurchasingService",
-    "preview_id_of",
-    "purchasing_specs",
-]
+__all__ = ["PurchasingService", "purchasing_specs"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolgate.release import Release, ReleaseEnv
 from toolgate.store.base import Store
 from toolgate.tools.demo.catalog import demo_specs
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.services import DemoResolver, DemoServices
 from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE
-from toolgate.tools.release import Release, ReleaseEnv
 from toolgate.tools.spec import ToolSpec
 
 HOME = Path(__file__).resolve().parent / "releases"

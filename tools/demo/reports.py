@@ -11,34 +11,33 @@ every turn.
 The summary is computed from ``sor_orders`` when the job is submitted (the demo orders have no
 dates, so the date range is recorded and echoed rather than filtered on) and revealed only when
 the job is complete. Requests are logged in ``sor_report_requests``; jobs dedupe on the
-idempotency key.
+idempotency key. The report types, dates and result models are in
+`toolgate.tools.demo.report_models`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration
-from toolgate.tools.demo.service import DemoService, Owner
-from toolgate.tools.spec import (
-    ApprovalClass,
-    HandlerContext,
-    NoRollback,
-    ResourceRef,
-    StrictArgs,
-    ToolResult,
-    ToolSpec,
+from toolgate.tools.demo.report_models import (
+    JOB_PATTERN,
+    JobStatusResult,
+    ReportDate,
+    ReportType,
+    SubmitReportJobResult,
 )
+from toolgate.tools.demo.service import DemoService, Owner
+from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, ResourceRef, StrictArgs, ToolSpec
 
 _SCHEMA = """
 CREATE TABLE sor_report_requests (
@@ -56,7 +55,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(name="demo reports: requests and jobs", sqlite=_SCHEMA, postgres=_SCHEMA),
 )
 
-ReportType = Literal["sales_summary", "refund_summary", "order_volume"]
 REPORT_DURATIONS_S: dict[str, int] = {"sales_summary": 120, "refund_summary": 60, "order_volume": 90}
 """How long each report type takes to generate (the demo's stand-in for real work)."""
 
@@ -74,25 +72,6 @@ _TOTALS_SQL: dict[str, str] = {
 POLL_MIN_S = 10
 POLL_MAX_S = 15
 """The polling cadence stated to the model: every 10-15 seconds, no more often."""
-
-_JOB_PATTERN = r"^job_[0-9a-f]{16}$"
-_ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
-
-
-def _iso_date_only(value: Any) -> Any:
-    """Accept a date or ``YYYY-MM-DD`` text only (lax date parsing would also take timestamps)."""
-    if isinstance(value, date) and not isinstance(value, datetime):
-        return value
-    if isinstance(value, str) and _ISO_DATE.match(value):
-        return value
-    raise ValueError("must be a calendar date written YYYY-MM-DD")
-
-
-ReportDate = Annotated[
-    date,
-    BeforeValidator(_iso_date_only),
-    Field(strict=False, ge=date(2000, 1, 1), le=date(2100, 12, 31)),
-]
 
 
 class SubmitReportJobArgs(StrictArgs):
@@ -115,36 +94,7 @@ class SubmitReportJobArgs(StrictArgs):
 class CheckJobStatusArgs(StrictArgs):
     """Arguments of ``check_job_status``."""
 
-    job_id: str = Field(pattern=_JOB_PATTERN, description="The job_id returned by submit_report_job.")
-
-
-class SubmitReportJobResult(ToolResult):
-    """A job accepted for generation; the report is not ready yet."""
-
-    job_id: str
-    status: Literal["submitted"]
-    estimated_seconds: int
-    poll_after_seconds: int
-
-
-class ReportSummary(ToolResult):
-    """The bounded result of a complete report."""
-
-    report_type: str
-    date_from: str
-    date_to: str
-    row_count: int
-    total_amount_cents: int
-    total_refunded_cents: int
-
-
-class JobStatusResult(ToolResult):
-    """Where a job stands; ``poll_after_seconds`` says when to ask again (None once complete)."""
-
-    job_id: str
-    status: Literal["running", "complete"]
-    poll_after_seconds: int | None
-    summary: ReportSummary | None = None
+    job_id: str = Field(pattern=JOB_PATTERN, description="The job_id returned by submit_report_job.")
 
 
 def date_range_problem(date_from: date, date_to: date) -> str | None:
@@ -317,11 +267,8 @@ __all__ = [
     "MIGRATIONS",
     "REPORT_DURATIONS_S",
     "CheckJobStatusArgs",
-    "JobStatusResult",
     "ReportService",
-    "ReportSummary",
     "SubmitReportJobArgs",
-    "SubmitReportJobResult",
     "date_range_problem",
     "report_specs",
 ]

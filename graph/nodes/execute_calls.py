@@ -1,0 +1,191 @@
+"""Running one call of the turn: a read under its limits, a write delivered once, each answered.
+
+A read runs through `Executor.run_read`; a write goes through `Executor.deliver`, which
+re-verifies the approval records, claims the operation atomically and returns the stored result
+to any duplicate delivery. An unknown outcome is reconciled at once and delivered again only when
+the effect is proven absent. Every call gets its own `ToolMessage` and `Outcome`, a write's stated
+from the store's record (``AUTHORITATIVE`` also words the final answer), whatever happened to the
+other calls of the batch. Kept apart from the node, which decides which calls of the turn run and
+how they are batched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+from toolgate import telemetry
+from toolgate.errors import ToolExecutionError
+from toolgate.graph.context import Context
+from toolgate.graph.delivery import Delivery
+from toolgate.graph.gateway import Gateway
+from toolgate.graph.messages import result_message, status_message
+from toolgate.graph.nodes._common import accepted_event
+from toolgate.graph.recovery import reconcile
+from toolgate.graph.state import CallRecord, Outcome
+from toolgate.policy.principal import Principal
+from toolgate.tools.spec import ToolSpec
+
+AUTHORITATIVE = {"succeeded": "completed"}
+
+
+def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMessage:
+    """The model-facing result of one write delivery, stated from the store's record."""
+    facts = {
+        "operation_key": delivery.operation_key,
+        "authoritative_status": AUTHORITATIVE.get(delivery.status, delivery.status),
+    }
+    if delivery.duplicate:
+        facts["duplicate_delivery"] = "stored_result_returned"
+    status = delivery.status
+    if status == "succeeded" and delivery.result is not None:
+        return result_message(
+            call_id, spec.name, spec.version, delivery.result, max_bytes=spec.max_output_bytes, extra=facts
+        )
+    error = delivery.error or {}
+    texts = {
+        "pending_approval": (
+            "Not executed: waiting for approval. Tell the user it is pending, not done.",
+            None,
+        ),
+        "rejected": (
+            f"Rejected by the reviewer: {delivery.reason or 'no reason given'}. Do not retry.",
+            "approval_rejected",
+        ),
+        "expired": (
+            "Not executed: the proposal expired before approval. Do not retry automatically.",
+            "approval_expired",
+        ),
+        "failed": (
+            f"The tool failed: {error.get('message', 'unknown error')}",
+            error.get("kind", "server_error"),
+        ),
+        "unknown": ("Outcome unknown; it will be reconciled by the operation key. Do not retry.", "timeout"),
+        "dead_lettered": ("Outcome unresolved; a person will confirm it. Do not retry.", "unresolved"),
+        "executing": ("Still executing in another worker; the result will be recorded once.", None),
+        "approved": (
+            f"Not executed: {delivery.reason or 'approval could not be verified'}.",
+            error.get("kind", "approval_invalid"),
+        ),
+    }
+    message, kind = texts.get(status, (f"Not executed (status {status}).", "server_error"))
+    return status_message(
+        call_id,
+        spec.name,
+        "in_progress" if status == "executing" else status,
+        message,
+        retryable=False,
+        error_kind=kind,
+        extra=facts,
+    )
+
+
+def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) -> Delivery:
+    """Reconcile an unknown outcome right away; deliver once more only if the effect is proven absent."""
+    settled = reconcile(gw.executor, delivery.operation_key, delays=ctx.reconcile_delays)
+    if settled.status == "approved":
+        return gw.executor.deliver(
+            delivery.operation_key,
+            worker_id=ctx.worker_id,
+            lease_s=ctx.claim_lease_s,
+            wait_s=ctx.duplicate_wait_s,
+            call_id=call_id,
+        )
+    op = gw.store.get_operation(delivery.operation_key)
+    assert op is not None
+    return Delivery(
+        operation_key=op.operation_key,
+        status=op.status,
+        claim=delivery.claim,
+        duplicate=False,
+        result=op.result,
+        error=op.error,
+        reason=delivery.reason,
+    )
+
+
+def run_read(
+    gw: Gateway,
+    spec: ToolSpec,
+    record: CallRecord,
+    principal: Principal,
+    ctx: Context,
+    common: dict[str, Any],
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
+    in one append."""
+    call_id = record["call_id"]
+    accepted = accepted_event(gw.auditor, principal, record, spec, common)
+    try:
+        data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
+    except ToolExecutionError as exc:
+        failed = gw.auditor.event(
+            "call.failed",
+            "failed",
+            user_id=principal.user_id,
+            code=exc.kind,
+            call_id=call_id,
+            tool=spec.name,
+            handler_revision=spec.handler_revision,
+            **common,
+        )
+        gw.auditor.record_all([accepted, failed])
+        message = status_message(
+            call_id,
+            spec.name,
+            "failed",
+            exc.message,
+            retryable=exc.kind == "caller_error",
+            error_kind=exc.kind,
+        )
+        return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True
+    completed = gw.auditor.event(
+        "call.completed",
+        "completed",
+        user_id=principal.user_id,
+        call_id=call_id,
+        tool=spec.name,
+        handler_revision=spec.handler_revision,
+        **common,
+    )
+    gw.auditor.record_all([accepted, completed])
+    message = result_message(call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes)
+    return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
+
+
+def run_write(
+    gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context, span: telemetry.ToolSpan | None = None
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Deliver one proposed write: execute it once if approved, else report its state."""
+    call_id = record["call_id"]
+    delivery = gw.executor.deliver(
+        record["operation_key"],
+        worker_id=ctx.worker_id,
+        lease_s=ctx.claim_lease_s,
+        wait_s=ctx.duplicate_wait_s,
+        call_id=call_id,
+    )
+    if delivery.status == "unknown":
+        if span is not None:
+            span.set_retry_count(1)  # reconciled; delivered once more only if proven absent
+        delivery = settle_unknown(gw, delivery, ctx, call_id)
+    if span is not None:
+        span.set_duplicate_delivery(delivery.duplicate)
+        if delivery.status == "failed":
+            span.set_outcome("failed", error_kind=(delivery.error or {}).get("kind", "server_error"))
+    if delivery.status == "rejected" and not delivery.reason:
+        decisions = gw.store.decisions_for(record["proposal_id"])
+        reasons = [d.reason for d in decisions if d.decision == "reject"]
+        delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
+    outcome = Outcome(
+        call_id=call_id,
+        tool=spec.name,
+        status=AUTHORITATIVE.get(delivery.status, delivery.status),
+        operation_key=record["operation_key"],
+        proposal_id=record["proposal_id"],
+    )
+    return delivery_message(call_id, spec, delivery), outcome, delivery.status != "pending_approval"
+
+
+__all__ = ["AUTHORITATIVE", "delivery_message", "run_read", "run_write", "settle_unknown"]
