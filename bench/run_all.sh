@@ -13,3 +13,5 @@ done
 "$PY" bench/profile_paths.py
 "$PY" bench/lab6_breaker.py
 "$PY" bench/hostile_turn.py
+echo "### bench/token_budget.py"
+"$PY" bench/token_budget.py

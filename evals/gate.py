@@ -74,13 +74,23 @@ class ReleaseRun:
             "model_turns_per_task": round(sum(r.observation.model_turns for r in self.records) / tasks, 2),
             "tokens_per_task": round(
                 sum(
-                    r.observation.tokens.get("input", 0) + r.observation.tokens.get("output", 0)
+                    (r.observation.tokens.get("input") or 0) + (r.observation.tokens.get("output") or 0)
                     for r in self.records
                 )
                 / tasks,
                 1,
             ),
+            **self.token_totals(),
         }
+
+    def token_totals(self) -> dict[str, int | None]:
+        """Input, output and reasoning tokens of the whole run (``None``: some case's is unknown)."""
+        totals: dict[str, int | None] = {}
+        for kind in ("input", "output", "reasoning"):
+            values = [r.observation.tokens.get(kind) for r in self.records]
+            known = [v for v in values if isinstance(v, int)]
+            totals[f"{kind}_tokens"] = sum(known) if values and len(known) == len(values) else None
+        return totals
 
     def token_source(self) -> str:
         """``reported`` when every run's usage came from the provider, else ``estimated``."""

@@ -8,8 +8,6 @@ Nothing here is taken from the model's prose.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,6 +16,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from toolgate.graph.execution import Executor
 from toolgate.policy.approvals import evaluate_decisions
 from toolgate.store.base import Store
+from toolgate.telemetry.tokens import estimate_tokens, message_text, request_text, total, usage_of
 from toolgate.testing import ModelRequest
 from toolgate.tools.registry import Registry
 
@@ -56,8 +55,8 @@ class Observation:
     model_turns: int = 0
     tool_calls: int = 0
     tokens: dict[str, Any] = field(default_factory=dict)
-    """``input``, ``output`` and ``source``: ``reported`` (provider usage) or ``estimated``
-    (characters / 4: the scripted model reports none)."""
+    """``input``, ``output``, ``reasoning`` (``None``: not reported) and ``source``: ``reported``
+    (provider usage) or ``estimated`` (bytes / 4: the scripted model reports none)."""
     messages: list[BaseMessage] = field(default_factory=list, repr=False)
     """The thread's messages (not part of `to_dict`; the LangSmith target converts them)."""
     errors: list[str] = field(default_factory=list)
@@ -125,23 +124,27 @@ def store_facts(obs: Observation, store: Store, registry: Registry, executor: Ex
 
 
 def usage(messages: list[BaseMessage], requests: list[ModelRequest]) -> dict[str, Any]:
-    """Token use of the run: provider-reported when every response carries usage, else estimated
-    at four characters a token over what each model request really carried (instructions, history
-    and tool definitions) and what each response said (the scripted model reports no usage)."""
-    answers = [m for m in messages if isinstance(m, AIMessage)]
-    reported = [m.usage_metadata for m in answers if m.usage_metadata]
-    if answers and len(reported) == len(answers):
+    """Token use of the run: provider-reported when every response carries usage (reasoning
+    ``None`` when any response left it out), else estimated (`estimate_tokens`) over what each
+    model request really carried (instructions, history and tool definitions) and what each
+    response said (the scripted model reports no usage)."""
+    # the model's responses: not the final answers the gateway itself writes (named "toolgate")
+    answers = [m for m in messages if isinstance(m, AIMessage) and m.name != "toolgate"]
+    turns = [usage_of(m) for m in answers]
+    if answers and all(u.source == "reported" for u in turns):
+        summed = total(turns)
         return {
-            "input": sum(u.get("input_tokens", 0) for u in reported),
-            "output": sum(u.get("output_tokens", 0) for u in reported),
+            "input": summed.input,
+            "output": summed.output,
+            "reasoning": summed.reasoning,
             "source": "reported",
         }
-    prompt = sum(
-        sum(len(str(m.content)) for m in request.messages) + len(json.dumps(request.tools, default=str))
-        for request in requests
-    )
-    output = sum(len(str(m.content)) + len(json.dumps(m.tool_calls, default=str)) for m in answers)
-    return {"input": math.ceil(prompt / 4), "output": math.ceil(output / 4), "source": "estimated"}
+    return {
+        "input": sum(estimate_tokens(request_text(r.messages, r.tools)) for r in requests),
+        "output": sum(estimate_tokens(message_text(m)) for m in answers),
+        "reasoning": None,  # an estimate cannot tell what a model reasoned
+        "source": "estimated",
+    }
 
 
 def final_text(messages: list[BaseMessage]) -> str:

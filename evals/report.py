@@ -78,10 +78,14 @@ def differences(result: GateResult) -> list[dict[str, Any]]:
 
 def _cost(run: ReleaseRun) -> str:
     m = run.metrics()
+    sums = " ".join(
+        f"{kind}_tokens={'unknown' if m[f'{kind}_tokens'] is None else m[f'{kind}_tokens']}"
+        for kind in ("input", "output", "reasoning")
+    )
     return (
         f"release={run.facts.release} tool_calls_per_task={m['tool_calls_per_task']} "
         f"model_turns_per_task={m['model_turns_per_task']} tokens_per_task={m['tokens_per_task']} "
-        f"tokens={run.token_source()} seconds={run.seconds}"
+        f"{sums} tokens={run.token_source()} seconds={run.seconds}"
     )
 
 

@@ -10,6 +10,7 @@ by showing too much, which `toolgate.graph.api_access` decides.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any, get_args
 
 from toolgate.clock import parse_iso
@@ -161,6 +162,8 @@ def show_trace(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
             "missing": report.missing,
             "approver": report.approver,
             "tamper_check": report.tamper_check,
+            # the proposing task turn's tokens; a figure no response reported is null, never 0
+            "tokens": asdict(report.tokens) if report.tokens is not None else None,
             "events": [
                 {
                     "seq": e.seq,

@@ -140,6 +140,11 @@ def bound(payload: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
     budget = max(0, max_bytes - len(TRUNCATED) - 64)
     clipped = text.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
     wrapper = json.dumps({"truncated": True, "marker": TRUNCATED, "partial": clipped}, ensure_ascii=False)
+    # the partial JSON is itself escaped inside the wrapper (every quote gains a backslash): cut
+    # until the wrapper fits; each character cut removes at least one byte
+    while (over := len(wrapper.encode("utf-8")) - max_bytes) > 0 and clipped:
+        clipped = clipped[: max(0, len(clipped) - over)]
+        wrapper = json.dumps({"truncated": True, "marker": TRUNCATED, "partial": clipped}, ensure_ascii=False)
     return wrapper, True
 
 

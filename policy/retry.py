@@ -179,7 +179,7 @@ def _fallback(name: str, value: Any) -> str:
 
 SEED_RETRY_POLICY: Mapping[str, Any] = MappingProxyType(
     {
-        "model_transport": {"retry": [408, 429, 500, 502, 503, 504], "max_attempts": 3},
+        "model_transport": {"retry": [408, 429, 500, 502, 503, 504, 529], "max_attempts": 3},
         "invalid_tool_call": {"retry": False, "fallback": "needs_review"},
         "refusal": {"retry": False, "fallback": "explain_or_review"},
         "pending_approval": {"retry": False, "fallback": "wait"},

@@ -36,6 +36,7 @@ from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide
 from toolgate.graph.rollback import propose_rollback
 from toolgate.settings import InvalidSetting, read_settings
+from toolgate.telemetry.tokens import task_messages_total
 
 DISTRIBUTION = "langgraph-toolgate"
 """The installed package whose version ``toolgate --version`` prints."""
@@ -130,6 +131,7 @@ def resume(
 def _report(thread_id: str, result: dict[str, Any]) -> None:
     interrupts = result.get("__interrupt__") or []
     _kv(thread=thread_id, status=result.get("status", "unknown"), release=result.get("release", "unknown"))
+    typer.echo(task_messages_total(list(result.get("messages") or [])).line())  # this task turn's
     for item in interrupts:
         for proposal in item.value.get("toolgate", {}).get("proposals", []):
             _kv(

@@ -55,6 +55,8 @@ def audit_trace(
             facts["digest"] = str(detail["digest"])[:16]
         _kv(**facts)
     _kv(final_status=report.final, missing=",".join(report.missing) or "none")
+    if report.tokens is not None:  # the task turn that proposed the call, every model turn of it
+        typer.echo(report.tokens.line())
     typer.echo(report.summary())
     raise typer.Exit(
         0 if not report.missing and report.tamper_check == "PASS" and report.raw_secrets == 0 else 1

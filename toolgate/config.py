@@ -34,6 +34,10 @@ class Settings:
     """OpenAI-compatible endpoint override."""
     model_max_tokens: int = 800
     """Output token bound per model turn."""
+    model_thinking_tokens: int = 0
+    """Extended-thinking budget per turn (``anthropic:`` models; 0: off)."""
+    openai_api: str = "responses"
+    """``responses`` or ``chat``: the OpenAI API ``openai:`` models use."""
     release: str = DEFAULT_RELEASE
     """Release id."""
     audit_key_value: str | None = field(default=None, repr=False)
@@ -57,6 +61,8 @@ class Settings:
             model=values.model,
             model_base_url=values.model_base_url,
             model_max_tokens=values.model_max_tokens,
+            model_thinking_tokens=values.model_thinking_tokens,
+            openai_api=values.openai_api,
             release=values.release,
             audit_key_value=values.audit_key.get_secret_value() if values.audit_key else None,
             allow_model_requests=values.allow_model_requests,

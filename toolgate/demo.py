@@ -25,6 +25,7 @@ from langgraph.types import Command
 from toolgate.clock import iso, parse_iso
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError
+from toolgate.forensics import latest_task_tokens
 from toolgate.graph.bootstrap import App, open_app
 from toolgate.graph.context import Context
 from toolgate.graph.review import decide
@@ -170,6 +171,8 @@ def _story(app: App, say: Say, prefix: str) -> int:
         _section(say, "7. The final answer, rendered from the store")
         for line in str(final["messages"][-1].content).splitlines():
             say(f"  {line}")
+        tokens = latest_task_tokens(app.store, thread)  # every model turn of the task, from the audit log
+        say(tokens.line() if tokens is not None else "tokens model_turns=0")
 
         _section(say, "8. A cross-tenant attempt is refused before any handler runs")
         thread2 = f"demo-{uuid.uuid4().hex[:8]}"

@@ -15,6 +15,7 @@ from toolgate.store.audit import Auditor
 from toolgate.store.audit_records import AuditEvent
 from toolgate.store.base import Store
 from toolgate.store.chain import verify_chain
+from toolgate.telemetry.tokens import TokenTotals, TokenUsage, total
 
 EXPECTED: dict[str, tuple[str, ...]] = {
     "succeeded": (
@@ -62,6 +63,8 @@ class TraceReport:
     tamper_check: str = "PASS"
     first_bad_event: str | None = None
     retention: str = "not_run"
+    tokens: TokenTotals | None = None
+    """Tokens of the task turn that proposed the call (every model response of that turn)."""
 
     def summary(self) -> str:
         """The one-line summary: event and transition counts, release ids, secrets, tamper check."""
@@ -84,6 +87,29 @@ def _with_request(store: Store, events: list[AuditEvent]) -> list[AuditEvent]:
         if e.event == "model.response" and e.thread_id == first.thread_id and e.seq < first.seq
     ]
     return ([responses[-1]] if responses else []) + events
+
+
+def task_tokens(store: Store, response: AuditEvent) -> TokenTotals:
+    """The tokens of the task turn ``response`` (a ``model.response`` event) belongs to: every model
+    response of its thread with the same task number (an event without one, recorded before task
+    numbers or with its payload purged by retention, counts alone)."""
+    task = response.detail.get("task")
+    turns = [response]
+    if task is not None and response.thread_id:
+        turns = [
+            e
+            for e in store.audit_events()
+            if e.event == "model.response"
+            and e.thread_id == response.thread_id
+            and e.detail.get("task") == task
+        ]
+    return total(TokenUsage.from_detail(e.detail.get("tokens")) for e in turns)
+
+
+def latest_task_tokens(store: Store, thread_id: str) -> TokenTotals | None:
+    """The tokens of ``thread_id``'s latest task turn (None before its first model response)."""
+    responses = [e for e in store.audit_events() if e.event == "model.response" and e.thread_id == thread_id]
+    return task_tokens(store, responses[-1]) if responses else None
 
 
 def trace(
@@ -118,6 +144,8 @@ def trace(
     report = TraceReport(subject=subject, events=ordered, final=final)
     seen = {e.event for e in ordered}
     report.missing = [name for name in EXPECTED.get(final, ()) if name not in seen]
+    response = next((e for e in ordered if e.event == "model.response"), None)
+    report.tokens = task_tokens(store, response) if response is not None else None
     approvals = [e for e in ordered if e.event == "approval.recorded"]
     if approvals:
         reviewers = {
@@ -141,4 +169,4 @@ def trace(
     return report
 
 
-__all__ = ["EXPECTED", "TraceReport", "trace"]
+__all__ = ["EXPECTED", "TraceReport", "latest_task_tokens", "task_tokens", "trace"]

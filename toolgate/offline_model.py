@@ -8,6 +8,12 @@ with no API key.
 Besides the demo story it understands one explicit form, for any release: a request whose lines
 each read ``call <tool> <JSON object>`` proposes exactly those calls in one turn, then reports
 their statuses (``toolgate run --as ada 'call get_ticket {"ticket_id": "T-100"}'``).
+
+Token use: it has no tokenizer and bills nothing, so each response carries an **estimate**, not a
+count: input is the UTF-8 bytes of every message and tool definition it was given divided by four,
+output the same over its answer, reasoning 0 (it does not reason). The estimate is marked
+(``response_metadata["toolgate_token_usage"] == "estimated"``), so the audit and the trace show
+``source=estimated`` and the token metric, which counts what providers report, leaves it out.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
+
+from toolgate.telemetry.tokens import ESTIMATE_KEY, estimated_usage
 
 _ORDER = re.compile(r"\bO-[0-9]{3,8}\b")
 _DIRECT = re.compile(r"^\s*call\s+(\S+)\s+(\{.*\})\s*$")
@@ -70,12 +78,14 @@ class OfflineDemoModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
     ) -> Runnable[Any, Any]:
-        """Remember which tools may be called; request options are accepted and ignored."""
+        """Remember which tools may be called (and their definitions, for the token estimate);
+        request options are accepted and ignored."""
         names = [
             t.get("function", t).get("name") if isinstance(t, dict) else getattr(t, "name", None)
             for t in tools
         ]
-        return self.bind(bound_tools=[n for n in names if n])
+        definitions = [t if isinstance(t, dict) else {"name": getattr(t, "name", "")} for t in tools]
+        return self.bind(bound_tools=[n for n in names if n], tool_definitions=definitions)
 
     def _generate(
         self,
@@ -86,6 +96,8 @@ class OfflineDemoModel(BaseChatModel):
     ) -> ChatResult:
         allowed = set(kwargs.get("bound_tools") or [])
         message = self._decide(messages, allowed)
+        message.usage_metadata = estimated_usage(messages, kwargs.get("tool_definitions") or [], message)
+        message.response_metadata = {ESTIMATE_KEY: "estimated", "model_name": self._llm_type}
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _decide(self, messages: list[BaseMessage], allowed: set[str]) -> AIMessage:

@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 
@@ -28,6 +28,8 @@ from toolgate.store.keys import MIN_SECRET_BYTES
 from toolgate.tools.registry import DEFAULT_RELEASE
 
 PREFIX = "TOOLGATE_"
+MIN_THINKING_TOKENS = 1024
+"""The smallest extended-thinking budget Anthropic accepts."""
 
 
 class InvalidSetting(ConfigurationError):
@@ -70,6 +72,12 @@ def _long_enough(value: SecretStr) -> SecretStr:
     return value
 
 
+def _thinking_budget(value: int) -> int:
+    if value != 0 and value < MIN_THINKING_TOKENS:
+        raise ValueError("below the provider's minimum")
+    return value
+
+
 def _model_name(value: str) -> str:
     provider, _, name = value.partition(":")
     if value != "offline" and not (provider and name):
@@ -92,6 +100,13 @@ Switch = Annotated[bool, BeforeValidator(_strip), Form("1 or 0")]
 ModelName = Annotated[
     str, AfterValidator(_model_name), Form("'offline' or 'provider:model', e.g. 'openai:gpt-4.1-mini'")
 ]
+ThinkingTokens = Annotated[
+    int,
+    Field(ge=0),
+    AfterValidator(_thinking_budget),
+    Form(f"0 (off) or an integer >= {MIN_THINKING_TOKENS}"),
+]
+OpenAIApi = Annotated[Literal["responses", "chat"], BeforeValidator(_strip), Form("'responses' or 'chat'")]
 StoreSecret = Annotated[
     SecretStr, AfterValidator(_long_enough), Form(f"at least {MIN_SECRET_BYTES} bytes", echo=False)
 ]
@@ -118,6 +133,12 @@ class EnvSettings(BaseModel):
     """Base URL of an OpenAI-compatible endpoint."""
     model_max_tokens: Count = 800
     """Bound on the model's output tokens per turn."""
+    model_thinking_tokens: ThinkingTokens = 0
+    """Extended-thinking budget per turn for ``anthropic:`` models, on top of the output bound
+    (``0``: no thinking)."""
+    openai_api: OpenAIApi = "responses"
+    """The OpenAI API ``openai:`` models use: ``responses`` (reasoning items kept across turns) or
+    ``chat`` (Chat Completions, for endpoints that offer only that)."""
     release: str = DEFAULT_RELEASE
     """The release to serve: an installed id, ``package.module:attribute`` or ``path/to/release.py:attribute``."""
     audit_key: StoreSecret | None = None

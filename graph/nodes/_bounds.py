@@ -11,7 +11,9 @@ with that code and a `ToolMessage` carrying the same call id.
 Secret-looking values in arguments are never rewritten: what runs must be what was judged and
 approved. A call holding one is screened (``secret_in_arguments``) unless its tool declares
 ``secret_arguments="review"``, in which case its real arguments go on to a proposal that a
-reviewer sees as they are. The model's text itself carries no authority and is redacted.
+reviewer sees as they are. The model's text itself carries no authority and is redacted; the
+provider's opaque items (reasoning with its encrypted content, signatures, item and call ids) are
+kept byte for byte, since the next request must carry them back as they came.
 """
 
 from __future__ import annotations
@@ -168,19 +170,61 @@ def _screened(call: Mapping[str, Any], message: str) -> dict[str, Any]:
     }
 
 
-def _redacted_content(content: Any) -> Any:
-    """The model's text with secret-looking values redacted; other content blocks (reasoning,
-    encrypted items, signatures) stay exactly as the provider sent them."""
+CALL_ITEMS: dict[str, tuple[str, str, Any]] = {
+    "function_call": ("call_id", "arguments", None),
+    "custom_tool_call": ("call_id", "input", ""),
+    "tool_use": ("id", "input", {}),
+}
+"""Content blocks that are a provider's own copy of a call: block type -> (id key, arguments key,
+replacement when the call was moved aside; None: the moved record's arguments text)."""
+
+
+def _redacted_block(block: Any) -> Any:
+    """A text or refusal block with its words redacted (its ids and annotations kept); any other
+    block is returned as the same object."""
+    if not isinstance(block, dict):
+        return block
+    field = {"text": "text", "refusal": "refusal"}.get(str(block.get("type")))
+    if field is None or not isinstance(block.get(field), str):
+        return block
+    return {**block, field: redact_text(block[field])}
+
+
+def _screened_content(content: Any, kept: set[str], moved: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The content as it may be stored and sent back to the provider.
+
+    Model-visible words (a string, text and refusal blocks) are redacted. Every other block is an
+    opaque provider item (a reasoning item with its encrypted content, a signed thinking block, a
+    kept call) and stays the very same object, byte for byte: the provider checks it when it comes
+    back, and nothing here reads or shows it. The one exception is the provider's copy of a call
+    that was not kept: its arguments become what the call's record holds (the screened placeholder
+    or the safe preview), so what screening removed does not come back through the copy, while the
+    item and call ids stay, so the call's refusal still answers it."""
     if isinstance(content, str):
         return redact_text(content)
-    if isinstance(content, list):
-        return [
-            {**block, "text": redact_text(block["text"])}
-            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
-            else block
-            for block in content
-        ]
-    return content
+    if not isinstance(content, list):
+        return content
+    out: list[Any] = []
+    for block in content:
+        item = CALL_ITEMS.get(str(block.get("type"))) if isinstance(block, dict) else None
+        if item is None:
+            out.append(_redacted_block(block))
+            continue
+        id_key, args_key, replacement = item
+        call_id = str(block.get(id_key) or "")
+        if call_id in kept:
+            out.append(block)
+            continue
+        record = moved.get(call_id, {})
+        safe_args = record.get("args", "{}") if replacement is None else replacement
+        out.append(
+            {
+                **block,
+                "name": record.get("name", _safe_text(block.get("name") or "", 64)),
+                args_key: safe_args,
+            }
+        )
+    return out
 
 
 def screen_response(
@@ -213,11 +257,13 @@ def screen_response(
             kept.append(call)
     # the raw provider copy of the calls would carry what was just screened out; tool_calls is the record
     extra = {k: v for k, v in message.additional_kwargs.items() if k not in ("tool_calls", "function_call")}
+    moved_ids = {str(c.get("id") or "") for c in moved}
+    kept_ids = {str(c.get("id") or "") for c in kept} - moved_ids
     update: dict[str, Any] = {
         "tool_calls": kept,
         "invalid_tool_calls": moved,
         "additional_kwargs": extra,
-        "content": _redacted_content(message.content),
+        "content": _screened_content(message.content, kept_ids, {str(c.get("id") or ""): c for c in moved}),
     }
     return message.model_copy(update=update), screened
 

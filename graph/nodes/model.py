@@ -26,6 +26,7 @@ from toolgate.graph.state import GatewayState
 from toolgate.graph.state_updates import apply_update
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
+from toolgate.telemetry.tokens import record_usage, usage_of
 
 
 def response_id(message: AIMessage) -> str | None:
@@ -144,6 +145,8 @@ def make_model_node(gw: Gateway) -> Any:
                 }
             if not isinstance(response, AIMessage):
                 response = AIMessage(content=str(getattr(response, "content", response)))
+            usage = usage_of(response)  # read before screening: unknown (never 0) when not reported
+            record_usage(span, usage, model=telemetry.model_name(gw.model), release=gw.registry.release)
             response, screened = screen_response(response, gw.registry, max_calls=ctx.max_calls_per_turn)
             proposed = len(response.tool_calls) + len(response.invalid_tool_calls)
             span.set_response_id(response_id(response))
@@ -153,7 +156,14 @@ def make_model_node(gw: Gateway) -> Any:
                 "model.response",
                 "received",
                 response_id=response_id(response),
-                detail={"tools_exposed": len(specs), "tool_calls": proposed, "turn": turn},
+                detail={
+                    "tools_exposed": len(specs),
+                    "tool_calls": proposed,
+                    "turn": turn,
+                    # the task turn: this thread's user messages so far (trace sums tokens per task)
+                    "task": sum(isinstance(m, HumanMessage) for m in history),
+                    "tokens": usage.to_detail(),
+                },
                 **ids,
             )
         budget["model_turns"] += 1

@@ -16,6 +16,9 @@ Metrics (one meter, ``toolgate``):
   derives p50/p95/p99 per tool from it.
 * ``toolgate.task.tool_calls`` (histogram): tool calls per finished task, by task status.
 * ``gen_ai.client.operation.duration`` (histogram, seconds): model call latency.
+* ``gen_ai.client.token.usage`` (histogram): input and output tokens per model call, by
+  ``gen_ai.token.type``, as the provider reported them; the model span carries the turn's
+  ``gen_ai.usage.*`` figures, reasoning included (`toolgate.telemetry.tokens`).
 
 Nothing leaves the machine by default. This module needs only ``opentelemetry-api``: without an
 SDK provider configured (by the operator, e.g. ``opentelemetry-instrument`` or code calling

@@ -13,6 +13,11 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
 ERROR_TYPE = "error.type"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
 
 # toolgate's own attributes (no semantic convention exists for these)
 RELEASE = "toolgate.release"
@@ -28,6 +33,7 @@ LATENCY_MS = "toolgate.latency_ms"
 DUPLICATE_DELIVERY = "toolgate.duplicate_delivery"
 REJECTION_CODE = "toolgate.rejection_code"
 TASK_STATUS = "toolgate.task.status"
+TOKEN_SOURCE = "toolgate.usage.source"  # reported, estimated or unknown
 
 # Outcome classes, each pointing to its own cause: a rising policy rate says "the schema or the policy is
 # off", a rising execution_error rate says "the downstream is unhealthy"; never one failure rate.

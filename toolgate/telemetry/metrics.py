@@ -1,7 +1,8 @@
 """Metrics of tool and model calls: the instruments and what records into them outside a span.
 
 ``toolgate.tool.calls`` (counter), ``toolgate.tool.duration`` and ``toolgate.task.tool_calls``
-(histograms) and the GenAI ``gen_ai.client.operation.duration``; spans record their own call's
+(histograms) and the GenAI ``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage``
+(recorded by `toolgate.telemetry.tokens`); spans record their own call's
 duration and count on exit (`toolgate.telemetry.spans`), dispatch refusals and finished tasks
 are recorded here.
 """
@@ -28,10 +29,13 @@ TOOL_CALLS_METRIC = "toolgate.tool.calls"
 TOOL_DURATION_METRIC = "toolgate.tool.duration"
 TASK_TOOL_CALLS_METRIC = "toolgate.task.tool_calls"
 MODEL_DURATION_METRIC = "gen_ai.client.operation.duration"
+TOKEN_USAGE_METRIC = "gen_ai.client.token.usage"
 
 # Bucket boundaries the GenAI conventions advise for gen_ai.client.operation.duration (seconds).
 DURATION_BUCKETS_S = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 TASK_TOOL_CALL_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30)
+# Bucket boundaries the GenAI conventions advise for gen_ai.client.token.usage (powers of 4).
+TOKEN_BUCKETS = tuple(4**n for n in range(14))
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class _Instruments:
     tool_duration: metrics.Histogram
     task_tool_calls: metrics.Histogram
     model_duration: metrics.Histogram
+    token_usage: metrics.Histogram
 
 
 _instruments: _Instruments | None = None
@@ -77,6 +82,12 @@ def instruments() -> _Instruments:
             description="GenAI operation duration (model calls).",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS_S),
         ),
+        token_usage=m.create_histogram(
+            TOKEN_USAGE_METRIC,
+            unit="{token}",
+            description="Input and output tokens per model call, as the provider reported them.",
+            explicit_bucket_boundaries_advisory=[float(b) for b in TOKEN_BUCKETS],
+        ),
     )
     _instruments = created
     return created
@@ -108,6 +119,8 @@ __all__ = [
     "MODEL_DURATION_METRIC",
     "TASK_TOOL_CALLS_METRIC",
     "TASK_TOOL_CALL_BUCKETS",
+    "TOKEN_BUCKETS",
+    "TOKEN_USAGE_METRIC",
     "TOOL_CALLS_METRIC",
     "TOOL_DURATION_METRIC",
     "instruments",
