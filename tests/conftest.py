@@ -99,6 +99,13 @@ def _tg_pg_marker_guard(request: pytest.FixtureRequest) -> None:
 # =============================================================================
 
 os.environ["TOOLGATE_ALLOW_MODEL_REQUESTS"] = "0"  # no test constructs a real provider model by accident
+pytest.register_assert_rewrite("provider_flows", "support")  # their checks fail with detailed messages
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """None selects the embedded SQLite default; otherwise a fresh PostgreSQL database."""
+    return None if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
+from psycopg import sql
 
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
@@ -21,7 +24,7 @@ from toolgate.graph.gateway import Gateway
 from toolgate.policy import Principal
 from toolgate.policy.demo_identities import demo_principals, demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.store import PostgresStore, SQLiteStore, Store
+from toolgate.store import AuditEvent, PostgresStore, SQLiteStore, Store
 from toolgate.testing import HandlerCounter
 from toolgate.tools import REFUND_RELEASE, Registry
 from toolgate.tools.demo import DemoSystem, demo_specs
@@ -83,12 +86,12 @@ class Harness:
         return self.system.count("sor_refunds", order_id=order_id)
 
 
-def start(graph: Any, text: str, user: str, thread: str) -> dict[str, Any]:
-    """Start a thread as ``user``."""
+def start(graph: Any, text: str, user: str, thread: str, **context: Any) -> dict[str, Any]:
+    """Start a thread as ``user`` (``context``: further `Context` fields, e.g. ``deadline_s``)."""
     return graph.invoke(
         {"messages": [HumanMessage(text)]},
         {"configurable": {"thread_id": thread}},
-        context=Context(principal=principal(user)),
+        context=Context(principal=principal(user), **context),
     )
 
 
@@ -170,3 +173,66 @@ def kv_lines(text: str) -> list[dict[str, str]]:
         if pairs:
             rows.append({k: v for k, v in pairs})
     return rows
+
+
+def postgres_text(url: str) -> str:
+    """Every row of every table in the database, as PostgreSQL prints it (bytea as hex)."""
+    with psycopg.connect(url) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+            )
+        ]
+        assert {"checkpoints", "checkpoint_blobs", "checkpoint_writes"} <= set(tables), tables
+        return "\n".join(
+            str(row[0])
+            for table in tables
+            for row in conn.execute(sql.SQL("SELECT t::text FROM {} t").format(sql.Identifier(table)))
+        )
+
+
+# --------------------------------------------------------------------------- scans and filters
+
+
+def audit_events(store: Store, name: str) -> list[AuditEvent]:
+    """The audit events named ``name`` (``model.retry``, ``model.failed``, ...), in chain order."""
+    return [e for e in store.audit_events() if e.event == name]
+
+
+def log_text(caplog: pytest.LogCaptureFixture) -> str:
+    """Every captured log record, its attributes included, and the captured text."""
+    return "\n".join(f"{r.name} {r.getMessage()} {r.__dict__!r}" for r in caplog.records) + caplog.text
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    """The files under ``root`` whose bytes contain ``text``."""
+    return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def check_key_nowhere(
+    data_dir: Path, database_url: str | None, printed: str, *, key: str, prefix: str, kept: str
+) -> None:
+    """``key`` is in no file under ``data_dir`` (checkpoints, store) and, on PostgreSQL, in no
+    table; neither it nor its ``prefix`` is in ``printed``. ``kept`` is an opaque item the
+    checkpoints hold: found where the scan reads, so the scan is not vacuous."""
+    files = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+    assert not [p for p, data in files.items() if key.encode() in data]
+    assert key not in printed and prefix not in printed
+    if database_url is None:
+        checkpoints = files[data_dir / "checkpoints.sqlite"] + files.get(
+            data_dir / "checkpoints.sqlite-wal", b""
+        )
+        assert kept.encode() in checkpoints  # the scan reads where the opaque item is kept
+    else:
+        tables = postgres_text(database_url)
+        assert key not in tables and key.encode().hex() not in tables
+        assert kept.encode().hex() in tables  # the scan reads where the opaque item is kept
+
+
+def check_each_free_of(texts: Sequence[str], forbidden: Sequence[str]) -> None:
+    """None of ``forbidden`` (a key and what would give it away) is in any of ``texts``."""
+    for text in texts:
+        for needle in forbidden:
+            assert needle not in text, needle

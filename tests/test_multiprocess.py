@@ -32,12 +32,6 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo import DemoSystem
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest) -> str | None:
-    """None selects the embedded SQLite default; otherwise a fresh PostgreSQL database."""
-    return None if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
-
-
 def open_records(data_dir: Path, database_url: str | None) -> tuple[Store, DemoSystem]:
     store = open_test_store(data_dir, database_url)
     return store, DemoSystem(store)

@@ -100,7 +100,7 @@ def _request() -> httpx.Request:
 
 def test_default_matrix_is_the_seeds_policy_and_prints_the_seed_line() -> None:
     assert DEFAULT_RETRY_MATRIX.lines() == [SEED_LINE]
-    assert DEFAULT_RETRY_MATRIX.model_transport.retry == (408, 429, 500, 502, 503, 504)
+    assert DEFAULT_RETRY_MATRIX.model_transport.retry == (408, 429, 500, 502, 503, 504, 529)
     assert DEFAULT_RETRY_MATRIX.max_attempts == 3
     assert DEFAULT_RETRY_MATRIX.decision("model_transport").retry is True
     assert DEFAULT_RETRY_MATRIX.decision("invalid_tool_call") == RetryDecision(False, "needs_review")
@@ -184,7 +184,7 @@ def test_429_then_success_sleeps_once_within_the_first_window() -> None:
     assert audit == [(1, 429, clock.sleeps[0])]
 
 
-@pytest.mark.parametrize("status", [408, 500, 502, 503, 504])
+@pytest.mark.parametrize("status", [408, 500, 502, 503, 504, 529])
 def test_transient_statuses_are_retried(status: int) -> None:
     clock = FakeClock()
     fn, calls = failing(StatusError(status), ResponseError(status))

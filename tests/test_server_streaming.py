@@ -124,6 +124,7 @@ def openai_endpoint() -> Iterator[FakeOpenAI]:
 def server(tmp_path_factory: pytest.TempPathFactory, openai_endpoint: FakeOpenAI) -> Iterator[Server]:
     env = {
         "TOOLGATE_MODEL": "openai:gpt-4.1-mini",
+        "TOOLGATE_OPENAI_API": "chat",  # the stand-in speaks Chat Completions
         "TOOLGATE_MODEL_BASE_URL": openai_endpoint.base_url,
         "OPENAI_API_KEY": "sk-test-not-a-real-key-000000000000",
     }

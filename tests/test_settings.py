@@ -217,6 +217,7 @@ FORMS = [
         "'offline' or 'provider:model', e.g. 'openai:gpt-4.1-mini' (got 'gpt-4.1')",
     ),
     ("TOOLGATE_AUDIT_KEY", "fifteen-bytes!!", "at least 16 bytes"),
+    ("TOOLGATE_OPENAI_API", "completions", "'responses' or 'chat' (got 'completions')"),
 ]
 """A bad value of each form, and what its message says after ``VARIABLE must be``."""
 

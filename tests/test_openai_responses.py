@@ -1,0 +1,158 @@
+"""The Responses API across an approval, a checkpoint and a process restart, with the real client.
+
+The real ``toolgate`` CLI runs in separate processes with the real ``ChatOpenAI`` (Responses API,
+``store=False``) against the local replay server of tests/replay_openai.py. The model's first
+response holds a reasoning item with encrypted content and a function call to the gated
+``issue_refund``; the thread interrupts and that process exits. Another process approves as a
+reviewer who is not the requester, and a third resumes. The request it sends carries the same
+reasoning item and function call, byte for byte, then a ``function_call_output`` for the same
+``call_id``; the refund ran once. The fake key reached the local server and nowhere else: not the
+data directory, the checkpoints, the store's tables (audit included) nor any command's output.
+The same on PostgreSQL. And the request options follow ``TOOLGATE_OPENAI_API`` and the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from provider_flows import OPENAI, Cli, check_refund_result, check_refunded_once
+from replay_openai import (
+    CHAT_PATH,
+    FAKE_KEY,
+    RESPONSES_PATH,
+    ReplayServer,
+    chat_completion,
+    function_call_item,
+    message_item,
+    reasoning_item,
+    response,
+    usage,
+)
+from support import REFUND_REQUEST, check_key_nowhere, log_text, open_test_store, seed_people
+
+from toolgate.models import load_chat_model
+
+MODEL = "gpt-5-mini"
+"""Pinned by ops-tools/1.0.0 as ``openai:gpt-5-mini`` (its reviewed manifest)."""
+SNAPSHOT = "gpt-5-mini-2025-08-07"
+CALL_ID = "call_Rf8kQ2mZ7xYw3LbN"
+ENCRYPTED = "gAAAAABoRf8kQ2mZ7xYw3LbN" + "Zm9yIHRoZSB0ZXN0IG9ubHk" * 12 + "=="
+"""Opaque to the gateway: it must come back exactly as it went out."""
+REFUND_ARGS = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+REASONING = reasoning_item("rs_0a1b2c3d4e5f60718293", ENCRYPTED, ["The order was damaged; propose a refund."])
+CALL = function_call_item("fc_0a1b2c3d4e5f60718294", CALL_ID, "issue_refund", REFUND_ARGS)
+
+
+def script() -> list[Any]:
+    """Turn 1: reasoning, then the gated write. Turn 2 (after approval): a final answer."""
+    return [
+        response("resp_0a1b2c3d4e5f6071829a", [REASONING, CALL], model=SNAPSHOT, tokens=usage(912, 188, 128)),
+        response(
+            "resp_0a1b2c3d4e5f6071829b",
+            [
+                reasoning_item("rs_0a1b2c3d4e5f60718295", ENCRYPTED[::-1]),
+                message_item("msg_0a1b2c3d4e5f60718296", "The refund of 49.99 USD for O-5512 went through."),
+            ],
+            model=SNAPSHOT,
+            tokens=usage(1204, 41, 16),
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "api", "path", "options"),
+    [
+        (
+            "gpt-5-mini",
+            "responses",
+            RESPONSES_PATH,
+            {"store": False, "include": ["reasoning.encrypted_content"]},
+        ),
+        ("gpt-4.1-mini", "responses", RESPONSES_PATH, {"store": False}),  # no reasoning: not asked for it
+        ("gpt-4.1-mini", "chat", CHAT_PATH, {}),
+    ],
+)
+def test_the_api_and_its_options_follow_the_setting_and_the_model(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    model: str,
+    api: str,
+    path: str,
+    options: dict[str, Any],
+) -> None:
+    OPENAI.local_only_here(monkeypatch)
+    caplog.set_level(logging.DEBUG)  # every logger, the client's and httpx's debug output included
+    if path == CHAT_PATH:
+        reply = chat_completion(
+            {"role": "assistant", "content": "hi"}, "stop", prompt_tokens=3, completion_tokens=1, suffix="9"
+        )
+    else:
+        reply = response("resp_options", [message_item("msg_options", "hi")], model=model, tokens=usage(3, 1))
+    with ReplayServer([reply], path=path) as replay:
+        settings = OPENAI.settings(
+            replay.base_url, data_dir=tmp_path, model=f"openai:{model}", openai_api=api
+        )
+        assert load_chat_model(settings).invoke("hello").text == "hi"
+    [body] = replay.bodies()
+    assert {k: body[k] for k in ("store", "include") if k in body} == options
+    assert body["model"] == model and "previous_response_id" not in body
+    assert replay.requests[0].headers["authorization"] == f"Bearer {FAKE_KEY}"
+    assert caplog.records, "no client log records at DEBUG: the check below would be vacuous"
+    assert FAKE_KEY not in log_text(caplog)
+
+
+@pytest.mark.slow
+def test_reasoning_and_call_survive_approval_and_restart(tmp_path: Path, database_url: str | None) -> None:
+    seed_people(tmp_path, database_url)
+    with ReplayServer(script()) as replay:
+        cli = Cli(OPENAI.cli_env(tmp_path, database_url, replay))
+        proposal, _, _ = cli.refund_approved_and_resumed(replay, "t-responses", CALL_ID)
+        cli.trace(proposal)
+        assert "tamper_check=PASS" in cli("audit", "verify").stdout
+
+    # ---- exactly two requests, both to the Responses API, with the fake key as the bearer token
+    assert [(r.method, r.path) for r in replay.requests] == [("POST", RESPONSES_PATH)] * 2
+    assert {r.headers["authorization"] for r in replay.requests} == {f"Bearer {FAKE_KEY}"}
+    first, second = replay.bodies()
+
+    # ---- request 1: stateless, reasoning asked for, strict tools of this customer, one call at a time
+    assert (first["model"], first["store"], first["include"]) == (
+        MODEL,
+        False,
+        ["reasoning.encrypted_content"],
+    )
+    assert first["parallel_tool_calls"] is False and first["tool_choice"] == "auto"
+    assert first["max_output_tokens"] == 800 and not first.get("stream")
+    assert "previous_response_id" not in first
+    assert sorted(t["name"] for t in first["tools"]) == ["issue_refund", "lookup_order"]
+    for tool in first["tools"]:
+        assert (tool["type"], tool["strict"], tool["parameters"]["additionalProperties"]) == (
+            "function",
+            True,
+            False,
+        )
+    assert first["input"][-1] == {"content": REFUND_REQUEST, "role": "user", "type": "message"}
+
+    # ---- request 2 (another process, after approval): the items back in order, then the result
+    items = second["input"]
+    assert items[: len(first["input"])] == first["input"]
+    replayed = items[len(first["input"]) :]
+    assert [i.get("type") for i in replayed] == ["reasoning", "function_call", "function_call_output"]
+    assert json.dumps(replayed[0]) == json.dumps(REASONING)  # byte for byte, key order included
+    assert json.dumps(replayed[1]) == json.dumps(CALL)
+    output = replayed[2]
+    assert set(output) == {"type", "call_id", "output"} and output["call_id"] == CALL_ID
+    check_refund_result(output["output"])
+    assert second["store"] is False and second["parallel_tool_calls"] is False
+
+    # ---- the refund ran once
+    with open_test_store(tmp_path, database_url) as store:
+        check_refunded_once(store)
+
+    # ---- the key is nowhere: data directory (checkpoints, store), database tables, command output
+    check_key_nowhere(tmp_path, database_url, cli.printed(), key=FAKE_KEY, prefix="sk-test", kept=ENCRYPTED)
