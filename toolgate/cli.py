@@ -131,7 +131,6 @@ def resume(
 def _report(thread_id: str, result: dict[str, Any]) -> None:
     interrupts = result.get("__interrupt__") or []
     _kv(thread=thread_id, status=result.get("status", "unknown"), release=result.get("release", "unknown"))
-    typer.echo(task_messages_total(list(result.get("messages") or [])).line())  # this task turn's
     for item in interrupts:
         for proposal in item.value.get("toolgate", {}).get("proposals", []):
             _kv(
@@ -142,6 +141,8 @@ def _report(thread_id: str, result: dict[str, Any]) -> None:
                 expires_at=proposal["expires_at"],
                 execution_started="false",
             )
+    # this task turn's tokens, after the lines scripts index (the thread, then its proposals)
+    typer.echo(task_messages_total(list(result.get("messages") or [])).line())
     if not interrupts and result.get("messages"):
         out.print(str(result["messages"][-1].content), markup=False)
 
@@ -178,6 +179,8 @@ def proposals_show(proposal_id: str) -> None:
     _kv(arguments_sha256=proposal.arguments_sha256)
     _kv(digest=proposal.digest)
     _kv(risk=proposal.risk, approval=proposal.approval_class, requester=proposal.requester_id)
+    if (why := proposal.escalation_reason) is not None:
+        _kv(escalated_by=proposal.escalation_rule_id, escalation_reason=json.dumps(why))
     _kv(effect=json.dumps(proposal.effect))
     _kv(rollback=json.dumps(proposal.rollback))
     _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
