@@ -4,12 +4,21 @@ Reviewers decide through `toolgate.graph.review.decide`, the same path the CLI, 
 the HTTP API use: a refused decision (self-approval, missing role, another tenant) is observed
 with its stable code, and only recorded decisions can let a write run. A resume is a wake-up,
 never authority.
+
+Two workers resuming one thread at once (`concurrent_resume`) both start from the checkpoint the
+case left the thread at (`CaseSaver`), whatever order the machine schedules their threads in.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from toolgate.errors import ApprovalError
 from toolgate.evals.fixtures import EvalCase
@@ -88,4 +97,90 @@ def redeliver(gw: Gateway, store: Store, thread_id: str) -> None:
             gw.executor.deliver(proposal.operation_key, worker_id="eval-redelivery", wait_s=5.0)
 
 
-__all__ = ["FORGED_RESUME", "WAKE", "apply_approvals", "redeliver"]
+class StartLine:
+    """Where the workers of a concurrent resume wait for each other, each having read the thread."""
+
+    def __init__(self, workers: int) -> None:
+        self._barrier = threading.Barrier(workers)
+
+    def reached(self) -> None:
+        """This worker has read the thread's checkpoint: wait until every worker has (raises
+        `threading.BrokenBarrierError` when one failed instead)."""
+        self._barrier.wait()
+
+    def abort(self) -> None:
+        """A worker failed: release the others with `threading.BrokenBarrierError`."""
+        self._barrier.abort()
+
+
+class CaseSaver(InMemorySaver):
+    """The in-memory checkpointer of one case's thread, shared by every worker that runs it.
+
+    A worker thread given a `StartLine` (`start_together`) waits there right after its run read
+    the thread's checkpoint, until every other worker has read it too. Releasing the threads
+    together before ``invoke`` would not do: on a loaded machine one worker could run its whole
+    resume (deliver, model turn, final answer) before the other was scheduled at all, and that one
+    would find a finished thread, run nothing and report another history. The case would measure
+    the OS scheduler instead of the release.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._start = threading.local()
+
+    def start_together(self, line: StartLine) -> None:
+        """This thread's next checkpoint read waits at ``line`` for the other workers' reads (once)."""
+        self._start.line = line
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The thread's checkpoint (where a run starts), held at the start line when one was given."""
+        found = super().get_tuple(config)
+        line = getattr(self._start, "line", None)
+        if line is not None:
+            self._start.line = None
+            line.reached()
+        return found
+
+
+def concurrent_resume(first: Any, second: Any, config: Any, context: Any) -> dict[str, Any]:
+    """Resume one thread from two graphs (two workers) on one `CaseSaver`, both from the checkpoint
+    the thread waits at; the first's state.
+
+    Each worker reads the thread before either runs a node, so both deliver the same decided
+    operation concurrently (one claims it, the other gets the stored result), however the machine
+    schedules them. A worker that fails before its read aborts the start line, so the other never
+    waits for it."""
+    saver = first.checkpointer
+    if not isinstance(saver, CaseSaver) or second.checkpointer is not saver:
+        raise TypeError("concurrent_resume needs two graphs on one CaseSaver")
+    line = StartLine(2)
+    results: list[Any] = [None, None]
+
+    def resume(index: int, graph: Any) -> None:
+        saver.start_together(line)
+        try:
+            results[index] = graph.invoke(Command(resume=WAKE), config, context=context)
+        except Exception as exc:  # reported by the caller
+            line.abort()
+            results[index] = exc
+
+    workers = [threading.Thread(target=resume, args=(i, g)) for i, g in enumerate((first, second))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:  # a worker's own error rather than the other's broken start line
+        raise next((f for f in failures if not isinstance(f, threading.BrokenBarrierError)), failures[0])
+    return dict(results[0])
+
+
+__all__ = [
+    "FORGED_RESUME",
+    "WAKE",
+    "CaseSaver",
+    "StartLine",
+    "apply_approvals",
+    "concurrent_resume",
+    "redeliver",
+]

@@ -24,7 +24,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from toolgate.evals.execution_steps import apply_approvals, redeliver
+from toolgate.evals.execution_steps import CaseSaver, apply_approvals, concurrent_resume, redeliver
 from toolgate.evals.faults import EffectLedger, instrument
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
@@ -72,7 +72,12 @@ def scratch_dir() -> Path:
 
 
 def scripted_responses(case: EvalCase) -> list[AIMessage]:
-    """The case's turns as model responses, then its final text."""
+    """The case's turns as model responses, then its final text, each with the id of its place in
+    the script (``resp_scripted_1``, ``_2``...: what one model answering the whole thread says).
+
+    A second worker's model continues the script from where the first stopped, so it never reuses
+    the id of a response already in the thread: LangGraph replaces a message with the id of one it
+    holds, and the model's tool calls would vanish from the history the case is scored on."""
     from toolgate.evals.adversarial_case import Call
     from toolgate.evals.dispatch_runner import _message
 
@@ -80,7 +85,10 @@ def scripted_responses(case: EvalCase) -> list[AIMessage]:
         _message([Call(c.name, c.args, raw=c.raw, call_id=c.id) for c in turn], index)
         for index, turn in enumerate(case.turns)
     ]
-    return [*turns, AIMessage(case.final)]
+    return [
+        m.model_copy(update={"id": f"resp_scripted_{n}"})
+        for n, m in enumerate([*turns, AIMessage(case.final)], start=1)
+    ]
 
 
 class CaseRunner:
@@ -171,7 +179,7 @@ class CaseRunner:
         registry = Registry.of(self.release.id, specs, base.resolver)
         responses = scripted_responses(case)
         main_model = model or ScriptedChatModel(responses=responses)
-        saver = InMemorySaver()
+        saver = CaseSaver()
 
         def gateway(chat: BaseChatModel) -> Gateway:
             return build_gateway(
@@ -242,29 +250,6 @@ class CaseRunner:
             messages, [r for m in models if isinstance(m, ScriptedChatModel) for r in m.requests]
         )
         return obs
-
-
-def concurrent_resume(first: Any, second: Any, config: Any, context: Context) -> dict[str, Any]:
-    """Resume one thread from two graphs (two workers) at the same moment; the first's state."""
-    barrier = threading.Barrier(2)
-    results: list[Any] = [None, None]
-
-    def resume(index: int, graph: Any) -> None:
-        barrier.wait()
-        try:
-            results[index] = graph.invoke(Command(resume={"wake": True}), config, context=context)
-        except Exception as exc:  # reported by the caller
-            results[index] = exc
-
-    workers = [threading.Thread(target=resume, args=(i, g)) for i, g in enumerate((first, second))]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
-    return dict(results[0])
 
 
 __all__ = ["EXTRA_PEOPLE", "CaseRunner", "concurrent_resume", "default_people", "scratch_dir"]
