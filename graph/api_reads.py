@@ -83,6 +83,7 @@ def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -
         "effect": proposal.effect,
         "rollback": proposal.rollback,
         "approval_class": proposal.approval_class,
+        "escalation": proposal.escalation(),
         "created_at": proposal.created_at,
         "supersedes": proposal.supersedes,
         "superseded_by": superseded_by.proposal_id if superseded_by else None,
@@ -155,6 +156,13 @@ def show_trace(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
     """``GET /toolgate/operations/{operation_key}/trace``: the operation's audit trail, checked."""
     operation, _ = visible_operation(gw, caller, inp.path["operation_key"], "trace")
     report = trace(gw.store, gw.auditor, operation_key=operation.operation_key)
+    gw.auditor.record(  # a read of the audit log is itself evidence (as the CLI's `audit trace`)
+        "audit.read",
+        "read",
+        user_id=caller.user_id,
+        tenant_id=caller.tenant_id,
+        detail={"command": "GET trace", "scope": caller.tenant_id, "subject": operation.operation_key},
+    )
     return Reply(
         {
             "operation_key": operation.operation_key,

@@ -24,6 +24,7 @@ from toolgate.graph.rollout import ReleaseRouter
 from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
 from toolgate.graph.state import GatewayState
 from toolgate.policy.breaker import BreakerRegistry
+from toolgate.policy.escalation import check_escalations
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -48,6 +49,8 @@ def build_gateway(
 
     Every secret comes from the store's keyring: one configured secret per store, never a second
     key that could disagree with it."""
+    approvals = {name: spec.approval for name, spec in registry.tools.items()}
+    check_escalations(policy.escalations, approvals, unknown_ok=True)  # raise, never lower
     auditor = Auditor(store, registry.release)
     directory = IdentityDirectory(store, auditor)
     rate_limiter = InboundRateLimiter(store, policy.rate_limits)

@@ -20,6 +20,7 @@ from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph import handlers
 from toolgate.graph.delivery import Delivery
 from toolgate.graph.handlers import Overruns
+from toolgate.graph.same_resource import ResourceHold
 from toolgate.policy.breaker import CircuitBreaker
 from toolgate.policy.output import sanitize_result
 from toolgate.store.audit import Auditor
@@ -43,10 +44,20 @@ class ClaimedWrite:
     lease_s: float
     common: dict[str, Any]
     """The fields every audit event of this delivery carries."""
+    hold: ResourceHold
+    """The leases on the operation's conflicting resources (taken before the claim), renewed with
+    the claim and released once no handler thread of this delivery can still change anything."""
 
     def run(self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker) -> Delivery:
         """Run the handler on the proposal's ``arguments`` and persist its outcome with its audit
         events. ``breaker`` was acquired before the claim; its timeouts and server errors count."""
+        try:
+            return self._run(arguments, ctx, breaker)
+        finally:
+            if not self.overruns.running(self.operation_key):  # else `finished_late` releases it
+                self.hold.release()
+
+    def _run(self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker) -> Delivery:
         spec = self.spec
         interval = max(self.lease_s / 3, 0.05)
         future = None
@@ -120,7 +131,9 @@ class ClaimedWrite:
         )
 
     def renew(self) -> bool:
-        """Extend this worker's lease on the operation (False: the claim is no longer ours)."""
+        """Extend this worker's lease on the operation, and its resource leases with it (False:
+        the claim is no longer ours)."""
+        self.hold.renew(self.lease_s)
         return self.store.renew_lease(self.operation_key, self.worker_id, self.lease_s)
 
     def finished_late(self, future: concurrent.futures.Future[Any]) -> None:
@@ -144,6 +157,7 @@ class ClaimedWrite:
             pass  # the status check decides what happened
         finally:
             self.store.renew_lease(self.operation_key, self.worker_id, 0.0)  # reconcilable from now on
+            self.hold.release()
 
 
 __all__ = ["ClaimedWrite"]

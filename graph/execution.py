@@ -25,6 +25,7 @@ from toolgate.graph.delivery import Delivery
 from toolgate.graph.delivery_checks import DeliveryChecks
 from toolgate.graph.handlers import Overruns
 from toolgate.graph.proposal_cache import ProposalCache
+from toolgate.graph.same_resource import ResourceHold, deferred
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import sanitize_result
@@ -158,24 +159,17 @@ class Executor:
             try:
                 breaker.acquire()  # before the claim: an open breaker never claims, the op stays approved
             except BreakerOpenError as exc:
-                self.auditor.record(
-                    "operation.deferred",
-                    "refused",
-                    code="circuit_open",
-                    operation_key=operation_key,
-                    proposal_id=op.proposal_id,
-                    tool=op.tool,
-                )
-                return Delivery(
-                    operation_key=operation_key,
-                    status=op.status,
-                    claim="NOT_ATTEMPTED",
-                    duplicate=False,
-                    error={"kind": exc.kind, "message": exc.message, "retryable": exc.retryable},
-                    reason=exc.message,
-                )
+                error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
+                return deferred(self.auditor, op, "circuit_open", error)
             attempted = True
+            hold = self._hold(op, worker_id)
+            claimed = None
             try:
+                # the resources first, then the claim: waiting never holds a claim (no deadlock)
+                if not hold.acquire(lease_s, wait_s):
+                    message = "another write to the same resource is still running; still approved"
+                    error = {"kind": "resource_busy", "message": message, "retryable": True}
+                    return deferred(self.auditor, op, "resource_busy", error)
                 common = self._audit_fields(op, call_id)
                 claimed = self.store.claim(
                     operation_key,
@@ -189,9 +183,11 @@ class Executor:
                     ],
                 )
                 if claimed is not None:
-                    return self._execute(claimed, worker_id, common, breaker, lease_s)
+                    return self._execute(claimed, worker_id, common, breaker, lease_s, hold)
             finally:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
+                if claimed is None:
+                    hold.release()  # the claim went elsewhere: the claimed handler releases its own
             op = self.store.get_operation(operation_key) or op
             op = self.expire_if_due(op)  # the claim also refuses an approval that expired meanwhile
         if op.status == "executing":
@@ -224,6 +220,12 @@ class Executor:
             return "proposal missing"
         return self.checks.refusal(op, spec, proposal)
 
+    def _hold(self, op: OperationRecord, worker_id: str) -> ResourceHold:
+        """The resource leases a delivery of ``op`` needs (`_verify` passed: spec and proposal exist)."""
+        spec, proposal = self.registry.get(op.tool), self.proposal(op.proposal_id)
+        assert spec is not None and proposal is not None
+        return ResourceHold.of(self.store, spec, op, proposal.tenant_id, proposal.arguments, worker_id)
+
     def _audit_fields(self, op: OperationRecord, call_id: str | None) -> dict[str, Any]:
         """The fields every event of one delivery of ``op`` carries (its tool and proposal are
         known to exist: `_verify` passed)."""
@@ -247,6 +249,7 @@ class Executor:
         common: dict[str, Any],
         breaker: CircuitBreaker,
         lease_s: float,
+        hold: ResourceHold,
     ) -> Delivery:
         """Run the claimed operation's handler under this process's clock and persist its outcome
         (see `ClaimedWrite`)."""
@@ -270,6 +273,7 @@ class Executor:
             worker_id=worker_id,
             lease_s=lease_s,
             common=common,
+            hold=hold,
         )
         return claimed.run(proposal.arguments, ctx, breaker)
 

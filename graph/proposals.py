@@ -29,11 +29,13 @@ def draft_proposal(
 ) -> ProposalRecord:
     """The proposal for one intended effect; its operation key and id derive from the content.
 
-    Its creation and expiry times come from the store's clock."""
+    Its creation and expiry times come from the store's clock. Its approval class is the tool's,
+    raised by the release's escalation rules from these (judged) arguments, never lowered."""
     key = operation_key(
         tenant_id=tenant_id, task_id=thread_id, call_id=call_id, tool=spec.name, arguments=arguments
     )
     now = gw.store.now()
+    escalation = gw.policy.escalation(spec.name, spec.approval, arguments)
     draft = ProposalRecord(
         proposal_id="prop_" + sha256_hex(key)[:24],
         operation_key=key,
@@ -51,12 +53,14 @@ def draft_proposal(
         risk=spec.risk,
         effect=spec.effect,
         rollback=spec.rollback_text(),
-        approval_class=spec.approval.describe(),
+        approval_class=escalation.approval.describe(),
         created_at=iso(now),
         expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
         supersedes=supersedes,
         trace_id=trace_id,
         editors=tuple(sorted(set(editors))),
+        escalation_rule_id=escalation.rule_id,
+        escalation_reason=escalation.reason,
     )
     return dataclasses.replace(draft, digest=digest(draft.content()))
 
@@ -94,6 +98,7 @@ def store_proposal(
                 },
                 "expires_at": proposal.expires_at,
                 "supersedes": proposal.supersedes,
+                **({"escalation": proposal.escalation()} if proposal.escalation_rule_id else {}),
             },
             **(audit or {}),
         )

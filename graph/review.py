@@ -71,6 +71,9 @@ def decide(
         reviewer = current  # roles and tenant as the store records them now, not as the caller says
         if spec is None or proposal.release != gw.registry.release:
             raise ApprovalError("wrong_release", f"proposal belongs to release {proposal.release}")
+        # the floor: the class the release's policy gives these stored arguments; the class on
+        # the proposal record (never the thread's state) applies, and may not be below it
+        required = gw.policy.escalation(spec.name, spec.approval, proposal.arguments).approval
         operation = gw.executor.expire_if_due(operation)
         if operation.status == "expired":
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
@@ -81,7 +84,7 @@ def decide(
         now = gw.store.now()
         check_reviewer(
             proposal,
-            spec.approval,
+            required,
             reviewer,
             seen_digest=seen_digest,
             now=now,
@@ -102,7 +105,7 @@ def decide(
         # proposal, the decision and the operation's change commit in one transaction.
         settling = evaluate_decisions(
             proposal,
-            spec.approval,
+            required,
             [*gw.executor.counted_decisions(proposal), dataclasses.replace(record, authentic=True)],
         )
         recorded_event = gw.auditor.event(
@@ -139,7 +142,7 @@ def decide(
         return ReviewOutcome(proposal=proposal, operation=settled, verdict=settling, record=record)
     # Not settled with the decision (it does not complete the verdict, another decision settled
     # the proposal first, or a rejection is on record): judge every decision stored by now.
-    verdict = evaluate_decisions(proposal, spec.approval, gw.executor.counted_decisions(proposal))
+    verdict = evaluate_decisions(proposal, required, gw.executor.counted_decisions(proposal))
     if verdict.status in ("approved", "rejected"):
         target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:

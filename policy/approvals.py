@@ -23,6 +23,29 @@ def proposal_digest_valid(proposal: ProposalRecord) -> bool:
     return digest(proposal.content()) == proposal.digest
 
 
+def effective_approval(proposal: ProposalRecord, base: ApprovalClass) -> ApprovalClass | None:
+    """The class recorded on the proposal (the tool's, or raised by an escalation rule when it was
+    made), or None when that record does not contain the tool's own ``base`` class: a class can be
+    raised, never lowered. Never read from checkpointed state."""
+    if proposal.approval_class == base.describe():
+        return base
+    try:
+        recorded = ApprovalClass.parse(proposal.approval_class)
+    except ValueError:
+        return None
+    return recorded if recorded.at_least(base) else None
+
+
+def _effective(proposal: ProposalRecord, base: ApprovalClass) -> ApprovalClass:
+    effective = effective_approval(proposal, base)
+    if effective is None:
+        raise ApprovalError(
+            "approval_class_invalid",
+            f"the proposal's approval class {proposal.approval_class!r} is below {base.describe()}",
+        )
+    return effective
+
+
 def check_reviewer(
     proposal: ProposalRecord,
     approval: ApprovalClass,
@@ -32,11 +55,13 @@ def check_reviewer(
     now: datetime,
     expires_at: datetime,
 ) -> None:
-    """Raise `ApprovalError` unless ``reviewer`` may decide ``proposal`` now."""
+    """Raise `ApprovalError` unless ``reviewer`` may decide ``proposal`` now (``approval``: the
+    tool's own class; the proposal's recorded class, which may be higher, is the one applied)."""
     if not proposal_digest_valid(proposal):
         raise ApprovalError(
             "digest_mismatch", "proposal content does not match its digest; refusing to decide"
         )
+    approval = _effective(proposal, approval)
     if seen_digest is not None and seen_digest != proposal.digest:
         raise ApprovalError("digest_mismatch", "the digest you reviewed is not this proposal's digest")
     if now >= expires_at:
@@ -74,8 +99,13 @@ def evaluate_decisions(
     it was made for the proposal's tenant (by one of its people or by staff reviewing for it),
     and its reviewer held a qualifying role and is neither the requester nor one of the
     proposal's editors. Two-person means two distinct
-    reviewers. Any counting rejection rejects.
+    reviewers. Any counting rejection rejects. The class applied is the one recorded on the
+    proposal (``approval`` is the tool's own; a record below it authorizes nothing).
     """
+    effective = effective_approval(proposal, approval)
+    if effective is None:
+        return ApprovalVerdict(status="pending", approvers=(), reason="approval class on record is invalid")
+    approval = effective
     valid = [
         d
         for d in decisions
@@ -116,12 +146,15 @@ def verify_for_execution(
             approvers=(),
             reason=f"proposal is pinned to {proposal.release} {proposal.handler_revision}; not executable here",
         )
+    if effective_approval(proposal, approval) is None:
+        return ApprovalVerdict(status="rejected", approvers=(), reason="approval class on record is invalid")
     return evaluate_decisions(proposal, approval, decisions)
 
 
 __all__ = [
     "ApprovalVerdict",
     "check_reviewer",
+    "effective_approval",
     "evaluate_decisions",
     "proposal_digest_valid",
     "verify_for_execution",

@@ -109,6 +109,27 @@ DEMO_IDENTITIES: dict[str, Any] = {
             "display_name": "Ivy (acme identity administrator)",
         },
         {
+            "user_id": "audrey",
+            "tenant_id": "acme",
+            "roles": ["auditor"],
+            "scopes": [],
+            "display_name": "Audrey (acme auditor)",
+        },
+        {
+            "user_id": "glen",
+            "tenant_id": "globex",
+            "roles": ["auditor"],
+            "scopes": [],
+            "display_name": "Glen (globex auditor)",
+        },
+        {
+            "user_id": "otto",
+            "tenant_id": "toolgate-staff",
+            "roles": ["auditor:all"],
+            "scopes": [],
+            "display_name": "Otto (staff auditor of every tenant)",
+        },
+        {
             "user_id": "stella",
             "tenant_id": "toolgate-staff",
             "roles": ["finance", "support"],

@@ -27,6 +27,10 @@ SCHEMA_VERSION = 1
 """Version of the identities import file."""
 ADMIN_ROLE = "admin"
 """Holders manage the identities of their own tenant."""
+AUDITOR_ROLE = "auditor"
+"""Holders read the audit events of their own tenant."""
+ALL_TENANTS_AUDITOR_ROLE = "auditor:all"
+"""Holders read the audit events of every tenant (granted only by the bootstrap or by a holder)."""
 
 
 def new_token() -> str:
@@ -127,6 +131,10 @@ class IdentityDirectory:
                 self._refuse(
                     by.user_id, "cross_tenant", f"{by.user_id!r} may not grant review of tenant {tenant_id!r}"
                 )
+        if by is not None and ALL_TENANTS_AUDITOR_ROLE in principal.roles - by.roles:
+            self._refuse(
+                by.user_id, "cross_tenant", f"{by.user_id!r} may not grant {ALL_TENANTS_AUDITOR_ROLE}"
+            )
         issued = token or new_token()
         record = IdentityRecord(
             user_id=principal.user_id,
@@ -242,4 +250,13 @@ def load_seed_file(path: Path) -> list[Principal]:
     return list(principals.values())
 
 
-__all__ = ["ADMIN_ROLE", "SCHEMA_VERSION", "IdentityDirectory", "load_seed_file", "new_token", "principal_of"]
+__all__ = [
+    "ADMIN_ROLE",
+    "ALL_TENANTS_AUDITOR_ROLE",
+    "AUDITOR_ROLE",
+    "SCHEMA_VERSION",
+    "IdentityDirectory",
+    "load_seed_file",
+    "new_token",
+    "principal_of",
+]

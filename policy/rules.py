@@ -18,7 +18,9 @@ from zoneinfo import ZoneInfo
 from toolgate.canonical import digest
 from toolgate.errors import ConfigurationError
 from toolgate.policy.decisions import Decision, Rejection
+from toolgate.policy.escalation import Escalation, EscalationRule, escalate, parse_escalation
 from toolgate.policy.principal import Principal
+from toolgate.tools.spec import ApprovalClass
 
 SCHEMA_VERSION = 1
 
@@ -142,6 +144,12 @@ class PolicyRules:
     """Rules in evaluation order."""
     rate_limits: RateLimits = field(default_factory=RateLimits)
     """Inbound rate limits."""
+    escalations: Sequence[EscalationRule] = ()
+    """Rules that raise a write's approval class by its arguments (``kind: escalate``)."""
+
+    def escalation(self, tool: str, base: ApprovalClass, args: Mapping[str, Any]) -> Escalation:
+        """The approval class a proposal of ``tool`` with the judged ``args`` needs, and why."""
+        return escalate(self.escalations, tool, base, args)
 
     def evaluate(
         self, tool: str, is_write: bool, principal: Principal, args: Mapping[str, Any], now: datetime
@@ -159,12 +167,14 @@ class PolicyRules:
         """Parse a policy document, refusing unknown schema versions and rule kinds."""
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ConfigurationError(f"unsupported policy schema_version {data.get('schema_version')!r}")
+        raws = data.get("rules", [])
         return cls(
             policy_version=str(data["policy_version"]),
             sha256=digest(data),
             approval_minutes=float(data.get("approval_minutes", 15)),
-            rules=tuple(_rule(raw) for raw in data.get("rules", [])),
+            rules=tuple(_rule(raw) for raw in raws if raw.get("kind") != "escalate"),
             rate_limits=_rate_limits(data.get("rate_limits", {})),
+            escalations=tuple(parse_escalation(raw) for raw in raws if raw.get("kind") == "escalate"),
         )
 
 

@@ -32,6 +32,23 @@ def _audit(row: dict[str, Any]) -> AuditEvent:
     return AuditEvent(**data)
 
 
+def _tenant_of(tx: Tx, event: AuditEventIn, seen: dict[tuple[str, str], str | None]) -> str | None:
+    """The tenant of ``event``: that of the proposal or operation it names (the store's own
+    records, read in the same transaction), else the one its writer gave, else None."""
+    for table, column, value in (
+        ("proposals", "proposal_id", event.proposal_id),
+        ("operations", "operation_key", event.operation_key),
+    ):
+        if not value:
+            continue
+        if (table, value) not in seen:
+            found = tx.one(f"SELECT tenant_id FROM {table} WHERE {column} = ?", (value,))
+            seen[(table, value)] = str(found["tenant_id"]) if found else None
+        if seen[(table, value)] is not None:
+            return seen[(table, value)]
+    return event.tenant_id
+
+
 class AuditRows:
     """The audit part of `SqlStore` (mixed in; uses its transactions, chain lock and keys)."""
 
@@ -63,8 +80,10 @@ class AuditRows:
             return []
         key = self.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
+        tenants: dict[tuple[str, str], str | None] = {}
         for event in events:
             row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
+            row["tenant_id"] = _tenant_of(tx, event, tenants)
             row["event_id"] = new_id("evt")
             payload = canonical_json(event.detail)
             row["detail"] = "{}"

@@ -59,8 +59,9 @@ class ProposalRows:
             inserted = tx.execute(
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
-                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors,"
+                " escalation_rule_id, escalation_reason)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING *",
                 (
                     proposal.proposal_id,
@@ -85,6 +86,8 @@ class ProposalRows:
                     proposal.supersedes,
                     proposal.trace_id,
                     json.dumps(sorted(proposal.editors)) if proposal.editors else None,
+                    proposal.escalation_rule_id,
+                    proposal.escalation_reason,
                 ),
             )
             if inserted:

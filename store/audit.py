@@ -45,6 +45,9 @@ class Auditor:
         """One event, not yet appended: for a store method that appends it in the transaction of the
         change it records (``fields`` are `AuditEventIn` fields; detail must be redacted already)."""
         fields.setdefault("tool_release", self.release)
+        detail = fields.get("detail")
+        if fields.get("tenant_id") is None and isinstance(detail, dict) and detail.get("tenant_id"):
+            fields["tenant_id"] = str(detail["tenant_id"])  # e.g. an identity change: its tenant
         if fields.get("trace_id") is None:  # an event written inside a span carries its trace id
             fields["trace_id"] = current_trace_id()
         return AuditEventIn(event=event, result=result, actor_id=self.actor(user_id), **fields)

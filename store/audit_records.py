@@ -44,6 +44,10 @@ class AuditEventIn:
     """Keyed hash of the acting user (requester, reviewer or worker)."""
     trace_id: str | None = None
     """Trace id shared with the observability spans."""
+    tenant_id: str | None = None
+    """Tenant the event belongs to. The store sets it from the proposal or operation the event
+    names (its own records win over what the caller says); None for process-level events, which
+    only all-tenant auditors see."""
     detail: dict[str, Any] = field(default_factory=dict)
     """Bounded, redacted extra facts (audit projection of arguments, digests, reasons)."""
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.identity_records import IdentityRecord, IdentityStatus
 from toolgate.store.keys import Keyring
+from toolgate.store.leases import ResourceLeases
 from toolgate.store.migrations import Migration
 from toolgate.store.records import (
     ApprovalRecord,
@@ -39,7 +40,7 @@ class Tx(Protocol):
         ...
 
 
-class Store(abc.ABC):
+class Store(ResourceLeases, abc.ABC):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
     url: str

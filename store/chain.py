@@ -56,9 +56,13 @@ def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
 
     Events carry the digest of their detail, not the detail itself, so retention can delete the
     protected payload while the chain stays verifiable. (Events written before the payload split
-    hash the detail inline.)
+    hash the detail inline.) The tenant is covered when the event has one: rows written before
+    events carried a tenant have none and hash as they always did, and adding or removing a
+    tenant later changes the content, so either breaks the chain.
     """
     content = {name: row.get(name) for name in AUDIT_FIELDS}
+    if row.get("tenant_id") is not None:  # chain format 2: events with a tenant hash it too
+        content["tenant_id"] = row["tenant_id"]
     if row.get("detail_sha256"):
         content["detail_sha256"] = row["detail_sha256"]
     else:

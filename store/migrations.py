@@ -237,6 +237,18 @@ _STAFF_REVIEWERS = """
 ALTER TABLE identities ADD COLUMN review_tenants TEXT NOT NULL DEFAULT '[]';
 CREATE INDEX proposals_same_effect_idx ON proposals (thread_id, tool, arguments_sha256)"""
 
+_AUDIT_TENANT = """
+ALTER TABLE audit_events ADD COLUMN tenant_id TEXT;
+CREATE INDEX audit_tenant_idx ON audit_events (tenant_id)"""
+
+_RESOURCE_LEASES = """
+CREATE TABLE resource_leases (
+    resource_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at TEXT NOT NULL, expires_at TEXT NOT NULL
+)"""
+
+_ESCALATION = """ALTER TABLE proposals ADD COLUMN escalation_rule_id TEXT;
+ALTER TABLE proposals ADD COLUMN escalation_reason TEXT"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -269,6 +281,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=_STAFF_REVIEWERS,
         postgres=_STAFF_REVIEWERS,
     ),
+    Migration(
+        name="audit events carry their tenant (null for process-level events and those before it)",
+        sqlite=_AUDIT_TENANT,
+        postgres=_AUDIT_TENANT,
+    ),
+    Migration(
+        name="resource leases: one writer at a time per declared resource, across processes",
+        sqlite=_RESOURCE_LEASES,
+        postgres=_RESOURCE_LEASES,
+    ),
+    Migration(name="proposals: escalation rule and reason", sqlite=_ESCALATION, postgres=_ESCALATION),
 )
 """The store's own schema, component ``toolgate``."""
 

@@ -128,7 +128,7 @@ class PostgresStore(SqlStore):
         self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
     ) -> list[dict[str, Any]]:
         """Events and payloads in one statement (one round trip while the chain lock is held)."""
-        columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
+        columns = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
         row_marks = "(" + ", ".join("?" for _ in columns) + ")"
         stored = tx.execute(
             "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "

@@ -84,12 +84,28 @@ class ProposalRecord:
     editors: tuple[str, ...] = ()
     """Reviewers who shaped these arguments by editing (along the whole edit chain); none of them
     may count as an approver of this proposal."""
+    escalation_rule_id: str | None = None
+    """The policy rule that raised ``approval_class`` above the tool's own class, if one did."""
+    escalation_reason: str | None = None
+    """Why, as the rule says it; shown to reviewers."""
+
+    def escalation(self) -> dict[str, Any] | None:
+        """The escalation on record, for reviewers and the audit log (None: the tool's own class)."""
+        if not self.escalation_rule_id:
+            return None
+        return {
+            "rule_id": self.escalation_rule_id,
+            "reason": self.escalation_reason,
+            "approval_class": self.approval_class,
+        }
 
     def content(self) -> dict[str, Any]:
         """Everything the digest covers."""
         extra: dict[str, Any] = {"supersedes": self.supersedes} if self.supersedes else {}
         if self.editors:
             extra["editors"] = sorted(self.editors)
+        if self.escalation_rule_id:
+            extra["escalation"] = {"rule_id": self.escalation_rule_id, "reason": self.escalation_reason}
         return {
             **extra,
             "operation_key": self.operation_key,

@@ -20,6 +20,7 @@ from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store._audit_rows import AuditRows
 from toolgate.store._counter_rows import CounterRows
 from toolgate.store._identity_rows import IdentityRows
+from toolgate.store._lease_rows import LeaseRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
 from toolgate.store.base import Store, Tx
@@ -27,7 +28,7 @@ from toolgate.store.chain import AUDIT_FIELDS
 from toolgate.store.migrations import MIGRATIONS, Migration
 
 
-class SqlStore(ProposalRows, OperationRows, AuditRows, CounterRows, IdentityRows, Store, abc.ABC):
+class SqlStore(ProposalRows, OperationRows, AuditRows, CounterRows, IdentityRows, LeaseRows, Store, abc.ABC):
     """`Store` over a SQL database; subclasses provide connections, locking and the clock.
 
     Each part of the contract is a mixin over the same transactions: proposals and decisions
@@ -75,7 +76,7 @@ class SqlStore(ProposalRows, OperationRows, AuditRows, CounterRows, IdentityRows
         self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
     ) -> list[dict[str, Any]]:
         """Insert linked events and their payloads; the stored rows, in chain order."""
-        columns = [*AUDIT_FIELDS, "detail", "detail_sha256", "prev_hash", "hash"]
+        columns = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
         row_marks = "(" + ", ".join("?" for _ in columns) + ")"
         stored = tx.execute(
             f"INSERT INTO audit_events ({', '.join(columns)}) VALUES "

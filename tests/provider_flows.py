@@ -261,7 +261,7 @@ class Cli:
         """``audit trace`` of the proposal's operation: its operation key and the trace output."""
         shown = self("proposals", "show", proposal)
         key = next(r["operation_key"] for r in kv_lines(shown.stdout) if "operation_key" in r)
-        return key, self("audit", "trace", key)
+        return key, self("audit", "trace", key, "--as", "audrey")
 
 
 def check_refund_result(output: str) -> None:

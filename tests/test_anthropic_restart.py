@@ -79,7 +79,7 @@ def test_thinking_and_tool_use_survive_approval_and_restart(tmp_path: Path, data
         cli = Cli(ANTHROPIC.cli_env(tmp_path, database_url, replay))
         proposal, _, _ = cli.refund_approved_and_resumed(replay, "t-anthropic", TOOL_USE_ID)
         cli.trace(proposal)
-        assert "tamper_check=PASS" in cli("audit", "verify").stdout
+        assert "tamper_check=PASS" in cli("audit", "verify", "--as", "otto").stdout
 
     # ---- three requests to the Messages API: turn 1, then the 429 and its one retry
     assert [(r.method, r.path) for r in replay.requests] == [("POST", MESSAGES_PATH)] * 3

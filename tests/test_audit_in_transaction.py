@@ -93,7 +93,8 @@ def test_an_approved_write_commits_each_change_with_its_evidence(
         ("operation.claimed", "handler.started"),
         ("handler.finished", "operation.completed"),
     ]
-    assert counted.writes == 3  # claim, the payment system's own refund, outcome
+    # the order's resource lease, claim, the payment system's own refund, outcome, the lease's release
+    assert counted.writes == 5
     assert harness.refunds() == 1
     assert verify_chain(harness.store).ok
 

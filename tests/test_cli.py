@@ -61,7 +61,7 @@ def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     trace_key = next(
         line.split("operation_key=")[1].split()[0] for line in shown.splitlines() if "operation_key=" in line
     )
-    trace = toolgate(["audit", "trace", trace_key], env).stdout
+    trace = toolgate(["audit", "trace", trace_key, "--as", "audrey"], env).stdout
     events = [r["event"] for r in kv_lines(trace) if "event" in r]
     assert events[:3] == ["model.response", "call.accepted", "proposal.created"]
     assert "approval.refused" in events and "proposal.rejected" in events

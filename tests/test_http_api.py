@@ -219,6 +219,9 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     )
     recorded = next(e for e in report["events"] if e["event"] == "approval.recorded")
     assert recorded["actor"] == api.gw.auditor.actor("fiona") and recorded["release"] == facts["release"]
+    read = api.harness.store.latest_audit_event("audit.read")  # the trace read is itself audited
+    assert read is not None and read.actor_id == api.gw.auditor.actor("fiona") and read.tenant_id == "acme"
+    assert read.detail["subject"] == facts["operation_key"]
     assert api.get(f"/toolgate/operations/{facts['operation_key']}", "gina").status_code == 404
 
 

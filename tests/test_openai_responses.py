@@ -113,7 +113,7 @@ def test_reasoning_and_call_survive_approval_and_restart(tmp_path: Path, databas
         cli = Cli(OPENAI.cli_env(tmp_path, database_url, replay))
         proposal, _, _ = cli.refund_approved_and_resumed(replay, "t-responses", CALL_ID)
         cli.trace(proposal)
-        assert "tamper_check=PASS" in cli("audit", "verify").stdout
+        assert "tamper_check=PASS" in cli("audit", "verify", "--as", "otto").stdout
 
     # ---- exactly two requests, both to the Responses API, with the fake key as the bearer token
     assert [(r.method, r.path) for r in replay.requests] == [("POST", RESPONSES_PATH)] * 2

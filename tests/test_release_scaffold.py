@@ -87,7 +87,7 @@ def test_every_cli_door_serves_the_scaffolded_release(scaffolded: Path, tmp_path
         assert not store.list_proposals("pending_approval")
     finally:
         store.close()
-    assert "tamper_check=PASS" in toolgate(["audit", "verify"], env).stdout
+    assert "tamper_check=PASS" in toolgate(["audit", "verify", "--as", "sam"], as_sam).stdout
 
 
 @pytest.mark.server

@@ -55,6 +55,7 @@ TABLES = (
     "dead_letters",
     "rate_counters",
     "identities",
+    "resource_leases",
 )
 """Every table the store keeps: a refusal must leave all of them as they were."""
 
@@ -287,6 +288,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     unknown_outcome(store, 3, lease_s=0)
     store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
     store.append_audit(event())
+    assert store.acquire_resources(["k1"], "h1", 30)
     reader = reopen(read_only=True)
     assert reader.read_only and not store.read_only
     before = snapshot(store)
@@ -311,6 +313,9 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         ),
         "increment_counter": lambda s: s.increment_counter("bucket", 60),
         "count_hits": lambda s: s.count_hits([("bucket", 60, 5)]),
+        "acquire_resources": lambda s: s.acquire_resources(["k1"], "h9", 30),
+        "renew_resources": lambda s: s.renew_resources(["k1"], "h1", 30),
+        "release_resources": lambda s: s.release_resources(["k1"], "h1"),
         "add_identity": lambda s: s.add_identity(make_identity("bob")),
         "change_identity": lambda s: s.change_identity("ada", status="revoked"),
         "append_audit": lambda s: s.append_audit(event()),
@@ -489,6 +494,9 @@ def test_get_proposal_returns_exactly_what_was_stored(store: Store) -> None:
         supersedes="prop_test1",
         trace_id="trace-1",
         editors=("fiona", "rita"),
+        approval_class="two_person(finance,support)",
+        escalation_rule_id="refund.large_needs_two_reviewers",
+        escalation_reason="Refunds over $500 need two reviewers ✓",
     )
     store.create_proposal(original)
     store.create_proposal(edited)
@@ -548,6 +556,11 @@ def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
         tx.execute(
             "UPDATE proposals SET arguments = ? WHERE proposal_id = ?",
             ('{"amount_cents":99999}', "prop_test1"),
+        )
+    with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
+        tx.execute(
+            "UPDATE proposals SET approval_class = 'finance', escalation_rule_id = NULL WHERE proposal_id = ?",
+            ("prop_test1",),
         )
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("DELETE FROM proposals WHERE proposal_id = ?", ("prop_test1",))
@@ -1043,6 +1056,91 @@ def test_counter_value_peeks_without_counting(store: Store) -> None:
     assert snapshot(store) == before
 
 
+# ---- resource leases -----------------------------------------------------------------------
+
+
+def leases(store: Store) -> dict[str, tuple[str, str]]:
+    """``resource_key -> (holder, expires_at)`` of every lease row."""
+    with store.transaction(write=False) as tx:
+        rows = tx.execute("SELECT resource_key, holder, expires_at FROM resource_leases")
+    return {r["resource_key"]: (r["holder"], r["expires_at"]) for r in rows}
+
+
+def test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses(
+    store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
+) -> None:
+    start = store.now()
+    assert store.acquire_resources(["k2", "k1", "k1"], "h1", 30) is True
+    end = store.now()
+    held = leases(store)
+    assert sorted(held) == ["k1", "k2"] and {h for h, _ in held.values()} == {"h1"}
+    for _, expires_at in held.values():
+        assert start + timedelta(seconds=30) <= parse_iso(expires_at) <= end + timedelta(seconds=30)
+
+    before = snapshot(store)
+    assert store.acquire_resources(["k3", "k2"], "h2", 30) is False  # k2 is h1's: k3 is not taken either
+    assert reopen().acquire_resources(["k1"], "h2", 30) is False  # nor from another process
+    with pytest.raises(ValueError, match="positive duration"):
+        store.acquire_resources(["k9"], "h2", 0)
+    assert store.acquire_resources([], "h2", 30) is True  # nothing to hold
+    assert snapshot(store) == before
+
+    assert store.acquire_resources(["k1"], "h1", 300) is True  # its holder again: extended
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=40))  # k2 lapsed, k1 did not
+        assert store.acquire_resources(["k1", "k3"], "h2", 30) is False
+        assert store.acquire_resources(["k2", "k3"], "h2", 30) is True
+    held = leases(store)
+    assert {k: h for k, (h, _) in held.items()} == {"k1": "h1", "k2": "h2", "k3": "h2"}
+
+    barrier = threading.Barrier(20)
+
+    def contend(i: int) -> bool:
+        barrier.wait()
+        return store.acquire_resources(["k5", "k4"], f"w{i}", 30)
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        wins = list(pool.map(contend, range(20)))
+    assert wins.count(True) == 1
+    winner = f"w{wins.index(True)}"
+    assert {k: h for k, (h, _) in leases(store).items() if k in ("k4", "k5")} == {"k4": winner, "k5": winner}
+
+
+def test_renew_resources_extends_only_the_holders_own_leases(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.acquire_resources(["k1", "k2"], "h1", 5) is True
+    start = store.now()
+    assert store.renew_resources(["k1", "k2"], "h1", 120) is True
+    end = store.now()
+    for _, expires_at in leases(store).values():
+        assert start + timedelta(seconds=120) <= parse_iso(expires_at) <= end + timedelta(seconds=120)
+    before = snapshot(store)
+    assert store.renew_resources(["k1"], "h2", 600) is False  # not its holder
+    assert store.renew_resources(["k9"], "h1", 600) is False  # never leased
+    assert store.renew_resources([], "h1", 600) is True
+    assert snapshot(store) == before
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=200))
+        assert store.acquire_resources(["k1"], "h2", 30) is True  # h1's lease lapsed: taken over
+        taken = leases(store)["k1"]
+        assert store.renew_resources(["k1", "k2"], "h1", 600) is False  # k1 is h2's now
+        assert leases(store)["k1"] == taken
+
+
+def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) -> None:
+    assert store.acquire_resources(["k1", "k2"], "h1", 30) is True
+    before = snapshot(store)
+    assert store.release_resources(["k1", "k2"], "h2") == 0  # not its holder
+    assert store.release_resources([], "h1") == 0
+    assert snapshot(store) == before
+    assert store.release_resources(["k1"], "h1") == 1
+    assert store.acquire_resources(["k1"], "h2", 30) is True  # free again at once
+    assert store.release_resources(["k1", "k2"], "h1") == 1  # k2 only: k1 is h2's now
+    assert store.release_resources(["k2"], "h1") == 0  # repeating it is harmless
+    assert {k: h for k, (h, _) in leases(store).items()} == {"k1": "h2"}
+
+
 # ---- identities ----------------------------------------------------------------------------
 
 
@@ -1316,6 +1414,9 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "increment_counter": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
     "count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
     "counter_value": (test_counter_value_peeks_without_counting,),
+    "acquire_resources": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
+    "renew_resources": (test_renew_resources_extends_only_the_holders_own_leases,),
+    "release_resources": (test_release_resources_gives_up_only_the_holders_own_leases,),
     "token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
     "add_identity": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
     "change_identity": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),

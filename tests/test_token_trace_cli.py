@@ -1,7 +1,8 @@
 """``toolgate audit trace`` shows the tokens of the task turn that proposed the operation, summed
 over its model turns, across processes: the real ``ChatOpenAI`` (Responses API) against the local
 replay server proposes a gated refund in one process, another approves, a third resumes, a fourth
-traces. Reading the trace still needs the store secret, as it did before tokens were shown.
+traces. Reading the trace still needs the store secret, as it did before tokens were shown (and an
+auditor's credential, `test_audit_access`).
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ def test_audit_trace_prints_the_task_tokens_and_still_needs_the_store_secret(tmp
     refused = toolgate(["audit", "trace", key], secretless, check=False)
     assert refused.returncode == 2 and "no store secret" in refused.stderr
     assert "tokens" not in refused.stdout and "event=" not in refused.stdout
-    # a wrong secret: the chain and the approvals do not verify, and the command fails
+    # a wrong secret verifies no identity: refused before anything is read or written (an event
+    # appended under it would break the chain), and the chain still verifies with the right one
     forged = toolgate(
-        ["audit", "trace", key],
+        ["audit", "trace", key, "--as", "audrey"],
         {**cli.env, "TOOLGATE_AUDIT_KEY": "not-the-store-secret-000000000"},
         check=False,
     )
-    assert forged.returncode == 1
-    assert "tamper_check=FAIL" in forged.stdout and "approver=UNVERIFIED" in forged.stdout
+    assert forged.returncode == 2 and "the store secret verifies no identity" in forged.stderr
+    assert "event=" not in forged.stdout
+    assert "tamper_check=PASS" in cli("audit", "verify", "--as", "otto").stdout

@@ -1,4 +1,7 @@
-"""``toolgate audit``: reconstruct an operation, verify the chain, export for a SIEM, apply retention."""
+"""``toolgate audit``: reconstruct an operation, verify the chain, export for a SIEM, apply retention.
+
+Reading the log (trace, verify, export) needs an auditor's credential (`toolgate.audit_access`):
+each read shows only the reader's tenants and is itself recorded as ``audit.read``."""
 
 from __future__ import annotations
 
@@ -9,15 +12,25 @@ from typing import Annotated
 
 import typer
 
+from toolgate.audit_access import AuditScope, authenticate_auditor, open_for_audit, record_read
 from toolgate.cli_common import kv as _kv
 from toolgate.cli_common import open_from_env
 from toolgate.clock import iso
 from toolgate.errors import NotFoundError
 from toolgate.forensics import trace
 from toolgate.settings import read_settings
+from toolgate.store.base import Store
 from toolgate.store.chain import verify_chain, verify_records
 
 audit_app = typer.Typer(no_args_is_help=True, help="Read, verify and export the audit trail.")
+
+AsAuditor = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="Reading auditor (role auditor, or auditor:all); token in TOOLGATE_TOKEN, which alone also works.",
+    ),
+]
 
 
 @audit_app.command("trace")
@@ -26,14 +39,30 @@ def audit_trace(
     call: Annotated[
         str | None, typer.Option("--call", help="Reconstruct one (refused) call instead.")
     ] = None,
+    as_user: AsAuditor = None,
 ) -> None:
     """Request -> call -> policy -> proposal -> approval -> claim -> handler -> result, in order."""
     if not operation_key and not call:
         raise NotFoundError("give an OPERATION_KEY or --call CALL_ID")
-    application = open_from_env(read_only=True)
-    report = trace(application.store, application.gateway.auditor, operation_key=operation_key, call_id=call)
-    if not report.events:
-        raise NotFoundError(f"no audit events for {operation_key or call}")
+    application = open_for_audit()
+    scope = authenticate_auditor(application, as_user, "trace")
+    subject = operation_key or call
+    operation = application.store.get_operation(operation_key) if operation_key else None
+    report = (
+        None
+        if operation is not None and not scope.covers(operation.tenant_id)  # looks like an unknown key
+        else trace(
+            application.store,
+            application.gateway.auditor,
+            operation_key=operation_key,
+            call_id=call,
+            visible=scope.sees,
+        )
+    )
+    if report is None or not report.events:
+        record_read(application, scope, "trace", result="refused", code="not_found", subject=subject)
+        raise NotFoundError(f"no audit events for {subject}")
+    record_read(application, scope, "trace", subject=subject, events=len(report.events))
     for event in report.events:
         detail = event.detail
         facts = {
@@ -63,14 +92,35 @@ def audit_trace(
     )
 
 
+def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str]]:
+    """The approval ids and user ids of the records the auditor's tenants own."""
+    identities = {i.user_id for i in store.list_identities() if scope.covers(i.tenant_id)}
+    tenants: dict[str, str | None] = {}
+    approvals = set()
+    for decision in store.all_decisions():
+        if decision.proposal_id not in tenants:
+            proposal = store.get_proposal(decision.proposal_id)
+            tenants[decision.proposal_id] = proposal.tenant_id if proposal else None
+        if scope.covers(tenants[decision.proposal_id]):
+            approvals.add(decision.approval_id)
+    return approvals, identities
+
+
 @audit_app.command("verify")
-def audit_verify() -> None:
+def audit_verify(as_user: AsAuditor = None) -> None:
     """Recompute the whole hash chain and every approval and identity MAC; name what does not fit.
 
-    Opens the store read-only: verifying never writes."""
-    store = open_from_env(read_only=True).store
+    The chain is one for every tenant and is checked whole; the approvals and identities counted
+    and named are those of the auditor's tenants. Writes nothing but its own ``audit.read``."""
+    application = open_for_audit()
+    scope = authenticate_auditor(application, as_user, "verify")
+    store = application.store
     report = verify_chain(store)
     records = verify_records(store)
+    approvals, identities = _in_scope(store, scope)
+    forged_approvals = [a for a in records.forged_approvals if a in approvals]
+    forged_identities = [i for i in records.forged_identities if i in identities]
+    record_read(application, scope, "verify", events=report.events)
     chain = (
         {"tamper_check": "PASS"}
         if report.ok
@@ -83,22 +133,27 @@ def audit_verify() -> None:
     )
     _kv(
         events=report.events,
-        approvals=records.approvals,
-        identities=records.identities,
+        approvals=len(approvals),
+        identities=len(identities),
         **chain,
-        forged_approvals=",".join(records.forged_approvals) or "none",
-        forged_identities=",".join(records.forged_identities) or "none",
+        forged_approvals=",".join(forged_approvals) or "none",
+        forged_identities=",".join(forged_identities) or "none",
     )
-    raise typer.Exit(0 if report.ok and records.ok else 1)
+    raise typer.Exit(0 if report.ok and not forged_approvals and not forged_identities else 1)
 
 
 @audit_app.command("export")
 def audit_export(
     output: Annotated[Path | None, typer.Option(help="File to write (default: stdout).")] = None,
+    as_user: AsAuditor = None,
 ) -> None:
-    """Every event as JSON Lines (schema_version 1) for a SIEM."""
+    """Every event of the auditor's tenants as JSON Lines (schema_version 1) for a SIEM."""
+    application = open_for_audit()
+    scope = authenticate_auditor(application, as_user, "export")
+    events = scope.visible(application.store.audit_events())
+    record_read(application, scope, "export", events=len(events))
     lines = []
-    for event in open_from_env(read_only=True).store.audit_events():
+    for event in events:
         record = {"schema_version": 1, **{k: v for k, v in event.__dict__.items()}}
         lines.append(json.dumps(record, sort_keys=True))
     text = "\n".join(lines) + ("\n" if lines else "")

@@ -209,10 +209,12 @@ def _story(app: App, say: Say, prefix: str) -> int:
 
         _section(say, "10. Look for yourself: the commands below run as printed, from this directory")
         say(f"# the store stays in {app.settings.data_dir} until the next demo starts it afresh")
-        say("# the refund's operation, event by event; then the refused cross-tenant call; then the chain")
-        say(f"{prefix} audit trace {op.operation_key}")
-        say(f"{prefix} audit trace --call {refused}")
-        say(f"{prefix} audit verify")
+        say("# the refund's operation, event by event; then the refused cross-tenant call; then the chain,")
+        say("# read by acme's auditor (audit reads need role auditor, and are audited themselves)")
+        auditor = f"TOOLGATE_TOKEN={demo_token('audrey')} {prefix}"
+        say(f"{auditor} audit trace {op.operation_key} --as audrey")
+        say(f"{auditor} audit trace --call {refused} --as audrey")
+        say(f"{auditor} audit verify --as audrey")
         say("# the demo people; each acts with its public demo token, demo-token-<user>, in TOOLGATE_TOKEN")
         say(f"TOOLGATE_TOKEN={demo_token('ivy')} {prefix} identities list --as ivy")
         say('# your own refund, approval, resume and audit: README.md, "After make demo"')

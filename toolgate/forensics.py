@@ -8,7 +8,9 @@ log itself can still be trusted (chain intact, approver attributable, no secrets
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolgate.policy.output import count_secrets
 from toolgate.store.audit import Auditor
@@ -76,20 +78,29 @@ class TraceReport:
         )
 
 
-def _with_request(store: Store, events: list[AuditEvent]) -> list[AuditEvent]:
+Visible = Callable[[AuditEvent], bool]
+"""Which events a reader may see (an auditor's tenants); None sees them all."""
+
+
+def _events(store: Store, visible: Visible | None, **filters: Any) -> list[AuditEvent]:
+    events = store.audit_events(**filters)
+    return events if visible is None else [e for e in events if visible(e)]
+
+
+def _with_request(store: Store, events: list[AuditEvent], visible: Visible | None = None) -> list[AuditEvent]:
     """Add the model response that proposed the first call (same thread, just before it)."""
     first = next((e for e in events if e.event in ("call.accepted", "call.rejected")), None)
     if first is None or not first.thread_id:
         return events
     responses = [
         e
-        for e in store.audit_events()
+        for e in _events(store, visible)
         if e.event == "model.response" and e.thread_id == first.thread_id and e.seq < first.seq
     ]
     return ([responses[-1]] if responses else []) + events
 
 
-def task_tokens(store: Store, response: AuditEvent) -> TokenTotals:
+def task_tokens(store: Store, response: AuditEvent, visible: Visible | None = None) -> TokenTotals:
     """The tokens of the task turn ``response`` (a ``model.response`` event) belongs to: every model
     response of its thread with the same task number (an event without one, recorded before task
     numbers or with its payload purged by retention, counts alone)."""
@@ -98,7 +109,7 @@ def task_tokens(store: Store, response: AuditEvent) -> TokenTotals:
     if task is not None and response.thread_id:
         turns = [
             e
-            for e in store.audit_events()
+            for e in _events(store, visible)
             if e.event == "model.response"
             and e.thread_id == response.thread_id
             and e.detail.get("task") == task
@@ -113,11 +124,17 @@ def latest_task_tokens(store: Store, thread_id: str) -> TokenTotals | None:
 
 
 def trace(
-    store: Store, auditor: Auditor, *, operation_key: str | None = None, call_id: str | None = None
+    store: Store,
+    auditor: Auditor,
+    *,
+    operation_key: str | None = None,
+    call_id: str | None = None,
+    visible: Visible | None = None,
 ) -> TraceReport:
-    """Every event of ``operation_key`` (with the calls that led to it) or of one refused ``call_id``."""
+    """Every event of ``operation_key`` (with the calls that led to it) or of one refused ``call_id``,
+    of those ``visible`` to the reader."""
     if operation_key:
-        events = store.audit_events(operation_key=operation_key)
+        events = _events(store, visible, operation_key=operation_key)
         call_ids = sorted({e.call_id for e in events if e.call_id})
         proposal_ids = sorted({e.proposal_id for e in events if e.proposal_id})
         merged = {e.seq: e for e in events}
@@ -125,19 +142,19 @@ def trace(
             merged.update(
                 {
                     e.seq: e
-                    for e in store.audit_events(call_ids=call_ids)
+                    for e in _events(store, visible, call_ids=call_ids)
                     if e.event in ("call.accepted", "call.rejected")
                 }
             )
         for proposal_id in proposal_ids:
-            merged.update({e.seq: e for e in store.audit_events(proposal_id=proposal_id)})
-        ordered = _with_request(store, sorted(merged.values(), key=lambda e: e.seq))
+            merged.update({e.seq: e for e in _events(store, visible, proposal_id=proposal_id)})
+        ordered = _with_request(store, sorted(merged.values(), key=lambda e: e.seq), visible)
         op = store.get_operation(operation_key)
         final: str = op.status if op else "missing"
         subject = operation_key
     else:
         assert call_id is not None
-        ordered = _with_request(store, store.audit_events(call_ids=[call_id]))
+        ordered = _with_request(store, _events(store, visible, call_ids=[call_id]), visible)
         final = "refused" if any(e.event == "call.rejected" for e in ordered) else "accepted"
         subject = call_id
         proposal_ids = []
@@ -145,7 +162,7 @@ def trace(
     seen = {e.event for e in ordered}
     report.missing = [name for name in EXPECTED.get(final, ()) if name not in seen]
     response = next((e for e in ordered if e.event == "model.response"), None)
-    report.tokens = task_tokens(store, response) if response is not None else None
+    report.tokens = task_tokens(store, response, visible) if response is not None else None
     approvals = [e for e in ordered if e.event == "approval.recorded"]
     if approvals:
         reviewers = {

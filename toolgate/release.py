@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolgate.errors import RegistryError
+from toolgate.policy.escalation import check_escalations
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
@@ -95,7 +96,9 @@ class Release:
         """The release's registry in one process: specs built, names checked, resolver bound."""
         specs = self.tools(env) if callable(self.tools) else self.tools
         resolver = self.resolver(env) if callable(self.resolver) else self.resolver
-        return Registry.of(self.id, list(specs), resolver or NoResources())
+        registry = Registry.of(self.id, list(specs), resolver or NoResources())
+        check_escalations(self.policy.escalations, {n: s.approval for n, s in registry.tools.items()})
+        return registry
 
     def reviewed_manifest(self) -> Mapping[str, Any]:
         """The reviewed manifest; `RegistryError` when the release ships none."""

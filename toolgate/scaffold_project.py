@@ -87,9 +87,9 @@ IDENTITIES = {
         {
             "user_id": "sam",
             "tenant_id": "acme",
-            "roles": ["support", "admin"],
+            "roles": ["support", "admin", "auditor"],
             "scopes": ["tickets:read"],
-            "display_name": "Sam (support, administrator)",
+            "display_name": "Sam (support, administrator, auditor)",
         },
     ],
 }

@@ -39,7 +39,8 @@ class ResourceRef:
     argument: str
     """Path of the argument that carries the resource identifier (see `toolgate.tools.argpaths`)."""
     conflict: bool = True
-    """Calls on the same (kind, id) in one batch run in order, never concurrently."""
+    """Calls on the same (kind, id) never run concurrently: in one batch they run in order, and a
+    write holds the store's lease on (tenant, kind, id) across threads and processes."""
     owner: OwnerCheck | None = field(default=None, compare=False)
     """Resolves ownership with tenant and user (e.g. an order belongs to one customer). Without
     it the registry's resolver decides per tenant."""

@@ -62,6 +62,40 @@ class ApprovalClass:
         sole = f";sole={','.join(sorted(self.sole_approver_roles))}" if self.sole_approver_roles else ""
         return f"two_person({roles}{sole})"
 
+    @classmethod
+    def parse(cls, label: str) -> ApprovalClass:
+        """The class `describe` printed as ``label``; `ValueError` for anything else."""
+        text = label.strip()
+        if text == "none":
+            return cls.none()
+        if text.startswith("two_person(") and text.endswith(")"):
+            inner, _, sole = text[len("two_person(") : -1].partition(";sole=")
+            result = cls.two_person(*_names(inner), sole_approver_roles=_names(sole) if sole else ())
+        else:
+            result = cls.role(*_names(text))
+        if result.describe() != text:
+            raise ValueError(f"not an approval class label: {label!r}")
+        return result
+
+    def at_least(self, other: ApprovalClass) -> bool:
+        """True when every set of approvals that satisfies this class also satisfies ``other``:
+        this class is ``other`` or stronger (an escalation may only raise, never lower)."""
+        if other.kind == "none":
+            return True
+        if self.kind == "none" or self.reviewers_required < 1:
+            return False
+        sole_kept = self.sole_approver_roles <= other.sole_approver_roles
+        if self.roles <= other.sole_approver_roles:
+            return True  # any one approver of this class could approve alone under ``other``
+        return sole_kept and self.roles <= other.roles and self.reviewers_required >= other.reviewers_required
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(text.split(","))
+    if any(not n or n != n.strip() or set(n) & set(";()=") for n in names):
+        raise ValueError(f"not a list of role names: {text!r}")
+    return names
+
 
 @dataclass(frozen=True)
 class Rollback:

@@ -104,7 +104,7 @@ def accepted_event(
             "arguments": audit_projection(arguments, spec.audit_fields),
             "arguments_sha256": digest(arguments),
         },
-        **common,
+        **({"tenant_id": principal.tenant_id} | common),
     )
 
 

@@ -76,6 +76,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "effect": proposal.effect,
                 "rollback": proposal.rollback,
                 "approval_class": proposal.approval_class,
+                "escalation": proposal.escalation(),
                 "expires_at": proposal.expires_at,
                 "status": "pending_approval",
                 "execution_started": False,

@@ -84,6 +84,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 "thread_id": thread_id(config),
                 "request_id": ctx.request_id,
                 "trace_id": telemetry.audit_trace_id(ctx.trace_id, state.get("trace")),
+                "tenant_id": principal.tenant_id,
             },
         )
         status: dict[str, Any] = {}

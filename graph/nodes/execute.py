@@ -63,7 +63,12 @@ def make_execute_node(gw: Gateway) -> Any:
                 }
         messages: list[ToolMessage] = []
         outcomes: dict[str, Outcome] = {}
-        common = {"thread_id": thread_id(config), "request_id": ctx.request_id, "trace_id": ctx.trace_id}
+        common = {
+            "thread_id": thread_id(config),
+            "request_id": ctx.request_id,
+            "trace_id": ctx.trace_id,
+            "tenant_id": principal.tenant_id,
+        }
         runnable = [r for r in turn if r.get("phase") in ("read", "proposed")]
         release = state.get("release") or gw.registry.release
         model_span_ref = state.get("trace") or []

@@ -108,6 +108,7 @@ def make_model_node(gw: Gateway) -> Any:
             trace_update = {"trace": ref} if ref else {}
             ids = {
                 "user_id": principal.user_id,
+                "tenant_id": principal.tenant_id,
                 "thread_id": thread_id(config),
                 "request_id": ctx.request_id,
                 "trace_id": telemetry.audit_trace_id(ctx.trace_id),

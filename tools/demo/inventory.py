@@ -5,7 +5,8 @@ adjustment READS ``on_hand`` in one transaction, waits ``latency_s`` (the
 network and application time between the two), then WRITES ``read_value + delta`` in a second
 transaction. Two concurrent adjustments of the same SKU therefore lose an update. The gateway
 must not rely on the service to fix that: ``update_inventory`` declares the SKU as its conflict
-key so same-SKU calls run one after the other (the tests remove the key and reproduce the race).
+key, so same-SKU writes run one after the other, in a batch and across threads and processes (the
+store's resource lease, `toolgate.graph.same_resource`); the tests remove the key to show the race.
 
 Like every demo downstream, each request the service *receives* is logged in
 ``sor_inventory_requests`` separately from the adjustment it *performs*

@@ -1,0 +1,132 @@
+"""Who may read the audit log, what they see, and the record that they read it.
+
+The audit log is evidence about every tenant, so reading it is a privilege: the reader
+authenticates like every other person on the CLI (``--as`` names them, ``TOOLGATE_TOKEN`` proves
+it; the token alone also identifies them), through the same identity directory as the server's
+doors. Role ``auditor`` reads the events of its own tenant; role ``auditor:all`` (granted only by
+the bootstrap or by an administrator who holds it) reads every tenant's, and the events that
+belong to none (process-level ones). Every read, and every refused read, appends an
+``audit.read`` event to the same chain, so the log shows who looked at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from toolgate.config import Settings
+from toolgate.errors import ConfigurationError, IdentityError
+from toolgate.graph.bootstrap import App, open_app
+from toolgate.policy.identities import ALL_TENANTS_AUDITOR_ROLE, AUDITOR_ROLE
+from toolgate.policy.principal import Principal
+from toolgate.settings import read_settings
+from toolgate.store.audit_records import AuditEvent
+from toolgate.store.factory import open_store
+
+ALL_TENANTS = "*"
+"""How an all-tenant scope is written in ``audit.read`` events and output."""
+
+
+@dataclass(frozen=True)
+class AuditScope:
+    """An authenticated auditor and the tenants whose events they may read."""
+
+    principal: Principal
+    """The person reading."""
+    tenants: frozenset[str] | None
+    """Tenants they may read; None for every tenant (and tenant-less events)."""
+
+    @property
+    def label(self) -> str:
+        """``*`` for every tenant, else the tenants, comma-separated."""
+        return ALL_TENANTS if self.tenants is None else ",".join(sorted(self.tenants))
+
+    def covers(self, tenant_id: str | None) -> bool:
+        """True when events of ``tenant_id`` are visible (None: only to all-tenant auditors)."""
+        return self.tenants is None or (tenant_id is not None and tenant_id in self.tenants)
+
+    def sees(self, event: AuditEvent) -> bool:
+        """True when ``event`` is visible in this scope."""
+        return self.covers(event.tenant_id)
+
+    def visible(self, events: Iterable[AuditEvent]) -> list[AuditEvent]:
+        """The visible part of ``events``, in their order."""
+        return [e for e in events if self.sees(e)]
+
+
+def open_for_audit() -> App:
+    """The app for an audit read: refused without the store's secret or on a missing store (nothing
+    is created), then opened for writing, because the read itself is recorded.
+
+    A secret that verifies none of the store's identities is another store's (or a guess): that is
+    refused before anything is written, because an event appended under the wrong secret would
+    break the chain for everyone (so this one refusal is not audited)."""
+    settings = Settings.from_env()
+    key = settings.audit_key(create=False)
+    probe = open_store(settings.database_url, settings.data_dir, key=key, read_only=True)
+    try:
+        if not any(record.authentic for record in probe.list_identities()):
+            raise ConfigurationError(
+                "the store secret verifies no identity of this store (wrong TOOLGATE_AUDIT_KEY, "
+                "or nobody to read as); nothing was read or written"
+            )
+    finally:
+        probe.close()
+    return open_app(settings)
+
+
+def authenticate_auditor(application: App, as_user: str | None, command: str) -> AuditScope:
+    """The caller's audit scope, or `IdentityError` (audited) for a missing, wrong or revoked
+    credential and for a person without an auditor role."""
+    token = read_settings().token
+    secret = token.get_secret_value() if token else None
+    directory = application.gateway.directory
+    if as_user is None and not secret:
+        application.gateway.auditor.record(
+            "identity.refused", "refused", code="missing_token", detail={"command": f"audit {command}"}
+        )
+        raise IdentityError(
+            "audit reads need a credential: --as USER with that person's TOOLGATE_TOKEN",
+            code="missing_token",
+        )
+    principal = directory.authenticate(as_user, secret) if as_user else directory.authenticate_bearer(secret)
+    if ALL_TENANTS_AUDITOR_ROLE in principal.roles:
+        return AuditScope(principal, None)
+    scope = AuditScope(principal, frozenset({principal.tenant_id}))
+    if AUDITOR_ROLE not in principal.roles:
+        record_read(application, scope, command, result="refused", code="not_auditor")
+        raise IdentityError(
+            f"{principal.user_id!r} may not read the audit log (needs role {AUDITOR_ROLE})",
+            code="not_auditor",
+        )
+    return scope
+
+
+def record_read(
+    application: App,
+    scope: AuditScope,
+    command: str,
+    *,
+    result: str = "read",
+    code: str | None = None,
+    **facts: Any,
+) -> None:
+    """Append the ``audit.read`` event of one read (or refused read) of the audit log."""
+    application.gateway.auditor.record(
+        "audit.read",
+        result,
+        user_id=scope.principal.user_id,
+        code=code,
+        tenant_id=scope.principal.tenant_id,
+        detail={"command": f"audit {command}", "scope": scope.label, **facts},
+    )
+
+
+__all__ = [
+    "ALL_TENANTS",
+    "AuditScope",
+    "authenticate_auditor",
+    "open_for_audit",
+    "record_read",
+]
