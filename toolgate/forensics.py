@@ -87,40 +87,38 @@ def _events(store: Store, visible: Visible | None, **filters: Any) -> list[Audit
     return events if visible is None else [e for e in events if visible(e)]
 
 
-def _with_request(store: Store, events: list[AuditEvent], visible: Visible | None = None) -> list[AuditEvent]:
+def _thread_responses(store: Store, visible: Visible | None, thread_id: str | None) -> list[AuditEvent]:
+    """The ``model.response`` events of ``thread_id``, in chain order: read once per trace, for both
+    the response that proposed the call and the tokens of its task turn."""
+    if not thread_id:
+        return []
+    return [e for e in _events(store, visible) if e.event == "model.response" and e.thread_id == thread_id]
+
+
+def _with_request(events: list[AuditEvent], responses: list[AuditEvent]) -> list[AuditEvent]:
     """Add the model response that proposed the first call (same thread, just before it)."""
     first = next((e for e in events if e.event in ("call.accepted", "call.rejected")), None)
     if first is None or not first.thread_id:
         return events
-    responses = [
-        e
-        for e in _events(store, visible)
-        if e.event == "model.response" and e.thread_id == first.thread_id and e.seq < first.seq
-    ]
-    return ([responses[-1]] if responses else []) + events
+    before = [e for e in responses if e.thread_id == first.thread_id and e.seq < first.seq]
+    return ([before[-1]] if before else []) + events
 
 
-def task_tokens(store: Store, response: AuditEvent, visible: Visible | None = None) -> TokenTotals:
-    """The tokens of the task turn ``response`` (a ``model.response`` event) belongs to: every model
-    response of its thread with the same task number (an event without one, recorded before task
-    numbers or with its payload purged by retention, counts alone)."""
+def task_tokens(response: AuditEvent, responses: list[AuditEvent]) -> TokenTotals:
+    """The tokens of the task turn ``response`` (a ``model.response`` event) belongs to: every one
+    of its thread's ``responses`` with the same task number (an event without one, recorded before
+    task numbers or with its payload purged by retention, counts alone)."""
     task = response.detail.get("task")
     turns = [response]
     if task is not None and response.thread_id:
-        turns = [
-            e
-            for e in _events(store, visible)
-            if e.event == "model.response"
-            and e.thread_id == response.thread_id
-            and e.detail.get("task") == task
-        ]
+        turns = [e for e in responses if e.thread_id == response.thread_id and e.detail.get("task") == task]
     return total(TokenUsage.from_detail(e.detail.get("tokens")) for e in turns)
 
 
 def latest_task_tokens(store: Store, thread_id: str) -> TokenTotals | None:
     """The tokens of ``thread_id``'s latest task turn (None before its first model response)."""
-    responses = [e for e in store.audit_events() if e.event == "model.response" and e.thread_id == thread_id]
-    return task_tokens(store, responses[-1]) if responses else None
+    responses = _thread_responses(store, None, thread_id)
+    return task_tokens(responses[-1], responses) if responses else None
 
 
 def trace(
@@ -148,21 +146,24 @@ def trace(
             )
         for proposal_id in proposal_ids:
             merged.update({e.seq: e for e in _events(store, visible, proposal_id=proposal_id)})
-        ordered = _with_request(store, sorted(merged.values(), key=lambda e: e.seq), visible)
+        ordered = sorted(merged.values(), key=lambda e: e.seq)
         op = store.get_operation(operation_key)
         final: str = op.status if op else "missing"
         subject = operation_key
     else:
         assert call_id is not None
-        ordered = _with_request(store, _events(store, visible, call_ids=[call_id]), visible)
+        ordered = _events(store, visible, call_ids=[call_id])
         final = "refused" if any(e.event == "call.rejected" for e in ordered) else "accepted"
         subject = call_id
         proposal_ids = []
+    first_call = next((e for e in ordered if e.event in ("call.accepted", "call.rejected")), None)
+    responses = _thread_responses(store, visible, first_call.thread_id if first_call else None)
+    ordered = _with_request(ordered, responses)
     report = TraceReport(subject=subject, events=ordered, final=final)
     seen = {e.event for e in ordered}
     report.missing = [name for name in EXPECTED.get(final, ()) if name not in seen]
     response = next((e for e in ordered if e.event == "model.response"), None)
-    report.tokens = task_tokens(store, response, visible) if response is not None else None
+    report.tokens = task_tokens(response, responses) if response is not None else None
     approvals = [e for e in ordered if e.event == "approval.recorded"]
     if approvals:
         reviewers = {
