@@ -2,14 +2,16 @@
 
 Never edit or reorder an entry that has shipped: add a new one. Each entry carries the SQL for
 both backends; `SqlStore.migrate` applies the missing ones in order inside one transaction per
-component, under a lock, and records them in ``toolgate_schema``.
+component, under a lock, and records them in ``toolgate_schema``. Steps from issue 15 on live in
+`toolgate.store.migrations_unattended`; new steps are appended there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import get_args
 
+from toolgate.store.migration import Migration
+from toolgate.store.migrations_unattended import UNATTENDED_STEPS
 from toolgate.store.records import OperationStatus
 
 OPERATION_STATUSES: tuple[str, ...] = get_args(OperationStatus)
@@ -34,18 +36,6 @@ ALLOWED_TRANSITIONS = (
     ("dead_lettered", "failed"),
 )
 """The operation state machine; the database refuses any other status change."""
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema step with its SQL for each backend (statements separated by ``;\\n``)."""
-
-    name: str
-    """What the step does."""
-    sqlite: str
-    """SQL for SQLite."""
-    postgres: str
-    """SQL for PostgreSQL."""
 
 
 _STATUS_LIST = ", ".join(f"'{s}'" for s in OPERATION_STATUSES)
@@ -237,18 +227,6 @@ _STAFF_REVIEWERS = """
 ALTER TABLE identities ADD COLUMN review_tenants TEXT NOT NULL DEFAULT '[]';
 CREATE INDEX proposals_same_effect_idx ON proposals (thread_id, tool, arguments_sha256)"""
 
-_AUDIT_TENANT = """
-ALTER TABLE audit_events ADD COLUMN tenant_id TEXT;
-CREATE INDEX audit_tenant_idx ON audit_events (tenant_id)"""
-
-_RESOURCE_LEASES = """
-CREATE TABLE resource_leases (
-    resource_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at TEXT NOT NULL, expires_at TEXT NOT NULL
-)"""
-
-_ESCALATION = """ALTER TABLE proposals ADD COLUMN escalation_rule_id TEXT;
-ALTER TABLE proposals ADD COLUMN escalation_reason TEXT"""
-
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="proposals, operations, approvals, audit log; immutability and transition triggers",
@@ -281,17 +259,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite=_STAFF_REVIEWERS,
         postgres=_STAFF_REVIEWERS,
     ),
-    Migration(
-        name="audit events carry their tenant (null for process-level events and those before it)",
-        sqlite=_AUDIT_TENANT,
-        postgres=_AUDIT_TENANT,
-    ),
-    Migration(
-        name="resource leases: one writer at a time per declared resource, across processes",
-        sqlite=_RESOURCE_LEASES,
-        postgres=_RESOURCE_LEASES,
-    ),
-    Migration(name="proposals: escalation rule and reason", sqlite=_ESCALATION, postgres=_ESCALATION),
+    *UNATTENDED_STEPS,
 )
 """The store's own schema, component ``toolgate``."""
 

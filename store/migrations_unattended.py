@@ -1,0 +1,39 @@
+"""The store's schema steps for least privilege and unattended operation (issue 15): audit
+tenants, resource leases, escalation, and what comes after them.
+
+Kept apart from `toolgate.store.migrations` so that list of shipped steps stays readable. A new step
+is appended at the END of `UNATTENDED_STEPS`; a shipped step is never edited.
+"""
+
+from __future__ import annotations
+
+from toolgate.store.migration import Migration
+
+_AUDIT_TENANT = """
+ALTER TABLE audit_events ADD COLUMN tenant_id TEXT;
+CREATE INDEX audit_tenant_idx ON audit_events (tenant_id)"""
+
+_RESOURCE_LEASES = """
+CREATE TABLE resource_leases (
+    resource_key TEXT PRIMARY KEY, holder TEXT NOT NULL, acquired_at TEXT NOT NULL, expires_at TEXT NOT NULL
+)"""
+
+_ESCALATION = """ALTER TABLE proposals ADD COLUMN escalation_rule_id TEXT;
+ALTER TABLE proposals ADD COLUMN escalation_reason TEXT"""
+
+UNATTENDED_STEPS: tuple[Migration, ...] = (
+    Migration(
+        name="audit events carry their tenant (null for process-level events and those before it)",
+        sqlite=_AUDIT_TENANT,
+        postgres=_AUDIT_TENANT,
+    ),
+    Migration(
+        name="resource leases: one writer at a time per declared resource, across processes",
+        sqlite=_RESOURCE_LEASES,
+        postgres=_RESOURCE_LEASES,
+    ),
+    Migration(name="proposals: escalation rule and reason", sqlite=_ESCALATION, postgres=_ESCALATION),
+)
+"""Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""
+
+__all__ = ["UNATTENDED_STEPS"]
