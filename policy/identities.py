@@ -172,6 +172,33 @@ class IdentityDirectory:
         self._record("identity.token_rotated", by, record)
         return issued
 
+    def change_roles(
+        self, user_id: str, *, roles: frozenset[str], scopes: frozenset[str] | None, by: Principal | None
+    ) -> IdentityRecord:
+        """Replace the roles (and, when given, the scopes) of ``user_id``; audited with the
+        administrator, the roles and scopes before and after. Granting ``auditor:all`` needs a holder
+        of it, as in `add`."""
+        self._authorize(by, self._tenant_of(user_id), "change roles of")
+        if by is not None and ALL_TENANTS_AUDITOR_ROLE in roles - by.roles:
+            self._refuse(
+                by.user_id, "cross_tenant", f"{by.user_id!r} may not grant {ALL_TENANTS_AUDITOR_ROLE}"
+            )
+        before = self.store.get_identity(user_id)
+        assert before is not None  # _tenant_of found it
+        record = self.store.change_identity(
+            user_id, roles=sorted(roles), scopes=None if scopes is None else sorted(scopes)
+        )
+        self._record(
+            "identity.roles_changed",
+            by,
+            record,
+            roles_before=list(before.roles),
+            roles=list(record.roles),
+            scopes_before=list(before.scopes),
+            scopes=list(record.scopes),
+        )
+        return record
+
     def import_file(self, path: Path, *, by: Principal | None) -> list[tuple[str, str | None]]:
         """Add every identity of a seed file; ``(user_id, token or None if it existed)`` each."""
         return [(p.user_id, self.add(p, by=by)) for p in load_seed_file(path)]

@@ -92,8 +92,10 @@ class IdentityRows:
         *,
         status: IdentityStatus | None = None,
         token_hash: str | None = None,
+        roles: Sequence[str] | None = None,
+        scopes: Sequence[str] | None = None,
     ) -> IdentityRecord:
-        """Change the status or token of an authentic identity; `IdentityError` otherwise."""
+        """Change the status, token, roles or scopes of an authentic identity; `IdentityError` otherwise."""
         lock = " FOR UPDATE" if self.dialect == "postgres" else ""
         with self.transaction() as tx:
             row = tx.one(f"SELECT * FROM identities WHERE user_id = ?{lock}", (user_id,))
@@ -110,6 +112,8 @@ class IdentityRows:
                 current,
                 status=status or current.status,
                 token_hash=token_hash if token_hash is not None else current.token_hash,
+                roles=tuple(sorted(set(roles))) if roles is not None else current.roles,
+                scopes=tuple(sorted(set(scopes))) if scopes is not None else current.scopes,
                 updated_at=self._tx_now(tx),
             )
             self._write_identity(tx, changed, insert=False)

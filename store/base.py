@@ -226,9 +226,16 @@ class Store(ResourceLeases, abc.ABC):
 
     @abc.abstractmethod
     def change_identity(
-        self, user_id: str, *, status: IdentityStatus | None = None, token_hash: str | None = None
+        self,
+        user_id: str,
+        *,
+        status: IdentityStatus | None = None,
+        token_hash: str | None = None,
+        roles: Sequence[str] | None = None,
+        scopes: Sequence[str] | None = None,
     ) -> IdentityRecord:
-        """Change the status or token of an authentic identity (`IdentityError` otherwise)."""
+        """Change the status, token, roles or scopes of an authentic identity, re-signing it
+        (`IdentityError` otherwise)."""
 
     @abc.abstractmethod
     def get_identity(self, user_id: str) -> IdentityRecord | None:

@@ -138,12 +138,14 @@ def test_help_works_with_a_bad_value(tmp_path: Path) -> None:
 
 def test_a_good_value_is_honoured(tmp_path: Path) -> None:
     seed_people(tmp_path)
-    default = toolgate(["audit", "retention"], cli_env(tmp_path))
+    default = toolgate(["audit", "retention", "--as", "otto"], cli_env(tmp_path))
     assert kv_lines(default.stdout)[0]["older_than_days"] == "90.0"
-    configured = toolgate(["audit", "retention"], cli_env(tmp_path, TOOLGATE_AUDIT_RETENTION_DAYS="30"))
+    configured = toolgate(
+        ["audit", "retention", "--as", "otto"], cli_env(tmp_path, TOOLGATE_AUDIT_RETENTION_DAYS="30")
+    )
     assert kv_lines(configured.stdout)[0]["older_than_days"] == "30.0"
     given = toolgate(
-        ["audit", "retention", "--older-than-days", "7"],
+        ["audit", "retention", "--older-than-days", "7", "--as", "otto"],
         cli_env(tmp_path, TOOLGATE_AUDIT_RETENTION_DAYS="30"),
     )
     assert kv_lines(given.stdout)[0]["older_than_days"] == "7.0"

@@ -1181,6 +1181,9 @@ def test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_for
         and revoked.created_at == added.created_at
     )
     assert store.get_identity("ada") == revoked
+    promoted = store.change_identity("ada", roles=["support", "finance", "support"], scopes=["orders:read"])
+    assert (promoted.roles, promoted.scopes, promoted.authentic) == (("finance", "support"), ("orders:read",), True)
+    assert store.get_identity("ada") == promoted and promoted.token_hash == revoked.token_hash
 
     before = snapshot(store)
     with pytest.raises(IdentityError) as unknown:

@@ -14,9 +14,8 @@ import typer
 
 from toolgate.audit_access import AuditScope, authenticate_auditor, open_for_audit, record_read
 from toolgate.cli_common import kv as _kv
-from toolgate.cli_common import open_from_env
 from toolgate.clock import iso
-from toolgate.errors import NotFoundError
+from toolgate.errors import IdentityError, NotFoundError
 from toolgate.forensics import trace
 from toolgate.settings import read_settings
 from toolgate.store.base import Store
@@ -172,16 +171,28 @@ def audit_retention(
             help="Delete protected payloads older than this (default: TOOLGATE_AUDIT_RETENTION_DAYS, 90)."
         ),
     ] = None,
+    as_user: AsAuditor = None,
 ) -> None:
-    """Delete audit payloads past the retention period; digests and the chain stay verifiable."""
+    """Delete audit payloads past the retention period; digests and the chain stay verifiable.
+
+    Deleting evidence of every tenant is for an all-tenant auditor (role ``auditor:all``) only."""
     if older_than_days is None:
         older_than_days = read_settings().audit_retention_days
-    application = open_from_env()
+    application = open_for_audit()
+    scope = authenticate_auditor(application, as_user, "retention")
+    if scope.tenants is not None:
+        record_read(application, scope, "retention", result="refused", code="not_all_tenants")
+        raise IdentityError(
+            f"{scope.principal.user_id!r} may not apply retention: it deletes every tenant's payloads"
+            " (needs role auditor:all)",
+            code="not_all_tenants",
+        )
     before = iso(application.store.now() - timedelta(days=older_than_days))
     purged = application.store.purge_audit_payloads(before)
     application.gateway.auditor.record(
         "audit.retention_applied",
         "applied",
+        user_id=scope.principal.user_id,
         detail={"older_than_days": older_than_days, "payloads_deleted": purged},
     )
     chain = verify_chain(application.store)

@@ -130,6 +130,26 @@ def identities_revoke(
     kv(identity=record.user_id, status=record.status)
 
 
+@identities_app.command("set-roles")
+def identities_set_roles(
+    user_id: Annotated[str, typer.Argument(help="Whose roles to replace.")],
+    roles: Annotated[str, typer.Option(help="The complete new comma-separated roles ('' for none).")],
+    as_user: Annotated[str, typer.Option("--as", help="Acting administrator (token in TOOLGATE_TOKEN).")],
+    scopes: Annotated[
+        str | None, typer.Option(help="The complete new comma-separated scopes (unchanged when omitted).")
+    ] = None,
+) -> None:
+    """Replace a person's roles (and scopes); the change is audited with who made it."""
+    application = open_from_env()
+    record = application.gateway.directory.change_roles(
+        user_id,
+        roles=_split(roles),
+        scopes=None if scopes is None else _split(scopes),
+        by=person(application, as_user),
+    )
+    kv(identity=record.user_id, roles=",".join(record.roles) or "-", scopes=",".join(record.scopes) or "-")
+
+
 @identities_app.command("rotate-token")
 def identities_rotate(
     user_id: Annotated[str, typer.Argument(help="Whose token to replace.")],

@@ -175,6 +175,22 @@ class ToolExecutionError(ToolgateRuntimeError):
         self.retryable = retryable
 
 
+class CapabilityDenied(ToolExecutionError):
+    """A handler reached past the capabilities it was given: a table of the gateway or of another
+    service, a host outside its allowlist, a credential it did not declare.
+
+    A ``server_error`` that is never retryable (the same code would be refused again), audited as
+    ``handler.capability_denied`` by the trusted code that ran the handler. ``capability`` names
+    the kind (``records``, ``egress``, ``credential``); ``target`` what was refused (a table, a
+    host, a credential name), never a secret.
+    """
+
+    def __init__(self, capability: str, target: str, message: str) -> None:
+        super().__init__("server_error", message, retryable=False)
+        self.capability = capability
+        self.target = target
+
+
 class DirectInvocationError(ToolgateUsageError):
     """A tool's StructuredTool was invoked directly instead of through the gateway.
 
@@ -193,6 +209,7 @@ __all__ = [
     "REJECTION_CODES",
     "STATE_CODES",
     "ApprovalError",
+    "CapabilityDenied",
     "ConfigurationError",
     "DirectInvocationError",
     "IdentityError",
