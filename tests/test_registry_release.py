@@ -80,6 +80,7 @@ def test_registry_audit_passes_for_the_demo_release(tmp_path: Path) -> None:
             "identity or authority in arguments: tenant_id",
         ),
         ("dynamic_handler", "dynamic_handlers=1", "handler resolves code dynamically"),
+        ("unbounded_arguments", "unbounded_arguments=2", "annotate_order: unbounded arguments"),
     ],
 )
 def test_registry_audit_fails_on_broken_bundles(
@@ -90,6 +91,23 @@ def test_registry_audit_fails_on_broken_bundles(
     assert result.returncode == 1
     assert figure in result.stdout.splitlines()
     assert defect in result.stdout and "audit=FAIL" in result.stdout
+
+
+def test_registry_audit_prints_the_inventory_and_warns_of_complex_schemas(tmp_path: Path) -> None:
+    env = cli_env(tmp_path, PYTHONPATH=str(Path(__file__).parent))
+    result = toolgate(["registry", "audit", "--bundle", "fixtures.bundles:complex_arguments"], env)
+    lines = result.stdout.splitlines()
+    release = lines[0].removeprefix("release=")
+    assert "complex_schemas=1" in lines and "unbounded_arguments=0" in lines and lines[-1] == "audit=PASS"
+    assert "tool=ship_order risk=caution approval=operator timeout=5s" in lines
+    assert (
+        "tool=issue_refund risk=danger approval=two_person(finance,support;sole=finance) timeout=15s" in lines
+    )
+    assert f"arbitrary_shell=REJECTED unknown_rollback=REJECTED registry_candidate={release}" in lines
+    assert "warning=ship_order: arguments nest 3 levels deep (aim for 2 at most)" in lines
+    assert "warning=ship_order: 12 leaf arguments (aim for fewer than 10)" in lines
+    shell = toolgate(["registry", "audit", "--bundle", "fixtures.bundles:shell_tool"], env, check=False)
+    assert f"arbitrary_shell=PRESENT unknown_rollback=REJECTED registry_candidate={release}" in shell.stdout
 
 
 def test_registry_audit_fails_on_a_drifted_hash(tmp_path: Path) -> None:

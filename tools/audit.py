@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.errors import RegistryError
+from toolgate.tools.audit_probes import arbitrary_shell_probe, unknown_rollback_probe
 from toolgate.tools.code_hash import code_target
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
+from toolgate.tools.schema_shape import schema_shape
 from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.spec import ToolSpec
 from toolgate.tools.spec_checks import spec_problems
@@ -143,7 +145,15 @@ class AuditReport:
     generic_executors: int = 0
     owners: int = 0
     rollback_statements: int = 0
+    complex_schemas: int = 0
+    unbounded_arguments: int = 0
     manifest: str = "NOT_CHECKED"
+    inventory: list[str] = field(default_factory=list)
+    """One ``tool= risk= approval= timeout=`` line per tool (the seeds' capability inventory)."""
+    probes: str = ""
+    """The seeds' ``arbitrary_shell= unknown_rollback= registry_candidate=`` line."""
+    warnings: list[str] = field(default_factory=list)
+    """Shape findings a reviewer should see; never a defect."""
     defects: list[str] = field(default_factory=list)
 
     @property
@@ -166,10 +176,17 @@ class AuditReport:
             f"generic_executors={self.generic_executors}",
             f"owners={self.owners}/{n}",
             f"rollback_statements={self.rollback_statements}/{n}",
+            f"complex_schemas={self.complex_schemas}",
+            f"unbounded_arguments={self.unbounded_arguments}",
             f"manifest={self.manifest}",
         ]
         return (
-            figures + [f"defect={d}" for d in self.defects] + [f"audit={'PASS' if self.passed else 'FAIL'}"]
+            figures
+            + self.inventory
+            + ([self.probes] if self.probes else [])
+            + [f"warning={w}" for w in self.warnings]
+            + [f"defect={d}" for d in self.defects]
+            + [f"audit={'PASS' if self.passed else 'FAIL'}"]
         )
 
 
@@ -215,11 +232,39 @@ def audit_specs(
         if dynamic:
             report.dynamic_handlers += 1
             report.defects.append(f"{spec.name}: {dynamic}")
+        _shape(report, spec)
+    _probes(report)
     if reviewed is not None and effective is not None:
         drift = manifest_drift(reviewed, effective(specs))
         report.manifest = "MATCH" if not drift else "DRIFT"
         report.defects.extend(f"manifest: {d}" for d in drift)
     return report
+
+
+def _shape(report: AuditReport, spec: ToolSpec) -> None:
+    """The tool's inventory line, and its schema's complexity and unbounded arguments."""
+    report.inventory.append(
+        f"tool={spec.wire_name} risk={spec.risk} approval={spec.approval.describe().replace(' ', '')}"
+        f" timeout={spec.timeout_s:g}s"
+    )
+    shape = schema_shape(spec.contract.json_schema())
+    report.complex_schemas += shape.complex
+    report.warnings.extend(f"{spec.name}: {warning}" for warning in shape.warnings())
+    if shape.unbounded:
+        report.unbounded_arguments += len(shape.unbounded)
+        report.defects.append(
+            f"{spec.name}: unbounded arguments (give each an enum, pattern, format or maximum length,"
+            f" and arrays maximum items): {', '.join(shape.unbounded)}"
+        )
+
+
+def _probes(report: AuditReport) -> None:
+    """The seeds' rejection line: measured by the probes, and PRESENT when the bundle itself holds one."""
+    shell = "PRESENT" if report.generic_executors else arbitrary_shell_probe(executor_fields)
+    rollback = "PRESENT" if report.rollback_statements < report.tool_count else unknown_rollback_probe()
+    report.probes = f"arbitrary_shell={shell} unknown_rollback={rollback} registry_candidate={report.release}"
+    if shell == "ACCEPTED" or rollback == "ACCEPTED":
+        report.defects.append(f"registry: a rule that must reject is not active ({report.probes})")
 
 
 __all__ = ["AuditReport", "audit_specs", "dynamic_handler", "executor_fields", "identity_fields"]
