@@ -10,6 +10,7 @@ from langchain_core.language_models import BaseChatModel
 
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.execution import Executor
+from toolgate.graph.prompt_cache import cache_options
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -50,7 +51,8 @@ class Gateway:
     def model_for(self, specs: Sequence[ToolSpec]) -> Any:
         """The model bound to exactly ``specs`` (a principal's tools), made once per tool set and
         reused by every later turn: binding converts every definition again, and a release's
-        definitions never change while the process runs."""
+        definitions never change while the process runs. The provider's prompt-cache options are
+        bound with them (`toolgate.graph.prompt_cache`)."""
         if not specs:
             return self.model
         names = tuple(s.wire_name for s in specs)
@@ -59,6 +61,7 @@ class Gateway:
             kwargs: dict[str, Any] = {"tool_choice": "auto"}  # each tool says whether it is strict
             if self.registry.has_stateful_writes():
                 kwargs["parallel_tool_calls"] = False
+            kwargs.update(cache_options(self.model, self.registry.release, self.instructions, names))
             bound = self.model.bind_tools(self.registry.openai_tools(specs), **kwargs)
             if len(self._bound) < MAX_BOUND_MODELS:
                 self._bound[names] = bound
