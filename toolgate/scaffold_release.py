@@ -123,6 +123,10 @@ stated here and pinned by the release manifest.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
 from toolgate import ReleaseEnv
 from toolgate.tools import ApprovalClass, HandlerContext, NoRollback, ResourceRef, ToolSpec
 from toolgate.tools.operator_policy import OperatorPolicy
@@ -130,6 +134,10 @@ from toolgate.tools.shapes_functions import from_function
 from toolgate.tools.spec import ToolResult
 
 from $package.records import Tickets
+
+TicketId = Annotated[str, Field(pattern=r"^T-[0-9]{1,8}$$", description="Ticket id as shown, e.g. 'T-100'.")]
+"""Every argument has a bound (an enum, pattern or maximum length): the registry audit refuses any other."""
+Resolution = Annotated[str, Field(min_length=1, max_length=500, description="Short resolution note.")]
 
 SUPPORT = frozenset({"support"})
 """Staff who may act on any customer's ticket of their own tenant (and review writes)."""
@@ -147,12 +155,12 @@ def specs(env: ReleaseEnv) -> list[ToolSpec]:
     """The release's tools, bound to the system of record in ``env``'s store."""
     tickets = Tickets(env.store)
 
-    def get_ticket(ticket_id: str, ctx: HandlerContext) -> Ticket:
+    def get_ticket(ticket_id: TicketId, ctx: HandlerContext) -> Ticket:
         """Read one of the customer's support tickets by id (e.g. 'T-100'): title and status.
         Changes nothing."""
         return Ticket(**tickets.get(ctx.tenant_id, ticket_id))
 
-    def close_ticket(ticket_id: str, resolution: str, ctx: HandlerContext) -> Ticket:
+    def close_ticket(ticket_id: TicketId, resolution: Resolution, ctx: HandlerContext) -> Ticket:
         """Propose closing one of the customer's tickets with a short resolution note. A support
         reviewer approves it before it runs; until then the result says pending_approval."""
         closed = tickets.close(ctx.tenant_id, ticket_id, resolution, ctx.require_idempotency_key())
