@@ -20,6 +20,7 @@ from toolgate.tools.audit import audit_specs
 from toolgate.tools.manifest import effective_manifest
 from toolgate.tools.registry import Registry
 from toolgate.tools.schema_export import anthropic_tool, openai_tool, strict_problems
+from toolgate.tools.schema_fixtures import check_fixtures
 from toolgate.tools.spec import ToolSpec
 
 registry_app = typer.Typer(no_args_is_help=True, help="Audit and inspect tool releases.")
@@ -128,14 +129,16 @@ def schemas(
             _say(json.dumps(exported, sort_keys=True))
             continue
         problems = strict_problems(params) if strict else []
-        failures += bool(problems)
+        fixture, alias = check_fixtures(spec.contract)
+        failures += bool(problems) or fixture == "FAIL" or alias == "ACCEPTED"
         required = len(params.get("required", []))
         unsupported = sum("unsupported keyword" in p for p in problems)
         _say(
             f"schema={spec.name} wire_name={spec.wire_name} strict={str(strict).lower()}"
             f" required={required}/{len(params.get('properties', {}))} "
             f"additional_properties={str(params.get('additionalProperties')).lower()} "
-            f"unsupported_keywords={unsupported} problems={len(problems)}"
+            f"unsupported_keywords={unsupported} valid_fixture={fixture} unknown_alias={alias}"
+            f" problems={len(problems)}"
         )
         for problem in problems:
             _say(f"problem={spec.name}: {problem}")
