@@ -19,6 +19,7 @@ from toolgate.forensics import trace
 from toolgate.graph.api_access import visible, visible_operation, visible_proposal
 from toolgate.graph.api_serving import Refusal, Reply, ViewInput
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.review import handler_timeout_s
 from toolgate.policy.principal import Principal
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
 from toolgate.tools.spec import HandlerContext
@@ -82,6 +83,7 @@ def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -
         "release": proposal.release,
         "effect": proposal.effect,
         "rollback": proposal.rollback,
+        "timeout_s": handler_timeout_s(gw, proposal),
         "approval_class": proposal.approval_class,
         "escalation": proposal.escalation(),
         "created_at": proposal.created_at,

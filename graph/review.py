@@ -170,4 +170,11 @@ def settled_event(
     )
 
 
-__all__ = ["ReviewOutcome", "decide", "settled_event"]
+def handler_timeout_s(gw: Gateway, proposal: ProposalRecord) -> float | None:
+    """The hard timeout the proposal's handler runs under, shown to its reviewer: read from the
+    release that proposed it (None when this gateway serves another release or lost the tool)."""
+    spec = gw.registry.get(proposal.tool) if gw.registry.release == proposal.release else None
+    return spec.timeout_s if spec is not None else None
+
+
+__all__ = ["ReviewOutcome", "decide", "handler_timeout_s", "settled_event"]

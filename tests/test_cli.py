@@ -45,6 +45,7 @@ def test_review_commands_and_usage_errors(tmp_path: Path) -> None:
     assert f"proposal={proposal_id}" in listed.stdout
     shown = toolgate(["proposals", "show", proposal_id], env).stdout
     assert "arguments_sha256=" in shown and "risk=danger" in shown and "status=pending_approval" in shown
+    assert " timeout_s=15\n" in shown  # the reviewer sees the handler's hard timeout
 
     own = toolgate(["approve", proposal_id, "--as", "cust-ada"], env, check=False)
     assert own.returncode == 2 and "error=self_approval" in own.stderr and "Traceback" not in own.stderr

@@ -187,6 +187,7 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     stored = api.store.get_proposal(facts["proposal_id"])
     for key in ("arguments_sha256", "tool_version", "risk", "effect", "rollback", "approval_class"):
         assert shown[key] == getattr(stored, key)
+    assert shown["timeout_s"] == 15  # issue_refund's hard timeout, from the release that proposed it
 
     stale = api.post(proposal_url(facts, "approve"), "fiona", {"digest": "0" * 64})
     assert stale.status_code == 409 and stale.json()["error"] == "digest_mismatch"

@@ -33,7 +33,7 @@ from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.edits import edit_proposal
-from toolgate.graph.review import decide
+from toolgate.graph.review import decide, handler_timeout_s
 from toolgate.graph.rollback import propose_rollback
 from toolgate.settings import InvalidSetting, read_settings
 from toolgate.telemetry.tokens import task_messages_total
@@ -182,7 +182,7 @@ def proposals_show(proposal_id: str) -> None:
     if (why := proposal.escalation_reason) is not None:
         _kv(escalated_by=proposal.escalation_rule_id, escalation_reason=json.dumps(why))
     _kv(effect=json.dumps(proposal.effect))
-    _kv(rollback=json.dumps(proposal.rollback))
+    _kv(rollback=json.dumps(proposal.rollback), timeout_s=handler_timeout_s(application.gateway, proposal))
     _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
     for record in application.store.decisions_for(proposal_id):
         _kv(

@@ -236,6 +236,7 @@
       setText("fact-risk", p.risk);
       setText("fact-effect", p.effect);
       setText("fact-rollback", p.rollback);
+      setText("fact-timeout", p.timeout_s === null ? "(unknown: another release)" : p.timeout_s + " s per attempt");
       setText("fact-approval", p.escalation ? p.approval_class + " (raised: " + p.escalation.reason + ")" : p.approval_class);
       setText("fact-requester", p.requester);
       setText("fact-created", p.created_at);
