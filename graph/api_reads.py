@@ -61,7 +61,11 @@ def _review_details(gw: Gateway, proposal: ProposalRecord) -> tuple[dict[str, An
     try:
         return spec.review_details(
             spec.handler_arguments(proposal.arguments),
-            HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
+            HandlerContext(
+                tenant_id=proposal.tenant_id,
+                user_id=proposal.requester_id,
+                declared_credentials=spec.forwarded_credentials,  # declared, never given here
+            ),
         ), None
     except ToolExecutionError as exc:
         return None, f"review details unavailable: {exc}"

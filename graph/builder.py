@@ -29,6 +29,7 @@ from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
+from toolgate.policy.shared_breaker import SharedBreakerRegistry
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
@@ -65,7 +66,7 @@ def build_gateway(
             registry,
             auditor,
             directory,
-            breakers=breakers or BreakerRegistry(),
+            breakers=breakers or SharedBreakerRegistry(store),  # one state for every process
             clock=clock or SYSTEM_CLOCK,
         ),
         rate_limiter=rate_limiter,

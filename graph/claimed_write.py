@@ -18,6 +18,7 @@ from typing import Any
 
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph import handlers
+from toolgate.graph.capability_audit import audit_denial
 from toolgate.graph.delivery import Delivery
 from toolgate.graph.handlers import Overruns
 from toolgate.graph.same_resource import ResourceHold
@@ -82,6 +83,7 @@ class ClaimedWrite:
                 )
             return delivery
         except ToolExecutionError as exc:
+            audit_denial(self.auditor, exc, ctx, spec.name, **self.common)  # a refused capability
             return self.finish(
                 "failed",
                 code=exc.kind,
@@ -89,6 +91,7 @@ class ClaimedWrite:
             )
         except Exception as exc:
             # An unclassified handler crash may have had an effect: unknown, never failed.
+            audit_denial(self.auditor, exc, ctx, spec.name, **self.common)
             return self.finish(
                 "unknown",
                 code="handler_crash",

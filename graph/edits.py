@@ -15,7 +15,7 @@ from toolgate.clock import parse_iso
 from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.proposals import draft_proposal, store_proposal
+from toolgate.graph.proposals import carry_delegation, draft_proposal, store_proposal
 from toolgate.graph.review import decide
 from toolgate.policy.approvals import check_reviewer
 from toolgate.policy.judge import ProposedCall
@@ -68,6 +68,7 @@ def edit_proposal(
     # the replacement exists before the original is rejected: a failure in between leaves a pending
     # proposal that expires, never an original rejected with nothing in its place
     stored, _, _ = store_proposal(gw, spec, draft, actor=editor.user_id)
+    carry_delegation(gw, spec, original, stored)  # the requester's sealed credentials, not the editor's
     decide(gw, proposal_id, editor, "reject", reason=f"edited by reviewer; superseded by {draft.proposal_id}")
     gw.auditor.record(
         "proposal.edited",

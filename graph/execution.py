@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
 
-from toolgate.canonical import idempotency_key_for
 from toolgate.clock import SYSTEM_CLOCK, Clock, parse_iso
-from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.errors import CapabilityDenied, InvalidTransitionError, ToolExecutionError
+from toolgate.graph import handler_scope as scope
 from toolgate.graph import handlers
+from toolgate.graph.capability_audit import audit_denial
 from toolgate.graph.claimed_write import ClaimedWrite
 from toolgate.graph.delivery import Delivery
 from toolgate.graph.delivery_checks import DeliveryChecks
@@ -33,8 +33,9 @@ from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
-from toolgate.tools.spec import HandlerContext, ToolSpec
+from toolgate.tools.spec import ToolSpec
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Executor:
     """The process clock handler deadlines are set by (handlers check them against the same one)."""
     proposals: ProposalCache = field(default_factory=lambda: ProposalCache(), compare=False, repr=False)
     """Proposals already read (immutable once stored): a delivery reads its proposal once."""
+    credential_provider: CredentialProvider | None = None
+    """Service credentials for handlers (None: the built-in one over the store's secret)."""
 
     def proposal(self, proposal_id: str | None) -> ProposalRecord | None:
         """The stored proposal ``proposal_id`` (read from the store once per process)."""
@@ -77,24 +80,27 @@ class Executor:
     ) -> dict[str, Any]:
         """Run a read-only handler under its timeout and return the sanitized result.
 
-        ``credentials`` are the user's own forwarded tokens (never a shared service credential).
+        ``credentials`` are the user's own forwarded tokens; the handler sees those its tool declares.
         """
         args = spec.handler_arguments(arguments)
-        ctx = HandlerContext(
-            tenant_id=principal.tenant_id,
-            user_id=principal.user_id,
-            credentials=dict(credentials or {}),
-            deadline=self.clock.now() + timedelta(seconds=spec.timeout_s),
+        ctx = scope.read_context(
+            self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
         try:
             raw: BaseModel = self.breakers.get(spec.name).call(
                 handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx
             )
+        except CapabilityDenied as exc:
+            scope.audit_denials(self.auditor, ctx, spec)
+            audit_denial(self.auditor, exc, ctx, spec.name)  # a refused records capability
+            raise
         except TimeoutError as exc:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
-        except ToolExecutionError:
+        except ToolExecutionError as exc:
+            audit_denial(self.auditor, exc, ctx, spec.name)  # one the handler wrapped
             raise
         except Exception as exc:
+            audit_denial(self.auditor, exc, ctx, spec.name)
             # an unclassified crash (a reset connection, a bug) answers this call only: the other
             # reads of the batch still report, and the message names the class, never the text
             raise ToolExecutionError(
@@ -257,13 +263,6 @@ class Executor:
         assert spec is not None and op.proposal_id is not None
         proposal = self.proposal(op.proposal_id)
         assert proposal is not None
-        ctx = HandlerContext(
-            tenant_id=proposal.tenant_id,
-            user_id=proposal.requester_id,
-            operation_key=op.operation_key,
-            idempotency_key=idempotency_key_for(op.operation_key),
-            deadline=self.clock.now() + timedelta(seconds=spec.timeout_s),
-        )
         claimed = ClaimedWrite(
             store=self.store,
             auditor=self.auditor,
@@ -275,7 +274,7 @@ class Executor:
             common=common,
             hold=hold,
         )
-        return claimed.run(proposal.arguments, ctx, breaker)
+        return scope.run_write(claimed, proposal, breaker, self.credential_provider, self.clock.now())
 
     def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
         deadline = time.monotonic() + wait_s

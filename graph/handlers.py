@@ -18,6 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from toolgate.tools.egress import EGRESS_SCOPE, Egress
+from toolgate.tools.handler import HandlerContext
+
 
 class _Worker:
     """One daemon thread that runs handler calls handed to it, one at a time."""
@@ -79,12 +82,34 @@ os.register_at_fork(after_in_child=_POOL.forget)
 
 def start(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
     """Run ``fn(*args)`` on an idle daemon worker thread (a new one when none is idle); a hung
-    handler never blocks the process's exit."""
+    handler never blocks the process's exit. A handler whose context (the last argument) has an
+    egress capability runs confined to its allowlist (`confined`)."""
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     future.set_running_or_notify_cancel()
     context = contextvars.copy_context()  # the caller's trace context follows the handler
+    egress = args[-1].http if args and isinstance(args[-1], HandlerContext) else None
+    if egress is not None:
+        fn, args = confined, (egress, fn, *args)
     _POOL.worker().inbox.put((context, fn, args, future))
     return future
+
+
+def confined(egress: Egress, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with ``egress`` as the thread's `EGRESS_SCOPE` (the socket audit hook refuses
+    every other host). A refused connection fails the call even when the handler swallowed the
+    `CapabilityDenied` or raised something else instead."""
+    token = EGRESS_SCOPE.set(egress)
+    try:
+        result = fn(*args)
+    except BaseException as exc:
+        if egress.denials and exc is not egress.denials[0]:
+            raise egress.denials[0] from exc
+        raise
+    finally:
+        EGRESS_SCOPE.reset(token)
+    if egress.denials:
+        raise egress.denials[0]
+    return result
 
 
 def wait(
@@ -164,4 +189,4 @@ class Overruns:
         threading.Thread(target=keep, name=f"toolgate-lease-{operation_key[:16]}", daemon=True).start()
 
 
-__all__ = ["Overruns", "run_with_timeout", "start", "wait"]
+__all__ = ["Overruns", "confined", "run_with_timeout", "start", "wait"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.clock import iso
+from toolgate.graph.delegation import DelegationRefused, seal, unseal
 from toolgate.graph.gateway import Gateway
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import OperationRecord, ProposalRecord
@@ -110,4 +111,27 @@ def store_proposal(
     return stored, operation, created
 
 
-__all__ = ["draft_proposal", "store_proposal"]
+def carry_delegation(gw: Gateway, spec: ToolSpec, original: ProposalRecord, edited: ProposalRecord) -> bool:
+    """Seal the requester's credentials of ``original`` again for a reviewer's ``edited`` proposal
+    (same requester; never the reviewer's). A sealed record that does not open is not carried
+    (audited ``delegation.refused``): the edited write then runs without the requester's credentials."""
+    if not spec.forwarded_credentials or edited.requester_id != original.requester_id:
+        return False
+    try:
+        credentials = unseal(gw.store, original)
+    except DelegationRefused as exc:
+        gw.auditor.record(
+            "delegation.refused",
+            "refused",
+            code=exc.kind,
+            proposal_id=original.proposal_id,
+            operation_key=original.operation_key,
+            tool=spec.name,
+            tenant_id=original.tenant_id,
+            detail={"reason": exc.message},
+        )
+        return False
+    return seal(gw.store, edited, credentials)
+
+
+__all__ = ["carry_delegation", "draft_proposal", "store_proposal"]

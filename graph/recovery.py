@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from toolgate.canonical import idempotency_key_for
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.graph import handler_scope as scope
+from toolgate.graph.delegation import DelegationRefused
 from toolgate.graph.execution import Executor
 from toolgate.policy.output import sanitize_result
-from toolgate.tools.spec import HandlerContext
 
 DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
 """Status-check backoff: five checks over 31 seconds, time for a slow downstream to settle."""
@@ -30,9 +30,10 @@ class Reconciliation:
     """What reconciling one operation found."""
 
     operation_key: str
-    status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "unchanged"]
+    status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "pending", "unchanged"]
     """``in_flight``: the effect is not found yet, but its handler may still be running (its owner's
-    lease is live); nothing is delivered again and nothing is dead-lettered until that lease ends."""
+    lease is live); nothing is delivered again and nothing is dead-lettered until that lease ends.
+    ``pending``: not found by these checks, and they were not the last of its schedule (``final``)."""
     checks: int
     found: bool
 
@@ -43,6 +44,7 @@ def reconcile(
     *,
     delays: Sequence[float] = DEFAULT_DELAYS,
     sleep: Callable[[float], None] = time.sleep,
+    final: bool = True,
 ) -> Reconciliation:
     """Resolve an ``unknown`` operation from the system of record; never re-executes it here.
 
@@ -50,6 +52,8 @@ def reconcile(
     effect becomes ``succeeded``; an absent one becomes ``approved`` again (retry-safe tools only)
     but only once the claim's lease has lapsed by the store's clock and no handler of this process
     still runs for it, so an overrunning handler is never raced by a second delivery.
+    ``final=False`` (a scheduled check that is not the schedule's last, `toolgate.graph.worker_loop`):
+    an effect still not found leaves the operation ``unknown`` (``pending``), never dead-lettered.
     """
     store, auditor = executor.store, executor.auditor
     op = store.get_operation(operation_key)
@@ -66,18 +70,15 @@ def reconcile(
     history: list[dict[str, str]] = []
     checks = 0
     if spec is not None and spec.reconcile is not None and proposal is not None:
-        args = spec.handler_arguments(proposal.arguments)
-        ctx = HandlerContext(
-            tenant_id=proposal.tenant_id,
-            user_id=proposal.requester_id,
-            operation_key=operation_key,
-            idempotency_key=idempotency_key_for(operation_key),
-        )
+        check = scope.status_check(executor, spec, proposal, **common)  # as the requesting user
         for delay in delays or (0.0,):
             sleep(delay)
             checks += 1
             try:
-                found = spec.reconcile(args, ctx)
+                found = check()
+            except DelegationRefused as exc:  # fails closed: a person decides (dead letter)
+                history.append({"check": str(checks), "error": exc.kind})
+                break
             except ToolExecutionError as exc:
                 history.append({"check": str(checks), "error": exc.kind})
                 continue
@@ -107,6 +108,8 @@ def reconcile(
                 continue  # the owner's lease is live: its handler may still act
             auditor.record("operation.reconciled", "absent_retry_safe", detail={"checks": checks}, **common)
             return Reconciliation(operation_key=operation_key, status="approved", checks=checks, found=False)
+    if not final and checks:
+        return Reconciliation(operation_key=operation_key, status="pending", checks=checks, found=False)
     reason = (
         "no status check for this tool"
         if spec is None or spec.reconcile is None
@@ -133,6 +136,35 @@ def reconcile(
     return Reconciliation(operation_key=operation_key, status="dead_lettered", checks=checks, found=False)
 
 
+def verify_effect(executor: Executor, operation_key: str) -> tuple[str, str]:
+    """Ask the tool's status check whether the system of record shows what the store says of the
+    finished ``operation_key``: ``("active", "")`` when the check ran and agrees (an effect for
+    ``succeeded``, none for ``failed``); ``("mismatch", why)`` when it ran and disagrees;
+    ``("failed", why)`` when it errored; ``("passive", why)`` when it was not called."""
+    store = executor.store
+    op = store.get_operation(operation_key)
+    if op is None:
+        return "passive", "missing"
+    if op.status not in ("succeeded", "failed"):
+        return "passive", f"status_{op.status}"
+    spec = executor.registry.get(op.tool)
+    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    if spec is None or proposal is None:
+        return "passive", "tool_not_in_release"
+    if spec.reconcile is None:
+        return "passive", "no_status_check"
+    common = {"operation_key": operation_key, "proposal_id": op.proposal_id, "tool": op.tool}
+    try:
+        found = scope.status_check(executor, spec, proposal, **common)()  # as the requesting user
+    except ToolExecutionError as exc:
+        return "failed", f"status_check_{exc.kind}"
+    except Exception as exc:  # the check itself broke: say so, never "active"
+        return "failed", f"status_check_{type(exc).__name__}"
+    if (found is not None) != (op.status == "succeeded"):
+        return "mismatch", "effect_found" if found is not None else "effect_absent"
+    return "active", ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RecoveryReport:
     """What one recovery pass did."""
@@ -153,6 +185,25 @@ def recover(
 ) -> RecoveryReport:
     """Find claims whose lease lapsed more than ``grace_s`` ago, mark them unknown, reconcile every
     unknown operation, and deliver again those the status check proved absent (same key)."""
+    recovered = recover_abandoned(executor, grace_s)
+    executor.store.purge_delegations()  # sealed credentials of ended or expired operations
+    reconciled = [
+        reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
+        for op in executor.store.list_operations("unknown")
+    ]
+    redelivered: list[str] = []
+    if redeliver:
+        for item in reconciled:
+            if item.status == "approved":
+                executor.deliver(item.operation_key, worker_id=worker_id)
+                redelivered.append(item.operation_key)
+    return RecoveryReport(recovered=recovered, reconciled=reconciled, redelivered=redelivered)
+
+
+def recover_abandoned(executor: Executor, grace_s: float) -> list[str]:
+    """Mark ``unknown`` (audited ``operation.recovered``) every claim whose lease lapsed more than
+    ``grace_s`` ago by the store's clock: its worker is gone, its effect may or may not have
+    happened. Returns their keys; reconciling them is the caller's next step."""
     store = executor.store
     recovered: list[str] = []
     for op in store.stale_executing(grace_s):
@@ -175,17 +226,15 @@ def recover(
             detail={"previous_owner": op.owner or ""},
         )
         recovered.append(op.operation_key)
-    reconciled = [
-        reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
-        for op in store.list_operations("unknown")
-    ]
-    redelivered: list[str] = []
-    if redeliver:
-        for item in reconciled:
-            if item.status == "approved":
-                executor.deliver(item.operation_key, worker_id=worker_id)
-                redelivered.append(item.operation_key)
-    return RecoveryReport(recovered=recovered, reconciled=reconciled, redelivered=redelivered)
+    return recovered
 
 
-__all__ = ["DEFAULT_DELAYS", "Reconciliation", "RecoveryReport", "reconcile", "recover"]
+__all__ = [
+    "DEFAULT_DELAYS",
+    "Reconciliation",
+    "RecoveryReport",
+    "reconcile",
+    "recover",
+    "recover_abandoned",
+    "verify_effect",
+]

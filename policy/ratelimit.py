@@ -1,4 +1,4 @@
-"""Inbound rate limits per principal and tool, and per tenant; outbound limits live in downstream clients.
+"""Inbound rate limits per principal and tool, per tenant and global; outbound limits live in downstream clients.
 
 Counters live in the store (fixed windows of the store's clock, one atomic upsert per hit), so
 the limit holds across every process and host sharing the database, whatever their own clocks
@@ -28,12 +28,14 @@ class InboundRateLimiter:
         windows = [
             (f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool),
             (f"t:{principal.tenant_id}", limits.per_tenant),
+            ("g:", limits.global_),
         ]
         return [(bucket, limit) for bucket, limit in windows if limit]
 
     def check(self, principal: Principal, tool: str) -> Rejection | None:
-        """Refuse with ``rate_limited`` when the principal-tool or tenant window is full (both
-        counted in one store transaction; a call refused by the first is not counted by the second)."""
+        """Refuse with ``rate_limited`` when the principal-tool, tenant or global window is full (all
+        counted in one store transaction, in that order; a call refused by one window is not
+        counted by the windows after it)."""
         windows = self._windows(principal, tool)
         if not windows:
             return None

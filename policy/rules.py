@@ -124,10 +124,13 @@ class RateLimit:
 
 @dataclass(frozen=True, kw_only=True)
 class RateLimits:
-    """Inbound limits: per principal and tool, and per tenant."""
+    """Inbound limits: per principal and tool, per tenant, and one ``global`` window shared by every
+    principal of every tenant (all counted in the store, so every process shares them)."""
 
     per_principal_tool: RateLimit | None = None
     per_tenant: RateLimit | None = None
+    global_: RateLimit | None = None
+    """policy.json ``rate_limits.global``: every call of every tenant counts here."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +213,12 @@ def _rate_limits(raw: Mapping[str, Any]) -> RateLimits:
         item = raw.get(key)
         return RateLimit(limit=int(item["limit"]), window_s=int(item["window_s"])) if item else None
 
-    return RateLimits(per_principal_tool=one("per_principal_tool"), per_tenant=one("per_tenant"))
+    unknown = sorted(set(raw) - {"per_principal_tool", "per_tenant", "global"})
+    if unknown:
+        raise ConfigurationError(f"unknown rate limit window(s) {', '.join(unknown)} in policy rate_limits")
+    return RateLimits(
+        per_principal_tool=one("per_principal_tool"), per_tenant=one("per_tenant"), global_=one("global")
+    )
 
 
 __all__ = [

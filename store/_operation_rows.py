@@ -145,6 +145,14 @@ class OperationRows:
             )
         return [operation_of(r) for r in rows]
 
+    def due_operations(self, limit: int) -> list[OperationRecord]:
+        with self.transaction(write=False) as tx:
+            rows = tx.execute(
+                "SELECT * FROM operations WHERE status = 'approved' ORDER BY updated_at, operation_key LIMIT ?",
+                (max(int(limit), 0),),
+            )
+        return [operation_of(r) for r in rows]
+
     def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
         with self.transaction() as tx:
             now = self._tx_now(tx)

@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.breakers import BreakerStates
+from toolgate.store.delegations import SealedDelegations
 from toolgate.store.identity_records import IdentityRecord, IdentityStatus
 from toolgate.store.keys import Keyring
 from toolgate.store.leases import ResourceLeases
@@ -40,7 +42,7 @@ class Tx(Protocol):
         ...
 
 
-class Store(ResourceLeases, abc.ABC):
+class Store(ResourceLeases, SealedDelegations, BreakerStates, abc.ABC):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
     url: str
@@ -177,6 +179,10 @@ class Store(ResourceLeases, abc.ABC):
     @abc.abstractmethod
     def stale_executing(self, grace_s: float) -> list[OperationRecord]:
         """Operations still ``executing`` whose claim lease lapsed more than ``grace_s`` ago."""
+
+    @abc.abstractmethod
+    def due_operations(self, limit: int) -> list[OperationRecord]:
+        """Up to ``limit`` approved operations, longest approved first: a hint (`claim` decides)."""
 
     # dead letters
     @abc.abstractmethod

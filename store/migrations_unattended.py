@@ -21,6 +21,18 @@ CREATE TABLE resource_leases (
 _ESCALATION = """ALTER TABLE proposals ADD COLUMN escalation_rule_id TEXT;
 ALTER TABLE proposals ADD COLUMN escalation_reason TEXT"""
 
+_SEALED_DELEGATIONS = """
+CREATE TABLE sealed_delegations (
+    operation_key TEXT PRIMARY KEY, sealed TEXT NOT NULL, expires_at TEXT NOT NULL, created_at TEXT NOT NULL
+)"""
+
+_BREAKER_STATES = """
+CREATE TABLE breaker_states (
+    name TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('closed', 'open', 'half_open')),
+    failures INTEGER NOT NULL, open_until TEXT NOT NULL, probe_owner TEXT, probe_until TEXT NOT NULL,
+    times_opened INTEGER NOT NULL
+)"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -33,6 +45,16 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         postgres=_RESOURCE_LEASES,
     ),
     Migration(name="proposals: escalation rule and reason", sqlite=_ESCALATION, postgres=_ESCALATION),
+    Migration(
+        name="sealed delegations: a write's requesting user's credentials, sealed, until it is terminal",
+        sqlite=_SEALED_DELEGATIONS,
+        postgres=_SEALED_DELEGATIONS,
+    ),
+    Migration(
+        name="circuit breakers: state shared by every process, judged by the store's clock",
+        sqlite=_BREAKER_STATES,
+        postgres=_BREAKER_STATES,
+    ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""
 

@@ -18,7 +18,9 @@ from typing import Any
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store._audit_rows import AuditRows
+from toolgate.store._breaker_rows import BreakerRows
 from toolgate.store._counter_rows import CounterRows
+from toolgate.store._delegation_rows import DelegationRows
 from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._lease_rows import LeaseRows
 from toolgate.store._operation_rows import OperationRows
@@ -28,7 +30,18 @@ from toolgate.store.chain import AUDIT_FIELDS
 from toolgate.store.migrations import MIGRATIONS, Migration
 
 
-class SqlStore(ProposalRows, OperationRows, AuditRows, CounterRows, IdentityRows, LeaseRows, Store, abc.ABC):
+class SqlStore(
+    ProposalRows,
+    OperationRows,
+    AuditRows,
+    CounterRows,
+    IdentityRows,
+    LeaseRows,
+    DelegationRows,
+    BreakerRows,
+    Store,
+    abc.ABC,
+):
     """`Store` over a SQL database; subclasses provide connections, locking and the clock.
 
     Each part of the contract is a mixin over the same transactions: proposals and decisions

@@ -97,7 +97,7 @@ class World:
 
 
 def build_world(store: Store) -> World:
-    DemoSystem(store).setup()
+    DemoSystem(store).setup(store)
     clock = FakeClock()
     world = World(
         store=store,
@@ -109,7 +109,7 @@ def build_world(store: Store) -> World:
         crm=CrmClient(store),
     )
     for service in world.services():
-        service.setup()
+        service.setup(store)
     return world
 
 
@@ -255,7 +255,7 @@ def test_migrations_are_portable_and_setup_is_idempotent(world: World) -> None:
     assert _seeded(world) == SEEDED
     assert world.rows("SELECT DISTINCT state FROM sor_services") == [{"state": "active"}]
     for service in (DemoSystem(world.store), *world.services()):
-        service.setup()
+        service.setup(world.store)
     assert _seeded(world) == SEEDED
 
 

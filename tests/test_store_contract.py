@@ -56,6 +56,8 @@ TABLES = (
     "rate_counters",
     "identities",
     "resource_leases",
+    "sealed_delegations",
+    "breaker_states",
 )
 """Every table the store keeps: a refusal must leave all of them as they were."""
 
@@ -931,6 +933,22 @@ def test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace(
         assert store.stale_executing(60) == []  # lapsed 10 s ago: within a 60 s grace
 
 
+def test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit(store: Store) -> None:
+    assert store.due_operations(10) == []
+    for n in (1, 2, 3, 4):
+        store.create_proposal(make_proposal(n))
+    for key in ("op_test3", "op_test1", "op_test4"):
+        approve_row(store, key)
+    assert store.claim("op_test4", "w1", 30) is not None  # claimed: no longer due
+    before = snapshot(store)
+    due = store.due_operations(10)
+    assert [o.operation_key for o in due] == ["op_test3", "op_test1"]  # not pending, not executing
+    assert due[0] == store.get_operation("op_test3")
+    assert [o.operation_key for o in store.due_operations(1)] == ["op_test3"]
+    assert store.due_operations(0) == []
+    assert snapshot(store) == before  # a read: nothing claimed, nothing changed
+
+
 # ---- dead letters --------------------------------------------------------------------------
 
 
@@ -1128,6 +1146,58 @@ def test_renew_resources_extends_only_the_holders_own_leases(
         assert leases(store)["k1"] == taken
 
 
+def test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = {"failure_threshold": 3, "reset_timeout_s": 30.0}
+    assert store.breaker_row("pay") is None
+    assert store.breaker_admit("pay", "h1", 10) == ("closed", 0.0, 0)
+    store.breaker_report("pay", "h1", failed=True, **report)
+    assert store.breaker_report("pay", "h2", failed=True, **report).failures == 2  # any process counts
+    assert store.breaker_report("pay", "h3", failed=False, **report).failures == 0  # a success resets
+    for holder in ("h1", "h2"):
+        assert store.breaker_report("pay", holder, failed=True, **report).state == "closed"
+    opened = store.breaker_report("pay", "h3", failed=True, **report)
+    assert (opened.state, opened.failures, opened.times_opened) == ("open", 3, 1)
+    assert 29.0 < opened.retry_in_s <= 30.0
+    admit, retry_in, _ = store.breaker_admit("pay", "h4", 10)
+    assert admit == "open" and 29.0 < retry_in <= 30.0
+    before = snapshot(store)
+    assert store.breaker_release("pay", "h4") is False  # holds no probe: nothing changes
+    assert store.breaker_report("pay", "h4", failed=False, **report).state == "open"  # a straggler
+    assert snapshot(store) == before
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=31))  # past the reset, by the store's clock
+        barrier = threading.Barrier(20)
+
+        def contend(i: int) -> str:
+            barrier.wait()
+            return store.breaker_admit("pay", f"w{i}", 10)[0]
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            verdicts = list(pool.map(contend, range(20)))
+        assert sorted(set(verdicts)) == ["open", "probe"] and verdicts.count("probe") == 1
+        prober = f"w{verdicts.index('probe')}"
+        row = store.breaker_row("pay")
+        assert row is not None and (row.state, row.probe_owner) == ("half_open", prober)
+        assert store.breaker_report("pay", "h1", failed=False, **report).state == "half_open"  # not the probe
+        assert store.breaker_release("pay", prober) is True  # unreported: open again, next caller probes
+        assert store.breaker_admit("pay", "h5", 10)[0] == "probe"
+        reopened = store.breaker_report("pay", "h5", failed=True, **report)  # the probe failed
+        assert (reopened.state, reopened.times_opened, reopened.probe_owner) == ("open", 2, None)
+        assert store.breaker_admit("pay", "h6", 10)[0] == "open"
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=62))
+        assert store.breaker_admit("pay", "h6", 10)[0] == "probe"
+        assert store.breaker_admit("pay", "h7", 10)[0] == "open"  # the probe is out
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=73))  # h6 never reported: its probe lapsed
+        assert store.breaker_admit("pay", "h7", 10)[0] == "probe"
+        closed = store.breaker_report("pay", "h7", failed=False, **report)
+        assert (closed.state, closed.failures, closed.probe_owner) == ("closed", 0, None)
+        assert store.breaker_admit("pay", "h8", 10) == ("closed", 0.0, 0)
+
+
 def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) -> None:
     assert store.acquire_resources(["k1", "k2"], "h1", 30) is True
     before = snapshot(store)
@@ -1139,6 +1209,52 @@ def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) ->
     assert store.release_resources(["k1", "k2"], "h1") == 1  # k2 only: k1 is h2's now
     assert store.release_resources(["k2"], "h1") == 0  # repeating it is harmless
     assert {k: h for k, (h, _) in leases(store).items()} == {"k1": "h2"}
+
+
+# ---- sealed delegations --------------------------------------------------------------------
+
+
+def test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock(
+    store: Store, reopen: Callable[..., Store]
+) -> None:
+    assert store.get_delegation("op_test1") is None
+    start = store.now()
+    expires = iso(start + timedelta(minutes=5))
+    put = store.put_delegation("op_test1", "v1.sealed-one", expires)
+    assert (put.operation_key, put.sealed, put.expires_at) == ("op_test1", "v1.sealed-one", expires)
+    assert start <= parse_iso(put.created_at) <= store.now()
+    assert "sealed-one" not in repr(put)  # the sealed text never shows in a repr
+    assert store.get_delegation("op_test1") == put == reopen().get_delegation("op_test1")
+    again = store.put_delegation("op_test1", "v1.sealed-two", expires)  # a re-run proposal node replaces it
+    assert store.get_delegation("op_test1") == again and again.sealed == "v1.sealed-two"
+    assert store.get_delegation("op_test2") is None
+    with store.transaction(write=False) as tx:
+        assert len(tx.execute("SELECT * FROM sealed_delegations")) == 1
+
+
+def test_delete_and_purge_delegations_remove_ended_and_expired_ones_only(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    later = iso(store.now() + timedelta(minutes=5))
+    for n in (1, 2, 3):
+        store.create_proposal(make_proposal(n))
+        store.put_delegation(f"op_test{n}", f"v1.s{n}", later)
+    store.put_delegation("op_soon", "v1.soon", iso(store.now() + timedelta(seconds=30)))
+    before = snapshot(store)
+    assert store.delete_delegation("op_none") is False
+    assert store.purge_delegations() == 0  # all pending, none expired
+    assert snapshot(store) == before
+    store.transition("op_test2", "pending_approval", "rejected")
+    approve_row(store, "op_test3")  # approved: still needed
+    with monkeypatch.context() as shifted:
+        shift_store_clock(shifted, store, timedelta(seconds=31))
+        assert store.purge_delegations() == 2  # op_test2 ended, op_soon expired
+    assert [k for k in ("op_test1", "op_test2", "op_test3", "op_soon") if store.get_delegation(k)] == [
+        "op_test1",
+        "op_test3",
+    ]
+    assert store.delete_delegation("op_test1") is True and store.delete_delegation("op_test1") is False
+    assert store.get_delegation("op_test1") is None and store.get_delegation("op_test3") is not None
 
 
 # ---- identities ----------------------------------------------------------------------------
@@ -1182,7 +1298,11 @@ def test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_for
     )
     assert store.get_identity("ada") == revoked
     promoted = store.change_identity("ada", roles=["support", "finance", "support"], scopes=["orders:read"])
-    assert (promoted.roles, promoted.scopes, promoted.authentic) == (("finance", "support"), ("orders:read",), True)
+    assert (promoted.roles, promoted.scopes, promoted.authentic) == (
+        ("finance", "support"),
+        ("orders:read",),
+        True,
+    )
     assert store.get_identity("ada") == promoted and promoted.token_hash == revoked.token_hash
 
     before = snapshot(store)
@@ -1411,6 +1531,7 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "renew_lease": (test_renew_lease_extends_only_the_owners_live_claim,),
     "stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
+    "due_operations": (test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit,),
     "add_dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
     "dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
     "resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
@@ -1420,6 +1541,14 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "acquire_resources": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
     "renew_resources": (test_renew_resources_extends_only_the_holders_own_leases,),
     "release_resources": (test_release_resources_gives_up_only_the_holders_own_leases,),
+    "breaker_admit": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breaker_report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breaker_release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breaker_row": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "put_delegation": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
+    "get_delegation": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
+    "delete_delegation": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
+    "purge_delegations": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
     "token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
     "add_identity": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
     "change_identity": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),

@@ -21,7 +21,7 @@ from langgraph.types import Command
 from rich.console import Console
 
 from toolgate.cli_audit import audit_app
-from toolgate.cli_common import open_from_env, person
+from toolgate.cli_common import invoke, open_from_env, person
 from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_evals import evals_app
 from toolgate.cli_identities import identities_app
@@ -105,7 +105,8 @@ def run(
     principal = person(application, as_user)
     thread_id = thread or f"thread-{uuid.uuid4().hex[:12]}"
     with application.graph() as graph:
-        result = graph.invoke(
+        result = invoke(
+            graph,
             {"messages": [HumanMessage(message)]},
             {"configurable": {"thread_id": thread_id}},
             context=Context(principal=principal),
@@ -124,7 +125,7 @@ def resume(
         snapshot = graph.get_state(config)
         if not snapshot.next:
             raise NotFoundError(f"thread {thread_id} is not waiting (nothing to resume)")
-        result = graph.invoke(Command(resume={"wake": True}), config, context=Context())
+        result = invoke(graph, Command(resume={"wake": True}), config, context=Context())
     _report(thread_id, result)
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from langchain_core.messages import HumanMessage
 
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import App, open_app
+from toolgate.policy.admission import Overloaded
 from toolgate.policy.principal import Principal
 from toolgate.settings import read_settings
 
@@ -34,4 +36,47 @@ def person(application: App, user_id: str) -> Principal:
     return application.gateway.directory.authenticate(user_id, token.get_secret_value() if token else None)
 
 
-__all__ = ["TOKEN_ENV", "kv", "open_from_env", "person"]
+def invoke(graph: Any, payload: Any, config: Any, **kwargs: Any) -> dict[str, Any]:
+    """``graph.invoke``, except that a model request refused for load ends the command with
+    ``thread=... status=overloaded retry_after_s=...`` and exit code 75 (try again later: the
+    thread's checkpoint before the refused request is intact; the same command with
+    ``--thread THREAD`` retries it, see `refused_turn_retried`)."""
+    try:
+        return dict(graph.invoke(refused_turn_retried(graph, payload, config), config, **kwargs))
+    except Overloaded as exc:
+        thread = config["configurable"]["thread_id"]
+        kv(
+            thread=thread,
+            status="overloaded",
+            retry_after_s=exc.retry_after_s,
+            kind=exc.kind,
+            scope=exc.scope,
+        )
+        raise typer.Exit(EXIT_OVERLOADED) from None
+
+
+def refused_turn_retried(graph: Any, payload: Any, config: Any) -> Any:
+    """``None`` (continue from the checkpoint) when ``payload`` sends again the message whose model
+    request was refused (the thread waits at ``model`` with that message last), so running the
+    same ``toolgate run --thread THREAD`` again retries the turn instead of adding a second copy of
+    the message; else ``payload``."""
+    sent = payload.get("messages") if isinstance(payload, dict) else None
+    if not sent or not isinstance(sent[-1], HumanMessage):
+        return payload
+    snapshot = graph.get_state(config)
+    history = snapshot.values.get("messages") or []
+    pending = snapshot.next == ("model",) and not getattr(snapshot, "interrupts", ())
+    if (
+        pending
+        and history
+        and isinstance(history[-1], HumanMessage)
+        and history[-1].content == sent[-1].content
+    ):
+        return None
+    return payload
+
+
+EXIT_OVERLOADED = 75
+"""Exit code of a command refused for load (EX_TEMPFAIL: try again later)."""
+
+__all__ = ["EXIT_OVERLOADED", "TOKEN_ENV", "invoke", "kv", "open_from_env", "person", "refused_turn_retried"]

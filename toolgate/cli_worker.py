@@ -4,6 +4,7 @@ the people's queue of operations whose outcome nobody could determine."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated
 
 import typer
@@ -12,7 +13,8 @@ from toolgate.cli_common import kv as _kv
 from toolgate.cli_common import open_from_env, person
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.context import Context
-from toolgate.graph.recovery import recover
+from toolgate.graph.recovery import recover, verify_effect
+from toolgate.graph.worker_loop import LoopOptions, WorkerLoop, stop_on_signals
 
 worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
 deadletter_app = typer.Typer(no_args_is_help=True, help="Operations whose outcome needs a person.")
@@ -40,6 +42,59 @@ def worker_execute(
         duplicate_delivery="stored_result_returned" if delivery.duplicate else "none",
         result=json.dumps(delivery.result, sort_keys=True) if delivery.result else "none",
     )
+
+
+@worker_app.command("run")
+def worker_run(
+    poll: Annotated[
+        float, typer.Option(min=0.0, help="Seconds between passes that found nothing to do.")
+    ] = 1.0,
+    batch: Annotated[int, typer.Option(min=1, help="Operations tried per pass.")] = 10,
+    once: Annotated[bool, typer.Option("--once", help="Drain what is due, then exit.")] = False,
+    max_operations: Annotated[
+        int | None, typer.Option(min=1, help="Exit after this many claimed operations.")
+    ] = None,
+    grace: Annotated[
+        float, typer.Option(min=0.0, help="Seconds past a claim's lease before it is abandoned.")
+    ] = 30.0,
+    recover_every: Annotated[float, typer.Option(min=0.0, help="Seconds between recovery passes.")] = 10.0,
+    worker: Annotated[str | None, typer.Option(help="Worker id recorded as claim owner.")] = None,
+) -> None:
+    """Deliver approved operations, reconcile unknown outcomes and recover abandoned claims until
+    SIGTERM/SIGINT (the delivery in flight finishes; a second signal exits at once)."""
+    application = open_from_env()
+    context = Context()
+    options = LoopOptions(
+        worker_id=worker or context.worker_id,
+        poll_s=poll,
+        batch=batch,
+        once=once,
+        max_operations=max_operations,
+        lease_s=context.claim_lease_s,
+        grace_s=grace,
+        recover_every_s=recover_every,
+        delays=tuple(context.reconcile_delays),
+    )
+
+    def report(facts: dict[str, object]) -> None:
+        _kv(**facts)
+        sys.stdout.flush()
+
+    loop = WorkerLoop(
+        application.gateway.executor,
+        options,
+        executor_for=lambda key: application.executor_gateway(key).executor,
+        report=report,
+    )
+    restore = stop_on_signals(
+        loop.stop, lambda name: report({"worker": options.worker_id, "event": "stopping", "signal": name})
+    )
+    try:
+        report({"worker": options.worker_id, "event": "started", "release": application.release.id})
+        summary = loop.run()
+    finally:
+        restore()
+    report({"worker": options.worker_id, **summary.facts()})
 
 
 @worker_app.command("recover")
@@ -117,6 +172,8 @@ def worker_verify(
         else None
     )
     status = "completed" if op.status == "succeeded" else op.status
+    # the system of record, through the tool's own status check: "active" only when it was asked
+    verification, why = verify_effect(application.gateway.executor, operation_key)
     ok = (
         claims == 1
         and executions == 1
@@ -125,6 +182,7 @@ def worker_verify(
         and replay.duplicate
         and verdict is not None
         and verdict.status == "approved"
+        and verification in ("active", "passive")
     )
     _kv(
         operation_key=operation_key,
@@ -132,6 +190,8 @@ def worker_verify(
         approval="VALID" if verdict and verdict.status == "approved" else "INVALID",
         handler=proposal.handler_revision,
         executions=executions,
+        verification=verification,
+        **({"verification_reason": why} if why else {}),
         status=status,
         duplicate_delivery=(
             "stored_result_returned"

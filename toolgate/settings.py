@@ -173,6 +173,18 @@ class EnvSettings(BaseModel):
     """Default age for ``toolgate audit retention``."""
     waker_interval_s: Wait = 2.0
     """How often the server resumes threads whose approval was decided elsewhere (``0``: never)."""
+    max_concurrent_model_requests: Count = 16
+    """Model requests in flight at once in this process; past it (after ``admission_wait_s``) a
+    run ends ``overloaded`` with a ``retry_after_s``, its checkpoint intact."""
+    max_concurrent_model_requests_per_tenant: Count = 8
+    """Model requests in flight at once in this process for one tenant."""
+    max_concurrent_tool_executions: Count = 32
+    """Tool handlers (reads and approved writes) running at once in this process; past it the
+    call is refused ``overloaded`` (a write stays approved)."""
+    max_concurrent_tool_executions_per_tenant: Count = 16
+    """Tool handlers running at once in this process for one tenant."""
+    admission_wait_s: Wait = 0.2
+    """How long a request waits for a free slot before it is refused ``overloaded``."""
 
 
 VARIABLES: tuple[str, ...] = tuple(PREFIX + name.upper() for name in EnvSettings.model_fields)

@@ -17,7 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from toolgate.errors import ToolExecutionError
+from toolgate.errors import CapabilityDenied, ToolExecutionError
+from toolgate.tools.credentials import ServiceCredential
+from toolgate.tools.egress import Egress
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +41,24 @@ class HandlerContext:
     deadline: datetime | None = None
     """Wall-clock time by which the handler must finish."""
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
-    """Per-user forwarded credentials (never logged, never shown to the model)."""
+    """The requesting user's own forwarded credentials, only those the tool declares
+    (`toolgate.tools.spec.ToolSpec.forwarded_credentials`); for an approved write and its status
+    check, the ones sealed when it was proposed. Never logged, never shown to the model."""
+    service_credential: ServiceCredential | None = field(default=None, repr=False)
+    """A short-lived credential for the tool's declared `toolgate.tools.credentials.ServiceScope`."""
+    http: Egress | None = field(default=None, repr=False)
+    """HTTP to the tool's declared ``egress_hosts`` only (None when it declares none)."""
+    declared_credentials: frozenset[str] = frozenset()
+    """The forwarded credential names the tool declared (present or not)."""
+
+    def credential(self, name: str) -> str:
+        """The user's forwarded credential ``name``; `CapabilityDenied` when the tool did not
+        declare it, `ToolExecutionError` (``credential_missing``) when the user sent none."""
+        if name in self.credentials:
+            return self.credentials[name]
+        if name not in self.declared_credentials:
+            raise CapabilityDenied("credential", name, f"credential {name!r} was not declared by the tool")
+        raise ToolExecutionError("credential_missing", f"no {name} was forwarded for this user")
 
     def require_idempotency_key(self) -> str:
         """The downstream idempotency key a write must send; a write without one is a gateway bug."""

@@ -50,9 +50,26 @@ def tool_fingerprint(spec: ToolSpec) -> dict[str, Any]:
                 **({"secret_arguments": spec.secret_arguments} if spec.secret_arguments != "refuse" else {}),
                 **({"identity_exempt": sorted(spec.identity_exempt)} if spec.identity_exempt else {}),
                 **({"resources": _resources(spec)} if _resources(spec) else {}),
+                **_reach(spec),
             }
         ),
+        # readable too: what a tool's handler may hold and reach is what a reviewer reads first
+        **({"reach": _reach(spec)} if _reach(spec) else {}),
     }
+
+
+def _reach(spec: ToolSpec) -> dict[str, Any]:
+    """What the handler may hold and reach (declared credentials, service scope, egress hosts):
+    widening any of them is a reviewed change. Absent when the tool declares none."""
+    reach: dict[str, Any] = {}
+    if spec.forwarded_credentials:
+        reach["forwarded_credentials"] = sorted(spec.forwarded_credentials)
+    if spec.service_credential is not None:
+        scope = spec.service_credential
+        reach["service_credential"] = {"audience": scope.audience, "scopes": sorted(scope.scopes)}
+    if spec.egress_hosts:
+        reach["egress_hosts"] = sorted(spec.egress_hosts)
+    return reach
 
 
 def _resources(spec: ToolSpec) -> list[dict[str, Any]]:

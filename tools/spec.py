@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from toolgate.errors import RegistryError
 from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments
+from toolgate.tools.credentials import ServiceScope
 from toolgate.tools.declared import contract_of
 from toolgate.tools.handler import (
     Handler,
@@ -125,6 +126,16 @@ class ToolSpec:
     Registration refuses every other identity-like field; dispatch accepts these (see `identity_keys`).
     Paths use `toolgate.tools.schema_walk`'s syntax (``*`` for an open object's keys); a property
     whose own name holds ``.``, ``[]`` or ``*`` cannot be exempted."""
+    forwarded_credentials: frozenset[str] = frozenset()
+    """Which of the user's forwarded credentials (``X-Toolgate-Credential-<name>``, e.g.
+    ``crm_token``) the handler acts with: its context holds these and no others. For a write they
+    are sealed with the proposal and used for its execution and status checks."""
+    service_credential: ServiceScope | None = None
+    """The downstream and scopes of a short-lived service credential, for a tool that calls a
+    service for itself rather than for the user (`toolgate.tools.credentials`)."""
+    egress_hosts: frozenset[str] = frozenset()
+    """The only hosts (``host`` or ``host:port``) the handler may connect to; empty: no network
+    capability (an undeclared handler is not confined, see `toolgate.tools.egress`)."""
     wire_name: str = field(init=False)
     """The name the model is told and calls (``^[a-zA-Z0-9_-]{1,64}$``, see `toolgate.tools.wire`)."""
     contract: ArgumentContract = field(init=False, repr=False, compare=False)
@@ -208,6 +219,7 @@ __all__ = [
     "Risk",
     "Rollback",
     "SemanticCheck",
+    "ServiceScope",
     "StrictArgs",
     "ToolResult",
     "ToolSpec",

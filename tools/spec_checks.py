@@ -9,9 +9,11 @@ states what a tool is.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Literal
 
 from toolgate.tools.argpaths import parse_path
+from toolgate.tools.egress import host_problems
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.wire import WIRE_NAME
@@ -19,6 +21,9 @@ from toolgate.tools.write_review import NoRollback, Rollback
 
 if TYPE_CHECKING:
     from toolgate.tools.spec import ToolSpec
+
+CREDENTIAL_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
+"""A forwarded credential's name: the lower-cased ``X-Toolgate-Credential-<name>`` suffix."""
 
 MAX_NAME_LENGTH = 128
 """Longest real tool name (the model sees the wire name, see `toolgate.tools.wire`)."""
@@ -42,6 +47,8 @@ ProblemCode = Literal[
     "unknown_resource_argument",
     "unknown_audit_field",
     "secret_review_on_read",
+    "invalid_credential_name",
+    "invalid_egress_host",
 ]
 """Why a spec is refused; the registry audit counts these."""
 
@@ -105,6 +112,21 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
             ("unknown_audit_field", f"audit_fields name unknown arguments: {sorted(unknown_audit)}")
         )
     problems.extend(identity_problems(spec))
+    problems.extend(reach_problems(spec))
+    return problems
+
+
+def reach_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Malformed credential and egress declarations (a header name, a scope, a ``host[:port]``)."""
+    problems: list[tuple[ProblemCode, str]] = [
+        ("invalid_credential_name", f"forwarded credential names a header suffix [a-z0-9_]: {name!r}")
+        for name in sorted(spec.forwarded_credentials)
+        if not CREDENTIAL_NAME.match(name)
+    ]
+    if spec.service_credential is not None:
+        problems.extend(("invalid_credential_name", text) for text in spec.service_credential.problems())
+    for entry in sorted(spec.egress_hosts):
+        problems.extend(("invalid_egress_host", text) for text in host_problems(entry))
     return problems
 
 
@@ -129,4 +151,4 @@ def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
     return problems
 
 
-__all__ = ["MAX_NAME_LENGTH", "ProblemCode", "identity_problems", "spec_problems"]
+__all__ = ["MAX_NAME_LENGTH", "ProblemCode", "identity_problems", "reach_problems", "spec_problems"]

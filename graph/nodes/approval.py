@@ -55,7 +55,11 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         if spec is not None and spec.review_details is not None:
             details = spec.review_details(
                 spec.handler_arguments(proposal.arguments),
-                HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
+                HandlerContext(
+                    tenant_id=proposal.tenant_id,
+                    user_id=proposal.requester_id,
+                    declared_credentials=spec.forwarded_credentials,  # declared, never given here
+                ),
             )
         earlier = [
             {"operation_key": op.operation_key, "status": op.status}

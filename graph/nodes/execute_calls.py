@@ -24,6 +24,7 @@ from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
 from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, Outcome
+from toolgate.policy.admission import Overloaded, admitted
 from toolgate.policy.principal import Principal
 from toolgate.tools.spec import ToolSpec
 
@@ -118,7 +119,14 @@ def run_read(
     call_id = record["call_id"]
     accepted = accepted_event(gw.auditor, principal, record, spec, common)
     try:
-        data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
+        with admitted(gw.auditor, "tool", call_id=call_id, tool=spec.name, **common):
+            data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
+    except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
+        gw.auditor.record_all([accepted])
+        message = status_message(
+            call_id, spec.name, "overloaded", str(exc), retryable=True, error_kind=exc.code
+        )
+        return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.code), True
     except ToolExecutionError as exc:
         failed = gw.auditor.event(
             "call.failed",
@@ -154,18 +162,41 @@ def run_read(
     return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
 
 
+def write_tenant(gw: Gateway, record: CallRecord) -> str:
+    """The tenant a write's slot counts against: its stored proposal's (never the checkpoint's)."""
+    proposal = gw.executor.proposal(record.get("proposal_id"))
+    return proposal.tenant_id if proposal is not None else ""
+
+
+def overloaded_delivery(gw: Gateway, operation_key: str, exc: Overloaded) -> Delivery:
+    """The answer to a write refused a slot: nothing claimed, the operation as stored (approved)."""
+    op = gw.store.get_operation(operation_key)
+    return Delivery(
+        operation_key=operation_key,
+        status=op.status if op is not None else "missing",
+        claim="NOT_ATTEMPTED",
+        duplicate=False,
+        error={"kind": exc.code, "message": str(exc), "retryable": True},
+        reason=f"{exc}; still approved",
+    )
+
+
 def run_write(
     gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context, span: telemetry.ToolSpan | None = None
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Deliver one proposed write: execute it once if approved, else report its state."""
     call_id = record["call_id"]
-    delivery = gw.executor.deliver(
-        record["operation_key"],
-        worker_id=ctx.worker_id,
-        lease_s=ctx.claim_lease_s,
-        wait_s=ctx.duplicate_wait_s,
-        call_id=call_id,
-    )
+    try:
+        with admitted(gw.auditor, "tool", write_tenant(gw, record), call_id=call_id, tool=spec.name):
+            delivery = gw.executor.deliver(
+                record["operation_key"],
+                worker_id=ctx.worker_id,
+                lease_s=ctx.claim_lease_s,
+                wait_s=ctx.duplicate_wait_s,
+                call_id=call_id,
+            )
+    except Overloaded as exc:  # not claimed: the operation stays approved for a later delivery
+        delivery = overloaded_delivery(gw, record["operation_key"], exc)
     if delivery.status == "unknown":
         if span is not None:
             span.set_retry_count(1)  # reconciled; delivered once more only if proven absent

@@ -1,6 +1,8 @@
 """The model node: one bounded request to the pinned model with only this principal's tools.
 
-A text answer ends the task turn here too: the node adds the final answer (`respond`) itself."""
+A text answer ends the task turn here too: the node adds the final answer (`respond`) itself.
+With no free model-request slot (`toolgate.policy.admission`) it raises `Overloaded` before
+writing anything, so the thread's checkpoint before the request is the one a retry continues."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from toolgate.graph.nodes._common import budget_of, context_of, principal_of, th
 from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.state import GatewayState
 from toolgate.graph.state_updates import apply_update
+from toolgate.policy.admission import admitted
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
 from toolgate.telemetry.tokens import record_usage, usage_of
@@ -127,11 +130,14 @@ def make_model_node(gw: Gateway) -> Any:
             # The task deadline is wall-clock in checkpointed state; the retry loop needs monotonic time.
             monotonic_deadline = time.monotonic() + (deadline_at - now).total_seconds()
             try:
-                response = call_with_retry(
-                    lambda: invoke_unobserved(runnable, messages),
-                    deadline=monotonic_deadline,
-                    on_retry=on_retry,
-                )
+                # a slot of this process (and tenant) for the request, or `Overloaded` raised
+                # before anything is written: the checkpoint before this call stays the thread's
+                with admitted(gw.auditor, "model", **ids):
+                    response = call_with_retry(
+                        lambda: invoke_unobserved(runnable, messages),
+                        deadline=monotonic_deadline,
+                        on_retry=on_retry,
+                    )
             except Exception as exc:
                 status = classify_model_error(exc)
                 if status is None:

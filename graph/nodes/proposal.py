@@ -1,8 +1,10 @@
 """The proposal node: each authorized write becomes an immutable proposal in the store.
 
 The operation key is made here, once, from tenant, thread, tool and canonical arguments, and
-kept in checkpointed state. Re-running this node (after a crash) finds the same rows: the
-proposal id is derived from the key and the insert is idempotent.
+kept in checkpointed state. The requesting user's forwarded credentials that the tool declares
+are sealed for the write's execution here too (`toolgate.graph.delegation`). Re-running this
+node (after a crash) finds the same rows: the proposal id is derived from the key and the insert
+is idempotent.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from langgraph.runtime import Runtime
 from toolgate import telemetry
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.handler_scope import keep_for_write
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
@@ -61,6 +64,8 @@ def make_proposal_node(gw: Gateway) -> Any:
                     {"thread_id": task, "request_id": ctx.request_id, "trace_id": trace_id},
                 ),
             )
+            if operation.status == "pending_approval" and stored.requester_id == principal.user_id:
+                keep_for_write(gw.store, spec, stored, ctx.credentials)  # the requester's own, sealed
             key = stored.operation_key
             records[call_id] = CallRecord(
                 **{**record, "phase": "proposed", "operation_key": key, "proposal_id": stored.proposal_id}

@@ -15,10 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import threading
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field
@@ -26,7 +24,9 @@ from pydantic import Field
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.tools.demo.service import DemoService, Owner, Seed
+from toolgate.store.service_records import RecordsScope, ServiceRecords
+from toolgate.tools.demo.service import DemoService, Owner, Seed, records_of
+from toolgate.tools.demo.token_bucket import TokenBucket
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
@@ -90,70 +90,26 @@ class LookupContactResult(ToolResult):
     region: Literal["emea", "amer", "apac"]
 
 
-_EPSILON = 1e-9
-_MIN_SLEEP_S = 0.001
-"""Waits never shorter than this, so a wait always makes progress."""
-
-
-class TokenBucket:
-    """Thread-safe token bucket: ``burst`` calls at once, then ``rate_per_second`` on average.
-
-    ``clock`` and ``sleep`` are injectable so tests drive time instead of waiting for it.
-    """
-
-    def __init__(
-        self,
-        rate_per_second: float,
-        burst: int,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if rate_per_second <= 0 or burst < 1:
-            raise ValueError("a token bucket needs a positive rate and a burst of at least 1")
-        self.rate_per_second = rate_per_second
-        self.burst = burst
-        self._clock = clock
-        self._sleep = sleep
-        self._tokens = float(burst)
-        self._last = clock()
-        self._lock = threading.Lock()
-
-    def _take(self) -> float:
-        """Refill, then take a token if one is there: 0.0 on success, else seconds until one is."""
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate_per_second)
-            self._last = now
-            if self._tokens >= 1.0 - _EPSILON:  # refill arithmetic in floats may land a hair short
-                self._tokens = max(0.0, self._tokens - 1.0)
-                return 0.0
-            return (1.0 - self._tokens) / self.rate_per_second
-
-    def try_acquire(self) -> bool:
-        """Take a token now, or return False without waiting."""
-        return self._take() == 0.0
-
-    def acquire(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for a token; False (at once) when none can come in time."""
-        deadline = self._clock() + max(0.0, timeout_s)
-        while True:
-            wait = self._take()
-            if wait == 0.0:
-                return True
-            if self._clock() + wait > deadline:
-                return False
-            self._sleep(max(wait, _MIN_SLEEP_S))
-
-
 def _sha256(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+CRM_API_SCOPE = RecordsScope(
+    "demo_crm_api", frozenset({"sor_crm_contacts", "sor_crm_tokens", "sor_crm_requests"})
+)
+"""The CRM's own records: contacts, the sessions it issued, the requests it received."""
+
+
 @dataclass
 class CrmApi:
-    """The fake downstream CRM. It knows users only by the bearer token they present."""
+    """The fake downstream CRM, with records of its own. It knows users only by the bearer token
+    they present."""
 
-    store: Store
+    store: InitVar[Store | None]
+    records: ServiceRecords = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self, store: Store | None) -> None:
+        self.records = records_of(store, CRM_API_SCOPE)
 
     def issue_token(self, tenant_id: str, user_id: str, regions: Iterable[str]) -> str:
         """Create a demo user token limited to ``regions``; only its SHA-256 is stored."""
@@ -161,7 +117,7 @@ class CrmApi:
         if not allowed or not set(allowed) <= REGIONS:
             raise ValueError(f"regions must be a non-empty subset of {sorted(REGIONS)}")
         token = "crm_" + secrets.token_urlsafe(24)
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_crm_tokens (token_sha256, tenant_id, user_id, regions, issued_at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -172,7 +128,7 @@ class CrmApi:
     def get_contact(self, token: str, tenant_id: str, contact_id: str) -> dict[str, Any]:
         """``GET /tenants/{tenant}/contacts/{id}`` with ``Authorization: Bearer <token>``."""
         outcome, contact, user_id = "ok", None, None
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             session = tx.one("SELECT * FROM sor_crm_tokens WHERE token_sha256 = ?", (_sha256(token),))
             if session is None or session["tenant_id"] != tenant_id:
                 outcome = "unauthenticated"
@@ -223,6 +179,9 @@ class CrmClient(DemoService):
     owners = {"contact": Owner("sor_crm_contacts", "contact_id")}
     """Tenant ownership only; the region check is the CRM's own, at call time."""
     countable = frozenset({"sor_crm_requests"})
+    tables = frozenset()
+    reads = frozenset({"sor_crm_contacts", "sor_crm_requests"})
+    """Our side owns nothing: it resolves tenants and counts requests; the CRM writes them."""
     downstreams = {"api": CrmApi}
 
     @property
@@ -277,11 +236,13 @@ def crm_specs(client: CrmClient) -> list[ToolSpec]:
             rollback=NoRollback("read-only: nothing to undo"),
             resource=ResourceRef(kind="contact", argument="contact_id", conflict=False),
             audit_fields=frozenset({"contact_id"}),
+            forwarded_credentials=frozenset({"crm_token"}),  # the user's own CRM session, and only it
         ),
     ]
 
 
 __all__ = [
+    "CRM_API_SCOPE",
     "INJECTION_NOTE",
     "MIGRATIONS",
     "CrmApi",

@@ -18,7 +18,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -27,7 +27,8 @@ from pydantic import Field
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.tools.demo.service import DemoService, Owner, Seed
+from toolgate.store.service_records import RecordsScope, ServiceRecords
+from toolgate.tools.demo.service import DemoService, Owner, Seed, records_of
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
@@ -90,6 +91,9 @@ class FilingResult(ToolResult):
     note: Note
 
 
+LEGACY_SCOPE = RecordsScope("demo_filing_legacy", frozenset({"sor_filing_requests", "sor_filings"}))
+
+
 @dataclass
 class LegacyFilingService:
     """A fake legacy filing service: ``submit`` and a natural-key ``status``, nothing else.
@@ -99,11 +103,15 @@ class LegacyFilingService:
     ``status_available``: False makes status queries time out (an outage of the lookup endpoint).
     """
 
-    store: Store
+    store: InitVar[Store | None]
+    records: ServiceRecords = field(init=False, repr=False, compare=False)
     drop_response_rate: float = 0.0
     drop_request_rate: float = 0.0
     rng: random.Random = field(default_factory=random.Random)
     status_available: bool = True
+
+    def __post_init__(self, store: Store | None) -> None:
+        self.records = records_of(store, LEGACY_SCOPE)
 
     def submit(self, tenant_id: str, taxpayer_ref: str, tax_year: int, filing_type: str) -> dict[str, Any]:
         """File once per call -- including a blind retry, which files again."""
@@ -124,7 +132,7 @@ class LegacyFilingService:
             "status": "submitted",
             "submitted_at": now,
         }
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_filing_requests VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -152,7 +160,7 @@ class LegacyFilingService:
         """The earliest filing for the natural key, or None."""
         if not self.status_available:
             raise TimeoutError("the filing status service did not answer in time")
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             return tx.one(
                 "SELECT * FROM sor_filings WHERE tenant_id = ? AND taxpayer_ref = ? AND tax_year = ?"
                 " AND filing_type = ? ORDER BY submitted_at, filing_id LIMIT 1",
@@ -177,7 +185,8 @@ class FilingService(DemoService):
     seeds = (Seed("sor_taxpayers", ("taxpayer_ref", "tenant_id", "name"), SEED_TAXPAYERS),)
     owners = {"taxpayer": Owner("sor_taxpayers", "taxpayer_ref")}
     """A taxpayer reference belongs to exactly one tenant."""
-    countable = frozenset({"sor_filing_requests", "sor_filings"})
+    countable = reads = LEGACY_SCOPE.tables  # the legacy service writes them; our side reads the evidence
+    tables = frozenset({"sor_taxpayers"})
     downstreams = {"legacy": LegacyFilingService}
 
     @property
@@ -281,6 +290,7 @@ def filing_specs(service: FilingService) -> list[ToolSpec]:
 
 __all__ = [
     "DEFAULT_BACKOFF_S",
+    "LEGACY_SCOPE",
     "MIGRATIONS",
     "FilingResult",
     "FilingService",

@@ -123,6 +123,7 @@ class InventoryService(DemoService):
     owners = {"sku": Owner("sor_inventory", "sku")}
     """A SKU is owned when the tenant stocks it, foreign when only another tenant does."""
     countable = frozenset({"sor_inventory_requests", "sor_inventory_adjustments"})
+    tables = frozenset({"sor_inventory", *countable})
 
     def seed_rows(self) -> tuple[Seed, ...]:
         """The demo stock, stamped with the moment of setup."""
@@ -132,7 +133,7 @@ class InventoryService(DemoService):
 
     def on_hand(self, tenant_id: str, sku: str) -> int:
         """Current stock of one SKU of the tenant, or a caller error."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one(
                 "SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", (tenant_id, sku)
             )
@@ -145,12 +146,12 @@ class InventoryService(DemoService):
     ) -> dict[str, Any]:
         """Log the request; replay a known key; else read, wait, write ``read + delta`` (racy)."""
         now = iso(utcnow())
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_inventory_requests VALUES (?, ?, ?, ?, ?, ?)",
                 ("ireq_" + secrets.token_hex(8), idempotency_key, tenant_id, sku, delta, now),
             )
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             prior = tx.one(
                 "SELECT * FROM sor_inventory_adjustments WHERE idempotency_key = ?", (idempotency_key,)
             )
@@ -179,7 +180,7 @@ class InventoryService(DemoService):
             "on_hand_after": read_value + delta,
             "created_at": iso(utcnow()),
         }
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             inserted = tx.execute(
                 "INSERT INTO sor_inventory_adjustments (adjustment_id, idempotency_key, tenant_id, sku, delta,"
                 " reason, on_hand_before, on_hand_after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"

@@ -23,7 +23,7 @@ from typing import Any
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, ToolExecutionError
-from toolgate.store import Tx
+from toolgate.store import Store, Tx
 from toolgate.tools.demo.preview_tokens import preview_id_of, token_mac, verified_preview
 from toolgate.tools.demo.purchasing_models import (
     TAX_RATE_BASIS_POINTS,
@@ -69,9 +69,10 @@ class PurchasingService(DemoService):
         "preview": Owner("sor_po_previews", "preview_id", stored_id=preview_id_of),
     }
     countable = frozenset({"sor_po_previews", "sor_po_requests", "sor_purchase_orders"})
+    tables = frozenset({"sor_vendors", *countable})
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def __post_init__(self, store: Store | None) -> None:
+        super().__post_init__(store)
         if len(self.signing_key) < 16:
             raise ConfigurationError("the purchase-order signing key must be at least 16 bytes")
 
@@ -89,7 +90,7 @@ class PurchasingService(DemoService):
         ``create_purchase_order`` takes only the token, so a reviewer needs this to see the exact
         vendor, lines and totals being approved (and whether the token is still usable).
         """
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = self._verified_preview(tx, tenant_id, token)
         return {
             **json.loads(row["payload"]),
@@ -102,7 +103,7 @@ class PurchasingService(DemoService):
 
     def preview(self, tenant_id: str, args: PreviewPurchaseOrderArgs) -> dict[str, Any]:
         """Compute the order and store a short-lived, signed preview of it."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             vendor = tx.one(
                 "SELECT * FROM sor_vendors WHERE tenant_id = ? AND vendor_id = ?", (tenant_id, args.vendor_id)
             )
@@ -130,7 +131,7 @@ class PurchasingService(DemoService):
         now = self.now()
         preview_id = secrets.token_hex(12)
         expires_at = iso(now + timedelta(seconds=self.preview_ttl_s))
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_po_previews (preview_id, tenant_id, payload, created_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -151,12 +152,12 @@ class PurchasingService(DemoService):
         preview_id = preview_id_of(token)
         if preview_id is None:
             raise _refuse("malformed preview token; run preview_purchase_order again")
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_po_requests VALUES (?, ?, ?, ?, ?)",
                 ("poreq_" + secrets.token_hex(8), idempotency_key, tenant_id, preview_id, iso(utcnow())),
             )
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             row = self._verified_preview(tx, tenant_id, token)
             prior = tx.one(
                 "SELECT * FROM sor_purchase_orders WHERE tenant_id = ? AND idempotency_key = ?",

@@ -122,11 +122,14 @@ class DemoSystem(DemoService):
         "service": Owner("sor_services", "alias", within_tenant=True),
     }
     countable = COUNTABLE
+    tables = frozenset(
+        {"sor_tenants", "sor_customers", "sor_services", "sor_refunds", "sor_restarts", *COUNTABLE}
+    )
 
     def order_ownership(self, order_id: str, ctx: HandlerContext) -> ResourceStatus:
         """An order belongs to one customer of one tenant: staff reach it through the tool's
         staff roles, other customers never."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one("SELECT tenant_id, customer_id FROM sor_orders WHERE order_id = ?", (order_id,))
         return ownership(row, ctx.tenant_id, ctx.user_id, owner_column="customer_id")
 
@@ -134,7 +137,7 @@ class DemoSystem(DemoService):
 
     def order(self, tenant_id: str, order_id: str) -> dict[str, Any]:
         """One order of the tenant, or a caller error."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one(
                 "SELECT * FROM sor_orders WHERE tenant_id = ? AND order_id = ?", (tenant_id, order_id)
             )
@@ -144,7 +147,7 @@ class DemoSystem(DemoService):
 
     def service(self, tenant_id: str, alias: str) -> dict[str, Any]:
         """One service of the tenant, or a caller error."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM sor_services WHERE tenant_id = ? AND alias = ?", (tenant_id, alias))
         if row is None:
             raise ToolExecutionError("caller_error", f"no service {alias} for this account")
@@ -157,7 +160,7 @@ class DemoSystem(DemoService):
     ) -> dict[str, Any]:
         """The payment system: logs the request, dedupes on the key, refunds at most the balance."""
         now = iso(utcnow())
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_payment_requests VALUES (?, ?, ?, ?, ?, ?)",
                 ("preq_" + secrets.token_hex(8), idempotency_key, tenant_id, order_id, amount_cents, now),
@@ -203,7 +206,7 @@ class DemoSystem(DemoService):
     def restart(self, tenant_id: str, alias: str, idempotency_key: str) -> dict[str, Any]:
         """The service controller: logs the request, dedupes on the key, restarts the service."""
         now = iso(utcnow())
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_restart_requests VALUES (?, ?, ?, ?, ?)",
                 ("rreq_" + secrets.token_hex(8), idempotency_key, tenant_id, alias, now),

@@ -21,13 +21,13 @@ HOME = Path(__file__).resolve().parent / "releases"
 
 def setup_refund(store: Store) -> None:
     """Create and seed the demo system of record (tenants, customers, orders, services)."""
-    DemoSystem(store).setup()
+    DemoSystem(store).setup(store)
 
 
 def setup_wide(store: Store) -> None:
     """The refund story's tables plus the other demo services' (inventory, purchasing, ...)."""
-    DemoSystem(store).setup()
-    DemoServices.on(store, secret=b"schema-setup-only").setup()  # tables only: nothing is signed
+    DemoSystem(store).setup(store)
+    DemoServices.on(store, secret=b"schema-setup-only").setup(store)  # tables only: nothing is signed
 
 
 def refund_tools(env: ReleaseEnv) -> list[ToolSpec]:

@@ -124,6 +124,9 @@ class ReportService(DemoService):
     owners = {"job": Owner("sor_report_jobs", "job_id")}
     """A job belongs to the tenant that submitted it."""
     countable = frozenset({"sor_report_requests", "sor_report_jobs"})
+    tables = countable
+    reads = frozenset({"sor_orders"})
+    """The totals of a report come from the orders of the refund story's system."""
 
     def submit(
         self, tenant_id: str, report_type: str, date_from: date, date_to: date, idempotency_key: str
@@ -131,7 +134,7 @@ class ReportService(DemoService):
         """Log the request and create the job once per idempotency key."""
         received = iso(self.now())
         span = (date_from.isoformat(), date_to.isoformat())
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             tx.execute(
                 "INSERT INTO sor_report_requests VALUES (?, ?, ?, ?, ?, ?, ?)",
                 ("rpreq_" + secrets.token_hex(8), idempotency_key, tenant_id, report_type, *span, received),
@@ -169,7 +172,7 @@ class ReportService(DemoService):
 
     def status(self, tenant_id: str, job_id: str) -> dict[str, Any]:
         """Running until ``submitted_at + duration_s``, then complete with the stored summary."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             job = tx.one(
                 "SELECT * FROM sor_report_jobs WHERE tenant_id = ? AND job_id = ?", (tenant_id, job_id)
             )

@@ -29,7 +29,7 @@ def preview_signing_key(secret: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class DemoServices:
-    """The services of the wider demo release, on one store."""
+    """The services of the wider demo release, each holding only its own records capability."""
 
     inventory: InventoryService
     purchasing: PurchasingService
@@ -52,10 +52,11 @@ class DemoServices:
         """Every service, in setup order."""
         return (self.inventory, self.purchasing, self.reports, self.filing, self.crm)
 
-    def setup(self) -> None:
-        """Create the services' tables and demo rows (after `DemoSystem.setup`)."""
+    def setup(self, store: Store) -> None:
+        """Trusted setup on ``store``: the services' tables, demo rows and records capabilities
+        (after `DemoSystem.setup`)."""
         for service in self.all():
-            service.setup()
+            service.setup(store)
 
     def specs(self) -> list[ToolSpec]:
         """The services' tools."""

@@ -1,0 +1,263 @@
+"""`ServiceRecords` on PostgreSQL: a login role per service and database, with privileges on
+exactly the service's tables.
+
+Trusted setup (`provision_role`, on the store's own connection) creates the role, sets its
+password and grants it the declared tables; the capability then logs in as that role on its own
+connections, so the server refuses anything else (``permission denied``). The role's name is
+derived from the database name and the service (unique across the databases of one cluster); its
+password is derived from the store's secret, so every process sharing the store logs in without
+the password being stored or sent anywhere but in a SCRAM verifier computed here.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+
+from toolgate.errors import ConfigurationError, StoreError
+from toolgate.store.base import Tx
+from toolgate.store.keys import Keyring
+from toolgate.store.postgres import PostgresStore, redact_url
+from toolgate.store.service_records import RecordsScope, ServiceRecords, records_denied
+
+_ROLE_LOCK = 0x7467_0010
+"""Advisory lock serializing role provisioning in one database (role names are per database)."""
+_DENIED_ON = re.compile(r"permission denied for (?:table|relation|view|sequence) \"?([A-Za-z0-9_]+)")
+
+
+def database_name(conninfo: str) -> str:
+    """The database ``conninfo`` connects to, by libpq's defaults when it names none."""
+    params = conninfo_to_dict(conninfo)
+    user = params.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+    return str(params.get("dbname") or os.environ.get("PGDATABASE") or user)
+
+
+def role_name(database: str, service: str) -> str:
+    """``tg_sor_<service>_<hash of database and service>``: at most 63 bytes, one per database."""
+    digest = hashlib.sha256(f"{database}\0{service}".encode()).hexdigest()[:16]
+    return f"tg_sor_{service[:38]}_{digest}"
+
+
+def role_password(keys: Keyring, database: str, role: str) -> str:
+    """The role's password, derived from the store's secret (never stored, never logged)."""
+    label = f"toolgate/service-records-role/v1\0{database}\0{role}".encode()
+    return hmac.digest(keys.secret, label, "sha256").hex()
+
+
+def scram_verifier(password: str, iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores: the server never sees the password itself."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    stored = hashlib.sha256(hmac.digest(salted, b"Client Key", "sha256")).digest()
+    server = hmac.digest(salted, b"Server Key", "sha256")
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored)}:{b64(server)}"
+
+
+def provision_role(store: PostgresStore, scope: RecordsScope) -> None:
+    """Create or update the role of ``scope`` and grant it exactly the scope's existing tables.
+
+    Serialized per database by an advisory lock; a concurrent creation elsewhere is retried once."""
+    database = database_name(store._conninfo)
+    role = role_name(database, scope.name)
+    verifier = scram_verifier(role_password(store.keys, database, role))
+    for attempt in (1, 2):
+        try:
+            with store.transaction() as tx:
+                _provision(tx, role, verifier, scope)
+            return
+        except StoreError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.DuplicateObject) and attempt == 1:
+                continue
+            if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+                raise ConfigurationError(
+                    f"cannot provision the PostgreSQL role {role} for {scope.name}'s tables: "
+                    "the store's user needs CREATEROLE and ownership of the tables"
+                ) from None
+            raise
+
+
+def _provision(tx: Tx, role: str, verifier: str, scope: RecordsScope) -> None:
+    tx.execute(f"SELECT pg_advisory_xact_lock({_ROLE_LOCK})")
+    me = tx.one("SELECT rolname, rolsuper OR rolcreaterole AS can FROM pg_roles WHERE rolname = current_user")
+    assert me is not None
+    found = tx.one(
+        "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls AS wide,"
+        " EXISTS (SELECT 1 FROM pg_auth_members m WHERE m.member = r.oid) AS member"
+        " FROM pg_roles r WHERE rolname = ?",
+        (role,),
+    )
+    if found is None and not me["can"]:
+        raise ConfigurationError(
+            f"PostgreSQL user {me['rolname']} cannot create roles: grant it CREATEROLE "
+            f"(toolgate creates the LOGIN role {role} for {scope.name}'s tables)"
+        )
+    if found is not None and (found["wide"] or found["member"]):
+        raise ConfigurationError(
+            f"PostgreSQL role {role} has more than table privileges: drop it and rerun setup"
+        )
+    # the verifier is base64 and '$:' only: safe as a literal; the role name is ours
+    if found is None:
+        tx.execute(f"CREATE ROLE \"{role}\" LOGIN NOINHERIT PASSWORD '{verifier}'")
+    elif me["can"]:
+        tx.execute(f"ALTER ROLE \"{role}\" LOGIN NOINHERIT PASSWORD '{verifier}'")
+    tx.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{_schema(tx)}" FROM "{role}"')
+    tx.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA "{_schema(tx)}" FROM "{role}"')
+    existing = {
+        row["relname"]
+        for row in tx.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = ANY(?)",
+            (sorted(scope.readable),),
+        )
+    }
+    for privileges, tables in (
+        ("SELECT, INSERT, UPDATE, DELETE", scope.tables & existing),
+        ("SELECT", scope.reads & existing),
+    ):
+        if tables:
+            listed = ", ".join(f'"{t}"' for t in sorted(tables))
+            tx.execute(f'GRANT {privileges} ON {listed} TO "{role}"')
+    wide = tx.one(
+        "SELECT has_schema_privilege(?, current_schema(), 'CREATE')"
+        " OR has_database_privilege(?, current_database(), 'CREATE') AS wide",
+        (role, role),
+    )
+    if wide is not None and wide["wide"]:
+        raise ConfigurationError(
+            f"PostgreSQL role {role} could create tables (PUBLIC has CREATE on the schema or database): "
+            f'run REVOKE CREATE ON SCHEMA "{_schema(tx)}" FROM PUBLIC'
+        )
+
+
+def _schema(tx: Tx) -> str:
+    row = tx.one("SELECT current_schema() AS s")
+    assert row is not None and re.fullmatch(r"[A-Za-z0-9_]+", str(row["s"]))
+    return str(row["s"])
+
+
+_INHERITED: list[object] = []
+"""Connections a forked child inherited from its parent."""
+
+
+def _close_all(idle: list[psycopg.Connection[dict[str, Any]]]) -> None:
+    for conn in list(idle):
+        conn.close()
+
+
+class _GuardedTx:
+    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], scope: RecordsScope) -> None:
+        self._cursor = cursor
+        self._scope = scope
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        try:
+            self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            found = _DENIED_ON.search(exc.diag.message_primary or "")
+            raise records_denied(self._scope, found.group(1) if found else "statement", "this") from None
+        except psycopg.errors.ReadOnlySqlTransaction:
+            raise records_denied(self._scope, "statement", "a write outside a write transaction") from None
+        return list(self._cursor.fetchall()) if self._cursor.description else []
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        rows = self.execute(sql, params)
+        return rows[0] if rows else None
+
+
+class PostgresRecords(ServiceRecords):
+    """A service's records, reached as its own login role."""
+
+    MAX_IDLE = 4
+
+    def __init__(self, conninfo: str, scope: RecordsScope, *, role: str, read_only: bool = False) -> None:
+        self._conninfo = conninfo  # carries the role's password: never printed
+        self.scope = scope
+        self.role = role
+        self.read_only = read_only
+        self._idle: list[psycopg.Connection[dict[str, Any]]] = []
+        self._idle_pid = os.getpid()
+        self._lock = threading.Lock()
+        weakref.finalize(self, _close_all, self._idle)  # idle connections close with the capability
+
+    def __repr__(self) -> str:
+        return f"PostgresRecords({self.scope.name!r}, role={self.role!r})"
+
+    @classmethod
+    def of(cls, store: PostgresStore, scope: RecordsScope) -> PostgresRecords:
+        """The records of ``scope`` in ``store``'s database (neither the store nor its credentials
+        are kept: only the role's)."""
+        database = database_name(store._conninfo)
+        role = role_name(database, scope.name)
+        extra: dict[str, str] = {}
+        if store.read_only:  # the server refuses every write in these sessions, as in the store's
+            options = conninfo_to_dict(store._conninfo).get("options") or ""
+            extra["options"] = f"{options} -c default_transaction_read_only=on".strip()
+        password = role_password(store.keys, database, role)
+        conninfo = make_conninfo(store._conninfo, user=role, password=password, **extra)
+        return cls(conninfo, scope, role=role, read_only=store.read_only)
+
+    def _checkout(self) -> psycopg.Connection[dict[str, Any]]:
+        with self._lock:
+            if self._idle_pid != os.getpid():  # a forked child: the parent's connections are not ours
+                _INHERITED.extend(self._idle)  # never used, never closed here (that would end the parent's)
+                self._idle.clear()
+                self._idle_pid = os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot log in as {self.role} for the records of {self.scope.name} (run the release "
+                f"setup, which provisions it): {redact_url(str(exc).splitlines()[0] if str(exc) else '')}"
+            ) from None
+
+    def _checkin(self, conn: psycopg.Connection[dict[str, Any]], *, reusable: bool) -> None:
+        with self._lock:
+            if reusable and self._idle_pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        if write and self.read_only:
+            raise StoreError(f"the records of {self.scope.name} were opened read-only")
+        conn = self._checkout()
+        reusable = False
+        try:
+            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                if not write:
+                    cur.execute("SET TRANSACTION READ ONLY")
+                yield _GuardedTx(cur, self.scope)
+            reusable = True
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
+        finally:
+            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            self._checkin(conn, reusable=reusable and idle and not conn.closed)
+
+    def close(self) -> None:
+        with self._lock:
+            idle = list(self._idle)
+            self._idle.clear()
+        for conn in idle:
+            conn.close()
+
+
+__all__ = ["PostgresRecords", "database_name", "provision_role", "role_name", "scram_verifier"]
