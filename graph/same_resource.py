@@ -15,9 +15,12 @@ audited ``resource_busy`` refusal: a later delivery runs it, and no update is ev
 from __future__ import annotations
 
 import secrets
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from toolgate.canonical import canonical_json
 from toolgate.graph.delivery import Delivery
@@ -68,17 +71,25 @@ class ResourceHold:
 
     def acquire(self, lease_s: float, wait_s: float) -> bool:
         """Take every lease at once, retrying with backoff while another holder has one, for up
-        to ``wait_s`` seconds; False when the resource stayed busy (nothing held then)."""
+        to ``wait_s`` seconds; False when the resource stayed busy (nothing held then).
+
+        Within one process only one thread at a time asks the store for the same resources
+        (`_PollGate`): the others wait in memory for their turn to ask. Sixty-four threads of a
+        worker waiting on one busy resource would otherwise poll the store sixty-four times as
+        often, and take the pooled connections the lease holder needs to finish."""
         if not self.keys:
             return True
         deadline = time.monotonic() + wait_s
-        delay = 0.002
-        while not self.store.acquire_resources(self.keys, self.holder, lease_s):
-            if time.monotonic() >= deadline:
+        with _PollGate.turn(self.keys, deadline) as my_turn:
+            if not my_turn:
                 return False
-            time.sleep(delay)  # another process may hold it: only the store can say when it is free
-            delay = min(delay * 2, 0.1)
-        return True
+            delay = 0.002
+            while not self.store.acquire_resources(self.keys, self.holder, lease_s):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(delay)  # another process may hold it: only the store can say when it is free
+                delay = min(delay * 2, 0.1)
+            return True
 
     def renew(self, lease_s: float) -> bool:
         """Extend the leases with the claim's (True without resources)."""
@@ -88,6 +99,38 @@ class ResourceHold:
         """Give the leases up (only this hold's own; repeating it is harmless)."""
         if self.keys:
             self.store.release_resources(self.keys, self.holder)
+
+
+class _PollGate:
+    """One turn at a time per resource set, per process: who may poll the store for it now.
+
+    Gates exist only while someone waits (counted), so the table never outgrows the resources
+    being waited for. A turn is given back as soon as its holder got the lease or gave up, never
+    held while the lease is: a crashed handler cannot block a resource here (its lease lapses in
+    the store as usual)."""
+
+    _gates: ClassVar[dict[tuple[str, ...], list[Any]]] = {}
+    """resource keys -> [the turn's lock, threads waiting or polling]."""
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    @contextmanager
+    def turn(cls, keys: tuple[str, ...], deadline: float) -> Iterator[bool]:
+        """True once it is this thread's turn to poll for ``keys``, False at ``deadline``."""
+        with cls._guard:
+            gate = cls._gates.setdefault(keys, [threading.Lock(), 0])
+            gate[1] += 1
+        lock: threading.Lock = gate[0]
+        got = lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            yield got
+        finally:
+            if got:
+                lock.release()
+            with cls._guard:
+                gate[1] -= 1
+                if gate[1] == 0:
+                    del cls._gates[keys]
 
 
 def deferred(auditor: Auditor, op: OperationRecord, code: str, error: dict[str, Any]) -> Delivery:
