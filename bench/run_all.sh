@@ -15,3 +15,5 @@ done
 "$PY" bench/hostile_turn.py
 echo "### bench/token_budget.py"
 "$PY" bench/token_budget.py
+echo "### bench/tool_selection.py"
+"$PY" bench/tool_selection.py

@@ -48,6 +48,9 @@ class AdversarialCase:
     """Per principal-and-tool limit for this case (None: no inbound limits)."""
     max_tool_calls: int | None = None
     """The thread's tool-call budget for this case (None: the operator default)."""
+    retired_tool: str | None = None
+    """A tool whose deprecation window ended before this case runs (its spec, in this case's
+    registry only, was deprecated two days ago for one day)."""
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -60,6 +60,13 @@ def rule_cases() -> list[AdversarialCase]:
             rate_limit=1,
         ),
         AdversarialCase(
+            "retired_tool",
+            "tool_deprecated",
+            "tool_deprecated",
+            (Call("lookup_order", {"order_id": "O-5512"}),),
+            retired_tool="lookup_order",
+        ),
+        AdversarialCase(
             "budget_exhausted",
             "budget_exhausted",
             "budget_exhausted",

@@ -40,8 +40,15 @@ def _approved_write(
         critical=True,
         approvals=[approve("c1", WRITE_APPROVERS[tool])],
         faults=faults,
-        **{**defaults, **expected},
+        **_waits_for_its_job(tool, {**defaults, **expected}),
     )
+
+
+def _waits_for_its_job(tool: str, expected: dict[str, Any]) -> dict[str, Any]:
+    """A report job that ran leaves its thread waiting for the job (a durable wait), not done."""
+    if tool == "submit_report_job" and expected["operations"] == ["succeeded"]:
+        return {"status": "waiting", **expected}
+    return expected
 
 
 def duplicate_delivery() -> list[EvalCase]:

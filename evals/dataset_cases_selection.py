@@ -104,6 +104,7 @@ def tool_selection() -> list[EvalCase]:
                 proposals=1,
                 handler_calls={tool: 1},
                 operations=["succeeded"],
+                status="waiting" if tool == "submit_report_job" else "done",  # the job runs on
             )
         )
     return cases

@@ -14,6 +14,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -32,6 +33,7 @@ from toolgate.testing import HandlerCounter, ScriptedChatModel
 from toolgate.tools.demo import DemoSystem, demo_specs
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import REFUND_RELEASE, Registry
+from toolgate.tools.registry_fields import Deprecation
 
 SEED_TAGS = (
     "known_read",
@@ -140,6 +142,13 @@ def _message(calls: Iterable[Call], turn: int) -> AIMessage:
     return AIMessage(content="", tool_calls=tool_calls, invalid_tool_calls=invalid)
 
 
+def retired_in(registry: Registry, name: str, now: datetime) -> Registry:
+    """``registry`` with tool ``name`` deprecated two days before ``now`` for one day: retired."""
+    gone = Deprecation(since=now - timedelta(days=2), window=timedelta(days=1))
+    specs = [replace(s, deprecation=gone) if s.name == name else s for s in registry.tools.values()]
+    return Registry.of(registry.release, specs, registry.resolver)
+
+
 class DispatchRunner:
     """A demo release on one store, with handlers counted, for adversarial runs."""
 
@@ -163,12 +172,17 @@ class DispatchRunner:
             else RateLimits()
         )
         policy = replace(self.base_policy, rate_limits=limits)
+        registry = (
+            retired_in(self.registry, case.retired_tool, self.store.now())
+            if case.retired_tool
+            else self.registry
+        )
         turns = [*case.before, case.calls]
         model = ScriptedChatModel(
             responses=[*(_message(c, t) for t, c in enumerate(turns)), AIMessage("done")]
         )
         graph = build_graph(
-            gateway=build_gateway(model=model, registry=self.registry, policy=policy, store=self.store),
+            gateway=build_gateway(model=model, registry=registry, policy=policy, store=self.store),
             checkpointer=InMemorySaver(),
         )
         thread = f"adv-{index}-{case.name}"[:120]

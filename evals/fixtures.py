@@ -123,8 +123,8 @@ class Expected(_Strict):
     """Proposals created in the thread."""
     handler_calls: dict[str, int] = Field(default_factory=dict)
     """Handler invocations per tool (tools not listed: 0)."""
-    status: Literal["done", "awaiting_approval", "needs_review", "refused"] | None = "done"
-    """The thread's final status."""
+    status: Literal["done", "awaiting_approval", "waiting", "needs_review", "refused"] | None = "done"
+    """The thread's final status (``waiting``: suspended on a job its write started, `toolgate.graph.nodes.wait`)."""
     operations: list[str] = Field(default_factory=list)
     """Final operation statuses of the thread, sorted (from the store)."""
 

@@ -27,6 +27,7 @@ from langgraph.types import Command
 from toolgate.evals.execution_steps import CaseSaver, apply_approvals, concurrent_resume, redeliver
 from toolgate.evals.faults import EffectLedger, instrument
 from toolgate.evals.fixtures import EvalCase
+from toolgate.evals.hidden_writes import HiddenWriteCheck
 from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
 from toolgate.evals.release_facts import ReleaseFacts, release_facts
 from toolgate.graph import Context, build_gateway, build_graph
@@ -175,7 +176,8 @@ class CaseRunner:
     def _run(self, case: EvalCase, store: SQLiteStore, model: BaseChatModel | None) -> Observation:
         ledger = EffectLedger()
         base = self.release.registry(ReleaseEnv(store, self.key))
-        specs = instrument(list(base.tools.values()), case.faults, ledger)
+        hidden = HiddenWriteCheck(store)  # every read compared before and after (hidden_writes.py)
+        specs = hidden.wrap(instrument(list(base.tools.values()), case.faults, ledger))
         registry = Registry.of(self.release.id, specs, base.resolver)
         responses = scripted_responses(case)
         main_model = model or ScriptedChatModel(responses=responses)
@@ -229,6 +231,7 @@ class CaseRunner:
         except Exception as exc:  # the case fails with the reason; the run goes on
             obs.errors.append(f"{type(exc).__name__}: {str(exc)[:300]}")
             state = dict(graph.get_state(config).values or state)
+        obs.errors += sorted({v.reason for v in hidden.take()})  # a read that wrote fails the case
         messages = list(state.get("messages", []))
         obs.calls = [
             {"turn": turn, "id": c.get("id"), "name": c.get("name"), "args": c.get("args")}

@@ -14,7 +14,7 @@ process, and the `ReleaseRouter` picks one per thread from the store's records.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +27,7 @@ from toolgate.clock import Clock
 from toolgate.config import Settings
 from toolgate.graph.builder import build_gateway, build_graph
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.release_manifest import DEFAULT_PINNED, release_manifest, verified_release
 from toolgate.graph.rollout import ReleaseRouter
 from toolgate.models import load_chat_model
 from toolgate.policy.rollout import canary_specs
@@ -38,29 +39,7 @@ from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.sql import SqlStore
-from toolgate.tools.manifest import effective_manifest, verify_release
 from toolgate.tools.registry import Registry
-
-DEFAULT_PINNED = ("offline",)
-"""Models a release pins before its manifest is first written (the deterministic demo model)."""
-
-
-def release_manifest(release: Release, registry: Registry) -> dict[str, Any]:
-    """The effective manifest of ``release`` as loaded in this process (``registry``)."""
-    reviewed: Mapping[str, Any] = release.manifest or {}
-    return effective_manifest(
-        release.id,
-        list(registry.tools.values()),
-        policy_version=release.policy.policy_version,
-        policy_sha256=release.policy.sha256,
-        instructions=release.instructions,
-        pinned_models=list(reviewed.get("pinned_models", DEFAULT_PINNED)),
-    )
-
-
-def verified_release(release: Release, registry: Registry, model: str) -> None:
-    """Refuse to start when the bundle drifted from its reviewed manifest or the model is not pinned."""
-    verify_release(release.reviewed_manifest(), release_manifest(release, registry), model)
 
 
 def initialize_store(store: Store, release: Release | None = None) -> None:
@@ -147,6 +126,7 @@ class Gateways:
             breakers=self.primary.executor.breakers,
             server_mode=self.server_mode,
             clock=self.clock,
+            tool_choice=release.tool_choice,
         )
 
 
@@ -187,7 +167,7 @@ class App:
         proposal = self.store.get_proposal(proposal_id)
         if proposal is None or self.router is None or proposal.release == self.gateway.registry.release:
             return self.gateway
-        return self.router.reviewing_gateway(proposal.release) or self.gateway
+        return self.router.reviewing_gateway(proposal.release, proposal.thread_id) or self.gateway
 
     def executor_gateway(self, operation_key: str) -> Gateway:
         """The gateway whose executor delivers ``operation_key`` now: its proposal's release while
@@ -197,7 +177,7 @@ class App:
         proposal = self.store.get_proposal(op.proposal_id) if op and op.proposal_id else None
         if proposal is None or self.router is None:
             return self.gateway
-        return self.router.executing_gateway(proposal.release)
+        return self.router.executing_gateway(proposal.release, proposal.thread_id)
 
 
 def open_app(
@@ -236,6 +216,7 @@ def open_app(
         instructions=release.instructions,
         server_mode=server_mode,
         clock=clock,
+        tool_choice=release.tool_choice,
     )
     gateways = Gateways(
         settings, store, key, app_model, gateway, primary_ref=served, server_mode=server_mode, clock=clock
@@ -286,6 +267,7 @@ def record_release_change(app: App) -> None:
 
 
 __all__ = [
+    "DEFAULT_PINNED",
     "App",
     "Gateways",
     "initialize_store",

@@ -20,8 +20,9 @@ from toolgate.graph.nodes.execute import make_execute_node
 from toolgate.graph.nodes.model import make_model_node
 from toolgate.graph.nodes.proposal import make_proposal_node
 from toolgate.graph.nodes.respond import make_respond_node
+from toolgate.graph.nodes.wait import after_wait, make_after_execute, make_wait_node
 from toolgate.graph.rollout import ReleaseRouter
-from toolgate.graph.routing import after_dispatch, after_execute, after_model, after_proposal
+from toolgate.graph.routing import after_dispatch, after_model, after_proposal
 from toolgate.graph.state import GatewayState
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.escalation import check_escalations
@@ -45,6 +46,7 @@ def build_gateway(
     breakers: BreakerRegistry | None = None,
     server_mode: bool = False,
     clock: Clock | None = None,
+    tool_choice: str = "auto",
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run).
 
@@ -75,6 +77,7 @@ def build_gateway(
         instructions=instructions,
         server_mode=server_mode,
         clock=clock or SYSTEM_CLOCK,
+        tool_choice=tool_choice,
     )
 
 
@@ -85,6 +88,7 @@ NODE_FACTORIES = {
     "approval": make_approval_node,
     "execute": make_execute_node,
     "respond": make_respond_node,
+    "wait": make_wait_node,
 }
 """Each node, built around one release's gateway."""
 
@@ -118,7 +122,8 @@ def build_graph(
     builder.add_conditional_edges("dispatch", after_dispatch)
     builder.add_conditional_edges("proposal", after_proposal)
     builder.add_edge("approval", "execute")
-    builder.add_conditional_edges("execute", after_execute)
+    builder.add_conditional_edges("execute", make_after_execute(gateway.registry))  # or a declared wait
+    builder.add_conditional_edges("wait", after_wait)
     builder.add_edge("respond", END)
     return builder.compile(checkpointer=checkpointer, name="toolgate")
 

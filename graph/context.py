@@ -36,6 +36,9 @@ class Context:
     max_calls_per_turn: int = field(default_factory=lambda: setting("max_calls_per_turn"))
     """Calls judged one by one in one model turn; the rest of the turn is refused as one batch
     (``too_many_calls``), so a runaway response costs a bounded number of audit events."""
+    max_tools_per_request: int = field(default_factory=lambda: setting("max_tools_per_request"))
+    """Tools offered to the model per request: the most relevant of the principal's visible
+    tools (`toolgate.policy.tool_selection`)."""
     deadline_s: float = field(default_factory=lambda: setting("deadline_s"))
     """Autonomous running time of a task, counted from its start and from each human decision."""
     max_validation_retries: int = field(default_factory=lambda: setting("max_validation_retries"))

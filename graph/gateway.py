@@ -10,7 +10,7 @@ from langchain_core.language_models import BaseChatModel
 
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.execution import Executor
-from toolgate.graph.prompt_cache import cache_options
+from toolgate.graph.prompt_cache import ANTHROPIC_LLM_TYPE, cache_options
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -43,33 +43,66 @@ class Gateway:
     server_mode: bool = False
     """Served by the LangGraph server: the acting principal comes from its auth handler and the
     run context is rebuilt from the server's own settings (`toolgate.graph.server_context`)."""
+    tool_choice: str = "auto"
+    """The release's tool choice (`toolgate.release.Release.tool_choice`), applied per step
+    (`toolgate.graph.tool_offer`)."""
     clock: Clock = SYSTEM_CLOCK
     """The process clock (handler deadlines); the store keeps its own for expiry and leases."""
     _bound: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Models bound per tool set (`model_for`); a copy made with `dataclasses.replace` starts empty."""
 
-    def model_for(self, specs: Sequence[ToolSpec]) -> Any:
-        """The model bound to exactly ``specs`` (a principal's tools), made once per tool set and
-        reused by every later turn: binding converts every definition again, and a release's
-        definitions never change while the process runs. The provider's prompt-cache options are
-        bound with them (`toolgate.graph.prompt_cache`)."""
+    @property
+    def can_force_tools(self) -> bool:
+        """False when the model refuses a forced tool choice: Anthropic with extended thinking
+        (the API rejects it, and ``ChatAnthropic`` would silently send ``auto``)."""
+        thinking = getattr(self.model, "thinking", None)
+        return not (
+            getattr(self.model, "_llm_type", None) == ANTHROPIC_LLM_TYPE
+            and isinstance(thinking, dict)
+            and thinking.get("type") in ("enabled", "adaptive")
+        )
+
+    def model_for(self, specs: Sequence[ToolSpec], tool_choice: str = "auto") -> Any:
+        """The model bound to exactly ``specs`` (the tools offered this request, in their stable
+        order) with ``tool_choice`` (``auto``, ``required``, ``none`` or the real name of one of
+        ``specs``, `toolgate.graph.tool_offer`), made once per tool set and choice and reused by
+        every later turn: binding converts every definition again, and a release's definitions
+        never change while the process runs. The provider's prompt-cache options are bound with
+        them (`toolgate.graph.prompt_cache`), keyed on the tools actually bound."""
         if not specs:
             return self.model
         names = tuple(s.wire_name for s in specs)
-        bound = self._bound.get(names)
+        bound = self._bound.get((*names, "\x00", tool_choice))
         if bound is None:
-            kwargs: dict[str, Any] = {"tool_choice": "auto"}  # each tool says whether it is strict
-            if self.registry.has_stateful_writes():
-                kwargs["parallel_tool_calls"] = False
+            # each tool says whether it is strict
+            kwargs: dict[str, Any] = {"tool_choice": provider_tool_choice(self.model, tool_choice, specs)}
+            if self.registry.has_stateful_writes() and not (
+                tool_choice == "none" and getattr(self.model, "_llm_type", None) == ANTHROPIC_LLM_TYPE
+            ):
+                kwargs["parallel_tool_calls"] = False  # Anthropic's ``none`` takes no parallel flag
             kwargs.update(cache_options(self.model, self.registry.release, self.instructions, names))
             bound = self.model.bind_tools(self.registry.openai_tools(specs), **kwargs)
             if len(self._bound) < MAX_BOUND_MODELS:
-                self._bound[names] = bound
+                self._bound[(*names, "\x00", tool_choice)] = bound
         return bound
+
+
+def provider_tool_choice(model: Any, choice: str, specs: Sequence[ToolSpec]) -> Any:
+    """``choice`` as ``model``'s ``bind_tools`` takes it: a named tool by its wire name, and for
+    Anthropic ``required`` as ``any`` and ``none`` as its block (the client would read the string
+    ``none`` as a tool's name)."""
+    anthropic = getattr(model, "_llm_type", None) == ANTHROPIC_LLM_TYPE
+    if choice == "required":
+        return "any" if anthropic else "required"
+    if choice == "none":
+        return {"type": "none"} if anthropic else "none"
+    if choice == "auto":
+        return "auto"
+    return next(s.wire_name for s in specs if s.name == choice)
 
 
 MAX_BOUND_MODELS = 256
 """Distinct tool sets kept bound per gateway (one per role mix in practice)."""
 
 
-__all__ = ["INSTRUCTIONS", "Gateway"]
+__all__ = ["INSTRUCTIONS", "Gateway", "provider_tool_choice"]

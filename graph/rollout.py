@@ -7,19 +7,17 @@ and calls that arm's own node, built by the same node factory around that releas
 and behind the same guard. Conditional edges read state only and stay as they are. Which arm a
 thread is in never comes from checkpointed state: only from MAC-bound store records.
 
-By phase:
+By phase: no rollout, ``stopped``, ``rolled_back``: the active release serves everyone; a
+thread pinned to the candidate finishes its in-flight turn on the control's approval, execute
+and respond nodes (its proposals stay pinned to the candidate, so execute refuses them) and its
+model, dispatch and proposal nodes stop the task for review. ``shadow``: the control serves
+everyone, each control model turn shadowed (`toolgate.graph.shadow`). ``canary``: a new thread
+goes to the candidate (without high-risk tools) when its user's cohort bucket is inside the
+canary, older threads to the control; the automatic-stop monitor runs after every candidate
+node. ``promoted``: new threads go to the candidate, older ones keep their release.
 
-- no rollout, ``stopped``, ``rolled_back``: the active release serves everyone. A thread pinned
-  to the candidate finishes its in-flight turn on the control's approval, execute and respond
-  nodes (its proposals stay pinned to the candidate, so execute refuses them); its model,
-  dispatch and proposal nodes stop the task for review instead of running.
-- ``shadow``: the control serves everyone; each control model turn is shadowed
-  (`toolgate.graph.shadow`).
-- ``canary``: a new thread is pinned to the candidate when its user's cohort bucket is inside
-  the canary; the candidate arm holds no high-risk tool. Threads that existed before are pinned
-  to the control. After every candidate node the automatic-stop monitor runs.
-- ``promoted``: new threads are pinned to the candidate (now active, all its tools); threads
-  pinned earlier keep their release until they finish.
+Then every route is held to the thread's own release pin (`toolgate.graph.thread_pins`): a
+thread keeps the release it started with across later rollouts and pointer moves.
 
 A record whose MAC does not verify is never acted on: routing falls back to the configured
 release (the operator's own setting) and the refusal is audited.
@@ -35,17 +33,15 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from toolgate.errors import ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.guard import guarded
 from toolgate.graph.nodes._common import context_of, thread_id
 from toolgate.graph.rollout_stop import halt_node, stop_rollout
 from toolgate.graph.seal import tampered_keys
-from toolgate.graph.server_context import server_context
 from toolgate.graph.shadow import shadow_turn
 from toolgate.graph.state import GatewayState
-from toolgate.policy.principal import Principal
+from toolgate.graph.thread_pins import HALTED_NODES, ThreadPinning, run_principal, stop_node
 from toolgate.policy.rollout import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
 from toolgate.policy.rollout_signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
@@ -57,8 +53,6 @@ GatewayFactory = Callable[[str, bool], Gateway]
 """``(release id, canary)`` -> that release's gateway, verified against its reviewed manifest;
 ``canary=True`` is the candidate arm's gateway without high-risk tools. Cached by the caller."""
 NodeFactory = Callable[[Gateway], Callable[..., dict[str, Any]]]
-HALTED_NODES = frozenset({"model", "dispatch", "proposal"})
-"""Nodes a candidate thread no longer runs once its release stopped serving."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +68,8 @@ class Route:
     """Evaluate the automatic stop after the node (a canary's candidate arm)."""
     halted: bool = False
     """The thread's release stopped serving: answer its calls and stop the task instead."""
+    stop: tuple[str, str, str] | None = None
+    """Why a halted thread stops when no rollout stopped it (code, why, pinned release)."""
 
 
 class ReleaseRouter:
@@ -98,6 +94,7 @@ class ReleaseRouter:
         self._reported: set[str] = set()
         self._lock = threading.Lock()
         self._monitor_lock = threading.Lock()
+        self.pins = ThreadPinning(self)
 
     # ---- state -------------------------------------------------------------------------
 
@@ -123,8 +120,20 @@ class ReleaseRouter:
     def route(
         self, name: str, state: GatewayState, runtime: Runtime[Context], config: RunnableConfig
     ) -> Route:
-        """The arm and gateway for node ``name`` of this thread now."""
+        """The arm and gateway for node ``name`` of this thread now: the rollout's, then held to
+        the thread's own pin (`toolgate.graph.thread_pins`)."""
         current = self.state()
+        route = self._rollout_route(name, state, runtime, config, current)
+        return self.pins.apply(name, route, current, runtime, config) if self._installed else route
+
+    def _rollout_route(
+        self,
+        name: str,
+        state: GatewayState,
+        runtime: Runtime[Context],
+        config: RunnableConfig,
+        current: ReleaseState,
+    ) -> Route:
         if current.tampered:
             self._refuse_tampered("release_state_tampered", {"records": current.tampered})
             return Route(self.gateways(self.configured, False), "control")
@@ -153,11 +162,18 @@ class ReleaseRouter:
             return Route(self.gateways(rollout.candidate, canary), "candidate", rollout, monitored=canary)
         return Route(self.gateways(rollout.control, False), "control", rollout)
 
-    def executing_gateway(self, release_id: str) -> Gateway:
+    def executing_gateway(self, release_id: str, thread: str | None = None) -> Gateway:
         """The gateway that may deliver a proposal of release ``release_id`` (its id, as proposals
         record it) outside a graph run (the worker): that release's while release control serves
-        it, else the active release's, whose executor refuses a proposal pinned to another release."""
+        it or ``thread`` is pinned to it, else the active release's, whose executor refuses a
+        proposal pinned to another release."""
         current = self.state()
+        found = self._executing(release_id, current)
+        if found.registry.release != release_id and self._installed:
+            found = self.pins.gateway_for(thread, release_id, current) or found
+        return found
+
+    def _executing(self, release_id: str, current: ReleaseState) -> Gateway:
         if current.tampered:
             return self.gateways(self.configured, False)
         active = current.pointer.active if current.pointer else self.configured
@@ -171,21 +187,20 @@ class ReleaseRouter:
                 return control
         return self.gateways(active, False)
 
-    def reviewing_gateway(self, release_id: str) -> Gateway | None:
+    def reviewing_gateway(self, release_id: str, thread: str | None = None) -> Gateway | None:
         """The full gateway of release ``release_id`` (a proposal's) when release control knows it
-        (the current rollout's control or candidate, the pointer's active or previous release),
-        so a reviewer decides under the rules that made the proposal; None otherwise."""
+        (the current rollout's control or candidate, the pointer's active or previous release, the
+        release ``thread`` is pinned to), so a reviewer decides under the rules that made the
+        proposal; None otherwise."""
         current = self.state()
-        if current.tampered:
-            return None
         known = [current.pointer.active, current.pointer.previous] if current.pointer else []
         if current.rollout is not None:
             known += [current.rollout.control, current.rollout.candidate]
-        for reference in dict.fromkeys(r for r in known if r):
+        for reference in dict.fromkeys(r for r in known if r and not current.tampered):
             gateway = self.gateways(reference, False)
             if gateway.registry.release == release_id:
                 return gateway
-        return None
+        return self.pins.gateway_for(thread, release_id, current) if self._installed else None
 
     def _first_arm(
         self,
@@ -205,22 +220,10 @@ class ReleaseRouter:
             return "control"
         if rollout.phase == "promoted":
             return "candidate"
-        principal = self._principal(runtime)
+        principal = run_principal(self.gateways(self.configured, False), runtime)
         if principal is None:
             return "control"
         return arm_for(rollout.salt, rollout.canary_bp, principal.tenant_id, principal.user_id)
-
-    def _principal(self, runtime: Runtime[Context]) -> Principal | None:
-        """The authenticated principal of this run, as the guard would establish it."""
-        primary = self.gateways(self.configured, False)
-        ctx = context_of(runtime)
-        if primary.server_mode:
-            user = runtime.server_info.user if runtime.server_info is not None else None
-            try:
-                ctx = server_context(ctx, user, primary.directory)
-            except ToolgateError:
-                return None
-        return ctx.principal
 
     # ---- nodes -------------------------------------------------------------------------
 
@@ -238,6 +241,10 @@ class ReleaseRouter:
         def routed(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
             route = self.route(name, state, runtime, config)
             if route.halted:
+                if route.stop is not None:
+                    return guarded(route.gateway, name, stop_node(route.gateway, route.stop))(
+                        state, runtime, config
+                    )
                 assert route.rollout is not None
                 return guarded(route.gateway, name, halt_node(route.gateway, route.rollout))(
                     state, runtime, config

@@ -23,9 +23,10 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes.dispatch import proposed_calls
 from toolgate.graph.nodes.model import invoke_unobserved
-from toolgate.policy.authorization import visible_tools
+from toolgate.graph.tool_offer import conversation_of
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
+from toolgate.policy.tool_selection import select_tools
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.rollout_records import Rollout, ShadowRecord
 
@@ -85,7 +86,10 @@ def ask_candidate(
 ) -> tuple[AIMessage, dict[str, str]]:
     """The candidate model's response to the control's messages, with the candidate's tools and
     instructions, screened as its model node would screen it (unobserved, untraced)."""
-    runnable = candidate.model_for(visible_tools(candidate.registry, principal))
+    # the tools the candidate's own model node would offer for this conversation (at most N)
+    conversation = conversation_of({"messages": history})
+    offered = select_tools(candidate.registry, principal, conversation, ctx.max_tools_per_request)[1]
+    runnable = candidate.model_for(offered)
     response = invoke_unobserved(runnable, [SystemMessage(candidate.instructions), *history])
     if not isinstance(response, AIMessage):
         response = AIMessage(content=str(getattr(response, "content", response)))

@@ -59,8 +59,9 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
     return {**(left or {}), **(right or {})}
 
 
-TaskStatus = Literal["running", "awaiting_approval", "done", "needs_review", "refused"]
-"""``refused``: the thread's state was changed outside the gateway; nothing runs in it any more."""
+TaskStatus = Literal["running", "awaiting_approval", "waiting", "done", "needs_review", "refused"]
+"""``waiting``: suspended on a durable wait for a job (`toolgate.graph.nodes.wait`); ``refused``: the
+thread's state was changed outside the gateway; nothing runs in it any more."""
 
 
 class GatewayState(TypedDict, total=False):

@@ -1,4 +1,5 @@
-"""Waking interrupted threads once their approval is decided, on this LangGraph server.
+"""Waking interrupted threads once their approval is decided or their job wait is over, on this
+LangGraph server.
 
 A thread waiting for approval sleeps until something resumes it. The approval API wakes the
 thread it just decided for (`wake_quietly`); the background waker (`run_waker`) wakes threads
@@ -90,6 +91,15 @@ def awaited_operation_keys(values: object) -> list[str]:
     return keys
 
 
+def ready_waits(gw: Gateway) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per thread, its job waits the store (a verified row) says are over (`toolgate.graph.nodes.wait`)."""
+    ready: dict[str, list[tuple[str, str]]] = {}
+    for wait in gw.store.list_waits("ready", limit=100):
+        if wait.verified:
+            ready.setdefault(wait.thread_id, []).append((wait.operation_key, "wait_ready"))
+    return {thread: tuple(sorted(keys)) for thread, keys in ready.items()}
+
+
 def _statuses(gw: Gateway, keys: Iterable[str]) -> dict[str, str]:
     operations = (gw.store.get_operation(key) for key in keys)
     return {op.operation_key: op.status for op in operations if op is not None}
@@ -105,10 +115,12 @@ async def wake_decided_threads(gw: Gateway, client: Any, woken: Woken) -> list[s
     ``pending_approval`` in the store; returns the threads a run was started on."""
     threads = await client.threads.search(status="interrupted", limit=100)
     awaited: dict[str, list[str]] = {}
+    interrupted: set[str] = set()
     for thread in threads if isinstance(threads, list) else []:
         thread_id = thread.get("thread_id") if isinstance(thread, Mapping) else None
         if not isinstance(thread_id, str) or not thread_id:
             continue
+        interrupted.add(thread_id)
         values = thread.get("values")
         if not isinstance(values, Mapping):
             state = await client.threads.get_state(thread_id)
@@ -117,13 +129,15 @@ async def wake_decided_threads(gw: Gateway, client: Any, woken: Woken) -> list[s
         if keys:
             awaited[thread_id] = keys
     statuses = await run_in_threadpool(_statuses, gw, {k for keys in awaited.values() for k in keys})
+    ready = {t: keys for t, keys in (await run_in_threadpool(ready_waits, gw)).items() if t in interrupted}
     started: list[str] = []
-    for thread_id, keys in awaited.items():
+    for thread_id in [*awaited, *(t for t in ready if t not in awaited)]:
+        keys = awaited.get(thread_id, [])
         decided = tuple(
             sorted(
                 (k, statuses[k]) for k in keys if statuses.get(k, "pending_approval") != "pending_approval"
             )
-        )
+        ) + ready.get(thread_id, ())
         if not decided or woken.get(thread_id) == decided:
             continue
         try:
@@ -132,7 +146,7 @@ async def wake_decided_threads(gw: Gateway, client: Any, woken: Woken) -> list[s
                 started.append(thread_id)
         except Exception:  # one thread failing must not keep the others asleep
             log.warning("waker: could not wake thread %s", thread_id, exc_info=True)
-    for gone in set(woken) - set(awaited):
+    for gone in set(woken) - set(awaited) - set(ready):
         del woken[gone]
     return started
 
@@ -165,6 +179,7 @@ __all__ = [
     "Woken",
     "awaited_operation_keys",
     "langgraph_client",
+    "ready_waits",
     "run_waker",
     "wake_decided_threads",
     "wake_quietly",

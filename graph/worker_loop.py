@@ -101,6 +101,8 @@ class WorkerLoop:
     executor_for: Callable[[str], Executor] | None = None
     report: Report = lambda facts: None
     monotonic: Callable[[], float] = time.monotonic
+    wait_pass: Callable[[], int] | None = None
+    """Checks due job waits and resumes their threads (`toolgate.graph.wait_pass`), once per pass."""
     summary: LoopSummary = field(default_factory=LoopSummary)
     _checks: dict[str, _Check] = field(default_factory=dict)
     _backoff: dict[str, float] = field(default_factory=dict)
@@ -123,6 +125,8 @@ class WorkerLoop:
                     self.recover()
                 self.check_due()
                 claimed = self.deliver_due()
+                if self.wait_pass is not None:
+                    self.wait_pass()
             except StoreError as exc:
                 if opts.once:
                     raise  # a drain run by cron fails loudly

@@ -2,8 +2,9 @@
 
 The dispatch node judges each call a model proposes; a reviewer's edit and a rollback are judged
 the same way, as calls by the original requester. The order is: registry lookup, exposure to the
-principal, JSON shape, identity fields, schema, repetition, resource ownership, inbound rate limit,
-cross-field business validation, then policy. The first failure decides, as a `Rejection` with a
+principal, deprecation (a retired tool is refused ``tool_deprecated``), JSON shape, identity
+fields, schema, repetition, resource ownership, inbound rate limit (the tool's own window
+included), cross-field business validation, then policy. The first failure decides, as a `Rejection` with a
 stable code; nothing here has an effect on the world (the rate limiter counts the call, unless
 the judge only peeks: a candidate release judging in shadow).
 """
@@ -60,6 +61,20 @@ def call_fingerprint(tool: str, arguments: dict[str, Any]) -> str:
     return sha256_hex(canonical_json({"tool": tool, "args": arguments}))[:24]
 
 
+def retired(spec: ToolSpec, now: datetime) -> Rejection | None:
+    """``tool_deprecated`` once a deprecated tool's window has ended (``now``: the store's clock)."""
+    found = spec.deprecation
+    if found is None or found.state(now) != "retired":
+        return None
+    instead = f" Use {found.replacement} instead." if found.replacement else ""
+    return Rejection(
+        code="tool_deprecated",
+        retryable=found.replacement is not None,  # only another tool can succeed
+        message=f"This tool was retired at {found.sunset_at.isoformat()}.{instead}",
+        suggestion=f"call {found.replacement}" if found.replacement else None,
+    )
+
+
 @dataclass(frozen=True)
 class Judge:
     """The checks of one release: its registry (with the ownership resolver), rules and limits."""
@@ -93,7 +108,7 @@ class Judge:
                     suggestion=f"did you mean {suggestion!r}?" if suggestion else None,
                 ),
             )
-        refused = check_scopes(spec, principal)
+        refused = check_scopes(spec, principal) or retired(spec, now)
         if refused:
             return Verdict(spec, {}, refused)
         if call.parse_error is not None or not isinstance(call.args, dict):
@@ -140,7 +155,7 @@ class Judge:
         if refused:
             return Verdict(spec, arguments, refused, fingerprint)
         limiter = self.rate_limiter.peek if peek else self.rate_limiter.check
-        refused = limiter(principal, spec.name)
+        refused = limiter(principal, spec.name, spec.rate_limit)
         if refused:
             return Verdict(spec, arguments, refused, fingerprint)
         if spec.semantic_check is not None:
@@ -163,4 +178,4 @@ class Judge:
         return Verdict(spec, arguments, None, fingerprint)
 
 
-__all__ = ["Judge", "ProposedCall", "Verdict", "call_fingerprint", "describe_invalid"]
+__all__ = ["Judge", "ProposedCall", "Verdict", "call_fingerprint", "describe_invalid", "retired"]

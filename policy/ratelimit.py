@@ -1,4 +1,4 @@
-"""Inbound rate limits per principal and tool, per tenant and global; outbound limits live in downstream clients.
+"""Inbound rate limits per principal and tool, per tool, per tenant and global; outbound limits live in downstream clients.
 
 Counters live in the store (fixed windows of the store's clock, one atomic upsert per hit), so
 the limit holds across every process and host sharing the database, whatever their own clocks
@@ -14,6 +14,7 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store.base import Store
+from toolgate.tools.registry_fields import ToolRateLimit
 
 
 @dataclass(frozen=True)
@@ -23,28 +24,39 @@ class InboundRateLimiter:
     store: Store
     limits: RateLimits
 
-    def _windows(self, principal: Principal, tool: str) -> list[tuple[str, RateLimit]]:
+    def _windows(
+        self, principal: Principal, tool: str, per_tool: ToolRateLimit | None = None
+    ) -> list[tuple[str, RateLimit]]:
         limits = self.limits
-        windows = [
+        windows: list[tuple[str, RateLimit | None]] = [
             (f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool),
+            # the tool's own limit (its spec's ``rate_limit``): every principal of every tenant
+            (
+                f"tool:{tool}",
+                RateLimit(limit=per_tool.limit, window_s=per_tool.window_s) if per_tool else None,
+            ),
             (f"t:{principal.tenant_id}", limits.per_tenant),
             ("g:", limits.global_),
         ]
-        return [(bucket, limit) for bucket, limit in windows if limit]
+        return [(bucket, limit) for bucket, limit in windows if limit is not None]
 
-    def check(self, principal: Principal, tool: str) -> Rejection | None:
-        """Refuse with ``rate_limited`` when the principal-tool, tenant or global window is full (all
-        counted in one store transaction, in that order; a call refused by one window is not
-        counted by the windows after it)."""
-        windows = self._windows(principal, tool)
+    def check(
+        self, principal: Principal, tool: str, per_tool: ToolRateLimit | None = None
+    ) -> Rejection | None:
+        """Refuse with ``rate_limited`` when the principal-tool, the tool's own (``per_tool``),
+        tenant or global window is full (all counted in one store transaction, in that order; a
+        call refused by one window is not counted by the windows after it)."""
+        windows = self._windows(principal, tool, per_tool)
         if not windows:
             return None
         full = self.store.count_hits([(bucket, limit.window_s, limit.limit) for bucket, limit in windows])
         return None if full is None else _limited(windows[full][1])
 
-    def peek(self, principal: Principal, tool: str) -> Rejection | None:
+    def peek(
+        self, principal: Principal, tool: str, per_tool: ToolRateLimit | None = None
+    ) -> Rejection | None:
         """What `check` would answer, counting nothing (the shadow judge of a candidate release)."""
-        for bucket, limit in self._windows(principal, tool):
+        for bucket, limit in self._windows(principal, tool, per_tool):
             if self.store.counter_value(bucket, limit.window_s) + 1 > limit.limit:
                 return _limited(limit)
         return None

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, TypeGuard, TypeVar
 
 from toolgate.errors import ConfigurationError
+from toolgate.policy.refusals import refusal_in_error
 
 T = TypeVar("T")
 
@@ -246,7 +247,8 @@ def call_with_retry(
     value (``time.monotonic()`` by default); a retry whose sleep would end past it is not taken
     and the last error is raised at once, so the caller can still answer within its budget.
     ``on_retry(attempt, status, delay)`` runs before each sleep (``attempt`` is the 1-based
-    number of the attempt that failed) for audit and metrics. Anything else propagates at once.
+    number of the attempt that failed) for audit and metrics. Anything else propagates at once,
+    and so does a refusal (`toolgate.policy.refusals`) whatever its status.
     """
     rng = rng or _JITTER
     attempts = matrix.max_attempts
@@ -255,7 +257,8 @@ def call_with_retry(
             return fn()
         except Exception as exc:
             status = classify_model_error(exc)
-            if not matrix.retries_status(status) or attempt + 1 >= attempts:
+            refused = refusal_in_error(exc) is not None  # the refusal class never retries
+            if refused or not matrix.retries_status(status) or attempt + 1 >= attempts:
                 raise
             assert status is not None
             delay = rng.uniform(0.0, min(max_delay_s, base_delay_s * 2**attempt))

@@ -11,7 +11,7 @@ import abc
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.breakers import BreakerStates
@@ -28,21 +28,11 @@ from toolgate.store.records import (
     ProposalRecord,
     Settlement,
 )
+from toolgate.store.tx import Tx
+from toolgate.store.waits import DurableWaits
 
 
-class Tx(Protocol):
-    """One open transaction; SQL uses ``?`` placeholders on both backends."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run one statement; rows (as dicts) when it returns any, else an empty list."""
-        ...
-
-    def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        """First row of a query, or None."""
-        ...
-
-
-class Store(ResourceLeases, SealedDelegations, BreakerStates, abc.ABC):
+class Store(ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, abc.ABC):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
     url: str

@@ -19,7 +19,9 @@ from toolgate.errors import ConfigurationError
 MIN_SECRET_BYTES = 16
 """Shorter secrets are refused: a guessable key makes every MAC forgeable."""
 
-Purpose = Literal["audit-chain", "actor", "approval", "identity", "identity-token", "release", "state"]
+Purpose = Literal[
+    "audit-chain", "actor", "approval", "identity", "identity-token", "release", "state", "wait"
+]
 """What a derived key may sign; one key per kind of record."""
 
 

@@ -33,6 +33,18 @@ CREATE TABLE breaker_states (
     times_opened INTEGER NOT NULL
 )"""
 
+_JOB_WAITS = """
+CREATE TABLE job_waits (
+    operation_key TEXT PRIMARY KEY, thread_id TEXT NOT NULL, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL,
+    call_id TEXT NOT NULL, tool TEXT NOT NULL, status_tool TEXT NOT NULL, job_ref TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('waiting', 'ready', 'resumed')),
+    outcome TEXT NOT NULL CHECK (outcome IN ('', 'done', 'expired')),
+    checks INTEGER NOT NULL, last_status TEXT NOT NULL, result TEXT, every_s DOUBLE PRECISION NOT NULL,
+    next_check_at TEXT NOT NULL, expires_at TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+    mac TEXT NOT NULL
+);
+CREATE INDEX job_waits_due_idx ON job_waits (state, next_check_at)"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -54,6 +66,11 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="circuit breakers: state shared by every process, judged by the store's clock",
         sqlite=_BREAKER_STATES,
         postgres=_BREAKER_STATES,
+    ),
+    Migration(
+        name="durable waits: a thread suspended on a job the worker checks, MAC'd, by the store's clock",
+        sqlite=_JOB_WAITS,
+        postgres=_JOB_WAITS,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

@@ -101,6 +101,11 @@ class RolloutStore:
         with self.store.transaction(write=False) as tx:
             return self._read(tx, configured)
 
+    def get_rollout(self, rollout_id: str) -> Rollout | None:
+        """One rollout by id, current or past (check ``authentic``), or None."""
+        with self.store.transaction(write=False) as tx:
+            return self._rollout(tx.one("SELECT * FROM release_rollouts WHERE rollout_id = ?", (rollout_id,)))
+
     @staticmethod
     def _audit_seq(tx: Tx) -> int:
         """The newest audit sequence number (0 for an empty log): where a new rollout's signals begin."""

@@ -73,11 +73,28 @@ CREATE TABLE shadow_decisions (
 CREATE INDEX shadow_decisions_rollout_idx ON shadow_decisions (rollout_id);
 CREATE INDEX audit_release_idx ON audit_events (tool_release, seq)"""
 
+_V2_THREAD_RELEASES = """
+CREATE TABLE release_thread_pins (
+    thread_id TEXT PRIMARY KEY,
+    release TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    rollout_id TEXT NOT NULL,
+    changed_by TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    mac TEXT NOT NULL
+)"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         name="release pointer, rollouts, thread pins and shadow decisions; audit events by release",
         sqlite=_V1,
         postgres=_V1,
+    ),
+    Migration(
+        name="the release each thread keeps until it ends, independent of rollouts",
+        sqlite=_V2_THREAD_RELEASES,
+        postgres=_V2_THREAD_RELEASES,
     ),
 )
 """Append-only, like the store's own list."""
@@ -182,6 +199,31 @@ class ThreadPin:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ThreadRelease:
+    """The release one thread keeps until it ends, whatever rollouts come after: recorded by the
+    router on the thread's first model turn, changed only by an operator's migration."""
+
+    thread_id: str
+    release: str
+    """The release id (`Registry.release`) that serves this thread."""
+    tenant_id: str
+    """The tenant of the authenticated principal of the first turn ("" when none was known)."""
+    rollout_id: str = ""
+    """The rollout the thread was pinned under ("" outside a rollout or after a migration)."""
+    changed_by: str = ""
+    """``router`` when pinned by the first turn, else the user id of the migrating operator."""
+    version: int = 1
+    """Bumped by every migration."""
+    updated_at: str = ""
+    authentic: bool = False
+    """Set on read: whether the row's MAC verified."""
+
+    def content(self) -> dict[str, Any]:
+        """Everything the row's MAC covers."""
+        return signed_content(self, "thread_release")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShadowRecord:
     """The control's and the candidate's decisions on one model turn of a control thread."""
 
@@ -232,4 +274,5 @@ __all__ = [
     "Rollout",
     "ShadowRecord",
     "ThreadPin",
+    "ThreadRelease",
 ]

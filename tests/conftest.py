@@ -99,7 +99,22 @@ def _tg_pg_marker_guard(request: pytest.FixtureRequest) -> None:
 # =============================================================================
 
 os.environ["TOOLGATE_ALLOW_MODEL_REQUESTS"] = "0"  # no test constructs a real provider model by accident
-pytest.register_assert_rewrite("provider_flows", "support")  # their checks fail with detailed messages
+# their checks fail with detailed messages
+pytest.register_assert_rewrite("provider_flows", "support", "hidden_writes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test during which a harness read changed its system of record fails (tests/hidden_writes.py)."""
+    import hidden_writes
+
+    hidden_writes.outstanding()  # what an earlier test left is not this test's
+    outcome = yield
+    try:
+        hidden_writes.fail_on_hidden_writes()
+    except AssertionError as exc:
+        if outcome.excinfo is None:  # type: ignore[attr-defined]
+            outcome.force_exception(exc)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import hidden_writes
 import psycopg
 import pytest
 from langchain_core.language_models import BaseChatModel
@@ -52,7 +53,9 @@ class Harness:
         self.system = DemoSystem(store)
         self.counter = HandlerCounter(delay_s=handler_delay_s)
         self.handler_calls = self.counter.calls
-        self.registry = Registry.of(REFUND_RELEASE, self.counter.wrap(demo_specs(self.system)), self.system)
+        self.hidden_writes, specs = hidden_writes.install(store, self.counter.wrap(demo_specs(self.system)))
+        """Every read's system of record compared before and after (tests/hidden_writes.py)."""
+        self.registry = Registry.of(REFUND_RELEASE, specs, self.system)
         self.policy = DEMO_RELEASES[REFUND_RELEASE].policy
 
     def gateway(self, model: BaseChatModel | None = None) -> Gateway:

@@ -25,7 +25,14 @@ from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 STATUS = {"service_alias": "web"}
-UNCHANGED_EXCEPT = ("audit_events", "audit_payloads", "shadow_decisions", "toolgate_schema")
+UNCHANGED_EXCEPT = (
+    "audit_events",
+    "audit_payloads",
+    "shadow_decisions",
+    "toolgate_schema",
+    "release_thread_pins",
+)
+"""The control thread's own records (its release pin names the control, checked below)."""
 
 
 def admin(two: TwoReleases) -> Principal:
@@ -81,6 +88,7 @@ def test_a_shadow_run_calls_no_handler_writes_nothing_and_records_its_decisions(
         t: n for t, n in before.items() if t not in UNCHANGED_EXCEPT
     }, "the shadow wrote to a system of record, a proposal, an operation, a counter or a pin"
     assert count(store, "proposals") == 0 and count(store, "operations") == 0
+    assert count(store, "release_thread_pins", "thread_id = ? AND release = ?", ("t-shadow", CONTROL)) == 1
     assert count(store, "rate_counters") == 0  # the shadow judge peeks, it never counts
     assert two.handler_calls(CANDIDATE) == 0 and two.handler_calls(CONTROL) == 0
     assert count(store, "audit_events", "tool_release = ?", (CANDIDATE,)) == candidate_events

@@ -27,6 +27,7 @@ from toolgate.cli_evals import evals_app
 from toolgate.cli_identities import identities_app
 from toolgate.cli_registry import registry_app
 from toolgate.cli_release import release_app
+from toolgate.cli_report import report
 from toolgate.cli_verify import verify_app
 from toolgate.cli_worker import deadletter_app, worker_app
 from toolgate.config import Settings
@@ -36,12 +37,12 @@ from toolgate.graph.edits import edit_proposal
 from toolgate.graph.review import decide, handler_timeout_s
 from toolgate.graph.rollback import propose_rollback
 from toolgate.settings import InvalidSetting, read_settings
-from toolgate.telemetry.tokens import task_messages_total
 
 DISTRIBUTION = "langgraph-toolgate"
 """The installed package whose version ``toolgate --version`` prints."""
 NEEDS_NO_SETTINGS = frozenset({"--help", "--version"})
 """Options that only print; a command line holding one runs no command."""
+STATE_HELP = "Also print the last model request's state line and a continuation line per tool result."
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
@@ -99,6 +100,7 @@ def run(
     message: Annotated[str, typer.Argument(help="What the user asks.")],
     as_user: Annotated[str, typer.Option("--as", help="Requesting person (token in TOOLGATE_TOKEN).")],
     thread: Annotated[str | None, typer.Option(help="Thread id (default: a new one).")] = None,
+    request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
 ) -> None:
     """Start (or continue) a thread as an authenticated user."""
     application = open_from_env()
@@ -111,12 +113,13 @@ def run(
             {"configurable": {"thread_id": thread_id}},
             context=Context(principal=principal),
         )
-    _report(thread_id, result)
+        _report(application, graph, thread_id, result, request_state)
 
 
 @app.command()
 def resume(
     thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")],
+    request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
 ) -> None:
     """Wake a thread after review; decisions come from the store, not from this command."""
     application = open_from_env()
@@ -126,26 +129,12 @@ def resume(
         if not snapshot.next:
             raise NotFoundError(f"thread {thread_id} is not waiting (nothing to resume)")
         result = invoke(graph, Command(resume={"wake": True}), config, context=Context())
-    _report(thread_id, result)
+        _report(application, graph, thread_id, result, request_state)
 
 
-def _report(thread_id: str, result: dict[str, Any]) -> None:
-    interrupts = result.get("__interrupt__") or []
-    _kv(thread=thread_id, status=result.get("status", "unknown"), release=result.get("release", "unknown"))
-    for item in interrupts:
-        for proposal in item.value.get("toolgate", {}).get("proposals", []):
-            _kv(
-                proposal=proposal["proposal_id"],
-                tool=proposal["tool"],
-                status="pending_approval",
-                digest=proposal["digest"],
-                expires_at=proposal["expires_at"],
-                execution_started="false",
-            )
-    # this task turn's tokens, after the lines scripts index (the thread, then its proposals)
-    typer.echo(task_messages_total(list(result.get("messages") or [])).line())
-    if not interrupts and result.get("messages"):
-        out.print(str(result["messages"][-1].content), markup=False)
+def _report(application: Any, graph: Any, thread: str, result: dict[str, Any], check_lines: bool) -> None:
+    history = graph.get_state_history({"configurable": {"thread_id": thread}}) if check_lines else None
+    report(application, thread, result, lambda line: out.print(line, markup=False), history)
 
 
 @proposals_app.command("list")

@@ -93,6 +93,7 @@ def audit(
             policy_sha256=policy.sha256 if policy else str(pol.get("sha256")),
             instructions=loaded.instructions if loaded else INSTRUCTIONS,
             pinned_models=list(reviewed.get("pinned_models", [])),
+            tool_choice=loaded.tool_choice if loaded else str(reviewed.get("tool_choice", "auto")),
         )
 
     report = audit_specs(release, load, reviewed=reviewed, effective=effective if reviewed else None)

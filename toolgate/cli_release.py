@@ -4,8 +4,8 @@
 policy, its reviewed manifest, a seed file of people and a passing test (`toolgate.scaffold`),
 then prints how to point ``TOOLGATE_RELEASE`` at it.
 
-``shadow``, ``canary``, ``promote`` and ``rollback`` change release control
-(`toolgate.release_control`): each authenticates the person acting (``--as`` and
+``shadow``, ``canary``, ``promote``, ``rollback`` and ``migrate-thread`` change release control
+(`toolgate.release_control`, `toolgate.release_migrate`): each authenticates the person acting (``--as`` and
 ``TOOLGATE_TOKEN``), who must hold the ``admin`` role; a refusal exits 2 with its code and is
 audited. ``status`` reads (and evaluates the automatic stop).
 """
@@ -132,6 +132,30 @@ def rollback(
     kv(**facts)
     if dry_run and plan.status == "FAIL":
         raise typer.Exit(1)
+
+
+@release_app.command("migrate-thread")
+def migrate_thread_command(
+    thread: Annotated[str, typer.Argument(help="The thread to move.")],
+    to: Annotated[str, typer.Option("--to", help="Release id the thread continues under.")],
+    as_user: AsAdmin,
+) -> None:
+    """Move THREAD to release TO (it otherwise keeps the release it started with until it ends)."""
+    from toolgate.release_control import ReleaseControl
+    from toolgate.release_migrate import migrate_thread
+
+    application = open_from_env()
+    actor = person(application, as_user)
+    with application.graph() as graph:
+
+        def thread_status(task: str) -> tuple[bool, str]:
+            snapshot = graph.get_state({"configurable": {"thread_id": task}})
+            return bool(snapshot.next), str((snapshot.values or {}).get("status") or "")
+
+        before, pin = migrate_thread(
+            ReleaseControl(application), actor, thread, to, thread_status=thread_status
+        )
+    kv(thread=thread, migrated="done", **{"from": before}, to=pin.release, by=actor.user_id)
 
 
 @release_app.command("status")

@@ -11,6 +11,7 @@ import typer
 
 from toolgate.cli_common import kv as _kv
 from toolgate.cli_common import open_from_env, person
+from toolgate.cli_waits import worker_wait_pass, worker_waits
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.recovery import recover, verify_effect
@@ -91,10 +92,15 @@ def worker_run(
     )
     try:
         report({"worker": options.worker_id, "event": "started", "release": application.release.id})
-        summary = loop.run()
+        with application.graph() as graph:  # the wait pass resumes threads whose job wait is over
+            loop.wait_pass = worker_wait_pass(application, graph, report)
+            summary = loop.run()
     finally:
         restore()
     report({"worker": options.worker_id, **summary.facts()})
+
+
+worker_app.command("waits")(worker_waits)
 
 
 @worker_app.command("recover")

@@ -36,6 +36,7 @@ RejectionCode = Literal[
     "state_tampered",
     "state_mismatch",
     "task_stopped",
+    "tool_deprecated",
 ]
 """The closed set of reasons a tool call is refused before any handler runs for it."""
 

@@ -19,6 +19,7 @@ from typing import Any
 from toolgate.errors import RegistryError
 from toolgate.policy.escalation import check_escalations
 from toolgate.policy.rules import PolicyRules
+from toolgate.policy.tool_selection import check_tool_choice
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ResourceResolver, ResourceStatus, ToolSpec
@@ -82,6 +83,12 @@ class Release:
     """Creates (and, for a demo, seeds) the release's own tables when a store is initialized."""
     home: Path | None = None
     """Directory of the release's files, when it was loaded from them."""
+    tool_choice: str = "auto"
+    """How the model is asked to use the offered tools: ``auto`` (it decides), ``required`` (it
+    must call one), ``none`` (it must answer) or the name of one of the release's tools (it must
+    call that one). Recorded in the reviewed manifest, so a change is a reviewed change; applied
+    per step (`toolgate.graph.tool_offer`: the last turn the budget allows is always ``none``).
+    A value that is none of these refuses the release when its registry is built."""
 
     def __post_init__(self) -> None:
         name, slash, version = self.id.partition("/")
@@ -98,6 +105,7 @@ class Release:
         resolver = self.resolver(env) if callable(self.resolver) else self.resolver
         registry = Registry.of(self.id, list(specs), resolver or NoResources())
         check_escalations(self.policy.escalations, {n: s.approval for n, s in registry.tools.items()})
+        check_tool_choice(self.tool_choice, registry.tools, self.id)
         return registry
 
     def reviewed_manifest(self) -> Mapping[str, Any]:
@@ -122,6 +130,7 @@ class Release:
         instructions: str = INSTRUCTIONS,
         policy_file: str = "policy.json",
         manifest_file: str = "manifest.json",
+        tool_choice: str = "auto",
     ) -> Release:
         """A release whose policy and reviewed manifest are JSON files in ``home`` (beside the
         module that defines it). A missing manifest is allowed here so a new release can be
@@ -138,6 +147,7 @@ class Release:
             resolver=resolver,
             setup=setup,
             home=home,
+            tool_choice=tool_choice,
         )
 
 

@@ -153,6 +153,9 @@ class EnvSettings(BaseModel):
     """Tool calls per task."""
     max_calls_per_turn: Count = 32
     """Calls judged one by one in one model turn; the rest are refused as one batch."""
+    max_tools_per_request: Count = 8
+    """Tools offered to the model per request, the most relevant of those the principal may see
+    (`toolgate.policy.tool_selection`); a catalog this small or smaller is offered whole."""
     deadline_s: Seconds = 300.0
     """Autonomous running time of a task, restarted by each human decision."""
     max_validation_retries: Retries = 2

@@ -15,6 +15,7 @@ from langchain_core.tools import StructuredTool
 from toolgate.errors import DirectInvocationError
 from toolgate.tools.declared import contract_of
 from toolgate.tools.model_text import plain_text, plain_text_schema
+from toolgate.tools.registry_fields import model_description
 from toolgate.tools.spec import ToolSpec
 
 
@@ -29,7 +30,7 @@ def to_structured_tool(spec: ToolSpec) -> StructuredTool:
     return StructuredTool.from_function(
         func=refuse,
         name=spec.wire_name,
-        description=plain_text(spec.description),
+        description=plain_text(model_description(spec)),
         args_schema=(
             spec.args_model
             if contract_of(spec.args_model) is None

@@ -21,6 +21,7 @@ from toolgate.tools.audit_probes import arbitrary_shell_probe, unknown_rollback_
 from toolgate.tools.code_hash import code_target
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
+from toolgate.tools.registry_fields import inventory_text
 from toolgate.tools.schema_shape import schema_shape
 from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.spec import ToolSpec
@@ -245,7 +246,7 @@ def _shape(report: AuditReport, spec: ToolSpec) -> None:
     """The tool's inventory line, and its schema's complexity and unbounded arguments."""
     report.inventory.append(
         f"tool={spec.wire_name} risk={spec.risk} approval={spec.approval.describe().replace(' ', '')}"
-        f" timeout={spec.timeout_s:g}s"
+        f" timeout={spec.timeout_s:g}s{inventory_text(spec)}"
     )
     shape = schema_shape(spec.contract.json_schema())
     report.complex_schemas += shape.complex

@@ -16,6 +16,7 @@ from typing import Any
 from toolgate.canonical import digest, sha256_hex
 from toolgate.errors import RegistryError
 from toolgate.tools.code_hash import handler_source_hash
+from toolgate.tools.registry_fields import manifest_fields
 from toolgate.tools.schema_export import exported_parameters
 from toolgate.tools.spec import ToolSpec
 
@@ -51,10 +52,12 @@ def tool_fingerprint(spec: ToolSpec) -> dict[str, Any]:
                 **({"identity_exempt": sorted(spec.identity_exempt)} if spec.identity_exempt else {}),
                 **({"resources": _resources(spec)} if _resources(spec) else {}),
                 **_reach(spec),
+                **manifest_fields(spec),
             }
         ),
         # readable too: what a tool's handler may hold and reach is what a reviewer reads first
         **({"reach": _reach(spec)} if _reach(spec) else {}),
+        **manifest_fields(spec),  # cost estimate, per-tool rate limit, deprecation (when set)
     }
 
 
@@ -97,9 +100,11 @@ def effective_manifest(
     policy_sha256: str,
     instructions: str,
     pinned_models: Sequence[str],
+    tool_choice: str = "auto",
 ) -> dict[str, Any]:
     """The manifest this process would run with."""
     return {
+        "tool_choice": tool_choice,
         "schema_version": SCHEMA_VERSION,
         "release": release,
         "pinned_models": sorted(pinned_models),
@@ -122,6 +127,12 @@ def manifest_drift(reviewed: Mapping[str, Any], effective: Mapping[str, Any]) ->
     for key in ("release", "instructions_sha256", "policy"):
         if reviewed.get(key) != effective.get(key):
             drift.append(f"{key}: reviewed {reviewed.get(key)!r} != effective {effective.get(key)!r}")
+    # a manifest written before the setting existed reviewed the default
+    if reviewed.get("tool_choice", "auto") != effective.get("tool_choice", "auto"):
+        drift.append(
+            f"tool_choice: reviewed {reviewed.get('tool_choice', 'auto')!r} != "
+            f"effective {effective.get('tool_choice', 'auto')!r}"
+        )
     reviewed_tools: Mapping[str, Any] = reviewed.get("tools", {})
     effective_tools: Mapping[str, Any] = effective.get("tools", {})
     for name in sorted(set(reviewed_tools) | set(effective_tools)):

@@ -21,6 +21,7 @@ from langchain_core.tools import StructuredTool
 
 from toolgate.errors import RegistryError
 from toolgate.tools.adapters import to_structured_tool
+from toolgate.tools.registry_fields import model_description
 from toolgate.tools.schema_export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec
 
@@ -87,11 +88,13 @@ class Registry:
         """OpenAI tool definitions for ``specs`` under their wire names (strict where the arguments
         allow it, see `toolgate.tools.schema_export.exported_parameters`), every description in
         them plain text (`toolgate.tools.model_text.plain_text`)."""
-        return [copy.deepcopy(_openai_definition(s.wire_name, s.description, s.args_model)) for s in specs]
+        return [
+            copy.deepcopy(_openai_definition(s.wire_name, model_description(s), s.args_model)) for s in specs
+        ]
 
     def anthropic_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """Anthropic tool definitions for ``specs`` under their wire names, with the same plain text."""
-        return [anthropic_tool(s.wire_name, s.description, s.args_model) for s in specs]
+        return [anthropic_tool(s.wire_name, model_description(s), s.args_model) for s in specs]
 
     def structured_tools(self) -> list[StructuredTool]:
         """Every tool as a LangChain StructuredTool bound to its Pydantic schema."""

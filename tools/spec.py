@@ -33,6 +33,7 @@ from toolgate.tools.handler import (
     ToolResult,
 )
 from toolgate.tools.identity_names import is_identity_name
+from toolgate.tools.registry_fields import CostEstimate, Deprecation, ToolRateLimit
 from toolgate.tools.resources import (
     OwnerCheck,
     ResourceRef,
@@ -42,6 +43,7 @@ from toolgate.tools.resources import (
 )
 from toolgate.tools.schema_walk import path_matches
 from toolgate.tools.spec_checks import spec_problems
+from toolgate.tools.waits import Wait
 from toolgate.tools.wire import wire_name
 from toolgate.tools.write_review import ApprovalClass, NoRollback, Rollback
 
@@ -108,6 +110,14 @@ class ToolSpec:
     pollable: bool = False
     """A status read the model is told to poll (e.g. ``check_job_status``): identical repeats are
     expected, so loop detection leaves it to the turn budget and deadline."""
+    wait: Wait | None = None
+    """A write whose result starts a job the orchestrator waits for, not the model (`toolgate.tools.waits`)."""
+    cost_estimate: CostEstimate | None = None
+    """What one call costs (``CostEstimate(0.002, "usd")``), shown in the manifest and inventory."""
+    rate_limit: ToolRateLimit | None = None
+    """At most this many calls of the tool per window, all principals together (`toolgate.tools.registry_fields`)."""
+    deprecation: Deprecation | None = None
+    """Deprecated from ``since``, callable for ``window``, then refused ``tool_deprecated``."""
     review_details: Callable[[Any, HandlerContext], dict[str, Any]] | None = field(default=None, repr=False)
     """Read-only facts a reviewer needs beyond the arguments (e.g. what a preview token would create)."""
     exposed_to_roles: frozenset[str] | None = None
@@ -208,6 +218,8 @@ class ToolSpec:
 __all__ = [
     "ApprovalClass",
     "ArgumentsInvalid",
+    "CostEstimate",
+    "Deprecation",
     "Handler",
     "HandlerContext",
     "NoRollback",
@@ -221,7 +233,9 @@ __all__ = [
     "SemanticCheck",
     "ServiceScope",
     "StrictArgs",
+    "ToolRateLimit",
     "ToolResult",
     "ToolSpec",
+    "Wait",
     "ownership",
 ]

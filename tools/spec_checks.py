@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from toolgate.tools.argpaths import parse_path
 from toolgate.tools.egress import host_problems
 from toolgate.tools.identity_names import is_identity_name
+from toolgate.tools.registry_fields import field_problems
 from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.wire import WIRE_NAME
 from toolgate.tools.write_review import NoRollback, Rollback
@@ -49,6 +50,9 @@ ProblemCode = Literal[
     "secret_review_on_read",
     "invalid_credential_name",
     "invalid_egress_host",
+    "invalid_cost_estimate",
+    "invalid_rate_limit",
+    "invalid_deprecation",
 ]
 """Why a spec is refused; the registry audit counts these."""
 
@@ -113,6 +117,7 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         )
     problems.extend(identity_problems(spec))
     problems.extend(reach_problems(spec))
+    problems.extend(field_problems(spec))
     return problems
 
 

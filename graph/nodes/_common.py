@@ -16,6 +16,7 @@ from toolgate.graph.state import Budget, CallRecord, GatewayState
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.audit_records import AuditEventIn
+from toolgate.tools.registry_fields import deprecated_detail
 from toolgate.tools.spec import ToolSpec
 
 
@@ -103,6 +104,7 @@ def accepted_event(
         detail={
             "arguments": audit_projection(arguments, spec.audit_fields),
             "arguments_sha256": digest(arguments),
+            **deprecated_detail(spec, auditor.store.now),  # a deprecated tool's call, audited as such
         },
         **({"tenant_id": principal.tenant_id} | common),
     )

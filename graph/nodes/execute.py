@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate import telemetry
+from toolgate.canonical import canonical_json
 from toolgate.clock import iso
 from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
@@ -103,12 +104,19 @@ def make_execute_node(gw: Gateway) -> Any:
                     release=release,
                     operation_key=record.get("operation_key"),
                     kind="read" if read else "write",
+                    who=telemetry.ToolCaller(
+                        spec.version,
+                        gw.auditor.actor(principal.user_id),  # the audit log's hash, never the raw id
+                        principal.tenant_id,
+                        len(canonical_json(record.get("arguments", {})).encode()),
+                    ),
                 ) as span,
             ):
                 if read:
                     result = run_read(gw, spec, record, principal, ctx, traced)
                 else:
                     result = run_write(gw, spec, record, ctx, span)
+                span.set_result_bytes(len(str(result[0].content).encode()))
                 outcome = result[1]
                 if span.outcome is None:
                     span.set_outcome(outcome["status"], error_kind=outcome.get("detail") or None)

@@ -26,8 +26,9 @@ from toolgate.graph.nodes._common import budget_of, context_of, principal_of, th
 from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.state import GatewayState
 from toolgate.graph.state_updates import apply_update
+from toolgate.graph.tool_offer import offer_detail, offer_for
 from toolgate.policy.admission import admitted
-from toolgate.policy.authorization import visible_tools
+from toolgate.policy.refusals import refusal_in_error, refusal_in_response, refused_update
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
 from toolgate.telemetry.tokens import record_usage, usage_of
 
@@ -92,8 +93,17 @@ def make_model_node(gw: Gateway) -> Any:
             return {**base, "status": "needs_review", "status_reason": "task deadline exhausted"}
         if budget["model_turns"] >= budget["max_model_turns"]:
             return {**base, "status": "needs_review", "status_reason": "model turn budget exhausted"}
-        specs = visible_tools(gw.registry, principal)
-        runnable = gw.model_for(specs)
+        offer = offer_for(  # at most N relevant visible tools, and this step's tool choice
+            gw.registry,
+            principal,
+            state,
+            limit=ctx.max_tools_per_request,
+            setting=gw.tool_choice,
+            new_turn=new_turn,
+            last_turn=budget["model_turns"] + 1 >= budget["max_model_turns"],
+            can_force=gw.can_force_tools,
+        )
+        runnable = gw.model_for(offer.offered, offer.tool_choice)
         if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
             keys = [c["operation_key"] for c in state.get("calls", {}).values() if c.get("operation_key")]
             telemetry.annotate_langsmith_run(gw.registry.release, keys)
@@ -139,9 +149,13 @@ def make_model_node(gw: Gateway) -> Any:
                         on_retry=on_retry,
                     )
             except Exception as exc:
+                refusal = refusal_in_error(exc)
+                if refusal is not None:  # the refusal class: explained, ends for review, never retried
+                    span.set_outcome("refused", error_kind=refusal.kind)
+                    return {**base, **trace_update, **refused_update(gw.auditor, refusal, **ids)}
                 status = classify_model_error(exc)
                 if status is None:
-                    raise  # not transport (a bug, a refusal raised as an error): never hidden
+                    raise  # neither transport nor a refusal (a bug): never hidden
                 span.set_outcome("failed", error_kind=f"http_{status}")
                 gw.auditor.record("model.failed", "failed", code=f"http_{status}", **ids)
                 return {
@@ -154,17 +168,19 @@ def make_model_node(gw: Gateway) -> Any:
                 response = AIMessage(content=str(getattr(response, "content", response)))
             usage = usage_of(response)  # read before screening: unknown (never 0) when not reported
             record_usage(span, usage, model=telemetry.model_name(gw.model), release=gw.registry.release)
+            refusal = refusal_in_response(response)  # before screening: the provider's own blocks
             response, screened = screen_response(response, gw.registry, max_calls=ctx.max_calls_per_turn)
             proposed = len(response.tool_calls) + len(response.invalid_tool_calls)
             span.set_response_id(response_id(response))
             span.set_tool_calls(proposed)
-            span.set_outcome("completed")
+            span.set_outcome("refused" if refusal else "completed")
             gw.auditor.record(
                 "model.response",
                 "received",
                 response_id=response_id(response),
                 detail={
-                    "tools_exposed": len(specs),
+                    "tools_exposed": len(offer.visible),
+                    **offer_detail(offer),
                     "tool_calls": proposed,
                     "turn": turn,
                     # the task turn: this thread's user messages so far (trace sums tokens per task)
@@ -174,6 +190,8 @@ def make_model_node(gw: Gateway) -> Any:
                 **ids,
             )
         budget["model_turns"] += 1
+        if refusal is not None:  # nothing of a refused turn is kept: no call runs, none is proposed
+            return {**base, **trace_update, "budget": budget, **refused_update(gw.auditor, refusal, **ids)}
         update = {
             **base,
             **trace_update,

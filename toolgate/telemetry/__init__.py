@@ -49,6 +49,7 @@ from toolgate.telemetry.metrics import (
 )
 from toolgate.telemetry.providers import configure, meter, tracer
 from toolgate.telemetry.spans import ModelSpan, ToolSpan, model_name, model_span, tool_span
+from toolgate.telemetry.tool_caller import ToolCaller
 from toolgate.telemetry.trace_context import audit_trace_id, current_trace_id, link_parent, parse_parent
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "TOOL_CALLS_METRIC",
     "TOOL_DURATION_METRIC",
     "ModelSpan",
+    "ToolCaller",
     "ToolSpan",
     "annotate_langsmith_run",
     "audit_trace_id",

@@ -34,6 +34,7 @@ from toolgate.telemetry.attributes import (
     OUTCOME,
     OUTCOME_CLASS,
     RELEASE,
+    RESULT_BYTES,
     RETRY_COUNT,
     THREAD_ID,
     TOOL_CALLS,
@@ -43,6 +44,7 @@ from toolgate.telemetry.attributes import (
 )
 from toolgate.telemetry.metrics import instruments
 from toolgate.telemetry.providers import tracer
+from toolgate.telemetry.tool_caller import ToolCaller
 from toolgate.telemetry.trace_context import hex_span_id, hex_trace_id, parse_parent
 
 
@@ -149,6 +151,10 @@ class ToolSpan(_Handle):
         """True when the result came from the store instead of running the handler."""
         self.span.set_attribute(DUPLICATE_DELIVERY, bool(duplicate))
 
+    def set_result_bytes(self, size: int) -> None:
+        """Bytes of the (bounded) result the model is given."""
+        self.span.set_attribute(RESULT_BYTES, int(size))
+
 
 # ---- the shared lifecycle and the two wrappers ---------------------------------------------
 
@@ -247,8 +253,10 @@ def tool_span(
     release: str,
     operation_key: str | None = None,
     kind: str = "read",
+    who: ToolCaller | None = None,
 ) -> Iterator[ToolSpan]:
-    """Span ``execute_tool {tool}`` around one tool call, a child of the current (model) span.
+    """Span ``execute_tool {tool}`` around one tool call, a child of the current (model) span;
+    ``who`` adds the tool version, principal hash, tenant and argument size (`ToolCaller`).
 
     On exit it records ``toolgate.tool.duration`` and counts ``toolgate.tool.calls`` by tool and
     outcome (``unset`` when the caller never set one, ``error`` on an exception).
@@ -263,6 +271,8 @@ def tool_span(
     }
     if operation_key:
         attributes[OPERATION_KEY] = operation_key
+    if who is not None:
+        attributes.update(who.attributes())
 
     def record(handle: ToolSpan, elapsed: float) -> None:
         outcome = handle.outcome or "unset"

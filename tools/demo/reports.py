@@ -4,9 +4,9 @@ A report takes longer than one tool round trip, so it is modelled as submit / po
 returns a ``job_id`` immediately, and the status tool says ``running`` until the job's duration
 has passed, then ``complete`` with a small, bounded summary. Status is computed from the stored
 ``submitted_at`` and duration against an injectable clock: no background thread, no sleeping,
-nothing that blocks a worker (the wait belongs to the orchestrator, between turns). Both the
-tool description and every answer carry the polling cadence, so the model does not poll on
-every turn.
+nothing that blocks a worker. Submit declares a `Wait`: the worker polls the status tool and
+the model gets the job's final status as the submit's result (`toolgate.graph.nodes.wait`), with
+no turn per poll; the status tool keeps its polling cadence for a wait that expired.
 
 The summary is computed from ``sor_orders`` when the job is submitted (the demo orders have no
 dates, so the date range is recorded and echoed rather than filtered on) and revealed only when
@@ -37,7 +37,15 @@ from toolgate.tools.demo.report_models import (
     SubmitReportJobResult,
 )
 from toolgate.tools.demo.service import DemoService, Owner
-from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, ResourceRef, StrictArgs, ToolSpec
+from toolgate.tools.spec import (
+    ApprovalClass,
+    HandlerContext,
+    NoRollback,
+    ResourceRef,
+    StrictArgs,
+    ToolSpec,
+    Wait,
+)
 
 _SCHEMA = """
 CREATE TABLE sor_report_requests (
@@ -72,6 +80,8 @@ _TOTALS_SQL: dict[str, str] = {
 POLL_MIN_S = 10
 POLL_MAX_S = 15
 """The polling cadence stated to the model: every 10-15 seconds, no more often."""
+WAIT_MAX_S = 1800
+"""How long toolgate waits for a submitted report job before giving the model its latest status."""
 
 
 class SubmitReportJobArgs(StrictArgs):
@@ -220,9 +230,10 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
             owner="analytics",
             description=(
                 "Start generating a report (sales_summary, refund_summary or order_volume) for a date range. "
-                "Returns a job_id immediately; the report is NOT ready yet. An analyst must approve the job "
-                "first. To see whether a job you already submitted is done, use check_job_status with its "
-                "job_id; never submit the same report again to check on it."
+                "An analyst must approve the job first; toolgate then waits for the job and returns its final "
+                "status and summary as this call's result (no polling needed). If the result says the wait "
+                "expired, use check_job_status with its job_id later; never submit the same report again to "
+                "check on it."
             ),
             args_model=SubmitReportJobArgs,
             result_model=SubmitReportJobResult,
@@ -238,6 +249,15 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
             audit_fields=frozenset({"report_type", "date_from", "date_to"}),
             reconcile=job_status,
             retry_safe_when_absent=True,  # jobs dedupe on the idempotency key
+            # the orchestrator waits for the job (a durable wait the worker checks), not the model
+            wait=Wait(
+                status_tool="check_job_status",
+                job_field="job_id",
+                argument="job_id",
+                done=frozenset({"complete"}),
+                every_s=POLL_MAX_S,
+                max_wait_s=WAIT_MAX_S,
+            ),
         ),
         ToolSpec(
             name="check_job_status",
@@ -269,6 +289,7 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
 __all__ = [
     "MIGRATIONS",
     "REPORT_DURATIONS_S",
+    "WAIT_MAX_S",
     "CheckJobStatusArgs",
     "ReportService",
     "SubmitReportJobArgs",

@@ -1,0 +1,206 @@
+"""Hidden-write detection: a read tool that changes its system of record is caught.
+
+The harness (tests/support.py `Harness`, `toolgate.evals.runner.CaseRunner`) wraps every read
+spec's handler with `HiddenWriteCheck.wrap`: before and after each read handler call it takes a
+digest of every ``sor_*`` table (row count and a content hash) through the *store*, in trusted
+harness code, never through the handler's own records capability. A difference is recorded as a
+`HiddenWrite` naming the tool and the table, and the call fails with `HiddenWriteError`; the test
+guard (tests/hidden_writes.py) fails the test, the eval runner fails the case with the stable
+reason ``hidden_write tool=<name> table=<table>``.
+
+Concurrency: reads are *not* serialized (reads of different threads still run at once, as the
+gateway runs them). Every table is compared, so a concurrent *write* would look like a read's
+change: the wrapper therefore also tracks the harness's write handlers, and a read whose window
+overlapped a write handler (running at its start, or started or ended during it) is not compared
+(counted in ``skipped``), never blamed. Two overlapping reads are both compared: a read that hides
+a write can then be named together with an innocent neighbour, never missed.
+
+``DECLARED`` lists the demo reads whose system of record records them by design, with the reason;
+those tables are left out for that tool only (every other table, and every other tool, is checked).
+
+The wrapper is trusted harness code and reads the store, but keeps it only inside its digest
+function, never as an attribute: tests/test_handler_capabilities.py walks what handlers close over
+(attributes, two levels deep) to prove release code holds no store, and must still see none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from toolgate.store.base import Store
+from toolgate.store.sqlite import SQLiteStore
+from toolgate.tools.handler import HandlerContext
+from toolgate.tools.spec import ToolSpec
+
+DECLARED: Mapping[str, Mapping[str, str]] = {
+    "crm_lookup_contact": {
+        "sor_crm_requests": "the fake CRM logs every request it receives (evidence tests count, no effect)"
+    },
+    "preview_purchase_order": {
+        "sor_po_previews": "a preview is stored so its signed single-use token can be consumed by the write"
+    },
+}
+"""Per read tool, the tables it writes by design and why."""
+
+_TABLE = re.compile(r"^sor_[a-z0-9_]+$")
+Digest = dict[str, tuple[int, str]]
+
+
+class HiddenWriteError(AssertionError):
+    """A read tool changed its system of record."""
+
+
+@dataclass(frozen=True)
+class HiddenWrite:
+    """One table a read changed."""
+
+    tool: str
+    table: str
+    before: tuple[int, str]
+    after: tuple[int, str]
+
+    @property
+    def reason(self) -> str:
+        """The stable reason (eval scoring, test failures)."""
+        return f"hidden_write tool={self.tool} table={self.table}"
+
+    def __str__(self) -> str:
+        return (
+            f"read tool {self.tool!r} wrote {self.table}: rows {self.before[0]} -> {self.after[0]}, "
+            f"content {self.before[1][:12]} -> {self.after[1][:12]}"
+        )
+
+
+def sor_tables(store: Store) -> list[str]:
+    """Every ``sor_*`` table in ``store``'s database, by name."""
+    if isinstance(store, SQLiteStore):
+        query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    else:
+        query = (
+            "SELECT table_name AS name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        )
+    with store.transaction(write=False) as tx:
+        names = [str(row["name"]) for row in tx.execute(query)]
+    return sorted(n for n in names if _TABLE.match(n))
+
+
+def digest(store: Store, tables: Sequence[str] | None = None) -> Digest:
+    """Per ``sor_*`` table: row count and a hash of its rows (order-independent), in one transaction."""
+    names = list(tables) if tables is not None else sor_tables(store)
+    found: Digest = {}
+    with store.transaction(write=False) as tx:
+        for name in names:
+            if not _TABLE.match(name):
+                raise ValueError(f"not a system-of-record table: {name!r}")
+            rows = sorted(
+                json.dumps(row, sort_keys=True, default=str).encode()
+                for row in tx.execute(f"SELECT * FROM {name}")
+            )
+            found[name] = (len(rows), hashlib.sha256(b"\n".join(rows)).hexdigest())
+    return found
+
+
+def differences(tool: str, before: Digest, after: Digest) -> list[HiddenWrite]:
+    """The tables that differ between two digests (minus the tool's declared ones)."""
+    allowed = DECLARED.get(tool, {})
+    empty = (0, hashlib.sha256(b"").hexdigest())
+    return [
+        HiddenWrite(tool, table, before.get(table, empty), after.get(table, empty))
+        for table in sorted(set(before) | set(after))
+        if table not in allowed and before.get(table) != after.get(table)
+    ]
+
+
+Handler = Callable[[Any, HandlerContext], Any]
+
+
+class HiddenWriteCheck:
+    """Wraps a registry's handlers so every read is compared before and after (module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self._snapshot: Callable[[], Digest] = lambda: digest(store)
+        self.violations: list[HiddenWrite] = []
+        self.checked = 0
+        """Read calls compared."""
+        self.skipped = 0
+        """Read calls not compared because a write handler overlapped them."""
+        self._lock = threading.Lock()
+        self._writes_running = 0
+        self._write_events = 0
+
+    def wrap(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
+        """The same specs: reads compared, writes tracked (see the module docstring)."""
+        return [
+            replace(s, handler=self._write(s.handler) if s.is_write else self._read(s.name, s.handler))
+            for s in specs
+        ]
+
+    def take(self) -> list[HiddenWrite]:
+        """The violations found so far (and forget them)."""
+        with self._lock:
+            found, self.violations = self.violations, []
+        return found
+
+    def _write(self, handler: Handler) -> Handler:
+        check = self
+
+        def tracked(args: Any, ctx: HandlerContext) -> Any:
+            with check._lock:
+                check._writes_running += 1
+                check._write_events += 1
+            try:
+                return handler(args, ctx)
+            finally:
+                with check._lock:
+                    check._writes_running -= 1
+                    check._write_events += 1
+
+        return tracked
+
+    def _compare(self, name: str, before: Digest, events: int, busy: int) -> list[HiddenWrite]:
+        after = self._snapshot()
+        with self._lock:
+            if busy or self._write_events != events:
+                self.skipped += 1
+                return []
+            self.checked += 1
+            found = differences(name, before, after)
+            self.violations.extend(found)
+        return found
+
+    def _read(self, name: str, handler: Handler) -> Handler:
+        check = self
+
+        def checked(args: Any, ctx: HandlerContext) -> Any:
+            with check._lock:
+                events, busy = check._write_events, check._writes_running
+            before = check._snapshot()
+            try:
+                result = handler(args, ctx)
+            except BaseException:  # a failing read is still compared; its own error passes through
+                check._compare(name, before, events, busy)
+                raise
+            found = check._compare(name, before, events, busy)
+            if found:
+                raise HiddenWriteError("; ".join(str(f) for f in found))
+            return result
+
+        return checked
+
+
+__all__ = [
+    "DECLARED",
+    "HiddenWrite",
+    "HiddenWriteCheck",
+    "HiddenWriteError",
+    "differences",
+    "digest",
+    "sor_tables",
+]

@@ -1,0 +1,76 @@
+"""An operator moves one thread to another release: ``toolgate release migrate-thread``.
+
+A thread keeps the release it started with (`toolgate.graph.thread_pins`); the only way to move
+it is this change, made by an authenticated person holding a role in `RELEASE_ROLES` of the
+thread's own tenant (the tenant of the person whose first turn pinned it). The target must load
+and verify against its reviewed manifest now; a finished thread (nothing pending, status
+``done`` or ``refused``) is not moved. The change is one conditional write of the MAC-bound pin
+and one ``release.thread_migrated`` audit event with the actor, ``from`` and ``to``; every
+refusal changes nothing and is audited as ``release.refused`` with a stable code
+(``unknown_thread``, ``thread_pin_tampered``, ``other_tenant``, ``thread_finished``,
+``same_release``, ``unknown_release``, ``bundle_unverified``, ``state_changed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
+from toolgate.policy.principal import Principal
+from toolgate.release_control import ReleaseControl
+from toolgate.store.audit import Auditor
+from toolgate.store.rollout_records import ThreadRelease
+from toolgate.store.thread_releases import ThreadReleases
+
+FINISHED_STATUSES = frozenset({"done", "refused"})
+"""A thread in one of these, with no node pending, has ended: there is nothing left to migrate."""
+
+ThreadStatus = Callable[[str], "tuple[bool, str]"]
+"""``thread id`` -> ``(pending, status)`` from the checkpointer: whether a node is still to run
+(an approval interrupt, a durable wait) and the state's status ("" for no checkpoint)."""
+
+
+def migrate_thread(
+    control: ReleaseControl, actor: Principal, thread: str, to: str, *, thread_status: ThreadStatus
+) -> tuple[str, ThreadRelease]:
+    """Pin ``thread`` to release ``to`` for ``actor``; returns ``(from, the new pin)``."""
+
+    def run() -> tuple[str, ThreadRelease]:
+        pins = ThreadReleases(control.app.store)
+        pin = pins.get(thread)
+        if pin is None:
+            raise ReleaseControlError("unknown_thread", f"thread {thread} has no release pin")
+        if not pin.authentic:
+            raise ReleaseControlError(
+                "thread_pin_tampered",
+                f"the release pin of thread {thread} does not verify; refusing to act on it",
+            )
+        if pin.tenant_id and pin.tenant_id != actor.tenant_id:
+            raise ReleaseControlError("other_tenant", f"thread {thread} belongs to another tenant")
+        pending, status = thread_status(thread)
+        if not pending and status in FINISHED_STATUSES:
+            raise ReleaseControlError("thread_finished", f"thread {thread} has ended ({status})")
+        if to == pin.release:
+            raise ReleaseControlError("same_release", f"thread {thread} is already pinned to {to}")
+        try:
+            control.gateways.verify(to)
+        except UnknownReleaseError as exc:
+            raise ReleaseControlError("unknown_release", str(exc)[:300]) from exc
+        except RegistryError as exc:
+            raise ReleaseControlError("bundle_unverified", f"release {to}: {exc}") from exc
+        moved = pins.migrate(thread, to, by=actor.user_id, expect_version=pin.version)
+        Auditor(control.app.store, to).record(
+            "release.thread_migrated",
+            "migrated",
+            user_id=actor.user_id,
+            thread_id=thread,
+            tenant_id=pin.tenant_id or None,
+            detail={"from": pin.release, "to": to, "by": actor.user_id, "version": moved.version},
+        )
+        return pin.release, moved
+
+    result: tuple[str, ThreadRelease] = control._act(actor, "migrate_thread", run)
+    return result
+
+
+__all__ = ["FINISHED_STATUSES", "ThreadStatus", "migrate_thread"]
