@@ -226,7 +226,7 @@ release = Release.from_directory(
 POLICY = {
     "schema_version": 1,
     "policy_version": "0.1.0",
-    "approval_minutes": 30,
+    "approval_minutes": 15,
     "rules": [],
     "rate_limits": {"per_principal_tool": {"limit": 60, "window_s": 3600}},
 }
