@@ -12,8 +12,10 @@ Concurrency: reads are *not* serialized (reads of different threads still run at
 gateway runs them). Every table is compared, so a concurrent *write* would look like a read's
 change: the wrapper therefore also tracks the harness's write handlers, and a read whose window
 overlapped a write handler (running at its start, or started or ended during it) is not compared
-(counted in ``skipped``), never blamed. Two overlapping reads are both compared: a read that hides
-a write can then be named together with an innocent neighbour, never missed.
+(counted in ``skipped``), never blamed. Likewise a table a ``DECLARED`` read writes by design is
+not blamed on another read whose window it overlapped (the other tables still are). Two
+overlapping reads are both compared otherwise: a read that hides a write can then be named
+together with an innocent neighbour, never missed.
 
 ``DECLARED`` lists the demo reads whose system of record records them by design, with the reason;
 those tables are left out for that tool only (every other table, and every other tool, is checked).
@@ -29,6 +31,7 @@ import hashlib
 import json
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -134,6 +137,10 @@ class HiddenWriteCheck:
         self._lock = threading.Lock()
         self._writes_running = 0
         self._write_events = 0
+        self._declared_running: Counter[str] = Counter()
+        """Per table, the reads that write it by design (`DECLARED`) running now."""
+        self._declared_events: Counter[str] = Counter()
+        """Per table, how often such a read started or ended."""
 
     def wrap(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
         """The same specs: reads compared, writes tracked (see the module docstring)."""
@@ -164,14 +171,28 @@ class HiddenWriteCheck:
 
         return tracked
 
-    def _compare(self, name: str, before: Digest, events: int, busy: int) -> list[HiddenWrite]:
+    def _declared(self, name: str, step: int) -> None:
+        """Count a read that writes its declared tables by design starting (+1) or ending (-1)."""
+        with self._lock:
+            for table in DECLARED.get(name, {}):
+                self._declared_running[table] += step
+                self._declared_events[table] += 1
+
+    def _excused(self, events: Counter[str], running: set[str]) -> set[str]:
+        """Tables a declared read may have written during this read's window (not blamed on it)."""
+        return running | {t for t, n in self._declared_events.items() if events.get(t, 0) != n}
+
+    def _compare(
+        self, name: str, before: Digest, events: int, busy: int, declared: tuple[Counter[str], set[str]]
+    ) -> list[HiddenWrite]:
         after = self._snapshot()
         with self._lock:
             if busy or self._write_events != events:
                 self.skipped += 1
                 return []
             self.checked += 1
-            found = differences(name, before, after)
+            excused = self._excused(*declared)
+            found = [d for d in differences(name, before, after) if d.table not in excused]
             self.violations.extend(found)
         return found
 
@@ -181,13 +202,20 @@ class HiddenWriteCheck:
         def checked(args: Any, ctx: HandlerContext) -> Any:
             with check._lock:
                 events, busy = check._write_events, check._writes_running
+                declared = (
+                    Counter(check._declared_events),
+                    {t for t, n in check._declared_running.items() if n > 0},
+                )
             before = check._snapshot()
+            check._declared(name, +1)
             try:
                 result = handler(args, ctx)
             except BaseException:  # a failing read is still compared; its own error passes through
-                check._compare(name, before, events, busy)
+                check._declared(name, -1)
+                check._compare(name, before, events, busy, declared)
                 raise
-            found = check._compare(name, before, events, busy)
+            check._declared(name, -1)
+            found = check._compare(name, before, events, busy, declared)
             if found:
                 raise HiddenWriteError("; ".join(str(f) for f in found))
             return result
