@@ -78,7 +78,9 @@ SEED_CONTACTS = (
 class LookupContactArgs(StrictArgs):
     """Arguments of ``crm_lookup_contact``."""
 
-    contact_id: str = Field(pattern=r"^C-[0-9]{3,6}$", description="CRM contact id, e.g. 'C-100'.")
+    contact_id: str = Field(
+        pattern=r"^C-[0-9]{3,6}$", description="CRM contact id, e.g. 'C-100'.", examples=["C-100"]
+    )
 
 
 class LookupContactResult(ToolResult):

@@ -20,22 +20,19 @@ import time
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
 from toolgate.store.service_records import RecordsScope, ServiceRecords
+from toolgate.tools.demo.filing_models import FilingResult, FilingType, SubmitFilingArgs
 from toolgate.tools.demo.service import DemoService, Owner, Seed, records_of
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
     NoRollback,
     ResourceRef,
-    StrictArgs,
-    ToolResult,
     ToolSpec,
 )
 
@@ -61,34 +58,8 @@ SEED_TAXPAYERS = (
 )
 """TP-1001..TP-1010 belong to acme, TP-2001 to globex."""
 
-FilingType = Literal["income_tax_return", "vat_return", "payroll_annual"]
 DEFAULT_BACKOFF_S: tuple[float, ...] = (1, 2, 4, 8, 16)
 """Waits between status checks after a timeout (31 s in total)."""
-
-Note = Literal[
-    "submitted", "already existed; not resubmitted", "confirmed via status check", "found by status check"
-]
-
-
-class SubmitFilingArgs(StrictArgs):
-    """Arguments of ``submit_filing``: exactly the legacy system's natural key."""
-
-    taxpayer_ref: str = Field(
-        pattern=r"^TP-[0-9]{4,8}$", description="The taxpayer's reference in this account, e.g. 'TP-1001'."
-    )
-    tax_year: int = Field(ge=2000, le=2100, description="Tax year the filing is for, e.g. 2024.")
-    filing_type: FilingType = Field(description="Kind of filing.")
-
-
-class FilingResult(ToolResult):
-    """A filing as the agency knows it, and how we learned of it."""
-
-    confirmation_number: str
-    status: Literal["submitted", "accepted"]
-    taxpayer_ref: str
-    tax_year: int
-    filing_type: str
-    note: Note
 
 
 LEGACY_SCOPE = RecordsScope("demo_filing_legacy", frozenset({"sor_filing_requests", "sor_filings"}))
@@ -294,6 +265,7 @@ __all__ = [
     "MIGRATIONS",
     "FilingResult",
     "FilingService",
+    "FilingType",
     "LegacyFilingService",
     "SubmitFilingArgs",
     "filing_specs",

@@ -18,13 +18,17 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from pydantic import Field, field_validator
+from typing import Any
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration
+from toolgate.tools.demo.inventory_models import (
+    GetInventoryArgs,
+    GetInventoryResult,
+    UpdateInventoryArgs,
+    UpdateInventoryResult,
+)
 from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
@@ -32,8 +36,6 @@ from toolgate.tools.spec import (
     NoRollback,
     ResourceRef,
     Rollback,
-    StrictArgs,
-    ToolResult,
     ToolSpec,
 )
 
@@ -60,53 +62,6 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 SEED_STOCK = (("acme", "SKU-7", 10), ("acme", "SKU-8", 40), ("globex", "SKU-9", 25))
-
-InventoryReason = Literal["received", "shipped", "damaged", "returned", "cycle_count"]
-"""Closed set of adjustment reasons (a free-text reason would be an injection channel)."""
-
-Sku = Field(pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit exactly as labelled, e.g. 'SKU-7'.")
-
-
-class GetInventoryArgs(StrictArgs):
-    """Arguments of ``get_inventory``."""
-
-    sku: str = Sku
-
-
-class GetInventoryResult(ToolResult):
-    """Stock level of one SKU."""
-
-    sku: str
-    on_hand: int
-
-
-class UpdateInventoryArgs(StrictArgs):
-    """Arguments of ``update_inventory``."""
-
-    sku: str = Sku
-    delta: int = Field(
-        ge=-500,
-        le=500,
-        description="Units to add (positive) or remove (negative), -500..500, never 0.",
-    )
-    reason: InventoryReason = Field(description="Why the stock level changes.")
-
-    @field_validator("delta")
-    @classmethod
-    def _not_zero(cls, value: int) -> int:
-        if value == 0:
-            raise ValueError("delta must not be 0 (an adjustment of nothing is not an adjustment)")
-        return value
-
-
-class UpdateInventoryResult(ToolResult):
-    """An adjustment as recorded by the inventory service."""
-
-    adjustment_id: str
-    sku: str
-    delta: int
-    on_hand_after: int
-    status: Literal["applied"]
 
 
 @dataclass

@@ -14,7 +14,9 @@ ServiceAlias = Literal["web", "worker", "scheduler"]
 """Reviewed service aliases; the model cannot name a unit, path or host."""
 
 OrderId = Field(
-    pattern=r"^O-[0-9]{3,8}$", description="Order id exactly as shown to the customer, e.g. 'O-5512'."
+    pattern=r"^O-[0-9]{3,8}$",
+    description="Order id exactly as shown to the customer, e.g. 'O-5512'.",
+    examples=["O-5512"],  # a seeded order; the registry's positive schema fixture (schema_fixtures)
 )
 
 
@@ -38,7 +40,7 @@ class LookupOrderResult(ToolResult):
 class ServiceStatusArgs(StrictArgs):
     """Arguments of ``get_service_status``."""
 
-    service_alias: ServiceAlias = Field(description="One approved service alias.")
+    service_alias: ServiceAlias = Field(description="One approved service alias.", examples=["web"])
 
 
 class ServiceStatusResult(ToolResult):
@@ -52,9 +54,12 @@ class ServiceStatusResult(ToolResult):
 class RestartServiceArgs(StrictArgs):
     """Arguments of ``restart_service``."""
 
-    service_alias: ServiceAlias = Field(description="One approved service alias.")
+    service_alias: ServiceAlias = Field(description="One approved service alias.", examples=["web"])
     reason: str = Field(
-        min_length=3, max_length=200, description="Why the restart is needed, for the operator."
+        min_length=3,
+        max_length=200,
+        description="Why the restart is needed, for the operator.",
+        examples=["health check failing since the last deploy"],
     )
 
 
@@ -71,10 +76,13 @@ class IssueRefundArgs(StrictArgs):
 
     order_id: str = OrderId
     amount_cents: int = Field(
-        gt=0, le=1_000_000, description="Refund amount in cents, at most the unrefunded amount."
+        gt=0,
+        le=1_000_000,
+        description="Refund amount in cents, at most the unrefunded amount.",
+        examples=[4999],  # the whole of seeded order O-5512
     )
     reason: Literal["damaged", "not_received", "wrong_item", "other"] = Field(
-        description="Refund reason code."
+        description="Refund reason code.", examples=["damaged"]
     )
 
 

@@ -21,17 +21,23 @@ TAX_RATE_BASIS_POINTS: dict[str, int] = {"USD": 825, "EUR": 1900, "GBP": 2000}
 class LineItem(StrictArgs):
     """One line of a purchase order."""
 
-    sku: str = Field(pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit, e.g. 'SKU-7'.")
-    quantity: int = Field(ge=1, le=1000, description="Units to order, 1..1000.")
-    unit_price_cents: int = Field(ge=0, le=10_000_000, description="Agreed unit price in cents.")
+    sku: str = Field(
+        pattern=r"^SKU-[0-9]{1,6}$", description="Stock keeping unit, e.g. 'SKU-7'.", examples=["SKU-7"]
+    )
+    quantity: int = Field(ge=1, le=1000, description="Units to order, 1..1000.", examples=[5])
+    unit_price_cents: int = Field(
+        ge=0, le=10_000_000, description="Agreed unit price in cents.", examples=[1250]
+    )
 
 
 class PreviewPurchaseOrderArgs(StrictArgs):
     """Arguments of ``preview_purchase_order``."""
 
-    vendor_id: str = Field(pattern=r"^V-[0-9]{3,6}$", description="Vendor id, e.g. 'V-100'.")
+    vendor_id: str = Field(
+        pattern=r"^V-[0-9]{3,6}$", description="Vendor id, e.g. 'V-100'.", examples=["V-100"]
+    )
     line_items: list[LineItem] = Field(min_length=1, max_length=20, description="1 to 20 order lines.")
-    currency: Currency = Field(description="Currency of the order.")
+    currency: Currency = Field(description="Currency of the order.", examples=["USD"])
 
 
 class CreatePurchaseOrderArgs(StrictArgs):
@@ -40,6 +46,8 @@ class CreatePurchaseOrderArgs(StrictArgs):
     preview_token: str = Field(
         pattern=TOKEN_PATTERN,
         description="The preview_token returned by preview_purchase_order, copied exactly.",
+        # well-formed only: a real token is issued per preview and signed with the service key
+        examples=["pvt_6e55db266812203611c20580.qlAAYzgI0iY2zhAsxRT_eTov4_Gs8lSR_NHX18HN0Nw"],
     )
 
 

@@ -2,10 +2,10 @@
 
 Kept apart from `toolgate.tools.demo.reports` (the job service and the tool specs) because these
 are the tools' contract with the model: the JSON schemas the manifest pins and the shapes
-``sanitize_result`` bounds a reply to. The two argument models stay in ``reports`` beside
-`toolgate.tools.demo.reports.date_range_problem`, the range rule that both the
-``SubmitReportJobArgs`` validator and the ``submit_report_job`` handler apply: the reviewed
-manifest hashes that function as part of the handler's code, under its module.
+``sanitize_result`` bounds a reply to, and ``CheckJobStatusArgs``. ``SubmitReportJobArgs`` stays
+in ``reports`` beside `toolgate.tools.demo.reports.date_range_problem`, the range rule that both
+its validator and the ``submit_report_job`` handler apply: the reviewed manifest hashes that
+function as part of the handler's code, under its module.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from toolgate.tools.spec import ToolResult
+from toolgate.tools.spec import StrictArgs, ToolResult
 
 ReportType = Literal["sales_summary", "refund_summary", "order_volume"]
 
@@ -39,6 +39,16 @@ ReportDate = Annotated[
     BeforeValidator(_iso_date_only),
     Field(strict=False, ge=date(2000, 1, 1), le=date(2100, 12, 31)),
 ]
+
+
+class CheckJobStatusArgs(StrictArgs):
+    """Arguments of ``check_job_status``."""
+
+    job_id: str = Field(
+        pattern=JOB_PATTERN,
+        description="The job_id returned by submit_report_job.",
+        examples=["job_afea4f7509226529"],  # well-formed only: the service issues a random id per job
+    )
 
 
 class SubmitReportJobResult(ToolResult):
@@ -72,6 +82,7 @@ class JobStatusResult(ToolResult):
 
 __all__ = [
     "JOB_PATTERN",
+    "CheckJobStatusArgs",
     "JobStatusResult",
     "ReportDate",
     "ReportSummary",

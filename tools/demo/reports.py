@@ -30,7 +30,7 @@ from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration
 from toolgate.tools.demo.report_models import (
-    JOB_PATTERN,
+    CheckJobStatusArgs,
     JobStatusResult,
     ReportDate,
     ReportType,
@@ -87,10 +87,13 @@ WAIT_MAX_S = 1800
 class SubmitReportJobArgs(StrictArgs):
     """Arguments of ``submit_report_job``."""
 
-    report_type: ReportType = Field(description="Which report to generate.")
-    date_from: ReportDate = Field(description="First day covered, YYYY-MM-DD (on or before date_to).")
+    report_type: ReportType = Field(description="Which report to generate.", examples=["sales_summary"])
+    date_from: ReportDate = Field(
+        description="First day covered, YYYY-MM-DD (on or before date_to).", examples=["2026-01-01"]
+    )
     date_to: ReportDate = Field(
-        description="Last day covered, YYYY-MM-DD (at most 366 days after date_from)."
+        description="Last day covered, YYYY-MM-DD (at most 366 days after date_from).",
+        examples=["2026-03-31"],
     )
 
     @model_validator(mode="after")
@@ -99,12 +102,6 @@ class SubmitReportJobArgs(StrictArgs):
         if problem:
             raise ValueError(problem)
         return self
-
-
-class CheckJobStatusArgs(StrictArgs):
-    """Arguments of ``check_job_status``."""
-
-    job_id: str = Field(pattern=JOB_PATTERN, description="The job_id returned by submit_report_job.")
 
 
 def date_range_problem(date_from: date, date_to: date) -> str | None:
