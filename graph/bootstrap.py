@@ -116,7 +116,7 @@ class Gateways:
         registry = release.registry(ReleaseEnv(store=self.store, secret=self.key))
         verified_release(release, registry, self.settings.model)
         if canary:
-            registry = Registry.of(release.id, canary_specs(registry.tools.values()), registry.resolver)
+            registry = registry.narrowed(canary_specs(registry.tools.values()))
         return build_gateway(
             model=self.model,
             registry=registry,

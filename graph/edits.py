@@ -17,6 +17,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.proposals import carry_delegation, draft_proposal, store_proposal
 from toolgate.graph.review import decide
+from toolgate.graph.wait_delegation import carry_for_wait
 from toolgate.policy.approvals import check_reviewer
 from toolgate.policy.judge import ProposedCall
 from toolgate.policy.principal import Principal
@@ -69,6 +70,7 @@ def edit_proposal(
     # proposal that expires, never an original rejected with nothing in its place
     stored, _, _ = store_proposal(gw, spec, draft, actor=editor.user_id)
     carry_delegation(gw, spec, original, stored)  # the requester's sealed credentials, not the editor's
+    carry_for_wait(gw.store, gw.auditor, original, stored)  # and those sealed for its job's wait
     decide(gw, proposal_id, editor, "reject", reason=f"edited by reviewer; superseded by {draft.proposal_id}")
     gw.auditor.record(
         "proposal.edited",
@@ -88,7 +90,7 @@ def _judge_edit(
     editor = gw.directory.active(reviewer.user_id, reviewer.tenant_id)
     if editor is None:
         raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
-    spec = gw.registry.get(original.tool)
+    spec = gw.registry.get_for(original.tool, original.tenant_id)
     operation = gw.store.get_operation(original.operation_key)
     if spec is None or operation is None or operation.status != "pending_approval":
         raise ApprovalError("not_pending", "only a pending proposal of this release can be edited")

@@ -87,9 +87,9 @@ class Executor:
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
         try:
-            raw: BaseModel = self.breakers.get(spec.name).call(
-                handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx
-            )
+            raw: BaseModel = self.breakers.get(
+                self.registry.breaker_key(spec.name, principal.tenant_id)
+            ).call(handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx)
         except CapabilityDenied as exc:
             scope.audit_denials(self.auditor, ctx, spec)
             audit_denial(self.auditor, exc, ctx, spec.name)  # a refused records capability
@@ -161,7 +161,7 @@ class Executor:
                     duplicate=False,
                     reason=refusal,
                 )
-            breaker = self.breakers.get(op.tool)
+            breaker = self.breakers.get(self.registry.breaker_key(op.tool, op.tenant_id))
             try:
                 breaker.acquire()  # before the claim: an open breaker never claims, the op stays approved
             except BreakerOpenError as exc:
@@ -218,7 +218,7 @@ class Executor:
         return self.checks.counted_decisions(proposal)
 
     def _verify(self, op: OperationRecord) -> str:
-        spec = self.registry.get(op.tool)
+        spec = self.registry.get_for(op.tool, op.tenant_id)
         if spec is None or op.proposal_id is None:
             return f"tool {op.tool!r} is not in release {self.registry.release}"
         proposal = self.proposal(op.proposal_id)
@@ -228,14 +228,14 @@ class Executor:
 
     def _hold(self, op: OperationRecord, worker_id: str) -> ResourceHold:
         """The resource leases a delivery of ``op`` needs (`_verify` passed: spec and proposal exist)."""
-        spec, proposal = self.registry.get(op.tool), self.proposal(op.proposal_id)
+        spec, proposal = self.registry.get_for(op.tool, op.tenant_id), self.proposal(op.proposal_id)
         assert spec is not None and proposal is not None
         return ResourceHold.of(self.store, spec, op, proposal.tenant_id, proposal.arguments, worker_id)
 
     def _audit_fields(self, op: OperationRecord, call_id: str | None) -> dict[str, Any]:
         """The fields every event of one delivery of ``op`` carries (its tool and proposal are
         known to exist: `_verify` passed)."""
-        spec = self.registry.get(op.tool)
+        spec = self.registry.get_for(op.tool, op.tenant_id)
         proposal = self.proposal(op.proposal_id)
         assert spec is not None and proposal is not None
         return {
@@ -259,7 +259,7 @@ class Executor:
     ) -> Delivery:
         """Run the claimed operation's handler under this process's clock and persist its outcome
         (see `ClaimedWrite`)."""
-        spec = self.registry.get(op.tool)
+        spec = self.registry.get_for(op.tool, op.tenant_id)
         assert spec is not None and op.proposal_id is not None
         proposal = self.proposal(op.proposal_id)
         assert proposal is not None

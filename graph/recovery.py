@@ -59,7 +59,7 @@ def reconcile(
     op = store.get_operation(operation_key)
     if op is None or op.status != "unknown":
         return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
-    spec = executor.registry.get(op.tool)
+    spec = executor.registry.get_for(op.tool, op.tenant_id)
     proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
     common = {
         "operation_key": operation_key,
@@ -147,7 +147,7 @@ def verify_effect(executor: Executor, operation_key: str) -> tuple[str, str]:
         return "passive", "missing"
     if op.status not in ("succeeded", "failed"):
         return "passive", f"status_{op.status}"
-    spec = executor.registry.get(op.tool)
+    spec = executor.registry.get_for(op.tool, op.tenant_id)
     proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
     if spec is None or proposal is None:
         return "passive", "tool_not_in_release"

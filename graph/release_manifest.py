@@ -28,6 +28,7 @@ def release_manifest(release: Release, registry: Registry) -> dict[str, Any]:
         instructions=release.instructions,
         pinned_models=list(reviewed.get("pinned_models", DEFAULT_PINNED)),
         tool_choice=release.tool_choice,
+        tenant_overrides=registry.overrides,
     )
 
 

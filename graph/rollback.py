@@ -84,7 +84,7 @@ def _rollback_call(gw: Gateway, operation_key: str, requester: Principal) -> tup
     ):
         reason = spec.rollback_text() if spec else "tool not in this release"
         raise ApprovalError("no_rollback", f"{op.tool} declares no rollback operation: {reason}")
-    target = gw.registry.get(spec.rollback.tool)
+    target = gw.registry.get_for(spec.rollback.tool, original.tenant_id)
     if target is None:
         raise ApprovalError("no_rollback", f"rollback tool {spec.rollback.tool!r} is not in this release")
     verdict = gw.judge(

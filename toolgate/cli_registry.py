@@ -16,7 +16,7 @@ from toolgate.graph.bootstrap import release_manifest
 from toolgate.release import INSTRUCTIONS, Release, ReleaseEnv
 from toolgate.release_loader import load_release
 from toolgate.store.factory import open_store
-from toolgate.tools.audit import audit_specs
+from toolgate.tools.audit import audit_overrides, audit_specs
 from toolgate.tools.manifest import effective_manifest
 from toolgate.tools.registry import Registry
 from toolgate.tools.schema_export import anthropic_tool, openai_tool, strict_problems
@@ -39,6 +39,16 @@ def _registry(release: Release) -> Registry:
 
 def _release_specs(release: Release) -> Callable[[], Sequence[ToolSpec]]:
     return lambda: list(_registry(release).tools.values())
+
+
+def _registry_specs(release: Release, built: list[Registry]) -> Callable[[], Sequence[ToolSpec]]:
+    """The release's specs, keeping the registry they came from in ``built``."""
+
+    def load() -> list[ToolSpec]:
+        built.append(_registry(release))
+        return list(built[-1].tools.values())
+
+    return load
 
 
 def _bundle_specs(reference: str) -> Callable[[], Sequence[ToolSpec]]:
@@ -74,10 +84,12 @@ def audit(
     loaded = load_release(release) if bundle is None else None
     policy = loaded.policy if loaded else None
     reviewed: Mapping[str, Any] | None
+    built: list[Registry] = []  # the release's registry, once loaded: its tenants' overrides are audited too
+    load: Callable[[], Sequence[ToolSpec]]
     if loaded is not None:
         release = loaded.id
         reviewed = loaded.manifest
-        load = _release_specs(loaded)
+        load = _registry_specs(loaded, built)
     else:
         assert bundle is not None
         reviewed = json.loads(manifest.read_text(encoding="utf-8")) if manifest else None
@@ -85,6 +97,8 @@ def audit(
 
     def effective(specs: Sequence[ToolSpec]) -> dict[str, Any]:
         assert reviewed is not None
+        if loaded is not None and built:
+            return release_manifest(loaded, built[-1])
         pol = reviewed.get("policy", {})
         return effective_manifest(
             release,
@@ -97,6 +111,8 @@ def audit(
         )
 
     report = audit_specs(release, load, reviewed=reviewed, effective=effective if reviewed else None)
+    if built:  # each tenant's own implementation is audited like a tool's handler
+        audit_overrides(report, built[-1].overrides)
     if loaded is not None and reviewed is None:
         report.manifest = "MISSING"
         report.defects.append("manifest: the release has no reviewed manifest (registry manifest --beside)")

@@ -155,7 +155,7 @@ def worker_verify(
     if op is None or op.proposal_id is None:
         raise NotFoundError(f"no operation {operation_key}")
     proposal = store.get_proposal(op.proposal_id)
-    spec = application.registry.get(op.tool)
+    spec = application.registry.get_for(op.tool, op.tenant_id)
     assert proposal is not None
     events = store.audit_events(operation_key=operation_key)
     claims = sum(e.event == "operation.claimed" for e in events)
@@ -240,7 +240,7 @@ def deadletter_resolve(
     op = application.store.get_operation(operation_key)
     if op is None:
         raise NotFoundError(f"no operation {operation_key}")
-    spec = application.registry.get(op.tool)
+    spec = application.registry.get_for(op.tool, op.tenant_id)
     refusal = None
     if not reviewer.reviews_for(op.tenant_id):
         refusal = ApprovalError("cross_tenant", f"{operation_key} belongs to another tenant")

@@ -23,6 +23,7 @@ from toolgate.policy.tool_selection import check_tool_choice
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ResourceResolver, ResourceStatus, ToolSpec
+from toolgate.tools.tenant_overrides import TenantOverride
 
 INSTRUCTIONS = "\n".join(
     [
@@ -49,6 +50,8 @@ class ReleaseEnv:
 
 ToolsFactory = Callable[[ReleaseEnv], Sequence[ToolSpec]]
 """Builds the release's specs for one process (handlers bound to its systems of record)."""
+OverridesFactory = Callable[[ReleaseEnv], Sequence[TenantOverride]]
+"""Builds the release's per-tenant implementations for one process."""
 
 
 class NoResources:
@@ -89,6 +92,9 @@ class Release:
     call that one). Recorded in the reviewed manifest, so a change is a reviewed change; applied
     per step (`toolgate.graph.tool_offer`: the last turn the budget allows is always ``none``).
     A value that is none of these refuses the release when its registry is built."""
+    tenant_overrides: Sequence[TenantOverride] | OverridesFactory = field(default=(), repr=False)
+    """Tenants' own implementations and credentials of some of the tools
+    (`toolgate.tools.tenant_overrides`), pinned by the reviewed manifest like the tools."""
 
     def __post_init__(self) -> None:
         name, slash, version = self.id.partition("/")
@@ -103,7 +109,8 @@ class Release:
         """The release's registry in one process: specs built, names checked, resolver bound."""
         specs = self.tools(env) if callable(self.tools) else self.tools
         resolver = self.resolver(env) if callable(self.resolver) else self.resolver
-        registry = Registry.of(self.id, list(specs), resolver or NoResources())
+        overrides = self.tenant_overrides(env) if callable(self.tenant_overrides) else self.tenant_overrides
+        registry = Registry.of(self.id, list(specs), resolver or NoResources(), overrides)
         check_escalations(self.policy.escalations, {n: s.approval for n, s in registry.tools.items()})
         check_tool_choice(self.tool_choice, registry.tools, self.id)
         return registry
@@ -131,6 +138,7 @@ class Release:
         policy_file: str = "policy.json",
         manifest_file: str = "manifest.json",
         tool_choice: str = "auto",
+        tenant_overrides: Sequence[TenantOverride] | OverridesFactory = (),
     ) -> Release:
         """A release whose policy and reviewed manifest are JSON files in ``home`` (beside the
         module that defines it). A missing manifest is allowed here so a new release can be
@@ -148,6 +156,7 @@ class Release:
             setup=setup,
             home=home,
             tool_choice=tool_choice,
+            tenant_overrides=tenant_overrides,
         )
 
 
@@ -163,4 +172,4 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-__all__ = ["INSTRUCTIONS", "NoResources", "Release", "ReleaseEnv", "ToolsFactory"]
+__all__ = ["INSTRUCTIONS", "NoResources", "OverridesFactory", "Release", "ReleaseEnv", "ToolsFactory"]

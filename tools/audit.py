@@ -259,6 +259,26 @@ def _shape(report: AuditReport, spec: ToolSpec) -> None:
         )
 
 
+def audit_overrides(report: AuditReport, overrides: Mapping[str, Mapping[str, ToolSpec]]) -> None:
+    """Each tenant's own implementation audited like a tool's handler, with one inventory line
+    (``override= tenant= handler= reach=``) so a reviewer sees who runs what with which credential."""
+    for tenant, by_name in sorted(overrides.items()):
+        for name, spec in sorted(by_name.items()):
+            reach = [*sorted(spec.forwarded_credentials)]
+            if spec.service_credential is not None:
+                reach.append(f"service:{spec.service_credential.audience}")
+            report.inventory.append(
+                f"override={spec.wire_name} tenant={tenant} handler={spec.handler_revision}"
+                f" reach={','.join(reach) or 'none'} egress={','.join(sorted(spec.egress_hosts)) or 'none'}"
+            )
+            problems = [message for _, message in spec_problems(spec)]
+            dynamic = dynamic_handler(spec)
+            report.dynamic_handlers += dynamic is not None
+            report.defects.extend(
+                f"{name} for tenant {tenant}: {m}" for m in [*problems, *([dynamic] if dynamic else [])]
+            )
+
+
 def _probes(report: AuditReport) -> None:
     """The seeds' rejection line: measured by the probes, and PRESENT when the bundle itself holds one."""
     shell = "PRESENT" if report.generic_executors else arbitrary_shell_probe(executor_fields)
@@ -268,4 +288,11 @@ def _probes(report: AuditReport) -> None:
         report.defects.append(f"registry: a rule that must reject is not active ({report.probes})")
 
 
-__all__ = ["AuditReport", "audit_specs", "dynamic_handler", "executor_fields", "identity_fields"]
+__all__ = [
+    "AuditReport",
+    "audit_overrides",
+    "audit_specs",
+    "dynamic_handler",
+    "executor_fields",
+    "identity_fields",
+]

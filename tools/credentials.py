@@ -42,10 +42,15 @@ class ServiceScope:
     """The downstream service the credential is for (it refuses a credential for anyone else)."""
     scopes: frozenset[str] = frozenset()
     """The narrowest scopes the tool needs there (e.g. ``inventory:read``)."""
+    tenant: str | None = None
+    """The tenant the credential is bound to (a tenant's own implementation of a tool,
+    `toolgate.tools.tenant_overrides`): signed in as the ``tenant`` claim, so the downstream can
+    refuse it for any other tenant, and never cached for another. Set by trusted code only."""
 
     def problems(self) -> list[str]:
         """Why this scope is malformed (empty when fine)."""
-        bad = [name for name in (self.audience, *sorted(self.scopes)) if not AUDIENCE.match(name)]
+        names = (self.audience, *sorted(self.scopes), *([self.tenant] if self.tenant is not None else []))
+        bad = [name for name in names if not AUDIENCE.match(name)]
         return [f"service credential audience or scope is malformed: {name!r}" for name in bad]
 
 
@@ -145,6 +150,7 @@ class HmacCredentialProvider:
             "sub": f"tool:{tool}",
             "aud": scope.audience,
             "scope": " ".join(sorted(scope.scopes)),
+            **({"tenant": scope.tenant} if scope.tenant is not None else {}),
             "iat": int(now.timestamp()),
             "exp": exp,
             "jti": secrets.token_hex(12),
@@ -162,9 +168,10 @@ class HmacCredentialProvider:
             token=f"{signing}.{_b64(signature)}",
         )
 
-    def verify(self, token: str, audience: str) -> dict[str, Any]:
-        """The claims of a valid token for ``audience``; `ToolExecutionError` (``credential_refused``)
-        for a forged, expired, future-keyed or other audience's token (what a downstream checks)."""
+    def verify(self, token: str, audience: str, tenant: str | None = None) -> dict[str, Any]:
+        """The claims of a valid token for ``audience`` (and, when given, bound to ``tenant``);
+        `ToolExecutionError` (``credential_refused``) for a forged, expired, future-keyed, other
+        audience's or other tenant's token (what a downstream checks)."""
         try:
             head, body, signature = token.split(".")
             header = json.loads(_unb64(head))
@@ -181,6 +188,8 @@ class HmacCredentialProvider:
             raise ToolExecutionError(
                 "credential_refused", "service credential expired or for another audience"
             )
+        if tenant is not None and claims.get("tenant") != tenant:
+            raise ToolExecutionError("credential_refused", "service credential bound to another tenant")
         return dict(claims)
 
 

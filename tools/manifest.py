@@ -101,9 +101,18 @@ def effective_manifest(
     instructions: str,
     pinned_models: Sequence[str],
     tool_choice: str = "auto",
+    tenant_overrides: Mapping[str, Mapping[str, ToolSpec]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest this process would run with."""
+    """The manifest this process would run with. Tenants' own implementations
+    (`toolgate.tools.tenant_overrides`) are pinned under ``tenant_overrides`` (present only when
+    the release has any), each with the same fingerprint as a tool."""
+    overrides = {
+        tenant: {name: tool_fingerprint(spec) for name, spec in sorted(by_name.items())}
+        for tenant, by_name in sorted((tenant_overrides or {}).items())
+        if by_name
+    }
     return {
+        **({"tenant_overrides": overrides} if overrides else {}),
         "tool_choice": tool_choice,
         "schema_version": SCHEMA_VERSION,
         "release": release,
@@ -133,17 +142,31 @@ def manifest_drift(reviewed: Mapping[str, Any], effective: Mapping[str, Any]) ->
             f"tool_choice: reviewed {reviewed.get('tool_choice', 'auto')!r} != "
             f"effective {effective.get('tool_choice', 'auto')!r}"
         )
-    reviewed_tools: Mapping[str, Any] = reviewed.get("tools", {})
-    effective_tools: Mapping[str, Any] = effective.get("tools", {})
-    for name in sorted(set(reviewed_tools) | set(effective_tools)):
-        if name not in effective_tools:
-            drift.append(f"tool {name}: in the reviewed manifest but not in the bundle")
-        elif name not in reviewed_tools:
-            drift.append(f"tool {name}: in the bundle but never reviewed")
+    drift.extend(_tools_drift("tool", reviewed.get("tools", {}), effective.get("tools", {})))
+    reviewed_overrides: Mapping[str, Any] = reviewed.get("tenant_overrides", {})
+    effective_overrides: Mapping[str, Any] = effective.get("tenant_overrides", {})
+    for tenant in sorted(set(reviewed_overrides) | set(effective_overrides)):
+        drift.extend(
+            _tools_drift(
+                f"tenant {tenant} override of",
+                reviewed_overrides.get(tenant, {}),
+                effective_overrides.get(tenant, {}),
+            )
+        )
+    return drift
+
+
+def _tools_drift(label: str, reviewed: Mapping[str, Any], effective: Mapping[str, Any]) -> list[str]:
+    drift: list[str] = []
+    for name in sorted(set(reviewed) | set(effective)):
+        if name not in effective:
+            drift.append(f"{label} {name}: in the reviewed manifest but not in the bundle")
+        elif name not in reviewed:
+            drift.append(f"{label} {name}: in the bundle but never reviewed")
         else:
-            for field, value in reviewed_tools[name].items():
-                if effective_tools[name].get(field) != value:
-                    drift.append(f"tool {name}: {field} drifted")
+            for field, value in reviewed[name].items():
+                if effective[name].get(field) != value:
+                    drift.append(f"{label} {name}: {field} drifted")
     return drift
 
 

@@ -24,6 +24,7 @@ from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.registry_fields import model_description
 from toolgate.tools.schema_export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec
+from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, resolve_overrides
 
 REFUND_RELEASE = "ops-tools/1.0.0"
 """The refund-story release (four tools), kept as the previous complete bundle."""
@@ -43,6 +44,8 @@ class Registry:
     """Tool name to spec; frozen after construction."""
     resolver: ResourceResolver = field(repr=False)
     """Ownership lookups for the tools' resources."""
+    overrides: TenantSpecs = field(default_factory=dict, repr=False)
+    """Tenant id to tool name to the tenant's own implementation (`toolgate.tools.tenant_overrides`)."""
     _by_wire: dict[str, str] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -50,6 +53,25 @@ class Registry:
             if name != spec.name:
                 raise RegistryError(f"registry key {name!r} does not match tool name {spec.name!r}")
         object.__setattr__(self, "tools", dict(self.tools))
+        object.__setattr__(self, "overrides", {t: dict(by) for t, by in self.overrides.items()})
+        for tenant, by_name in self.overrides.items():
+            for name, spec in by_name.items():
+                base = self.tools.get(name)
+                same = base is not None and (
+                    spec.args_model,
+                    spec.result_model,
+                    spec.approval,
+                    spec.risk,
+                ) == (
+                    base.args_model,
+                    base.result_model,
+                    base.approval,
+                    base.risk,
+                )
+                if not same:  # what the model, policy and reviewer see never varies by tenant
+                    raise RegistryError(
+                        f"tenant {tenant!r} overrides {name!r} with another contract", tool=name
+                    )
         by_wire: dict[str, str] = {}
         for name, spec in sorted(self.tools.items()):
             other = by_wire.get(spec.wire_name) or (
@@ -64,14 +86,27 @@ class Registry:
         object.__setattr__(self, "_by_wire", by_wire)
 
     @classmethod
-    def of(cls, release: str, specs: Iterable[ToolSpec], resolver: ResourceResolver) -> Registry:
-        """Build a registry, refusing duplicate names."""
+    def of(
+        cls,
+        release: str,
+        specs: Iterable[ToolSpec],
+        resolver: ResourceResolver,
+        overrides: Iterable[TenantOverride] = (),
+    ) -> Registry:
+        """Build a registry, refusing duplicate names and any override `resolve_overrides` refuses."""
         tools: dict[str, ToolSpec] = {}
         for spec in specs:
             if spec.name in tools:
                 raise RegistryError(f"tool {spec.name!r} registered twice in {release}")
             tools[spec.name] = spec
-        return cls(release=release, tools=tools, resolver=resolver)
+        resolved = resolve_overrides(release, tools, overrides)
+        return cls(release=release, tools=tools, resolver=resolver, overrides=resolved)
+
+    def narrowed(self, specs: Iterable[ToolSpec]) -> Registry:
+        """This release with only ``specs`` (e.g. a canary arm's), keeping their tenants' overrides."""
+        tools = {spec.name: spec for spec in specs}
+        overrides = {t: {n: s for n, s in by.items() if n in tools} for t, by in self.overrides.items()}
+        return Registry(release=self.release, tools=tools, resolver=self.resolver, overrides=overrides)
 
     def get(self, name: str) -> ToolSpec | None:
         """The spec registered under exactly ``name`` (its real name or its wire name), or None."""
@@ -79,6 +114,23 @@ class Registry:
         if spec is None and name in self._by_wire:
             spec = self.tools.get(self._by_wire[name])
         return spec
+
+    def get_for(self, name: str, tenant_id: str) -> ToolSpec | None:
+        """The spec of ``name`` as it runs for ``tenant_id``: the tenant's own implementation and
+        credential when the release overrides the tool for it, else the shared one (None for an
+        unknown name). ``tenant_id`` must come from the authenticated principal or the store's
+        record of the operation, never from a model argument or checkpointed state."""
+        spec = self.get(name)
+        if spec is None:
+            return None
+        return self.overrides.get(tenant_id, {}).get(spec.name, spec)
+
+    def breaker_key(self, name: str, tenant_id: str) -> str:
+        """The circuit breaker a call of ``name`` for ``tenant_id`` counts against: one per
+        dependency, so a tenant's own implementation failing never opens the shared one's."""
+        spec = self.get(name)
+        real = spec.name if spec is not None else name
+        return f"{real}@{tenant_id}" if real in self.overrides.get(tenant_id, {}) else real
 
     def has_stateful_writes(self) -> bool:
         """True when any tool writes; parallel tool calls are then disabled."""

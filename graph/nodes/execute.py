@@ -80,7 +80,9 @@ def make_execute_node(gw: Gateway) -> Any:
 
         def run(record: CallRecord) -> tuple[ToolMessage, Outcome, bool]:
             traced = {**common, "trace_id": telemetry.audit_trace_id(ctx.trace_id)}
-            spec = gw.registry.get(record.get("tool", ""))
+            spec = gw.registry.get_for(
+                record.get("tool", ""), principal.tenant_id
+            )  # the tenant's own, if any
             read = record.get("phase") == "read"
             refusal = (
                 read_refusal(gw, spec, record, principal)

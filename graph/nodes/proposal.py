@@ -21,6 +21,7 @@ from toolgate.graph.handler_scope import keep_for_write
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
 from toolgate.graph.proposals import draft_proposal, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
+from toolgate.graph.wait_delegation import keep_for_wait
 
 
 def make_proposal_node(gw: Gateway) -> Any:
@@ -38,7 +39,7 @@ def make_proposal_node(gw: Gateway) -> Any:
             record = calls[call_id]
             if record.get("phase") != "write":
                 continue
-            spec = gw.registry.get(record["tool"])
+            spec = gw.registry.get_for(record["tool"], principal.tenant_id)  # the tenant's own, if any
             assert spec is not None
             draft = draft_proposal(
                 gw,
@@ -66,6 +67,7 @@ def make_proposal_node(gw: Gateway) -> Any:
             )
             if operation.status == "pending_approval" and stored.requester_id == principal.user_id:
                 keep_for_write(gw.store, spec, stored, ctx.credentials)  # the requester's own, sealed
+                keep_for_wait(gw.store, gw.registry, spec, stored, ctx.credentials)  # for its job's wait
             key = stored.operation_key
             records[call_id] = CallRecord(
                 **{**record, "phase": "proposed", "operation_key": key, "proposal_id": stored.proposal_id}

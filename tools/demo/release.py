@@ -9,11 +9,14 @@ from pathlib import Path
 
 from toolgate.release import Release, ReleaseEnv
 from toolgate.store.base import Store
+from toolgate.tools.credentials import HmacCredentialProvider
 from toolgate.tools.demo.catalog import demo_specs
+from toolgate.tools.demo.crm_hub import HubCrmApi, HubCrmClient, hubcrm_overrides
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.services import DemoResolver, DemoServices
 from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE
 from toolgate.tools.spec import ToolSpec
+from toolgate.tools.tenant_overrides import TenantOverride
 
 HOME = Path(__file__).resolve().parent / "releases"
 """Where the demo releases' files live."""
@@ -28,6 +31,7 @@ def setup_wide(store: Store) -> None:
     """The refund story's tables plus the other demo services' (inventory, purchasing, ...)."""
     DemoSystem(store).setup(store)
     DemoServices.on(store, secret=b"schema-setup-only").setup(store)  # tables only: nothing is signed
+    HubCrmClient(store, api=HubCrmApi(store)).setup(store)  # globex's own CRM
 
 
 def refund_tools(env: ReleaseEnv) -> list[ToolSpec]:
@@ -43,6 +47,13 @@ def refund_resolver(env: ReleaseEnv) -> DemoSystem:
 def wide_tools(env: ReleaseEnv) -> list[ToolSpec]:
     """The refund story plus the other demo integrations."""
     return [*demo_specs(DemoSystem(env.store)), *DemoServices.on(env.store, secret=env.secret).specs()]
+
+
+def wide_overrides(env: ReleaseEnv) -> list[TenantOverride]:
+    """Globex's own CRM behind ``crm_lookup_contact`` (`toolgate.tools.demo.crm_hub`); HubCRM checks
+    the credentials the process issues with the store's secret, the key the process signs with."""
+    api = HubCrmApi(env.store, verifier=HmacCredentialProvider(env.secret))
+    return hubcrm_overrides(HubCrmClient(env.store, api=api))
 
 
 def wide_resolver(env: ReleaseEnv) -> DemoResolver:
@@ -64,7 +75,12 @@ refund = Release.from_directory(
 """``ops-tools/1.0.0``: the refund story (four tools), kept as the previous complete bundle."""
 
 wide = Release.from_directory(
-    _home(WIDE_RELEASE), id=WIDE_RELEASE, tools=wide_tools, resolver=wide_resolver, setup=setup_wide
+    _home(WIDE_RELEASE),
+    id=WIDE_RELEASE,
+    tools=wide_tools,
+    resolver=wide_resolver,
+    setup=setup_wide,
+    tenant_overrides=wide_overrides,
 )
 """``ops-tools/1.1.0``: the default demo release."""
 
@@ -79,6 +95,7 @@ __all__ = [
     "setup_refund",
     "setup_wide",
     "wide",
+    "wide_overrides",
     "wide_resolver",
     "wide_tools",
 ]
