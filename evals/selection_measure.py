@@ -94,7 +94,7 @@ def measure(registry: Registry, cases: Sequence[EvalCase], *, catalog: str, limi
     for case in cases:
         principal = principal_of(case)
         visible, offered = select_tools(
-            registry, principal, Conversation(request=case.input), limit or len(registry.tools)
+            registry, principal, Conversation(request=case.input), limit or len(registry.tools), now=None
         )
         sizes.append(len(offered))
         figures.cases += 1

@@ -64,15 +64,14 @@ def stop_rollout(store: Store, configured: str, rollout: Rollout, reason: str, *
     return done.rollout
 
 
-def halt_node(gw: Gateway, rollout: Rollout) -> Callable[..., dict[str, Any]]:
-    """A candidate thread's node once its release no longer serves: every call of the turn still
-    waiting is answered as not run, and the task stops for review."""
-    rejection = Rejection(
-        code="task_stopped",
-        retryable=False,
-        message=f"Not run: release {rollout.candidate}, which served this task, was stopped "
-        f"({rollout.phase}). Start a new task.",
-    )
+def stop_task_node(
+    gw: Gateway, code: str, why: str, *, reason: str, detail: dict[str, Any]
+) -> Callable[..., dict[str, Any]]:
+    """A node that stops the task for review because its release no longer serves it: every call
+    of the turn still waiting is answered as not run (``task_stopped``, "Not run: <why>. Start a
+    new task."), ``release.thread_stopped`` is audited with ``code`` and ``detail`` plus the
+    number of calls answered, and the state's ``status_reason`` is ``reason``."""
+    rejection = Rejection(code="task_stopped", retryable=False, message=f"Not run: {why}. Start a new task.")
 
     def halt(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
         turn = budget_of(state, context_of(runtime))["model_turns"]
@@ -87,19 +86,31 @@ def halt_node(gw: Gateway, rollout: Rollout) -> Callable[..., dict[str, Any]]:
             "release.thread_stopped",
             "refused",
             user_id=principal.user_id if principal else None,
-            code="release_stopped",
+            code=code,
             thread_id=thread_id(config),
-            detail={"rollout_id": rollout.rollout_id, "candidate": rollout.candidate, "calls": len(messages)},
+            detail={**detail, "calls": len(messages)},
         )
         return {
             "messages": messages,
             "calls": records,
             "awaiting": [],
             "status": "needs_review",
-            "status_reason": f"release {rollout.candidate} serving this task was stopped",
+            "status_reason": reason,
         }
 
     return halt
 
 
-__all__ = ["halt_node", "stop_rollout"]
+def halt_node(gw: Gateway, rollout: Rollout) -> Callable[..., dict[str, Any]]:
+    """A candidate thread's node once its release no longer serves: every call of the turn still
+    waiting is answered as not run, and the task stops for review."""
+    return stop_task_node(
+        gw,
+        "release_stopped",
+        f"release {rollout.candidate}, which served this task, was stopped ({rollout.phase})",
+        reason=f"release {rollout.candidate} serving this task was stopped",
+        detail={"rollout_id": rollout.rollout_id, "candidate": rollout.candidate},
+    )
+
+
+__all__ = ["halt_node", "stop_rollout", "stop_task_node"]

@@ -88,7 +88,9 @@ def ask_candidate(
     instructions, screened as its model node would screen it (unobserved, untraced)."""
     # the tools the candidate's own model node would offer for this conversation (at most N)
     conversation = conversation_of({"messages": history})
-    offered = select_tools(candidate.registry, principal, conversation, ctx.max_tools_per_request)[1]
+    offered = select_tools(
+        candidate.registry, principal, conversation, ctx.max_tools_per_request, now=candidate.store.now()
+    )[1]
     runnable = candidate.model_for(offered)
     response = invoke_unobserved(runnable, [SystemMessage(candidate.instructions), *history])
     if not isinstance(response, AIMessage):

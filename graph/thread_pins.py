@@ -20,11 +20,19 @@ then holds the thread to its own pin (`toolgate.store.thread_releases`):
   the records give, whose executor refuses another release's proposals.
 
 Checkpointed ``state["release"]`` is only a label: nothing here reads it.
+
+The pin is read from the store once per graph run (`ThreadPinning.pin_of_run`, keyed by the
+run's LangGraph ``RunControl``, which LangGraph makes fresh for each invocation), not once per
+node: a run's nodes all follow the pin as the run found it (or as its first model turn recorded
+it), and a migration, or a row edited meanwhile, is read by the thread's next run. The rollout
+records (a candidate's stop) are still read for every node.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +42,9 @@ from langgraph.runtime import Runtime
 from toolgate.errors import ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.guard import unanswered_calls
-from toolgate.graph.messages import rejection_message
-from toolgate.graph.nodes._common import budget_of, context_of, thread_id
+from toolgate.graph.nodes._common import context_of, thread_id
+from toolgate.graph.rollout_stop import stop_task_node
 from toolgate.graph.server_context import server_context
-from toolgate.graph.state import CallRecord, GatewayState
-from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.store.rollout_records import ReleaseState, Rollout, ThreadRelease
 from toolgate.store.thread_releases import ThreadReleases
@@ -50,6 +55,8 @@ if TYPE_CHECKING:
 HALTED_NODES = frozenset({"model", "dispatch", "proposal"})
 """Nodes a thread does not run once its release stopped serving it."""
 ENDED_PHASES = frozenset({"stopped", "rolled_back"})
+RUN_PINS_KEPT = 1024
+"""Pins of recent runs kept in memory (the oldest run's is forgotten first)."""
 
 
 class ThreadPinning:
@@ -58,6 +65,35 @@ class ThreadPinning:
     def __init__(self, router: ReleaseRouter) -> None:
         self.router = router
         self.pins = ThreadReleases(router.store)
+        self._run_pins: OrderedDict[tuple[int, str], tuple[object, ThreadRelease]] = OrderedDict()
+        self._run_lock = threading.Lock()
+
+    def pin_of_run(self, task: str, runtime: Runtime[Context]) -> ThreadRelease | None:
+        """Thread ``task``'s pin as this graph run read it from the store (read on the run's first
+        routed node; every node of a run with no ``RunControl`` reads it). A thread with no pin
+        yet is read again by each node until one is recorded; never from checkpointed state."""
+        control = getattr(runtime, "control", None)
+        if control is None:
+            return self.pins.get(task)
+        key = (id(control), task)
+        with self._run_lock:
+            found = self._run_pins.get(key)
+            if found is not None and found[0] is control:  # the same run (ids are not reused while kept)
+                return found[1]
+        pin = self.pins.get(task)
+        if pin is not None:
+            self._remember(runtime, task, pin)
+        return pin
+
+    def _remember(self, runtime: Runtime[Context], task: str, pin: ThreadRelease) -> None:
+        control = getattr(runtime, "control", None)
+        if control is None:
+            return
+        with self._run_lock:
+            self._run_pins[(id(control), task)] = (control, pin)
+            self._run_pins.move_to_end((id(control), task))
+            while len(self._run_pins) > RUN_PINS_KEPT:
+                self._run_pins.popitem(last=False)
 
     def stopped_by(self, pin: ThreadRelease, current: ReleaseState) -> Rollout | None:
         """The rollout the thread was pinned under, when it stopped (or rolled back) the pinned
@@ -91,7 +127,7 @@ class ThreadPinning:
         from toolgate.graph.rollout import Route
 
         task = thread_id(config)
-        pin = self.pins.get(task)
+        pin = self.pin_of_run(task, runtime)
         if pin is None:
             if name != "model" or route.halted or current.tampered or self.router.store.read_only:
                 return route
@@ -103,6 +139,7 @@ class ThreadPinning:
                 tenant_id=principal.tenant_id if principal else "",
                 rollout_id=rollout_id,
             )
+            self._remember(runtime, task, pin)
         if not pin.authentic:
             self.router._refuse_tampered("thread_pin_tampered", {"thread_id": task})
             return self._halted(name, route, ("thread_pin_tampered", "its release pin does not verify", ""))
@@ -157,36 +194,11 @@ def run_principal(primary: Gateway, runtime: Runtime[Context]) -> Principal | No
 def stop_node(gw: Gateway, stop: tuple[str, str, str]) -> Callable[..., dict[str, Any]]:
     """A pinned thread's node when its release cannot serve it (``stop``: code, why, the pinned
     release): every call of the turn still waiting is answered as not run, and the task stops
-    for review (audited ``release.thread_stopped``)."""
+    for review (audited ``release.thread_stopped``; `toolgate.graph.rollout_stop.stop_task_node`)."""
     code, why, pinned = stop
-    rejection = Rejection(code="task_stopped", retryable=False, message=f"Not run: {why}. Start a new task.")
-
-    def stopped(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
-        turn = budget_of(state, context_of(runtime))["model_turns"]
-        messages, records = [], {}
-        for call_id, tool in unanswered_calls(state):
-            messages.append(rejection_message(call_id, tool, rejection))
-            records[call_id] = CallRecord(
-                call_id=call_id, tool=tool, turn=turn, phase="rejected", code=rejection.code
-            )
-        principal = context_of(runtime).principal
-        gw.auditor.record(
-            "release.thread_stopped",
-            "refused",
-            user_id=principal.user_id if principal else None,
-            code=code,
-            thread_id=thread_id(config),
-            detail={"pinned": pinned, "served": gw.registry.release, "calls": len(messages)},
-        )
-        return {
-            "messages": messages,
-            "calls": records,
-            "awaiting": [],
-            "status": "needs_review",
-            "status_reason": f"{code}: {why}",
-        }
-
-    return stopped
+    return stop_task_node(
+        gw, code, why, reason=f"{code}: {why}", detail={"pinned": pinned, "served": gw.registry.release}
+    )
 
 
 __all__ = ["HALTED_NODES", "ThreadPinning", "run_principal", "stop_node"]

@@ -12,7 +12,10 @@ The release's ``tool_choice`` (`toolgate.release.Release.tool_choice`) applies p
 - ``auto`` and ``none`` apply to every turn;
 - a model that cannot be forced (Anthropic with extended thinking refuses ``required`` and named
   choices) gets ``auto`` instead, audited (``forced_choice_unsupported``);
-- a request that offers no tool at all (the principal sees none) is recorded as ``none``.
+- a request that offers no tool at all (the principal sees none) is recorded as ``none``;
+- a tool past its deprecation window on the store's clock is never offered (every call of it is
+  refused ``tool_deprecated``); the ``model.response`` event names it in ``tools_retired``. A
+  retired tool named as the tool choice falls back to ``auto`` like any tool not offered.
 
 The conversation the selector reads comes from checkpointed state, which is untrusted: it only
 changes which of the principal's visible tools are offered, never what is visible.
@@ -23,13 +26,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.policy.tool_selection import Conversation, select_tools
+from toolgate.policy.tool_selection import Conversation, is_retired, select_tools
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec
 
@@ -51,6 +55,8 @@ class Offer:
     fallback_from: str | None = None
     fallback_code: str = FALLBACK_CODE
     """The named tool the release set when it could not be forced (the step is ``auto``)."""
+    retired: tuple[str, ...] = ()
+    """Visible tools withheld because their deprecation window has ended."""
 
 
 def _keys(value: Any, out: set[str], depth: int = 0) -> None:
@@ -119,11 +125,13 @@ def offer_for(
     setting: str,
     new_turn: bool,
     last_turn: bool,
+    now: datetime,
     can_force: bool = True,
 ) -> Offer:
-    """The tools and tool choice of this model request (``can_force`` False: the model refuses
-    ``required`` and named choices, which are then sent as ``auto`` and audited)."""
-    visible, offered = select_tools(registry, principal, conversation_of(state), limit)
+    """The tools and tool choice of this model request (``now``: the store's clock, which judges
+    deprecation windows; ``can_force`` False: the model refuses ``required`` and named choices,
+    which are then sent as ``auto`` and audited)."""
+    visible, offered = select_tools(registry, principal, conversation_of(state), limit, now=now)
     choice, fallback = step_choice(setting, offered, new_turn=new_turn, last_turn=last_turn)
     code = FALLBACK_CODE
     if not offered:  # no tool is bound at all: the request can only be answered
@@ -131,7 +139,12 @@ def offer_for(
     elif not can_force and choice not in ("auto", "none"):
         choice, fallback, code = "auto", choice, UNFORCEABLE_CODE
     return Offer(
-        visible=visible, offered=offered, tool_choice=choice, fallback_from=fallback, fallback_code=code
+        visible=visible,
+        offered=offered,
+        tool_choice=choice,
+        fallback_from=fallback,
+        fallback_code=code,
+        retired=tuple(s.name for s in visible if is_retired(s, now)),
     )
 
 
@@ -145,6 +158,8 @@ def offer_detail(offer: Offer) -> dict[str, Any]:
     }
     if offer.fallback_from is not None:
         detail["tool_choice_fallback"] = {"configured": offer.fallback_from, "code": offer.fallback_code}
+    if offer.retired:
+        detail["tools_retired"] = list(offer.retired)
     return detail
 
 

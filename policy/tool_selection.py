@@ -22,6 +22,11 @@ tools is offered whole. Selection only ever narrows `visible_tools`: it cannot o
 principal may not see, whatever the (untrusted) conversation holds. It is an offer, not a
 permission: dispatch judges a call against the visible set, so a call to a visible tool that was
 not offered this turn is judged like any other.
+
+A tool past its deprecation window (`toolgate.tools.registry_fields.Deprecation`, ``retired`` on
+the store's clock, the ``now`` the caller passes) is never offered: every call of it is refused
+``tool_deprecated``. Inside its window it is offered like any other, its description telling the
+model it is deprecated.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import contextlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from toolgate.errors import RegistryError
@@ -189,24 +195,36 @@ def score(spec: ToolSpec, principal: Principal, conversation: Conversation, requ
     return total
 
 
+def is_retired(spec: ToolSpec, now: datetime) -> bool:
+    """Whether ``spec``'s deprecation window has ended at ``now`` (the store's clock)."""
+    return spec.deprecation is not None and spec.deprecation.state(now) == "retired"
+
+
 def select_tools(
-    registry: Registry, principal: Principal, conversation: Conversation, limit: int = DEFAULT_MAX_TOOLS
+    registry: Registry,
+    principal: Principal,
+    conversation: Conversation,
+    limit: int = DEFAULT_MAX_TOOLS,
+    *,
+    now: datetime | None,
 ) -> tuple[list[ToolSpec], list[ToolSpec]]:
     """``(visible, offered)``: the principal's visible tools and at most ``limit`` of them to offer
-    this request, sorted by name. A call to a visible tool outside ``offered`` is still judged
-    normally by dispatch (the offer is no permission)."""
+    this request, sorted by name; a retired tool at ``now`` (the store's clock) is never offered
+    (``now`` None: no deprecation is judged, for offline measures only). A call to a visible tool
+    outside ``offered`` is still judged normally by dispatch (the offer is no permission)."""
     visible = visible_tools(registry, principal)
-    if len(visible) <= limit:
-        return visible, sorted(visible, key=lambda s: s.name)
+    live = visible if now is None else [s for s in visible if not is_retired(s, now)]
+    if len(live) <= limit:
+        return visible, sorted(live, key=lambda s: s.name)
     request = words(conversation.request)
-    called_args = frozenset(a for s in visible if s.name in conversation.called for a in profile(s).arguments)
+    called_args = frozenset(a for s in live if s.name in conversation.called for a in profile(s).arguments)
     state = Conversation(
         request=conversation.request,
         called=conversation.called,
         result_keys=conversation.result_keys | called_args,
         pending=conversation.pending,
     )
-    ranked = sorted(visible, key=lambda s: (-score(s, principal, state, request), s.name))
+    ranked = sorted(live, key=lambda s: (-score(s, principal, state, request), s.name))
     return visible, sorted(ranked[: max(0, limit)], key=lambda s: s.name)
 
 
@@ -231,6 +249,7 @@ __all__ = [
     "Conversation",
     "ToolProfile",
     "check_tool_choice",
+    "is_retired",
     "offered_names",
     "profile",
     "score",

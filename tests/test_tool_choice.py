@@ -100,7 +100,14 @@ def test_a_principal_offered_no_tool_gets_a_plain_request_recorded_as_none(sqlit
     registry = REFUND.registry(ReleaseEnv(store=sqlite, secret=TEST_KEY))
     nobody = Principal.from_dict({"user_id": "u", "tenant_id": "acme", "roles": [], "scopes": []})
     offer = offer_for(
-        registry, nobody, {"messages": []}, limit=8, setting="lookup_order", new_turn=True, last_turn=False
+        registry,
+        nobody,
+        {"messages": []},
+        limit=8,
+        setting="lookup_order",
+        new_turn=True,
+        last_turn=False,
+        now=sqlite.now(),
     )
     assert (offer.offered, offer.tool_choice, offer.fallback_from) == ([], "none", "lookup_order")
 

@@ -107,13 +107,15 @@ def test_never_a_hidden_tool_at_most_n_sorted_and_deterministic(catalog: Registr
         visible = {s.name for s in visible_tools(catalog, person)}
         for conversation in _requests(catalog):
             for limit in (1, 3, 8):
-                seen, offered = select_tools(catalog, person, conversation, limit)
+                seen, offered = select_tools(catalog, person, conversation, limit, now=None)
                 names = [s.name for s in offered]
                 assert {s.name for s in seen} == visible
                 assert set(names) <= visible, (person.user_id, conversation)
                 assert len(names) == min(limit, len(visible))
                 assert names == sorted(names)
-                assert names == [s.name for s in select_tools(catalog, person, conversation, limit)[1]]
+                assert names == [
+                    s.name for s in select_tools(catalog, person, conversation, limit, now=None)[1]
+                ]
                 if len(visible) <= limit:
                     assert set(names) == visible
                 checked += 1
@@ -124,7 +126,7 @@ def test_intent_and_conversation_state_pick_the_tools(catalog: Registry) -> None
     lee = principal("lee")
 
     def offered(conversation: Conversation, limit: int = 3) -> list[str]:
-        return [s.name for s in select_tools(catalog, lee, conversation, limit)[1]]
+        return [s.name for s in select_tools(catalog, lee, conversation, limit, now=None)[1]]
 
     assert "lookup_order" in offered(Conversation(request="Where is order O-5512?"))  # argument pattern
     assert "get_inventory" in offered(Conversation(request="How many SKU-7 are in stock?"))

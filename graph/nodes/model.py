@@ -101,6 +101,7 @@ def make_model_node(gw: Gateway) -> Any:
             setting=gw.tool_choice,
             new_turn=new_turn,
             last_turn=budget["model_turns"] + 1 >= budget["max_model_turns"],
+            now=now,  # the store's clock: a tool past its deprecation window is not offered
             can_force=gw.can_force_tools,
         )
         runnable = gw.model_for(offer.offered, offer.tool_choice)
