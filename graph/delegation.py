@@ -9,7 +9,8 @@ other key of the store can open them), with the operation key, tenant, requester
 associated data, so a sealed record copied to another operation, user or expiry does not open.
 The store keeps only the ciphertext (`toolgate.store.delegations`); it expires with the proposal
 and is deleted once the operation is terminal. A record that does not open, or has expired, is
-refused (`DelegationRefused`): the write fails closed and the refusal is audited.
+refused (`DelegationRefused`): the write fails closed and the refusal is audited. A durable
+wait's status checks seal theirs the same way, bound to the wait (`toolgate.graph.wait_delegation`).
 """
 
 from __future__ import annotations
@@ -62,15 +63,37 @@ def _bound(proposal: ProposalRecord) -> bytes:
     ).encode("utf-8")
 
 
+def seal_text(keys: Keyring, credentials: Mapping[str, str], bound: bytes) -> str:
+    """``credentials`` sealed under the store's sealing key with ``bound`` as associated data."""
+    nonce = os.urandom(12)
+    plain = canonical_json(dict(credentials)).encode("utf-8")
+    sealed = nonce + _cipher(keys).encrypt(nonce, plain, bound)
+    return f"{VERSION}.{base64.urlsafe_b64encode(sealed).decode('ascii')}"
+
+
+def open_text(keys: Keyring, text: str, bound: bytes) -> dict[str, str]:
+    """The credentials ``text`` seals for ``bound``; `DelegationRefused` when it does not open."""
+    version, _, body = text.partition(".")
+    try:
+        raw = base64.urlsafe_b64decode(body.encode("ascii"))
+        if version != VERSION or len(raw) < 29:
+            raise ValueError("malformed")
+        plain = _cipher(keys).decrypt(raw[:12], raw[12:], bound)
+        found = json.loads(plain)
+    except (InvalidTag, ValueError, UnicodeError):
+        raise DelegationRefused("delegation_invalid", "the sealed delegation failed verification") from None
+    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+        raise DelegationRefused("delegation_invalid", "the sealed delegation is malformed")
+    return {str(k): v for k, v in found.items()}
+
+
 def seal(store: Store, proposal: ProposalRecord, credentials: Mapping[str, str]) -> bool:
     """Seal ``credentials`` for ``proposal``'s operation (nothing stored when there are none)."""
     if not credentials:
         return False
-    nonce = os.urandom(12)
-    plain = canonical_json(dict(credentials)).encode("utf-8")
-    sealed = nonce + _cipher(store.keys).encrypt(nonce, plain, _bound(proposal))
-    text = f"{VERSION}.{base64.urlsafe_b64encode(sealed).decode('ascii')}"
-    store.put_delegation(proposal.operation_key, text, proposal.expires_at)
+    store.put_delegation(
+        proposal.operation_key, seal_text(store.keys, credentials, _bound(proposal)), proposal.expires_at
+    )
     return True
 
 
@@ -86,18 +109,7 @@ def unseal(store: Store, proposal: ProposalRecord) -> dict[str, str]:
         )
     if store.now() >= parse_iso(record.expires_at):
         raise DelegationRefused("delegation_expired", "the sealed delegation expired with its proposal")
-    version, _, body = record.sealed.partition(".")
-    try:
-        raw = base64.urlsafe_b64decode(body.encode("ascii"))
-        if version != VERSION or len(raw) < 29:
-            raise ValueError("malformed")
-        plain = _cipher(store.keys).decrypt(raw[:12], raw[12:], _bound(proposal))
-        found = json.loads(plain)
-    except (InvalidTag, ValueError, UnicodeError):
-        raise DelegationRefused("delegation_invalid", "the sealed delegation failed verification") from None
-    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
-        raise DelegationRefused("delegation_invalid", "the sealed delegation is malformed")
-    return {str(k): v for k, v in found.items()}
+    return open_text(store.keys, record.sealed, _bound(proposal))
 
 
-__all__ = ["PURPOSE", "DelegationRefused", "seal", "unseal"]
+__all__ = ["PURPOSE", "DelegationRefused", "open_text", "seal", "seal_text", "unseal"]

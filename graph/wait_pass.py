@@ -3,8 +3,11 @@
 Run by ``toolgate worker run`` on every pass of its loop (`toolgate.graph.worker_loop`), never by
 the model. For each wait due by the store's clock it calls the declared status tool's handler
 itself, as trusted code: with the requesting tenant and user the wait row records (MAC'd, from the
-write's stored proposal), the status tool's own capabilities (`toolgate.graph.handler_scope`),
-its timeout and its circuit breaker. Each check is recorded in one conditional update
+write's stored proposal), that user's forwarded credentials the status tool declares, sealed for
+this wait (`toolgate.graph.wait_delegation`; a seal that is missing, tampered with, another
+wait's or expired fails the wait closed as ``refused``, audited ``delegation.refused``), the
+status tool's own capabilities (`toolgate.graph.handler_scope`), its timeout and its circuit
+breaker. Each check is recorded in one conditional update
 (`Store.record_wait_check`), so two workers never record the same check; the job done, or the
 wait past its expiry by the store's clock, makes the wait ``ready``, and the pass resumes its
 thread (``resume``; the LangGraph server's waker does the same for server threads). The resumed
@@ -27,8 +30,10 @@ from toolgate.graph import handler_scope as scope
 from toolgate.graph import handlers
 from toolgate.graph.capability_audit import audit_denial
 from toolgate.graph.context import Context
+from toolgate.graph.delegation import DelegationRefused
 from toolgate.graph.execution import Executor
 from toolgate.graph.nodes.wait import INVALID
+from toolgate.graph.wait_delegation import forget, open_for_wait
 from toolgate.policy.output import sanitize_result
 from toolgate.store.base import Store
 from toolgate.store.waits import WaitRecord
@@ -38,19 +43,23 @@ Report = Callable[[dict[str, Any]], None]
 
 def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any] | None, bool]:
     """One check of ``row``'s job: ``(status, sanitized result, done)``; a failed check is
-    ``error:<kind>`` (the wait goes on until its expiry)."""
+    ``error:<kind>`` (the wait goes on until its expiry). A status tool that declares forwarded
+    credentials runs with the requesting user's, sealed for this wait
+    (`toolgate.graph.wait_delegation`); `DelegationRefused`, before its handler runs, when they
+    are missing, do not open, belong to another wait or expired."""
     write = executor.registry.get(row.tool)
     spec = executor.registry.get(row.status_tool)
     if write is None or write.wait is None or spec is None or spec.is_write:
         return "error:status_tool_missing", None, False
     wait = write.wait
+    credentials = open_for_wait(executor.store, row) if spec.forwarded_credentials else {}
     ctx = scope.handler_context(
         spec,
         store=executor.store,
         provider=executor.credential_provider,
         tenant_id=row.tenant_id,
         user_id=row.user_id,
-        credentials={},  # nobody's forwarded token: the status tool runs on its own capabilities
+        credentials=credentials,  # the requesting user's own, sealed for this wait; never the worker's
         deadline=scope.deadline_of(executor.clock.now(), spec),
     )
     try:
@@ -128,14 +137,19 @@ class WaitPass:
                 self.report({"wait": key, "refused": INVALID})
             return 0
         executor = self.executor_for(key)
-        status, data, done = job_status(executor, row)
+        refused = False
+        try:
+            status, data, done = job_status(executor, row)
+        except DelegationRefused as exc:
+            status, data, done, refused = self._refused_check(executor, row, exc)
         updated = self.store.record_wait_check(
-            key, checks_seen=row.checks, job_status=status, result=data, done=done
+            key, checks_seen=row.checks, job_status=status, result=data, done=done, refused=refused
         )
         if updated is None:
             return 0  # another worker recorded this check first
         self.report(updated.facts())
         if updated.state == "ready":
+            forget(self.store, key)  # the wait is over: the requesting user's sealed credentials go
             if made_ready is not None:
                 made_ready.add(key)  # this worker resumes it: one resume per wait, not one per worker
             executor.auditor.record(
@@ -143,6 +157,23 @@ class WaitPass:
                 tool=row.tool, tenant_id=row.tenant_id, detail={"checks": updated.checks, "job_status": status},
             )  # fmt: skip
         return 1
+
+    def _refused_check(
+        self, executor: Executor, row: WaitRecord, exc: DelegationRefused
+    ) -> tuple[str, dict[str, Any] | None, bool, bool]:
+        """A check refused for want of the requesting user's sealed credentials (audited; its
+        handler never ran), as a write refuses them: it fails closed at once, the wait ends
+        ``refused`` with the code as its status. Credentials that expired with the wait are its
+        natural end: recorded with the latest status, the wait ends ``expired``."""
+        executor.auditor.record(
+            "delegation.refused", "refused", code=exc.kind, user_id=row.user_id, operation_key=row.operation_key,
+            thread_id=row.thread_id, tool=row.status_tool, tenant_id=row.tenant_id,
+            detail={"reason": exc.message, "wait": "check"},
+        )  # fmt: skip
+        self.report({"wait": row.operation_key, "refused": exc.kind})
+        if exc.kind == "delegation_expired":
+            return row.last_status or f"error:{exc.kind}", row.result, False, False
+        return f"error:{exc.kind}", None, False, True
 
     def _wake(self, row: WaitRecord) -> None:
         assert self.resume is not None

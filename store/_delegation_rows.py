@@ -61,7 +61,12 @@ class DelegationRows:
                 "DELETE FROM sealed_delegations WHERE expires_at <= ? OR operation_key IN ("
                 " SELECT operation_key FROM operations WHERE status IN ("
                 + ", ".join("?" for _ in terminal)
-                + ")) RETURNING operation_key",
+                + "))"
+                # a wait's sealed credentials (`toolgate.graph.wait_delegation`) go when the wait ends
+                " OR operation_key IN (SELECT 'wait:' || operation_key FROM job_waits WHERE state <> 'waiting')"
+                " OR operation_key IN ("
+                " SELECT 'wait-pending:' || operation_key FROM job_waits WHERE state <> 'waiting')"
+                " RETURNING operation_key",
                 (self._tx_now(tx), *terminal),
             )
         return len(gone)

@@ -85,6 +85,7 @@ class WaitRows:
         job_status: str,
         result: dict[str, Any] | None,
         done: bool,
+        refused: bool = False,
     ) -> WaitRecord | None:
         with self.transaction() as tx:
             current = self._wait(tx.one("SELECT * FROM job_waits WHERE operation_key = ?", (operation_key,)))
@@ -92,6 +93,7 @@ class WaitRows:
                 return None
             now = self._tx_now(tx)
             outcome = "done" if done else ("expired" if now >= current.expires_at else "")
+            outcome = "refused" if refused else outcome
             result = json.loads(json.dumps(result, sort_keys=True)) if result is not None else None
             row = {
                 **current.sealed_fields(),

@@ -4,7 +4,8 @@ When a write is proposed, the user's forwarded credentials its tool declares are
 `toolgate.graph.delegation`) and stored under the operation key, so the write and its status
 checks later act as that user, whoever resumes the thread. The store only keeps the opaque sealed
 text: it never sees a credential. A record expires with its proposal and is deleted once the
-operation is terminal (`purge_delegations`).
+operation is terminal (`purge_delegations`). A durable wait's status checks keep theirs under
+``wait:<operation key>`` until the wait ends (`toolgate.graph.wait_delegation`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class SealedDelegations(abc.ABC):
 
     @abc.abstractmethod
     def purge_delegations(self) -> int:
-        """Delete every delegation past its expiry (store clock) or whose operation is terminal;
-        how many were deleted."""
+        """Delete every delegation past its expiry (store clock), whose operation is terminal, or
+        whose durable wait (keys ``wait:``/``wait-pending:`` + operation key) has ended; how many
+        were deleted."""
 
 
 __all__ = ["DelegationRecord", "SealedDelegations"]

@@ -45,6 +45,29 @@ CREATE TABLE job_waits (
 );
 CREATE INDEX job_waits_due_idx ON job_waits (state, next_check_at)"""
 
+_WAIT_REFUSED_COLUMNS = """operation_key, thread_id, tenant_id, user_id, call_id, tool, status_tool, job_ref,
+    state, outcome, checks, last_status, result, every_s, next_check_at, expires_at, created_at, updated_at, mac"""
+
+_WAIT_REFUSED_SQLITE = f"""
+CREATE TABLE job_waits_next (
+    operation_key TEXT PRIMARY KEY, thread_id TEXT NOT NULL, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL,
+    call_id TEXT NOT NULL, tool TEXT NOT NULL, status_tool TEXT NOT NULL, job_ref TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('waiting', 'ready', 'resumed')),
+    outcome TEXT NOT NULL CHECK (outcome IN ('', 'done', 'expired', 'refused')),
+    checks INTEGER NOT NULL, last_status TEXT NOT NULL, result TEXT, every_s DOUBLE PRECISION NOT NULL,
+    next_check_at TEXT NOT NULL, expires_at TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+    mac TEXT NOT NULL
+);
+INSERT INTO job_waits_next ({_WAIT_REFUSED_COLUMNS}) SELECT {_WAIT_REFUSED_COLUMNS} FROM job_waits;
+DROP TABLE job_waits;
+ALTER TABLE job_waits_next RENAME TO job_waits;
+CREATE INDEX job_waits_due_idx ON job_waits (state, next_check_at)"""
+
+_WAIT_REFUSED_POSTGRES = """
+ALTER TABLE job_waits DROP CONSTRAINT job_waits_outcome_check;
+ALTER TABLE job_waits ADD CONSTRAINT job_waits_outcome_check
+    CHECK (outcome IN ('', 'done', 'expired', 'refused'))"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -71,6 +94,11 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="durable waits: a thread suspended on a job the worker checks, MAC'd, by the store's clock",
         sqlite=_JOB_WAITS,
         postgres=_JOB_WAITS,
+    ),
+    Migration(
+        name="durable waits: a wait may end refused (its status check had no sealed user credentials)",
+        sqlite=_WAIT_REFUSED_SQLITE,
+        postgres=_WAIT_REFUSED_POSTGRES,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

@@ -3,7 +3,8 @@
 A write that declares a `toolgate.tools.waits.Wait` opens one wait per operation when it completes
 (`open_wait`); the worker checks the job when the wait is due by the store's clock
 (`due_waits`) and records each check in one conditional update (`record_wait_check`): the job
-done, or the wait past its expiry by the store's clock, makes it ``ready``; the resumed thread
+done, or the wait past its expiry by the store's clock, or a check refused for want of the
+requesting user's sealed credentials (outcome ``refused``), makes it ``ready``; the resumed thread
 marks it ``resumed``. Every row carries a MAC under the store's ``wait`` key over what gives it
 authority (thread, job, state, outcome, result): a row changed outside the store reads back with
 ``verified=False``, and nothing acts on it.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 WaitState = Literal["waiting", "ready", "resumed"]
-WaitOutcome = Literal["", "done", "expired"]
+WaitOutcome = Literal["", "done", "expired", "refused"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,11 +147,13 @@ class DurableWaits(abc.ABC):
         job_status: str,
         result: dict[str, Any] | None,
         done: bool,
+        refused: bool = False,
     ) -> WaitRecord | None:
         """Record one check of a ``waiting``, verified wait that still has ``checks_seen`` checks
         (so two workers never both record one): ``done`` makes it ``ready`` (outcome ``done``);
-        otherwise past its expiry by the store's clock it becomes ``ready`` (``expired``), else the
-        next check is due ``every_s`` from now. None, with nothing changed, when the wait is
+        ``refused`` (the check could not run as the requesting user) makes it ``ready`` with
+        outcome ``refused``; otherwise past its expiry by the store's clock it becomes ``ready``
+        (``expired``), else the next check is due ``every_s`` from now. None, with nothing changed, when the wait is
         missing, not waiting, tampered with, or another check was recorded first."""
 
     @abc.abstractmethod

@@ -12,6 +12,12 @@ Authority is the store's wait row, never the checkpoint: the row must verify und
 ``wait_record_invalid``, audited) and the thread keeps waiting. LangGraph re-runs this node from
 its start on resume, so everything before `interrupt()` is idempotent (opening a wait returns the
 existing one). Progress goes to the client through LangGraph's stream writer (``custom`` mode).
+
+A status tool that declares forwarded credentials is checked as the requesting user: while the
+wait is ``waiting`` this node seals that user's declared credentials for it
+(`toolgate.graph.wait_delegation`), from this request when its authenticated principal is the
+requester, else from those the requester's proposal request sealed; never a reviewer's. They
+are deleted when the wait ends.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from toolgate.graph.messages import result_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.routing import after_execute
 from toolgate.graph.state import GatewayState
+from toolgate.graph.wait_delegation import forget, seal_for_wait, status_spec
 from toolgate.store.waits import WaitIn, WaitRecord
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec
@@ -71,15 +78,22 @@ def after_wait(state: GatewayState) -> Literal["wait", "model", "respond"]:
     return "wait" if state.get("status") == "waiting" else "model"
 
 
+NOTES = {
+    "done": "The job finished while toolgate waited for it; this is its final status.",
+    "expired": "The wait expired before the job finished; this is its latest status. Do not resubmit.",
+    "refused": (
+        "toolgate could not check the job as the requesting user (their credentials for the status check "
+        "were unavailable or refused), so it stopped waiting; the job may still be running. Do not resubmit."
+    ),
+}
+"""What the model is told about the wait, by its outcome."""
+
+
 def _summary(gw: Gateway, call_id: str, spec: ToolSpec, row: WaitRecord, original: str | None) -> ToolMessage:
     status_spec = gw.registry.get(row.status_tool)
     bound = max(spec.max_output_bytes, status_spec.max_output_bytes if status_spec else 0)
     data = {"job_id": row.job_ref, "job_status": row.last_status, "final": row.result}
-    note = (
-        "The job finished while toolgate waited for it; this is its final status."
-        if row.outcome == "done"
-        else "The wait expired before the job finished; this is its latest status. Do not resubmit."
-    )
+    note = NOTES.get(row.outcome, NOTES["expired"])
     extra = {
         "operation_key": row.operation_key,
         "authoritative_status": "completed",
@@ -93,7 +107,9 @@ def _summary(gw: Gateway, call_id: str, spec: ToolSpec, row: WaitRecord, origina
 def make_wait_node(gw: Gateway) -> Any:
     """Build the ``wait`` node."""
 
-    def rows(state: GatewayState, thread: str) -> tuple[list[tuple[str, ToolSpec, WaitRecord]], bool]:
+    def rows(
+        state: GatewayState, thread: str, ctx: Context
+    ) -> tuple[list[tuple[str, ToolSpec, WaitRecord]], bool]:
         """Each waited call with its stored wait (opened here when missing); True if any is refused."""
         found: list[tuple[str, ToolSpec, WaitRecord]] = []
         refused = False
@@ -135,6 +151,9 @@ def make_wait_node(gw: Gateway) -> Any:
                     thread_id=thread, tool=spec.name, tenant_id=proposal.tenant_id,
                 )  # fmt: skip
                 continue
+            status = status_spec(gw.registry, spec)
+            if status is not None and row.state == "waiting":  # its checks run as the requester
+                seal_for_wait(gw.store, gw.auditor, status, row, proposal, ctx.principal, ctx.credentials)
             found.append((call_id, spec, row))
         return found, refused
 
@@ -142,14 +161,15 @@ def make_wait_node(gw: Gateway) -> Any:
         principal_of(state, runtime)  # someone of another tenant is refused before anything is read
         thread = thread_id(config)
         writer = get_stream_writer()
-        found, refused = rows(state, thread)
+        ctx = context_of(runtime)  # the request's own principal and credentials, never the checkpoint's
+        found, refused = rows(state, thread, ctx)
         if refused or any(not row.final for _, _, row in found):
             if state.get("status") != "waiting":
                 for _, _, row in found:
                     writer({"toolgate_wait": row.facts()})
                 return {"status": "waiting"}  # checkpointed first; the next pass sleeps
             interrupt({"toolgate": {"waits": [row.facts() for _, _, row in found]}})
-            found, refused = rows(state, thread)  # a wake carries nothing: read the store again
+            found, refused = rows(state, thread, ctx)  # a wake carries nothing: read the store again
             if refused or any(not row.final for _, _, row in found):
                 for _, _, row in found:  # once per wake: the progress the worker recorded
                     writer({"toolgate_wait": row.facts()})
@@ -159,6 +179,7 @@ def make_wait_node(gw: Gateway) -> Any:
         for call_id, spec, row in found:
             if call_id in originals:
                 messages.append(_summary(gw, call_id, spec, row, originals[call_id]))
+            forget(gw.store, row.operation_key)  # the wait is over: no sealed credentials outlive it
             if gw.store.resume_wait(row.operation_key):
                 gw.auditor.record(
                     "wait.resumed", "completed", code=row.outcome, operation_key=row.operation_key,
