@@ -76,9 +76,10 @@ def _pending_bound(proposal: ProposalRecord) -> bytes:
     ).encode("utf-8")
 
 
-def status_spec(registry: Registry, spec: ToolSpec) -> ToolSpec | None:
-    """The status tool of ``spec``'s wait, when it declares forwarded credentials."""
-    status = registry.get(spec.wait.status_tool) if spec.wait is not None else None
+def status_spec(registry: Registry, spec: ToolSpec, tenant_id: str) -> ToolSpec | None:
+    """The status tool of ``spec``'s wait as it runs for ``tenant_id`` (its own implementation,
+    if the tenant has one), when it declares forwarded credentials."""
+    status = registry.get_for(spec.wait.status_tool, tenant_id) if spec.wait is not None else None
     return status if status is not None and status.forwarded_credentials else None
 
 
@@ -87,7 +88,7 @@ def keep_for_wait(
 ) -> bool:
     """At proposal (the requester's own request): seal the credentials ``spec``'s status tool
     declares for the wait the write may open, until the proposal expires (True when any)."""
-    status = status_spec(registry, spec)
+    status = status_spec(registry, spec, proposal.tenant_id)
     found = declared(status, credentials) if status is not None else {}
     if not found:
         return False

@@ -48,7 +48,7 @@ def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any]
     (`toolgate.graph.wait_delegation`); `DelegationRefused`, before its handler runs, when they
     are missing, do not open, belong to another wait or expired."""
     write = executor.registry.get(row.tool)
-    spec = executor.registry.get(row.status_tool)
+    spec = executor.registry.get_for(row.status_tool, row.tenant_id)  # the tenant's own, if any
     if write is None or write.wait is None or spec is None or spec.is_write:
         return "error:status_tool_missing", None, False
     wait = write.wait

@@ -37,6 +37,7 @@ from toolgate.tools.demo import DemoResolver, DemoServices, DemoSystem
 from toolgate.tools.demo.reports import WAIT_MAX_S, report_specs
 from toolgate.tools.registry import WIDE_RELEASE
 from toolgate.tools.spec import HandlerContext
+from toolgate.tools.tenant_overrides import TenantOverride
 
 LEE_TOKEN = "rep_lee_own_token_0001"
 LEE_FRESH = "rep_lee_fresh_token_0003"
@@ -364,3 +365,38 @@ def test_two_workers_racing_on_a_refused_check_record_it_once_and_run_no_handler
     ended = store.get_wait(row.operation_key)
     assert ended is not None and (ended.state, ended.outcome, ended.checks) == ("ready", "refused", 1)
     assert {e.code for e in refusals(store)} == {"delegation_missing"} and sealed_rows(store) == []
+
+
+class OverriddenWaitWorld(SealedWaitWorld):
+    """The shared ``check_job_status`` declares no credential; acme's own implementation of it
+    (a per-tenant override) declares ``reports_token`` and records what it got."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        WaitWorld.__init__(self, store, monkeypatch, job_s=180)
+        self.seen = []
+        specs = self.counter.wrap(report_specs(self.reports))
+        shared = next(s for s in specs if s.name == "check_job_status")
+        own = TenantOverride(
+            tenant_id="acme",
+            tool="check_job_status",
+            handler=self._recording(shared.handler),
+            handler_revision="check-job-status/acme-own-1",
+            forwarded_credentials=frozenset({"reports_token"}),
+        )
+        resolver = DemoResolver(DemoSystem(store), DemoServices.on(store, secret=TEST_KEY))
+        self.registry = Registry.of(WIDE_RELEASE, specs, resolver, [own])
+
+
+def test_a_tenants_own_status_tool_is_the_one_the_worker_runs_with_its_declared_credential(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = OverriddenWaitWorld(store, monkeypatch)
+    graph = world.graph()
+    world.propose(graph, {"reports_token": LEE_TOKEN, "hr_token": UNDECLARED})
+    assert world.resume(graph, reviewer())["status"] == "waiting"
+    assert open_for_wait(store, world.wait()) == {"reports_token": LEE_TOKEN}  # what acme's own declares
+    world.advance(190)
+    assert world.wait_pass(graph)() == 1
+    assert world.seen == [{"reports_token": LEE_TOKEN}]  # acme's implementation ran, as Lee
+    assert world.counter.calls["check_job_status"] == 1
+    assert (world.wait().state, world.wait().outcome) == ("resumed", "done") and sealed_rows(store) == []

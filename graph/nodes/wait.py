@@ -151,7 +151,7 @@ def make_wait_node(gw: Gateway) -> Any:
                     thread_id=thread, tool=spec.name, tenant_id=proposal.tenant_id,
                 )  # fmt: skip
                 continue
-            status = status_spec(gw.registry, spec)
+            status = status_spec(gw.registry, spec, proposal.tenant_id)
             if status is not None and row.state == "waiting":  # its checks run as the requester
                 seal_for_wait(gw.store, gw.auditor, status, row, proposal, ctx.principal, ctx.credentials)
             found.append((call_id, spec, row))
