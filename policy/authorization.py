@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from toolgate.errors import RejectionCode
@@ -34,10 +35,17 @@ def visible_tools(registry: Registry, principal: Principal) -> list[ToolSpec]:
     return [s for _, s in sorted(registry.tools.items()) if exposed(s, principal)]
 
 
-def closest_visible(registry: Registry, unknown: str, principal: Principal) -> str | None:
+def closest_visible(
+    registry: Registry, unknown: str, principal: Principal, now: datetime | None = None
+) -> str | None:
     """The closest tool name to an unknown one among those the principal may see, never a hidden
-    tool's. It is the wire name: the suggestion is for the model, which calls tools by wire name."""
-    allowed = [s.wire_name for s in visible_tools(registry, principal)]
+    tool's, nor (given the store's ``now``) one past its deprecation window, which would only be
+    refused. It is the wire name: the suggestion is for the model, which calls tools by wire name."""
+    allowed = [
+        s.wire_name
+        for s in visible_tools(registry, principal)
+        if now is None or s.deprecation is None or s.deprecation.state(now) != "retired"
+    ]
     matches = difflib.get_close_matches(unknown.casefold(), allowed, n=1, cutoff=0.6)
     return matches[0] if matches else None
 

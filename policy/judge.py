@@ -97,7 +97,7 @@ class Judge:
         call against any rate limit (a shadow judgement writes nothing anywhere)."""
         spec = self.registry.get(call.name)
         if spec is None:
-            suggestion = closest_visible(self.registry, call.name, principal)
+            suggestion = closest_visible(self.registry, call.name, principal, now)
             return Verdict(
                 None,
                 {},

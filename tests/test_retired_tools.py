@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from support import Harness, audit_events, principal, start
+from support import Harness, audit_events, principal, start, tool_messages
 
 from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.context import Context
@@ -200,3 +200,19 @@ def test_a_shadowed_candidate_is_not_offered_its_retired_tool_either(harness: Ha
     candidate = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store)
     ask_candidate(candidate, principal("cust-ada"), [HumanMessage("where is O-5512?")], Context())
     assert model.requests[0].tool_names == ["issue_refund"]
+
+
+def test_an_unknown_name_is_never_answered_with_a_retired_tool(harness: Harness) -> None:
+    """The "did you mean" of an unknown tool points only at a tool the model may still call."""
+    now = harness.store.now()
+    inside, retired = deprecated(harness, now - WINDOW / 2), deprecated(harness, now - 2 * WINDOW)
+    typo = [ai("", tool_call("lookup_ordr", LOOKUP, "c-typo")), ai("ok")]
+    _, offered = run(harness, inside, typo, "typo-inside")
+    _, refused = run(harness, retired, list(typo), "typo-retired")
+    rejected = [e for e in harness.store.audit_events() if e.code == "unknown_tool"]
+    assert len(rejected) == 2  # both refusals audited
+    answers = [json.loads(str(tool_messages(state)[0].content)) for state in (offered, refused)]
+    assert [a["error"] for a in answers] == ["unknown_tool", "unknown_tool"]
+    assert answers[0]["suggested_fix"] == "did you mean 'lookup_order'?"  # inside its window: callable
+    assert "lookup_order" not in json.dumps(answers[1])  # retired: never suggested
+    assert harness.handler_calls.get("lookup_order", 0) == 0
