@@ -40,6 +40,7 @@ from toolgate.tools.tenant_overrides import TenantOverride, resolve_overrides
 
 WIDE = DEMO_RELEASES[WIDE_RELEASE]
 HUB_REVISION = "crm-lookup-contact/hubcrm-1.0.0"
+REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 SHARED_REVISION = "crm-lookup-contact/1.0.0"
 
 
@@ -317,17 +318,7 @@ def test_a_tenants_write_is_proposed_approved_and_run_with_its_own_implementatio
     )
     registry = Registry.of(harness.registry.release, harness.registry.tools.values(), harness.system, [own])
     harness.registry = registry
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call(
-                    "issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}, "c1"
-                ),
-            ),
-            ai("done"),
-        ]
-    )
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1")), ai("done")])
     graph = harness.graph(model)
     state = start(graph, REFUND_REQUEST, "cust-ada", "t-own-refund")
     facts = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
