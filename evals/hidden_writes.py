@@ -2,10 +2,13 @@
 
 The harness (tests/support.py `Harness`, `toolgate.evals.runner.CaseRunner`) wraps every read
 spec's handler with `HiddenWriteCheck.wrap`: before and after each read handler call it takes a
-digest of every ``sor_*`` table (row count and a content hash) through the *store*, in trusted
-harness code, never through the handler's own records capability. A difference is recorded as a
-`HiddenWrite` naming the tool and the table, and the call fails with `HiddenWriteError`; the test
-guard (tests/hidden_writes.py) fails the test, the eval runner fails the case with the stable
+digest of every ``sor_*`` table (row count and a content checksum, `toolgate.evals.sor_digest`)
+through the *store*, in trusted harness code, never through the handler's own records capability.
+Every table, not only the read's declared scope: a read can write outside its scope (through a
+service it calls, code that reaches a store, a table it creates), and that is what must be caught;
+the digest is made cheap instead (on PostgreSQL one statement, reused while nothing commits). A
+difference is recorded as a `HiddenWrite` naming the tool and the table, and the call fails with
+`HiddenWriteError`; the test guard (tests/hidden_writes.py) fails the test, the eval runner fails the case with the stable
 reason ``hidden_write tool=<name> table=<table>``.
 
 Concurrency: reads are *not* serialized (reads of different threads still run at once, as the
@@ -27,17 +30,14 @@ function, never as an attribute: tests/test_handler_capabilities.py walks what h
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from toolgate.evals.sor_digest import Digest, digest, snapshotter, sor_tables
 from toolgate.store.base import Store
-from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.handler import HandlerContext
 from toolgate.tools.spec import ToolSpec
 
@@ -50,9 +50,6 @@ DECLARED: Mapping[str, Mapping[str, str]] = {
     },
 }
 """Per read tool, the tables it writes by design and why."""
-
-_TABLE = re.compile(r"^sor_[a-z0-9_]+$")
-Digest = dict[str, tuple[int, str]]
 
 
 class HiddenWriteError(AssertionError):
@@ -80,45 +77,18 @@ class HiddenWrite:
         )
 
 
-def sor_tables(store: Store) -> list[str]:
-    """Every ``sor_*`` table in ``store``'s database, by name."""
-    if isinstance(store, SQLiteStore):
-        query = "SELECT name FROM sqlite_master WHERE type = 'table'"
-    else:
-        query = (
-            "SELECT table_name AS name FROM information_schema.tables "
-            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
-        )
-    with store.transaction(write=False) as tx:
-        names = [str(row["name"]) for row in tx.execute(query)]
-    return sorted(n for n in names if _TABLE.match(n))
-
-
-def digest(store: Store, tables: Sequence[str] | None = None) -> Digest:
-    """Per ``sor_*`` table: row count and a hash of its rows (order-independent), in one transaction."""
-    names = list(tables) if tables is not None else sor_tables(store)
-    found: Digest = {}
-    with store.transaction(write=False) as tx:
-        for name in names:
-            if not _TABLE.match(name):
-                raise ValueError(f"not a system-of-record table: {name!r}")
-            rows = sorted(
-                json.dumps(row, sort_keys=True, default=str).encode()
-                for row in tx.execute(f"SELECT * FROM {name}")
-            )
-            found[name] = (len(rows), hashlib.sha256(b"\n".join(rows)).hexdigest())
-    return found
-
-
 def differences(tool: str, before: Digest, after: Digest) -> list[HiddenWrite]:
-    """The tables that differ between two digests (minus the tool's declared ones)."""
+    """The tables that differ between two digests (minus the tool's declared ones); a table on
+    one side only differs when it has rows (an empty table created is no write of data)."""
     allowed = DECLARED.get(tool, {})
-    empty = (0, hashlib.sha256(b"").hexdigest())
-    return [
-        HiddenWrite(tool, table, before.get(table, empty), after.get(table, empty))
-        for table in sorted(set(before) | set(after))
-        if table not in allowed and before.get(table) != after.get(table)
-    ]
+    empty = (0, "")
+    found = []
+    for table in sorted(set(before) | set(after)):
+        old, new = before.get(table), after.get(table)
+        if table in allowed or old == new or ((old or new or empty)[0] == 0 and None in (old, new)):
+            continue
+        found.append(HiddenWrite(tool, table, old or empty, new or empty))
+    return found
 
 
 Handler = Callable[[Any, HandlerContext], Any]
@@ -128,7 +98,7 @@ class HiddenWriteCheck:
     """Wraps a registry's handlers so every read is compared before and after (module docstring)."""
 
     def __init__(self, store: Store) -> None:
-        self._snapshot: Callable[[], Digest] = lambda: digest(store)
+        self._snapshot: Callable[[], Digest] = snapshotter(store)
         self.violations: list[HiddenWrite] = []
         self.checked = 0
         """Read calls compared."""

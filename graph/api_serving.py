@@ -7,12 +7,20 @@ strictly (`body_fields`), authenticating the bearer token, running the view in a
 (the store is synchronous, and ``langgraph dev`` refuses blocking calls on the event loop), the
 stable JSON form of every error, and waking the thread a decision changed. Keeping it apart lets
 the views read as the rules of who sees and decides what, with no HTTP in them.
+
+Load shedding: a view (or the gateway it is served over) refused for load
+(`toolgate.policy.admission.Overloaded`, already audited as ``admission.overloaded``) answers
+``503`` with ``Retry-After`` (whole seconds, rounded up) and the stable error body
+``{"error": "overloaded", "message", "retry_after_s", "kind", "scope"}``; any refusal that
+carries ``retry_after_s`` gets the same header. The caller is authenticated first: a request
+without a valid token gets its ``401``, never learns about load.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from toolgate.errors import ConfigurationError, IdentityError, NotFoundError, RegistryError
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.waker import wake_quietly
+from toolgate.policy.admission import Overloaded
 from toolgate.policy.principal import Principal
 
 log = logging.getLogger(__name__)
@@ -112,8 +121,15 @@ def body_fields(raw: bytes | None, types: Mapping[str, type], *, required: Itera
 # ---- serving -------------------------------------------------------------------------------
 
 
+def retry_after_header(seconds: float) -> str:
+    """``Retry-After`` for a wait of ``seconds``: whole seconds, rounded up (never negative)."""
+    return str(max(0, math.ceil(seconds)))
+
+
 def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     headers = {**NO_STORE, **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
+    if isinstance(extra.get("retry_after_s"), int | float):
+        headers["Retry-After"] = retry_after_header(extra["retry_after_s"])
     return JSONResponse({"error": code, "message": message, **extra}, status_code=status, headers=headers)
 
 
@@ -163,6 +179,10 @@ async def serve(
         reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp)
     except Refusal as exc:
         return _error(exc.status, exc.code, str(exc), **exc.extra)
+    except Overloaded as exc:  # no free slot: audited where it was refused; try again later
+        return _error(
+            503, exc.code, str(exc), retry_after_s=exc.retry_after_s, kind=exc.kind, scope=exc.scope
+        )
     except NotFoundError:  # removed between our read and decide's: same answer as never there
         return _error(404, "not_found", "no such proposal")
     except (ConfigurationError, RegistryError):
@@ -176,4 +196,14 @@ async def serve(
     return JSONResponse(payload, status_code=reply.status, headers=NO_STORE)
 
 
-__all__ = ["MAX_BODY_BYTES", "NO_STORE", "Refusal", "Reply", "View", "ViewInput", "body_fields", "serve"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "NO_STORE",
+    "Refusal",
+    "Reply",
+    "View",
+    "ViewInput",
+    "body_fields",
+    "retry_after_header",
+    "serve",
+]

@@ -5,7 +5,8 @@ merges these routes with its own and runs this app's lifespan. Every ``/toolgate
 authenticates its caller by bearer token (`IdentityDirectory.authenticate_bearer`) and answers
 only about proposals of the caller's tenant that the caller may review (a role of the tool's
 approval class) or requested. Anything else answers 404 exactly like an unknown id (no oracle),
-and is audited as ``api.refused``. Decisions go through `decide` and `edit_proposal`, the same
+and is audited as ``api.refused``. A request refused for load answers ``503`` with ``Retry-After``
+(`toolgate.graph.api_serving`). Decisions go through `decide` and `edit_proposal`, the same
 code as the CLI, so this door adds no authority of its own.
 
 This module only assembles the app: the routes (read views in `toolgate.graph.api_reads`,

@@ -9,6 +9,10 @@ Besides the demo story it understands one explicit form, for any release: a requ
 each read ``call <tool> <JSON object>`` proposes exactly those calls in one turn, then reports
 their statuses (``toolgate run --as ada 'call get_ticket {"ticket_id": "T-100"}'``).
 
+It honours the ``tool_choice`` it is bound with like a provider (`toolgate.offline_choice`):
+``none`` answers in text, ``required`` calls some bound tool, a named tool calls only that tool
+(or answers in text when it cannot fill the arguments), ``auto`` lets it decide.
+
 Token use: it has no tokenizer and bills nothing, so each response carries an **estimate**, not a
 count: input is the UTF-8 bytes of every message and tool definition it was given divided by four,
 output the same over its answer, reasoning 0 (it does not reason). The estimate is marked
@@ -30,6 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
+from toolgate.offline_choice import context_text, honour_choice, normalise_choice
 from toolgate.telemetry.tokens import ESTIMATE_KEY, estimated_usage
 
 _ORDER = re.compile(r"\bO-[0-9]{3,8}\b")
@@ -78,14 +83,18 @@ class OfflineDemoModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
     ) -> Runnable[Any, Any]:
-        """Remember which tools may be called (and their definitions, for the token estimate);
-        request options are accepted and ignored."""
+        """Remember which tools may be called, their definitions (for the token estimate and to
+        fill the arguments of a forced call) and the ``tool_choice``, which the model honours
+        (`toolgate.offline_choice`); other request options are accepted and ignored. A named
+        choice that is not among ``tools`` raises ValueError, as a provider refuses it."""
         names = [
             t.get("function", t).get("name") if isinstance(t, dict) else getattr(t, "name", None)
             for t in tools
         ]
+        bound = [n for n in names if n]
         definitions = [t if isinstance(t, dict) else {"name": getattr(t, "name", "")} for t in tools]
-        return self.bind(bound_tools=[n for n in names if n], tool_definitions=definitions)
+        choice = normalise_choice(tool_choice, bound)
+        return self.bind(bound_tools=bound, tool_definitions=definitions, tool_choice=choice)
 
     def _generate(
         self,
@@ -94,8 +103,19 @@ class OfflineDemoModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        allowed = set(kwargs.get("bound_tools") or [])
-        message = self._decide(messages, allowed)
+        bound = list(kwargs.get("bound_tools") or [])
+        message = self._decide(messages, set(bound))
+        request = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+        results = _results_since_request(messages)
+        message = honour_choice(
+            normalise_choice(kwargs.get("tool_choice"), bound),
+            message,
+            bound=bound,
+            definitions=kwargs.get("tool_definitions") or [],
+            context=context_text(str(request.content) if request else "", results),
+            results_summary="; ".join(f"{name}: {payload.get('status')}" for name, payload in results),
+            turn=len([m for m in messages if isinstance(m, AIMessage)]),
+        )
         message.usage_metadata = estimated_usage(messages, kwargs.get("tool_definitions") or [], message)
         message.response_metadata = {ESTIMATE_KEY: "estimated", "model_name": self._llm_type}
         return ChatResult(generations=[ChatGeneration(message=message)])
