@@ -4,9 +4,12 @@ exactly the service's tables.
 Trusted setup (`provision_role`, on the store's own connection) creates the role, sets its
 password and grants it the declared tables; the capability then logs in as that role on its own
 connections, so the server refuses anything else (``permission denied``). The role's name is
-derived from the database name and the service (unique across the databases of one cluster); its
-password is derived from the store's secret, so every process sharing the store logs in without
-the password being stored or sent anywhere but in a SCRAM verifier computed here.
+derived from the database name, the store's schema and the service (unique across the databases
+and schemas of one cluster, so two stores in one database never share, or re-password, a role);
+its password is derived from the store's secret, so every process sharing the store logs in
+without the password being stored or sent anywhere but in a SCRAM verifier computed here. The
+role's sessions pin ``search_path`` to the store's schema: its unqualified table names resolve
+to the store's tables, whatever the role's own default search path would find.
 """
 
 from __future__ import annotations
@@ -46,10 +49,18 @@ def database_name(conninfo: str) -> str:
     return str(params.get("dbname") or os.environ.get("PGDATABASE") or user)
 
 
-def role_name(database: str, service: str) -> str:
-    """``tg_sor_<service>_<hash of database and service>``: at most 63 bytes, one per database."""
-    digest = hashlib.sha256(f"{database}\0{service}".encode()).hexdigest()[:16]
+def role_name(database: str, service: str, schema: str = "public") -> str:
+    """``tg_sor_<service>_<hash of database, schema and service>``: at most 63 bytes, one per
+    database and schema (a store in ``public`` keeps the name it had before schemas counted)."""
+    key = f"{database}\0{service}" if schema == "public" else f"{database}\0{schema}\0{service}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return f"tg_sor_{service[:38]}_{digest}"
+
+
+def store_schema(store: PostgresStore) -> str:
+    """The schema the store's tables live in (its sessions' ``current_schema()``)."""
+    with store.transaction(write=False) as tx:
+        return _schema(tx)
 
 
 def role_password(keys: Keyring, database: str, role: str) -> str:
@@ -72,8 +83,8 @@ def provision_role(store: PostgresStore, scope: RecordsScope) -> None:
     """Create or update the role of ``scope`` and grant it exactly the scope's existing tables.
 
     Serialized per database by an advisory lock; a concurrent creation elsewhere is retried once."""
-    database = database_name(store._conninfo)
-    role = role_name(database, scope.name)
+    database, schema = database_name(store._conninfo), store_schema(store)
+    role = role_name(database, scope.name, schema)
     verifier = scram_verifier(role_password(store.keys, database, role))
     for attempt in (1, 2):
         try:
@@ -115,6 +126,7 @@ def _provision(tx: Tx, role: str, verifier: str, scope: RecordsScope) -> None:
         tx.execute(f"CREATE ROLE \"{role}\" LOGIN NOINHERIT PASSWORD '{verifier}'")
     elif me["can"]:
         tx.execute(f"ALTER ROLE \"{role}\" LOGIN NOINHERIT PASSWORD '{verifier}'")
+    tx.execute(f'GRANT USAGE ON SCHEMA "{_schema(tx)}" TO "{role}"')  # public grants it to all; others do not
     tx.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{_schema(tx)}" FROM "{role}"')
     tx.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA "{_schema(tx)}" FROM "{role}"')
     existing = {
@@ -201,14 +213,15 @@ class PostgresRecords(ServiceRecords):
     def of(cls, store: PostgresStore, scope: RecordsScope) -> PostgresRecords:
         """The records of ``scope`` in ``store``'s database (neither the store nor its credentials
         are kept: only the role's)."""
-        database = database_name(store._conninfo)
-        role = role_name(database, scope.name)
-        extra: dict[str, str] = {}
+        database, schema = database_name(store._conninfo), store_schema(store)
+        role = role_name(database, scope.name, schema)
+        options = [conninfo_to_dict(store._conninfo).get("options") or "", f'-c search_path="{schema}"']
         if store.read_only:  # the server refuses every write in these sessions, as in the store's
-            options = conninfo_to_dict(store._conninfo).get("options") or ""
-            extra["options"] = f"{options} -c default_transaction_read_only=on".strip()
+            options.append("-c default_transaction_read_only=on")
         password = role_password(store.keys, database, role)
-        conninfo = make_conninfo(store._conninfo, user=role, password=password, **extra)
+        conninfo = make_conninfo(
+            store._conninfo, user=role, password=password, options=" ".join(o for o in options if o)
+        )
         return cls(conninfo, scope, role=role, read_only=store.read_only)
 
     def _checkout(self) -> psycopg.Connection[dict[str, Any]]:
@@ -260,4 +273,11 @@ class PostgresRecords(ServiceRecords):
             conn.close()
 
 
-__all__ = ["PostgresRecords", "database_name", "provision_role", "role_name", "scram_verifier"]
+__all__ = [
+    "PostgresRecords",
+    "database_name",
+    "provision_role",
+    "role_name",
+    "scram_verifier",
+    "store_schema",
+]
