@@ -98,6 +98,16 @@ def _arrive(server: SlowModel, count: int) -> None:
         assert server.arrivals.acquire(timeout=WAIT), "an admitted request never reached the model"
 
 
+def _started(graph: Any, user: str, threads: list[str], held_at: SlowModel | None = None) -> list[Run]:
+    """Runs of ``user``'s threads, started together; with ``held_at``, once each reached that model."""
+    runs = [Run(graph, user, thread) for thread in threads]
+    for run in runs:
+        run.start()
+    if held_at is not None:
+        _arrive(held_at, len(runs))  # each holds its slot, blocked at the model
+    return runs
+
+
 def _retry(graph: Any, user: str, thread: str) -> dict[str, Any]:
     """Continue a thread whose model request was refused: from its last checkpoint."""
     config = {"configurable": {"thread_id": thread}}
@@ -114,14 +124,8 @@ def test_excess_model_requests_are_refused_quickly_and_nothing_is_lost(
         admission_wait_s="0.05",
     )
     graph = OPENAI.graph(harness, slow_model)
-    admitted = [Run(graph, "cust-ada", f"admitted-{i}") for i in range(2)]
-    for run in admitted:
-        run.start()
-    _arrive(slow_model, 2)  # both hold their slots, blocked at the model
-
-    excess = [Run(graph, "cust-ada", f"excess-{i}") for i in range(3)]
-    for run in excess:
-        run.start()
+    admitted = _started(graph, "cust-ada", [f"admitted-{i}" for i in range(2)], held_at=slow_model)
+    excess = _started(graph, "cust-ada", [f"excess-{i}" for i in range(3)])
     for run in excess:
         run.join(WAIT)
     # refused while the admitted requests are still held at the model
@@ -177,20 +181,14 @@ def test_a_tenant_at_its_limit_does_not_refuse_another_tenant(
         admission_wait_s="0.05",
     )
     graph = OPENAI.graph(harness, slow_model)
-    acme = [Run(graph, "cust-ada", f"acme-{i}") for i in range(2)]
-    for run in acme:
-        run.start()
-    _arrive(slow_model, 2)
+    acme = _started(graph, "cust-ada", [f"acme-{i}" for i in range(2)], held_at=slow_model)
 
-    third = Run(graph, "cust-bob", "acme-third")
-    third.start()
+    (third,) = _started(graph, "cust-bob", ["acme-third"])
     third.join(WAIT)
     assert not third.is_alive() and isinstance(third.error, Overloaded)
     assert (third.error.scope, third.error.limit, third.error.tenant_id) == ("tenant", 2, "acme")
 
-    globex = Run(graph, "cust-gina", "globex-1")
-    globex.start()
-    _arrive(slow_model, 1)  # admitted: its request reached the model while acme is at its limit
+    (globex,) = _started(graph, "cust-gina", ["globex-1"], held_at=slow_model)  # admitted while acme is full
     assert not slow_model.gate.is_set()
 
     slow_model.gate.set()
