@@ -25,7 +25,7 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import App, initialize_store, release_manifest, verified_release
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout import ReleaseRouter
-from toolgate.policy.demo_identities import seed_demo_identities
+from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.rollout import canary_specs
 from toolgate.release import ReleaseEnv
@@ -38,6 +38,23 @@ from toolgate.tools.registry import Registry
 CONTROL = "ops-tools/1.0.0"
 CANDIDATE = "ops-tools/1.1.0"
 RESTART = {"service_alias": "web", "reason": "stuck after deploy"}
+
+ADMIN_CREDENTIALS = {
+    "no token": ({"TOOLGATE_TOKEN": ""}, "ivy", ("identity.refused", "missing_token")),
+    "wrong token": (
+        {"TOOLGATE_TOKEN": "demo-token-nobody"},
+        "ivy",
+        ("identity.refused", "authentication_failed"),
+    ),
+    "someone else's token": (
+        {"TOOLGATE_TOKEN": demo_token("rita")},
+        "ivy",
+        ("identity.refused", "authentication_failed"),
+    ),
+    "a non-admin's own token": ({}, "rita", ("release.refused", "missing_role")),
+}
+"""An operator command's credential refusals: (environment, ``--as``, (event, code) audited),
+each of which must change nothing."""
 
 
 @dataclass(frozen=True)

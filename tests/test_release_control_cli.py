@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from release_control_support import ADMIN_CREDENTIALS
 from support import cli_env, kv_lines, seed_people, toolgate
 from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_all
-
-from toolgate.policy.demo_identities import demo_token
 
 CONTROL, CANDIDATE = "ops-tools/1.0.0", "ops-tools/1.1.0"
 STATUS_CALL = 'call get_service_status {"service_alias": "web"}'
@@ -120,20 +119,6 @@ COMMANDS = {
     "promote": ["release", "promote", "--as", "ivy"],
     "rollback": ["release", "rollback", "--as", "ivy"],
 }
-CREDENTIALS = {
-    "no token": ({"TOOLGATE_TOKEN": ""}, "ivy", ("identity.refused", "missing_token")),
-    "wrong token": (
-        {"TOOLGATE_TOKEN": "demo-token-nobody"},
-        "ivy",
-        ("identity.refused", "authentication_failed"),
-    ),
-    "someone else's token": (
-        {"TOOLGATE_TOKEN": demo_token("rita")},
-        "ivy",
-        ("identity.refused", "authentication_failed"),
-    ),
-    "a non-admin's own token": ({}, "rita", ("release.refused", "missing_role")),
-}
 
 
 def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_credential(
@@ -145,7 +130,7 @@ def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_cred
     before, seq = all_tables(db), audit_seq(db)
     attempts, expected = [], []
     for args in COMMANDS.values():
-        for extra, who, refusal in CREDENTIALS.values():
+        for extra, who, refusal in ADMIN_CREDENTIALS.values():
             call = [a if a != "ivy" else who for a in args]
             attempts.append((call, {**env, **extra}))
             expected.append(refusal)

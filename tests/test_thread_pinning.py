@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
+from release_control_support import ADMIN_CREDENTIALS, RESTART, TwoReleases, audit_events, count, run, text
 from release_control_support import CANDIDATE as B
 from release_control_support import CONTROL as A
-from release_control_support import RESTART, TwoReleases, audit_events, count, run, text
 from support import cli_env, kv_lines, principal, seed_people, shift_store_clock, toolgate
 from test_release_control_routing import admin
 
@@ -246,22 +246,6 @@ def test_concurrent_first_pins_of_one_thread_agree(store: Store, workers: int) -
     assert count(store, "release_thread_pins", "thread_id = ?", ("t-race",)) == 1
 
 
-CLI_CREDENTIALS = {
-    "no token": ({"TOOLGATE_TOKEN": ""}, "ivy", ("identity.refused", "missing_token")),
-    "wrong token": (
-        {"TOOLGATE_TOKEN": "demo-token-nobody"},
-        "ivy",
-        ("identity.refused", "authentication_failed"),
-    ),
-    "someone else's token": (
-        {"TOOLGATE_TOKEN": demo_token("rita")},
-        "ivy",
-        ("identity.refused", "authentication_failed"),
-    ),
-    "a non-admin's own token": ({}, "rita", ("release.refused", "missing_role")),
-}
-
-
 def test_migrate_thread_through_the_cli(tmp_path: Path) -> None:
     from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_all
 
@@ -275,15 +259,15 @@ def test_migrate_thread_through_the_cli(tmp_path: Path) -> None:
     thread = first["thread"]
     command = ["release", "migrate-thread", thread, "--to", B, "--as"]
     before, seq = all_tables(db), audit_seq(db)
-    results = run_all([([*command, who], {**env, **extra}) for extra, who, _ in CLI_CREDENTIALS.values()])
-    for result, (_, _, (_, code)) in zip(results, CLI_CREDENTIALS.values(), strict=True):
+    results = run_all([([*command, who], {**env, **extra}) for extra, who, _ in ADMIN_CREDENTIALS.values()])
+    for result, (_, _, (_, code)) in zip(results, ADMIN_CREDENTIALS.values(), strict=True):
         assert_refused(result, code)
     after = all_tables(db)
     unchanged = ("audit_", "sqlite_sequence")  # only the refusals' audit events are new
     assert {t: r for t, r in after.items() if not t.startswith(unchanged)} == {
         t: r for t, r in before.items() if not t.startswith(unchanged)
     }
-    assert sorted(audit_since(db, seq)) == sorted(c for _, _, c in CLI_CREDENTIALS.values())
+    assert sorted(audit_since(db, seq)) == sorted(c for _, _, c in ADMIN_CREDENTIALS.values())
 
     done = kv_lines(toolgate([*command, "ivy"], env).stdout)[0]
     assert done == {"thread": thread, "migrated": "done", "from": A, "to": B, "by": "ivy"}
