@@ -215,7 +215,8 @@ class PostgresRecords(ServiceRecords):
         are kept: only the role's)."""
         database, schema = database_name(store._conninfo), store_schema(store)
         role = role_name(database, scope.name, schema)
-        options = [conninfo_to_dict(store._conninfo).get("options") or "", f'-c search_path="{schema}"']
+        given = str(conninfo_to_dict(store._conninfo).get("options") or "")
+        options: list[str] = [given, f'-c search_path="{schema}"']
         if store.read_only:  # the server refuses every write in these sessions, as in the store's
             options.append("-c default_transaction_read_only=on")
         password = role_password(store.keys, database, role)
