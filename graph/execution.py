@@ -23,6 +23,7 @@ from toolgate.graph.capability_audit import audit_denial
 from toolgate.graph.claimed_write import ClaimedWrite
 from toolgate.graph.delivery import Delivery
 from toolgate.graph.delivery_checks import DeliveryChecks
+from toolgate.graph.delivery_refusals import missing_refusal
 from toolgate.graph.handlers import Overruns
 from toolgate.graph.proposal_cache import ProposalCache
 from toolgate.graph.same_resource import ResourceHold, deferred
@@ -219,11 +220,9 @@ class Executor:
 
     def _verify(self, op: OperationRecord) -> str:
         spec = self.registry.get_for(op.tool, op.tenant_id)
-        if spec is None or op.proposal_id is None:
-            return f"tool {op.tool!r} is not in release {self.registry.release}"
-        proposal = self.proposal(op.proposal_id)
-        if proposal is None:
-            return "proposal missing"
+        proposal = self.proposal(op.proposal_id) if spec is not None else None
+        if spec is None or proposal is None:  # audited once (`toolgate.graph.delivery_refusals`)
+            return missing_refusal(self.auditor, self.registry.release, op, spec, proposal)
         return self.checks.refusal(op, spec, proposal)
 
     def _hold(self, op: OperationRecord, worker_id: str) -> ResourceHold:

@@ -7,7 +7,11 @@ schedules a status check of every unknown outcome; then, until stopped, it
   path that re-verifies the approval from the store (a forged or voided decision is refused and
   audited there) and claims the operation in one conditional update, so several workers on one
   PostgreSQL share the work with no operation executed twice (the store's ``due_operations`` is
-  only a hint; the claim decides). A worker that loses a claim moves on at once (``wait_s=0``);
+  only a hint; the claim decides). A worker that loses a claim moves on at once (``wait_s=0``).
+  Each delivery first takes a tool-execution slot of the operation's stored tenant
+  (`toolgate.policy.admission`, the caps the graph's execute path shares); with none free the
+  operation is not claimed, stays approved and is retried on a later pass (audited as
+  ``admission.overloaded``);
 - checks each unknown outcome on its schedule (``delays``, the ``TOOLGATE_RECONCILE_DELAYS``
   backoff), never sleeping on one: a found effect becomes ``succeeded``, an absent retry-safe one
   ``approved`` again (and is delivered by the next pass), and after the last check the rest go to
@@ -22,9 +26,7 @@ the CLI's signal handlers, or by a test) stops claiming; the delivery in flight 
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +37,9 @@ from toolgate.errors import StoreError
 from toolgate.graph.delivery import Delivery
 from toolgate.graph.execution import Executor
 from toolgate.graph.recovery import DEFAULT_DELAYS, reconcile, recover_abandoned
+from toolgate.graph.worker_signals import stop_on_signals
+from toolgate.policy.admission import Overloaded, admitted
+from toolgate.store.records import OperationRecord
 
 Report = Callable[[dict[str, Any]], None]
 """Receives one fact line per event (a delivery, a recovery, a status check)."""
@@ -198,18 +203,24 @@ class WorkerLoop:
         # shuffle of the oldest window (the claim still decides; a lost claim costs one update)
         random.shuffle(due)
         claimed = 0
+        full: set[str | None] = set()  # tenants refused a slot in this pass (None: the process)
         for op in due[: opts.batch]:
-            if self.stop.is_set() or self._limit_reached():
+            if self.stop.is_set() or self._limit_reached() or None in full:
                 break
-            claimed += self._deliver(op.operation_key)
+            if op.tenant_id not in full:
+                claimed += self._deliver(op, full)
         return claimed
 
-    def _deliver(self, key: str) -> int:
-        opts, summary = self.options, self.summary
+    def _deliver(self, op: OperationRecord, full: set[str | None]) -> int:
+        opts, summary, key = self.options, self.summary, op.operation_key
         try:
-            delivery = self._executor(key).deliver(
-                key, worker_id=opts.worker_id, lease_s=opts.lease_s, wait_s=0
-            )
+            executor = self._executor(key)
+            # a tool-execution slot of the operation's stored tenant, before any claim (as the
+            # graph's execute path takes): held while the handler runs
+            with admitted(executor.auditor, "tool", op.tenant_id, operation_key=key, tool=op.tool):
+                delivery = executor.deliver(key, worker_id=opts.worker_id, lease_s=opts.lease_s, wait_s=0)
+        except Overloaded as exc:  # audited as admission.overloaded; nothing claimed, still approved
+            return self._overloaded(op, exc, full)
         except Exception as exc:  # one broken operation never stops the worker
             summary.errors += 1
             self._backoff[key] = self.monotonic() + opts.retry_after_s
@@ -245,6 +256,24 @@ class WorkerLoop:
             )
         return 0
 
+    def _overloaded(self, op: OperationRecord, exc: Overloaded, full: set[str | None]) -> int:
+        """No free slot: the operation is deferred (retried on a later pass), and the rest of this
+        pass skips its tenant's operations (or all, when the process cap is the one full)."""
+        full.add(None if exc.scope == "process" else op.tenant_id)
+        self.summary.deferred += 1
+        retry_s = min(self.options.retry_after_s, exc.retry_after_s)
+        self._backoff[op.operation_key] = self.monotonic() + retry_s
+        reason = json.dumps(f"{exc}; still approved"[:200])
+        self.report(
+            {
+                "operation_key": op.operation_key,
+                "claim": "NOT_ATTEMPTED",
+                "status": "deferred",
+                "reason": reason,
+            }
+        )
+        return 0
+
     def _executor(self, key: str) -> Executor:
         return self.executor_for(key) if self.executor_for is not None else self.executor
 
@@ -255,38 +284,6 @@ class WorkerLoop:
 
 def _shown(delivery: Delivery) -> str:
     return "completed" if delivery.status == "succeeded" else delivery.status
-
-
-def stop_on_signals(
-    stop: threading.Event, on_stop: Callable[[str], None] = lambda name: None
-) -> Callable[[], None]:
-    """SIGTERM/SIGINT call ``on_stop`` with the signal's name, then set ``stop`` (the loop
-    finishes its delivery in flight, then ends); a second signal ends the process at once (exit
-    128 + signal). Returns a function restoring the old handlers. Both run on a short thread: a
-    signal handler that took the event's lock (or stdout's) itself could deadlock with the main
-    thread holding it."""
-    received: list[int] = []
-
-    def stopping(name: str) -> None:
-        try:
-            on_stop(name)  # first: its line comes before the loop's closing one
-        finally:
-            stop.set()
-
-    def handle(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if len(received) > 1:
-            os._exit(128 + signum)
-        name = signal.Signals(signum).name
-        threading.Thread(target=stopping, args=(name,), name="toolgate-worker-stop", daemon=True).start()
-
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    return restore
 
 
 __all__ = ["LoopOptions", "LoopSummary", "Report", "WorkerLoop", "stop_on_signals"]

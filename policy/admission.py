@@ -10,8 +10,8 @@ another tenant. Every refusal is audited (``admission.overloaded``: tenant, kind
 
 A refused model request ends the run (`toolgate.graph.nodes.model` raises before anything is
 written: the checkpoint before the model call is intact and the thread is resumed later); a
-refused read is answered to the model with the ``overloaded`` rejection; a refused write is not
-claimed and stays approved.
+refused read is answered to the model with the ``overloaded`` rejection; a refused write (from the
+graph's execute path or a ``toolgate worker run`` delivery) is not claimed and stays approved.
 """
 
 from __future__ import annotations
