@@ -5,8 +5,9 @@ and no others; a short-lived service credential when it declares a `ServiceScope
 capability limited to its ``egress_hosts`` (`toolgate.tools.egress`), enforced around the call by
 `toolgate.graph.handlers`. A read gets the credentials of the request that runs it; an approved
 write and its status checks get the *requesting* user's, sealed when the write was proposed
-(`toolgate.graph.delegation`), never the reviewer's or the worker's. Every refused reach (an
-undeclared host, a sealed record that does not open) is audited here.
+(`toolgate.graph.delegation`), never the reviewer's or the worker's; the claim seals them again
+for the status checks of an outcome that may become unknown, for the reconcile schedule. Every
+refused reach (an undeclared host, a sealed record that does not open) is audited here.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from toolgate.clock import Clock
 from toolgate.errors import CapabilityDenied, ToolExecutionError
 from toolgate.graph import handlers
 from toolgate.graph.capability_audit import audit_denial
-from toolgate.graph.delegation import DelegationRefused, seal, unseal
+from toolgate.graph.delegation import (
+    DelegationRefused,
+    reconcile_key,
+    reconcile_window_s,
+    seal,
+    seal_for_reconcile,
+    unseal,
+    unseal_for_check,
+)
 from toolgate.graph.delivery import Delivery
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
@@ -118,10 +127,13 @@ def write_context(
     store: Store,
     provider: CredentialProvider | None,
     deadline: datetime | None,
+    check: bool = False,
 ) -> HandlerContext:
-    """The context of an approved write or its status check: the requesting user's sealed
-    credentials (`DelegationRefused` when the sealed record does not open or has expired)."""
-    credentials = unseal(store, proposal) if spec.forwarded_credentials else {}
+    """The context of an approved write or (``check``) its status check: the requesting user's
+    sealed credentials (`DelegationRefused` when the sealed record does not open or has expired).
+    Only a status check may use the seal its claim made for reconciliation."""
+    opened = unseal_for_check if check else unseal
+    credentials = opened(store, proposal) if spec.forwarded_credentials else {}
     return handler_context(
         spec,
         store=store,
@@ -195,6 +207,11 @@ def run_write(
         ctx = write_context(spec, proposal, store=store, provider=provider, deadline=deadline_of(now, spec))
     except DelegationRefused as exc:
         return settled(store, refuse_delegation(claimed, exc))
+    if spec.reconcile is not None:
+        # the approval was just verified and its seal opened: keep the credentials for the status
+        # checks of an outcome that may become unknown (even if this worker dies mid-handler)
+        window = reconcile_window_s(claimed.lease_s, spec.timeout_s)
+        seal_for_reconcile(store, proposal, ctx.credentials, window)
     delivery = claimed.run(proposal.arguments, ctx, breaker)
     audit_denials(claimed.auditor, ctx, spec, **claimed.common)
     return settled(store, delivery)
@@ -221,6 +238,7 @@ def status_check(
                 store=executor.store,
                 provider=executor.credential_provider,
                 deadline=deadline_of(executor.clock.now(), spec),
+                check=True,
             )
         except DelegationRefused as exc:
             refused.append(exc)
@@ -244,8 +262,14 @@ def status_check(
 def settled(store: Store, delivery: Delivery) -> Delivery:
     """Delete the sealed credentials of an operation that reached a terminal status."""
     if delivery.status in TERMINAL_STATUSES:
-        store.delete_delegation(delivery.operation_key)
+        forget(store, delivery.operation_key)
     return delivery
+
+
+def forget(store: Store, operation_key: str) -> None:
+    """Delete the sealed credentials of ``operation_key``: its proposal's and its status checks'."""
+    store.delete_delegation(operation_key)
+    store.delete_delegation(reconcile_key(operation_key))
 
 
 __all__ = [
@@ -253,6 +277,7 @@ __all__ = [
     "builtin_provider",
     "deadline_of",
     "declared",
+    "forget",
     "handler_context",
     "keep_for_write",
     "read_context",

@@ -4,8 +4,10 @@ When a write is proposed, the user's forwarded credentials its tool declares are
 `toolgate.graph.delegation`) and stored under the operation key, so the write and its status
 checks later act as that user, whoever resumes the thread. The store only keeps the opaque sealed
 text: it never sees a credential. A record expires with its proposal and is deleted once the
-operation is terminal (`purge_delegations`). A durable wait's status checks keep theirs under
-``wait:<operation key>`` until the wait ends (`toolgate.graph.wait_delegation`).
+operation is terminal (`purge_delegations`); so does the copy a claimed write seals for its
+status checks under ``reconcile:<operation key>``, which may outlive the proposal. A durable
+wait's status checks keep theirs under ``wait:<operation key>`` until the wait ends
+(`toolgate.graph.wait_delegation`).
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ class SealedDelegations(abc.ABC):
 
     @abc.abstractmethod
     def purge_delegations(self) -> int:
-        """Delete every delegation past its expiry (store clock), whose operation is terminal, or
-        whose durable wait (keys ``wait:``/``wait-pending:`` + operation key) has ended; how many
-        were deleted."""
+        """Delete every delegation past its expiry (store clock), whose operation is terminal
+        (keys: the operation key, or ``reconcile:`` + operation key), or whose durable wait
+        (keys ``wait:``/``wait-pending:`` + operation key) has ended; how many were deleted."""
 
 
 __all__ = ["DelegationRecord", "SealedDelegations"]
