@@ -145,8 +145,9 @@ def _message(calls: Iterable[Call], turn: int) -> AIMessage:
 def retired_in(registry: Registry, name: str, now: datetime) -> Registry:
     """``registry`` with tool ``name`` deprecated two days before ``now`` for one day: retired."""
     gone = Deprecation(since=now - timedelta(days=2), window=timedelta(days=1))
-    specs = [replace(s, deprecation=gone) if s.name == name else s for s in registry.tools.values()]
-    return Registry.of(registry.release, specs, registry.resolver)
+    return registry.mapped(
+        lambda specs: [replace(s, deprecation=gone) if s.name == name else s for s in specs]
+    )
 
 
 class DispatchRunner:

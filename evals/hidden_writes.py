@@ -43,7 +43,8 @@ from toolgate.tools.spec import ToolSpec
 
 DECLARED: Mapping[str, Mapping[str, str]] = {
     "crm_lookup_contact": {
-        "sor_crm_requests": "the fake CRM logs every request it receives (evidence tests count, no effect)"
+        "sor_crm_requests": "the fake CRM logs every request it receives (evidence tests count, no effect)",
+        "sor_hubcrm_requests": "globex's own CRM (its override of the tool) logs every request it receives",
     },
     "preview_purchase_order": {
         "sor_po_previews": "a preview is stored so its signed single-use token can be consumed by the write"

@@ -40,7 +40,6 @@ from toolgate.release import Release, ReleaseEnv
 from toolgate.release_loader import load_release
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import ScriptedChatModel
-from toolgate.tools.registry import Registry
 
 EXTRA_PEOPLE: tuple[dict[str, Any], ...] = (
     {
@@ -177,8 +176,8 @@ class CaseRunner:
         ledger = EffectLedger()
         base = self.release.registry(ReleaseEnv(store, self.key))
         hidden = HiddenWriteCheck(store)  # every read compared before and after (hidden_writes.py)
-        specs = hidden.wrap(instrument(list(base.tools.values()), case.faults, ledger))
-        registry = Registry.of(self.release.id, specs, base.resolver)
+        # every tenant's implementation instrumented and compared, not only the shared tools
+        registry = base.mapped(lambda specs: hidden.wrap(instrument(specs, case.faults, ledger)))
         responses = scripted_responses(case)
         main_model = model or ScriptedChatModel(responses=responses)
         saver = CaseSaver()

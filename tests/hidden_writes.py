@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from toolgate.evals.hidden_writes import HiddenWrite, HiddenWriteCheck
 from toolgate.store import Store
+from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec
 
 _CHECKS: weakref.WeakSet[HiddenWriteCheck] = weakref.WeakSet()
@@ -27,6 +28,14 @@ def install(store: Store, specs: Sequence[ToolSpec]) -> tuple[HiddenWriteCheck, 
     with _LOCK:
         _CHECKS.add(check)
     return check, check.wrap(specs)
+
+
+def install_registry(store: Store, registry: Registry) -> tuple[HiddenWriteCheck, Registry]:
+    """`install` for a whole registry: its tools and every tenant's own implementations."""
+    check = HiddenWriteCheck(store)
+    with _LOCK:
+        _CHECKS.add(check)
+    return check, registry.mapped(check.wrap)
 
 
 def outstanding() -> list[HiddenWrite]:

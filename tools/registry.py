@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,14 @@ class Registry:
         if spec is None and name in self._by_wire:
             spec = self.tools.get(self._by_wire[name])
         return spec
+
+    def mapped(self, transform: Callable[[list[ToolSpec]], list[ToolSpec]]) -> Registry:
+        """This release with its specs passed through ``transform`` (a harness's counting or
+        comparing wrappers, injected faults), each tenant's overrides too: what is instrumented
+        is what runs for every tenant. ``transform`` keeps each spec's name and contract."""
+        tools = {spec.name: spec for spec in transform(list(self.tools.values()))}
+        overrides = {t: {s.name: s for s in transform(list(by.values()))} for t, by in self.overrides.items()}
+        return Registry(release=self.release, tools=tools, resolver=self.resolver, overrides=overrides)
 
     def get_for(self, name: str, tenant_id: str) -> ToolSpec | None:
         """The spec of ``name`` as it runs for ``tenant_id``: the tenant's own implementation and
