@@ -30,7 +30,7 @@ from toolgate.graph.review import decide
 from toolgate.policy.principal import Principal
 from toolgate.release import ReleaseEnv
 from toolgate.store import Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, tool_call
 from toolgate.tools.credentials import HmacCredentialProvider, ServiceScope
 from toolgate.tools.demo.crm import CrmApi
 from toolgate.tools.demo.crm_hub import AUDIENCE, HubCrmApi
@@ -94,7 +94,8 @@ def completed(store: Store, tenant_id: str) -> list[Any]:
 
 def test_each_tenant_runs_its_own_implementation_with_its_own_credential(store: Store) -> None:
     Harness(store)  # the demo data and identities
-    registry = wide_registry(store)
+    counter = HandlerCounter()
+    registry = counter.wrap_registry(wide_registry(store))  # every tenant's implementation counted
     ada = person("ada-crm", "acme")
     acme_token = CrmApi(store).issue_token("acme", "ada-crm", ["emea"])
 
@@ -118,6 +119,7 @@ def test_each_tenant_runs_its_own_implementation_with_its_own_credential(store: 
     assert [(e.event, e.handler_revision) for e in completed(store, "acme")] == [
         ("call.completed", SHARED_REVISION)
     ]
+    assert counter.calls == {"crm_lookup_contact": 2}  # one run each: globex's own, acme's shared
 
 
 def test_the_model_is_offered_the_same_tool_whatever_the_tenant(store: Store) -> None:

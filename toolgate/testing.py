@@ -23,6 +23,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from pydantic import PrivateAttr
 
+from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
 _ids = itertools.count(1)
@@ -78,6 +79,11 @@ class HandlerCounter:
     def wrap(self, specs: Sequence[ToolSpec]) -> list[ToolSpec]:
         """The same specs with counting handlers (``delay_s`` widens race windows in tests)."""
         return [replace(spec, handler=self._counted(spec.name, spec.handler)) for spec in specs]
+
+    def wrap_registry(self, registry: Registry) -> Registry:
+        """``registry`` with counting handlers, each tenant's own implementations too (a tenant's
+        call of a tool counts under the tool's name, as the shared one's does)."""
+        return registry.mapped(self.wrap)
 
     def _counted(
         self, name: str, handler: Callable[[Any, HandlerContext], Any]
