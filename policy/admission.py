@@ -8,6 +8,15 @@ endpoint turns excess requests away quickly instead of piling up threads, socket
 tenant's own cap is below the process cap, so one tenant saturating its share never refuses
 another tenant. Every refusal is audited (``admission.overloaded``: tenant, kind, the limit hit).
 
+Those caps are per process: N processes on one store let a tenant hold N times its share. An
+optional cluster-wide cap per tenant (``TOOLGATE_CLUSTER_MODEL_REQUESTS_PER_TENANT``,
+``TOOLGATE_CLUSTER_TOOL_EXECUTIONS_PER_TENANT``; ``0``, the default, is off and costs no store
+call) is held in the store's ``admission_slots`` (`toolgate.store.slots`): after the process
+slot, a request takes one of the tenant's numbered slots, polling a few times within the same
+admission wait; with none free it gives its process slot back and is refused with scope
+``cluster``. A slot of a process that died lapses after ``TOOLGATE_CLUSTER_SLOT_TTL_S`` on the
+store's clock.
+
 A refused model request ends the run (`toolgate.graph.nodes.model` raises before anything is
 written: the checkpoint before the model call is intact and the thread is resumed later); a
 refused read is answered to the model with the ``overloaded`` rejection; a refused write (from the
@@ -16,6 +25,10 @@ graph's execute path or a ``toolgate worker run`` delivery) is not claimed and s
 
 from __future__ import annotations
 
+import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from collections import Counter
@@ -24,14 +37,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolgate.errors import ToolgateRuntimeError
+from toolgate.errors import StoreError, ToolgateRuntimeError
 from toolgate.settings import setting
 from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
 
 Kind = Literal["model", "tool"]
-Scope = Literal["process", "tenant"]
+Scope = Literal["process", "tenant", "cluster"]
 MIN_RETRY_AFTER_S = 1.0
 MAX_RETRY_AFTER_S = 60.0
+CLUSTER_POLLS = 4
+"""How many times, at most, a request looks for a free cluster slot within the admission wait
+(besides the first look)."""
+log = logging.getLogger(__name__)
 
 
 class Overloaded(ToolgateRuntimeError):
@@ -40,7 +58,8 @@ class Overloaded(ToolgateRuntimeError):
     Attributes:
         code: always ``overloaded`` (the stable code the CLI and the audit log show).
         kind: ``model`` or ``tool``.
-        scope: which cap was full: ``process`` or ``tenant``.
+        scope: which cap was full: ``process``, ``tenant`` (both of this process) or ``cluster``
+            (the tenant's share across every process on the store).
         limit: that cap.
         retry_after_s: a suggested wait (about how long a slot is held right now).
     """
@@ -60,13 +79,17 @@ class Overloaded(ToolgateRuntimeError):
 
 @dataclass(frozen=True)
 class AdmissionLimits:
-    """The caps of one process (each >= 1) and the longest wait for a slot."""
+    """The caps of one process (each >= 1), the longest wait for a slot, and the optional caps
+    per tenant across every process on the store (``0``: off)."""
 
     model: int = 16
     model_per_tenant: int = 8
     tool: int = 32
     tool_per_tenant: int = 16
     wait_s: float = 0.2
+    cluster_model_per_tenant: int = 0
+    cluster_tool_per_tenant: int = 0
+    cluster_ttl_s: float = 300.0
 
     @classmethod
     def from_settings(cls) -> AdmissionLimits:
@@ -77,11 +100,18 @@ class AdmissionLimits:
             tool=setting("max_concurrent_tool_executions"),
             tool_per_tenant=setting("max_concurrent_tool_executions_per_tenant"),
             wait_s=setting("admission_wait_s"),
+            cluster_model_per_tenant=setting("cluster_model_requests_per_tenant"),
+            cluster_tool_per_tenant=setting("cluster_tool_executions_per_tenant"),
+            cluster_ttl_s=setting("cluster_slot_ttl_s"),
         )
 
     def caps(self, kind: Kind) -> tuple[int, int]:
         """``(process cap, tenant cap)`` of ``kind``."""
         return (self.model, self.model_per_tenant) if kind == "model" else (self.tool, self.tool_per_tenant)
+
+    def cluster_cap(self, kind: Kind) -> int:
+        """The cap of ``kind`` per tenant across the store's processes (``0``: none)."""
+        return self.cluster_model_per_tenant if kind == "model" else self.cluster_tool_per_tenant
 
 
 class Admission:
@@ -129,6 +159,12 @@ class Admission:
                 self._held_s[kind] = 0.8 * self._held_s[kind] + 0.2 * held_s
             self._cond.notify_all()
 
+    def refuse(self, kind: Kind, scope: Scope, limit: int, tenant_id: str) -> Overloaded:
+        """Count a refusal by a cap outside this process's counts; the `Overloaded` to raise."""
+        with self._cond:
+            self.refused[(kind, scope)] += 1
+        return Overloaded(kind, scope, limit, self.retry_after(kind), tenant_id)
+
     def retry_after(self, kind: Kind) -> float:
         """About how long a slot of ``kind`` is held now, within 1..60 s."""
         return round(min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, self._held_s[kind])), 1)
@@ -164,16 +200,62 @@ def process_admission(limits: AdmissionLimits | None = None) -> Admission:
         return found
 
 
+@dataclass(frozen=True)
+class ClusterSlot:
+    """One slot held in the store's ``admission_slots`` (given back only by its holder)."""
+
+    scope: str
+    slot: int
+    holder: str
+
+
+def take_cluster_slot(
+    store: Store, admission: Admission, kind: Kind, tenant_id: str, deadline: float
+) -> ClusterSlot | None:
+    """A slot of ``kind:tenant_id`` under the cluster cap (None, with no store call, when there is
+    no cap); looks again a few times until ``deadline`` (`time.monotonic`), then `Overloaded`."""
+    limits = admission.limits
+    cap = limits.cluster_cap(kind)
+    if cap <= 0:
+        return None
+    scope = f"{kind}:{tenant_id}"
+    holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+    pause = max(limits.wait_s / CLUSTER_POLLS, 0.005)
+    while (slot := store.take_slot(scope, holder, cap, limits.cluster_ttl_s)) is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise admission.refuse(kind, "cluster", cap, tenant_id)
+        time.sleep(min(pause, remaining))  # a poll of the store, not synchronisation
+    return ClusterSlot(scope, slot, holder)
+
+
+def give_back(store: Store, held: ClusterSlot) -> None:
+    """Release ``held``; when the store cannot be reached the slot lapses on its own (its TTL)."""
+    try:
+        store.release_slot(held.scope, held.slot, held.holder)
+    except StoreError:
+        log.warning(
+            "cluster admission slot %s/%d not given back; it lapses after its TTL", held.scope, held.slot
+        )
+
+
 @contextmanager
 def admitted(
     auditor: Auditor, kind: Kind, tenant_id: str | None, *, user_id: str | None = None, **fields: Any
 ) -> Iterator[None]:
-    """Hold a slot of ``kind`` for ``tenant_id`` in this process for the block; a refusal is
-    audited (``admission.overloaded``, with the tenant, kind, scope and limit) and raised."""
+    """Hold a slot of ``kind`` for ``tenant_id`` in this process (and, with a cluster cap, in the
+    store ``auditor`` writes to) for the block; a refusal is audited (``admission.overloaded``, with
+    the tenant, kind, scope and limit) and raised."""
     tenant_id = tenant_id or ""
     admission = process_admission()
+    deadline = time.monotonic() + admission.limits.wait_s
     try:
         admission.acquire(kind, tenant_id)
+        try:
+            held = take_cluster_slot(auditor.store, admission, kind, tenant_id, deadline)
+        except BaseException:
+            admission.release(kind, tenant_id)
+            raise
     except Overloaded as exc:
         auditor.record(
             "admission.overloaded",
@@ -195,7 +277,18 @@ def admitted(
     try:
         yield
     finally:
+        if held is not None:
+            give_back(auditor.store, held)
         admission.release(kind, tenant_id, time.monotonic() - started)
 
 
-__all__ = ["Admission", "AdmissionLimits", "Overloaded", "admitted", "process_admission"]
+__all__ = [
+    "Admission",
+    "AdmissionLimits",
+    "ClusterSlot",
+    "Overloaded",
+    "admitted",
+    "give_back",
+    "process_admission",
+    "take_cluster_slot",
+]

@@ -28,11 +28,12 @@ from toolgate.store.records import (
     ProposalRecord,
     Settlement,
 )
+from toolgate.store.slots import AdmissionSlots
 from toolgate.store.tx import Tx
 from toolgate.store.waits import DurableWaits
 
 
-class Store(ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, abc.ABC):
+class Store(ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, abc.ABC):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
     url: str

@@ -68,6 +68,12 @@ ALTER TABLE job_waits DROP CONSTRAINT job_waits_outcome_check;
 ALTER TABLE job_waits ADD CONSTRAINT job_waits_outcome_check
     CHECK (outcome IN ('', 'done', 'expired', 'refused'))"""
 
+_ADMISSION_SLOTS = """
+CREATE TABLE admission_slots (
+    scope TEXT NOT NULL, slot INTEGER NOT NULL, holder TEXT NOT NULL, expires_at TEXT NOT NULL,
+    PRIMARY KEY (scope, slot)
+)"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -99,6 +105,11 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="durable waits: a wait may end refused (its status check had no sealed user credentials)",
         sqlite=_WAIT_REFUSED_SQLITE,
         postgres=_WAIT_REFUSED_POSTGRES,
+    ),
+    Migration(
+        name="admission slots: a cluster-wide cap per tenant on work in flight, by the store's clock",
+        sqlite=_ADMISSION_SLOTS,
+        postgres=_ADMISSION_SLOTS,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

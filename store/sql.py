@@ -25,6 +25,7 @@ from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._lease_rows import LeaseRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
+from toolgate.store._slot_rows import SlotRows
 from toolgate.store._wait_rows import WaitRows
 from toolgate.store.base import Store, Tx
 from toolgate.store.chain import AUDIT_FIELDS
@@ -41,6 +42,7 @@ class SqlStore(
     DelegationRows,
     BreakerRows,
     WaitRows,
+    SlotRows,
     Store,
     abc.ABC,
 ):

@@ -44,6 +44,7 @@ from toolgate.store import (
 )
 from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content, verify_chain
 from toolgate.store.records import Settlement
+from toolgate.store.slots import SlotRow
 from toolgate.store.waits import WaitIn
 
 TABLES = (
@@ -60,6 +61,7 @@ TABLES = (
     "sealed_delegations",
     "breaker_states",
     "job_waits",
+    "admission_slots",
 )
 """Every table the store keeps: a refusal must leave all of them as they were."""
 
@@ -293,6 +295,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
     store.append_audit(event())
     assert store.acquire_resources(["k1"], "h1", 30)
+    assert store.take_slot("model:acme", "h1", 1, 30) == 0
     reader = reopen(read_only=True)
     assert reader.read_only and not store.read_only
     before = snapshot(store)
@@ -330,6 +333,8 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
             "op_wait1", checks_seen=0, job_status="x", result=None, done=True
         ),
         "resume_wait": lambda s: s.resume_wait("op_wait1"),
+        "take_slot": lambda s: s.take_slot("model:beta", "h9", 1, 30),
+        "release_slot": lambda s: s.release_slot("model:acme", 0, "h1"),
     }
     unrefused = []
     for name, write in writes.items():
@@ -346,6 +351,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     assert reader.get_proposal("prop_test1") == proposal
     assert [o.operation_key for o in reader.list_operations("executing")] == ["op_test2"]
     assert len(reader.audit_events()) == 1
+    assert [r.holder for r in reader.held_slots("model:acme")] == ["h1"]
 
 
 def test_setup_is_idempotent_and_refuses_a_newer_schema(store: Store) -> None:
@@ -1218,6 +1224,75 @@ def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) ->
     assert {k: h for k, (h, _) in leases(store).items()} == {"k1": "h2"}
 
 
+# ---- admission slots -----------------------------------------------------------------------
+
+
+def test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock(
+    store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
+) -> None:
+    start = store.now()
+    assert store.take_slot("model:acme", "h1", 2, 30) == 0
+    assert reopen().take_slot("model:acme", "h2", 2, 30) == 1  # another process counts too
+    end = store.now()
+    held = store.held_slots("model:acme")
+    assert [(r.scope, r.slot, r.holder) for r in held] == [("model:acme", 0, "h1"), ("model:acme", 1, "h2")]
+    for row in held:
+        assert isinstance(row, SlotRow)
+        assert start + timedelta(seconds=30) <= parse_iso(row.expires_at) <= end + timedelta(seconds=30)
+
+    before = snapshot(store)
+    assert store.take_slot("model:acme", "h3", 2, 30) is None  # both held: nothing changes
+    assert reopen().take_slot("model:acme", "h3", 2, 30) is None
+    with pytest.raises(ValueError, match="cap >= 1"):
+        store.take_slot("model:acme", "h3", 0, 30)
+    with pytest.raises(ValueError, match="positive time to live"):
+        store.take_slot("model:acme", "h3", 3, 0)
+    assert snapshot(store) == before
+    assert store.take_slot("model:beta", "h3", 2, 30) == 0  # each scope has its own slots
+    assert store.take_slot("model:acme", "h3", 3, 30) == 2  # a larger cap has a free slot
+    assert store.held_slots("tool:acme") == []
+
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=31))  # every slot lapsed by the store's clock
+        assert store.held_slots("model:acme") == []
+        assert store.take_slot("model:acme", "h4", 1, 30) == 0  # a lapsed slot is taken over
+        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h4")]
+        assert store.take_slot("model:acme", "h5", 1, 30) is None  # and is live again
+
+    barrier = threading.Barrier(20)
+
+    def contend(i: int) -> int | None:
+        barrier.wait()
+        return store.take_slot("tool:acme", f"w{i}", 3, 30)
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        won = list(pool.map(contend, range(20)))
+    assert sorted(s for s in won if s is not None) == [0, 1, 2]  # exactly the cap, each slot once
+    assert {r.slot: r.holder for r in store.held_slots("tool:acme")} == {
+        slot: f"w{i}" for i, slot in enumerate(won) if slot is not None
+    }
+
+
+def test_release_slot_gives_back_only_the_holders_own_slot(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.take_slot("tool:acme", "h1", 2, 30) == 0
+    before = snapshot(store)
+    assert store.release_slot("tool:acme", 0, "h2") is False  # not its holder
+    assert store.release_slot("tool:acme", 1, "h1") is False  # not its slot
+    assert store.release_slot("tool:beta", 0, "h1") is False  # not its scope
+    assert snapshot(store) == before
+    assert store.release_slot("tool:acme", 0, "h1") is True
+    assert store.held_slots("tool:acme") == []
+    assert store.release_slot("tool:acme", 0, "h1") is False  # repeating it is harmless
+    assert store.take_slot("tool:acme", "h2", 1, 30) == 0  # free again at once
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=31))  # h2's slot lapsed: h3 takes it over
+        assert store.take_slot("tool:acme", "h3", 1, 30) == 0
+        assert store.release_slot("tool:acme", 0, "h2") is False  # the late holder frees nothing
+        assert [(r.slot, r.holder) for r in store.held_slots("tool:acme")] == [(0, "h3")]
+
+
 # ---- sealed delegations --------------------------------------------------------------------
 
 
@@ -1722,6 +1797,9 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "resume_wait": (test_resume_wait_only_from_a_verified_ready_wait_once,),
     "list_waits": (test_list_waits_newest_first_filtered_by_state,),
+    "take_slot": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
+    "release_slot": (test_release_slot_gives_back_only_the_holders_own_slot,),
+    "held_slots": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
 }
 """Each public `Store` method and the tests (run on both backends) that hold it to its contract."""
 

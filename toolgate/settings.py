@@ -89,6 +89,7 @@ Count = Annotated[int, Field(ge=1), Form("an integer >= 1")]
 Retries = Annotated[int, Field(ge=0), Form("an integer >= 0")]
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), Form("a number of seconds > 0")]
 Wait = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of seconds >= 0")]
+OffOrCount = Annotated[int, Field(ge=0), Form("0 (off) or an integer >= 1")]
 Days = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of days >= 0")]
 Delays = Annotated[
     tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)], ...],
@@ -188,6 +189,16 @@ class EnvSettings(BaseModel):
     """Tool handlers running at once in this process for one tenant."""
     admission_wait_s: Wait = 0.2
     """How long a request waits for a free slot before it is refused ``overloaded``."""
+    cluster_model_requests_per_tenant: OffOrCount = 0
+    """Model requests in flight at once for one tenant across every process on the store (slots
+    held in the store's ``admission_slots``); ``0``: no cluster cap (no store call at all)."""
+    cluster_tool_executions_per_tenant: OffOrCount = 0
+    """Tool handlers running at once for one tenant across every process on the store; ``0``: off."""
+    cluster_slot_ttl_s: Seconds = 300.0
+    """How long a cluster slot lives on the store's clock: a slot of a process that died frees itself
+    after this. Shorter frees a dead process's share sooner, but a request or handler running longer
+    than it loses its slot to another (the cluster cap can then be exceeded): keep it above the
+    longest model request and tool execution."""
 
 
 VARIABLES: tuple[str, ...] = tuple(PREFIX + name.upper() for name in EnvSettings.model_fields)
