@@ -206,7 +206,7 @@ def run_write(
     try:
         ctx = write_context(spec, proposal, store=store, provider=provider, deadline=deadline_of(now, spec))
     except DelegationRefused as exc:
-        return settled(store, refuse_delegation(claimed, exc))
+        return settled(store, refuse_delegation(claimed, exc), spec)
     if spec.reconcile is not None:
         # the approval was just verified and its seal opened: keep the credentials for the status
         # checks of an outcome that may become unknown (even if this worker dies mid-handler)
@@ -214,7 +214,7 @@ def run_write(
         seal_for_reconcile(store, proposal, ctx.credentials, window)
     delivery = claimed.run(proposal.arguments, ctx, breaker)
     audit_denials(claimed.auditor, ctx, spec, **claimed.common)
-    return settled(store, delivery)
+    return settled(store, delivery, spec)
 
 
 def status_check(
@@ -259,17 +259,20 @@ def status_check(
     return run
 
 
-def settled(store: Store, delivery: Delivery) -> Delivery:
-    """Delete the sealed credentials of an operation that reached a terminal status."""
+def settled(store: Store, delivery: Delivery, spec: ToolSpec) -> Delivery:
+    """Delete the sealed credentials of an operation of ``spec`` that reached a terminal status."""
     if delivery.status in TERMINAL_STATUSES:
-        forget(store, delivery.operation_key)
+        forget(store, delivery.operation_key, spec)
     return delivery
 
 
-def forget(store: Store, operation_key: str) -> None:
-    """Delete the sealed credentials of ``operation_key``: its proposal's and its status checks'."""
-    store.delete_delegation(operation_key)
-    store.delete_delegation(reconcile_key(operation_key))
+def forget(store: Store, operation_key: str, spec: ToolSpec) -> None:
+    """Delete the sealed credentials of ``operation_key``: its proposal's and its status checks'.
+    A tool that declares no forwarded credentials never had any sealed (`keep_for_write` seals
+    only declared ones), so nothing is written for it (`Store.purge_delegations` sweeps any left)."""
+    if spec.forwarded_credentials:
+        store.delete_delegation(operation_key)
+        store.delete_delegation(reconcile_key(operation_key))
 
 
 __all__ = [

@@ -95,7 +95,7 @@ def reconcile(
                         checks=checks,
                         found=True,
                     )
-                scope.forget(store, operation_key)  # its sealed credentials are no longer needed
+                scope.forget(store, operation_key, spec)  # its sealed credentials are no longer needed
                 auditor.record("operation.reconciled", "completed", detail={"checks": checks}, **common)
                 return Reconciliation(
                     operation_key=operation_key, status="succeeded", checks=checks, found=True
