@@ -33,8 +33,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.policy.tool_selection import Conversation, is_retired, select_tools
+from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.tools.registry import Registry
+from toolgate.tools.registry_fields import is_retired
 from toolgate.tools.spec import ToolSpec
 
 FALLBACK_CODE = "named_tool_not_offered"

@@ -17,6 +17,7 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.registry import Registry
+from toolgate.tools.registry_fields import is_retired
 from toolgate.tools.spec import HandlerContext, ResourceRef, ResourceResolver, ResourceStatus, ToolSpec
 
 
@@ -42,9 +43,7 @@ def closest_visible(
     tool's, nor (given the store's ``now``) one past its deprecation window, which would only be
     refused. It is the wire name: the suggestion is for the model, which calls tools by wire name."""
     allowed = [
-        s.wire_name
-        for s in visible_tools(registry, principal)
-        if now is None or s.deprecation is None or s.deprecation.state(now) != "retired"
+        s.wire_name for s in visible_tools(registry, principal) if now is None or not is_retired(s, now)
     ]
     matches = difflib.get_close_matches(unknown.casefold(), allowed, n=1, cutoff=0.6)
     return matches[0] if matches else None

@@ -42,6 +42,7 @@ from toolgate.errors import RegistryError
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.principal import Principal
 from toolgate.tools.registry import Registry
+from toolgate.tools.registry_fields import is_retired
 from toolgate.tools.spec import ToolSpec
 
 BUILT_IN_CHOICES = ("auto", "required", "none")
@@ -195,11 +196,6 @@ def score(spec: ToolSpec, principal: Principal, conversation: Conversation, requ
     return total
 
 
-def is_retired(spec: ToolSpec, now: datetime) -> bool:
-    """Whether ``spec``'s deprecation window has ended at ``now`` (the store's clock)."""
-    return spec.deprecation is not None and spec.deprecation.state(now) == "retired"
-
-
 def select_tools(
     registry: Registry,
     principal: Principal,
@@ -249,7 +245,6 @@ __all__ = [
     "Conversation",
     "ToolProfile",
     "check_tool_choice",
-    "is_retired",
     "offered_names",
     "profile",
     "score",

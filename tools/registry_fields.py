@@ -147,6 +147,12 @@ def _deprecation_problems(spec: ToolSpec) -> list[tuple[Any, str]]:
     return []
 
 
+def is_retired(spec: ToolSpec, now: datetime) -> bool:
+    """Whether ``spec``'s deprecation window has ended at ``now`` (the store's clock): it is then
+    neither offered to the model nor suggested, and every call of it is refused."""
+    return spec.deprecation is not None and spec.deprecation.state(now) == "retired"
+
+
 def deprecated_detail(spec: ToolSpec, now: Callable[[], datetime]) -> dict[str, Any]:
     """``{"deprecated_tool": ...}`` for the audit detail of a call made while ``spec`` is deprecated
     (empty otherwise; ``now``, the store's clock, is read only for a tool that declares one)."""
@@ -195,6 +201,7 @@ __all__ = [
     "deprecated_detail",
     "field_problems",
     "inventory_text",
+    "is_retired",
     "manifest_fields",
     "model_description",
 ]
