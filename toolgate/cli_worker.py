@@ -9,13 +9,14 @@ from typing import Annotated
 
 import typer
 
+from toolgate.cli_common import EXIT_OVERLOADED, open_from_env, person
 from toolgate.cli_common import kv as _kv
-from toolgate.cli_common import open_from_env, person
 from toolgate.cli_waits import worker_wait_pass, worker_waits
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.recovery import recover, verify_effect
 from toolgate.graph.worker_loop import LoopOptions, WorkerLoop, stop_on_signals
+from toolgate.policy.admission import Overloaded, admitted
 
 worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
 deadletter_app = typer.Typer(no_args_is_help=True, help="Operations whose outcome needs a person.")
@@ -30,12 +31,20 @@ def worker_execute(
     application = open_from_env()
     context = Context()
     # the executor of the release that proposed it, while release control still serves that release
-    delivery = application.executor_gateway(operation_key).executor.deliver(
-        operation_key,
-        worker_id=worker or context.worker_id,
-        lease_s=context.claim_lease_s,
-        wait_s=context.duplicate_wait_s,
-    )
+    executor = application.executor_gateway(operation_key).executor
+    op = application.store.get_operation(operation_key)
+    try:  # a tool-execution slot of the operation's stored tenant, as every delivery takes
+        with admitted(executor.auditor, "tool", op.tenant_id if op else None, operation_key=operation_key):
+            delivery = executor.deliver(
+                operation_key,
+                worker_id=worker or context.worker_id,
+                lease_s=context.claim_lease_s,
+                wait_s=context.duplicate_wait_s,
+            )
+    except Overloaded as exc:  # audited; nothing claimed, the operation stays approved
+        _kv(operation_key=operation_key, claim="NOT_ATTEMPTED", status="overloaded",
+            retry_after_s=exc.retry_after_s, kind=exc.kind, scope=exc.scope)  # fmt: skip
+        raise typer.Exit(EXIT_OVERLOADED) from None
     _kv(
         operation_key=operation_key,
         claim=delivery.claim,
