@@ -301,9 +301,19 @@ def test_an_override_that_would_change_the_contract_or_hide_its_revision_is_refu
             resolve_overrides(WIDE_RELEASE, tools, overrides)
 
     base = tools["crm_lookup_contact"]
-    other_contract = dataclasses.replace(hub, result_model=tools["lookup_order"].result_model)
-    with pytest.raises(RegistryError, match="another contract"):
-        Registry(WIDE_RELEASE, tools, registry.resolver, overrides={"globex": {base.name: other_contract}})
+    contracts = {  # anything the model, policy or a reviewer sees: never another for one tenant
+        "result_model": {"result_model": tools["lookup_order"].result_model},
+        "required_scopes": {"required_scopes": frozenset({"crm:read", "crm:export"})},
+        "timeout_s": {"timeout_s": 60},
+        "description": {"description": "Look up one contact, and also everything else."},
+        "exposed_to_roles": {"exposed_to_roles": frozenset({"support"})},
+    }
+    for field, change in contracts.items():
+        other = dataclasses.replace(hub, **change)
+        with pytest.raises(RegistryError, match=rf"another contract \({field}\)"):
+            Registry(WIDE_RELEASE, tools, registry.resolver, overrides={"globex": {base.name: other}})
+    own = dataclasses.replace(hub, egress_hosts=frozenset({"hubcrm.internal:443"}))  # what runs may differ
+    assert Registry(WIDE_RELEASE, tools, registry.resolver, overrides={"globex": {base.name: own}}).overrides
 
 
 # ---- a write: the approval is bound to the tenant's implementation ------------------------------

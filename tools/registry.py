@@ -24,7 +24,7 @@ from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.registry_fields import model_description
 from toolgate.tools.schema_export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec
-from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, resolve_overrides
+from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, changed_contract, resolve_overrides
 
 REFUND_RELEASE = "ops-tools/1.0.0"
 """The refund-story release (four tools), kept as the previous complete bundle."""
@@ -57,20 +57,11 @@ class Registry:
         for tenant, by_name in self.overrides.items():
             for name, spec in by_name.items():
                 base = self.tools.get(name)
-                same = base is not None and (
-                    spec.args_model,
-                    spec.result_model,
-                    spec.approval,
-                    spec.risk,
-                ) == (
-                    base.args_model,
-                    base.result_model,
-                    base.approval,
-                    base.risk,
-                )
-                if not same:  # what the model, policy and reviewer see never varies by tenant
+                changed = ["name"] if base is None else changed_contract(base, spec)
+                if changed:  # what the model, policy and reviewer see never varies by tenant
                     raise RegistryError(
-                        f"tenant {tenant!r} overrides {name!r} with another contract", tool=name
+                        f"tenant {tenant!r} overrides {name!r} with another contract ({', '.join(changed)})",
+                        tool=name,
                     )
         by_wire: dict[str, str] = {}
         for name, spec in sorted(self.tools.items()):

@@ -38,6 +38,28 @@ TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TenantSpecs = Mapping[str, Mapping[str, ToolSpec]]
 """Resolved overrides: tenant id to tool name to the spec as it runs for that tenant."""
 
+OVERRIDABLE = frozenset(
+    {
+        "handler",
+        "handler_revision",
+        "reconcile",
+        "forwarded_credentials",
+        "service_credential",
+        "egress_hosts",
+    }
+)
+"""The only `ToolSpec` fields in which a tenant's implementation may differ from the tool's."""
+
+
+def changed_contract(base: ToolSpec, spec: ToolSpec) -> list[str]:
+    """The fields outside `OVERRIDABLE` in which ``spec`` differs from ``base`` (empty: the same
+    contract, so the model, policy and reviewers see the same tool whatever the tenant)."""
+    return [
+        f.name
+        for f in dataclasses.fields(ToolSpec)
+        if f.init and f.name not in OVERRIDABLE and getattr(spec, f.name) != getattr(base, f.name)
+    ]
+
 
 @dataclass(frozen=True, kw_only=True)
 class TenantOverride:
@@ -108,4 +130,12 @@ def resolve_overrides(
     return resolved
 
 
-__all__ = ["TENANT_ID", "TenantOverride", "TenantSpecs", "apply_override", "resolve_overrides"]
+__all__ = [
+    "OVERRIDABLE",
+    "TENANT_ID",
+    "TenantOverride",
+    "TenantSpecs",
+    "apply_override",
+    "changed_contract",
+    "resolve_overrides",
+]
