@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from toolgate.errors import ConfigurationError
 from toolgate.store.base import Store
+from toolgate.store.checkpoint_setup import setup_checkpointer
 from toolgate.store.postgres import PostgresStore
 from toolgate.store.sqlite import SQLiteStore
 
@@ -57,7 +58,7 @@ def open_checkpointer(database_url: str | None, data_dir: Path) -> Iterator[Base
             str(database_url), autocommit=True, prepare_threshold=0, row_factory=dict_row
         ) as pg_conn:
             pg_saver = PostgresSaver(pg_conn)
-            pg_saver.setup()
+            setup_checkpointer(pg_conn, pg_saver)  # once, however many processes start together
             yield pg_saver
         return
     from langgraph.checkpoint.sqlite import SqliteSaver

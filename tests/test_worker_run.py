@@ -475,7 +475,10 @@ def test_four_workers_drain_a_thousand_operations_without_a_duplicate(
         assert row is not None
         return int(row["n"])
 
-    wait_for(lambda: succeeded() == total, "every operation to complete", *(w.proc for w in workers))
+    try:
+        wait_for(lambda: succeeded() == total, "every operation to complete", *(w.proc for w in workers))
+    except AssertionError as exc:  # say why: each worker's own output
+        raise AssertionError(f"{exc}: " + " | ".join(w.output() for w in workers)) from None
     summaries = [w.stop() for w in workers]
     drained = time.monotonic()
 
