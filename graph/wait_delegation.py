@@ -189,10 +189,15 @@ def open_for_wait(store: Store, row: WaitRecord) -> dict[str, str]:
     return open_text(store.keys, record.sealed, _wait_bound(row))
 
 
-def forget(store: Store, operation_key: str) -> None:
-    """Delete the credentials sealed for the wait of ``operation_key`` (the wait ended)."""
-    store.delete_delegation(wait_key(operation_key))
-    store.delete_delegation(pending_key(operation_key))
+def forget(store: Store, registry: Registry, row: WaitRecord) -> None:
+    """Delete the credentials sealed for the wait ``row`` (it ended). None were sealed when its
+    status tool declares no forwarded credentials: nothing is deleted then (two writes saved at
+    every wait end; `Store.purge_delegations` sweeps any leftover of an ended operation)."""
+    status = registry.get_for(row.status_tool, row.tenant_id)
+    if status is not None and not status.forwarded_credentials:
+        return
+    store.delete_delegation(wait_key(row.operation_key))
+    store.delete_delegation(pending_key(row.operation_key))
 
 
 __all__ = [

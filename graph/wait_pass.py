@@ -149,7 +149,9 @@ class WaitPass:
             return 0  # another worker recorded this check first
         self.report(updated.facts())
         if updated.state == "ready":
-            forget(self.store, key)  # the wait is over: the requesting user's sealed credentials go
+            forget(
+                self.store, executor.registry, updated
+            )  # the wait is over: the requesting user's sealed credentials go
             if made_ready is not None:
                 made_ready.add(key)  # this worker resumes it: one resume per wait, not one per worker
             executor.auditor.record(

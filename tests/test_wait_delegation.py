@@ -143,6 +143,23 @@ def test_status_checks_run_with_the_requesters_sealed_token_never_the_reviewers(
     assert json.loads(str(answer.content))["wait"]["outcome"] == "done"
 
 
+def test_a_wait_whose_status_tool_declares_no_credentials_deletes_nothing_when_it_ends(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = WaitWorld(store, monkeypatch)  # the demo's check_job_status: no forwarded credentials
+    graph = world.graph()
+    deletes: list[str] = []
+    real_delete = store.delete_delegation
+    monkeypatch.setattr(store, "delete_delegation", lambda key: deletes.append(key) or real_delete(key))
+    assert world.start_and_approve(graph)["status"] == "waiting"
+    assert sealed_rows(store) == []  # nothing sealed at proposal or at the wait
+    world.advance(185)
+    assert world.wait_pass(graph)() == 1  # done: ready, resumed
+    done = store.get_wait(world.operation_key())
+    assert done is not None and (done.state, done.outcome) == ("resumed", "done")
+    assert deletes == []  # no write for credentials that were never sealed
+
+
 def test_the_requesters_own_resume_seals_the_token_of_that_request(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

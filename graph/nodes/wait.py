@@ -179,7 +179,7 @@ def make_wait_node(gw: Gateway) -> Any:
         for call_id, spec, row in found:
             if call_id in originals:
                 messages.append(_summary(gw, call_id, spec, row, originals[call_id]))
-            forget(gw.store, row.operation_key)  # the wait is over: no sealed credentials outlive it
+            forget(gw.store, gw.registry, row)  # the wait is over: no sealed credentials outlive it
             if gw.store.resume_wait(row.operation_key):
                 gw.auditor.record(
                     "wait.resumed", "completed", code=row.outcome, operation_key=row.operation_key,
