@@ -58,9 +58,12 @@ def role_name(database: str, service: str, schema: str = "public") -> str:
 
 
 def store_schema(store: PostgresStore) -> str:
-    """The schema the store's tables live in (its sessions' ``current_schema()``)."""
-    with store.transaction(write=False) as tx:
-        return _schema(tx)
+    """The schema the store's tables live in (its sessions' ``current_schema()``), asked once
+    per store: every session of it connects with the same URL, so the answer never changes."""
+    if store._records_schema is None:
+        with store.transaction(write=False) as tx:
+            store._records_schema = _schema(tx)
+    return store._records_schema
 
 
 def role_password(keys: Keyring, database: str, role: str) -> str:

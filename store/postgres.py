@@ -72,6 +72,8 @@ class PostgresStore(SqlStore):
         self._max_size = max_size
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
+        self._records_schema: str | None = None
+        """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:

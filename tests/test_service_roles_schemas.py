@@ -12,7 +12,7 @@ from psycopg.conninfo import make_conninfo
 
 from toolgate.errors import CapabilityDenied
 from toolgate.store import PostgresStore
-from toolgate.store._records_postgres import role_name, store_schema
+from toolgate.store._records_postgres import PostgresRecords, database_name, role_name, store_schema
 from toolgate.store.service_records import RecordsScope, open_service_records, provision_service_records
 
 pytestmark = pytest.mark.postgres
@@ -64,3 +64,27 @@ def test_stores_in_two_schemas_of_one_database_keep_their_own_roles(pg_url: str)
     finally:
         first.close()
         second.close()
+
+
+def test_a_stores_schema_is_asked_once_however_many_capabilities_it_opens(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = schema_store(pg_url, "tg_once", b"o" * 32)
+    try:
+        provision_service_records(store, SCOPE)
+        asked: list[str] = []
+        real = store.transaction
+
+        def counted(*, write: bool = True):  # type: ignore[no-untyped-def]
+            asked.append("write" if write else "read")
+            return real(write=write)
+
+        assert store_schema(store) == "tg_once"
+        monkeypatch.setattr(store, "transaction", counted)
+        for _ in range(3):  # each capability opened names its role by the store's schema
+            records = PostgresRecords.of(store, SCOPE)
+            assert records.role == role_name(database_name(pg_url), "demo_schemas", "tg_once")
+            records.close()
+        assert asked == []  # the store's own sessions were never asked again
+    finally:
+        store.close()
