@@ -21,8 +21,8 @@ WaitOutcome = Literal["", "done", "expired", "refused"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class WaitIn:
-    """What opens a wait: the completed write, its thread and requester, the job and schedule."""
+class WaitOf:
+    """Whose wait it is and for what: the completed write, its thread and requester, the job."""
 
     operation_key: str
     thread_id: str
@@ -32,22 +32,20 @@ class WaitIn:
     tool: str
     status_tool: str
     job_ref: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitIn(WaitOf):
+    """What opens a wait: whose it is and the schedule of its checks."""
+
     every_s: float
     max_wait_s: float
 
 
 @dataclass(frozen=True, kw_only=True)
-class WaitRecord:
+class WaitRecord(WaitOf):
     """One stored wait."""
 
-    operation_key: str
-    thread_id: str
-    tenant_id: str
-    user_id: str
-    call_id: str
-    tool: str
-    status_tool: str
-    job_ref: str
     state: WaitState
     outcome: WaitOutcome
     checks: int
@@ -165,4 +163,4 @@ class DurableWaits(abc.ABC):
         """Waits, newest first, optionally in one state."""
 
 
-__all__ = ["DurableWaits", "WaitIn", "WaitOutcome", "WaitRecord", "WaitState", "wait_mac_fields"]
+__all__ = ["DurableWaits", "WaitIn", "WaitOf", "WaitOutcome", "WaitRecord", "WaitState", "wait_mac_fields"]
