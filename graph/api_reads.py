@@ -9,22 +9,18 @@ by showing too much, which `toolgate.graph.api_access` decides.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict
 from typing import Any, get_args
 
 from toolgate.clock import parse_iso
-from toolgate.errors import ToolExecutionError
 from toolgate.forensics import trace
 from toolgate.graph.api_access import visible, visible_operation, visible_proposal
 from toolgate.graph.api_serving import Refusal, Reply, ViewInput
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review import handler_timeout_s
+from toolgate.graph.review_facts import review_facts
 from toolgate.policy.principal import Principal
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
-from toolgate.tools.spec import HandlerContext
-
-log = logging.getLogger(__name__)
 
 STATUSES: tuple[str, ...] = get_args(OperationStatus)
 """Values of the list route's ``status`` filter (besides ``all``)."""
@@ -50,32 +46,8 @@ def _summary(proposal: ProposalRecord, operation: OperationRecord, now: Any) -> 
     }
 
 
-def _review_details(gw: Gateway, proposal: ProposalRecord) -> tuple[dict[str, Any] | None, str | None]:
-    """The tool's extra facts for this proposal (what a preview token will create...), or why not.
-
-    Same call as the approval node's interrupt payload. A failing lookup does not hide the rest
-    of the proposal; the console shows the reason and warns against approving without them."""
-    spec = gw.registry.get(proposal.tool)
-    if spec is None or spec.review_details is None:
-        return {}, None
-    try:
-        return spec.review_details(
-            spec.handler_arguments(proposal.arguments),
-            HandlerContext(
-                tenant_id=proposal.tenant_id,
-                user_id=proposal.requester_id,
-                declared_credentials=spec.forwarded_credentials,  # declared, never given here
-            ),
-        ), None
-    except ToolExecutionError as exc:
-        return None, f"review details unavailable: {exc}"
-    except Exception:  # any other failure of a tool's lookup: logged, never shown raw
-        log.warning("review details of %s failed", proposal.proposal_id, exc_info=True)
-        return None, "review details unavailable (see the server log)"
-
-
 def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -> dict[str, Any]:
-    details, details_error = _review_details(gw, proposal)
+    details, details_error = review_facts(gw.registry, proposal)
     superseded_by = gw.store.superseding(proposal.proposal_id)
     return {
         **_summary(proposal, operation, gw.store.now()),

@@ -6,9 +6,10 @@ credential (chapter §5.4, "the registry resolves crm_lookup_contact to a differ
 with a different credential, per tenant, transparently to the agent's prompt").
 
 A `TenantOverride` replaces exactly what runs and what it may hold: the handler (and its revision),
-the status check, the user's forwarded credentials it declares, its service credential and its
-egress hosts. Everything the model, policy and the reviewer see stays the tool's own: name,
-argument and result contract, risk, approval class, scopes, resources and limits. So the prompt
+the status check, the user's forwarded credentials it declares, its service credential, its
+egress hosts, and the lookup of the facts its reviewer sees (in the tenant's own system).
+Everything the model, policy and the reviewer judge by stays the tool's own: name, argument and
+result contract, risk, approval class, scopes, resources and limits. So the prompt
 never changes by tenant, and an override cannot lower a tool's approval or widen its arguments.
 
 An override is resolved only from the authenticated tenant (the request's principal, or the
@@ -24,13 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolgate.errors import RegistryError
 from toolgate.tools.credentials import ServiceScope
 from toolgate.tools.handler import Handler, Reconcile
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import HandlerContext, ToolSpec
+
+ReviewDetails = Callable[[Any, HandlerContext], dict[str, Any]]
+"""A tool's lookup of the facts its reviewer sees (`ToolSpec.review_details`)."""
 
 TENANT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """What a tenant id in an override may look like (it is a key, never free text)."""
@@ -46,6 +51,7 @@ OVERRIDABLE = frozenset(
         "forwarded_credentials",
         "service_credential",
         "egress_hosts",
+        "review_details",
     }
 )
 """The only `ToolSpec` fields in which a tenant's implementation may differ from the tool's."""
@@ -82,6 +88,9 @@ class TenantOverride:
     """Its own service credential (audience and scopes); issued bound to ``tenant_id``."""
     egress_hosts: frozenset[str] = frozenset()
     """The hosts it may reach (replaces the shared tool's; none are inherited)."""
+    review_details: ReviewDetails | None = field(default=None, repr=False)
+    """The facts its reviewer sees, looked up in the tenant's own system; required when the shared
+    tool has such a lookup (the shared system does not hold this tenant's records)."""
 
 
 def apply_override(base: ToolSpec, override: TenantOverride) -> ToolSpec:
@@ -95,6 +104,7 @@ def apply_override(base: ToolSpec, override: TenantOverride) -> ToolSpec:
         forwarded_credentials=frozenset(override.forwarded_credentials),
         service_credential=dataclasses.replace(scope, tenant=override.tenant_id) if scope else None,
         egress_hosts=frozenset(override.egress_hosts),
+        review_details=override.review_details,
     )
 
 
@@ -122,6 +132,12 @@ def resolve_overrides(
         if base.reconcile is not None and override.reconcile is None:
             raise RegistryError(
                 f"{where}: the tool has a status check, so the tenant's implementation needs its own",
+                tool=override.tool,
+            )
+        if base.review_details is not None and override.review_details is None:
+            raise RegistryError(
+                f"{where}: the tool shows its reviewer facts from its system, so the tenant's "
+                "implementation needs its own review_details",
                 tool=override.tool,
             )
         if override.service_credential is not None and override.service_credential.tenant is not None:

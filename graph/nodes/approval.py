@@ -21,8 +21,8 @@ from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.hitl import apply_decisions
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
+from toolgate.graph.review_facts import review_facts
 from toolgate.graph.state import GatewayState
-from toolgate.tools.spec import HandlerContext
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
 UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer"})
@@ -50,17 +50,8 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
             }
         )
         configs.append({"action_name": proposal.tool, "allowed_decisions": ALLOWED_DECISIONS})
-        spec = gw.registry.get(proposal.tool)
-        details: dict[str, Any] = {}
-        if spec is not None and spec.review_details is not None:
-            details = spec.review_details(
-                spec.handler_arguments(proposal.arguments),
-                HandlerContext(
-                    tenant_id=proposal.tenant_id,
-                    user_id=proposal.requester_id,
-                    declared_credentials=spec.forwarded_credentials,  # declared, never given here
-                ),
-            )
+        # the tenant's own lookup; a failing one is shown, never raised (this node re-runs on resume)
+        details, details_error = review_facts(gw.registry, proposal)
         earlier = [
             {"operation_key": op.operation_key, "status": op.status}
             for other, op in gw.store.same_effect(proposal)
@@ -85,6 +76,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "status": "pending_approval",
                 "execution_started": False,
                 "details": details,
+                "details_error": details_error,
                 "identical_in_thread": earlier,
                 "note": (
                     f"An identical {proposal.tool} already ran (or may have) in this task: approving makes a second effect."

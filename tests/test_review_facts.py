@@ -1,0 +1,159 @@
+"""The facts a reviewer sees beside a proposal (`ToolSpec.review_details`): one lookup for both
+doors (the approval node's interrupt payload and the API's proposal view), run as the proposal's
+tenant's own implementation, and never able to stop the thread when it fails.
+
+Demo flow: lee previews a purchase order, then asks to create it; ``create_purchase_order``
+shows its reviewer what the preview token will create. A tenant override of that tool brings
+its own lookup (its system holds that tenant's previews); an override without one is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from starlette.testclient import TestClient
+from support import Harness, principal, tool_messages
+
+import toolgate.graph.http as http
+from toolgate.errors import RegistryError, ToolExecutionError
+from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.review_facts import UNAVAILABLE
+from toolgate.policy.demo_identities import demo_token
+from toolgate.store import Store
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools import WIDE_RELEASE
+from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.release import DEMO_RELEASES
+from toolgate.tools.registry import Registry
+from toolgate.tools.tenant_overrides import TenantOverride, resolve_overrides
+
+TOOL = "create_purchase_order"
+ORDER = {
+    "vendor_id": "V-100",
+    "currency": "USD",
+    "line_items": [{"sku": "SKU-7", "quantity": 3, "unit_price_cents": 139900}],
+}
+POLICY = DEMO_RELEASES[WIDE_RELEASE].policy
+
+
+def shared_registry(store: Store) -> Registry:
+    Harness(store)  # schema, demo people and the systems of record
+    return build_wide_registry(DemoSystem(store), DemoServices.on(store, secret=b"test-secret"))
+
+
+def with_override(registry: Registry, **changes: Any) -> Registry:
+    """``registry`` where acme runs its own ``create_purchase_order`` (same handler, own revision)."""
+    base = registry.tools[TOOL]
+    fields: dict[str, Any] = {
+        "tenant_id": "acme",
+        "tool": TOOL,
+        "handler": base.handler,
+        "handler_revision": "create-purchase-order/acme-own-1",
+        "reconcile": base.reconcile,
+    }
+    own = TenantOverride(**(fields | changes))
+    return Registry.of(registry.release, registry.tools.values(), registry.resolver, [own])
+
+
+def pending(store: Store, registry: Registry) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Lee previews an order and asks to create it: (graph, interrupt facts, the preview)."""
+    saver = InMemorySaver()
+
+    def graph(*responses: Any) -> Any:
+        model = ScriptedChatModel(responses=list(responses))
+        gateway = build_gateway(model=model, registry=registry, policy=POLICY, store=store)
+        return build_graph(gateway=gateway, checkpointer=saver)
+
+    previewed = graph(ai("", tool_call("preview_purchase_order", ORDER, "p1")), ai("here")).invoke(
+        {"messages": [("user", "3 laptops from V-100")]},
+        {"configurable": {"thread_id": "t-preview"}},
+        context=Context(principal=principal("lee")),
+    )
+    preview = json.loads(str(tool_messages(previewed)[0].content))["data"]
+    creating = graph(ai("", tool_call(TOOL, {"preview_token": preview["preview_token"]}, "c1")), ai("ok"))
+    waiting = creating.invoke(
+        {"messages": [("user", "order it")]},
+        {"configurable": {"thread_id": "t-create"}},
+        context=Context(principal=principal("lee")),
+    )
+    return creating, waiting["__interrupt__"][0].value["toolgate"]["proposals"][0], preview
+
+
+def api_view(store: Store, registry: Registry, facts: dict[str, Any]) -> dict[str, Any]:
+    gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=registry, policy=POLICY, store=store)
+    client = TestClient(http.create_app(lambda: gw, waker_interval_s=None))
+    reply = client.get(
+        f"/toolgate/proposals/{facts['proposal_id']}",
+        headers={"Authorization": f"Bearer {demo_token('paul')}"},
+    )
+    assert reply.status_code == 200, reply.text
+    return dict(reply.json())
+
+
+def test_both_doors_show_the_same_facts_of_the_shared_lookup(store: Store) -> None:
+    registry = shared_registry(store)
+    _, facts, preview = pending(store, registry)
+    assert facts["details"]["total_cents"] == preview["total_cents"] and facts["details_error"] is None
+    shown = api_view(store, registry, facts)
+    assert shown["review_details"] == facts["details"] and shown["review_details_error"] is None
+
+
+def test_a_tenants_own_lookup_is_the_one_its_reviewer_sees(store: Store) -> None:
+    asked: list[tuple[str, str]] = []
+
+    def own_lookup(args: Any, ctx: Any) -> dict[str, Any]:
+        asked.append((ctx.tenant_id, ctx.user_id))
+        return {"system": "acme-purchasing", "token_prefix": args.preview_token[:4]}
+
+    registry = with_override(shared_registry(store), review_details=own_lookup)
+    _, facts, preview = pending(store, registry)
+    expected = {"system": "acme-purchasing", "token_prefix": preview["preview_token"][:4]}
+    assert facts["handler_revision"] == "create-purchase-order/acme-own-1"
+    assert facts["details"] == expected and facts["details_error"] is None
+    shown = api_view(store, registry, facts)
+    assert shown["review_details"] == expected
+    # the stored proposal's tenant and requester, at each door, never the reviewer's
+    assert set(asked) == {("acme", "lee")} and len(asked) >= 2
+
+
+def test_an_override_of_a_tool_with_a_lookup_must_bring_its_own(store: Store) -> None:
+    registry = shared_registry(store)
+    base = registry.tools[TOOL]
+    bare = TenantOverride(
+        tenant_id="acme",
+        tool=TOOL,
+        handler=base.handler,
+        handler_revision="cpo/acme-1",
+        reconcile=base.reconcile,
+    )
+    with pytest.raises(RegistryError, match="needs its own review_details"):
+        resolve_overrides(WIDE_RELEASE, registry.tools, [bare])
+
+
+@pytest.mark.parametrize(
+    "failure", [ToolExecutionError("server_error", "preview service down"), RuntimeError("secret=hunter2")]
+)
+def test_a_failing_lookup_is_shown_and_never_stops_the_thread(store: Store, failure: Exception) -> None:
+    calls: list[str] = []
+
+    def broken(args: Any, ctx: Any) -> dict[str, Any]:
+        calls.append(ctx.tenant_id)
+        raise failure
+
+    registry = with_override(shared_registry(store), review_details=broken)
+    graph, facts, _ = pending(store, registry)  # the approval node ran the lookup and still paused
+    assert calls and facts["details"] is None and facts["details_error"].startswith(UNAVAILABLE)
+    assert "hunter2" not in facts["details_error"]  # an unexpected error is logged, never shown raw
+    shown = api_view(store, registry, facts)
+    assert shown["review_details"] is None and shown["review_details_error"] == facts["details_error"]
+    # a wake-up re-runs the node (and the lookup): the thread stays paused at its approval
+    again = graph.invoke(
+        Command(resume={"wake": True}),
+        {"configurable": {"thread_id": "t-create"}},
+        context=Context(principal=principal("lee")),
+    )
+    assert again["__interrupt__"][0].value["toolgate"]["proposals"][0]["proposal_id"] == facts["proposal_id"]
