@@ -43,11 +43,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	"$(BIN)/toolgate" demo
 
-# test: the whole pytest suite against a throwaway PostgreSQL (PYTEST_ARGS="-k foo" to filter);
+# test: the whole pytest suite against a throwaway PostgreSQL (PYTEST_ARGS="-k foo" to filter),
+# listing its 25 slowest steps (where CI time goes);
 # first installs missing system test tools when root (libfaketime, for the clock-skew tests)
 test: $(STAMP)
 	bash scripts/ensure-test-tools.sh
-	bash scripts/with-postgres.sh "$(BIN)/pytest" $(PYTEST_ARGS)
+	bash scripts/with-postgres.sh "$(BIN)/pytest" --durations=25 $(PYTEST_ARGS)
 
 # serve: the real `langgraph dev`, offline, on a free loopback port, with its own data directory
 serve: $(STAMP)
