@@ -9,10 +9,10 @@ operation stays approved; the refusal is audited as ``delivery.refused`` with a 
 - ``proposal_missing``: the operation names no proposal, or one the store does not hold.
 
 The event carries the operation key, tool, proposal id and tenant (the store's own record of the
-operation decides the tenant). A worker retries an operation it could not deliver on every later
-pass (``retry_after_s`` apart) for as long as it runs, so the refusal is audited once per
-operation, code and release: a repeat finds the same event in the operation's audit trail and
-adds none (an unbounded stream of identical events would bury the one that matters).
+operation decides the tenant). A worker retries an operation it could not deliver for as long as
+it runs (ever further apart: `toolgate.graph.worker_backoff`), so the refusal is audited once per
+operation, code and release: a repeat finds the same event (`Store.first_audit_event`, one row
+at most) and adds none (an unbounded stream of identical events would bury the one that matters).
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def audit_once(auditor: Auditor, op: OperationRecord, code: str, reason: str) ->
     store = auditor.store
     if store.read_only:
         return False
-    for seen in store.audit_events(operation_key=op.operation_key):
-        if seen.event == EVENT and seen.code == code and seen.tool_release == auditor.release:
-            return False
+    # one indexed row at most (`Store.first_audit_event`), never the operation's whole trail
+    if store.first_audit_event(op.operation_key, EVENT, code=code, tool_release=auditor.release):
+        return False
     auditor.record(
         EVENT,
         "refused",

@@ -145,5 +145,28 @@ class AuditRows:
             rows = tx.execute(sql, tuple(params))
         return [_audit(r) for r in rows]
 
+    def first_audit_event(
+        self,
+        operation_key: str,
+        event: str,
+        *,
+        code: str | None = None,
+        tool_release: str | None = None,
+    ) -> AuditEvent | None:
+        # the operation's index narrows to its few events; one row at most is read back
+        sql = (
+            "SELECT e.*, p.detail AS payload FROM audit_events e"
+            " LEFT JOIN audit_payloads p ON p.event_id = e.event_id"
+            " WHERE e.operation_key = ? AND e.event = ?"
+        )
+        params: list[Any] = [operation_key, event]
+        for column, value in (("code", code), ("tool_release", tool_release)):
+            if value is not None:
+                sql += f" AND e.{column} = ?"
+                params.append(value)
+        with self.transaction(write=False) as tx:
+            row = tx.one(sql + " ORDER BY e.seq LIMIT 1", tuple(params))
+        return _audit(row) if row else None
+
 
 __all__ = ["AuditRows"]

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from toolgate.store.audit_lookup import AuditLookup
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.breakers import BreakerStates
 from toolgate.store.delegations import SealedDelegations
@@ -33,7 +34,9 @@ from toolgate.store.tx import Tx
 from toolgate.store.waits import DurableWaits
 
 
-class Store(ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, abc.ABC):
+class Store(
+    ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, AuditLookup, abc.ABC
+):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
     url: str

@@ -1819,3 +1819,37 @@ def test_every_public_store_method_has_a_contract_test() -> None:
             assert test.__name__.startswith("test_") and globals()[test.__name__] is test
             assert "store" in inspect.signature(test).parameters, f"{test.__name__} must run on both backends"
             assert re.search(rf"\.{name}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
+
+
+def test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else(
+    store: Store,
+) -> None:
+    assert store.first_audit_event("op_1", "delivery.refused") is None
+    other = event("delivery.refused", operation_key="op_2", code="proposal_missing", tool_release="r/1")
+    first = event("delivery.refused", operation_key="op_1", code="proposal_missing", tool_release="r/1")
+    store.append_audits([other, event("delivery.refused", proposal_id="prop_1", code="proposal_missing")])
+    found = store.append_audit(first)
+    again = store.append_audit(first)
+    by_r2 = store.append_audit(dataclasses.replace(first, tool_release="r/2"))
+    other_code = store.append_audit(dataclasses.replace(first, code="tool_not_in_release"))
+    store.append_audit(dataclasses.replace(first, event="operation.refused"))
+    before = snapshot(store)
+
+    assert store.first_audit_event("op_1", "delivery.refused") == found  # chain order: the earliest
+    assert store.first_audit_event("op_1", "delivery.refused", code="proposal_missing") == found
+    assert store.first_audit_event("op_1", "delivery.refused", tool_release="r/2") == by_r2
+    assert store.first_audit_event("op_1", "delivery.refused", code="tool_not_in_release") == other_code
+    assert (
+        store.first_audit_event("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2")
+        is None
+    )
+    assert store.first_audit_event("op_1", "delivery.refused", code="approval_invalid") is None
+    assert store.first_audit_event("op_9", "delivery.refused") is None  # another operation's events
+    assert store.first_audit_event("op_1", "delivery.deferred") is None
+    assert found != again and found.detail == {} and found.payload_retained
+    assert snapshot(store) == before  # a read: no row changed
+
+
+CONTRACT["first_audit_event"] = (
+    test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else,
+)
