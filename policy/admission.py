@@ -14,8 +14,10 @@ optional cluster-wide cap per tenant (``TOOLGATE_CLUSTER_MODEL_REQUESTS_PER_TENA
 call) is held in the store's ``admission_slots`` (`toolgate.store.slots`): after the process
 slot, a request takes one of the tenant's numbered slots, polling a few times within the same
 admission wait; with none free it gives its process slot back and is refused with scope
-``cluster``. A slot of a process that died lapses after ``TOOLGATE_CLUSTER_SLOT_TTL_S`` on the
-store's clock.
+``cluster``. While the block runs, a heartbeat renews its slot every third of
+``TOOLGATE_CLUSTER_SLOT_TTL_S``; a slot of a process that died lapses one TTL after its last
+renewal on the store's clock (`toolgate.policy.cluster_slots`, also why a lost slot does not stop
+the call).
 
 A refused model request ends the run (`toolgate.graph.nodes.model` raises before anything is
 written: the checkpoint before the model call is intact and the thread is resumed later); a
@@ -25,10 +27,6 @@ graph's execute path or a ``toolgate worker run`` delivery) is not claimed and s
 
 from __future__ import annotations
 
-import logging
-import os
-import secrets
-import socket
 import threading
 import time
 from collections import Counter
@@ -37,19 +35,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolgate.errors import StoreError, ToolgateRuntimeError
+from toolgate.errors import ToolgateRuntimeError
+from toolgate.policy.cluster_slots import (
+    CLUSTER_POLLS,
+    ClusterSlot,
+    SlotHeartbeat,
+    give_back,
+    take_cluster_slot,
+)
 from toolgate.settings import setting
 from toolgate.store.audit import Auditor
-from toolgate.store.base import Store
 
 Kind = Literal["model", "tool"]
 Scope = Literal["process", "tenant", "cluster"]
 MIN_RETRY_AFTER_S = 1.0
 MAX_RETRY_AFTER_S = 60.0
-CLUSTER_POLLS = 4
-"""How many times, at most, a request looks for a free cluster slot within the admission wait
-(besides the first look)."""
-log = logging.getLogger(__name__)
 
 
 class Overloaded(ToolgateRuntimeError):
@@ -200,45 +200,6 @@ def process_admission(limits: AdmissionLimits | None = None) -> Admission:
         return found
 
 
-@dataclass(frozen=True)
-class ClusterSlot:
-    """One slot held in the store's ``admission_slots`` (given back only by its holder)."""
-
-    scope: str
-    slot: int
-    holder: str
-
-
-def take_cluster_slot(
-    store: Store, admission: Admission, kind: Kind, tenant_id: str, deadline: float
-) -> ClusterSlot | None:
-    """A slot of ``kind:tenant_id`` under the cluster cap (None, with no store call, when there is
-    no cap); looks again a few times until ``deadline`` (`time.monotonic`), then `Overloaded`."""
-    limits = admission.limits
-    cap = limits.cluster_cap(kind)
-    if cap <= 0:
-        return None
-    scope = f"{kind}:{tenant_id}"
-    holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
-    pause = max(limits.wait_s / CLUSTER_POLLS, 0.005)
-    while (slot := store.take_slot(scope, holder, cap, limits.cluster_ttl_s)) is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise admission.refuse(kind, "cluster", cap, tenant_id)
-        time.sleep(min(pause, remaining))  # a poll of the store, not synchronisation
-    return ClusterSlot(scope, slot, holder)
-
-
-def give_back(store: Store, held: ClusterSlot) -> None:
-    """Release ``held``; when the store cannot be reached the slot lapses on its own (its TTL)."""
-    try:
-        store.release_slot(held.scope, held.slot, held.holder)
-    except StoreError:
-        log.warning(
-            "cluster admission slot %s/%d not given back; it lapses after its TTL", held.scope, held.slot
-        )
-
-
 @contextmanager
 def admitted(
     auditor: Auditor, kind: Kind, tenant_id: str | None, *, user_id: str | None = None, **fields: Any
@@ -274,19 +235,29 @@ def admitted(
         )
         raise
     started = time.monotonic()
+    beat: SlotHeartbeat | None = None
     try:
+        if held is not None:  # renewed while the block runs (`toolgate.policy.cluster_slots`)
+            ttl_s = admission.limits.cluster_ttl_s
+            beat = SlotHeartbeat.start(
+                auditor, held, ttl_s, tenant_id=tenant_id, user_id=user_id, fields=fields
+            )
         yield
     finally:
+        if beat is not None:
+            beat.stop()  # before the give-back: no renewal after it
         if held is not None:
             give_back(auditor.store, held)
         admission.release(kind, tenant_id, time.monotonic() - started)
 
 
 __all__ = [
+    "CLUSTER_POLLS",
     "Admission",
     "AdmissionLimits",
     "ClusterSlot",
     "Overloaded",
+    "SlotHeartbeat",
     "admitted",
     "give_back",
     "process_admission",

@@ -50,6 +50,20 @@ class SlotRows:
             )
         return bool(released)
 
+    def renew_slot(self, scope: str, slot: int, holder: str, ttl_s: float) -> bool:
+        if not ttl_s > 0:
+            raise ValueError(f"a slot needs a positive time to live, got {ttl_s!r}")
+        with self.transaction() as tx:
+            now = self._tx_now(tx)
+            # one conditional update: a row another holder took over, or one already lapsed (which
+            # a taker may be about to take over), stays as it is
+            renewed = tx.execute(
+                "UPDATE admission_slots SET expires_at = ?"
+                " WHERE scope = ? AND slot = ? AND holder = ? AND expires_at > ? RETURNING slot",
+                (later(now, ttl_s), scope, slot, holder, now),
+            )
+        return bool(renewed)
+
     def held_slots(self, scope: str) -> list[SlotRow]:
         with self.transaction(write=False) as tx:
             now = self._tx_now(tx)

@@ -1821,6 +1821,106 @@ def test_every_public_store_method_has_a_contract_test() -> None:
             assert re.search(rf"\.{name}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
 
 
+# ---- admission slot renewal (appended: kept apart from CONTRACT's literal above) -------------
+
+
+def slot_rows(store: Store) -> dict[tuple[str, int], tuple[str, str]]:
+    """``(scope, slot) -> (holder, expires_at)`` of every slot row, lapsed ones included."""
+    with store.transaction(write=False) as tx:
+        rows = tx.execute("SELECT scope, slot, holder, expires_at FROM admission_slots")
+    return {(r["scope"], int(r["slot"])): (r["holder"], r["expires_at"]) for r in rows}
+
+
+def test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock(
+    store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
+) -> None:
+    assert store.take_slot("model:acme", "h1", 2, 30) == 0
+    assert store.take_slot("model:acme", "h2", 2, 30) == 1
+    assert reopen().renew_slot("model:acme", 0, "h1", 30) is True  # from another process's connection
+    theirs = slot_rows(store)[("model:acme", 1)]
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=20))  # within the TTL, on the store's clock
+        start = store.now()
+        assert store.renew_slot("model:acme", 0, "h1", 30) is True
+        end = store.now()
+        expires = parse_iso(slot_rows(store)[("model:acme", 0)][1])
+        assert start + timedelta(seconds=30) <= expires <= end + timedelta(seconds=30)  # store-now + TTL
+        assert slot_rows(store)[("model:acme", 1)] == theirs  # another holder's slot: untouched
+
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=40))  # h2's slot lapsed, h1's was renewed
+        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1")]
+        before = snapshot(store)
+        assert store.renew_slot("model:acme", 1, "h2", 30) is False  # lapsed: never revived
+        assert store.renew_slot("model:acme", 0, "h2", 30) is False  # another holder's slot
+        assert store.renew_slot("model:acme", 7, "h1", 30) is False  # a tampered slot number
+        assert store.renew_slot("model:acme", -1, "h1", 30) is False
+        assert store.renew_slot("model:beta", 0, "h1", 30) is False  # not its scope
+        assert store.renew_slot("tool:acme", 0, "h1", 30) is False
+        assert store.renew_slot("model:acme", 0, "h1 ", 30) is False  # not exactly its holder
+        with pytest.raises(ValueError, match="positive time to live"):
+            store.renew_slot("model:acme", 0, "h1", 0)
+        with pytest.raises(ValueError, match="positive time to live"):
+            store.renew_slot("model:acme", 0, "h1", -5)
+        assert snapshot(store) == before
+        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1")]
+
+        assert store.take_slot("model:acme", "h3", 2, 30) == 1  # h2's lapsed slot is taken over
+        taken = snapshot(store)
+        assert store.renew_slot("model:acme", 1, "h2", 30) is False  # the late holder keeps nothing
+        assert snapshot(store) == taken
+        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1"), (1, "h3")]
+
+
+def test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    racers = 12
+
+    def race(holder: str) -> tuple[bool, list[int | None]]:
+        barrier = threading.Barrier(racers + 1)
+
+        def take(i: int) -> int | None:
+            barrier.wait()
+            return store.take_slot("tool:acme", f"t{i}", 1, 30)
+
+        def renew() -> bool:
+            barrier.wait()
+            return store.renew_slot("tool:acme", 0, holder, 30)
+
+        with ThreadPoolExecutor(max_workers=racers + 1) as pool:
+            renewed = pool.submit(renew)
+            taken = list(pool.map(take, range(racers)))
+        return renewed.result(), taken
+
+    assert store.take_slot("tool:acme", "h1", 1, 30) == 0
+    renewed, taken = race("h1")  # live: the holder keeps it, no taker gets it
+    assert renewed is True and taken == [None] * racers
+    assert [r.holder for r in store.held_slots("tool:acme")] == ["h1"]
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=31))  # lapsed: exactly one taker, no revival
+        renewed, taken = race("h1")
+        assert renewed is False
+        assert sorted(taken, key=repr) == [0] + [None] * (racers - 1)
+        [row] = store.held_slots("tool:acme")
+        assert row.holder == f"t{taken.index(0)}"
+
+
+def test_a_read_only_store_refuses_renew_slot(store: Store, reopen: Callable[..., Store]) -> None:
+    assert store.take_slot("model:acme", "h1", 1, 30) == 0
+    before = snapshot(store)
+    with pytest.raises(StoreError, match="read-only"):
+        reopen(read_only=True).renew_slot("model:acme", 0, "h1", 30)
+    assert snapshot(store) == before
+
+
+CONTRACT["renew_slot"] = (
+    test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock,
+    test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_one,
+    test_a_read_only_store_refuses_renew_slot,
+)
+
+
 def test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else(
     store: Store,
 ) -> None:

@@ -195,10 +195,9 @@ class EnvSettings(BaseModel):
     cluster_tool_executions_per_tenant: OffOrCount = 0
     """Tool handlers running at once for one tenant across every process on the store; ``0``: off."""
     cluster_slot_ttl_s: Seconds = 300.0
-    """How long a cluster slot lives on the store's clock: a slot of a process that died frees itself
-    after this. Shorter frees a dead process's share sooner, but a request or handler running longer
-    than it loses its slot to another (the cluster cap can then be exceeded): keep it above the
-    longest model request and tool execution."""
+    """How long a cluster slot lives on the store's clock without a renewal: a running call's slot is
+    renewed every third of it, so it need not exceed the longest call; a slot of a process that died
+    frees itself this long after its last renewal (shorter frees a dead process's share sooner)."""
 
 
 VARIABLES: tuple[str, ...] = tuple(PREFIX + name.upper() for name in EnvSettings.model_fields)
