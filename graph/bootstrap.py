@@ -27,6 +27,7 @@ from toolgate.clock import Clock
 from toolgate.config import Settings
 from toolgate.graph.builder import build_gateway, build_graph
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.release_loaded import record_release_loaded
 from toolgate.graph.release_manifest import DEFAULT_PINNED, release_manifest, verified_release
 from toolgate.graph.rollout import ReleaseRouter
 from toolgate.models import load_chat_model
@@ -248,22 +249,15 @@ def start_store(app: App) -> None:
 
 
 def record_release_change(app: App) -> None:
-    """Audit a release change: the first process to run a different bundle on this store records it."""
-    manifest_sha256 = digest(release_manifest(app.release, app.registry))
-    last = app.store.latest_audit_event("release.loaded")
-    if last is not None and last.detail.get("manifest_sha256") == manifest_sha256:
-        return
-    app.gateway.auditor.record(
-        "release.loaded",
-        "loaded",
-        detail={
-            "manifest_sha256": manifest_sha256,
-            "policy_version": app.policy.policy_version,
-            "policy_sha256": app.policy.sha256,
-            "model": app.settings.model,
-            "previous_release": last.tool_release if last else None,
-        },
-    )
+    """Audit a release change: the first process to run a different bundle on this store records it
+    (once, however many start together: `toolgate.graph.release_loaded`)."""
+    detail = {
+        "manifest_sha256": digest(release_manifest(app.release, app.registry)),
+        "policy_version": app.policy.policy_version,
+        "policy_sha256": app.policy.sha256,
+        "model": app.settings.model,
+    }
+    record_release_loaded(app.store, app.gateway.auditor, detail)
 
 
 __all__ = [

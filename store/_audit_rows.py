@@ -8,7 +8,7 @@ all. Payloads live in their own table, so retention can purge them while the cha
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolgate.canonical import canonical_json, sha256_hex
@@ -47,6 +47,12 @@ def _tenant_of(tx: Tx, event: AuditEventIn, seen: dict[tuple[str, str], str | No
         if seen[(table, value)] is not None:
             return seen[(table, value)]
     return event.tenant_id
+
+
+_LATEST_SQL = (
+    "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
+    " ON p.event_id = e.event_id WHERE e.event = ? ORDER BY e.seq DESC LIMIT 1"
+)
 
 
 class AuditRows:
@@ -102,12 +108,20 @@ class AuditRows:
 
     def latest_audit_event(self, event: str) -> AuditEvent | None:
         with self.transaction(write=False) as tx:
-            row = tx.one(
-                "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
-                " ON p.event_id = e.event_id WHERE e.event = ? ORDER BY e.seq DESC LIMIT 1",
-                (event,),
-            )
+            row = tx.one(_LATEST_SQL, (event,))
         return _audit(row) if row else None
+
+    def append_audit_after(
+        self, event: str, build: Callable[[AuditEvent | None], AuditEventIn | None]
+    ) -> AuditEvent | None:
+        """Append what ``build`` makes of the latest event named ``event`` (nothing when it returns
+        None): the read and the append are one transaction under the chain's lock, so processes
+        recording the same change at the same moment record it once (``release.loaded``)."""
+        with self.transaction() as tx:
+            self._chain_head(tx)  # the chain's lock before the read (SQLite's write lock already is)
+            row = tx.one(_LATEST_SQL, (event,))
+            made = build(_audit(row) if row else None)
+            return self._append_events(tx, [made])[0] if made is not None else None
 
     def purge_audit_payloads(self, before: str) -> int:
         with self.transaction() as tx:

@@ -6,13 +6,11 @@ type, default and meaning, in `toolgate.settings` (and listed in the README).
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolgate.errors import ConfigurationError
+from toolgate.key_file import load_secret
 from toolgate.settings import read_settings
 from toolgate.tools.registry import DEFAULT_RELEASE
 
@@ -69,24 +67,13 @@ class Settings:
         )
 
     def audit_key(self, *, create: bool = True) -> bytes:
-        """The store's secret: explicit, or generated once into ``data_dir/audit.key`` (mode 0600).
+        """The store's secret: explicit, or generated once into ``data_dir/audit.key`` (mode 0600;
+        one secret however many processes start together: `toolgate.key_file`).
 
         ``create=False`` (read-only commands) refuses to generate one."""
         if self.audit_key_value:
             return self.audit_key_value.encode("utf-8")
-        path = self.data_dir / "audit.key"
-        if not path.exists() and not create:
-            raise ConfigurationError(f"no store secret: set TOOLGATE_AUDIT_KEY or create {path}")
-        if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process created it first
-            else:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(secrets.token_hex(32))
-        return path.read_bytes().strip()
+        return load_secret(self.data_dir / "audit.key", create=create)
 
 
 __all__ = ["DATA_DIR", "Settings"]
