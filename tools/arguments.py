@@ -13,12 +13,14 @@ a declared default is filled with it, visibly), ``null`` is kept only where the 
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Iterator, Mapping
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, SupportsIndex
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
+
+from toolgate.tools.arguments_frozen import FrozenArguments, FrozenList, freeze, thaw
 
 
 class ArgumentsInvalid(ValueError):
@@ -68,117 +70,6 @@ class ArgumentContract(Protocol):
         ...
 
 
-def _refuse() -> NoReturn:
-    raise TypeError("tool arguments are read-only; copy them with dict(...) or thaw() to change them")
-
-
-class FrozenList(list[Any]):
-    """A JSON array a handler may read but not change (still a `list` for ``isinstance`` and JSON)."""
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        _refuse()
-
-    def __delitem__(self, index: Any) -> None:
-        _refuse()
-
-    def __iadd__(self, other: Iterable[Any]) -> FrozenList:  # type: ignore[misc]
-        _refuse()
-
-    def __imul__(self, count: SupportsIndex) -> FrozenList:
-        _refuse()
-
-    def append(self, value: Any) -> None:
-        _refuse()
-
-    def extend(self, values: Iterable[Any]) -> None:
-        _refuse()
-
-    def insert(self, index: SupportsIndex, value: Any) -> None:
-        _refuse()
-
-    def pop(self, index: SupportsIndex = -1) -> Any:
-        _refuse()
-
-    def remove(self, value: Any) -> None:
-        _refuse()
-
-    def clear(self) -> None:
-        _refuse()
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        _refuse()
-
-    def reverse(self) -> None:
-        _refuse()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
-        return FrozenList(copy.deepcopy(list(self), memo))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenList, (list(self),))
-
-
-class FrozenArguments(dict[str, Any]):
-    """The arguments a JSON-Schema tool's handler receives: exactly the kept ones, read-only.
-
-    It is a `dict` (so ``json.dumps`` and ``isinstance(args, dict)`` work, and a handler can
-    forward it to an API as it is) whose mutators raise `TypeError`; nested objects and arrays are
-    read-only too. ``args.thaw()`` gives a mutable deep copy."""
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        _refuse()
-
-    def __delitem__(self, key: str) -> None:
-        _refuse()
-
-    def __ior__(self, other: Any) -> FrozenArguments:  # type: ignore[override,misc]
-        _refuse()
-
-    def clear(self) -> None:
-        _refuse()
-
-    def pop(self, *args: Any) -> Any:
-        _refuse()
-
-    def popitem(self) -> tuple[str, Any]:
-        _refuse()
-
-    def setdefault(self, *args: Any) -> Any:
-        _refuse()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        _refuse()
-
-    def thaw(self) -> dict[str, Any]:
-        """A deep, mutable copy as plain dicts and lists."""
-        thawed: dict[str, Any] = thaw(self)
-        return thawed
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenArguments:
-        return FrozenArguments(copy.deepcopy(dict(self), memo))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenArguments, (dict(self),))
-
-
-def freeze(value: Any) -> Any:
-    """A read-only deep copy of a JSON value (objects become `FrozenArguments`, arrays `FrozenList`)."""
-    if isinstance(value, Mapping):
-        return FrozenArguments({str(k): freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return FrozenList(freeze(v) for v in value)
-    return value
-
-
-def thaw(value: Any) -> Any:
-    """A mutable deep copy of a JSON value (plain dicts and lists)."""
-    if isinstance(value, Mapping):
-        return {str(k): thaw(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [thaw(v) for v in value]
-    return value
-
-
 @dataclass(frozen=True)
 class ModelArguments:
     """The contract of a Python-typed tool: its Pydantic argument model is the authority.
@@ -186,11 +77,14 @@ class ModelArguments:
     Kept arguments are the model's JSON form (by alias) of exactly the fields the call set, plus
     every field whose declared default is not ``None``. A ``= None`` default is how Pydantic makes
     a field optional, not a value its author chose, so an omitted optional field stays omitted
-    (and an explicit ``null`` stays ``null``: they digest differently). Two JSON meanings are
+    (and an explicit ``null`` stays ``null``: they digest differently). Three JSON meanings are
     restored after Pydantic: a boolean never passes where the model turned it into a number (a
-    strict ``Literal[1]`` accepts ``True``), and an integer sent for a ``float`` field is kept as
-    that integer (the handler, typed ``float``, still gets a float).
+    strict ``Literal[1]`` accepts ``True``), an integer sent for a ``float`` field is kept as
+    that integer (the handler, typed ``float``, still gets a float), and a set keeps the order the
+    model sent (Pydantic dumps it in hash order, which differs between processes).
 
+    Calls are validated as JSON (`_validated`): a strict model takes the strings and numbers its
+    schema advertises for dates, UUIDs and enums, never Python objects a model cannot send.
     The handler gets a model instance whose ``model_fields_set`` names exactly the kept fields."""
 
     model: type[BaseModel]
@@ -213,7 +107,7 @@ class ModelArguments:
     def parse(self, raw: Any) -> dict[str, Any]:
         """Validate with the model; keep what was given plus non-``None`` defaults."""
         try:
-            instance = self.model.model_validate(raw)
+            instance = _validated(self.model, raw)
         except ValidationError as exc:
             raise ArgumentsInvalid.from_validation_error(exc) from None
         kept: dict[str, Any] = instance.model_dump(mode="json", by_alias=True, exclude=_omitted(instance))
@@ -225,11 +119,21 @@ class ModelArguments:
 
     def for_handler(self, arguments: Mapping[str, Any]) -> BaseModel:
         """The model instance; fields not kept hold their model defaults and are not in ``model_fields_set``."""
-        return self.model.model_validate(arguments)
+        return _validated(self.model, arguments)
 
     def json_schema(self) -> dict[str, Any]:
         """The model's own JSON Schema."""
         return self.model.model_json_schema()
+
+
+def _validated(model: type[BaseModel], value: Any) -> BaseModel:
+    """``value`` validated as the JSON it is (a strict model takes ``"2026-03-01"`` for a `date`
+    and ``2`` for an `IntEnum`, as its schema advertises); a non-JSON value as Python."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return model.model_validate(value)
+    return model.model_validate_json(text)
 
 
 def _omitted(instance: BaseModel) -> dict[str, Any]:
@@ -279,9 +183,18 @@ def _integers_restored(raw: Any, kept: Any) -> Any:
         return raw
     if isinstance(kept, dict) and isinstance(raw, Mapping):
         return {k: _integers_restored(raw[k], v) if k in raw else v for k, v in kept.items()}
+    if isinstance(kept, list) and isinstance(raw, list | tuple) and _reordered_set(raw, kept):
+        return list(dict.fromkeys(raw))  # a set dumps in hash order, which varies by process
     if isinstance(kept, list) and isinstance(raw, list | tuple) and len(raw) == len(kept):
         return [_integers_restored(a, b) for a, b in zip(raw, kept, strict=True)]
     return kept
+
+
+def _reordered_set(raw: list[Any] | tuple[Any, ...], kept: list[Any]) -> bool:
+    """Whether ``kept`` is the set the model sent as ``raw`` (same scalars, each once, reordered)."""
+    if kept == list(raw) or not all(isinstance(item, str | int | float) for item in (*raw, *kept)):
+        return False
+    return len(set(kept)) == len(kept) and set(kept) == set(raw)
 
 
 __all__ = [

@@ -1,7 +1,9 @@
 """Tools whose arguments are a declared JSON Schema (OpenAI or Anthropic tool definitions).
 
-The schema itself is the authority: calls are validated with ``jsonschema`` (Draft 2020-12,
-``format`` as an annotation, as the draft says), never converted to a Pydantic model, so any
+The schema itself is the authority: calls are validated with ``jsonschema`` (Draft 2020-12;
+``format`` asserted only for the formats the registry audit counts as a bound, see
+`toolgate.tools.declared_formats`, else an annotation; ``multipleOf`` in exact decimals,
+`toolgate.tools.declared_validator`), never converted to a Pydantic model, so any
 property name works (``_private``, ``schema``, ``model_config``) and nothing is lost on the way.
 
 Kept arguments (what the proposal, digest, operation key and audit hold) are the call's own JSON:
@@ -18,7 +20,9 @@ Registration refuses (`RegistryError` naming the tool and the schema's JSON path
 are `toolgate.tools.declared_checks`): a schema that is not a valid Draft 2020-12 object schema;
 non-local or unresolvable ``$ref``; keywords whose branches toolgate's static checks do not follow
 (`toolgate.tools.declared_checks.UNSUPPORTED`); type lists other than one type plus ``null``;
-defaults that do not satisfy their own schema; and open objects (``additionalProperties`` absent
+OpenAPI's ``nullable: true`` (JSON Schema ignores it); a closed object whose ``required`` names a
+property it does not declare (no call could pass); defaults that do not satisfy their own
+schema; and open objects (``additionalProperties`` absent
 or not false, or an untyped value), unless the operator chose ``open_objects="close"`` (objects
 that declare ``properties`` but no ``additionalProperties`` are closed, visibly, in the exported
 schema) or ``open_objects="allow"`` (open objects are accepted as declared JSON values).
@@ -32,7 +36,6 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, create_model
 
 from toolgate.tools.arguments import ArgumentsInvalid, FrozenArguments, freeze
@@ -44,6 +47,7 @@ from toolgate.tools.declared_checks import (
     schema_types,
 )
 from toolgate.tools.declared_errors import describe, error_order, value_problems
+from toolgate.tools.declared_validator import declared_validator
 from toolgate.tools.schema_walk import resolve_pointer
 
 
@@ -56,7 +60,7 @@ class JsonSchemaArguments:
         self.open_objects: OpenObjects = open_objects
         """The operator's choice for open objects, as registered."""
         self._schema = effective
-        self._validator = Draft202012Validator(effective)
+        self._validator = declared_validator(effective)
         refusals = list(default_refusals(effective, self._validator))
         if refusals:
             raise SchemaRefused(refusals)

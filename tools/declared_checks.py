@@ -128,6 +128,10 @@ class _Checker:
                 self.refuse(
                     "invalid_schema", path, f"{keyword!r} is not supported by toolgate's static checks"
                 )
+        if node.get("nullable") is True:  # OpenAPI 3.0; JSON Schema ignores it, so null would be refused
+            self.refuse(
+                "invalid_schema", path, "'nullable' is OpenAPI, not JSON Schema: write type: [<type>, 'null']"
+            )
         if "$id" in node and path != "$":
             self.refuse("invalid_schema", path, "'$id' inside parameters would change how $ref resolves")
         ref = node.get("$ref")
@@ -146,6 +150,7 @@ class _Checker:
             self.refuse("invalid_schema", path, "a type list must be one type plus 'null'")
         if _is_object(node):
             self.object(path, node)
+            self.required(path, node)
         if "array" in schema_types(node) and "items" not in node and self.open_objects != "allow":
             self.refuse(
                 "open_arguments",
@@ -172,6 +177,19 @@ class _Checker:
             f"open objects (additionalProperties is not false) are refused: {hint}, "
             "or register with open_objects='close' or 'allow'",
         )
+
+    def required(self, path: str, node: dict[str, Any]) -> None:
+        """A closed object requiring a property it does not declare takes no call at all."""
+        props = node.get("properties") or {}
+        if node.get("additionalProperties") is not False or not isinstance(props, Mapping):
+            return
+        missing = [str(name) for name in node.get("required") or [] if name not in props]
+        if missing:
+            self.refuse(
+                "invalid_schema",
+                f"{path}.required",
+                f"names properties the closed object does not declare: {missing}",
+            )
 
     def untyped(self, path: str) -> None:
         if self.open_objects == "allow":
@@ -217,8 +235,11 @@ def _subschemas(node: Any, path: str, value: bool = False) -> Iterator[tuple[str
             yield from _subschemas(node[keyword], f"{path}.{keyword}", keyword == "items")
     for keyword in ("anyOf", "oneOf", "allOf", "prefixItems"):
         if isinstance(node.get(keyword), list):
+            # an alternative of a typed value (`{"required": [...]}` under an object) narrows that
+            # value rather than standing for one of its own
+            own = keyword == "prefixItems" or (keyword == "anyOf" and not schema_types(node))
             for i, sub in enumerate(node[keyword]):
-                yield from _subschemas(sub, f"{path}.{keyword}[{i}]", keyword in ("anyOf", "prefixItems"))
+                yield from _subschemas(sub, f"{path}.{keyword}[{i}]", own)
 
 
 def _untyped(root: Mapping[str, Any], node: Any) -> bool:

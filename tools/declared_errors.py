@@ -100,6 +100,8 @@ def describe(error: SchemaViolation) -> list[tuple[str, str]]:
         return [(where, f"must be {_short(value)}")]
     if keyword == "anyOf":
         return _describe_any_of(error, where)
+    if error.validator is None:  # a `false` subschema; jsonschema reports it at its parent's path
+        return [(where, "holds a property or item that must not be sent")]
     if keyword == "False" or value is False:
         return [(where, "is not allowed here")]
     if keyword in _TEMPLATES:

@@ -82,13 +82,17 @@ def _strictify(node: Any) -> Any:
         if key in CONSTRAINT_WORDS:
             constraints.append(f"{CONSTRAINT_WORDS[key]} {value}")
             continue
+        if key in ("enum", "const"):  # values, not schemas: sent exactly as declared
+            out[key] = copy.deepcopy(value)
+            continue
         out[key] = _strictify(value) if key != "properties" else {k: _strictify(v) for k, v in value.items()}
     if constraints:
         text = "Constraints: " + ", ".join(constraints) + "."
         out["description"] = f"{out['description']} {text}" if out.get("description") else text
     if out.get("type") == "object" or "properties" in out:
         props = out.get("properties", {})
-        out["type"] = "object"
+        if not isinstance(out.get("type"), list):  # ["object", "null"] stays nullable
+            out["type"] = "object"
         out["properties"] = props
         out["required"] = list(props)
         out["additionalProperties"] = False

@@ -12,6 +12,7 @@ Its schema is generated from typed code that ignores extra keys but leaves
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
-from toolgate.errors import ToolExecutionError
+from toolgate.errors import RegistryError, ToolExecutionError
 from toolgate.tools.arguments import FrozenArguments
 from toolgate.tools.code_hash import mark_code
 from toolgate.tools.declared_checks import OpenObjects
@@ -74,8 +75,13 @@ def langchain_spec(
 ) -> ToolSpec:
     """The `ToolSpec` of a LangChain tool whose code hash is ``code`` (`mark_code`'s ``target``
     or ``identity``): `from_langchain` names the Python it wraps, `from_mcp` its server."""
-    definition = convert_to_openai_tool(tool)["function"]
     tool_name = name or tool.name
+    _refuse_aliases(tool, tool_name)
+    definition = convert_to_openai_tool(tool)["function"]
+    if isinstance(tool.args_schema, dict):  # an MCP tool's own JSON Schema, kept as declared
+        definition["parameters"] = copy.deepcopy(
+            tool.args_schema
+        )  # (LangChain inlines $ref, cutting recursion)
     runnable = tool.model_copy(update={"handle_tool_error": False, "handle_validation_error": False})
     coroutine_only = isinstance(tool, StructuredTool) and tool.func is None
     result = result_model or TextResult
@@ -91,6 +97,24 @@ def langchain_spec(
         **({"description": description} if description else {}),
         **policy.spec_fields(tool_name),
     )
+
+
+def _refuse_aliases(tool: BaseTool, name: str) -> None:
+    """LangChain describes a Pydantic ``args_schema`` by field names but validates by alias, so a
+    field aliased (``from_`` as ``from``) without ``populate_by_name`` could never be called."""
+    schema = tool.args_schema
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return
+    config = schema.model_config
+    if config.get("populate_by_name") or config.get("validate_by_name"):
+        return
+    aliased = [f for f, info in schema.model_fields.items() if info.alias is not None and info.alias != f]
+    if aliased:
+        text = (
+            f"$.properties: fields {aliased} have aliases LangChain would not accept by the names it "
+            "sends the model; set populate_by_name=True on the args_schema or drop the aliases"
+        )
+        raise RegistryError(f"tool {name!r} refused: {text}", tool=name, problems=[("invalid_schema", text)])
 
 
 def _run_tool(tool: BaseTool, arguments: dict[str, Any], ctx: HandlerContext, coroutine_only: bool) -> Any:

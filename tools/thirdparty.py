@@ -97,23 +97,23 @@ def _check_signature(function: Callable[..., Any], args_model: type[BaseModel], 
 def parse_tool_definition(definition: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """Name, description and parameter schema of an OpenAI (Chat Completions or Responses) or
     Anthropic tool definition. An OpenAI function without ``parameters`` takes no arguments."""
-    if "input_schema" in definition:  # Anthropic
-        return (
-            str(definition["name"]),
-            str(definition.get("description") or ""),
-            dict(definition["input_schema"]),
-        )
-    body = definition.get("function", definition)  # Chat Completions nests under "function"
+    anthropic = "input_schema" in definition
+    body = definition if anthropic else definition.get("function", definition)  # Chat Completions nests
     if not isinstance(body, Mapping) or not isinstance(body.get("name"), str):
-        raise RegistryError(
-            "a tool definition needs a name and parameters (OpenAI) or input_schema (Anthropic)"
-        )
-    parameters = body.get("parameters", EMPTY_PARAMETERS)
+        text = "a tool definition needs a name (a string) and parameters (OpenAI) or input_schema (Anthropic)"
+        raise RegistryError(text, problems=[("invalid_name", text)])
+    name, key = body["name"], "input_schema" if anthropic else "parameters"
+    parameters = body[key] if anthropic else body.get(key, EMPTY_PARAMETERS)
     if not isinstance(parameters, Mapping):
+        text = f"$: {key} must be a JSON object"
+        raise RegistryError(f"tool {name!r} refused: {text}", tool=name, problems=[("invalid_schema", text)])
+    description = body.get("description")
+    if description is not None and not isinstance(description, str):
+        text = "description must be a string"
         raise RegistryError(
-            f"tool {body['name']!r} refused: $: parameters must be a JSON object", tool=body["name"]
+            f"tool {name!r} refused: {text}", tool=name, problems=[("missing_description", text)]
         )
-    return body["name"], str(body.get("description") or ""), dict(parameters)
+    return name, description or "", dict(parameters)
 
 
 def spec_from_tool_definition(
