@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body read; a decision or an edit is far smaller."""
+BAD_REQUEST = frozenset({"invalid_json", "invalid_body", "invalid_status"})
+"""Codes of requests refused for their shape (422), audited here as ``api.refused``."""
 NO_STORE = {"Cache-Control": "no-store"}
 """Headers of every API answer: none is ever cached."""
 
@@ -155,7 +157,18 @@ def _run_view(gw: Gateway, token: str | None, view: View, inp: ViewInput) -> Rep
         caller = gw.directory.authenticate_bearer(token)  # audits its own refusals
     except IdentityError as exc:
         raise Refusal(401, exc.code, str(exc)) from exc
-    return view(gw, caller, inp)
+    try:
+        return view(gw, caller, inp)
+    except Refusal as exc:
+        if exc.code in BAD_REQUEST:  # refused before any rule that audits its own refusals
+            gw.auditor.record(
+                "api.refused",
+                "refused",
+                user_id=caller.user_id,
+                code=exc.code,
+                detail={"status": exc.status, "path": dict(inp.path), "tenant_id": caller.tenant_id},
+            )
+        raise
 
 
 async def serve(
@@ -197,6 +210,7 @@ async def serve(
 
 
 __all__ = [
+    "BAD_REQUEST",
     "MAX_BODY_BYTES",
     "NO_STORE",
     "Refusal",

@@ -131,7 +131,13 @@ async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreat
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant  # used when the run creates its thread
     command = kwargs.get("command") or {}
-    resume_only = isinstance(command, dict) and "resume" in command and not command.get("update")
+    # an answer to the interrupt, nothing else: no update, and no goto (a step of the thread's own)
+    resume_only = (
+        isinstance(command, dict)
+        and "resume" in command
+        and not command.get("update")
+        and not command.get("goto")
+    )
     if resume_only and kwargs.get("input") is None and roles & _reviewer_roles():
         return {"tenant": tenant}
     return {"owner": identity, "tenant": tenant}

@@ -11,7 +11,7 @@ the same way without delivering anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from toolgate.policy.approvals import verify_for_execution
 from toolgate.policy.authorization import check_resource
@@ -36,16 +36,22 @@ class DeliveryChecks:
 
     def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
         """The proposal's decisions that may count: authentic records by reviewers who are still
-        active identities reviewing for the proposal's tenant (its own people or staff). Every
-        other one is audited and dropped."""
+        active identities reviewing for the proposal's tenant (its own people or staff), each with
+        only the recorded roles its reviewer still holds. Every other one is audited and dropped
+        (``forged_approval``, ``reviewer_inactive``, ``reviewer_role_removed``)."""
         counted: list[ApprovalRecord] = []
         for decision in self.store.decisions_for(proposal.proposal_id):
+            reviewer = self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id)
+            # a decision counts with the roles its reviewer held then and still holds now
+            kept = tuple(r for r in decision.reviewer_roles if reviewer is not None and r in reviewer.roles)
             if not decision.authentic:
                 code = "forged_approval"
-            elif self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id) is None:
+            elif reviewer is None:
                 code = "reviewer_inactive"
+            elif not kept:
+                code = "reviewer_role_removed"
             else:
-                counted.append(decision)
+                counted.append(replace(decision, reviewer_roles=kept))
                 continue
             if self.store.read_only:  # a verification run reports, it never writes
                 continue
@@ -64,6 +70,24 @@ class DeliveryChecks:
         """Why the approved ``op`` (of ``spec``, proposed as ``proposal``) may not be claimed now
         ("": it may). The approval is verified again from the decisions that still count, then
         every resource is resolved again for the requester."""
+        if (proposal.operation_key, proposal.tool, proposal.tenant_id) != (
+            op.operation_key,
+            op.tool,
+            op.tenant_id,
+        ):
+            # operation rows carry no MAC: one that names another operation's proposal (inserted or
+            # re-pointed with database access) may not borrow its approvals and run it again
+            if not self.store.read_only:
+                self.auditor.record(
+                    "approval.refused_at_execution",
+                    "refused",
+                    code="operation_mismatch",
+                    operation_key=op.operation_key,
+                    proposal_id=op.proposal_id,
+                    tool=op.tool,
+                    detail={"reason": "the operation is not its proposal's own"},
+                )
+            return "operation_mismatch: the operation is not its proposal's own"
         verdict = verify_for_execution(
             proposal,
             spec.approval,

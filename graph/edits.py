@@ -9,10 +9,11 @@ its arguments can never count as its approver.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from toolgate.clock import parse_iso
-from toolgate.errors import ApprovalError, NotFoundError
+from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.proposals import carry_delegation, draft_proposal, store_proposal
@@ -23,6 +24,10 @@ from toolgate.policy.judge import ProposedCall
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
 from toolgate.tools.spec import ToolSpec
+
+SUPERSEDED_BY = "edited by reviewer; superseded by "
+"""How the rejection of an edited proposal starts; the replacement's id follows. That signed
+record names the edit that replaced it, whatever other edits were stored beside it."""
 
 
 def edit_proposal(
@@ -71,7 +76,11 @@ def edit_proposal(
     stored, _, _ = store_proposal(gw, spec, draft, actor=editor.user_id)
     carry_delegation(gw, spec, original, stored)  # the requester's sealed credentials, not the editor's
     carry_for_wait(gw.store, gw.auditor, original, stored)  # and those sealed for its job's wait
-    decide(gw, proposal_id, editor, "reject", reason=f"edited by reviewer; superseded by {draft.proposal_id}")
+    try:
+        decide(gw, proposal_id, editor, "reject", reason=SUPERSEDED_BY + draft.proposal_id)
+    except ApprovalError:  # the original was decided meanwhile: it stands, its replacement may never run
+        _void(gw, stored, editor)
+        raise
     gw.auditor.record(
         "proposal.edited",
         "superseded",
@@ -80,6 +89,31 @@ def edit_proposal(
         **common,
     )
     return stored
+
+
+def _void(gw: Gateway, replacement: ProposalRecord, editor: Principal) -> None:
+    """Reject ``replacement`` (audited ``proposal.rejected``, code ``edit_lost_race``) when the
+    original it replaces could not be rejected: it was approved or decided first. (Nobody can have
+    approved the replacement meanwhile: `decide` approves an edit only once its original is
+    rejected.)"""
+    with contextlib.suppress(InvalidTransitionError):  # already decided: it cannot have been approved
+        gw.store.transition(
+            replacement.operation_key,
+            "pending_approval",
+            "rejected",
+            audit=[
+                gw.auditor.event(
+                    "proposal.rejected",
+                    "rejected",
+                    user_id=editor.user_id,
+                    code="edit_lost_race",
+                    proposal_id=replacement.proposal_id,
+                    operation_key=replacement.operation_key,
+                    tool=replacement.tool,
+                    detail={"supersedes": replacement.supersedes},
+                )
+            ],
+        )
 
 
 def _judge_edit(
@@ -121,12 +155,30 @@ def _judge_edit(
     return editor, spec, verdict.arguments
 
 
+def _replacement(gw: Gateway, proposal: ProposalRecord) -> ProposalRecord | None:
+    """The edit that replaced ``proposal``: the one its rejection names (two edits at once store two
+    replacements, and the one whose rejection lost was voided), else the newest (an edit whose
+    rejection never happened: it stays pending until it expires)."""
+    newer = gw.store.superseding(proposal.proposal_id)
+    if newer is None:
+        return None
+    for decision in gw.store.decisions_for(proposal.proposal_id):
+        if decision.authentic and decision.decision == "reject" and decision.reason.startswith(SUPERSEDED_BY):
+            named = gw.store.get_proposal(decision.reason[len(SUPERSEDED_BY) :])
+            if named is not None and named.supersedes == proposal.proposal_id:
+                return named
+    return newer
+
+
 def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     """Follow edits from ``proposal_id`` to the newest proposal that supersedes it (or itself)."""
     current = gw.store.get_proposal(proposal_id)
     seen = {proposal_id}
     while current is not None:
-        newer = gw.store.superseding(current.proposal_id)
+        operation = gw.store.get_operation(current.operation_key)
+        if operation is not None and operation.status not in ("pending_approval", "rejected", "expired"):
+            return current  # decided and not replaced: an edit that lost the race does not count
+        newer = _replacement(gw, current)
         if newer is None or newer.proposal_id in seen:
             return current
         seen.add(newer.proposal_id)
@@ -134,4 +186,4 @@ def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     return None
 
 
-__all__ = ["current_proposal", "edit_proposal"]
+__all__ = ["SUPERSEDED_BY", "current_proposal", "edit_proposal"]

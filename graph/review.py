@@ -79,6 +79,12 @@ def decide(
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
         if operation.status != "pending_approval":
             raise ApprovalError("not_pending", f"proposal is {operation.status}, not pending_approval")
+        if decision == "approve" and gw.store.superseding(proposal_id) is not None:
+            # a reviewer's edit replaced it: only the edited proposal may run, never both
+            raise ApprovalError("superseded", f"proposal {proposal_id} was edited; review its replacement")
+        if decision == "approve" and proposal.supersedes and not _replaced(gw, proposal.supersedes):
+            # an edit counts once the proposal it replaces is rejected (final), never beside it
+            raise ApprovalError("original_not_rejected", f"{proposal.supersedes} it replaces is not rejected")
         if decision == "reject" and not reason.strip():
             raise ApprovalError("reason_required", "a rejection needs a reason for the requester")
         now = gw.store.now()
@@ -155,6 +161,13 @@ def decide(
         except InvalidTransitionError:
             operation = gw.store.get_operation(proposal.operation_key) or operation
     return ReviewOutcome(proposal=proposal, operation=operation, verdict=verdict, record=record)
+
+
+def _replaced(gw: Gateway, proposal_id: str) -> bool:
+    """True when the proposal ``proposal_id`` was rejected (its operation's final status)."""
+    original = gw.store.get_proposal(proposal_id)
+    operation = gw.store.get_operation(original.operation_key) if original else None
+    return operation is not None and operation.status == "rejected"
 
 
 def settled_event(

@@ -34,9 +34,17 @@ from toolgate.graph.state import KEYS_ADDED_IN
 from toolgate.graph.state_updates import apply_update, lean_update, state_reducers
 from toolgate.store.keys import Keyring
 
-SEAL_VERSION = "2"
+SEAL_VERSION = "3"
 """The sealed form, named in the seal and in each of its MACs: bumped when the form changes; a
-seal of another form does not verify (but see `LEGACY_SEAL_VERSION`)."""
+seal of another form does not verify (but see `PREVIOUS_SEAL_VERSION`, `LEGACY_SEAL_VERSION`).
+Form 3 adds ``all``, one MAC over every key's MAC: a key and its MAC copied from another seal of
+the same thread (an older checkpoint) verify on their own, never together with the rest, so a
+refused thread cannot be un-refused with its old ``status`` nor a spent budget reset."""
+
+PREVIOUS_SEAL_VERSION = "2"
+"""The form of seals made before ``all``: MACs as in form 3 but naming form 2. Such a seal
+verifies the state it sealed, key by key, so a thread saved then is sealed again in the current
+form by its next node, not refused. A form-3 seal cannot pass for form 2: its MACs name form 3."""
 
 LEGACY_SEAL_VERSION = "1"
 """The form of seals made before states had a version: MACs as in form 2 but naming form 1, and
@@ -123,16 +131,24 @@ class Sealer:
             return "unsealable"
         return self.keys.mac_text("state", text)
 
+    def _all(self, seal: Mapping[str, Any]) -> str:
+        """The MAC binding every key's MAC of ``seal`` together (form 3's ``all``)."""
+        macs = [seal.get(k) if isinstance(seal.get(k), str) else "" for k in sealed_keys()]
+        text = json.dumps({"v": SEAL_VERSION, "thread": self.thread_id, "key": "*", "macs": macs})
+        return self.keys.mac_text("state", text)
+
     def seal_of(self, state: Mapping[str, Any], *, only: set[str] | None = None) -> dict[str, str]:
-        """The seal of ``state``: version and one MAC per sealed key (``only`` these recomputed)."""
+        """The seal of ``state``: version, one MAC per sealed key (``only`` these recomputed) and
+        ``all`` over them."""
         base = self._checked[1] if only is not None and self._checked is not None else {}
-        return {
+        seal = {
             "v": SEAL_VERSION,
             **{
                 k: (self._mac(k, state) if only is None or k in only or k not in base else base[k])
                 for k in sealed_keys()
             },
         }
+        return {**seal, "all": self._all(seal)}
 
     def sealed_version(self, state: Mapping[str, Any]) -> int | None:
         """The state version ``state``'s seal vouches for: 1 for a seal of the legacy form (made
@@ -149,13 +165,16 @@ class Sealer:
         seal = state.get("seal")
         if not isinstance(seal, Mapping):
             return None
-        if seal.get("v") == LEGACY_SEAL_VERSION:
+        form = seal.get("v")
+        if form == LEGACY_SEAL_VERSION:
             return 1
-        if seal.get("v") != SEAL_VERSION:
+        if form == SEAL_VERSION:
+            expected = self._expected_mac("state_version", state, _RECENT.get(self._recent_key))
+        elif form == PREVIOUS_SEAL_VERSION:
+            expected = self._mac("state_version", state, form)
+        else:
             return None
-        if seal.get("state_version") != self._expected_mac(
-            "state_version", state, _RECENT.get(self._recent_key)
-        ):
+        if seal.get("state_version") != expected:
             return None
         version = state.get("state_version")
         if version is None:
@@ -181,7 +200,7 @@ class Sealer:
                 return ["seal"]
             return [k for k in sealed_keys() if self._value(k, state)]
         form = seal.get("v")
-        if form not in (SEAL_VERSION, LEGACY_SEAL_VERSION):
+        if form not in (SEAL_VERSION, PREVIOUS_SEAL_VERSION, LEGACY_SEAL_VERSION):
             return ["seal"]
         version = self.sealed_version(state)
         covered = [
@@ -196,11 +215,14 @@ class Sealer:
             self._checked = (state, {"v": SEAL_VERSION, **expected})
         else:
             expected = {k: self._mac(k, state, form) for k in covered}
-        return [
+        changed = [
             k
             for k in sealed_keys()
             if (seal.get(k) != expected[k] if k in expected else state.get(k) is not None)
         ]
+        if not changed and form == SEAL_VERSION and seal.get("all") != self._all(seal):
+            return ["seal"]  # every MAC is genuine, but they were not sealed together
+        return changed
 
     def seal_update(self, state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
         """``update`` with the seal of the state it produces."""
@@ -235,6 +257,7 @@ def seal_update(
 
 __all__ = [
     "LEGACY_SEAL_VERSION",
+    "PREVIOUS_SEAL_VERSION",
     "SEAL_VERSION",
     "Sealer",
     "seal_of",

@@ -106,6 +106,29 @@ def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) 
     )
 
 
+def own_credentials(
+    gw: Gateway, spec: ToolSpec, principal: Principal, ctx: Context, common: dict[str, Any]
+) -> dict[str, str]:
+    """The request's forwarded credentials when its authenticated principal is the thread's own
+    (as for a wait's checks). A reviewer resuming the thread (a read of the turn runs after the
+    write's approval) never lends theirs: withheld, audited ``delegation.refused`` with code
+    ``not_requester``; the read runs with none."""
+    acting = ctx.principal
+    if acting is not None and (acting.user_id, acting.tenant_id) == (principal.user_id, principal.tenant_id):
+        return ctx.credentials
+    if spec.forwarded_credentials and ctx.credentials:
+        gw.auditor.record(
+            "delegation.refused",
+            "refused",
+            user_id=acting.user_id if acting else None,
+            code="not_requester",
+            tool=spec.name,
+            detail={"reason": "forwarded credentials of someone other than the requester are not used"},
+            **common,
+        )
+    return {}
+
+
 def run_read(
     gw: Gateway,
     spec: ToolSpec,
@@ -120,7 +143,9 @@ def run_read(
     accepted = accepted_event(gw.auditor, principal, record, spec, common)
     try:
         with admitted(gw.auditor, "tool", call_id=call_id, tool=spec.name, **common):
-            data = gw.executor.run_read(spec, record["arguments"], principal, ctx.credentials)
+            data = gw.executor.run_read(
+                spec, record["arguments"], principal, own_credentials(gw, spec, principal, ctx, common)
+            )
     except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
         gw.auditor.record_all([accepted])
         message = status_message(

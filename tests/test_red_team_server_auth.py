@@ -1,0 +1,61 @@
+"""Red team, the LangGraph server's auth handler called as the server calls it: a reviewer may
+resume a thread of their tenant, nothing more. A resume that also names a node to go to
+(``Command(resume=..., goto="model")``) is a new step of the owner's thread, not an answer to its
+interrupt: it would run a model turn as the requester. Only the owner may send it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from langgraph_sdk import Auth
+from support import TEST_KEY, Harness, audit_events
+
+from toolgate.graph import auth as auth_module
+from toolgate.store import SQLiteStore
+
+
+class _User(dict):  # type: ignore[type-arg]
+    """What `authenticate` hands the server, as its handlers read it."""
+
+    @property
+    def identity(self) -> str:
+        return str(self["identity"])
+
+
+@pytest.fixture
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    harness = Harness(SQLiteStore(tmp_path / "auth.sqlite", key=TEST_KEY))
+    gateway = harness.gateway()
+    parts = SimpleNamespace(gateway=gateway, registry=harness.registry)
+    monkeypatch.setattr(auth_module, "server_parts", lambda: parts)
+    return harness
+
+
+def _run_create(user: str, roles: list[str], command: dict[str, Any]) -> Any:
+    ctx = Auth.types.AuthContext(
+        permissions=roles,
+        user=_User(identity=user, tenant_id="acme", roles=roles),  # type: ignore[arg-type]
+        resource="threads",
+        action="create_run",
+    )
+    value: dict[str, Any] = {"thread_id": "t1", "kwargs": {"command": command, "input": None}}
+    return asyncio.run(auth_module.on_run_create(ctx, value))  # type: ignore[arg-type]
+
+
+def test_a_reviewer_may_resume_a_tenants_thread(harness: Harness) -> None:
+    assert _run_create("fiona", ["finance"], {"resume": {"wake": True}}) == {"tenant": "acme"}
+
+
+@pytest.mark.parametrize("goto", ["model", ["execute"], {"node": "dispatch", "arg": {}}])
+def test_a_reviewers_resume_that_goes_to_a_node_is_only_the_owners(harness: Harness, goto: Any) -> None:
+    """Not refused outright: filtered to threads the reviewer owns, so someone else's thread is not
+    found (as for any new turn in it)."""
+    assert _run_create("fiona", ["finance"], {"resume": {"wake": True}, "goto": goto}) == {
+        "owner": "fiona",
+        "tenant": "acme",
+    }
+    assert not audit_events(harness.store, "access.refused")

@@ -1,0 +1,131 @@
+"""Red team: a thread's seal is one seal. Each key's MAC is valid on its own, so a value and its
+MAC copied from another checkpoint of the same thread must still be noticed: otherwise a refused
+thread is un-refused by copying back its old ``status`` and runs on the values it was refused for,
+and a spent budget is reset by copying back an old ``budget``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+from support import REFUND_REQUEST, Harness, principal, start
+
+from toolgate.graph import Context
+from toolgate.graph.review import decide
+from toolgate.graph.seal import PREVIOUS_SEAL_VERSION, SEAL_VERSION, Sealer, sealed_keys
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+LOOKUP = {"order_id": "O-5512"}
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def tampered(harness: Harness, thread: str) -> list[Any]:
+    return [e for e in harness.store.audit_events() if e.event == "state.tampered" and e.thread_id == thread]
+
+
+def splice(graph: Any, thread: str, old: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Copy ``keys`` and their MACs from the older values ``old`` into the thread's current state."""
+    now = graph.get_state(cfg(thread)).values
+    seal = {**now["seal"], **{k: old["seal"][k] for k in keys}}
+    graph.update_state(cfg(thread), {**{k: old.get(k) for k in keys}, "seal": seal})
+
+
+def test_a_refused_thread_cannot_be_unrefused_with_its_own_old_status(harness: Harness) -> None:
+    refund = {**LOOKUP, "amount_cents": 1000, "reason": "damaged"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", refund, "c1")), ai("unreachable")])
+    graph = harness.graph(model)
+    start(graph, REFUND_REQUEST, "cust-ada", "t-unrefuse")
+    before = graph.get_state(cfg("t-unrefuse")).values
+    assert before["status"] == "awaiting_approval"
+    # raise the thread's own limits: noticed, refused, and the refusal is sealed
+    graph.update_state(
+        cfg("t-unrefuse"),
+        {
+            "budget": {**before["budget"], "max_model_turns": 10**6},
+            "deadline_at": "2999-01-01T00:00:00.000000Z",
+        },
+    )
+    refused = graph.invoke(Command(resume={"wake": True}), cfg("t-unrefuse"), context=Context())
+    assert refused["status"] == "refused" and len(tampered(harness, "t-unrefuse")) == 1
+    # copy back the status (and its reason) sealed before the tampering, with their MACs
+    splice(graph, "t-unrefuse", before, ("status", "status_reason"))
+    again = graph.invoke(
+        {"messages": [HumanMessage("go on")]},
+        cfg("t-unrefuse"),
+        context=Context(principal=principal("cust-ada")),
+    )
+    assert again["status"] == "refused"
+    assert model._position == 1  # the model never ran again
+    assert [e.detail["keys"] for e in tampered(harness, "t-unrefuse")][1:] == [["seal"]]
+
+
+def test_a_spent_budget_cannot_be_reset_with_an_older_budget_of_the_thread(harness: Harness) -> None:
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one"), ai("two"), ai("three")]
+    )
+    graph = harness.graph(model)
+    start(graph, "status of O-5512", "cust-ada", "t-budget", max_model_turns=2)
+    spent = graph.get_state(cfg("t-budget")).values
+    assert spent["budget"]["model_turns"] == 2
+    early = next(
+        s.values
+        for s in graph.get_state_history(cfg("t-budget"))
+        if (s.values.get("budget") or {}).get("model_turns") == 1 and s.values.get("seal")
+    )
+    splice(graph, "t-budget", early, ("budget",))
+    again = graph.invoke(
+        {"messages": [HumanMessage("and now?")]},
+        cfg("t-budget"),
+        context=Context(principal=principal("cust-ada")),
+    )
+    assert again["status"] == "refused"
+    assert model._position == 2  # no third model turn
+    assert [e.detail["keys"] for e in tampered(harness, "t-budget")] == [["seal"]]
+
+
+def _form_2(harness: Harness, thread: str, values: dict[str, Any]) -> dict[str, str]:
+    """The seal a thread saved before form 3 carries: MACs naming form 2, no ``all``."""
+    sealer = Sealer(harness.store.keys, thread)
+    return {
+        "v": PREVIOUS_SEAL_VERSION,
+        **{k: sealer._mac(k, values, PREVIOUS_SEAL_VERSION) for k in sealed_keys()},
+    }
+
+
+def test_a_thread_sealed_before_form_3_resumes_and_is_sealed_again_in_the_current_form(
+    harness: Harness,
+) -> None:
+    refund = {**LOOKUP, "amount_cents": 1000, "reason": "damaged"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", refund, "c1")), ai("done")])
+    graph = harness.graph(model)
+    facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form2")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    values = graph.get_state(cfg("t-form2")).values
+    graph.update_state(cfg("t-form2"), {"seal": _form_2(harness, "t-form2", values)})
+    decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-form2"), context=Context())
+    assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form2")
+    assert final["seal"]["v"] == SEAL_VERSION and "all" in final["seal"]
+
+
+def test_a_current_seal_cannot_pass_for_form_2_to_shed_its_all(harness: Harness) -> None:
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one"), ai("two")]
+    )
+    graph = harness.graph(model)
+    start(graph, "status of O-5512", "cust-ada", "t-shed")
+    seal = dict(graph.get_state(cfg("t-shed")).values["seal"])
+    del seal["all"]
+    graph.update_state(cfg("t-shed"), {"seal": {**seal, "v": PREVIOUS_SEAL_VERSION}})
+    again = graph.invoke(
+        {"messages": [HumanMessage("and now?")]},
+        cfg("t-shed"),
+        context=Context(principal=principal("cust-ada")),
+    )
+    assert again["status"] == "refused" and model._position == 2
+    assert len(tampered(harness, "t-shed")) == 1
