@@ -22,6 +22,7 @@ from rich.console import Console
 
 from toolgate.cli_audit import audit_app
 from toolgate.cli_common import invoke, open_from_env, person
+from toolgate.cli_deadletter import deadletter_app
 from toolgate.cli_dispatch import dispatch_app
 from toolgate.cli_evals import evals_app
 from toolgate.cli_identities import identities_app
@@ -29,7 +30,7 @@ from toolgate.cli_registry import registry_app
 from toolgate.cli_release import release_app
 from toolgate.cli_report import report
 from toolgate.cli_verify import verify_app
-from toolgate.cli_worker import deadletter_app, worker_app
+from toolgate.cli_worker import worker_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
@@ -167,7 +168,7 @@ def proposals_show(proposal_id: str) -> None:
     _kv(tool=proposal.tool, handler=proposal.handler_revision, release=proposal.release)
     _kv(arguments=json.dumps(proposal.arguments, sort_keys=True))
     _kv(arguments_sha256=proposal.arguments_sha256)
-    _kv(digest=proposal.digest)
+    _kv(digest=proposal.digest, authentic=str(proposal.authentic).lower())
     _kv(risk=proposal.risk, approval=proposal.approval_class, requester=proposal.requester_id)
     if (why := proposal.escalation_reason) is not None:
         _kv(escalated_by=proposal.escalation_rule_id, escalation_reason=json.dumps(why))

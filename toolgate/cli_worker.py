@@ -1,5 +1,5 @@
-"""``toolgate worker`` and ``toolgate deadletter``: execution outside a graph run, recovery, and
-the people's queue of operations whose outcome nobody could determine."""
+"""``toolgate worker``: execution outside a graph run, reconciliation and recovery (the people's
+queue of operations whose outcome nobody could determine is `toolgate.cli_deadletter`)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ from typing import Annotated
 
 import typer
 
-from toolgate.cli_common import EXIT_OVERLOADED, open_from_env, person
+from toolgate.cli_common import EXIT_OVERLOADED, open_from_env
 from toolgate.cli_common import kv as _kv
 from toolgate.cli_waits import worker_wait_pass, worker_waits
-from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
+from toolgate.errors import NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.recovery import recover, verify_effect
 from toolgate.graph.worker_loop import LoopOptions, WorkerLoop, stop_on_signals
 from toolgate.policy.admission import Overloaded, admitted
 
 worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")
-deadletter_app = typer.Typer(no_args_is_help=True, help="Operations whose outcome needs a person.")
 
 
 @worker_app.command("execute")
@@ -217,79 +216,4 @@ def worker_verify(
     raise typer.Exit(0 if ok else 1)
 
 
-@deadletter_app.command("list")
-def deadletter_list(
-    all_: Annotated[bool, typer.Option("--all", help="Include resolved ones.")] = False,
-) -> None:
-    """Operations waiting for a person, with the context to decide."""
-    application = open_from_env(read_only=True)
-    for letter in application.store.dead_letters(open_only=not all_):
-        _kv(
-            operation_key=letter.operation_key,
-            created_at=letter.created_at,
-            reason=json.dumps(letter.reason),
-            tool=letter.context.get("tool"),
-            resolution=letter.resolution or "open",
-            context=json.dumps(letter.context, sort_keys=True),
-        )
-
-
-@deadletter_app.command("resolve")
-def deadletter_resolve(
-    operation_key: str,
-    outcome: Annotated[str, typer.Option(help="succeeded or failed, as verified in the system of record.")],
-    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
-    note: Annotated[str, typer.Option(help="Evidence for the decision (e.g. the payment id found).")],
-) -> None:
-    """Record a person's verified outcome for a dead-lettered operation (once)."""
-    if outcome not in ("succeeded", "failed"):
-        raise ApprovalError("invalid_outcome", "--outcome must be succeeded or failed")
-    application = open_from_env()
-    reviewer = person(application, as_user)
-    op = application.store.get_operation(operation_key)
-    if op is None:
-        raise NotFoundError(f"no operation {operation_key}")
-    spec = application.registry.get_for(op.tool, op.tenant_id)
-    refusal = None
-    if not reviewer.reviews_for(op.tenant_id):
-        refusal = ApprovalError("cross_tenant", f"{operation_key} belongs to another tenant")
-    elif spec is None or not (reviewer.roles & spec.approval.roles):
-        refusal = ApprovalError(
-            "missing_role", f"resolving {op.tool} needs one of the roles of its approval class"
-        )
-    if refusal is not None:
-        application.gateway.auditor.record(
-            "deadletter.refused",
-            "refused",
-            user_id=reviewer.user_id,
-            code=refusal.code,
-            operation_key=operation_key,
-            tool=op.tool,
-        )
-        raise refusal
-    if not application.store.resolve_dead_letter(
-        operation_key, resolution=outcome, resolved_by=reviewer.user_id, note=note
-    ):
-        raise ApprovalError("not_open", f"{operation_key} has no open dead letter")
-    try:
-        application.store.transition(
-            operation_key,
-            "dead_lettered",
-            "succeeded" if outcome == "succeeded" else "failed",
-            error=None if outcome == "succeeded" else {"kind": "resolved_failed", "message": note[:200]},
-        )
-    except InvalidTransitionError as exc:
-        raise ApprovalError("not_dead_lettered", str(exc)) from exc
-    application.gateway.auditor.record(
-        "deadletter.resolved",
-        outcome,
-        user_id=reviewer.user_id,
-        operation_key=operation_key,
-        tool=op.tool,
-        proposal_id=op.proposal_id,
-        detail={"note": note[:200]},
-    )
-    _kv(operation_key=operation_key, resolution=outcome, reviewer=as_user, status=outcome)
-
-
-__all__ = ["deadletter_app", "worker_app"]
+__all__ = ["worker_app"]
