@@ -17,6 +17,8 @@ restart:
   inside ``max_tokens``, which must exceed the budget), so the output stays bounded.
 * ``max_retries=0``: toolgate's own retry policy (`toolgate.policy.retry`) decides what is retried.
 * ``base_url``: ``TOOLGATE_MODEL_BASE_URL`` when set (a proxy, a local test server).
+* property names Anthropic refuses (``"sort by"``) are sent as wire keys and mapped back before
+  validation (`toolgate.anthropic_property_keys`); toolgate only ever sees the declared names.
 
 ``tool_choice`` with ``disable_parallel_tool_use`` is set when tools are bound (`Gateway.model_for`
 passes ``parallel_tool_calls=False`` for a release with stateful writes). The key is read by the
@@ -58,12 +60,14 @@ def anthropic_chat_model(name: str, settings: Settings) -> BaseChatModel:
         ConfigurationError: ``langchain-anthropic`` is not installed.
     """
     try:
-        from langchain_anthropic import ChatAnthropic
+        import langchain_anthropic  # noqa: F401  (the extra; the subclass below is built on it)
     except ImportError as exc:
         raise ConfigurationError(
             f"model 'anthropic:{name}' needs the langchain-anthropic package: "
             f"pip install 'langgraph-toolgate[{EXTRA}]'"
         ) from exc
+    from toolgate.anthropic_property_keys import KeyMappingChatAnthropic
+
     options: dict[str, Any] = {
         "model": name,
         "max_retries": 0,
@@ -73,7 +77,7 @@ def anthropic_chat_model(name: str, settings: Settings) -> BaseChatModel:
     }
     if settings.model_base_url:
         options["base_url"] = settings.model_base_url
-    model: BaseChatModel = ChatAnthropic(**options)
+    model: BaseChatModel = KeyMappingChatAnthropic(**options)
     return model
 
 
