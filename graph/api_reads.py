@@ -43,6 +43,7 @@ def _summary(proposal: ProposalRecord, operation: OperationRecord, now: Any) -> 
         "seconds_left": _seconds_left(proposal, now),
         "status": operation.status,
         "digest": proposal.digest,
+        "authentic": proposal.authentic,  # False: forged or from before proposals carried a MAC
     }
 
 

@@ -70,6 +70,20 @@ class DeliveryChecks:
         """Why the approved ``op`` (of ``spec``, proposed as ``proposal``) may not be claimed now
         ("": it may). The approval is verified again from the decisions that still count, then
         every resource is resolved again for the requester."""
+        if not proposal.authentic:
+            # its row's MAC does not verify: inserted with database access alone (or before
+            # proposals carried a MAC); nothing it says is trusted, its approvals included
+            if not self.store.read_only:
+                self.auditor.record(
+                    "approval.refused_at_execution",
+                    "refused",
+                    code="forged_proposal",
+                    operation_key=op.operation_key,
+                    proposal_id=op.proposal_id,
+                    tool=op.tool,
+                    detail={"reason": "the proposal's MAC does not verify"},
+                )
+            return "forged_proposal: the proposal's MAC does not verify"
         if (proposal.operation_key, proposal.tool, proposal.tenant_id) != (
             op.operation_key,
             op.tool,

@@ -48,6 +48,10 @@ def edit_proposal(
         raise NotFoundError(f"no proposal {proposal_id}")
     common = {"proposal_id": proposal_id, "operation_key": original.operation_key, "tool": original.tool}
     try:
+        if not original.authentic:  # never edited into an authentic replacement
+            raise ApprovalError(
+                "forged_proposal", f"proposal {proposal_id} is not authentic; propose it again"
+            )
         editor, spec, validated = _judge_edit(gw, original, reviewer, tool, arguments)
     except ApprovalError as refusal:
         gw.auditor.record(

@@ -65,6 +65,10 @@ def decide(
         "call_id": proposal.call_id,
     }
     try:
+        if not proposal.authentic:  # inserted with database access alone, or from before the MAC
+            raise ApprovalError(
+                "forged_proposal", f"proposal {proposal_id} is not authentic; propose it again"
+            )
         current = gw.directory.active(reviewer.user_id, reviewer.tenant_id)  # home tenant, as authenticated
         if current is None:
             raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")

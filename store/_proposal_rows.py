@@ -1,6 +1,7 @@
 """Proposals and reviewers' decisions in SQL.
 
-A proposal and its operation are inserted together, once per operation key; a decision is
+A proposal and its operation are inserted together, once per operation key, the proposal bound by
+a MAC under the store's keys (read back marked ``authentic`` or not); a decision is
 inserted once, bound by a MAC under the store's keys, and may settle the operation in the same
 transaction (an approval only while no rejection is on record).
 """
@@ -22,11 +23,14 @@ if TYPE_CHECKING:
     from toolgate.store.keys import Keyring
 
 
-def _proposal(row: dict[str, Any]) -> ProposalRecord:
+def _proposal(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
     data = dict(row)
+    mac = data.pop("mac", None)
     data["arguments"] = json.loads(data["arguments"])
     data["editors"] = tuple(json.loads(data["editors"])) if data.get("editors") else ()
-    return ProposalRecord(**data)
+    record = ProposalRecord(**data)
+    # no MAC (inserted with database access alone, or before proposals carried one): not authentic
+    return dataclasses.replace(record, authentic=keys.verify("proposal", record.sealed(), mac))
 
 
 def _approval(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
@@ -60,8 +64,8 @@ class ProposalRows:
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
                 " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors,"
-                " escalation_rule_id, escalation_reason)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " escalation_rule_id, escalation_reason, mac)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING *",
                 (
                     proposal.proposal_id,
@@ -88,6 +92,7 @@ class ProposalRows:
                     json.dumps(sorted(proposal.editors)) if proposal.editors else None,
                     proposal.escalation_rule_id,
                     proposal.escalation_reason,
+                    self.keys.mac("proposal", proposal.sealed()),
                 ),
             )
             if inserted:
@@ -110,12 +115,12 @@ class ProposalRows:
                 prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
                 orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
         assert prow is not None and orow is not None
-        return _proposal(prow), operation_of(orow), bool(inserted)
+        return _proposal(prow, self.keys), operation_of(orow), bool(inserted)
 
     def get_proposal(self, proposal_id: str) -> ProposalRecord | None:
         with self.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM proposals WHERE proposal_id = ?", (proposal_id,))
-        return _proposal(row) if row else None
+        return _proposal(row, self.keys) if row else None
 
     def list_proposals(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
         if status:
@@ -144,7 +149,7 @@ class ProposalRows:
                 assert prow is not None
                 orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (prow["operation_key"],))
                 assert orow is not None
-                out.append((_proposal(prow), operation_of(orow)))
+                out.append((_proposal(prow, self.keys), operation_of(orow)))
         return out
 
     def record_decision(self, approval: ApprovalRecord, *, audit: Sequence[AuditEventIn] = ()) -> bool:
@@ -215,7 +220,7 @@ class ProposalRows:
             row = tx.one(
                 "SELECT * FROM proposals WHERE supersedes = ? ORDER BY created_at DESC", (proposal_id,)
             )
-        return _proposal(row) if row else None
+        return _proposal(row, self.keys) if row else None
 
 
 __all__ = ["ProposalRows"]

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.canonical import canonical_json, digest
@@ -112,7 +112,7 @@ def verify_chain(store: Store) -> ChainReport:
 
 @dataclass(frozen=True, kw_only=True)
 class RecordsReport:
-    """Result of checking the MAC of every approval and identity row."""
+    """Result of checking the MAC of every proposal, approval and identity row."""
 
     approvals: int
     identities: int
@@ -120,20 +120,28 @@ class RecordsReport:
     """Approval ids whose MAC does not verify (written or changed with database access alone)."""
     forged_identities: list[str]
     """User ids whose row MAC does not verify."""
+    proposals: int = 0
+    forged_proposals: list[str] = field(default_factory=list)
+    """Proposal ids (of proposals with an operation) whose MAC does not verify: inserted with
+    database access alone, or written before proposals carried a MAC."""
 
     @property
     def ok(self) -> bool:
         """True when every row verifies."""
-        return not self.forged_approvals and not self.forged_identities
+        return not self.forged_approvals and not self.forged_identities and not self.forged_proposals
 
 
 def verify_records(store: Store) -> RecordsReport:
-    """Name every approval and identity row that was not written by toolgate with the store's secret."""
+    """Name every proposal, approval and identity row that was not written by toolgate with the
+    store's secret."""
     approvals = store.all_decisions()
     identities = store.list_identities()
+    proposals = [p for p, _ in store.list_proposals()]
     return RecordsReport(
         approvals=len(approvals),
         identities=len(identities),
+        proposals=len(proposals),
+        forged_proposals=[p.proposal_id for p in proposals if not p.authentic],
         forged_approvals=[a.approval_id for a in approvals if not a.authentic],
         forged_identities=[i.user_id for i in identities if not i.authentic],
     )

@@ -1,6 +1,6 @@
 """The store's secret and the keys derived from it, one per purpose.
 
-Records that carry authority once stored (approval decisions, identities, the audit chain) and
+Records that carry authority once stored (proposals, approval decisions, identities, the audit chain) and
 the call records a thread keeps in checkpointed state are bound by an HMAC. Database write access
 or a client's ``update_state`` can change the bytes, but without the secret nobody can make a
 changed record verify. Each purpose has its own derived key, so a MAC made for one kind of record
@@ -20,7 +20,7 @@ MIN_SECRET_BYTES = 16
 """Shorter secrets are refused: a guessable key makes every MAC forgeable."""
 
 Purpose = Literal[
-    "audit-chain", "actor", "approval", "identity", "identity-token", "release", "state", "wait"
+    "audit-chain", "actor", "approval", "identity", "identity-token", "proposal", "release", "state", "wait"
 ]
 """What a derived key may sign; one key per kind of record."""
 

@@ -74,6 +74,8 @@ CREATE TABLE admission_slots (
     PRIMARY KEY (scope, slot)
 )"""
 
+_PROPOSAL_MAC = "ALTER TABLE proposals ADD COLUMN mac TEXT"
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -110,6 +112,11 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="admission slots: a cluster-wide cap per tenant on work in flight, by the store's clock",
         sqlite=_ADMISSION_SLOTS,
         postgres=_ADMISSION_SLOTS,
+    ),
+    Migration(
+        name="proposals carry a MAC under the store's secret (older rows have none: never authentic)",
+        sqlite=_PROPOSAL_MAC,
+        postgres=_PROPOSAL_MAC,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

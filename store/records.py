@@ -11,7 +11,7 @@ versioned by the append-only migration list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolgate.store.audit_records import AuditEventIn
@@ -88,6 +88,10 @@ class ProposalRecord:
     """The policy rule that raised ``approval_class`` above the tool's own class, if one did."""
     escalation_reason: str | None = None
     """Why, as the rule says it; shown to reviewers."""
+    authentic: bool = field(default=False, compare=False)
+    """Set by the store on read: whether the row's MAC (`sealed`, under the store's secret) verified.
+    A row inserted with database access alone, or written before proposals carried a MAC, is not
+    authentic: it is never reviewed, edited or executed."""
 
     def escalation(self) -> dict[str, Any] | None:
         """The escalation on record, for reviewers and the audit log (None: the tool's own class)."""
@@ -97,6 +101,16 @@ class ProposalRecord:
             "rule_id": self.escalation_rule_id,
             "reason": self.escalation_reason,
             "approval_class": self.approval_class,
+        }
+
+    def sealed(self) -> dict[str, Any]:
+        """Everything the row's MAC covers: the digested content and every other stored column."""
+        return {
+            **self.content(),
+            "proposal_id": self.proposal_id,
+            "arguments_sha256": self.arguments_sha256,
+            "digest": self.digest,
+            "trace_id": self.trace_id,
         }
 
     def content(self) -> dict[str, Any]:

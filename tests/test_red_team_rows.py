@@ -88,12 +88,6 @@ def test_a_pending_operation_repointed_at_an_approved_proposal_runs_nothing(
     assert harness.refunds() == 1 and harness.handler_calls["issue_refund"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole, not fixed: proposal rows carry no MAC (only an unkeyed content digest), so a row "
-    "inserted with database access alone, in a requester's name, is reviewed and executed like a real "
-    "one; closing it needs a keyed MAC column on proposals (a migration) checked by decide and delivery",
-)
 def test_a_proposal_row_inserted_with_database_access_alone_is_never_executed(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -148,3 +142,7 @@ def test_a_proposal_row_inserted_with_database_access_alone_is_never_executed(
         decide(gw, forged.proposal_id, principal("fiona"), "approve")  # it looks like ada's request
     gw.executor.deliver(forged.operation_key, worker_id="w")
     assert harness.refunds() == 0 and harness.handler_calls["issue_refund"] == 0
+    refused = [
+        e.code for e in audit_events(harness.store, "approval.refused") if e.proposal_id == forged.proposal_id
+    ]
+    assert refused == ["forged_proposal"]  # its row's MAC (copied from the real one) does not verify

@@ -69,6 +69,26 @@ class Saved:
         return result
 
 
+def _sign_proposal(store: SQLiteStore, proposal_id: str) -> None:
+    """The fixture's proposal row predates proposal MACs (such a row is refused: see
+    tests/test_proposal_mac.py); these tests are about the thread's state, so its row is given the
+    MAC toolgate writes today, as if it had been proposed after the upgrade."""
+    proposal = store.get_proposal(proposal_id)
+    assert proposal is not None and not proposal.authentic
+    with store.transaction() as tx:
+        tx.execute("DROP TRIGGER proposals_no_update")
+        tx.execute(
+            "UPDATE proposals SET mac = ? WHERE proposal_id = ?",
+            (store.keys.mac("proposal", proposal.sealed()), proposal_id),
+        )
+        tx.execute(
+            "CREATE TRIGGER proposals_no_update BEFORE UPDATE ON proposals"
+            " BEGIN SELECT RAISE(ABORT, 'proposals are immutable'); END"
+        )
+    signed = store.get_proposal(proposal_id)
+    assert signed is not None and signed.authentic
+
+
 @pytest.fixture
 def saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
     """A copy of the fixture, its store's clock a minute after the proposal was made (the approval
@@ -82,6 +102,7 @@ def saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
     )
     conn = sqlite3.connect(copy / "checkpoints.sqlite", check_same_thread=False)
     harness = Harness(store)
+    _sign_proposal(store, facts["proposal_id"])
     graph = harness.graph(ScriptedChatModel(responses=[ai("Your refund is done.")]), SqliteSaver(conn))
     yield Saved(harness, graph, facts["thread_id"], facts["proposal_id"], facts["operation_key"])
     conn.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import json
 import os
 import re
 import threading
@@ -1953,3 +1954,76 @@ def test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_n
 CONTRACT["first_audit_event"] = (
     test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else,
 )
+
+
+# ---- proposal MACs (appended: kept apart from CONTRACT's literal above) -----------------------
+
+
+def _insert_proposal_row(store: Store, proposal: ProposalRecord, mac: str | None) -> None:
+    """A proposal row and its operation inserted with database access alone (``mac``: a copied
+    one, or None as on a row from before proposals carried one)."""
+    row = {
+        **{k: v for k, v in dataclasses.asdict(proposal).items() if k not in ("authentic", "editors")},
+        "arguments": json.dumps(proposal.arguments),
+        "mac": mac,
+    }
+    with store.transaction() as tx:
+        tx.execute(
+            f"INSERT INTO proposals ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+            tuple(row.values()),
+        )
+        tx.execute(
+            "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status, attempts,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)",
+            (proposal.operation_key, proposal.proposal_id, proposal.tool, proposal.tenant_id)
+            + (proposal.created_at,) * 2,
+        )
+
+
+def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -> None:
+    start = utcnow()
+    first, _, created = store.create_proposal(make_proposal(1, created_at=iso(start)))
+    assert created and first.authentic
+    edit = make_proposal(2, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=1)))
+    second, _, _ = store.create_proposal(edit)
+    assert second.authentic
+    got = store.get_proposal("prop_test1")
+    assert got is not None and got.authentic and got == first
+    assert [(p.proposal_id, p.authentic) for p, _ in store.list_proposals()] == [
+        ("prop_test1", True),
+        ("prop_test2", True),
+    ]
+    with store.transaction(write=False) as tx:
+        copied = tx.one("SELECT mac FROM proposals WHERE proposal_id = ?", ("prop_test2",))
+    assert copied is not None and copied["mac"]
+
+    # a newer "edit" of prop_test1 with prop_test2's MAC copied, and one with no MAC at all
+    _insert_proposal_row(
+        store,
+        make_proposal(3, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=2))),
+        copied["mac"],
+    )
+    _insert_proposal_row(store, make_proposal(4, created_at=iso(start + timedelta(seconds=3))), None)
+    assert [(p.proposal_id, p.authentic) for p, _ in store.list_proposals("pending_approval")] == [
+        ("prop_test1", True),
+        ("prop_test2", True),
+        ("prop_test3", False),
+        ("prop_test4", False),
+    ]
+    for pid, authentic in (("prop_test2", True), ("prop_test3", False), ("prop_test4", False)):
+        found = store.get_proposal(pid)
+        assert found is not None and found.authentic is authentic
+    newest = store.superseding("prop_test1")
+    assert newest is not None and newest.proposal_id == "prop_test3" and not newest.authentic
+    assert [(p.proposal_id, p.authentic) for p, _ in store.same_effect(first)] == [
+        ("prop_test2", True),
+        ("prop_test3", False),
+        ("prop_test4", False),
+    ]
+    # a repeat of the forged row's key returns the stored row, still marked, and inserts nothing
+    again, _, created_again = store.create_proposal(make_proposal(4))
+    assert not created_again and again.proposal_id == "prop_test4" and not again.authentic
+
+
+for _method in ("create_proposal", "get_proposal", "list_proposals", "same_effect", "superseding"):
+    CONTRACT[_method] = (*CONTRACT[_method], test_every_proposal_read_marks_whether_the_rows_mac_verifies)

@@ -167,7 +167,7 @@ def proposals_show(proposal_id: str) -> None:
     _kv(proposal=proposal.proposal_id)
     _kv(tool=proposal.tool, handler=proposal.handler_revision, release=proposal.release)
     _kv(arguments=json.dumps(proposal.arguments, sort_keys=True))
-    _kv(arguments_sha256=proposal.arguments_sha256)
+    _kv(arguments_sha256=proposal.arguments_sha256, authentic=str(proposal.authentic).lower())
     _kv(digest=proposal.digest)
     _kv(risk=proposal.risk, approval=proposal.approval_class, requester=proposal.requester_id)
     if (why := proposal.escalation_reason) is not None:

@@ -91,9 +91,10 @@ def audit_trace(
     )
 
 
-def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str]]:
-    """The approval ids and user ids of the records the auditor's tenants own."""
+def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str], set[str]]:
+    """The approval ids, user ids and proposal ids of the records the auditor's tenants own."""
     identities = {i.user_id for i in store.list_identities() if scope.covers(i.tenant_id)}
+    proposals = {p.proposal_id for p, _ in store.list_proposals() if scope.covers(p.tenant_id)}
     tenants: dict[str, str | None] = {}
     approvals = set()
     for decision in store.all_decisions():
@@ -102,12 +103,12 @@ def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str]]:
             tenants[decision.proposal_id] = proposal.tenant_id if proposal else None
         if scope.covers(tenants[decision.proposal_id]):
             approvals.add(decision.approval_id)
-    return approvals, identities
+    return approvals, identities, proposals
 
 
 @audit_app.command("verify")
 def audit_verify(as_user: AsAuditor = None) -> None:
-    """Recompute the whole hash chain and every approval and identity MAC; name what does not fit.
+    """Recompute the whole hash chain and every proposal, approval and identity MAC; name what does not fit.
 
     The chain is one for every tenant and is checked whole; the approvals and identities counted
     and named are those of the auditor's tenants. Writes nothing but its own ``audit.read``."""
@@ -116,7 +117,8 @@ def audit_verify(as_user: AsAuditor = None) -> None:
     store = application.store
     report = verify_chain(store)
     records = verify_records(store)
-    approvals, identities = _in_scope(store, scope)
+    approvals, identities, proposals = _in_scope(store, scope)
+    forged_proposals = [p for p in records.forged_proposals if p in proposals]
     forged_approvals = [a for a in records.forged_approvals if a in approvals]
     forged_identities = [i for i in records.forged_identities if i in identities]
     record_read(application, scope, "verify", events=report.events)
@@ -134,11 +136,14 @@ def audit_verify(as_user: AsAuditor = None) -> None:
         events=report.events,
         approvals=len(approvals),
         identities=len(identities),
+        proposals=len(proposals),
         **chain,
         forged_approvals=",".join(forged_approvals) or "none",
         forged_identities=",".join(forged_identities) or "none",
+        forged_proposals=",".join(forged_proposals) or "none",
     )
-    raise typer.Exit(0 if report.ok and not forged_approvals and not forged_identities else 1)
+    forged = forged_approvals or forged_identities or forged_proposals
+    raise typer.Exit(0 if report.ok and not forged else 1)
 
 
 @audit_app.command("export")

@@ -55,7 +55,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         earlier = [
             {"operation_key": op.operation_key, "status": op.status}
             for other, op in gw.store.same_effect(proposal)
-            if op.status in ("succeeded", "executing", "unknown", "approved")
+            if other.authentic and op.status in ("succeeded", "executing", "unknown", "approved")
         ]
         proposals.append(
             {
@@ -67,6 +67,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "release": proposal.release,
                 "arguments_sha256": proposal.arguments_sha256,
                 "digest": proposal.digest,
+                "authentic": proposal.authentic,  # False: forged or pre-MAC, `decide` refuses it
                 "risk": proposal.risk,
                 "effect": proposal.effect,
                 "rollback": proposal.rollback,
