@@ -20,10 +20,11 @@ returns a tool call that skipped the mapping (the gateway never streams model ou
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_anthropic import ChatAnthropic
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
@@ -110,27 +111,35 @@ def _declared(result: ChatResult, tools: Any) -> ChatResult:
     return result
 
 
-class KeyMappingChatAnthropic(ChatAnthropic):
-    """``ChatAnthropic`` with property wire keys (see the module docstring)."""
+@functools.cache
+def key_mapping_chat_anthropic() -> type[BaseChatModel]:
+    """The ``ChatAnthropic`` subclass with property wire keys (see the module docstring). Built on
+    first use, so this module imports without the ``anthropic`` extra installed."""
+    from langchain_anthropic import ChatAnthropic
 
-    disable_streaming: bool = True
-    _known: dict[str, Mapping[str, Any]] = PrivateAttr(default_factory=dict)
+    class KeyMappingChatAnthropic(ChatAnthropic):
+        """``ChatAnthropic`` with property wire keys (see the module docstring)."""
 
-    def _get_request_payload(
-        self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        return wire_payload(super()._get_request_payload(input_, stop=stop, **kwargs), self._known)
+        disable_streaming: bool = True
+        _known: dict[str, Mapping[str, Any]] = PrivateAttr(default_factory=dict)
 
-    def _generate(
-        self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        return _declared(super()._generate(messages, stop, run_manager, **kwargs), kwargs.get("tools"))
+        def _get_request_payload(
+            self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any
+        ) -> dict[str, Any]:
+            return wire_payload(super()._get_request_payload(input_, stop=stop, **kwargs), self._known)
 
-    async def _agenerate(
-        self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        result = await super()._agenerate(messages, stop, run_manager, **kwargs)
-        return _declared(result, kwargs.get("tools"))
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> ChatResult:
+            return _declared(super()._generate(messages, stop, run_manager, **kwargs), kwargs.get("tools"))
+
+        async def _agenerate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> ChatResult:
+            result = await super()._agenerate(messages, stop, run_manager, **kwargs)
+            return _declared(result, kwargs.get("tools"))
+
+    return KeyMappingChatAnthropic
 
 
-__all__ = ["KNOWN_TOOLS", "KeyMappingChatAnthropic", "declared_message", "wire_payload"]
+__all__ = ["KNOWN_TOOLS", "declared_message", "key_mapping_chat_anthropic", "wire_payload"]

@@ -66,7 +66,7 @@ def anthropic_chat_model(name: str, settings: Settings) -> BaseChatModel:
             f"model 'anthropic:{name}' needs the langchain-anthropic package: "
             f"pip install 'langgraph-toolgate[{EXTRA}]'"
         ) from exc
-    from toolgate.anthropic_property_keys import KeyMappingChatAnthropic
+    from toolgate.anthropic_property_keys import key_mapping_chat_anthropic
 
     options: dict[str, Any] = {
         "model": name,
@@ -77,7 +77,7 @@ def anthropic_chat_model(name: str, settings: Settings) -> BaseChatModel:
     }
     if settings.model_base_url:
         options["base_url"] = settings.model_base_url
-    model: BaseChatModel = KeyMappingChatAnthropic(**options)
+    model: BaseChatModel = key_mapping_chat_anthropic()(**options)
     return model
 
 
