@@ -73,17 +73,7 @@ class DeliveryChecks:
         if not proposal.authentic:
             # its row's MAC does not verify: inserted with database access alone (or before
             # proposals carried a MAC); nothing it says is trusted, its approvals included
-            if not self.store.read_only:
-                self.auditor.record(
-                    "approval.refused_at_execution",
-                    "refused",
-                    code="forged_proposal",
-                    operation_key=op.operation_key,
-                    proposal_id=op.proposal_id,
-                    tool=op.tool,
-                    detail={"reason": "the proposal's MAC does not verify"},
-                )
-            return "forged_proposal: the proposal's MAC does not verify"
+            return self._refused(op, "forged_proposal", "the proposal's MAC does not verify")
         if (proposal.operation_key, proposal.tool, proposal.tenant_id) != (
             op.operation_key,
             op.tool,
@@ -91,17 +81,7 @@ class DeliveryChecks:
         ):
             # operation rows carry no MAC: one that names another operation's proposal (inserted or
             # re-pointed with database access) may not borrow its approvals and run it again
-            if not self.store.read_only:
-                self.auditor.record(
-                    "approval.refused_at_execution",
-                    "refused",
-                    code="operation_mismatch",
-                    operation_key=op.operation_key,
-                    proposal_id=op.proposal_id,
-                    tool=op.tool,
-                    detail={"reason": "the operation is not its proposal's own"},
-                )
-            return "operation_mismatch: the operation is not its proposal's own"
+            return self._refused(op, "operation_mismatch", "the operation is not its proposal's own")
         verdict = verify_for_execution(
             proposal,
             spec.approval,
@@ -110,17 +90,24 @@ class DeliveryChecks:
             release=self.registry.release,
         )
         if verdict.status != "approved":
+            self._refused(op, "approval_invalid", verdict.reason)
+            return verdict.reason
+        return self.ownership_refusal(spec, proposal)
+
+    def _refused(self, op: OperationRecord, code: str, reason: str) -> str:
+        """Audit ``approval.refused_at_execution`` (``code``, ``reason``) for ``op`` unless the
+        store is read-only (a verification run reports, it never writes); ``code: reason``."""
+        if not self.store.read_only:
             self.auditor.record(
                 "approval.refused_at_execution",
                 "refused",
-                code="approval_invalid",
+                code=code,
                 operation_key=op.operation_key,
                 proposal_id=op.proposal_id,
                 tool=op.tool,
-                detail={"reason": verdict.reason},
+                detail={"reason": reason},
             )
-            return verdict.reason
-        return self.ownership_refusal(spec, proposal)
+        return f"{code}: {reason}"
 
     def ownership_refusal(self, spec: ToolSpec, proposal: ProposalRecord) -> str:
         """Re-resolve every resource the proposal names for its requester, right before the claim:
