@@ -161,6 +161,11 @@ class App:
         with open_checkpointer(self.settings.database_url, self.settings.data_dir) as saver:
             yield build_graph(gateway=gateway or self.gateway, checkpointer=saver, router=router)
 
+    def close(self) -> None:
+        """Give back what the app holds open (the store's connections); an operator command's
+        app is closed when the command ends, so a process running many commands holds none."""
+        self.store.close()
+
     def gateway_for_proposal(self, proposal_id: str) -> Gateway:
         """The gateway of the release a proposal was made under, when release control knows that
         release (a candidate's proposal is reviewed under the candidate's rules); else this

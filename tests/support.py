@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
+import logging
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+import traceback
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -121,23 +129,151 @@ def cli_env(data_dir: Path, database_url: str | None = None, **extra: str) -> di
 
 
 def toolgate(
-    args: list[str], env: Mapping[str, str], *, check: bool = True
+    args: list[str], env: Mapping[str, str], *, check: bool = True, process: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Run the ``toolgate`` CLI in a separate process."""
+    """Run the ``toolgate`` CLI as a person would, on ``env`` and in ``TOOLGATE_DATA_DIR``.
+
+    By default the CLI's own ``main`` runs in this process (`run_cli_in_process`: the same
+    environment, working directory, empty stdin and captured streams a subprocess would have, at
+    a fraction of its start-up cost). ``process=True`` runs it as a separate process: for tests
+    whose subject is the process boundary itself (a kill, a clock of its own, the console script's
+    start-up). A call from any thread but the main one is a separate process too: runs started
+    from several threads are concurrent runs, and one process has one environment, working
+    directory and set of streams."""
     env = dict(env)
     if "--as" in args:  # the named person's own token, unless the test chose another (or none)
         env.setdefault("TOOLGATE_TOKEN", demo_token(args[args.index("--as") + 1]))
-    result = subprocess.run(
-        [sys.executable, "-m", "toolgate", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=env.get("TOOLGATE_DATA_DIR"),
-    )
+    cwd = env.get("TOOLGATE_DATA_DIR")
+    if process or threading.current_thread() is not threading.main_thread():
+        result = subprocess.run(
+            [sys.executable, "-m", "toolgate", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd,
+        )
+    else:
+        result = run_cli_in_process(args, env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"toolgate {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+_CLI_LOCK = threading.Lock()
+"""One in-process CLI run at a time: it owns the process's environment, cwd and streams."""
+
+
+def run_cli_in_process(
+    args: Sequence[str], env: Mapping[str, str], *, cwd: str | Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``toolgate ARGS`` through `toolgate.cli.main` in this process, shaped like a subprocess run.
+
+    For its duration the process environment is exactly ``env``, the working directory ``cwd``,
+    stdin is empty and stdout and stderr are captured; warnings print to stderr as they would in
+    a fresh interpreter (not raised by the suite's ``filterwarnings = error``), and log records
+    of WARNING and above reach stderr as Python's last-resort handler would print them. An
+    exception that escapes ``main`` is printed as a traceback with exit code 1, as the
+    interpreter would. Imports are a new process's (`_import_state_of_a_new_process`). Signal
+    handlers and everything above are restored afterwards."""
+    from toolgate.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    with _CLI_LOCK:
+        saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
+        saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        root = logging.getLogger()
+        try:
+            os.environ.clear()
+            os.environ.update(env)
+            if cwd is not None:
+                os.chdir(cwd)
+            sys.argv = ["toolgate", *args]
+            root.addHandler(handler)
+            with (
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(err),
+                _empty_stdin(),
+                _import_state_of_a_new_process(),
+                warnings.catch_warnings(),
+            ):
+                warnings.simplefilter("default")
+                code = _exit_code(main)
+        finally:
+            root.removeHandler(handler)
+            for sig, previous in saved_signals.items():
+                signal.signal(sig, previous)
+            os.chdir(saved_cwd)
+            sys.argv = saved_argv
+            os.environ.clear()
+            os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["toolgate", *args], code, out.getvalue(), err.getvalue())
+
+
+_INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, str(REPO)})
+"""Where this environment's own modules live: the interpreter, the venv and the repo."""
+
+
+def _foreign(location: str | None) -> bool:
+    """A path outside the installation (e.g. a release a test scaffolded)."""
+    return bool(location) and not str(Path(location).resolve()).startswith(_INSTALLED)
+
+
+@contextlib.contextmanager
+def _import_state_of_a_new_process() -> Iterator[None]:
+    """Imports as a new process would see them, and this process's restored afterwards.
+
+    `toolgate.release_loader` puts a release's package root on ``sys.path`` and imports it, and a
+    test may have imported a release itself: a scaffolded release of the same name in another
+    directory, or the same one rewritten, must load from its own files in the run, as it would in
+    a new process. So foreign modules and ``sys.path`` entries (`_foreign`) are set aside for the
+    run, and the modules it imported are forgotten after it; the installation's stay imported."""
+    saved_path = list(sys.path)
+    sys.path[:] = [entry for entry in saved_path if not _foreign(entry)]
+    set_aside = {name: m for name, m in sys.modules.items() if _foreign(getattr(m, "__file__", None))}
+    for name in set_aside:
+        del sys.modules[name]
+    before = set(sys.modules)
+    importlib.invalidate_caches()  # files a test just wrote are importable, as in a new process
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - before:
+            if _foreign(getattr(sys.modules[name], "__file__", None)):
+                del sys.modules[name]
+        sys.modules.update(set_aside)
+
+
+@contextlib.contextmanager
+def _empty_stdin() -> Iterator[None]:
+    saved = sys.stdin
+    sys.stdin = io.StringIO("")
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def _exit_code(main: Any) -> int:
+    """What the interpreter would exit with after ``main()``."""
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 def shift_store_clock(monkeypatch: Any, store: Store, delta: timedelta) -> None:

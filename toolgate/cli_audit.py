@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from toolgate.audit_access import AuditScope, authenticate_auditor, open_for_audit, record_read
+from toolgate.cli_common import closed_at_exit
 from toolgate.cli_common import kv as _kv
 from toolgate.clock import iso
 from toolgate.errors import IdentityError, NotFoundError
@@ -43,7 +44,7 @@ def audit_trace(
     """Request -> call -> policy -> proposal -> approval -> claim -> handler -> result, in order."""
     if not operation_key and not call:
         raise NotFoundError("give an OPERATION_KEY or --call CALL_ID")
-    application = open_for_audit()
+    application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "trace")
     subject = operation_key or call
     operation = application.store.get_operation(operation_key) if operation_key else None
@@ -112,7 +113,7 @@ def audit_verify(as_user: AsAuditor = None) -> None:
 
     The chain is one for every tenant and is checked whole; the approvals and identities counted
     and named are those of the auditor's tenants. Writes nothing but its own ``audit.read``."""
-    application = open_for_audit()
+    application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "verify")
     store = application.store
     report = verify_chain(store)
@@ -152,7 +153,7 @@ def audit_export(
     as_user: AsAuditor = None,
 ) -> None:
     """Every event of the auditor's tenants as JSON Lines (schema_version 1) for a SIEM."""
-    application = open_for_audit()
+    application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "export")
     events = scope.visible(application.store.audit_events())
     record_read(application, scope, "export", events=len(events))
@@ -183,7 +184,7 @@ def audit_retention(
     Deleting evidence of every tenant is for an all-tenant auditor (role ``auditor:all``) only."""
     if older_than_days is None:
         older_than_days = read_settings().audit_retention_days
-    application = open_for_audit()
+    application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "retention")
     if scope.tenants is not None:
         record_read(application, scope, "retention", result="refused", code="not_all_tenants")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
 import typer
 from langchain_core.messages import HumanMessage
 
@@ -21,8 +22,18 @@ TOKEN_ENV = "TOOLGATE_TOKEN"
 
 
 def open_from_env(*, read_only: bool = False) -> App:
-    """The app configured by the environment; ``read_only`` for commands that only look."""
-    return open_app(Settings.from_env(), read_only=read_only)
+    """The app configured by the environment; ``read_only`` for commands that only look. It is
+    closed when the command ends (`closed_at_exit`)."""
+    return closed_at_exit(open_app(Settings.from_env(), read_only=read_only))
+
+
+def closed_at_exit(application: App) -> App:
+    """``application``, closed when the running command ends (whatever way it ends), so its
+    store's connections are given back by the command, not only by the process's exit."""
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.call_on_close(application.close)
+    return application
 
 
 def kv(**facts: Any) -> None:
@@ -79,4 +90,13 @@ def refused_turn_retried(graph: Any, payload: Any, config: Any) -> Any:
 EXIT_OVERLOADED = 75
 """Exit code of a command refused for load (EX_TEMPFAIL: try again later)."""
 
-__all__ = ["EXIT_OVERLOADED", "TOKEN_ENV", "invoke", "kv", "open_from_env", "person", "refused_turn_retried"]
+__all__ = [
+    "EXIT_OVERLOADED",
+    "TOKEN_ENV",
+    "closed_at_exit",
+    "invoke",
+    "kv",
+    "open_from_env",
+    "person",
+    "refused_turn_retried",
+]
