@@ -139,12 +139,13 @@ def toolgate(
     whose subject is the process boundary itself (a kill, a clock of its own, the console script's
     start-up). A call from any thread but the main one is a separate process too: runs started
     from several threads are concurrent runs, and one process has one environment, working
-    directory and set of streams."""
+    directory and set of streams. So is a run whose environment only a new process can apply
+    (``LD_PRELOAD``, e.g. libfaketime's shifted clock)."""
     env = dict(env)
     if "--as" in args:  # the named person's own token, unless the test chose another (or none)
         env.setdefault("TOOLGATE_TOKEN", demo_token(args[args.index("--as") + 1]))
     cwd = env.get("TOOLGATE_DATA_DIR")
-    if process or threading.current_thread() is not threading.main_thread():
+    if process or "LD_PRELOAD" in env or threading.current_thread() is not threading.main_thread():
         result = subprocess.run(
             [sys.executable, "-m", "toolgate", *args],
             env=env,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from release_control_support import ADMIN_CREDENTIALS
 from support import cli_env, kv_lines, seed_people, toolgate
-from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_all
+from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_each
 
 CONTROL, CANDIDATE = "ops-tools/1.0.0", "ops-tools/1.1.0"
 STATUS_CALL = 'call get_service_status {"service_alias": "web"}'
@@ -134,7 +134,7 @@ def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_cred
             call = [a if a != "ivy" else who for a in args]
             attempts.append((call, {**env, **extra}))
             expected.append(refusal)
-    results = run_all(attempts)
+    results = run_each(attempts)
     for result, (_, code) in zip(results, expected, strict=True):
         assert_refused(result, code)
     after = all_tables(db)

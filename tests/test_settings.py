@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 
@@ -32,10 +31,9 @@ def files(data_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(data_dir)): p.read_bytes() for p in sorted(data_dir.rglob("*")) if p.is_file()}
 
 
-def run_all(runs: list[tuple[list[str], dict[str, str]]]) -> list[subprocess.CompletedProcess[str]]:
-    """Independent ``toolgate`` runs at the same time (each starts a Python process)."""
-    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-        return list(pool.map(lambda run: toolgate(*run, check=False), runs))
+def run_each(runs: list[tuple[list[str], dict[str, str]]]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent ``toolgate`` runs, one after another."""
+    return [toolgate(*run, check=False) for run in runs]
 
 
 @pytest.fixture
@@ -114,7 +112,7 @@ def test_a_command_that_writes_first_is_stopped_before_it_writes(tmp_path: Path)
 
 def test_version_prints_the_installed_version_whatever_the_settings(tmp_path: Path) -> None:
     envs = [cli_env(tmp_path), cli_env(tmp_path, TOOLGATE_MAX_MODEL_TURNS="eight")]
-    for result in run_all([(["--version"], env) for env in envs]):
+    for result in run_each([(["--version"], env) for env in envs]):
         assert (result.returncode, result.stdout, result.stderr) == (
             0,
             f"toolgate {version('langgraph-toolgate')}\n",
@@ -129,7 +127,7 @@ def test_help_works_with_a_bad_value(tmp_path: Path) -> None:
         "toolgate run [OPTIONS]": ["run", "--help"],
         "toolgate registry audit [OPTIONS]": ["registry", "audit", "--help"],
     }
-    results = run_all([(args, env) for args in usages.values()])
+    results = run_each([(args, env) for args in usages.values()])
     for usage, result in zip(usages, results, strict=True):
         assert (result.returncode, result.stderr) == (0, ""), usage
         assert usage in result.stdout, usage

@@ -247,7 +247,7 @@ def test_concurrent_first_pins_of_one_thread_agree(store: Store, workers: int) -
 
 
 def test_migrate_thread_through_the_cli(tmp_path: Path) -> None:
-    from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_all
+    from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_each
 
     data_dir = tmp_path / "data"
     seed_people(data_dir)
@@ -259,7 +259,7 @@ def test_migrate_thread_through_the_cli(tmp_path: Path) -> None:
     thread = first["thread"]
     command = ["release", "migrate-thread", thread, "--to", B, "--as"]
     before, seq = all_tables(db), audit_seq(db)
-    results = run_all([([*command, who], {**env, **extra}) for extra, who, _ in ADMIN_CREDENTIALS.values()])
+    results = run_each([([*command, who], {**env, **extra}) for extra, who, _ in ADMIN_CREDENTIALS.values()])
     for result, (_, _, (_, code)) in zip(results, ADMIN_CREDENTIALS.values(), strict=True):
         assert_refused(result, code)
     after = all_tables(db)
