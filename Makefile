@@ -44,11 +44,12 @@ demo: $(STAMP)
 	"$(BIN)/toolgate" demo
 
 # test: the whole pytest suite against a throwaway PostgreSQL (PYTEST_ARGS="-k foo" to filter),
-# listing its 25 slowest steps (where CI time goes);
+# in parallel (TOOLGATE_TEST_WORKERS, default cores + 1), then the `exclusive` tests alone;
+# prints its total time and 25 slowest steps, every step's time in .build/test-durations.txt;
 # first installs missing system test tools when root (libfaketime, for the clock-skew tests)
 test: $(STAMP)
 	bash scripts/ensure-test-tools.sh
-	bash scripts/with-postgres.sh "$(BIN)/pytest" --durations=25 $(PYTEST_ARGS)
+	PYTEST="$(BIN)/pytest" bash scripts/with-postgres.sh bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 # serve: the real `langgraph dev`, offline, on a free loopback port, with its own data directory
 serve: $(STAMP)

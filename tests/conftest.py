@@ -98,6 +98,24 @@ def _tg_pg_marker_guard(request: pytest.FixtureRequest) -> None:
 # Application fixtures
 # =============================================================================
 
+# =============================================================================
+# Suite durations  (scripts/run-tests.sh; grouped by cause with scripts/suite_profile.py)
+# =============================================================================
+
+_TG_DURATIONS_ENV = "TOOLGATE_TEST_DURATIONS"
+"""A file every step's duration is appended to, one ``--durations`` line per setup, call and
+teardown of each test: the suite's time is part of the product, and only a measured cause can be
+worked on (issue 24). Written by the controlling process only (under xdist, the workers' reports
+reach it), so two phases of one run append to one file."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get(_TG_DURATIONS_ENV)
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(path, "a", encoding="utf-8") as sink:
+            sink.write(f"{report.duration:.2f}s {report.when:<8} {report.nodeid}\n")
+
+
 os.environ["TOOLGATE_ALLOW_MODEL_REQUESTS"] = "0"  # no test constructs a real provider model by accident
 # their checks fail with detailed messages
 pytest.register_assert_rewrite("provider_flows", "support", "hidden_writes")

@@ -175,6 +175,7 @@ def opened(secret: bytes, database_url: str | None, data_dir: Path) -> Store:
     return open_store(database_url, data_dir, key=secret)
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_processes_starting_together_on_a_fresh_sqlite_data_dir_start_once(tmp_path: Path) -> None:
     for round_ in range(ROUNDS):
@@ -212,6 +213,7 @@ def checkpoint_versions(url: str) -> list[int]:
         return [r[0] for r in conn.execute("SELECT v FROM checkpoint_migrations ORDER BY v").fetchall()]
 
 
+@pytest.mark.exclusive
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_processes_starting_together_on_a_fresh_postgres_database_start_once(

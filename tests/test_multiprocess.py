@@ -163,6 +163,7 @@ def test_twenty_concurrent_deliveries_one_execution_nineteen_stored_results(pg_u
     store.close()
 
 
+@pytest.mark.exclusive
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_twenty_worker_processes_deliver_one_operation_once(tmp_path: Path, pg_url: str) -> None:

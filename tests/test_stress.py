@@ -46,6 +46,7 @@ print(claims)
 """.replace("KEY_LITERAL", repr(TEST_KEY))
 
 
+@pytest.mark.exclusive
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_eight_processes_sixty_four_threads_two_hundred_operations(pg_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -455,6 +455,7 @@ def test_a_worker_killed_mid_delivery_is_recovered_by_another_with_exactly_one_e
     assert ("operation.reconciled", "completed" if where == "after" else "absent_retry_safe", None) in seen
 
 
+@pytest.mark.exclusive
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_four_workers_drain_a_thousand_operations_without_a_duplicate(
