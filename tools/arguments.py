@@ -13,7 +13,10 @@ a declared default is filled with it, visibly), ``null`` is kept only where the 
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -122,8 +125,22 @@ class ModelArguments:
         return _validated(self.model, arguments)
 
     def json_schema(self) -> dict[str, Any]:
-        """The model's own JSON Schema."""
-        return self.model.model_json_schema()
+        """The model's own JSON Schema (a copy of the one generated first for this model class:
+        every spec check, registry build and binding asks again, and Pydantic's generation is
+        most of what building a registry costs)."""
+        with _SCHEMAS_LOCK:
+            schema = _SCHEMAS.get(self.model)
+        if schema is None:
+            schema = self.model.model_json_schema()
+            with _SCHEMAS_LOCK:
+                schema = _SCHEMAS.setdefault(self.model, schema)
+        return copy.deepcopy(schema)
+
+
+_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], dict[str, Any]] = weakref.WeakKeyDictionary()
+"""Each argument model's JSON Schema, kept while the model class lives (models made at run time,
+an MCP server's, are not held)."""
+_SCHEMAS_LOCK = threading.Lock()
 
 
 def _validated(model: type[BaseModel], value: Any) -> BaseModel:
