@@ -67,7 +67,7 @@ if [[ $parallel_rc -ne 124 && $parallel_rc -ne 137 ]]; then
 fi
 
 printf '\n==== slowest 25 steps of the suite (all of them: %s) ====\n' "$DURATIONS"
-sort -rn "$DURATIONS" | head -25
+sort -rn "$DURATIONS" | head -25 || true  # head closes the pipe early (SIGPIPE for sort)
 printf '\n==== suite total: %ss wall, %s workers ====\n' "$((SECONDS - start))" "$WORKERS"
 printf '%s\n' "${summaries[@]}"
 if [[ -n "$past_limit" ]]; then
