@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -213,13 +214,23 @@ def run_cli_in_process(
     return subprocess.CompletedProcess(["toolgate", *args], code, out.getvalue(), err.getvalue())
 
 
-_INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, str(REPO)})
+_INSTALLED = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, str(REPO)})
 """Where this environment's own modules live: the interpreter, the venv and the repo."""
 
 
 def _foreign(location: str | None) -> bool:
     """A path outside the installation (e.g. a release a test scaffolded)."""
-    return bool(location) and not str(Path(location).resolve()).startswith(_INSTALLED)
+    return bool(location) and _outside_installation(str(location))
+
+
+@functools.cache
+def _outside_installation(location: str) -> bool:
+    """Asked for every imported module on every run: resolved once per path."""
+    return not os.path.realpath(location).startswith(_INSTALLED)
+
+
+_PROCESS_MODULES = frozenset({"__main__", "__mp_main__"})
+"""The running program itself: a new process has one too, whatever its file."""
 
 
 @contextlib.contextmanager
@@ -233,7 +244,11 @@ def _import_state_of_a_new_process() -> Iterator[None]:
     run, and the modules it imported are forgotten after it; the installation's stay imported."""
     saved_path = list(sys.path)
     sys.path[:] = [entry for entry in saved_path if not _foreign(entry)]
-    set_aside = {name: m for name, m in sys.modules.items() if _foreign(getattr(m, "__file__", None))}
+    set_aside = {
+        name: module
+        for name, module in sys.modules.items()
+        if name not in _PROCESS_MODULES and _foreign(getattr(module, "__file__", None))
+    }
     for name in set_aside:
         del sys.modules[name]
     before = set(sys.modules)
