@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 #
 #   pg_admin_url  session  the admin URL; no variable -> skip, or fail when CI=true
 #   pg_url        function a brand-new empty database per test (dropped afterwards)
+#   _tg_pg_create / _tg_pg_drop  make (optionally as a copy of a template) and drop one
 #
 # Every test marked @pytest.mark.postgres gets the pg_admin_url check automatically, so
 # under CI=true a missing server is a failure, never a silent skip.
@@ -68,18 +70,34 @@ def pg_admin_url() -> str:
 @pytest.fixture
 def pg_url(pg_admin_url: str) -> Iterator[str]:
     """A fresh, empty database for this test only; yields its URL and drops it afterwards."""
+    dbname = _tg_pg_create(pg_admin_url)
+    try:
+        yield _tg_pg_db_url(pg_admin_url, dbname)
+    finally:
+        _tg_pg_drop(pg_admin_url, dbname)
+
+
+def _tg_pg_create(admin_url: str, template: str | None = None) -> str:
+    """A new database (a copy of ``template`` when given); returns its name."""
     import psycopg
     from psycopg import sql
 
     dbname = f"tg_{secrets.token_hex(8)}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-    try:
-        yield _tg_pg_db_url(pg_admin_url, dbname)
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            # FORCE terminates connections the test (or a pool) may have left open
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+    query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname))
+    if template is not None:
+        query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname), sql.Identifier(template))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(query)
+    return dbname
+
+
+def _tg_pg_drop(admin_url: str, dbname: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        # FORCE terminates connections the test (or a pool) may have left open
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
 
 
 @pytest.fixture(autouse=True)
@@ -135,23 +153,81 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
             outcome.force_exception(exc)  # type: ignore[attr-defined]
 
 
+@pytest.fixture(scope="session")
+def pg_template_url(pg_admin_url: str) -> Iterator[str]:
+    """A database migrated to the toolgate schema once per session (per xdist worker), never
+    used directly: `pg_migrated_url` copies it. ``CREATE DATABASE ... TEMPLATE`` copies files,
+    cheaper than running every migration again in each test; nothing may stay connected to it."""
+    from support import TEST_KEY
+
+    from toolgate.store import PostgresStore
+
+    dbname = _tg_pg_create(pg_admin_url)
+    template = PostgresStore(_tg_pg_db_url(pg_admin_url, dbname), key=TEST_KEY, max_size=2)
+    try:
+        template.setup()
+    finally:
+        template.close()
+    try:
+        yield _tg_pg_db_url(pg_admin_url, dbname)
+    finally:
+        _tg_pg_drop(pg_admin_url, dbname)
+
+
+@pytest.fixture
+def pg_migrated_url(pg_admin_url: str, pg_template_url: str) -> Iterator[str]:
+    """A database of this test only, already at the toolgate schema (a copy of the template)."""
+    dbname = _tg_pg_create(pg_admin_url, template=urlsplit(pg_template_url).path.lstrip("/"))
+    try:
+        yield _tg_pg_db_url(pg_admin_url, dbname)
+    finally:
+        _tg_pg_drop(pg_admin_url, dbname)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest) -> str | None:
     """None selects the embedded SQLite default; otherwise a fresh PostgreSQL database."""
     return None if request.param == "sqlite" else str(request.getfixturevalue("pg_url"))
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded store file migrated to the toolgate schema once per session (per worker);
+    `store` copies it, as `pg_template_url` is copied on PostgreSQL. Closed before it is
+    copied, so the file holds everything (no write-ahead log beside it)."""
+    from support import TEST_KEY
+
+    from toolgate.store import SQLiteStore
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "toolgate.sqlite"
+    template = SQLiteStore(path, key=TEST_KEY)
+    try:
+        template.setup()
+    finally:
+        template.close()
+    leftovers = sorted(p.name for p in path.parent.iterdir() if p != path)
+    assert not leftovers, f"the closed template left {leftovers} beside it"
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A fresh, set-up store on each backend: embedded SQLite and a real PostgreSQL database."""
+    """A fresh, set-up store on each backend: embedded SQLite and a real PostgreSQL database,
+    each a copy of a template migrated once per session (`setup` then only checks the version).
+    Another connection to the same database, as another process holds: ``SQLiteStore(store.path)``
+    or ``PostgresStore(request.getfixturevalue("pg_migrated_url"))``."""
+    import shutil
+
     from support import TEST_KEY
 
     from toolgate.store import PostgresStore, SQLiteStore
 
     if request.param == "sqlite":
-        backend: object = SQLiteStore(tmp_path_factory.mktemp("store") / "toolgate.sqlite", key=TEST_KEY)
+        path = tmp_path_factory.mktemp("store") / "toolgate.sqlite"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        backend: object = SQLiteStore(path, key=TEST_KEY)
     else:
-        backend = PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY, max_size=30)
+        backend = PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY, max_size=30)
     backend.setup()  # type: ignore[attr-defined]
     yield backend
     backend.close()  # type: ignore[attr-defined]

@@ -69,7 +69,7 @@ class Holder:
 
     def __init__(self, store: Store, request: pytest.FixtureRequest, kind: str, tenant: str = "acme") -> None:
         if isinstance(store, PostgresStore):
-            backend, target = "postgres", str(request.getfixturevalue("pg_url"))
+            backend, target = "postgres", str(request.getfixturevalue("pg_migrated_url"))
         else:
             assert isinstance(store, SQLiteStore)
             backend, target = "sqlite", str(store.path)

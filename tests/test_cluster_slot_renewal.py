@@ -52,7 +52,7 @@ def _cluster(monkeypatch: pytest.MonkeyPatch) -> None:
 def other(store: Store, request: pytest.FixtureRequest) -> Iterator[Store]:
     """Another process's connection to ``store``'s database."""
     if isinstance(store, PostgresStore):
-        opened: Store = PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY)
+        opened: Store = PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
     else:
         assert isinstance(store, SQLiteStore)
         opened = SQLiteStore(store.path, key=TEST_KEY)

@@ -321,7 +321,7 @@ def test_the_global_window_counts_every_principal_of_every_tenant_in_the_store(
     other: Store = (  # another process on the same database
         SQLiteStore(store.path, key=TEST_KEY)
         if isinstance(store, SQLiteStore)
-        else PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY)
+        else PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
     )
     limits = RateLimits(global_=RateLimit(limit=3, window_s=10**9))
     first, second = InboundRateLimiter(store, limits), InboundRateLimiter(other, limits)

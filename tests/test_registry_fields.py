@@ -125,7 +125,7 @@ def test_the_tool_window_refuses_the_n_plus_first_call_across_two_store_instance
     other: Store = (  # another process on the same database
         SQLiteStore(store.path, key=TEST_KEY)
         if isinstance(store, SQLiteStore)
-        else PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY)
+        else PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
     )
     first, second = InboundRateLimiter(store, RateLimits()), InboundRateLimiter(other, RateLimits())
     per_tool = ToolRateLimit(limit=3, window_s=3600)
@@ -150,7 +150,7 @@ def test_the_tool_window_holds_under_concurrent_calls_from_two_store_instances(
     other: Store = (
         SQLiteStore(store.path, key=TEST_KEY)
         if isinstance(store, SQLiteStore)
-        else PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY)
+        else PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
     )
     limiters = [InboundRateLimiter(store, RateLimits()), InboundRateLimiter(other, RateLimits())]
     per_tool = ToolRateLimit(limit=3, window_s=3600)

@@ -37,7 +37,7 @@ def two(store: Store, request: pytest.FixtureRequest) -> Iterator[tuple[Store, S
     if isinstance(store, SQLiteStore):
         other: Store = SQLiteStore(store.path, key=TEST_KEY)
     else:
-        other = PostgresStore(request.getfixturevalue("pg_url"), key=TEST_KEY)
+        other = PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
     try:
         yield store, other
     finally:

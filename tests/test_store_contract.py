@@ -212,7 +212,7 @@ def settled_connections(store: Store, request: pytest.FixtureRequest, timeout_s:
 @pytest.fixture
 def reopen(store: Store, request: pytest.FixtureRequest) -> Iterator[Callable[..., Store]]:
     """Open another `Store` on ``store``'s database (as another process would), closed afterwards."""
-    url = request.getfixturevalue("pg_url") if isinstance(store, PostgresStore) else None
+    url = request.getfixturevalue("pg_migrated_url") if isinstance(store, PostgresStore) else None
     opened: list[Store] = []
 
     def open_again(*, key: bytes = TEST_KEY, read_only: bool = False) -> Store:
