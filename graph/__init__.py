@@ -1,12 +1,39 @@
-"""The gateway StateGraph: state, context, nodes, routing and the `build_graph` composition root."""
+"""The gateway StateGraph: state, context, nodes, routing and the `build_graph` composition root.
 
-from toolgate.graph.builder import build_gateway, build_graph
-from toolgate.graph.context import Context
-from toolgate.graph.delivery import Delivery
-from toolgate.graph.execution import Executor
-from toolgate.graph.gateway import INSTRUCTIONS, Gateway
-from toolgate.graph.review import ReviewOutcome, decide
-from toolgate.graph.state import Budget, CallRecord, GatewayState, Outcome
+The names below are imported on first use (`toolgate.lazy_exports`): a submodule such as
+``toolgate.graph.state_versions`` imports without the whole graph stack."""
+
+from typing import TYPE_CHECKING
+
+from toolgate.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from toolgate.graph.builder import build_gateway, build_graph
+    from toolgate.graph.context import Context
+    from toolgate.graph.delivery import Delivery
+    from toolgate.graph.execution import Executor
+    from toolgate.graph.gateway import INSTRUCTIONS, Gateway
+    from toolgate.graph.review import ReviewOutcome, decide
+    from toolgate.graph.state import Budget, CallRecord, GatewayState, Outcome
+
+_EXPORTS = {
+    "build_gateway": "toolgate.graph.builder",
+    "build_graph": "toolgate.graph.builder",
+    "Context": "toolgate.graph.context",
+    "Delivery": "toolgate.graph.delivery",
+    "Executor": "toolgate.graph.execution",
+    "INSTRUCTIONS": "toolgate.graph.gateway",
+    "Gateway": "toolgate.graph.gateway",
+    "ReviewOutcome": "toolgate.graph.review",
+    "decide": "toolgate.graph.review",
+    "Budget": "toolgate.graph.state",
+    "CallRecord": "toolgate.graph.state",
+    "GatewayState": "toolgate.graph.state",
+    "Outcome": "toolgate.graph.state",
+}
+"""Where each public name lives."""
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "INSTRUCTIONS",

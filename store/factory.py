@@ -11,14 +11,16 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from typing import TYPE_CHECKING
 
 from toolgate.errors import ConfigurationError
 from toolgate.store.base import Store
 from toolgate.store.checkpoint_setup import setup_checkpointer
 from toolgate.store.postgres import PostgresStore
 from toolgate.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:  # the checkpointers (LangGraph) are imported when one is opened
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 
 def is_postgres_url(url: str | None) -> bool:

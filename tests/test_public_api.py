@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,15 +185,26 @@ def test_no_internal_or_private_names() -> None:
 
 
 def test_init_imports_from_stable_modules_only() -> None:
+    """Each public name is imported on first use from the module `_EXPORTS` maps it to; that map,
+    the type checkers' imports beside it and ``__all__`` name the same names from the same
+    stable modules."""
     tree = ast.parse(Path(toolgate.__file__).read_text(encoding="utf-8"))
-    sources: set[str] = set()
-    for node in tree.body:
+    typed: dict[str, str] = {}
+    plumbing: set[str] = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            sources.update(alias.name for alias in node.names)
+            plumbing.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0 and node.module, ast.unparse(node)
-            sources.add(node.module)
-    assert sources <= STABLE_SOURCES, sorted(sources - STABLE_SOURCES)
+            if node.module in {"typing", "toolgate.lazy_exports"}:
+                plumbing.add(node.module)
+                continue
+            typed.update({alias.asname or alias.name: node.module for alias in node.names})
+    assert plumbing == {"typing", "toolgate.lazy_exports"}
+    exports = toolgate._EXPORTS  # type: ignore[attr-defined]
+    assert exports == typed
+    assert set(exports.values()) <= STABLE_SOURCES, sorted(set(exports.values()) - STABLE_SOURCES)
+    assert sorted(exports) == sorted(toolgate.__all__)
 
 
 def test_readme_lists_every_exported_name() -> None:
@@ -261,3 +274,18 @@ def test_a_write_without_approval_is_refused() -> None:
             rollback=NoRollback("a booked shipment is cancelled by the carrier"),
         )
     assert "write_without_approval" in {code for code, _ in refused.value.problems}
+
+
+def test_the_store_and_the_errors_import_without_the_graph_stack() -> None:
+    """``import toolgate.store`` (a migration script, a worker's child process) runs the package's
+    ``__init__`` first: it must not bring LangGraph, LangChain or LangSmith with it, nor must the
+    store itself (its checkpointers are imported when one is opened)."""
+    probe = (
+        "import sys, toolgate.errors, toolgate.store\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'langchain_core', 'langsmith'})\n"
+        "print(heavy)\n"
+        "from toolgate import ToolSpec, build_graph\n"
+        "print(ToolSpec.__module__, build_graph.__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.splitlines() == ["[]", "toolgate.tools.spec toolgate.graph.builder"], out.stderr

@@ -8,37 +8,78 @@ gateway with (`Release`, `ReleaseEnv`, `Registry`, `build_gateway`, `build_graph
 may change between releases.
 """
 
-from toolgate.errors import (
-    REJECTION_CODES,
-    ApprovalError,
-    ConfigurationError,
-    IdentityError,
-    NotFoundError,
-    RegistryError,
-    RejectionCode,
-    RunRefused,
-    StoreError,
-    ToolExecutionError,
-    ToolgateError,
-    ToolgateRuntimeError,
-    ToolgateUsageError,
-)
-from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.policy import Principal
-from toolgate.release import Release, ReleaseEnv
-from toolgate.tools import Registry
-from toolgate.tools.spec import (
-    ApprovalClass,
-    HandlerContext,
-    NoRollback,
-    ResourceRef,
-    ResourceStatus,
-    Rollback,
-    StrictArgs,
-    ToolResult,
-    ToolSpec,
-)
-from toolgate.tools.thirdparty import spec_from_function
+from typing import TYPE_CHECKING
+
+from toolgate.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from toolgate.errors import (
+        REJECTION_CODES,
+        ApprovalError,
+        ConfigurationError,
+        IdentityError,
+        NotFoundError,
+        RegistryError,
+        RejectionCode,
+        RunRefused,
+        StoreError,
+        ToolExecutionError,
+        ToolgateError,
+        ToolgateRuntimeError,
+        ToolgateUsageError,
+    )
+    from toolgate.graph import Context, build_gateway, build_graph
+    from toolgate.policy import Principal
+    from toolgate.release import Release, ReleaseEnv
+    from toolgate.tools import Registry
+    from toolgate.tools.spec import (
+        ApprovalClass,
+        HandlerContext,
+        NoRollback,
+        ResourceRef,
+        ResourceStatus,
+        Rollback,
+        StrictArgs,
+        ToolResult,
+        ToolSpec,
+    )
+    from toolgate.tools.thirdparty import spec_from_function
+
+_EXPORTS = {
+    "REJECTION_CODES": "toolgate.errors",
+    "ApprovalError": "toolgate.errors",
+    "ConfigurationError": "toolgate.errors",
+    "IdentityError": "toolgate.errors",
+    "NotFoundError": "toolgate.errors",
+    "RegistryError": "toolgate.errors",
+    "RejectionCode": "toolgate.errors",
+    "RunRefused": "toolgate.errors",
+    "StoreError": "toolgate.errors",
+    "ToolExecutionError": "toolgate.errors",
+    "ToolgateError": "toolgate.errors",
+    "ToolgateRuntimeError": "toolgate.errors",
+    "ToolgateUsageError": "toolgate.errors",
+    "Context": "toolgate.graph",
+    "build_gateway": "toolgate.graph",
+    "build_graph": "toolgate.graph",
+    "Principal": "toolgate.policy",
+    "Release": "toolgate.release",
+    "ReleaseEnv": "toolgate.release",
+    "Registry": "toolgate.tools",
+    "ApprovalClass": "toolgate.tools.spec",
+    "HandlerContext": "toolgate.tools.spec",
+    "NoRollback": "toolgate.tools.spec",
+    "ResourceRef": "toolgate.tools.spec",
+    "ResourceStatus": "toolgate.tools.spec",
+    "Rollback": "toolgate.tools.spec",
+    "StrictArgs": "toolgate.tools.spec",
+    "ToolResult": "toolgate.tools.spec",
+    "ToolSpec": "toolgate.tools.spec",
+    "spec_from_function": "toolgate.tools.thirdparty",
+}
+"""Where each public name lives: imported on first use (`toolgate.lazy_exports`)."""
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "REJECTION_CODES",
