@@ -69,7 +69,7 @@ fi
 printf '\n==== slowest 25 steps of the suite (all of them: %s) ====\n' "$DURATIONS"
 sort -rn "$DURATIONS" | head -25 || true  # head closes the pipe early (SIGPIPE for sort)
 printf '\n==== suite total: %ss wall, %s workers ====\n' "$((SECONDS - start))" "$WORKERS"
-printf '%s\n' "${summaries[@]}"
+printf '%s\n' "${summaries[@]}" | tee -a "$DURATIONS"
 if [[ -n "$past_limit" ]]; then
     log "FAILED: the suite ran past its limit of ${LIMIT_S}s ($((LIMIT_S / 60)) minutes) in the $past_limit phase;"
     log "        it creeps: make the slowest steps above faster before it reaches CI's 90-minute wall"
