@@ -4,7 +4,9 @@ Both releases run every case (`toolgate.evals.runner`) and are scored on what th
 handlers did (`toolgate.evals.scoring`). The gate FAILS when the candidate has any approval
 bypass, cross-tenant access, duplicate effect or dangerous false positive, when any critical case
 fails, when its bundle is not the one its reviewed manifest describes, or when a quality metric
-falls below the control's, even if aggregate accuracy improves. Missing human sign-offs of
+falls below the control's, even if aggregate accuracy improves, or when a per-task cost (tool
+calls, model turns, tokens) is more than its policy's limit worse than the control's
+(`toolgate.policy.cost_limits`; 20% by default). Missing human sign-offs of
 critical cases are shown (``human_reviewed_critical=n/m``) and fail the gate only when review is
 required (``toolgate evals run --require-review``): a fresh candidate can be evaluated before
 anyone has reviewed it, and the same report is what reviewers then sign.
@@ -22,6 +24,7 @@ from toolgate.evals.observation import Observation
 from toolgate.evals.release_facts import ReleaseFacts
 from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import CaseScore, score_case
+from toolgate.policy.cost_limits import COST_METRICS, over_limit
 from toolgate.release import Release
 
 QUALITY = ("tool_selection_top1", "no_tool_precision", "argument_valid")
@@ -97,6 +100,20 @@ class ReleaseRun:
         sources = {r.observation.tokens.get("source") for r in self.records}
         return "reported" if sources == {"reported"} else "estimated"
 
+    def cost_per_task(self, case_ids: set[str]) -> dict[str, float]:
+        """Tool calls, model turns and tokens (input and output) per task over ``case_ids``."""
+        records = [r for r in self.records if r.case.id in case_ids]
+        tasks = max(len(records), 1)
+        tokens = sum(
+            (r.observation.tokens.get("input") or 0) + (r.observation.tokens.get("output") or 0)
+            for r in records
+        )
+        return {
+            "tool_calls_per_task": round(sum(r.observation.tool_calls for r in records) / tasks, 2),
+            "model_turns_per_task": round(sum(r.observation.model_turns for r in records) / tasks, 2),
+            "tokens_per_task": round(tokens / tasks, 1),
+        }
+
     def cases_where(self, flag: Callable[[CaseScore], bool]) -> list[str]:
         """Ids of the cases whose score has ``flag``."""
         return [r.case.id for r in self.records if flag(r.score)]
@@ -167,9 +184,33 @@ class GateResult:
                 mine, theirs = metrics[name], baseline[name]
                 if mine is not None and theirs is not None and mine < theirs:
                     out.append(f"{name}={mine}% below control {theirs}%")
+            out.extend(self.cost_failures())
         missing = sorted(set(self.critical_ids) - set(self.reviewed))
         if self.require_review and missing:
             out.append(f"unreviewed_critical={len(missing)} cases={','.join(missing)}")
+        return out
+
+    def cost_failures(self) -> list[str]:
+        """Each per-task cost (`COST_METRICS`) more than its limit worse than the control's, on
+        the cases both releases ran; the limits are the stricter of the two releases' policies."""
+        if self.control is None:
+            return []
+        shared = {r.case.id for r in self.candidate.records} & {r.case.id for r in self.control.records}
+        if not shared:
+            return []
+        limits = self.candidate.facts.cost_limits.stricter(self.control.facts.cost_limits)
+        mine, theirs = self.candidate.cost_per_task(shared), self.control.cost_per_task(shared)
+        out = []
+        for metric in COST_METRICS:
+            percent = limits.percent(metric)
+            if over_limit(mine[metric], theirs[metric], percent):
+                change = (
+                    f"+{100 * (mine[metric] / theirs[metric] - 1):.1f}%" if theirs[metric] else "from zero"
+                )
+                out.append(
+                    f"{metric}={mine[metric]} over control {theirs[metric]} ({change}, limit +{percent:g}%)"
+                    f" cases={len(shared)}"
+                )
         return out
 
     @property

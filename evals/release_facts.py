@@ -8,10 +8,11 @@ irreproducible, and the gate says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolgate.canonical import digest
 from toolgate.graph.bootstrap import release_manifest
+from toolgate.policy.cost_limits import CostLimits
 from toolgate.release import Release
 from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.registry import Registry
@@ -32,6 +33,8 @@ class ReleaseFacts:
     policy_version: str = ""
     tools: tuple[str, ...] = ()
     """Names of the release's tools."""
+    cost_limits: CostLimits = field(default_factory=CostLimits)
+    """Its policy's per-task cost limits against a control."""
 
     def applies_to(self, requires: list[str]) -> bool:
         """True when the release has every tool a case requires."""
@@ -54,6 +57,7 @@ def release_facts(release: Release, registry: Registry) -> ReleaseFacts:
         drift=drift,
         policy_version=release.policy.policy_version,
         tools=tuple(sorted(registry.tools)),
+        cost_limits=release.policy.cost_limits,
     )
 
 

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from toolgate.canonical import digest
 from toolgate.errors import ConfigurationError
+from toolgate.policy.cost_limits import CostLimits
 from toolgate.policy.decisions import Decision, Rejection
 from toolgate.policy.escalation import Escalation, EscalationRule, escalate, parse_escalation
 from toolgate.policy.principal import Principal
@@ -149,6 +150,8 @@ class PolicyRules:
     """Inbound rate limits."""
     escalations: Sequence[EscalationRule] = ()
     """Rules that raise a write's approval class by its arguments (``kind: escalate``)."""
+    cost_limits: CostLimits = field(default_factory=CostLimits)
+    """How much more per task than its control the release gate lets a candidate spend."""
 
     def escalation(self, tool: str, base: ApprovalClass, args: Mapping[str, Any]) -> Escalation:
         """The approval class a proposal of ``tool`` with the judged ``args`` needs, and why."""
@@ -178,6 +181,7 @@ class PolicyRules:
             rules=tuple(_rule(raw) for raw in raws if raw.get("kind") != "escalate"),
             rate_limits=_rate_limits(data.get("rate_limits", {})),
             escalations=tuple(parse_escalation(raw) for raw in raws if raw.get("kind") == "escalate"),
+            cost_limits=CostLimits.from_mapping(data.get("cost_limits", {})),
         )
 
 
