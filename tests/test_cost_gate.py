@@ -100,12 +100,8 @@ def test_toolgate_evals_run_fails_the_costly_candidate_with_the_cost_line(tmp_pa
     path = tmp_path / "subset.jsonl"
     path.write_text(dump_cases(list(subset().cases)), encoding="utf-8")
     (tmp_path / "data").mkdir()
-    run = toolgate(
-        ["evals", "run", "--dataset", str(path), "--candidate", COSTLY_REF, "--control", "ops-tools/1.1.0"]
-        + ["--report-dir", str(tmp_path / "reports")],
-        cli_env(tmp_path / "data"),
-        check=False,
-    )
+    args = ["evals", "run", "--dataset", str(path), "--candidate", COSTLY_REF, "--control", "ops-tools/1.1.0"]
+    run = toolgate([*args, "--report-dir", str(tmp_path / "reports")], cli_env(tmp_path / "data"), check=False)
     assert run.returncode == 1, run.stderr
     assert run.stdout.splitlines()[0].endswith("gate=FAIL")
     failures = [line for line in run.stdout.splitlines() if line.startswith("gate_failure ")]
