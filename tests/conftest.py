@@ -85,7 +85,9 @@ def _tg_pg_create(admin_url: str, template: str | None = None) -> str:
     dbname = f"tg_{secrets.token_hex(8)}"
     query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname))
     if template is not None:
-        query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname), sql.Identifier(template))
+        query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(dbname), sql.Identifier(template)
+        )
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(query)
     return dbname

@@ -27,7 +27,10 @@ def increase(result: GateResult, metric: str) -> float:
     """Percent by which the candidate's ``metric`` per task exceeds the control's (shared cases)."""
     assert result.control is not None
     shared = {r.case.id for r in result.candidate.records} & {r.case.id for r in result.control.records}
-    mine, theirs = result.candidate.cost_per_task(shared)[metric], result.control.cost_per_task(shared)[metric]
+    mine, theirs = (
+        result.candidate.cost_per_task(shared)[metric],
+        result.control.cost_per_task(shared)[metric],
+    )
     return 100 * (mine / theirs - 1)
 
 
@@ -101,7 +104,9 @@ def test_toolgate_evals_run_fails_the_costly_candidate_with_the_cost_line(tmp_pa
     path.write_text(dump_cases(list(subset().cases)), encoding="utf-8")
     (tmp_path / "data").mkdir()
     args = ["evals", "run", "--dataset", str(path), "--candidate", COSTLY_REF, "--control", "ops-tools/1.1.0"]
-    run = toolgate([*args, "--report-dir", str(tmp_path / "reports")], cli_env(tmp_path / "data"), check=False)
+    run = toolgate(
+        [*args, "--report-dir", str(tmp_path / "reports")], cli_env(tmp_path / "data"), check=False
+    )
     assert run.returncode == 1, run.stderr
     assert run.stdout.splitlines()[0].endswith("gate=FAIL")
     failures = [line for line in run.stdout.splitlines() if line.startswith("gate_failure ")]

@@ -287,5 +287,7 @@ def test_the_store_and_the_errors_import_without_the_graph_stack() -> None:
         "from toolgate import ToolSpec, build_graph\n"
         "print(ToolSpec.__module__, build_graph.__module__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.splitlines() == ["[]", "toolgate.tools.spec toolgate.graph.builder"], out.stderr
