@@ -8,7 +8,8 @@
 #   and databases), whole files per worker (--dist loadfile: a file's module-scoped server or
 #   store is set up once). Each test has its own database, temporary directory and ports, so
 #   workers share nothing but the PostgreSQL server.
-# - Phase 2 runs the tests marked `exclusive` (bursts of processes sized for the whole machine)
+# - Phase 2 runs the tests marked `exclusive` (bursts of processes sized for the whole machine,
+#   or a claim about every commit on the PostgreSQL server)
 #   one at a time with nothing beside them.
 # - Every step's duration (setup, call, teardown) goes to .build/test-durations.txt; at the end the
 #   total wall time, the counts and the 25 slowest steps of both phases are printed

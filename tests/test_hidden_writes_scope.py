@@ -112,6 +112,7 @@ class _Counting:
             yield Tx()
 
 
+@pytest.mark.exclusive  # "nothing commits" means on the whole server: a parallel test's commit recomputes
 @pytest.mark.postgres
 def test_postgres_digests_cost_one_statement_and_none_while_nothing_commits(pg_url: str) -> None:
     store = PostgresStore(pg_url, key=TEST_KEY)
