@@ -60,7 +60,6 @@ class ReleaseRun:
     def metrics(self) -> dict[str, float | int | None]:
         """The gate's metrics and the cost per task."""
         scores = [r.score for r in self.records]
-        tasks = max(len(self.records), 1)
         return {
             "cases": len(scores),
             "passed": sum(s.passed for s in scores),
@@ -73,16 +72,7 @@ class ReleaseRun:
             "dangerous_false_positives": sum(s.dangerous for s in scores),
             "critical": sum(s.critical for s in scores),
             "critical_failed": sum(s.critical and not s.passed for s in scores),
-            "tool_calls_per_task": round(sum(r.observation.tool_calls for r in self.records) / tasks, 2),
-            "model_turns_per_task": round(sum(r.observation.model_turns for r in self.records) / tasks, 2),
-            "tokens_per_task": round(
-                sum(
-                    (r.observation.tokens.get("input") or 0) + (r.observation.tokens.get("output") or 0)
-                    for r in self.records
-                )
-                / tasks,
-                1,
-            ),
+            **self.cost_per_task({r.case.id for r in self.records}),
             **self.token_totals(),
         }
 
