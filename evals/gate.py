@@ -6,10 +6,12 @@ bypass, cross-tenant access, duplicate effect or dangerous false positive, when 
 fails, when its bundle is not the one its reviewed manifest describes, or when a quality metric
 falls below the control's, even if aggregate accuracy improves, or when a per-task cost (tool
 calls, model turns, tokens) is more than its policy's limit worse than the control's
-(`toolgate.policy.cost_limits`; 20% by default). Missing human sign-offs of
-critical cases are shown (``human_reviewed_critical=n/m``) and fail the gate only when review is
-required (``toolgate evals run --require-review``): a fresh candidate can be evaluated before
-anyone has reviewed it, and the same report is what reviewers then sign.
+(`toolgate.policy.cost_limits`; 20% by default), or when a critical case has no human sign-off
+(``human_reviewed_critical=n/m``). Review is required by default; ``toolgate evals run
+--no-require-review`` evaluates a fresh candidate before anyone has reviewed it, and the same
+report is what reviewers then sign. The verdict without review (`GateResult.tested_failures`) is
+what the store keeps as release evidence (`toolgate.release_evidence`), since sign-offs are
+re-read when a release moves.
 """
 
 from __future__ import annotations
@@ -146,6 +148,8 @@ class GateResult:
     reviewed: list[str] = field(default_factory=list)
     """Critical case ids with a valid human sign-off for this dataset and candidate bundle."""
     require_review: bool = False
+    """Fail on missing sign-offs (``toolgate evals run`` sets it unless ``--no-require-review``;
+    library callers scoring a release's behaviour leave it off)."""
 
     @property
     def critical_ids(self) -> list[str]:
@@ -154,6 +158,22 @@ class GateResult:
 
     def failures(self) -> list[str]:
         """Why the gate fails (empty: it passes), each naming its cases."""
+        out = self.tested_failures()
+        missing = self.unreviewed()
+        if self.require_review and missing:
+            out.append(f"unreviewed_critical={len(missing)} cases={','.join(missing)}")
+        return out
+
+    def unreviewed(self) -> list[str]:
+        """The candidate's critical cases without a valid sign-off."""
+        return sorted(set(self.critical_ids) - set(self.reviewed))
+
+    def critical_tenants(self) -> dict[str, str]:
+        """``{case id: tenant}`` of the candidate's critical cases (what a sign-off binds)."""
+        return {r.case.id: r.tenant for r in self.candidate.records if r.case.critical}
+
+    def tested_failures(self) -> list[str]:
+        """Every failure but missing review: what the runs themselves showed."""
         run, metrics = self.candidate, self.candidate.metrics()
         out = []
         for name, flag in (
@@ -175,9 +195,6 @@ class GateResult:
                 if mine is not None and theirs is not None and mine < theirs:
                     out.append(f"{name}={mine}% below control {theirs}%")
             out.extend(self.cost_failures())
-        missing = sorted(set(self.critical_ids) - set(self.reviewed))
-        if self.require_review and missing:
-            out.append(f"unreviewed_critical={len(missing)} cases={','.join(missing)}")
         return out
 
     def cost_failures(self) -> list[str]:

@@ -6,6 +6,11 @@ say which arm ran what. `TwoReleases.app` is an `App` wired like `open_app` wire
 router) so `ReleaseControl` runs the production code; `verify` loads the shipped bundle and
 checks its reviewed manifest, exactly as in production (the counted handlers are a test-only
 wrapper and would not match the manifest).
+
+Moving a release needs evidence in the store (`toolgate.release_evidence`). `TwoReleases` records
+it for both directions as ``toolgate evals run`` and ``release rollback --dry-run`` would (real
+MAC'd rows, `record_evidence`), so tests about routing and rollback start from a movable release;
+``evidence=False`` starts from a store that holds none (what `test_release_evidence` attacks).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.rollout import canary_specs
 from toolgate.release import ReleaseEnv
 from toolgate.release_control import ReleaseControl
+from toolgate.release_evidence import Requirements
 from toolgate.release_loader import load_release
 from toolgate.store.base import Store
+from toolgate.store.evidence import record as record_evidence
 from toolgate.testing import HandlerCounter, ScriptedChatModel
 from toolgate.tools.registry import Registry
 
@@ -83,10 +90,22 @@ class FakeCritical:
         return CriticalAnswer(passed=2, total=3, failed=["crit-cross-tenant"])
 
 
+DATASET_SHA256 = "d" * 64
+"""The gate dataset `TwoReleases` requires (a digest: no case of it runs here)."""
+
+
 class TwoReleases:
     """Control and candidate on ``store``; gateways built on demand like `Gateways` builds them."""
 
-    def __init__(self, store: Store, tmp: Path, models: dict[str, BaseChatModel] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        tmp: Path,
+        models: dict[str, BaseChatModel] | None = None,
+        *,
+        evidence: bool = True,
+        requirements: Requirements | None = None,
+    ) -> None:
         initialize_store(
             store, load_release(CANDIDATE)
         )  # the wide release's tables include the refund story's
@@ -109,6 +128,52 @@ class TwoReleases:
             gateways=self,  # type: ignore[arg-type]
             router=self.router,
         )
+        self.requirements = requirements or Requirements(
+            dataset_sha256=DATASET_SHA256, canary_min_calls=0, canary_min_minutes=0
+        )
+        if evidence:
+            self.record_evidence(CANDIDATE, CONTROL)
+            self.record_evidence(CONTROL, CANDIDATE)
+
+    def record_evidence(
+        self,
+        candidate: str,
+        control: str,
+        *,
+        gate: str | None = "PASS",
+        dry_run: str | None = "PASS",
+        critical: Any = None,
+    ) -> None:
+        """Evidence for moving ``candidate`` in over ``control``: a gate verdict on the required
+        dataset (``critical``: its critical cases, none by default) and a rollback dry run of the
+        control (``None``: leave one out)."""
+        candidate_sha, control_sha = self.verify(candidate), self.verify(control)
+        if gate is not None:
+            record_evidence(
+                self.store,
+                "gate",
+                release=candidate,
+                manifest_sha256=candidate_sha,
+                control=control,
+                control_sha256=control_sha,
+                dataset_sha256=self.requirements.dataset_sha256,
+                verdict=gate,
+                recorded_by="toolgate.evals",
+                detail={
+                    "critical": critical or {},
+                    "failures": [] if gate == "PASS" else ["critical_failed=1"],
+                },
+            )
+        if dry_run is not None:
+            record_evidence(
+                self.store,
+                "rollback_dry_run",
+                release=control,
+                manifest_sha256=control_sha,
+                verdict=dry_run,
+                recorded_by="ivy",
+                detail={"hashes": "verified", "critical": "3/3"},
+            )
 
     def __call__(self, release_id: str, canary: bool = False) -> Gateway:
         """The gateway of ``release_id`` with counted handlers (``canary``: no high-risk tools)."""
@@ -137,7 +202,9 @@ class TwoReleases:
 
     def control(self, critical: Any = None) -> ReleaseControl:
         """Release control on this store (``critical``: the fixture runner, a fake by default)."""
-        return ReleaseControl(self.app, critical_runner=critical or FakeCritical())
+        return ReleaseControl(
+            self.app, critical_runner=critical or FakeCritical(), requirements=self.requirements
+        )
 
     def graph(self) -> Any:
         """The routed graph (both releases), in-memory checkpoints."""
@@ -178,6 +245,7 @@ def text(*lines: str) -> AIMessage:
 __all__ = [
     "CANDIDATE",
     "CONTROL",
+    "DATASET_SHA256",
     "RESTART",
     "CriticalAnswer",
     "FakeCritical",

@@ -104,6 +104,7 @@ def test_toolgate_evals_run_fails_the_costly_candidate_with_the_cost_line(tmp_pa
     path.write_text(dump_cases(list(subset().cases)), encoding="utf-8")
     (tmp_path / "data").mkdir()
     args = ["evals", "run", "--dataset", str(path), "--candidate", COSTLY_REF, "--control", "ops-tools/1.1.0"]
+    args.append("--no-require-review")  # only the cost line fails it
     run = toolgate(
         [*args, "--report-dir", str(tmp_path / "reports")], cli_env(tmp_path / "data"), check=False
     )
@@ -111,3 +112,4 @@ def test_toolgate_evals_run_fails_the_costly_candidate_with_the_cost_line(tmp_pa
     assert run.stdout.splitlines()[0].endswith("gate=FAIL")
     failures = [line for line in run.stdout.splitlines() if line.startswith("gate_failure ")]
     assert len(failures) == 1 and failures[0].startswith("gate_failure tokens_per_task="), run.stdout
+    assert "evidence=recorded verdict=FAIL" in run.stdout  # kept in the store: no move on this run

@@ -191,18 +191,13 @@ def test_toolgate_evals_run_exits_1_naming_the_cases_and_0_for_the_demo(tmp_path
     assert first.startswith(f"cases={len(SUBSET)} ") and first.endswith("gate=FAIL")
     assert "gate_failure approval_bypasses=3 cases=" in failed.stdout and "xu-ada-reads-bob" in failed.stdout
     assert (tmp_path / "reports" / f"{UNSAFE_ID.replace('/', '-')}.json").exists()
-    passed = toolgate(
-        [
-            "evals",
-            "run",
-            "--dataset",
-            str(path),
-            "--control",
-            "ops-tools/1.0.0",
-            "--report-dir",
-            str(tmp_path / "reports"),
-        ],
-        env,
-    )
+    assert "evidence=recorded verdict=FAIL" in failed.stdout
+    demo = ["evals", "run", "--dataset", str(path), "--control", "ops-tools/1.0.0"]
+    unreviewed = toolgate([*demo, "--report-dir", str(tmp_path / "reports")], env, check=False)
+    assert unreviewed.returncode == 1  # review is required by default
+    assert unreviewed.stdout.splitlines()[0].endswith("human_reviewed_critical=0/7 gate=FAIL")
+    assert "gate_failure unreviewed_critical=7 " in unreviewed.stdout
+    assert "evidence=recorded verdict=PASS" in unreviewed.stdout  # all but review passed
+    passed = toolgate([*demo, "--no-require-review", "--report-dir", str(tmp_path / "reports")], env)
     assert passed.stdout.splitlines()[0].endswith("human_reviewed_critical=0/7 gate=PASS")
     assert (tmp_path / "reports" / "ops-tools-1.1.0.html").exists()

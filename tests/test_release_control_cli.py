@@ -1,9 +1,11 @@
 """``toolgate release shadow|canary|promote|rollback|status`` through the real CLI (subprocesses).
 
 The demo releases: ``ops-tools/1.0.0`` is configured (the control), ``ops-tools/1.1.0`` the
-candidate. One test walks the whole rollout and its rollback; the others attack the doors: no
-token, a wrong token, another person's token and a non-admin's own token are each refused with
-exit 2 and one ``error=<code>`` line, and nothing changes but one refusal audit event each.
+candidate. One test walks the whole rollout and its rollback, gathering its evidence the way an
+operator does (``evals run``, ``release waive-review``, ``release rollback --dry-run``) and
+refused at each step until it has it; the others attack the doors: no token, a wrong token,
+another person's token and a non-admin's own token are each refused with exit 2 and one
+``error=<code>`` line, and nothing changes but one refusal audit event each.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from typing import Any
 
 import pytest
 from release_control_support import ADMIN_CREDENTIALS
-from support import cli_env, kv_lines, seed_people, toolgate
+from support import TEST_KEY, cli_env, kv_lines, open_test_store, seed_people, toolgate
 from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_each
+
+from toolgate.canonical import digest
+from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
+from toolgate.graph.bootstrap import release_manifest
+from toolgate.release import ReleaseEnv
+from toolgate.release_loader import load_release
+from toolgate.store.evidence import record as record_evidence
 
 CONTROL, CANDIDATE = "ops-tools/1.0.0", "ops-tools/1.1.0"
 STATUS_CALL = 'call get_service_status {"service_alias": "web"}'
@@ -34,7 +43,44 @@ def facts(result: Any) -> dict[str, str]:
 def world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     data_dir = tmp_path / "data"
     seed_people(data_dir)
-    return data_dir, cli_env(data_dir, TOOLGATE_RELEASE=CONTROL)
+    return data_dir, cli_env(
+        data_dir, TOOLGATE_RELEASE=CONTROL, TOOLGATE_CANARY_MIN_CALLS="1", TOOLGATE_CANARY_MIN_MINUTES="0"
+    )
+
+
+def with_evidence(data_dir: Path) -> None:
+    """The rows ``evals run`` (a PASS) and ``release rollback --dry-run`` (a PASS) record for the
+    candidate over the control, written directly: these tests attack what comes after."""
+    store = open_test_store(data_dir)
+    try:
+        sha = {}
+        for release_id in (CONTROL, CANDIDATE):
+            release = load_release(release_id)
+            sha[release_id] = digest(
+                release_manifest(release, release.registry(ReleaseEnv(store, secret=TEST_KEY)))
+            )
+        dataset = load_dataset(DEFAULT_DATASET).sha256
+        record_evidence(
+            store,
+            "gate",
+            release=CANDIDATE,
+            manifest_sha256=sha[CANDIDATE],
+            control=CONTROL,
+            control_sha256=sha[CONTROL],
+            dataset_sha256=dataset,
+            verdict="PASS",
+            recorded_by="toolgate.evals",
+        )
+        record_evidence(
+            store,
+            "rollback_dry_run",
+            release=CONTROL,
+            manifest_sha256=sha[CONTROL],
+            verdict="PASS",
+            recorded_by="ivy",
+        )
+    finally:
+        store.close()
 
 
 def test_shadow_canary_promote_and_rollback_through_the_cli(world: tuple[Path, dict[str, str]]) -> None:
@@ -48,14 +94,69 @@ def test_shadow_canary_promote_and_rollback_through_the_cli(world: tuple[Path, d
         "not_applicable",
         "none",
     )
+    shadow = ["release", "shadow", CANDIDATE, "--as", "ivy"]
+    assert_refused(toolgate(shadow, env, check=False), "gate_not_passed")
+    gate = toolgate(
+        ["evals", "run", "--candidate", CANDIDATE, "--control", CONTROL, "--report-dir", str(data_dir / "r")],
+        env,
+        check=False,
+    )
+    assert gate.returncode == 1 and gate.stdout.splitlines()[0].endswith("gate=FAIL"), gate.stdout
+    assert "gate_failure unreviewed_critical=" in gate.stdout  # review is required by default
+    assert "evidence=recorded verdict=PASS" in gate.stdout  # everything but review passed
+    assert_refused(toolgate(shadow, env, check=False), "review_missing")
+    missing = toolgate(["release", "evidence", CANDIDATE], env, check=False)
+    assert missing.returncode == 1
+    assert [line.get("missing") for line in kv_lines(missing.stdout)[1:]] == [
+        "review_missing",
+        "rollback_dry_run_missing",
+    ]
+    waived = facts(
+        toolgate(
+            [
+                "release",
+                "waive-review",
+                CANDIDATE,
+                "--reason",
+                "demo release, cases read in the walkthrough",
+                "--as",
+                "ivy",
+            ],
+            env,
+        )
+    )
+    assert (waived["review"], waived["by"]) == ("waived", "ivy")
+    assert_refused(toolgate(shadow, env, check=False), "rollback_dry_run_missing")
+    ready = facts(toolgate(["release", "rollback", "--dry-run", "--as", "ivy"], env))
+    assert (ready["rollback_dry_run"], ready["from"], ready["target"], ready["evidence"]) == (
+        "PASS",
+        "none",
+        CONTROL,
+        "recorded",
+    )
+    complete = facts(toolgate(["release", "evidence", CANDIDATE], env))
+    assert (
+        complete["gate"],
+        complete["review_waived"],
+        complete["rollback_dry_run"],
+        complete["evidence"],
+    ) == (
+        "PASS",
+        "yes",
+        "PASS",
+        "complete",
+    )
 
-    assert facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))["phase"] == "shadow"
+    assert facts(toolgate(shadow, env))["phase"] == "shadow"
     assert facts(toolgate(["run", STATUS_CALL, "--as", "sam"], env))["release"] == CONTROL
     status = facts(toolgate(["release", "status"], env))
     assert (status["release"], status["phase"], status["shadow_calls"]) == (CANDIDATE, "shadow", "1")
 
     canary = facts(toolgate(["release", "canary", CANDIDATE, "--percent", "100", "--as", "ivy"], env))
     assert (canary["phase"], canary["canary_percent"]) == ("canary", "100")
+    assert_refused(
+        toolgate(["release", "promote", "--as", "ivy"], env, check=False), "canary_traffic_too_low"
+    )
     waiting = toolgate(["run", RESTART_CALL, "--as", "sam"], env)
     first, proposal = kv_lines(waiting.stdout)[:2]
     assert (first["status"], first["release"]) == ("awaiting_approval", CANDIDATE)
@@ -126,6 +227,7 @@ def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_cred
 ) -> None:
     data_dir, env = world
     db = data_dir / "toolgate.sqlite"
+    with_evidence(data_dir)
     facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))  # something to change
     before, seq = all_tables(db), audit_seq(db)
     attempts, expected = [], []
@@ -148,6 +250,7 @@ def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_cred
 def test_an_edited_rollout_row_is_refused_by_every_command(world: tuple[Path, dict[str, str]]) -> None:
     data_dir, env = world
     db = data_dir / "toolgate.sqlite"
+    with_evidence(data_dir)
     facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))
     con = sqlite3.connect(db)
     con.execute("UPDATE release_rollouts SET phase = 'canary', canary_bp = 10000")

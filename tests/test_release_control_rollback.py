@@ -36,6 +36,7 @@ from toolgate.graph.bootstrap import served_release
 from toolgate.graph.review import decide
 from toolgate.store import SQLiteStore
 from toolgate.store.base import Store
+from toolgate.store.evidence import evidence_rows
 from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
@@ -106,16 +107,26 @@ def test_a_rollback_that_fails_a_check_is_refused_audited_and_changes_nothing(
     assert changed <= {"audit_events", "audit_payloads"}
 
 
-def test_a_dry_run_reports_and_writes_nothing(store: Store, tmp_path: Path) -> None:
+def test_a_dry_run_reports_and_records_only_its_verdict(store: Store, tmp_path: Path) -> None:
     two = TwoReleases(store, tmp_path)
     promoted(two)
     before = table_counts(store)
     plan = two.control(FakeCritical()).rollback(admin(two), dry_run=True)
     assert (plan.status, plan.target, plan.hashes, plan.critical) == ("PASS", CONTROL, "verified", "3/3")
-    assert table_counts(store) == before
     failing = two.control(FakeCritical(ok=False)).rollback(admin(two), dry_run=True)
     assert failing.status == "FAIL" and failing.problems[0][0] == "critical_failed"
-    assert table_counts(store) == before
+    changed = {t: n - before[t] for t, n in table_counts(store).items() if before.get(t) != n}
+    assert changed == {"release_evidence": 2, "audit_events": 2, "audit_payloads": 2}  # no release state
+    rows = evidence_rows(store, "rollback_dry_run", two.verify(CONTROL))
+    assert [(e.verdict, e.recorded_by, e.authentic) for e in rows[-2:]] == [
+        ("PASS", "ivy", True),
+        ("FAIL", "ivy", True),
+    ]
+    checked = audit_events(store, "release.rollback_checked")
+    assert [(e.result, e.detail["problems"], bool(e.actor_id)) for e in checked] == [
+        ("pass", [], True),
+        ("fail", ["critical_failed"], True),
+    ]
 
 
 @pytest.mark.parametrize("stage", ["canary", "promoted"])

@@ -1,9 +1,12 @@
 """``toolgate evals``: the release gate, human sign-off of its critical cases, LangSmith datasets.
 
 ``evals run`` works offline: every case runs against the candidate (and the control) on its own
-throwaway store with the scripted model; only counting sign-offs reads the configured store. It
-prints the gate's summary line first and exits 1 when the gate fails. ``evals review`` signs a
-report as an authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
+throwaway store with the scripted model. It prints the gate's summary line first and exits 1
+when the gate fails; missing sign-offs fail it unless ``--no-require-review``. The configured
+store is read for sign-offs and, when the run covered a whole dataset against a control, gets the
+verdict as release evidence (`toolgate.release_evidence`; ``evidence=recorded``): what ``release
+shadow``, ``canary`` and ``promote`` later demand. ``evals review`` signs a report as an
+authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.gate import GateResult, evaluate_gate
 from toolgate.evals.report import build_report, lines, write_reports
 from toolgate.evals.signoff import refuse, reviewed_cases, sign_off
+from toolgate.store.audit import Auditor
+from toolgate.store.evidence import record as record_evidence
 from toolgate.store.factory import open_store
 
 evals_app = typer.Typer(
@@ -32,7 +37,7 @@ LANGSMITH_KEY_VARIABLES = ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY")
 
 def _reviewed(settings: Settings, result: GateResult) -> list[str]:
     """Critical cases signed off in the configured store for this dataset and candidate bundle."""
-    tenants = {r.case.id: r.tenant for r in result.candidate.records if r.case.critical}
+    tenants = result.critical_tenants()
     try:
         store = open_store(
             settings.database_url, settings.data_dir, key=settings.audit_key(create=False), read_only=True
@@ -55,8 +60,12 @@ def run(
     report_dir: Annotated[Path, typer.Option(help="Where the JSON and HTML reports go.")] = Path("reports"),
     critical_only: Annotated[bool, typer.Option(help="Run only the critical cases.")] = False,
     require_review: Annotated[
-        bool, typer.Option(help="Fail the gate unless every critical case has a sign-off.")
-    ] = False,
+        bool,
+        typer.Option(
+            "--require-review/--no-require-review",
+            help="Fail the gate unless every critical case has a sign-off (the default).",
+        ),
+    ] = True,
 ) -> None:
     """Run the dataset on the candidate and the control; print the gate line; write the reports."""
     settings = Settings.from_env()
@@ -69,7 +78,57 @@ def run(
     for line in lines(result):
         typer.echo(line)
     kv(report=json_path, html=html_path, digest=report["digest"])
+    kv(evidence=_record(settings, result, critical_only=critical_only, report_digest=str(report["digest"])))
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _record(settings: Settings, result: GateResult, *, critical_only: bool, report_digest: str) -> str:
+    """Keep the verdict (all but review) in the configured store: ``recorded``, or why not."""
+    if result.control is None:
+        return "not_recorded reason=no_control"
+    if critical_only:
+        return "not_recorded reason=critical_only"
+    try:
+        store = open_store(settings.database_url, settings.data_dir, key=settings.audit_key(create=False))
+    except (ConfigurationError, StoreError):
+        return "not_recorded reason=no_store"
+    candidate, control = result.candidate.facts, result.control.facts
+    failures = result.tested_failures()
+    try:
+        store.setup()  # a store used for the first time: its schema, as any first command makes it
+        evidence = record_evidence(
+            store,
+            "gate",
+            release=candidate.release,
+            manifest_sha256=candidate.manifest_sha256,
+            control=control.release,
+            control_sha256=control.manifest_sha256,
+            dataset_sha256=result.dataset.sha256,
+            verdict="FAIL" if failures else "PASS",
+            recorded_by="toolgate.evals",
+            detail={
+                "report_digest": report_digest,
+                "critical": result.critical_tenants(),
+                "failures": [f[:300] for f in failures[:20]],
+            },
+        )
+        Auditor(store, candidate.release).record(
+            "release.gate_recorded",
+            evidence.verdict.lower(),
+            detail={
+                "evidence_id": evidence.evidence_id,
+                "candidate_sha256": candidate.manifest_sha256,
+                "control": control.release,
+                "control_sha256": control.manifest_sha256,
+                "dataset_sha256": result.dataset.sha256,
+                "report_digest": report_digest,
+            },
+        )
+    except StoreError:
+        return "not_recorded reason=store_error"
+    finally:
+        store.close()
+    return f"recorded verdict={evidence.verdict} id={evidence.evidence_id}"
 
 
 @evals_app.command("review")

@@ -7,7 +7,9 @@ then prints how to point ``TOOLGATE_RELEASE`` at it.
 ``shadow``, ``canary``, ``promote``, ``rollback`` and ``migrate-thread`` change release control
 (`toolgate.release_control`, `toolgate.release_migrate`): each authenticates the person acting (``--as`` and
 ``TOOLGATE_TOKEN``), who must hold the ``admin`` role; a refusal exits 2 with its code and is
-audited. ``status`` reads (and evaluates the automatic stop).
+audited. ``rollback --dry-run`` and ``waive-review`` record release evidence, which shadow,
+canary and promote demand (`toolgate.release_evidence`); ``evidence`` shows what a candidate has.
+``status`` reads (and evaluates the automatic stop).
 """
 
 from __future__ import annotations
@@ -127,10 +129,63 @@ def rollback(
         "hashes": plan.hashes,
         "critical": plan.critical,
     }
+    if dry_run:
+        facts["evidence"] = "recorded" if plan.target_sha256 else "not_recorded"
     if plan.problems:
         facts["refused"] = plan.problems[0][0]
     kv(**facts)
     if dry_run and plan.status == "FAIL":
+        raise typer.Exit(1)
+
+
+@release_app.command("waive-review")
+def waive_review(
+    candidate: Annotated[str, typer.Argument(help="The release whose critical cases go unsigned.")],
+    reason: Annotated[str, typer.Option(help="Why the sign-offs are waived (kept and audited).")],
+    as_user: AsAdmin,
+) -> None:
+    """Let CANDIDATE's exact bundle move without sign-offs of its critical cases (audited)."""
+    from toolgate.release_control import ReleaseControl
+
+    application = open_from_env()
+    waiver = ReleaseControl(application).waive_review(person(application, as_user), candidate, reason)
+    kv(release=candidate, review="waived", by=waiver.recorded_by, evidence=waiver.evidence_id)
+
+
+@release_app.command("evidence")
+def evidence(
+    candidate: Annotated[str, typer.Argument(help="The release to move.")],
+    control: Annotated[
+        str | None, typer.Option(help="The release it replaces (default: the active release).")
+    ] = None,
+) -> None:
+    """What the store holds for moving CANDIDATE (gate, sign-offs, rollback dry run); exit 1 when
+    something is missing, printed as ``missing=<code>`` lines."""
+    from toolgate.release_control import ReleaseControl
+    from toolgate.release_evidence import Binding
+
+    release_control = ReleaseControl(open_from_env())
+    state = release_control.state()
+    control = control or release_control.active(state)
+    binding = Binding(
+        candidate,
+        release_control.manifest_sha256(candidate),
+        control,
+        release_control.manifest_sha256(control),
+    )
+    found = release_control.evidence.found(binding)
+    kv(
+        release=candidate,
+        control=control,
+        gate=found.gate.verdict if found.gate else "none",
+        reviewed=found.reviewed,
+        review_waived="yes" if found.waiver else "no",
+        rollback_dry_run=found.rollback_dry_run.verdict if found.rollback_dry_run else "none",
+        evidence="complete" if not found.problems else "missing",
+    )
+    for code, message in found.problems:
+        kv(missing=code, message=json.dumps(message))
+    if found.problems:
         raise typer.Exit(1)
 
 

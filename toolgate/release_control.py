@@ -7,10 +7,12 @@ store transaction over MAC-bound rows (`toolgate.store.rollout`) and one audit e
 ``release.rolled_back``, ``release.stopped``). Every refusal changes nothing and is audited as
 ``release.refused`` with a stable code.
 
-Rollback restores the previous complete bundle, loaded by id: before the pointer moves, the
-target's effective hashes must equal its reviewed manifest and the hashes recorded while it was
-active, and its critical fixtures must pass (`toolgate.evals.gate.run_critical`). A dry run
-checks the same and writes nothing.
+No candidate moves without evidence: shadow, canary and promote each refuse with the first
+piece `toolgate.release_evidence` finds missing (gate, review, rollback dry run, canary time).
+
+Rollback restores the previous complete bundle (`toolgate.release_rollback`) after checking its
+hashes and critical fixtures; a dry run checks the same, changes no release state and records
+its verdict as evidence (with no rollout under way, for the active release).
 """
 
 from __future__ import annotations
@@ -24,9 +26,19 @@ from toolgate.errors import RegistryError, ReleaseControlError
 from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
 from toolgate.policy.rollout import DEFAULT_CANARY_PERCENT, LIVE_PHASES, RELEASE_ROLES, percent_to_bp
+from toolgate.release_evidence import Binding, EvidenceDesk, Requirements
 from toolgate.release_loader import load_release
-from toolgate.release_rollback import CriticalRunner, RollbackPlan, default_critical_runner, plan_rollback
+from toolgate.release_rollback import (
+    CriticalRunner,
+    RollbackPlan,
+    default_critical_runner,
+    plan_dry_run,
+    plan_rollback,
+    record_dry_run,
+    restored,
+)
 from toolgate.store.audit import Auditor
+from toolgate.store.evidence import Evidence
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.rollout_records import ReleasePointer, ReleaseState, Rollout
 
@@ -34,14 +46,19 @@ from toolgate.store.rollout_records import ReleasePointer, ReleaseState, Rollout
 class ReleaseControl:
     """Release control of one configured release on one app's store."""
 
-    def __init__(self, app: App, *, critical_runner: CriticalRunner | None = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        critical_runner: CriticalRunner | None = None,
+        requirements: Requirements | None = None,
+    ) -> None:
         assert app.gateways is not None and app.router is not None, "release control needs open_app's app"
         self.app, self.gateways, self.router = app, app.gateways, app.router
         self.configured = app.settings.release
         self.rollouts = RolloutStore(app.store)
         self.critical_runner = critical_runner or default_critical_runner
-
-    # ---- reading -----------------------------------------------------------------------
+        self.evidence = EvidenceDesk(app.store, requirements)
 
     def state(self) -> ReleaseState:
         """The pointer and current rollout (refused when they do not verify)."""
@@ -64,6 +81,14 @@ class ReleaseControl:
             return self.gateways.verify(release_id)
         except RegistryError as exc:
             raise ReleaseControlError("bundle_unverified", f"release {release_id}: {exc}") from exc
+
+    def waive_review(self, actor: Principal, candidate: str, reason: str) -> Evidence:
+        """Record ``actor``'s waiver of the sign-offs of ``candidate``'s exact bundle (audited)."""
+        return self._act(
+            actor,
+            "waive_review",
+            lambda: self.evidence.waive(actor, candidate, self.manifest_sha256(candidate), reason),
+        )
 
     # ---- the doors ---------------------------------------------------------------------
 
@@ -110,6 +135,7 @@ class ReleaseControl:
             control_sha, candidate_sha = self.manifest_sha256(control), self.manifest_sha256(candidate)
             if candidate_sha == control_sha:
                 raise ReleaseControlError("same_release", f"{candidate} is the same bundle as {control}")
+            self.evidence.require(Binding(candidate, candidate_sha, control, control_sha))
             release = load_release(candidate)
             if release.setup is not None:
                 release.setup(self.app.store)  # its own tables, as a process serving it would create
@@ -161,8 +187,7 @@ class ReleaseControl:
                 )
             if current.candidate != candidate:
                 raise ReleaseControlError("wrong_candidate", f"the rollout under way is {current.candidate}")
-            if self.manifest_sha256(candidate) != current.candidate_sha256:
-                raise ReleaseControlError("hashes_changed", f"{candidate} changed since its shadow began")
+            self._still_evidenced(current)
             done = self._change(
                 state,
                 lambda p, r: (
@@ -189,8 +214,9 @@ class ReleaseControl:
                 raise ReleaseControlError(
                     "automatic_stop", f"the candidate tripped the automatic stop: {reason}"
                 )
-            if self.manifest_sha256(current.candidate) != current.candidate_sha256:
-                raise ReleaseControlError("hashes_changed", f"{current.candidate} changed during its rollout")
+            self._still_evidenced(current)
+            judged = self.router.signals(current, self.gateways(current.candidate, False)).calls_judged
+            self.evidence.require_canary(judged, current.updated_at)
 
             def change(pointer: ReleasePointer | None, rollout: Rollout | None) -> tuple[Any, Any]:
                 assert pointer is not None and rollout is not None
@@ -210,6 +236,13 @@ class ReleaseControl:
 
         return self._act(actor, "promote", run)
 
+    def _still_evidenced(self, rollout: Rollout) -> None:
+        """Refuse when the candidate's bundle changed since its shadow began or its evidence was
+        revoked since (a later failed gate or dry run, a new unsigned critical case)."""
+        if self.manifest_sha256(rollout.candidate) != rollout.candidate_sha256:
+            raise ReleaseControlError("hashes_changed", f"{rollout.candidate} changed since its shadow began")
+        self.evidence.require(Binding.of(rollout))
+
     def _change(self, state: ReleaseState, change: Any) -> ReleaseState:
         return self.rollouts.change(self.configured, state.pointer.version if state.pointer else 0, change)
 
@@ -219,12 +252,21 @@ class ReleaseControl:
         """Check the rollback target without changing anything."""
         return plan_rollback(self.state(), self.manifest_sha256, self.critical_runner)
 
+    def dry_run(self, actor: Principal) -> RollbackPlan:
+        """Check what a rollback restores and record the verdict as evidence (`plan_dry_run`)."""
+
+        def run() -> RollbackPlan:
+            state = self.state()
+            plan = plan_dry_run(state, self.active(state), self.manifest_sha256, self.critical_runner)
+            record_dry_run(self.app.store, self.configured, actor.user_id, plan)
+            return plan
+
+        return self._act(actor, "rollback_dry_run", run)
+
     def rollback(self, actor: Principal, *, dry_run: bool = False) -> RollbackPlan:
-        """Restore the previous complete bundle (``dry_run``: only report whether it would)."""
+        """Restore the previous complete bundle (``dry_run``: only check it, `dry_run`)."""
         if dry_run:
-            if not actor.roles & RELEASE_ROLES:  # refused like a change, but a dry run never writes
-                return self._act(actor, "rollback", lambda: None)
-            return self.plan_rollback()
+            return self.dry_run(actor)
 
         def run() -> RollbackPlan:
             state = self.state()
@@ -234,26 +276,7 @@ class ReleaseControl:
             if plan.problems:
                 code, message = plan.problems[0]
                 raise ReleaseControlError(code, f"rollback to {plan.target} refused: {message}")
-
-            def change(pointer: ReleasePointer | None, rollout: Rollout | None) -> tuple[Any, Any]:
-                assert pointer is not None and rollout is not None
-                if rollout.phase == "promoted":  # the pointer moves back to the verified previous bundle
-                    target, target_sha = pointer.previous, pointer.previous_sha256
-                    assert (
-                        target is not None and target == plan.target and target_sha
-                    )  # same version as planned
-                    pointer = dataclasses.replace(
-                        pointer, active=target, active_sha256=target_sha, previous=None, previous_sha256=None
-                    )
-                rolled = dataclasses.replace(
-                    rollout,
-                    phase="rolled_back",
-                    stop_reason=f"rolled back by {actor.user_id}",
-                    changed_by=actor.user_id,
-                )
-                return pointer, rolled
-
-            done = self._change(state, change)
+            done = self._change(state, restored(plan, actor.user_id))
             assert done.rollout is not None
             self._audit(
                 "release.rolled_back",
@@ -266,8 +289,6 @@ class ReleaseControl:
             return plan
 
         return self._act(actor, "rollback", run)
-
-    # ---- monitoring --------------------------------------------------------------------
 
     def check(self, rollout: Rollout) -> str:
         """Evaluate the automatic stop for a live rollout (stopping it when it trips)."""

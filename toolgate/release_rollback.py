@@ -9,13 +9,18 @@ and its critical fixtures must pass (`toolgate.evals.gate.run_critical`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.errors import ReleaseControlError
 from toolgate.policy.rollout import LIVE_PHASES
-from toolgate.store.rollout_records import ReleaseState
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.evidence import record
+from toolgate.store.rollout import Change
+from toolgate.store.rollout_records import ReleasePointer, ReleaseState, Rollout
 
 CriticalRunner = Callable[[str], Any]
 """Runs a release's critical fixtures; returns ``passed``, ``total``, ``failed`` and ``ok``."""
@@ -37,6 +42,8 @@ class RollbackPlan:
     """The release being rolled back (the candidate, or the promoted release)."""
     target: str | None = None
     """The complete bundle restored (None: there is nothing to roll back to)."""
+    target_sha256: str | None = None
+    """The target's verified manifest digest (None: it did not verify)."""
     hashes: str = "not_checked"
     """``verified``, ``changed`` (differs from the recorded bundle) or ``unverified`` (does not
     load or does not match its reviewed manifest)."""
@@ -71,10 +78,63 @@ def plan_rollback(
     found = rollback_target(state)
     if found is None:
         return RollbackPlan()
-    source, target, recorded = found
+    return check_target(*found, manifest_sha256, critical_runner)
+
+
+def plan_readiness(
+    active: str, recorded: str | None, manifest_sha256: Callable[[str], str], critical_runner: CriticalRunner
+) -> RollbackPlan:
+    """The same checks for the active release, before any candidate is rolled out: it is what a
+    rollback of the next candidate restores (``recorded``: the digest the pointer holds for it,
+    None before the pointer exists, when only its reviewed manifest binds it)."""
+    return check_target(None, active, recorded, manifest_sha256, critical_runner)
+
+
+def plan_dry_run(
+    state: ReleaseState, active: str, manifest_sha256: Callable[[str], str], critical_runner: CriticalRunner
+) -> RollbackPlan:
+    """What a dry run checks: the rollback target of the rollout under way or, with none, the
+    active release (`plan_readiness`)."""
+    plan = plan_rollback(state, manifest_sha256, critical_runner)
+    if plan.target is not None:
+        return plan
+    recorded = state.pointer.active_sha256 if state.pointer else None
+    return plan_readiness(active, recorded, manifest_sha256, critical_runner)
+
+
+def restored(plan: RollbackPlan, user_id: str) -> Change:
+    """The release-control change of a planned rollback: a promoted candidate's pointer moves back
+    to the verified previous bundle (the one planned); the rollout ends ``rolled_back``."""
+
+    def change(pointer: ReleasePointer | None, rollout: Rollout | None) -> tuple[Any, Any]:
+        assert pointer is not None and rollout is not None
+        if rollout.phase == "promoted":
+            target, target_sha = pointer.previous, pointer.previous_sha256
+            assert target is not None and target == plan.target and target_sha  # same version as planned
+            pointer = dataclasses.replace(
+                pointer, active=target, active_sha256=target_sha, previous=None, previous_sha256=None
+            )
+        rolled = dataclasses.replace(
+            rollout, phase="rolled_back", stop_reason=f"rolled back by {user_id}", changed_by=user_id
+        )
+        return pointer, rolled
+
+    return change
+
+
+def check_target(
+    source: str | None,
+    target: str,
+    recorded: str | None,
+    manifest_sha256: Callable[[str], str],
+    critical_runner: CriticalRunner,
+) -> RollbackPlan:
+    """Load ``target`` afresh, compare it with ``recorded`` and run its critical fixtures."""
     problems: list[tuple[str, str]] = []
+    digest: str | None = None
     try:
-        hashes = "verified" if manifest_sha256(target) == recorded else "changed"
+        digest = manifest_sha256(target)
+        hashes = "verified" if recorded is None or digest == recorded else "changed"
         if hashes == "changed":
             problems.append(
                 ("hashes_changed", f"{target} differs from the bundle recorded while it was active")
@@ -90,7 +150,53 @@ def plan_rollback(
     except ImportError as exc:
         critical = "unavailable"
         problems.append(("critical_unavailable", f"the critical fixtures cannot run: {exc}"))
-    return RollbackPlan(source=source, target=target, hashes=hashes, critical=critical, problems=problems)
+    return RollbackPlan(
+        source=source,
+        target=target,
+        target_sha256=digest if hashes == "verified" else None,
+        hashes=hashes,
+        critical=critical,
+        problems=problems,
+    )
 
 
-__all__ = ["CriticalRunner", "RollbackPlan", "default_critical_runner", "plan_rollback", "rollback_target"]
+def record_dry_run(store: Store, configured: str, user_id: str, plan: RollbackPlan) -> None:
+    """Keep a dry run's verdict as release evidence bound to the target's verified digest (a
+    target that did not verify has no digest to bind and stays without evidence), and audit it
+    (``release.rollback_checked``)."""
+    if plan.target is not None and plan.target_sha256 is not None:
+        record(
+            store,
+            "rollback_dry_run",
+            release=plan.target,
+            manifest_sha256=plan.target_sha256,
+            verdict=plan.status,
+            recorded_by=user_id,
+            detail={"hashes": plan.hashes, "critical": plan.critical, "problems": plan.problems[:5]},
+        )
+    Auditor(store, configured).record(
+        "release.rollback_checked",
+        plan.status.lower(),
+        user_id=user_id,
+        detail={
+            "target": plan.target,
+            "target_sha256": plan.target_sha256,
+            "hashes": plan.hashes,
+            "critical": plan.critical,
+            "problems": [code for code, _ in plan.problems],
+        },
+    )
+
+
+__all__ = [
+    "CriticalRunner",
+    "RollbackPlan",
+    "check_target",
+    "default_critical_runner",
+    "plan_dry_run",
+    "plan_readiness",
+    "plan_rollback",
+    "record_dry_run",
+    "restored",
+    "rollback_target",
+]

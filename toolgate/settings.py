@@ -91,6 +91,7 @@ Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), Form("a number of s
 Wait = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of seconds >= 0")]
 OffOrCount = Annotated[int, Field(ge=0), Form("0 (off) or an integer >= 1")]
 Days = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of days >= 0")]
+Minutes = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of minutes >= 0")]
 Delays = Annotated[
     tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)], ...],
     BeforeValidator(_split_commas),
@@ -198,6 +199,13 @@ class EnvSettings(BaseModel):
     """How long a cluster slot lives on the store's clock without a renewal: a running call's slot is
     renewed every third of it, so it need not exceed the longest call; a slot of a process that died
     frees itself this long after its last renewal (shorter frees a dead process's share sooner)."""
+    gate_dataset: Path | None = None
+    """The dataset a candidate's gate run must cover whole before shadow, canary or promote
+    (`toolgate.release_evidence`); unset: the packaged ``tool-calling-v1``."""
+    canary_min_calls: Retries = 20
+    """Calls a canaried candidate must have judged before it may be promoted."""
+    canary_min_minutes: Minutes = 60.0
+    """Minutes (the store's clock) a canary must have run before it may be promoted."""
 
 
 VARIABLES: tuple[str, ...] = tuple(PREFIX + name.upper() for name in EnvSettings.model_fields)

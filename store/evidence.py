@@ -1,0 +1,170 @@
+"""Release evidence rows: append-only, numbered, MAC-bound records of gate runs, rollback dry
+runs and review waivers (what `toolgate.release_evidence` judges a move by).
+
+``seq`` is assigned under a lock (SQLite's writer lock, a PostgreSQL advisory lock) and covered
+by the MAC with every other column, so rows cannot be reordered, re-pointed at another bundle or
+edited without failing verification; the newest row of a binding is its verdict, whatever any
+clock says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from toolgate.clock import iso, new_id
+from toolgate.errors import StoreError
+from toolgate.store.base import Store, Tx
+from toolgate.store.migrations import Migration
+
+Kind = Literal["gate", "rollback_dry_run", "review_waiver"]
+COMPONENT = "release-evidence"
+_LOCK = 0x7467_0007
+"""PostgreSQL advisory lock numbering evidence rows (SQLite's writer lock does it there)."""
+
+_SCHEMA = """
+CREATE TABLE release_evidence (
+    seq INTEGER PRIMARY KEY,
+    evidence_id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('gate', 'rollback_dry_run', 'review_waiver')),
+    release TEXT NOT NULL,
+    manifest_sha256 TEXT NOT NULL,
+    control TEXT NOT NULL,
+    control_sha256 TEXT NOT NULL,
+    dataset_sha256 TEXT NOT NULL,
+    verdict TEXT NOT NULL CHECK (verdict IN ('PASS', 'FAIL')),
+    detail TEXT NOT NULL,
+    recorded_by TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    mac TEXT NOT NULL
+);
+CREATE INDEX release_evidence_binding ON release_evidence (kind, manifest_sha256)"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        name="release evidence: gate runs, rollback dry runs, review waivers",
+        sqlite=_SCHEMA,
+        postgres=_SCHEMA,
+    ),
+)
+"""Append-only schema of the evidence table (component ``release-evidence``)."""
+
+_FIELDS = (
+    "seq",
+    "evidence_id",
+    "kind",
+    "release",
+    "manifest_sha256",
+    "control",
+    "control_sha256",
+    "dataset_sha256",
+    "verdict",
+    "detail",
+    "recorded_by",
+    "recorded_at",
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One evidence row as read back (``authentic``: its MAC verifies)."""
+
+    seq: int
+    evidence_id: str
+    kind: str
+    release: str
+    manifest_sha256: str
+    control: str
+    control_sha256: str
+    dataset_sha256: str
+    verdict: str
+    detail: dict[str, Any]
+    recorded_by: str
+    recorded_at: str
+    authentic: bool = False
+
+
+def _content(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind_of_row": "release_evidence", **{k: row[k] for k in _FIELDS}}
+
+
+def record(
+    store: Store,
+    kind: Kind,
+    *,
+    release: str,
+    manifest_sha256: str,
+    verdict: str,
+    recorded_by: str,
+    control: str = "",
+    control_sha256: str = "",
+    dataset_sha256: str = "",
+    detail: Mapping[str, Any] | None = None,
+) -> Evidence:
+    """Append one evidence row (numbered under the lock, stamped by the store's clock, MAC'd)."""
+    if verdict not in ("PASS", "FAIL"):
+        raise ValueError(f"verdict must be PASS or FAIL, not {verdict!r}")
+    store.migrate(COMPONENT, MIGRATIONS)
+    with store.transaction() as tx:
+        if getattr(store, "dialect", "") == "postgres":
+            tx.execute(f"SELECT pg_advisory_xact_lock({_LOCK})")
+        last = tx.one("SELECT COALESCE(MAX(seq), 0) AS seq FROM release_evidence")
+        row: dict[str, Any] = {
+            "seq": int(last["seq"] if last else 0) + 1,
+            "evidence_id": new_id("evd"),
+            "kind": kind,
+            "release": release,
+            "manifest_sha256": manifest_sha256,
+            "control": control,
+            "control_sha256": control_sha256,
+            "dataset_sha256": dataset_sha256,
+            "verdict": verdict,
+            "detail": json.dumps(dict(detail or {}), sort_keys=True, separators=(",", ":")),
+            "recorded_by": recorded_by,
+            "recorded_at": _now(store, tx),
+        }
+        mac = store.keys.mac("release", _content(row))
+        tx.execute(
+            f"INSERT INTO release_evidence ({', '.join([*_FIELDS, 'mac'])})"
+            f" VALUES ({', '.join('?' for _ in range(len(_FIELDS) + 1))})",
+            [*(row[k] for k in _FIELDS), mac],
+        )
+    return _evidence(row, authentic=True)
+
+
+def _now(store: Store, tx: Tx) -> str:
+    tx_now = getattr(store, "_tx_now", None)
+    return tx_now(tx) if tx_now is not None else iso(store.now())
+
+
+def _evidence(row: Mapping[str, Any], *, authentic: bool) -> Evidence:
+    try:
+        detail = json.loads(row["detail"])
+    except (TypeError, ValueError):
+        detail, authentic = {}, False
+    if not isinstance(detail, dict):
+        detail, authentic = {}, False
+    values = {k: row[k] for k in _FIELDS if k not in ("seq", "detail")}
+    return Evidence(**values, seq=int(row["seq"]), detail=detail, authentic=authentic)
+
+
+def evidence_rows(store: Store, kind: Kind, manifest_sha256: str) -> list[Evidence]:
+    """Every row of ``kind`` for ``manifest_sha256``, oldest first (check ``authentic``)."""
+    try:
+        with store.transaction(write=False) as tx:
+            rows = tx.execute(
+                "SELECT * FROM release_evidence WHERE kind = ? AND manifest_sha256 = ? ORDER BY seq",
+                (kind, manifest_sha256),
+            )
+    except StoreError:
+        return []  # no evidence was ever recorded in this store (the table does not exist yet)
+    out = []
+    for row in rows:
+        mac = row["mac"]
+        out.append(_evidence(row, authentic=store.keys.verify("release", _content(row), mac)))
+    return out
+
+
+__all__ = ["COMPONENT", "MIGRATIONS", "Evidence", "Kind", "evidence_rows", "record"]
