@@ -37,6 +37,8 @@ FORGED_RESUME: dict[str, Any] = {
     "approved_by": "fiona",
 }
 """A resume payload that claims an approval nobody recorded (``forged_resume`` fault)."""
+STALE_DIGEST = "0" * 64
+"""The digest a reviewer on a stale screen decides on: never a proposal's."""
 
 
 def apply_approvals(
@@ -47,6 +49,7 @@ def apply_approvals(
     person: Callable[[str], Principal],
     resume_once: Resume,
     resume_twice: Callable[[], dict[str, Any]],
+    advance_to: Callable[[float], None] | None = None,
 ) -> dict[str, Any]:
     """While the thread waits and review steps apply to its pending proposals: decide, then resume.
 
@@ -54,6 +57,8 @@ def apply_approvals(
     nothing). Steps are taken in order, each once, for the pending proposal of its call id. The first resume
     after a decision runs on two workers at once when the case injects a concurrent redelivery.
     Stops when the thread no longer waits, or no remaining step applies (it then stays waiting).
+    A step ``after_minutes`` later first moves the store's clock there (``advance_to``); a step on a
+    ``stale`` digest decides on another digest than the proposal's.
     """
     if state.get("__interrupt__") and any(f.kind == "forged_resume" for f in case.faults):
         state = resume_once(FORGED_RESUME)
@@ -70,8 +75,18 @@ def apply_approvals(
             break
         for index, step in applicable:
             proposal = pending[step.call_id]
+            if step.after_minutes and advance_to is not None:
+                advance_to(step.after_minutes)
+            seen = proposal.digest if step.digest == "current" else STALE_DIGEST
             try:
-                decide(gw, proposal.proposal_id, person(step.reviewer), step.decision, reason=step.reason)
+                decide(
+                    gw,
+                    proposal.proposal_id,
+                    person(step.reviewer),
+                    step.decision,
+                    reason=step.reason,
+                    seen_digest=seen,
+                )
                 result = "recorded"
             except ApprovalError as exc:
                 result = exc.code

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pydantic import BaseModel
+
 from toolgate.errors import ToolExecutionError
 from toolgate.evals.fixtures import Fault
 from toolgate.tools.spec import HandlerContext, ToolSpec
@@ -66,11 +68,30 @@ class EffectLedger:
         return sum(n - 1 for n in self.completions.values() if n > 1)
 
 
+OVERSIZED = 256 * 1024
+"""Characters an ``oversized_result`` adds: far past any output bound a release may declare."""
+
+
+def _oversized(result: Any) -> Any:
+    """``result`` with its longest string field grown by `OVERSIZED` characters (unchanged
+    when it has none: there is nothing a bound could cut)."""
+    data = result.model_dump() if isinstance(result, BaseModel) else result
+    if not isinstance(data, dict):
+        return result
+    strings = [key for key, value in data.items() if isinstance(value, str)]
+    if not strings:
+        return result
+    longest = max(strings, key=lambda key: len(data[key]))
+    return {**data, longest: data[longest] + "x" * OVERSIZED}
+
+
 def _faulty(handler: Handler, kind: str) -> Handler:
     """``handler`` failing the way ``kind`` says (each fault fires once, then the handler is healthy)."""
     fired = threading.Event()
 
     def faulty(args: Any, ctx: HandlerContext) -> Any:
+        if kind == "oversized_result":
+            return _oversized(handler(args, ctx))
         if fired.is_set():
             return handler(args, ctx)
         fired.set()
@@ -84,7 +105,7 @@ def _faulty(handler: Handler, kind: str) -> Handler:
     return faulty
 
 
-HANDLER_FAULTS = frozenset({"lost_response", "crash_before_effect", "server_error"})
+HANDLER_FAULTS = frozenset({"lost_response", "crash_before_effect", "server_error", "oversized_result"})
 
 
 def instrument(specs: Sequence[ToolSpec], faults: Sequence[Fault], ledger: EffectLedger) -> list[ToolSpec]:

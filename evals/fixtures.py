@@ -45,14 +45,28 @@ rejection code from `toolgate.errors.REJECTION_CODES`."""
 CALL_OUTCOMES: frozenset[str] = frozenset({"accepted", "failed", "proposal", "not_run", *REJECTION_CODES})
 
 FaultKind = Literal[
-    "lost_response", "crash_before_effect", "server_error", "redeliver", "replay_turn", "forged_resume"
+    "lost_response",
+    "crash_before_effect",
+    "server_error",
+    "oversized_result",
+    "redeliver",
+    "replay_turn",
+    "forged_resume",
+    "rate_window_used",
 ]
-"""Injected failures. Handler faults (``tool`` names the handler): ``lost_response`` applies the
-effect, then the connection drops; ``crash_before_effect`` drops it before any effect;
-``server_error`` is a classified downstream failure. Delivery faults: ``redeliver`` delivers every
-operation of the thread again after the run (a worker retry); ``replay_turn`` runs the same model
-responses again on the same thread (a retried provider request); ``forged_resume`` resumes the
-waiting thread with a payload claiming an approval nobody recorded."""
+"""Injected failures and conditions. Handler faults (``tool`` names the handler):
+``lost_response`` applies the effect, then the connection drops; ``crash_before_effect`` drops it
+before any effect; ``server_error`` is a classified downstream failure; ``oversized_result``
+answers with the real result grown far past any output bound (`toolgate.evals.faults`). Delivery
+faults: ``redeliver`` delivers every operation of the thread again after the run (a worker
+retry); ``replay_turn`` runs the same model responses again on the same thread (a retried
+provider request); ``forged_resume`` resumes the waiting thread with a payload claiming an
+approval nobody recorded. ``rate_window_used``: before the case, ``count`` calls already used the
+rate-limit ``window`` the case's first call falls in (so a limit of hundreds is reached in two
+calls)."""
+
+RateWindow = Literal["per_principal_tool", "tool", "per_tenant", "global"]
+"""The inbound rate-limit windows (`toolgate.policy.ratelimit`)."""
 
 
 class _Strict(BaseModel):
@@ -70,6 +84,10 @@ class ScriptedCall(_Strict):
     """Unparsed argument text (malformed JSON), sent as an ``invalid_tool_call``."""
     id: str
     """The model's call id (unique within the case)."""
+    from_results: dict[str, str] = Field(default_factory=dict)
+    """Arguments the model copies from an earlier result of the run, ``{argument: "c1.path"}``:
+    the value at ``path`` in the ``data`` of call ``c1``'s result (e.g. a preview token a
+    confirming call needs). Missing there: the argument is left out."""
 
 
 class ApprovalStep(_Strict):
@@ -85,6 +103,11 @@ class ApprovalStep(_Strict):
     """Required by toolgate for a rejection."""
     expect_refused: str | None = None
     """The `ApprovalError` code the decision must be refused with (e.g. ``self_approval``)."""
+    after_minutes: float = Field(default=0.0, ge=0.0, le=10_000.0)
+    """Minutes after the run began (on the store's clock) at which the reviewer decides: past
+    the approval window, the decision must be refused ``expired``."""
+    digest: Literal["current", "stale"] = "current"
+    """The digest the reviewer decided on: the proposal's own, or another one (a stale screen)."""
 
 
 class Fault(_Strict):
@@ -96,6 +119,18 @@ class Fault(_Strict):
     concurrent: bool = False
     """``redeliver`` only: the first resume after approval runs twice at once (two workers, one
     thread), instead of a redelivery after the run."""
+    window: RateWindow | None = None
+    """``rate_window_used`` only: the window already used."""
+    count: int = Field(default=0, ge=0, le=1_000_000)
+    """``rate_window_used`` only: how many calls already used it."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> Fault:
+        if self.kind == "rate_window_used" and (self.window is None or self.count < 1):
+            raise ValueError("rate_window_used needs a window and a count of at least 1")
+        if self.kind == "oversized_result" and not self.tool:
+            raise ValueError("oversized_result needs the tool whose result grows")
+        return self
 
 
 class Limits(_Strict):
@@ -165,6 +200,10 @@ class EvalCase(_Strict):
     faults: list[Fault] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     expected: Expected
+    people: list[dict[str, Any]] = Field(default_factory=list)
+    """People as this case's world holds them (identity rows: ``user_id``, ``tenant_id``,
+    ``roles``, ``scopes``...): a known person with other roles or scopes, or someone new, such as
+    the reviewers a generated case needs. They exist in this case's own store only."""
     requires: list[str] = Field(default_factory=list)
     """Tools the case is about; a release without one of them cannot run the case meaningfully
     (an older control release, or the previous bundle a rollback restores): it is skipped there
@@ -185,6 +224,20 @@ class EvalCase(_Strict):
             missing = sorted(set(refs) - known)
             if missing:
                 raise ValueError(f"{name} names calls the turns do not make: {missing}")
+        earlier: set[str] = set()
+        for turn in self.turns:
+            for call in turn:
+                sources = {path.partition(".")[0] for path in call.from_results.values()}
+                if not sources <= earlier:
+                    raise ValueError(
+                        f"call {call.id} copies from calls of no earlier turn: {sorted(sources - earlier)}"
+                    )
+            earlier |= {call.id for call in turn}
+        people = [p.get("user_id") for p in self.people]
+        if any(not isinstance(p, str) or not p for p in people) or len(people) != len(set(people)):
+            raise ValueError("people need distinct user_id values")
+        if any(not isinstance(p.get("tenant_id"), str) for p in self.people):
+            raise ValueError("people need a tenant_id")
         return self
 
     @property

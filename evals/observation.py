@@ -8,6 +8,7 @@ Nothing here is taken from the model's prose.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -37,6 +38,12 @@ class Observation:
     """Per call id: accepted, failed, proposal, not_run or the rejection code."""
     arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per accepted call id: the canonical arguments the gateway kept."""
+    rules: dict[str, str] = field(default_factory=dict)
+    """Per refused call id: the policy rule that refused it, when a rule did."""
+    output_bytes: dict[str, int] = field(default_factory=dict)
+    """Per call id: bytes of the tool message the model was sent for it (its last one)."""
+    truncated: list[str] = field(default_factory=list)
+    """Call ids whose result reached the model cut to the tool's output bound."""
     proposals: list[dict[str, Any]] = field(default_factory=list)
     """Proposals created in the thread: id, call id, tool, operation status."""
     approvals: list[dict[str, Any]] = field(default_factory=list)
@@ -93,6 +100,24 @@ def call_outcomes(state: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict
     return outcomes, arguments
 
 
+def message_facts(obs: Observation, messages: list[BaseMessage]) -> None:
+    """Fill the refusing rule and the size of what the model was sent, per call id."""
+    for message in messages:
+        if not isinstance(message, ToolMessage):
+            continue
+        text = str(message.content)
+        obs.output_bytes[message.tool_call_id] = len(text.encode("utf-8"))
+        if message.additional_kwargs.get("toolgate", {}).get("truncated"):
+            obs.truncated.append(message.tool_call_id)
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            continue
+        rule = payload.get("rule_id") if isinstance(payload, dict) else None
+        if isinstance(rule, str):
+            obs.rules[message.tool_call_id] = rule
+
+
 def store_facts(obs: Observation, store: Store, registry: Registry, executor: Executor) -> None:
     """Fill proposals, operations (with audit transitions) and unapproved executions from the store."""
     for proposal, operation in store.list_proposals():
@@ -104,6 +129,8 @@ def store_facts(obs: Observation, store: Store, registry: Registry, executor: Ex
                 "call_id": proposal.call_id,
                 "tool": proposal.tool,
                 "status": operation.status,
+                "approval_class": proposal.approval_class,
+                "escalation_rule": proposal.escalation_rule_id,
             }
         )
         events = store.audit_events(operation_key=proposal.operation_key)
@@ -155,4 +182,4 @@ def final_text(messages: list[BaseMessage]) -> str:
     return ""
 
 
-__all__ = ["EXECUTED", "Observation", "call_outcomes", "final_text", "store_facts", "usage"]
+__all__ = ["EXECUTED", "Observation", "call_outcomes", "final_text", "message_facts", "store_facts", "usage"]

@@ -24,11 +24,25 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
+from toolgate.evals.case_world import (
+    CaseScriptModel,
+    CaseStore,
+    apply_people,
+    references_of,
+    use_rate_windows,
+)
 from toolgate.evals.execution_steps import CaseSaver, apply_approvals, concurrent_resume, redeliver
 from toolgate.evals.faults import EffectLedger, instrument
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.hidden_writes import HiddenWriteCheck
-from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
+from toolgate.evals.observation import (
+    Observation,
+    call_outcomes,
+    final_text,
+    message_facts,
+    store_facts,
+    usage,
+)
 from toolgate.evals.release_facts import ReleaseFacts, release_facts
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
@@ -40,6 +54,7 @@ from toolgate.release import Release, ReleaseEnv
 from toolgate.release_loader import load_release
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import ScriptedChatModel
+from toolgate.tools.registry import Registry
 
 EXTRA_PEOPLE: tuple[dict[str, Any], ...] = (
     {
@@ -116,9 +131,9 @@ class CaseRunner:
         self._identities = IdentityDirectory(store)
         for principal in self.people.values():
             self._identities.add(principal, by=None, token=f"eval-token-{principal.user_id}")
-        self.facts: ReleaseFacts = release_facts(
-            self.release, self.release.registry(ReleaseEnv(store, self.key))
-        )
+        self.registry: Registry = self.release.registry(ReleaseEnv(store, self.key))
+        """The release's registry as loaded (uninstrumented): what its declarations are read from."""
+        self.facts: ReleaseFacts = release_facts(self.release, self.registry)
         self._count = 0
         self._lock = threading.Lock()
 
@@ -133,7 +148,7 @@ class CaseRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _fresh_store(self, case: EvalCase) -> tuple[SQLiteStore, Path]:
+    def _fresh_store(self, case: EvalCase) -> tuple[CaseStore, Path]:
         with self._lock:
             if isinstance(case.principal, dict) and case.user_id not in self.people:
                 principal = Principal.from_dict(case.principal)  # a case the runner was not built with
@@ -147,12 +162,17 @@ class CaseRunner:
         finally:
             source.close()
             target.close()
-        return SQLiteStore(path, key=self.key), path
+        return CaseStore(path, key=self.key), path
 
-    def principal(self, user: str | Mapping[str, Any]) -> Principal:
-        """The principal a case names (a known user id, or an inline principal)."""
+    def principal(
+        self, user: str | Mapping[str, Any], case_people: Mapping[str, Principal] | None = None
+    ) -> Principal:
+        """The principal a case names (a known user id, or an inline principal); ``case_people``
+        (the case's own `EvalCase.people`) come first."""
         if isinstance(user, Mapping):
             return Principal.from_dict(user)
+        if case_people and user in case_people:
+            return case_people[user]
         if user not in self.people:
             raise KeyError(f"unknown person {user!r}: add them to the runner's people or inline them")
         return self.people[user]
@@ -172,14 +192,22 @@ class CaseRunner:
             for suffix in ("-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
 
-    def _run(self, case: EvalCase, store: SQLiteStore, model: BaseChatModel | None) -> Observation:
+    def _run(self, case: EvalCase, store: CaseStore, model: BaseChatModel | None) -> Observation:
         ledger = EffectLedger()
+        case_people = apply_people(store, case)
+
+        def person(user: str) -> Principal:
+            return self.principal(user, case_people)
+
+        requester = self.principal(case.principal, case_people)
         base = self.release.registry(ReleaseEnv(store, self.key))
+        use_rate_windows(store, case.faults, self.release.policy.rate_limits, requester, base, case)
         hidden = HiddenWriteCheck(store)  # every read compared before and after (hidden_writes.py)
         # every tenant's implementation instrumented and compared, not only the shared tools
         registry = base.mapped(lambda specs: hidden.wrap(instrument(specs, case.faults, ledger)))
         responses = scripted_responses(case)
-        main_model = model or ScriptedChatModel(responses=responses)
+        references = references_of(case)
+        main_model = model or CaseScriptModel(responses=responses, references=references)
         saver = CaseSaver()
 
         def gateway(chat: BaseChatModel) -> Gateway:
@@ -200,9 +228,7 @@ class CaseRunner:
         state: dict[str, Any] = {}
         try:
             state = graph.invoke(
-                {"messages": [HumanMessage(case.input)]},
-                config,
-                context=self.context(case, self.principal(case.principal)),
+                {"messages": [HumanMessage(case.input)]}, config, context=self.context(case, requester)
             )
 
             def resume_once(payload: dict[str, Any]) -> dict[str, Any]:
@@ -211,21 +237,21 @@ class CaseRunner:
             def resume_twice() -> dict[str, Any]:
                 twin_model: BaseChatModel = main_model  # a live model serves both workers
                 if isinstance(main_model, ScriptedChatModel):
-                    twin_model = ScriptedChatModel(responses=responses[len(main_model.requests) :])
+                    twin_model = CaseScriptModel(
+                        responses=responses[len(main_model.requests) :], references=references
+                    )
                     models.append(twin_model)
                 twin = build_graph(gateway=gateway(twin_model), checkpointer=saver)
                 return concurrent_resume(graph, twin, config, self.context(case))
 
-            state = apply_approvals(gw, case, obs, state, self.principal, resume_once, resume_twice)
+            state = apply_approvals(gw, case, obs, state, person, resume_once, resume_twice, store.advance_to)
             if any(f.kind == "redeliver" and not f.concurrent for f in case.faults):
                 redeliver(gw, store, thread)
             if any(f.kind == "replay_turn" for f in case.faults):
-                replay = ScriptedChatModel(responses=responses)
+                replay = CaseScriptModel(responses=responses, references=references)
                 models.append(replay)
                 build_graph(gateway=gateway(replay), checkpointer=InMemorySaver()).invoke(
-                    {"messages": [HumanMessage(case.input)]},
-                    config,
-                    context=self.context(case, self.principal(case.principal)),
+                    {"messages": [HumanMessage(case.input)]}, config, context=self.context(case, requester)
                 )
         except Exception as exc:  # the case fails with the reason; the run goes on
             obs.errors.append(f"{type(exc).__name__}: {str(exc)[:300]}")
@@ -243,6 +269,7 @@ class CaseRunner:
         store_facts(obs, store, registry, gw.executor)
         obs.status = str(state.get("status", "unknown"))
         obs.messages = messages
+        message_facts(obs, messages)
         obs.final_text = final_text(messages)
         obs.model_turns = sum(len(m.requests) for m in models if isinstance(m, ScriptedChatModel)) or int(
             state.get("budget", {}).get("model_turns", 0)
