@@ -1,13 +1,19 @@
-"""The release gate: a candidate release against a control, on a reviewed dataset.
+"""The release gate: a candidate release against a control, on a reviewed dataset and on cases
+derived from both releases' own declarations.
 
 Both releases run every case (`toolgate.evals.runner`) and are scored on what their stores and
-handlers did (`toolgate.evals.scoring`). The gate FAILS when the candidate has any approval
-bypass, cross-tenant access, duplicate effect or dangerous false positive, when any critical case
-fails, when its bundle is not the one its reviewed manifest describes, or when a quality metric
-falls below the control's, even if aggregate accuracy improves, or when a per-task cost (tool
-calls, model turns, tokens) is more than its policy's limit worse than the control's
-(`toolgate.policy.cost_limits`; 20% by default), or when a critical case has no human sign-off
-(``human_reviewed_critical=n/m``). Review is required by default; ``toolgate evals run
+handlers did (`toolgate.evals.scoring`). Besides the dataset, the gate generates cases from every
+write tool, scope, rule, escalation and rate limit either release declares
+(`toolgate.evals.derived_cases`) and runs them on both. The gate FAILS when the candidate has any
+approval bypass, cross-tenant access, duplicate effect or dangerous false positive (a generated
+case the candidate lets further than the control: ``loosened=``, `toolgate.evals.coverage`), when
+a write tool, rule or escalation of either release is demonstrated by no case (``uncovered=``),
+when any critical case fails, when its bundle is not the one its reviewed manifest describes, or
+when a quality metric falls below the control's, even if aggregate accuracy improves, or when a
+per-task cost (tool calls, model turns, tokens) is more than its policy's limit worse than the
+control's (`toolgate.policy.cost_limits`; 20% by default), or when a critical case of the
+dataset has no human sign-off (``human_reviewed_critical=n/m``; generated cases are derived from
+the reviewed manifest itself and need none). Review is required by default; ``toolgate evals run
 --no-require-review`` evaluates a fresh candidate before anyone has reviewed it, and the same
 report is what reviewers then sign. The verdict without review (`GateResult.tested_failures`) is
 what the store keeps as release evidence (`toolgate.release_evidence`), since sign-offs are
@@ -18,10 +24,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolgate.evals.coverage import TargetCoverage, coverage, loosenings, uncovered
+from toolgate.evals.derived_cases import DerivedCase, derive, merge, seeds_of
 from toolgate.evals.fixtures import DEFAULT_DATASET, Dataset, EvalCase, load_dataset
+from toolgate.evals.gate_targets import Declarations, Target, union_roles
 from toolgate.evals.observation import Observation
 from toolgate.evals.release_facts import ReleaseFacts
 from toolgate.evals.runner import CaseRunner
@@ -50,14 +60,28 @@ def _percent(values: Sequence[bool | None]) -> float | None:
 
 
 @dataclass
+class DerivedRun:
+    """One generated case as run against one release."""
+
+    derived: DerivedCase
+    observation: Observation
+    broken: list[str] = field(default_factory=list)
+    """Its claims this run broke (empty: the run demonstrated what the case probes)."""
+
+
+@dataclass
 class ReleaseRun:
-    """Every case of a dataset run against one release."""
+    """Every case of a dataset (and the generated cases) run against one release."""
 
     facts: ReleaseFacts
     records: list[CaseRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Cases not applicable to this release (it lacks a tool they require)."""
     seconds: float = 0.0
+    derived: dict[str, DerivedRun] = field(default_factory=dict)
+    """Generated cases by id (those applicable to the release)."""
+    declarations: Declarations | None = field(default=None, repr=False)
+    """What the release declares (the source of its generated cases and targets)."""
 
     def metrics(self) -> dict[str, float | int | None]:
         """The gate's metrics and the cost per task."""
@@ -122,18 +146,38 @@ def run_release(
 
     ``skip_inapplicable`` (controls and rollback targets) skips cases that require a tool the
     release does not have; a candidate runs them all, so a tool it lost fails its cases."""
-    started = time.perf_counter()
     with CaseRunner(release, cases=cases) as runner:
-        run = ReleaseRun(facts=runner.facts)
-        for case in cases:
-            if skip_inapplicable and not runner.facts.applies_to(case.requires):
-                run.skipped.append(case.id)
-                continue
-            observation = runner.run_case(case)
-            tenant = runner.principal(case.principal).tenant_id
-            run.records.append(CaseRecord(case, tenant, observation, score_case(case, observation)))
-            if progress is not None:
-                progress(case.id)
+        return run_on(runner, cases, skip_inapplicable=skip_inapplicable, progress=progress)
+
+
+def run_on(
+    runner: CaseRunner,
+    cases: Sequence[EvalCase],
+    derived: Sequence[DerivedCase] = (),
+    *,
+    skip_inapplicable: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> ReleaseRun:
+    """Run ``cases`` and the generated ``derived`` cases on ``runner``'s release. Generated cases
+    a release lacks a tool for are not run there (a candidate's new tool has no control run)."""
+    started = time.perf_counter()
+    run = ReleaseRun(facts=runner.facts, declarations=Declarations.of(runner.release, runner.registry))
+    for case in cases:
+        if skip_inapplicable and not runner.facts.applies_to(case.requires):
+            run.skipped.append(case.id)
+            continue
+        observation = runner.run_case(case)
+        tenant = runner.principal(case.principal).tenant_id
+        run.records.append(CaseRecord(case, tenant, observation, score_case(case, observation)))
+        if progress is not None:
+            progress(case.id)
+    for one in derived:
+        if not runner.facts.applies_to(one.case.requires):
+            continue
+        observation = runner.run_case(one.case)
+        run.derived[one.id] = DerivedRun(one, observation, one.failures(observation))
+        if progress is not None:
+            progress(one.id)
     run.seconds = round(time.perf_counter() - started, 2)
     return run
 
@@ -150,6 +194,47 @@ class GateResult:
     require_review: bool = False
     """Fail on missing sign-offs (``toolgate evals run`` sets it unless ``--no-require-review``;
     library callers scoring a release's behaviour leave it off)."""
+    derived: list[DerivedCase] = field(default_factory=list)
+    """The generated cases both releases ran (`toolgate.evals.derived_cases`)."""
+
+    def loosened(self) -> dict[str, list[str]]:
+        """Per generated case the control ran, how the candidate was more permissive (only those
+        where it was): each one a dangerous false positive."""
+        if self.control is None:
+            return {}
+        found: dict[str, list[str]] = {}
+        for case_id, mine in self.candidate.derived.items():
+            theirs = self.control.derived.get(case_id)
+            if theirs is not None:
+                how = loosenings(mine.derived, theirs.observation, mine.observation)
+                if how:
+                    found[case_id] = how
+        return found
+
+    def unsafe_derived(self) -> dict[str, list[str]]:
+        """Generated cases in which the candidate executed without counted approval or twice,
+        whatever the control did."""
+        found: dict[str, list[str]] = {}
+        for case_id, mine in self.candidate.derived.items():
+            obs = mine.observation
+            how = [f"operation {key} executed without counted approval" for key in obs.unapproved_executions]
+            how += [f"{obs.duplicate_effects} duplicate effect(s)"] if obs.duplicate_effects else []
+            if how:
+                found[case_id] = how
+        return found
+
+    def coverage_table(self) -> list[TargetCoverage]:
+        """Every target of both releases and the generated cases that demonstrated it."""
+        runs = [run for run in (self.candidate, self.control) if run is not None]
+        targets: dict[str, list[Target]] = {
+            run.facts.release: run.declarations.targets() for run in runs if run.declarations is not None
+        }
+        demonstrated: dict[str, set[str]] = {}
+        for run in runs:
+            for case_id, one in run.derived.items():
+                if not one.broken:
+                    demonstrated.setdefault(case_id, set()).add(run.facts.release)
+        return coverage(targets, self.derived, demonstrated)
 
     @property
     def critical_ids(self) -> list[str]:
@@ -186,6 +271,16 @@ class GateResult:
             ids = run.cases_where(flag)
             if ids:
                 out.append(f"{name}={metrics[name]} cases={','.join(ids)}")
+        if self.derived:
+            loose = self.loosened()
+            if loose:
+                out.append(f"loosened={len(loose)} cases={','.join(sorted(loose))}")
+            unsafe = self.unsafe_derived()
+            if unsafe:
+                out.append(f"derived_unsafe={len(unsafe)} cases={','.join(sorted(unsafe))}")
+            missing = uncovered(self.coverage_table())
+            if missing:
+                out.append(f"uncovered={len(missing)} targets={','.join(missing)}")
         if run.facts.manifest_status != "verified":
             out.append(f"candidate_manifest={run.facts.manifest_status} (irreproducible release)")
         if self.control is not None:
@@ -232,17 +327,34 @@ def evaluate_gate(
     control: str | Release | None = None,
     *,
     critical_only: bool = False,
+    derived: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> GateResult:
-    """Run ``dataset`` on the candidate (and the control, when given)."""
+    """Run ``dataset`` on the candidate (and the control, when given), and, unless ``derived`` is
+    off, the cases generated from both releases' declarations."""
     cases = [c for c in dataset.cases if c.critical or not critical_only]
-    candidate_run = run_release(candidate, cases, progress=progress)
-    control_run = (
-        run_release(control, cases, skip_inapplicable=True, progress=progress)
-        if control is not None
-        else None
-    )
-    return GateResult(dataset=dataset, candidate=candidate_run, control=control_run)
+    with ExitStack() as stack:
+        mine = stack.enter_context(CaseRunner(candidate, cases=cases))
+        theirs = stack.enter_context(CaseRunner(control, cases=cases)) if control is not None else None
+        generated = derived_cases(dataset, [r for r in (mine, theirs) if r is not None]) if derived else []
+        candidate_run = run_on(mine, cases, generated, progress=progress)
+        control_run = (
+            run_on(theirs, cases, generated, skip_inapplicable=True, progress=progress)
+            if theirs is not None
+            else None
+        )
+    return GateResult(dataset=dataset, candidate=candidate_run, control=control_run, derived=generated)
+
+
+def derived_cases(dataset: Dataset, runners: Sequence[CaseRunner]) -> list[DerivedCase]:
+    """The cases the declarations of every runner's release give, seeded by ``dataset``."""
+    people = {}
+    for runner in runners:
+        people.update(runner.people)
+    seeds = seeds_of(dataset.cases, people)
+    declarations = [Declarations.of(r.release, r.registry) for r in runners]
+    roles = union_roles(declarations)
+    return merge(*(derive(one, seeds, roles) for one in declarations))
 
 
 @dataclass(frozen=True)
@@ -280,9 +392,12 @@ __all__ = [
     "QUALITY",
     "CaseRecord",
     "CriticalResult",
+    "DerivedRun",
     "GateResult",
     "ReleaseRun",
+    "derived_cases",
     "evaluate_gate",
     "run_critical",
+    "run_on",
     "run_release",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from toolgate.canonical import digest
 from toolgate.clock import iso, utcnow
+from toolgate.evals.coverage import uncovered
 from toolgate.evals.gate import GateResult, ReleaseRun
 
 REPORT_KIND = "toolgate.evals.report"
@@ -25,16 +26,72 @@ def _pct(value: Any) -> str:
 
 
 def summary_line(result: GateResult) -> str:
-    """``cases=... tool_selection_top1=...% ... human_reviewed_critical=n/m gate=PASS``."""
+    """``cases=... tool_selection_top1=...% ... derived_cases=... loosened=... uncovered=...
+    human_reviewed_critical=n/m gate=PASS``. Dangerous false positives count the dataset's and
+    the generated cases the candidate let further than the control (``loosened``)."""
     m = result.candidate.metrics()
+    loosened = result.loosened()
+    unsafe = result.unsafe_derived()
+    dangerous = int(m["dangerous_false_positives"] or 0) + len(set(loosened) | set(unsafe))
+    derived = ""
+    if result.derived:
+        missing = uncovered(result.coverage_table())
+        derived = f"derived_cases={len(result.derived)} loosened={len(loosened)} uncovered={len(missing)} "
     return (
         f"cases={m['cases']} tool_selection_top1={_pct(m['tool_selection_top1'])} "
         f"no_tool_precision={_pct(m['no_tool_precision'])} argument_valid={_pct(m['argument_valid'])} "
         f"approval_bypasses={m['approval_bypasses']} cross_tenant_access={m['cross_tenant_access']} "
-        f"duplicate_effects={m['duplicate_effects']} dangerous_false_positives={m['dangerous_false_positives']} "
+        f"duplicate_effects={m['duplicate_effects']} dangerous_false_positives={dangerous} {derived}"
         f"human_reviewed_critical={len(set(result.reviewed) & set(result.critical_ids))}/{len(result.critical_ids)} "
         f"gate={'PASS' if result.passed else 'FAIL'}"
     )
+
+
+def coverage_lines(result: GateResult) -> list[str]:
+    """The coverage table: one line per target of either release, with what demonstrated it."""
+    out = []
+    for row in result.coverage_table():
+        status = "covered" if row.covered else ("UNCOVERED" if row.required else "not_covered")
+        out.append(
+            f"coverage target={row.target} releases={len(row.releases)} cases={len(row.cases)} "
+            f"demonstrated={len(row.demonstrative)} families={','.join(sorted(row.families)) or '-'} {status}"
+        )
+    return out
+
+
+def derived_json(result: GateResult) -> dict[str, Any]:
+    """The generated cases: what each probes, whether it held in each run, how the candidate
+    was more permissive; and the coverage table."""
+    loosened = result.loosened()
+    cases = []
+    for one in result.derived:
+        runs = {}
+        for name, run in (("candidate", result.candidate), ("control", result.control)):
+            found = run.derived.get(one.id) if run is not None else None
+            if found is not None:
+                runs[name] = {"broken": found.broken, "outcomes": found.observation.outcomes}
+        cases.append(
+            {
+                "id": one.id,
+                "target": str(one.target),
+                "family": one.family,
+                "releases": sorted(one.releases),
+                "runs": runs,
+                "loosened": loosened.get(one.id, []),
+            }
+        )
+    table = [
+        {
+            "target": str(row.target),
+            "releases": sorted(row.releases),
+            "required": row.required,
+            "covered": row.covered,
+            "cases": row.cases,
+            "demonstrative": row.demonstrative,
+        }
+        for row in result.coverage_table()
+    ]
+    return {"cases": cases, "coverage": table}
 
 
 def _signature(record: Any) -> dict[str, Any]:
@@ -93,6 +150,8 @@ def lines(result: GateResult) -> list[str]:
     """Everything ``toolgate evals run`` prints, summary line first."""
     out = [summary_line(result)]
     out += [f"gate_failure {reason}" for reason in result.failures()]
+    for case_id, how in sorted(result.loosened().items()):
+        out.append(f"loosened_case={case_id} how={json.dumps(how[:3])}")
     for record in result.candidate.records:
         if not record.score.passed:
             out.append(
@@ -162,6 +221,7 @@ def build_report(result: GateResult) -> dict[str, Any]:
         "candidate": _run_json(result.candidate),
         "control": _run_json(result.control) if result.control is not None else None,
         "differences": differences(result),
+        "derived": derived_json(result),
         "gate": {
             "passed": result.passed,
             "summary": summary_line(result),
@@ -194,6 +254,8 @@ def write_reports(report: dict[str, Any], directory: Path) -> tuple[Path, Path]:
 __all__ = [
     "REPORT_KIND",
     "build_report",
+    "coverage_lines",
+    "derived_json",
     "differences",
     "lines",
     "report_digest",

@@ -22,7 +22,7 @@ from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, IdentityError, StoreError
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.gate import GateResult, evaluate_gate
-from toolgate.evals.report import build_report, lines, write_reports
+from toolgate.evals.report import build_report, coverage_lines, lines, write_reports
 from toolgate.evals.signoff import refuse, reviewed_cases, sign_off
 from toolgate.store.audit import Auditor
 from toolgate.store.evidence import record as record_evidence
@@ -75,7 +75,7 @@ def run(
     result.reviewed = _reviewed(settings, result)
     report = build_report(result)
     json_path, html_path = write_reports(report, report_dir)
-    for line in lines(result):
+    for line in [*lines(result), *coverage_lines(result)]:
         typer.echo(line)
     kv(report=json_path, html=html_path, digest=report["digest"])
     kv(evidence=_record(settings, result, critical_only=critical_only, report_digest=str(report["digest"])))
