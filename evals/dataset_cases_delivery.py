@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from toolgate.evals.dataset_helpers import (
+    FILING_2024,
+    PREVIEW_USD,
     WRITE_APPROVERS,
     WRITE_ARGS,
     WRITE_REQUESTERS,
@@ -115,6 +117,46 @@ def duplicate_delivery() -> list[EvalCase]:
             calls={"c1": "proposal"},
             proposals=1,
             operations=["rejected"],
+        )
+    )
+    cases.append(
+        make(
+            "dup-redeliver-submit_filing",
+            cat,
+            "lee",
+            "File acme's 2024 VAT return for TP-1001.",
+            [[call("submit_filing", FILING_2024)]],
+            critical=True,
+            approvals=[approve("c1", "tara")],
+            faults=[{"kind": "redeliver"}],
+            tool="submit_filing",
+            arguments=FILING_2024,
+            calls={"c1": "proposal"},
+            proposals=1,
+            handler_calls={"submit_filing": 1},
+            operations=["succeeded"],
+            note="a filing is never made twice: the legacy system has no undo",
+        )
+    )
+    confirm = call("create_purchase_order", {}, "c2")
+    confirm["from_results"] = {"preview_token": "c1.preview_token"}
+    cases.append(
+        make(
+            "dup-redeliver-previewed-po",
+            cat,
+            "lee",
+            "Order 5 SKU-7 from V-100 at 12 dollars each.",
+            [[call("preview_purchase_order", PREVIEW_USD)], [confirm]],
+            critical=True,
+            approvals=[approve("c2", "paul")],
+            faults=[{"kind": "redeliver"}],
+            tool="preview_purchase_order",
+            arguments=PREVIEW_USD,
+            calls={"c1": "accepted", "c2": "proposal"},
+            proposals=1,
+            handler_calls={"preview_purchase_order": 1, "create_purchase_order": 1},
+            operations=["succeeded"],
+            note="preview, then confirm with the token the preview returned; approved once, made once",
         )
     )
     return cases

@@ -11,6 +11,7 @@ from toolgate.evals.dataset_helpers import (
     REFUND_FULL,
     REPORT_Q1,
     RESTART_WEB,
+    SEED_JOB_ID,
     approve,
     call,
     make,
@@ -49,6 +50,13 @@ def tool_selection() -> list[EvalCase]:
             {"service_alias": "scheduler"},
         ),
         ("lee-stock-sku7", "lee", "How many SKU-7 do we have?", "get_inventory", {"sku": "SKU-7"}),
+        (
+            "ana-report-status",
+            "ana",
+            "Is report job_5eed000000000001 done?",
+            "check_job_status",
+            {"job_id": SEED_JOB_ID},
+        ),
         ("wanda-stock-sku8", "wanda", "Stock level of SKU-8 please.", "get_inventory", {"sku": "SKU-8"}),
         (
             "lee-po-preview",

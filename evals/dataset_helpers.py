@@ -16,6 +16,12 @@ REFUND_FULL = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 RESTART_WEB = {"service_alias": "web", "reason": "stuck request queue"}
 INVENTORY_DOWN = {"sku": "SKU-8", "delta": -5, "reason": "damaged"}
 REPORT_Q1 = {"report_type": "sales_summary", "date_from": "2024-01-01", "date_to": "2024-03-31"}
+FILING_2024 = {"taxpayer_ref": "TP-1001", "tax_year": 2024, "filing_type": "vat_return"}
+"""A VAT return for acme's first demo taxpayer."""
+BIG_ORDER = "O-5520"
+"""Ada's espresso bar (250000 cents): room above every refund limit and the two-reviewer threshold."""
+SEED_JOB_ID = "job_5eed000000000001"
+"""Acme's finished report job the demo seeds (`toolgate.tools.demo.reports.SEED_JOB`)."""
 PREVIEW_USD = {
     "vendor_id": "V-100",
     "line_items": [{"sku": "SKU-7", "quantity": 5, "unit_price_cents": 1200}],
@@ -98,6 +104,7 @@ def make(
     approvals: list[dict[str, Any]] | None = None,
     faults: list[dict[str, Any]] | None = None,
     limits: dict[str, int] | None = None,
+    people: list[dict[str, Any]] | None = None,
     note: str = "",
     **expected: Any,
 ) -> EvalCase:
@@ -116,6 +123,7 @@ def make(
             "approvals": approvals or [],
             "faults": faults or [],
             "limits": limits or {},
+            "people": people or [],
             "expected": expected,
             "note": note,
         }
@@ -177,12 +185,15 @@ def read_ok(
 
 
 __all__ = [
+    "BIG_ORDER",
+    "FILING_2024",
     "INVENTORY_DOWN",
     "KNOWN_TOOLS",
     "PREVIEW_USD",
     "REFUND_FULL",
     "REPORT_Q1",
     "RESTART_WEB",
+    "SEED_JOB_ID",
     "WRITE_APPROVERS",
     "WRITE_ARGS",
     "WRITE_REQUESTERS",

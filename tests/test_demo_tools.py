@@ -669,7 +669,7 @@ def test_report_job_dedupes_on_the_key_and_stays_with_its_tenant(world: World) -
     first = world.call("submit_report_job", REPORT_ARGS, ctx(key="idem_rep"))
     again = world.call("submit_report_job", REPORT_ARGS, ctx(key="idem_rep"))
     assert first.job_id == again.job_id
-    assert world.reports.count("sor_report_jobs") == 1
+    assert world.reports.count("sor_report_jobs", idempotency_key="idem_rep") == 1
     assert world.reports.count("sor_report_requests") == 2
     assert world.reports.resource_status("job", first.job_id, "globex") == "foreign"
     with pytest.raises(ToolExecutionError, match="no job"):

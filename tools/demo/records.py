@@ -72,6 +72,8 @@ SEED_ORDERS = (
     ("O-5512", "acme", "cust-ada", "Blender B-200", 4999, "USD", "delivered", "4111111111111111"),
     ("O-5513", "acme", "cust-bob", "Toaster T-9", 2999, "USD", "delivered", "5500005555555559"),
     ("O-7001", "globex", "cust-gina", "Espresso machine", 89900, "USD", "delivered", "340000000000009"),
+    # room for every refund limit and the two-reviewer threshold: what the release gate probes
+    ("O-5520", "acme", "cust-ada", "Espresso bar E-3", 250000, "USD", "delivered", "5105105105105100"),
     (
         "O-5514",
         "acme",

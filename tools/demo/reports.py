@@ -36,7 +36,7 @@ from toolgate.tools.demo.report_models import (
     ReportType,
     SubmitReportJobResult,
 )
-from toolgate.tools.demo.service import DemoService, Owner
+from toolgate.tools.demo.service import DemoService, Owner, Seed
 from toolgate.tools.spec import (
     ApprovalClass,
     HandlerContext,
@@ -104,6 +104,22 @@ class SubmitReportJobArgs(StrictArgs):
         return self
 
 
+SEED_JOB = (
+    "job_5eed000000000001",
+    "seed-job-acme-1",
+    "acme",
+    "sales_summary",
+    "2024-01-01",
+    "2024-01-31",
+    "2024-02-01T00:00:00.000000Z",
+    5,
+    0,
+    0,
+    0,
+)
+"""A report job of acme that finished long ago (its id is what ``check_job_status`` cases read)."""
+
+
 def date_range_problem(date_from: date, date_to: date) -> str | None:
     """The cross-field rule of a report range, shared by the model validator and the handler."""
     if date_from > date_to:
@@ -121,7 +137,8 @@ def _poll_after(remaining_s: float) -> int:
 class ReportService(DemoService):
     """The report system of record; ``now`` is injectable so tests move time instead of sleeping.
 
-    Nothing is seeded: jobs exist only once submitted.
+    One finished job of acme is seeded (`SEED_JOB`), so a status read has a job to find
+    without first running a write; every other job exists only once submitted.
     """
 
     now: Callable[[], datetime] = utcnow
@@ -129,6 +146,25 @@ class ReportService(DemoService):
     component = "demo_reports"
     migrations = MIGRATIONS
     owners = {"job": Owner("sor_report_jobs", "job_id")}
+    seeds = (
+        Seed(
+            "sor_report_jobs",
+            (
+                "job_id",
+                "idempotency_key",
+                "tenant_id",
+                "report_type",
+                "date_from",
+                "date_to",
+                "submitted_at",
+                "duration_s",
+                "row_count",
+                "total_amount_cents",
+                "total_refunded_cents",
+            ),
+            (SEED_JOB,),
+        ),
+    )
     """A job belongs to the tenant that submitted it."""
     countable = frozenset({"sor_report_requests", "sor_report_jobs"})
     tables = countable
@@ -286,6 +322,7 @@ def report_specs(service: ReportService) -> list[ToolSpec]:
 __all__ = [
     "MIGRATIONS",
     "REPORT_DURATIONS_S",
+    "SEED_JOB",
     "WAIT_MAX_S",
     "CheckJobStatusArgs",
     "ReportService",
