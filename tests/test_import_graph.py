@@ -28,7 +28,10 @@ not when it is loaded.
     graph; each of its modules is its own node, and a cycle through it must pass through one
     module and back (``graph -> toolgate.telemetry -> graph`` is a cycle, ``toolgate.cli ->
     graph -> toolgate.errors`` is not).
-(c) No module is longer than 300 lines (``pytest -s`` prints the largest).
+(c) No module is longer than 2,000 lines (``pytest -s`` prints the largest). One concept per module,
+    whatever its length: the 300-line limit this replaced cut concepts in two and hid cycles
+    behind function-level imports (issue 26, STYLE.md). 2,000 lines is where the anchors' longest
+    single-idea modules end; past it a module is a runaway, not an idea.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 ROOT_PACKAGE = "toolgate"
 FOLDERS = ("toolgate", "graph", "tools", "policy", "store", "evals")
-LONG_MODULE_LINES = 300
+LONG_MODULE_LINES = 2000
 RELEASE_PACKAGES = {"toolgate.tools.demo": "tools/demo"}
 """Release packages shipped inside the tree, each its own node: the demo is built on the framework
 exactly as a team's release package is (it assembles a `toolgate.Release` from tools, policy rules
@@ -319,8 +322,8 @@ def test_no_cycles_between_folders() -> None:
 
 
 def test_no_module_is_longer_than_the_limit() -> None:
-    """One idea per module: past about 300 lines a module holds several, and the next change to
-    one of them has to read all of them."""
+    """One idea per module, however long the idea (see (c) above); a module past the bound is a
+    runaway that holds several, and the next change to one of them has to read all of them."""
     modules, _ = scan()
     long = {str(m.path): m.lines for m in modules.values() if m.lines > LONG_MODULE_LINES}
     largest = sorted(modules.values(), key=lambda m: -m.lines)[:5]
