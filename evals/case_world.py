@@ -17,7 +17,8 @@ module is what makes that copy the case's own world:
   counts in, as if other calls had come before it.
 - **What the model copies.** `CaseScriptModel` is the scripted model of the case; a call whose
   ``from_results`` names an earlier call's result gets those values from the result the model
-  was really sent (a preview token is only known once the preview ran).
+  was really sent (a preview token is only known once the preview ran), or from the result of
+  the case's prelude, a thread someone else ran first (`prelude_results`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class CaseScriptModel(ScriptedChatModel):
 
     references: dict[str, dict[str, str]] = Field(default_factory=dict)
     """Per call id, ``{argument: "call_id.path"}``."""
+    earlier: dict[str, str] = Field(default_factory=dict)
+    """Results of the case's prelude thread, ``{"prelude.<call id>": tool message text}``."""
 
     def _generate(
         self,
@@ -146,7 +149,8 @@ class CaseScriptModel(ScriptedChatModel):
         message = result.generations[0].message
         if not self.references or not isinstance(message, AIMessage) or not message.tool_calls:
             return result
-        results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+        results = {m.tool_call_id: str(m.content) for m in messages if isinstance(m, ToolMessage)}
+        results.update(self.earlier)
         calls = []
         for call in message.tool_calls:
             wanted = self.references.get(str(call.get("id")), {})
@@ -162,14 +166,18 @@ class CaseScriptModel(ScriptedChatModel):
         return result
 
 
-def _copied(results: Mapping[str, ToolMessage], path: str) -> Any:
-    """The value at ``call_id.a.b`` in the ``data`` of that call's result, or None."""
+def _copied(results: Mapping[str, str], path: str) -> Any:
+    """The value at ``call_id.a.b`` (or ``prelude.call_id.a.b``) in the ``data`` of that call's
+    result, or None."""
     call_id, _, rest = path.partition(".")
-    message = results.get(call_id)
-    if message is None:
+    if call_id == "prelude":
+        inner, _, rest = rest.partition(".")
+        call_id = f"prelude.{inner}"
+    text = results.get(call_id)
+    if text is None:
         return None
     try:
-        value: Any = json.loads(str(message.content)).get("data")
+        value: Any = json.loads(text).get("data")
     except (ValueError, AttributeError):
         return None
     for part in rest.split(".") if rest else ():
@@ -179,9 +187,21 @@ def _copied(results: Mapping[str, ToolMessage], path: str) -> Any:
     return value
 
 
+def prelude_results(messages: Sequence[BaseMessage]) -> dict[str, str]:
+    """The tool results of a prelude thread, as `CaseScriptModel.earlier` holds them."""
+    return {f"prelude.{m.tool_call_id}": str(m.content) for m in messages if isinstance(m, ToolMessage)}
+
+
 def references_of(case: EvalCase) -> dict[str, dict[str, str]]:
     """``from_results`` of the case's calls, by call id."""
     return {call.id: dict(call.from_results) for turn in case.turns for call in turn if call.from_results}
 
 
-__all__ = ["CaseScriptModel", "CaseStore", "apply_people", "references_of", "use_rate_windows"]
+__all__ = [
+    "CaseScriptModel",
+    "CaseStore",
+    "apply_people",
+    "prelude_results",
+    "references_of",
+    "use_rate_windows",
+]

@@ -133,6 +133,17 @@ class Fault(_Strict):
         return self
 
 
+class Prelude(_Strict):
+    """A first thread, by someone else, that runs before the case: what its calls return, the
+    case's calls may copy (``from_results`` paths ``prelude.<call id>.<path>``), as a caller
+    copies a value another person's session produced (a preview token, a job id)."""
+
+    principal: str
+    """User id of who runs it (a known person or one of the case's people)."""
+    turns: list[list[ScriptedCall]]
+    """Its model turns (reads: a write would leave it waiting)."""
+
+
 class Limits(_Strict):
     """Per-case task budgets (None: the operator default)."""
 
@@ -200,6 +211,11 @@ class EvalCase(_Strict):
     faults: list[Fault] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     expected: Expected
+    credentials: dict[str, str] = Field(default_factory=dict)
+    """The user's forwarded credentials in the run's context (``crm_token``...): demo sessions
+    only, since a dataset is a file anyone can read."""
+    prelude: Prelude | None = None
+    """A thread by someone else that runs first (`Prelude`)."""
     people: list[dict[str, Any]] = Field(default_factory=list)
     """People as this case's world holds them (identity rows: ``user_id``, ``tenant_id``,
     ``roles``, ``scopes``...): a known person with other roles or scopes, or someone new, such as
@@ -225,9 +241,11 @@ class EvalCase(_Strict):
             if missing:
                 raise ValueError(f"{name} names calls the turns do not make: {missing}")
         earlier: set[str] = set()
+        if self.prelude is not None:
+            earlier = {f"prelude.{call.id}" for turn in self.prelude.turns for call in turn}
         for turn in self.turns:
             for call in turn:
-                sources = {path.partition(".")[0] for path in call.from_results.values()}
+                sources = {_source(path) for path in call.from_results.values()}
                 if not sources <= earlier:
                     raise ValueError(
                         f"call {call.id} copies from calls of no earlier turn: {sorted(sources - earlier)}"
@@ -244,6 +262,12 @@ class EvalCase(_Strict):
     def user_id(self) -> str:
         """User id of the principal."""
         return self.principal if isinstance(self.principal, str) else str(self.principal["user_id"])
+
+
+def _source(path: str) -> str:
+    """The call a ``from_results`` path copies from (``c1`` or ``prelude.c1``)."""
+    head, _, rest = path.partition(".")
+    return f"prelude.{rest.partition('.')[0]}" if head == "prelude" else head
 
 
 class DatasetError(ToolgateUsageError):
@@ -329,6 +353,7 @@ __all__ = [
     "Expected",
     "Fault",
     "Limits",
+    "Prelude",
     "ScriptedCall",
     "dump_cases",
     "load_dataset",

@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,13 @@ from toolgate.evals.case_world import (
     CaseScriptModel,
     CaseStore,
     apply_people,
+    prelude_results,
     references_of,
     use_rate_windows,
 )
 from toolgate.evals.execution_steps import CaseSaver, apply_approvals, concurrent_resume, redeliver
 from toolgate.evals.faults import EffectLedger, instrument
-from toolgate.evals.fixtures import EvalCase
+from toolgate.evals.fixtures import EvalCase, ScriptedCall
 from toolgate.evals.hidden_writes import HiddenWriteCheck
 from toolgate.evals.observation import (
     Observation,
@@ -93,16 +94,21 @@ def scripted_responses(case: EvalCase) -> list[AIMessage]:
     A second worker's model continues the script from where the first stopped, so it never reuses
     the id of a response already in the thread: LangGraph replaces a message with the id of one it
     holds, and the model's tool calls would vanish from the history the case is scored on."""
+    return turn_messages(case.turns, case.final)
+
+
+def turn_messages(turns: Sequence[Sequence[ScriptedCall]], final: str) -> list[AIMessage]:
+    """Scripted turns, then a final text, as model responses (see `scripted_responses`)."""
     from toolgate.evals.adversarial_case import Call
     from toolgate.evals.dispatch_runner import _message
 
-    turns = [
+    messages = [
         _message([Call(c.name, c.args, raw=c.raw, call_id=c.id) for c in turn], index)
-        for index, turn in enumerate(case.turns)
+        for index, turn in enumerate(turns)
     ]
     return [
         m.model_copy(update={"id": f"resp_scripted_{n}"})
-        for n, m in enumerate([*turns, AIMessage(case.final)], start=1)
+        for n, m in enumerate([*messages, AIMessage(final)], start=1)
     ]
 
 
@@ -177,10 +183,21 @@ class CaseRunner:
             raise KeyError(f"unknown person {user!r}: add them to the runner's people or inline them")
         return self.people[user]
 
+    def requester(self, case: EvalCase) -> Principal:
+        """Who makes the case's request, as the case's world holds them (its own people first)."""
+        own = {str(p["user_id"]): Principal.from_dict(p) for p in case.people}
+        return self.principal(case.principal, own)
+
     def context(self, case: EvalCase, principal: Principal | None = None) -> Context:
         """The run context: the case's budgets and immediate status checks (no waits)."""
         limits = {k: v for k, v in case.limits.model_dump().items() if v is not None}
-        return Context(principal=principal, reconcile_delays=(0.0,), worker_id="eval-worker", **limits)
+        return Context(
+            principal=principal,
+            reconcile_delays=(0.0,),
+            worker_id="eval-worker",
+            credentials=dict(case.credentials),
+            **limits,
+        )
 
     def run_case(self, case: EvalCase, *, model: BaseChatModel | None = None) -> Observation:
         """Run ``case`` on a fresh copy of the template store and observe what happened."""
@@ -191,6 +208,21 @@ class CaseRunner:
             path.unlink(missing_ok=True)
             for suffix in ("-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+    def _prelude(
+        self, case: EvalCase, gateway: Callable[[BaseChatModel], Gateway], person: Callable[[str], Principal]
+    ) -> dict[str, str]:
+        """Run the case's prelude thread (someone else's, first); its results by ``prelude.<call id>``."""
+        assert case.prelude is not None
+        chat = CaseScriptModel(responses=turn_messages(case.prelude.turns, "Done."))
+        graph = build_graph(gateway=gateway(chat), checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": f"eval-{case.id}-prelude"}}
+        state = graph.invoke(
+            {"messages": [HumanMessage(case.input)]},
+            config,
+            context=self.context(case, person(case.prelude.principal)),
+        )
+        return prelude_results(list(state.get("messages", [])))
 
     def _run(self, case: EvalCase, store: CaseStore, model: BaseChatModel | None) -> Observation:
         ledger = EffectLedger()
@@ -205,10 +237,6 @@ class CaseRunner:
         hidden = HiddenWriteCheck(store)  # every read compared before and after (hidden_writes.py)
         # every tenant's implementation instrumented and compared, not only the shared tools
         registry = base.mapped(lambda specs: hidden.wrap(instrument(specs, case.faults, ledger)))
-        responses = scripted_responses(case)
-        references = references_of(case)
-        main_model = model or CaseScriptModel(responses=responses, references=references)
-        saver = CaseSaver()
 
         def gateway(chat: BaseChatModel) -> Gateway:
             return build_gateway(
@@ -218,6 +246,12 @@ class CaseRunner:
                 store=store,
                 instructions=self.release.instructions,
             )
+
+        earlier = self._prelude(case, gateway, person) if case.prelude is not None else {}
+        responses = scripted_responses(case)
+        references = references_of(case)
+        main_model = model or CaseScriptModel(responses=responses, references=references, earlier=earlier)
+        saver = CaseSaver()
 
         gw = gateway(main_model)
         graph = build_graph(gateway=gw, checkpointer=saver)
@@ -238,7 +272,9 @@ class CaseRunner:
                 twin_model: BaseChatModel = main_model  # a live model serves both workers
                 if isinstance(main_model, ScriptedChatModel):
                     twin_model = CaseScriptModel(
-                        responses=responses[len(main_model.requests) :], references=references
+                        responses=responses[len(main_model.requests) :],
+                        references=references,
+                        earlier=earlier,
                     )
                     models.append(twin_model)
                 twin = build_graph(gateway=gateway(twin_model), checkpointer=saver)
@@ -248,7 +284,7 @@ class CaseRunner:
             if any(f.kind == "redeliver" and not f.concurrent for f in case.faults):
                 redeliver(gw, store, thread)
             if any(f.kind == "replay_turn" for f in case.faults):
-                replay = CaseScriptModel(responses=responses, references=references)
+                replay = CaseScriptModel(responses=responses, references=references, earlier=earlier)
                 models.append(replay)
                 build_graph(gateway=gateway(replay), checkpointer=InMemorySaver()).invoke(
                     {"messages": [HumanMessage(case.input)]}, config, context=self.context(case, requester)
