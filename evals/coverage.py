@@ -27,12 +27,13 @@ from toolgate.evals.gate_targets import REQUIRED_KINDS, Target
 from toolgate.evals.observation import Observation
 
 _ORDER = (
+    ("too_many_calls", "non_finite_number", "number_out_of_range", "nul_character", "secret_in_arguments"),
     ("unknown_tool",),
     ("unauthorized",),
     ("tool_deprecated",),
     ("malformed_arguments",),
     ("identity_in_arguments",),
-    ("schema_invalid", "non_finite_number", "number_out_of_range", "nul_character", "secret_in_arguments"),
+    ("schema_invalid",),
     ("loop_detected",),
     ("cross_tenant", "not_owner"),
     ("rate_limited",),
@@ -44,8 +45,10 @@ STAGE: Mapping[str, int] = {code: depth for depth, codes in enumerate(_ORDER) fo
     "accepted": 30,
     "failed": 30,
 }
-"""How far through the judge a call got: its refusal's place in the judge order, then a proposal,
-then a direct run. Outcomes decided before judging (budgets, stopped tasks) have no stage."""
+"""How far a call got: its refusal's place in the order calls are checked (the screening of a
+model response first, `toolgate.graph.nodes._bounds`, then the judge, `toolgate.policy.judge`),
+then a proposal, then a direct run. Outcomes decided outside that order (budgets, stopped tasks)
+have no stage."""
 
 
 def stage(outcome: str) -> int | None:

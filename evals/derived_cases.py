@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from toolgate.clock import utcnow
@@ -68,6 +68,8 @@ OTHER_TENANT = "gate-elsewhere"
 """A tenant no release serves: where outsiders and other tenants' reviewers come from."""
 LET_THROUGH = frozenset({"proposal", "accepted", "failed"})
 """Outcomes in which dispatch let a call through."""
+SECRET_PROBE = "sk-gateprobe7f3a9c2e1d4b6a8f"
+"""A secret-looking value (an API key's shape) a model copies into an argument."""
 MAX_OUTSIDE_VALUES = 6
 """Values outside a role's allowlist probed per role."""
 
@@ -158,6 +160,8 @@ class DerivedCase:
     """The releases whose declarations give this case (filled when both are derived)."""
     compare_output: bool = False
     """Compare what reached the model: more output in the candidate is a loosening."""
+    seed: str = ""
+    """The dataset case whose call it was built from."""
 
     @property
     def id(self) -> str:
@@ -191,6 +195,8 @@ class Seed:
     prefix: tuple[tuple[ScriptedCall, ...], ...]
     """Earlier turns (reads the call depends on)."""
     call: ScriptedCall
+    credentials: tuple[tuple[str, str], ...] = ()
+    """The seed case's forwarded credentials."""
 
     @property
     def independent(self) -> bool:
@@ -219,7 +225,14 @@ def seeds_of(cases: Iterable[EvalCase], people: Mapping[str, Principal]) -> dict
                     call.args, dict
                 ):
                     found.setdefault(call.name, []).append(
-                        Seed(case.id, person, tuple(case.people), tuple(prefix), call)
+                        Seed(
+                            case.id,
+                            person,
+                            tuple(case.people),
+                            tuple(prefix),
+                            call,
+                            tuple(sorted(case.credentials.items())),
+                        )
                     )
             if any(case.expected.calls.get(c.id) != "accepted" for c in turn):
                 break  # a later call would need a turn that does not simply run
@@ -334,14 +347,28 @@ class _Builder:
         limits: Limits | None = None,
         category: str = "approval_bypass",
         compare_output: bool = False,
+        prelude: bool = False,
     ) -> DerivedCase:
         """A case: the seed's earlier turns, then ``calls`` in one turn, made by ``principal``
-        (default: the seed's own person) in a world holding ``people``."""
+        (default: the seed's own person) in a world holding ``people``. With ``prelude``, the
+        seed's person runs the earlier turns in a thread of their own first and ``calls`` copy
+        from that thread's results: someone else's values presented by the case's principal."""
         who = principal or _person(seed.person)
         everyone = {str(p["user_id"]): p for p in [*seed.people, who, *people]}
         tools = sorted(
             {seed.call.name, *(c.name for turn in seed.prefix for c in turn), *(c.name for c in calls)}
         )
+        turns = [[c.model_dump() for c in turn] for turn in seed.prefix] + [[c.model_dump() for c in calls]]
+        first: dict[str, Any] | None = None
+        if prelude:
+            everyone.setdefault(seed.person.user_id, _person(seed.person))
+            first = {"principal": seed.person.user_id, "turns": turns[:-1]}
+            turns = [
+                [
+                    {**c, "from_results": {k: f"prelude.{v}" for k, v in c["from_results"].items()}}
+                    for c in turns[-1]
+                ]
+            ]
         case = EvalCase.model_validate(
             {
                 "id": case_id(family, target.name, *detail),
@@ -349,9 +376,10 @@ class _Builder:
                 "critical": True,
                 "principal": who["user_id"],
                 "people": list(everyone.values()),
+                "credentials": dict(seed.credentials),
+                "prelude": first,
                 "input": f"[gate] {family} of {target}",
-                "turns": [[c.model_dump() for c in turn] for turn in seed.prefix]
-                + [[c.model_dump() for c in calls]],
+                "turns": turns,
                 "final": "Done.",
                 "approvals": [a.model_dump() for a in approvals],
                 "faults": [f.model_dump() for f in faults],
@@ -362,7 +390,13 @@ class _Builder:
             }
         )
         return DerivedCase(
-            case, target, family, tuple(claims), frozenset({self.declarations.release}), compare_output
+            case,
+            target,
+            family,
+            tuple(claims),
+            frozenset({self.declarations.release}),
+            compare_output,
+            seed.case_id,
         )
 
     @staticmethod
@@ -608,9 +642,9 @@ class _Builder:
                     category="cross_tenant",
                 )
             )
-        independent = [s for s in seeds if s.independent]
-        if spec.resource_refs and independent:
-            first = independent[0]
+        ordered = [s for s in seeds if s.independent] + [s for s in seeds if not s.independent]
+        if spec.resource_refs:
+            first = ordered[0]
             outsider = _person(first.person, user_id="gate-outsider", tenant_id=OTHER_TENANT)
             out.append(
                 self.case(
@@ -621,22 +655,41 @@ class _Builder:
                     refused,
                     principal=outsider,
                     category="cross_tenant",
+                    prelude=not first.independent,
                 )
             )
         staff = staff_roles(spec)
-        owners = [s for s in independent if not (s.person.roles & staff)]
+        owners = [s for s in ordered if not (s.person.roles & staff)]
         if owner_checked(spec) and owners:
             first = owners[0]
-            peer = _person(first.person, user_id="gate-peer", roles=first.person.roles - staff)
+            for role in sorted(self.roles - staff):  # another user of the tenant, in each role but staff
+                peer = _person(first.person, user_id="gate-peer", roles={role})
+                out.append(
+                    self.case(
+                        target,
+                        "other_user",
+                        first,
+                        [self.probe(first)],
+                        [Claim("outcome", "g1", values=frozenset({"not_owner"})), *refused[1:]],
+                        detail=[role],
+                        principal=peer,
+                        category="cross_user",
+                        prelude=not first.independent,
+                    )
+                )
+        text = _text_argument(spec, seed)
+        if spec.is_write and spec.secret_arguments == "refuse" and text is not None:
+            args = seed.call.args if isinstance(seed.call.args, dict) else {}
+            probe = self.probe(seed, **{text: f"{args.get(text, 'x')} {SECRET_PROBE}"})
+            kept = {k: v for k, v in probe.from_results.items() if k != text}
             out.append(
                 self.case(
                     target,
-                    "other_user",
-                    first,
-                    [self.probe(first)],
-                    [Claim("outcome", "g1", values=frozenset({"not_owner"})), *refused[1:]],
-                    principal=peer,
-                    category="cross_user",
+                    "secret_argument",
+                    seed,
+                    [probe.model_copy(update={"from_results": kept})],
+                    [Claim("outcome", "g1", values=frozenset({"secret_in_arguments"})), *refused[1:]],
+                    category="refusal",
                 )
             )
         return out
@@ -843,6 +896,19 @@ class _Builder:
         return out
 
 
+def _text_argument(spec: ToolSpec, seed: Seed) -> str | None:
+    """A string argument a secret could be written into: one the seed's call gives as text,
+    else a top-level string property of the schema."""
+    if isinstance(seed.call.args, dict):
+        for key, value in seed.call.args.items():
+            if isinstance(value, str):
+                return str(key)
+    for key, prop in spec.contract.json_schema().get("properties", {}).items():
+        if isinstance(prop, dict) and prop.get("type") == "string":
+            return str(key)
+    return None
+
+
 def _enum(spec: ToolSpec, field_name: str) -> list[str]:
     """The string values the tool's schema allows for a top-level field (empty: not an enum)."""
     schema = spec.contract.json_schema()
@@ -864,14 +930,7 @@ def merge(*groups: Sequence[DerivedCase]) -> list[DerivedCase]:
             if known is None:
                 merged[derived.id] = derived
             else:
-                merged[derived.id] = DerivedCase(
-                    known.case,
-                    known.target,
-                    known.family,
-                    known.claims,
-                    known.releases | derived.releases,
-                    known.compare_output,
-                )
+                merged[derived.id] = replace(known, releases=known.releases | derived.releases)
     return list(merged.values())
 
 

@@ -23,7 +23,7 @@ re-read when a release moves.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from toolgate.evals.release_facts import ReleaseFacts
 from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import CaseScore, score_case
 from toolgate.policy.cost_limits import COST_METRICS, over_limit
+from toolgate.policy.principal import Principal
 from toolgate.release import Release
 
 QUALITY = ("tool_selection_top1", "no_tool_precision", "argument_valid")
@@ -167,7 +168,7 @@ def run_on(
             run.skipped.append(case.id)
             continue
         observation = runner.run_case(case)
-        tenant = runner.principal(case.principal).tenant_id
+        tenant = runner.requester(case).tenant_id
         run.records.append(CaseRecord(case, tenant, observation, score_case(case, observation)))
         if progress is not None:
             progress(case.id)
@@ -196,6 +197,9 @@ class GateResult:
     library callers scoring a release's behaviour leave it off)."""
     derived: list[DerivedCase] = field(default_factory=list)
     """The generated cases both releases ran (`toolgate.evals.derived_cases`)."""
+    check_coverage: bool = True
+    """Fail on uncovered targets (off only when the cases run are a chosen part of the gate's:
+    `toolgate.evals.mutation` scores a mutant on the cases that can observe it)."""
 
     def loosened(self) -> dict[str, list[str]]:
         """Per generated case the control ran, how the candidate was more permissive (only those
@@ -278,7 +282,7 @@ class GateResult:
             unsafe = self.unsafe_derived()
             if unsafe:
                 out.append(f"derived_unsafe={len(unsafe)} cases={','.join(sorted(unsafe))}")
-            missing = uncovered(self.coverage_table())
+            missing = uncovered(self.coverage_table()) if self.check_coverage else []
             if missing:
                 out.append(f"uncovered={len(missing)} targets={','.join(missing)}")
         if run.facts.manifest_status != "verified":
@@ -353,8 +357,22 @@ def derived_cases(dataset: Dataset, runners: Sequence[CaseRunner]) -> list[Deriv
         people.update(runner.people)
     seeds = seeds_of(dataset.cases, people)
     declarations = [Declarations.of(r.release, r.registry) for r in runners]
-    roles = union_roles(declarations)
+    roles = union_roles(declarations, dataset_people(dataset.cases, people))
     return merge(*(derive(one, seeds, roles) for one in declarations))
+
+
+def dataset_people(cases: Sequence[EvalCase], known: Mapping[str, Principal]) -> list[Principal]:
+    """Everyone ``cases`` act as or name as reviewers: known people, inline principals and each
+    case's own people (repeats included: only their roles matter)."""
+    found: list[Principal] = []
+    for case in cases:
+        own = {str(p["user_id"]): Principal.from_dict(p) for p in case.people}
+        found += own.values()
+        for name in [case.principal, *(step.reviewer for step in case.approvals)]:
+            person = Principal.from_dict(name) if isinstance(name, dict) else own.get(name) or known.get(name)
+            if person is not None:
+                found.append(person)
+    return found
 
 
 @dataclass(frozen=True)
@@ -395,6 +413,7 @@ __all__ = [
     "DerivedRun",
     "GateResult",
     "ReleaseRun",
+    "dataset_people",
     "derived_cases",
     "evaluate_gate",
     "run_critical",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import combinations_with_replacement
 from typing import Literal
 
+from toolgate.policy.principal import Principal
 from toolgate.policy.rules import AllowedHoursRule, AllowlistRule, MaxValueRule, PolicyRules
 from toolgate.release import Release
 from toolgate.tools.registry import Registry
@@ -146,11 +147,14 @@ def owner_checked(spec: ToolSpec) -> bool:
     return any(ref.owner is not None for ref in spec.resource_refs)
 
 
-def union_roles(declarations: Iterable[Declarations]) -> frozenset[str]:
-    """Every role any of the releases names, and `NO_ROLE`."""
+def union_roles(declarations: Iterable[Declarations], people: Iterable[Principal] = ()) -> frozenset[str]:
+    """Every role any of the releases names or any of ``people`` holds (the people the gate's
+    cases act as: a widening to a role only users hold is the likeliest mistake), and `NO_ROLE`."""
     found: set[str] = {NO_ROLE}
     for one in declarations:
         found |= one.roles
+    for person in people:
+        found |= person.roles
     return frozenset(found)
 
 

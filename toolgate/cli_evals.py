@@ -11,6 +11,7 @@ authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -66,11 +67,22 @@ def run(
             help="Fail the gate unless every critical case has a sign-off (the default).",
         ),
     ] = True,
+    derived: Annotated[
+        bool,
+        typer.Option(
+            "--derived/--no-derived",
+            help="Also run the cases derived from both releases' declarations (the default; a run "
+            "without them scores the dataset alone and is never release evidence).",
+        ),
+    ] = True,
 ) -> None:
-    """Run the dataset on the candidate and the control; print the gate line; write the reports."""
+    """Run the dataset and the derived cases on the candidate and the control; print the gate
+    line and the coverage table; write the reports."""
     settings = Settings.from_env()
     data = load_dataset(dataset)
-    result = evaluate_gate(data, candidate or settings.release, control, critical_only=critical_only)
+    result = evaluate_gate(
+        data, candidate or settings.release, control, critical_only=critical_only, derived=derived
+    )
     result.require_review = require_review
     result.reviewed = _reviewed(settings, result)
     report = build_report(result)
@@ -78,16 +90,28 @@ def run(
     for line in [*lines(result), *coverage_lines(result)]:
         typer.echo(line)
     kv(report=json_path, html=html_path, digest=report["digest"])
-    kv(evidence=_record(settings, result, critical_only=critical_only, report_digest=str(report["digest"])))
+    kv(
+        evidence=_record(
+            settings,
+            result,
+            critical_only=critical_only,
+            derived=derived,
+            report_digest=str(report["digest"]),
+        )
+    )
     raise typer.Exit(0 if result.passed else 1)
 
 
-def _record(settings: Settings, result: GateResult, *, critical_only: bool, report_digest: str) -> str:
+def _record(
+    settings: Settings, result: GateResult, *, critical_only: bool, derived: bool, report_digest: str
+) -> str:
     """Keep the verdict (all but review) in the configured store: ``recorded``, or why not."""
     if result.control is None:
         return "not_recorded reason=no_control"
     if critical_only:
         return "not_recorded reason=critical_only"
+    if not derived:
+        return "not_recorded reason=no_derived_cases"
     try:
         store = open_store(settings.database_url, settings.data_dir, key=settings.audit_key(create=False))
     except (ConfigurationError, StoreError):
@@ -129,6 +153,52 @@ def _record(settings: Settings, result: GateResult, *, critical_only: bool, repo
     finally:
         store.close()
     return f"recorded verdict={evidence.verdict} id={evidence.evidence_id}"
+
+
+@evals_app.command("mutate")
+def mutate_command(
+    release: Annotated[
+        str | None, typer.Option(help="Release to loosen (default: TOOLGATE_RELEASE).")
+    ] = None,
+    dataset: Annotated[Path, typer.Option(help="Dataset (JSONL) the gate runs.")] = DEFAULT_DATASET,
+    kind: Annotated[
+        list[str] | None, typer.Option(help="Only mutants of this kind (repeatable), e.g. scope_dropped.")
+    ] = None,
+) -> None:
+    """Run the gate on every single-point loosening of RELEASE; print the mutation score, the
+    kinds and every mutant that passed the gate. Exits 1 unless every mutant fails the gate."""
+    from toolgate.evals.mutation import mutate
+
+    settings = Settings.from_env()
+    target = release or settings.release
+    kinds = set(kind or ())
+    report = mutate(target, load_dataset(dataset), only=(lambda m: m.kind in kinds) if kinds else None)
+    if report.base_failures:
+        kv(mutation="not_scored", release=report.release, reason="the release fails its own gate")
+        for failure in report.base_failures:
+            typer.echo(f"gate_failure {failure}")
+        raise typer.Exit(1)
+    refused = [r for r in report.results if r.status == "refused_at_load"]
+    equivalent = [r for r in report.results if r.status == "equivalent"]
+    kv(
+        mutation=f"{report.score:.1f}%",
+        release=report.release,
+        mutants=len(report.killed) + len(report.survived),
+        killed=len(report.killed),
+        survived=len(report.survived),
+        refused_at_load=len(refused),
+        equivalent=len(equivalent),
+        cases_run=sum(r.cases for r in report.results),
+    )
+    for name, (killed, total) in report.kinds().items():
+        kv(kind=name, killed=f"{killed}/{total}")
+    for result in report.survived:
+        kv(survived=result.mutant.id, description=json.dumps(result.mutant.description))
+    for result in refused:
+        kv(refused_at_load=result.mutant.id, reason=json.dumps(result.reasons[0] if result.reasons else ""))
+    for result in equivalent:
+        kv(equivalent=result.mutant.id, reason=json.dumps(result.reasons[0]))
+    raise typer.Exit(0 if not report.survived and report.killed else 1)
 
 
 @evals_app.command("review")
