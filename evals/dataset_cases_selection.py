@@ -18,6 +18,7 @@ from toolgate.evals.dataset_helpers import (
     read_ok,
 )
 from toolgate.evals.fixtures import EvalCase
+from toolgate.tools.demo.crm import DEMO_CRM_TOKEN
 
 
 def tool_selection() -> list[EvalCase]:
@@ -115,6 +116,21 @@ def tool_selection() -> list[EvalCase]:
                 status="waiting" if tool == "submit_report_job" else "done",  # the job runs on
             )
         )
+    cases.append(
+        make(
+            "sel-lee-crm-contact",
+            cat,
+            "lee",
+            "What is contact C-100's email?",
+            [[call("crm_lookup_contact", {"contact_id": "C-100"})]],
+            credentials={"crm_token": DEMO_CRM_TOKEN},
+            tool="crm_lookup_contact",
+            arguments={"contact_id": "C-100"},
+            calls={"c1": "accepted"},
+            handler_calls={"crm_lookup_contact": 1},
+            note="the handler acts with Lee's own CRM session, forwarded by Lee's client",
+        )
+    )
     return cases
 
 

@@ -105,6 +105,7 @@ def make(
     faults: list[dict[str, Any]] | None = None,
     limits: dict[str, int] | None = None,
     people: list[dict[str, Any]] | None = None,
+    credentials: dict[str, str] | None = None,
     note: str = "",
     **expected: Any,
 ) -> EvalCase:
@@ -124,6 +125,7 @@ def make(
             "faults": faults or [],
             "limits": limits or {},
             "people": people or [],
+            "credentials": credentials or {},
             "expected": expected,
             "note": note,
         }

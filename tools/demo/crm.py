@@ -75,6 +75,11 @@ SEED_CONTACTS = (
 )
 
 
+DEMO_CRM_TOKEN = "crm_demo-session-of-lee"
+"""Lee's CRM session in the demo (a well-known demo value, like the demo people's tokens): what
+Lee's client forwards as ``crm_token`` when the evaluation dataset looks a contact up."""
+
+
 class LookupContactArgs(StrictArgs):
     """Arguments of ``crm_lookup_contact``."""
 
@@ -177,6 +182,11 @@ class CrmClient(DemoService):
             ("contact_id", "tenant_id", "region", "name", "email", "phone", "notes"),
             SEED_CONTACTS,
         ),
+        Seed(
+            "sor_crm_tokens",
+            ("token_sha256", "tenant_id", "user_id", "regions", "issued_at"),
+            ((_sha256(DEMO_CRM_TOKEN), "acme", "lee", '["amer", "emea"]', "2024-01-01T00:00:00.000000Z"),),
+        ),
     )
     owners = {"contact": Owner("sor_crm_contacts", "contact_id")}
     """Tenant ownership only; the region check is the CRM's own, at call time."""
@@ -245,6 +255,7 @@ def crm_specs(client: CrmClient) -> list[ToolSpec]:
 
 __all__ = [
     "CRM_API_SCOPE",
+    "DEMO_CRM_TOKEN",
     "INJECTION_NOTE",
     "MIGRATIONS",
     "CrmApi",
