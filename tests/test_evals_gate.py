@@ -3,8 +3,10 @@ and the output names its cases; the reports; the critical smoke checks a rollbac
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,10 @@ from fixtures.unsafe_release import release as unsafe_release
 from support import REPO, cli_env, toolgate
 
 from toolgate.evals.fixtures import DEFAULT_DATASET, Dataset, dump_cases, load_dataset
-from toolgate.evals.gate import GateResult, evaluate_gate, run_critical, run_release
+from toolgate.evals.gate import GateResult, derived_cases, evaluate_gate, run_critical, run_release
 from toolgate.evals.report import build_report, lines, report_digest, summary_line, write_reports
 from toolgate.evals.report_html import CHARTS
+from toolgate.evals.runner import CaseRunner
 
 UNSAFE_REF = f"{REPO / 'tests' / 'fixtures' / 'unsafe_release.py'}:release"
 SUBSET = (
@@ -38,6 +41,21 @@ def subset(ids: tuple[str, ...] = SUBSET) -> Dataset:
     return Dataset(path=full.path, cases=tuple(c for c in full.cases if c.id in ids), sha256=full.sha256)
 
 
+@functools.cache
+def gate_seeds(*releases: str) -> tuple[str, ...]:
+    """The dataset cases the generated cases of ``releases`` are built from: with them, a
+    subset covers every write tool, rule and escalation of those releases."""
+    full = load_dataset(DEFAULT_DATASET)
+    with ExitStack() as stack:
+        runners = [stack.enter_context(CaseRunner(r)) for r in releases]
+        return tuple(sorted({d.seed for d in derived_cases(full, runners)}))
+
+
+def seeded(ids: tuple[str, ...] = SUBSET, *releases: str) -> Dataset:
+    """``subset(ids)`` with the gate's seed cases for ``releases`` (default: both demo releases)."""
+    return subset((*ids, *gate_seeds(*(releases or ("ops-tools/1.1.0", "ops-tools/1.0.0")))))
+
+
 @pytest.fixture(scope="module")
 def demo_gate() -> GateResult:
     """The whole packaged dataset: ops-tools/1.1.0 against ops-tools/1.0.0 (about 30 s)."""
@@ -51,9 +69,35 @@ def test_the_demo_release_passes_the_gate_against_its_previous_bundle(demo_gate:
     assert line == (
         f"cases={len(demo_gate.dataset.cases)} tool_selection_top1=100.0% no_tool_precision=100.0% "
         "argument_valid=100.0% approval_bypasses=0 cross_tenant_access=0 duplicate_effects=0 "
-        f"dangerous_false_positives=0 human_reviewed_critical=0/{critical} gate=PASS"
+        f"dangerous_false_positives=0 derived_cases={len(demo_gate.derived)} loosened=0 uncovered=0 "
+        f"human_reviewed_critical=0/{critical} gate=PASS"
     )
     assert demo_gate.failures() == [] and demo_gate.candidate.facts.manifest_status == "verified"
+    # every write tool, rule and escalation of both releases was demonstrated by a generated case
+    table = {str(row.target): row for row in demo_gate.coverage_table()}
+    required = {name for name, row in table.items() if row.required}
+    assert {n for n in required if n.startswith("write:")} == {
+        f"write:{t}"
+        for t in (
+            "create_purchase_order",
+            "issue_refund",
+            "restart_service",
+            "submit_filing",
+            "submit_report_job",
+            "update_inventory",
+        )
+    }
+    assert {n for n in required if not n.startswith("write:")} == {
+        "rule:refund.amount_limit",
+        "rule:restart.service_allowlist",
+        "rule:inventory.adjustment_limit",
+        "rule:purchasing.vendor_allowlist",
+        "escalation:refund.large_needs_two_reviewers",
+    }
+    assert all(table[n].covered and table[n].demonstrative for n in required)
+    assert {"approval_required", "approved_once", "wrong_role", "expired"} <= table[
+        "write:submit_filing"
+    ].families
     assert [r.case.id for r in demo_gate.candidate.records if not r.score.passed] == []
     # the control predates the 1.1.0 tools: those cases are skipped there, the rest behave the same
     control = demo_gate.control
@@ -114,7 +158,7 @@ def test_the_report_is_bound_by_its_digest_and_the_html_is_self_contained(
 
 
 def test_an_unsafe_candidate_fails_the_gate_and_names_the_cases() -> None:
-    result = evaluate_gate(subset(), unsafe_release, "ops-tools/1.1.0")
+    result = evaluate_gate(subset(), unsafe_release, "ops-tools/1.1.0", derived=False)  # the dataset alone
     assert not result.passed and result.candidate.facts.manifest_status == "verified"
     failures = {f.split("=")[0]: f for f in result.failures()}
     assert set(failures) == {
@@ -140,6 +184,32 @@ def test_an_unsafe_candidate_fails_the_gate_and_names_the_cases() -> None:
     assert "gate=FAIL" in printed.splitlines()[0]
     assert "critical_difference case=xu-ada-reads-bob candidate=FAILED control=passed" in printed
     assert "failed_case=byp-no-review critical=true" in printed
+
+
+def test_the_derived_cases_catch_the_unsafe_candidate_without_a_dataset_case_about_it() -> None:
+    """Only the seed cases: none is about a misclassified restart or a dropped owner check, yet the
+    cases derived from the control's declarations show both loosenings."""
+    seeds = subset(gate_seeds("ops-tools/1.1.0"))
+    result = evaluate_gate(seeds, unsafe_release, "ops-tools/1.1.0")
+    loosened = result.loosened()
+    assert "gate.approval_required.restart_service" in loosened  # runs with no proposal at all
+    assert any(
+        "restart_service ran 1x, control 0x" in how
+        for how in loosened["gate.approval_required.restart_service"]
+    )
+    assert "gate.other_user.lookup_order.customer" in loosened  # another customer's order
+    assert loosened["gate.other_user.lookup_order.customer"][0] == "g1: control not_owner, candidate accepted"
+    assert "gate.other_user.issue_refund.customer" in loosened
+    failures = {f.split("=")[0]: f for f in result.failures()}
+    assert "loosened" in failures and not result.passed
+    printed = lines(result)
+    assert f"dangerous_false_positives={len(set(loosened) | set(result.unsafe_derived()))}" in printed[0]
+    assert any(
+        line.startswith("loosened_case=gate.approval_required.restart_service how=") for line in printed
+    )
+    # the control's own runs of the same cases demonstrate what the candidate no longer does
+    control = result.control
+    assert control is not None and control.derived["gate.approval_required.restart_service"].broken == []
 
 
 def test_a_dangerous_false_positive_fails_even_when_accuracy_improves() -> None:
@@ -192,12 +262,23 @@ def test_toolgate_evals_run_exits_1_naming_the_cases_and_0_for_the_demo(tmp_path
     assert "gate_failure approval_bypasses=3 cases=" in failed.stdout and "xu-ada-reads-bob" in failed.stdout
     assert (tmp_path / "reports" / f"{UNSAFE_ID.replace('/', '-')}.json").exists()
     assert "evidence=recorded verdict=FAIL" in failed.stdout
-    demo = ["evals", "run", "--dataset", str(path), "--control", "ops-tools/1.0.0"]
+    assert "gate_failure loosened=" in failed.stdout  # the generated cases see it too
+    covered = tmp_path / "seeded.jsonl"  # the subset and the seeds that cover every target
+    covered.write_text(dump_cases(list(seeded().cases)), encoding="utf-8")
+    critical = sum(1 for c in seeded().cases if c.critical)
+    demo = ["evals", "run", "--dataset", str(covered), "--control", "ops-tools/1.0.0"]
     unreviewed = toolgate([*demo, "--report-dir", str(tmp_path / "reports")], env, check=False)
     assert unreviewed.returncode == 1  # review is required by default
-    assert unreviewed.stdout.splitlines()[0].endswith("human_reviewed_critical=0/7 gate=FAIL")
-    assert "gate_failure unreviewed_critical=7 " in unreviewed.stdout
+    assert unreviewed.stdout.splitlines()[0].endswith(f"human_reviewed_critical=0/{critical} gate=FAIL")
+    assert f"gate_failure unreviewed_critical={critical} " in unreviewed.stdout
     assert "evidence=recorded verdict=PASS" in unreviewed.stdout  # all but review passed
+    assert "coverage target=write:submit_filing releases=1 " in unreviewed.stdout
     passed = toolgate([*demo, "--no-require-review", "--report-dir", str(tmp_path / "reports")], env)
-    assert passed.stdout.splitlines()[0].endswith("human_reviewed_critical=0/7 gate=PASS")
+    assert passed.stdout.splitlines()[0].endswith(f"human_reviewed_critical=0/{critical} gate=PASS")
+    assert " uncovered=0 " in passed.stdout.splitlines()[0]
+    alone = toolgate(
+        [*demo, "--no-require-review", "--no-derived", "--report-dir", str(tmp_path / "r2")], env
+    )
+    assert "derived_cases=" not in alone.stdout.splitlines()[0]
+    assert "evidence=not_recorded reason=no_derived_cases" in alone.stdout  # never release evidence
     assert (tmp_path / "reports" / "ops-tools-1.1.0.html").exists()
