@@ -20,7 +20,7 @@ from pathlib import Path
 from string import Template
 
 from toolgate.errors import ConfigurationError
-from toolgate.scaffold_project import IDENTITIES, PYPROJECT, README, TEST
+from toolgate.scaffold_project import GATE_CASES, IDENTITIES, PYPROJECT, README, TEST
 from toolgate.scaffold_release import INIT, POLICY, RECORDS, RELEASE, TOOLS
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{1,48}[a-z0-9]$")
@@ -59,6 +59,9 @@ def scaffold(name: str, parent: Path) -> Path:
         path.write_text(Template(template).substitute(values), encoding="utf-8")
     _write_json(root / package / "policy.json", POLICY)
     _write_json(root / "identities.json", IDENTITIES)
+    (root / "gate.jsonl").write_text(
+        "".join(json.dumps(case, sort_keys=True) + "\n" for case in GATE_CASES), encoding="utf-8"
+    )
     return root
 
 

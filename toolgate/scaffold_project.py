@@ -9,6 +9,8 @@ its release. Templates are `string.Template` text over ``$name`` and ``$package`
 
 from __future__ import annotations
 
+from typing import Any
+
 PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=69"]
@@ -50,6 +52,7 @@ their tenant.
     $package/policy.json   business rules and rate limits (pinned by the manifest)
     $package/manifest.json the reviewed hashes; startup refuses a bundle that drifted from it
     identities.json        the people of the example (tokens are issued at import)
+    gate.jsonl             the release gate's cases (`toolgate evals run --dataset gate.jsonl`)
     tests/                 a test of the whole path, passing as generated
 
 ## Run it
@@ -62,6 +65,8 @@ their tenant.
     TOOLGATE_TOKEN=<sam's token> toolgate approve <proposal> --as sam
     toolgate resume <thread>
     pytest                                    # the generated test
+    toolgate evals run --dataset gate.jsonl --no-require-review   # the release gate (TOOLGATE_RELEASE)
+    toolgate evals mutate --dataset gate.jsonl   # every single loosening must fail the gate
 
 Change a tool, then `toolgate registry manifest --beside` and review the diff of
 `manifest.json`: it is what pins the code, schemas and policy you serve.
@@ -93,6 +98,89 @@ IDENTITIES = {
         },
     ],
 }
+
+_ADA = {
+    "user_id": "ada",
+    "tenant_id": "acme",
+    "roles": ["customer"],
+    "scopes": ["tickets:read", "tickets:write"],
+}
+_BOB = {
+    "user_id": "bob",
+    "tenant_id": "acme",
+    "roles": ["customer"],
+    "scopes": ["tickets:read", "tickets:write"],
+}
+_SAM = {"user_id": "sam", "tenant_id": "acme", "roles": ["support"], "scopes": ["tickets:read"]}
+_NO_LIMITS = {
+    "max_calls_per_turn": None,
+    "max_identical_calls": None,
+    "max_model_turns": None,
+    "max_tool_calls": None,
+    "max_validation_retries": None,
+}
+
+
+def _case(
+    case_id: str, category: str, principal: dict[str, Any], text: str, call: dict[str, Any], **rest: Any
+) -> dict[str, Any]:
+    people = [principal, *rest.pop("reviewers", [])]
+    expected = {"status": "done", **rest.pop("expected")}
+    return {
+        "schema_version": 1,
+        "id": case_id,
+        "category": category,
+        "critical": rest.pop("critical", True),
+        "principal": principal["user_id"],
+        "people": people,
+        "input": text,
+        "turns": [[{"id": "c1", **call}]],
+        "approvals": rest.pop("approvals", []),
+        "limits": _NO_LIMITS,
+        "requires": [call["name"]],
+        "expected": expected,
+        "note": rest.pop("note", ""),
+    }
+
+
+GATE_CASES = [
+    _case(
+        "ticket-read",
+        "tool_selection",
+        _ADA,
+        "What is the status of T-100?",
+        {"name": "get_ticket", "args": {"ticket_id": "T-100"}},
+        critical=False,
+        expected={"tool": "get_ticket", "calls": {"c1": "accepted"}, "handler_calls": {"get_ticket": 1}},
+    ),
+    _case(
+        "ticket-close-approved",
+        "duplicate_delivery",
+        _ADA,
+        "Close T-100, the replacement arrived.",
+        {"name": "close_ticket", "args": {"ticket_id": "T-100", "resolution": "replacement arrived"}},
+        reviewers=[_SAM],
+        approvals=[{"call_id": "c1", "reviewer": "sam"}],
+        expected={
+            "tool": "close_ticket",
+            "calls": {"c1": "proposal"},
+            "proposals": 1,
+            "handler_calls": {"close_ticket": 1},
+            "operations": ["succeeded"],
+        },
+        note="a support reviewer approves; it runs once",
+    ),
+    _case(
+        "ticket-of-another-customer",
+        "cross_user",
+        _BOB,
+        "Close T-100.",
+        {"name": "close_ticket", "args": {"ticket_id": "T-100", "resolution": "done"}},
+        expected={"refusal": "not_owner", "calls": {"c1": "not_owner"}},
+    ),
+]
+"""The release gate's dataset of the example (``gate.jsonl``): what the gate seeds its generated
+cases with (a read, an approved write, another customer's ticket). Add a case for every tool."""
 
 TEST = '''\
 """The whole path of $name, from a proposed call to an approved, once-only execution."""
@@ -174,4 +262,4 @@ def test_a_write_runs_once_after_approval_and_never_for_another_customer(tmp_pat
 '''
 
 
-__all__ = ["IDENTITIES", "PYPROJECT", "README", "TEST"]
+__all__ = ["GATE_CASES", "IDENTITIES", "PYPROJECT", "README", "TEST"]
