@@ -6,6 +6,10 @@ SQLite backup, milliseconds), so cases are independent: a refund in one case nev
 order another case reads. Each case gets the release's real registry with counted and ledgered
 handlers (`toolgate.evals.faults`), the real graph with an in-memory checkpointer, the scripted model
 (or a live one), and reviewers deciding through the real review path (`decide`).
+
+A live model (``run_case(case, model=...)``) has its calls scored under the case's call ids
+(`toolgate.evals.call_alignment`); a ``replay_turn`` fault replays its responses of this run (what
+a retried provider request returns); its turns, tokens and failures come from the case's audit log.
 """
 
 from __future__ import annotations
@@ -24,11 +28,20 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
+from toolgate.evals.call_alignment import align_observation, alignment, model_responses
 from toolgate.evals.execution_steps import CaseSaver, apply_approvals, concurrent_resume, redeliver
 from toolgate.evals.faults import EffectLedger, instrument
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.hidden_writes import HiddenWriteCheck
-from toolgate.evals.observation import Observation, call_outcomes, final_text, store_facts, usage
+from toolgate.evals.observation import (
+    Observation,
+    audited_turns,
+    call_outcomes,
+    final_text,
+    model_failures,
+    store_facts,
+    usage,
+)
 from toolgate.evals.release_facts import ReleaseFacts, release_facts
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
@@ -179,6 +192,7 @@ class CaseRunner:
         # every tenant's implementation instrumented and compared, not only the shared tools
         registry = base.mapped(lambda specs: hidden.wrap(instrument(specs, case.faults, ledger)))
         responses = scripted_responses(case)
+        live = model is not None
         main_model = model or ScriptedChatModel(responses=responses)
         saver = CaseSaver()
 
@@ -216,11 +230,24 @@ class CaseRunner:
                 twin = build_graph(gateway=gateway(twin_model), checkpointer=saver)
                 return concurrent_resume(graph, twin, config, self.context(case))
 
-            state = apply_approvals(gw, case, obs, state, self.principal, resume_once, resume_twice)
+            def aligned(now: dict[str, Any]) -> dict[str, str]:
+                return alignment(case, now.get("messages", []))
+
+            state = apply_approvals(
+                gw,
+                case,
+                obs,
+                state,
+                self.principal,
+                resume_once,
+                resume_twice,
+                aligned=aligned if live else None,
+            )
             if any(f.kind == "redeliver" and not f.concurrent for f in case.faults):
                 redeliver(gw, store, thread)
             if any(f.kind == "replay_turn" for f in case.faults):
-                replay = ScriptedChatModel(responses=responses)
+                replayed = model_responses(state.get("messages", [])) if live else responses
+                replay = ScriptedChatModel(responses=replayed)
                 models.append(replay)
                 build_graph(gateway=gateway(replay), checkpointer=InMemorySaver()).invoke(
                     {"messages": [HumanMessage(case.input)]},
@@ -244,10 +271,15 @@ class CaseRunner:
         obs.status = str(state.get("status", "unknown"))
         obs.messages = messages
         obs.final_text = final_text(messages)
+        obs.tool_calls = len(obs.calls)
+        if live:
+            align_observation(obs, case)
+            obs.errors += model_failures(store, thread)
+            obs.model_turns, obs.tokens = audited_turns(store, thread)
+            return obs
         obs.model_turns = sum(len(m.requests) for m in models if isinstance(m, ScriptedChatModel)) or int(
             state.get("budget", {}).get("model_turns", 0)
         )
-        obs.tool_calls = len(obs.calls)
         obs.tokens = usage(
             messages, [r for m in models if isinstance(m, ScriptedChatModel) for r in m.requests]
         )
