@@ -12,6 +12,8 @@ calls, model turns, tokens) is more than its policy's limit worse than the contr
 report is what reviewers then sign. The verdict without review (`GateResult.tested_failures`) is
 what the store keeps as release evidence (`toolgate.release_evidence`), since sign-offs are
 re-read when a release moves.
+With a live model (`toolgate.evals.live_model`) both releases run with it: what differs between
+them is the bundle; the model's own shortfalls show in the metrics and in the cases that fail.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolgate.evals.fixtures import DEFAULT_DATASET, Dataset, EvalCase, load_dataset
+from toolgate.evals.live_model import SCRIPTED, EvalModel
 from toolgate.evals.observation import Observation
 from toolgate.evals.release_facts import ReleaseFacts
 from toolgate.evals.runner import CaseRunner
@@ -54,6 +57,8 @@ class ReleaseRun:
     """Every case of a dataset run against one release."""
 
     facts: ReleaseFacts
+    model: str = SCRIPTED
+    """The model the cases ran with: ``scripted`` or ``provider:name``."""
     records: list[CaseRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Cases not applicable to this release (it lacks a tool they require)."""
@@ -88,9 +93,12 @@ class ReleaseRun:
         return totals
 
     def token_source(self) -> str:
-        """``reported`` when every run's usage came from the provider, else ``estimated``."""
+        """``reported`` when every run's usage came from the provider, ``unknown`` when a live
+        model's provider left some out, else ``estimated``."""
         sources = {r.observation.tokens.get("source") for r in self.records}
-        return "reported" if sources == {"reported"} else "estimated"
+        if sources == {"reported"}:
+            return "reported"
+        return "unknown" if "unknown" in sources else "estimated"
 
     def cost_per_task(self, case_ids: set[str]) -> dict[str, float]:
         """Tool calls, model turns and tokens (input and output) per task over ``case_ids``."""
@@ -117,19 +125,22 @@ def run_release(
     *,
     skip_inapplicable: bool = False,
     progress: Callable[[str], None] | None = None,
+    model: EvalModel | None = None,
 ) -> ReleaseRun:
     """Run ``cases`` against ``release`` (each on its own copy of one template store).
 
     ``skip_inapplicable`` (controls and rollback targets) skips cases that require a tool the
-    release does not have; a candidate runs them all, so a tool it lost fails its cases."""
+    release does not have; a candidate runs them all, so a tool it lost fails its cases.
+    ``model``: a live model (a fresh one per case), else each case's scripted turns."""
     started = time.perf_counter()
+    chosen = model or EvalModel()
     with CaseRunner(release, cases=cases) as runner:
-        run = ReleaseRun(facts=runner.facts)
+        run = ReleaseRun(facts=runner.facts, model=chosen.name)
         for case in cases:
             if skip_inapplicable and not runner.facts.applies_to(case.requires):
                 run.skipped.append(case.id)
                 continue
-            observation = runner.run_case(case)
+            observation = runner.run_case(case, model=chosen.build())
             tenant = runner.principal(case.principal).tenant_id
             run.records.append(CaseRecord(case, tenant, observation, score_case(case, observation)))
             if progress is not None:
@@ -233,12 +244,13 @@ def evaluate_gate(
     *,
     critical_only: bool = False,
     progress: Callable[[str], None] | None = None,
+    model: EvalModel | None = None,
 ) -> GateResult:
-    """Run ``dataset`` on the candidate (and the control, when given)."""
+    """Run ``dataset`` on the candidate (and the control, when given), both with ``model``."""
     cases = [c for c in dataset.cases if c.critical or not critical_only]
-    candidate_run = run_release(candidate, cases, progress=progress)
+    candidate_run = run_release(candidate, cases, progress=progress, model=model)
     control_run = (
-        run_release(control, cases, skip_inapplicable=True, progress=progress)
+        run_release(control, cases, skip_inapplicable=True, progress=progress, model=model)
         if control is not None
         else None
     )
