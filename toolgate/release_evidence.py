@@ -8,7 +8,11 @@ release ids:
 - ``gate``: written by ``toolgate evals run`` for the candidate's effective manifest digest, the
   control's, and the dataset's digest. Its verdict covers every gate check but review; the
   critical cases it ran (id and tenant) are kept so review can be checked later. Only a run of the
-  whole required dataset counts (not ``--critical-only``, not another dataset file).
+  whole required dataset counts (not ``--critical-only``, not another dataset file), and only one
+  with the dataset's scripted turns (``detail.model`` ``scripted``, or absent on rows written
+  before live models could be scored): a run with a live model (``--model``) is recorded for the
+  record but neither passes nor revokes anything, since its answers are not reproducible from the
+  bundle and the dataset (a provider changes a model behind its name, and samples).
 - review: every one of those critical cases signed off (`toolgate.evals.signoff.reviewed_cases`,
   re-read when asked, so a reviewer who lost the role no longer counts), or a ``review_waiver``
   an admin recorded for that candidate digest with a reason (`record_waiver`, audited).
@@ -35,6 +39,8 @@ from toolgate.store.base import Store
 from toolgate.store.evidence import Evidence, evidence_rows, record
 from toolgate.store.rollout_records import Rollout
 
+SCRIPTED_GATE = "scripted"
+"""The model of the gate runs release control counts (`toolgate.evals.fixtures.SCRIPTED`)."""
 MIN_WAIVER_REASON = 12
 """Characters a review waiver's reason needs at least: a sentence, not a keystroke."""
 
@@ -98,6 +104,12 @@ class Found:
     problems: list[tuple[str, str]] = field(default_factory=list)
 
 
+def scripted_run(gate: Evidence) -> bool:
+    """A gate row of a run with the dataset's scripted turns (rows from before ``--model``
+    existed name no model: they were scripted)."""
+    return gate.detail.get("model", SCRIPTED_GATE) == SCRIPTED_GATE
+
+
 def missing_evidence(store: Store, binding: Binding, requirements: Requirements) -> Found:
     """What the store holds for ``binding``, and every piece missing (``Found.problems``)."""
     from toolgate.evals.signoff import reviewed_cases
@@ -123,13 +135,16 @@ def missing_evidence(store: Store, binding: Binding, requirements: Requirements)
                 f"evidence rows do not verify ({', '.join(forged[:5])}); refusing to count them",
             )
         )
-    gate = next((e for e in reversed(gates) if e.authentic), None)
+    # a row whose MAC fails is refused above whatever its detail claims; of the rest, only
+    # scripted runs count (a live model's row is kept for the record, see the module doc)
+    gate = next((e for e in reversed(gates) if e.authentic and scripted_run(e)), None)
     found.gate = gate
     if gate is None:
         problems.append(
             (
                 "gate_not_passed",
-                f"no gate run of {binding.candidate} against {binding.control} on the required dataset:"
+                f"no gate run of {binding.candidate} against {binding.control} on the required dataset"
+                " with its scripted turns:"
                 f" toolgate evals run --candidate {binding.candidate} --control {binding.control}",
             )
         )
@@ -269,6 +284,7 @@ class EvidenceDesk:
 
 __all__ = [
     "MIN_WAIVER_REASON",
+    "SCRIPTED_GATE",
     "Binding",
     "EvidenceDesk",
     "Found",
@@ -276,4 +292,5 @@ __all__ = [
     "canary_shortfall",
     "missing_evidence",
     "record_waiver",
+    "scripted_run",
 ]
