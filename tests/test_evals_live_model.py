@@ -25,7 +25,7 @@ import replay_openai
 from fixtures.edited_description_release import release as edited_release
 from langchain_core.messages import AIMessage
 from replay_cases import Call, CaseServer, Request, Response, scripted, serve
-from support import cli_env, kv_lines, open_test_store, seed_people, toolgate
+from support import TEST_KEY, cli_env, kv_lines, open_test_store, seed_people, toolgate
 
 from toolgate.config import Settings
 from toolgate.errors import StoreError
@@ -37,6 +37,8 @@ from toolgate.evals.report import build_report, lines
 from toolgate.release_evidence import Binding, Requirements, missing_evidence
 from toolgate.store.base import Store
 from toolgate.store.evidence import evidence_rows
+from toolgate.store.evidence import record as record_evidence
+from toolgate.store.sqlite import SQLiteStore
 
 CASES = (
     "sel-ada-order-status",
@@ -275,6 +277,33 @@ def test_calls_are_aligned_by_position() -> None:
     assert alignment(case, [response("x1", "x2", "c1")]) == {"x1": "c1", "x2": "c2", "c1": "unscripted:c1"}
     final = AIMessage("Done.", name="toolgate")  # the gateway's own answer is not the model's
     assert alignment(case, [response("c2"), final, response("c1")]) == {"c2": "c1", "c1": "c2"}
+
+
+def test_a_live_run_neither_passes_nor_revokes_the_scripted_gate(tmp_path: Path) -> None:
+    """Release control reads the newest scripted gate row of a binding (a row from before
+    ``--model`` names no model: scripted); a live model's row is kept but never counted."""
+    store = SQLiteStore(tmp_path / "toolgate.sqlite", key=TEST_KEY)
+    store.setup()
+    binding = Binding("ops-tools/9.0.0", "a" * 64, "ops-tools/8.0.0", "b" * 64)
+    bound = {
+        "release": binding.candidate,
+        "manifest_sha256": binding.candidate_sha256,
+        "control": binding.control,
+        "control_sha256": binding.control_sha256,
+        "dataset_sha256": "d" * 64,
+        "recorded_by": "toolgate.evals",
+    }
+    requirements = Requirements(dataset_sha256="d" * 64)
+    try:
+        record_evidence(store, "gate", verdict="PASS", detail={"model": OPENAI}, **bound)
+        assert missing_evidence(store, binding, requirements).gate is None  # a live PASS opens nothing
+        older = record_evidence(store, "gate", verdict="PASS", detail={"critical": {}}, **bound)
+        record_evidence(store, "gate", verdict="FAIL", detail={"model": OPENAI, "failures": ["x"]}, **bound)
+        found = missing_evidence(store, binding, requirements)
+        assert found.gate is not None and found.gate.evidence_id == older.evidence_id  # not revoked
+        assert "gate_failed" not in [code for code, _ in found.problems]
+    finally:
+        store.close()
 
 
 # --------------------------------------------------------------------------- the command
