@@ -12,7 +12,7 @@ case left the thread at (`CaseSaver`), whatever order the machine schedules thei
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -50,6 +50,8 @@ def apply_approvals(
     resume_once: Resume,
     resume_twice: Callable[[], dict[str, Any]],
     advance_to: Callable[[float], None] | None = None,
+    *,
+    aligned: Callable[[dict[str, Any]], Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
     """While the thread waits and review steps apply to its pending proposals: decide, then resume.
 
@@ -58,15 +60,18 @@ def apply_approvals(
     after a decision runs on two workers at once when the case injects a concurrent redelivery.
     Stops when the thread no longer waits, or no remaining step applies (it then stays waiting).
     A step ``after_minutes`` later first moves the store's clock there (``advance_to``); a step on a
-    ``stale`` digest decides on another digest than the proposal's.
+    ``stale`` digest decides on another digest than the proposal's. ``aligned`` (live models) maps
+    the calls of the thread as it waits to the case's call ids (`toolgate.evals.call_alignment`),
+    so a step finds the proposal of the live call in its place.
     """
     if state.get("__interrupt__") and any(f.kind == "forged_resume" for f in case.faults):
         state = resume_once(FORGED_RESUME)
     steps = list(enumerate(case.approvals))
     concurrent = any(f.kind == "redeliver" and f.concurrent for f in case.faults)
     while state.get("__interrupt__") and steps:
+        ids = aligned(state) if aligned is not None else {}
         pending = {
-            proposal.call_id: proposal
+            ids.get(proposal.call_id, proposal.call_id): proposal
             for proposal, _ in gw.store.list_proposals("pending_approval")
             if proposal.thread_id == obs.thread_id
         }
@@ -90,15 +95,14 @@ def apply_approvals(
                 result = "recorded"
             except ApprovalError as exc:
                 result = exc.code
-            obs.approvals.append(
-                {
-                    "step": index,
-                    "call_id": step.call_id,
-                    "reviewer": step.reviewer,
-                    "decision": step.decision,
-                    "result": result,
-                }
-            )
+            taken = {
+                "step": index,
+                "call_id": step.call_id,
+                "reviewer": step.reviewer,
+                "decision": step.decision,
+                "result": result,
+            }
+            obs.approvals.append({**taken, "live_call_id": proposal.call_id} if ids else taken)
         steps = [pair for pair in steps if pair not in applicable]
         state = resume_twice() if concurrent else resume_once(WAKE)
         concurrent = False

@@ -20,6 +20,8 @@ from toolgate.errors import REJECTION_CODES, ToolgateUsageError
 
 SCHEMA_VERSION = 1
 """Version of the case shape; a line with another version is refused."""
+SCRIPTED = "scripted"
+"""The model of a run with each case's own scripted turns (``toolgate evals run`` without ``--model``)."""
 
 Category = Literal[
     "tool_selection",
@@ -346,6 +348,7 @@ __all__ = [
     "CATEGORIES",
     "DEFAULT_DATASET",
     "SCHEMA_VERSION",
+    "SCRIPTED",
     "ApprovalStep",
     "Dataset",
     "DatasetError",

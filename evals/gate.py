@@ -18,6 +18,8 @@ the reviewed manifest itself and need none). Review is required by default; ``to
 report is what reviewers then sign. The verdict without review (`GateResult.tested_failures`) is
 what the store keeps as release evidence (`toolgate.release_evidence`), since sign-offs are
 re-read when a release moves.
+With a live model (`toolgate.evals.live_model`) both releases run with it: what differs between
+them is the bundle; the model's own shortfalls show in the metrics and in the cases that fail.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from toolgate.evals.coverage import TargetCoverage, coverage, loosenings, uncove
 from toolgate.evals.derived_cases import DerivedCase, derive, merge, seeds_of
 from toolgate.evals.fixtures import DEFAULT_DATASET, Dataset, EvalCase, load_dataset
 from toolgate.evals.gate_targets import Declarations, Target, union_roles
+from toolgate.evals.live_model import SCRIPTED, EvalModel
 from toolgate.evals.observation import Observation
 from toolgate.evals.release_facts import ReleaseFacts
 from toolgate.evals.runner import CaseRunner
@@ -75,6 +78,8 @@ class ReleaseRun:
     """Every case of a dataset (and the generated cases) run against one release."""
 
     facts: ReleaseFacts
+    model: str = SCRIPTED
+    """The model the cases ran with: ``scripted`` or ``provider:name``."""
     records: list[CaseRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Cases not applicable to this release (it lacks a tool they require)."""
@@ -113,9 +118,12 @@ class ReleaseRun:
         return totals
 
     def token_source(self) -> str:
-        """``reported`` when every run's usage came from the provider, else ``estimated``."""
+        """``reported`` when every run's usage came from the provider, ``unknown`` when a live
+        model's provider left some out, else ``estimated``."""
         sources = {r.observation.tokens.get("source") for r in self.records}
-        return "reported" if sources == {"reported"} else "estimated"
+        if sources == {"reported"}:
+            return "reported"
+        return "unknown" if "unknown" in sources else "estimated"
 
     def cost_per_task(self, case_ids: set[str]) -> dict[str, float]:
         """Tool calls, model turns and tokens (input and output) per task over ``case_ids``."""
@@ -142,13 +150,15 @@ def run_release(
     *,
     skip_inapplicable: bool = False,
     progress: Callable[[str], None] | None = None,
+    model: EvalModel | None = None,
 ) -> ReleaseRun:
     """Run ``cases`` against ``release`` (each on its own copy of one template store).
 
     ``skip_inapplicable`` (controls and rollback targets) skips cases that require a tool the
-    release does not have; a candidate runs them all, so a tool it lost fails its cases."""
+    release does not have; a candidate runs them all, so a tool it lost fails its cases.
+    ``model``: a live model (a fresh one per case), else each case's scripted turns."""
     with CaseRunner(release, cases=cases) as runner:
-        return run_on(runner, cases, skip_inapplicable=skip_inapplicable, progress=progress)
+        return run_on(runner, cases, skip_inapplicable=skip_inapplicable, progress=progress, model=model)
 
 
 def run_on(
@@ -158,16 +168,22 @@ def run_on(
     *,
     skip_inapplicable: bool = False,
     progress: Callable[[str], None] | None = None,
+    model: EvalModel | None = None,
 ) -> ReleaseRun:
     """Run ``cases`` and the generated ``derived`` cases on ``runner``'s release. Generated cases
-    a release lacks a tool for are not run there (a candidate's new tool has no control run)."""
+    a release lacks a tool for are not run there (a candidate's new tool has no control run).
+    ``model`` runs the dataset's cases; generated cases always run their scripted calls, since
+    each claims what the release does with exactly those calls."""
     started = time.perf_counter()
-    run = ReleaseRun(facts=runner.facts, declarations=Declarations.of(runner.release, runner.registry))
+    chosen = model or EvalModel()
+    run = ReleaseRun(
+        facts=runner.facts, model=chosen.name, declarations=Declarations.of(runner.release, runner.registry)
+    )
     for case in cases:
         if skip_inapplicable and not runner.facts.applies_to(case.requires):
             run.skipped.append(case.id)
             continue
-        observation = runner.run_case(case)
+        observation = runner.run_case(case, model=chosen.build())
         tenant = runner.requester(case).tenant_id
         run.records.append(CaseRecord(case, tenant, observation, score_case(case, observation)))
         if progress is not None:
@@ -333,17 +349,18 @@ def evaluate_gate(
     critical_only: bool = False,
     derived: bool = True,
     progress: Callable[[str], None] | None = None,
+    model: EvalModel | None = None,
 ) -> GateResult:
-    """Run ``dataset`` on the candidate (and the control, when given), and, unless ``derived`` is
-    off, the cases generated from both releases' declarations."""
+    """Run ``dataset`` on the candidate (and the control, when given), both with ``model``, and,
+    unless ``derived`` is off, the cases generated from both releases' declarations."""
     cases = [c for c in dataset.cases if c.critical or not critical_only]
     with ExitStack() as stack:
         mine = stack.enter_context(CaseRunner(candidate, cases=cases))
         theirs = stack.enter_context(CaseRunner(control, cases=cases)) if control is not None else None
         generated = derived_cases(dataset, [r for r in (mine, theirs) if r is not None]) if derived else []
-        candidate_run = run_on(mine, cases, generated, progress=progress)
+        candidate_run = run_on(mine, cases, generated, progress=progress, model=model)
         control_run = (
-            run_on(theirs, cases, generated, skip_inapplicable=True, progress=progress)
+            run_on(theirs, cases, generated, skip_inapplicable=True, progress=progress, model=model)
             if theirs is not None
             else None
         )

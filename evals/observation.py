@@ -17,7 +17,14 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from toolgate.graph.execution import Executor
 from toolgate.policy.approvals import evaluate_decisions
 from toolgate.store.base import Store
-from toolgate.telemetry.tokens import estimate_tokens, message_text, request_text, total, usage_of
+from toolgate.telemetry.tokens import (
+    TokenUsage,
+    estimate_tokens,
+    message_text,
+    request_text,
+    total,
+    usage_of,
+)
 from toolgate.testing import ModelRequest
 from toolgate.tools.registry import Registry
 
@@ -33,7 +40,10 @@ class Observation:
     release: str
     thread_id: str
     calls: list[dict[str, Any]] = field(default_factory=list)
-    """Tool calls the model proposed: turn, id, name, args (or raw text)."""
+    """Tool calls the model proposed: turn, id, name, args (or raw text); with a live model the
+    id is the scripted one it aligns to (`toolgate.evals.call_alignment`) and ``live_id`` its own."""
+    call_ids: dict[str, str] = field(default_factory=dict)
+    """Live runs: each live call id and the id it was scored under (empty for scripted runs)."""
     outcomes: dict[str, str] = field(default_factory=dict)
     """Per call id: accepted, failed, proposal, not_run or the rejection code."""
     arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -63,7 +73,8 @@ class Observation:
     tool_calls: int = 0
     tokens: dict[str, Any] = field(default_factory=dict)
     """``input``, ``output``, ``reasoning`` (``None``: not reported) and ``source``: ``reported``
-    (provider usage) or ``estimated`` (bytes / 4: the scripted model reports none)."""
+    (provider usage), ``estimated`` (bytes / 4: the scripted model reports none) or ``unknown``
+    (a live model whose provider left some response's usage out)."""
     messages: list[BaseMessage] = field(default_factory=list, repr=False)
     """The thread's messages (not part of `to_dict`; the LangSmith target converts them)."""
     errors: list[str] = field(default_factory=list)
@@ -174,6 +185,30 @@ def usage(messages: list[BaseMessage], requests: list[ModelRequest]) -> dict[str
     }
 
 
+def audited_turns(store: Store, thread_id: str) -> tuple[int, dict[str, Any]]:
+    """Model turns and token use of a live run, from the ``model.response`` events the model node
+    audited in the case's store: every worker's requests and a replayed turn included, each with
+    the usage its provider reported. Tokens are ``unknown`` unless every response reported usage
+    (none answered, as when the first request failed: nothing was used, 0)."""
+    events = [e for e in store.audit_events() if e.event == "model.response" and e.thread_id == thread_id]
+    turns = [TokenUsage.from_detail(e.detail.get("tokens")) for e in events]
+    if not all(u.source == "reported" for u in turns):
+        return len(events), {"input": None, "output": None, "reasoning": None, "source": "unknown"}
+    summed = total(turns) if turns else total([TokenUsage(input=0, output=0, reasoning=0, source="reported")])
+    figures = {"input": summed.input, "output": summed.output, "reasoning": summed.reasoning}
+    return len(events), {**figures, "source": "reported"}
+
+
+def model_failures(store: Store, thread_id: str) -> list[str]:
+    """The model requests that failed in the thread (``model.failed`` audit events: a provider
+    error after the retries the retry matrix allows), each as one error of the case."""
+    return [
+        f"model request failed ({e.code})"
+        for e in store.audit_events()
+        if e.event == "model.failed" and e.thread_id == thread_id
+    ]
+
+
 def final_text(messages: list[BaseMessage]) -> str:
     """The last non-tool message's text (the respond node's answer)."""
     for message in reversed(messages):
@@ -182,4 +217,14 @@ def final_text(messages: list[BaseMessage]) -> str:
     return ""
 
 
-__all__ = ["EXECUTED", "Observation", "call_outcomes", "final_text", "message_facts", "store_facts", "usage"]
+__all__ = [
+    "EXECUTED",
+    "Observation",
+    "audited_turns",
+    "call_outcomes",
+    "final_text",
+    "message_facts",
+    "model_failures",
+    "store_facts",
+    "usage",
+]

@@ -3,7 +3,9 @@ candidate and control, cost per task, and a JSON report whose digest reviewers s
 
 The JSON report is the reviewed artifact: ``digest`` is the SHA-256 of its canonical JSON without
 that field, so a report edited after the run no longer matches and `toolgate evals review`
-refuses it. The HTML report (`toolgate.evals.report_html`) is a view of the same data.
+refuses it. The HTML report (`toolgate.evals.report_html`) is a view of the same data. The
+report and the cost lines name the model the cases ran with (``model=scripted`` or
+``model=openai:gpt-4.1-mini``), inside what the digest covers.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def _cost(run: ReleaseRun) -> str:
     return (
         f"release={run.facts.release} tool_calls_per_task={m['tool_calls_per_task']} "
         f"model_turns_per_task={m['model_turns_per_task']} tokens_per_task={m['tokens_per_task']} "
-        f"{sums} tokens={run.token_source()} seconds={run.seconds}"
+        f"{sums} tokens={run.token_source()} seconds={run.seconds} model={run.model}"
     )
 
 
@@ -174,7 +176,7 @@ def lines(result: GateResult) -> list[str]:
     facts = result.candidate.facts
     out.append(
         f"candidate={facts.release} manifest_sha256={facts.manifest_sha256} manifest={facts.manifest_status} "
-        f"dataset={result.dataset.name} dataset_sha256={result.dataset.sha256}"
+        f"dataset={result.dataset.name} dataset_sha256={result.dataset.sha256} model={result.candidate.model}"
     )
     return out
 
@@ -186,6 +188,7 @@ def _run_json(run: ReleaseRun) -> dict[str, Any]:
         "manifest_status": run.facts.manifest_status,
         "manifest_drift": list(run.facts.drift),
         "policy_version": run.facts.policy_version,
+        "model": run.model,
         "metrics": run.metrics(),
         "token_source": run.token_source(),
         "seconds": run.seconds,
@@ -213,6 +216,7 @@ def build_report(result: GateResult) -> dict[str, Any]:
         "kind": REPORT_KIND,
         "schema_version": REPORT_SCHEMA_VERSION,
         "generated_at": iso(utcnow()),
+        "model": result.candidate.model,
         "dataset": {
             "name": result.dataset.name,
             "sha256": result.dataset.sha256,

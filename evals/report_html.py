@@ -99,7 +99,8 @@ def render_html(report: dict[str, Any]) -> str:
         f"<title>toolgate release gate: {escape(candidate['release'])}</title><style>{STYLE}</style></head><body>"
         f"<h1>Release gate <span class='{verdict.lower()}'>{verdict}</span>: {escape(candidate['release'])}</h1>"
         f"<p><code>{escape(gate['summary'])}</code></p>"
-        f"<p>dataset {escape(report['dataset']['name'])} <code>{escape(report['dataset']['sha256'])}</code>; "
+        f"<p>model <code>{escape(str(report.get('model', 'scripted')))}</code>; "
+        f"dataset {escape(report['dataset']['name'])} <code>{escape(report['dataset']['sha256'])}</code>; "
         f"report digest <code>{escape(report['digest'])}</code>; generated {escape(report['generated_at'])}</p>"
         + _rows(["release", "manifest sha256", "manifest", "role"], releases)
         + "<h2>Gate failures</h2>"

@@ -6,6 +6,10 @@ SQLite backup, milliseconds), so cases are independent: a refund in one case nev
 order another case reads. Each case gets the release's real registry with counted and ledgered
 handlers (`toolgate.evals.faults`), the real graph with an in-memory checkpointer, the scripted model
 (or a live one), and reviewers deciding through the real review path (`decide`).
+
+A live model (``run_case(case, model=...)``) has its calls scored under the case's call ids
+(`toolgate.evals.call_alignment`); a ``replay_turn`` fault replays its responses of this run (what
+a retried provider request returns); its turns, tokens and failures come from the case's audit log.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
+from toolgate.evals.call_alignment import align_observation, alignment, model_responses
 from toolgate.evals.case_world import (
     CaseScriptModel,
     CaseStore,
@@ -38,9 +43,11 @@ from toolgate.evals.fixtures import EvalCase, ScriptedCall
 from toolgate.evals.hidden_writes import HiddenWriteCheck
 from toolgate.evals.observation import (
     Observation,
+    audited_turns,
     call_outcomes,
     final_text,
     message_facts,
+    model_failures,
     store_facts,
     usage,
 )
@@ -250,6 +257,7 @@ class CaseRunner:
         earlier = self._prelude(case, gateway, person) if case.prelude is not None else {}
         responses = scripted_responses(case)
         references = references_of(case)
+        live = model is not None
         main_model = model or CaseScriptModel(responses=responses, references=references, earlier=earlier)
         saver = CaseSaver()
 
@@ -280,11 +288,29 @@ class CaseRunner:
                 twin = build_graph(gateway=gateway(twin_model), checkpointer=saver)
                 return concurrent_resume(graph, twin, config, self.context(case))
 
-            state = apply_approvals(gw, case, obs, state, person, resume_once, resume_twice, store.advance_to)
+            def aligned(now: dict[str, Any]) -> dict[str, str]:
+                return alignment(case, now.get("messages", []))
+
+            state = apply_approvals(
+                gw,
+                case,
+                obs,
+                state,
+                person,
+                resume_once,
+                resume_twice,
+                store.advance_to,
+                aligned=aligned if live else None,
+            )
             if any(f.kind == "redeliver" and not f.concurrent for f in case.faults):
                 redeliver(gw, store, thread)
             if any(f.kind == "replay_turn" for f in case.faults):
-                replay = CaseScriptModel(responses=responses, references=references, earlier=earlier)
+                if live:  # a retried provider request answers what the model answered
+                    replay: ScriptedChatModel = ScriptedChatModel(
+                        responses=model_responses(state.get("messages", []))
+                    )
+                else:
+                    replay = CaseScriptModel(responses=responses, references=references, earlier=earlier)
                 models.append(replay)
                 build_graph(gateway=gateway(replay), checkpointer=InMemorySaver()).invoke(
                     {"messages": [HumanMessage(case.input)]}, config, context=self.context(case, requester)
@@ -307,10 +333,15 @@ class CaseRunner:
         obs.messages = messages
         message_facts(obs, messages)
         obs.final_text = final_text(messages)
+        obs.tool_calls = len(obs.calls)
+        if live:
+            align_observation(obs, case)
+            obs.errors += model_failures(store, thread)
+            obs.model_turns, obs.tokens = audited_turns(store, thread)
+            return obs
         obs.model_turns = sum(len(m.requests) for m in models if isinstance(m, ScriptedChatModel)) or int(
             state.get("budget", {}).get("model_turns", 0)
         )
-        obs.tool_calls = len(obs.calls)
         obs.tokens = usage(
             messages, [r for m in models if isinstance(m, ScriptedChatModel) for r in m.requests]
         )

@@ -13,9 +13,8 @@ database access alone does not count) and whose reviewer still holds a sign-off 
 case's tenant. Re-running the same candidate on the same dataset keeps its sign-offs; any change
 to the bundle or to the dataset needs a new review.
 
-Refusals (unreadable or tampered report, a report dated in the store's future, wrong role,
-another tenant) raise `ReviewRefused` with a stable code, write nothing but an
-``evals.review_refused`` audit event.
+Refusals (unreadable or tampered report, a live model's run, a report dated in the store's future,
+wrong role, another tenant) raise `ReviewRefused` with a stable code and audit it, nothing else.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from typing import Any
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso
 from toolgate.errors import StoreError, ToolgateUsageError
+from toolgate.evals.fixtures import SCRIPTED
 from toolgate.evals.report import REPORT_KIND, REPORT_SCHEMA_VERSION, report_digest
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
@@ -165,6 +165,9 @@ def sign_off(
     """Record ``reviewer``'s sign-off of every critical case of the report they may sign."""
     report = load_report(report_path, auditor, reviewer.user_id)
     digest = str(report["digest"])
+    if report.get("model", SCRIPTED) != SCRIPTED:  # reports from before --model were scripted
+        message = f"the report is of model {report['model']!r}; sign the report of a run without --model"
+        raise refuse(auditor, "live_model_report", message, user_id=reviewer.user_id, digest=digest)
     current = directory.active(reviewer.user_id, reviewer.tenant_id)
     if current is None or not current.roles & SIGN_OFF_ROLES:
         roles = ", ".join(sorted(SIGN_OFF_ROLES))

@@ -162,6 +162,7 @@ class TwoReleases:
                 detail={
                     "critical": critical or {},
                     "failures": [] if gate == "PASS" else ["critical_failed=1"],
+                    "derived": 120,  # a complete gate run: the derived cases ran too
                 },
             )
         if dry_run is not None:

@@ -280,5 +280,5 @@ def test_toolgate_evals_run_exits_1_naming_the_cases_and_0_for_the_demo(tmp_path
         [*demo, "--no-require-review", "--no-derived", "--report-dir", str(tmp_path / "r2")], env
     )
     assert "derived_cases=" not in alone.stdout.splitlines()[0]
-    assert "evidence=not_recorded reason=no_derived_cases" in alone.stdout  # never release evidence
+    assert "derived_cases=0 release_control=not_counted" in alone.stdout  # never release evidence
     assert (tmp_path / "reports" / "ops-tools-1.1.0.html").exists()

@@ -70,6 +70,7 @@ def with_evidence(data_dir: Path) -> None:
             dataset_sha256=dataset,
             verdict="PASS",
             recorded_by="toolgate.evals",
+            detail={"derived": 120},  # a complete gate run: the derived cases ran too
         )
         record_evidence(
             store,

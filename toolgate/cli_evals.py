@@ -7,6 +7,12 @@ store is read for sign-offs and, when the run covered a whole dataset against a 
 verdict as release evidence (`toolgate.release_evidence`; ``evidence=recorded``): what ``release
 shadow``, ``canary`` and ``promote`` later demand. ``evals review`` signs a report as an
 authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
+
+``evals run --model PROVIDER:NAME`` runs both releases with a real chat model instead
+(`toolgate.evals.live_model`); a model that cannot be built is refused before anything runs
+(``error=<code>``, exit 2). Its verdict is recorded with the model named in its detail, and release
+control counts only scripted runs (a live model's answers are not reproducible from the bundle and
+the dataset); the line says ``release_control=not_counted``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, IdentityError, StoreError
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.gate import GateResult, evaluate_gate
+from toolgate.evals.live_model import SCRIPTED, choose_model
 from toolgate.evals.report import build_report, coverage_lines, lines, write_reports
 from toolgate.evals.signoff import refuse, reviewed_cases, sign_off
 from toolgate.store.audit import Auditor
@@ -75,13 +82,25 @@ def run(
             "without them scores the dataset alone and is never release evidence).",
         ),
     ] = True,
+    model: Annotated[
+        str,
+        typer.Option(
+            help="'scripted' (each case's scripted turns) or PROVIDER:NAME, a real model for both releases."
+        ),
+    ] = SCRIPTED,
 ) -> None:
     """Run the dataset and the derived cases on the candidate and the control; print the gate
     line and the coverage table; write the reports."""
     settings = Settings.from_env()
+    chosen = choose_model(model, settings)  # refused here, before anything runs
     data = load_dataset(dataset)
     result = evaluate_gate(
-        data, candidate or settings.release, control, critical_only=critical_only, derived=derived
+        data,
+        candidate or settings.release,
+        control,
+        critical_only=critical_only,
+        derived=derived,
+        model=chosen,
     )
     result.require_review = require_review
     result.reviewed = _reviewed(settings, result)
@@ -95,23 +114,18 @@ def run(
             settings,
             result,
             critical_only=critical_only,
-            derived=derived,
             report_digest=str(report["digest"]),
         )
     )
     raise typer.Exit(0 if result.passed else 1)
 
 
-def _record(
-    settings: Settings, result: GateResult, *, critical_only: bool, derived: bool, report_digest: str
-) -> str:
+def _record(settings: Settings, result: GateResult, *, critical_only: bool, report_digest: str) -> str:
     """Keep the verdict (all but review) in the configured store: ``recorded``, or why not."""
     if result.control is None:
         return "not_recorded reason=no_control"
     if critical_only:
         return "not_recorded reason=critical_only"
-    if not derived:
-        return "not_recorded reason=no_derived_cases"
     try:
         store = open_store(settings.database_url, settings.data_dir, key=settings.audit_key(create=False))
     except (ConfigurationError, StoreError):
@@ -132,6 +146,8 @@ def _record(
             recorded_by="toolgate.evals",
             detail={
                 "report_digest": report_digest,
+                "model": result.candidate.model,
+                "derived": len(result.derived),
                 "critical": result.critical_tenants(),
                 "failures": [f[:300] for f in failures[:20]],
             },
@@ -146,13 +162,20 @@ def _record(
                 "control_sha256": control.manifest_sha256,
                 "dataset_sha256": result.dataset.sha256,
                 "report_digest": report_digest,
+                "model": result.candidate.model,
+                "derived": len(result.derived),
             },
         )
     except StoreError:
         return "not_recorded reason=store_error"
     finally:
         store.close()
-    return f"recorded verdict={evidence.verdict} id={evidence.evidence_id}"
+    recorded = f"recorded verdict={evidence.verdict} id={evidence.evidence_id}"
+    if result.candidate.model != SCRIPTED:
+        return f"{recorded} model={result.candidate.model} release_control=not_counted"
+    if not result.derived:
+        return f"{recorded} derived_cases=0 release_control=not_counted"
+    return recorded
 
 
 @evals_app.command("mutate")

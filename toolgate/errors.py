@@ -123,6 +123,23 @@ class ReleaseControlError(ToolgateUsageError):
         self.code = code
 
 
+class ModelUnavailable(ConfigurationError):
+    """A chat model asked for by name cannot be built; nothing was run and no request was sent.
+
+    Raised before a run starts (``toolgate evals run --model``), so a misconfigured model never
+    turns into a run of failed cases. The message never holds a key's value.
+
+    Attributes:
+        code: stable machine-readable reason: ``model_malformed``, ``model_requests_disabled``,
+            ``unknown_provider``, ``provider_not_installed``, ``model_key_missing`` or
+            ``model_refused``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class NotFoundError(ToolgateUsageError):
     """A proposal, operation or thread that was asked for does not exist."""
 
@@ -215,6 +232,7 @@ __all__ = [
     "DirectInvocationError",
     "IdentityError",
     "InvalidTransitionError",
+    "ModelUnavailable",
     "NotFoundError",
     "RegistryError",
     "RejectionCode",

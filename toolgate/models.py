@@ -24,6 +24,9 @@ ModelBuilder = Callable[[str, Settings], BaseChatModel]
 
 PROVIDERS: Mapping[str, ModelBuilder] = {"openai": openai_chat_model, "anthropic": anthropic_chat_model}
 """Providers with their own construction; the rest go through `other_provider_model`."""
+KEY_VARIABLES: Mapping[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+"""The environment variable each of `PROVIDERS` reads its key from (through its client library).
+Callers that must refuse early may ask whether it is set; toolgate never reads its value."""
 
 
 def other_provider_model(provider: str, name: str, settings: Settings) -> BaseChatModel:
@@ -61,4 +64,4 @@ def load_chat_model(settings: Settings) -> BaseChatModel:
     return build(name, settings)
 
 
-__all__ = ["PROVIDERS", "ModelBuilder", "load_chat_model", "other_provider_model"]
+__all__ = ["KEY_VARIABLES", "PROVIDERS", "ModelBuilder", "load_chat_model", "other_provider_model"]

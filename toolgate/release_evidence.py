@@ -8,7 +8,15 @@ release ids:
 - ``gate``: written by ``toolgate evals run`` for the candidate's effective manifest digest, the
   control's, and the dataset's digest. Its verdict covers every gate check but review; the
   critical cases it ran (id and tenant) are kept so review can be checked later. Only a run of the
-  whole required dataset counts (not ``--critical-only``, not another dataset file).
+  whole required dataset counts (not ``--critical-only``, not another dataset file), and only one
+  with the dataset's scripted turns (``detail.model`` ``scripted``, or absent on rows written
+  before live models could be scored) that also ran the cases derived from both releases'
+  declarations (``detail.derived``, their number; `toolgate.evals.derived_cases`): a run with a
+  live model (``--model``) or without the derived cases (``--no-derived``, or any row written
+  before the gate derived them, a weaker gate than today's) is kept for the record but neither
+  passes nor revokes anything. A live model's answers are not reproducible from the bundle and
+  the dataset (a provider changes a model behind its name, and samples); a gate without the
+  derived cases never asked whether the candidate loosened what no dataset case touches.
 - review: every one of those critical cases signed off (`toolgate.evals.signoff.reviewed_cases`,
   re-read when asked, so a reviewer who lost the role no longer counts), or a ``review_waiver``
   an admin recorded for that candidate digest with a reason (`record_waiver`, audited).
@@ -35,6 +43,8 @@ from toolgate.store.base import Store
 from toolgate.store.evidence import Evidence, evidence_rows, record
 from toolgate.store.rollout_records import Rollout
 
+SCRIPTED_GATE = "scripted"
+"""The model of the gate runs release control counts (`toolgate.evals.fixtures.SCRIPTED`)."""
 MIN_WAIVER_REASON = 12
 """Characters a review waiver's reason needs at least: a sentence, not a keystroke."""
 
@@ -98,6 +108,14 @@ class Found:
     problems: list[tuple[str, str]] = field(default_factory=list)
 
 
+def counted_run(gate: Evidence) -> bool:
+    """A gate row release control counts: the dataset's scripted turns (rows from before
+    ``--model`` existed name no model: they were scripted) and the derived cases run."""
+    derived = gate.detail.get("derived")
+    ran_derived = isinstance(derived, int) and not isinstance(derived, bool) and derived > 0
+    return gate.detail.get("model", SCRIPTED_GATE) == SCRIPTED_GATE and ran_derived
+
+
 def missing_evidence(store: Store, binding: Binding, requirements: Requirements) -> Found:
     """What the store holds for ``binding``, and every piece missing (``Found.problems``)."""
     from toolgate.evals.signoff import reviewed_cases
@@ -123,13 +141,16 @@ def missing_evidence(store: Store, binding: Binding, requirements: Requirements)
                 f"evidence rows do not verify ({', '.join(forged[:5])}); refusing to count them",
             )
         )
-    gate = next((e for e in reversed(gates) if e.authentic), None)
+    # a row whose MAC fails is refused above whatever its detail claims; of the rest, only
+    # complete scripted runs count (the others are kept for the record, see the module doc)
+    gate = next((e for e in reversed(gates) if e.authentic and counted_run(e)), None)
     found.gate = gate
     if gate is None:
         problems.append(
             (
                 "gate_not_passed",
-                f"no gate run of {binding.candidate} against {binding.control} on the required dataset:"
+                f"no gate run of {binding.candidate} against {binding.control} on the required dataset"
+                " with its scripted turns and the derived cases:"
                 f" toolgate evals run --candidate {binding.candidate} --control {binding.control}",
             )
         )
@@ -269,11 +290,13 @@ class EvidenceDesk:
 
 __all__ = [
     "MIN_WAIVER_REASON",
+    "SCRIPTED_GATE",
     "Binding",
     "EvidenceDesk",
     "Found",
     "Requirements",
     "canary_shortfall",
+    "counted_run",
     "missing_evidence",
     "record_waiver",
 ]
