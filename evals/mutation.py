@@ -161,7 +161,7 @@ def _score(
     if isinstance(loaded, str):
         return MutantResult(mutant, "refused_at_load", [loaded])
     cases = [c for c in dataset.cases if _observes(mutant, c.requires, None)]
-    with CaseRunner(loaded, cases=cases) as runner:
+    with CaseRunner(loaded, cases=cases, like=control.runner) as runner:
         theirs = derive(Declarations.of(loaded, runner.registry), seeds, roles)
         derived = [d for d in merge(theirs, own) if _observes(mutant, d.case.requires, d.family)]
         candidate = run_on(runner, cases, derived)

@@ -119,6 +119,16 @@ def turn_messages(turns: Sequence[Sequence[ScriptedCall]], final: str) -> list[A
     ]
 
 
+def _copy_database(source_path: Path, target_path: Path) -> None:
+    """A consistent copy of one SQLite database (the backup API: a writer never tears it)."""
+    source, target = sqlite3.connect(source_path), sqlite3.connect(target_path)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+
+
 class CaseRunner:
     """One release, a template store, and `run_case` for any number of cases."""
 
@@ -129,21 +139,32 @@ class CaseRunner:
         cases: Iterable[EvalCase] = (),
         people: Mapping[str, Principal] | None = None,
         directory: Path | None = None,
+        like: CaseRunner | None = None,
     ) -> None:
+        """``like``: another runner whose template this one copies (same secret, same people)
+        instead of initializing its own, for a variant of its release with the same setup (a
+        mutant: `toolgate.evals.mutation`)."""
         self.release = load_release(release) if isinstance(release, str) else release
-        self.people = dict(people or default_people())
+        self.people = dict(like.people if like is not None else people or default_people())
+        self.directory = directory or scratch_dir()
+        self._owns_directory = directory is None
+        self.key = like.key if like is not None else secrets.token_bytes(32)
+        self.template = self.directory / "template.sqlite"
+        if like is not None:
+            if like.release.setup is not self.release.setup:
+                raise ValueError("a runner copies the template of a release with the same setup only")
+            _copy_database(like.template, self.template)
+        store = SQLiteStore(self.template, key=self.key)
+        if like is None:
+            initialize_store(store, self.release)
+        self._identities = IdentityDirectory(store)
+        known = set(self.people) if like is not None else set()
         for case in cases:
             if isinstance(case.principal, dict):
                 self.people.setdefault(case.user_id, Principal.from_dict(case.principal))
-        self.directory = directory or scratch_dir()
-        self._owns_directory = directory is None
-        self.key = secrets.token_bytes(32)
-        self.template = self.directory / "template.sqlite"
-        store = SQLiteStore(self.template, key=self.key)
-        initialize_store(store, self.release)
-        self._identities = IdentityDirectory(store)
         for principal in self.people.values():
-            self._identities.add(principal, by=None, token=f"eval-token-{principal.user_id}")
+            if principal.user_id not in known:
+                self._identities.add(principal, by=None, token=f"eval-token-{principal.user_id}")
         self.registry: Registry = self.release.registry(ReleaseEnv(store, self.key))
         """The release's registry as loaded (uninstrumented): what its declarations are read from."""
         self.facts: ReleaseFacts = release_facts(self.release, self.registry)
@@ -169,12 +190,7 @@ class CaseRunner:
                 self.people[principal.user_id] = principal
             self._count += 1
             path = self.directory / f"case-{self._count}.sqlite"
-        source, target = sqlite3.connect(self.template), sqlite3.connect(path)
-        try:
-            source.backup(target)
-        finally:
-            source.close()
-            target.close()
+        _copy_database(self.template, path)
         return CaseStore(path, key=self.key), path
 
     def principal(

@@ -197,7 +197,7 @@ def mutate_command(
     kinds = set(kind or ())
     report = mutate(target, load_dataset(dataset), only=(lambda m: m.kind in kinds) if kinds else None)
     if report.base_failures:
-        kv(mutation="not_scored", release=report.release, reason="the release fails its own gate")
+        kv(mutation="not_scored", release=report.release, reason="release_fails_its_own_gate")
         for failure in report.base_failures:
             typer.echo(f"gate_failure {failure}")
         raise typer.Exit(1)
