@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -241,32 +241,55 @@ def seeds_of(cases: Iterable[EvalCase], people: Mapping[str, Principal]) -> dict
 
 
 def derive(
-    declarations: Declarations, seeds: Mapping[str, Sequence[Seed]], roles: frozenset[str]
+    declarations: Declarations,
+    seeds: Mapping[str, Sequence[Seed]],
+    roles: frozenset[str],
+    problems: list[str] | None = None,
 ) -> list[DerivedCase]:
     """Every case the declarations of one release give (``roles``: the role universe of every
-    release compared, so both releases probe the same wrong roles)."""
+    release compared, so both releases probe the same wrong roles). A declaration whose cases
+    cannot be built (a seed its schema no longer accepts, say) gives none, and says why in
+    ``problems``: its target stays uncovered, so the gate fails rather than pass unprobed."""
     builder = _Builder(declarations, roles)
     out: list[DerivedCase] = []
+
+    def build(target: Target, make: Callable[[], list[DerivedCase]]) -> None:
+        try:
+            out.extend(make())
+        except (ValueError, TypeError, KeyError, IndexError) as exc:  # pydantic's ValidationError included
+            if problems is not None:
+                problems.append(f"{target}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+
     for name, spec in sorted(declarations.tools.items()):
         tool_seeds = list(seeds.get(name, ()))
-        if not tool_seeds:
-            continue
-        out += builder.tool_cases(spec, tool_seeds)
+        if tool_seeds:
+            kind: Any = "write" if spec.is_write else "read"
+            build(
+                Target(kind, name),
+                lambda spec=spec, tool_seeds=tool_seeds: builder.tool_cases(spec, tool_seeds),
+            )
     for rule in declarations.policy.rules:
         spec = declarations.tools.get(rule.tool)
         tool_seeds = list(seeds.get(rule.tool, ()))
         if spec is None or not tool_seeds:
             continue
         if isinstance(rule, MaxValueRule):
-            out += builder.max_value_cases(spec, rule, tool_seeds)
+            build(
+                Target("rule", rule.id), lambda s=spec, r=rule, t=tool_seeds: builder.max_value_cases(s, r, t)
+            )
         elif isinstance(rule, AllowlistRule):
-            out += builder.allowlist_cases(spec, rule, tool_seeds)
+            build(
+                Target("rule", rule.id), lambda s=spec, r=rule, t=tool_seeds: builder.allowlist_cases(s, r, t)
+            )
     for escalation in declarations.policy.escalations:
         spec = declarations.tools.get(escalation.tool)
         tool_seeds = list(seeds.get(escalation.tool, ()))
         if spec is not None and tool_seeds:
-            out += builder.escalation_cases(spec, escalation, tool_seeds)
-    out += builder.rate_limit_cases(seeds)
+            build(
+                Target("escalation", escalation.id),
+                lambda s=spec, e=escalation, t=tool_seeds: builder.escalation_cases(s, e, t),
+            )
+    build(Target("rate_limit", "windows"), lambda: builder.rate_limit_cases(seeds))
     return out
 
 

@@ -213,6 +213,8 @@ class GateResult:
     library callers scoring a release's behaviour leave it off)."""
     derived: list[DerivedCase] = field(default_factory=list)
     """The generated cases both releases ran (`toolgate.evals.derived_cases`)."""
+    derive_problems: list[str] = field(default_factory=list)
+    """Declarations whose cases could not be built, and why (their targets stay uncovered)."""
     check_coverage: bool = True
     """Fail on uncovered targets (off only when the cases run are a chosen part of the gate's:
     `toolgate.evals.mutation` scores a mutant on the cases that can observe it)."""
@@ -357,25 +359,37 @@ def evaluate_gate(
     with ExitStack() as stack:
         mine = stack.enter_context(CaseRunner(candidate, cases=cases))
         theirs = stack.enter_context(CaseRunner(control, cases=cases)) if control is not None else None
-        generated = derived_cases(dataset, [r for r in (mine, theirs) if r is not None]) if derived else []
+        problems: list[str] = []
+        generated = (
+            derived_cases(dataset, [r for r in (mine, theirs) if r is not None], problems) if derived else []
+        )
         candidate_run = run_on(mine, cases, generated, progress=progress, model=model)
         control_run = (
             run_on(theirs, cases, generated, skip_inapplicable=True, progress=progress, model=model)
             if theirs is not None
             else None
         )
-    return GateResult(dataset=dataset, candidate=candidate_run, control=control_run, derived=generated)
+    return GateResult(
+        dataset=dataset,
+        candidate=candidate_run,
+        control=control_run,
+        derived=generated,
+        derive_problems=list(dict.fromkeys(problems)),  # each release derives: one line each
+    )
 
 
-def derived_cases(dataset: Dataset, runners: Sequence[CaseRunner]) -> list[DerivedCase]:
-    """The cases the declarations of every runner's release give, seeded by ``dataset``."""
+def derived_cases(
+    dataset: Dataset, runners: Sequence[CaseRunner], problems: list[str] | None = None
+) -> list[DerivedCase]:
+    """The cases the declarations of every runner's release give, seeded by ``dataset``
+    (``problems``: why a declaration gave none, see `toolgate.evals.derived_cases.derive`)."""
     people = {}
     for runner in runners:
         people.update(runner.people)
     seeds = seeds_of(dataset.cases, people)
     declarations = [Declarations.of(r.release, r.registry) for r in runners]
     roles = union_roles(declarations, dataset_people(dataset.cases, people))
-    return merge(*(derive(one, seeds, roles) for one in declarations))
+    return merge(*(derive(one, seeds, roles, problems) for one in declarations))
 
 
 def dataset_people(cases: Sequence[EvalCase], known: Mapping[str, Principal]) -> list[Principal]:

@@ -93,7 +93,7 @@ def derived_json(result: GateResult) -> dict[str, Any]:
         }
         for row in result.coverage_table()
     ]
-    return {"cases": cases, "coverage": table}
+    return {"cases": cases, "coverage": table, "problems": result.derive_problems}
 
 
 def _signature(record: Any) -> dict[str, Any]:
@@ -154,6 +154,7 @@ def lines(result: GateResult) -> list[str]:
     out += [f"gate_failure {reason}" for reason in result.failures()]
     for case_id, how in sorted(result.loosened().items()):
         out.append(f"loosened_case={case_id} how={json.dumps(how[:3])}")
+    out += [f"derive_problem={json.dumps(problem)}" for problem in result.derive_problems]
     for record in result.candidate.records:
         if not record.score.passed:
             out.append(

@@ -327,3 +327,21 @@ def test_a_malformed_case_is_refused_naming_the_problem(change: dict[str, Any], 
 
     with pytest.raises(DatasetError, match=message):
         parse_line(json.dumps(line), 7)
+
+
+def test_a_declaration_whose_cases_cannot_be_built_stays_uncovered_and_says_why(
+    tickets: tuple[Release, Dataset], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolgate.evals import derived_cases
+
+    def broken(self: Any, spec: Any, seed: Any) -> list[Any]:
+        raise ValueError("a seed this schema no longer accepts")
+
+    monkeypatch.setattr(derived_cases._Builder, "write_cases", broken)
+    release, data = tickets
+    result = evaluate_gate(data, release, release)
+    assert result.derive_problems == ["write:close_ticket: ValueError: a seed this schema no longer accepts"]
+    assert "uncovered=1 targets=write:close_ticket" in result.failures() and not result.passed
+    assert 'derive_problem="write:close_ticket: ValueError: a seed this schema no longer accepts"' in lines(
+        result
+    )
