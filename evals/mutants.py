@@ -296,19 +296,22 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
             )
         )
         if isinstance(rule, MaxValueRule):
+            ceiling = _schema_maximum(declarations, rule)
             for role, limit in sorted(rule.limits_by_role.items()):
                 raised = replace(rule, limits_by_role={**rule.limits_by_role, role: limit * 2 + 1})
-                out.append(
-                    _policy(
-                        "limit_raised",
-                        f"{rule.id}:{role}",
-                        f"{rule.id}: {role} up to {limit * 2 + 1}",
-                        lambda p, rule=rule, raised=raised: replace(
-                            p, rules=_replace_rule(p.rules, rule, raised)
-                        ),
-                        tools,
-                    )
+                mutant = _policy(
+                    "limit_raised",
+                    f"{rule.id}:{role}",
+                    f"{rule.id}: {role} up to {limit * 2 + 1}",
+                    lambda p, rule=rule, raised=raised: replace(
+                        p, rules=_replace_rule(p.rules, rule, raised)
+                    ),
+                    tools,
                 )
+                if ceiling is not None and limit >= ceiling:
+                    why = f"the schema of {rule.tool} bounds {rule.field} at {ceiling:g}: no call reaches the limit"
+                    mutant = replace(mutant, equivalent=why)
+                out.append(mutant)
             default = replace(rule, default_limit=rule.default_limit * 2 + 1)
             out.append(
                 _policy(
