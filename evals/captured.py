@@ -1,10 +1,13 @@
 """Incidents become cases: captured production threads wait for review before the gate counts them.
 
 ``toolgate evals capture THREAD|OPERATION|PROPOSAL`` turns one task turn of a production thread (a
-refusal, a reviewed write, a dead letter) into a redacted `EvalCase` (`toolgate.evals.incident_case`)
-and stores it ``pending_review`` in the store's ``captured_cases`` table (`toolgate.evals.captured_rows`,
-MAC-bound). ``evals captured review`` approves or rejects it; ``evals captured export`` writes the
-reviewed ones, and only those whose rows verify, as a dataset file ``evals run --dataset`` runs.
+refusal, a reviewed write, a dead letter) into a redacted `EvalCase` (what is believed:
+`toolgate.evals.incident_records`; what the case says: `toolgate.evals.incident_case`) and stores
+it ``pending_review`` in the store's ``captured_cases`` table (`toolgate.evals.captured_rows`,
+MAC-bound). ``evals captured review`` approves or rejects it (`toolgate.evals.captured_review`);
+``evals captured export`` writes the reviewed ones whose rows verify as a dataset file
+``evals run --dataset`` runs (`toolgate.evals.captured_export`). This module holds the rules and
+the capture itself.
 
 Who may do what (each person authenticated at the door: ``--as`` and their ``TOOLGATE_TOKEN``):
 
@@ -30,25 +33,21 @@ No time decides anything here: timestamps are the store's clock, for people to r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
-from toolgate.canonical import sha256_hex
 from toolgate.clock import new_id
-from toolgate.errors import StoreError, ToolgateError
+from toolgate.errors import ToolgateError
 from toolgate.evals import captured_rows as table
 from toolgate.evals.captured_rows import CapturedCase, body_of
-from toolgate.evals.fixtures import EvalCase, dump_cases
-from toolgate.evals.incident_case import CaptureRefused, SourceKind, case_of, read_incident
+from toolgate.evals.fixtures import EvalCase
+from toolgate.evals.incident_case import case_of
+from toolgate.evals.incident_records import CaptureRefused, SourceKind, read_incident
 from toolgate.evals.runner import default_people
 from toolgate.evals.signoff import SIGN_OFF_ROLES
-from toolgate.policy.identities import ALL_TENANTS_AUDITOR_ROLE, IdentityDirectory
-from toolgate.policy.output import redact_personal, redact_personal_text
+from toolgate.policy.identities import ALL_TENANTS_AUDITOR_ROLE
+from toolgate.policy.output import redact_personal_text
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -97,7 +96,7 @@ def covers(person: Principal, tenant_id: str) -> bool:
     )
 
 
-def _reader(auditor: Auditor, person: Principal, action: str) -> None:
+def require_reader(auditor: Auditor, person: Principal, action: str) -> None:
     if ALL_TENANTS_AUDITOR_ROLE not in person.roles and not person.roles & CAPTURE_ROLES:
         roles = ", ".join(sorted(CAPTURE_ROLES))
         raise refuse(
@@ -149,7 +148,7 @@ def capture(
     people: Mapping[str, Principal] | None = None,
 ) -> CapturedCase:
     """Capture the incident ``source`` names as a case waiting for review (see the module docstring)."""
-    _reader(auditor, capturer, "capture")
+    require_reader(auditor, capturer, "capture")
     tenant: str | None = None
     try:
         found = resolve(store, source)
@@ -218,7 +217,7 @@ def capture(
         user_id=capturer.user_id,
         tenant_id=stored.tenant_id,
         thread_id=stored.thread_id,
-        detail=_facts(stored, case),
+        detail=facts(stored, case),
     )
     return stored
 
@@ -229,7 +228,7 @@ def _provenance(found: Source, task: int, release: str) -> str:
     return f"captured from {named}thread {found.thread_id}, task {task}, served by {release}"
 
 
-def _facts(row: CapturedCase, case: EvalCase) -> dict[str, Any]:
+def facts(row: CapturedCase, case: EvalCase) -> dict[str, Any]:
     return {
         "capture_id": row.capture_id,
         "case_id": row.case_id,
@@ -243,288 +242,17 @@ def _facts(row: CapturedCase, case: EvalCase) -> dict[str, Any]:
     }
 
 
-def _row_for(
-    store: Store, auditor: Auditor, person: Principal, capture_id: str, action: str, *, review: bool
-) -> CapturedCase:
-    """The row ``person`` may act on (`CaptureRefused`, audited, otherwise): it exists, is of a tenant
-    they cover (review: one they review for), and verifies."""
-    row = table.get(store, capture_id)
-    if row is None:
-        raise refuse(
-            auditor,
-            "not_found",
-            f"no captured case {capture_id}",
-            action=action,
-            user_id=person.user_id,
-            subject=capture_id,
-        )
-    allowed = person.reviews_for(row.tenant_id) if review else covers(person, row.tenant_id)
-    if not allowed:
-        raise refuse(
-            auditor,
-            "cross_tenant",
-            f"{person.user_id!r} does not act for tenant {row.tenant_id!r}",
-            action=action,
-            user_id=person.user_id,
-            tenant_id=person.tenant_id,
-            subject=capture_id,
-        )
-    if not row.intact():
-        raise refuse(
-            auditor,
-            "capture_tampered",
-            f"captured case {capture_id} was changed outside toolgate",
-            action=action,
-            user_id=person.user_id,
-            tenant_id=row.tenant_id,
-            subject=capture_id,
-        )
-    return row
-
-
-def _reviewer(auditor: Auditor, person: Principal, action: str, subject: str) -> None:
-    if not person.roles & REVIEW_ROLES:
-        roles = ", ".join(sorted(REVIEW_ROLES))
-        raise refuse(
-            auditor,
-            "not_reviewer",
-            f"{person.user_id!r} may not {action} captured cases (needs role {roles})",
-            action=action,
-            user_id=person.user_id,
-            tenant_id=person.tenant_id,
-            subject=subject,
-        )
-
-
-def review(
-    store: Store,
-    auditor: Auditor,
-    reviewer: Principal,
-    capture_id: str,
-    *,
-    reject: bool = False,
-    reason: str = "",
-) -> CapturedCase:
-    """Approve (or reject, with a reason) a pending captured case; it counts once approved."""
-    _reviewer(auditor, reviewer, "review", capture_id)
-    row = _row_for(store, auditor, reviewer, capture_id, "review", review=True)
-
-    def refused(code: str, message: str) -> CaptureRefused:
-        return refuse(
-            auditor,
-            code,
-            message,
-            action="review",
-            user_id=reviewer.user_id,
-            tenant_id=row.tenant_id,
-            subject=capture_id,
-        )
-
-    if row.status != "pending_review":
-        raise refused("not_pending", f"captured case {capture_id} is {row.status}, not pending review")
-    if reviewer.user_id in row.authors:
-        raise refused(
-            "self_review", f"{reviewer.user_id!r} captured or edited this case; someone else reviews it"
-        )
-    if reject and not reason.strip():
-        raise refused("reason_required", "a rejection needs --reason")
-    decided = table.decide(
-        store, row, "rejected" if reject else "reviewed", reviewer.user_id, redact_personal_text(reason)
-    )
-    if decided is None:
-        raise refused("not_pending", f"captured case {capture_id} was decided meanwhile")
-    auditor.record(
-        "evals.case_reviewed",
-        decided.status,
-        user_id=reviewer.user_id,
-        tenant_id=decided.tenant_id,
-        thread_id=decided.thread_id,
-        detail={"capture_id": decided.capture_id, "case_id": decided.case_id, "digest": decided.digest},
-    )
-    return decided
-
-
-def edit(
-    store: Store,
-    auditor: Auditor,
-    editor: Principal,
-    capture_id: str,
-    *,
-    expected: Mapping[str, Any],
-    reason: str,
-) -> CapturedCase:
-    """Replace the expected outcome of a pending or reviewed case: a new capture, pending review by
-    someone who is none of its authors, superseding this one."""
-    _reviewer(auditor, editor, "edit", capture_id)
-    row = _row_for(store, auditor, editor, capture_id, "edit", review=True)
-
-    def refused(code: str, message: str) -> CaptureRefused:
-        return refuse(
-            auditor,
-            code,
-            message,
-            action="edit",
-            user_id=editor.user_id,
-            tenant_id=row.tenant_id,
-            subject=capture_id,
-        )
-
-    if row.status not in ("pending_review", "reviewed"):
-        raise refused("not_editable", f"captured case {capture_id} is {row.status}")
-    if not reason.strip():
-        raise refused("reason_required", "an edit needs --reason (why the expected outcome changes)")
-    capture_id_new = new_id("cap")
-    old = row.case()
-    try:
-        case = EvalCase.model_validate(
-            {
-                **old.model_dump(mode="json"),
-                "id": "captured-" + capture_id_new.removeprefix("cap_"),
-                "expected": redact_personal(dict(expected)),
-                "note": redact_personal_text(f"{old.note}; expected outcome edited: {reason}")[:2000],
-            }
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise refused("invalid_case", f"the edited case is not valid: {where}: {first['msg']}") from None
-    body, digest = body_of(case)
-    stored = table.insert(
-        store,
-        CapturedCase(
-            capture_id=capture_id_new,
-            case_id=case.id,
-            tenant_id=row.tenant_id,
-            source_kind=row.source_kind,
-            source_id=row.source_id,
-            thread_id=row.thread_id,
-            task=row.task,
-            release=row.release,
-            body=body,
-            digest=digest,
-            authors=tuple(sorted({*row.authors, editor.user_id})),
-            captured_by=editor.user_id,
-            supersedes=row.capture_id,
-        ),
-        supersede=row,
-    )
-    if stored is None:
-        raise refused("not_editable", f"captured case {capture_id} changed meanwhile")
-    auditor.record(
-        "evals.case_edited",
-        stored.status,
-        user_id=editor.user_id,
-        tenant_id=stored.tenant_id,
-        thread_id=stored.thread_id,
-        detail={**_facts(stored, case), "previous_digest": row.digest},
-    )
-    return stored
-
-
-def visible(
-    store: Store, auditor: Auditor, person: Principal, *, status: str | None = None
-) -> list[CapturedCase]:
-    """The captured cases of the tenants ``person`` covers (check ``intact`` on each)."""
-    _reader(auditor, person, "read")
-    try:
-        found = table.rows(store, status=status)
-    except StoreError:
-        return []  # a store created before captured cases existed, opened read-only
-    return [r for r in found if covers(person, r.tenant_id)]
-
-
-def show(store: Store, auditor: Auditor, person: Principal, capture_id: str) -> CapturedCase:
-    """One captured case ``person`` may read (a row that does not verify is shown, marked so)."""
-    _reader(auditor, person, "read")
-    row = table.get(store, capture_id)
-    if row is None or not covers(person, row.tenant_id):
-        code, message = ("not_found", f"no captured case {capture_id}")
-        if row is not None:
-            code, message = "cross_tenant", f"{person.user_id!r} does not act for tenant {row.tenant_id!r}"
-        raise refuse(auditor, code, message, action="read", user_id=person.user_id, subject=capture_id)
-    return row
-
-
-@dataclass(frozen=True)
-class Export:
-    """What ``evals captured export`` wrote."""
-
-    path: Path
-    cases: list[str]
-    """Case ids written, oldest capture first."""
-    sha256: str
-    """SHA-256 of the file (the dataset digest the gate reports)."""
-    skipped: dict[str, str] = field(default_factory=dict)
-    """Reviewed captures left out, with why: ``tampered`` or ``reviewer_unverified``."""
-
-
-def export(
-    store: Store, auditor: Auditor, directory: IdentityDirectory, person: Principal, out: Path
-) -> Export:
-    """Write every reviewed, verified case of the tenants ``person`` covers to ``out`` (JSONL)."""
-    candidates = visible(store, auditor, person, status="reviewed")
-    cases: list[EvalCase] = []
-    skipped: dict[str, str] = {}
-    for row in candidates:
-        if not row.intact():
-            skipped[row.capture_id] = "tampered"
-            continue
-        reviewer = directory.reviewer_for(row.reviewed_by or "", row.tenant_id)
-        if reviewer is None or not reviewer.roles & REVIEW_ROLES or reviewer.user_id in row.authors:
-            skipped[row.capture_id] = "reviewer_unverified"
-            continue
-        cases.append(row.case())
-    tampered = sorted(k for k, why in skipped.items() if why == "tampered")
-    if tampered:
-        refuse(
-            auditor,
-            "capture_tampered",
-            f"reviewed captured cases changed outside toolgate, not exported: {', '.join(tampered)}",
-            action="export",
-            user_id=person.user_id,
-            tenant_id=person.tenant_id,
-            subject=",".join(tampered)[:300],
-        )
-    if not cases:
-        raise refuse(
-            auditor,
-            "nothing_to_export",
-            "no reviewed captured case verifies for your tenants; nothing was written",
-            action="export",
-            user_id=person.user_id,
-            tenant_id=person.tenant_id,
-        )
-    text = dump_cases(cases)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(out)  # a reader sees the old file or the whole new one
-    result = Export(path=out, cases=[c.id for c in cases], sha256=sha256_hex(text), skipped=skipped)
-    auditor.record(
-        "evals.cases_exported",
-        "exported",
-        user_id=person.user_id,
-        tenant_id=person.tenant_id,
-        detail={"cases": result.cases, "sha256": result.sha256, "skipped": skipped},
-    )
-    return result
-
-
 __all__ = [
     "CAPTURE_ROLES",
     "REVIEW_ROLES",
     "CaptureRefused",
-    "Export",
     "KnownTools",
     "ReadState",
     "Source",
     "capture",
     "covers",
-    "edit",
-    "export",
+    "facts",
     "refuse",
+    "require_reader",
     "resolve",
-    "review",
-    "show",
-    "visible",
 ]

@@ -27,7 +27,8 @@ from toolgate.canonical import sha256_hex
 from toolgate.clock import parse_iso, utcnow
 from toolgate.config import Settings
 from toolgate.evals import captured_rows
-from toolgate.evals.captured import CaptureRefused, capture, review
+from toolgate.evals.captured import CaptureRefused, capture
+from toolgate.evals.captured_review import review
 from toolgate.evals.captured_rows import CapturedCase
 from toolgate.evals.fixtures import EvalCase, load_dataset
 from toolgate.evals.incident_case import SURROGATE_SECRET

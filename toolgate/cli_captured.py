@@ -16,7 +16,9 @@ import typer
 
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.errors import IdentityError
-from toolgate.evals.captured import capture, edit, export, refuse, review, show, visible
+from toolgate.evals.captured import capture, refuse
+from toolgate.evals.captured_export import export, show, visible
+from toolgate.evals.captured_review import edit, review
 from toolgate.evals.captured_rows import CapturedCase
 from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
