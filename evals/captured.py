@@ -73,18 +73,16 @@ def refuse(
     tenant_id: str | None = None,
     subject: str | None = None,
 ) -> CaptureRefused:
-    """Audit one refusal and return the error to raise."""
+    """Audit one refusal and return the error to raise. The event holds the code, the action and
+    its subject (a capture id, or what was named to capture), never ``message``: messages name
+    people, and the audit log knows people only by keyed hash (``user_id`` is hashed)."""
     auditor.record(
         "evals.capture_refused",
         "refused",
         user_id=user_id,
         code=code,
         tenant_id=tenant_id,
-        detail={
-            "action": action,
-            "subject": redact_personal_text(subject)[:300] if subject else None,
-            "reason": redact_personal_text(message)[:300],
-        },
+        detail={"action": action, "subject": redact_personal_text(subject)[:300] if subject else None},
     )
     return CaptureRefused(code, message)
 

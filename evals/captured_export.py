@@ -23,10 +23,10 @@ from toolgate.store.base import Store
 
 
 def visible(
-    store: Store, auditor: Auditor, person: Principal, *, status: str | None = None
+    store: Store, auditor: Auditor, person: Principal, *, status: str | None = None, action: str = "read"
 ) -> list[CapturedCase]:
     """The captured cases of the tenants ``person`` covers (check ``intact`` on each)."""
-    require_reader(auditor, person, "read")
+    require_reader(auditor, person, action)
     try:
         found = table.rows(store, status=status)
     except StoreError:
@@ -63,7 +63,7 @@ def export(
     store: Store, auditor: Auditor, directory: IdentityDirectory, person: Principal, out: Path
 ) -> Export:
     """Write every reviewed, verified case of the tenants ``person`` covers to ``out`` (JSONL)."""
-    candidates = visible(store, auditor, person, status="reviewed")
+    candidates = visible(store, auditor, person, status="reviewed", action="export")
     cases: list[EvalCase] = []
     skipped: dict[str, str] = {}
     for row in candidates:

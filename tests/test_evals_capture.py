@@ -357,6 +357,9 @@ def test_a_refused_capture_or_read_writes_nothing_but_its_refusal(
     assert world.rows() == []
     assert [c for _, c in world.refusals()] == [code]
     assert not (world.data / "x.jsonl").exists()
+    who = args[args.index("--as") + 1]
+    (event,) = world.events("evals.capture_refused")
+    assert event.actor_id != who and who not in json.dumps(event.detail)  # people only as keyed hashes
 
 
 @pytest.mark.parametrize(
