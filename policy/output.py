@@ -119,6 +119,29 @@ def count_secrets(text: str) -> int:
     return _scrub(text)[1]
 
 
+_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+"""An e-mail address. Not a secret (screening lets it through to tools that need one), but personal
+data: records kept for people to read later, such as captured dataset cases, hold none."""
+
+
+def redact_personal_text(text: str) -> str:
+    """`redact_text`, and e-mail addresses replaced too (text kept for later readers, not the model)."""
+    return _EMAIL.sub(REDACTED, redact_text(text))
+
+
+def redact_personal(value: Any, key: str = "") -> Any:
+    """`redact` with `redact_personal_text` for every string (JSON-like values kept for later readers)."""
+    if key and _SECRET_KEYS.search(key) and not isinstance(value, dict | list):
+        return REDACTED
+    if isinstance(value, str):
+        return redact_personal_text(value)
+    if isinstance(value, dict):
+        return {k: redact_personal(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_personal(v, key) for v in value]
+    return value
+
+
 def redact(value: Any, key: str = "") -> Any:
     """Redact a JSON-like value recursively (by key name and by value pattern)."""
     if key and _SECRET_KEYS.search(key) and not isinstance(value, dict | list):
@@ -164,4 +187,14 @@ def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any
     return redacted
 
 
-__all__ = ["REDACTED", "TRUNCATED", "bound", "count_secrets", "redact", "redact_text", "sanitize_result"]
+__all__ = [
+    "REDACTED",
+    "TRUNCATED",
+    "bound",
+    "count_secrets",
+    "redact",
+    "redact_personal",
+    "redact_personal_text",
+    "redact_text",
+    "sanitize_result",
+]

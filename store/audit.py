@@ -28,6 +28,15 @@ def actor_hash(key: bytes, user_id: str) -> str:
     )
 
 
+def audit_call_id(call_id: str) -> str:
+    """The call id as the audit log may hold it: as is when it is short plain text, else its digest.
+
+    Call ids come from the model; a NUL or a megabyte of text must not reach a database column."""
+    if len(call_id) <= 128 and call_id.isprintable():
+        return call_id
+    return "callid_sha256_" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class Auditor:
     """Appends audit events for one release with hashed actors."""
@@ -62,4 +71,4 @@ class Auditor:
         self.store.append_audits(events)
 
 
-__all__ = ["Auditor", "actor_hash", "key_id"]
+__all__ = ["Auditor", "actor_hash", "audit_call_id", "key_id"]

@@ -20,7 +20,16 @@ MIN_SECRET_BYTES = 16
 """Shorter secrets are refused: a guessable key makes every MAC forgeable."""
 
 Purpose = Literal[
-    "audit-chain", "actor", "approval", "identity", "identity-token", "proposal", "release", "state", "wait"
+    "audit-chain",
+    "actor",
+    "approval",
+    "capture",
+    "identity",
+    "identity-token",
+    "proposal",
+    "release",
+    "state",
+    "wait",
 ]
 """What a derived key may sign; one key per kind of record."""
 

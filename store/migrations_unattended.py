@@ -76,6 +76,29 @@ CREATE TABLE admission_slots (
 
 _PROPOSAL_MAC = "ALTER TABLE proposals ADD COLUMN mac TEXT"
 
+_CAPTURED_CASES = """
+CREATE TABLE captured_cases (
+    capture_id TEXT PRIMARY KEY, case_id TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,
+    source_kind TEXT NOT NULL CHECK (source_kind IN ('thread', 'operation', 'proposal')),
+    source_id TEXT NOT NULL, thread_id TEXT NOT NULL, task INTEGER NOT NULL, release TEXT NOT NULL,
+    body TEXT NOT NULL, digest TEXT NOT NULL, authors TEXT NOT NULL, captured_by TEXT NOT NULL,
+    supersedes TEXT,
+    status TEXT NOT NULL CHECK (status IN ('pending_review', 'reviewed', 'rejected', 'superseded')),
+    reviewed_by TEXT, reviewed_at TEXT, review_reason TEXT, version INTEGER NOT NULL,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL, mac TEXT NOT NULL
+);
+CREATE UNIQUE INDEX captured_cases_active_idx ON captured_cases (thread_id, task)
+    WHERE status IN ('pending_review', 'reviewed');
+CREATE INDEX captured_cases_tenant_idx ON captured_cases (tenant_id, status)"""
+
+_CAPTURED_CASES_SQLITE = f"""{_CAPTURED_CASES};
+CREATE TRIGGER captured_cases_no_delete BEFORE DELETE ON captured_cases
+BEGIN SELECT RAISE(ABORT, 'captured cases are superseded or rejected, never deleted'); END"""
+
+_CAPTURED_CASES_POSTGRES = f"""{_CAPTURED_CASES};
+CREATE TRIGGER captured_cases_no_delete BEFORE DELETE ON captured_cases
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse()"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -117,6 +140,11 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="proposals carry a MAC under the store's secret (older rows have none: never authentic)",
         sqlite=_PROPOSAL_MAC,
         postgres=_PROPOSAL_MAC,
+    ),
+    Migration(
+        name="captured eval cases: incidents as redacted, MAC-bound dataset cases waiting for review",
+        sqlite=_CAPTURED_CASES_SQLITE,
+        postgres=_CAPTURED_CASES_POSTGRES,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

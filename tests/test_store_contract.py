@@ -63,6 +63,7 @@ TABLES = (
     "breaker_states",
     "job_waits",
     "admission_slots",
+    "captured_cases",
 )
 """Every table the store keeps: a refusal must leave all of them as they were."""
 

@@ -6,7 +6,9 @@ when the gate fails; missing sign-offs fail it unless ``--no-require-review``. T
 store is read for sign-offs and, when the run covered a whole dataset against a control, gets the
 verdict as release evidence (`toolgate.release_evidence`; ``evidence=recorded``): what ``release
 shadow``, ``canary`` and ``promote`` later demand. ``evals review`` signs a report as an
-authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``).
+authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``). ``evals capture`` and
+``evals captured`` turn production incidents into cases that count once reviewed
+(`toolgate.cli_captured`).
 
 ``evals run --model PROVIDER:NAME`` runs both releases with a real chat model instead
 (`toolgate.evals.live_model`); a model that cannot be built is refused before anything runs
@@ -24,6 +26,7 @@ from typing import Annotated
 
 import typer
 
+from toolgate.cli_captured import capture_command, captured_app
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, IdentityError, StoreError
@@ -37,8 +40,11 @@ from toolgate.store.evidence import record as record_evidence
 from toolgate.store.factory import open_store
 
 evals_app = typer.Typer(
-    no_args_is_help=True, help="Evaluate releases: the release gate, sign-offs, LangSmith datasets."
+    no_args_is_help=True,
+    help="Evaluate releases: the release gate, sign-offs, captured incidents, LangSmith datasets.",
 )
+evals_app.command("capture")(capture_command)
+evals_app.add_typer(captured_app, name="captured")
 
 LANGSMITH_KEY_VARIABLES = ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY")
 

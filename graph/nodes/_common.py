@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +13,7 @@ from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.graph.context import Context
 from toolgate.graph.state import Budget, CallRecord, GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.store.audit import Auditor
+from toolgate.store.audit import Auditor, audit_call_id
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.tools.registry_fields import deprecated_detail
 from toolgate.tools.spec import ToolSpec
@@ -72,15 +71,6 @@ def budget_of(state: GatewayState, ctx: Context) -> Budget:
         max_identical_calls=budget.get("max_identical_calls", limits["max_identical_calls"]),
         max_validation_retries=budget.get("max_validation_retries", limits["max_validation_retries"]),
     )
-
-
-def audit_call_id(call_id: str) -> str:
-    """The call id as the audit log may hold it: as is when it is short plain text, else its digest.
-
-    Call ids come from the model; a NUL or a megabyte of text must not reach a database column."""
-    if len(call_id) <= 128 and call_id.isprintable():
-        return call_id
-    return "callid_sha256_" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def audit_projection(arguments: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
