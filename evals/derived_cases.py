@@ -37,6 +37,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 from toolgate.clock import utcnow
@@ -61,7 +62,7 @@ from toolgate.evals.gate_targets import (
 from toolgate.evals.observation import Observation
 from toolgate.policy.escalation import EscalationRule
 from toolgate.policy.principal import Principal
-from toolgate.policy.rules import AllowlistRule, MaxValueRule
+from toolgate.policy.rules import AllowlistRule, MaxValueRule, RateLimit
 from toolgate.tools.spec import ApprovalClass, ArgumentsInvalid, ToolSpec
 
 OTHER_TENANT = "gate-elsewhere"
@@ -236,7 +237,7 @@ def seeds_of(cases: Iterable[EvalCase], people: Mapping[str, Principal]) -> dict
                     )
             if any(case.expected.calls.get(c.id) != "accepted" for c in turn):
                 break  # a later call would need a turn that does not simply run
-            prefix.append(turn)
+            prefix.append(tuple(turn))
     return found
 
 
@@ -263,33 +264,28 @@ def derive(
     for name, spec in sorted(declarations.tools.items()):
         tool_seeds = list(seeds.get(name, ()))
         if tool_seeds:
-            kind: Any = "write" if spec.is_write else "read"
             build(
-                Target(kind, name),
-                lambda spec=spec, tool_seeds=tool_seeds: builder.tool_cases(spec, tool_seeds),
+                Target("write" if spec.is_write else "read", name),
+                partial(builder.tool_cases, spec, tool_seeds),
             )
     for rule in declarations.policy.rules:
-        spec = declarations.tools.get(rule.tool)
-        tool_seeds = list(seeds.get(rule.tool, ()))
-        if spec is None or not tool_seeds:
+        ruled = declarations.tools.get(rule.tool)
+        rule_seeds = list(seeds.get(rule.tool, ()))
+        if ruled is None or not rule_seeds:
             continue
         if isinstance(rule, MaxValueRule):
-            build(
-                Target("rule", rule.id), lambda s=spec, r=rule, t=tool_seeds: builder.max_value_cases(s, r, t)
-            )
+            build(Target("rule", rule.id), partial(builder.max_value_cases, ruled, rule, rule_seeds))
         elif isinstance(rule, AllowlistRule):
-            build(
-                Target("rule", rule.id), lambda s=spec, r=rule, t=tool_seeds: builder.allowlist_cases(s, r, t)
-            )
+            build(Target("rule", rule.id), partial(builder.allowlist_cases, ruled, rule, rule_seeds))
     for escalation in declarations.policy.escalations:
-        spec = declarations.tools.get(escalation.tool)
-        tool_seeds = list(seeds.get(escalation.tool, ()))
-        if spec is not None and tool_seeds:
+        raised = declarations.tools.get(escalation.tool)
+        raised_seeds = list(seeds.get(escalation.tool, ()))
+        if raised is not None and raised_seeds:
             build(
                 Target("escalation", escalation.id),
-                lambda s=spec, e=escalation, t=tool_seeds: builder.escalation_cases(s, e, t),
+                partial(builder.escalation_cases, raised, escalation, raised_seeds),
             )
-    build(Target("rate_limit", "windows"), lambda: builder.rate_limit_cases(seeds))
+    build(Target("rate_limit", "windows"), partial(builder.rate_limit_cases, seeds))
     return out
 
 
@@ -423,10 +419,10 @@ class _Builder:
         )
 
     @staticmethod
-    def probe(seed: Seed, index: int = 1, **args: Any) -> ScriptedCall:
-        """The seed's call as ``g<index>``, with ``args`` changed."""
+    def probe(seed: Seed, index: int = 1, changes: Mapping[str, Any] | None = None) -> ScriptedCall:
+        """The seed's call as ``g<index>``, with ``changes`` to its arguments."""
         base = dict(seed.call.args) if isinstance(seed.call.args, dict) else {}
-        return seed.call.model_copy(update={"id": f"g{index}", "args": {**base, **args}})
+        return seed.call.model_copy(update={"id": f"g{index}", "args": {**base, **(changes or {})}})
 
     def approval_of(self, spec: ToolSpec, seed: Seed) -> ApprovalClass:
         """The class a proposal of the seed's call needs under this release's policy."""
@@ -703,7 +699,7 @@ class _Builder:
         text = _text_argument(spec, seed)
         if spec.is_write and spec.secret_arguments == "refuse" and text is not None:
             args = seed.call.args if isinstance(seed.call.args, dict) else {}
-            probe = self.probe(seed, **{text: f"{args.get(text, 'x')} {SECRET_PROBE}"})
+            probe = self.probe(seed, 1, {text: f"{args.get(text, 'x')} {SECRET_PROBE}"})
             kept = {k: v for k, v in probe.from_results.items() if k != text}
             out.append(
                 self.case(
@@ -729,7 +725,7 @@ class _Builder:
             roles = {role} if role is not None else (seed.person.roles - set(listed)) or {NO_ROLE}
             who = _person(seed.person, roles=roles)
             calls = [
-                self.probe(seed, i + 1, **{rule.field: limit + delta}) for i, delta in enumerate((-1, 0, 1))
+                self.probe(seed, i + 1, {rule.field: limit + delta}) for i, delta in enumerate((-1, 0, 1))
             ]
             out.append(
                 self.case(
@@ -767,8 +763,8 @@ class _Builder:
             roles = (
                 {role} if role is not None else (seed.person.roles - set(rule.values_by_role)) or {NO_ROLE}
             )
-            inside = [self.probe(seed, 1, **{rule.field: allowed[0]})] if allowed else []
-            probes = [self.probe(seed, len(inside) + i + 1, **{rule.field: v}) for i, v in enumerate(outside)]
+            inside = [self.probe(seed, 1, {rule.field: allowed[0]})] if allowed else []
+            probes = [self.probe(seed, len(inside) + i + 1, {rule.field: v}) for i, v in enumerate(outside)]
             claims = [Claim("rule_silent", "g1", rule=rule.id)] if inside else []
             claims += [Claim("rule_fired", c.id, rule=rule.id) for c in probes]
             out.append(
@@ -814,7 +810,7 @@ class _Builder:
                 target,
                 "escalation_at",
                 seed,
-                [self.probe(seed, **{rule.field: at})],
+                [self.probe(seed, 1, {rule.field: at})],
                 [Claim("not_escalated", "g1", rule=rule.id), Claim("executed_once", tool=spec.name)],
                 detail=[at],
                 principal=requester,
@@ -825,7 +821,7 @@ class _Builder:
                 target,
                 "escalation_over",
                 seed,
-                [self.probe(seed, **{rule.field: over})],
+                [self.probe(seed, 1, {rule.field: over})],
                 [
                     Claim("escalated", "g1", rule=rule.id),
                     Claim("handler", tool=spec.name, count=0),
@@ -883,14 +879,13 @@ class _Builder:
         ]
         writes = [(n, s) for n, s in sorted(self.declarations.tools.items()) if s.is_write and seeds.get(n)]
         out: list[DerivedCase] = []
+        declared: tuple[tuple[RateWindow, RateLimit | None], ...] = (
+            ("per_principal_tool", limits.per_principal_tool),
+            ("per_tenant", limits.per_tenant),
+            ("global", limits.global_),
+        )
         windows: list[tuple[str, RateWindow, int, str | None]] = [
-            (label, label, declared.limit, None)
-            for label, declared in (
-                ("per_principal_tool", limits.per_principal_tool),
-                ("per_tenant", limits.per_tenant),
-                ("global", limits.global_),
-            )
-            if declared is not None
+            (window, window, found.limit, None) for window, found in declared if found is not None
         ]
         for name, spec in sorted(self.declarations.tools.items()):
             if spec.rate_limit is not None and seeds.get(name):

@@ -171,7 +171,7 @@ def _tool_mutants(name: str, spec: ToolSpec, roles: Sequence[str]) -> list[Mutan
                 name,
                 scope,
                 f"{name} no longer needs {scope}",
-                lambda s, scope=scope: replace(s, required_scopes=s.required_scopes - {scope}),
+                _without_scope(scope),
             )
         )
     refs = spec.resource_refs
@@ -198,13 +198,7 @@ def _tool_mutants(name: str, spec: ToolSpec, roles: Sequence[str]) -> list[Mutan
                     name,
                     role,
                     f"{role} acts on any user's resource of {name}",
-                    lambda s, role=role: replace(
-                        s,
-                        resource=replace(s.resource, staff_roles=s.resource.staff_roles | {role})
-                        if s.resource
-                        else None,
-                        resources=tuple(replace(r, staff_roles=r.staff_roles | {role}) for r in s.resources),
-                    ),
+                    _with_staff(role),
                 )
             )
     if refs:
@@ -277,8 +271,34 @@ def _policy(
     return Mutant(f"{kind}:{what}", kind, description, tools, families, policy_change=change)
 
 
-def _replace_rule(rules: Sequence[Rule], old: Rule, new: Rule | None) -> tuple[Rule, ...]:
-    return tuple(new if r is old else r for r in rules if r is not old or new is not None)
+def _without_scope(scope: str) -> SpecChange:
+    return lambda s: replace(s, required_scopes=s.required_scopes - {scope})
+
+
+def _with_staff(role: str) -> SpecChange:
+    def change(spec: ToolSpec) -> ToolSpec:
+        main = spec.resource
+        return replace(
+            spec,
+            resource=replace(main, staff_roles=main.staff_roles | {role}) if main is not None else None,
+            resources=tuple(replace(r, staff_roles=r.staff_roles | {role}) for r in spec.resources),
+        )
+
+    return change
+
+
+def _rule_replaced(old: Rule, new: Rule | None) -> PolicyChange:
+    """The policy with rule ``old`` replaced by ``new`` (``None``: removed)."""
+
+    def change(policy: PolicyRules) -> PolicyRules:
+        rules = [new if r is old else r for r in policy.rules]
+        return replace(policy, rules=tuple(r for r in rules if r is not None))
+
+    return change
+
+
+def _window_raised(field: str, raised: RateLimit) -> PolicyChange:
+    return lambda p: replace(p, rate_limits=replace(p.rate_limits, **{field: raised}))
 
 
 def _policy_mutants(declarations: Declarations) -> list[Mutant]:
@@ -291,7 +311,7 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
                 "rule_removed",
                 rule.id,
                 f"rule {rule.id} removed",
-                lambda p, rule=rule: replace(p, rules=_replace_rule(p.rules, rule, None)),
+                _rule_replaced(rule, None),
                 tools,
             )
         )
@@ -303,9 +323,7 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
                     "limit_raised",
                     f"{rule.id}:{role}",
                     f"{rule.id}: {role} up to {limit * 2 + 1}",
-                    lambda p, rule=rule, raised=raised: replace(
-                        p, rules=_replace_rule(p.rules, rule, raised)
-                    ),
+                    _rule_replaced(rule, raised),
                     tools,
                 )
                 if ceiling is not None and limit >= ceiling:
@@ -318,9 +336,7 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
                     "limit_raised",
                     f"{rule.id}:default",
                     f"{rule.id}: other roles up to {rule.default_limit * 2 + 1}",
-                    lambda p, rule=rule, default=default: replace(
-                        p, rules=_replace_rule(p.rules, rule, default)
-                    ),
+                    _rule_replaced(rule, default),
                     tools,
                 )
             )
@@ -336,9 +352,7 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
                         "allowlist_widened",
                         f"{rule.id}:{role}",
                         f"{rule.id}: {role} may also use {extra}",
-                        lambda p, rule=rule, widened=widened: replace(
-                            p, rules=_replace_rule(p.rules, rule, widened)
-                        ),
+                        _rule_replaced(rule, widened),
                         tools,
                     )
                 )
@@ -352,16 +366,13 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
     ):
         if found is None:
             continue
-        raised = RateLimit(limit=found.limit * 10, window_s=found.window_s)
         field = "global_" if window == "global" else window
         out.append(
             _policy(
                 "rate_limit_raised",
                 window,
                 f"rate limit {window} x10",
-                lambda p, field=field, raised=raised: replace(
-                    p, rate_limits=replace(p.rate_limits, **{field: raised})
-                ),
+                _window_raised(field, RateLimit(limit=found.limit * 10, window_s=found.window_s)),
                 None,
                 frozenset({"rate_limit"}),
             )

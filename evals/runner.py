@@ -132,6 +132,11 @@ def _copy_database(source_path: Path, target_path: Path) -> None:
 class CaseRunner:
     """One release, a template store, and `run_case` for any number of cases."""
 
+    people: dict[str, Principal]
+    """Who cases may name, by user id (the demo identities, inline principals, `EXTRA_PEOPLE`)."""
+    key: bytes
+    """The template store's secret (every case's copy shares it)."""
+
     def __init__(
         self,
         release: str | Release,
