@@ -69,7 +69,10 @@ def selection_cases() -> list[EvalCase]:
 
 
 def principal_of(case: EvalCase) -> Principal:
-    """The case's principal (a demo identity by user id, or inline)."""
+    """The case's principal (one of the case's own people, a demo identity by user id, or inline)."""
+    own = {str(p["user_id"]): p for p in case.people}
+    if isinstance(case.principal, str) and case.principal in own:
+        return Principal.from_dict(own[case.principal])
     if isinstance(case.principal, str):
         return demo_principals()[case.principal]
     return Principal.from_dict(case.principal)

@@ -163,17 +163,17 @@ def test_the_conversation_is_read_from_the_current_task_only() -> None:
 
 
 def test_on_the_40_tool_catalog_every_case_offers_at_most_8_and_keeps_its_tool(catalog: Registry) -> None:
-    """The measurement the bench reports. Recall with selection is 66/67: the one miss is
+    """The measurement the bench reports. Recall with selection is 71/72: the one miss is
     ``args-retry-sku-missing-prefix``, whose whole request is "Please check it." (no intent, no
     earlier call: nothing says inventory). With the full catalog every expected tool is offered,
     at up to 32 tools a request."""
     cases = selection_cases()
     full = measure(catalog, cases, catalog="full", limit=None)
     selected = measure(catalog, cases, catalog="selected", limit=8)
-    assert full.cases == selected.cases == len(cases) == 67
+    assert full.cases == selected.cases == len(cases) == 72
     assert selected.offered_max == 8 and full.offered_max == 32
-    assert (full.recall_hits, full.recall_cases) == (67, 67)
-    assert (selected.recall_hits, selected.recall_cases) == (66, 67)
+    assert (full.recall_hits, full.recall_cases) == (72, 72)
+    assert (selected.recall_hits, selected.recall_cases) == (71, 72)
     assert selected.missed == ["args-retry-sku-missing-prefix"]
     assert selected.chooser_hits >= full.chooser_hits
 
@@ -185,11 +185,11 @@ def test_the_bench_writes_its_results_and_prints_one_line_per_catalog(tmp_path: 
     finally:
         sys.path.remove(str(REPO / "bench"))
     full, selected = bench.run()
-    assert full.line().startswith("catalog=full tools=40 cases=67 offered_max=32 ")
+    assert full.line().startswith("catalog=full tools=40 cases=72 offered_max=32 ")
     assert selected.line().startswith(
-        "catalog=selected_max8 tools=40 cases=67 offered_max=8 offered_mean=8.0 "
+        "catalog=selected_max8 tools=40 cases=72 offered_max=8 offered_mean=8.0 "
     )
-    assert "recall=98.5% (66/67) chooser=lexical" in selected.line()
+    assert "recall=98.6% (71/72) chooser=lexical" in selected.line()
 
 
 def test_a_visible_tool_not_offered_is_still_judged_normally_and_the_offer_is_audited(
