@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import secrets
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,6 +44,30 @@ from toolgate.tools.spec import ApprovalClass, ToolSpec
 
 SpecChange = Callable[[ToolSpec], ToolSpec]
 PolicyChange = Callable[[PolicyRules], PolicyRules]
+
+PROBED_BY: Mapping[str, frozenset[str]] = {
+    "write_declared_read": frozenset({"approval_required"}),
+    "approval_widened": frozenset({"wrong_role", "approved_once"}),
+    "approval_lowered": frozenset({"one_short", "same_twice"}),
+    "sole_approver_added": frozenset({"one_short", "same_twice"}),
+    "secrets_reviewed": frozenset({"secret_argument"}),
+    "scope_dropped": frozenset({"scope"}),
+    "ownership_dropped": frozenset({"other_user"}),
+    "staff_widened": frozenset({"other_user"}),
+    "resources_dropped": frozenset({"other_tenant", "other_user"}),
+    "exposure_widened": frozenset({"exposure_roles", "exposure_tenants"}),
+    "rate_limit_raised": frozenset({"rate_limit"}),
+    "output_bound_raised": frozenset({"output_bound"}),
+    "rule_removed": frozenset({"max_value", "allowlist"}),
+    "limit_raised": frozenset({"max_value"}),
+    "allowlist_widened": frozenset({"allowlist"}),
+    "escalation_removed": frozenset({"escalation_over"}),
+    "escalation_threshold_raised": frozenset({"escalation_over"}),
+    "escalation_lowered": frozenset({"escalation_over"}),
+    "approval_window_extended": frozenset({"expired"}),
+}
+"""Per kind of loosening, the generated cases written to probe it (`toolgate.evals.derived_cases`
+families): what `toolgate.evals.mutation` runs first."""
 
 
 @dataclass(frozen=True)
@@ -445,4 +469,4 @@ def loads(mutant: Mutant, base: Release, number: int) -> Release | str:
         return str(exc).splitlines()[0][:200]
 
 
-__all__ = ["Mutant", "loads", "mutants_of"]
+__all__ = ["PROBED_BY", "Mutant", "loads", "mutants_of"]

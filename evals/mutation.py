@@ -6,12 +6,15 @@ Then, for each `toolgate.evals.mutants.Mutant`, it runs the gate with the loosen
 candidate and the release itself as the control, and records whether the gate failed (*killed*,
 with the failures that killed it) or passed (*survived*: a loosening the gate cannot see).
 
-Each mutant is run on the cases that can observe it: the dataset cases and generated cases
-(derived from the mutant's declarations as well as the release's) that name one of the tools it
-changed, or, for a loosening of no one tool (rate-limit windows, the approval window), the
-generated cases of the families that probe it. Choosing fewer cases can only let a mutant
-survive, never kill it: the score errs toward reporting a gap. The control's runs are shared by
-every mutant (one run per case).
+Each mutant is run first on the generated cases written to probe its kind of loosening
+(`toolgate.evals.mutants.PROBED_BY`, e.g. ``scope`` cases for a dropped scope), derived from the
+mutant's declarations as well as the release's and naming a tool it changed: the claim under
+test is that these alone catch it. Only a mutant they miss is run again on every case that can
+observe it: the dataset cases and generated cases naming one of the tools it changed, or, for a
+loosening of no one tool (rate-limit windows, the approval window), the generated cases of the
+families that probe it. Choosing fewer cases can only let a mutant survive, never kill it (the
+gate's failures only grow with its cases), so the score errs toward reporting a gap. The
+control's runs are shared by every mutant (one run per case).
 
 The mutation score is killed / (killed + survived); mutants the registry refuses to load are
 listed apart (a loosening nobody can ship), and so are equivalent ones: a loosening no call can
@@ -29,7 +32,7 @@ from toolgate.evals.derived_cases import DerivedCase, Seed, derive, merge, seeds
 from toolgate.evals.fixtures import Dataset, EvalCase
 from toolgate.evals.gate import CaseRecord, DerivedRun, GateResult, ReleaseRun, dataset_people, run_on
 from toolgate.evals.gate_targets import Declarations, union_roles
-from toolgate.evals.mutants import Mutant, loads, mutants_of
+from toolgate.evals.mutants import PROBED_BY, Mutant, loads, mutants_of
 from toolgate.evals.runner import CaseRunner
 from toolgate.release import Release
 from toolgate.release_loader import load_release
@@ -160,27 +163,44 @@ def _score(
     loaded = loads(mutant, base, number)
     if isinstance(loaded, str):
         return MutantResult(mutant, "refused_at_load", [loaded])
-    cases = [c for c in dataset.cases if _observes(mutant, c.requires, None)]
-    with CaseRunner(loaded, cases=cases, like=control.runner) as runner:
+    every = [c for c in dataset.cases if _observes(mutant, c.requires, None)]
+    with CaseRunner(loaded, cases=every, like=control.runner) as runner:
         theirs = derive(Declarations.of(loaded, runner.registry), seeds, roles)
-        derived = [d for d in merge(theirs, own) if _observes(mutant, d.case.requires, d.family)]
-        candidate = run_on(runner, cases, derived)
+        observing = [d for d in merge(theirs, own) if _observes(mutant, d.case.requires, d.family)]
+        probes = PROBED_BY.get(mutant.kind, frozenset())
+        first = [d for d in observing if d.family in probes]
+        failures, ran = _gate(runner, control, dataset, [], first)
+        if not failures:  # the probes written for it missed: every case that can observe it
+            failures, more = _gate(runner, control, dataset, every, observing)
+            ran += more
+    return MutantResult(
+        mutant,
+        "killed" if failures else "survived",
+        failures,
+        cases=ran,
+        seconds=round(time.perf_counter() - started, 2),
+    )
+
+
+def _gate(
+    runner: CaseRunner,
+    control: _Control,
+    dataset: Dataset,
+    cases: Sequence[EvalCase],
+    derived: Sequence[DerivedCase],
+) -> tuple[list[str], int]:
+    """The gate's failures with ``runner``'s release as candidate, on ``cases`` and ``derived``
+    (coverage is the whole gate's business, asked of the release itself), and how many ran."""
+    candidate = run_on(runner, cases, derived)
     subset = Dataset(path=dataset.path, cases=tuple(cases), sha256=dataset.sha256)
     result = GateResult(
         dataset=subset,
         candidate=candidate,
         control=control.run(cases, derived),
-        derived=derived,
+        derived=list(derived),
         check_coverage=False,
     )
-    failures = result.tested_failures()
-    return MutantResult(
-        mutant,
-        "killed" if failures else "survived",
-        failures,
-        cases=len(cases) + len(derived),
-        seconds=round(time.perf_counter() - started, 2),
-    )
+    return result.tested_failures(), len(candidate.records) + len(candidate.derived)
 
 
 def _observes(mutant: Mutant, requires: Sequence[str], family: str | None) -> bool:

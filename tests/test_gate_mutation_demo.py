@@ -15,8 +15,10 @@ def assert_every_mutant_killed(report: MutationReport) -> None:
     assert report.base_failures == []
     assert [r.mutant.id for r in report.survived] == []
     assert report.score == 100.0 and len(report.killed) >= 50
-    for result in report.killed:  # killed by the gate's own failure lines, never by a crash
-        assert result.reasons and all("=" in reason for reason in result.reasons), result
+    for result in report.killed:  # by the cases derived for its kind of loosening, never by a crash
+        assert result.reasons and all(
+            r.startswith(("loosened=", "derived_unsafe=")) for r in result.reasons
+        ), result
     kinds = report.kinds()
     for kind in (
         "write_declared_read",
