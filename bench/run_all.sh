@@ -13,6 +13,8 @@ done
 "$PY" bench/profile_paths.py
 "$PY" bench/lab6_breaker.py
 "$PY" bench/hostile_turn.py
+echo "### bench/gate_cases.py $ARGS"
+"$PY" bench/gate_cases.py $ARGS
 echo "### bench/token_budget.py"
 "$PY" bench/token_budget.py
 echo "### bench/tool_selection.py"

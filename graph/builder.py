@@ -116,7 +116,9 @@ def build_graph(
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
     for name, make in NODE_FACTORIES.items():
         node = router.node(name, make) if router is not None else guarded(gateway, name, make(gateway))
-        builder.add_node(name, node)
+        # the input schema LangGraph would infer from the node's first parameter, given so that
+        # compiling does not evaluate every annotation of GatewayState once per node
+        builder.add_node(name, node, input_schema=GatewayState)
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", after_model)
     builder.add_conditional_edges("dispatch", after_dispatch)

@@ -121,11 +121,37 @@ def refuse_unsupported(gw: Gateway, ctx: Context, task: str, node: str, version:
     )
 
 
-def guarded(gw: Gateway, name: str, fn: Node) -> Node:
-    """``fn`` behind the seal (``fn`` takes the state and, if it names them, runtime and config)."""
-    wants = set(inspect.signature(fn).parameters)
+class GuardedNode:
+    """One node behind the seal: ``fn`` (which takes the state and, if it names them, runtime and
+    config) runs only on state the seal vouches for, and its update is sealed.
 
-    def node(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
+    A small callable object rather than a closure, for what compiling costs: each time a graph is
+    compiled (every App open, every evaluation case) LangGraph looks for subgraphs inside each node
+    by disassembling the bytecode of a function node and of what it reaches
+    (``find_subgraph_pregel``), and a callable that is not a function is not inspected. No node
+    of ours runs a subgraph (tests/test_graph_compile.py holds LangGraph's own search to that for
+    every node function), so nothing is lost. LangGraph still reads the signature of `__call__`:
+    ``runtime`` and ``config`` are injected as before."""
+
+    def __init__(self, gw: Gateway, name: str, fn: Node) -> None:
+        self.gateway = gw
+        """The release's gateway the node runs with."""
+        self.name = name
+        """The node's name in the graph (audit events name it)."""
+        self.fn = fn
+        """The node itself, run on sealed and migrated state."""
+        self.wants = frozenset(inspect.signature(fn).parameters) & {"runtime", "config"}
+        """Which of runtime and config ``fn`` names (it gets only those)."""
+        self.__name__ = name
+        self.__doc__ = fn.__doc__
+
+    def __repr__(self) -> str:
+        return f"GuardedNode({self.name!r})"
+
+    def __call__(
+        self, state: GatewayState, runtime: Runtime[Context], config: RunnableConfig
+    ) -> dict[str, Any]:
+        gw, name, fn = self.gateway, self.name, self.fn
         task = thread_id(config)
         if gw.server_mode:
             user = runtime.server_info.user if runtime.server_info is not None else None
@@ -142,7 +168,7 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
             if claimed is not None and (type(claimed) is not int or claimed != version):
                 update["state_version"] = None  # a version the seal does not vouch for is not sealed
             if name == "respond":  # the final answer still comes, saying the thread was refused
-                final = fn(apply_update(state, update), **_args(runtime, config))
+                final = fn(apply_update(state, update), **self._args(runtime, config))
                 update = {**update, **final, "messages": [*update["messages"], *final.get("messages", [])]}
             return sealer.seal_update(state, update)
         refused = state.get("status") == "refused"
@@ -151,7 +177,7 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
         migration = {} if refused else state_versions.pending_update(state)
         current = apply_update(state, migration) if migration else state
         try:
-            update = fn(current, **_args(runtime, config))
+            update = fn(current, **self._args(runtime, config))
         except IdentityError as exc:  # a run by someone who is not this thread's principal
             who = context_of(runtime).principal
             gw.auditor.record(
@@ -167,13 +193,15 @@ def guarded(gw: Gateway, name: str, fn: Node) -> Node:
             update = chain_updates(state, migration, update)
         return sealer.seal_update(state, update)
 
-    def _args(runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
+    def _args(self, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
         given = {"runtime": runtime, "config": config}
-        return {k: v for k, v in given.items() if k in wants}
-
-    node.__name__ = name
-    node.__doc__ = fn.__doc__
-    return node
+        return {k: v for k, v in given.items() if k in self.wants}
 
 
-__all__ = ["TAMPERED", "guarded", "refuse_tampered", "refuse_unsupported", "unanswered_calls"]
+def guarded(gw: Gateway, name: str, fn: Node) -> Node:
+    """``fn`` behind the seal (``fn`` takes the state and, if it names them, runtime and config):
+    a `GuardedNode`."""
+    return GuardedNode(gw, name, fn)
+
+
+__all__ = ["TAMPERED", "GuardedNode", "guarded", "refuse_tampered", "refuse_unsupported", "unanswered_calls"]

@@ -36,12 +36,12 @@ from langgraph.runtime import Runtime
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.guard import guarded
-from toolgate.graph.nodes._common import context_of, thread_id
-from toolgate.graph.rollout_stop import halt_node, stop_rollout
+from toolgate.graph.nodes._common import thread_id
+from toolgate.graph.rollout_stop import stop_rollout
+from toolgate.graph.routed_node import RoutedNode
 from toolgate.graph.seal import tampered_keys
-from toolgate.graph.shadow import shadow_turn
 from toolgate.graph.state import GatewayState
-from toolgate.graph.thread_pins import HALTED_NODES, ThreadPinning, run_principal, stop_node
+from toolgate.graph.thread_pins import HALTED_NODES, ThreadPinning, run_principal
 from toolgate.policy.rollout import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
 from toolgate.policy.rollout_signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
@@ -237,35 +237,7 @@ class ReleaseRouter:
 
     def node(self, name: str, make: NodeFactory) -> Callable[..., dict[str, Any]]:
         """The dispatching node ``name``: routes each run to its arm's node (built by ``make``)."""
-
-        def routed(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
-            route = self.route(name, state, runtime, config)
-            if route.halted:
-                if route.stop is not None:
-                    return guarded(route.gateway, name, stop_node(route.gateway, route.stop))(
-                        state, runtime, config
-                    )
-                assert route.rollout is not None
-                return guarded(route.gateway, name, halt_node(route.gateway, route.rollout))(
-                    state, runtime, config
-                )
-            update = self._arm_node(route.gateway, name, make)(state, runtime, config)
-            if route.shadow is not None and route.rollout is not None:
-                shadow_turn(
-                    control=route.gateway,
-                    candidate=route.shadow,
-                    rollout=route.rollout,
-                    thread_id=thread_id(config),
-                    state=state,
-                    update=update,
-                    ctx=context_of(runtime),
-                )
-            if route.monitored and route.rollout is not None:
-                self.check(route.rollout, route.gateway)
-            return update
-
-        routed.__name__ = name
-        return routed
+        return RoutedNode(self, name, make)
 
     # ---- automatic stop ----------------------------------------------------------------
 

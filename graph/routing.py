@@ -1,9 +1,10 @@
 """Where the graph goes after each node; pure functions of the checkpointed state.
 
 They also run on state a client rewrote (``update_state`` routes from the named node), so they
-never fail on it: a wrong route only leads to a node that checks the seal first."""
+never fail on it: a wrong route only leads to a node that checks the seal first.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here (see `toolgate.graph.state`): LangGraph reads these
+functions' annotations for each conditional edge every time the graph is compiled."""
 
 from typing import Literal
 

@@ -3,9 +3,12 @@
 Whatever must survive a crash lives here: call ids, operation keys, proposal ids, budgets and
 the release. Effects and their evidence live in the store; ``outcomes`` mirrors the store's
 authoritative status per call id for the final answer and for clients.
-"""
 
-from __future__ import annotations
+Unlike most modules this one does not use ``from __future__ import annotations``: LangGraph
+resolves the annotations of `GatewayState` (``typing.get_type_hints``) several times every time
+the graph is compiled (once per App open, once per evaluation case), and real annotations are
+resolved without compiling and evaluating each one from its text again.
+"""
 
 from typing import Annotated, Any, Literal, TypedDict
 

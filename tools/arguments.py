@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from toolgate.tools.arguments_frozen import FrozenArguments, FrozenList, freeze, thaw
+from toolgate.tools.schema_walk import field_paths
 
 
 class ArgumentsInvalid(ValueError):
@@ -70,6 +71,12 @@ class ArgumentContract(Protocol):
 
     def json_schema(self) -> dict[str, Any]:
         """The arguments' JSON Schema as declared (before any provider export)."""
+        ...
+
+    def declared_fields(self) -> tuple[tuple[str, str], ...]:
+        """``(path, property name)`` of every property `json_schema` declares, at every depth
+        (`toolgate.tools.schema_walk.field_paths`), worked out once per schema: the spec checks
+        ask for them on every `ToolSpec` built, and a ``dataclasses.replace`` builds one."""
         ...
 
 
@@ -128,18 +135,35 @@ class ModelArguments:
         """The model's own JSON Schema (a copy of the one generated first for this model class:
         every spec check, registry build and binding asks again, and Pydantic's generation is
         most of what building a registry costs)."""
+        return copy.deepcopy(self._schema())
+
+    def declared_fields(self) -> tuple[tuple[str, str], ...]:
+        """Every declared property's path and name, walked once per model class (`_FIELDS`)."""
+        with _SCHEMAS_LOCK:
+            fields = _FIELDS.get(self.model)
+        if fields is None:
+            fields = tuple((path, name) for path, name, _ in field_paths(self._schema()))
+            with _SCHEMAS_LOCK:
+                fields = _FIELDS.setdefault(self.model, fields)
+        return fields
+
+    def _schema(self) -> dict[str, Any]:
+        """The schema generated first for this model class (shared: never hand it out unless copied)."""
         with _SCHEMAS_LOCK:
             schema = _SCHEMAS.get(self.model)
         if schema is None:
             schema = self.model.model_json_schema()
             with _SCHEMAS_LOCK:
                 schema = _SCHEMAS.setdefault(self.model, schema)
-        return copy.deepcopy(schema)
+        return schema
 
 
 _SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], dict[str, Any]] = weakref.WeakKeyDictionary()
 """Each argument model's JSON Schema, kept while the model class lives (models made at run time,
 an MCP server's, are not held)."""
+_FIELDS: weakref.WeakKeyDictionary[type[BaseModel], tuple[tuple[str, str], ...]] = weakref.WeakKeyDictionary()
+"""Each argument model's declared properties (`ModelArguments.declared_fields`), walked from the
+schema in `_SCHEMAS` and kept as long as it is."""
 _SCHEMAS_LOCK = threading.Lock()
 
 

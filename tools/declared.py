@@ -48,7 +48,7 @@ from toolgate.tools.declared_checks import (
 )
 from toolgate.tools.declared_errors import describe, error_order, value_problems
 from toolgate.tools.declared_validator import declared_validator
-from toolgate.tools.schema_walk import resolve_pointer
+from toolgate.tools.schema_walk import field_paths, resolve_pointer
 
 
 class JsonSchemaArguments:
@@ -61,6 +61,7 @@ class JsonSchemaArguments:
         """The operator's choice for open objects, as registered."""
         self._schema = effective
         self._validator = declared_validator(effective)
+        self._fields: tuple[tuple[str, str], ...] | None = None
         refusals = list(default_refusals(effective, self._validator))
         if refusals:
             raise SchemaRefused(refusals)
@@ -80,6 +81,12 @@ class JsonSchemaArguments:
     def json_schema(self) -> dict[str, Any]:
         """The schema as declared (closed where the operator chose ``open_objects="close"``)."""
         return copy.deepcopy(self._schema)
+
+    def declared_fields(self) -> tuple[tuple[str, str], ...]:
+        """Every declared property's path and name (walked once: the schema never changes)."""
+        if self._fields is None:
+            self._fields = tuple((path, name) for path, name, _ in field_paths(self._schema))
+        return self._fields
 
     def parse(self, raw: Any) -> dict[str, Any]:
         """Validate ``raw`` with the schema; the kept arguments, or `ArgumentsInvalid`."""

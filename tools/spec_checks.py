@@ -9,6 +9,7 @@ states what a tool is.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Literal
 
@@ -16,7 +17,6 @@ from toolgate.tools.argpaths import parse_path
 from toolgate.tools.egress import host_problems
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.registry_fields import field_problems
-from toolgate.tools.schema_walk import field_paths
 from toolgate.tools.wire import WIRE_NAME
 from toolgate.tools.write_review import NoRollback, Rollback
 
@@ -142,18 +142,35 @@ def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
     declares one could never be called: it fails here instead, naming the field path. An operator
     who knows a name is not an identity (a loan's ``principal``, ``user_ratings``) lists its path in
     `ToolSpec.identity_exempt`; an exemption that names no identity-like field is refused too."""
-    schema = spec.contract.json_schema()
-    paths = {path: name for path, name, _ in field_paths(schema)}
+    identities = identity_paths(spec.contract.declared_fields())
     problems: list[tuple[ProblemCode, str]] = []
-    for path in sorted(paths):
-        if is_identity_name(paths[path]) and path not in spec.identity_exempt:
+    for path in identities:
+        if path not in spec.identity_exempt:
             problems.append(("identity_argument", f"identity or authority in arguments: {path}"))
     for path in sorted(spec.identity_exempt):
-        if path not in paths or not is_identity_name(paths[path]):
+        if path not in identities:
             problems.append(
                 ("unknown_identity_exempt", f"identity_exempt names no identity-like argument: {path}")
             )
     return problems
 
 
-__all__ = ["MAX_NAME_LENGTH", "ProblemCode", "identity_problems", "reach_problems", "spec_problems"]
+@functools.lru_cache(maxsize=1024)
+def identity_paths(fields: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The sorted paths of the identity-like fields among ``fields`` (a contract's
+    ``declared_fields``; a path declared twice counts by its last name, as a dict keeps it).
+
+    Kept per field list: every `ToolSpec` built asks, and a contract hands out the same list for as
+    long as its schema lives."""
+    names = dict(fields)
+    return tuple(path for path in sorted(names) if is_identity_name(names[path]))
+
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "ProblemCode",
+    "identity_paths",
+    "identity_problems",
+    "reach_problems",
+    "spec_problems",
+]
