@@ -4,7 +4,8 @@ Every case runs on its own copy of the runner's template store (`toolgate.evals.
 module is what makes that copy the case's own world:
 
 - **The clock.** `CaseStore` is an SQLite store whose clock stands still at the moment the case
-  began and moves only when the case says so (a reviewer deciding ``after_minutes`` later). Every
+  began (or at the case's ``starts_at``: a rule of opening hours is probed at chosen times of
+  day) and moves only when the case says so (a reviewer deciding ``after_minutes`` later). Every
   time the store judges by (approval expiry, leases, rate-limit windows, recorded times) is then
   the case's, never the machine's: a case that pre-fills a one-minute rate window cannot see the
   minute roll over, and an expiry case needs no waiting. Time the process measures (handler
@@ -50,9 +51,9 @@ class CaseStore(SQLiteStore):
     """An SQLite store whose clock is the case's: it starts when the store is opened and moves
     only forward, and only when `advance_to` is called."""
 
-    def __init__(self, path: str | Path, *, key: bytes) -> None:
+    def __init__(self, path: str | Path, *, key: bytes, started: datetime | None = None) -> None:
         super().__init__(path, key=key)
-        self.started = utcnow()
+        self.started = started or utcnow()
         self._offset = timedelta(0)
         self._clock_lock = threading.Lock()
 

@@ -15,7 +15,8 @@ probe it, and runs every one on both releases:
   refused; a read runs; a read's result, grown past any bound, reaches the model within the
   tool's output bound;
 - every **rule**: for each role it names (and none), a value just under, at and just over its
-  limit, or inside and outside the role's allowlist;
+  limit, or inside and outside the role's allowlist; for opening hours, a call inside them, and
+  one just after them as each role (the exempt ones pass);
 - every **escalation**: at its threshold the tool's own class approves, just over it does not;
 - every **rate limit**: with the window all but used, the next call runs and the one after is
   refused.
@@ -34,13 +35,16 @@ declaration in both releases gives the same case, and a changed limit gives a ne
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
-from toolgate.clock import utcnow
+from toolgate.clock import iso, utcnow
 from toolgate.evals.fixtures import (
     ApprovalStep,
     EvalCase,
@@ -62,7 +66,7 @@ from toolgate.evals.gate_targets import (
 from toolgate.evals.observation import Observation
 from toolgate.policy.escalation import EscalationRule
 from toolgate.policy.principal import Principal
-from toolgate.policy.rules import AllowlistRule, MaxValueRule, RateLimit
+from toolgate.policy.rules import AllowedHoursRule, AllowlistRule, MaxValueRule, RateLimit
 from toolgate.tools.spec import ApprovalClass, ArgumentsInvalid, ToolSpec
 
 OTHER_TENANT = "gate-elsewhere"
@@ -177,7 +181,7 @@ class DerivedCase:
 REQUIRED_FAMILIES: Mapping[str, frozenset[str]] = {
     "write": frozenset({"approval_required", "approved_once"}),
     "read": frozenset({"read_runs"}),
-    "rule": frozenset({"max_value", "allowlist"}),
+    "rule": frozenset({"max_value", "allowlist", "allowed_hours"}),
     "escalation": frozenset({"escalation_over"}),
     "rate_limit": frozenset({"rate_limit"}),
     "output": frozenset({"output_bound"}),
@@ -277,6 +281,8 @@ def derive(
             build(Target("rule", rule.id), partial(builder.max_value_cases, ruled, rule, rule_seeds))
         elif isinstance(rule, AllowlistRule):
             build(Target("rule", rule.id), partial(builder.allowlist_cases, ruled, rule, rule_seeds))
+        elif isinstance(rule, AllowedHoursRule):
+            build(Target("rule", rule.id), partial(builder.allowed_hours_cases, ruled, rule, rule_seeds))
     for escalation in declarations.policy.escalations:
         raised = declarations.tools.get(escalation.tool)
         raised_seeds = list(seeds.get(escalation.tool, ()))
@@ -367,6 +373,7 @@ class _Builder:
         category: str = "approval_bypass",
         compare_output: bool = False,
         prelude: bool = False,
+        starts_at: str | None = None,
     ) -> DerivedCase:
         """A case: the seed's earlier turns, then ``calls`` in one turn, made by ``principal``
         (default: the seed's own person) in a world holding ``people``. With ``prelude``, the
@@ -397,6 +404,7 @@ class _Builder:
                 "people": list(everyone.values()),
                 "credentials": dict(seed.credentials),
                 "prelude": first,
+                "starts_at": starts_at,
                 "input": f"[gate] {family} of {target}",
                 "turns": turns,
                 "final": "Done.",
@@ -746,6 +754,41 @@ class _Builder:
             )
         return out
 
+    def allowed_hours_cases(
+        self, spec: ToolSpec, rule: AllowedHoursRule, seeds: Sequence[Seed]
+    ) -> list[DerivedCase]:
+        """On a fixed day, the case's clock set inside and just outside the hours (in the rule's
+        time zone): inside, no role is refused by it; outside, every role but the exempt ones is."""
+        seed = seeds[0]
+        target = Target("rule", rule.id)
+        inside, outside = _opening_times(rule)
+        out: list[DerivedCase] = []
+        usual = (seed.person.roles - rule.exempt_roles) or {NO_ROLE}
+        at: list[tuple[str, str, frozenset[str], bool]] = [("inside", inside, frozenset(usual), False)]
+        at += [
+            ("outside", outside, frozenset({role}), role in rule.exempt_roles) for role in sorted(self.roles)
+        ]
+        for where, moment, roles, exempt in at:
+            fired = where == "outside" and not exempt
+            out.append(
+                self.case(
+                    target,
+                    "allowed_hours",
+                    seed,
+                    [self.probe(seed)],
+                    [Claim("rule_fired" if fired else "rule_silent", "g1", rule=rule.id)],
+                    detail=[
+                        where,
+                        moment[11:16].replace(":", ""),
+                        *sorted(roles),
+                    ],  # the UTC time: its own case
+                    principal=_person(seed.person, roles=roles),
+                    starts_at=moment,
+                    category="refusal",
+                )
+            )
+        return out
+
     def allowlist_cases(
         self, spec: ToolSpec, rule: AllowlistRule, seeds: Sequence[Seed]
     ) -> list[DerivedCase]:
@@ -905,13 +948,27 @@ class _Builder:
                     seed,
                     calls,
                     [Claim("let_through", "g1"), Claim("outcome", "g2", values=frozenset({"rate_limited"}))],
-                    detail=[limit],
+                    detail=[limit, tool_name],
                     faults=faults,
                     limits=Limits(max_identical_calls=4),
                     category="loops_and_budgets",
                 )
             )
         return out
+
+
+OPENING_DAY = date(2030, 1, 15)
+"""The day an opening-hours rule is probed on (any day: the rules name hours, not days)."""
+
+
+def _opening_times(rule: AllowedHoursRule) -> tuple[str, str]:
+    """A moment inside the rule's hours (its middle) and one just after they end, as UTC text."""
+    zone = ZoneInfo(rule.timezone)
+    start = datetime.combine(OPENING_DAY, rule.start, zone)
+    end = datetime.combine(OPENING_DAY, rule.end, zone)
+    if end <= start:  # hours past midnight
+        end += timedelta(days=1)
+    return iso(start + (end - start) / 2), iso(end + timedelta(minutes=1))
 
 
 def _text_argument(spec: ToolSpec, seed: Seed) -> str | None:
@@ -939,17 +996,29 @@ def _enum(spec: ToolSpec, field_name: str) -> list[str]:
 
 
 def merge(*groups: Sequence[DerivedCase]) -> list[DerivedCase]:
-    """The union of generated cases by id; a case given by several releases lists them all (the
-    first one's claims are kept: the same id means the same probe)."""
+    """The union of generated cases by id; a case given by several releases lists them all. Ids
+    name what a case probes, so the same id is the same probe; should two releases still give one
+    id to different cases (a value the id does not name), the later one is kept too, its id
+    suffixed with a digest of its content: each release's probe runs on both."""
     merged: dict[str, DerivedCase] = {}
     for group in groups:
         for derived in group:
             known = merged.get(derived.id)
             if known is None:
                 merged[derived.id] = derived
-            else:
+            elif _probe(known) == _probe(derived):
                 merged[derived.id] = replace(known, releases=known.releases | derived.releases)
+            else:
+                text = json.dumps(_probe(derived), sort_keys=True, default=str)
+                other = f"{derived.id[:67]}.{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+                if other not in merged:
+                    merged[other] = replace(derived, case=derived.case.model_copy(update={"id": other}))
     return list(merged.values())
+
+
+def _probe(derived: DerivedCase) -> dict[str, Any]:
+    """What a case does, without its provenance note."""
+    return derived.case.model_dump(exclude={"note"})
 
 
 __all__ = [

@@ -218,6 +218,8 @@ class EvalCase(_Strict):
     only, since a dataset is a file anyone can read."""
     prelude: Prelude | None = None
     """A thread by someone else that runs first (`Prelude`)."""
+    starts_at: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+    """When the case's store clock starts (`toolgate.clock.iso` text, UTC); default: when it runs."""
     people: list[dict[str, Any]] = Field(default_factory=list)
     """People as this case's world holds them (identity rows: ``user_id``, ``tenant_id``,
     ``roles``, ``scopes``...): a known person with other roles or scopes, or someone new, such as

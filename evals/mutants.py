@@ -14,7 +14,7 @@ that can catch it is behaviour, never a drifted hash. The kinds:
   exposure to roles or tenants widened to everyone; the tool's own rate limit raised;
 - per read tool: the output bound raised sixteenfold;
 - per rule: removed; each role's limit (and the default) raised; each role's allowlist widened by
-  a value it did not allow;
+  a value it did not allow; opening hours extended by two hours, and each role made exempt;
 - per escalation: removed; its threshold raised; its approval class lowered to the tool's own;
 - the rate-limit windows raised tenfold; the approval window made four times longer.
 
@@ -29,6 +29,7 @@ import secrets
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from toolgate.canonical import digest
@@ -36,7 +37,7 @@ from toolgate.errors import ConfigurationError, RegistryError
 from toolgate.evals.gate_targets import NO_ROLE, Declarations, staff_roles
 from toolgate.graph.bootstrap import release_manifest
 from toolgate.policy.escalation import EscalationRule
-from toolgate.policy.rules import AllowlistRule, MaxValueRule, PolicyRules, RateLimit, Rule
+from toolgate.policy.rules import AllowedHoursRule, AllowlistRule, MaxValueRule, PolicyRules, RateLimit, Rule
 from toolgate.release import Release, ReleaseEnv
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.registry_fields import ToolRateLimit
@@ -58,7 +59,9 @@ PROBED_BY: Mapping[str, frozenset[str]] = {
     "exposure_widened": frozenset({"exposure_roles", "exposure_tenants"}),
     "rate_limit_raised": frozenset({"rate_limit"}),
     "output_bound_raised": frozenset({"output_bound"}),
-    "rule_removed": frozenset({"max_value", "allowlist"}),
+    "rule_removed": frozenset({"max_value", "allowlist", "allowed_hours"}),
+    "hours_extended": frozenset({"allowed_hours"}),
+    "exempt_role_added": frozenset({"allowed_hours"}),
     "limit_raised": frozenset({"max_value"}),
     "allowlist_widened": frozenset({"allowlist"}),
     "escalation_removed": frozenset({"escalation_over"}),
@@ -132,7 +135,7 @@ def mutants_of(declarations: Declarations, roles: Iterable[str] = ()) -> list[Mu
     roles = sorted((set(declarations.roles) | set(roles)) - {NO_ROLE})
     for name, spec in sorted(declarations.tools.items()):
         out += _tool_mutants(name, spec, roles)
-    out += _policy_mutants(declarations)
+    out += _policy_mutants(declarations, roles)
     return out
 
 
@@ -325,7 +328,7 @@ def _window_raised(field: str, raised: RateLimit) -> PolicyChange:
     return lambda p: replace(p, rate_limits=replace(p.rate_limits, **{field: raised}))
 
 
-def _policy_mutants(declarations: Declarations) -> list[Mutant]:
+def _policy_mutants(declarations: Declarations, roles: Sequence[str]) -> list[Mutant]:
     policy = declarations.policy
     out: list[Mutant] = []
     for rule in policy.rules:
@@ -377,6 +380,30 @@ def _policy_mutants(declarations: Declarations) -> list[Mutant]:
                         f"{rule.id}:{role}",
                         f"{rule.id}: {role} may also use {extra}",
                         _rule_replaced(rule, widened),
+                        tools,
+                    )
+                )
+        elif isinstance(rule, AllowedHoursRule):
+            later = (datetime.combine(date.min, rule.end) + timedelta(hours=2)).time()
+            out.append(
+                _policy(
+                    "hours_extended",
+                    rule.id,
+                    f"{rule.id}: open until {later.isoformat(timespec='minutes')}",
+                    _rule_replaced(rule, replace(rule, end=later)),
+                    tools,
+                )
+            )
+            for role in roles:
+                if role in rule.exempt_roles:
+                    continue
+                exempt = replace(rule, exempt_roles=rule.exempt_roles | {role})
+                out.append(
+                    _policy(
+                        "exempt_role_added",
+                        f"{rule.id}:{role}",
+                        f"{rule.id}: {role} works at any hour",
+                        _rule_replaced(rule, exempt),
                         tools,
                     )
                 )

@@ -28,6 +28,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
+from toolgate.clock import parse_iso
 from toolgate.evals.call_alignment import align_observation, alignment, model_responses
 from toolgate.evals.case_world import (
     CaseScriptModel,
@@ -196,7 +197,8 @@ class CaseRunner:
             self._count += 1
             path = self.directory / f"case-{self._count}.sqlite"
         _copy_database(self.template, path)
-        return CaseStore(path, key=self.key), path
+        started = parse_iso(case.starts_at) if case.starts_at else None
+        return CaseStore(path, key=self.key, started=started), path
 
     def principal(
         self, user: str | Mapping[str, Any], case_people: Mapping[str, Principal] | None = None

@@ -345,3 +345,66 @@ def test_a_declaration_whose_cases_cannot_be_built_stays_uncovered_and_says_why(
     assert 'derive_problem="write:close_ticket: ValueError: a seed this schema no longer accepts"' in lines(
         result
     )
+
+
+def test_opening_hours_are_probed_at_chosen_times_of_day(
+    tickets: tuple[Release, Dataset], tmp_path: Path
+) -> None:
+    """A rule of opening hours: the case's clock is set inside and just after them (in the rule's
+    time zone); every role but the exempt one is refused after hours; each loosening of it fails."""
+    from dataclasses import replace
+    from functools import partial
+
+    from toolgate.evals.derived_cases import case_id
+    from toolgate.evals.mutation import mutate
+    from toolgate.graph.bootstrap import release_manifest
+    from toolgate.policy.rules import PolicyRules
+    from toolgate.release import ReleaseEnv
+    from toolgate.store.sqlite import SQLiteStore
+
+    release, data = tickets
+    hours = {
+        "id": "tickets.office_hours",
+        "tool": "close_ticket",
+        "kind": "allowed_hours",
+        "timezone": "Europe/Paris",
+        "start": "09:00",
+        "end": "18:00",
+        "exempt_roles": ["support"],
+        "reason": "Tickets are closed in office hours; tell the user support will do it tomorrow.",
+    }
+    document = {"schema_version": 1, "policy_version": "0.2.0", "approval_minutes": 15, "rules": [hours]}
+    office = replace(
+        release, id="gate-probe-tools/0.2.0", policy=PolicyRules.from_mapping(document), manifest=None
+    )
+    store = SQLiteStore(tmp_path / "specs.sqlite", key=b"k" * 32)
+    office = replace(
+        office, manifest=release_manifest(office, office.registry(ReleaseEnv(store, secret=b"k" * 32)))
+    )
+    store.close()
+
+    result = evaluate_gate(data, office, office)
+    assert result.passed, result.failures()
+    table = {str(row.target): row for row in result.coverage_table()}
+    assert table["rule:tickets.office_hours"].families == {"allowed_hours"}
+    runs = result.candidate.derived
+    probe = partial(case_id, "allowed_hours", "tickets.office_hours")
+    inside = runs[probe("inside", "1230", "customer")].observation
+    late = runs[probe("outside", "1701", "customer")].observation
+    staff = runs[probe("outside", "1701", "support")].observation
+    assert inside.outcomes == {"g1": "proposal"}  # 13:30 in Paris, 12:30 UTC
+    assert late.outcomes == {"g1": "policy_violation"} and late.rules == {"g1": "tickets.office_hours"}
+    assert staff.outcomes == {"g1": "proposal"}  # support is exempt
+    by_id = {d.id: d for d in result.derived}
+    late_case = by_id[probe("outside", "1701", "customer")].case
+    assert late_case.starts_at == "2030-01-15T17:01:00.000000Z"  # 18:01 in Paris
+
+    report = mutate(
+        office, data, only=lambda m: m.kind in ("hours_extended", "exempt_role_added", "rule_removed")
+    )
+    assert report.base_failures == [] and report.score == 100.0
+    assert {r.mutant.id for r in report.killed} == {
+        "hours_extended:tickets.office_hours",
+        "exempt_role_added:tickets.office_hours:customer",
+        "rule_removed:tickets.office_hours",
+    }
