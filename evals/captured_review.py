@@ -7,7 +7,7 @@ a row that verifies, for a tenant the person reviews for, and never by one of th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -63,6 +63,25 @@ def row_for(
     return row
 
 
+def _refuser(
+    auditor: Auditor, person: Principal, action: str, row: CapturedCase
+) -> Callable[[str, str], CaptureRefused]:
+    """How ``person``'s ``action`` on ``row`` is refused: audited with its code, then raised."""
+
+    def refused(code: str, message: str) -> CaptureRefused:
+        return refuse(
+            auditor,
+            code,
+            message,
+            action=action,
+            user_id=person.user_id,
+            tenant_id=row.tenant_id,
+            subject=row.capture_id,
+        )
+
+    return refused
+
+
 def _reviewer(auditor: Auditor, person: Principal, action: str, subject: str) -> None:
     if not person.roles & REVIEW_ROLES:
         roles = ", ".join(sorted(REVIEW_ROLES))
@@ -90,16 +109,7 @@ def review(
     _reviewer(auditor, reviewer, "review", capture_id)
     row = row_for(store, auditor, reviewer, capture_id, "review", review=True)
 
-    def refused(code: str, message: str) -> CaptureRefused:
-        return refuse(
-            auditor,
-            code,
-            message,
-            action="review",
-            user_id=reviewer.user_id,
-            tenant_id=row.tenant_id,
-            subject=capture_id,
-        )
+    refused = _refuser(auditor, reviewer, "review", row)
 
     if row.status != "pending_review":
         raise refused("not_pending", f"captured case {capture_id} is {row.status}, not pending review")
@@ -139,16 +149,7 @@ def edit(
     _reviewer(auditor, editor, "edit", capture_id)
     row = row_for(store, auditor, editor, capture_id, "edit", review=True)
 
-    def refused(code: str, message: str) -> CaptureRefused:
-        return refuse(
-            auditor,
-            code,
-            message,
-            action="edit",
-            user_id=editor.user_id,
-            tenant_id=row.tenant_id,
-            subject=capture_id,
-        )
+    refused = _refuser(auditor, editor, "edit", row)
 
     if row.status not in ("pending_review", "reviewed"):
         raise refused("not_editable", f"captured case {capture_id} is {row.status}")
