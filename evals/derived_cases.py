@@ -38,7 +38,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any, Literal
@@ -352,7 +352,6 @@ def _by_value(seeds: Sequence[Seed], field_name: str) -> list[Seed]:
 class _Builder:
     declarations: Declarations
     roles: frozenset[str]
-    built: list[DerivedCase] = field(default_factory=list)
 
     # ---- assembling one case -------------------------------------------------------------
 
