@@ -24,7 +24,7 @@ from write_path import ORDER, REQUEST
 from write_path import script as write_script
 
 from toolgate.graph import build_graph
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 
 
 def report(profile: cProfile.Profile, name: str, rounds: int) -> None:

@@ -90,8 +90,8 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
 
 
 def prepare(demo: Demo, gw: Any, count: int, tag: str) -> list[str]:
-    from toolgate.graph.proposals import draft_proposal, store_proposal
-    from toolgate.graph.review import decide
+    from toolgate.graph.review.decisions import decide
+    from toolgate.graph.review.proposals import draft_proposal, store_proposal
 
     spec = demo.registry.tools["restart_service"]
     keys = []

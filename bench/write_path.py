@@ -1,7 +1,7 @@
 """Approved write end to end, toolgate against the plain LangGraph approval flow on the same saver.
 
 One round, one new thread: the scripted model asks for a refund of cust-ada's order O-5512;
-``toolgate`` proposes, fiona approves through `toolgate.graph.review.decide`, the thread resumes
+``toolgate`` proposes, fiona approves through `toolgate.graph.review.decisions.decide`, the thread resumes
 with ``Command(resume=...)``, the executor claims, runs the refund and records the outcome, the
 model answers. The baseline ``plain`` graph does what a bare LangGraph app does: the model node,
 an approval node that calls ``interrupt()``, a resume with the reviewer's decision, a `ToolNode`
@@ -47,7 +47,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 TARGET_RATIO = 1.5

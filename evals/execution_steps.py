@@ -1,6 +1,6 @@
 """The human and worker steps of a case run: reviewers deciding, threads resuming, redeliveries.
 
-Reviewers decide through `toolgate.graph.review.decide`, the same path the CLI, the console and
+Reviewers decide through `toolgate.graph.review.decisions.decide`, the same path the CLI, the console and
 the HTTP API use: a refused decision (self-approval, missing role, another tenant) is observed
 with its stable code, and only recorded decisions can let a write run. A resume is a wake-up,
 never authority.
@@ -24,7 +24,7 @@ from toolgate.errors import ApprovalError
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.observation import Observation
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.principal import Principal
 from toolgate.store.base import Store
 

@@ -94,7 +94,7 @@ class ScriptedCall(_Strict):
 
 class ApprovalStep(_Strict):
     """A reviewer's decision on the case's pending proposal for ``call_id``, made through the real
-    review path (`toolgate.graph.review.decide`)."""
+    review path (`toolgate.graph.review.decisions.decide`)."""
 
     call_id: str
     """The model call whose proposal is decided."""

@@ -5,7 +5,7 @@ When: ``toolgate evals capture`` (`toolgate.evals.captured`) reads the thread, t
 `toolgate.evals.incident_case` makes the case. Nothing here decides who may capture.
 
 - The thread's checkpointed state (messages, call records, budget, principal) counts only when its
-  seal verifies (`toolgate.graph.seal`): checkpointed state is untrusted input, and a thread
+  seal verifies (`toolgate.graph.seals.seal`): checkpointed state is untrusted input, and a thread
   changed outside the gateway, or refused for it, is not captured (``state_tampered``).
 - The store's records, each MAC-verified (``records_tampered`` otherwise): the thread's release
   pin, its proposals and their decisions, the requester's identity. They must agree with the
@@ -28,7 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from toolgate.errors import REJECTION_CODES, StoreError, ToolgateUsageError
 from toolgate.evals.observation import call_outcomes
-from toolgate.graph.seal import tampered_keys
+from toolgate.graph.seals.seal import tampered_keys
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import audit_call_id
 from toolgate.store.audit_records import AuditEvent

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from toolgate.graph.execution import Executor
+from toolgate.graph.delivery.executor import Executor
 from toolgate.policy.approvals import evaluate_decisions
 from toolgate.store.base import Store
 from toolgate.telemetry.tokens import (

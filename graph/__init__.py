@@ -1,7 +1,7 @@
 """The gateway StateGraph: state, context, nodes, routing and the `build_graph` composition root.
 
 The names below are imported on first use (`toolgate.lazy_exports`): a submodule such as
-``toolgate.graph.state_versions`` imports without the whole graph stack."""
+``toolgate.graph.seals.versions`` imports without the whole graph stack."""
 
 from typing import TYPE_CHECKING
 
@@ -10,22 +10,22 @@ from toolgate.lazy_exports import lazy_exports
 if TYPE_CHECKING:
     from toolgate.graph.builder import build_gateway, build_graph
     from toolgate.graph.context import Context
-    from toolgate.graph.delivery import Delivery
-    from toolgate.graph.execution import Executor
+    from toolgate.graph.delivery.executor import Executor
+    from toolgate.graph.delivery.result import Delivery
     from toolgate.graph.gateway import INSTRUCTIONS, Gateway
-    from toolgate.graph.review import ReviewOutcome, decide
+    from toolgate.graph.review.decisions import ReviewOutcome, decide
     from toolgate.graph.state import Budget, CallRecord, GatewayState, Outcome
 
 _EXPORTS = {
     "build_gateway": "toolgate.graph.builder",
     "build_graph": "toolgate.graph.builder",
     "Context": "toolgate.graph.context",
-    "Delivery": "toolgate.graph.delivery",
-    "Executor": "toolgate.graph.execution",
+    "Delivery": "toolgate.graph.delivery.result",
+    "Executor": "toolgate.graph.delivery.executor",
     "INSTRUCTIONS": "toolgate.graph.gateway",
     "Gateway": "toolgate.graph.gateway",
-    "ReviewOutcome": "toolgate.graph.review",
-    "decide": "toolgate.graph.review",
+    "ReviewOutcome": "toolgate.graph.review.decisions",
+    "decide": "toolgate.graph.review.decisions",
     "Budget": "toolgate.graph.state",
     "CallRecord": "toolgate.graph.state",
     "GatewayState": "toolgate.graph.state",

@@ -1,6 +1,6 @@
 """The one bootstrap of a toolgate process: settings in, a verified release and its gateway out.
 
-The CLI, the worker commands and the LangGraph server entry (`toolgate.graph.server`) all call
+The CLI, the worker commands and the LangGraph server entry (`toolgate.graph.server.process`) all call
 `open_app`: one store, one release loaded by name (`toolgate.release_loader`), verified
 against its reviewed manifest, and one `Gateway` built from them, once per process. `build_graph`
 then compiles the graph around that gateway; nothing else wires dependencies.
@@ -27,9 +27,9 @@ from toolgate.clock import Clock
 from toolgate.config import Settings
 from toolgate.graph.builder import build_gateway, build_graph
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.release_loaded import record_release_loaded
-from toolgate.graph.release_manifest import DEFAULT_PINNED, release_manifest, verified_release
-from toolgate.graph.rollout import ReleaseRouter
+from toolgate.graph.rollout.loaded import record_release_loaded
+from toolgate.graph.rollout.manifest import DEFAULT_PINNED, release_manifest, verified_release
+from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.models import load_chat_model
 from toolgate.policy.rollout import canary_specs
 from toolgate.policy.rules import PolicyRules
@@ -255,7 +255,7 @@ def start_store(app: App) -> None:
 
 def record_release_change(app: App) -> None:
     """Audit a release change: the first process to run a different bundle on this store records it
-    (once, however many start together: `toolgate.graph.release_loaded`)."""
+    (once, however many start together: `toolgate.graph.rollout.loaded`)."""
     detail = {
         "manifest_sha256": digest(release_manifest(app.release, app.registry)),
         "policy_version": app.policy.policy_version,

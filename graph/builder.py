@@ -11,9 +11,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.context import Context
-from toolgate.graph.execution import Executor
+from toolgate.graph.delivery.executor import Executor
 from toolgate.graph.gateway import INSTRUCTIONS, Gateway
-from toolgate.graph.guard import guarded
 from toolgate.graph.nodes.approval import make_approval_node
 from toolgate.graph.nodes.dispatch import make_dispatch_node
 from toolgate.graph.nodes.execute import make_execute_node
@@ -21,8 +20,9 @@ from toolgate.graph.nodes.model import make_model_node
 from toolgate.graph.nodes.proposal import make_proposal_node
 from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.nodes.wait import after_wait, make_after_execute, make_wait_node
-from toolgate.graph.rollout import ReleaseRouter
+from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.graph.routing import after_dispatch, after_model, after_proposal
+from toolgate.graph.seals.guard import guarded
 from toolgate.graph.state import GatewayState
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.escalation import check_escalations
@@ -110,7 +110,7 @@ def build_graph(
     acting principal then comes from the server's auth handler, never from the client's
     ``context``).
 
-    With a ``router`` (release control: `toolgate.graph.rollout`), each node runs the node of the
+    With a ``router`` (release control: `toolgate.graph.rollout.router`), each node runs the node of the
     release the store pins the thread to; without one, ``gateway`` serves every thread.
     """
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)

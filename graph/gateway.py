@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from toolgate.clock import SYSTEM_CLOCK, Clock
-from toolgate.graph.execution import Executor
-from toolgate.graph.prompt_cache import ANTHROPIC_LLM_TYPE, cache_options
+from toolgate.graph.delivery.executor import Executor
+from toolgate.graph.nodes.prompt_cache import ANTHROPIC_LLM_TYPE, cache_options
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -42,10 +42,10 @@ class Gateway:
     """The release's trusted system instructions."""
     server_mode: bool = False
     """Served by the LangGraph server: the acting principal comes from its auth handler and the
-    run context is rebuilt from the server's own settings (`toolgate.graph.server_context`)."""
+    run context is rebuilt from the server's own settings (`toolgate.graph.server.context`)."""
     tool_choice: str = "auto"
     """The release's tool choice (`toolgate.release.Release.tool_choice`), applied per step
-    (`toolgate.graph.tool_offer`)."""
+    (`toolgate.graph.nodes.tool_offer`)."""
     clock: Clock = SYSTEM_CLOCK
     """The process clock (handler deadlines); the store keeps its own for expiry and leases."""
     _bound: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -65,10 +65,10 @@ class Gateway:
     def model_for(self, specs: Sequence[ToolSpec], tool_choice: str = "auto") -> Any:
         """The model bound to exactly ``specs`` (the tools offered this request, in their stable
         order) with ``tool_choice`` (``auto``, ``required``, ``none`` or the real name of one of
-        ``specs``, `toolgate.graph.tool_offer`), made once per tool set and choice and reused by
+        ``specs``, `toolgate.graph.nodes.tool_offer`), made once per tool set and choice and reused by
         every later turn: binding converts every definition again, and a release's definitions
         never change while the process runs. The provider's prompt-cache options are bound with
-        them (`toolgate.graph.prompt_cache`), keyed on the tools actually bound."""
+        them (`toolgate.graph.nodes.prompt_cache`), keyed on the tools actually bound."""
         if not specs:
             return self.model
         names = tuple(s.wire_name for s in specs)

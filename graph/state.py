@@ -90,19 +90,19 @@ class GatewayState(TypedDict, total=False):
     """``[trace_id_hex, span_id_hex, flags_hex]`` of the latest model span (`toolgate.telemetry`):
     the execute node links tool spans to it and the next model span continues its trace."""
     review: dict[str, Any]
-    """What became of the decisions sent with the latest resume (`toolgate.graph.hitl`): per
+    """What became of the decisions sent with the latest resume (`toolgate.graph.review.hitl`): per
     proposal, recorded or refused with a code and message; shown again in the next interrupt."""
     state_version: int
-    """The version of this state's schema (`toolgate.graph.state_versions`), stamped by the guard;
+    """The version of this state's schema (`toolgate.graph.seals.versions`), stamped by the guard;
     a thread saved before states had a version has none and is version 1."""
     seal: dict[str, str]
-    """One HMAC per key above, made by the last node that ran (`toolgate.graph.seal`): state is
+    """One HMAC per key above, made by the last node that ran (`toolgate.graph.seals.seal`): state is
     untrusted input, and a key changed outside the gateway no longer matches its MAC."""
 
 
 KEYS_ADDED_IN: dict[str, int] = {"state_version": 2}
 """The state version that added each key of `GatewayState` younger than version 1: a seal made
-for an older version has no MAC for it (`toolgate.graph.seal`). Append a line with every new key."""
+for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key."""
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Approval rules: who may decide a proposal, and whether its decisions authorize execution.
 
 Authority comes only from approval records an authenticated reviewer wrote into the store.
-These functions are pure; `toolgate.graph.review` applies them when recording a decision,
+These functions are pure; `toolgate.graph.review.decisions` applies them when recording a decision,
 and the execute node applies `verify_for_execution` again right before the claim.
 """
 

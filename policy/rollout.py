@@ -1,7 +1,7 @@
 """Release rollout rules: who is in the canary, which tools a canary may expose, when to stop.
 
 Pure functions and values, no I/O: the store keeps the rollout's records
-(`toolgate.store.rollout`), the graph routes threads by them (`toolgate.graph.rollout`), and
+(`toolgate.store.rollout`), the graph routes threads by them (`toolgate.graph.rollout.router`), and
 `toolgate.release_control` runs the operator's commands. Everything here is decided from those
 records and the authenticated principal, never from checkpointed state or model output.
 

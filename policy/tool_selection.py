@@ -17,7 +17,7 @@ visible tool is scored on three signals and the best ``limit`` are kept:
   an argument with a tool called in this task (``issue_refund`` after ``lookup_order``).
 
 Ties go by name, and the kept tools are returned sorted by name, so the same choice always makes
-the same prompt prefix (`toolgate.graph.prompt_cache`). A catalog of at most ``limit`` visible
+the same prompt prefix (`toolgate.graph.nodes.prompt_cache`). A catalog of at most ``limit`` visible
 tools is offered whole. Selection only ever narrows `visible_tools`: it cannot offer a tool the
 principal may not see, whatever the (untrusted) conversation holds. It is an offer, not a
 permission: dispatch judges a call against the visible set, so a call to a visible tool that was

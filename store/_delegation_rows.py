@@ -62,11 +62,11 @@ class DelegationRows:
                 " SELECT operation_key FROM operations WHERE status IN ("
                 + ", ".join("?" for _ in terminal)
                 + "))"
-                # a claimed write's seal for its status checks (`toolgate.graph.delegation`) goes with it
+                # a claimed write's seal for its status checks (`toolgate.graph.delivery.delegation`) goes with it
                 " OR operation_key IN (SELECT 'reconcile:' || operation_key FROM operations WHERE status IN ("
                 + ", ".join("?" for _ in terminal)
                 + "))"
-                # a wait's sealed credentials (`toolgate.graph.wait_delegation`) go when the wait ends
+                # a wait's sealed credentials (`toolgate.graph.waits.delegation`) go when the wait ends
                 " OR operation_key IN (SELECT 'wait:' || operation_key FROM job_waits WHERE state <> 'waiting')"
                 " OR operation_key IN ("
                 " SELECT 'wait-pending:' || operation_key FROM job_waits WHERE state <> 'waiting')"

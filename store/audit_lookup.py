@@ -1,7 +1,7 @@
 """A narrow look-up in the audit log: has this operation already recorded this event?
 
 A caller that records an event at most once per operation (e.g. ``delivery.refused``, once per
-operation, code and release: `toolgate.graph.delivery_refusals`) asks for the first match of one
+operation, code and release: `toolgate.graph.delivery.refusals`) asks for the first match of one
 event with its code and release, one row at most, instead of reading the operation's whole trail
 on every attempt. The answer is a hint for not repeating evidence, never an authority: the event
 itself is still appended to the hash chain like any other.

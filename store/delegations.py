@@ -1,13 +1,13 @@
 """Sealed delegations: the requesting user's own credentials, kept for one approved write.
 
 When a write is proposed, the user's forwarded credentials its tool declares are sealed (AES-GCM,
-`toolgate.graph.delegation`) and stored under the operation key, so the write and its status
+`toolgate.graph.delivery.delegation`) and stored under the operation key, so the write and its status
 checks later act as that user, whoever resumes the thread. The store only keeps the opaque sealed
 text: it never sees a credential. A record expires with its proposal and is deleted once the
 operation is terminal (`purge_delegations`); so does the copy a claimed write seals for its
 status checks under ``reconcile:<operation key>``, which may outlive the proposal. A durable
 wait's status checks keep theirs under ``wait:<operation key>`` until the wait ends
-(`toolgate.graph.wait_delegation`).
+(`toolgate.graph.waits.delegation`).
 """
 
 from __future__ import annotations

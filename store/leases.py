@@ -1,7 +1,7 @@
 """Resource leases: one holder at a time per resource, across threads and processes.
 
 A write that declares a conflicting resource (e.g. an inventory SKU) runs only while its
-delivery holds the lease on that resource (`toolgate.graph.same_resource`). A lease is a row
+delivery holds the lease on that resource (`toolgate.graph.delivery.same_resource`). A lease is a row
 keyed by resource, taken or taken over in one conditional upsert judged by the store's clock, so
 two processes on one PostgreSQL never both hold it; it lapses on its own when its holder dies, and
 only its holder can renew or release it.

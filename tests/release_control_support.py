@@ -29,7 +29,7 @@ from toolgate.config import Settings
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import App, initialize_store, release_manifest, verified_release
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.rollout import ReleaseRouter
+from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.rollout import canary_specs

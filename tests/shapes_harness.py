@@ -18,7 +18,7 @@ from support import principal, start, tool_messages
 
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory

@@ -12,8 +12,8 @@ from support import REFUND_REQUEST, TEST_KEY, Harness, principal, shift_store_cl
 
 from toolgate.errors import ApprovalError, IdentityError
 from toolgate.graph import Context
-from toolgate.graph.edits import edit_proposal
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.edits import edit_proposal
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -15,7 +15,7 @@ from langgraph.types import Command
 from support import Harness, cli_env, open_test_store, principal, start, toolgate
 
 from toolgate.errors import IdentityError
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.store import AuditEventIn, PostgresStore, Store

@@ -12,7 +12,7 @@ from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.errors import StoreError
 from toolgate.forensics import trace
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import AuditEventIn, PostgresStore, Store, open_checkpointer
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call

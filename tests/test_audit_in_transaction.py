@@ -16,7 +16,7 @@ import pytest
 from support import Harness, principal, start
 
 from toolgate.errors import StoreError
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store.chain import verify_chain
 from toolgate.store.records import ApprovalRecord, Settlement
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -45,7 +45,7 @@ from support import REFUND_REQUEST, TEST_KEY, cli_env, kv_lines, principal, seed
 from toolgate.config import Settings
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import App, open_app
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 

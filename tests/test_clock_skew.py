@@ -54,7 +54,7 @@ import pytest
 from support import REFUND_REQUEST, TEST_KEY, Harness, cli_env, kv_lines, principal, start
 
 from toolgate.clock import parse_iso
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import REFUND_RELEASE

@@ -288,7 +288,7 @@ def test_a_worker_pass_defers_a_tenant_whose_cluster_share_another_process_holds
     from test_worker_admission import approved_for_globex, claims, overloaded
     from test_worker_run import approved, effects, gateway_on, status
 
-    from toolgate.graph.worker_loop import LoopOptions, WorkerLoop
+    from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 
     _cluster(monkeypatch, tool=1)
     gw = gateway_on(store)

@@ -15,8 +15,8 @@ from test_parallel_batches import Wide
 
 from toolgate.errors import ApprovalError
 from toolgate.graph import Context, build_gateway
-from toolgate.graph.review import decide
-from toolgate.graph.rollback import propose_rollback
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.rollback import propose_rollback
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 PO = {

@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
 
-from toolgate.graph.recovery import recover
-from toolgate.graph.review import decide
+from toolgate.graph.delivery.recovery import recover
+from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 

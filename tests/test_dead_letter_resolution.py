@@ -1,4 +1,4 @@
-"""Settling a dead-lettered operation (`toolgate.graph.dead_letters`): the approval rules hold,
+"""Settling a dead-lettered operation (`toolgate.graph.delivery.dead_letters`): the approval rules hold,
 nobody settles their own write, and every refusal is audited and changes nothing.
 
 World: rita (support) asks for a refund, fiona (finance) approves it, the delivery's outcome is
@@ -17,9 +17,9 @@ import pytest
 from support import REFUND_REQUEST, Harness, principal, shift_store_clock, start
 
 from toolgate.errors import ApprovalError
-from toolgate.graph.dead_letters import resolve_dead_letter
+from toolgate.graph.delivery.dead_letters import resolve_dead_letter
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import Store
 from toolgate.store.audit import Auditor
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -1,6 +1,6 @@
 """A delivery whose tool or proposal is gone is refused, audited once, and changes nothing.
 
-`toolgate.graph.delivery_refusals`: an approved operation delivered by a process whose release
+`toolgate.graph.delivery.refusals`: an approved operation delivered by a process whose release
 lacks its tool (``tool_not_in_release``), or whose proposal the store does not hold (a tampered
 operation row naming none, or a dangling id: ``proposal_missing``), is not claimed, stays
 approved, runs no handler and is audited as ``delivery.refused`` with its operation key, tool,
@@ -15,9 +15,9 @@ from test_worker_run import approved, effects, gateway_on, status
 from worker_run_release import TOOL, release
 
 from toolgate.graph import build_gateway
-from toolgate.graph.delivery_refusals import EVENT
+from toolgate.graph.delivery.refusals import EVENT
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.worker_loop import LoopOptions, WorkerLoop
+from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.store import Store
 from toolgate.store.audit_records import AuditEvent
 from toolgate.testing import ScriptedChatModel

@@ -23,10 +23,11 @@ from wait_support import THREAD, WaitWorld
 
 from toolgate.clock import Clock
 from toolgate.errors import RegistryError, RunRefused
-from toolgate.graph import Context, build_gateway, waker
+from toolgate.graph import Context, build_gateway
 from toolgate.graph.nodes.wait import INVALID
-from toolgate.graph.wait_pass import WaitPass
-from toolgate.graph.worker_loop import LoopOptions, WorkerLoop
+from toolgate.graph.waits.progress import WaitPass
+from toolgate.graph.worker import waker
+from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.store import Store
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import WIDE_RELEASE

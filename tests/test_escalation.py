@@ -23,9 +23,9 @@ from support import tool_messages as messages_of
 from toolgate.canonical import digest
 from toolgate.errors import ApprovalError
 from toolgate.graph import Context
-from toolgate.graph.review import decide
-from toolgate.graph.seal import seal_of
-from toolgate.graph.state_updates import apply_update
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.seals.seal import seal_of
+from toolgate.graph.seals.updates import apply_update
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.records import ProposalRecord
 from toolgate.testing import ScriptedChatModel, ai, tool_call

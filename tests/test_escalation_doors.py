@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 from support import Harness, audit_events, cli_env, kv_lines, open_test_store, toolgate
 from test_escalation import ABOVE, RAISED, RULE, THRESHOLD, policy_with_threshold, propose
 
-import toolgate.graph.http as http
-import toolgate.graph.waker as waker
+import toolgate.graph.server.http as http
+import toolgate.graph.worker.waker as waker
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
 

@@ -31,7 +31,7 @@ from support import cli_env
 from toolgate import key_file
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
-from toolgate.graph.release_loaded import record_release_loaded
+from toolgate.graph.rollout.loaded import record_release_loaded
 from toolgate.policy.demo_identities import demo_principals
 from toolgate.store import Store
 from toolgate.store.audit import Auditor

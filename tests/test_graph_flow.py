@@ -10,7 +10,7 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import ApprovalError
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND_ARGS = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}

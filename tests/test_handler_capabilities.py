@@ -21,7 +21,7 @@ from support import TEST_KEY, Harness, principal, start, tool_messages
 
 from toolgate.errors import CapabilityDenied, ConfigurationError, StoreError
 from toolgate.graph import build_gateway, build_graph
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.store._records_postgres import role_name
 from toolgate.store.service_records import RecordsScope, open_service_records, provision_service_records

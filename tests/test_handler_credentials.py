@@ -19,8 +19,8 @@ import pytest
 from support import Harness, principal
 
 from toolgate.errors import CapabilityDenied, RegistryError, ToolExecutionError
-from toolgate.graph.execution import Executor
-from toolgate.graph.handler_scope import builtin_provider
+from toolgate.graph.delivery.executor import Executor
+from toolgate.graph.delivery.handler_scope import builtin_provider
 from toolgate.store import Store
 from toolgate.tools import Registry
 from toolgate.tools.credentials import HmacCredentialProvider, ServiceScope

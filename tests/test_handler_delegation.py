@@ -19,8 +19,8 @@ from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, shift_store_clock, start, tool_messages
 
 from toolgate.graph import Context
-from toolgate.graph.recovery import reconcile
-from toolgate.graph.review import decide
+from toolgate.graph.delivery.recovery import reconcile
+from toolgate.graph.review.decisions import decide
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry
@@ -189,7 +189,7 @@ def test_a_status_check_past_the_proposals_expiry_is_refused_and_goes_to_a_perso
 def test_a_reviewers_edit_keeps_the_requesters_token_not_the_editors(
     store: Store, downstream: Downstream
 ) -> None:
-    from toolgate.graph.edits import edit_proposal
+    from toolgate.graph.review.edits import edit_proposal
 
     harness = wired(Harness(store), downstream)
     _, facts = proposed(harness, "t-deleg-edit")

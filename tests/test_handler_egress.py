@@ -22,8 +22,8 @@ from support import Harness, principal
 from test_handler_delegation import ADA_TOKEN, proposed, wired
 
 from toolgate.errors import CapabilityDenied
-from toolgate.graph.execution import Executor
-from toolgate.graph.review import decide
+from toolgate.graph.delivery.executor import Executor
+from toolgate.graph.review.decisions import decide
 from toolgate.store import Store
 from toolgate.tools import Registry
 from toolgate.tools.spec import HandlerContext
@@ -122,7 +122,7 @@ def test_a_read_that_reaches_an_undeclared_host_is_refused_and_audited(
 
 
 def test_the_allowlist_confines_the_handlers_thread_only(fakes: tuple[Downstream, Downstream]) -> None:
-    from toolgate.graph import handlers
+    from toolgate.graph.delivery import handlers
     from toolgate.tools.egress import Egress, install_guard
 
     allowed, other = fakes

@@ -19,9 +19,10 @@ from typing import Any
 
 from support import Harness, principal, start, tool_messages
 
-from toolgate.graph import build_gateway, build_graph, handlers
-from toolgate.graph.recovery import reconcile
-from toolgate.graph.review import decide
+from toolgate.graph import build_gateway, build_graph
+from toolgate.graph.delivery import handlers
+from toolgate.graph.delivery.recovery import reconcile
+from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any
 
-from toolgate.graph import handlers
+from toolgate.graph.delivery import handlers
 
 
 def test_sequential_calls_reuse_workers() -> None:

@@ -16,7 +16,7 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import RunRefused
 from toolgate.graph import Context
-from toolgate.graph.hitl import parse_decisions
+from toolgate.graph.review.hitl import parse_decisions
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}

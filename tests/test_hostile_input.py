@@ -21,7 +21,7 @@ from langgraph.types import Command
 from support import Harness, principal, start, tool_messages
 
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore, open_checkpointer
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 

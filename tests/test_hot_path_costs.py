@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support import Harness, principal, start
 
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import registry as registry_module
@@ -71,7 +71,7 @@ def test_a_tools_definition_is_built_once_per_process(
 def test_the_seal_check_reuses_a_mac_only_for_the_objects_it_sealed() -> None:
     """The next node of a run reuses the MACs of values made of the very objects the last node
     sealed; anything else (a client's change arrives as new objects) is MACed afresh."""
-    from toolgate.graph.recent_seals import _same_objects
+    from toolgate.graph.seals.recent import _same_objects
 
     record = {"call_id": "c1", "tool": "lookup_order", "phase": "done"}
     sealed = {"c1": record}

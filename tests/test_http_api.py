@@ -1,4 +1,4 @@
-"""The approval API and reviewer console (`toolgate.graph.http`), in process, on both stores.
+"""The approval API and reviewer console (`toolgate.graph.server.http`), in process, on both stores.
 
 Proposals are made by the real graph (scripted model); the API runs over the same store through
 Starlette's test client. Every refusal is checked for "nothing changed": the operation is still
@@ -19,12 +19,12 @@ from langgraph.types import Command
 from starlette.testclient import TestClient
 from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
-import toolgate.graph.http as http
-import toolgate.graph.waker as waker
+import toolgate.graph.server.http as http
+import toolgate.graph.worker.waker as waker
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.api_serving import MAX_BODY_BYTES
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.server.serving import MAX_BODY_BYTES
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call

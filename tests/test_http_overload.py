@@ -1,7 +1,7 @@
 """The approval API answers a request refused for load (`toolgate.policy.admission.Overloaded`)
 with ``503``, a ``Retry-After`` header (whole seconds, rounded up) and its stable JSON error body.
 
-The app is the real one (`toolgate.graph.http.create_app`, served through Starlette's client as
+The app is the real one (`toolgate.graph.server.http.create_app`, served through Starlette's client as
 tests/test_http_api.py does); the ``/toolgate/me`` view is made to hold a model-request slot of
 the real process admission, and the slot is held by another thread (released by an event) so the
 request finds none free. The refusal is audited once (``admission.overloaded``), the caller is
@@ -19,10 +19,10 @@ import pytest
 from starlette.testclient import TestClient
 from support import Harness, audit_events
 
-import toolgate.graph.http as http
-from toolgate.graph.api_reads import me
-from toolgate.graph.api_serving import Reply, ViewInput, retry_after_header
+import toolgate.graph.server.http as http
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.server.reads import me
+from toolgate.graph.server.serving import Reply, ViewInput, retry_after_header
 from toolgate.policy.admission import Overloaded, admitted, process_admission
 from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.principal import Principal

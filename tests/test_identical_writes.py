@@ -14,7 +14,7 @@ from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 HALF = {"order_id": "O-5512", "amount_cents": 2000, "reason": "damaged"}

@@ -15,7 +15,7 @@ import pytest
 from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
 
 from toolgate.errors import ApprovalError, ConfigurationError, IdentityError, StoreError
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
 from toolgate.policy.principal import Principal

@@ -17,8 +17,8 @@ from typing import Any
 
 from support import REFUND_REQUEST, Harness, principal, start
 
-from toolgate.graph.recovery import reconcile, recover
-from toolgate.graph.review import decide
+from toolgate.graph.delivery.recovery import reconcile, recover
+from toolgate.graph.review.decisions import decide
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}

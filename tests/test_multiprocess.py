@@ -26,7 +26,7 @@ from support import (
 )
 
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore, Store, open_checkpointer
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo import DemoSystem

@@ -236,7 +236,7 @@ def test_an_approved_write_without_a_tool_slot_stays_approved_and_runs_once_late
 ) -> None:
     from langgraph.types import Command
 
-    from toolgate.graph.review import decide
+    from toolgate.graph.review.decisions import decide
     from toolgate.testing import ScriptedChatModel, ai, tool_call
 
     _limits(

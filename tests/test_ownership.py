@@ -18,8 +18,8 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import ApprovalError, IdentityError
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.batch import partition
-from toolgate.graph.review import decide
+from toolgate.graph.nodes.batch import partition
+from toolgate.graph.review.decisions import decide
 from toolgate.policy import PolicyRules, Principal
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -26,7 +26,7 @@ from test_demo_tools import (
 
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore

@@ -17,7 +17,7 @@ from provider_flows import ANTHROPIC, OPENAI, Provider
 from replay_openai import Reply, function_call_item, message_item, response, usage
 from support import TEST_KEY, Harness, start
 
-from toolgate.graph.prompt_cache import prefix_digest
+from toolgate.graph.nodes.prompt_cache import prefix_digest
 from toolgate.store import SQLiteStore
 
 

@@ -29,8 +29,8 @@ from support import (
 
 from toolgate.canonical import canonical_json, digest
 from toolgate.errors import ApprovalError
-from toolgate.graph.edits import edit_proposal
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.edits import edit_proposal
 from toolgate.store import SQLiteStore, Store
 from toolgate.store.chain import verify_records
 from toolgate.store.records import ProposalRecord
@@ -219,7 +219,7 @@ def test_audit_verify_names_a_forged_proposal_and_fails(tmp_path: Path, database
 
 
 def test_the_api_lists_and_shows_an_inauthentic_proposal_flagged(harness: Harness) -> None:
-    from toolgate.graph.api_reads import _detail, _summary
+    from toolgate.graph.server.reads import _detail, _summary
 
     facts = _pending(harness, "t-api")
     real = harness.store.get_proposal(facts["proposal_id"])

@@ -22,9 +22,9 @@ from support import REFUND_REQUEST, Harness, principal, shift_store_clock, start
 from test_handler_delegation import ADA_TOKEN, REFUND, events, sealed_rows
 
 from toolgate.clock import parse_iso
-from toolgate.graph.delegation import RECONCILE_CAP_S, reconcile_key
-from toolgate.graph.recovery import reconcile
-from toolgate.graph.review import decide
+from toolgate.graph.delivery.delegation import RECONCILE_CAP_S, reconcile_key
+from toolgate.graph.delivery.recovery import reconcile
+from toolgate.graph.review.decisions import decide
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry

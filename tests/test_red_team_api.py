@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from support import Harness
 from test_http_api import Api, auth, proposal_url
 
-import toolgate.graph.http as http
+import toolgate.graph.server.http as http
 from toolgate.store import Store
 
 

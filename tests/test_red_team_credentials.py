@@ -19,7 +19,7 @@ from support import audit_events, principal
 from test_parallel_batches import Wide
 
 from toolgate.graph import Context
-from toolgate.graph.execution import Executor
+from toolgate.graph.delivery.executor import Executor
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 LOOKUP = tool_call("crm_lookup_contact", {"contact_id": "C-100"}, "r1")

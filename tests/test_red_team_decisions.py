@@ -9,8 +9,8 @@ import pytest
 from support import REFUND_REQUEST, Harness, audit_events, principal, start
 
 from toolgate.errors import ApprovalError
-from toolgate.graph import edits
-from toolgate.graph.review import decide
+from toolgate.graph.review import edits
+from toolgate.graph.review.decisions import decide
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}

@@ -18,7 +18,7 @@ import pytest
 from support import REFUND_REQUEST, TEST_KEY, Harness, audit_events, principal, start
 
 from toolgate.errors import ApprovalError
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 

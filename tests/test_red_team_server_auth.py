@@ -14,7 +14,7 @@ import pytest
 from langgraph_sdk import Auth
 from support import TEST_KEY, Harness, audit_events
 
-from toolgate.graph import auth as auth_module
+from toolgate.graph.server import auth as auth_module
 from toolgate.store import SQLiteStore
 
 

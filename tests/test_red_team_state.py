@@ -12,8 +12,8 @@ from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.graph import Context
-from toolgate.graph.review import decide
-from toolgate.graph.seal import PREVIOUS_SEAL_VERSION, SEAL_VERSION, Sealer, sealed_keys
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.seals.seal import PREVIOUS_SEAL_VERSION, SEAL_VERSION, Sealer, sealed_keys
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 LOOKUP = {"order_id": "O-5512"}

@@ -14,7 +14,7 @@ from release_control_support import CANDIDATE, RESTART, TwoReleases, run
 from starlette.testclient import TestClient
 from test_release_control_routing import admin
 
-from toolgate.graph import http
+from toolgate.graph.server import http
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store.base import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -33,7 +33,7 @@ from test_release_control_routing import admin, table_counts
 from toolgate.errors import ReleaseControlError
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import served_release
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.store.base import Store
 from toolgate.store.evidence import evidence_rows

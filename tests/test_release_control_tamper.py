@@ -43,7 +43,7 @@ def test_an_edited_row_is_refused_everywhere_and_the_configured_release_serves(
     control.shadow(admin(two), CANDIDATE)
     rollout = control.canary(admin(two), CANDIDATE, 50)
     if edit == "stopped rollout revived":
-        from toolgate.graph.rollout_stop import stop_rollout
+        from toolgate.graph.rollout.stop import stop_rollout
 
         assert stop_rollout(store, CONTROL, rollout, "duplicate_effect:1", by="automatic") is not None
     with store.transaction() as tx:

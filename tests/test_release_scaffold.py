@@ -115,7 +115,7 @@ def test_the_langgraph_server_serves_the_scaffolded_release(scaffolded: Path, tm
         store = open_test_store(data)
         try:
             from toolgate.graph.builder import build_gateway
-            from toolgate.graph.review import decide
+            from toolgate.graph.review.decisions import decide
             from toolgate.release import ReleaseEnv
             from toolgate.testing import ScriptedChatModel
 

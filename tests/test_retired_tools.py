@@ -21,8 +21,8 @@ from support import Harness, audit_events, principal, start, tool_messages
 
 from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.context import Context
-from toolgate.graph.shadow import ask_candidate
-from toolgate.graph.tool_offer import offer_for
+from toolgate.graph.nodes.tool_offer import offer_for
+from toolgate.graph.rollout.shadow import ask_candidate
 from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry

@@ -18,10 +18,10 @@ from langgraph.types import Command
 from starlette.testclient import TestClient
 from support import Harness, principal, tool_messages
 
-import toolgate.graph.http as http
+import toolgate.graph.server.http as http
 from toolgate.errors import RegistryError, ToolExecutionError
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.review_facts import UNAVAILABLE
+from toolgate.graph.review.facts import UNAVAILABLE
 from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -27,8 +27,8 @@ from test_demo_tools import WINDOW_TIMEOUT_S, ReadWriteWindow
 
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.graph.review import decide
-from toolgate.graph.same_resource import resource_keys
+from toolgate.graph.delivery.same_resource import resource_keys
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import PostgresStore, SQLiteStore, Store

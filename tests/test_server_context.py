@@ -10,7 +10,7 @@ from __future__ import annotations
 from support import Harness
 
 from toolgate.graph.context import Context
-from toolgate.graph.server_context import server_context
+from toolgate.graph.server.context import server_context
 from toolgate.policy.principal import Principal
 
 

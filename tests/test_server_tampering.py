@@ -155,7 +155,7 @@ def read_paused_before_execute(rig: Rig) -> tuple[str, str]:
 
 def write_approved_at_interrupt(rig: Rig) -> tuple[str, dict[str, Any]]:
     """A thread whose refund fiona (finance) approved, still paused at the interrupt."""
-    from toolgate.graph.review import decide
+    from toolgate.graph.review.decisions import decide
 
     thread_id = rig.new_thread()
     result = rig.run(

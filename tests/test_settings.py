@@ -19,7 +19,7 @@ from support import REFUND_REQUEST, REPO, cli_env, kv_lines, seed_people, toolga
 
 from toolgate.config import Settings
 from toolgate.graph import Context
-from toolgate.graph.server import SERVER_DATA_DIR, server_parts
+from toolgate.graph.server.process import SERVER_DATA_DIR, server_parts
 from toolgate.settings import VARIABLES, InvalidSetting, read_settings, setting
 
 SHORT_SECRET = "short-secret"
@@ -276,13 +276,13 @@ def test_the_server_refuses_a_bad_value_before_it_opens_anything(
     ("module", "variable", "value", "line"),
     [
         (
-            "toolgate.graph.app",
+            "toolgate.graph.server.app",
             "TOOLGATE_AUDIT_KEY",
             SHORT_SECRET,
             "toolgate.settings.InvalidSetting: TOOLGATE_AUDIT_KEY must be at least 16 bytes",
         ),
         (
-            "toolgate.graph.http",
+            "toolgate.graph.server.http",
             "TOOLGATE_WAKER_INTERVAL_S",
             "soon",
             "toolgate.settings.InvalidSetting: TOOLGATE_WAKER_INTERVAL_S must be a number of seconds >= 0 "

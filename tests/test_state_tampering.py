@@ -21,10 +21,10 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import RunRefused
 from toolgate.graph import Context
-from toolgate.graph.review import decide
-from toolgate.graph.seal import seal_of, sealed_keys
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.seals.seal import seal_of, sealed_keys
+from toolgate.graph.seals.updates import apply_update
 from toolgate.graph.state import GatewayState
-from toolgate.graph.state_updates import apply_update
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}

@@ -26,11 +26,12 @@ from support import REFUND_REQUEST, Harness, principal, shift_store_clock, start
 
 from toolgate.clock import parse_iso
 from toolgate.errors import RunRefused
-from toolgate.graph import Context, state_versions
-from toolgate.graph.review import decide
-from toolgate.graph.seal import LEGACY_SEAL_VERSION, SEAL_VERSION, Sealer, seal_of
-from toolgate.graph.state_updates import apply_update
-from toolgate.graph.state_versions import CURRENT_VERSION, UNSUPPORTED, migrate, pending_update
+from toolgate.graph import Context
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.seals import versions as state_versions
+from toolgate.graph.seals.seal import LEGACY_SEAL_VERSION, SEAL_VERSION, Sealer, seal_of
+from toolgate.graph.seals.updates import apply_update
+from toolgate.graph.seals.versions import CURRENT_VERSION, UNSUPPORTED, migrate, pending_update
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -11,8 +11,8 @@ import pytest
 from support import TEST_KEY, Harness, principal
 
 from toolgate.canonical import idempotency_key_for
-from toolgate.graph.proposals import draft_proposal, store_proposal
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.proposals import draft_proposal, store_proposal
 from toolgate.store import PostgresStore
 
 OPERATIONS = 200

@@ -24,9 +24,9 @@ from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start, tool_me
 
 from toolgate.errors import RegistryError, ToolExecutionError
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.handler_scope import handler_context
-from toolgate.graph.release_manifest import release_manifest
-from toolgate.graph.review import decide
+from toolgate.graph.delivery.handler_scope import handler_context
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.rollout.manifest import release_manifest
 from toolgate.policy.principal import Principal
 from toolgate.release import ReleaseEnv
 from toolgate.store import Store

@@ -24,7 +24,7 @@ from test_release_control_routing import admin
 
 from toolgate.errors import ReleaseControlError
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal

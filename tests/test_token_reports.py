@@ -12,13 +12,13 @@ from langgraph.types import Command
 from starlette.testclient import TestClient
 from support import REFUND_REQUEST, Harness, principal, start
 
-import toolgate.graph.http as http
+import toolgate.graph.server.http as http
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.gate import GateResult, run_release
 from toolgate.evals.observation import usage
 from toolgate.evals.report import build_report, lines
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.testing import ScriptedChatModel, tool_call
 

@@ -20,8 +20,8 @@ from support import TEST_KEY, Harness, audit_events, start
 
 from toolgate.errors import RegistryError
 from toolgate.graph import build_gateway, build_graph
-from toolgate.graph.release_manifest import release_manifest, verified_release
-from toolgate.graph.tool_offer import offer_for, step_choice
+from toolgate.graph.nodes.tool_offer import offer_for, step_choice
+from toolgate.graph.rollout.manifest import release_manifest, verified_release
 from toolgate.models import load_chat_model
 from toolgate.policy.principal import Principal
 from toolgate.release import ReleaseEnv

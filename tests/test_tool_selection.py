@@ -21,8 +21,8 @@ from toolgate.evals.catalog_wide import DISTRACTORS, wide_catalog
 from toolgate.evals.selection_measure import measure, selection_cases
 from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.graph.prompt_cache import prefix_digest
-from toolgate.graph.tool_offer import conversation_of
+from toolgate.graph.nodes.prompt_cache import prefix_digest
+from toolgate.graph.nodes.tool_offer import conversation_of
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory

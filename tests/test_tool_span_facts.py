@@ -12,7 +12,7 @@ from test_telemetry import Otel, by_name, otel  # noqa: F401 - the fixture
 
 from toolgate.canonical import canonical_json
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store.audit import actor_hash
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 

@@ -18,7 +18,7 @@ from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
 
 from toolgate import telemetry
 from toolgate.graph import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 

@@ -26,10 +26,16 @@ from support import TEST_KEY, principal, shift_store_clock, tool_messages
 from wait_support import WaitWorld
 
 from toolgate.graph import Context
-from toolgate.graph.delegation import DelegationRefused
-from toolgate.graph.review import decide
-from toolgate.graph.wait_delegation import carry_for_wait, open_for_wait, pending_key, seal_for_wait, wait_key
-from toolgate.graph.wait_pass import WaitPass
+from toolgate.graph.delivery.delegation import DelegationRefused
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.waits.delegation import (
+    carry_for_wait,
+    open_for_wait,
+    pending_key,
+    seal_for_wait,
+    wait_key,
+)
+from toolgate.graph.waits.progress import WaitPass
 from toolgate.store import Store
 from toolgate.store.waits import WaitIn, WaitRecord
 from toolgate.tools import Registry

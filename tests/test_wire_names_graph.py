@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from support import Harness, principal, start, tool_messages
 
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy import PolicyRules
 from toolgate.release import NoResources
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -20,9 +20,9 @@ from test_worker_run import approved, effects, gateway_on, status, wait_for
 from worker_run_release import TOOL
 
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.proposals import draft_proposal, store_proposal
-from toolgate.graph.review import decide
-from toolgate.graph.worker_loop import LoopOptions, WorkerLoop
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.proposals import draft_proposal, store_proposal
+from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.policy.admission import admitted, process_admission
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal

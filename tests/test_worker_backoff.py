@@ -1,4 +1,4 @@
-"""A worker backs off an operation it cannot deliver, ever further apart (`toolgate.graph.worker_backoff`).
+"""A worker backs off an operation it cannot deliver, ever further apart (`toolgate.graph.worker.backoff`).
 
 Each consecutive refusal (or error) of one operation doubles the delay before this worker picks
 it again, from ``retry_after_s`` up to ``retry_max_s``; a deferral for load keeps the short fixed
@@ -20,8 +20,8 @@ from test_worker_admission import Holder, claims, limits, overloaded
 from test_worker_run import approved, effects, gateway_on, propose, status
 from worker_run_release import TOOL
 
-from toolgate.graph.worker_backoff import Backoff
-from toolgate.graph.worker_loop import LoopOptions, WorkerLoop
+from toolgate.graph.worker.backoff import Backoff
+from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.store import Store
 
 WAIT_S = 120.0

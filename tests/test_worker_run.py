@@ -36,9 +36,9 @@ from toolgate.errors import StoreError
 from toolgate.graph import build_gateway
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.proposals import draft_proposal, store_proposal
-from toolgate.graph.review import decide
-from toolgate.graph.worker_loop import LoopOptions, LoopSummary, WorkerLoop
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.proposals import draft_proposal, store_proposal
+from toolgate.graph.worker.loop import LoopOptions, LoopSummary, WorkerLoop
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.release import ReleaseEnv

@@ -14,8 +14,8 @@ from support import TEST_KEY, principal, shift_store_clock
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.review import decide
-from toolgate.graph.wait_pass import WaitPass, graph_resumer
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.waits.progress import WaitPass, graph_resumer
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store

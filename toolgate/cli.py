@@ -34,9 +34,9 @@ from toolgate.cli_worker import worker_app
 from toolgate.config import Settings
 from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
-from toolgate.graph.edits import edit_proposal
-from toolgate.graph.review import decide, handler_timeout_s
-from toolgate.graph.rollback import propose_rollback
+from toolgate.graph.review.decisions import decide, handler_timeout_s
+from toolgate.graph.review.edits import edit_proposal
+from toolgate.graph.review.rollback import propose_rollback
 from toolgate.settings import InvalidSetting, read_settings
 
 DISTRIBUTION = "langgraph-toolgate"

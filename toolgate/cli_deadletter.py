@@ -1,5 +1,5 @@
 """``toolgate deadletter``: the people's queue of operations whose outcome nobody could determine
-(the rules of settling one are `toolgate.graph.dead_letters`)."""
+(the rules of settling one are `toolgate.graph.delivery.dead_letters`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from toolgate.cli_common import kv, open_from_env, person
-from toolgate.graph.dead_letters import resolve_dead_letter
+from toolgate.graph.delivery.dead_letters import resolve_dead_letter
 
 deadletter_app = typer.Typer(no_args_is_help=True, help="Operations whose outcome needs a person.")
 

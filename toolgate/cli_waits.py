@@ -8,7 +8,7 @@ import typer
 
 from toolgate.cli_common import kv, open_from_env
 from toolgate.graph.bootstrap import App
-from toolgate.graph.wait_pass import Report, WaitPass, graph_resumer
+from toolgate.graph.waits.progress import Report, WaitPass, graph_resumer
 
 
 def worker_waits(

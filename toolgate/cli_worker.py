@@ -14,8 +14,8 @@ from toolgate.cli_common import kv as _kv
 from toolgate.cli_waits import worker_wait_pass, worker_waits
 from toolgate.errors import NotFoundError
 from toolgate.graph.context import Context
-from toolgate.graph.recovery import recover, verify_effect
-from toolgate.graph.worker_loop import LoopOptions, WorkerLoop, stop_on_signals
+from toolgate.graph.delivery.recovery import recover, verify_effect
+from toolgate.graph.worker.loop import LoopOptions, WorkerLoop, stop_on_signals
 from toolgate.policy.admission import Overloaded, admitted
 
 worker_app = typer.Typer(no_args_is_help=True, help="Execute approved operations outside a graph run.")

@@ -28,7 +28,7 @@ from toolgate.errors import ApprovalError
 from toolgate.forensics import latest_task_tokens
 from toolgate.graph.bootstrap import App, open_app
 from toolgate.graph.context import Context
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.store.chain import verify_chain
 from toolgate.tools.demo import DemoSystem

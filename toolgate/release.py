@@ -90,7 +90,7 @@ class Release:
     """How the model is asked to use the offered tools: ``auto`` (it decides), ``required`` (it
     must call one), ``none`` (it must answer) or the name of one of the release's tools (it must
     call that one). Recorded in the reviewed manifest, so a change is a reviewed change; applied
-    per step (`toolgate.graph.tool_offer`: the last turn the budget allows is always ``none``).
+    per step (`toolgate.graph.nodes.tool_offer`: the last turn the budget allows is always ``none``).
     A value that is none of these refuses the release when its registry is built."""
     tenant_overrides: Sequence[TenantOverride] | OverridesFactory = field(default=(), repr=False)
     """Tenants' own implementations and credentials of some of the tools

@@ -197,7 +197,7 @@ from langgraph.types import Command
 from toolgate import ReleaseEnv
 from toolgate.graph.bootstrap import initialize_store, release_manifest
 from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from toolgate.evals.adversarial import CASES
 from toolgate.evals.dispatch_runner import run_adversarial
 from toolgate.graph.bootstrap import App
-from toolgate.graph.proposals import draft_proposal, store_proposal
-from toolgate.graph.review import decide
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.proposals import draft_proposal, store_proposal
 from toolgate.policy.demo_identities import demo_principals
 from toolgate.policy.principal import Principal
 from toolgate.store.chain import verify_chain

@@ -4,7 +4,7 @@ A write tool that starts a long-running job (``submit_report_job``) declares `Wa
 tool reports the job's status, where the job's id is in the write's result and what that tool's
 argument is called, which status values end the wait, how often to check and for how long at
 most. When such a write completes, the thread suspends durably (`toolgate.graph.nodes.wait`), the
-worker checks the job on the schedule (`toolgate.graph.wait_pass`), and the model sees one bounded
+worker checks the job on the schedule (`toolgate.graph.waits.progress`), and the model sees one bounded
 summary as the result of its original call: no model turn runs while the job runs.
 """
 

@@ -2,7 +2,7 @@
 
 A tool author declares both on `toolgate.tools.spec.ToolSpec`; the approval rules
 (`toolgate.policy.approvals`) read `ApprovalClass` to decide whether the recorded decisions
-authorize execution, and the rollback path (`toolgate.graph.rollback`) reads `Rollback`. They stand
+authorize execution, and the rollback path (`toolgate.graph.review.rollback`) reads `Rollback`. They stand
 apart from the spec because they are the two promises a reviewer relies on, shown in every review
 and the registry audit, and they change with review policy rather than with how a tool is called.
 """

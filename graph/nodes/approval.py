@@ -3,7 +3,7 @@
 LangGraph re-runs this node from its start on resume, so nothing before `interrupt()` may have a
 side effect. The payload follows LangChain's human-in-the-loop request shape (``action_requests``
 and ``review_configs``) with toolgate's proposal facts alongside, so Studio and chat UIs can answer
-it. A resume is a wake-up, or carries decisions (`toolgate.graph.hitl`): those are recorded in the
+it. A resume is a wake-up, or carries decisions (`toolgate.graph.review.hitl`): those are recorded in the
 store as the authenticated person resuming, with every approval rule applied; refusals come back
 in ``review`` and in the next interrupt. Authority is the store's approval records, which the
 execute node re-checks before the claim.
@@ -19,9 +19,9 @@ from langgraph.types import interrupt
 
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.hitl import apply_decisions
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
-from toolgate.graph.review_facts import review_facts
+from toolgate.graph.review.facts import review_facts
+from toolgate.graph.review.hitl import apply_decisions
 from toolgate.graph.state import GatewayState
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]

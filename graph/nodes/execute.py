@@ -21,14 +21,14 @@ from langgraph.runtime import Runtime
 from toolgate import telemetry
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso
-from toolgate.graph.batch import partition, run_batch
 from toolgate.graph.context import Context
-from toolgate.graph.edits import current_proposal
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import status_message
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
+from toolgate.graph.nodes.batch import partition, run_batch
 from toolgate.graph.nodes.execute_calls import run_read, run_write
 from toolgate.graph.nodes.execute_refusals import STATE_MISMATCH, read_refusal, refuse_call, write_refusal
+from toolgate.graph.review.edits import current_proposal
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 
 

@@ -18,11 +18,11 @@ from langchain_core.messages import ToolMessage
 from toolgate import telemetry
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
-from toolgate.graph.delivery import Delivery
+from toolgate.graph.delivery.recovery import reconcile
+from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
-from toolgate.graph.recovery import reconcile
 from toolgate.graph.state import CallRecord, Outcome
 from toolgate.policy.admission import Overloaded, admitted
 from toolgate.policy.principal import Principal

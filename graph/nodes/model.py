@@ -24,9 +24,9 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.nodes.respond import make_respond_node
+from toolgate.graph.nodes.tool_offer import offer_detail, offer_for
+from toolgate.graph.seals.updates import apply_update
 from toolgate.graph.state import GatewayState
-from toolgate.graph.state_updates import apply_update
-from toolgate.graph.tool_offer import offer_detail, offer_for
 from toolgate.policy.admission import admitted
 from toolgate.policy.refusals import refusal_in_error, refusal_in_response, refused_update
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error

@@ -2,7 +2,7 @@
 
 The operation key is made here, once, from tenant, thread, tool and canonical arguments, and
 kept in checkpointed state. The requesting user's forwarded credentials that the tool declares
-are sealed for the write's execution here too (`toolgate.graph.delegation`). Re-running this
+are sealed for the write's execution here too (`toolgate.graph.delivery.delegation`). Re-running this
 node (after a crash) finds the same rows: the proposal id is derived from the key and the insert
 is idempotent.
 """
@@ -16,12 +16,12 @@ from langgraph.runtime import Runtime
 
 from toolgate import telemetry
 from toolgate.graph.context import Context
+from toolgate.graph.delivery.handler_scope import keep_for_write
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.handler_scope import keep_for_write
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
-from toolgate.graph.proposals import draft_proposal, store_proposal
+from toolgate.graph.review.proposals import draft_proposal, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
-from toolgate.graph.wait_delegation import keep_for_wait
+from toolgate.graph.waits.delegation import keep_for_wait
 
 
 def make_proposal_node(gw: Gateway) -> Any:

@@ -3,7 +3,7 @@
 A write whose tool declares a `toolgate.tools.waits.Wait` and whose operation succeeded in the
 store opens a wait (`Store.open_wait`: thread, operation key, job, next check, expiry) and the
 thread suspends with `interrupt()`: no model turn runs while the job does. The worker checks the
-job (`toolgate.graph.wait_pass`) and marks the wait ready; any wake then resumes the thread, and
+job (`toolgate.graph.waits.progress`) and marks the wait ready; any wake then resumes the thread, and
 this node gives the model one bounded summary as the result of the ORIGINAL call id (the write's
 `ToolMessage` is replaced by id, so every tool call keeps exactly one answer for either provider).
 
@@ -15,7 +15,7 @@ existing one). Progress goes to the client through LangGraph's stream writer (``
 
 A status tool that declares forwarded credentials is checked as the requesting user: while the
 wait is ``waiting`` this node seals that user's declared credentials for it
-(`toolgate.graph.wait_delegation`), from this request when its authenticated principal is the
+(`toolgate.graph.waits.delegation`), from this request when its authenticated principal is the
 requester, else from those the requester's proposal request sealed; never a reviewer's. They
 are deleted when the wait ends.
 """
@@ -39,7 +39,7 @@ from toolgate.graph.messages import result_message
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.routing import after_execute
 from toolgate.graph.state import GatewayState
-from toolgate.graph.wait_delegation import forget, seal_for_wait, status_spec
+from toolgate.graph.waits.delegation import forget, seal_for_wait, status_spec
 from toolgate.store.waits import WaitIn, WaitRecord
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec

@@ -6,7 +6,7 @@ network and application time between the two), then WRITES ``read_value + delta`
 transaction. Two concurrent adjustments of the same SKU therefore lose an update. The gateway
 must not rely on the service to fix that: ``update_inventory`` declares the SKU as its conflict
 key, so same-SKU writes run one after the other, in a batch and across threads and processes (the
-store's resource lease, `toolgate.graph.same_resource`); the tests remove the key to show the race.
+store's resource lease, `toolgate.graph.delivery.same_resource`); the tests remove the key to show the race.
 
 Like every demo downstream, each request the service *receives* is logged in
 ``sor_inventory_requests`` separately from the adjustment it *performs*

@@ -1,0 +1,54 @@
+"""Auditing a handler that reached past its capabilities.
+
+A handler's capabilities (its records, hosts, credentials) raise `CapabilityDenied` when it goes
+beyond them. The handler's call fails the usual way; the trusted code that ran it also appends a
+``handler.capability_denied`` event naming the capability, the target and the tool, so a
+refusal is on the record even when the handler wrapped the exception in one of its own.
+(A handler that swallows the exception entirely leaves only what the capability refused: nothing
+happened, and nothing is audited.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolgate.errors import CapabilityDenied
+from toolgate.store.audit import Auditor
+from toolgate.tools.spec import HandlerContext
+
+
+def denial_in(exc: BaseException) -> CapabilityDenied | None:
+    """The `CapabilityDenied` that ``exc`` is or was raised from (its cause/context chain)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CapabilityDenied):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def audit_denial(
+    auditor: Auditor, exc: BaseException, ctx: HandlerContext, tool: str, /, **fields: Any
+) -> bool:
+    """Append ``handler.capability_denied`` when ``exc`` comes from a refused capability that
+    `toolgate.graph.delivery.handler_scope.audit_denials` does not already audit from the call's context
+    (its egress refusals). ``fields``: the call's audit fields. True when an event was appended."""
+    denial = denial_in(exc)
+    if denial is None or (ctx.http is not None and any(d is denial for d in ctx.http.denials)):
+        return False
+    fields = {**fields, "tool": tool}
+    fields.setdefault("tenant_id", ctx.tenant_id)
+    auditor.record(
+        "handler.capability_denied",
+        "refused",
+        user_id=ctx.user_id,
+        code="capability_denied",
+        detail={"capability": denial.capability, "target": denial.target, "tool": tool},
+        **fields,
+    )
+    return True
+
+
+__all__ = ["audit_denial", "denial_in"]

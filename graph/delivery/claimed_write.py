@@ -1,0 +1,166 @@
+"""The effect itself: running the handler of a write this worker has claimed, and storing its outcome.
+
+Everything before the claim (`toolgate.graph.delivery.executor`) decides whether a write may run; this is
+the only place one does, and so the only place an outcome can become ``unknown``. A timeout or an
+unclassified crash may have had its effect: the outcome is ``unknown`` (never ``failed``), and a
+handler still running past its timeout keeps its lease renewed until it ends, records a late
+success if it has one, and only then lets reconciliation (`toolgate.graph.delivery.recovery`) take over.
+Each outcome is persisted with its audit events, conditional on still owning the claim, before
+the caller is answered.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.graph.delivery import handlers
+from toolgate.graph.delivery.capability_audit import audit_denial
+from toolgate.graph.delivery.handlers import Overruns
+from toolgate.graph.delivery.result import Delivery
+from toolgate.graph.delivery.same_resource import ResourceHold
+from toolgate.policy.breaker import CircuitBreaker
+from toolgate.policy.output import sanitize_result
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.records import OperationStatus
+from toolgate.tools.spec import HandlerContext, ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedWrite:
+    """One operation whose claim this worker holds, from its handler's start to its stored outcome
+    (``operation.claimed`` and ``handler.started`` were appended with the claim)."""
+
+    store: Store
+    auditor: Auditor
+    overruns: Overruns
+    """Where a handler that outlives its timeout is watched (never delivered again meanwhile)."""
+    spec: ToolSpec
+    operation_key: str
+    worker_id: str
+    lease_s: float
+    common: dict[str, Any]
+    """The fields every audit event of this delivery carries."""
+    hold: ResourceHold
+    """The leases on the operation's conflicting resources (taken before the claim), renewed with
+    the claim and released once no handler thread of this delivery can still change anything."""
+
+    def run(self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker) -> Delivery:
+        """Run the handler on the proposal's ``arguments`` and persist its outcome with its audit
+        events. ``breaker`` was acquired before the claim; its timeouts and server errors count."""
+        try:
+            return self._run(arguments, ctx, breaker)
+        finally:
+            if not self.overruns.running(self.operation_key):  # else `finished_late` releases it
+                self.hold.release()
+
+    def _run(self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker) -> Delivery:
+        spec = self.spec
+        interval = max(self.lease_s / 3, 0.05)
+        future = None
+        try:
+            args = spec.handler_arguments(arguments)
+            with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
+                future = handlers.start(spec.handler, args, ctx)
+                raw = handlers.wait(future, spec.timeout_s, heartbeat=self.renew, interval_s=interval)
+            result = sanitize_result(raw, spec.result_model)
+        except TimeoutError as exc:
+            self.renew()  # the effect may still happen: the lease starts over before anything else
+            delivery = self.finish(
+                "unknown", code="timeout", error={"kind": "timeout", "message": str(exc), "retryable": False}
+            )
+            if future is not None:  # the effect may still happen: keep the lease while the thread lives
+                self.overruns.watch(
+                    self.operation_key,
+                    future,
+                    renew=self.renew,
+                    finished=self.finished_late,
+                    interval_s=interval,
+                )
+            return delivery
+        except ToolExecutionError as exc:
+            audit_denial(self.auditor, exc, ctx, spec.name, **self.common)  # a refused capability
+            return self.finish(
+                "failed",
+                code=exc.kind,
+                error={"kind": exc.kind, "message": exc.message, "retryable": exc.retryable},
+            )
+        except Exception as exc:
+            # An unclassified handler crash may have had an effect: unknown, never failed.
+            audit_denial(self.auditor, exc, ctx, spec.name, **self.common)
+            return self.finish(
+                "unknown",
+                code="handler_crash",
+                error={"kind": "server_error", "message": type(exc).__name__, "retryable": False},
+            )
+        return self.finish("succeeded", result=result)
+
+    def finish(
+        self,
+        status: OperationStatus,
+        *,
+        code: str | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> Delivery:
+        """Persist the outcome with its audit events (conditional on still owning the claim),
+        then answer."""
+        word = {"succeeded": "completed"}.get(status, status)
+        events = [self.auditor.event("handler.finished", word, code=code, **self.common)]
+        if status == "succeeded":
+            events.append(self.auditor.event("operation.completed", "completed", **self.common))
+        final = self.store.transition(
+            self.operation_key,
+            "executing",
+            status,
+            result=result,
+            error=error,
+            owner=self.worker_id,
+            audit=events,
+        )
+        reason = "outcome unknown; reconcile before any retry" if status == "unknown" else ""
+        return Delivery(
+            operation_key=self.operation_key,
+            status=final.status,
+            claim="ACQUIRED",
+            duplicate=False,
+            result=result,
+            error=error,
+            reason=reason,
+        )
+
+    def renew(self) -> bool:
+        """Extend this worker's lease on the operation, and its resource leases with it (False:
+        the claim is no longer ours)."""
+        self.hold.renew(self.lease_s)
+        return self.store.renew_lease(self.operation_key, self.worker_id, self.lease_s)
+
+    def finished_late(self, future: concurrent.futures.Future[Any]) -> None:
+        """An overrunning handler ended: record a late success, then give up the lease."""
+        try:
+            if future.exception() is None:
+                result = sanitize_result(future.result(), self.spec.result_model)
+                with contextlib.suppress(InvalidTransitionError):
+                    self.store.transition(
+                        self.operation_key,
+                        "unknown",
+                        "succeeded",
+                        result=result,
+                        owner=self.worker_id,
+                        audit=[
+                            self.auditor.event("handler.finished", "completed_late", **self.common),
+                            self.auditor.event("operation.completed", "completed", **self.common),
+                        ],
+                    )
+        except ToolExecutionError:
+            pass  # the status check decides what happened
+        finally:
+            self.store.renew_lease(self.operation_key, self.worker_id, 0.0)  # reconcilable from now on
+            self.hold.release()
+
+
+__all__ = ["ClaimedWrite"]

@@ -1,0 +1,290 @@
+"""Running handlers: reads under limits, writes behind the atomic claim, exactly once.
+
+`Executor.deliver` is the single path by which a write's handler can run, shared by the graph's
+execute node and the operator commands. It re-verifies approval (`toolgate.graph.delivery.checks`),
+claims the operation in one conditional update, has the claimed handler run and its outcome
+persisted before answering (`toolgate.graph.delivery.claimed_write`), and gives every duplicate delivery
+the stored result instead of a second effect.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from toolgate.clock import SYSTEM_CLOCK, Clock, parse_iso
+from toolgate.errors import CapabilityDenied, InvalidTransitionError, ToolExecutionError
+from toolgate.graph.delivery import handler_scope as scope
+from toolgate.graph.delivery import handlers
+from toolgate.graph.delivery.capability_audit import audit_denial
+from toolgate.graph.delivery.checks import DeliveryChecks
+from toolgate.graph.delivery.claimed_write import ClaimedWrite
+from toolgate.graph.delivery.handlers import Overruns
+from toolgate.graph.delivery.refusals import missing_refusal
+from toolgate.graph.delivery.result import Delivery
+from toolgate.graph.delivery.same_resource import ResourceHold, deferred
+from toolgate.graph.review.proposal_cache import ProposalCache
+from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
+from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.output import sanitize_result
+from toolgate.policy.principal import Principal
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.tools.credentials import CredentialProvider
+from toolgate.tools.registry import Registry
+from toolgate.tools.spec import ToolSpec
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Executes reads and approved writes for one release."""
+
+    store: Store
+    registry: Registry
+    auditor: Auditor
+    directory: IdentityDirectory
+    """Tells whether an approver is still an active identity of the proposal's tenant."""
+    breakers: BreakerRegistry = field(default_factory=BreakerRegistry)
+    """One circuit breaker per tool: a dead downstream fails fast instead of timing out each call."""
+    overruns: Overruns = field(default_factory=Overruns, compare=False, repr=False)
+    """Handlers of this process still running past their timeout (never delivered again meanwhile)."""
+    clock: Clock = SYSTEM_CLOCK
+    """The process clock handler deadlines are set by (handlers check them against the same one)."""
+    proposals: ProposalCache = field(default_factory=lambda: ProposalCache(), compare=False, repr=False)
+    """Proposals already read (immutable once stored): a delivery reads its proposal once."""
+    credential_provider: CredentialProvider | None = None
+    """Service credentials for handlers (None: the built-in one over the store's secret)."""
+
+    def proposal(self, proposal_id: str | None) -> ProposalRecord | None:
+        """The stored proposal ``proposal_id`` (read from the store once per process)."""
+        if not proposal_id:
+            return None
+        found = self.proposals.get(proposal_id)
+        if found is None:
+            found = self.store.get_proposal(proposal_id)
+            if found is not None:
+                self.proposals.put(found)
+        return found
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def run_read(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        principal: Principal,
+        credentials: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Run a read-only handler under its timeout and return the sanitized result.
+
+        ``credentials`` are the user's own forwarded tokens; the handler sees those its tool declares.
+        """
+        args = spec.handler_arguments(arguments)
+        ctx = scope.read_context(
+            self.store, self.credential_provider, spec, principal, credentials, self.clock
+        )
+        try:
+            raw: BaseModel = self.breakers.get(
+                self.registry.breaker_key(spec.name, principal.tenant_id)
+            ).call(handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx)
+        except CapabilityDenied as exc:
+            scope.audit_denials(self.auditor, ctx, spec)
+            audit_denial(self.auditor, exc, ctx, spec.name)  # a refused records capability
+            raise
+        except TimeoutError as exc:
+            raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
+        except ToolExecutionError as exc:
+            audit_denial(self.auditor, exc, ctx, spec.name)  # one the handler wrapped
+            raise
+        except Exception as exc:
+            audit_denial(self.auditor, exc, ctx, spec.name)
+            # an unclassified crash (a reset connection, a bug) answers this call only: the other
+            # reads of the batch still report, and the message names the class, never the text
+            raise ToolExecutionError(
+                "server_error", f"the tool failed ({type(exc).__name__})", retryable=False
+            ) from exc
+        return sanitize_result(raw, spec.result_model)
+
+    # ---- writes ------------------------------------------------------------------------
+
+    def expire_if_due(self, op: OperationRecord) -> OperationRecord:
+        """Move a pending or approved operation past its proposal's expiry to ``expired``."""
+        if op.status not in ("pending_approval", "approved") or op.proposal_id is None:
+            return op
+        proposal = self.proposal(op.proposal_id)
+        if proposal is None or self.store.now() < parse_iso(proposal.expires_at):
+            return op
+        event = self.auditor.event(
+            "proposal.expired",
+            "expired",
+            operation_key=op.operation_key,
+            proposal_id=op.proposal_id,
+            tool=op.tool,
+            handler_revision=proposal.handler_revision,
+        )
+        try:
+            return self.store.transition(op.operation_key, op.status, "expired", audit=[event])
+        except InvalidTransitionError:
+            return self.store.get_operation(op.operation_key) or op
+
+    def deliver(
+        self,
+        operation_key: str,
+        *,
+        worker_id: str,
+        lease_s: float = 60.0,
+        wait_s: float = 30.0,
+        call_id: str | None = None,
+    ) -> Delivery:
+        """Deliver one operation: execute it if this caller wins the claim, else return the stored result."""
+        op = self.store.get_operation(operation_key)
+        if op is None:
+            return Delivery(
+                operation_key=operation_key,
+                status="missing",
+                claim="NOT_ATTEMPTED",
+                duplicate=False,
+                reason="no such operation",
+            )
+        op = self.expire_if_due(op)
+        attempted = False
+        if op.status == "approved":
+            refusal = self._verify(op)
+            if refusal:
+                return Delivery(
+                    operation_key=operation_key,
+                    status=op.status,
+                    claim="NOT_ATTEMPTED",
+                    duplicate=False,
+                    reason=refusal,
+                )
+            breaker = self.breakers.get(self.registry.breaker_key(op.tool, op.tenant_id))
+            try:
+                breaker.acquire()  # before the claim: an open breaker never claims, the op stays approved
+            except BreakerOpenError as exc:
+                error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
+                return deferred(self.auditor, op, "circuit_open", error)
+            attempted = True
+            hold = self._hold(op, worker_id)
+            claimed = None
+            try:
+                # the resources first, then the claim: waiting never holds a claim (no deadlock)
+                if not hold.acquire(lease_s, wait_s):
+                    message = "another write to the same resource is still running; still approved"
+                    error = {"kind": "resource_busy", "message": message, "retryable": True}
+                    return deferred(self.auditor, op, "resource_busy", error)
+                common = self._audit_fields(op, call_id)
+                claimed = self.store.claim(
+                    operation_key,
+                    worker_id,
+                    lease_s,
+                    audit=[
+                        self.auditor.event(
+                            "operation.claimed", "acquired", detail={"worker": worker_id}, **common
+                        ),
+                        self.auditor.event("handler.started", "started", **common),
+                    ],
+                )
+                if claimed is not None:
+                    return self._execute(claimed, worker_id, common, breaker, lease_s, hold)
+            finally:
+                breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
+                if claimed is None:
+                    hold.release()  # the claim went elsewhere: the claimed handler releases its own
+            op = self.store.get_operation(operation_key) or op
+            op = self.expire_if_due(op)  # the claim also refuses an approval that expired meanwhile
+        if op.status == "executing":
+            op = self._wait_for_terminal(operation_key, wait_s)
+        return Delivery(
+            operation_key=operation_key,
+            status=op.status,
+            claim="NOT_ACQUIRED" if attempted else "NOT_ATTEMPTED",
+            duplicate=op.status in ("succeeded", "failed"),
+            result=op.result,
+            error=op.error,
+            reason="in flight in another worker" if op.status == "executing" else "",
+        )
+
+    @property
+    def checks(self) -> DeliveryChecks:
+        """The checks an approved write of this release must pass right before its claim."""
+        return DeliveryChecks(self.store, self.registry, self.auditor, self.directory)
+
+    def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
+        """The proposal's decisions that may count (see `DeliveryChecks.counted_decisions`)."""
+        return self.checks.counted_decisions(proposal)
+
+    def _verify(self, op: OperationRecord) -> str:
+        spec = self.registry.get_for(op.tool, op.tenant_id)
+        proposal = self.proposal(op.proposal_id) if spec is not None else None
+        if spec is None or proposal is None:  # audited once (`toolgate.graph.delivery.refusals`)
+            return missing_refusal(self.auditor, self.registry.release, op, spec, proposal)
+        return self.checks.refusal(op, spec, proposal)
+
+    def _hold(self, op: OperationRecord, worker_id: str) -> ResourceHold:
+        """The resource leases a delivery of ``op`` needs (`_verify` passed: spec and proposal exist)."""
+        spec, proposal = self.registry.get_for(op.tool, op.tenant_id), self.proposal(op.proposal_id)
+        assert spec is not None and proposal is not None
+        return ResourceHold.of(self.store, spec, op, proposal.tenant_id, proposal.arguments, worker_id)
+
+    def _audit_fields(self, op: OperationRecord, call_id: str | None) -> dict[str, Any]:
+        """The fields every event of one delivery of ``op`` carries (its tool and proposal are
+        known to exist: `_verify` passed)."""
+        spec = self.registry.get_for(op.tool, op.tenant_id)
+        proposal = self.proposal(op.proposal_id)
+        assert spec is not None and proposal is not None
+        return {
+            "operation_key": op.operation_key,
+            "proposal_id": op.proposal_id,
+            "tool": op.tool,
+            "handler_revision": spec.handler_revision,
+            "call_id": call_id or proposal.call_id,
+            "thread_id": proposal.thread_id,
+            "trace_id": proposal.trace_id,
+        }
+
+    def _execute(
+        self,
+        op: OperationRecord,
+        worker_id: str,
+        common: dict[str, Any],
+        breaker: CircuitBreaker,
+        lease_s: float,
+        hold: ResourceHold,
+    ) -> Delivery:
+        """Run the claimed operation's handler under this process's clock and persist its outcome
+        (see `ClaimedWrite`)."""
+        spec = self.registry.get_for(op.tool, op.tenant_id)
+        assert spec is not None and op.proposal_id is not None
+        proposal = self.proposal(op.proposal_id)
+        assert proposal is not None
+        claimed = ClaimedWrite(
+            store=self.store,
+            auditor=self.auditor,
+            overruns=self.overruns,
+            spec=spec,
+            operation_key=op.operation_key,
+            worker_id=worker_id,
+            lease_s=lease_s,
+            common=common,
+            hold=hold,
+        )
+        return scope.run_write(claimed, proposal, breaker, self.credential_provider, self.clock.now())
+
+    def _wait_for_terminal(self, operation_key: str, wait_s: float) -> OperationRecord:
+        deadline = time.monotonic() + wait_s
+        delay = 0.01
+        while True:
+            op = self.store.get_operation(operation_key)
+            assert op is not None
+            if op.status != "executing" or time.monotonic() >= deadline:
+                return op
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+__all__ = ["Executor"]

@@ -1,0 +1,241 @@
+"""Unknown outcomes and dead workers: reconcile before anything may write again.
+
+A handler timeout, a lost response or a worker that died holding a claim leaves an operation
+whose effect may or may not have happened. Nothing retries it blindly. The tool's status check
+(by idempotency key, or by the legacy system's natural key) is asked with backoff; a found effect
+becomes ``succeeded`` with its real result; an absent one is re-approved for delivery only when
+the downstream dedupes on the same key; anything still unknown goes to the dead-letter list for
+a person, with the context they need, so no outcome stays unknown silently (brandur's "completer").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from toolgate.errors import InvalidTransitionError, ToolExecutionError
+from toolgate.graph.delivery import handler_scope as scope
+from toolgate.graph.delivery.delegation import DelegationRefused
+from toolgate.graph.delivery.executor import Executor
+from toolgate.policy.output import sanitize_result
+
+DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
+"""Status-check backoff: five checks over 31 seconds, time for a slow downstream to settle."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reconciliation:
+    """What reconciling one operation found."""
+
+    operation_key: str
+    status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "pending", "unchanged"]
+    """``in_flight``: the effect is not found yet, but its handler may still be running (its owner's
+    lease is live); nothing is delivered again and nothing is dead-lettered until that lease ends.
+    ``pending``: not found by these checks, and they were not the last of its schedule (``final``)."""
+    checks: int
+    found: bool
+
+
+def reconcile(
+    executor: Executor,
+    operation_key: str,
+    *,
+    delays: Sequence[float] = DEFAULT_DELAYS,
+    sleep: Callable[[float], None] = time.sleep,
+    final: bool = True,
+) -> Reconciliation:
+    """Resolve an ``unknown`` operation from the system of record; never re-executes it here.
+
+    The status check runs after each delay (the first after ``delays[0]``, never at once). A found
+    effect becomes ``succeeded``; an absent one becomes ``approved`` again (retry-safe tools only)
+    but only once the claim's lease has lapsed by the store's clock and no handler of this process
+    still runs for it, so an overrunning handler is never raced by a second delivery.
+    ``final=False`` (a scheduled check that is not the schedule's last, `toolgate.graph.worker.loop`):
+    an effect still not found leaves the operation ``unknown`` (``pending``), never dead-lettered.
+    """
+    store, auditor = executor.store, executor.auditor
+    op = store.get_operation(operation_key)
+    if op is None or op.status != "unknown":
+        return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
+    spec = executor.registry.get_for(op.tool, op.tenant_id)
+    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    common = {
+        "operation_key": operation_key,
+        "proposal_id": op.proposal_id,
+        "tool": op.tool,
+        "handler_revision": proposal.handler_revision if proposal else None,
+    }
+    history: list[dict[str, str]] = []
+    checks = 0
+    if spec is not None and spec.reconcile is not None and proposal is not None:
+        check = scope.status_check(executor, spec, proposal, **common)  # as the requesting user
+        for delay in delays or (0.0,):
+            sleep(delay)
+            checks += 1
+            try:
+                found = check()
+            except DelegationRefused as exc:  # fails closed: a person decides (dead letter)
+                history.append({"check": str(checks), "error": exc.kind})
+                break
+            except ToolExecutionError as exc:
+                history.append({"check": str(checks), "error": exc.kind})
+                continue
+            if found is not None:
+                result = sanitize_result(found, spec.result_model)
+                try:
+                    store.transition(operation_key, "unknown", "succeeded", result=result)
+                except InvalidTransitionError:
+                    # another worker reconciled it first: its record stands, nothing runs again
+                    settled = store.get_operation(operation_key)
+                    return Reconciliation(
+                        operation_key=operation_key,
+                        status="succeeded" if settled and settled.status == "succeeded" else "unchanged",
+                        checks=checks,
+                        found=True,
+                    )
+                scope.forget(store, operation_key, spec)  # its sealed credentials are no longer needed
+                auditor.record("operation.reconciled", "completed", detail={"checks": checks}, **common)
+                return Reconciliation(
+                    operation_key=operation_key, status="succeeded", checks=checks, found=True
+                )
+            history.append({"check": str(checks), "result": "absent"})
+            if not spec.retry_safe_when_absent or executor.overruns.running(operation_key):
+                continue
+            try:
+                store.transition(operation_key, "unknown", "approved", lease_lapsed=True)
+            except InvalidTransitionError:
+                continue  # the owner's lease is live: its handler may still act
+            auditor.record("operation.reconciled", "absent_retry_safe", detail={"checks": checks}, **common)
+            return Reconciliation(operation_key=operation_key, status="approved", checks=checks, found=False)
+    if not final and checks:
+        return Reconciliation(operation_key=operation_key, status="pending", checks=checks, found=False)
+    reason = (
+        "no status check for this tool"
+        if spec is None or spec.reconcile is None
+        else (f"effect not found after {checks} status checks")
+    )
+    context = {
+        "tool": op.tool,
+        "proposal_id": op.proposal_id,
+        "attempts": op.attempts,
+        "last_error": op.error,
+        "arguments_sha256": proposal.arguments_sha256 if proposal else None,
+        "history": history,
+    }
+    if (
+        executor.overruns.running(operation_key)
+        or store.add_dead_letter(operation_key, reason, context) is None
+    ):
+        # its handler may still be running (here, or under a live lease elsewhere): not a person's case yet
+        auditor.record("operation.reconciled", "in_flight", detail={"checks": checks}, **common)
+        return Reconciliation(operation_key=operation_key, status="in_flight", checks=checks, found=False)
+    auditor.record(
+        "operation.dead_lettered", "dead_lettered", code="unresolved", detail={"reason": reason}, **common
+    )
+    return Reconciliation(operation_key=operation_key, status="dead_lettered", checks=checks, found=False)
+
+
+def verify_effect(executor: Executor, operation_key: str) -> tuple[str, str]:
+    """Ask the tool's status check whether the system of record shows what the store says of the
+    finished ``operation_key``: ``("active", "")`` when the check ran and agrees (an effect for
+    ``succeeded``, none for ``failed``); ``("mismatch", why)`` when it ran and disagrees;
+    ``("failed", why)`` when it errored; ``("passive", why)`` when it was not called."""
+    store = executor.store
+    op = store.get_operation(operation_key)
+    if op is None:
+        return "passive", "missing"
+    if op.status not in ("succeeded", "failed"):
+        return "passive", f"status_{op.status}"
+    spec = executor.registry.get_for(op.tool, op.tenant_id)
+    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    if spec is None or proposal is None:
+        return "passive", "tool_not_in_release"
+    if spec.reconcile is None:
+        return "passive", "no_status_check"
+    common = {"operation_key": operation_key, "proposal_id": op.proposal_id, "tool": op.tool}
+    try:
+        found = scope.status_check(executor, spec, proposal, **common)()  # as the requesting user
+    except ToolExecutionError as exc:
+        return "failed", f"status_check_{exc.kind}"
+    except Exception as exc:  # the check itself broke: say so, never "active"
+        return "failed", f"status_check_{type(exc).__name__}"
+    if (found is not None) != (op.status == "succeeded"):
+        return "mismatch", "effect_found" if found is not None else "effect_absent"
+    return "active", ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoveryReport:
+    """What one recovery pass did."""
+
+    recovered: list[str]
+    reconciled: list[Reconciliation]
+    redelivered: list[str]
+
+
+def recover(
+    executor: Executor,
+    *,
+    worker_id: str,
+    grace_s: float = 30.0,
+    delays: Sequence[float] = DEFAULT_DELAYS,
+    sleep: Callable[[float], None] = time.sleep,
+    redeliver: bool = True,
+) -> RecoveryReport:
+    """Find claims whose lease lapsed more than ``grace_s`` ago, mark them unknown, reconcile every
+    unknown operation, and deliver again those the status check proved absent (same key)."""
+    recovered = recover_abandoned(executor, grace_s)
+    executor.store.purge_delegations()  # sealed credentials of ended or expired operations
+    reconciled = [
+        reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
+        for op in executor.store.list_operations("unknown")
+    ]
+    redelivered: list[str] = []
+    if redeliver:
+        for item in reconciled:
+            if item.status == "approved":
+                executor.deliver(item.operation_key, worker_id=worker_id)
+                redelivered.append(item.operation_key)
+    return RecoveryReport(recovered=recovered, reconciled=reconciled, redelivered=redelivered)
+
+
+def recover_abandoned(executor: Executor, grace_s: float) -> list[str]:
+    """Mark ``unknown`` (audited ``operation.recovered``) every claim whose lease lapsed more than
+    ``grace_s`` ago by the store's clock: its worker is gone, its effect may or may not have
+    happened. Returns their keys; reconciling them is the caller's next step."""
+    store = executor.store
+    recovered: list[str] = []
+    for op in store.stale_executing(grace_s):
+        try:
+            store.transition(
+                op.operation_key,
+                "executing",
+                "unknown",
+                owner=op.owner,
+                error={"kind": "worker_lost", "message": f"claim of {op.owner} lapsed", "retryable": False},
+            )
+        except InvalidTransitionError:
+            continue  # the owner finished in the meantime
+        executor.auditor.record(
+            "operation.recovered",
+            "unknown",
+            operation_key=op.operation_key,
+            proposal_id=op.proposal_id,
+            tool=op.tool,
+            detail={"previous_owner": op.owner or ""},
+        )
+        recovered.append(op.operation_key)
+    return recovered
+
+
+__all__ = [
+    "DEFAULT_DELAYS",
+    "Reconciliation",
+    "RecoveryReport",
+    "reconcile",
+    "recover",
+    "recover_abandoned",
+    "verify_effect",
+]

@@ -1,0 +1,157 @@
+"""Same resource, any thread: a write that declares a conflicting resource runs only while its
+delivery holds the store's lease on that resource.
+
+In one batch, same-resource calls already share a lane (`toolgate.graph.nodes.batch`); that cannot see
+another thread, graph run or process. So `Executor.deliver` takes a `ResourceHold` on every
+conflicting resource the approved arguments name (keyed by the proposal's tenant, the kind and
+the id, all read from the store, never from checkpointed state) *before* it claims the operation:
+waiting for a resource never holds a claim, and the claim never waits, so the two cannot
+deadlock. The claimed handler renews the hold with its claim's lease and gives it up once its
+outcome is stored (an overrunning handler keeps it until its thread ends). When the resource
+stays busy past the delivery's wait, the operation stays approved and the caller gets a stable,
+audited ``resource_busy`` refusal: a later delivery runs it, and no update is ever lost.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from toolgate.canonical import canonical_json
+from toolgate.graph.delivery.result import Delivery
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.records import OperationRecord
+from toolgate.tools.argpaths import values_at
+from toolgate.tools.spec import ToolSpec
+
+
+def resource_keys(spec: ToolSpec, tenant_id: str, arguments: dict[str, Any]) -> tuple[str, ...]:
+    """The lease keys of a call: ``[tenant, kind, id]`` for every conflicting resource it names
+    (each value of a list path included), sorted and without repeats."""
+    return tuple(
+        sorted(
+            {
+                canonical_json([tenant_id, ref.kind, str(value)])
+                for ref in spec.resource_refs
+                if ref.conflict
+                for value in values_at(arguments, ref.argument)
+            }
+        )
+    )
+
+
+@dataclass(frozen=True)
+class ResourceHold:
+    """One delivery's leases on the resources of one operation (none: every method is a no-op)."""
+
+    store: Store
+    keys: tuple[str, ...]
+    holder: str
+    """Unique to this delivery attempt, so only it can renew or release what it took."""
+
+    @classmethod
+    def of(
+        cls,
+        store: Store,
+        spec: ToolSpec,
+        op: OperationRecord,
+        tenant_id: str,
+        arguments: dict[str, Any],
+        worker_id: str,
+    ) -> ResourceHold:
+        """The hold a delivery of ``op`` by ``worker_id`` needs (the proposal's tenant and arguments)."""
+        holder = f"{worker_id}/{op.operation_key}/{secrets.token_hex(6)}"
+        return cls(store, resource_keys(spec, tenant_id, arguments), holder)
+
+    def acquire(self, lease_s: float, wait_s: float) -> bool:
+        """Take every lease at once, retrying with backoff while another holder has one, for up
+        to ``wait_s`` seconds; False when the resource stayed busy (nothing held then).
+
+        Within one process only one thread at a time asks the store for the same resources
+        (`_PollGate`): the others wait in memory for their turn to ask. Sixty-four threads of a
+        worker waiting on one busy resource would otherwise poll the store sixty-four times as
+        often, and take the pooled connections the lease holder needs to finish."""
+        if not self.keys:
+            return True
+        deadline = time.monotonic() + wait_s
+        with _PollGate.turn(self.keys, deadline) as my_turn:
+            if not my_turn:
+                return False
+            delay = 0.002
+            while not self.store.acquire_resources(self.keys, self.holder, lease_s):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(delay)  # another process may hold it: only the store can say when it is free
+                delay = min(delay * 2, 0.1)
+            return True
+
+    def renew(self, lease_s: float) -> bool:
+        """Extend the leases with the claim's (True without resources)."""
+        return not self.keys or self.store.renew_resources(self.keys, self.holder, lease_s)
+
+    def release(self) -> None:
+        """Give the leases up (only this hold's own; repeating it is harmless)."""
+        if self.keys:
+            self.store.release_resources(self.keys, self.holder)
+
+
+class _PollGate:
+    """One turn at a time per resource set, per process: who may poll the store for it now.
+
+    Gates exist only while someone waits (counted), so the table never outgrows the resources
+    being waited for. A turn is given back as soon as its holder got the lease or gave up, never
+    held while the lease is: a crashed handler cannot block a resource here (its lease lapses in
+    the store as usual)."""
+
+    _gates: ClassVar[dict[tuple[str, ...], list[Any]]] = {}
+    """resource keys -> [the turn's lock, threads waiting or polling]."""
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    @contextmanager
+    def turn(cls, keys: tuple[str, ...], deadline: float) -> Iterator[bool]:
+        """True once it is this thread's turn to poll for ``keys``, False at ``deadline``."""
+        with cls._guard:
+            gate = cls._gates.setdefault(keys, [threading.Lock(), 0])
+            gate[1] += 1
+        lock: threading.Lock = gate[0]
+        got = lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            yield got
+        finally:
+            if got:
+                lock.release()
+            with cls._guard:
+                gate[1] -= 1
+                if gate[1] == 0:
+                    del cls._gates[keys]
+
+
+def deferred(auditor: Auditor, op: OperationRecord, code: str, error: dict[str, Any]) -> Delivery:
+    """The audited answer (``operation.deferred``, refused with ``code``: ``circuit_open``,
+    ``resource_busy``) to a delivery that did not claim ``op`` now; it stays approved for later."""
+    auditor.record(
+        "operation.deferred",
+        "refused",
+        code=code,
+        operation_key=op.operation_key,
+        proposal_id=op.proposal_id,
+        tool=op.tool,
+    )
+    return Delivery(
+        operation_key=op.operation_key,
+        status=op.status,
+        claim="NOT_ATTEMPTED",
+        duplicate=False,
+        error=error,
+        reason=error["message"],
+    )
+
+
+__all__ = ["ResourceHold", "deferred", "resource_keys"]

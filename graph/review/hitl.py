@@ -1,0 +1,163 @@
+"""Reviewers' decisions sent with a resume, in LangChain's human-in-the-loop shape.
+
+Chat UIs and LangGraph Studio answer an approval interrupt by resuming the thread with
+``{"decisions": [{"type": "approve"}, {"type": "reject", "message": "..."},
+{"type": "edit", "edited_action": {"name": ..., "args": {...}}}]}``, one decision per action
+request, in order (the older agent-inbox list ``[{"type": "accept"}]``, ``response`` and ``ignore``
+is understood too). The resume payload still carries no authority of its own: each decision is
+recorded as the *authenticated* person resuming (the server's auth handler, or the embedding
+application's context), through the same `decide` and `edit_proposal` as every other door, with
+every rule applied and every refusal audited. A resume without decisions is only a wake-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from toolgate.errors import ApprovalError, NotFoundError, ToolgateUsageError
+from toolgate.graph.gateway import Gateway
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.edits import edit_proposal
+from toolgate.policy.principal import Principal
+
+Kind = Literal["approve", "reject", "edit", "ignore"]
+_ALIASES: dict[str, Kind] = {
+    "approve": "approve",
+    "accept": "approve",
+    "reject": "reject",
+    "response": "reject",
+    "edit": "edit",
+    "ignore": "ignore",
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reviewer decision, as parsed from a resume payload."""
+
+    kind: Kind
+    message: str = ""
+    """The rejection's reason (``reject``'s ``message``, agent-inbox ``response``'s ``args``)."""
+    tool: str | None = None
+    """The edited action's tool (``edit``)."""
+    arguments: dict[str, Any] | None = None
+    """The edited action's arguments (``edit``)."""
+    digest: str | None = None
+    """The proposal digest the reviewer saw, when the client sends it (a toolgate extension)."""
+
+
+def parse_decisions(resume: Any) -> list[Decision] | None:
+    """The decisions in a resume value; None for a plain wake-up (no decisions at all).
+
+    Raises `ApprovalError` (``malformed_decision``) for a shape that cannot be read."""
+    raw: Any = resume.get("decisions") if isinstance(resume, dict) else resume
+    if raw is None or (isinstance(resume, dict) and "decisions" not in resume):
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise ApprovalError(
+            "malformed_decision", "decisions must be a non-empty list, one per action request"
+        )
+    return [_parse_one(item) for item in raw]
+
+
+def _parse_one(item: Any) -> Decision:
+    if not isinstance(item, dict) or _ALIASES.get(str(item.get("type"))) is None:
+        raise ApprovalError(
+            "malformed_decision",
+            "each decision needs a type: approve, reject or edit (or accept, response, ignore)",
+        )
+    kind = _ALIASES[str(item["type"])]
+    digest = item.get("digest") if isinstance(item.get("digest"), str) else None
+    if kind == "reject":
+        message = item.get("message", item.get("args"))
+        return Decision("reject", message=message if isinstance(message, str) else "", digest=digest)
+    if kind == "edit":
+        action = item.get("edited_action") or item.get("args") or {}
+        name = action.get("name", action.get("action")) if isinstance(action, dict) else None
+        args = action.get("args") if isinstance(action, dict) else None
+        if not isinstance(args, dict):
+            raise ApprovalError(
+                "malformed_decision", "an edit needs edited_action with args as one JSON object"
+            )
+        return Decision("edit", tool=name if isinstance(name, str) else None, arguments=args)
+    return Decision(kind, digest=digest)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What applying one decision did, for the run's output and the next interrupt."""
+
+    proposal_id: str
+    decision: str
+    result: Literal["recorded", "refused", "ignored"]
+    code: str = ""
+    message: str = ""
+    new_proposal_id: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        """Plain form for checkpointed state."""
+        return {k: v for k, v in self.__dict__.items() if v}
+
+
+def apply_decisions(
+    gw: Gateway, reviewer: Principal | None, proposals: Sequence[dict[str, Any]], resume: Any
+) -> list[Outcome] | None:
+    """Record each decision as ``reviewer``; None when the resume carried no decisions."""
+    try:
+        decisions = parse_decisions(resume)
+    except ApprovalError as exc:
+        return [_refused(p["proposal_id"], "malformed", exc) for p in proposals] or [
+            Outcome("", "malformed", "refused", exc.code, str(exc))
+        ]
+    if decisions is None:
+        return None
+    if reviewer is None:
+        refusal = ApprovalError("missing_reviewer", "decisions need an authenticated reviewer")
+        return [
+            _refused(p["proposal_id"], d.kind, refusal) for p, d in zip(proposals, decisions, strict=False)
+        ]
+    if len(decisions) != len(proposals):
+        refusal = ApprovalError(
+            "decision_count",
+            f"{len(decisions)} decision(s) for {len(proposals)} action request(s); nothing recorded",
+        )
+        return [
+            Outcome(p["proposal_id"], "mismatch", "refused", refusal.code, str(refusal)) for p in proposals
+        ]
+    return [
+        _apply(gw, reviewer, proposal, decision)
+        for proposal, decision in zip(proposals, decisions, strict=True)
+    ]
+
+
+def _apply(gw: Gateway, reviewer: Principal, proposal: dict[str, Any], decision: Decision) -> Outcome:
+    pid = str(proposal["proposal_id"])
+    try:
+        if decision.kind == "ignore":
+            return Outcome(pid, "ignore", "ignored")
+        if decision.kind == "edit":
+            assert decision.arguments is not None
+            edited = edit_proposal(
+                gw, pid, reviewer, tool=decision.tool or str(proposal["tool"]), arguments=decision.arguments
+            )
+            return Outcome(pid, "edit", "recorded", new_proposal_id=edited.proposal_id)
+        decide(
+            gw,
+            pid,
+            reviewer,
+            decision.kind,
+            reason=decision.message,
+            seen_digest=decision.digest or str(proposal["digest"]),
+        )
+        return Outcome(pid, decision.kind, "recorded")
+    except (ToolgateUsageError, NotFoundError) as exc:
+        return _refused(pid, decision.kind, exc)
+
+
+def _refused(proposal_id: str, decision: str, exc: Exception) -> Outcome:
+    return Outcome(proposal_id, decision, "refused", str(getattr(exc, "code", "refused")), str(exc)[:300])
+
+
+__all__ = ["Decision", "Outcome", "apply_decisions", "parse_decisions"]

@@ -1,0 +1,137 @@
+"""Making an immutable proposal: shared by the proposal node and by reviewers' edits."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from toolgate.canonical import digest, operation_key, sha256_hex
+from toolgate.clock import iso
+from toolgate.graph.delivery.delegation import DelegationRefused, seal, unseal
+from toolgate.graph.gateway import Gateway
+from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.tools.spec import ToolSpec
+
+
+def draft_proposal(
+    gw: Gateway,
+    spec: ToolSpec,
+    *,
+    tenant_id: str,
+    requester_id: str,
+    thread_id: str,
+    call_id: str,
+    arguments: dict[str, Any],
+    supersedes: str | None = None,
+    trace_id: str | None = None,
+    editors: tuple[str, ...] = (),
+) -> ProposalRecord:
+    """The proposal for one intended effect; its operation key and id derive from the content.
+
+    Its creation and expiry times come from the store's clock. Its approval class is the tool's,
+    raised by the release's escalation rules from these (judged) arguments, never lowered."""
+    key = operation_key(
+        tenant_id=tenant_id, task_id=thread_id, call_id=call_id, tool=spec.name, arguments=arguments
+    )
+    now = gw.store.now()
+    escalation = gw.policy.escalation(spec.name, spec.approval, arguments)
+    draft = ProposalRecord(
+        proposal_id="prop_" + sha256_hex(key)[:24],
+        operation_key=key,
+        thread_id=thread_id,
+        call_id=call_id,
+        tool=spec.name,
+        tool_version=spec.version,
+        handler_revision=spec.handler_revision,
+        release=gw.registry.release,
+        tenant_id=tenant_id,
+        requester_id=requester_id,
+        arguments=arguments,
+        arguments_sha256=digest(arguments),
+        digest="",
+        risk=spec.risk,
+        effect=spec.effect,
+        rollback=spec.rollback_text(),
+        approval_class=escalation.approval.describe(),
+        created_at=iso(now),
+        expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
+        supersedes=supersedes,
+        trace_id=trace_id,
+        editors=tuple(sorted(set(editors))),
+        escalation_rule_id=escalation.rule_id,
+        escalation_reason=escalation.reason,
+    )
+    return dataclasses.replace(draft, digest=digest(draft.content()))
+
+
+def store_proposal(
+    gw: Gateway,
+    spec: ToolSpec,
+    draft: ProposalRecord,
+    *,
+    actor: str,
+    audit: dict[str, Any] | None = None,
+    accepted: AuditEventIn | None = None,
+) -> tuple[ProposalRecord, OperationRecord, bool]:
+    """Insert (idempotently) and audit one proposal: ``proposal.created`` (after ``accepted``, the
+    model call it came from, if any) commits with the proposal. A proposal already stored under the
+    same operation key is audited as ``proposal.reused`` on its own."""
+
+    def event(name: str, result: str, proposal: ProposalRecord) -> AuditEventIn:
+        return gw.auditor.event(
+            name,
+            result,
+            user_id=actor,
+            call_id=proposal.call_id,
+            proposal_id=proposal.proposal_id,
+            operation_key=proposal.operation_key,
+            tool=spec.name,
+            handler_revision=spec.handler_revision,
+            thread_id=proposal.thread_id,
+            detail={
+                "digest": proposal.digest,
+                "arguments_sha256": proposal.arguments_sha256,
+                "risk": spec.risk,
+                "arguments": {
+                    k: proposal.arguments[k] for k in sorted(spec.audit_fields) if k in proposal.arguments
+                },
+                "expires_at": proposal.expires_at,
+                "supersedes": proposal.supersedes,
+                **({"escalation": proposal.escalation()} if proposal.escalation_rule_id else {}),
+            },
+            **(audit or {}),
+        )
+
+    created_events = [*([accepted] if accepted else []), event("proposal.created", "pending_approval", draft)]
+    stored, operation, created = gw.store.create_proposal(draft, audit=created_events)
+    if not created:
+        gw.store.append_audit(event("proposal.reused", operation.status, stored))
+    return stored, operation, created
+
+
+def carry_delegation(gw: Gateway, spec: ToolSpec, original: ProposalRecord, edited: ProposalRecord) -> bool:
+    """Seal the requester's credentials of ``original`` again for a reviewer's ``edited`` proposal
+    (same requester; never the reviewer's). A sealed record that does not open is not carried
+    (audited ``delegation.refused``): the edited write then runs without the requester's credentials."""
+    if not spec.forwarded_credentials or edited.requester_id != original.requester_id:
+        return False
+    try:
+        credentials = unseal(gw.store, original)
+    except DelegationRefused as exc:
+        gw.auditor.record(
+            "delegation.refused",
+            "refused",
+            code=exc.kind,
+            proposal_id=original.proposal_id,
+            operation_key=original.operation_key,
+            tool=spec.name,
+            tenant_id=original.tenant_id,
+            detail={"reason": exc.message},
+        )
+        return False
+    return seal(gw.store, edited, credentials)
+
+
+__all__ = ["carry_delegation", "draft_proposal", "store_proposal"]

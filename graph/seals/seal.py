@@ -1,0 +1,267 @@
+"""Checkpointed state is untrusted input: trusted code seals what it decided, and checks the seal.
+
+Any client can rewrite a thread's state: ``update_state`` in process, ``threads.update_state``
+on the LangGraph server, ``Command(update=...)`` on resume, or extra keys in a run's input. So
+every node that changes the thread ends by sealing it: one HMAC per key of `GatewayState`, under
+the store's state key and bound to the thread id (`seal_update`). Every node starts by checking
+the seal (`tampered_keys`); a key whose value changed outside the gateway is named, and nothing
+runs because that state says so.
+
+Human and system messages are the user's own untrusted input and may be added by any run. The
+model's messages and the gateway's tool results are sealed as an ordered list of digests, so a
+call the model never made, or a result the gateway never gave, is noticed too.
+
+A seal covers the keys of the state version it sealed (`sealed_version`): a thread sealed before
+a key existed has no MAC for it, and that key must still be empty. The guard then brings the
+verified state to the current version (`toolgate.graph.seals.versions`) and seals the result.
+
+What the state will be after an update is computed by `toolgate.graph.seals.updates`; the MACs
+the last node of this process computed are reused through `toolgate.graph.seals.recent`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from toolgate.graph.seals.recent import RecentSeals, SealedEntry, known_mac
+from toolgate.graph.seals.updates import apply_update, lean_update, state_reducers
+from toolgate.graph.state import KEYS_ADDED_IN
+from toolgate.store.keys import Keyring
+
+SEAL_VERSION = "3"
+"""The sealed form, named in the seal and in each of its MACs: bumped when the form changes; a
+seal of another form does not verify (but see `PREVIOUS_SEAL_VERSION`, `LEGACY_SEAL_VERSION`).
+Form 3 adds ``all``, one MAC over every key's MAC: a key and its MAC copied from another seal of
+the same thread (an older checkpoint) verify on their own, never together with the rest, so a
+refused thread cannot be un-refused with its old ``status`` nor a spent budget reset."""
+
+PREVIOUS_SEAL_VERSION = "2"
+"""The form of seals made before ``all``: MACs as in form 3 but naming form 2. Such a seal
+verifies the state it sealed, key by key, so a thread saved then is sealed again in the current
+form by its next node, not refused. A form-3 seal cannot pass for form 2: its MACs name form 3."""
+
+LEGACY_SEAL_VERSION = "1"
+"""The form of seals made before states had a version: MACs as in form 2 but naming form 1, and
+none for ``state_version``. Such a seal verifies the version-1 state it sealed, so a thread saved
+then is migrated, not refused. Each MAC names its form, so a form-2 seal cannot pass for form 1
+by losing its ``state_version`` MAC."""
+
+
+def sealed_keys() -> tuple[str, ...]:
+    """The keys of `GatewayState` the seal covers (all of them but the seal itself)."""
+    return tuple(k for k in state_reducers() if k != "seal")
+
+
+_DIGESTS: dict[int, tuple[weakref.ref[BaseMessage], str]] = {}
+"""Digests of message objects still alive in this process. A node sees the same message objects
+as the node before it in the same run, so each message is digested once per run, not once per
+node; a rewritten thread arrives as new objects, digested afresh."""
+
+
+def message_digest(message: BaseMessage) -> str:
+    """SHA-256 of what the seal covers of one message (cached per live object)."""
+    key = id(message)
+    known = _DIGESTS.get(key)
+    if known is not None and known[0]() is message:
+        return known[1]
+    digest = _message_digest(message)
+
+    def forget(_: weakref.ref[BaseMessage]) -> None:
+        _DIGESTS.pop(key, None)
+
+    _DIGESTS[key] = (weakref.ref(message, forget), digest)
+    return digest
+
+
+def _message_digest(message: BaseMessage) -> str:
+    if isinstance(message, ToolMessage) and isinstance(message.content, str):
+        # the common case, without a JSON encoder: fields joined by a separator no field contains
+        fields = ("tool", message.id, message.tool_call_id, message.status, message.name, message.content)
+        text = "\x1f".join("" if f is None else str(f).replace("\x1f", "\\x1f") for f in fields)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    form: dict[str, Any] = {"type": message.type, "id": message.id, "content": message.content}
+    if isinstance(message, AIMessage):
+        form["tool_calls"] = [[c.get("id"), c.get("name"), c.get("args")] for c in message.tool_calls]
+        form["invalid_tool_calls"] = [
+            [c.get("id"), c.get("name"), c.get("args"), c.get("error")] for c in message.invalid_tool_calls
+        ]
+    if isinstance(message, ToolMessage):
+        form["tool_call_id"] = message.tool_call_id
+        form["status"] = message.status
+        form["name"] = message.name
+    text = json.dumps(form, sort_keys=True, default=repr, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Sealer:
+    """Seals and checks the state of one thread during one node run.
+
+    The node's pre-state is sealed once to check it; sealing the post-state then reuses the MACs
+    of the keys the node did not write."""
+
+    def __init__(self, keys: Keyring, thread_id: str) -> None:
+        self.keys = keys
+        self.thread_id = thread_id
+        self._checked: tuple[Mapping[str, Any], dict[str, str]] | None = None
+        self._version: tuple[Mapping[str, Any], int | None] | None = None
+        self._recent_key = (thread_id, keys.key("state"))
+
+    def _value(self, key: str, state: Mapping[str, Any]) -> Any:
+        value = state.get(key)
+        if key == "messages":
+            return [message_digest(m) for m in value or () if isinstance(m, AIMessage | ToolMessage)]
+        return value
+
+    def _mac(self, key: str, state: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
+        value = {"v": form, "thread": self.thread_id, "key": key, "value": self._value(key, state)}
+        try:
+            # deterministic for the values the checkpointer round-trips (types and floats kept as
+            # they are); the C encoder keeps sealing a large thread cheap
+            text = json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+        except (TypeError, ValueError):
+            # a value JSON cannot hold (NaN, a foreign object) was never written by trusted code
+            return "unsealable"
+        return self.keys.mac_text("state", text)
+
+    def _all(self, seal: Mapping[str, Any]) -> str:
+        """The MAC binding every key's MAC of ``seal`` together (form 3's ``all``)."""
+        macs = [seal.get(k) if isinstance(seal.get(k), str) else "" for k in sealed_keys()]
+        text = json.dumps({"v": SEAL_VERSION, "thread": self.thread_id, "key": "*", "macs": macs})
+        return self.keys.mac_text("state", text)
+
+    def seal_of(self, state: Mapping[str, Any], *, only: set[str] | None = None) -> dict[str, str]:
+        """The seal of ``state``: version, one MAC per sealed key (``only`` these recomputed) and
+        ``all`` over them."""
+        base = self._checked[1] if only is not None and self._checked is not None else {}
+        seal = {
+            "v": SEAL_VERSION,
+            **{
+                k: (self._mac(k, state) if only is None or k in only or k not in base else base[k])
+                for k in sealed_keys()
+            },
+        }
+        return {**seal, "all": self._all(seal)}
+
+    def sealed_version(self, state: Mapping[str, Any]) -> int | None:
+        """The state version ``state``'s seal vouches for: 1 for a seal of the legacy form (made
+        before states had a version), else the ``state_version`` its MAC verifies (1 when that
+        is empty). None when the seal vouches for none: missing, of an unknown form, or with a
+        ``state_version`` it does not verify."""
+        if self._version is not None and self._version[0] is state:
+            return self._version[1]
+        version = self._sealed_version(state)
+        self._version = (state, version)
+        return version
+
+    def _sealed_version(self, state: Mapping[str, Any]) -> int | None:
+        seal = state.get("seal")
+        if not isinstance(seal, Mapping):
+            return None
+        form = seal.get("v")
+        if form == LEGACY_SEAL_VERSION:
+            return 1
+        if form == SEAL_VERSION:
+            expected = self._expected_mac("state_version", state, _RECENT.get(self._recent_key))
+        elif form == PREVIOUS_SEAL_VERSION:
+            expected = self._mac("state_version", state, form)
+        else:
+            return None
+        if seal.get("state_version") != expected:
+            return None
+        version = state.get("state_version")
+        if version is None:
+            return 1
+        return version if type(version) is int else None
+
+    def _expected_mac(self, key: str, state: Mapping[str, Any], known: SealedEntry | None) -> str:
+        """The current form's MAC of ``state``'s ``key``: the one the last node of this process
+        computed (``known``) when the value is made of the very objects it sealed, else afresh."""
+        reused = known_mac(known, key, state.get(key))
+        return reused if reused is not None else self._mac(key, state)
+
+    def tampered_keys(self, state: Mapping[str, Any]) -> list[str]:
+        """The keys of ``state`` that changed outside the gateway since it was last sealed.
+
+        A thread never sealed (a new one) may hold only the user's input: human messages. A key
+        younger than the state version its seal vouches for has no MAC and must be empty.
+        """
+        self._checked = None
+        seal = state.get("seal")
+        if not isinstance(seal, Mapping):
+            if seal is not None:
+                return ["seal"]
+            return [k for k in sealed_keys() if self._value(k, state)]
+        form = seal.get("v")
+        if form not in (SEAL_VERSION, PREVIOUS_SEAL_VERSION, LEGACY_SEAL_VERSION):
+            return ["seal"]
+        version = self.sealed_version(state)
+        covered = [
+            k for k in sealed_keys() if version is None or KEYS_ADDED_IN.get(k, 1) <= version or k in seal
+        ]
+        if not all(isinstance(seal.get(k), str) for k in covered):
+            return ["seal"]
+        if form == SEAL_VERSION:
+            known = _RECENT.get(self._recent_key)
+            expected = {k: self._expected_mac(k, state, known) for k in covered}
+            # sealing the node's update reuses these (current form only)
+            self._checked = (state, {"v": SEAL_VERSION, **expected})
+        else:
+            expected = {k: self._mac(k, state, form) for k in covered}
+        changed = [
+            k
+            for k in sealed_keys()
+            if (seal.get(k) != expected[k] if k in expected else state.get(k) is not None)
+        ]
+        if not changed and form == SEAL_VERSION and seal.get("all") != self._all(seal):
+            return ["seal"]  # every MAC is genuine, but they were not sealed together
+        return changed
+
+    def seal_update(self, state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+        """``update`` with the seal of the state it produces."""
+        update = lean_update(state, update)
+        after = apply_update(state, update)
+        reuse = self._checked is not None and self._checked[0] is state
+        seal = self.seal_of(after, only=set(update) if reuse else None)
+        _RECENT.put(self._recent_key, ({k: after.get(k) for k in sealed_keys()}, seal))
+        return lean_update(state, {**update, "seal": seal})
+
+
+_RECENT = RecentSeals()
+"""This process's recent seals, shared by every `Sealer`."""
+
+
+def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str, str]:
+    """The seal of ``state`` for ``thread_id``: version and one MAC per sealed key."""
+    return Sealer(keys, thread_id).seal_of(state)
+
+
+def tampered_keys(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> list[str]:
+    """The keys of ``state`` changed outside the gateway since it was last sealed (see `Sealer`)."""
+    return Sealer(keys, thread_id).tampered_keys(state)
+
+
+def seal_update(
+    keys: Keyring, thread_id: str, state: Mapping[str, Any], update: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``update`` with the seal of the state it produces."""
+    return Sealer(keys, thread_id).seal_update(state, update)
+
+
+__all__ = [
+    "LEGACY_SEAL_VERSION",
+    "PREVIOUS_SEAL_VERSION",
+    "SEAL_VERSION",
+    "Sealer",
+    "seal_of",
+    "seal_update",
+    "sealed_keys",
+    "tampered_keys",
+]

@@ -1,0 +1,188 @@
+"""The LangGraph server's auth handler (``langgraph.json`` -> ``auth.path``): who is calling, and what
+they may touch.
+
+Authentication: ``Authorization: Bearer <token>`` names one person of the identity store
+(`IdentityDirectory.authenticate_bearer`; tokens are kept only as keyed hashes). The user handed
+to the graph carries that person's user id, tenant, roles and scopes, plus their own forwarded
+credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state).
+
+Authorization, on every thread and run:
+
+* threads are owned: created with the caller as ``owner`` and their ``tenant`` in metadata
+  (whatever the client sent there); the owner reads, runs, streams and cancels them;
+* reviewers (people holding a role that approves some tool of the release) may read their
+  tenant's threads and *resume* them, with decisions or as a wake-up; nothing else: a new turn
+  in someone else's thread is refused;
+* nobody names a principal in ``context`` (the principal is the authenticated caller);
+* state updates (``update_state``) are refused unless the caller is an ``operator``, and even
+  then state carries no authority (the graph seals it and refuses a rewritten thread);
+* assistants are read-only for clients; the store API (long-term memory) is not used and closed.
+
+Every refusal is audited and answers with a stable code in its message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from langgraph_sdk import Auth
+
+from toolgate.errors import IdentityError
+from toolgate.graph.server.process import server_parts
+
+auth = Auth()
+
+OPERATOR_ROLE = "operator"
+"""May update thread state (for repairs); the graph still trusts nothing in it."""
+CREDENTIAL_HEADER = "x-toolgate-credential-"
+
+
+async def _refuse(
+    status: int, code: str, message: str, user_id: str | None = None
+) -> Auth.exceptions.HTTPException:
+    """The exception to raise for a refusal, after auditing it (off the event loop)."""
+    auditor = server_parts().gateway.auditor
+    await asyncio.to_thread(
+        auditor.record, "access.refused", "refused", user_id=user_id, code=code, detail={"reason": message}
+    )
+    return Auth.exceptions.HTTPException(status_code=status, detail=f"{code}: {message}")
+
+
+def _reviewer_roles() -> frozenset[str]:
+    """Roles that approve some tool of the loaded release."""
+    return frozenset(role for spec in server_parts().registry.tools.values() for role in spec.approval.roles)
+
+
+@auth.authenticate
+async def authenticate(authorization: str | None, headers: dict[bytes, bytes]) -> dict[str, Any]:
+    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    directory = server_parts().gateway.directory
+    try:
+        if scheme.lower() != "bearer" or not token.strip():
+            raise IdentityError("send Authorization: Bearer <token>", code="missing_token")
+        principal = await asyncio.to_thread(directory.authenticate_bearer, token.strip())
+    except IdentityError as exc:
+        raise Auth.exceptions.HTTPException(status_code=401, detail=f"{exc.code}: {exc}") from None
+    credentials = {
+        key.decode("latin-1")[len(CREDENTIAL_HEADER) :].replace("-", "_"): value.decode("latin-1")
+        for key, value in headers.items()
+        if key.decode("latin-1").lower().startswith(CREDENTIAL_HEADER)
+    }
+    return {
+        "identity": principal.user_id,
+        "display_name": principal.display_name or principal.user_id,
+        "permissions": sorted(principal.roles),
+        "tenant_id": principal.tenant_id,
+        "roles": sorted(principal.roles),
+        "scopes": sorted(principal.scopes),
+        "credentials": credentials,
+    }
+
+
+def _user(ctx: Auth.types.AuthContext) -> tuple[str, str, frozenset[str]]:
+    user = ctx.user
+    return str(user.identity), str(user["tenant_id"]), frozenset(user["roles"])
+
+
+def _thread_filter(ctx: Auth.types.AuthContext) -> dict[str, str]:
+    """Owners see their threads; reviewers their tenant's."""
+    identity, tenant, roles = _user(ctx)
+    if roles & _reviewer_roles():
+        return {"tenant": tenant}
+    return {"owner": identity, "tenant": tenant}
+
+
+@auth.on.threads.create
+async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> None:
+    """A new thread belongs to its creator, in their tenant (client metadata cannot say otherwise)."""
+    identity, tenant, _ = _user(ctx)
+    metadata = value.setdefault("metadata", {})
+    metadata["owner"], metadata["tenant"] = identity, tenant
+
+
+@auth.on.threads.read
+async def on_thread_read(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsRead) -> dict[str, str]:
+    """Read, stream and join: the caller's own threads, or their tenant's for reviewers."""
+    return _thread_filter(ctx)
+
+
+@auth.on.threads.search
+async def on_thread_search(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsSearch) -> dict[str, str]:
+    """Search finds the same threads a read may open."""
+    return _thread_filter(ctx)
+
+
+@auth.on.threads.create_run
+async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate) -> dict[str, str]:
+    """Runs: the owner runs their thread; a reviewer of the tenant may only resume it."""
+    identity, tenant, roles = _user(ctx)
+    kwargs = value.get("kwargs") or {}
+    context = kwargs.get("context") or {}
+    configurable = (kwargs.get("config") or {}).get("configurable") or {}
+    if (isinstance(context, dict) and "principal" in context) or "principal" in configurable:
+        raise await _refuse(
+            403,
+            "principal_in_context",
+            "the principal is the authenticated caller; remove 'principal' from context",
+            identity,
+        )
+    metadata = value.setdefault("metadata", {})
+    metadata["owner"], metadata["tenant"] = identity, tenant  # used when the run creates its thread
+    command = kwargs.get("command") or {}
+    # an answer to the interrupt, nothing else: no update, and no goto (a step of the thread's own)
+    resume_only = (
+        isinstance(command, dict)
+        and "resume" in command
+        and not command.get("update")
+        and not command.get("goto")
+    )
+    if resume_only and kwargs.get("input") is None and roles & _reviewer_roles():
+        return {"tenant": tenant}
+    return {"owner": identity, "tenant": tenant}
+
+
+@auth.on.threads.update
+async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate) -> dict[str, str]:
+    """Cancelling one's own run is fine; changing a thread's state or metadata is for operators."""
+    identity, tenant, roles = _user(ctx)
+    if value.get("action") in ("interrupt", "rollback"):
+        return {"owner": identity, "tenant": tenant}
+    if OPERATOR_ROLE not in roles:
+        raise await _refuse(
+            403,
+            "state_update_refused",
+            "thread state is written by the gateway only; updates need the operator role",
+            identity,
+        )
+    return {"tenant": tenant}
+
+
+@auth.on.threads.delete
+async def on_thread_delete(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str]:
+    """Only the owner deletes a thread (its evidence stays in the store)."""
+    identity, tenant, _ = _user(ctx)
+    return {"owner": identity, "tenant": tenant}
+
+
+@auth.on.assistants.read
+async def on_assistant_read(ctx: Auth.types.AuthContext, value: Auth.types.AssistantsRead) -> None:
+    """Every authenticated caller may see the toolgate assistant."""
+
+
+@auth.on.assistants.search
+async def on_assistant_search(ctx: Auth.types.AuthContext, value: Auth.types.AssistantsSearch) -> None:
+    """And find it."""
+
+
+@auth.on
+async def deny_everything_else(ctx: Auth.types.AuthContext, value: Any) -> bool:
+    """Assistants' changes, crons, the store API and anything new: refused by default."""
+    identity, _, _ = _user(ctx)
+    raise await _refuse(
+        403, "not_allowed", f"{ctx.resource}.{ctx.action} is not available to clients", identity
+    )
+
+
+__all__ = ["auth"]

@@ -1,0 +1,2 @@
+"""The `toolgate worker run` loop: delivery of approved writes, backoff, waking interrupted threads,
+graceful shutdown."""
