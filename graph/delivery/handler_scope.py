@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
@@ -45,7 +45,6 @@ from toolgate.tools.spec import HandlerContext, ToolSpec
 
 if TYPE_CHECKING:
     from toolgate.graph.delivery.claimed_write import ClaimedWrite
-    from toolgate.graph.delivery.executor import Executor
     from toolgate.policy.breaker import CircuitBreaker
 
 _PROVIDERS: dict[Keyring, HmacCredentialProvider] = {}
@@ -217,8 +216,22 @@ def run_write(
     return settled(store, delivery, spec)
 
 
+class Runtime(Protocol):
+    """What a status check needs of whoever runs it (the `Executor`), named by shape so the
+    scope does not depend on the executor that depends on it."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def credential_provider(self) -> CredentialProvider | None: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def auditor(self) -> Auditor: ...
+
+
 def status_check(
-    executor: Executor, spec: ToolSpec, proposal: ProposalRecord, **fields: Any
+    executor: Runtime, spec: ToolSpec, proposal: ProposalRecord, **fields: Any
 ) -> Callable[[], BaseModel | None]:
     """One call of ``spec``'s status check per call of the result, as the requesting user (their
     sealed credentials) and confined like the write, under the tool's timeout. Raises
