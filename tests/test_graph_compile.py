@@ -29,7 +29,7 @@ from support import Harness, principal, start, tool_messages
 
 from toolgate.graph import Context, build_graph
 from toolgate.graph.builder import NODE_FACTORIES
-from toolgate.graph.rollout.routed_node import RoutedNode
+from toolgate.graph.rollout.router import RoutedNode
 from toolgate.graph.seals.guard import GuardedNode, guarded
 from toolgate.graph.state import GatewayState
 from toolgate.store import SQLiteStore

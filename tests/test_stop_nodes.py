@@ -16,7 +16,7 @@ from langgraph.runtime import Runtime
 from support import Harness, audit_events, principal
 
 from toolgate.graph.context import Context
-from toolgate.graph.rollout.pins import stop_node
+from toolgate.graph.rollout.router import stop_node
 from toolgate.graph.rollout.stop import halt_node
 from toolgate.store.rollout_records import Rollout
 from toolgate.testing import ai, tool_call

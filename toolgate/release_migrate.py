@@ -1,6 +1,6 @@
 """An operator moves one thread to another release: ``toolgate release migrate-thread``.
 
-A thread keeps the release it started with (`toolgate.graph.rollout.pins`); the only way to move
+A thread keeps the release it started with (`toolgate.graph.rollout.router`); the only way to move
 it is this change, made by an authenticated person holding a role in `RELEASE_ROLES` of the
 thread's own tenant (the tenant of the person whose first turn pinned it). The target must load
 and verify against its reviewed manifest now; a finished thread (nothing pending, status

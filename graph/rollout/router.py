@@ -1,8 +1,28 @@
-"""A thread keeps the release it started with until it ends, or an operator migrates it.
+"""Routing threads between a control and a candidate release, one graph for both: the router,
+each thread's own release pin, and the routed nodes that carry each run to its arm.
 
-The router (`toolgate.graph.rollout.router.ReleaseRouter`) first computes where the rollout records
-send a node run (the active release, a canary arm, a halted candidate); `ThreadPinning.apply`
-then holds the thread to its own pin (`toolgate.store.thread_releases`):
+With a rollout under way a process serves two bundles. `build_graph` then makes each node a
+dispatcher (`ReleaseRouter.node`, a `RoutedNode`): it reads the rollout from the store, looks up
+the thread's arm there (pinning it on the thread's first model turn, from the authenticated
+principal's cohort) and calls that arm's own node, built by the same node factory around that
+release's `Gateway` and behind the same guard. Conditional edges read state only and stay as they
+are. Which arm a thread is in never comes from checkpointed state: only from MAC-bound store records.
+
+By phase: no rollout, ``stopped``, ``rolled_back``: the active release serves everyone; a
+thread pinned to the candidate finishes its in-flight turn on the control's approval, execute
+and respond nodes (its proposals stay pinned to the candidate, so execute refuses them) and its
+model, dispatch and proposal nodes stop the task for review. ``shadow``: the control serves
+everyone, each control model turn shadowed (`toolgate.graph.rollout.shadow`). ``canary``: a new
+thread goes to the candidate (without high-risk tools) when its user's cohort bucket is inside
+the canary, older threads to the control; the automatic-stop monitor runs after every candidate
+node. ``promoted``: new threads go to the candidate, older ones keep their release.
+
+A record whose MAC does not verify is never acted on: routing falls back to the configured
+release (the operator's own setting) and the refusal is audited.
+
+Pins. Every route is then held to the thread's own release pin (`ThreadPinning.apply`,
+`toolgate.store.thread_releases`): a thread keeps the release it started with until it ends, or an
+operator migrates it, across later rollouts and pointer moves.
 
 - The first model turn of a thread records the release that serves it (with a rollout running,
   that is the rollout pin's release, so the two pins agree for threads started under the
@@ -26,35 +46,6 @@ run's LangGraph ``RunControl``, which LangGraph makes fresh for each invocation)
 node: a run's nodes all follow the pin as the run found it (or as its first model turn recorded
 it), and a migration, or a row edited meanwhile, is read by the thread's next run. The rollout
 records (a candidate's stop) are still read for every node.
-
-A node of a graph under release control (`toolgate.graph.rollout.router`): each run goes to its arm.
-
-`ReleaseRouter.node` makes one per node name; `build_graph` adds them in place of the guarded
-nodes when it is given a router (the CLI, the server and the worker under release control).
-
-Routing threads between a control and a candidate release, one graph for both.
-
-With a rollout under way a process serves two bundles. `build_graph` then makes each node a
-dispatcher (`ReleaseRouter.node`): it reads the rollout from the store, looks up the thread's arm
-there (pinning it on the thread's first model turn, from the authenticated principal's cohort)
-and calls that arm's own node, built by the same node factory around that release's `Gateway`
-and behind the same guard. Conditional edges read state only and stay as they are. Which arm a
-thread is in never comes from checkpointed state: only from MAC-bound store records.
-
-By phase: no rollout, ``stopped``, ``rolled_back``: the active release serves everyone; a
-thread pinned to the candidate finishes its in-flight turn on the control's approval, execute
-and respond nodes (its proposals stay pinned to the candidate, so execute refuses them) and its
-model, dispatch and proposal nodes stop the task for review. ``shadow``: the control serves
-everyone, each control model turn shadowed (`toolgate.graph.rollout.shadow`). ``canary``: a new thread
-goes to the candidate (without high-risk tools) when its user's cohort bucket is inside the
-canary, older threads to the control; the automatic-stop monitor runs after every candidate
-node. ``promoted``: new threads go to the candidate, older ones keep their release.
-
-Then every route is held to the thread's own release pin (`toolgate.graph.rollout.pins`): a
-thread keeps the release it started with across later rollouts and pointer moves.
-
-A record whose MAC does not verify is never acted on: routing falls back to the configured
-release (the operator's own setting) and the refusal is audited.
 """
 
 from __future__ import annotations
@@ -63,34 +54,30 @@ import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
+
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
+
 from toolgate.errors import ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import context_of, thread_id
-from toolgate.graph.rollout.stop import stop_task_node
-from toolgate.graph.server.context import server_context
-from toolgate.policy.principal import Principal
-from toolgate.store.rollout_records import ReleaseState, Rollout, ThreadRelease
-from toolgate.store.thread_releases import ThreadReleases
 from toolgate.graph.rollout.shadow import shadow_turn
-from toolgate.graph.rollout.stop import halt_node
+from toolgate.graph.rollout.stop import halt_node, stop_rollout, stop_task_node
 from toolgate.graph.seals.guard import guarded
-from toolgate.graph.state import GatewayState
-from dataclasses import dataclass
-from typing import Any
-from toolgate.graph.nodes._common import thread_id
-from toolgate.graph.rollout.stop import stop_rollout
 from toolgate.graph.seals.seal import tampered_keys
+from toolgate.graph.server.context import server_context
+from toolgate.graph.state import GatewayState
+from toolgate.policy.principal import Principal
 from toolgate.policy.rollout import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
 from toolgate.policy.rollout_signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
-from toolgate.store.rollout_records import ReleaseState, Rollout
-
+from toolgate.store.rollout_records import ReleaseState, Rollout, ThreadRelease
+from toolgate.store.thread_releases import ThreadReleases
 
 HALTED_NODES = frozenset({"model", "dispatch", "proposal"})
 """Nodes a thread does not run once its release stopped serving it."""
@@ -164,7 +151,6 @@ class ThreadPinning:
         config: RunnableConfig,
     ) -> Route:
         """``route`` held to the thread's pin (recording the pin on its first model turn)."""
-        from toolgate.graph.rollout.router import Route
 
         task = thread_id(config)
         pin = self.pin_of_run(task, runtime)
@@ -361,7 +347,7 @@ class ReleaseRouter:
         self, name: str, state: GatewayState, runtime: Runtime[Context], config: RunnableConfig
     ) -> Route:
         """The arm and gateway for node ``name`` of this thread now: the rollout's, then held to
-        the thread's own pin (`toolgate.graph.rollout.pins`)."""
+        the thread's own pin (`toolgate.graph.rollout.router`)."""
         current = self.state()
         route = self._rollout_route(name, state, runtime, config, current)
         return self.pins.apply(name, route, current, runtime, config) if self._installed else route
@@ -500,4 +486,13 @@ class ReleaseRouter:
         return reason
 
 
-__all__ = ["GatewayFactory", "HALTED_NODES", "ReleaseRouter", "Route", "RoutedNode", "ThreadPinning", "run_principal", "stop_node"]
+__all__ = [
+    "HALTED_NODES",
+    "GatewayFactory",
+    "ReleaseRouter",
+    "Route",
+    "RoutedNode",
+    "ThreadPinning",
+    "run_principal",
+    "stop_node",
+]
