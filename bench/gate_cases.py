@@ -57,7 +57,7 @@ from toolgate.evals.runner import CaseRunner, scripted_responses
 from toolgate.evals.scoring import score_case
 from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel
 

@@ -23,7 +23,7 @@ from typing import Any
 from toolgate.evals.catalog_wide import wide_catalog
 from toolgate.evals.selection_measure import Figures, measure, selection_cases
 from toolgate.policy.tool_selection import DEFAULT_MAX_TOOLS
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 
 RESULTS = Path(__file__).parent / "results" / "tool_selection.json"

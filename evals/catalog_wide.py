@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.tools.demo.release import wide_resolver, wide_tools
 from toolgate.tools.handler import StrictArgs
 from toolgate.tools.registry import Registry

@@ -16,7 +16,7 @@ dataset has no human sign-off (``human_reviewed_critical=n/m``; generated cases 
 the reviewed manifest itself and need none). Review is required by default; ``toolgate evals run
 --no-require-review`` evaluates a fresh candidate before anyone has reviewed it, and the same
 report is what reviewers then sign. The verdict without review (`GateResult.tested_failures`) is
-what the store keeps as release evidence (`toolgate.release_evidence`), since sign-offs are
+what the store keeps as release evidence (`toolgate.releases.evidence`), since sign-offs are
 re-read when a release moves.
 With a live model (`toolgate.evals.live_model`) both releases run with it: what differs between
 them is the bundle; the model's own shortfalls show in the metrics and in the cases that fail.
@@ -41,7 +41,7 @@ from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import CaseScore, score_case
 from toolgate.policy.cost_limits import COST_METRICS, over_limit
 from toolgate.policy.principal import Principal
-from toolgate.release import Release
+from toolgate.releases.bundle import Release
 
 QUALITY = ("tool_selection_top1", "no_tool_precision", "argument_valid")
 """Percent metrics a candidate may not lose against its control."""

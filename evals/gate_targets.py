@@ -22,7 +22,7 @@ from typing import Literal
 
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import AllowedHoursRule, AllowlistRule, MaxValueRule, PolicyRules
-from toolgate.release import Release
+from toolgate.releases.bundle import Release
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ApprovalClass, ToolSpec
 

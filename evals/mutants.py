@@ -38,7 +38,7 @@ from toolgate.evals.gate_targets import NO_ROLE, Declarations, staff_roles
 from toolgate.graph.bootstrap import release_manifest
 from toolgate.policy.escalation import EscalationRule
 from toolgate.policy.rules import AllowedHoursRule, AllowlistRule, MaxValueRule, PolicyRules, RateLimit, Rule
-from toolgate.release import Release, ReleaseEnv
+from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.registry_fields import ToolRateLimit
 from toolgate.tools.spec import ApprovalClass, ToolSpec

@@ -34,8 +34,8 @@ from toolgate.evals.gate import CaseRecord, DerivedRun, GateResult, ReleaseRun, 
 from toolgate.evals.gate_targets import Declarations, union_roles
 from toolgate.evals.mutants import PROBED_BY, Mutant, loads, mutants_of
 from toolgate.evals.runner import CaseRunner
-from toolgate.release import Release
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import Release
+from toolgate.releases.loader import load_release
 
 Status = Literal["killed", "survived", "refused_at_load", "equivalent"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from toolgate.canonical import digest
 from toolgate.graph.bootstrap import release_manifest
 from toolgate.policy.cost_limits import CostLimits
-from toolgate.release import Release
+from toolgate.releases.bundle import Release
 from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.registry import Registry
 

@@ -59,8 +59,8 @@ from toolgate.graph.gateway import Gateway
 from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
-from toolgate.release import Release, ReleaseEnv
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import Release, ReleaseEnv
+from toolgate.releases.loader import load_release
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools.registry import Registry

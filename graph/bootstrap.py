@@ -1,11 +1,11 @@
 """The one bootstrap of a toolgate process: settings in, a verified release and its gateway out.
 
 The CLI, the worker commands and the LangGraph server entry (`toolgate.graph.server.process`) all call
-`open_app`: one store, one release loaded by name (`toolgate.release_loader`), verified
+`open_app`: one store, one release loaded by name (`toolgate.releases.loader`), verified
 against its reviewed manifest, and one `Gateway` built from them, once per process. `build_graph`
 then compiles the graph around that gateway; nothing else wires dependencies.
 
-Release control (`toolgate.release_control`) may have moved the configured release on: the
+Release control (`toolgate.releases.control`) may have moved the configured release on: the
 store's pointer names the release to serve (after a promotion or a rollback), and a rollout in
 progress serves a candidate too. `Gateways` builds and verifies every such release once per
 process, and the `ReleaseRouter` picks one per thread from the store's records.
@@ -31,10 +31,10 @@ from toolgate.graph.rollout.loaded import record_release_loaded
 from toolgate.graph.rollout.manifest import DEFAULT_PINNED, release_manifest, verified_release
 from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.models import load_chat_model
-from toolgate.policy.rollout import canary_specs
 from toolgate.policy.rules import PolicyRules
-from toolgate.release import Release, ReleaseEnv
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import Release, ReleaseEnv
+from toolgate.releases.loader import load_release
+from toolgate.releases.rules import canary_specs
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store

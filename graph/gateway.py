@@ -15,7 +15,7 @@ from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
-from toolgate.release import INSTRUCTIONS
+from toolgate.releases.bundle import INSTRUCTIONS
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.tools.registry import Registry
@@ -44,7 +44,7 @@ class Gateway:
     """Served by the LangGraph server: the acting principal comes from its auth handler and the
     run context is rebuilt from the server's own settings (`toolgate.graph.server.context`)."""
     tool_choice: str = "auto"
-    """The release's tool choice (`toolgate.release.Release.tool_choice`), applied per step
+    """The release's tool choice (`toolgate.releases.bundle.Release.tool_choice`), applied per step
     (`toolgate.graph.nodes.tool_offer`)."""
     clock: Clock = SYSTEM_CLOCK
     """The process clock (handler deadlines); the store keeps its own for expiry and leases."""

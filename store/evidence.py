@@ -1,5 +1,5 @@
 """Release evidence rows: append-only, numbered, MAC-bound records of gate runs, rollback dry
-runs and review waivers (what `toolgate.release_evidence` judges a move by).
+runs and review waivers (what `toolgate.releases.evidence` judges a move by).
 
 ``seq`` is assigned under a lock (SQLite's writer lock, a PostgreSQL advisory lock) and covered
 by the MAC with every other column, so rows cannot be reordered, re-pointed at another bundle or

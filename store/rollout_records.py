@@ -153,7 +153,7 @@ class Rollout:
     candidate_sha256: str
     """Digest of the candidate's effective manifest when the rollout began."""
     phase: str
-    """`toolgate.policy.rollout.Phase`."""
+    """`toolgate.releases.rules.Phase`."""
     canary_bp: int
     """Canary size in basis points (200 = 2 %)."""
     salt: str

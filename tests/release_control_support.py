@@ -7,7 +7,7 @@ router) so `ReleaseControl` runs the production code; `verify` loads the shipped
 checks its reviewed manifest, exactly as in production (the counted handlers are a test-only
 wrapper and would not match the manifest).
 
-Moving a release needs evidence in the store (`toolgate.release_evidence`). `TwoReleases` records
+Moving a release needs evidence in the store (`toolgate.releases.evidence`). `TwoReleases` records
 it for both directions as ``toolgate evals run`` and ``release rollback --dry-run`` would (real
 MAC'd rows, `record_evidence`), so tests about routing and rollback start from a movable release;
 ``evidence=False`` starts from a store that holds none (what `test_release_evidence` attacks).
@@ -32,11 +32,11 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.rollout import canary_specs
-from toolgate.release import ReleaseEnv
-from toolgate.release_control import ReleaseControl
-from toolgate.release_evidence import Requirements
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import ReleaseEnv
+from toolgate.releases.control import ReleaseControl
+from toolgate.releases.evidence import Requirements
+from toolgate.releases.loader import load_release
+from toolgate.releases.rules import canary_specs
 from toolgate.store.base import Store
 from toolgate.store.evidence import record as record_evidence
 from toolgate.testing import HandlerCounter, ScriptedChatModel

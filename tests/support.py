@@ -237,7 +237,7 @@ _PROCESS_MODULES = frozenset({"__main__", "__mp_main__"})
 def _import_state_of_a_new_process() -> Iterator[None]:
     """Imports as a new process would see them, and this process's restored afterwards.
 
-    `toolgate.release_loader` puts a release's package root on ``sys.path`` and imports it, and a
+    `toolgate.releases.loader` puts a release's package root on ``sys.path`` and imports it, and a
     test may have imported a release itself: a scaffolded release of the same name in another
     directory, or the same one rewritten, must load from its own files in the run, as it would in
     a new process. So foreign modules and ``sys.path`` entries (`_foreign`) are set aside for the

@@ -23,7 +23,7 @@ from support import Harness, audit_events, start, tool_messages
 from toolgate.anthropic_property_keys import wire_payload
 from toolgate.graph import build_gateway, build_graph
 from toolgate.policy import PolicyRules
-from toolgate.release import NoResources
+from toolgate.releases.bundle import NoResources
 from toolgate.tools import Registry
 from toolgate.tools.operator_policy import OperatorPolicy
 from toolgate.tools.shapes_definitions import from_openai

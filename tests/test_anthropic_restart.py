@@ -34,7 +34,7 @@ from replay_anthropic import (
 )
 from support import REFUND_REQUEST, audit_events, check_key_nowhere, open_test_store, seed_people
 
-from toolgate.release import INSTRUCTIONS
+from toolgate.releases.bundle import INSTRUCTIONS
 
 pytestmark = pytest.mark.slow
 

@@ -36,7 +36,7 @@ from toolgate.evals.fixtures import DEFAULT_DATASET, Dataset, EvalCase, dump_cas
 from toolgate.evals.gate import GateResult, evaluate_gate
 from toolgate.evals.live_model import EvalModel
 from toolgate.evals.report import build_report, lines
-from toolgate.release_evidence import Binding, Requirements, missing_evidence
+from toolgate.releases.evidence import Binding, Requirements, missing_evidence
 from toolgate.store.base import Store
 from toolgate.store.evidence import evidence_rows
 from toolgate.store.evidence import record as record_evidence

@@ -28,8 +28,8 @@ from toolgate.evals.mutants import mutants_of
 from toolgate.evals.observation import Observation
 from toolgate.evals.report import coverage_lines, lines
 from toolgate.evals.runner import CaseRunner
-from toolgate.release import Release
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import Release
+from toolgate.releases.loader import load_release
 from toolgate.tools.demo.crm import DEMO_CRM_TOKEN
 
 ADA = {
@@ -359,7 +359,7 @@ def test_opening_hours_are_probed_at_chosen_times_of_day(
     from toolgate.evals.mutation import mutate
     from toolgate.graph.bootstrap import release_manifest
     from toolgate.policy.rules import PolicyRules
-    from toolgate.release import ReleaseEnv
+    from toolgate.releases.bundle import ReleaseEnv
     from toolgate.store.sqlite import SQLiteStore
 
     release, data = tickets

@@ -16,7 +16,7 @@ from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import score_case
 from toolgate.graph import build_gateway, build_graph
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry

@@ -162,7 +162,7 @@ def test_unwrapping_rules() -> None:
 
 
 def test_demo_handlers_cover_the_system_of_record_methods_they_call(tmp_path: Path) -> None:
-    from toolgate.release import ReleaseEnv
+    from toolgate.releases.bundle import ReleaseEnv
     from toolgate.tools.demo.release import DEMO_RELEASES
 
     store = SQLiteStore(tmp_path / "s.sqlite", key=b"k" * 16)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from support import TEST_KEY
 
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.release import NoResources, ReleaseEnv
+from toolgate.releases.bundle import NoResources, ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools import ApprovalClass, NoRollback
 from toolgate.tools.demo.release import DEMO_RELEASES

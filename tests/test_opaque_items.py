@@ -24,7 +24,7 @@ from support import TEST_KEY, Harness
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.policy.output import count_secrets
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import Registry

@@ -26,7 +26,7 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.models import load_chat_model
 from toolgate.policy import Principal
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools.demo.release import DEMO_RELEASES
 

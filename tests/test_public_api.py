@@ -20,7 +20,7 @@ from pydantic import Field
 
 import toolgate
 from toolgate import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, spec_from_function
-from toolgate.release import NoResources
+from toolgate.releases.bundle import NoResources
 from toolgate.tools.arguments import ArgumentsInvalid
 from toolgate.tools.audit import audit_specs
 
@@ -66,7 +66,7 @@ STABLE_SOURCES = frozenset(
         "toolgate.graph",
         "toolgate.policy",
         "toolgate.tools",
-        "toolgate.release",
+        "toolgate.releases.bundle",
         "toolgate.tools.spec",
         "toolgate.tools.thirdparty",
     }

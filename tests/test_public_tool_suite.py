@@ -28,7 +28,7 @@ from support import Harness, start, tool_messages
 from toolgate.errors import RegistryError
 from toolgate.graph import build_gateway, build_graph
 from toolgate.policy import PolicyRules
-from toolgate.release import NoResources
+from toolgate.releases.bundle import NoResources
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.arguments import ArgumentsInvalid

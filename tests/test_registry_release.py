@@ -11,7 +11,7 @@ from support import TEST_KEY, cli_env, toolgate
 
 from toolgate.errors import RegistryError
 from toolgate.graph.bootstrap import release_manifest
-from toolgate.release import Release, ReleaseEnv
+from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.manifest import manifest_drift, verify_release

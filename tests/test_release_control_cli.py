@@ -24,8 +24,8 @@ from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, r
 from toolgate.canonical import digest
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.graph.bootstrap import release_manifest
-from toolgate.release import ReleaseEnv
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import ReleaseEnv
+from toolgate.releases.loader import load_release
 from toolgate.store.evidence import record as record_evidence
 
 CONTROL, CANDIDATE = "ops-tools/1.0.0", "ops-tools/1.1.0"

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from toolgate.policy.rollout import (
+from toolgate.releases.bundle import ReleaseEnv
+from toolgate.releases.loader import load_release
+from toolgate.releases.rules import (
     BUCKETS,
     Signals,
     arm_for,
@@ -18,8 +20,6 @@ from toolgate.policy.rollout import (
     percent_to_bp,
     stop_reason,
 )
-from toolgate.release import ReleaseEnv
-from toolgate.release_loader import load_release
 from toolgate.store import SQLiteStore
 
 SALT = "5f1c0e2a9b7d4c3e8a6f0b1d2c3e4f50"

@@ -191,7 +191,7 @@ def test_the_real_critical_fixtures_pass_for_the_rollback_target(tmp_path: Path)
     store = SQLiteStore(tmp_path / "toolgate.sqlite", key=TEST_KEY)
     two = TwoReleases(store, tmp_path)
     two.control().shadow(admin(two), CANDIDATE)
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
 
     plan: Any = ReleaseControl(two.app).plan_rollback()  # the default runner: run_critical
     passed, total = plan.critical.split("/")

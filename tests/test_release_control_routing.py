@@ -19,7 +19,7 @@ from support import tool_messages
 
 from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.principal import Principal
-from toolgate.policy.rollout import arm_for
+from toolgate.releases.rules import arm_for
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call

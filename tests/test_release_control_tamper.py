@@ -16,7 +16,7 @@ from test_release_control_routing import admin, table_counts
 
 from toolgate.errors import ReleaseControlError
 from toolgate.graph.bootstrap import served_release
-from toolgate.release_status import release_status
+from toolgate.releases.status import release_status
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel

@@ -30,7 +30,7 @@ from test_release_control_routing import STATUS, admin
 from toolgate.clock import parse_iso
 from toolgate.errors import ReleaseControlError
 from toolgate.policy.demo_identities import demo_token
-from toolgate.release_evidence import Requirements
+from toolgate.releases.evidence import Requirements
 from toolgate.store.base import Store
 from toolgate.store.evidence import evidence_rows
 from toolgate.store.rollout import RolloutStore

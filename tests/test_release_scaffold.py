@@ -23,7 +23,7 @@ from support import TEST_KEY, cli_env, kv_lines, open_test_store, toolgate
 from toolgate.errors import RegistryError, UnknownReleaseError
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
-from toolgate.release_loader import load_release
+from toolgate.releases.loader import load_release
 from toolgate.store import SQLiteStore
 
 NAME = "acme-tools"
@@ -116,7 +116,7 @@ def test_the_langgraph_server_serves_the_scaffolded_release(scaffolded: Path, tm
         try:
             from toolgate.graph.builder import build_gateway
             from toolgate.graph.review.decisions import decide
-            from toolgate.release import ReleaseEnv
+            from toolgate.releases.bundle import ReleaseEnv
             from toolgate.testing import ScriptedChatModel
 
             gateway = build_gateway(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from support import cli_env, toolgate
 
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools.demo.crm import SEED_CONTACTS
 from toolgate.tools.demo.filing import SEED_TAXPAYERS

@@ -105,7 +105,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         from toolgate.graph.bootstrap import initialize_store
         from toolgate.policy.demo_identities import seed_demo_identities
         from toolgate.policy.identities import IdentityDirectory
-        from toolgate.release import ReleaseEnv
+        from toolgate.releases.bundle import ReleaseEnv
         from toolgate.store import SQLiteStore
         from toolgate.testing import ScriptedChatModel
         from toolgate.tools.demo.release import DEMO_RELEASES

@@ -24,7 +24,7 @@ from toolgate.errors import RegistryError
 from toolgate.evals.faults import EffectLedger, instrument
 from toolgate.evals.hidden_writes import HiddenWriteCheck
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.tools import spec as spec_module
 from toolgate.tools.demo.release import DEMO_RELEASES

@@ -115,7 +115,7 @@ def test_tool_spans_linked_from_state_are_children_of_the_model_span(otel: Otel)
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": "gpt-test",
             "gen_ai.response.id": "resp_1",
-            "toolgate.release": "ops-tools/1.1.0",
+            "toolgate.releases.bundle": "ops-tools/1.1.0",
             "toolgate.thread_id": "t-1",
             "toolgate.turn": 1,
             "toolgate.tool_calls": 2,
@@ -332,7 +332,7 @@ def test_counters_and_histograms_per_tool_and_outcome(otel: Otel) -> None:
     }
     lookup = durations[("lookup_order", "completed")]
     assert lookup.count == 2 and lookup.sum >= 0
-    assert lookup.attributes["toolgate.release"] == "r1"
+    assert lookup.attributes["toolgate.releases.bundle"] == "r1"
     assert tuple(lookup.explicit_bounds) == telemetry.DURATION_BUCKETS_S
 
     tasks = {p.attributes["toolgate.task.status"]: p for p in otel.points(telemetry.TASK_TOOL_CALLS_METRIC)}

@@ -28,7 +28,7 @@ from toolgate.graph.delivery.handler_scope import handler_context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.rollout.manifest import release_manifest
 from toolgate.policy.principal import Principal
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import Store
 from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, tool_call
 from toolgate.tools.credentials import HmacCredentialProvider, ServiceScope

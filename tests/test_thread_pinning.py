@@ -28,7 +28,7 @@ from toolgate.graph.review.decisions import decide
 from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
-from toolgate.release_migrate import migrate_thread
+from toolgate.releases.migrate import migrate_thread
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.thread_releases import ThreadReleases

@@ -24,7 +24,7 @@ from toolgate.graph.nodes.tool_offer import offer_for, step_choice
 from toolgate.graph.rollout.manifest import release_manifest, verified_release
 from toolgate.models import load_chat_model
 from toolgate.policy.principal import Principal
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo.release import DEMO_RELEASES

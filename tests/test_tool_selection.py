@@ -28,7 +28,7 @@ from toolgate.policy.demo_identities import demo_principals, seed_demo_identitie
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.policy.tool_selection import Conversation, select_tools
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo.release import DEMO_RELEASES

@@ -76,7 +76,7 @@ def test_the_refund_story_is_one_trace_joined_to_the_audit_log(harness: Harness,
     assert tools["call_refund"].attributes["gen_ai.tool.name"] == "issue_refund"
     assert tools["call_refund"].attributes["toolgate.outcome"] == "completed"
     assert tools["call_refund"].attributes["toolgate.operation_key"].startswith("op_")
-    assert tools["call_refund"].attributes["toolgate.release"] == "ops-tools/1.0.0"
+    assert tools["call_refund"].attributes["toolgate.releases.bundle"] == "ops-tools/1.0.0"
 
     graph_events = [
         e

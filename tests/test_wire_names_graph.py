@@ -16,7 +16,7 @@ from support import Harness, principal, start, tool_messages
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.review.decisions import decide
 from toolgate.policy import PolicyRules
-from toolgate.release import NoResources
+from toolgate.releases.bundle import NoResources
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import ApprovalClass, NoRollback, Registry
 from toolgate.tools.thirdparty import spec_from_tool_definition

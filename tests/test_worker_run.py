@@ -41,7 +41,7 @@ from toolgate.graph.review.proposals import draft_proposal, store_proposal
 from toolgate.graph.worker.loop import LoopOptions, LoopSummary, WorkerLoop
 from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.release import ReleaseEnv
+from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import PostgresStore, Store
 from toolgate.testing import ScriptedChatModel
 

@@ -26,7 +26,7 @@ from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.bootstrap import release_manifest
 from toolgate.policy.rules import PolicyRules
-from toolgate.release import Release, ReleaseEnv
+from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.base import Store
 from toolgate.store.migration import Migration
 from toolgate.store.sqlite import SQLiteStore

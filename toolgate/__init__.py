@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from toolgate.graph import Context, build_gateway, build_graph
     from toolgate.policy import Principal
-    from toolgate.release import Release, ReleaseEnv
+    from toolgate.releases.bundle import Release, ReleaseEnv
     from toolgate.tools import Registry
     from toolgate.tools.spec import (
         ApprovalClass,
@@ -63,8 +63,8 @@ _EXPORTS = {
     "build_gateway": "toolgate.graph",
     "build_graph": "toolgate.graph",
     "Principal": "toolgate.policy",
-    "Release": "toolgate.release",
-    "ReleaseEnv": "toolgate.release",
+    "Release": "toolgate.releases.bundle",
+    "ReleaseEnv": "toolgate.releases.bundle",
     "Registry": "toolgate.tools",
     "ApprovalClass": "toolgate.tools.spec",
     "HandlerContext": "toolgate.tools.spec",

@@ -4,7 +4,7 @@
 throwaway store with the scripted model. It prints the gate's summary line first and exits 1
 when the gate fails; missing sign-offs fail it unless ``--no-require-review``. The configured
 store is read for sign-offs and, when the run covered a whole dataset against a control, gets the
-verdict as release evidence (`toolgate.release_evidence`; ``evidence=recorded``): what ``release
+verdict as release evidence (`toolgate.releases.evidence`; ``evidence=recorded``): what ``release
 shadow``, ``canary`` and ``promote`` later demand. ``evals review`` signs a report as an
 authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``). ``evals capture`` and
 ``evals captured`` turn production incidents into cases that count once reviewed

@@ -13,8 +13,8 @@ import typer
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
 from toolgate.graph.bootstrap import release_manifest
-from toolgate.release import INSTRUCTIONS, Release, ReleaseEnv
-from toolgate.release_loader import load_release
+from toolgate.releases.bundle import INSTRUCTIONS, Release, ReleaseEnv
+from toolgate.releases.loader import load_release
 from toolgate.store.factory import open_store
 from toolgate.tools.audit import audit_overrides, audit_specs
 from toolgate.tools.manifest import effective_manifest

@@ -5,10 +5,10 @@ policy, its reviewed manifest, a seed file of people and a passing test (`toolga
 then prints how to point ``TOOLGATE_RELEASE`` at it.
 
 ``shadow``, ``canary``, ``promote``, ``rollback`` and ``migrate-thread`` change release control
-(`toolgate.release_control`, `toolgate.release_migrate`): each authenticates the person acting (``--as`` and
+(`toolgate.releases.control`, `toolgate.releases.migrate`): each authenticates the person acting (``--as`` and
 ``TOOLGATE_TOKEN``), who must hold the ``admin`` role; a refusal exits 2 with its code and is
 audited. ``rollback --dry-run`` and ``waive-review`` record release evidence, which shadow,
-canary and promote demand (`toolgate.release_evidence`); ``evidence`` shows what a candidate has.
+canary and promote demand (`toolgate.releases.evidence`); ``evidence`` shows what a candidate has.
 ``status`` reads (and evaluates the automatic stop).
 """
 
@@ -23,8 +23,8 @@ import typer
 from toolgate.cli_common import kv, open_from_env, person
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import release_manifest
-from toolgate.release import ReleaseEnv
-from toolgate.release_loader import load_release, registered_releases
+from toolgate.releases.bundle import ReleaseEnv
+from toolgate.releases.loader import load_release, registered_releases
 from toolgate.scaffold import package_name, scaffold
 from toolgate.store.factory import open_store
 
@@ -71,7 +71,7 @@ def shadow(
     as_user: AsAdmin,
 ) -> None:
     """Shadow CANDIDATE: it judges copies of the active release's turns; nothing it decides runs."""
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
 
     application = open_from_env()
     rollout = ReleaseControl(application).shadow(person(application, as_user), candidate)
@@ -85,8 +85,8 @@ def canary(
     percent: Annotated[float, typer.Option(help="Share of users routed to the candidate.")] = 2.0,
 ) -> None:
     """Route a stable cohort of PERCENT % of users to CANDIDATE (high-risk tools excluded)."""
-    from toolgate.policy.rollout import bp_to_percent
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
+    from toolgate.releases.rules import bp_to_percent
 
     application = open_from_env()
     rollout = ReleaseControl(application).canary(person(application, as_user), candidate, percent)
@@ -102,7 +102,7 @@ def canary(
 @release_app.command("promote")
 def promote(as_user: AsAdmin) -> None:
     """Make the canaried candidate the active release (the control stays the rollback target)."""
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
 
     application = open_from_env()
     state = ReleaseControl(application).promote(person(application, as_user))
@@ -118,7 +118,7 @@ def rollback(
     ] = False,
 ) -> None:
     """Restore the previous complete bundle after checking its hashes and critical fixtures."""
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
 
     application = open_from_env()
     plan = ReleaseControl(application).rollback(person(application, as_user), dry_run=dry_run)
@@ -145,7 +145,7 @@ def waive_review(
     as_user: AsAdmin,
 ) -> None:
     """Let CANDIDATE's exact bundle move without sign-offs of its critical cases (audited)."""
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
 
     application = open_from_env()
     waiver = ReleaseControl(application).waive_review(person(application, as_user), candidate, reason)
@@ -161,8 +161,8 @@ def evidence(
 ) -> None:
     """What the store holds for moving CANDIDATE (gate, sign-offs, rollback dry run); exit 1 when
     something is missing, printed as ``missing=<code>`` lines."""
-    from toolgate.release_control import ReleaseControl
-    from toolgate.release_evidence import Binding
+    from toolgate.releases.control import ReleaseControl
+    from toolgate.releases.evidence import Binding
 
     release_control = ReleaseControl(open_from_env())
     state = release_control.state()
@@ -196,8 +196,8 @@ def migrate_thread_command(
     as_user: AsAdmin,
 ) -> None:
     """Move THREAD to release TO (it otherwise keeps the release it started with until it ends)."""
-    from toolgate.release_control import ReleaseControl
-    from toolgate.release_migrate import migrate_thread
+    from toolgate.releases.control import ReleaseControl
+    from toolgate.releases.migrate import migrate_thread
 
     application = open_from_env()
     actor = person(application, as_user)
@@ -220,8 +220,8 @@ def status(
     ] = False,
 ) -> None:
     """Phase, canary share, shadowed calls, safety counters, latency and rollback readiness."""
-    from toolgate.release_control import ReleaseControl
-    from toolgate.release_status import release_status
+    from toolgate.releases.control import ReleaseControl
+    from toolgate.releases.status import release_status
 
     facts = release_status(ReleaseControl(open_from_env()), verify_rollback=verify_rollback)
     kv(**facts)

@@ -201,7 +201,7 @@ class EnvSettings(BaseModel):
     frees itself this long after its last renewal (shorter frees a dead process's share sooner)."""
     gate_dataset: Path | None = None
     """The dataset a candidate's gate run must cover whole before shadow, canary or promote
-    (`toolgate.release_evidence`); unset: the packaged ``tool-calling-v1``."""
+    (`toolgate.releases.evidence`); unset: the packaged ``tool-calling-v1``."""
     canary_min_calls: Retries = 20
     """Calls a canaried candidate must have judged before it may be promoted."""
     canary_min_minutes: Minutes = 60.0

@@ -161,7 +161,7 @@ def check_rollback(app: App) -> CheckResult:
     reviewed manifest and the ones recorded while it was active, and its critical fixtures pass.
     Writes nothing; ``not_applicable`` when release control has nothing to roll back to."""
     from toolgate.errors import ReleaseControlError
-    from toolgate.release_control import ReleaseControl
+    from toolgate.releases.control import ReleaseControl
 
     try:
         plan = ReleaseControl(app).plan_rollback()

@@ -2,7 +2,7 @@
 
 A release is tool schemas, handler code, policy, instructions and the pinned models, each with
 its SHA-256. The reviewed manifest is committed beside the release (its ``manifest.json``, see
-`toolgate.release`); startup computes the effective hashes and refuses to run when anything
+`toolgate.releases.bundle`); startup computes the effective hashes and refuses to run when anything
 drifted (never run on mixed hashes). ``toolgate registry manifest`` prints the
 effective manifest for review, or writes it beside the release. Which code stands for a
 handler (its ``code_sha256``) is decided in `toolgate.tools.code_hash`.

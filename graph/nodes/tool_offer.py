@@ -1,7 +1,7 @@
 """What one model request offers: the relevant tools (`toolgate.policy.tool_selection`) and the
 tool choice for this step.
 
-The release's ``tool_choice`` (`toolgate.release.Release.tool_choice`) applies per step:
+The release's ``tool_choice`` (`toolgate.releases.bundle.Release.tool_choice`) applies per step:
 
 - on the last model turn the task's budget allows, ``none``: the model must answer in text, since
   no call it proposed could run and be reported;

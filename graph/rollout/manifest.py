@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolgate.release import Release
+from toolgate.releases.bundle import Release
 from toolgate.tools.manifest import effective_manifest, verify_release
 from toolgate.tools.registry import Registry
 

@@ -71,8 +71,8 @@ from toolgate.graph.seals.seal import tampered_keys
 from toolgate.graph.server.context import server_context
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.policy.rollout import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
-from toolgate.policy.rollout_signals import ChainCursor, candidate_signals
+from toolgate.releases.rules import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
+from toolgate.releases.signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore

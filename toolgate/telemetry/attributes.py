@@ -20,7 +20,7 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
 
 # toolgate's own attributes (no semantic convention exists for these)
-RELEASE = "toolgate.release"
+RELEASE = "toolgate.releases.bundle"
 THREAD_ID = "toolgate.thread_id"
 TURN = "toolgate.turn"
 OUTCOME = "toolgate.outcome"

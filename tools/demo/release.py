@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolgate.release import Release, ReleaseEnv
+from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.base import Store
 from toolgate.tools.credentials import HmacCredentialProvider
 from toolgate.tools.demo.catalog import demo_specs

@@ -2,7 +2,7 @@
 
 Pure functions and values, no I/O: the store keeps the rollout's records
 (`toolgate.store.rollout`), the graph routes threads by them (`toolgate.graph.rollout.router`), and
-`toolgate.release_control` runs the operator's commands. Everything here is decided from those
+`toolgate.releases.control` runs the operator's commands. Everything here is decided from those
 records and the authenticated principal, never from checkpointed state or model output.
 
 Cohort: a stable hash of the rollout's salt, the tenant and the user picks a bucket in

@@ -4,7 +4,7 @@ Tools (with their specs), the policy rules, the trusted instructions and the rev
 (which pins the models) travel together: a rollout swaps the whole bundle, never one piece
 (DESIGN: releases are complete bundles). A team's package defines one `Release` next to its
 files (``policy.json``, ``manifest.json``) and names it in ``TOOLGATE_RELEASE``; the CLI, the
-LangGraph server and the worker all load it through `toolgate.release_loader`, the same
+LangGraph server and the worker all load it through `toolgate.releases.loader`, the same
 way. toolgate's own demo is such a release (`toolgate.tools.demo.release`).
 """
 

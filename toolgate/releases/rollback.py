@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.errors import ReleaseControlError
-from toolgate.policy.rollout import LIVE_PHASES
+from toolgate.releases.rules import LIVE_PHASES
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.evidence import record

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
 from toolgate.policy.principal import Principal
-from toolgate.release_control import ReleaseControl
+from toolgate.releases.control import ReleaseControl
 from toolgate.store.audit import Auditor
 from toolgate.store.rollout_records import ThreadRelease
 from toolgate.store.thread_releases import ThreadReleases

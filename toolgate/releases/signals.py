@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from toolgate.clock import parse_iso
 from toolgate.policy.approvals import evaluate_decisions
-from toolgate.policy.rollout import Signals
+from toolgate.releases.rules import Signals
 from toolgate.store.base import Store
 from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.tools.spec import ApprovalClass

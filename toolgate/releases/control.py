@@ -8,9 +8,9 @@ store transaction over MAC-bound rows (`toolgate.store.rollout`) and one audit e
 ``release.refused`` with a stable code.
 
 No candidate moves without evidence: shadow, canary and promote each refuse with the first
-piece `toolgate.release_evidence` finds missing (gate, review, rollback dry run, canary time).
+piece `toolgate.releases.evidence` finds missing (gate, review, rollback dry run, canary time).
 
-Rollback restores the previous complete bundle (`toolgate.release_rollback`) after checking its
+Rollback restores the previous complete bundle (`toolgate.releases.rollback`) after checking its
 hashes and critical fixtures; a dry run checks the same, changes no release state and records
 its verdict as evidence (with no rollout under way, for the active release).
 """
@@ -25,10 +25,9 @@ from typing import Any
 from toolgate.errors import RegistryError, ReleaseControlError
 from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
-from toolgate.policy.rollout import DEFAULT_CANARY_PERCENT, LIVE_PHASES, RELEASE_ROLES, percent_to_bp
-from toolgate.release_evidence import Binding, EvidenceDesk, Requirements
-from toolgate.release_loader import load_release
-from toolgate.release_rollback import (
+from toolgate.releases.evidence import Binding, EvidenceDesk, Requirements
+from toolgate.releases.loader import load_release
+from toolgate.releases.rollback import (
     CriticalRunner,
     RollbackPlan,
     default_critical_runner,
@@ -37,6 +36,7 @@ from toolgate.release_rollback import (
     record_dry_run,
     restored,
 )
+from toolgate.releases.rules import DEFAULT_CANARY_PERCENT, LIVE_PHASES, RELEASE_ROLES, percent_to_bp
 from toolgate.store.audit import Auditor
 from toolgate.store.evidence import Evidence
 from toolgate.store.rollout import RolloutStore

@@ -1,7 +1,7 @@
 """The evidence a candidate release needs before it may serve anyone: a passed gate, sign-offs,
 a passed rollback dry run and, to be promoted, a long enough canary.
 
-Shadow, canary and promote (`toolgate.release_control`) ask `missing_evidence` and refuse with its
+Shadow, canary and promote (`toolgate.releases.control`) ask `missing_evidence` and refuse with its
 first code. Each piece is a row of `toolgate.store.evidence`, bound to exact bundles, never to
 release ids:
 

@@ -12,10 +12,10 @@ evaluates the automatic stop of a live rollout, so a tripped candidate stops her
 from __future__ import annotations
 
 from toolgate.errors import ReleaseControlError
-from toolgate.policy.rollout import LIVE_PHASES, bp_to_percent, p95
-from toolgate.policy.rollout_signals import handler_latencies_ms
-from toolgate.release_control import ReleaseControl
-from toolgate.release_rollback import rollback_target
+from toolgate.releases.control import ReleaseControl
+from toolgate.releases.rollback import rollback_target
+from toolgate.releases.rules import LIVE_PHASES, bp_to_percent, p95
+from toolgate.releases.signals import handler_latencies_ms
 
 
 def _canary_percent(phase: str, canary_bp: int) -> str:

@@ -20,7 +20,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from toolgate.errors import RegistryError, UnknownReleaseError
-from toolgate.release import Release
+from toolgate.releases.bundle import Release
 
 ENTRY_POINT_GROUP = "toolgate.releases"
 """Entry-point group under which installed packages register their releases by id."""
