@@ -2,7 +2,7 @@
 provider model built the way the product builds it.
 
 ``toolgate evals run --model openai:gpt-4.1-mini`` runs every case of the candidate and of the
-control with that model, built by `toolgate.models.load_chat_model` from the process's settings
+control with that model, built by `toolgate.models.selection.load_chat_model` from the process's settings
 (``TOOLGATE_MODEL_BASE_URL``, ``TOOLGATE_OPENAI_API``, ``TOOLGATE_MODEL_MAX_TOKENS``...), so what
 is scored is what would serve: the bundle's descriptions, schemas and instructions as the model
 reads them. Both releases get the same model, so a difference between them is the bundle's.
@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, ModelUnavailable
 from toolgate.evals.fixtures import SCRIPTED
-from toolgate.models import KEY_VARIABLES, PROVIDERS, load_chat_model
+from toolgate.models.selection import KEY_VARIABLES, PROVIDERS, load_chat_model
 
 _FORM = re.compile(r"^[a-z][a-z0-9_-]*:[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
 """``provider:name``; a name may hold ``:``, ``/`` and ``@`` (``ollama:llama3.1:8b``)."""

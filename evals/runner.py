@@ -107,8 +107,8 @@ def scripted_responses(case: EvalCase) -> list[AIMessage]:
 
 def turn_messages(turns: Sequence[Sequence[ScriptedCall]], final: str) -> list[AIMessage]:
     """Scripted turns, then a final text, as model responses (see `scripted_responses`)."""
-    from toolgate.evals.adversarial_case import Call
-    from toolgate.evals.dispatch_runner import _message
+    from toolgate.evals.adversarial.case import Call
+    from toolgate.evals.adversarial.runner import _message
 
     messages = [
         _message([Call(c.name, c.args, raw=c.raw, call_id=c.id) for c in turn], index)

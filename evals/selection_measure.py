@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolgate.evals.dataset_build import build_cases
+from toolgate.evals.dataset.build import build_cases
 from toolgate.evals.fixtures import EvalCase
 from toolgate.policy.demo_identities import demo_principals
 from toolgate.policy.principal import Principal

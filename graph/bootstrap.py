@@ -30,7 +30,7 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout.loaded import record_release_loaded
 from toolgate.graph.rollout.manifest import DEFAULT_PINNED, release_manifest, verified_release
 from toolgate.graph.rollout.router import ReleaseRouter
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.releases.loader import load_release

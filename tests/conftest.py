@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 if TYPE_CHECKING:
-    from toolgate.evals.dispatch_runner import RunReport
+    from toolgate.evals.adversarial.runner import RunReport
 
 # =============================================================================
 # BEGIN PostgreSQL harness  (build/CI infrastructure; keep this section self-contained)
@@ -252,7 +252,7 @@ def adversarial_report(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
     it share this one run: tests/test_adversarial.py asserts each case and the totals from it, and
     tests/test_verify.py checks that the verify command reports it. Selecting a single case still
     runs the whole set (the report is the set's)."""
-    from toolgate.evals.adversarial import CASES
-    from toolgate.evals.dispatch_runner import run_adversarial
+    from toolgate.evals.adversarial.cases import CASES
+    from toolgate.evals.adversarial.runner import run_adversarial
 
     return run_adversarial(CASES, directory=tmp_path_factory.mktemp("adversarial"))

@@ -31,7 +31,7 @@ from support import toolgate as run_toolgate
 from toolgate.config import Settings
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 from toolgate.store import AuditEvent, SQLiteStore, Store
 from toolgate.tools.demo import DemoSystem
 

@@ -27,7 +27,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import REFUND_RELEASE, ApprovalClass, NoRollback, Registry, ToolSpec
 from toolgate.tools.demo import DemoSystem
 from toolgate.tools.demo.release import DEMO_RELEASES
-from toolgate.tools.operator_policy import OperatorPolicy
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 
 RELEASE = "shapes-test/1.0.0"
 READ = OperatorPolicy(risk="read-only", owner="weather-team", scopes=frozenset({"ops:read"}))

@@ -169,7 +169,7 @@ _CLI_LOCK = threading.Lock()
 def run_cli_in_process(
     args: Sequence[str], env: Mapping[str, str], *, cwd: str | Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``toolgate ARGS`` through `toolgate.cli.main` in this process, shaped like a subprocess run.
+    """``toolgate ARGS`` through `toolgate.cli.app.main` in this process, shaped like a subprocess run.
 
     For its duration the process environment is exactly ``env``, the working directory ``cwd``,
     stdin is empty and stdout and stderr are captured; warnings print to stderr as they would in
@@ -178,7 +178,7 @@ def run_cli_in_process(
     exception that escapes ``main`` is printed as a traceback with exit code 1, as the
     interpreter would. Imports are a new process's (`_import_state_of_a_new_process`). Signal
     handlers and everything above are restored afterwards."""
-    from toolgate.cli import main
+    from toolgate.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)

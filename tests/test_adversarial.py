@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from support import TEST_KEY
 
-from toolgate.evals.adversarial import CASES
-from toolgate.evals.adversarial_case import PROPOSAL_CREATED, AdversarialCase, Call
-from toolgate.evals.dispatch_runner import DispatchRunner, RunReport
+from toolgate.evals.adversarial.case import PROPOSAL_CREATED, AdversarialCase, Call
+from toolgate.evals.adversarial.cases import CASES
+from toolgate.evals.adversarial.runner import DispatchRunner, RunReport
 from toolgate.store import SQLiteStore
 
 

@@ -20,13 +20,13 @@ from provider_flows import ANTHROPIC, local_harness
 from replay_anthropic import message, text_block, tool_use_block, usage
 from support import Harness, audit_events, start, tool_messages
 
-from toolgate.anthropic_property_keys import wire_payload
 from toolgate.graph import build_gateway, build_graph
+from toolgate.models.anthropic_property_keys import wire_payload
 from toolgate.policy import PolicyRules
 from toolgate.releases.bundle import NoResources
 from toolgate.tools import Registry
-from toolgate.tools.operator_policy import OperatorPolicy
-from toolgate.tools.shapes_definitions import from_openai
+from toolgate.tools.shapes.definitions import from_openai
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.wire_properties import PROPERTY_KEY, declared_args, key_map, wire_args, wire_schema
 
 POLICY = OperatorPolicy(risk="read-only", owner="t", scopes=frozenset({"ops:read"}), max_output_bytes=2048)

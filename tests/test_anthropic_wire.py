@@ -38,7 +38,7 @@ from support import Harness, cli_env, files_holding, log_text, principal, toolga
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
 from toolgate.graph import build_gateway
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 from toolgate.policy.authorization import visible_tools
 from toolgate.tools.registry import Registry
 

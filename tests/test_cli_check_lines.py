@@ -10,7 +10,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from support import cli_env, kv_lines, open_test_store, seed_people, toolgate
 
-from toolgate.cli_report import continuation_lines, items_preserved, redaction, wrapped_as_data
+from toolgate.cli.report import continuation_lines, items_preserved, redaction, wrapped_as_data
 from toolgate.graph.messages import result_message, status_message
 
 REQUEST = "My blender arrived broken, order O-5512. Please refund it."

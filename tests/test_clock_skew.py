@@ -163,7 +163,7 @@ from datetime import UTC, datetime
 
 print("clock=" + datetime.now(UTC).isoformat(), flush=True)
 sys.argv = ["toolgate", *sys.argv[1:]]
-from toolgate.cli import main
+from toolgate.cli.app import main
 
 main()
 """

@@ -22,7 +22,7 @@ import typer
 from support import TEST_KEY, audit_events, shift_store_clock
 
 import toolgate.clock
-from toolgate.cli_common import EXIT_OVERLOADED, invoke
+from toolgate.cli.common import EXIT_OVERLOADED, invoke
 from toolgate.policy.admission import AdmissionLimits, Overloaded, admitted, process_admission
 from toolgate.settings import InvalidSetting
 from toolgate.store import PostgresStore, SQLiteStore, Store

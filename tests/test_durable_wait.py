@@ -212,7 +212,7 @@ def test_the_server_waker_wakes_only_interrupted_threads_with_a_verified_ready_w
 def test_toolgate_worker_waits_lists_the_store_rows(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from toolgate import cli_waits
+    from toolgate.cli import waits as cli_waits
 
     world = WaitWorld(store, monkeypatch, job_s=180)
     world.start_and_approve(world.graph())

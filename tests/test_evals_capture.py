@@ -1,4 +1,4 @@
-"""Incidents become cases (`toolgate.evals.captured`): a production thread, refusal or dead letter,
+"""Incidents become cases (`toolgate.evals.captured.capture`): a production thread, refusal or dead letter,
 captured through the CLI as a redacted case that replays in the real runner, counts only once
 someone other than its authors reviewed it, and never counts when its row was changed outside
 toolgate. Every refusal is audited with a stable code and changes nothing.
@@ -26,12 +26,12 @@ from support import cli_env, kv_lines, open_test_store, seed_people, shift_store
 from toolgate.canonical import sha256_hex
 from toolgate.clock import parse_iso, utcnow
 from toolgate.config import Settings
-from toolgate.evals import captured_rows
-from toolgate.evals.captured import CaptureRefused, capture
-from toolgate.evals.captured_review import review
-from toolgate.evals.captured_rows import CapturedCase
+from toolgate.evals.captured import rows as captured_rows
+from toolgate.evals.captured.capture import CaptureRefused, capture
+from toolgate.evals.captured.incident_case import SURROGATE_SECRET
+from toolgate.evals.captured.review import review
+from toolgate.evals.captured.rows import CapturedCase
 from toolgate.evals.fixtures import EvalCase, load_dataset
-from toolgate.evals.incident_case import SURROGATE_SECRET
 from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import score_case
 from toolgate.graph.bootstrap import App, open_app

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from toolgate.errors import REJECTION_CODES
-from toolgate.evals.dataset_build import build_cases, main, render
-from toolgate.evals.dataset_helpers import KNOWN_TOOLS
+from toolgate.evals.dataset.build import build_cases, main, render
+from toolgate.evals.dataset.helpers import KNOWN_TOOLS
 from toolgate.evals.fixtures import CATEGORIES, DEFAULT_DATASET, DatasetError, load_dataset
 
 

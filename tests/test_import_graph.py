@@ -26,7 +26,7 @@ not when it is loaded.
     ``canonical``, settings) that every folder imports and the entry points (``cli``, the public
     exports in ``__init__``) that import every folder, so it cannot be one node of an acyclic
     graph; each of its modules is its own node, and a cycle through it must pass through one
-    module and back (``graph -> toolgate.telemetry -> graph`` is a cycle, ``toolgate.cli ->
+    module and back (``graph -> toolgate.telemetry -> graph`` is a cycle, ``toolgate.cli.app ->
     graph -> toolgate.errors`` is not).
 (c) No module is longer than 2,000 lines (``pytest -s`` prints the largest). One concept per module,
     whatever its length: the 300-line limit this replaced cut concepts in two and hid cycles

@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict
 from toolgate.store import SQLiteStore
 from toolgate.tools import ApprovalClass, NoRollback
 from toolgate.tools.code_hash import code_identity, handler_source_hash, mark_code
-from toolgate.tools.operator_policy import OperatorPolicy
-from toolgate.tools.shapes_functions import from_function
+from toolgate.tools.shapes.functions import from_function
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
+from toolgate.tools.shapes.thirdparty import spec_from_function
 from toolgate.tools.spec import ToolSpec
-from toolgate.tools.thirdparty import spec_from_function
 
 
 class CityArgs(BaseModel):

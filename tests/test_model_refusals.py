@@ -35,7 +35,7 @@ from replay_openai import (
 )
 from support import REFUND_REQUEST, Harness, audit_events, kv_lines, open_test_store, seed_people, start
 
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 from toolgate.policy.refusals import MAX_REASON_CHARS, refusal_in_error
 from toolgate.policy.retry import call_with_retry
 

@@ -24,8 +24,8 @@ from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.manifest import tool_fingerprint
 from toolgate.tools.model_text import plain_text
 from toolgate.tools.registry import Registry
+from toolgate.tools.shapes.thirdparty import spec_from_function
 from toolgate.tools.spec import HandlerContext
-from toolgate.tools.thirdparty import spec_from_function
 
 MARKUP = re.compile(r"``|:[a-z]+(?::[a-z]+)*:`")
 """An inline literal or a role, as reStructuredText writes them."""

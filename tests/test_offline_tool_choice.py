@@ -15,8 +15,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from support import Harness, audit_events, start
 
 from toolgate.graph import build_gateway, build_graph
-from toolgate.offline_choice import fill_args, normalise_choice
-from toolgate.offline_model import OfflineDemoModel
+from toolgate.models.offline import OfflineDemoModel
+from toolgate.models.offline_choice import fill_args, normalise_choice
 
 REFUND = "My blender arrived broken, order O-5512. Please refund it."
 

@@ -34,7 +34,7 @@ from replay_openai import (
 )
 from support import REFUND_REQUEST, check_key_nowhere, log_text, open_test_store, seed_people
 
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 
 MODEL = "gpt-5-mini"
 """Pinned by ops-tools/1.0.0 as ``openai:gpt-5-mini`` (its reviewed manifest)."""

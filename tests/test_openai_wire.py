@@ -24,7 +24,7 @@ from support import TEST_KEY, log_text
 from toolgate.config import Settings
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 from toolgate.policy import Principal
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore

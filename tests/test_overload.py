@@ -23,7 +23,7 @@ from provider_flows import OPENAI, local_harness
 from replay_openai import Recorded, ReplayServer, Reply, function_call_item, message_item, response, usage
 from support import REFUND_REQUEST, TEST_KEY, Harness, audit_events, principal, start
 
-from toolgate.cli_common import EXIT_OVERLOADED, invoke
+from toolgate.cli.common import EXIT_OVERLOADED, invoke
 from toolgate.graph import Context
 from toolgate.policy.admission import Admission, AdmissionLimits, Overloaded, process_admission
 from toolgate.policy.ratelimit import InboundRateLimiter

@@ -68,7 +68,7 @@ STABLE_SOURCES = frozenset(
         "toolgate.tools",
         "toolgate.releases.bundle",
         "toolgate.tools.spec",
-        "toolgate.tools.thirdparty",
+        "toolgate.tools.shapes.thirdparty",
     }
 )
 """The only modules ``toolgate/__init__.py`` may import from: their names are kept across

@@ -32,14 +32,14 @@ from toolgate.releases.bundle import NoResources
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.arguments import ArgumentsInvalid
-from toolgate.tools.declared_formats import ASSERTED_FORMATS
+from toolgate.tools.declared.formats import ASSERTED_FORMATS
 from toolgate.tools.model_text import plain_text
-from toolgate.tools.operator_policy import OperatorPolicy
-from toolgate.tools.schema_export import exported_parameters, strict_problems
-from toolgate.tools.schema_shape import BOUNDED_FORMATS, schema_shape
-from toolgate.tools.shapes_definitions import from_anthropic, from_openai
-from toolgate.tools.shapes_functions import from_function
-from toolgate.tools.shapes_langchain import from_langchain
+from toolgate.tools.schema.export import exported_parameters, strict_problems
+from toolgate.tools.schema.shape import BOUNDED_FORMATS, schema_shape
+from toolgate.tools.shapes.definitions import from_anthropic, from_openai
+from toolgate.tools.shapes.functions import from_function
+from toolgate.tools.shapes.langchain import from_langchain
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.spec import HandlerContext, ToolSpec
 from toolgate.tools.wire import WIRE_NAME
 from toolgate.tools.wire_properties import wire_schema

@@ -1,4 +1,4 @@
-"""The positive and negative fixtures of ``registry schemas --check`` (toolgate.tools.schema_fixtures):
+"""The positive and negative fixtures of ``registry schemas --check`` (toolgate.tools.schema.fixtures):
 the schema's own example validates through the tool's real contract, and an unknown alias in its
 place is refused; nothing is guessed when a string has no example."""
 
@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from support import cli_env, toolgate
 
 from toolgate.tools.arguments import ModelArguments
-from toolgate.tools.declared import JsonSchemaArguments
-from toolgate.tools.schema_fixtures import UNKNOWN_ALIAS, check_fixtures, example_arguments
+from toolgate.tools.declared.tools import JsonSchemaArguments
+from toolgate.tools.schema.fixtures import UNKNOWN_ALIAS, check_fixtures, example_arguments
 
 
 class _Strict(BaseModel):

@@ -1,7 +1,7 @@
 """Every demo tool's argument contract has a positive fixture that is a realistic call, and refuses
 an unknown alias wherever it has an enumerated or patterned string (``registry schemas --check``).
 
-The fixture is built from the fields' declared ``examples`` (`toolgate.tools.schema_fixtures`);
+The fixture is built from the fields' declared ``examples`` (`toolgate.tools.schema.fixtures`);
 these tests hold the examples to the demo seeds (a fixture names an order, SKU, contact, vendor
 or taxpayer that exists for acme) and check that they never reach the model: the strict form the
 provider is sent drops ``examples``, so the exported schemas and manifests do not change.
@@ -24,9 +24,9 @@ from toolgate.tools.demo.inventory import SEED_STOCK
 from toolgate.tools.demo.purchasing_schema import SEED_VENDORS
 from toolgate.tools.demo.records import SEED_ORDERS
 from toolgate.tools.demo.release import DEMO_RELEASES
-from toolgate.tools.schema_export import anthropic_tool, openai_tool
-from toolgate.tools.schema_fixtures import check_fixtures, example_arguments
-from toolgate.tools.schema_walk import resolve_pointer
+from toolgate.tools.schema.export import anthropic_tool, openai_tool
+from toolgate.tools.schema.fixtures import check_fixtures, example_arguments
+from toolgate.tools.schema.walk import resolve_pointer
 from toolgate.tools.spec import ToolSpec
 
 RELEASES = ("ops-tools/1.0.0", "ops-tools/1.1.0")

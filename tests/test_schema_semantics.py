@@ -18,9 +18,9 @@ from toolgate.canonical import digest
 from toolgate.errors import RegistryError
 from toolgate.tools import ApprovalClass, NoRollback, Registry
 from toolgate.tools.arguments import FrozenArguments
-from toolgate.tools.schema_export import exported_parameters, openai_tool, strict_json_schema
+from toolgate.tools.schema.export import exported_parameters, openai_tool, strict_json_schema
+from toolgate.tools.shapes.thirdparty import spec_from_function, spec_from_tool_definition
 from toolgate.tools.spec import ArgumentsInvalid, HandlerContext, StrictArgs, ToolSpec
-from toolgate.tools.thirdparty import spec_from_function, spec_from_tool_definition
 from toolgate.tools.wire import WIRE_NAME
 
 

@@ -1,4 +1,4 @@
-"""What the registry audit measures of an argument schema (toolgate.tools.schema_shape) and the
+"""What the registry audit measures of an argument schema (toolgate.tools.schema.shape) and the
 probes behind the seeds' ``arbitrary_shell=REJECTED unknown_rollback=REJECTED`` line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from toolgate.tools import audit
 from toolgate.tools.audit_probes import arbitrary_shell_probe, unknown_rollback_probe
-from toolgate.tools.schema_shape import schema_shape
+from toolgate.tools.schema.shape import schema_shape
 
 
 def _object(**properties: object) -> dict[str, object]:

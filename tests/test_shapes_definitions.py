@@ -11,7 +11,7 @@ from shapes_harness import READ, WRITE, run_read_then_write
 
 from toolgate.errors import RegistryError
 from toolgate.store import Store
-from toolgate.tools.shapes_definitions import from_anthropic, from_openai
+from toolgate.tools.shapes.definitions import from_anthropic, from_openai
 from toolgate.tools.spec import HandlerContext
 
 FORECAST = {

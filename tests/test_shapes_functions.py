@@ -13,9 +13,9 @@ from shapes_harness import READ, WRITE, run_read_then_write
 
 from toolgate.errors import RegistryError
 from toolgate.store import Store
-from toolgate.tools.operator_policy import OperatorPolicy
-from toolgate.tools.shapes_calls import run_awaitable
-from toolgate.tools.shapes_functions import from_function
+from toolgate.tools.shapes.calls import run_awaitable
+from toolgate.tools.shapes.functions import from_function
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.spec import HandlerContext
 
 

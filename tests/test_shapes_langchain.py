@@ -13,7 +13,7 @@ from shapes_harness import READ, WRITE, run_read_then_write
 
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Store
-from toolgate.tools.shapes_langchain import from_langchain
+from toolgate.tools.shapes.langchain import from_langchain
 from toolgate.tools.spec import HandlerContext
 
 

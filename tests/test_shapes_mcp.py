@@ -15,7 +15,7 @@ from shapes_harness import READ, WRITE, run_read_then_write
 from toolgate.errors import RegistryError
 from toolgate.store import Store
 from toolgate.tools.code_hash import handler_source_hash
-from toolgate.tools.shapes_mcp import from_mcp
+from toolgate.tools.shapes.mcp import from_mcp
 
 SERVER = Path(__file__).with_name("mcp_weather_server.py")
 

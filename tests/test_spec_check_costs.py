@@ -29,10 +29,10 @@ from toolgate.store import SQLiteStore
 from toolgate.tools import spec as spec_module
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.identity_names import is_identity_name
-from toolgate.tools.schema_walk import field_paths
+from toolgate.tools.schema.walk import field_paths
+from toolgate.tools.shapes.thirdparty import spec_from_tool_definition
 from toolgate.tools.spec import CostEstimate, HandlerContext, StrictArgs, ToolSpec
 from toolgate.tools.spec_checks import identity_problems, spec_problems
-from toolgate.tools.thirdparty import spec_from_tool_definition
 from toolgate.tools.write_review import ApprovalClass, NoRollback
 
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict
 
 from toolgate.errors import RegistryError
 from toolgate.tools import ApprovalClass, NoRollback, strict_json_schema
-from toolgate.tools.schema_export import strict_problems
+from toolgate.tools.schema.export import strict_problems
+from toolgate.tools.shapes.thirdparty import spec_from_function, spec_from_tool_definition
 from toolgate.tools.spec import ArgumentsInvalid, HandlerContext
-from toolgate.tools.thirdparty import spec_from_function, spec_from_tool_definition
 
 LINE_ITEM = {
     "type": "object",

@@ -29,7 +29,7 @@ from support import Harness, audit_events, start
 
 from toolgate import telemetry
 from toolgate.forensics import latest_task_tokens, trace
-from toolgate.offline_model import OfflineDemoModel
+from toolgate.models.offline import OfflineDemoModel
 from toolgate.policy.output import TRUNCATED, bound
 from toolgate.telemetry.tokens import TokenUsage, estimate_tokens, request_text, total, usage_of
 from toolgate.testing import ScriptedChatModel, ai, tool_call

@@ -22,7 +22,7 @@ from toolgate.errors import RegistryError
 from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.nodes.tool_offer import offer_for, step_choice
 from toolgate.graph.rollout.manifest import release_manifest, verified_release
-from toolgate.models import load_chat_model
+from toolgate.models.selection import load_chat_model
 from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore

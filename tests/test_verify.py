@@ -14,9 +14,9 @@ from support import TEST_KEY, cli_env, kv_lines, toolgate
 
 from toolgate import verify
 from toolgate.config import Settings
-from toolgate.evals.adversarial import CASES
-from toolgate.evals.adversarial_case import AdversarialCase
-from toolgate.evals.dispatch_runner import RunReport
+from toolgate.evals.adversarial.case import AdversarialCase
+from toolgate.evals.adversarial.cases import CASES
+from toolgate.evals.adversarial.runner import RunReport
 from toolgate.graph.bootstrap import open_app
 from toolgate.testing import ScriptedChatModel
 

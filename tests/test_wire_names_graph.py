@@ -19,7 +19,7 @@ from toolgate.policy import PolicyRules
 from toolgate.releases.bundle import NoResources
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import ApprovalClass, NoRollback, Registry
-from toolgate.tools.thirdparty import spec_from_tool_definition
+from toolgate.tools.shapes.thirdparty import spec_from_tool_definition
 
 
 class Posted(BaseModel):

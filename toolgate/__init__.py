@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from toolgate.policy import Principal
     from toolgate.releases.bundle import Release, ReleaseEnv
     from toolgate.tools import Registry
+    from toolgate.tools.shapes.thirdparty import spec_from_function
     from toolgate.tools.spec import (
         ApprovalClass,
         HandlerContext,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
         ToolResult,
         ToolSpec,
     )
-    from toolgate.tools.thirdparty import spec_from_function
 
 _EXPORTS = {
     "REJECTION_CODES": "toolgate.errors",
@@ -75,7 +75,7 @@ _EXPORTS = {
     "StrictArgs": "toolgate.tools.spec",
     "ToolResult": "toolgate.tools.spec",
     "ToolSpec": "toolgate.tools.spec",
-    "spec_from_function": "toolgate.tools.thirdparty",
+    "spec_from_function": "toolgate.tools.shapes.thirdparty",
 }
 """Where each public name lives: imported on first use (`toolgate.lazy_exports`)."""
 

@@ -1,5 +1,5 @@
 """``python -m toolgate`` runs the CLI."""
 
-from toolgate.cli import main
+from toolgate.cli.app import main
 
 main()

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from toolgate.evals.adversarial import CASES
-from toolgate.evals.dispatch_runner import run_adversarial
+from toolgate.evals.adversarial.cases import CASES
+from toolgate.evals.adversarial.runner import run_adversarial
 from toolgate.graph.bootstrap import App
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.proposals import draft_proposal, store_proposal

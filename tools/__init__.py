@@ -2,7 +2,7 @@
 
 from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.registry import DEFAULT_RELEASE, REFUND_RELEASE, WIDE_RELEASE, Registry
-from toolgate.tools.schema_export import anthropic_tool, openai_tool, strict_json_schema
+from toolgate.tools.schema.export import anthropic_tool, openai_tool, strict_json_schema
 from toolgate.tools.spec import (
     ApprovalClass,
     Handler,

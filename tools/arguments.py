@@ -3,7 +3,7 @@
 `ToolSpec.parse_arguments` and `ToolSpec.handler_arguments` delegate here. One contract per tool:
 
 - `ModelArguments` for Python-typed tools (a Pydantic model with ``extra="forbid"``);
-- `toolgate.tools.declared.JsonSchemaArguments` for tools registered from a provider JSON Schema.
+- `toolgate.tools.declared.tools.JsonSchemaArguments` for tools registered from a provider JSON Schema.
 
 Both keep the same promises, so the proposal, its digest, the operation key, the audit projection
 and what the reviewer sees mean what the model sent: an omitted argument stays omitted (a field with
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from toolgate.tools.arguments_frozen import FrozenArguments, FrozenList, freeze, thaw
-from toolgate.tools.schema_walk import field_paths
+from toolgate.tools.schema.walk import field_paths
 
 
 class ArgumentsInvalid(ValueError):
@@ -75,7 +75,7 @@ class ArgumentContract(Protocol):
 
     def declared_fields(self) -> tuple[tuple[str, str], ...]:
         """``(path, property name)`` of every property `json_schema` declares, at every depth
-        (`toolgate.tools.schema_walk.field_paths`), worked out once per schema: the spec checks
+        (`toolgate.tools.schema.walk.field_paths`), worked out once per schema: the spec checks
         ask for them on every `ToolSpec` built, and a ``dataclasses.replace`` builds one."""
         ...
 

@@ -22,8 +22,8 @@ from toolgate.tools.code_hash import code_target
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.registry_fields import inventory_text
-from toolgate.tools.schema_shape import schema_shape
-from toolgate.tools.schema_walk import field_paths
+from toolgate.tools.schema.shape import schema_shape
+from toolgate.tools.schema.walk import field_paths
 from toolgate.tools.spec import ToolSpec
 from toolgate.tools.spec_checks import spec_problems
 

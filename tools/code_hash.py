@@ -22,7 +22,7 @@ from toolgate.tools.spec import ToolSpec
 TARGET_ATTRIBUTE = "__toolgate_target__"
 """Set by a wrapper on the function it builds, naming the callable whose code the tool runs
 (``spec_from_function``'s adapter, every ``from_*`` shape such as
-`toolgate.tools.shapes_functions.from_function`)."""
+`toolgate.tools.shapes.functions.from_function`)."""
 CODE_ATTRIBUTE = "__toolgate_code__"
 """Set instead of a target when the tool's code is not Python in this process (an MCP server's
 tool): a stable identity string that stands for that code (never a secret)."""

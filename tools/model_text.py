@@ -3,7 +3,7 @@
 Argument models are documented in reStructuredText like any Python code, and Pydantic turns their
 docstrings and field descriptions into schema descriptions, so without this the model would read
 the markup: names between double backquotes, roles such as :class: and :func:. Every export (the
-provider schemas of `toolgate.tools.schema_export`, the LangChain adapters) renders that inline
+provider schemas of `toolgate.tools.schema.export`, the LangChain adapters) renders that inline
 markup as the words it stands for, in the tool description and in every ``description`` and
 ``title`` of the parameters, for our tools and third-party ones alike; the exported text is what
 the release manifest pins. Kept apart from the schema rules because it is about prose, never about

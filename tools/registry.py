@@ -22,7 +22,7 @@ from langchain_core.tools import StructuredTool
 from toolgate.errors import RegistryError
 from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.registry_fields import model_description
-from toolgate.tools.schema_export import anthropic_tool, openai_tool
+from toolgate.tools.schema.export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec
 from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, changed_contract, resolve_overrides
 
@@ -137,7 +137,7 @@ class Registry:
 
     def openai_tools(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """OpenAI tool definitions for ``specs`` under their wire names (strict where the arguments
-        allow it, see `toolgate.tools.schema_export.exported_parameters`), every description in
+        allow it, see `toolgate.tools.schema.export.exported_parameters`), every description in
         them plain text (`toolgate.tools.model_text.plain_text`)."""
         return [
             copy.deepcopy(_openai_definition(s.wire_name, model_description(s), s.args_model)) for s in specs

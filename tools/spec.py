@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from toolgate.errors import RegistryError
 from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments
 from toolgate.tools.credentials import ServiceScope
-from toolgate.tools.declared import contract_of
+from toolgate.tools.declared.tools import contract_of
 from toolgate.tools.handler import (
     Handler,
     HandlerContext,
@@ -41,7 +41,7 @@ from toolgate.tools.resources import (
     ResourceStatus,
     ownership,
 )
-from toolgate.tools.schema_walk import path_matches
+from toolgate.tools.schema.walk import path_matches
 from toolgate.tools.spec_checks import spec_problems
 from toolgate.tools.waits import Wait
 from toolgate.tools.wire import wire_name
@@ -70,7 +70,7 @@ class ToolSpec:
     while the manifest and reviewers keep it as written."""
     args_model: type[BaseModel]
     """Argument model; must forbid extra fields. For a tool registered from a JSON Schema it is a
-    `toolgate.tools.declared.DeclaredArguments` stand-in carrying the declared schema."""
+    `toolgate.tools.declared.tools.DeclaredArguments` stand-in carrying the declared schema."""
     result_model: type[BaseModel]
     """Result contract; output is validated and reduced to its fields."""
     risk: Risk
@@ -134,7 +134,7 @@ class ToolSpec:
     """Paths of argument fields whose identity-like names are not identities (a loan's
     ``principal``, ``user_ratings``, ``items[].owner_note``), as reviewed by the operator.
     Registration refuses every other identity-like field; dispatch accepts these (see `identity_keys`).
-    Paths use `toolgate.tools.schema_walk`'s syntax (``*`` for an open object's keys); a property
+    Paths use `toolgate.tools.schema.walk`'s syntax (``*`` for an open object's keys); a property
     whose own name holds ``.``, ``[]`` or ``*`` cannot be exempted."""
     forwarded_credentials: frozenset[str] = frozenset()
     """Which of the user's forwarded credentials (``X-Toolgate-Credential-<name>``, e.g.

@@ -1,6 +1,6 @@
 """Release control: shadow, canary, promote and roll back a release, as an authenticated admin.
 
-Every change is made by a person the caller authenticated (`toolgate.cli_common.person`) who
+Every change is made by a person the caller authenticated (`toolgate.cli.common.person`) who
 holds a role in `RELEASE_ROLES`, or by the automatic stop (the store's own records); it is one
 store transaction over MAC-bound rows (`toolgate.store.rollout`) and one audit event
 (``release.shadow_started``, ``release.canary_started``, ``release.promoted``,

@@ -1,0 +1,2 @@
+"""The `toolgate` operator command line: one module per command group (`toolgate.cli.app` is the entry
+point)."""

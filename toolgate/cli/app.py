@@ -1,0 +1,290 @@
+"""The ``toolgate`` operator command line.
+
+Output is one ``key=value`` line per fact, so scripts and people read the
+same text. Errors from misuse exit with code 2 and a one-line message; no stack traces. Every
+command first checks every ``TOOLGATE_*`` setting (`toolgate.settings`), so a bad value stops it
+before it touches anything; ``--help`` and ``--version`` need no settings.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
+
+import typer
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command
+from rich.console import Console
+
+from toolgate.cli.audit import audit_app
+from toolgate.cli.common import invoke, open_from_env, person
+from toolgate.cli.deadletter import deadletter_app
+from toolgate.cli.dispatch import dispatch_app
+from toolgate.cli.evals import evals_app
+from toolgate.cli.identities import identities_app
+from toolgate.cli.registry import registry_app
+from toolgate.cli.release import release_app
+from toolgate.cli.report import report
+from toolgate.cli.verify import verify_app
+from toolgate.cli.worker import worker_app
+from toolgate.config import Settings
+from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
+from toolgate.graph.context import Context
+from toolgate.graph.review.decisions import decide, handler_timeout_s
+from toolgate.graph.review.edits import edit_proposal
+from toolgate.graph.review.rollback import propose_rollback
+from toolgate.settings import InvalidSetting, read_settings
+
+DISTRIBUTION = "langgraph-toolgate"
+"""The installed package whose version ``toolgate --version`` prints."""
+NEEDS_NO_SETTINGS = frozenset({"--help", "--version"})
+"""Options that only print; a command line holding one runs no command."""
+STATE_HELP = "Also print the last model request's state line and a continuation line per tool result."
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
+)
+proposals_app = typer.Typer(no_args_is_help=True, help="Inspect write proposals.")
+app.add_typer(proposals_app, name="proposals")
+app.add_typer(audit_app, name="audit")
+app.add_typer(worker_app, name="worker")
+app.add_typer(deadletter_app, name="deadletter")
+app.add_typer(registry_app, name="registry")
+app.add_typer(dispatch_app, name="dispatch")
+app.add_typer(verify_app, name="verify")
+app.add_typer(identities_app, name="identities")
+app.add_typer(release_app, name="release")
+app.add_typer(evals_app, name="evals")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _kv(**facts: Any) -> None:
+    out.print(" ".join(f"{k}={v}" for k, v in facts.items()), markup=False)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        try:
+            installed = version(DISTRIBUTION)
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown"
+        typer.echo(f"toolgate {installed}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Options of ``toolgate`` itself."""
+
+
+@app.command()
+def demo() -> None:
+    """Tell the refund story end to end, offline, on embedded SQLite."""
+    from toolgate.demo import run_demo
+
+    raise typer.Exit(run_demo(Settings.from_env(), lambda line: out.print(line, markup=False)))
+
+
+@app.command()
+def run(
+    message: Annotated[str, typer.Argument(help="What the user asks.")],
+    as_user: Annotated[str, typer.Option("--as", help="Requesting person (token in TOOLGATE_TOKEN).")],
+    thread: Annotated[str | None, typer.Option(help="Thread id (default: a new one).")] = None,
+    request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
+) -> None:
+    """Start (or continue) a thread as an authenticated user."""
+    application = open_from_env()
+    principal = person(application, as_user)
+    thread_id = thread or f"thread-{uuid.uuid4().hex[:12]}"
+    with application.graph() as graph:
+        result = invoke(
+            graph,
+            {"messages": [HumanMessage(message)]},
+            {"configurable": {"thread_id": thread_id}},
+            context=Context(principal=principal),
+        )
+        _report(application, graph, thread_id, result, request_state)
+
+
+@app.command()
+def resume(
+    thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")],
+    request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
+) -> None:
+    """Wake a thread after review; decisions come from the store, not from this command."""
+    application = open_from_env()
+    with application.graph() as graph:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        snapshot = graph.get_state(config)
+        if not snapshot.next:
+            raise NotFoundError(f"thread {thread_id} is not waiting (nothing to resume)")
+        result = invoke(graph, Command(resume={"wake": True}), config, context=Context())
+        _report(application, graph, thread_id, result, request_state)
+
+
+def _report(application: Any, graph: Any, thread: str, result: dict[str, Any], check_lines: bool) -> None:
+    history = graph.get_state_history({"configurable": {"thread_id": thread}}) if check_lines else None
+    report(application, thread, result, lambda line: out.print(line, markup=False), history)
+
+
+@proposals_app.command("list")
+def proposals_list(
+    status: Annotated[str | None, typer.Option(help="Filter by operation status.")] = None,
+) -> None:
+    """List proposals with their operation status."""
+    application = open_from_env(read_only=True)
+    for proposal, operation in application.store.list_proposals(status):
+        _kv(
+            proposal=proposal.proposal_id,
+            tool=proposal.tool,
+            status=operation.status,
+            risk=proposal.risk,
+            requester=proposal.requester_id,
+            expires_at=proposal.expires_at,
+        )
+
+
+@proposals_app.command("show")
+def proposals_show(proposal_id: str) -> None:
+    """Show one proposal exactly as a reviewer must see it."""
+    application = open_from_env(read_only=True)
+    proposal = application.store.get_proposal(proposal_id)
+    if proposal is None:
+        raise NotFoundError(f"no proposal {proposal_id}")
+    operation = application.store.get_operation(proposal.operation_key)
+    assert operation is not None
+    _kv(proposal=proposal.proposal_id)
+    _kv(tool=proposal.tool, handler=proposal.handler_revision, release=proposal.release)
+    _kv(arguments=json.dumps(proposal.arguments, sort_keys=True))
+    _kv(arguments_sha256=proposal.arguments_sha256, authentic=str(proposal.authentic).lower())
+    _kv(digest=proposal.digest)
+    _kv(risk=proposal.risk, approval=proposal.approval_class, requester=proposal.requester_id)
+    if (why := proposal.escalation_reason) is not None:
+        _kv(escalated_by=proposal.escalation_rule_id, escalation_reason=json.dumps(why))
+    _kv(effect=json.dumps(proposal.effect))
+    _kv(rollback=json.dumps(proposal.rollback), timeout_s=handler_timeout_s(application.gateway, proposal))
+    _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
+    for record in application.store.decisions_for(proposal_id):
+        _kv(
+            decision=record.decision,
+            reviewer=record.reviewer_id,
+            digest_bound=record.digest == proposal.digest,
+            authentic=str(record.authentic).lower(),
+            decided_at=record.decided_at,
+        )
+
+
+@app.command()
+def approve(
+    proposal_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
+    digest: Annotated[str | None, typer.Option(help="Digest you reviewed (refused if it differs).")] = None,
+) -> None:
+    """Approve a proposal as an authenticated reviewer."""
+    application = open_from_env()
+    reviewer = person(application, as_user)
+    gateway = application.gateway_for_proposal(proposal_id)  # the rules of the release that proposed it
+    outcome = decide(gateway, proposal_id, reviewer, "approve", seen_digest=digest)
+    _kv(
+        proposal=proposal_id,
+        decision="approve",
+        reviewer=as_user,
+        status=outcome.operation.status,
+        digest=outcome.record.digest,
+    )
+
+
+@app.command()
+def reject(
+    proposal_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
+    reason: Annotated[str, typer.Option(help="Why, in words the requester will see.")],
+) -> None:
+    """Reject a proposal as an authenticated reviewer."""
+    application = open_from_env()
+    reviewer = person(application, as_user)
+    gateway = application.gateway_for_proposal(proposal_id)
+    outcome = decide(gateway, proposal_id, reviewer, "reject", reason=reason)
+    _kv(proposal=proposal_id, decision="reject", reviewer=as_user, status=outcome.operation.status)
+
+
+@app.command()
+def edit(
+    proposal_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="Reviewer (token in TOOLGATE_TOKEN).")],
+    arguments: Annotated[str, typer.Option("--args", help="The edited arguments as one JSON object.")],
+    tool: Annotated[
+        str | None, typer.Option(help="Tool of the edited call (must equal the proposal's).")
+    ] = None,
+) -> None:
+    """Replace a pending proposal with edited arguments: a new proposal that needs its own approval."""
+    application = open_from_env()
+    reviewer = person(application, as_user)
+    original = application.store.get_proposal(proposal_id)
+    if original is None:
+        raise NotFoundError(f"no proposal {proposal_id}")
+    try:
+        edited = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        raise ApprovalError("malformed_arguments", f"--args is not valid JSON: {exc.msg}") from exc
+    if not isinstance(edited, dict):
+        raise ApprovalError("malformed_arguments", "--args must be one JSON object")
+    created = edit_proposal(
+        application.gateway_for_proposal(proposal_id),  # judged by the release that proposed it
+        proposal_id,
+        reviewer,
+        tool=tool or original.tool,
+        arguments=edited,
+    )
+    _kv(
+        proposal=created.proposal_id, supersedes=proposal_id, status="pending_approval", digest=created.digest
+    )
+
+
+@app.command()
+def rollback(
+    operation_key: str,
+    as_user: Annotated[str, typer.Option("--as", help="Requesting person (token in TOOLGATE_TOKEN).")],
+) -> None:
+    """Propose the declared rollback of a completed operation (a new proposal that needs approval)."""
+    application = open_from_env()
+    proposal = propose_rollback(application.gateway, operation_key, person(application, as_user))
+    _kv(
+        proposal=proposal.proposal_id,
+        tool=proposal.tool,
+        arguments=json.dumps(proposal.arguments, sort_keys=True),
+        status="pending_approval",
+        operation_key=proposal.operation_key,
+        rolls_back=operation_key,
+    )
+
+
+def main() -> None:
+    """Console entry point: usage errors become one line on stderr and exit code 2 (a bad setting:
+    ``toolgate: TOOLGATE_X must be ...``; anything else: ``error=CODE message="..."``)."""
+    args = sys.argv[1:]
+    try:
+        if args and not NEEDS_NO_SETTINGS.intersection(args):
+            read_settings()  # every command starts from valid settings, before it touches anything
+        app(args, standalone_mode=True)
+    except InvalidSetting as exc:
+        typer.echo(f"toolgate: {exc}", err=True)
+        raise SystemExit(2) from None
+    except ToolgateError as exc:
+        code = getattr(exc, "code", type(exc).__name__)
+        err.print(f"error={code} message={json.dumps(str(exc))}", markup=False)
+        raise SystemExit(2) from None
+
+
+__all__ = ["app", "main"]
