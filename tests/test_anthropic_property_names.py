@@ -27,7 +27,7 @@ from toolgate.releases.bundle import NoResources
 from toolgate.tools import Registry
 from toolgate.tools.shapes.definitions import from_openai
 from toolgate.tools.shapes.operator_policy import OperatorPolicy
-from toolgate.tools.wire_properties import PROPERTY_KEY, declared_args, key_map, wire_args, wire_schema
+from toolgate.tools.wire import PROPERTY_KEY, declared_args, key_map, wire_args, wire_schema
 
 POLICY = OperatorPolicy(risk="read-only", owner="t", scopes=frozenset({"ops:read"}), max_output_bytes=2048)
 RULES = PolicyRules(policy_version="t", sha256="0" * 64, approval_minutes=15, rules=())
@@ -173,7 +173,7 @@ def keys_of_value(value: Any) -> list[str]:
 
 def test_the_mapping_is_the_same_in_another_process() -> None:
     code = (
-        "import json,sys; from toolgate.tools.wire_properties import wire_schema;"
+        "import json,sys; from toolgate.tools.wire import wire_schema;"
         "print(json.dumps(wire_schema(json.loads(sys.stdin.read())), sort_keys=True))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

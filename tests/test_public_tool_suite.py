@@ -41,8 +41,7 @@ from toolgate.tools.shapes.functions import from_function
 from toolgate.tools.shapes.langchain import from_langchain
 from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.spec import HandlerContext, ToolSpec
-from toolgate.tools.wire import WIRE_NAME
-from toolgate.tools.wire_properties import wire_schema
+from toolgate.tools.wire import WIRE_NAME, wire_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "public_tools"
 CORPUS = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from toolgate.tools import audit
-from toolgate.tools.audit_probes import arbitrary_shell_probe, unknown_rollback_probe
+from toolgate.tools.audit import arbitrary_shell_probe, unknown_rollback_probe
 from toolgate.tools.schema.shape import schema_shape
 
 

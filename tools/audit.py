@@ -5,6 +5,14 @@ rollback or no-rollback statement, or approval class for a write; a generic exec
 friendly name (free-form command, SQL, URL, code, path or template parameters); an identity or
 authority field in a schema; a handler resolved dynamically; a hash that drifted from the
 reviewed manifest. Specs that refuse to construct are defects too (they fail closed at load).
+
+Probes: does the registry still reject what it must never load? A bundle with no shell tool
+proves nothing about the rule that keeps one out. Each probe builds a
+tool that breaks one rule, complete in every other respect, and puts it through the same checks a
+real bundle meets: a generic executor (``run_shell(command)``) must be found by the audit's
+generic-executor rule, and a write whose recovery is unknown (an empty rollback statement) must
+refuse to construct. The audit prints ``REJECTED`` only when the probe was refused *and* the
+bundle itself holds no such tool, so the seeds' inventory line carries a measured value.
 """
 
 from __future__ import annotations
@@ -14,11 +22,13 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from toolgate.errors import RegistryError
-from toolgate.tools.audit_probes import arbitrary_shell_probe, unknown_rollback_probe
 from toolgate.tools.code_hash import code_target
+from toolgate.tools.handler import HandlerContext, StrictArgs, ToolResult
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.registry_fields import inventory_text
@@ -26,6 +36,7 @@ from toolgate.tools.schema.shape import schema_shape
 from toolgate.tools.schema.walk import field_paths
 from toolgate.tools.spec import ToolSpec
 from toolgate.tools.spec_checks import spec_problems
+from toolgate.tools.write_review import ApprovalClass, NoRollback, Rollback
 
 EXECUTOR_NAMES = frozenset(
     {
@@ -288,11 +299,75 @@ def _probes(report: AuditReport) -> None:
         report.defects.append(f"registry: a rule that must reject is not active ({report.probes})")
 
 
+ProbeResult = Literal["REJECTED", "ACCEPTED"]
+
+
+class _ShellArgs(StrictArgs):
+    command: str = Field(max_length=200, description="Shell command to run.")
+
+
+class _Done(ToolResult):
+    ok: bool
+
+
+def _never(args: object, ctx: HandlerContext) -> _Done:  # never called: the probes only register
+    raise AssertionError("a registry probe's handler ran")
+
+
+def _probe(**overrides: object) -> ToolSpec:
+    fields: dict[str, object] = {
+        "name": "registry_probe",
+        "version": "0.0.0",
+        "owner": "toolgate-registry-audit",
+        "description": "A probe of the registry audit; never offered to a model.",
+        "args_model": _ShellArgs,
+        "result_model": _Done,
+        "risk": "read-only",
+        "effect": "None: the probe is only registered, never run.",
+        "timeout_s": 1,
+        "max_output_bytes": 64,
+        "approval": ApprovalClass.none(),
+        "required_scopes": frozenset({"probe:read"}),
+        "handler": _never,
+        "handler_revision": "registry-probe/0",
+        "rollback": NoRollback("read-only: nothing to undo"),
+    }
+    fields.update(overrides)
+    return ToolSpec(**fields)  # type: ignore[arg-type]
+
+
+def arbitrary_shell_probe(executor_fields: Callable[[ToolSpec], list[str]]) -> ProbeResult:
+    """``REJECTED`` when the audit's generic-executor rule (``executor_fields``) finds
+    ``run_shell(command)``."""
+    try:
+        spec = _probe(name="run_shell")
+    except RegistryError:
+        return "REJECTED"
+    return "REJECTED" if executor_fields(spec) else "ACCEPTED"
+
+
+def unknown_rollback_probe() -> ProbeResult:
+    """``REJECTED`` when a write with an empty rollback statement refuses to construct."""
+    try:
+        _probe(
+            name="restart_probe",
+            risk="caution",
+            approval=ApprovalClass.role("operator"),
+            rollback=Rollback(statement=""),
+        )
+    except RegistryError as exc:
+        return "REJECTED" if any(code == "missing_rollback" for code, _ in exc.problems) else "ACCEPTED"
+    return "ACCEPTED"
+
+
 __all__ = [
     "AuditReport",
+    "ProbeResult",
+    "arbitrary_shell_probe",
     "audit_overrides",
     "audit_specs",
     "dynamic_handler",
     "executor_fields",
     "identity_fields",
+    "unknown_rollback_probe",
 ]

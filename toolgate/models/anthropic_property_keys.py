@@ -1,7 +1,7 @@
 """``ChatAnthropic`` that sends property wire keys and hands toolgate back the declared names.
 
 Anthropic refuses a whole request when a tool's ``input_schema`` has a property key outside
-``^[a-zA-Z0-9_.-]{1,64}$`` (`toolgate.tools.wire_properties`). The gateway binds the declared
+``^[a-zA-Z0-9_.-]{1,64}$`` (`toolgate.tools.wire`). The gateway binds the declared
 definitions (`Gateway.model_for`); this client renames the keys only where the request leaves the
 process and maps them back where the response enters it, so checkpoints, digests, proposals, audit
 events and reviewers only ever see the declared names:
@@ -29,7 +29,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
 
-from toolgate.tools.wire_properties import declared_args, wire_args, wire_schema
+from toolgate.tools.wire import declared_args, wire_args, wire_schema
 
 KNOWN_TOOLS = 1024
 """Declared tool schemas a client remembers for calls in the history (`wire_payload`)."""

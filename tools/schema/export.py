@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from toolgate.tools.declared.tools import contract_of
 from toolgate.tools.model_text import plain_text, plain_text_schema
-from toolgate.tools.wire_properties import wire_schema
+from toolgate.tools.wire import wire_schema
 
 STRICT_KEYWORDS = frozenset(
     {
@@ -228,7 +228,7 @@ def openai_tool(name: str, description: str, model: type[BaseModel]) -> dict[str
 def anthropic_tool(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
     """Anthropic tool definition (``input_schema``), the same parameters and description text as
     `openai_tool`, with property keys Anthropic refuses renamed to wire keys (the declared name
-    in their description, `toolgate.tools.wire_properties.wire_schema`)."""
+    in their description, `toolgate.tools.wire.wire_schema`)."""
     return {
         "name": name,
         "description": plain_text(description),
