@@ -63,7 +63,7 @@ def test_a_forked_child_gets_its_own_workers() -> None:
 def test_a_hung_handler_never_holds_up_the_process_exit() -> None:
     code = (
         "import threading\n"
-        "from toolgate.graph import handlers\n"
+        "from toolgate.graph.delivery import handlers\n"
         "handlers.start(threading.Event().wait)\n"  # never returns
         "print('exiting')\n"
     )
