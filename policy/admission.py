@@ -200,6 +200,22 @@ def process_admission(limits: AdmissionLimits | None = None) -> Admission:
         return found
 
 
+def _cluster_slot(
+    auditor: Auditor, admission: Admission, kind: Kind, tenant_id: str, deadline: float
+) -> ClusterSlot | None:
+    """A slot of ``kind:tenant_id`` under the cluster cap (None, with no store call, when there is
+    no cap); `Overloaded` (scope ``cluster``) when none became free by ``deadline``."""
+    limits = admission.limits
+    cap = limits.cluster_cap(kind)
+    if cap <= 0:
+        return None
+    scope = f"{kind}:{tenant_id}"
+    held = take_cluster_slot(auditor.store, scope, cap, limits.cluster_ttl_s, limits.wait_s, deadline)
+    if held is None:
+        raise admission.refuse(kind, "cluster", cap, tenant_id)
+    return held
+
+
 @contextmanager
 def admitted(
     auditor: Auditor, kind: Kind, tenant_id: str | None, *, user_id: str | None = None, **fields: Any
@@ -213,7 +229,7 @@ def admitted(
     try:
         admission.acquire(kind, tenant_id)
         try:
-            held = take_cluster_slot(auditor.store, admission, kind, tenant_id, deadline)
+            held = _cluster_slot(auditor, admission, kind, tenant_id, deadline)
         except BaseException:
             admission.release(kind, tenant_id)
             raise

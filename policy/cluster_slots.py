@@ -1,5 +1,6 @@
-"""Cluster admission slots: take one of a tenant's slots in the store, keep it while the call runs,
-give it back (`toolgate.policy.admission.admitted` is the one caller).
+"""Cluster admission slots: take one of a scope's numbered slots in the store, keep it while the
+call runs, give it back. The mechanism knows slots, not admission: which scope, what cap and when a
+full scope is refused are `toolgate.policy.admission`'s (its `admitted` is the one caller).
 
 A slot lives ``TOOLGATE_CLUSTER_SLOT_TTL_S`` on the store's clock. While its call runs, a daemon
 `SlotHeartbeat` thread renews it every third of that TTL (`RENEW_EVERY`), as a worker renews a
@@ -30,14 +31,11 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolgate.errors import StoreError
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-
-if TYPE_CHECKING:
-    from toolgate.policy.admission import Admission, Kind
 
 CLUSTER_POLLS = 4
 """How many times, at most, a request looks for a free cluster slot within the admission wait
@@ -63,25 +61,21 @@ class ClusterSlot:
 
 
 def take_cluster_slot(
-    store: Store, admission: Admission, kind: Kind, tenant_id: str, deadline: float
+    store: Store, scope: str, cap: int, ttl_s: float, wait_s: float, deadline: float
 ) -> ClusterSlot | None:
-    """A slot of ``kind:tenant_id`` under the cluster cap (None, with no store call, when there is
-    no cap); looks again a few times until ``deadline`` (`time.monotonic`), then `Overloaded`."""
-    limits = admission.limits
-    cap = limits.cluster_cap(kind)
-    if cap <= 0:
-        return None
-    scope = f"{kind}:{tenant_id}"
+    """One of ``scope``'s ``cap`` slots, held for ``ttl_s`` on the store's clock; looks again a few
+    times (`CLUSTER_POLLS`, spread over ``wait_s``) until ``deadline`` (`time.monotonic`), then
+    None: every slot is taken."""
     holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
-    pause = max(limits.wait_s / CLUSTER_POLLS, 0.005)
+    pause = max(wait_s / CLUSTER_POLLS, 0.005)
     while True:
         asked = monotonic()
-        slot = store.take_slot(scope, holder, cap, limits.cluster_ttl_s)
+        slot = store.take_slot(scope, holder, cap, ttl_s)
         if slot is not None:
             return ClusterSlot(scope, slot, holder, asked)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise admission.refuse(kind, "cluster", cap, tenant_id)
+            return None
         time.sleep(min(pause, remaining))  # a poll of the store, not synchronisation
 
 
