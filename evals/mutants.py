@@ -40,8 +40,7 @@ from toolgate.policy.escalation import EscalationRule
 from toolgate.policy.rules import AllowedHoursRule, AllowlistRule, MaxValueRule, PolicyRules, RateLimit, Rule
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.sqlite import SQLiteStore
-from toolgate.tools.registry_fields import ToolRateLimit
-from toolgate.tools.spec import ApprovalClass, ToolSpec
+from toolgate.tools.spec import ApprovalClass, ToolRateLimit, ToolSpec
 
 SpecChange = Callable[[ToolSpec], ToolSpec]
 PolicyChange = Callable[[PolicyRules], PolicyRules]

@@ -17,8 +17,14 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.registry import Registry
-from toolgate.tools.registry_fields import is_retired
-from toolgate.tools.spec import HandlerContext, ResourceRef, ResourceResolver, ResourceStatus, ToolSpec
+from toolgate.tools.spec import (
+    HandlerContext,
+    ResourceRef,
+    ResourceResolver,
+    ResourceStatus,
+    ToolSpec,
+    is_retired,
+)
 
 
 def exposed(spec: ToolSpec, principal: Principal) -> bool:

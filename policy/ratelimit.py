@@ -14,7 +14,7 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store.base import Store
-from toolgate.tools.registry_fields import ToolRateLimit
+from toolgate.tools.spec import ToolRateLimit
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ principal may not see, whatever the (untrusted) conversation holds. It is an off
 permission: dispatch judges a call against the visible set, so a call to a visible tool that was
 not offered this turn is judged like any other.
 
-A tool past its deprecation window (`toolgate.tools.registry_fields.Deprecation`, ``retired`` on
+A tool past its deprecation window (`toolgate.tools.spec.Deprecation`, ``retired`` on
 the store's clock, the ``now`` the caller passes) is never offered: every call of it is refused
 ``tool_deprecated``. Inside its window it is offered like any other, its description telling the
 model it is deprecated.
@@ -42,8 +42,7 @@ from toolgate.errors import RegistryError
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.principal import Principal
 from toolgate.tools.registry import Registry
-from toolgate.tools.registry_fields import is_retired
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import ToolSpec, is_retired
 
 BUILT_IN_CHOICES = ("auto", "required", "none")
 """Tool choices that name no tool (a release may also name one of its tools)."""

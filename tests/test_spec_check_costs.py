@@ -4,7 +4,7 @@ Every `ToolSpec` built runs `spec_problems`, and the evaluation harness builds o
 twice over (``dataclasses.replace`` with a wrapped handler: `toolgate.evals.faults.instrument`,
 `toolgate.evals.hidden_writes.HiddenWriteCheck.wrap`). The expensive part, walking the argument
 schema for identity-like fields, is now worked out once per schema (`ArgumentContract.declared_fields`,
-`toolgate.tools.spec_checks.identity_paths`); every check still runs on every spec built. These
+`toolgate.tools.spec.identity_paths`); every check still runs on every spec built. These
 tests hold the verdicts to what the uncached walk decides, and show that a ``replace`` that brings in
 a real problem is refused, whatever spec it was replaced from.
 """
@@ -31,8 +31,14 @@ from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.schema.walk import field_paths
 from toolgate.tools.shapes.thirdparty import spec_from_tool_definition
-from toolgate.tools.spec import CostEstimate, HandlerContext, StrictArgs, ToolSpec
-from toolgate.tools.spec_checks import identity_problems, spec_problems
+from toolgate.tools.spec import (
+    CostEstimate,
+    HandlerContext,
+    StrictArgs,
+    ToolSpec,
+    identity_problems,
+    spec_problems,
+)
 from toolgate.tools.write_review import ApprovalClass, NoRollback
 
 

@@ -15,8 +15,7 @@ from langchain_core.tools import StructuredTool
 from toolgate.errors import DirectInvocationError
 from toolgate.tools.declared.tools import contract_of
 from toolgate.tools.model_text import plain_text, plain_text_schema
-from toolgate.tools.registry_fields import model_description
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import ToolSpec, model_description
 
 
 def to_structured_tool(spec: ToolSpec) -> StructuredTool:

@@ -31,11 +31,9 @@ from toolgate.tools.code_hash import code_target
 from toolgate.tools.handler import HandlerContext, StrictArgs, ToolResult
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
-from toolgate.tools.registry_fields import inventory_text
 from toolgate.tools.schema.shape import schema_shape
 from toolgate.tools.schema.walk import field_paths
-from toolgate.tools.spec import ToolSpec
-from toolgate.tools.spec_checks import spec_problems
+from toolgate.tools.spec import ToolSpec, inventory_text, spec_problems
 from toolgate.tools.write_review import ApprovalClass, NoRollback, Rollback
 
 EXECUTOR_NAMES = frozenset(
@@ -103,7 +101,7 @@ DYNAMIC_MARKERS = {
 def identity_fields(spec: ToolSpec) -> list[str]:
     """Argument paths whose names carry identity or authority, less the operator's exemptions.
 
-    Registration already refuses these (`toolgate.tools.spec_checks.identity_problems`); the audit
+    Registration already refuses these (`toolgate.tools.spec.identity_problems`); the audit
     reports them for specs built around that check."""
     return sorted(
         {

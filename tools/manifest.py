@@ -16,9 +16,8 @@ from typing import Any
 from toolgate.canonical import digest, sha256_hex
 from toolgate.errors import RegistryError
 from toolgate.tools.code_hash import handler_source_hash
-from toolgate.tools.registry_fields import manifest_fields
 from toolgate.tools.schema.export import exported_parameters
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import ToolSpec, manifest_fields
 
 SCHEMA_VERSION = 1
 

@@ -21,9 +21,8 @@ from langchain_core.tools import StructuredTool
 
 from toolgate.errors import RegistryError
 from toolgate.tools.adapters import to_structured_tool
-from toolgate.tools.registry_fields import model_description
 from toolgate.tools.schema.export import anthropic_tool, openai_tool
-from toolgate.tools.spec import ResourceResolver, ToolSpec
+from toolgate.tools.spec import ResourceResolver, ToolSpec, model_description
 from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, changed_contract, resolve_overrides
 
 REFUND_RELEASE = "ops-tools/1.0.0"

@@ -3,8 +3,27 @@
 A tool is three things, each reviewed on its own: a Pydantic argument model with ``extra="forbid"``, a
 plain handler function, and this spec (owner, risk, effect, timeout, output bound, approval
 class, scopes, resource key, rollback). `ToolSpec` refuses to be constructed when a field that
-review requires is missing or contradictory (a "stop" condition, `toolgate.tools.spec_checks`), so
-an unsafe tool never loads.
+review requires is missing or contradictory (a "stop" condition, `spec_problems`), so an unsafe
+tool never loads; the registry audit (`toolgate.tools.audit`) runs the same checks over a release
+and reports each problem. The stop conditions live here, beside the fields they judge: they are
+the spec's own invariant, and grow with every new way a tool can be unsafe.
+
+The registry's operating fields of a tool (cost estimate, per-tool rate limit, deprecation) are
+optional; when given, each must be complete and well formed, or the tool does not load
+(`field_problems`, one of the stop conditions):
+
+* `CostEstimate`: what one call costs, as an amount of a unit (``0.002 usd``, ``1 credits``,
+  ``30 cpu_s``). Shown in the manifest and the registry audit's inventory line; nothing is charged.
+* `ToolRateLimit`: at most ``limit`` calls per ``window_s`` seconds of this tool, whoever makes
+  them (the downstream's own capacity). Enforced by the store-backed inbound limiter as a window
+  of its own keyed by the tool's name (``tool:<name>``), refused ``rate_limited``, across every
+  process sharing the store.
+* `Deprecation`: from ``since`` the tool is deprecated and stays callable for ``window``; the model
+  is told so at the head of the tool's description (``DEPRECATED until <sunset_at>``, plus the
+  replacement when one is named), and every accepted call's ``call.accepted`` audit event carries
+  ``deprecated_tool``. From ``sunset_at`` (``since + window``) every call is refused
+  ``tool_deprecated`` before its arguments are looked at. Times are the store's clock, never the
+  process's.
 
 This module is the public home of the vocabulary a tool is written with: besides `ToolSpec` it
 exports the handler's side (`toolgate.tools.handler`), the resource declarations
@@ -14,16 +33,22 @@ code and ``toolgate``'s top-level exports import them from here whatever module 
 
 from __future__ import annotations
 
+import functools
+import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from toolgate.errors import RegistryError
+from toolgate.tools.argpaths import parse_path
 from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments
 from toolgate.tools.credentials import ServiceScope
 from toolgate.tools.declared.tools import contract_of
+from toolgate.tools.egress import host_problems
 from toolgate.tools.handler import (
     Handler,
     HandlerContext,
@@ -33,7 +58,6 @@ from toolgate.tools.handler import (
     ToolResult,
 )
 from toolgate.tools.identity_names import is_identity_name
-from toolgate.tools.registry_fields import CostEstimate, Deprecation, ToolRateLimit
 from toolgate.tools.resources import (
     OwnerCheck,
     ResourceRef,
@@ -42,13 +66,76 @@ from toolgate.tools.resources import (
     ownership,
 )
 from toolgate.tools.schema.walk import path_matches
-from toolgate.tools.spec_checks import spec_problems
 from toolgate.tools.waits import Wait
-from toolgate.tools.wire import wire_name
+from toolgate.tools.wire import WIRE_NAME, wire_name
 from toolgate.tools.write_review import ApprovalClass, NoRollback, Rollback
 
 Risk = Literal["read-only", "caution", "danger"]
 """read-only observes; caution changes state with bounded impact; danger is high-impact."""
+
+COST_UNIT = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
+"""A cost unit: a short lower-case word (``usd``, ``eur``, ``credits``, ``cpu_s``)."""
+MAX_WINDOW_S = 86_400
+"""The longest per-tool rate window (one day)."""
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """The estimated cost of one call: ``amount`` of ``unit``."""
+
+    amount: float
+    unit: str
+
+    def text(self) -> str:
+        """``0.002usd/call``: the form the inventory line and the manifest show."""
+        return f"{self.amount:g}{self.unit}/call"
+
+
+@dataclass(frozen=True)
+class ToolRateLimit:
+    """At most ``limit`` calls of the tool per ``window_s`` seconds, all principals together."""
+
+    limit: int
+    window_s: int
+
+    def text(self) -> str:
+        """``30/60s``."""
+        return f"{self.limit}/{self.window_s}s"
+
+
+@dataclass(frozen=True)
+class Deprecation:
+    """Deprecated from ``since``; callable until ``since + window`` (`sunset_at`), refused after."""
+
+    since: datetime
+    window: timedelta
+    replacement: str | None = None
+    """The tool to use instead, named in what the model is told and in the refusal."""
+
+    @property
+    def sunset_at(self) -> datetime:
+        """The first instant a call is refused ``tool_deprecated``."""
+        return self.since + self.window
+
+    def state(self, now: datetime) -> str:
+        """``active`` before ``since``, ``deprecated`` during the window, ``retired`` from `sunset_at`."""
+        if now < self.since:
+            return "active"
+        return "deprecated" if now < self.sunset_at else "retired"
+
+    def notice(self) -> str:
+        """What the model is told at the head of the tool's description."""
+        instead = f"; use {self.replacement} instead" if self.replacement else ""
+        return f"DEPRECATED until {self.sunset_at.isoformat()}{instead}."
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The manifest and audit form."""
+        return {
+            "since": self.since.isoformat(),
+            "window_s": int(self.window.total_seconds()),
+            "sunset_at": self.sunset_at.isoformat(),
+            "replacement": self.replacement,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +202,7 @@ class ToolSpec:
     cost_estimate: CostEstimate | None = None
     """What one call costs (``CostEstimate(0.002, "usd")``), shown in the manifest and inventory."""
     rate_limit: ToolRateLimit | None = None
-    """At most this many calls of the tool per window, all principals together (`toolgate.tools.registry_fields`)."""
+    """At most this many calls of the tool per window, all principals together."""
     deprecation: Deprecation | None = None
     """Deprecated from ``since``, callable for ``window``, then refused ``tool_deprecated``."""
     review_details: Callable[[Any, HandlerContext], dict[str, Any]] | None = field(default=None, repr=False)
@@ -215,7 +302,251 @@ class ToolSpec:
         return f"no rollback: {self.rollback.reason}"
 
 
+CREDENTIAL_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
+"""A forwarded credential's name: the lower-cased ``X-Toolgate-Credential-<name>`` suffix."""
+
+MAX_NAME_LENGTH = 128
+"""Longest real tool name (the model sees the wire name, see `toolgate.tools.wire`)."""
+
+ProblemCode = Literal[
+    "invalid_name",
+    "invalid_schema",
+    "invalid_signature",
+    "identity_argument",
+    "unknown_identity_exempt",
+    "missing_owner",
+    "missing_description",
+    "missing_effect",
+    "missing_timeout",
+    "missing_output_limit",
+    "open_arguments",
+    "write_without_approval",
+    "approval_without_roles",
+    "read_with_approval",
+    "missing_rollback",
+    "unknown_resource_argument",
+    "unknown_audit_field",
+    "secret_review_on_read",
+    "invalid_credential_name",
+    "invalid_egress_host",
+    "invalid_cost_estimate",
+    "invalid_rate_limit",
+    "invalid_deprecation",
+]
+"""Why a spec is refused; the registry audit counts these."""
+
+
+def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Every stop condition (a reason the tool must not load) in one spec (empty when complete)."""
+    problems: list[tuple[ProblemCode, str]] = []
+    if not spec.name.strip() or spec.name.strip() != spec.name or len(spec.name) > MAX_NAME_LENGTH:
+        problems.append(
+            ("invalid_name", f"name must be 1 to {MAX_NAME_LENGTH} characters without surrounding spaces")
+        )
+    elif not spec.name.isprintable():
+        problems.append(("invalid_name", "name must not hold control characters"))
+    if not WIRE_NAME.match(spec.wire_name):
+        problems.append(("invalid_name", "wire name must match [a-zA-Z0-9_-]{1,64}"))
+    if not spec.owner.strip():
+        problems.append(("missing_owner", "owner is required"))
+    if not spec.description.strip():
+        problems.append(("missing_description", "description is required"))
+    if not spec.effect.strip():
+        problems.append(("missing_effect", "effect is required"))
+    if not spec.timeout_s or spec.timeout_s <= 0:
+        problems.append(("missing_timeout", "timeout_s must be positive"))
+    if not spec.max_output_bytes or spec.max_output_bytes <= 0:
+        problems.append(("missing_output_limit", "max_output_bytes must be positive"))
+    if spec.args_model.model_config.get("extra") != "forbid":
+        problems.append(("open_arguments", "args_model must set extra='forbid'"))
+    if spec.is_write and spec.approval.kind == "none":
+        problems.append(
+            ("write_without_approval", "a write needs an approval class (it would run without review)")
+        )
+    if spec.is_write and spec.approval.kind != "none" and not spec.approval.roles:
+        problems.append(("approval_without_roles", "the approval class of a write must name reviewer roles"))
+    if spec.is_write and spec.approval.reviewers_required < 1:
+        problems.append(("write_without_approval", "the approval class of a write must require a reviewer"))
+    if not spec.is_write and spec.approval.kind != "none":
+        problems.append(("read_with_approval", "a read-only tool must not declare an approval class"))
+    if not spec.is_write and spec.secret_arguments == "review":
+        problems.append(
+            (
+                "secret_review_on_read",
+                "only a write, which a reviewer sees, may take secret-looking arguments",
+            )
+        )
+    if isinstance(spec.rollback, NoRollback) and not spec.rollback.reason.strip():
+        problems.append(("missing_rollback", "a no-rollback statement needs its reason"))
+    if isinstance(spec.rollback, Rollback) and not spec.rollback.statement.strip():
+        problems.append(("missing_rollback", "a rollback needs its statement"))
+    for ref in spec.resource_refs:
+        try:
+            top = parse_path(ref.argument)[0][0]
+        except ValueError:
+            top = ""
+        if top not in spec.contract.properties:
+            problems.append(
+                ("unknown_resource_argument", f"resource argument {ref.argument!r} is not an argument")
+            )
+    unknown_audit = set(spec.audit_fields) - set(spec.contract.properties)
+    if unknown_audit:
+        problems.append(
+            ("unknown_audit_field", f"audit_fields name unknown arguments: {sorted(unknown_audit)}")
+        )
+    problems.extend(identity_problems(spec))
+    problems.extend(reach_problems(spec))
+    problems.extend(field_problems(spec))
+    return problems
+
+
+def reach_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Malformed credential and egress declarations (a header name, a scope, a ``host[:port]``)."""
+    problems: list[tuple[ProblemCode, str]] = [
+        ("invalid_credential_name", f"forwarded credential names a header suffix [a-z0-9_]: {name!r}")
+        for name in sorted(spec.forwarded_credentials)
+        if not CREDENTIAL_NAME.match(name)
+    ]
+    if spec.service_credential is not None:
+        problems.extend(("invalid_credential_name", text) for text in spec.service_credential.problems())
+    for entry in sorted(spec.egress_hosts):
+        problems.extend(("invalid_egress_host", text) for text in host_problems(entry))
+    return problems
+
+
+def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Argument fields named like an identity or authority, unless the operator exempted them.
+
+    Dispatch refuses identity-named keys in every call (``identity_in_arguments``), so a tool that
+    declares one could never be called: it fails here instead, naming the field path. An operator
+    who knows a name is not an identity (a loan's ``principal``, ``user_ratings``) lists its path in
+    `ToolSpec.identity_exempt`; an exemption that names no identity-like field is refused too."""
+    identities = identity_paths(spec.contract.declared_fields())
+    problems: list[tuple[ProblemCode, str]] = []
+    for path in identities:
+        if path not in spec.identity_exempt:
+            problems.append(("identity_argument", f"identity or authority in arguments: {path}"))
+    for path in sorted(spec.identity_exempt):
+        if path not in identities:
+            problems.append(
+                ("unknown_identity_exempt", f"identity_exempt names no identity-like argument: {path}")
+            )
+    return problems
+
+
+@functools.lru_cache(maxsize=1024)
+def identity_paths(fields: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The sorted paths of the identity-like fields among ``fields`` (a contract's
+    ``declared_fields``; a path declared twice counts by its last name, as a dict keeps it).
+
+    Kept per field list: every `ToolSpec` built asks, and a contract hands out the same list for as
+    long as its schema lives."""
+    names = dict(fields)
+    return tuple(path for path in sorted(names) if is_identity_name(names[path]))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    """Stop conditions of the three fields (codes ``invalid_cost_estimate``,
+    ``invalid_rate_limit``, ``invalid_deprecation``)."""
+    problems: list[tuple[ProblemCode, str]] = []
+    cost = spec.cost_estimate
+    if cost is not None:
+        if not isinstance(cost, CostEstimate):
+            problems.append(("invalid_cost_estimate", "cost_estimate must be a CostEstimate(amount, unit)"))
+        elif not _number(cost.amount) or not math.isfinite(cost.amount) or cost.amount < 0:
+            problems.append(("invalid_cost_estimate", "cost_estimate.amount must be a finite number >= 0"))
+        elif not isinstance(cost.unit, str) or not COST_UNIT.match(cost.unit):
+            problems.append(("invalid_cost_estimate", "cost_estimate.unit must match [a-z][a-z0-9_]{0,15}"))
+    limit = spec.rate_limit
+    if limit is not None:
+        if not isinstance(limit, ToolRateLimit):
+            problems.append(("invalid_rate_limit", "rate_limit must be a ToolRateLimit(limit, window_s)"))
+        elif not _count(limit.limit) or limit.limit < 1:
+            problems.append(("invalid_rate_limit", "rate_limit.limit must be an integer >= 1"))
+        elif not _count(limit.window_s) or not 1 <= limit.window_s <= MAX_WINDOW_S:
+            problems.append(
+                ("invalid_rate_limit", f"rate_limit.window_s must be an integer 1..{MAX_WINDOW_S}")
+            )
+    problems.extend(_deprecation_problems(spec))
+    return problems
+
+
+def _deprecation_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
+    found = spec.deprecation
+    if found is None:
+        return []
+    if not isinstance(found, Deprecation):
+        return [("invalid_deprecation", "deprecation must be a Deprecation(since, window)")]
+    if not isinstance(found.since, datetime) or found.since.utcoffset() is None:
+        return [("invalid_deprecation", "deprecation.since must be a timezone-aware datetime")]
+    if not isinstance(found.window, timedelta) or found.window <= timedelta(0):
+        return [("invalid_deprecation", "deprecation.window must be a positive timedelta")]
+    if found.replacement is not None and (
+        not isinstance(found.replacement, str)
+        or not found.replacement.strip()
+        or found.replacement == spec.name
+    ):
+        return [("invalid_deprecation", "deprecation.replacement must name another tool")]
+    return []
+
+
+def is_retired(spec: ToolSpec, now: datetime) -> bool:
+    """Whether ``spec``'s deprecation window has ended at ``now`` (the store's clock): it is then
+    neither offered to the model nor suggested, and every call of it is refused."""
+    return spec.deprecation is not None and spec.deprecation.state(now) == "retired"
+
+
+def deprecated_detail(spec: ToolSpec, now: Callable[[], datetime]) -> dict[str, Any]:
+    """``{"deprecated_tool": ...}`` for the audit detail of a call made while ``spec`` is deprecated
+    (empty otherwise; ``now``, the store's clock, is read only for a tool that declares one)."""
+    found = spec.deprecation
+    if found is None or found.state(now()) == "active":
+        return {}
+    return {"deprecated_tool": found.to_mapping()}
+
+
+def manifest_fields(spec: ToolSpec) -> dict[str, Any]:
+    """The fields as the manifest records them (only those set, so manifests reviewed before the
+    fields existed stay valid); changing any of them is a reviewed change."""
+    out: dict[str, Any] = {}
+    if spec.cost_estimate is not None:
+        out["cost_estimate"] = {"amount": spec.cost_estimate.amount, "unit": spec.cost_estimate.unit}
+    if spec.rate_limit is not None:
+        out["rate_limit"] = {"limit": spec.rate_limit.limit, "window_s": spec.rate_limit.window_s}
+    if spec.deprecation is not None:
+        out["deprecation"] = spec.deprecation.to_mapping()
+    return out
+
+
+def inventory_text(spec: ToolSpec) -> str:
+    """The inventory line's part for these fields (empty when none is set)."""
+    parts = []
+    if spec.cost_estimate is not None:
+        parts.append(f" cost={spec.cost_estimate.text()}")
+    if spec.rate_limit is not None:
+        parts.append(f" rate_limit={spec.rate_limit.text()}")
+    if spec.deprecation is not None:
+        parts.append(f" deprecated_since={spec.deprecation.since.isoformat()}")
+        parts.append(f" sunset_at={spec.deprecation.sunset_at.isoformat()}")
+    return "".join(parts)
+
+
+def model_description(spec: ToolSpec) -> str:
+    """The description the model is told: a declared deprecation's notice first."""
+    return spec.description if spec.deprecation is None else f"{spec.deprecation.notice()} {spec.description}"
+
+
 __all__ = [
+    "COST_UNIT",
+    "MAX_NAME_LENGTH",
     "ApprovalClass",
     "ArgumentsInvalid",
     "CostEstimate",
@@ -224,6 +555,7 @@ __all__ = [
     "HandlerContext",
     "NoRollback",
     "OwnerCheck",
+    "ProblemCode",
     "Reconcile",
     "ResourceRef",
     "ResourceResolver",
@@ -237,5 +569,15 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "Wait",
+    "deprecated_detail",
+    "field_problems",
+    "identity_paths",
+    "identity_problems",
+    "inventory_text",
+    "is_retired",
+    "manifest_fields",
+    "model_description",
     "ownership",
+    "reach_problems",
+    "spec_problems",
 ]

@@ -33,7 +33,7 @@ from toolgate.testing import HandlerCounter, ScriptedChatModel
 from toolgate.tools.demo import DemoSystem, demo_specs
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import REFUND_RELEASE, Registry
-from toolgate.tools.registry_fields import Deprecation
+from toolgate.tools.spec import Deprecation
 
 SEED_TAGS = (
     "known_read",

@@ -15,8 +15,7 @@ from toolgate.graph.state import Budget, CallRecord, GatewayState
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor, audit_call_id
 from toolgate.store.audit_records import AuditEventIn
-from toolgate.tools.registry_fields import deprecated_detail
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import ToolSpec, deprecated_detail
 
 
 def thread_id(config: RunnableConfig) -> str:

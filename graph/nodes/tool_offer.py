@@ -35,8 +35,7 @@ from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
 from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.tools.registry import Registry
-from toolgate.tools.registry_fields import is_retired
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import ToolSpec, is_retired
 
 FALLBACK_CODE = "named_tool_not_offered"
 """Audited when a named tool choice falls back to ``auto``."""
