@@ -259,10 +259,10 @@ class Demo:
 
     def __init__(self, store: Any) -> None:
         from toolgate.graph.bootstrap import initialize_store
-        from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
         from toolgate.policy.identities import IdentityDirectory
-        from toolgate.tools import REFUND_RELEASE, Registry
-        from toolgate.tools.demo import DemoSystem, demo_specs
+        from toolgate.tools import Registry
+        from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
+        from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
         from toolgate.tools.demo.release import DEMO_RELEASES
 
         initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])

@@ -26,12 +26,12 @@ from langgraph.graph.message import add_messages
 
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai
-from toolgate.tools import REFUND_RELEASE, Registry
-from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
+from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 CALLS = 10_000

@@ -27,8 +27,8 @@ from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.rules import RateLimits
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import REFUND_RELEASE, Registry
-from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 CALLS = 10

@@ -50,8 +50,8 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
 
     store = open_store("postgres", url, key=key, max_size=2)
     demo = Demo.__new__(Demo)  # no setup: the parent initialised the store
-    from toolgate.tools import REFUND_RELEASE, Registry
-    from toolgate.tools.demo import DemoSystem, demo_specs
+    from toolgate.tools import Registry
+    from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 
     system = DemoSystem(store)
     demo.store, demo.system = store, system

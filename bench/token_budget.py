@@ -30,13 +30,13 @@ from pydantic import Field
 from toolgate import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, spec_from_function
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.telemetry.tokens import estimate_tokens, request_text
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import REFUND_RELEASE, Registry
-from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
+from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.spec import ToolSpec
 

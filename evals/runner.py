@@ -56,13 +56,13 @@ from toolgate.evals.release_facts import ReleaseFacts, release_facts
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
-from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.releases.loader import load_release
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import ScriptedChatModel
+from toolgate.tools.demo.identities import DEMO_IDENTITIES
 from toolgate.tools.registry import Registry
 
 EXTRA_PEOPLE: tuple[dict[str, Any], ...] = (

@@ -19,9 +19,9 @@ from typing import Any
 
 from toolgate.evals.dataset.build import build_cases
 from toolgate.evals.fixtures import EvalCase
-from toolgate.policy.demo_identities import demo_principals
 from toolgate.policy.principal import Principal
 from toolgate.policy.tool_selection import Conversation, profile, select_tools, words
+from toolgate.tools.demo.identities import demo_principals
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec
 

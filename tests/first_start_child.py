@@ -20,7 +20,7 @@ from pathlib import Path
 
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import open_app
-from toolgate.policy.demo_identities import seed_demo_identities
+from toolgate.tools.demo.identities import seed_demo_identities
 
 GATE_LIMIT_S = 300.0
 """A child the test never releases gives up (the test fails, never hangs)."""

@@ -30,7 +30,6 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import App, initialize_store, release_manifest, verified_release
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout.router import ReleaseRouter
-from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.releases.control import ReleaseControl
@@ -40,6 +39,7 @@ from toolgate.releases.rules import canary_specs
 from toolgate.store.base import Store
 from toolgate.store.evidence import record as record_evidence
 from toolgate.testing import HandlerCounter, ScriptedChatModel
+from toolgate.tools.demo.identities import demo_token, seed_demo_identities
 from toolgate.tools.registry import Registry
 
 CONTROL = "ops-tools/1.0.0"

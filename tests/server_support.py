@@ -207,7 +207,7 @@ def client_as(server: Server, user: str | None, *, token: str | None = None, **h
     """A ``langgraph-sdk`` sync client authenticated as ``user`` (their demo token, or ``token``)."""
     from langgraph_sdk import get_sync_client
 
-    from toolgate.policy.demo_identities import demo_token
+    from toolgate.tools.demo.identities import demo_token
 
     secret = token if token is not None else (demo_token(user) if user else None)
     if secret:

@@ -20,12 +20,12 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.authorization import visible_tools
-from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import REFUND_RELEASE, ApprovalClass, NoRollback, Registry, ToolSpec
-from toolgate.tools.demo import DemoSystem
+from toolgate.tools import ApprovalClass, NoRollback, Registry, ToolSpec
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem
+from toolgate.tools.demo.identities import seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.shapes.operator_policy import OperatorPolicy
 

@@ -32,12 +32,12 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.policy import Principal
-from toolgate.policy.demo_identities import demo_principals, demo_token, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import AuditEvent, PostgresStore, SQLiteStore, Store
 from toolgate.testing import HandlerCounter
-from toolgate.tools import REFUND_RELEASE, Registry
-from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
+from toolgate.tools.demo.identities import demo_principals, demo_token, seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 TEST_KEY = b"toolgate-test-store-secret-0001"

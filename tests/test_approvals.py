@@ -14,9 +14,9 @@ from toolgate.errors import ApprovalError, IdentityError
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.edits import edit_proposal
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}
 

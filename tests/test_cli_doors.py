@@ -46,8 +46,8 @@ from toolgate.config import Settings
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import App, open_app
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import demo_token
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 DOMAIN_TABLES = (
     "proposals",

@@ -57,7 +57,7 @@ from toolgate.clock import parse_iso
 from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import REFUND_RELEASE
+from toolgate.tools.demo import REFUND_RELEASE
 
 pytestmark = pytest.mark.postgres
 
@@ -183,8 +183,8 @@ from toolgate.policy import PolicyRules
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
-from toolgate.tools import REFUND_RELEASE, Registry
-from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 
 key, signals, timeout_s, lease_s = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 store = PostgresStore(os.environ["TOOLGATE_DATABASE_URL"], key=os.environ["TOOLGATE_AUDIT_KEY"].encode())

@@ -37,9 +37,9 @@ from server_support import LOCAL_HOSTS, REPO, Server, client_as, interrupts_of, 
 from support import REFUND_REQUEST, open_test_store
 
 from toolgate.canonical import idempotency_key_for
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store.base import Store
 from toolgate.tools.demo import DemoSystem
+from toolgate.tools.demo.identities import demo_token
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

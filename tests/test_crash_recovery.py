@@ -26,7 +26,8 @@ from toolgate.policy import PolicyRules
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
-from toolgate.tools import REFUND_RELEASE, Registry
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE
 from toolgate.tools.demo import DemoSystem, demo_specs
 
 url, key, point = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -29,8 +29,8 @@ from toolgate.graph.waits.progress import WaitPass
 from toolgate.graph.worker import waker
 from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.store import Store
+from toolgate.tools.demo import WIDE_RELEASE
 from toolgate.tools.demo.release import DEMO_RELEASES
-from toolgate.tools.registry import WIDE_RELEASE
 from toolgate.tools.spec import Wait
 
 

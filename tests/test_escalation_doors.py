@@ -19,8 +19,8 @@ from test_escalation import ABOVE, RAISED, RULE, THRESHOLD, policy_with_threshol
 
 import toolgate.graph.server.http as http
 import toolgate.graph.worker.waker as waker
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
+from toolgate.tools.demo.identities import demo_token
 
 
 def bearer(user: str) -> dict[str, str]:

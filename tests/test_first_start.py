@@ -32,7 +32,6 @@ from toolgate import key_file
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
 from toolgate.graph.rollout.loaded import record_release_loaded
-from toolgate.policy.demo_identities import demo_principals
 from toolgate.store import Store
 from toolgate.store.audit import Auditor
 from toolgate.store.audit_records import AuditEvent
@@ -43,6 +42,7 @@ from toolgate.store.rollout_records import COMPONENT as ROLLOUT_COMPONENT
 from toolgate.store.rollout_records import MIGRATIONS as ROLLOUT_MIGRATIONS
 from toolgate.store.sql import SqlStore
 from toolgate.tools.demo.crm_hub import HubCrmApi, HubCrmClient
+from toolgate.tools.demo.identities import demo_principals
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.service import DemoService
 from toolgate.tools.demo.services import DemoServices

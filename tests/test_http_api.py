@@ -25,11 +25,10 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.server.serving import MAX_BODY_BYTES
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import WIDE_RELEASE
-from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.identities import demo_token
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}

@@ -24,8 +24,8 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.server.reads import me
 from toolgate.graph.server.serving import Reply, ViewInput, retry_after_header
 from toolgate.policy.admission import Overloaded, admitted, process_admission
-from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.principal import Principal
+from toolgate.tools.demo.identities import demo_token
 
 WAIT = 30.0
 

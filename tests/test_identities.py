@@ -16,12 +16,12 @@ from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
 
 from toolgate.errors import ApprovalError, ConfigurationError, IdentityError, StoreError
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
 from toolgate.policy.principal import Principal
 from toolgate.store import IdentityRecord, PostgresStore, SQLiteStore, Store, open_store
 from toolgate.store.chain import verify_records
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 NEWBIE = Principal(

@@ -27,12 +27,12 @@ from test_demo_tools import (
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import WIDE_RELEASE, Registry, ResourceRef
-from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools import Registry, ResourceRef
+from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.identities import seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 

@@ -15,9 +15,9 @@ from starlette.testclient import TestClient
 from test_release_control_routing import admin
 
 from toolgate.graph.server import http
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store.base import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 
 def _pending_candidate_proposal(store: Store, tmp_path: Path) -> tuple[TwoReleases, dict[str, Any]]:

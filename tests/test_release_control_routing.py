@@ -17,12 +17,12 @@ import pytest
 from release_control_support import CANDIDATE, CONTROL, RESTART, TwoReleases, count, run, text
 from support import tool_messages
 
-from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.principal import Principal
 from toolgate.releases.rules import arm_for
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 STATUS = {"service_alias": "web"}
 UNCHANGED_EXCEPT = (

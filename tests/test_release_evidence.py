@@ -29,12 +29,12 @@ from test_release_control_routing import STATUS, admin
 
 from toolgate.clock import parse_iso
 from toolgate.errors import ReleaseControlError
-from toolgate.policy.demo_identities import demo_token
 from toolgate.releases.evidence import Requirements
 from toolgate.store.base import Store
 from toolgate.store.evidence import evidence_rows
 from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 RELEASE_TABLES = ("release_pointer", "release_rollouts", "release_pins")
 

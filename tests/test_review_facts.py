@@ -22,11 +22,10 @@ import toolgate.graph.server.http as http
 from toolgate.errors import RegistryError, ToolExecutionError
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.review.facts import UNAVAILABLE
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import WIDE_RELEASE
-from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.identities import demo_token
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import Registry
 from toolgate.tools.tenant_overrides import TenantOverride, resolve_overrides

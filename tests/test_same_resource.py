@@ -29,12 +29,12 @@ from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.delivery.same_resource import resource_keys
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import WIDE_RELEASE, ResourceRef
-from toolgate.tools.demo import DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools import ResourceRef
+from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
+from toolgate.tools.demo.identities import seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.spec import HandlerContext, ToolSpec
 

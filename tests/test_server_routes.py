@@ -23,9 +23,9 @@ from server_support import LOCAL_HOSTS, Server, client_as, interrupts_of, people
 from support import REFUND_REQUEST, cli_env, kv_lines, open_test_store, toolgate
 
 from toolgate.canonical import idempotency_key_for
-from toolgate.policy.demo_identities import demo_token
 from toolgate.store.base import Store
 from toolgate.tools.demo import DemoSystem
+from toolgate.tools.demo.identities import demo_token
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

@@ -103,13 +103,13 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         mp.setenv("no_proxy", LOCAL_HOSTS)
         from toolgate.graph import build_gateway
         from toolgate.graph.bootstrap import initialize_store
-        from toolgate.policy.demo_identities import seed_demo_identities
         from toolgate.policy.identities import IdentityDirectory
         from toolgate.releases.bundle import ReleaseEnv
+        from toolgate.settings import DEFAULT_RELEASE
         from toolgate.store import SQLiteStore
         from toolgate.testing import ScriptedChatModel
+        from toolgate.tools.demo.identities import seed_demo_identities
         from toolgate.tools.demo.release import DEMO_RELEASES
-        from toolgate.tools.registry import DEFAULT_RELEASE
 
         server.data_dir.mkdir(parents=True, exist_ok=True)
         store = SQLiteStore(server.data_dir / "toolgate.sqlite", key=TEST_KEY)

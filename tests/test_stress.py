@@ -27,7 +27,8 @@ from toolgate.policy import PolicyRules
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel
-from toolgate.tools import REFUND_RELEASE, Registry
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE
 from toolgate.tools.demo import DemoSystem, demo_specs
 
 url, keys_file, start_at, worker = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]

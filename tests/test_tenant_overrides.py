@@ -32,11 +32,12 @@ from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import Store
 from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, tool_call
 from toolgate.tools.credentials import HmacCredentialProvider, ServiceScope
+from toolgate.tools.demo import WIDE_RELEASE
 from toolgate.tools.demo.crm import CrmApi
 from toolgate.tools.demo.crm_hub import AUDIENCE, HubCrmApi
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.manifest import manifest_drift, verify_release
-from toolgate.tools.registry import WIDE_RELEASE, Registry
+from toolgate.tools.registry import Registry
 from toolgate.tools.tenant_overrides import TenantOverride, resolve_overrides
 
 WIDE = DEMO_RELEASES[WIDE_RELEASE]

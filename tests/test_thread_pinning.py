@@ -25,7 +25,6 @@ from test_release_control_routing import admin
 from toolgate.errors import ReleaseControlError
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import demo_token
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.releases.migrate import migrate_thread
@@ -33,6 +32,7 @@ from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.thread_releases import ThreadReleases
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 STATUS = {"service_alias": "web"}
 GONE = "ops-tools/9.9.9"

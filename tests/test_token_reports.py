@@ -19,8 +19,8 @@ from toolgate.evals.observation import usage
 from toolgate.evals.report import build_report, lines
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import demo_token
 from toolgate.testing import ScriptedChatModel, tool_call
+from toolgate.tools.demo.identities import demo_token
 
 REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}
 

@@ -24,13 +24,13 @@ from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.nodes.prompt_cache import prefix_digest
 from toolgate.graph.nodes.tool_offer import conversation_of
 from toolgate.policy.authorization import visible_tools
-from toolgate.policy.demo_identities import demo_principals, seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import Registry
 

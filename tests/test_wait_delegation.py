@@ -39,9 +39,8 @@ from toolgate.graph.waits.progress import WaitPass
 from toolgate.store import Store
 from toolgate.store.waits import WaitIn, WaitRecord
 from toolgate.tools import Registry
-from toolgate.tools.demo import DemoResolver, DemoServices, DemoSystem
+from toolgate.tools.demo import WIDE_RELEASE, DemoResolver, DemoServices, DemoSystem
 from toolgate.tools.demo.reports import WAIT_MAX_S, report_specs
-from toolgate.tools.registry import WIDE_RELEASE
 from toolgate.tools.spec import HandlerContext
 from toolgate.tools.tenant_overrides import TenantOverride
 

@@ -39,11 +39,11 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.proposals import draft_proposal, store_proposal
 from toolgate.graph.worker.loop import LoopOptions, LoopSummary, WorkerLoop
-from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import PostgresStore, Store
 from toolgate.testing import ScriptedChatModel
+from toolgate.tools.demo.identities import seed_demo_identities
 
 RELEASE_REF = f"{REPO / 'tests' / 'worker_run_release.py'}:release"
 WAIT_S = 180.0

@@ -16,16 +16,15 @@ from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.waits.progress import WaitPass, graph_resumer
-from toolgate.policy.demo_identities import seed_demo_identities
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
 from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry
-from toolgate.tools.demo import DemoResolver, DemoServices, DemoSystem
+from toolgate.tools.demo import WIDE_RELEASE, DemoResolver, DemoServices, DemoSystem
 from toolgate.tools.demo import reports as reports_mod
+from toolgate.tools.demo.identities import seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.demo.reports import ReportService, report_specs
-from toolgate.tools.registry import WIDE_RELEASE
 
 REPORT_ARGS = {"report_type": "sales_summary", "date_from": "2025-01-01", "date_to": "2025-01-31"}
 THREAD = "t-wait"

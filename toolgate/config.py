@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolgate.key_file import load_secret
-from toolgate.settings import read_settings
-from toolgate.tools.registry import DEFAULT_RELEASE
+from toolgate.settings import DEFAULT_RELEASE, read_settings
 
 DATA_DIR = Path(".toolgate")
 """The data directory when ``TOOLGATE_DATA_DIR`` is unset (relative to the working directory)."""

@@ -29,9 +29,9 @@ from toolgate.forensics import latest_task_tokens
 from toolgate.graph.bootstrap import App, open_app
 from toolgate.graph.context import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.store.chain import verify_chain
 from toolgate.tools.demo import DemoSystem
+from toolgate.tools.demo.identities import demo_token, seed_demo_identities
 
 Say = Callable[[str], None]
 RETENTION_DAYS = 90

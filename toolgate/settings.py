@@ -25,9 +25,12 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from toolgate.errors import ConfigurationError
 from toolgate.store.keys import MIN_SECRET_BYTES
-from toolgate.tools.registry import DEFAULT_RELEASE
 
 PREFIX = "TOOLGATE_"
+DEFAULT_RELEASE = "ops-tools/1.1.0"
+"""The release a bare ``toolgate run`` (and the server) serves: toolgate's own demo, the wide
+release of `toolgate.tools.demo` as its entry point offers it. Chosen here, where the product's
+defaults are, and named by id so that reading settings never imports the demo."""
 MIN_THINKING_TOKENS = 1024
 """The smallest extended-thinking budget Anthropic accepts."""
 
@@ -261,4 +264,4 @@ def _form(annotations: list[Any]) -> Form | None:
     return None
 
 
-__all__ = ["VARIABLES", "EnvSettings", "InvalidSetting", "read_settings", "setting"]
+__all__ = ["DEFAULT_RELEASE", "VARIABLES", "EnvSettings", "InvalidSetting", "read_settings", "setting"]

@@ -18,11 +18,11 @@ from toolgate.evals.adversarial.runner import run_adversarial
 from toolgate.graph.bootstrap import App
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.proposals import draft_proposal, store_proposal
-from toolgate.policy.demo_identities import demo_principals
 from toolgate.policy.principal import Principal
 from toolgate.store.chain import verify_chain
 from toolgate.tools.audit import audit_specs
 from toolgate.tools.demo import DemoSystem
+from toolgate.tools.demo.identities import demo_principals
 
 VERIFY_PRINCIPALS = demo_principals()
 

@@ -1,7 +1,7 @@
 """Capabilities: specs the model never sees, strict schemas it does, and the release registry."""
 
 from toolgate.tools.adapters import to_structured_tool
-from toolgate.tools.registry import DEFAULT_RELEASE, REFUND_RELEASE, WIDE_RELEASE, Registry
+from toolgate.tools.registry import Registry
 from toolgate.tools.schema.export import anthropic_tool, openai_tool, strict_json_schema
 from toolgate.tools.spec import (
     ApprovalClass,
@@ -17,9 +17,6 @@ from toolgate.tools.spec import (
 )
 
 __all__ = [
-    "DEFAULT_RELEASE",
-    "REFUND_RELEASE",
-    "WIDE_RELEASE",
     "ApprovalClass",
     "Handler",
     "HandlerContext",

@@ -25,20 +25,13 @@ from toolgate.tools.schema.export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec, model_description
 from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, changed_contract, resolve_overrides
 
-REFUND_RELEASE = "ops-tools/1.0.0"
-"""The refund-story release (four tools), kept as the previous complete bundle."""
-WIDE_RELEASE = "ops-tools/1.1.0"
-"""The wider demo release: the refund story plus the other demo integrations."""
-DEFAULT_RELEASE = WIDE_RELEASE
-"""The release a fresh configuration loads."""
-
 
 @dataclass(frozen=True)
 class Registry:
     """All tools of one release, with the resolver that checks resource ownership."""
 
     release: str
-    """Release id, e.g. ``ops-tools/1.0.0``."""
+    """Release id, ``name/version`` (e.g. ``acme-tools/0.1.0``)."""
     tools: Mapping[str, ToolSpec]
     """Tool name to spec; frozen after construction."""
     resolver: ResourceResolver = field(repr=False)
@@ -159,4 +152,4 @@ def _openai_definition(wire_name: str, description: str, args_model: type[Any]) 
     return openai_tool(wire_name, description, args_model)
 
 
-__all__ = ["DEFAULT_RELEASE", "REFUND_RELEASE", "WIDE_RELEASE", "Registry"]
+__all__ = ["Registry"]

@@ -24,15 +24,15 @@ from toolgate.evals.adversarial.case import ACCEPTED, PROPOSAL_CREATED, Adversar
 from toolgate.evals.adversarial.cases import CASES, EXTRA_IDENTITIES
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.policy.demo_identities import DEMO_IDENTITIES
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store.base import Store
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.testing import HandlerCounter, ScriptedChatModel
-from toolgate.tools.demo import DemoSystem, demo_specs
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
+from toolgate.tools.demo.identities import DEMO_IDENTITIES
 from toolgate.tools.demo.release import DEMO_RELEASES
-from toolgate.tools.registry import REFUND_RELEASE, Registry
+from toolgate.tools.registry import Registry
 from toolgate.tools.spec import Deprecation
 
 SEED_TAGS = (

@@ -16,8 +16,8 @@ import typer
 from toolgate.cli.common import kv, open_from_env, person
 from toolgate.errors import IdentityError
 from toolgate.graph.bootstrap import App
-from toolgate.policy.demo_identities import demo_token, seed_demo_identities
 from toolgate.policy.principal import Principal
+from toolgate.tools.demo.identities import demo_token, seed_demo_identities
 
 identities_app = typer.Typer(no_args_is_help=True, help="Manage the people who may act (admins only).")
 

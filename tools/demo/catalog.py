@@ -18,8 +18,13 @@ from toolgate.tools.demo.models import (
 )
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.services import DemoResolver, DemoServices
-from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE, Registry
+from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, ResourceRef, Rollback, ToolSpec
+
+REFUND_RELEASE = "ops-tools/1.0.0"
+"""The refund-story release (four tools), kept as the previous complete bundle."""
+WIDE_RELEASE = "ops-tools/1.1.0"
+"""The wider demo release: the refund story plus the other demo integrations."""
 
 STAFF = frozenset({"support", "finance"})
 """Roles that act on any customer's order of their own tenant; a customer reaches only their own."""
@@ -194,4 +199,4 @@ def build_wide_registry(system: DemoSystem, services: DemoServices, release: str
     return Registry.of(release, [*demo_specs(system), *services.specs()], DemoResolver(system, services))
 
 
-__all__ = ["build_demo_registry", "build_wide_registry", "demo_specs"]
+__all__ = ["REFUND_RELEASE", "WIDE_RELEASE", "build_demo_registry", "build_wide_registry", "demo_specs"]

@@ -10,11 +10,10 @@ from pathlib import Path
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.base import Store
 from toolgate.tools.credentials import HmacCredentialProvider
-from toolgate.tools.demo.catalog import demo_specs
+from toolgate.tools.demo.catalog import REFUND_RELEASE, WIDE_RELEASE, demo_specs
 from toolgate.tools.demo.crm_hub import HubCrmApi, HubCrmClient, hubcrm_overrides
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.services import DemoResolver, DemoServices
-from toolgate.tools.registry import REFUND_RELEASE, WIDE_RELEASE
 from toolgate.tools.spec import ToolSpec
 from toolgate.tools.tenant_overrides import TenantOverride
 
@@ -90,6 +89,8 @@ DEMO_RELEASES = {release.id: release for release in (refund, wide)}
 __all__ = [
     "DEMO_RELEASES",
     "HOME",
+    "REFUND_RELEASE",
+    "WIDE_RELEASE",
     "refund",
     "refund_tools",
     "setup_refund",
