@@ -32,6 +32,11 @@ not when it is loaded.
     whatever its length: the 300-line limit this replaced cut concepts in two and hid cycles
     behind function-level imports (issue 26, STYLE.md). 2,000 lines is where the anchors' longest
     single-idea modules end; past it a module is a runaway, not an idea.
+(d) The framework (``graph``, ``tools`` without the release packages, ``policy``, ``store``) knows
+    nothing of the demo: it imports no release package, not even inside a function, loading any
+    of its modules loads none, and its code names none of the demo's release ids, tools or people
+    (issue 26). Which default release a bare ``toolgate run`` serves is the entry points' choice
+    (`toolgate.settings`), not the framework's.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import json
+import re
+import subprocess
+import sys
 import tomllib
 from collections import defaultdict, deque
 from collections.abc import Iterator
@@ -54,6 +63,8 @@ RELEASE_PACKAGES = {"toolgate.tools.demo": "tools/demo"}
 exactly as a team's release package is (it assembles a `toolgate.Release` from tools, policy rules
 and a store), so it sits above the framework's folders, not inside ``tools``; only the evals and
 the entry points of ``toolgate/`` may import it (`test_release_packages_sit_on_top`)."""
+FRAMEWORK = ("graph", "tools", "policy", "store")
+"""The framework's nodes: what a team's release is built on, and what must know nothing of the demo."""
 
 
 @dataclass(frozen=True)
@@ -288,12 +299,11 @@ def test_release_packages_sit_on_top() -> None:
     """Nothing of the framework imports a release package: only the evals (which score the demo
     release) and the entry points of ``toolgate/`` (the demo command, verification) do."""
     _, imports = scan()
-    framework = {"graph", "tools", "policy", "store"}
     offending = [
         imp.where()
         for imp in imports
         if node_of(imp.target) in RELEASE_PACKAGES.values()
-        and node_of(imp.source.name) in framework
+        and node_of(imp.source.name) in FRAMEWORK
         and not imp.deferred
     ]
     assert not offending, "the framework imports a release package:\n" + "\n".join(offending)
@@ -331,3 +341,110 @@ def test_no_module_is_longer_than_the_limit() -> None:
     for module in largest:
         print(f"  {module.lines:5d}  {module.path}")
     assert not long, f"modules over {LONG_MODULE_LINES} lines; split them by idea: {long}"
+
+
+def framework_modules() -> list[Module]:
+    """The modules of the framework's folders, the release packages inside them left out."""
+    modules, _ = scan()
+    return [m for m in modules.values() if node_of(m.name) in FRAMEWORK]
+
+
+def test_the_framework_never_imports_the_demo() -> None:
+    """(d): no framework module imports a release package at all: not at import time, not in a
+    ``TYPE_CHECKING`` block, not inside a function (a deferred import is the framework knowing
+    the demo all the same; it only waits for its first call)."""
+    _, imports = scan()
+    offending = [
+        imp.where() + (" (inside a function)" if imp.deferred else "")
+        for imp in imports
+        if node_of(imp.target) in RELEASE_PACKAGES.values() and node_of(imp.source.name) in FRAMEWORK
+    ]
+    assert not offending, "the framework imports a release package:\n" + "\n".join(offending)
+
+
+def _served_graphs() -> set[str]:
+    """The modules ``langgraph.json`` serves a graph from: they build the configured release (by
+    default the demo) when imported, as the server's entry point must."""
+    config = json.loads((REPO / "langgraph.json").read_text(encoding="utf-8"))
+    return {target.partition(":")[0] for target in config["graphs"].values()}
+
+
+def test_loading_the_framework_loads_no_release_package(tmp_path: Path) -> None:
+    """(d) at run time: a fresh interpreter imports every framework module, one at a time, and no
+    release package is loaded by any of them, also not through a module of ``toolgate/`` or by
+    name (``importlib``). The served graph module is left out: it builds the configured release."""
+    names = sorted(m.name for m in framework_modules() if m.path.stem != "__main__")
+    names = [name for name in names if name not in _served_graphs()]
+    script = (
+        "import importlib, json, sys\n"
+        f"packages = {sorted(RELEASE_PACKAGES)!r}\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    importlib.import_module(name)\n"
+        "    loaded = sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in packages))\n"
+        "    if loaded:\n"
+        "        print(json.dumps([name, loaded[:3]]))\n"
+        "        break\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "TOOLGATE_DATA_DIR": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(names)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(names) > 50  # the check sees the framework
+    loaded = done.stdout.strip()
+    assert not loaded, (
+        f"importing this framework module (or one it imports) loads a release package: {loaded}"
+    )
+
+
+def demo_names() -> set[str]:
+    """What only the demo names, read from the demo itself, so the list follows it: its release
+    ids, every tool of its releases (their reviewed manifests, which startup checks against the
+    registry), its people's user ids, and the import names of the release packages."""
+    from toolgate.tools.demo.identities import DEMO_IDENTITIES
+    from toolgate.tools.demo.release import DEMO_RELEASES
+
+    names = set(DEMO_RELEASES) | set(RELEASE_PACKAGES)
+    for release in DEMO_RELEASES.values():
+        names |= set(release.reviewed_manifest()["tools"])
+    names |= {person["user_id"] for person in DEMO_IDENTITIES["identities"]}
+    return names
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The string constants that stand alone as statements (module, class, function and attribute
+    docstrings): documentation may take the demo as its example."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def test_the_framework_source_names_nothing_of_the_demo() -> None:
+    """(d) in the code itself: no string literal of a framework module (an f-string's text parts
+    included; docstrings left out) names a demo release id, demo tool, demo person or release
+    package, so no default, special case or lookup by name ties the framework to the demo."""
+    names = demo_names()
+    assert {"ops-tools/1.0.0", "ops-tools/1.1.0", "issue_refund", "cust-ada"} <= names  # read from the demo
+    pattern = re.compile(
+        "|".join(rf"(?<![\w.-]){re.escape(n)}(?![\w-])" for n in sorted(names, key=len)[::-1])
+    )
+    found = []
+    for module in framework_modules():
+        tree = ast.parse((REPO / module.path).read_text(encoding="utf-8"), filename=str(module.path))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                match = pattern.search(node.value)
+                if match:
+                    found.append(f"{module.path}:{node.lineno}: {match.group(0)!r} in {node.value[:60]!r}")
+    assert not found, "the framework names the demo:\n" + "\n".join(found)
