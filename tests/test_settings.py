@@ -20,7 +20,7 @@ from support import REFUND_REQUEST, REPO, cli_env, kv_lines, seed_people, toolga
 from toolgate.config import Settings
 from toolgate.graph import Context
 from toolgate.graph.server.process import SERVER_DATA_DIR, server_parts
-from toolgate.settings import VARIABLES, InvalidSetting, read_settings, setting
+from toolgate.settings import DEFAULT_RELEASE, VARIABLES, InvalidSetting, read_settings, setting
 
 SHORT_SECRET = "short-secret"
 """A store secret under 16 bytes: refused, and never printed."""
@@ -183,6 +183,23 @@ def test_defaults_are_unchanged(clean_env: pytest.MonkeyPatch) -> None:
         None,
     )
     assert Settings.from_env(default_data_dir=SERVER_DATA_DIR).data_dir == SERVER_DATA_DIR
+
+
+def test_the_default_release_is_the_demo_chosen_by_its_id() -> None:
+    """A bare ``toolgate run`` serves the demo's wide release: the entry point's choice, by id,
+    resolved through the entry point the demo registers like any other release package; reading
+    settings imports nothing of the demo."""
+    from toolgate.releases.loader import load_release
+    from toolgate.tools.demo import WIDE_RELEASE
+    from toolgate.tools.demo.release import wide
+
+    assert DEFAULT_RELEASE == WIDE_RELEASE
+    assert load_release(DEFAULT_RELEASE) is wide
+    script = (
+        "import sys, toolgate.config; print(any(m.startswith('toolgate.tools.demo') for m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
 
 
 def test_the_context_takes_its_knobs_from_the_environment_when_made(clean_env: pytest.MonkeyPatch) -> None:
