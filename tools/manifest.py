@@ -170,7 +170,7 @@ def _tools_drift(label: str, reviewed: Mapping[str, Any], effective: Mapping[str
 
 
 def check_model_pinned(reviewed: Mapping[str, Any], model: str) -> None:
-    """Refuse a model the release does not pin (``offline`` is the deterministic demo model)."""
+    """Refuse a model the release does not pin (``offline`` is the deterministic `toolgate.models.offline`)."""
     if model not in reviewed.get("pinned_models", []):
         raise RegistryError(
             f"model {model!r} is not pinned by release {reviewed.get('release')!r} "

@@ -16,7 +16,7 @@ declares, i.e. every property at every depth is required and every object closed
 makes the model send every property, an optional one as ``null``, so "omitted" could no longer be
 told apart from ``null`` (PATCH-style tools break). A tool with any optional property is therefore
 sent its schema as declared with ``strict: false``: the model may omit, and toolgate validates
-exactly what was declared. Tools whose arguments are all required (every demo tool) keep strict mode.
+exactly what was declared. Tools whose arguments are all required keep strict mode.
 """
 
 from __future__ import annotations
