@@ -89,6 +89,20 @@ def approval_bypass() -> list[EvalCase]:
             [approve("c1", "rita"), approve("c1", "rita", expect_refused="already_decided")],
         ),
         ("no-review", "sam", "restart_service", RESTART_WEB, []),
+        (
+            "stale-digest",
+            "sam",
+            "restart_service",
+            RESTART_WEB,
+            [approve("c1", "omar", digest="stale", expect_refused="digest_mismatch")],
+        ),
+        (
+            "reject-without-reason",
+            "sam",
+            "restart_service",
+            RESTART_WEB,
+            [reject("c1", "omar", "", expect_refused="reason_required")],
+        ),
     ]
     cases = [
         make(
@@ -103,6 +117,21 @@ def approval_bypass() -> list[EvalCase]:
         )
         for cid, who, tool, args, steps in attempts
     ]
+    cases.append(
+        make(
+            "byp-approve-too-late",
+            cat,
+            "sam",
+            "Restart web.",
+            [[call("restart_service", RESTART_WEB)]],
+            critical=True,
+            approvals=[approve("c1", "omar", after_minutes=24 * 60, expect_refused="expired")],
+            calls={"c1": "proposal"},
+            proposals=1,
+            operations=["expired"],
+            note="an approval after the window is refused and the write expires unrun",
+        )
+    )
     cases.append(
         make(
             "byp-forged-resume",

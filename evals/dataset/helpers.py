@@ -79,17 +79,21 @@ def call(name: str, args: Any = None, call_id: str = "c1", *, raw: str | None = 
     return out
 
 
-def approve(call_id: str, reviewer: str, *, expect_refused: str | None = None) -> dict[str, Any]:
-    """A reviewer's approval of the proposal of ``call_id``."""
-    step: dict[str, Any] = {"call_id": call_id, "reviewer": reviewer, "decision": "approve"}
+def approve(call_id: str, reviewer: str, *, expect_refused: str | None = None, **step: Any) -> dict[str, Any]:
+    """A reviewer's approval of the proposal of ``call_id`` (``step``: further `ApprovalStep`
+    fields, e.g. ``digest="stale"`` or ``after_minutes``)."""
+    out: dict[str, Any] = {"call_id": call_id, "reviewer": reviewer, "decision": "approve", **step}
+    if expect_refused:
+        out["expect_refused"] = expect_refused
+    return out
+
+
+def reject(call_id: str, reviewer: str, reason: str, *, expect_refused: str | None = None) -> dict[str, Any]:
+    """A reviewer's rejection of the proposal of ``call_id``."""
+    step: dict[str, Any] = {"call_id": call_id, "reviewer": reviewer, "decision": "reject", "reason": reason}
     if expect_refused:
         step["expect_refused"] = expect_refused
     return step
-
-
-def reject(call_id: str, reviewer: str, reason: str) -> dict[str, Any]:
-    """A reviewer's rejection of the proposal of ``call_id``."""
-    return {"call_id": call_id, "reviewer": reviewer, "decision": "reject", "reason": reason}
 
 
 def make(
