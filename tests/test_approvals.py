@@ -78,6 +78,28 @@ def test_the_same_interrupt_resumed_twice_executes_once(harness: Harness) -> Non
     assert harness.handler_calls["issue_refund"] == 1 and harness.payments() == 1
 
 
+def test_an_edit_that_changes_nothing_or_outlives_its_requester_is_refused(harness: Harness) -> None:
+    """An edit must change the arguments (else approve the original), and is judged for its
+    requester, who must still be an active identity."""
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1")), ai("done")])
+    original = proposals_of(start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-edit-none"))["c1"]
+    gw = harness.gateway()
+    with pytest.raises(ApprovalError) as same:
+        edit_proposal(gw, original["proposal_id"], principal("fiona"), tool="issue_refund", arguments=REFUND)
+    assert same.value.code == "no_change"
+    gw.directory.revoke("cust-ada", by=None)
+    with pytest.raises(ApprovalError) as gone:
+        edit_proposal(
+            gw,
+            original["proposal_id"],
+            principal("fiona"),
+            tool="issue_refund",
+            arguments={**REFUND, "amount_cents": 700},
+        )
+    assert gone.value.code == "requester_inactive"
+    assert harness.store.get_operation(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+
+
 def test_approved_arguments_are_the_executed_ones_even_if_the_model_call_is_replayed(
     harness: Harness,
 ) -> None:

@@ -388,6 +388,19 @@ def test_an_editor_cannot_approve_their_own_edit(tmp_path: Path) -> None:
     assert payments(world.db) == 0
 
 
+def test_an_edit_whose_arguments_are_not_one_json_object_changes_nothing(tmp_path: Path) -> None:
+    world = build_world(tmp_path)
+    before = rows(world.db)
+    attempts = [
+        ["edit", world.pending, "--as", "fiona", "--args", "{not json"],
+        ["edit", world.pending, "--as", "fiona", "--args", "[1, 2]"],
+    ]
+    for result in run_each([(args, world.env) for args in attempts]):
+        assert_refused(result, "malformed_arguments")
+    assert rows(world.db) == before
+    assert operation_status(world.db, world.pending_key) == "pending_approval"
+
+
 def test_one_reviewer_approving_twice_is_not_two_people(tmp_path: Path) -> None:
     world = build_world(tmp_path)
     first = toolgate(["approve", world.pending, "--as", "rita"], world.env)
@@ -562,6 +575,8 @@ def test_bootstrap_seeds_once_and_then_only_admins_manage_their_tenant(tmp_path:
     assert_refused(again, "missing_admin")
     added = toolgate(["identities", "add", "eve", "--tenant", "acme", "--roles", "admin"], env, check=False)
     assert_refused(added, "missing_admin")
+    demo = toolgate(["identities", "seed-demo"], env, check=False)  # demo tokens only on an empty store
+    assert_refused(demo, "not_empty")
     assert rows(db) == before
 
     as_root = with_token(env, issued["root"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
-from support import principal, tool_messages
+from support import Harness, principal, start, tool_messages
 from test_parallel_batches import Wide
 
 from toolgate.errors import ApprovalError
@@ -150,3 +150,23 @@ def test_polling_a_long_running_job_is_not_a_loop(tmp_path: Path) -> None:
     )
     statuses = [json.loads(str(m.content))["status"] for m in tool_messages(state)]
     assert statuses == ["completed"] * 4 and state["status"] == "done"
+
+
+def test_a_completed_effect_without_a_declared_rollback_cannot_be_rolled_back(harness: Harness) -> None:
+    """A restart declares no rollback (`NoRollback`): asking to undo one is refused ``no_rollback``
+    and nothing is proposed."""
+    restart = {"service_alias": "web", "reason": "stuck"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", restart, "r1")), ai("done")])
+    graph = harness.graph(model)
+    waiting = start(graph, "Restart web.", "sam", "t-no-undo")
+    facts = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    gw = harness.gateway()
+    decide(gw, facts["proposal_id"], principal("omar"), "approve")
+    graph.invoke(
+        Command(resume={"wake": True}), {"configurable": {"thread_id": "t-no-undo"}}, context=Context()
+    )
+    assert harness.store.get_operation(facts["operation_key"]).status == "succeeded"  # type: ignore[union-attr]
+    with pytest.raises(ApprovalError) as none:
+        propose_rollback(gw, facts["operation_key"], principal("sam"))
+    assert none.value.code == "no_rollback"
+    assert len(harness.store.list_proposals("pending_approval")) == 0

@@ -21,6 +21,7 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 import toolgate.graph.server.http as http
 import toolgate.graph.worker.waker as waker
+from toolgate.errors import ConfigurationError
 from toolgate.graph import Context, build_gateway, build_graph
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
@@ -471,3 +472,25 @@ def test_the_background_waker_survives_a_failed_round_and_stops_on_shutdown(
     searches = fake.searches
     time.sleep(0.1)
     assert fake.searches == searches  # stopped with the app
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (ConfigurationError("TOOLGATE_KEY is not set"), 503, "unavailable"),
+        (RuntimeError("boom"), 500, "internal_error"),
+    ],
+)
+def test_a_server_that_cannot_build_its_gateway_answers_a_stable_error(
+    failure: Exception, status: int, code: str
+) -> None:
+    """Misconfigured (``unavailable``) or failing unexpectedly (``internal_error``): the client
+    gets the stable error body, never the exception's text or a traceback (those go to the log)."""
+
+    def broken() -> Gateway:
+        raise failure
+
+    client = TestClient(http.create_app(broken, waker_interval_s=None))
+    answer = client.get("/toolgate/proposals", headers=auth("fiona"))
+    assert answer.status_code == status and answer.json()["error"] == code
+    assert set(answer.json()) == {"error", "message"} and str(failure) not in answer.text

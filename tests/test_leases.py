@@ -17,7 +17,7 @@ from typing import Any
 
 from support import REFUND_REQUEST, Harness, principal, start
 
-from toolgate.graph.delivery.recovery import reconcile, recover
+from toolgate.graph.delivery.recovery import reconcile, recover, recover_abandoned
 from toolgate.graph.review.decisions import decide
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
@@ -127,3 +127,17 @@ def _wait_for(condition: Any, timeout_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.02)
+
+
+def test_a_claim_whose_worker_vanished_is_marked_worker_lost(harness: Harness) -> None:
+    """A claim nobody renews (its worker died between the claim and the effect) lapses: recovery
+    marks the operation ``unknown`` with the error kind ``worker_lost``, never retryable, and no
+    handler ran."""
+    key = approved_refund(harness, "t-vanished")
+    assert harness.store.claim(key, "gone", 0.05) is not None
+    time.sleep(0.2)
+    assert recover_abandoned(harness.gateway().executor, grace_s=0) == [key]
+    op = harness.store.get_operation(key)
+    assert op is not None and op.status == "unknown" and op.error is not None
+    assert (op.error["kind"], op.error["retryable"]) == ("worker_lost", False)
+    assert harness.payments() == 0

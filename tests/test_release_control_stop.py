@@ -15,6 +15,8 @@ from release_control_support import CANDIDATE, CONTROL, TwoReleases, audit_event
 from support import shift_store_clock, tool_messages
 from test_release_control_routing import admin
 
+from toolgate.errors import ReleaseControlError
+from toolgate.graph.rollout.stop import stop_rollout
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
@@ -109,3 +111,22 @@ def test_a_single_unknown_tool_is_not_a_spike(store: Store, tmp_path: Path) -> N
     state = run(two.graph(), "drop it", "sam", "t-unknown")
     assert state["status"] == "done" and phase(store) == "canary"
     assert count(store, "audit_events", "code = ? AND tool_release = ?", ("unknown_tool", CANDIDATE)) == 1
+
+
+def test_a_tripped_candidate_is_never_promoted_and_a_stop_lands_once(store: Store, tmp_path: Path) -> None:
+    """Promotion re-checks the automatic stop instead of trusting that the monitor ran: a tripped
+    candidate is stopped and the promotion refused (``automatic_stop``); stopping the rollout again
+    changes nothing (``phase_changed``, swallowed: whoever changed it first decided)."""
+    models = {CANDIDATE: ScriptedChatModel(responses=[]), CONTROL: ScriptedChatModel(responses=[])}
+    two = TwoReleases(store, tmp_path, models=models)
+    canary_everyone(two)
+    rollout = RolloutStore(store).state(CONTROL).rollout
+    assert rollout is not None
+    for _ in range(2):  # one operation's effect recorded twice under the candidate
+        Auditor(store, CANDIDATE).record("operation.completed", "completed", operation_key="op_injected")
+    with pytest.raises(ReleaseControlError) as tripped:
+        two.control().promote(admin(two))
+    assert tripped.value.code == "automatic_stop" and phase(store) == "stopped"
+    assert RolloutStore(store).state(CONTROL).pointer.active == CONTROL  # type: ignore[union-attr]
+    assert stop_rollout(store, CONTROL, rollout, "manual: again", by="ops") is None
+    assert [e.detail["by"] for e in audit_events(store, "release.stopped")] == ["automatic"]

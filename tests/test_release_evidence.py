@@ -9,6 +9,7 @@ backends.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -206,3 +207,19 @@ def test_promotion_needs_the_canary_to_have_run_long_enough_on_the_stores_clock(
     monkeypatch.setattr(store, "now", lambda: began + timedelta(minutes=31))
     assert two.control().promote(admin(two)).pointer.active == CANDIDATE  # type: ignore[union-attr]
     assert [e.event for e in audit_events(store, "release.promoted")] == ["release.promoted"]
+
+
+def test_requirements_refuse_a_gate_dataset_that_cannot_be_read_or_a_missing_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a shadow or canary is held to comes from the gate's dataset: without it, release
+    control refuses to start (``gate_dataset_unreadable``, or ``gate_unavailable`` when the evals
+    are not installed) rather than hold a candidate to nothing."""
+    monkeypatch.setenv("TOOLGATE_GATE_DATASET", str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ReleaseControlError) as unreadable:
+        Requirements.from_settings()
+    assert unreadable.value.code == "gate_dataset_unreadable"
+    monkeypatch.setitem(sys.modules, "toolgate.evals.fixtures", None)  # an install without the evals
+    with pytest.raises(ReleaseControlError) as missing:
+        Requirements.from_settings()
+    assert missing.value.code == "gate_unavailable"

@@ -141,6 +141,14 @@ def test_requests_without_a_valid_token_are_refused(rig: Rig, token: str | None)
     assert ("missing_token" if token is None else "authentication_failed") in refused.value.response.text
 
 
+def test_what_no_handler_allows_is_refused_by_default(rig: Rig) -> None:
+    """Changing assistants (and crons, the store API, anything new) is not for clients: the
+    catch-all handler refuses it ``not_allowed``."""
+    with client_as(rig.server, "omar") as client, pytest.raises(httpx.HTTPStatusError) as refused:
+        client.assistants.create(graph_id="toolgate", name="mine")
+    assert status_code(refused.value) == 403 and "not_allowed" in refused.value.response.text
+
+
 @pytest.mark.parametrize("intruder", ["cust-bob", "cust-gina"])
 def test_another_user_can_neither_read_nor_run_nor_update_the_thread(rig: Rig, intruder: str) -> None:
     thread_id, proposal = start_refund(rig)

@@ -7,11 +7,14 @@ principal is the authenticated user, as the identity store records them now.
 
 from __future__ import annotations
 
+import pytest
 from support import Harness
 
+from toolgate.errors import RunRefused
 from toolgate.graph.context import Context
 from toolgate.graph.server.context import server_context
 from toolgate.policy.principal import Principal
+from toolgate.testing import ScriptedChatModel, ai
 
 
 def user(identity: str, tenant: str = "acme", **extra: object) -> dict[str, object]:
@@ -73,3 +76,14 @@ def test_no_authenticated_user_means_no_principal(harness: Harness) -> None:
     assert server_context(Context(), user("mallory"), directory).principal is None  # not in the store
     assert server_context(Context(), user("gina", tenant="acme"), directory).principal is None  # wrong tenant
     assert server_context(Context(), {"tenant_id": "acme"}, directory).principal is None
+
+
+def test_a_run_without_a_principal_is_refused_before_the_model_is_asked(harness: Harness) -> None:
+    """What `server_context` leaves without a principal (no user, or one the store does not know)
+    cannot start a task: the run ends ``missing_principal`` and no model request is sent."""
+    model = ScriptedChatModel(responses=[ai("hello")])
+    with pytest.raises(RunRefused, match="missing_principal"):
+        harness.graph(model).invoke(
+            {"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t-nobody"}}, context=Context()
+        )
+    assert model.requests == []
