@@ -7,38 +7,17 @@ whether to retry. Driver errors (sqlite3, psycopg) are translated at the store b
 callers never import a driver to catch them.
 
 Rejections of model tool calls are *not* exceptions: they are values with a stable code
-(`RejectionCode`), returned to the model as a `ToolMessage` and written to the audit log.
+(`RejectionCode`), returned to the model as a `ToolMessage` and written to the audit log. Every
+code (these, and those the exceptions below carry) is listed with its meaning, retryability and
+owner in `toolgate.refusal_codes`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import get_args
 
-RejectionCode = Literal[
-    "unknown_tool",
-    "malformed_arguments",
-    "schema_invalid",
-    "semantic_invalid",
-    "identity_in_arguments",
-    "cross_tenant",
-    "not_owner",
-    "unauthorized",
-    "rate_limited",
-    "policy_violation",
-    "budget_exhausted",
-    "loop_detected",
-    "too_many_calls",
-    "non_finite_number",
-    "number_out_of_range",
-    "nul_character",
-    "secret_in_arguments",
-    "state_tampered",
-    "state_mismatch",
-    "task_stopped",
-    "tool_deprecated",
-]
-"""The closed set of reasons a tool call is refused before any handler runs for it."""
+from toolgate.refusal_codes import RejectionCode
 
 REJECTION_CODES: tuple[str, ...] = get_args(RejectionCode)
 STATE_CODES: tuple[str, ...] = ("state_tampered", "state_mismatch")
