@@ -59,6 +59,9 @@ class Emission:
     path: Path
     line: int
     shape: str
+    retryable: bool | None = None
+    """The constant ``retryable`` stated beside it (a keyword of the call, a key of the error
+    record), if any."""
 
     def where(self) -> str:
         return f"{self.path}:{self.line}: {self.shape} emits {self.code!r}"
@@ -125,7 +128,9 @@ def scan_emissions(trees: dict[Path, ast.Module]) -> list[Emission]:
         helpers = _helpers(tree)
         for node in ast.walk(tree):
             hits: list[tuple[ast.expr, str | None, str]] = []
+            flag: ast.expr | None = None
             if isinstance(node, ast.Call):
+                flag = next((k.value for k in node.keywords if k.arg == "retryable"), None)
                 callee = _name(node.func) or ""
                 if callee in TYPED:
                     position, keyword, family = TYPED[callee]
@@ -144,6 +149,7 @@ def scan_emissions(trees: dict[Path, ast.Module]) -> list[Emission]:
                 keys = {_literal(k): v for k, v in zip(node.keys, node.values, strict=True) if k is not None}
                 if "kind" in keys and "message" in keys:
                     hits.append((keys["kind"], "execution", "error record"))
+                    flag = keys.get("retryable")
             elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(isinstance(t, ast.Name) and t.id == "code" for t in targets):
@@ -158,8 +164,9 @@ def scan_emissions(trees: dict[Path, ast.Module]) -> list[Emission]:
                     *((a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d),
                 ]
                 hits += [(d, None, "default") for a, d in defaults if a.arg == "code" and _literal(d)]
+            said = flag.value if isinstance(flag, ast.Constant) and isinstance(flag.value, bool) else None
             for value, family, shape in hits:
-                found += [Emission(code, family, path, value.lineno, shape) for code in texts(value)]
+                found += [Emission(code, family, path, value.lineno, shape, said) for code in texts(value)]
     return found
 
 
@@ -199,7 +206,12 @@ code = NOT_A_LITERAL
 Refusal("brand_other_vocabulary", "$", "m")
 record(code="brand_audit_only")
 """
-    found = {(e.code, e.family) for e in scan_emissions({Path("x.py"): ast.parse(source)})}
+    emitted = scan_emissions({Path("x.py"): ast.parse(source)})
+    found = {(e.code, e.family) for e in emitted}
+    assert {e.code: e.retryable for e in emitted if e.retryable is not None} == {
+        "brand_refusal": True,
+        "brand_busy": True,
+    }
     assert found == {
         ("brand_default", None),
         ("brand_refusal", "refusal"),
@@ -297,32 +309,17 @@ OWNERS = {
 
 
 def test_constant_retryable_flags_agree_with_the_catalog() -> None:
-    """Where an emitter says ``retryable=True``/``False`` next to a literal code, it says what the
-    catalog says (the catalog is the source; a code whose retryability depends on the occurrence
+    """Where an emitter states ``retryable=True``/``False`` beside a literal code, it says what the
+    catalog says: the catalog is the source (a code whose retryability depends on the occurrence
     is listed with None and not checked)."""
-    modules, _ = scan()
-    wrong: list[str] = []
-    for m in modules.values():
-        if m.folder == "evals":
-            continue
-        for node in ast.walk(ast.parse((REPO / m.path).read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.Call) or _name(node.func) not in TYPED:
-                continue
-            position, keyword, family = TYPED[_name(node.func) or ""]
-            values = [k.value for k in node.keywords if k.arg == keyword]
-            if position is not None and len(node.args) > position:
-                values.append(node.args[position])
-            flags = [k.value for k in node.keywords if k.arg == "retryable"]
-            for value in values:
-                entry = lookup(family, _literal(value) or "")  # type: ignore[arg-type]
-                if entry is None or entry.retryable is None:
-                    continue
-                for flag in flags:
-                    said = flag.value if isinstance(flag, ast.Constant) else None
-                    if said is not None and said != entry.retryable:
-                        where = f"{m.path}:{flag.lineno}: {entry.code}"
-                        wrong.append(f"{where} retryable={said}, catalog {entry.retryable}")
-    assert not wrong, wrong
+    wrong = [
+        f"{e.where()} with retryable={e.retryable}, the catalog says {entry.retryable}"
+        for e in emissions()
+        if e.family is not None and e.retryable is not None
+        for entry in [lookup(e.family, e.code)]  # type: ignore[arg-type]
+        if entry is not None and entry.retryable is not None and entry.retryable != e.retryable
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 def _case_codes() -> dict[str, set[str]]:
