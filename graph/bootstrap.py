@@ -1,14 +1,21 @@
-"""The one bootstrap of a toolgate process: settings in, a verified release and its gateway out.
+"""The composition root of toolgate: every running gateway is built here, by `open_app`.
 
-The CLI, the worker commands and the LangGraph server entry (`toolgate.graph.server.process`) all call
-`open_app`: one store, one release loaded by name (`toolgate.releases.loader`), verified
-against its reviewed manifest, and one `Gateway` built from them, once per process. `build_graph`
-then compiles the graph around that gateway; nothing else wires dependencies.
+The CLI, the worker commands, the LangGraph server entry (`toolgate.graph.server.process`), the
+evaluation runner, the benchmarks and the tests (through `toolgate.testing`) all call `open_app`.
+Production passes settings only and gets the defaults: the store and checkpointer the settings
+name, the release loaded by name (`toolgate.releases.loader`) and verified against its reviewed
+manifest, the configured chat model, the system clock and release control. Tests, evals and
+bench inject the parts they own by keyword (a store, a release object or an instrumented
+registry, a scripted model, a clock, a checkpointer) and get the same `App`, built by the same
+code. `build_gateway` and `build_graph` (`toolgate.graph.builder`) are this root's internal
+parts: nothing else calls them to build a running gateway.
 
-Release control (`toolgate.releases.control`) may have moved the configured release on: the
-store's pointer names the release to serve (after a promotion or a rollback), and a rollout in
-progress serves a candidate too. `Gateways` builds and verifies every such release once per
-process, and the `ReleaseRouter` picks one per thread from the store's records.
+Every release the root serves goes through `load_served_release`, the one place a release is
+loaded and verified (manifest drift, pinned model). Release control (`toolgate.releases.control`)
+may have moved the configured release on: the store's pointer names the release to serve (after
+a promotion or a rollback), and a rollout in progress serves a candidate too. `Gateways` builds
+each such release once per process, and the `ReleaseRouter` picks one per thread from the
+store's records. The primary release's change is recorded once per store (``release.loaded``).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from toolgate.canonical import digest
@@ -31,6 +39,7 @@ from toolgate.graph.rollout.loaded import record_release_loaded
 from toolgate.graph.rollout.manifest import DEFAULT_PINNED, release_manifest, verified_release
 from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.models.selection import load_chat_model
+from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.releases.loader import load_release
@@ -71,24 +80,90 @@ def served_release(store: Store, configured: str, *, audit: bool) -> str:
     return state.pointer.active if state.pointer else configured
 
 
+@dataclass(frozen=True)
+class ServedRelease:
+    """One release as this process serves it: the bundle and its registry, built on this store."""
+
+    release: Release
+    """The bundle (tools, policy, instructions, reviewed manifest)."""
+    registry: Registry
+    """Its tools as built for this process (`Release.registry`), verified unless the caller
+    opted out."""
+
+    def manifest_sha256(self) -> str:
+        """The digest of the effective manifest (what release evidence is recorded against)."""
+        return digest(release_manifest(self.release, self.registry))
+
+
+def load_served_release(
+    reference: str | Release,
+    *,
+    store: Store,
+    model: str,
+    verify: bool = True,
+    canary: bool = False,
+    registry: Registry | None = None,
+) -> ServedRelease:
+    """Load ``reference`` (an id or a reference `load_release` accepts, or a release object),
+    build its registry on ``store`` with the store's secret and, with ``verify``, refuse it
+    (`RegistryError`) when the bundle drifted from its reviewed manifest or ``model`` is not pinned.
+
+    The one place a release becomes servable: the root calls it for the configured release, for
+    the release the store's pointer names and for every release release control routes to.
+    ``canary`` narrows the verified registry to the tools a canary may hold. A ``registry`` the
+    caller built (instrumented handlers: tests, evals) is served as given, never verified."""
+    release = load_release(reference) if isinstance(reference, str) else reference
+    if registry is not None:
+        return ServedRelease(release, registry)
+    registry = release.registry(ReleaseEnv(store=store, secret=store.keys.secret))
+    if verify:
+        verified_release(release, registry, model)
+    if canary:
+        registry = registry.narrowed(canary_specs(registry.tools.values()))
+    return ServedRelease(release, registry)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayParts:
+    """What every gateway of one process shares, whatever its release and model."""
+
+    store: Store
+    server_mode: bool = False
+    clock: Clock | None = None
+    breakers: BreakerRegistry | None = None
+    """The circuit breakers of the first gateway: one set per process (`None` before it)."""
+
+    def gateway(self, served: ServedRelease, model: BaseChatModel) -> Gateway:
+        """``served``'s gateway around ``model`` (the one call of `build_gateway` in the root)."""
+        return build_gateway(
+            model=model,
+            registry=served.registry,
+            policy=served.release.policy,
+            store=self.store,
+            instructions=served.release.instructions,
+            breakers=self.breakers,
+            server_mode=self.server_mode,
+            clock=self.clock,
+            tool_choice=served.release.tool_choice,
+        )
+
+
 class Gateways:
-    """Every release this process may serve, each loaded, verified against its reviewed manifest
+    """Every release this process may serve, each loaded and verified (`load_served_release`)
     and built into a `Gateway` once (the router asks per node run; thread-safe)."""
 
     def __init__(
         self,
-        settings: Settings,
-        store: Store,
-        key: bytes,
+        parts: GatewayParts,
+        model_name: str,
         model: BaseChatModel,
         primary: Gateway,
         *,
         primary_ref: str | None = None,
-        server_mode: bool = False,
-        clock: Clock | None = None,
+        verify: bool = True,
     ) -> None:
-        self.settings, self.store, self.key, self.model = settings, store, key, model
-        self.server_mode, self.clock, self.primary = server_mode, clock, primary
+        self.parts, self.model_name, self.model, self.primary = parts, model_name, model, primary
+        self._verify = verify
         self._built: dict[tuple[str, bool], Gateway] = {(primary.registry.release, False): primary}
         if primary_ref:  # the reference it was loaded by (an id, or a module or file path)
             self._built[(primary_ref, False)] = primary
@@ -100,34 +175,21 @@ class Gateways:
         with self._lock:
             found = self._built.get((release, canary))
             if found is None:
-                found = self._build(release, canary)
+                served = self._load(release, canary=canary)
+                found = self.parts.gateway(served, self.model)
                 self._built[(release, canary)] = found
             return found
 
     def verify(self, release_id: str) -> str:
         """Load ``release_id`` afresh, verify it against its reviewed manifest and the configured
         model (`RegistryError` otherwise) and return the digest of its effective manifest."""
-        release = load_release(release_id)
-        registry = release.registry(ReleaseEnv(store=self.store, secret=self.key))
-        verified_release(release, registry, self.settings.model)
-        return digest(release_manifest(release, registry))
+        return load_served_release(
+            release_id, store=self.parts.store, model=self.model_name
+        ).manifest_sha256()
 
-    def _build(self, release_id: str, canary: bool) -> Gateway:
-        release = load_release(release_id)
-        registry = release.registry(ReleaseEnv(store=self.store, secret=self.key))
-        verified_release(release, registry, self.settings.model)
-        if canary:
-            registry = registry.narrowed(canary_specs(registry.tools.values()))
-        return build_gateway(
-            model=self.model,
-            registry=registry,
-            policy=release.policy,
-            store=self.store,
-            instructions=release.instructions,
-            breakers=self.primary.executor.breakers,
-            server_mode=self.server_mode,
-            clock=self.clock,
-            tool_choice=release.tool_choice,
+    def _load(self, release: str, *, canary: bool) -> ServedRelease:
+        return load_served_release(
+            release, store=self.parts.store, model=self.model_name, verify=self._verify, canary=canary
         )
 
 
@@ -147,6 +209,11 @@ class App:
     """Every release this process may serve (release control), built on first use."""
     router: ReleaseRouter | None = field(default=None, repr=False)
     """Picks the release of each thread from the store's release-control records."""
+    checkpointer: BaseCheckpointSaver[Any] | None = field(default=None, repr=False)
+    """The checkpointer the caller injected (tests, evals, bench); `None`: `graph` opens the
+    settings' checkpointer, and `compiled` compiles without one (the LangGraph server's own)."""
+    owns_store: bool = True
+    """The root opened the store, so `close` closes it; an injected store is its owner's."""
 
     @property
     def policy(self) -> PolicyRules:
@@ -155,16 +222,42 @@ class App:
 
     @contextmanager
     def graph(self, gateway: Gateway | None = None) -> Iterator[CompiledStateGraph[Any, Any, Any, Any]]:
-        """The compiled graph with the configured checkpointer (closed on exit), around this
-        process's gateways and router (or only ``gateway``, e.g. one with a scripted model in a test)."""
-        router = self.router if gateway is None else None
+        """The compiled graph with the configured checkpointer (closed on exit; an injected one is
+        used as given), around this process's gateways and router (or only ``gateway``, e.g. one
+        with a scripted model in a test)."""
+        if self.checkpointer is not None:
+            yield self.compiled(gateway)
+            return
         with open_checkpointer(self.settings.database_url, self.settings.data_dir) as saver:
-            yield build_graph(gateway=gateway or self.gateway, checkpointer=saver, router=router)
+            yield self.compiled(gateway, checkpointer=saver)
+
+    def compiled(
+        self, gateway: Gateway | None = None, *, checkpointer: BaseCheckpointSaver[Any] | None = None
+    ) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """The compiled graph around this process's gateways and router (or only ``gateway``), with
+        ``checkpointer``, else the injected one, else none (the LangGraph server brings its own)."""
+        router = self.router if gateway is None else None
+        return build_graph(
+            gateway=gateway or self.gateway, checkpointer=checkpointer or self.checkpointer, router=router
+        )
+
+    def gateway_with(self, model: BaseChatModel) -> Gateway:
+        """This process's release around another chat model (a second worker's scripted model in a
+        test or an evaluation case), sharing the store, clock and circuit breakers."""
+        parts = GatewayParts(
+            store=self.store,
+            server_mode=self.gateway.server_mode,
+            clock=self.gateway.clock,
+            breakers=self.gateway.executor.breakers,
+        )
+        return parts.gateway(ServedRelease(self.release, self.registry), model)
 
     def close(self) -> None:
-        """Give back what the app holds open (the store's connections); an operator command's
-        app is closed when the command ends, so a process running many commands holds none."""
-        self.store.close()
+        """Give back what the app holds open (the store's connections, when it opened the store);
+        an operator command's app is closed when the command ends, so a process running many
+        commands holds none."""
+        if self.owns_store:
+            self.store.close()
 
     def gateway_for_proposal(self, proposal_id: str) -> Gateway:
         """The gateway of the release a proposal was made under, when release control knows that
@@ -193,56 +286,81 @@ def open_app(
     read_only: bool = False,
     server_mode: bool = False,
     clock: Clock | None = None,
+    store: Store | None = None,
+    release: str | Release | None = None,
+    registry: Registry | None = None,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    verify: bool = True,
+    start: bool = True,
+    release_control: bool = True,
 ) -> App:
-    """Load and verify the configured release, open the store and build the gateway.
+    """Build the running gateway: open the store, load and verify the release, build the gateway.
 
     A bundle whose hashes differ from its reviewed manifest, or an unpinned model, refuses to
     start. ``read_only`` (verification and listing commands) writes nothing at all: no migration,
     no key file, no audit event; the store must already exist at the current schema.
     ``server_mode`` (the LangGraph server) connects nothing now: the store initializes itself,
     and records the release, on first use.
+
+    Every other keyword injects a part in place of its production default (tests, evals, bench;
+    `toolgate.testing` is the kit that fills them in):
+
+    - ``store``: an open store (the caller keeps owning it) instead of the settings' one;
+    - ``release``: the release to serve, a reference or a `Release`, instead of
+      ``settings.release``; ``registry``: its registry as the caller built it (instrumented
+      handlers), instead of `Release.registry` on the store;
+    - ``model``, ``clock``, ``checkpointer``: the chat model, the process clock and the
+      checkpointer `App.graph` and `App.compiled` use;
+    - ``verify=False``: serve the release without the manifest check (a test's own tools, an
+      instrumented registry: neither can match a reviewed manifest);
+    - ``start=False``: the store is already initialized for the release (an evaluation case's
+      copy of a template), so nothing is written at all;
+    - ``release_control=False``: serve only this release, ignoring the store's pointer and
+      rollouts (no router).
     """
     settings = settings or Settings.from_env()
-    key = settings.audit_key(create=not read_only)
-    store = open_store(settings.database_url, settings.data_dir, key=key, read_only=read_only)
-    release = load_release(settings.release)
-    registry = release.registry(ReleaseEnv(store=store, secret=key))
-    verified_release(release, registry, settings.model)  # before the store is touched
-    served = settings.release if server_mode else served_release(store, settings.release, audit=not read_only)
-    if served != settings.release:  # release control moved on (a promotion): serve that bundle
-        release = load_release(served)
-        registry = release.registry(ReleaseEnv(store=store, secret=key))
-        verified_release(release, registry, settings.model)
+    owns_store = store is None
+    if store is None:
+        key = settings.audit_key(create=not read_only)
+        store = open_store(settings.database_url, settings.data_dir, key=key, read_only=read_only)
+    configured = release if release is not None else settings.release
+    configured_id = configured if isinstance(configured, str) else configured.id
+    # the configured bundle is verified before the store is touched
+    served = load_served_release(
+        configured, store=store, model=settings.model, verify=verify, registry=registry
+    )
+    reference = configured_id
+    if registry is None and release_control and not server_mode:
+        pointer = served_release(store, configured_id, audit=not read_only)
+        if pointer != configured_id:  # release control moved on (a promotion): serve that bundle
+            served = load_served_release(pointer, store=store, model=settings.model, verify=verify)
+            reference = pointer
     app_model = model or load_chat_model(settings)
-    gateway = build_gateway(
-        model=app_model,
-        registry=registry,
-        policy=release.policy,
-        store=store,
-        instructions=release.instructions,
-        server_mode=server_mode,
-        clock=clock,
-        tool_choice=release.tool_choice,
-    )
-    gateways = Gateways(
-        settings, store, key, app_model, gateway, primary_ref=served, server_mode=server_mode, clock=clock
-    )
-    router = ReleaseRouter(store=store, configured=settings.release, gateways=gateways)
+    gateway = GatewayParts(store=store, server_mode=server_mode, clock=clock).gateway(served, app_model)
+    gateways = router = None
+    if release_control:
+        shared = GatewayParts(
+            store=store, server_mode=server_mode, clock=clock, breakers=gateway.executor.breakers
+        )
+        gateways = Gateways(shared, settings.model, app_model, gateway, primary_ref=reference, verify=verify)
+        router = ReleaseRouter(store=store, configured=configured_id, gateways=gateways)
     application = App(
         settings=settings,
         store=store,
-        release=release,
-        registry=registry,
+        release=served.release,
+        registry=served.registry,
         model=app_model,
         gateway=gateway,
         gateways=gateways,
         router=router,
+        checkpointer=checkpointer,
+        owns_store=owns_store,
     )
     if read_only:
         store.require_schema()
-    elif server_mode and isinstance(store, SqlStore):
+    elif start and server_mode and isinstance(store, SqlStore):
         store.set_initializer(lambda _: start_store(application))
-    else:
+    elif start:
         start_store(application)
     return application
 
@@ -257,7 +375,7 @@ def record_release_change(app: App) -> None:
     """Audit a release change: the first process to run a different bundle on this store records it
     (once, however many start together: `toolgate.graph.rollout.loaded`)."""
     detail = {
-        "manifest_sha256": digest(release_manifest(app.release, app.registry)),
+        "manifest_sha256": ServedRelease(app.release, app.registry).manifest_sha256(),
         "policy_version": app.policy.policy_version,
         "policy_sha256": app.policy.sha256,
         "model": app.settings.model,
@@ -268,8 +386,11 @@ def record_release_change(app: App) -> None:
 __all__ = [
     "DEFAULT_PINNED",
     "App",
+    "GatewayParts",
     "Gateways",
+    "ServedRelease",
     "initialize_store",
+    "load_served_release",
     "open_app",
     "record_release_change",
     "release_manifest",
