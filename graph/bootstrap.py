@@ -242,14 +242,9 @@ class App:
         )
 
     def gateway_with(self, model: BaseChatModel) -> Gateway:
-        """This process's release around another chat model (a second worker's scripted model in a
-        test or an evaluation case), sharing the store, clock and circuit breakers."""
-        parts = GatewayParts(
-            store=self.store,
-            server_mode=self.gateway.server_mode,
-            clock=self.gateway.clock,
-            breakers=self.gateway.executor.breakers,
-        )
+        """This process's release around another chat model, built as a second process would
+        build it (its own circuit-breaker owner): a second worker in a test or an evaluation case."""
+        parts = GatewayParts(store=self.store, server_mode=self.gateway.server_mode, clock=self.gateway.clock)
         return parts.gateway(ServedRelease(self.release, self.registry), model)
 
     def close(self) -> None:
@@ -286,6 +281,7 @@ def open_app(
     read_only: bool = False,
     server_mode: bool = False,
     clock: Clock | None = None,
+    breakers: BreakerRegistry | None = None,
     store: Store | None = None,
     release: str | Release | None = None,
     registry: Registry | None = None,
@@ -309,8 +305,9 @@ def open_app(
     - ``release``: the release to serve, a reference or a `Release`, instead of
       ``settings.release``; ``registry``: its registry as the caller built it (instrumented
       handlers), instead of `Release.registry` on the store;
-    - ``model``, ``clock``, ``checkpointer``: the chat model, the process clock and the
-      checkpointer `App.graph` and `App.compiled` use;
+    - ``model``, ``clock``, ``breakers``, ``checkpointer``: the chat model, the process clock,
+      the circuit breakers (default: shared through the store) and the checkpointer `App.graph`
+      and `App.compiled` use;
     - ``verify=False``: serve the release without the manifest check (a test's own tools, an
       instrumented registry: neither can match a reviewed manifest);
     - ``start=False``: the store is already initialized for the release (an evaluation case's
@@ -336,7 +333,8 @@ def open_app(
             served = load_served_release(pointer, store=store, model=settings.model, verify=verify)
             reference = pointer
     app_model = model or load_chat_model(settings)
-    gateway = GatewayParts(store=store, server_mode=server_mode, clock=clock).gateway(served, app_model)
+    primary = GatewayParts(store=store, server_mode=server_mode, clock=clock, breakers=breakers)
+    gateway = primary.gateway(served, app_model)
     gateways = router = None
     if release_control:
         shared = GatewayParts(

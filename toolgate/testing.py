@@ -29,6 +29,7 @@ the same composition as production::
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import shutil
 import tempfile
@@ -53,6 +54,7 @@ from pydantic import PrivateAttr
 from toolgate.clock import Clock
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import App, open_app
+from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import INSTRUCTIONS, NoResources, Release
 from toolgate.releases.loader import load_release
@@ -225,6 +227,7 @@ def open_test_app(
     store: Store | str | None = None,
     data_dir: Path | None = None,
     clock: Clock | None = None,
+    breakers: BreakerRegistry | None = None,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     instructions: str | None = None,
     tool_choice: str | None = None,
@@ -248,6 +251,7 @@ def open_test_app(
         data_dir: where an SQLite store (and an app's checkpoints) live; default a temporary
             directory removed when the process exits.
         clock: the process clock (e.g. a `ShiftableClock`); default the system clock.
+        breakers: the circuit breakers (e.g. with a low threshold); default shared through the store.
         checkpointer: what `App.compiled` and `App.graph` checkpoint into (default in memory).
         instructions, tool_choice: override the release's, for given ``tools``.
         server_mode: build the gateway as the LangGraph server does (principal from its auth).
@@ -256,9 +260,8 @@ def open_test_app(
         release_control: follow the store's release pointer and rollouts (a router), as
             production does; off by default, so a test serves exactly what it gave.
     """
-    if data_dir is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="toolgate-test-"))
-        atexit.register(shutil.rmtree, data_dir, True)
+    if data_dir is None:  # an app around a given store writes nothing into its data directory
+        data_dir = _scratch_dir() if isinstance(store, Store) else _temporary_dir()
     served, registry = _served(release, tools, policy, instructions, tool_choice)
     settings = Settings(
         data_dir=data_dir,
@@ -272,6 +275,7 @@ def open_test_app(
         model=model or ScriptedChatModel(responses=[]),
         server_mode=server_mode,
         clock=clock,
+        breakers=breakers,
         store=store if isinstance(store, Store) else None,
         release=served,
         registry=registry,
@@ -280,6 +284,20 @@ def open_test_app(
         start=start,
         release_control=release_control,
     )
+
+
+def _temporary_dir() -> Path:
+    """A new directory, removed when the process exits."""
+    path = Path(tempfile.mkdtemp(prefix="toolgate-test-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@functools.cache
+def _scratch_dir() -> Path:
+    """One directory per process for apps that write nothing into theirs (a given store and
+    checkpointer): evaluation cases open thousands of them."""
+    return _temporary_dir()
 
 
 def _served(
@@ -302,6 +320,8 @@ def _served(
     registry = (
         tools if isinstance(tools, Registry) else Registry.of(_tools_release(bundle), tools, NoResources())
     )
+    if bundle is not None and bundle.id == registry.release and policy is instructions is tool_choice is None:
+        return bundle, registry  # the release's own bundle around an instrumented registry
     rules = policy or (bundle.policy if bundle is not None else None)
     if rules is None:
         raise TypeError("given tools need a policy (or a release whose policy they are served with)")
