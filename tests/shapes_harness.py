@@ -16,13 +16,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from support import principal, start, tool_messages
 
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import ApprovalClass, NoRollback, Registry, ToolSpec
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem
 from toolgate.tools.demo.identities import seed_demo_identities
@@ -78,15 +78,17 @@ def run_read_then_write(
             ai("Done."),
         ]
     )
-    deps = {"model": model, "registry": registry, "policy": DEMO_RELEASES[REFUND_RELEASE].policy}
-    graph = build_graph(gateway=build_gateway(**deps, store=store), checkpointer=InMemorySaver())
+    app = open_test_app(
+        release=DEMO_RELEASES[REFUND_RELEASE], tools=registry, model=model, store=store, start=False
+    )
+    graph = app.compiled(checkpointer=InMemorySaver())
     paused = start(graph, "Check the weather, then set an alert.", "sam", "t-shapes")
     assert sorted(model.requests[0].tool_names) == sorted([read[0], write[0]])
     payload = paused["__interrupt__"][0].value
     proposal = payload["toolgate"]["proposals"][0]
     assert payload["action_requests"][0]["name"] == write[0]
     assert proposal["status"] == "pending_approval" and write_calls() == 0
-    decide(build_gateway(**deps, store=store), proposal["proposal_id"], principal("omar"), "approve")
+    decide(app.gateway_with(model), proposal["proposal_id"], principal("omar"), "approve")
     final = graph.invoke(
         Command(resume={"wake": True}), {"configurable": {"thread_id": "t-shapes"}}, context=Context()
     )

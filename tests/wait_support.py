@@ -11,14 +11,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from support import TEST_KEY, principal, shift_store_clock
 
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.waits.progress import WaitPass, graph_resumer
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
-from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, tool_call
+from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo import WIDE_RELEASE, DemoResolver, DemoServices, DemoSystem
 from toolgate.tools.demo import reports as reports_mod
@@ -51,18 +51,21 @@ class WaitWorld:
         )
         self.saver = InMemorySaver()
         self.config: Any = {"configurable": {"thread_id": THREAD}}
+        self.app = open_test_app(
+            release=DEMO_RELEASES[WIDE_RELEASE],
+            tools=self.registry,
+            model=self.model,
+            store=store,
+            checkpointer=self.saver,
+            start=False,
+        )
 
     def gateway(self) -> Gateway:
-        return build_gateway(
-            model=self.model,
-            registry=self.registry,
-            policy=DEMO_RELEASES[WIDE_RELEASE].policy,
-            store=self.store,
-        )
+        return self.app.gateway_with(self.model)
 
     def graph(self) -> Any:
         """A graph on the shared checkpointer (a new one per 'process')."""
-        return build_graph(gateway=self.gateway(), checkpointer=self.saver)
+        return self.app.compiled(self.gateway())
 
     def advance(self, seconds: float) -> None:
         """Move both clocks (the job's and the store's) ``seconds`` on; nothing sleeps."""
