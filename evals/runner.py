@@ -53,15 +53,14 @@ from toolgate.evals.observation import (
     usage,
 )
 from toolgate.evals.release_facts import ReleaseFacts, release_facts
-from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.bootstrap import initialize_store
-from toolgate.graph.gateway import Gateway
+from toolgate.graph import Context
+from toolgate.graph.bootstrap import App, initialize_store
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.releases.loader import load_release
 from toolgate.store.sqlite import SQLiteStore
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools.demo.identities import DEMO_IDENTITIES
 from toolgate.tools.registry import Registry
 
@@ -240,12 +239,12 @@ class CaseRunner:
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
 
     def _prelude(
-        self, case: EvalCase, gateway: Callable[[BaseChatModel], Gateway], person: Callable[[str], Principal]
+        self, case: EvalCase, app: Callable[[BaseChatModel], App], person: Callable[[str], Principal]
     ) -> dict[str, str]:
         """Run the case's prelude thread (someone else's, first); its results by ``prelude.<call id>``."""
         assert case.prelude is not None
         chat = CaseScriptModel(responses=turn_messages(case.prelude.turns, "Done."))
-        graph = build_graph(gateway=gateway(chat), checkpointer=InMemorySaver())
+        graph = app(chat).compiled(checkpointer=InMemorySaver())
         config: Any = {"configurable": {"thread_id": f"eval-{case.id}-prelude"}}
         state = graph.invoke(
             {"messages": [HumanMessage(case.input)]},
@@ -268,24 +267,19 @@ class CaseRunner:
         # every tenant's implementation instrumented and compared, not only the shared tools
         registry = base.mapped(lambda specs: hidden.wrap(instrument(specs, case.faults, ledger)))
 
-        def gateway(chat: BaseChatModel) -> Gateway:
-            return build_gateway(
-                model=chat,
-                registry=registry,
-                policy=self.release.policy,
-                store=store,
-                instructions=self.release.instructions,
-            )
+        def app(chat: BaseChatModel) -> App:
+            """The case's release around ``chat`` on the case's store, by the composition root."""
+            return open_test_app(release=self.release, tools=registry, model=chat, store=store, start=False)
 
-        earlier = self._prelude(case, gateway, person) if case.prelude is not None else {}
+        earlier = self._prelude(case, app, person) if case.prelude is not None else {}
         responses = scripted_responses(case)
         references = references_of(case)
         live = model is not None
         main_model = model or CaseScriptModel(responses=responses, references=references, earlier=earlier)
         saver = CaseSaver()
 
-        gw = gateway(main_model)
-        graph = build_graph(gateway=gw, checkpointer=saver)
+        main = app(main_model)
+        gw, graph = main.gateway, main.compiled(checkpointer=saver)
         thread = f"eval-{case.id}"
         config: Any = {"configurable": {"thread_id": thread}}
         obs = Observation(case_id=case.id, release=self.release.id, thread_id=thread)
@@ -308,7 +302,7 @@ class CaseRunner:
                         earlier=earlier,
                     )
                     models.append(twin_model)
-                twin = build_graph(gateway=gateway(twin_model), checkpointer=saver)
+                twin = app(twin_model).compiled(checkpointer=saver)
                 return concurrent_resume(graph, twin, config, self.context(case))
 
             def aligned(now: dict[str, Any]) -> dict[str, str]:
@@ -335,7 +329,7 @@ class CaseRunner:
                 else:
                     replay = CaseScriptModel(responses=responses, references=references, earlier=earlier)
                 models.append(replay)
-                build_graph(gateway=gateway(replay), checkpointer=InMemorySaver()).invoke(
+                app(replay).compiled(checkpointer=InMemorySaver()).invoke(
                     {"messages": [HumanMessage(case.input)]}, config, context=self.context(case, requester)
                 )
         except Exception as exc:  # the case fails with the reason; the run goes on

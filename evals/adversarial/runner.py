@@ -18,17 +18,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
 
 from toolgate.evals.adversarial.case import ACCEPTED, PROPOSAL_CREATED, AdversarialCase, Call
 from toolgate.evals.adversarial.cases import CASES, EXTRA_IDENTITIES
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.principal import Principal
 from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store.base import Store
 from toolgate.store.sqlite import SQLiteStore
-from toolgate.testing import HandlerCounter, ScriptedChatModel
+from toolgate.testing import HandlerCounter, ScriptedChatModel, open_test_app
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.identities import DEMO_IDENTITIES
 from toolgate.tools.demo.release import DEMO_RELEASES
@@ -182,10 +181,14 @@ class DispatchRunner:
         model = ScriptedChatModel(
             responses=[*(_message(c, t) for t, c in enumerate(turns)), AIMessage("done")]
         )
-        graph = build_graph(
-            gateway=build_gateway(model=model, registry=registry, policy=policy, store=self.store),
-            checkpointer=InMemorySaver(),
-        )
+        graph = open_test_app(
+            release=DEMO_RELEASES[REFUND_RELEASE],
+            tools=registry,
+            policy=policy,
+            model=model,
+            store=self.store,
+            start=False,
+        ).compiled()
         thread = f"adv-{index}-{case.name}"[:120]
         context = Context(principal=self.principals[case.user])
         if case.max_tool_calls is not None:
