@@ -260,6 +260,7 @@ class Demo:
     def __init__(self, store: Any) -> None:
         from toolgate.graph.bootstrap import initialize_store
         from toolgate.policy.identities import IdentityDirectory
+        from toolgate.testing import open_test_app
         from toolgate.tools import Registry
         from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
         from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
@@ -272,16 +273,20 @@ class Demo:
         self.registry = Registry.of(REFUND_RELEASE, demo_specs(self.system), self.system)
         self.policy = bench_policy(REFUND_RELEASE)
         self.principals = demo_principals()
+        self.app = open_test_app(
+            release=DEMO_RELEASES[REFUND_RELEASE],
+            tools=self.registry,
+            policy=self.policy,
+            store=store,
+            start=False,
+        )
+        """The demo around the bench's policy, built by the composition root."""
 
     def gateway(self, model: Any) -> Any:
-        from toolgate.graph import build_gateway
-
-        return build_gateway(model=model, registry=self.registry, policy=self.policy, store=self.store)
+        return self.app.gateway_with(model)
 
     def graph(self, model: Any, saver: Any) -> Any:
-        from toolgate.graph import build_graph
-
-        return build_graph(gateway=self.gateway(model), checkpointer=saver)
+        return self.app.compiled(self.gateway(model), checkpointer=saver)
 
     def context(self, user: str = "cust-ada", **knobs: Any) -> Any:
         from toolgate.graph import Context

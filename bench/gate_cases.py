@@ -19,7 +19,7 @@ dataset (tool-calling-v1) against ``ops-tools/1.1.0``:
   (the template store is made once per release, outside the rounds, as in the gate).
 
 A second pair isolates compiling, which every case (and every App open) pays: ``bare_compile``
-compiles the baseline graph, ``toolgate_compile`` runs `build_graph` on one gateway.
+compiles the baseline graph, ``toolgate_compile`` compiles one app's graph (`App.compiled`).
 
 Each figure is a ratio of medians of per-case seconds, with the spread of the paired per-round
 ratios; absolute medians are printed for orientation only. After the timed rounds one cProfile
@@ -55,11 +55,9 @@ from langgraph.graph.message import add_messages
 from toolgate.evals.fixtures import DEFAULT_DATASET, EvalCase, load_dataset
 from toolgate.evals.runner import CaseRunner, scripted_responses
 from toolgate.evals.scoring import score_case
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
-from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 
 RELEASE = "ops-tools/1.1.0"
 COMPILES = 20
@@ -189,12 +187,7 @@ def main() -> None:
         turns = {case_id: model_turns for case_id, (_, model_turns) in first.items()}
         store = SQLiteStore(runner.directory / "compile.sqlite", key=runner.key)
         initialize_store(store, runner.release)
-        gateway = build_gateway(
-            model=ScriptedChatModel(responses=[]),
-            registry=runner.release.registry(ReleaseEnv(store, runner.key)),
-            policy=runner.release.policy,
-            store=store,
-        )
+        app = open_test_app(release=runner.release, store=store, start=False)
         scripts = {c.id: baseline_script(c, turns[c.id]) for c in cases}
         baseline_turns = {c.id: run_baseline(c, scripts[c.id]) for c in cases}
         passed: list[int] = []
@@ -221,9 +214,7 @@ def main() -> None:
                 "bare_compile": lambda n: per_compile(
                     lambda: baseline_graph(ScriptedChatModel(responses=[]))
                 ),
-                "toolgate_compile": lambda n: per_compile(
-                    lambda: build_graph(gateway=gateway, checkpointer=InMemorySaver())
-                ),
+                "toolgate_compile": lambda n: per_compile(lambda: app.compiled(checkpointer=InMemorySaver())),
             },
         )
         profile_round(runner, cases)

@@ -24,11 +24,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai
+from toolgate.testing import ScriptedChatModel, ai, open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
@@ -86,12 +86,9 @@ def time_baseline(thread: str) -> float:
 
 def time_toolgate(store: SQLiteStore, registry: Registry, thread: str) -> tuple[float, int]:
     model = ScriptedChatModel(responses=[flood(), ai("done")])
-    graph = build_graph(
-        gateway=build_gateway(
-            model=model, registry=registry, policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store
-        ),
-        checkpointer=InMemorySaver(),
-    )
+    graph = open_test_app(
+        release=DEMO_RELEASES[REFUND_RELEASE], tools=registry, model=model, store=store, start=False
+    ).compiled()
     before = len(store.audit_events())
     started = time.perf_counter()
     graph.invoke(

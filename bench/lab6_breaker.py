@@ -18,15 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.memory import InMemorySaver
-
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy import Principal
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.rules import RateLimits
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.release import DEMO_RELEASES
@@ -61,16 +59,15 @@ def run(failure_threshold: int) -> dict[str, Any]:
         ]
         model = ScriptedChatModel(responses=[*responses, ai("Tracking is temporarily unavailable.")])
         policy = replace(DEMO_RELEASES[REFUND_RELEASE].policy, rate_limits=RateLimits())
-        graph = build_graph(
-            gateway=build_gateway(
-                model=model,
-                registry=Registry.of(REFUND_RELEASE, specs, system),
-                policy=policy,
-                store=store,
-                breakers=BreakerRegistry(failure_threshold=failure_threshold, reset_timeout_s=30),
-            ),
-            checkpointer=InMemorySaver(),
-        )
+        graph = open_test_app(
+            release=DEMO_RELEASES[REFUND_RELEASE],
+            tools=Registry.of(REFUND_RELEASE, specs, system),
+            policy=policy,
+            model=model,
+            store=store,
+            breakers=BreakerRegistry(failure_threshold=failure_threshold, reset_timeout_s=30),
+            start=False,
+        ).compiled()
         started = time.perf_counter()
         state = graph.invoke(
             {"messages": [("user", "where are my orders?")]},

@@ -23,7 +23,6 @@ from read_path import script as read_script
 from write_path import ORDER, REQUEST
 from write_path import script as write_script
 
-from toolgate.graph import build_graph
 from toolgate.graph.review.decisions import decide
 
 
@@ -59,7 +58,7 @@ def main() -> None:
             report(profile, "read", args.rounds)
 
             gateway = demo.gateway(write_script(args.rounds, "w"))
-            wgraph = build_graph(gateway=gateway, checkpointer=saver)
+            wgraph = demo.app.compiled(gateway, checkpointer=saver)
             fiona = demo.principals["fiona"]
 
             def write(n: int) -> None:

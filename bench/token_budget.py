@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
 from toolgate import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, spec_from_function
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
 from toolgate.telemetry.tokens import estimate_tokens, request_text
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
@@ -113,12 +112,9 @@ def run_task(store: SQLiteStore, system: DemoSystem, bound: int, thread: str) ->
     """One scripted task through the gateway; input tokens of each model request, tool result bytes."""
     registry = Registry.of(REFUND_RELEASE, [*demo_specs(system), history_spec(bound)], system)
     model = ScriptedChatModel(responses=script())
-    graph = build_graph(
-        gateway=build_gateway(
-            model=model, registry=registry, policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store
-        ),
-        checkpointer=InMemorySaver(),
-    )
+    graph = open_test_app(
+        release=DEMO_RELEASES[REFUND_RELEASE], tools=registry, model=model, store=store, start=False
+    ).compiled()
     final = graph.invoke(
         {"messages": [HumanMessage("Was my blender order O-5512 delivered? Check my order history.")]},
         {"configurable": {"thread_id": thread}},

@@ -129,9 +129,7 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
         plain = plain_graph(demo, script(rounds, "p"), saver)
         gw_model = script(rounds, "g")
         gateway = demo.gateway(gw_model)
-        from toolgate.graph import build_graph
-
-        toolgate = build_graph(gateway=gateway, checkpointer=saver)
+        toolgate = demo.app.compiled(gateway, checkpointer=saver)
         context, resume_context = demo.context(), demo.context(user="fiona").__class__()
         counts: dict[str, dict[str, int]] = {}
 
