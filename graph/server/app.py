@@ -11,10 +11,9 @@ thread to its release from the store's records (`toolgate.graph.rollout.router`)
 
 from __future__ import annotations
 
-from toolgate.graph.builder import build_graph
 from toolgate.graph.server.process import server_parts
 
-graph = build_graph(gateway=server_parts().gateway, checkpointer=None, router=server_parts().router)
+graph = server_parts().compiled()  # no checkpointer injected: the server brings its own
 """The gateway graph as served by the LangGraph server."""
 
 __all__ = ["graph"]

@@ -191,16 +191,15 @@ import json
 from pathlib import Path
 
 from langchain_core.messages import HumanMessage, ToolMessage
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from toolgate import ReleaseEnv
-from toolgate.graph.bootstrap import initialize_store, release_manifest
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph.bootstrap import release_manifest
+from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.manifest import manifest_drift
 
 from $package.records import Tickets
@@ -210,14 +209,14 @@ SECRET = b"$package-test-secret-0000"
 PEOPLE = {p.user_id: p for p in load_seed_file(Path(__file__).resolve().parent.parent / "identities.json")}
 
 
-def gateway_for(tmp_path: Path, model: ScriptedChatModel):  # type: ignore[no-untyped-def]
+def app_for(tmp_path: Path, model: ScriptedChatModel):  # type: ignore[no-untyped-def]
+    """The release served as toolgate serves it (`open_app`), on a store of its own."""
     store = SQLiteStore(tmp_path / "toolgate.sqlite", key=SECRET)
-    initialize_store(store, release)
+    app = open_test_app(release=release, model=model, store=store, data_dir=tmp_path)
     directory = IdentityDirectory(store)
     for person in PEOPLE.values():
         directory.add(person, by=None)
-    registry = release.registry(ReleaseEnv(store, secret=SECRET))
-    return build_gateway(model=model, registry=registry, policy=release.policy, store=store), store
+    return app, store
 
 
 def answers(state: dict) -> dict:  # type: ignore[type-arg]
@@ -242,8 +241,8 @@ def test_a_write_runs_once_after_approval_and_never_for_another_customer(tmp_pat
             ai("Your ticket will be closed once support approves."),
         ]
     )
-    gateway, store = gateway_for(tmp_path, model)
-    graph = build_graph(gateway=gateway, checkpointer=InMemorySaver())
+    app, store = app_for(tmp_path, model)
+    gateway, graph = app.gateway, app.compiled()
     config = {"configurable": {"thread_id": "t-1"}}
     waiting = graph.invoke({"messages": [HumanMessage("close T-100")]}, config, context=Context(principal=PEOPLE["ada"]))
     proposal = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
