@@ -1,4 +1,5 @@
-"""The gateway StateGraph: state, context, nodes, routing and the `build_graph` composition root.
+"""The gateway StateGraph: state, context, nodes, routing and the composition root's parts
+(`build_gateway`, `build_graph`; the root itself is `toolgate.graph.bootstrap.open_app`).
 
 The names below are imported on first use (`toolgate.lazy_exports`): a submodule such as
 ``toolgate.graph.seals.versions`` imports without the whole graph stack."""

@@ -1,4 +1,12 @@
-"""`build_gateway` wires the gateway's dependencies; `build_graph` compiles the graph around it."""
+"""The composition root's internal parts: `build_gateway` wires one release's node dependencies,
+`build_graph` compiles the graph around them.
+
+A running gateway is built by the root, `toolgate.graph.bootstrap.open_app` (tests, evals and
+bench through `toolgate.testing.open_test_app`): it loads and verifies the release, opens or takes
+the store, and calls these two. They stay exported (``toolgate.build_gateway``,
+``toolgate.build_graph``) for an embedder wiring its own process and for tests of the builder
+itself; a caller of them owns what the root would have done (release verification, store
+initialization, the ``release.loaded`` record, release routing)."""
 
 from __future__ import annotations
 
@@ -48,7 +56,8 @@ def build_gateway(
     clock: Clock | None = None,
     tool_choice: str = "auto",
 ) -> Gateway:
-    """The node dependencies (also used by operator commands that execute outside a graph run).
+    """The node dependencies (also used by operator commands that execute outside a graph run);
+    called by the composition root (`toolgate.graph.bootstrap.open_app`) for each release it serves.
 
     Every secret comes from the store's keyring: one configured secret per store, never a second
     key that could disagree with it."""
@@ -99,8 +108,9 @@ def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     router: ReleaseRouter | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """Compile the gateway graph around ``gateway`` (built once per process by `build_gateway`,
-    through `toolgate.graph.bootstrap.open_app` in the CLI, the server and the worker).
+    """Compile the gateway graph around ``gateway`` (built once per process by `build_gateway`);
+    called by the composition root (`toolgate.graph.bootstrap.App.compiled` and `App.graph`) for
+    the CLI, the server, the worker, evals, bench and tests.
 
     ``model -> dispatch -> proposal -> approval -> execute -> model ...``; a text answer ends the
     task turn in the model node (it renders the final answer itself, one step fewer), a stopped

@@ -24,7 +24,8 @@ from toolgate.tools.spec import ToolSpec
 
 @dataclass(frozen=True, kw_only=True)
 class Gateway:
-    """Everything the nodes need; built once per process by `toolgate.graph.builder.build_gateway`."""
+    """Everything the nodes need; built once per process by the composition root
+    (`toolgate.graph.bootstrap.open_app`, through `toolgate.graph.builder.build_gateway`)."""
 
     model: BaseChatModel
     registry: Registry

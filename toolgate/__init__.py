@@ -4,8 +4,10 @@ The names here are the public API (README, "Python API"): what a tool author wri
 (`ToolSpec`, `spec_from_function`, `StrictArgs`, `ToolResult`, `HandlerContext`, the approval,
 rollback and resource declarations, `ToolExecutionError`), what an embedder builds and runs the
 gateway with (`Release`, `ReleaseEnv`, `Registry`, `build_gateway`, `build_graph`, `Context`,
-`Principal`), and the errors either of them catches. Everything else lives in its submodule and
-may change between releases.
+`Principal`), and the errors either of them catches. `build_gateway` and `build_graph` are the
+parts the composition root (`toolgate.graph.bootstrap.open_app`) builds every running gateway
+with; tests get one from `toolgate.testing.open_test_app`. Everything else lives in its submodule
+and may change between releases.
 """
 
 from typing import TYPE_CHECKING
