@@ -21,7 +21,7 @@ store's records. The primary release's change is recorded once per store (``rele
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +103,7 @@ def load_served_release(
     verify: bool = True,
     canary: bool = False,
     registry: Registry | None = None,
+    instrument: Callable[[Registry], Registry] | None = None,
 ) -> ServedRelease:
     """Load ``reference`` (an id or a reference `load_release` accepts, or a release object),
     build its registry on ``store`` with the store's secret and, with ``verify``, refuse it
@@ -111,7 +112,8 @@ def load_served_release(
     The one place a release becomes servable: the root calls it for the configured release, for
     the release the store's pointer names and for every release release control routes to.
     ``canary`` narrows the verified registry to the tools a canary may hold. A ``registry`` the
-    caller built (instrumented handlers: tests, evals) is served as given, never verified."""
+    caller built (instrumented handlers: tests, evals) is served as given, never verified;
+    ``instrument`` wraps the registry after it was verified (a test's counting handlers)."""
     release = load_release(reference) if isinstance(reference, str) else reference
     if registry is not None:
         return ServedRelease(release, registry)
@@ -120,7 +122,7 @@ def load_served_release(
         verified_release(release, registry, model)
     if canary:
         registry = registry.narrowed(canary_specs(registry.tools.values()))
-    return ServedRelease(release, registry)
+    return ServedRelease(release, instrument(registry) if instrument is not None else registry)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,9 +163,11 @@ class Gateways:
         *,
         primary_ref: str | None = None,
         verify: bool = True,
+        instrument: Callable[[Registry], Registry] | None = None,
+        models: Mapping[str, BaseChatModel] | None = None,
     ) -> None:
         self.parts, self.model_name, self.model, self.primary = parts, model_name, model, primary
-        self._verify = verify
+        self._verify, self._instrument, self._models = verify, instrument, dict(models or {})
         self._built: dict[tuple[str, bool], Gateway] = {(primary.registry.release, False): primary}
         if primary_ref:  # the reference it was loaded by (an id, or a module or file path)
             self._built[(primary_ref, False)] = primary
@@ -176,7 +180,7 @@ class Gateways:
             found = self._built.get((release, canary))
             if found is None:
                 served = self._load(release, canary=canary)
-                found = self.parts.gateway(served, self.model)
+                found = self.parts.gateway(served, self._models.get(served.release.id, self.model))
                 self._built[(release, canary)] = found
             return found
 
@@ -189,7 +193,12 @@ class Gateways:
 
     def _load(self, release: str, *, canary: bool) -> ServedRelease:
         return load_served_release(
-            release, store=self.parts.store, model=self.model_name, verify=self._verify, canary=canary
+            release,
+            store=self.parts.store,
+            model=self.model_name,
+            verify=self._verify,
+            canary=canary,
+            instrument=self._instrument,
         )
 
 
@@ -286,6 +295,8 @@ def open_app(
     release: str | Release | None = None,
     registry: Registry | None = None,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
+    instrument: Callable[[Registry], Registry] | None = None,
+    models: Mapping[str, BaseChatModel] | None = None,
     verify: bool = True,
     start: bool = True,
     release_control: bool = True,
@@ -308,6 +319,10 @@ def open_app(
     - ``model``, ``clock``, ``breakers``, ``checkpointer``: the chat model, the process clock,
       the circuit breakers (default: shared through the store) and the checkpointer `App.graph`
       and `App.compiled` use;
+    - ``instrument``: wraps every registry the root serves, after its verification (a test's
+      counting handlers; the manifest is checked against the shipped handlers);
+    - ``models``: the chat model of a release by id where it differs from ``model`` (a test
+      scripting each rollout arm apart);
     - ``verify=False``: serve the release without the manifest check (a test's own tools, an
       instrumented registry: neither can match a reviewed manifest);
     - ``start=False``: the store is already initialized for the release (an evaluation case's
@@ -324,15 +339,17 @@ def open_app(
     configured_id = configured if isinstance(configured, str) else configured.id
     # the configured bundle is verified before the store is touched
     served = load_served_release(
-        configured, store=store, model=settings.model, verify=verify, registry=registry
+        configured, store=store, model=settings.model, verify=verify, registry=registry, instrument=instrument
     )
     reference = configured_id
     if registry is None and release_control and not server_mode:
         pointer = served_release(store, configured_id, audit=not read_only)
         if pointer != configured_id:  # release control moved on (a promotion): serve that bundle
-            served = load_served_release(pointer, store=store, model=settings.model, verify=verify)
+            served = load_served_release(
+                pointer, store=store, model=settings.model, verify=verify, instrument=instrument
+            )
             reference = pointer
-    app_model = model or load_chat_model(settings)
+    app_model = (models or {}).get(served.release.id) or model or load_chat_model(settings)
     primary = GatewayParts(store=store, server_mode=server_mode, clock=clock, breakers=breakers)
     gateway = primary.gateway(served, app_model)
     gateways = router = None
@@ -340,7 +357,16 @@ def open_app(
         shared = GatewayParts(
             store=store, server_mode=server_mode, clock=clock, breakers=gateway.executor.breakers
         )
-        gateways = Gateways(shared, settings.model, app_model, gateway, primary_ref=reference, verify=verify)
+        gateways = Gateways(
+            shared,
+            settings.model,
+            model or app_model,
+            gateway,
+            primary_ref=reference,
+            verify=verify,
+            instrument=instrument,
+            models=models,
+        )
         router = ReleaseRouter(store=store, configured=configured_id, gateways=gateways)
     application = App(
         settings=settings,

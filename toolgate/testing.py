@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -234,6 +234,8 @@ def open_test_app(
     server_mode: bool = False,
     start: bool = True,
     release_control: bool = False,
+    instrument: Callable[[Registry], Registry] | None = None,
+    models: Mapping[str, BaseChatModel] | None = None,
 ) -> App:
     """A running gateway for a test, an evaluation or a benchmark, built by `open_app`.
 
@@ -259,6 +261,10 @@ def open_test_app(
             does); ``False`` when the caller prepared the store itself.
         release_control: follow the store's release pointer and rollouts (a router), as
             production does; off by default, so a test serves exactly what it gave.
+        instrument: wraps every registry served, after its verification (counting handlers
+            around a release verified against its reviewed manifest).
+        models: the chat model of a release by id, where it differs from ``model`` (rollout arms
+            scripted apart).
     """
     if data_dir is None:  # an app around a given store writes nothing into its data directory
         data_dir = _scratch_dir() if isinstance(store, Store) else _temporary_dir()
@@ -283,6 +289,8 @@ def open_test_app(
         verify=isinstance(served, str) and registry is None,
         start=start,
         release_control=release_control,
+        instrument=instrument,
+        models=models,
     )
 
 
