@@ -29,12 +29,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from psycopg import sql
 
 from toolgate.graph import Context
-from toolgate.graph.bootstrap import initialize_store
+from toolgate.graph.bootstrap import App, initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.policy import Principal
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import AuditEvent, PostgresStore, SQLiteStore, Store
-from toolgate.testing import HandlerCounter, ScriptedChatModel, open_test_app
+from toolgate.testing import HandlerCounter, open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.identities import demo_principals, demo_token, seed_demo_identities
@@ -66,18 +66,26 @@ class Harness:
         """Every read's system of record compared before and after (tests/hidden_writes.py)."""
         self.registry = Registry.of(REFUND_RELEASE, specs, self.system)
         self.policy = DEMO_RELEASES[REFUND_RELEASE].policy
-        self.app = open_test_app(
-            release=DEMO_RELEASES[REFUND_RELEASE], tools=self.registry, store=store, start=False
+
+    def app(self, model: BaseChatModel | None = None) -> App:
+        """The refund release around this harness's registry and policy as they are now (a test
+        may replace either), built by the composition root."""
+        return open_test_app(
+            release=DEMO_RELEASES[REFUND_RELEASE],
+            tools=self.registry,
+            policy=self.policy,
+            model=model,
+            store=self.store,
+            start=False,
         )
-        """The refund release around the counted registry, built by the composition root."""
 
     def gateway(self, model: BaseChatModel | None = None) -> Gateway:
         """Node dependencies (model only matters inside a graph run)."""
-        return self.app.gateway_with(model or ScriptedChatModel(responses=[]))
+        return self.app(model).gateway
 
     def graph(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
         """The compiled gateway graph (in-memory checkpointer unless one is given)."""
-        return self.app.compiled(self.app.gateway_with(model), checkpointer=checkpointer or InMemorySaver())
+        return self.app(model).compiled(checkpointer=checkpointer or InMemorySaver())
 
     def total_handler_calls(self) -> int:
         """Handler invocations of every tool."""
