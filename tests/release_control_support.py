@@ -2,10 +2,11 @@
 
 ``ops-tools/1.0.0`` is the control (the configured release) and ``ops-tools/1.1.0`` the
 candidate. Each release has its own scripted model and its own `HandlerCounter`, so a test can
-say which arm ran what. `TwoReleases.app` is an `App` wired like `open_app` wires one (gateways,
-router) so `ReleaseControl` runs the production code; `verify` loads the shipped bundle and
-checks its reviewed manifest, exactly as in production (the counted handlers are a test-only
-wrapper and would not match the manifest).
+say which arm ran what. `TwoReleases.app` is built by the composition root (`open_app`, through
+`toolgate.testing.open_test_app`) with release control on, so `ReleaseControl` and the router run
+the production code: every release is loaded and verified against its reviewed manifest, exactly
+as in production, and only then wrapped with the test's counting handlers (which would not match
+the manifest).
 
 Moving a release needs evidence in the store (`toolgate.releases.evidence`). `TwoReleases` records
 it for both directions as ``toolgate evals run`` and ``release rollback --dry-run`` would (real
@@ -22,23 +23,18 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from support import TEST_KEY, principal
+from support import principal
 
-from toolgate.canonical import digest
-from toolgate.config import Settings
-from toolgate.graph import Context, build_gateway, build_graph
-from toolgate.graph.bootstrap import App, initialize_store, release_manifest, verified_release
+from toolgate.graph import Context
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.releases.bundle import ReleaseEnv
 from toolgate.releases.control import ReleaseControl
 from toolgate.releases.evidence import Requirements
 from toolgate.releases.loader import load_release
-from toolgate.releases.rules import canary_specs
 from toolgate.store.base import Store
 from toolgate.store.evidence import record as record_evidence
-from toolgate.testing import HandlerCounter, ScriptedChatModel
+from toolgate.testing import HandlerCounter, open_test_app
 from toolgate.tools.demo.identities import demo_token, seed_demo_identities
 from toolgate.tools.registry import Registry
 
@@ -95,7 +91,7 @@ DATASET_SHA256 = "d" * 64
 
 
 class TwoReleases:
-    """Control and candidate on ``store``; gateways built on demand like `Gateways` builds them."""
+    """Control and candidate on ``store``; gateways built on demand by the root's `Gateways`."""
 
     def __init__(
         self,
@@ -113,21 +109,20 @@ class TwoReleases:
         self.store = store
         self.models = models or {}
         self.counters = {CONTROL: HandlerCounter(), CANDIDATE: HandlerCounter()}
-        self._built: dict[tuple[str, bool], Gateway] = {}
-        self.router = ReleaseRouter(store=store, configured=CONTROL, gateways=self)
-        control = self(CONTROL)
-        settings = Settings(data_dir=tmp, release=CONTROL, model="offline")
-        release = load_release(CONTROL)
-        self.app = App(
-            settings=settings,
+        self.app = open_test_app(
+            release=CONTROL,
             store=store,
-            release=release,
-            registry=control.registry,
-            model=control.model,
-            gateway=control,
-            gateways=self,  # type: ignore[arg-type]
-            router=self.router,
+            data_dir=tmp,
+            models=self.models,
+            instrument=self._counted,
+            start=False,
+            release_control=True,
         )
+        assert self.app.gateways is not None and self.app.router is not None
+        self.gateways, self.router = self.app.gateways, self.app.router
+        # release control asks this object for gateways and verdicts, so a test can replace
+        # `verify` (a drifted bundle) while the router keeps using the root's gateways
+        self.app.gateways = self  # type: ignore[assignment]
         self.requirements = requirements or Requirements(
             dataset_sha256=DATASET_SHA256, canary_min_calls=0, canary_min_minutes=0
         )
@@ -176,30 +171,19 @@ class TwoReleases:
                 detail={"hashes": "verified", "critical": "3/3"},
             )
 
+    def _counted(self, registry: Registry) -> Registry:
+        """``registry`` with its release's counting handlers (the shared tools: a tenant's own
+        implementation is not served to a rollout arm here)."""
+        specs = self.counters[registry.release].wrap(list(registry.tools.values()))
+        return Registry.of(registry.release, specs, registry.resolver)
+
     def __call__(self, release_id: str, canary: bool = False) -> Gateway:
         """The gateway of ``release_id`` with counted handlers (``canary``: no high-risk tools)."""
-        key = (release_id, canary)
-        if key not in self._built:
-            release = load_release(release_id)
-            full = release.registry(ReleaseEnv(store=self.store, secret=TEST_KEY))
-            specs = self.counters[release_id].wrap(list(full.tools.values()))
-            if canary:
-                specs = canary_specs(specs)
-            self._built[key] = build_gateway(
-                model=self.models.get(release_id) or ScriptedChatModel(responses=[]),
-                registry=Registry.of(release_id, specs, full.resolver),
-                policy=release.policy,
-                store=self.store,
-                instructions=release.instructions,
-            )
-        return self._built[key]
+        return self.gateways(release_id, canary)
 
     def verify(self, release_id: str) -> str:
-        """The shipped bundle's manifest digest, verified like `Gateways.verify` does."""
-        release = load_release(release_id)
-        registry = release.registry(ReleaseEnv(store=self.store, secret=TEST_KEY))
-        verified_release(release, registry, "offline")
-        return digest(release_manifest(release, registry))
+        """The shipped bundle's manifest digest, verified by the root (`Gateways.verify`)."""
+        return self.gateways.verify(release_id)
 
     def control(self, critical: Any = None) -> ReleaseControl:
         """Release control on this store (``critical``: the fixture runner, a fake by default)."""
@@ -209,7 +193,7 @@ class TwoReleases:
 
     def graph(self) -> Any:
         """The routed graph (both releases), in-memory checkpoints."""
-        return build_graph(gateway=self(CONTROL), checkpointer=InMemorySaver(), router=self.router)
+        return self.app.compiled(checkpointer=InMemorySaver())
 
     def handler_calls(self, release_id: str) -> int:
         """Handler invocations of ``release_id``'s tools (every arm and canary variant)."""
