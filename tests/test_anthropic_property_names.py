@@ -20,10 +20,10 @@ from provider_flows import ANTHROPIC, local_harness
 from replay_anthropic import message, text_block, tool_use_block, usage
 from support import Harness, audit_events, start, tool_messages
 
-from toolgate.graph import build_gateway, build_graph
 from toolgate.models.anthropic_property_keys import wire_payload
 from toolgate.policy import PolicyRules
 from toolgate.releases.bundle import NoResources
+from toolgate.testing import open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.shapes.definitions import from_openai
 from toolgate.tools.shapes.operator_policy import OperatorPolicy
@@ -199,9 +199,9 @@ def graph_on(harness: Harness, replay: Any, handler: Handler) -> Any:
     spec = from_openai(definition(), handler, POLICY)
     registry = Registry.of("t/1.0.0", [spec], NoResources())
     model = ANTHROPIC.model_on(replay)
-    return build_graph(
-        gateway=build_gateway(model=model, registry=registry, policy=RULES, store=harness.store)
-    )
+    return open_test_app(
+        model=model, tools=registry, policy=RULES, store=harness.store, start=False
+    ).compiled()
 
 
 def turn(tool_input: dict[str, Any], call_id: str) -> Any:

@@ -37,9 +37,9 @@ from support import Harness, cli_env, files_holding, log_text, principal, toolga
 
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
-from toolgate.graph import build_gateway
 from toolgate.models.selection import load_chat_model
 from toolgate.policy.authorization import visible_tools
+from toolgate.testing import open_test_app
 from toolgate.tools.registry import Registry
 
 TOOL_USE_ID = "toolu_01WireLookupQ7x2Rm5Kp9Tz"
@@ -165,7 +165,9 @@ def test_parallel_tool_use_stays_on_when_the_release_never_writes(harness: Harne
     assert reads and not registry.has_stateful_writes()
     with ANTHROPIC.serve([ANSWER]) as replay:
         model = ANTHROPIC.model_on(replay)
-        gateway = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store)
+        gateway = open_test_app(
+            model=model, tools=registry, policy=harness.policy, store=harness.store, start=False
+        ).gateway
         gateway.model_for(reads).invoke([HumanMessage("is the web service up?")])
     (body,) = replay.bodies()
     assert body["tool_choice"] == {"type": "auto"}

@@ -9,8 +9,7 @@ from typing import Any
 
 from support import Harness, principal
 
-from toolgate.graph import build_gateway
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.spec import HandlerContext
 
@@ -41,13 +40,14 @@ def test_a_read_handler_gets_its_deadline_from_the_injected_clock(harness: Harne
         ],
         harness.system,
     )
-    gateway = build_gateway(
+    gateway = open_test_app(
         model=ScriptedChatModel(responses=[]),
-        registry=registry,
+        tools=registry,
         policy=harness.policy,
         store=harness.store,
         clock=FrozenClock(FROZEN),
-    )
+        start=False,
+    ).gateway
     assert gateway.clock.now() == FROZEN and gateway.executor.clock is gateway.clock
     gateway.executor.run_read(registry.tools["lookup_order"], {"order_id": "O-5512"}, principal("cust-ada"))
     assert [ctx.deadline for ctx in seen] == [FROZEN + timedelta(seconds=lookup.timeout_s)]

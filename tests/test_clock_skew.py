@@ -178,11 +178,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 
@@ -214,8 +213,8 @@ specs = [
     replace(s, handler=blocking(s.handler), timeout_s=timeout_s) if s.name == "issue_refund" else s
     for s in demo_specs(system)
 ]
-gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, specs, system),
-                        policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store)
+gateway = open_test_app(tools=Registry.of(REFUND_RELEASE, specs, system),
+                        policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store, start=False).gateway
 delivery = gateway.executor.deliver(key, worker_id="slow-worker", lease_s=lease_s, wait_s=1)
 signal("delivered", json.dumps({"status": delivery.status, "claim": delivery.claim}))
 # an overrunning handler lives on; its lease keeper records the late outcome when it ends

@@ -14,10 +14,10 @@ from support import Harness, principal, start, tool_messages
 from test_parallel_batches import Wide
 
 from toolgate.errors import ApprovalError
-from toolgate.graph import Context, build_gateway
+from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.rollback import propose_rollback
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 
 PO = {
     "vendor_id": "V-100",
@@ -27,12 +27,13 @@ PO = {
 
 
 def gateway(wide: Wide) -> Any:
-    return build_gateway(
+    return open_test_app(
         model=ScriptedChatModel(responses=[]),
-        registry=wide.registry,
+        tools=wide.registry,
         policy=wide.policy,
         store=wide.store,
-    )
+        start=False,
+    ).gateway
 
 
 def orders(wide: Wide) -> int:

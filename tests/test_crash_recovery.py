@@ -21,11 +21,10 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 WORKER = """
 import os, signal, sys
 from dataclasses import replace
-from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE
 from toolgate.tools.demo import DemoSystem, demo_specs
@@ -45,8 +44,8 @@ def crashing(handler):
     return run
 
 specs = [replace(s, handler=crashing(s.handler)) if s.name == "issue_refund" else s for s in demo_specs(system)]
-gateway = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, specs, system),
-                        policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store)
+gateway = open_test_app(tools=Registry.of(REFUND_RELEASE, specs, system),
+                        policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store, start=False).gateway
 gateway.executor.deliver(key, worker_id="doomed-worker", lease_s=0.5)
 print("survived")
 """.replace("KEY_LITERAL", repr(TEST_KEY))

@@ -14,13 +14,12 @@ import pytest
 from test_worker_run import approved, effects, gateway_on, status
 from worker_run_release import TOOL, release
 
-from toolgate.graph import build_gateway
 from toolgate.graph.delivery.refusals import EVENT
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.store import Store
 from toolgate.store.audit_records import AuditEvent
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools.registry import Registry
 
 
@@ -38,7 +37,7 @@ def without_tool(gw: Gateway) -> Gateway:
     empty = Registry.of(gw.registry.release, [], gw.registry.resolver)
     assert empty.get_for(TOOL, "acme") is None
     model = ScriptedChatModel(responses=[])
-    return build_gateway(model=model, registry=empty, policy=release.policy, store=gw.store)
+    return open_test_app(model=model, tools=empty, policy=release.policy, store=gw.store, start=False).gateway
 
 
 def worker_passes(gw: Gateway, passes: int) -> WorkerLoop:

@@ -11,13 +11,12 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from support import TEST_KEY, Harness, principal, start, tool_messages
 
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.context import Context
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.output import TRUNCATED, bound, redact
 from toolgate.policy.rules import PolicyRules, RateLimit, RateLimits
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.demo.release import HOME as DEMO_HOME
 
 
@@ -134,12 +133,14 @@ def test_deadline_ends_the_task(harness: Harness) -> None:
     model = ScriptedChatModel(
         responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("x")]
     )
-    graph = build_graph(
-        gateway=build_gateway(
-            model=model, registry=harness.registry, policy=harness.policy, store=harness.store
-        ),
+    graph = open_test_app(
+        model=model,
+        tools=harness.registry,
+        policy=harness.policy,
+        store=harness.store,
+        start=False,
         checkpointer=InMemorySaver(),
-    )
+    ).compiled()
     state = graph.invoke(
         {"messages": [("user", "slow")]},
         {"configurable": {"thread_id": "t-deadline"}},
@@ -205,10 +206,14 @@ def test_rate_limit_per_principal_and_tool(harness: Harness) -> None:
         for i, o in enumerate(["O-5512", "O-5513", "O-5514"])
     ]
     model = ScriptedChatModel(responses=[ai("", *calls), ai("ok")])
-    graph = build_graph(
-        gateway=build_gateway(model=model, registry=harness.registry, policy=policy, store=harness.store),
+    graph = open_test_app(
+        model=model,
+        tools=harness.registry,
+        policy=policy,
+        store=harness.store,
+        start=False,
         checkpointer=InMemorySaver(),
-    )
+    ).compiled()
     state = start(graph, "x", "rita", "t-rate")  # support staff: any customer's order of acme
     got = payloads(state)
     assert [got[f"c{i}"]["status"] for i in range(3)] == ["completed", "completed", "rejected"]

@@ -23,12 +23,13 @@ from wait_support import THREAD, WaitWorld
 
 from toolgate.clock import Clock
 from toolgate.errors import RegistryError, RunRefused
-from toolgate.graph import Context, build_gateway
+from toolgate.graph import Context
 from toolgate.graph.nodes.wait import INVALID
 from toolgate.graph.waits.progress import WaitPass
 from toolgate.graph.worker import waker
 from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
 from toolgate.store import Store
+from toolgate.testing import open_test_app
 from toolgate.tools.demo import WIDE_RELEASE
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.spec import Wait
@@ -157,10 +158,10 @@ def test_expiry_and_due_checks_follow_the_store_clock_never_the_workers(
         def now(self) -> Any:
             return store.now() + timedelta(hours=2)
 
-    skewed = build_gateway(
-        model=world.model, registry=world.registry, policy=DEMO_RELEASES[WIDE_RELEASE].policy,
-        store=store, clock=Skewed(),
-    )  # fmt: skip
+    skewed = open_test_app(
+        model=world.model, tools=world.registry, policy=DEMO_RELEASES[WIDE_RELEASE].policy,
+        store=store, clock=Skewed(), start=False,
+    ).gateway  # fmt: skip
     ahead = WaitPass(store, lambda key: skewed.executor)
     assert ahead() == 0 and store.get_wait(world.operation_key()).checks == 0  # type: ignore[union-attr]
     world.advance(1801)  # the store's clock passes the expiry; the job still runs

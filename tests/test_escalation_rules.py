@@ -14,11 +14,10 @@ from support import Harness
 
 from toolgate.canonical import digest
 from toolgate.errors import ApprovalError, ConfigurationError
-from toolgate.graph import build_gateway
 from toolgate.policy.approvals import check_reviewer, effective_approval, evaluate_decisions
 from toolgate.policy.escalation import check_escalations, escalate, parse_escalation
 from toolgate.policy.rules import PolicyRules
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools.spec import ApprovalClass
 
 REFUND = ApprovalClass.two_person("support", "finance", sole_approver_roles=("finance",))
@@ -108,11 +107,12 @@ def test_a_gateway_is_not_built_on_a_policy_that_would_lower_a_class(harness: Ha
         {"schema_version": 1, "policy_version": "p/1", "rules": [rule(approval="support")]}
     )
     with pytest.raises(ConfigurationError, match="would not raise"):
-        build_gateway(
+        open_test_app(
             model=ScriptedChatModel(responses=[]),
-            registry=harness.registry,
+            tools=harness.registry,
             policy=policy,
             store=harness.store,
+            start=False,
         )
 
 

@@ -20,12 +20,11 @@ from psycopg import sql
 from support import TEST_KEY, Harness, principal, start, tool_messages
 
 from toolgate.errors import CapabilityDenied, ConfigurationError, StoreError
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.store._records_postgres import role_name
 from toolgate.store.service_records import RecordsScope, open_service_records, provision_service_records
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo.records import DemoSystem
 from toolgate.tools.demo.services import DemoServices
@@ -178,7 +177,9 @@ def _gateway(harness: Harness, name: str, handler: Any) -> Any:
     specs = [replace(spec, handler=handler) if s.name == name else s for s in harness.registry.tools.values()]
     registry = Registry.of(harness.registry.release, specs, harness.system)
     model = ScriptedChatModel(responses=[])
-    return registry, build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store)
+    return registry, open_test_app(
+        model=model, tools=registry, policy=harness.policy, store=harness.store, start=False
+    ).gateway
 
 
 @pytest.mark.parametrize(
@@ -202,13 +203,13 @@ def test_a_hostile_read_handler_is_refused_fails_and_is_audited(
             tx.execute(statement)
         raise AssertionError("the capability let the statement through")
 
-    registry, gateway = _gateway(harness, "lookup_order", hostile)
+    registry, _ = _gateway(harness, "lookup_order", hostile)
     before = (_count(store, "approvals"), _count(store, "sor_crm_tokens"))
     model = ScriptedChatModel(
         responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c-1")), ai("ok")]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=harness.policy, store=store)
-    state = start(build_graph(gateway=gateway), "where is my order", "cust-ada", f"t-hostile-{target}")
+    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
+    state = start(app.compiled(), "where is my order", "cust-ada", f"t-hostile-{target}")
     answer = json.loads(str(tool_messages(state)[0].content))
     assert reached == ["acme"]
     assert answer["status"] == "failed" and answer["error"] == "server_error", answer
@@ -239,8 +240,8 @@ def test_a_refusal_the_handler_wraps_in_its_own_error_is_still_audited(store: St
     model = ScriptedChatModel(
         responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c-1")), ai("ok")]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=harness.policy, store=store)
-    state = start(build_graph(gateway=gateway), "where is my order", "cust-ada", "t-wrapped")
+    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
+    state = start(app.compiled(), "where is my order", "cust-ada", "t-wrapped")
     answer = json.loads(str(tool_messages(state)[0].content))
     assert answer["status"] == "failed" and answer["error"] == "server_error", answer
     assert [e.detail["target"] for e in _denials(store)] == ["identities"]
@@ -269,8 +270,9 @@ def test_a_hostile_write_handler_cannot_forge_audit_events_and_fails_audited(sto
             )
         ]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=harness.policy, store=store)
-    state = start(build_graph(gateway=gateway), "refund O-5512", "cust-ada", "t-hostile-write")
+    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
+    gateway = app.gateway
+    state = start(app.compiled(), "refund O-5512", "cust-ada", "t-hostile-write")
     proposal = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     approvals = _count(store, "approvals")

@@ -19,12 +19,11 @@ from typing import Any
 
 from support import Harness, principal, start, tool_messages
 
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.recovery import reconcile
 from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 
 
@@ -71,9 +70,13 @@ def _unknown_refund(harness: Harness) -> tuple[str, Any]:
     crashing = replace(refund, handler=effect_then_reset)
     specs = [crashing if s.name == "issue_refund" else s for s in harness.registry.tools.values()]
     registry = Registry.of(harness.registry.release, specs, harness.system)
-    gateway = build_gateway(
-        model=ScriptedChatModel(responses=[]), registry=registry, policy=harness.policy, store=harness.store
-    )
+    gateway = open_test_app(
+        model=ScriptedChatModel(responses=[]),
+        tools=registry,
+        policy=harness.policy,
+        store=harness.store,
+        start=False,
+    ).gateway
     model = ScriptedChatModel(
         responses=[
             ai(
@@ -103,9 +106,13 @@ def test_two_workers_reconciling_one_unknown_operation_both_return(tmp_path: Any
 
     racing = replace(refund, reconcile=found_then_wait)
     registry = Registry.of(gateway.registry.release, [racing], harness.system)
-    executor = build_gateway(
-        model=ScriptedChatModel(responses=[]), registry=registry, policy=harness.policy, store=harness.store
-    ).executor
+    executor = open_test_app(
+        model=ScriptedChatModel(responses=[]),
+        tools=registry,
+        policy=harness.policy,
+        store=harness.store,
+        start=False,
+    ).gateway.executor
     results: list[Any] = []
     errors: list[BaseException] = []
 
@@ -155,8 +162,8 @@ def test_a_crashing_read_answers_its_own_call_and_the_batch_goes_on(tmp_path: An
             ai("done"),
         ]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store)
-    state = start(build_graph(gateway=gateway), "two statuses", "omar", "t-read-crash")
+    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=harness.store, start=False)
+    state = start(app.compiled(), "two statuses", "omar", "t-read-crash")
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
     assert answers["c-worker"]["status"] == "completed"
     assert answers["c-status"]["status"] == "failed"

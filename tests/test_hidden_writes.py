@@ -15,10 +15,9 @@ from support import Harness, start, tool_messages
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import score_case
-from toolgate.graph import build_gateway, build_graph
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo import demo_specs
 from toolgate.tools.demo.release import DEMO_RELEASES
@@ -62,8 +61,10 @@ def test_a_read_that_writes_is_caught_naming_the_tool_and_the_table(harness: Har
         [*(s for s in harness.registry.tools.values() if s.name != spec.name), *check_specs],
         harness.system,
     )
-    gw = build_gateway(model=lookup_model(), registry=registry, policy=harness.policy, store=harness.store)
-    state = start(build_graph(gateway=gw), "Where is O-5512?", "cust-ada", "t-hidden")
+    app = open_test_app(
+        model=lookup_model(), tools=registry, policy=harness.policy, store=harness.store, start=False
+    )
+    state = start(app.compiled(), "Where is O-5512?", "cust-ada", "t-hidden")
     (found,) = check.take()
     assert (found.tool, found.table, found.before[0], found.after[0]) == (
         "lookup_order",

@@ -22,12 +22,12 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 import toolgate.graph.server.http as http
 import toolgate.graph.worker.waker as waker
 from toolgate.errors import ConfigurationError
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.server.serving import MAX_BODY_BYTES
 from toolgate.store import Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
 from toolgate.tools.demo.identities import demo_token
 from toolgate.tools.demo.release import DEMO_RELEASES
@@ -326,10 +326,9 @@ def test_review_details_show_what_a_preview_token_will_create(store: Store, monk
 
     def graph(*responses: Any) -> Any:
         model = ScriptedChatModel(responses=list(responses))
-        return build_graph(
-            gateway=build_gateway(model=model, registry=registry, policy=policy, store=store),
-            checkpointer=InMemorySaver(),
-        )
+        return open_test_app(
+            model=model, tools=registry, policy=policy, store=store, start=False, checkpointer=InMemorySaver()
+        ).compiled()
 
     order = {
         "vendor_id": "V-100",
@@ -350,7 +349,9 @@ def test_review_details_show_what_a_preview_token_will_create(store: Store, monk
         context=Context(principal=principal("lee")),
     )
     facts = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=registry, policy=policy, store=store)
+    gw = open_test_app(
+        model=ScriptedChatModel(responses=[]), tools=registry, policy=policy, store=store, start=False
+    ).gateway
     client = TestClient(http.create_app(lambda: gw, waker_interval_s=None))
     shown = client.get(proposal_url(facts), headers=auth("paul")).json()
     assert shown["arguments"] == {"preview_token": preview["preview_token"]}  # the token alone says nothing

@@ -14,22 +14,23 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from support import Harness, audit_events, start
 
-from toolgate.graph import build_gateway, build_graph
 from toolgate.models.offline import OfflineDemoModel
 from toolgate.models.offline_choice import fill_args, normalise_choice
+from toolgate.testing import open_test_app
 
 REFUND = "My blender arrived broken, order O-5512. Please refund it."
 
 
 def _graph(harness: Harness, choice: str) -> Any:
-    gateway = build_gateway(
+    app = open_test_app(
         model=OfflineDemoModel(),
-        registry=harness.registry,
+        tools=harness.registry,
         policy=harness.policy,
         store=harness.store,
         tool_choice=choice,
+        start=False,
     )
-    return build_graph(gateway=gateway, checkpointer=InMemorySaver())
+    return app.compiled(checkpointer=InMemorySaver())
 
 
 def _proposed(state: dict[str, Any]) -> list[str]:

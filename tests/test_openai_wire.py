@@ -22,12 +22,13 @@ from replay_openai import CHAT_PATH, FAKE_KEY, ReplayServer, Reply, chat_complet
 from support import TEST_KEY, log_text
 
 from toolgate.config import Settings
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.models.selection import load_chat_model
 from toolgate.policy import Principal
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
+from toolgate.testing import open_test_app
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 RELEASE = "ops-tools/1.0.0"
@@ -113,12 +114,14 @@ def test_langchain_openai_round_trip_through_gateway(
     initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
     try:
         registry = DEMO_RELEASES[RELEASE].registry(ReleaseEnv(store, secret=b"test-secret"))
-        graph = build_graph(
-            gateway=build_gateway(
-                model=model, registry=registry, policy=DEMO_RELEASES[RELEASE].policy, store=store
-            ),
+        graph = open_test_app(
+            model=model,
+            tools=registry,
+            policy=DEMO_RELEASES[RELEASE].policy,
+            store=store,
+            start=False,
             checkpointer=InMemorySaver(),
-        )
+        ).compiled()
         final = graph.invoke(
             {"messages": [HumanMessage("where is my order O-5512?")]},
             {"configurable": {"thread_id": "t1"}},

@@ -29,6 +29,7 @@ from toolgate.policy.admission import Admission, AdmissionLimits, Overloaded, pr
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import RateLimit, RateLimits
 from toolgate.store import PostgresStore, SQLiteStore, Store
+from toolgate.testing import open_test_app
 
 harness = local_harness(OPENAI)
 WAIT = 60.0
@@ -343,15 +344,16 @@ def test_the_global_window_refuses_through_the_graph_with_rate_limited(harness: 
 
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from toolgate.graph.builder import build_gateway, build_graph
     from toolgate.testing import ScriptedChatModel, ai, tool_call
 
     policy = replace(harness.policy, rate_limits=RateLimits(global_=RateLimit(limit=2, window_s=10**9)))
 
     def graph(*calls: Any) -> Any:
         model = ScriptedChatModel(responses=[ai("", *calls), ai("ok")])
-        gw = build_gateway(model=model, registry=harness.registry, policy=policy, store=harness.store)
-        return build_graph(gateway=gw, checkpointer=InMemorySaver())
+        app = open_test_app(
+            model=model, tools=harness.registry, policy=policy, store=harness.store, start=False
+        )
+        return app.compiled(checkpointer=InMemorySaver())
 
     ada = start(graph(tool_call("lookup_order", {"order_id": "O-5512"}, "a1")), "x", "cust-ada", "g-ada")
     gina = start(graph(tool_call("lookup_order", {"order_id": "O-7001"}, "g0")), "x", "cust-gina", "g-1")

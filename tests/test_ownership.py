@@ -17,12 +17,12 @@ from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import ApprovalError, IdentityError
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.nodes.batch import partition
 from toolgate.graph.review.decisions import decide
 from toolgate.policy import PolicyRules, Principal
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import ApprovalClass, NoRollback, Registry, ResourceRef, ToolSpec
 from toolgate.tools.spec import HandlerContext, ResourceStatus, StrictArgs, ToolResult
 
@@ -207,10 +207,14 @@ def test_a_list_item_owned_by_someone_else_refuses_the_call(
     registry = Registry.of("travel/1.0.0", [pay_spec(system)], system)
     args = {"reservation_id": "R-1", "payments": [{"payment_id": p, "amount_cents": 500} for p in payments]}
     model = ScriptedChatModel(responses=[ai("", tool_call("pay_reservation", args, "p1")), ai("ok")])
-    graph = build_graph(
-        gateway=build_gateway(model=model, registry=registry, policy=_no_rules(), store=harness.store),
+    graph = open_test_app(
+        model=model,
+        tools=registry,
+        policy=_no_rules(),
+        store=harness.store,
+        start=False,
         checkpointer=_saver(),
-    )
+    ).compiled()
     state = start(graph, "pay it", "cust-ada", f"t-pay-{expected}")
     got = payload(state, "p1")
     assert got["error"] == expected and got["retryable"] is (expected == "semantic_invalid")
@@ -229,10 +233,14 @@ def test_a_third_party_tool_runs_once_for_its_owner_and_never_for_another_user(h
             ai("ok"),
         ]
     )
-    graph = build_graph(
-        gateway=build_gateway(model=model, registry=registry, policy=_no_rules(), store=harness.store),
+    graph = open_test_app(
+        model=model,
+        tools=registry,
+        policy=_no_rules(),
+        store=harness.store,
+        start=False,
         checkpointer=_saver(),
-    )
+    ).compiled()
     waiting = start(graph, "pay", "cust-ada", "t-pay-own")
     proposals = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
     assert [p["call_id"] for p in proposals] == ["mine"]
@@ -354,8 +362,11 @@ def _saver() -> Any:
 
 
 def build_graph_gateway(registry: Registry, harness: Harness) -> Any:
-    from toolgate.graph import build_gateway
 
-    return build_gateway(
-        model=ScriptedChatModel(responses=[]), registry=registry, policy=_no_rules(), store=harness.store
-    )
+    return open_test_app(
+        model=ScriptedChatModel(responses=[]),
+        tools=registry,
+        policy=_no_rules(),
+        store=harness.store,
+        start=False,
+    ).gateway

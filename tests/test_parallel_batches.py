@@ -24,12 +24,12 @@ from test_demo_tools import (
     assert_both_read_before_either_wrote,
 )
 
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry, ResourceRef
 from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
 from toolgate.tools.demo.identities import seed_demo_identities
@@ -59,10 +59,14 @@ class Wide:
         self.policy = DEMO_RELEASES[WIDE_RELEASE].policy
 
     def graph(self, model: ScriptedChatModel) -> Any:
-        return build_graph(
-            gateway=build_gateway(model=model, registry=self.registry, policy=self.policy, store=self.store),
+        return open_test_app(
+            model=model,
+            tools=self.registry,
+            policy=self.policy,
+            store=self.store,
+            start=False,
             checkpointer=InMemorySaver(),
-        )
+        ).compiled()
 
     def on_hand(self, sku: str = "SKU-7") -> int:
         with self.store.transaction(write=False) as tx:
@@ -99,12 +103,13 @@ def two_same_sku_adjustments(wide: Wide) -> int:
         config,
         context=Context(principal=principal("lee")),
     )
-    gw = build_gateway(
+    gw = open_test_app(
         model=ScriptedChatModel(responses=[]),
-        registry=wide.registry,
+        tools=wide.registry,
         policy=wide.policy,
         store=wide.store,
-    )
+        start=False,
+    ).gateway
     for proposal in first["__interrupt__"][0].value["toolgate"]["proposals"]:
         decide(gw, proposal["proposal_id"], principal("wanda"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), config, context=Context())

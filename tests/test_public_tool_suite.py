@@ -26,10 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from support import Harness, start, tool_messages
 
 from toolgate.errors import RegistryError
-from toolgate.graph import build_gateway, build_graph
 from toolgate.policy import PolicyRules
 from toolgate.releases.bundle import NoResources
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.arguments import ArgumentsInvalid
 from toolgate.tools.declared.formats import ASSERTED_FORMATS
@@ -244,9 +243,9 @@ def test_public_tools_end_to_end_through_the_graph(harness: Harness) -> None:
     calls = [tool_call(specs[key].wire_name, valid[key]["args"], f"ok_{key}") for key in E2E]
     calls += [tool_call(specs[key].wire_name, args, call_id) for call_id, (key, args) in invalid.items()]
     model = ScriptedChatModel(responses=[ai("", *calls), ai("Done.")])
-    graph = build_graph(
-        gateway=build_gateway(model=model, registry=registry, policy=RULES, store=harness.store)
-    )
+    graph = open_test_app(
+        model=model, tools=registry, policy=RULES, store=harness.store, start=False
+    ).compiled()
     final = start(graph, "Use the public tools.", "sam", "t-public")
     model.assert_complete()
     sent = sorted(t["function"]["name"] for t in model.requests[0].tools)

@@ -21,11 +21,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from support import TEST_KEY, Harness, audit_events, principal, start
 
 from toolgate.errors import REJECTION_CODES, RegistryError
-from toolgate.graph import build_gateway, build_graph
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import RateLimits
 from toolgate.store import PostgresStore, SQLiteStore, Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.audit import audit_specs
 from toolgate.tools.manifest import tool_fingerprint
@@ -44,8 +43,10 @@ def run(harness: Harness, registry: Registry, user: str, thread: str, clock: Any
     """One task: ``user``'s model calls lookup_order once, then answers. Returns the call's answer."""
     model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, f"{thread}-c")), ai("ok")])
     extra = {"clock": clock} if clock is not None else {}
-    gw = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store, **extra)
-    state = start(build_graph(gateway=gw, checkpointer=InMemorySaver()), "x", user, thread)
+    app = open_test_app(
+        model=model, tools=registry, policy=harness.policy, store=harness.store, **extra, start=False
+    )
+    state = start(app.compiled(checkpointer=InMemorySaver()), "x", user, thread)
     [answer] = [json.loads(m.content) for m in state["messages"] if getattr(m, "tool_call_id", None)]
     return answer
 

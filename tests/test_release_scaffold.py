@@ -25,6 +25,7 @@ from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.identities import IdentityDirectory, load_seed_file
 from toolgate.releases.loader import load_release
 from toolgate.store import SQLiteStore
+from toolgate.testing import open_test_app
 
 NAME = "acme-tools"
 
@@ -114,17 +115,9 @@ def test_the_langgraph_server_serves_the_scaffolded_release(scaffolded: Path, tm
             proposal = interrupts_of(client.threads.get_state(thread))[0]["value"]["toolgate"]["proposals"][0]
         store = open_test_store(data)
         try:
-            from toolgate.graph.builder import build_gateway
             from toolgate.graph.review.decisions import decide
-            from toolgate.releases.bundle import ReleaseEnv
-            from toolgate.testing import ScriptedChatModel
 
-            gateway = build_gateway(
-                model=ScriptedChatModel(responses=[]),
-                registry=release.registry(ReleaseEnv(store, secret=TEST_KEY)),
-                policy=release.policy,
-                store=store,
-            )
+            gateway = open_test_app(release=release, store=store, start=False).gateway
             sam = IdentityDirectory(store).authenticate("sam", "token-of-sam-0123456789")
             decide(gateway, proposal["proposal_id"], sam, "approve")
             with client_as(server, None, token="token-of-ada-0123456789") as client:

@@ -19,12 +19,11 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from support import Harness, audit_events, principal, start, tool_messages
 
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.context import Context
 from toolgate.graph.nodes.tool_offer import offer_for
 from toolgate.graph.rollout.shadow import ask_candidate
 from toolgate.policy.tool_selection import Conversation, select_tools
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.spec import Deprecation
 
@@ -57,10 +56,10 @@ def run(
     """One task of cust-ada's with a scripted model; the model and the final state."""
     model = ScriptedChatModel(responses=responses)
     extra = {"clock": clock} if clock is not None else {}
-    gw = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store, **extra)
-    state = start(
-        build_graph(gateway=gw, checkpointer=InMemorySaver()), "where is O-5512?", "cust-ada", thread
+    app = open_test_app(
+        model=model, tools=registry, policy=harness.policy, store=harness.store, **extra, start=False
     )
+    state = start(app.compiled(checkpointer=InMemorySaver()), "where is O-5512?", "cust-ada", thread)
     return model, state
 
 
@@ -197,7 +196,9 @@ def test_a_shadowed_candidate_is_not_offered_its_retired_tool_either(harness: Ha
     """The shadow asks a candidate with the tools its own model node would offer: no retired one."""
     model = ScriptedChatModel(responses=[ai("Nothing to do.")])
     registry = deprecated(harness, harness.store.now() - 2 * WINDOW)
-    candidate = build_gateway(model=model, registry=registry, policy=harness.policy, store=harness.store)
+    candidate = open_test_app(
+        model=model, tools=registry, policy=harness.policy, store=harness.store, start=False
+    ).gateway
     ask_candidate(candidate, principal("cust-ada"), [HumanMessage("where is O-5512?")], Context())
     assert model.requests[0].tool_names == ["issue_refund"]
 

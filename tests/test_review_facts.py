@@ -20,10 +20,10 @@ from support import Harness, principal, tool_messages
 
 import toolgate.graph.server.http as http
 from toolgate.errors import RegistryError, ToolExecutionError
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.review.facts import UNAVAILABLE
 from toolgate.store import Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
 from toolgate.tools.demo.identities import demo_token
 from toolgate.tools.demo.release import DEMO_RELEASES
@@ -64,8 +64,8 @@ def pending(store: Store, registry: Registry) -> tuple[Any, dict[str, Any], dict
 
     def graph(*responses: Any) -> Any:
         model = ScriptedChatModel(responses=list(responses))
-        gateway = build_gateway(model=model, registry=registry, policy=POLICY, store=store)
-        return build_graph(gateway=gateway, checkpointer=saver)
+        app = open_test_app(model=model, tools=registry, policy=POLICY, store=store, start=False)
+        return app.compiled(checkpointer=saver)
 
     previewed = graph(ai("", tool_call("preview_purchase_order", ORDER, "p1")), ai("here")).invoke(
         {"messages": [("user", "3 laptops from V-100")]},
@@ -83,7 +83,9 @@ def pending(store: Store, registry: Registry) -> tuple[Any, dict[str, Any], dict
 
 
 def api_view(store: Store, registry: Registry, facts: dict[str, Any]) -> dict[str, Any]:
-    gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=registry, policy=POLICY, store=store)
+    gw = open_test_app(
+        model=ScriptedChatModel(responses=[]), tools=registry, policy=POLICY, store=store, start=False
+    ).gateway
     client = TestClient(http.create_app(lambda: gw, waker_interval_s=None))
     reply = client.get(
         f"/toolgate/proposals/{facts['proposal_id']}",

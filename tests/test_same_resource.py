@@ -25,13 +25,13 @@ from langgraph.types import Command
 from support import TEST_KEY, principal, shift_store_clock, tool_messages
 from test_demo_tools import WINDOW_TIMEOUT_S, ReadWriteWindow
 
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.delivery.same_resource import resource_keys
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import PostgresStore, SQLiteStore, Store
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import ResourceRef
 from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
 from toolgate.tools.demo.identities import seed_demo_identities
@@ -73,8 +73,14 @@ class Side:
         self.registry = replace(registry, tools={**registry.tools, spec.name: wrap(spec)})
         self.policy = DEMO_RELEASES[WIDE_RELEASE].policy
 
+    def app(self, model: ScriptedChatModel) -> Any:
+        """This side's release around ``model``, built by the composition root."""
+        return open_test_app(
+            model=model, tools=self.registry, policy=self.policy, store=self.store, start=False
+        )
+
     def gateway(self, model: ScriptedChatModel) -> Any:
-        return build_gateway(model=model, registry=self.registry, policy=self.policy, store=self.store)
+        return self.app(model).gateway
 
     def approved_run(self, thread_id: str, delta: int) -> tuple[Any, dict[str, Any], str]:
         """A graph run that proposed ``delta`` units of SKU-7, its proposal approved: resuming it
@@ -82,9 +88,8 @@ class Side:
         call = tool_call(
             "update_inventory", {"sku": "SKU-7", "delta": delta, "reason": "received"}, thread_id
         )
-        graph = build_graph(
-            gateway=self.gateway(ScriptedChatModel(responses=[ai("", call), ai("done")])),
-            checkpointer=InMemorySaver(),
+        graph = self.app(ScriptedChatModel(responses=[ai("", call), ai("done")])).compiled(
+            checkpointer=InMemorySaver()
         )
         config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
         with self.store.transaction() as tx:

@@ -101,13 +101,11 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     ):
         mp.setenv("NO_PROXY", LOCAL_HOSTS)
         mp.setenv("no_proxy", LOCAL_HOSTS)
-        from toolgate.graph import build_gateway
         from toolgate.graph.bootstrap import initialize_store
         from toolgate.policy.identities import IdentityDirectory
-        from toolgate.releases.bundle import ReleaseEnv
         from toolgate.settings import DEFAULT_RELEASE
         from toolgate.store import SQLiteStore
-        from toolgate.testing import ScriptedChatModel
+        from toolgate.testing import open_test_app
         from toolgate.tools.demo.identities import seed_demo_identities
         from toolgate.tools.demo.release import DEMO_RELEASES
 
@@ -116,12 +114,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         try:
             initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
             seed_demo_identities(IdentityDirectory(store))
-            gateway = build_gateway(
-                model=ScriptedChatModel(responses=[]),
-                registry=DEMO_RELEASES[DEFAULT_RELEASE].registry(ReleaseEnv(store, secret=TEST_KEY)),
-                policy=DEMO_RELEASES[DEFAULT_RELEASE].policy,
-                store=store,
-            )
+            gateway = open_test_app(release=DEMO_RELEASES[DEFAULT_RELEASE], store=store, start=False).gateway
             with client_as(server, "cust-ada") as client, client_as(server, "omar") as operator:
                 yield Rig(server=server, client=client, operator=operator, store=store, gateway=gateway)
         finally:

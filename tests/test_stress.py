@@ -22,11 +22,10 @@ THREADS = 64
 WORKER = """
 import random, sys, time
 from concurrent.futures import ThreadPoolExecutor
-from toolgate.graph import build_gateway
 from toolgate.policy import PolicyRules
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.store import PostgresStore
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE
 from toolgate.tools.demo import DemoSystem, demo_specs
@@ -36,8 +35,8 @@ keys = open(keys_file).read().split()
 random.Random(worker).shuffle(keys)
 store = PostgresStore(url, key=KEY_LITERAL, max_size=12)
 system = DemoSystem(store)
-gw = build_gateway(model=ScriptedChatModel(responses=[]), registry=Registry.of(REFUND_RELEASE, demo_specs(system), system),
-                   policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store)
+gw = open_test_app(tools=Registry.of(REFUND_RELEASE, demo_specs(system), system),
+                   policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store, start=False).gateway
 store.get_operation("warm-up")
 time.sleep(max(0.0, start_at - time.time()))
 with ThreadPoolExecutor(max_workers=int(sys.argv[5])) as pool:

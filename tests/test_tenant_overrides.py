@@ -23,14 +23,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start, tool_messages
 
 from toolgate.errors import RegistryError, ToolExecutionError
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.delivery.handler_scope import handler_context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.rollout.manifest import release_manifest
 from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import Store
-from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, tool_call
+from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.credentials import HmacCredentialProvider, ServiceScope
 from toolgate.tools.demo import WIDE_RELEASE
 from toolgate.tools.demo.crm import CrmApi
@@ -72,8 +72,8 @@ def lookup(store: Store, registry: Registry, who: Principal, contact: str, **con
     model = ScriptedChatModel(
         responses=[ai("", tool_call("crm_lookup_contact", {"contact_id": contact}, "c1")), ai("done")]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=WIDE.policy, store=store)
-    graph = build_graph(gateway=gateway, checkpointer=InMemorySaver())
+    app = open_test_app(model=model, tools=registry, policy=WIDE.policy, store=store, start=False)
+    graph = app.compiled(checkpointer=InMemorySaver())
     state: dict[str, Any] = graph.invoke(
         {"messages": [HumanMessage(f"who is contact {contact}?")]},
         {"configurable": {"thread_id": f"t-{who.user_id}-{contact}"}},
@@ -169,10 +169,14 @@ def test_the_tenant_comes_from_the_authenticated_principal_not_from_the_thread(s
     model = ScriptedChatModel(
         responses=[ai("", tool_call("crm_lookup_contact", {"contact_id": "C-200"}, "c1")), ai("done")]
     )
-    graph = build_graph(
-        gateway=build_gateway(model=model, registry=registry, policy=WIDE.policy, store=store),
+    graph = open_test_app(
+        model=model,
+        tools=registry,
+        policy=WIDE.policy,
+        store=store,
+        start=False,
         checkpointer=InMemorySaver(),
-    )
+    ).compiled()
     config = {"configurable": {"thread_id": "t-owner"}}
     graph.invoke(
         {"messages": [HumanMessage("hello")]}, config, context=Context(principal=person("gia", "globex"))
@@ -348,7 +352,9 @@ def test_a_tenants_write_is_proposed_approved_and_run_with_its_own_implementatio
     # a process whose release lacks the override refuses to run the approval (pinned to the revision)
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     shared = Registry.of(registry.release, registry.tools.values(), harness.system)
-    elsewhere = build_gateway(model=model, registry=shared, policy=harness.policy, store=store)
+    elsewhere = open_test_app(
+        model=model, tools=shared, policy=harness.policy, store=store, start=False
+    ).gateway
     refused = elsewhere.executor.deliver(facts["operation_key"], worker_id="w-shared")
     assert refused.claim == "NOT_ATTEMPTED" and "not executable here" in refused.reason
     assert ran == [] and harness.handler_calls.get("issue_refund", 0) == 0 and harness.refunds() == 0

@@ -19,14 +19,13 @@ from replay_openai import usage as openai_usage
 from support import TEST_KEY, Harness, audit_events, start
 
 from toolgate.errors import RegistryError
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.nodes.tool_offer import offer_for, step_choice
 from toolgate.graph.rollout.manifest import release_manifest, verified_release
 from toolgate.models.selection import load_chat_model
 from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.demo.release import DEMO_RELEASES
 
 REFUND = DEMO_RELEASES["ops-tools/1.0.0"]
@@ -113,10 +112,15 @@ def test_a_principal_offered_no_tool_gets_a_plain_request_recorded_as_none(sqlit
 
 
 def _graph(harness: Harness, model: Any, choice: str) -> Any:
-    gateway = build_gateway(
-        model=model, registry=harness.registry, policy=harness.policy, store=harness.store, tool_choice=choice
+    app = open_test_app(
+        model=model,
+        tools=harness.registry,
+        policy=harness.policy,
+        store=harness.store,
+        tool_choice=choice,
+        start=False,
     )
-    return build_graph(gateway=gateway, checkpointer=InMemorySaver())
+    return app.compiled(checkpointer=InMemorySaver())
 
 
 def test_a_named_tool_is_forced_on_the_request_then_auto_and_none_on_the_last_turn(harness: Harness) -> None:

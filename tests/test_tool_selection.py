@@ -19,7 +19,6 @@ from support import TEST_KEY, audit_events, principal, start, tool_messages
 
 from toolgate.evals.catalog_wide import DISTRACTORS, wide_catalog
 from toolgate.evals.selection_measure import measure, selection_cases
-from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.nodes.prompt_cache import prefix_digest
 from toolgate.graph.nodes.tool_offer import conversation_of
@@ -29,7 +28,7 @@ from toolgate.policy.principal import Principal
 from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.registry import Registry
@@ -208,8 +207,8 @@ def test_a_visible_tool_not_offered_is_still_judged_normally_and_the_offer_is_au
             ai("Done."),
         ]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=WIDE.policy, store=sqlite)
-    graph = build_graph(gateway=gateway, checkpointer=InMemorySaver())
+    app = open_test_app(model=model, tools=registry, policy=WIDE.policy, store=sqlite, start=False)
+    graph = app.compiled(checkpointer=InMemorySaver())
     final = start(graph, "Where is order O-5512?", "lee", "t-offer", max_tools_per_request=1)
     assert model.requests[0].tool_names == ["lookup_order"]
     results = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
@@ -232,11 +231,12 @@ def test_the_wire_carries_only_the_offer_and_the_cache_key_is_over_it(
     registry = WIDE.registry(ReleaseEnv(store=sqlite, secret=TEST_KEY))
     answer = response("resp_sel", [message_item("msg_sel", "ok")], model="gpt-5-mini", tokens=usage(3, 1))
     with OPENAI.serve([answer]) as replay:
-        gateway = build_gateway(
-            model=OPENAI.model_on(replay), registry=registry, policy=WIDE.policy, store=sqlite
+        app = open_test_app(
+            model=OPENAI.model_on(replay), tools=registry, policy=WIDE.policy, store=sqlite, start=False
         )
+        gateway = app.gateway
         start(
-            build_graph(gateway=gateway, checkpointer=InMemorySaver()),
+            app.compiled(checkpointer=InMemorySaver()),
             "Stock of SKU-7?",
             "lee",
             "t-w",

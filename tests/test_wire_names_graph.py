@@ -13,11 +13,11 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict
 from support import Harness, principal, start, tool_messages
 
-from toolgate.graph import Context, build_gateway, build_graph
+from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.policy import PolicyRules
 from toolgate.releases.bundle import NoResources
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import ApprovalClass, NoRollback, Registry
 from toolgate.tools.shapes.thirdparty import spec_from_tool_definition
 
@@ -81,8 +81,9 @@ def test_people_read_the_real_name_and_a_declared_non_identity_passes(harness: H
             ai("posted"),
         ]
     )
-    gateway = build_gateway(model=model, registry=registry, policy=rules, store=harness.store)
-    graph = build_graph(gateway=gateway, checkpointer=InMemorySaver())
+    app = open_test_app(model=model, tools=registry, policy=rules, store=harness.store, start=False)
+    gateway = app.gateway
+    graph = app.compiled(checkpointer=InMemorySaver())
     waiting = start(graph, "post the loan", "rita", "t-wire")
     assert [t["function"]["name"] for t in model.requests[0].tools] == [spec.wire_name]
     value = waiting["__interrupt__"][0].value

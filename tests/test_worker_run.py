@@ -33,7 +33,6 @@ from worker_run_release import TOOL, release
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import StoreError
-from toolgate.graph import build_gateway
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
@@ -42,7 +41,7 @@ from toolgate.graph.worker.loop import LoopOptions, LoopSummary, WorkerLoop
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import PostgresStore, Store
-from toolgate.testing import ScriptedChatModel
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools.demo.identities import seed_demo_identities
 
 RELEASE_REF = f"{REPO / 'tests' / 'worker_run_release.py'}:release"
@@ -60,9 +59,9 @@ def gateway_on(store: Store) -> Gateway:
     initialize_store(store, release)
     seed_demo_identities(IdentityDirectory(store))
     registry = release.registry(ReleaseEnv(store, secret=TEST_KEY))
-    return build_gateway(
-        model=ScriptedChatModel(responses=[]), registry=registry, policy=release.policy, store=store
-    )
+    return open_test_app(
+        model=ScriptedChatModel(responses=[]), tools=registry, policy=release.policy, store=store, start=False
+    ).gateway
 
 
 def propose(gw: Gateway, label: str) -> tuple[str, str]:
