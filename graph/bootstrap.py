@@ -133,7 +133,8 @@ class GatewayParts:
     server_mode: bool = False
     clock: Clock | None = None
     breakers: BreakerRegistry | None = None
-    """The circuit breakers of the first gateway: one set per process (`None` before it)."""
+    """The circuit breakers every gateway of the process shares (`None`: `build_gateway` makes a
+    set kept in the store)."""
 
     def gateway(self, served: ServedRelease, model: BaseChatModel) -> Gateway:
         """``served``'s gateway around ``model`` (the one call of `build_gateway` in the root)."""
