@@ -12,7 +12,7 @@ from langgraph.types import Command
 from support import TEST_KEY, principal, shift_store_clock
 
 from toolgate.graph import Context
-from toolgate.graph.bootstrap import initialize_store
+from toolgate.graph.bootstrap import App, initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.waits.progress import WaitPass, graph_resumer
@@ -51,21 +51,25 @@ class WaitWorld:
         )
         self.saver = InMemorySaver()
         self.config: Any = {"configurable": {"thread_id": THREAD}}
-        self.app = open_test_app(
+
+    def app(self) -> App:
+        """The wide release around this world's registry and model as they are now (a subclass
+        replaces the registry), on the shared checkpointer, built by the composition root."""
+        return open_test_app(
             release=DEMO_RELEASES[WIDE_RELEASE],
             tools=self.registry,
             model=self.model,
-            store=store,
+            store=self.store,
             checkpointer=self.saver,
             start=False,
         )
 
     def gateway(self) -> Gateway:
-        return self.app.gateway_with(self.model)
+        return self.app().gateway
 
     def graph(self) -> Any:
         """A graph on the shared checkpointer (a new one per 'process')."""
-        return self.app.compiled(self.gateway())
+        return self.app().compiled()
 
     def advance(self, seconds: float) -> None:
         """Move both clocks (the job's and the store's) ``seconds`` on; nothing sleeps."""
