@@ -260,7 +260,6 @@ class Demo:
     def __init__(self, store: Any) -> None:
         from toolgate.graph.bootstrap import initialize_store
         from toolgate.policy.identities import IdentityDirectory
-        from toolgate.testing import open_test_app
         from toolgate.tools import Registry
         from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
         from toolgate.tools.demo.identities import demo_principals, seed_demo_identities
@@ -273,20 +272,28 @@ class Demo:
         self.registry = Registry.of(REFUND_RELEASE, demo_specs(self.system), self.system)
         self.policy = bench_policy(REFUND_RELEASE)
         self.principals = demo_principals()
-        self.app = open_test_app(
+
+    def app(self, model: Any) -> Any:
+        """The demo around ``model`` with this demo's registry and policy as they are now (a
+        benchmark may replace either), built by the composition root."""
+        from toolgate.testing import open_test_app
+        from toolgate.tools.demo import REFUND_RELEASE
+        from toolgate.tools.demo.release import DEMO_RELEASES
+
+        return open_test_app(
             release=DEMO_RELEASES[REFUND_RELEASE],
             tools=self.registry,
             policy=self.policy,
-            store=store,
+            model=model,
+            store=self.store,
             start=False,
         )
-        """The demo around the bench's policy, built by the composition root."""
 
     def gateway(self, model: Any) -> Any:
-        return self.app.gateway_with(model)
+        return self.app(model).gateway
 
     def graph(self, model: Any, saver: Any) -> Any:
-        return self.app.compiled(self.gateway(model), checkpointer=saver)
+        return self.app(model).compiled(checkpointer=saver)
 
     def context(self, user: str = "cust-ada", **knobs: Any) -> Any:
         from toolgate.graph import Context

@@ -57,8 +57,8 @@ def main() -> None:
             profile.disable()
             report(profile, "read", args.rounds)
 
-            gateway = demo.gateway(write_script(args.rounds, "w"))
-            wgraph = demo.app.compiled(gateway, checkpointer=saver)
+            write_app = demo.app(write_script(args.rounds, "w"))
+            gateway, wgraph = write_app.gateway, write_app.compiled(checkpointer=saver)
             fiona = demo.principals["fiona"]
 
             def write(n: int) -> None:

@@ -128,8 +128,8 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
         saver_counter = SaverCounter(saver)
         plain = plain_graph(demo, script(rounds, "p"), saver)
         gw_model = script(rounds, "g")
-        gateway = demo.gateway(gw_model)
-        toolgate = demo.app.compiled(gateway, checkpointer=saver)
+        gateway_app = demo.app(gw_model)
+        gateway, toolgate = gateway_app.gateway, gateway_app.compiled(checkpointer=saver)
         context, resume_context = demo.context(), demo.context(user="fiona").__class__()
         counts: dict[str, dict[str, int]] = {}
 
