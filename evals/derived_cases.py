@@ -202,6 +202,9 @@ class Seed:
     call: ScriptedCall
     credentials: tuple[tuple[str, str], ...] = ()
     """The seed case's forwarded credentials."""
+    starts_at: str | None = None
+    """The seed case's moment (`EvalCase.starts_at`): a case derived from it runs then too, so a
+    seed pinned inside opening hours does not make its derived cases depend on the time of day."""
 
     @property
     def independent(self) -> bool:
@@ -237,6 +240,7 @@ def seeds_of(cases: Iterable[EvalCase], people: Mapping[str, Principal]) -> dict
                             tuple(prefix),
                             call,
                             tuple(sorted(case.credentials.items())),
+                            case.starts_at,
                         )
                     )
             if any(case.expected.calls.get(c.id) != "accepted" for c in turn):
@@ -403,7 +407,7 @@ class _Builder:
                 "people": list(everyone.values()),
                 "credentials": dict(seed.credentials),
                 "prelude": first,
-                "starts_at": starts_at,
+                "starts_at": starts_at or seed.starts_at,
                 "input": f"[gate] {family} of {target}",
                 "turns": turns,
                 "final": "Done.",

@@ -363,6 +363,12 @@ def test_opening_hours_are_probed_at_chosen_times_of_day(
     from toolgate.store.sqlite import SQLiteStore
 
     release, data = tickets
+    # the ticket dataset's own cases pin no time of day; under a rule of opening hours they would
+    # run at the host's time and fail after 18:00 in Paris, so they start at 13:30 there
+    in_hours = "2030-01-15T12:30:00.000000Z"
+    data = replace(
+        data, cases=tuple(c.model_copy(update={"starts_at": c.starts_at or in_hours}) for c in data.cases)
+    )
     hours = {
         "id": "tickets.office_hours",
         "tool": "close_ticket",
