@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolgate.clock import parse_iso
-from toolgate.store._operation_rows import later
+from toolgate.clock import later, parse_iso
 from toolgate.store.breakers import Admit, BreakerRow
 
 if TYPE_CHECKING:

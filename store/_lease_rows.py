@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolgate.store._operation_rows import later
+from toolgate.clock import later
 
 if TYPE_CHECKING:
     from toolgate.store.base import Tx

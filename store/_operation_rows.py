@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from toolgate.canonical import canonical_json
-from toolgate.clock import iso, parse_iso
+from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
 
 if TYPE_CHECKING:
     from toolgate.store.base import Tx
-
-
-def later(now: str, seconds: float) -> str:
-    """``now`` (`iso` text) moved by ``seconds``."""
-    return iso(parse_iso(now) + timedelta(seconds=seconds))
 
 
 def _loads(value: Any) -> Any:
@@ -191,4 +185,4 @@ class OperationRows:
         return bool(rows)
 
 
-__all__ = ["OperationRows", "later", "operation_of"]
+__all__ = ["OperationRows", "operation_of"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolgate.store._operation_rows import later
+from toolgate.clock import later
 from toolgate.store.slots import SlotRow
 
 if TYPE_CHECKING:

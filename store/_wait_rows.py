@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from toolgate.store._operation_rows import later
+from toolgate.clock import later
 from toolgate.store.waits import WaitIn, WaitRecord, WaitState, wait_mac_fields
 
 if TYPE_CHECKING:
