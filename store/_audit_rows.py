@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.clock import new_id
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
-from toolgate.store.chain import AUDIT_FIELDS, audit_hash, audit_row_content
+from toolgate.store.audit_records import AUDIT_FIELDS, AuditEvent, AuditEventIn, audit_hash, audit_row_content
 
 if TYPE_CHECKING:
     from toolgate.store.base import Tx

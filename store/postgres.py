@@ -18,8 +18,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from toolgate.errors import StoreError
+from toolgate.store.audit_records import AUDIT_FIELDS, GENESIS_HASH
 from toolgate.store.base import Tx
-from toolgate.store.chain import AUDIT_FIELDS, GENESIS_HASH
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 from toolgate.store.sql import SqlStore

@@ -27,8 +27,8 @@ from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
 from toolgate.store._slot_rows import SlotRows
 from toolgate.store._wait_rows import WaitRows
+from toolgate.store.audit_records import AUDIT_FIELDS
 from toolgate.store.base import Store, Tx
-from toolgate.store.chain import AUDIT_FIELDS
 from toolgate.store.migrations import MIGRATIONS, Migration
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
+from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import Tx, iter_statements
-from toolgate.store.chain import GENESIS_HASH
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 from toolgate.store.sql import SqlStore

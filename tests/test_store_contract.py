@@ -43,7 +43,8 @@ from toolgate.store import (
     SQLiteStore,
     Store,
 )
-from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content, verify_chain
+from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.store.chain import verify_chain
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
 from toolgate.store.waits import WaitIn

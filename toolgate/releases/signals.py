@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from toolgate.clock import parse_iso
 from toolgate.policy.approvals import evaluate_decisions
 from toolgate.releases.rules import Signals
+from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.base import Store
-from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.tools.spec import ApprovalClass
 
 ApprovalLookup = Callable[[str], ApprovalClass | None]
