@@ -24,7 +24,8 @@ from toolgate.graph import build_gateway, build_graph
 from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.store._records_postgres import role_name
-from toolgate.store.service_records import RecordsScope, open_service_records, provision_service_records
+from toolgate.store.records_scope import RecordsScope
+from toolgate.store.service_records import open_service_records, provision_service_records
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo.records import DemoSystem
