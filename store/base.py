@@ -11,6 +11,7 @@ import abc
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from toolgate.store.audit_lookup import AuditLookup
@@ -35,7 +36,7 @@ from toolgate.store.waits import DurableWaits
 
 
 class Store(
-    ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, AuditLookup, abc.ABC
+    SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, AuditLookup, abc.ABC
 ):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
@@ -46,6 +47,28 @@ class Store(
     token hashes and state seals. Every process sharing one database must hold the same secret."""
     read_only: bool = False
     """True for stores opened only to read (verification commands): every write fails."""
+    dialect: str = "sql"
+    """The SQL dialect the aggregates speak to it: ``"sqlite"`` or ``"postgres"``."""
+
+    # ---- the aggregates (each a module with its API and both dialects' SQL) ----------
+
+    @cached_property
+    def leases(self) -> ResourceLeases:
+        """Resource leases: one holder per resource."""
+        return ResourceLeases(self)
+
+    # ---- the connection layer a backend provides -------------------------------------
+
+    @abc.abstractmethod
+    def _tx_now(self, tx: Tx) -> str:
+        """The database's current time as `iso` text, read inside ``tx``."""
+
+    @abc.abstractmethod
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """Take the audit chain's lock (held until ``tx`` ends) and read, under it, the store's
+        time and the hash of the chain's last event: ``(now, last_hash)``, the genesis hash for an
+        empty chain. Called as the last step of a transaction, so the lock covers only linking the
+        new events and the commit, never the state change's own round trips."""
 
     @abc.abstractmethod
     def now(self) -> datetime:

@@ -22,7 +22,6 @@ from toolgate.store._breaker_rows import BreakerRows
 from toolgate.store._counter_rows import CounterRows
 from toolgate.store._delegation_rows import DelegationRows
 from toolgate.store._identity_rows import IdentityRows
-from toolgate.store._lease_rows import LeaseRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
 from toolgate.store._slot_rows import SlotRows
@@ -38,7 +37,6 @@ class SqlStore(
     AuditRows,
     CounterRows,
     IdentityRows,
-    LeaseRows,
     DelegationRows,
     BreakerRows,
     WaitRows,
@@ -52,7 +50,6 @@ class SqlStore(
     (`ProposalRows`), the operation lifecycle and dead letters (`OperationRows`), the audit chain
     (`AuditRows`), rate counters (`CounterRows`) and identities (`IdentityRows`)."""
 
-    dialect: str = "sql"
     _initializer: Callable[[Store], None] | None = None
     _initialized: bool = False
     _init_lock = threading.RLock()
@@ -82,13 +79,6 @@ class SqlStore(
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
         """A unit of work; ``write=True`` takes the write lock up front."""
 
-    @abc.abstractmethod
-    def _chain_head(self, tx: Tx) -> tuple[str, str]:
-        """Take the audit chain's lock (held until ``tx`` ends) and read, under it, the store's
-        time and the hash of the chain's last event: ``(now, last_hash)``, the genesis hash for an
-        empty chain. Called as the last step of a transaction, so the lock covers only linking the
-        new events and the commit, never the state change's own round trips."""
-
     def _insert_audit_rows(
         self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
     ) -> list[dict[str, Any]]:
@@ -115,10 +105,6 @@ class SqlStore(
     @abc.abstractmethod
     def _lock_migrations(self, tx: Tx) -> None:
         """Serialize concurrent migration runs across processes."""
-
-    @abc.abstractmethod
-    def _tx_now(self, tx: Tx) -> str:
-        """The database's current time as `iso` text, read inside ``tx``."""
 
     def now(self) -> datetime:
         with self.transaction(write=False) as tx:

@@ -149,7 +149,7 @@ class FirstWaitsForARefusal:
         self.calls: list[int] = []
         self._lock = threading.Lock()
         for store in stores:
-            acquire = store.acquire_resources
+            acquire = store.leases.acquire
 
             def watched(keys: Any, holder: str, lease_s: float, _acquire: Any = acquire) -> bool:
                 taken = bool(_acquire(keys, holder, lease_s))
@@ -157,7 +157,7 @@ class FirstWaitsForARefusal:
                     self.refused.set()
                 return taken
 
-            monkeypatch.setattr(store, "acquire_resources", watched)
+            monkeypatch.setattr(store.leases, "acquire", watched)
 
     def reset(self) -> None:
         self.refused.clear()
@@ -270,7 +270,7 @@ def test_a_resource_still_busy_after_the_wait_is_refused_stably_and_audited_and_
     calls: list[int] = []
     side = Side(store, counting(calls), conflict=True)
     _, _, key = side.approved_run("busy", 4)
-    assert other_process.acquire_resources(sku_lease(side), "other-process-holder", 30)
+    assert other_process.leases.acquire(sku_lease(side), "other-process-holder", 30)
     executor = side.gateway(ScriptedChatModel(responses=[])).executor
 
     refused = executor.deliver(key, worker_id="w1", wait_s=0)
@@ -302,7 +302,7 @@ def test_the_lease_is_per_tenant_and_resource_and_taken_from_the_stored_proposal
     acme, globex = sku_lease(side), sku_lease(side, "globex")
     assert acme == ('["acme","sku","SKU-7"]',) and acme != globex
     # another tenant's lease on the same SKU name does not block acme's write
-    assert store.acquire_resources(globex, "globex-holder", 30)
+    assert store.leases.acquire(globex, "globex-holder", 30)
     _, _, key = side.approved_run("tenants", 1)
     done = side.gateway(ScriptedChatModel(responses=[])).executor.deliver(key, worker_id="w1", wait_s=0)
     assert done.status == "succeeded" and on_hand(store) == START + 1
@@ -342,7 +342,7 @@ def test_a_handler_past_its_timeout_keeps_the_lease_until_its_thread_ends(
     side.registry = replace(
         side.registry, tools={**side.registry.tools, spec.name: replace(spec, timeout_s=0.2)}
     )
-    release = store.release_resources
+    release = store.leases.release
 
     def watched(keys: Any, holder: str) -> int:
         count = release(keys, holder)
@@ -350,7 +350,7 @@ def test_a_handler_past_its_timeout_keeps_the_lease_until_its_thread_ends(
             released.set()
         return count
 
-    monkeypatch.setattr(store, "release_resources", watched)
+    monkeypatch.setattr(store.leases, "release", watched)
     _, _, slow = side.approved_run("slow", 2)
     _, _, next_one = side.approved_run("next", 3)
     executor = side.gateway(ScriptedChatModel(responses=[])).executor
