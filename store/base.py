@@ -36,7 +36,7 @@ from toolgate.store.waits import DurableWaits
 
 
 class Store(
-    SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, AuditLookup, abc.ABC
+    SealedDelegations, BreakerStates, DurableWaits, AuditLookup, abc.ABC
 ):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
@@ -56,6 +56,11 @@ class Store(
     def leases(self) -> ResourceLeases:
         """Resource leases: one holder per resource."""
         return ResourceLeases(self)
+
+    @cached_property
+    def slots(self) -> AdmissionSlots:
+        """Admission slots: a cluster-wide cap on work in flight per scope."""
+        return AdmissionSlots(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 

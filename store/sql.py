@@ -24,7 +24,6 @@ from toolgate.store._delegation_rows import DelegationRows
 from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
-from toolgate.store._slot_rows import SlotRows
 from toolgate.store._wait_rows import WaitRows
 from toolgate.store.audit_records import AUDIT_FIELDS
 from toolgate.store.base import Store, Tx
@@ -40,7 +39,6 @@ class SqlStore(
     DelegationRows,
     BreakerRows,
     WaitRows,
-    SlotRows,
     Store,
     abc.ABC,
 ):

@@ -299,7 +299,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
     store.append_audit(event())
     assert store.leases.acquire(["k1"], "h1", 30)
-    assert store.take_slot("model:acme", "h1", 1, 30) == 0
+    assert store.slots.take("model:acme", "h1", 1, 30) == 0
     reader = reopen(read_only=True)
     assert reader.read_only and not store.read_only
     before = snapshot(store)
@@ -337,8 +337,8 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
             "op_wait1", checks_seen=0, job_status="x", result=None, done=True
         ),
         "resume_wait": lambda s: s.resume_wait("op_wait1"),
-        "take_slot": lambda s: s.take_slot("model:beta", "h9", 1, 30),
-        "release_slot": lambda s: s.release_slot("model:acme", 0, "h1"),
+        "slots.take": lambda s: s.slots.take("model:beta", "h9", 1, 30),
+        "slots.release": lambda s: s.slots.release("model:acme", 0, "h1"),
     }
     unrefused = []
     for name, write in writes.items():
@@ -355,7 +355,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     assert reader.get_proposal("prop_test1") == proposal
     assert [o.operation_key for o in reader.list_operations("executing")] == ["op_test2"]
     assert len(reader.audit_events()) == 1
-    assert [r.holder for r in reader.held_slots("model:acme")] == ["h1"]
+    assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
 
 
 def test_setup_is_idempotent_and_refuses_a_newer_schema(store: Store) -> None:
@@ -1235,44 +1235,44 @@ def test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the
     store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
 ) -> None:
     start = store.now()
-    assert store.take_slot("model:acme", "h1", 2, 30) == 0
-    assert reopen().take_slot("model:acme", "h2", 2, 30) == 1  # another process counts too
+    assert store.slots.take("model:acme", "h1", 2, 30) == 0
+    assert reopen().slots.take("model:acme", "h2", 2, 30) == 1  # another process counts too
     end = store.now()
-    held = store.held_slots("model:acme")
+    held = store.slots.held("model:acme")
     assert [(r.scope, r.slot, r.holder) for r in held] == [("model:acme", 0, "h1"), ("model:acme", 1, "h2")]
     for row in held:
         assert isinstance(row, SlotRow)
         assert start + timedelta(seconds=30) <= parse_iso(row.expires_at) <= end + timedelta(seconds=30)
 
     before = snapshot(store)
-    assert store.take_slot("model:acme", "h3", 2, 30) is None  # both held: nothing changes
-    assert reopen().take_slot("model:acme", "h3", 2, 30) is None
+    assert store.slots.take("model:acme", "h3", 2, 30) is None  # both held: nothing changes
+    assert reopen().slots.take("model:acme", "h3", 2, 30) is None
     with pytest.raises(ValueError, match="cap >= 1"):
-        store.take_slot("model:acme", "h3", 0, 30)
+        store.slots.take("model:acme", "h3", 0, 30)
     with pytest.raises(ValueError, match="positive time to live"):
-        store.take_slot("model:acme", "h3", 3, 0)
+        store.slots.take("model:acme", "h3", 3, 0)
     assert snapshot(store) == before
-    assert store.take_slot("model:beta", "h3", 2, 30) == 0  # each scope has its own slots
-    assert store.take_slot("model:acme", "h3", 3, 30) == 2  # a larger cap has a free slot
-    assert store.held_slots("tool:acme") == []
+    assert store.slots.take("model:beta", "h3", 2, 30) == 0  # each scope has its own slots
+    assert store.slots.take("model:acme", "h3", 3, 30) == 2  # a larger cap has a free slot
+    assert store.slots.held("tool:acme") == []
 
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # every slot lapsed by the store's clock
-        assert store.held_slots("model:acme") == []
-        assert store.take_slot("model:acme", "h4", 1, 30) == 0  # a lapsed slot is taken over
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h4")]
-        assert store.take_slot("model:acme", "h5", 1, 30) is None  # and is live again
+        assert store.slots.held("model:acme") == []
+        assert store.slots.take("model:acme", "h4", 1, 30) == 0  # a lapsed slot is taken over
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h4")]
+        assert store.slots.take("model:acme", "h5", 1, 30) is None  # and is live again
 
     barrier = threading.Barrier(20)
 
     def contend(i: int) -> int | None:
         barrier.wait()
-        return store.take_slot("tool:acme", f"w{i}", 3, 30)
+        return store.slots.take("tool:acme", f"w{i}", 3, 30)
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         won = list(pool.map(contend, range(20)))
     assert sorted(s for s in won if s is not None) == [0, 1, 2]  # exactly the cap, each slot once
-    assert {r.slot: r.holder for r in store.held_slots("tool:acme")} == {
+    assert {r.slot: r.holder for r in store.slots.held("tool:acme")} == {
         slot: f"w{i}" for i, slot in enumerate(won) if slot is not None
     }
 
@@ -1280,21 +1280,21 @@ def test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the
 def test_release_slot_gives_back_only_the_holders_own_slot(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert store.take_slot("tool:acme", "h1", 2, 30) == 0
+    assert store.slots.take("tool:acme", "h1", 2, 30) == 0
     before = snapshot(store)
-    assert store.release_slot("tool:acme", 0, "h2") is False  # not its holder
-    assert store.release_slot("tool:acme", 1, "h1") is False  # not its slot
-    assert store.release_slot("tool:beta", 0, "h1") is False  # not its scope
+    assert store.slots.release("tool:acme", 0, "h2") is False  # not its holder
+    assert store.slots.release("tool:acme", 1, "h1") is False  # not its slot
+    assert store.slots.release("tool:beta", 0, "h1") is False  # not its scope
     assert snapshot(store) == before
-    assert store.release_slot("tool:acme", 0, "h1") is True
-    assert store.held_slots("tool:acme") == []
-    assert store.release_slot("tool:acme", 0, "h1") is False  # repeating it is harmless
-    assert store.take_slot("tool:acme", "h2", 1, 30) == 0  # free again at once
+    assert store.slots.release("tool:acme", 0, "h1") is True
+    assert store.slots.held("tool:acme") == []
+    assert store.slots.release("tool:acme", 0, "h1") is False  # repeating it is harmless
+    assert store.slots.take("tool:acme", "h2", 1, 30) == 0  # free again at once
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # h2's slot lapsed: h3 takes it over
-        assert store.take_slot("tool:acme", "h3", 1, 30) == 0
-        assert store.release_slot("tool:acme", 0, "h2") is False  # the late holder frees nothing
-        assert [(r.slot, r.holder) for r in store.held_slots("tool:acme")] == [(0, "h3")]
+        assert store.slots.take("tool:acme", "h3", 1, 30) == 0
+        assert store.slots.release("tool:acme", 0, "h2") is False  # the late holder frees nothing
+        assert [(r.slot, r.holder) for r in store.slots.held("tool:acme")] == [(0, "h3")]
 
 
 # ---- sealed delegations --------------------------------------------------------------------
@@ -1801,9 +1801,9 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "resume_wait": (test_resume_wait_only_from_a_verified_ready_wait_once,),
     "list_waits": (test_list_waits_newest_first_filtered_by_state,),
-    "take_slot": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
-    "release_slot": (test_release_slot_gives_back_only_the_holders_own_slot,),
-    "held_slots": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
+    "slots.take": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
+    "slots.release": (test_release_slot_gives_back_only_the_holders_own_slot,),
+    "slots.held": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
 }
 """Each public `Store` method and the tests (run on both backends) that hold it to its contract."""
 
@@ -1852,14 +1852,14 @@ def slot_rows(store: Store) -> dict[tuple[str, int], tuple[str, str]]:
 def test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock(
     store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
 ) -> None:
-    assert store.take_slot("model:acme", "h1", 2, 30) == 0
-    assert store.take_slot("model:acme", "h2", 2, 30) == 1
-    assert reopen().renew_slot("model:acme", 0, "h1", 30) is True  # from another process's connection
+    assert store.slots.take("model:acme", "h1", 2, 30) == 0
+    assert store.slots.take("model:acme", "h2", 2, 30) == 1
+    assert reopen().slots.renew("model:acme", 0, "h1", 30) is True  # from another process's connection
     theirs = slot_rows(store)[("model:acme", 1)]
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=20))  # within the TTL, on the store's clock
         start = store.now()
-        assert store.renew_slot("model:acme", 0, "h1", 30) is True
+        assert store.slots.renew("model:acme", 0, "h1", 30) is True
         end = store.now()
         expires = parse_iso(slot_rows(store)[("model:acme", 0)][1])
         assert start + timedelta(seconds=30) <= expires <= end + timedelta(seconds=30)  # store-now + TTL
@@ -1867,27 +1867,27 @@ def test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock(
 
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=40))  # h2's slot lapsed, h1's was renewed
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1")]
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h1")]
         before = snapshot(store)
-        assert store.renew_slot("model:acme", 1, "h2", 30) is False  # lapsed: never revived
-        assert store.renew_slot("model:acme", 0, "h2", 30) is False  # another holder's slot
-        assert store.renew_slot("model:acme", 7, "h1", 30) is False  # a tampered slot number
-        assert store.renew_slot("model:acme", -1, "h1", 30) is False
-        assert store.renew_slot("model:beta", 0, "h1", 30) is False  # not its scope
-        assert store.renew_slot("tool:acme", 0, "h1", 30) is False
-        assert store.renew_slot("model:acme", 0, "h1 ", 30) is False  # not exactly its holder
+        assert store.slots.renew("model:acme", 1, "h2", 30) is False  # lapsed: never revived
+        assert store.slots.renew("model:acme", 0, "h2", 30) is False  # another holder's slot
+        assert store.slots.renew("model:acme", 7, "h1", 30) is False  # a tampered slot number
+        assert store.slots.renew("model:acme", -1, "h1", 30) is False
+        assert store.slots.renew("model:beta", 0, "h1", 30) is False  # not its scope
+        assert store.slots.renew("tool:acme", 0, "h1", 30) is False
+        assert store.slots.renew("model:acme", 0, "h1 ", 30) is False  # not exactly its holder
         with pytest.raises(ValueError, match="positive time to live"):
-            store.renew_slot("model:acme", 0, "h1", 0)
+            store.slots.renew("model:acme", 0, "h1", 0)
         with pytest.raises(ValueError, match="positive time to live"):
-            store.renew_slot("model:acme", 0, "h1", -5)
+            store.slots.renew("model:acme", 0, "h1", -5)
         assert snapshot(store) == before
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1")]
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h1")]
 
-        assert store.take_slot("model:acme", "h3", 2, 30) == 1  # h2's lapsed slot is taken over
+        assert store.slots.take("model:acme", "h3", 2, 30) == 1  # h2's lapsed slot is taken over
         taken = snapshot(store)
-        assert store.renew_slot("model:acme", 1, "h2", 30) is False  # the late holder keeps nothing
+        assert store.slots.renew("model:acme", 1, "h2", 30) is False  # the late holder keeps nothing
         assert snapshot(store) == taken
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1"), (1, "h3")]
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h1"), (1, "h3")]
 
 
 def test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_one(
@@ -1900,39 +1900,39 @@ def test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_o
 
         def take(i: int) -> int | None:
             barrier.wait()
-            return store.take_slot("tool:acme", f"t{i}", 1, 30)
+            return store.slots.take("tool:acme", f"t{i}", 1, 30)
 
         def renew() -> bool:
             barrier.wait()
-            return store.renew_slot("tool:acme", 0, holder, 30)
+            return store.slots.renew("tool:acme", 0, holder, 30)
 
         with ThreadPoolExecutor(max_workers=racers + 1) as pool:
             renewed = pool.submit(renew)
             taken = list(pool.map(take, range(racers)))
         return renewed.result(), taken
 
-    assert store.take_slot("tool:acme", "h1", 1, 30) == 0
+    assert store.slots.take("tool:acme", "h1", 1, 30) == 0
     renewed, taken = race("h1")  # live: the holder keeps it, no taker gets it
     assert renewed is True and taken == [None] * racers
-    assert [r.holder for r in store.held_slots("tool:acme")] == ["h1"]
+    assert [r.holder for r in store.slots.held("tool:acme")] == ["h1"]
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # lapsed: exactly one taker, no revival
         renewed, taken = race("h1")
         assert renewed is False
         assert sorted(taken, key=repr) == [0] + [None] * (racers - 1)
-        [row] = store.held_slots("tool:acme")
+        [row] = store.slots.held("tool:acme")
         assert row.holder == f"t{taken.index(0)}"
 
 
 def test_a_read_only_store_refuses_renew_slot(store: Store, reopen: Callable[..., Store]) -> None:
-    assert store.take_slot("model:acme", "h1", 1, 30) == 0
+    assert store.slots.take("model:acme", "h1", 1, 30) == 0
     before = snapshot(store)
     with pytest.raises(StoreError, match="read-only"):
-        reopen(read_only=True).renew_slot("model:acme", 0, "h1", 30)
+        reopen(read_only=True).slots.renew("model:acme", 0, "h1", 30)
     assert snapshot(store) == before
 
 
-CONTRACT["renew_slot"] = (
+CONTRACT["slots.renew"] = (
     test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock,
     test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_one,
     test_a_read_only_store_refuses_renew_slot,
