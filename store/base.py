@@ -36,7 +36,7 @@ from toolgate.store.waits import DurableWaits
 
 
 class Store(
-    SealedDelegations, BreakerStates, DurableWaits, AuditLookup, abc.ABC
+    BreakerStates, DurableWaits, AuditLookup, abc.ABC
 ):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
@@ -61,6 +61,11 @@ class Store(
     def slots(self) -> AdmissionSlots:
         """Admission slots: a cluster-wide cap on work in flight per scope."""
         return AdmissionSlots(self)
+
+    @cached_property
+    def delegations(self) -> SealedDelegations:
+        """Sealed user credentials kept for one approved write."""
+        return SealedDelegations(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 

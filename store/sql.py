@@ -20,7 +20,6 @@ from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store._audit_rows import AuditRows
 from toolgate.store._breaker_rows import BreakerRows
 from toolgate.store._counter_rows import CounterRows
-from toolgate.store._delegation_rows import DelegationRows
 from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
@@ -36,7 +35,6 @@ class SqlStore(
     AuditRows,
     CounterRows,
     IdentityRows,
-    DelegationRows,
     BreakerRows,
     WaitRows,
     Store,

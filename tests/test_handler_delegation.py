@@ -140,20 +140,20 @@ def test_a_tampered_sealed_record_fails_closed_and_is_audited(
     _, facts = proposed(harness, f"t-deleg-{tamper}")
     _, other = proposed(harness, f"t-deleg-{tamper}-other")
     key = facts["operation_key"]
-    record = store.get_delegation(key)
+    record = store.delegations.get(key)
     assert record is not None
     if tamper == "flipped":
         body = record.sealed
-        store.put_delegation(
+        store.delegations.put(
             key, body[:-3] + ("A" if body[-3] != "A" else "B") + body[-2:], record.expires_at
         )
     elif tamper == "moved":  # another operation's sealed credentials (same user) copied onto this one
-        moved = store.get_delegation(other["operation_key"])
+        moved = store.delegations.get(other["operation_key"])
         assert moved is not None
-        store.put_delegation(key, moved.sealed, record.expires_at)
+        store.delegations.put(key, moved.sealed, record.expires_at)
     else:  # the stored expiry stretched: the bound associated data no longer matches
         later = record.expires_at.replace(record.expires_at[:4], str(int(record.expires_at[:4]) + 1))
-        store.put_delegation(key, record.sealed, later)
+        store.delegations.put(key, record.sealed, later)
     gateway = harness.gateway()
     decide(gateway, facts["proposal_id"], principal("fiona"), "approve")
     delivery = gateway.executor.deliver(key, worker_id="w1")
@@ -162,7 +162,7 @@ def test_a_tampered_sealed_record_fails_closed_and_is_audited(
     assert downstream.requests == []  # the handler never ran
     refused = events(store, key, "delegation.refused")
     assert [e.code for e in refused] == ["delegation_invalid"]
-    assert store.get_delegation(key) is None
+    assert store.delegations.get(key) is None
 
 
 def test_a_status_check_past_the_proposals_expiry_is_refused_and_goes_to_a_person(
@@ -201,11 +201,11 @@ def test_a_reviewers_edit_keeps_the_requesters_token_not_the_editors(
         tool="issue_refund",
         arguments={**REFUND, "amount_cents": 2500},
     )
-    assert store.get_delegation(edited.operation_key) is not None  # carried over, sealed anew
+    assert store.delegations.get(edited.operation_key) is not None  # carried over, sealed anew
     decide(gateway, edited.proposal_id, principal("stella"), "approve")
     delivery = gateway.executor.deliver(edited.operation_key, worker_id="w1")
     assert delivery.status == "succeeded" and delivery.result is not None
     assert delivery.result["amount_cents"] == 2500
     assert downstream.authorizations() == [f"Bearer {ADA_TOKEN}"]
-    assert store.purge_delegations() == 1  # the original's (rejected by the edit) goes too
+    assert store.delegations.purge() == 1  # the original's (rejected by the edit) goes too
     assert sealed_rows(store) == []

@@ -1303,17 +1303,17 @@ def test_release_slot_gives_back_only_the_holders_own_slot(
 def test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock(
     store: Store, reopen: Callable[..., Store]
 ) -> None:
-    assert store.get_delegation("op_test1") is None
+    assert store.delegations.get("op_test1") is None
     start = store.now()
     expires = iso(start + timedelta(minutes=5))
-    put = store.put_delegation("op_test1", "v1.sealed-one", expires)
+    put = store.delegations.put("op_test1", "v1.sealed-one", expires)
     assert (put.operation_key, put.sealed, put.expires_at) == ("op_test1", "v1.sealed-one", expires)
     assert start <= parse_iso(put.created_at) <= store.now()
     assert "sealed-one" not in repr(put)  # the sealed text never shows in a repr
-    assert store.get_delegation("op_test1") == put == reopen().get_delegation("op_test1")
-    again = store.put_delegation("op_test1", "v1.sealed-two", expires)  # a re-run proposal node replaces it
-    assert store.get_delegation("op_test1") == again and again.sealed == "v1.sealed-two"
-    assert store.get_delegation("op_test2") is None
+    assert store.delegations.get("op_test1") == put == reopen().delegations.get("op_test1")
+    again = store.delegations.put("op_test1", "v1.sealed-two", expires)  # a re-run proposal node replaces it
+    assert store.delegations.get("op_test1") == again and again.sealed == "v1.sealed-two"
+    assert store.delegations.get("op_test2") is None
     with store.transaction(write=False) as tx:
         assert len(tx.execute("SELECT * FROM sealed_delegations")) == 1
 
@@ -1324,23 +1324,23 @@ def test_delete_and_purge_delegations_remove_ended_and_expired_ones_only(
     later = iso(store.now() + timedelta(minutes=5))
     for n in (1, 2, 3):
         store.create_proposal(make_proposal(n))
-        store.put_delegation(f"op_test{n}", f"v1.s{n}", later)
-    store.put_delegation("op_soon", "v1.soon", iso(store.now() + timedelta(seconds=30)))
+        store.delegations.put(f"op_test{n}", f"v1.s{n}", later)
+    store.delegations.put("op_soon", "v1.soon", iso(store.now() + timedelta(seconds=30)))
     before = snapshot(store)
-    assert store.delete_delegation("op_none") is False
-    assert store.purge_delegations() == 0  # all pending, none expired
+    assert store.delegations.delete("op_none") is False
+    assert store.delegations.purge() == 0  # all pending, none expired
     assert snapshot(store) == before
     store.transition("op_test2", "pending_approval", "rejected")
     approve_row(store, "op_test3")  # approved: still needed
     with monkeypatch.context() as shifted:
         shift_store_clock(shifted, store, timedelta(seconds=31))
-        assert store.purge_delegations() == 2  # op_test2 ended, op_soon expired
-    assert [k for k in ("op_test1", "op_test2", "op_test3", "op_soon") if store.get_delegation(k)] == [
+        assert store.delegations.purge() == 2  # op_test2 ended, op_soon expired
+    assert [k for k in ("op_test1", "op_test2", "op_test3", "op_soon") if store.delegations.get(k)] == [
         "op_test1",
         "op_test3",
     ]
-    assert store.delete_delegation("op_test1") is True and store.delete_delegation("op_test1") is False
-    assert store.get_delegation("op_test1") is None and store.get_delegation("op_test3") is not None
+    assert store.delegations.delete("op_test1") is True and store.delegations.delete("op_test1") is False
+    assert store.delegations.get("op_test1") is None and store.delegations.get("op_test3") is not None
 
 
 # ---- identities ----------------------------------------------------------------------------
@@ -1773,10 +1773,10 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "breaker_report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
     "breaker_release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
     "breaker_row": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "put_delegation": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
-    "get_delegation": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
-    "delete_delegation": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
-    "purge_delegations": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
+    "delegations.put": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
+    "delegations.get": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
+    "delegations.delete": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
+    "delegations.purge": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
     "token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
     "add_identity": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
     "change_identity": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),

@@ -187,7 +187,7 @@ def recover(
     """Find claims whose lease lapsed more than ``grace_s`` ago, mark them unknown, reconcile every
     unknown operation, and deliver again those the status check proved absent (same key)."""
     recovered = recover_abandoned(executor, grace_s)
-    executor.store.purge_delegations()  # sealed credentials of ended or expired operations
+    executor.store.delegations.purge()  # sealed credentials of ended or expired operations
     reconciled = [
         reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
         for op in executor.store.list_operations("unknown")

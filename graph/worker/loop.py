@@ -115,7 +115,7 @@ class WorkerLoop(DeliveryPass):
         for key in recover_abandoned(self.executor, self.options.grace_s):
             self.summary.recovered += 1
             self.report({"operation_key": key, "recovered": "unknown"})
-        self.executor.store.purge_delegations()  # sealed credentials of ended or expired operations
+        self.executor.store.delegations.purge()  # sealed credentials of ended or expired operations
         for op in self.executor.store.list_operations("unknown"):
             self._schedule_check(op.operation_key)
 
