@@ -36,7 +36,7 @@ from toolgate.store.waits import DurableWaits
 
 
 class Store(
-    BreakerStates, DurableWaits, AuditLookup, abc.ABC
+    DurableWaits, AuditLookup, abc.ABC
 ):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
@@ -66,6 +66,11 @@ class Store(
     def delegations(self) -> SealedDelegations:
         """Sealed user credentials kept for one approved write."""
         return SealedDelegations(self)
+
+    @cached_property
+    def breakers(self) -> BreakerStates:
+        """Circuit-breaker state shared by every process."""
+        return BreakerStates(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 

@@ -18,7 +18,6 @@ from typing import Any
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store._audit_rows import AuditRows
-from toolgate.store._breaker_rows import BreakerRows
 from toolgate.store._counter_rows import CounterRows
 from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._operation_rows import OperationRows
@@ -35,7 +34,6 @@ class SqlStore(
     AuditRows,
     CounterRows,
     IdentityRows,
-    BreakerRows,
     WaitRows,
     Store,
     abc.ABC,

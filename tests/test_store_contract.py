@@ -1167,21 +1167,21 @@ def test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_cl
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = {"failure_threshold": 3, "reset_timeout_s": 30.0}
-    assert store.breaker_row("pay") is None
-    assert store.breaker_admit("pay", "h1", 10) == ("closed", 0.0, 0)
-    store.breaker_report("pay", "h1", failed=True, **report)
-    assert store.breaker_report("pay", "h2", failed=True, **report).failures == 2  # any process counts
-    assert store.breaker_report("pay", "h3", failed=False, **report).failures == 0  # a success resets
+    assert store.breakers.row("pay") is None
+    assert store.breakers.admit("pay", "h1", 10) == ("closed", 0.0, 0)
+    store.breakers.report("pay", "h1", failed=True, **report)
+    assert store.breakers.report("pay", "h2", failed=True, **report).failures == 2  # any process counts
+    assert store.breakers.report("pay", "h3", failed=False, **report).failures == 0  # a success resets
     for holder in ("h1", "h2"):
-        assert store.breaker_report("pay", holder, failed=True, **report).state == "closed"
-    opened = store.breaker_report("pay", "h3", failed=True, **report)
+        assert store.breakers.report("pay", holder, failed=True, **report).state == "closed"
+    opened = store.breakers.report("pay", "h3", failed=True, **report)
     assert (opened.state, opened.failures, opened.times_opened) == ("open", 3, 1)
     assert 29.0 < opened.retry_in_s <= 30.0
-    admit, retry_in, _ = store.breaker_admit("pay", "h4", 10)
+    admit, retry_in, _ = store.breakers.admit("pay", "h4", 10)
     assert admit == "open" and 29.0 < retry_in <= 30.0
     before = snapshot(store)
-    assert store.breaker_release("pay", "h4") is False  # holds no probe: nothing changes
-    assert store.breaker_report("pay", "h4", failed=False, **report).state == "open"  # a straggler
+    assert store.breakers.release("pay", "h4") is False  # holds no probe: nothing changes
+    assert store.breakers.report("pay", "h4", failed=False, **report).state == "open"  # a straggler
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # past the reset, by the store's clock
@@ -1189,30 +1189,30 @@ def test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_cl
 
         def contend(i: int) -> str:
             barrier.wait()
-            return store.breaker_admit("pay", f"w{i}", 10)[0]
+            return store.breakers.admit("pay", f"w{i}", 10)[0]
 
         with ThreadPoolExecutor(max_workers=20) as pool:
             verdicts = list(pool.map(contend, range(20)))
         assert sorted(set(verdicts)) == ["open", "probe"] and verdicts.count("probe") == 1
         prober = f"w{verdicts.index('probe')}"
-        row = store.breaker_row("pay")
+        row = store.breakers.row("pay")
         assert row is not None and (row.state, row.probe_owner) == ("half_open", prober)
-        assert store.breaker_report("pay", "h1", failed=False, **report).state == "half_open"  # not the probe
-        assert store.breaker_release("pay", prober) is True  # unreported: open again, next caller probes
-        assert store.breaker_admit("pay", "h5", 10)[0] == "probe"
-        reopened = store.breaker_report("pay", "h5", failed=True, **report)  # the probe failed
+        assert store.breakers.report("pay", "h1", failed=False, **report).state == "half_open"  # not the probe
+        assert store.breakers.release("pay", prober) is True  # unreported: open again, next caller probes
+        assert store.breakers.admit("pay", "h5", 10)[0] == "probe"
+        reopened = store.breakers.report("pay", "h5", failed=True, **report)  # the probe failed
         assert (reopened.state, reopened.times_opened, reopened.probe_owner) == ("open", 2, None)
-        assert store.breaker_admit("pay", "h6", 10)[0] == "open"
+        assert store.breakers.admit("pay", "h6", 10)[0] == "open"
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=62))
-        assert store.breaker_admit("pay", "h6", 10)[0] == "probe"
-        assert store.breaker_admit("pay", "h7", 10)[0] == "open"  # the probe is out
+        assert store.breakers.admit("pay", "h6", 10)[0] == "probe"
+        assert store.breakers.admit("pay", "h7", 10)[0] == "open"  # the probe is out
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=73))  # h6 never reported: its probe lapsed
-        assert store.breaker_admit("pay", "h7", 10)[0] == "probe"
-        closed = store.breaker_report("pay", "h7", failed=False, **report)
+        assert store.breakers.admit("pay", "h7", 10)[0] == "probe"
+        closed = store.breakers.report("pay", "h7", failed=False, **report)
         assert (closed.state, closed.failures, closed.probe_owner) == ("closed", 0, None)
-        assert store.breaker_admit("pay", "h8", 10) == ("closed", 0.0, 0)
+        assert store.breakers.admit("pay", "h8", 10) == ("closed", 0.0, 0)
 
 
 def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) -> None:
@@ -1769,10 +1769,10 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "leases.acquire": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
     "leases.renew": (test_renew_resources_extends_only_the_holders_own_leases,),
     "leases.release": (test_release_resources_gives_up_only_the_holders_own_leases,),
-    "breaker_admit": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "breaker_report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "breaker_release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "breaker_row": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.admit": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.row": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
     "delegations.put": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
     "delegations.get": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
     "delegations.delete": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
