@@ -36,7 +36,7 @@ from toolgate.store.waits import DurableWaits
 
 
 class Store(
-    DurableWaits, AuditLookup, abc.ABC
+    AuditLookup, abc.ABC
 ):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
@@ -71,6 +71,11 @@ class Store(
     def breakers(self) -> BreakerStates:
         """Circuit-breaker state shared by every process."""
         return BreakerStates(self)
+
+    @cached_property
+    def waits(self) -> DurableWaits:
+        """Durable waits for the jobs writes started."""
+        return DurableWaits(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 

@@ -22,7 +22,6 @@ from toolgate.store._counter_rows import CounterRows
 from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
-from toolgate.store._wait_rows import WaitRows
 from toolgate.store.audit_records import AUDIT_FIELDS
 from toolgate.store.base import Store, Tx
 from toolgate.store.migrations import MIGRATIONS, Migration
@@ -34,7 +33,6 @@ class SqlStore(
     AuditRows,
     CounterRows,
     IdentityRows,
-    WaitRows,
     Store,
     abc.ABC,
 ):

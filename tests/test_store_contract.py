@@ -332,11 +332,11 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "append_audit": lambda s: s.append_audit(event()),
         "append_audits": lambda s: s.append_audits([event(), event()]),
         "purge_audit_payloads": lambda s: s.purge_audit_payloads(iso(utcnow() + timedelta(days=1))),
-        "open_wait": lambda s: s.open_wait(wait_in(9)),
-        "record_wait_check": lambda s: s.record_wait_check(
+        "waits.open": lambda s: s.waits.open(wait_in(9)),
+        "waits.record_check": lambda s: s.waits.record_check(
             "op_wait1", checks_seen=0, job_status="x", result=None, done=True
         ),
-        "resume_wait": lambda s: s.resume_wait("op_wait1"),
+        "waits.resume": lambda s: s.waits.resume("op_wait1"),
         "slots.take": lambda s: s.slots.take("model:beta", "h9", 1, 30),
         "slots.release": lambda s: s.slots.release("model:acme", 0, "h1"),
     }
@@ -1593,49 +1593,49 @@ def wait_in(n: int = 1, **overrides: Any) -> WaitIn:
 def test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged(
     store: Store, reopen: Callable[..., Store]
 ) -> None:
-    opened = store.open_wait(wait_in(1))
+    opened = store.waits.open(wait_in(1))
     assert (opened.state, opened.outcome, opened.checks, opened.verified) == ("waiting", "", 0, True)
     assert parse_iso(opened.next_check_at) - parse_iso(opened.created_at) == timedelta(seconds=15)
     assert parse_iso(opened.expires_at) - parse_iso(opened.created_at) == timedelta(seconds=60)
-    again = store.open_wait(wait_in(1, job_ref="job_other", thread_id="t-9"))
+    again = store.waits.open(wait_in(1, job_ref="job_other", thread_id="t-9"))
     assert again == opened  # first opener wins; nothing rewritten
-    assert reopen().get_wait("op_wait1") == opened
+    assert reopen().waits.get("op_wait1") == opened
 
 
 def test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified(
     store: Store, reopen: Callable[..., Store]
 ) -> None:
-    assert store.get_wait("op_missing") is None
-    store.open_wait(wait_in(1))
-    assert store.get_wait("op_wait1").verified  # type: ignore[union-attr]
+    assert store.waits.get("op_missing") is None
+    store.waits.open(wait_in(1))
+    assert store.waits.get("op_wait1").verified  # type: ignore[union-attr]
     other = reopen(key=b"another-store-secret-000000001")
-    assert other.get_wait("op_wait1").verified is False  # type: ignore[union-attr]
+    assert other.waits.get("op_wait1").verified is False  # type: ignore[union-attr]
     with store.transaction() as tx:
         tx.execute("UPDATE job_waits SET state = 'ready', outcome = 'done' WHERE operation_key = 'op_wait1'")
-    tampered = store.get_wait("op_wait1")
+    tampered = store.waits.get("op_wait1")
     assert tampered is not None and tampered.state == "ready" and not tampered.verified and not tampered.final
 
 
 def test_due_waits_are_judged_by_the_store_clock_oldest_first(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.open_wait(wait_in(1))
-    store.open_wait(wait_in(2, every_s=5.0))
-    assert store.due_waits(10) == []
+    store.waits.open(wait_in(1))
+    store.waits.open(wait_in(2, every_s=5.0))
+    assert store.waits.due(10) == []
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=6))
-        assert [w.operation_key for w in store.due_waits(10)] == ["op_wait2"]
+        assert [w.operation_key for w in store.waits.due(10)] == ["op_wait2"]
         shift_store_clock(later, store, timedelta(seconds=10))
-        assert [w.operation_key for w in store.due_waits(10)] == ["op_wait2", "op_wait1"]
-        assert [w.operation_key for w in store.due_waits(1)] == ["op_wait2"]
+        assert [w.operation_key for w in store.waits.due(10)] == ["op_wait2", "op_wait1"]
+        assert [w.operation_key for w in store.waits.due(1)] == ["op_wait2"]
 
 
 def test_record_wait_check_progresses_once_per_check_and_ends_done_or_expired(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.open_wait(wait_in(1))
-    store.open_wait(wait_in(2))
-    running = store.record_wait_check(
+    store.waits.open(wait_in(1))
+    store.waits.open(wait_in(2))
+    running = store.waits.record_check(
         "op_wait1", checks_seen=0, job_status="running", result={"s": 1}, done=False
     )
     assert running is not None and (running.state, running.checks, running.last_status) == (
@@ -1646,71 +1646,71 @@ def test_record_wait_check_progresses_once_per_check_and_ends_done_or_expired(
     assert running.result == {"s": 1} and running.verified
     before = snapshot(store)
     # a stale check (another worker recorded check 1 first), a missing wait: nothing changes
-    assert store.record_wait_check("op_wait1", checks_seen=0, job_status="x", result=None, done=True) is None
-    assert store.record_wait_check("op_nope", checks_seen=0, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op_wait1", checks_seen=0, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op_nope", checks_seen=0, job_status="x", result=None, done=True) is None
     assert snapshot(store) == before
-    done = store.record_wait_check(
+    done = store.waits.record_check(
         "op_wait1", checks_seen=1, job_status="complete", result={"s": 2}, done=True
     )
     assert done is not None and (done.state, done.outcome, done.checks) == ("ready", "done", 2) and done.final
-    assert store.record_wait_check("op_wait1", checks_seen=2, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op_wait1", checks_seen=2, job_status="x", result=None, done=True) is None
     with monkeypatch.context() as later:  # past the expiry by the store's clock: expired, not done
         shift_store_clock(later, store, timedelta(seconds=61))
-        expired = store.record_wait_check(
+        expired = store.waits.record_check(
             "op_wait2", checks_seen=0, job_status="running", result=None, done=False
         )
     assert expired is not None and (expired.state, expired.outcome) == ("ready", "expired")
-    store.open_wait(wait_in(3))
+    store.waits.open(wait_in(3))
     with store.transaction() as tx:  # changed outside the store: never progressed
         tx.execute("UPDATE job_waits SET job_ref = 'job_forged' WHERE operation_key = 'op_wait3'")
     before = snapshot(store)
     assert (
-        store.record_wait_check("op_wait3", checks_seen=0, job_status="complete", result=None, done=True)
+        store.waits.record_check("op_wait3", checks_seen=0, job_status="complete", result=None, done=True)
         is None
     )
     assert snapshot(store) == before
 
 
 def test_concurrent_wait_checks_record_one(store: Store, reopen: Callable[..., Store]) -> None:
-    store.open_wait(wait_in(1))
+    store.waits.open(wait_in(1))
     stores = [store, reopen(), reopen(), reopen()]
     barrier = threading.Barrier(len(stores))
 
     def check(s: Store) -> object:
         barrier.wait()
-        return s.record_wait_check("op_wait1", checks_seen=0, job_status="running", result=None, done=False)
+        return s.waits.record_check("op_wait1", checks_seen=0, job_status="running", result=None, done=False)
 
     with ThreadPoolExecutor(len(stores)) as pool:
         results = list(pool.map(check, stores))
     assert sum(r is not None for r in results) == 1
-    assert store.get_wait("op_wait1").checks == 1  # type: ignore[union-attr]
+    assert store.waits.get("op_wait1").checks == 1  # type: ignore[union-attr]
 
 
 def test_resume_wait_only_from_a_verified_ready_wait_once(store: Store) -> None:
-    store.open_wait(wait_in(1))
-    assert store.resume_wait("op_wait1") is False  # still waiting
-    store.record_wait_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
-    assert store.resume_wait("op_wait1") is True
-    resumed = store.get_wait("op_wait1")
+    store.waits.open(wait_in(1))
+    assert store.waits.resume("op_wait1") is False  # still waiting
+    store.waits.record_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
+    assert store.waits.resume("op_wait1") is True
+    resumed = store.waits.get("op_wait1")
     assert resumed is not None and resumed.state == "resumed" and resumed.verified and resumed.final
-    assert store.resume_wait("op_wait1") is False and store.resume_wait("op_missing") is False
-    store.open_wait(wait_in(2))
+    assert store.waits.resume("op_wait1") is False and store.waits.resume("op_missing") is False
+    store.waits.open(wait_in(2))
     with store.transaction() as tx:
         tx.execute("UPDATE job_waits SET state = 'ready', outcome = 'done' WHERE operation_key = 'op_wait2'")
-    assert store.resume_wait("op_wait2") is False
-    assert store.get_wait("op_wait2").state == "ready"  # type: ignore[union-attr]
+    assert store.waits.resume("op_wait2") is False
+    assert store.waits.get("op_wait2").state == "ready"  # type: ignore[union-attr]
 
 
 def test_list_waits_newest_first_filtered_by_state(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    store.open_wait(wait_in(1))
+    store.waits.open(wait_in(1))
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=1))
-        store.open_wait(wait_in(2))
-    store.record_wait_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
-    assert [w.operation_key for w in store.list_waits()] == ["op_wait2", "op_wait1"]
-    assert [w.operation_key for w in store.list_waits("ready")] == ["op_wait1"]
-    assert [w.operation_key for w in store.list_waits("waiting", limit=1)] == ["op_wait2"]
-    assert store.list_waits("resumed") == []
+        store.waits.open(wait_in(2))
+    store.waits.record_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
+    assert [w.operation_key for w in store.waits.list()] == ["op_wait2", "op_wait1"]
+    assert [w.operation_key for w in store.waits.list("ready")] == ["op_wait1"]
+    assert [w.operation_key for w in store.waits.list("waiting", limit=1)] == ["op_wait2"]
+    assert store.waits.list("resumed") == []
 
 
 CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
@@ -1792,15 +1792,15 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "latest_audit_event": (test_latest_audit_event_is_the_most_recent_of_a_name,),
     "purge_audit_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
     "audit_events": (test_audit_events_match_any_filter_in_chain_order,),
-    "open_wait": (test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged,),
-    "get_wait": (test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified,),
-    "due_waits": (test_due_waits_are_judged_by_the_store_clock_oldest_first,),
-    "record_wait_check": (
+    "waits.open": (test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged,),
+    "waits.get": (test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified,),
+    "waits.due": (test_due_waits_are_judged_by_the_store_clock_oldest_first,),
+    "waits.record_check": (
         test_record_wait_check_progresses_once_per_check_and_ends_done_or_expired,
         test_concurrent_wait_checks_record_one,
     ),
-    "resume_wait": (test_resume_wait_only_from_a_verified_ready_wait_once,),
-    "list_waits": (test_list_waits_newest_first_filtered_by_state,),
+    "waits.resume": (test_resume_wait_only_from_a_verified_ready_wait_once,),
+    "waits.list": (test_list_waits_newest_first_filtered_by_state,),
     "slots.take": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
     "slots.release": (test_release_slot_gives_back_only_the_holders_own_slot,),
     "slots.held": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
