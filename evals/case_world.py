@@ -110,7 +110,7 @@ def use_rate_windows(
         if window is None:
             continue  # the release declares no such window: nothing to fill
         for _ in range(fault.count):
-            store.increment_counter(bucket, window)
+            store.counters.increment(bucket, window)
 
 
 def _window(

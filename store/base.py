@@ -17,6 +17,7 @@ from typing import Any
 from toolgate.store.audit_lookup import AuditLookup
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.breakers import BreakerStates
+from toolgate.store.counters import Counters
 from toolgate.store.delegations import SealedDelegations
 from toolgate.store.identity_records import IdentityRecord, IdentityStatus
 from toolgate.store.keys import Keyring
@@ -76,6 +77,11 @@ class Store(
     def waits(self) -> DurableWaits:
         """Durable waits for the jobs writes started."""
         return DurableWaits(self)
+
+    @cached_property
+    def counters(self) -> Counters:
+        """Rate-limit counters."""
+        return Counters(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 
@@ -237,26 +243,6 @@ class Store(
         self, operation_key: str, *, resolution: str, resolved_by: str, note: str
     ) -> bool:
         """Close a dead letter once; False when it was already resolved or does not exist."""
-
-    # rate limits
-    @abc.abstractmethod
-    def increment_counter(self, bucket: str, window_s: int) -> int:
-        """Atomically count one hit in ``bucket`` for the current ``window_s``-second window of the
-        store's clock; returns the new count (all processes)."""
-
-    def count_hits(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
-        """Count one hit in each ``(bucket, window_s, limit)`` in order, stopping at the first whose
-        new count exceeds its limit: its index, or None when every hit fit. Backends do it in one
-        transaction (a call's limits cost one commit, not one per limit)."""
-        for index, (bucket, window_s, limit) in enumerate(hits):
-            if self.increment_counter(bucket, window_s) > limit:
-                return index
-        return None
-
-    @abc.abstractmethod
-    def counter_value(self, bucket: str, window_s: int) -> int:
-        """The count in ``bucket`` for the current window, counting nothing (a shadow judge peeks
-        at rate limits without spending them)."""
 
     # identities
     @abc.abstractmethod

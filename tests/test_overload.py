@@ -334,7 +334,7 @@ def test_the_global_window_counts_every_principal_of_every_tenant_in_the_store(
     refused = first.check(ada, "issue_refund")
     assert refused is not None and (refused.code, refused.retryable) == ("rate_limited", True)
     assert second.check(gina, "lookup_order") is not None
-    assert store.counter_value("g:", 10**9) == 5  # refusals are counted too (the window is full)
+    assert store.counters.value("g:", 10**9) == 5  # refusals are counted too (the window is full)
     other.close()
 
 

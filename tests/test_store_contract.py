@@ -322,8 +322,8 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "resolve_dead_letter": lambda s: s.resolve_dead_letter(
             "op_test3", resolution="r", resolved_by="p", note=""
         ),
-        "increment_counter": lambda s: s.increment_counter("bucket", 60),
-        "count_hits": lambda s: s.count_hits([("bucket", 60, 5)]),
+        "counters.increment": lambda s: s.counters.increment("bucket", 60),
+        "counters.count_hits": lambda s: s.counters.count_hits([("bucket", 60, 5)]),
         "leases.acquire": lambda s: s.leases.acquire(["k1"], "h9", 30),
         "leases.renew": lambda s: s.leases.renew(["k1"], "h1", 30),
         "leases.release": lambda s: s.leases.release(["k1"], "h1"),
@@ -1045,16 +1045,16 @@ def test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window = 10**9  # one window for the whole test: no boundary falls between the calls
-    assert [store.increment_counter("pt:acme:ada:tool", window) for _ in range(3)] == [1, 2, 3]
-    assert store.increment_counter("pt:acme:bob:tool", window) == 1
+    assert [store.counters.increment("pt:acme:ada:tool", window) for _ in range(3)] == [1, 2, 3]
+    assert store.counters.increment("pt:acme:bob:tool", window) == 1
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=window))  # the next window of the store's clock
-        assert store.increment_counter("pt:acme:ada:tool", window) == 1
-    assert store.counter_value("pt:acme:ada:tool", window) == 3
+        assert store.counters.increment("pt:acme:ada:tool", window) == 1
+    assert store.counters.value("pt:acme:ada:tool", window) == 3
     with ThreadPoolExecutor(max_workers=10) as pool:
-        counts = list(pool.map(lambda _: store.increment_counter("t:acme", window), range(20)))
+        counts = list(pool.map(lambda _: store.counters.increment("t:acme", window), range(20)))
     assert sorted(counts) == list(range(1, 21))  # every process-wide hit counted exactly once
-    assert store.counter_value("t:acme", window) == 20
+    assert store.counters.value("t:acme", window) == 20
 
 
 def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full(
@@ -1070,24 +1070,24 @@ def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first
     monkeypatch.setattr(store, "transaction", counted)
     window = 10**9  # one fixed window for the whole test: no boundary can fall between the calls
     hits = [("pt:acme:ada:tool", window, 2), ("t:acme", window, 1)]
-    assert store.count_hits(hits) is None
+    assert store.counters.count_hits(hits) is None
     assert transactions == [True]  # both limits, one commit
-    assert store.count_hits(hits) == 1  # the tenant window is full
-    assert store.count_hits(hits) == 0  # the principal window is full: the tenant's is not counted
+    assert store.counters.count_hits(hits) == 1  # the tenant window is full
+    assert store.counters.count_hits(hits) == 0  # the principal window is full: the tenant's is not counted
     monkeypatch.setattr(store, "transaction", real)
-    assert store.counter_value("pt:acme:ada:tool", window) == 3
-    assert store.counter_value("t:acme", window) == 2
+    assert store.counters.value("pt:acme:ada:tool", window) == 3
+    assert store.counters.value("t:acme", window) == 2
 
 
 def test_counter_value_peeks_without_counting(store: Store) -> None:
     window = 10**9
-    assert store.counter_value("t:acme", window) == 0
-    store.increment_counter("t:acme", window)
-    store.increment_counter("t:acme", window)
+    assert store.counters.value("t:acme", window) == 0
+    store.counters.increment("t:acme", window)
+    store.counters.increment("t:acme", window)
     before = snapshot(store)
-    assert store.counter_value("t:acme", window) == 2
-    assert store.counter_value("t:acme", window) == 2
-    assert store.counter_value("t:globex", window) == 0
+    assert store.counters.value("t:acme", window) == 2
+    assert store.counters.value("t:acme", window) == 2
+    assert store.counters.value("t:globex", window) == 0
     assert snapshot(store) == before
 
 
@@ -1763,9 +1763,9 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "add_dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
     "dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
     "resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
-    "increment_counter": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
-    "count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
-    "counter_value": (test_counter_value_peeks_without_counting,),
+    "counters.increment": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
+    "counters.count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
+    "counters.value": (test_counter_value_peeks_without_counting,),
     "leases.acquire": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
     "leases.renew": (test_renew_resources_extends_only_the_holders_own_leases,),
     "leases.release": (test_release_resources_gives_up_only_the_holders_own_leases,),
