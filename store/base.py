@@ -19,7 +19,7 @@ from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.breakers import BreakerStates
 from toolgate.store.counters import Counters
 from toolgate.store.delegations import SealedDelegations
-from toolgate.store.identity_records import IdentityRecord, IdentityStatus
+from toolgate.store.identities import Identities
 from toolgate.store.keys import Keyring
 from toolgate.store.leases import ResourceLeases
 from toolgate.store.migrations import Migration
@@ -82,6 +82,11 @@ class Store(
     def counters(self) -> Counters:
         """Rate-limit counters."""
         return Counters(self)
+
+    @cached_property
+    def identities(self) -> Identities:
+        """Who may act, MAC-bound."""
+        return Identities(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 
@@ -243,40 +248,6 @@ class Store(
         self, operation_key: str, *, resolution: str, resolved_by: str, note: str
     ) -> bool:
         """Close a dead letter once; False when it was already resolved or does not exist."""
-
-    # identities
-    @abc.abstractmethod
-    def token_hash(self, token: str) -> str:
-        """Keyed hash of a secret token, as stored in identity rows."""
-
-    @abc.abstractmethod
-    def add_identity(self, record: IdentityRecord) -> IdentityRecord | None:
-        """Insert a new identity; None when the user id exists."""
-
-    @abc.abstractmethod
-    def change_identity(
-        self,
-        user_id: str,
-        *,
-        status: IdentityStatus | None = None,
-        token_hash: str | None = None,
-        roles: Sequence[str] | None = None,
-        scopes: Sequence[str] | None = None,
-    ) -> IdentityRecord:
-        """Change the status, token, roles or scopes of an authentic identity, re-signing it
-        (`IdentityError` otherwise)."""
-
-    @abc.abstractmethod
-    def get_identity(self, user_id: str) -> IdentityRecord | None:
-        """The identity row (check ``authentic`` and ``status`` before trusting it), or None."""
-
-    @abc.abstractmethod
-    def identity_by_token_hash(self, token_hash: str) -> IdentityRecord | None:
-        """The identity whose token has ``token_hash`` (a bearer token names its person), or None."""
-
-    @abc.abstractmethod
-    def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
-        """Identities by user id, optionally only those of ``tenant_ids``."""
 
     # audit
     @abc.abstractmethod

@@ -76,7 +76,7 @@ def verify_records(store: Store) -> RecordsReport:
     """Name every proposal, approval and identity row that was not written by toolgate with the
     store's secret."""
     approvals = store.all_decisions()
-    identities = store.list_identities()
+    identities = store.identities.list()
     proposals = [p for p, _ in store.list_proposals()]
     return RecordsReport(
         approvals=len(approvals),

@@ -18,7 +18,6 @@ from typing import Any
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store._audit_rows import AuditRows
-from toolgate.store._identity_rows import IdentityRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
 from toolgate.store.audit_records import AUDIT_FIELDS
@@ -30,7 +29,6 @@ class SqlStore(
     ProposalRows,
     OperationRows,
     AuditRows,
-    IdentityRows,
     Store,
     abc.ABC,
 ):

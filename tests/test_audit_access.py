@@ -200,7 +200,7 @@ def test_a_tenant_admin_cannot_grant_every_tenant_to_an_auditor(world: World) ->
     wide = Principal(user_id="sneaky", tenant_id="acme", roles=frozenset({"auditor:all"}))
     with pytest.raises(IdentityError) as refused:
         directory.add(wide, by=principal("ivy"))
-    assert refused.value.code == "cross_tenant" and world.store.get_identity("sneaky") is None
+    assert refused.value.code == "cross_tenant" and world.store.identities.get("sneaky") is None
 
 
 def test_an_identity_change_is_audited_with_its_actor(world: World) -> None:

@@ -151,7 +151,7 @@ def assert_seeded_once(store: Store) -> None:
     """Every demo table holds its seed rows once (a duplicate would show as a larger count), and
     every demo person was added once."""
     people = set(demo_principals())
-    assert {i.user_id for i in store.list_identities()} == people
+    assert {i.user_id for i in store.identities.list()} == people
     added = [e for e in store.audit_events() if e.event == "identity.added"]
     assert len(added) == len(people)
     expected: Counter[str] = Counter()

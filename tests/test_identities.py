@@ -98,7 +98,7 @@ def test_administrators_act_only_in_their_own_tenant(harness: Harness) -> None:
     assert other.value.code == "cross_tenant"
     with pytest.raises(IdentityError):
         people.revoke("gina", by=principal("ivy"))
-    assert harness.store.get_identity("zed") is None
+    assert harness.store.identities.get("zed") is None
     assert people.active("gina", "globex") is not None
     assert {r.user_id for r in people.visible_to(principal("ivy"))} >= {"fiona", "rita"}
     assert "gina" not in {r.user_id for r in people.visible_to(principal("ivy"))}
@@ -236,7 +236,7 @@ def test_stores_with_different_secrets_do_not_trust_each_others_rows(tmp_path: P
     decide(first.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
     other = SQLiteStore(path, key=b"another-secret-of-this-deployment")
     assert [d.authentic for d in other.decisions_for(proposal["proposal_id"])] == [False]
-    assert not any(i.authentic for i in other.list_identities())
+    assert not any(i.authentic for i in other.identities.list())
 
 
 def test_a_read_only_store_writes_nothing(tmp_path: Path) -> None:
@@ -247,9 +247,9 @@ def test_a_read_only_store_writes_nothing(tmp_path: Path) -> None:
     before = (tmp_path / "toolgate.sqlite").read_bytes()
     reader = SQLiteStore(tmp_path / "toolgate.sqlite", key=TEST_KEY, read_only=True)
     reader.require_schema()
-    assert reader.list_identities() and verify_records(reader).ok
+    assert reader.identities.list() and verify_records(reader).ok
     with pytest.raises(StoreError, match="read-only"):
-        reader.add_identity(
+        reader.identities.add(
             IdentityRecord(user_id="x", tenant_id="acme", roles=(), scopes=(), display_name="")
         )
     assert (tmp_path / "toolgate.sqlite").read_bytes() == before

@@ -329,7 +329,7 @@ def test_only_someone_reviewing_for_a_tenant_may_grant_its_review(harness: Harne
             ),
             by=ivy,
         )
-    assert refused.value.code == "cross_tenant" and harness.store.get_identity("mallory") is None
+    assert refused.value.code == "cross_tenant" and harness.store.identities.get("mallory") is None
     events = [(e.event, e.code) for e in harness.store.audit_events() if e.event == "identity.refused"]
     assert events == [("identity.refused", "cross_tenant")]
 
@@ -338,7 +338,7 @@ def test_a_review_grant_written_into_the_row_directly_does_not_count(harness: Ha
     """Database access alone cannot make a reviewer staff: the row's MAC covers its grants."""
     with harness.store.transaction() as tx:
         tx.execute("UPDATE identities SET review_tenants = ? WHERE user_id = 'gina'", ('["acme"]',))
-    assert harness.store.get_identity("gina").authentic is False  # type: ignore[union-attr]
+    assert harness.store.identities.get("gina").authentic is False  # type: ignore[union-attr]
     directory = IdentityDirectory(harness.store)
     assert directory.reviewer_for("gina", "acme") is None
 

@@ -296,7 +296,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     proposal, _, _ = store.create_proposal(make_proposal(1))
     executing(store, 2)
     unknown_outcome(store, 3, lease_s=0)
-    store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
+    store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-ada")))
     store.append_audit(event())
     assert store.leases.acquire(["k1"], "h1", 30)
     assert store.slots.take("model:acme", "h1", 1, 30) == 0
@@ -327,8 +327,8 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "leases.acquire": lambda s: s.leases.acquire(["k1"], "h9", 30),
         "leases.renew": lambda s: s.leases.renew(["k1"], "h1", 30),
         "leases.release": lambda s: s.leases.release(["k1"], "h1"),
-        "add_identity": lambda s: s.add_identity(make_identity("bob")),
-        "change_identity": lambda s: s.change_identity("ada", status="revoked"),
+        "identities.add": lambda s: s.identities.add(make_identity("bob")),
+        "identities.change": lambda s: s.identities.change("ada", status="revoked"),
         "append_audit": lambda s: s.append_audit(event()),
         "append_audits": lambda s: s.append_audits([event(), event()]),
         "purge_audit_payloads": lambda s: s.purge_audit_payloads(iso(utcnow() + timedelta(days=1))),
@@ -1347,96 +1347,96 @@ def test_delete_and_purge_delegations_remove_ended_and_expired_ones_only(
 
 
 def test_token_hash_is_a_keyed_hash_of_the_token(store: Store, reopen: Callable[..., Store]) -> None:
-    hashed = store.token_hash("secret-token-ada")
+    hashed = store.identities.token_hash("secret-token-ada")
     assert re.fullmatch(r"[0-9a-f]{64}", hashed) and "secret-token-ada" not in hashed
-    assert store.token_hash("secret-token-ada") == hashed
-    assert store.token_hash("secret-token-bob") != hashed
-    assert reopen().token_hash("secret-token-ada") == hashed  # every process with the secret agrees
-    assert reopen(key=b"another-store-secret-0002").token_hash("secret-token-ada") != hashed
+    assert store.identities.token_hash("secret-token-ada") == hashed
+    assert store.identities.token_hash("secret-token-bob") != hashed
+    assert reopen().identities.token_hash("secret-token-ada") == hashed  # every process with the secret agrees
+    assert reopen(key=b"another-store-secret-0002").identities.token_hash("secret-token-ada") != hashed
 
 
 def test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one(store: Store) -> None:
     start = store.now()
-    added = store.add_identity(
-        make_identity("ada", token_hash=store.token_hash("tok-ada"), review_tenants=("globex",))
+    added = store.identities.add(
+        make_identity("ada", token_hash=store.identities.token_hash("tok-ada"), review_tenants=("globex",))
     )
     end = store.now()
     assert added is not None and added.authentic and added.status == "active"
     assert added.created_at == added.updated_at and start <= parse_iso(added.created_at) <= end
-    assert store.get_identity("ada") == added
+    assert store.identities.get("ada") == added
     before = snapshot(store)
-    assert store.add_identity(make_identity("ada", tenant_id="globex", roles=("admin",))) is None
+    assert store.identities.add(make_identity("ada", tenant_id="globex", roles=("admin",))) is None
     assert snapshot(store) == before
 
 
 def test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one(store: Store) -> None:
-    added = store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-1")))
+    added = store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-1")))
     assert added is not None
-    rotated = store.change_identity("ada", token_hash=store.token_hash("tok-2"))
+    rotated = store.identities.change("ada", token_hash=store.identities.token_hash("tok-2"))
     assert (
-        rotated.token_hash == store.token_hash("tok-2") and rotated.status == "active" and rotated.authentic
+        rotated.token_hash == store.identities.token_hash("tok-2") and rotated.status == "active" and rotated.authentic
     )
-    revoked = store.change_identity("ada", status="revoked")
+    revoked = store.identities.change("ada", status="revoked")
     assert revoked.status == "revoked" and revoked.token_hash == rotated.token_hash
     assert (
         revoked.updated_at >= rotated.updated_at >= added.updated_at
         and revoked.created_at == added.created_at
     )
-    assert store.get_identity("ada") == revoked
-    promoted = store.change_identity("ada", roles=["support", "finance", "support"], scopes=["orders:read"])
+    assert store.identities.get("ada") == revoked
+    promoted = store.identities.change("ada", roles=["support", "finance", "support"], scopes=["orders:read"])
     assert (promoted.roles, promoted.scopes, promoted.authentic) == (
         ("finance", "support"),
         ("orders:read",),
         True,
     )
-    assert store.get_identity("ada") == promoted and promoted.token_hash == revoked.token_hash
+    assert store.identities.get("ada") == promoted and promoted.token_hash == revoked.token_hash
 
     before = snapshot(store)
     with pytest.raises(IdentityError) as unknown:
-        store.change_identity("nobody", status="revoked")
+        store.identities.change("nobody", status="revoked")
     assert unknown.value.code == "unknown_identity"
     assert snapshot(store) == before
 
-    store.add_identity(make_identity("bob"))
+    store.identities.add(make_identity("bob"))
     with store.transaction() as tx:  # promoted with database access alone
         tx.execute("UPDATE identities SET roles = ? WHERE user_id = ?", ('["admin"]', "bob"))
     before = snapshot(store)
     with pytest.raises(IdentityError) as forged:
-        store.change_identity("bob", status="active", token_hash=store.token_hash("tok-bob"))
+        store.identities.change("bob", status="active", token_hash=store.identities.token_hash("tok-bob"))
     assert forged.value.code == "forged_identity"
     assert snapshot(store) == before
-    stored = store.get_identity("bob")
+    stored = store.identities.get("bob")
     assert stored is not None and stored.roles == ("admin",) and not stored.authentic  # never re-signed
 
 
 def test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies(store: Store) -> None:
-    assert store.get_identity("ada") is None
-    assert store.identity_by_token_hash(store.token_hash("tok-ada")) is None
-    added = store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
-    store.add_identity(make_identity("bob", token_hash=store.token_hash("tok-bob")))
-    assert store.get_identity("ada") == added
-    assert store.identity_by_token_hash(store.token_hash("tok-ada")) == added
-    bob = store.identity_by_token_hash(store.token_hash("tok-bob"))
+    assert store.identities.get("ada") is None
+    assert store.identities.by_token_hash(store.identities.token_hash("tok-ada")) is None
+    added = store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-ada")))
+    store.identities.add(make_identity("bob", token_hash=store.identities.token_hash("tok-bob")))
+    assert store.identities.get("ada") == added
+    assert store.identities.by_token_hash(store.identities.token_hash("tok-ada")) == added
+    bob = store.identities.by_token_hash(store.identities.token_hash("tok-bob"))
     assert bob is not None and bob.user_id == "bob"
-    assert store.identity_by_token_hash(store.token_hash("tok-eve")) is None
+    assert store.identities.by_token_hash(store.identities.token_hash("tok-eve")) is None
     with store.transaction() as tx:  # a row changed with database access alone no longer verifies
         tx.execute("UPDATE identities SET scopes = ? WHERE user_id = ?", ('["refunds:write"]', "ada"))
-    tampered = store.get_identity("ada")
+    tampered = store.identities.get("ada")
     assert tampered is not None and tampered.scopes == ("refunds:write",) and not tampered.authentic
-    by_token = store.identity_by_token_hash(store.token_hash("tok-ada"))
+    by_token = store.identities.by_token_hash(store.identities.token_hash("tok-ada"))
     assert by_token is not None and not by_token.authentic
 
 
 def test_list_identities_by_user_id_optionally_of_some_tenants(store: Store) -> None:
-    assert store.list_identities() == []
+    assert store.identities.list() == []
     for user, tenant in (("zed", "acme"), ("ada", "acme"), ("gus", "globex"), ("ivy", "initech")):
-        store.add_identity(make_identity(user, tenant_id=tenant))
-    assert [i.user_id for i in store.list_identities()] == ["ada", "gus", "ivy", "zed"]
-    assert all(i.authentic for i in store.list_identities())
-    assert [i.user_id for i in store.list_identities(["acme"])] == ["ada", "zed"]
-    assert [i.user_id for i in store.list_identities(["globex", "initech"])] == ["gus", "ivy"]
-    assert store.list_identities([]) == []
-    assert store.list_identities(["umbrella"]) == []
+        store.identities.add(make_identity(user, tenant_id=tenant))
+    assert [i.user_id for i in store.identities.list()] == ["ada", "gus", "ivy", "zed"]
+    assert all(i.authentic for i in store.identities.list())
+    assert [i.user_id for i in store.identities.list(["acme"])] == ["ada", "zed"]
+    assert [i.user_id for i in store.identities.list(["globex", "initech"])] == ["gus", "ivy"]
+    assert store.identities.list([]) == []
+    assert store.identities.list(["umbrella"]) == []
 
 
 # ---- audit ---------------------------------------------------------------------------------
@@ -1777,12 +1777,12 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "delegations.get": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
     "delegations.delete": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
     "delegations.purge": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
-    "token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
-    "add_identity": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
-    "change_identity": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
-    "get_identity": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
-    "identity_by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
-    "list_identities": (test_list_identities_by_user_id_optionally_of_some_tenants,),
+    "identities.token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
+    "identities.add": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
+    "identities.change": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
+    "identities.get": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "identities.by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "identities.list": (test_list_identities_by_user_id_optionally_of_some_tenants,),
     "append_audit": (
         test_audit_log_is_append_only_and_hash_chained,
         test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode,

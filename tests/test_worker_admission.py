@@ -155,7 +155,7 @@ def approved_for_globex(gw: Gateway, label: str) -> str:
     operator = Principal.from_dict(
         {"user_id": "gwen", "tenant_id": "globex", "roles": ["operator"], "scopes": []}
     )
-    if gw.store.get_identity("gwen") is None:
+    if gw.store.identities.get("gwen") is None:
         IdentityDirectory(gw.store).add(operator, by=None)
     spec = gw.registry.get(TOOL)
     assert spec is not None

@@ -152,7 +152,7 @@ def read_incident(
         raise CaptureRefused("records_tampered", "the thread's release pin does not verify")
     if pin is not None and pin.tenant_id != principal.tenant_id:
         raise CaptureRefused("records_disagree", "the thread's release pin names another tenant")
-    requester = store.get_identity(principal.user_id)
+    requester = store.identities.get(principal.user_id)
     if requester is None or requester.tenant_id != principal.tenant_id:
         raise CaptureRefused("records_disagree", "the thread's requester is not a person of its tenant")
     if not requester.authentic:

@@ -94,7 +94,7 @@ def audit_trace(
 
 def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str], set[str]]:
     """The approval ids, user ids and proposal ids of the records the auditor's tenants own."""
-    identities = {i.user_id for i in store.list_identities() if scope.covers(i.tenant_id)}
+    identities = {i.user_id for i in store.identities.list() if scope.covers(i.tenant_id)}
     proposals = {p.proposal_id for p, _ in store.list_proposals() if scope.covers(p.tenant_id)}
     tenants: dict[str, str | None] = {}
     approvals = set()
