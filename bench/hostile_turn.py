@@ -92,14 +92,14 @@ def time_toolgate(store: SQLiteStore, registry: Registry, thread: str) -> tuple[
         ),
         checkpointer=InMemorySaver(),
     )
-    before = len(store.audit_events())
+    before = len(store.audit.events())
     started = time.perf_counter()
     graph.invoke(
         {"messages": [HumanMessage("x")]},
         {"configurable": {"thread_id": thread}},
         context=Context(principal=demo_principals()["cust-ada"]),
     )
-    return time.perf_counter() - started, len(store.audit_events()) - before
+    return time.perf_counter() - started, len(store.audit.events()) - before
 
 
 def main() -> None:

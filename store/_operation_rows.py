@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from toolgate.canonical import canonical_json
 from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
 
 if TYPE_CHECKING:
+    from toolgate.store.audit_log import AuditLog
     from toolgate.store.base import Tx
 
 
@@ -47,7 +48,8 @@ class OperationRows:
 
         def _tx_now(self, tx: Tx) -> str: ...
 
-        def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]: ...
+        @property
+        def audit(self) -> AuditLog: ...
 
     def get_operation(self, operation_key: str) -> OperationRecord | None:
         with self.transaction(write=False) as tx:
@@ -97,7 +99,7 @@ class OperationRows:
                 params.append(now)
             rows = tx.execute(sql, tuple(params))
             if rows:
-                self._append_events(tx, audit)
+                self.audit.link(tx, audit)
             else:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
         if not rows:
@@ -117,7 +119,7 @@ class OperationRows:
                 (owner, later(now, lease_s), now, operation_key, now),
             )
             if rows:
-                self._append_events(tx, audit)
+                self.audit.link(tx, audit)
         return operation_of(rows[0]) if rows else None
 
     def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from toolgate.canonical import canonical_json
 from toolgate.store._operation_rows import operation_of
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord, Settlement
 
 if TYPE_CHECKING:
+    from toolgate.store.audit_log import AuditLog
     from toolgate.store.base import Tx
     from toolgate.store.keys import Keyring
 
@@ -53,7 +54,8 @@ class ProposalRows:
 
         def _tx_now(self, tx: Tx) -> str: ...
 
-        def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]: ...
+        @property
+        def audit(self) -> AuditLog: ...
 
     def create_proposal(
         self, proposal: ProposalRecord, *, audit: Sequence[AuditEventIn] = ()
@@ -110,7 +112,7 @@ class ProposalRows:
                         now,
                     ),
                 )
-                self._append_events(tx, audit)
+                self.audit.link(tx, audit)
             else:
                 prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
                 orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
@@ -199,7 +201,7 @@ class ProposalRows:
                     (settle.to_status, self._tx_now(tx), settle.operation_key, settle.from_status),
                 )
                 settled = operation_of(rows[0]) if rows else None
-            self._append_events(tx, [*audit, *(settle.audit if settle and settled else ())])
+            self.audit.link(tx, [*audit, *(settle.audit if settle and settled else ())])
         return True, settled
 
     def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:

@@ -14,8 +14,8 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from toolgate.store.audit_lookup import AuditLookup
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.audit_log import AuditLog
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.breakers import BreakerStates
 from toolgate.store.counters import Counters
 from toolgate.store.delegations import SealedDelegations
@@ -37,7 +37,7 @@ from toolgate.store.waits import DurableWaits
 
 
 class Store(
-    AuditLookup, abc.ABC
+    abc.ABC
 ):
     """Durable state with consequences. Every method is safe to call from many threads and processes."""
 
@@ -87,6 +87,11 @@ class Store(
     def identities(self) -> Identities:
         """Who may act, MAC-bound."""
         return Identities(self)
+
+    @cached_property
+    def audit(self) -> AuditLog:
+        """The hash-chained audit log."""
+        return AuditLog(self)
 
     # ---- the connection layer a backend provides -------------------------------------
 
@@ -248,33 +253,6 @@ class Store(
         self, operation_key: str, *, resolution: str, resolved_by: str, note: str
     ) -> bool:
         """Close a dead letter once; False when it was already resolved or does not exist."""
-
-    # audit
-    @abc.abstractmethod
-    def append_audit(self, event: AuditEventIn) -> AuditEvent:
-        """Append one event to the hash chain."""
-
-    @abc.abstractmethod
-    def append_audits(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
-        """Append ``events``, in order, in one transaction (one lock of the chain, one commit)."""
-
-    @abc.abstractmethod
-    def latest_audit_event(self, event: str) -> AuditEvent | None:
-        """The most recent event named ``event``, or None."""
-
-    @abc.abstractmethod
-    def purge_audit_payloads(self, before: str) -> int:
-        """Delete audit payloads older than ``before`` (ISO time); the chain and digests stay."""
-
-    @abc.abstractmethod
-    def audit_events(
-        self,
-        *,
-        operation_key: str | None = None,
-        proposal_id: str | None = None,
-        call_ids: Sequence[str] = (),
-    ) -> list[AuditEvent]:
-        """Events matching any of the filters (all events when none is given), in chain order."""
 
     def __enter__(self) -> Store:
         return self

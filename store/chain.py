@@ -27,7 +27,7 @@ def verify_chain(store: Store) -> ChainReport:
     """Recompute every hash in sequence order; name the first event that does not fit."""
     previous = GENESIS_HASH
     last_seq = 0
-    events = store.audit_events()
+    events = store.audit.events()
     for event in events:
         row = dataclasses.asdict(event)
         problem = ""

@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from toolgate.errors import StoreError
-from toolgate.store.audit_records import AUDIT_FIELDS, GENESIS_HASH
+from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import Tx
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
@@ -125,22 +125,6 @@ class PostgresStore(SqlStore):
         )
         assert row is not None
         return str(row["now"]), str(row["hash"])
-
-    def _insert_audit_rows(
-        self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
-    ) -> list[dict[str, Any]]:
-        """Events and payloads in one statement (one round trip while the chain lock is held)."""
-        columns = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
-        row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-        stored = tx.execute(
-            "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
-            + ", ".join("(?, ?, ?)" for _ in payloads)
-            + f") INSERT INTO audit_events ({', '.join(columns)}) VALUES "
-            + ", ".join(row_marks for _ in rows)
-            + " RETURNING *",
-            (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
-        )
-        return sorted(stored, key=lambda r: int(r["seq"]))
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

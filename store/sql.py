@@ -13,14 +13,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
 
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
-from toolgate.store._audit_rows import AuditRows
 from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
-from toolgate.store.audit_records import AUDIT_FIELDS
 from toolgate.store.base import Store, Tx
 from toolgate.store.migrations import MIGRATIONS, Migration
 
@@ -28,7 +25,6 @@ from toolgate.store.migrations import MIGRATIONS, Migration
 class SqlStore(
     ProposalRows,
     OperationRows,
-    AuditRows,
     Store,
     abc.ABC,
 ):
@@ -66,25 +62,6 @@ class SqlStore(
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
         """A unit of work; ``write=True`` takes the write lock up front."""
-
-    def _insert_audit_rows(
-        self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
-    ) -> list[dict[str, Any]]:
-        """Insert linked events and their payloads; the stored rows, in chain order."""
-        columns = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
-        row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-        stored = tx.execute(
-            f"INSERT INTO audit_events ({', '.join(columns)}) VALUES "
-            + ", ".join(row_marks for _ in rows)
-            + " RETURNING *",
-            tuple(row[c] for row in rows for c in columns),
-        )
-        tx.execute(
-            "INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
-            + ", ".join("(?, ?, ?)" for _ in payloads),
-            tuple(value for payload in payloads for value in payload),
-        )
-        return sorted(stored, key=lambda r: int(r["seq"]))
 
     @abc.abstractmethod
     def _run_script(self, tx: Tx, migration: Migration) -> None:

@@ -28,7 +28,7 @@ def env_and_store(tmp_path: Path, database_url: str | None) -> Iterator[tuple[di
 
 def _events(store: Store, name: str) -> list[tuple[str | None, str | None, dict[str, object]]]:
     """(result, actor, detail) of every ``name`` event, in order."""
-    return [(e.result, e.actor_id, e.detail) for e in store.audit_events() if e.event == name]
+    return [(e.result, e.actor_id, e.detail) for e in store.audit.events() if e.event == name]
 
 
 def test_a_role_change_is_audited_with_its_actor_and_both_sets_of_roles(
@@ -88,7 +88,7 @@ def test_a_role_change_without_an_administrators_credential_changes_nothing(
     assert refused.returncode == 2 and refused.stderr.startswith(f"error={code} "), refused.stderr
     assert store.identities.get("fiona") == before
     assert _events(store, "identity.roles_changed") == []
-    assert [e.code for e in store.audit_events() if e.event == "identity.refused"][-1] == code
+    assert [e.code for e in store.audit.events() if e.event == "identity.refused"][-1] == code
 
 
 def test_a_tenant_administrator_cannot_grant_every_tenants_evidence(

@@ -31,7 +31,7 @@ class Counted:
         store = harness.store
         self.writes = 0
         self.appends: list[tuple[str, ...]] = []
-        real_tx, real_append = store.transaction, store._append_events
+        real_tx, real_append = store.transaction, store.audit.link
 
         @contextmanager
         def transaction(*, write: bool = True) -> Iterator[Any]:
@@ -46,7 +46,7 @@ class Counted:
             return real_append(tx, events)
 
         monkeypatch.setattr(store, "transaction", transaction)
-        monkeypatch.setattr(store, "_append_events", append)
+        monkeypatch.setattr(store.audit, "link", append)
 
     def reset(self) -> None:
         self.writes, self.appends = 0, []
@@ -105,7 +105,7 @@ def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch:
     proposal = refund_proposal(harness, "t-atomic")
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
-    events_before = len(harness.store.audit_events())
+    events_before = len(harness.store.audit.events())
     real_head = harness.store._chain_head
 
     def broken(tx: Any) -> Any:
@@ -117,7 +117,7 @@ def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch:
     op = harness.store.get_operation(proposal["operation_key"])
     assert op is not None and op.status == "approved" and op.attempts == 0  # the claim rolled back
     assert harness.handler_calls["issue_refund"] == 0
-    assert len(harness.store.audit_events()) == events_before
+    assert len(harness.store.audit.events()) == events_before
     monkeypatch.setattr(harness.store, "_chain_head", real_head)
     assert gateway.executor.deliver(proposal["operation_key"], worker_id="w2").status == "succeeded"
     assert harness.refunds() == 1
@@ -130,10 +130,10 @@ def test_a_lost_claim_appends_nothing(harness: Harness) -> None:
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     key = proposal["operation_key"]
     assert harness.store.claim(key, "w1", 60.0) is not None
-    before = len(harness.store.audit_events())
+    before = len(harness.store.audit.events())
     event = gateway.auditor.event("operation.claimed", "acquired", operation_key=key)
     assert harness.store.claim(key, "w2", 60.0, audit=[event]) is None
-    assert len(harness.store.audit_events()) == before
+    assert len(harness.store.audit.events()) == before
 
 
 def test_two_concurrent_second_approvals_approve_exactly_once(
@@ -172,7 +172,7 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
     assert settles == [None, None]  # neither decision completed the verdict on its own
     op = harness.store.get_operation(proposal["operation_key"])
     assert op is not None and op.status == "approved"
-    events = [e.event for e in harness.store.audit_events(proposal_id=proposal["proposal_id"])]
+    events = [e.event for e in harness.store.audit.events(proposal_id=proposal["proposal_id"])]
     assert events.count("approval.recorded") == 2
     assert events.count("proposal.approved") == 1
     assert verify_chain(harness.store).ok

@@ -338,7 +338,7 @@ def approved_refund(harness: Harness, thread: str) -> tuple[str, str]:
 
 def events(harness: Harness, key: str) -> list[tuple[str, str]]:
     """(event, result) of every audit event of the operation, in order."""
-    return [(e.event, e.result) for e in harness.store.audit_events(operation_key=key)]
+    return [(e.event, e.result) for e in harness.store.audit.events(operation_key=key)]
 
 
 def count(harness: Harness, key: str, event: str) -> int:
@@ -422,7 +422,7 @@ def test_a_fast_worker_clock_executes_a_valid_approval_exactly_once(
     assert harness.payments() == 1 and harness.refunds() == 1
     assert count(harness, key, "operation.claimed") == 1 and count(harness, key, "handler.started") == 1
     assert count(harness, key, "proposal.expired") == 0
-    for event in harness.store.audit_events(operation_key=key):  # audit times are the database's too
+    for event in harness.store.audit.events(operation_key=key):  # audit times are the database's too
         assert abs(parse_iso(event.occurred_at) - db_now) < CLOCK_TOLERANCE, (event.event, event.occurred_at)
 
 

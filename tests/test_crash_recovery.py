@@ -92,7 +92,7 @@ def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: 
     assert final.result is not None and final.result["amount_cents"] == 4999
     assert harness.refunds() == 1, "never two effects"
     assert harness.payments() == 1  # (a) delivered again with the same key once proven absent; (b) found
-    events = [e.event for e in harness.store.audit_events(operation_key=key)]
+    events = [e.event for e in harness.store.audit.events(operation_key=key)]
     assert "operation.recovered" in events and "operation.reconciled" in events
     again = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
     assert again.recovered == [] and harness.refunds() == 1

@@ -25,11 +25,11 @@ from toolgate.tools.registry import Registry
 
 
 def refusals(store: Store, key: str) -> list[AuditEvent]:
-    return [e for e in store.audit_events(operation_key=key) if e.event == EVENT]
+    return [e for e in store.audit.events(operation_key=key) if e.event == EVENT]
 
 
 def handler_runs(store: Store, key: str) -> int:
-    started = [e for e in store.audit_events(operation_key=key) if e.event == "handler.started"]
+    started = [e for e in store.audit.events(operation_key=key) if e.event == "handler.started"]
     return len(started) + effects(store, key)
 
 

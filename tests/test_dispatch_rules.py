@@ -192,7 +192,7 @@ def test_rejection_messages_are_bounded_and_encoded(harness: Harness) -> None:
     state = start(harness.graph(model), "x", "cust-ada", "t-bounded")
     message = tool_messages(state)[0]
     assert len(str(message.content)) < 1000 and "<script>" not in str(message.content)
-    events = [e for e in harness.store.audit_events() if e.event == "call.rejected"]
+    events = [e for e in harness.store.audit.events() if e.event == "call.rejected"]
     assert len(events[0].detail["requested_name"]) <= 64
 
 

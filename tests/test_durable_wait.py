@@ -35,7 +35,7 @@ from toolgate.tools.spec import Wait
 
 
 def named(store: Store, name: str) -> list[Any]:
-    return [e for e in store.audit_events() if e.event == name]
+    return [e for e in store.audit.events() if e.event == name]
 
 
 def run_worker_until(world: WaitWorld, graph: Any, condition: Any) -> list[dict[str, Any]]:

@@ -93,12 +93,12 @@ class World:
         """(action, code) of every ``evals.capture_refused`` event, in order."""
         return [
             (str(e.detail.get("action")), e.code)
-            for e in self.store.audit_events()
+            for e in self.store.audit.events()
             if e.event == "evals.capture_refused"
         ]
 
     def events(self, name: str) -> list[Any]:
-        return [e for e in self.store.audit_events() if e.event == name]
+        return [e for e in self.store.audit.events() if e.event == name]
 
 
 @pytest.fixture

@@ -108,7 +108,7 @@ def test_requester_cannot_approve_their_own_proposal(harness: Harness) -> None:
         decide(harness.gateway(), proposal_id, principal("omar"), "approve")
     assert wrong_role.value.code == "missing_role"
     codes = [
-        e.code for e in harness.store.audit_events(proposal_id=proposal_id) if e.event == "approval.refused"
+        e.code for e in harness.store.audit.events(proposal_id=proposal_id) if e.event == "approval.refused"
     ]
     assert codes == ["self_approval", "missing_role"]
     assert harness.store.decisions_for(proposal_id) == []

@@ -63,7 +63,7 @@ def sealed_rows(store: Store) -> list[dict[str, Any]]:
 
 
 def events(store: Store, key: str, name: str) -> list[Any]:
-    return [e for e in store.audit_events(operation_key=key) if e.event == name]
+    return [e for e in store.audit.events(operation_key=key) if e.event == name]
 
 
 def test_the_approved_write_runs_with_the_requesters_token_not_the_reviewers(

@@ -73,7 +73,7 @@ def test_a_refused_decision_changes_nothing_and_says_why(
     assert {o["code"] for o in again} == {code}  # the next interrupt says why, too
     op = harness.store.get_operation(facts["operation_key"])
     assert op is not None and op.status == "pending_approval" and harness.payments() == 0
-    assert [e.code for e in harness.store.audit_events() if e.event == "approval.refused"] == [code]
+    assert [e.code for e in harness.store.audit.events() if e.event == "approval.refused"] == [code]
 
 
 def test_another_tenants_reviewer_is_refused_before_anything_is_recorded(harness: Harness) -> None:
@@ -81,7 +81,7 @@ def test_another_tenants_reviewer_is_refused_before_anything_is_recorded(harness
     with pytest.raises(RunRefused, match="thread_owner"):
         resume(graph, "t-globex", {"decisions": [{"type": "approve"}]}, "gina")
     assert harness.store.decisions_for(facts["proposal_id"]) == [] and harness.payments() == 0
-    assert [e.code for e in harness.store.audit_events() if e.event == "identity.refused"] == ["thread_owner"]
+    assert [e.code for e in harness.store.audit.events() if e.event == "identity.refused"] == ["thread_owner"]
     # the thread still waits for a reviewer of its own tenant
     done = resume(graph, "t-globex", {"decisions": [{"type": "approve"}]}, "fiona")
     assert done["status"] == "done" and harness.payments() == 1

@@ -115,5 +115,5 @@ def test_a_changed_budget_is_caught_after_the_seal_cache_was_filled(tmp_path: Pa
     state = graph.invoke({"messages": [HumanMessage("two")]}, config, context=context)
     assert state["status"] == "refused"
     assert harness.handler_calls["lookup_order"] == 1
-    tampered = [e for e in harness.store.audit_events() if e.event == "state.tampered"]
+    tampered = [e for e in harness.store.audit.events() if e.event == "state.tampered"]
     assert tampered and tampered[0].detail["keys"] == ["budget"]

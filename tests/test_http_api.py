@@ -77,7 +77,7 @@ class Api:
         )
 
     def audited(self, event: str, code: str | None = None) -> int:
-        return sum(1 for e in self.store.audit_events() if e.event == event and code in (None, e.code))
+        return sum(1 for e in self.store.audit.events() if e.event == event and code in (None, e.code))
 
 
 def auth(user: str | None) -> dict[str, str]:
@@ -153,7 +153,7 @@ def test_another_tenants_reviewer_sees_nothing_and_every_probe_is_audited(api: A
     assert api.get(operation, "gina").json() == api.get("/toolgate/operations/op_nope", "gina").json()
     assert api.get(operation + "/trace", "gina").status_code == 404
     assert api.unchanged(facts)
-    refused = [e for e in api.store.audit_events() if e.event == "api.refused"]
+    refused = [e for e in api.store.audit.events() if e.event == "api.refused"]
     assert [e.code for e in refused].count("not_visible") == 6 and [e.code for e in refused].count(
         "not_found"
     ) == 2
@@ -220,7 +220,7 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     )
     recorded = next(e for e in report["events"] if e["event"] == "approval.recorded")
     assert recorded["actor"] == api.gw.auditor.actor("fiona") and recorded["release"] == facts["release"]
-    read = api.harness.store.latest_audit_event("audit.read")  # the trace read is itself audited
+    read = api.harness.store.audit.latest("audit.read")  # the trace read is itself audited
     assert read is not None and read.actor_id == api.gw.auditor.actor("fiona") and read.tenant_id == "acme"
     assert read.detail["subject"] == facts["operation_key"]
     assert api.get(f"/toolgate/operations/{facts['operation_key']}", "gina").status_code == 404

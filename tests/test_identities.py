@@ -34,7 +34,7 @@ def directory(harness: Harness) -> IdentityDirectory:
 
 
 def refused(harness: Harness, code: str) -> int:
-    return sum(1 for e in harness.store.audit_events() if e.event == "identity.refused" and e.code == code)
+    return sum(1 for e in harness.store.audit.events() if e.event == "identity.refused" and e.code == code)
 
 
 def raw(store: Store, sql: str, params: tuple[object, ...] = ()) -> None:
@@ -60,7 +60,7 @@ def test_tokens_authenticate_rotate_and_revoke(harness: Harness) -> None:
     with pytest.raises(IdentityError) as gone:
         people.authenticate("nora", fresh)
     assert gone.value.code == "revoked" and people.active("nora", "acme") is None
-    events = [e.event for e in harness.store.audit_events() if e.event.startswith("identity.")]
+    events = [e.event for e in harness.store.audit.events() if e.event.startswith("identity.")]
     assert events == [
         "identity.added",
         "identity.token_rotated",
@@ -170,7 +170,7 @@ def test_a_forged_approval_row_never_executes_and_verification_names_it(harness:
     delivery = harness.gateway().executor.deliver(proposal["operation_key"], worker_id="w")
     assert delivery.claim == "NOT_ATTEMPTED" and harness.payments() == 0
     assert harness.handler_calls["issue_refund"] == 0
-    voided = [e for e in harness.store.audit_events() if e.event == "approval.voided"]
+    voided = [e for e in harness.store.audit.events() if e.event == "approval.voided"]
     assert [e.code for e in voided] == ["forged_approval"] and voided[0].detail["approval_id"] == "apr_forged"
     assert verify_records(harness.store).forged_approvals == ["apr_forged"]
 
@@ -186,7 +186,7 @@ def test_a_revoked_reviewers_pending_approval_stops_counting(harness: Harness) -
     assert delivery.claim == "NOT_ATTEMPTED" and "more approval" in delivery.reason
     assert harness.payments() == 0 and harness.handler_calls["issue_refund"] == 0
     assert any(
-        e.event == "approval.voided" and e.code == "reviewer_inactive" for e in harness.store.audit_events()
+        e.event == "approval.voided" and e.code == "reviewer_inactive" for e in harness.store.audit.events()
     )
     with pytest.raises(ApprovalError) as revoked:  # and rita can no longer decide anything
         decide(gw, proposal["proposal_id"], principal("rita"), "reject", reason="changed my mind")

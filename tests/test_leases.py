@@ -79,7 +79,7 @@ def test_an_overrunning_handler_is_never_redelivered_while_it_runs(harness: Harn
 
     def finished() -> list[str]:
         return [
-            e.result for e in harness.store.audit_events(operation_key=key) if e.event == "handler.finished"
+            e.result for e in harness.store.audit.events(operation_key=key) if e.event == "handler.finished"
         ]
 
     _wait_for(lambda: len(finished()) == 2)

@@ -36,7 +36,7 @@ def payload(state: dict[str, Any], call_id: str) -> dict[str, Any]:
 
 
 def rejections(harness: Harness) -> list[tuple[str | None, str | None]]:
-    return [(e.event, e.code) for e in harness.store.audit_events() if e.event == "call.rejected"]
+    return [(e.event, e.code) for e in harness.store.audit.events() if e.event == "call.rejected"]
 
 
 def resume(graph: Any, thread: str) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def test_execute_re_resolves_ownership_of_an_approved_write(harness: Harness) ->
     assert harness.refunds() == 0 and harness.payments() == 0 and harness.handler_calls["issue_refund"] == 0
     operation = harness.store.get_operation(proposal["operation_key"])
     assert operation is not None and operation.status == "approved"
-    refused = [e for e in harness.store.audit_events() if e.event == "operation.refused"]
+    refused = [e for e in harness.store.audit.events() if e.event == "operation.refused"]
     assert [e.code for e in refused] == ["not_owner"]
 
 
@@ -330,7 +330,7 @@ def test_only_someone_reviewing_for_a_tenant_may_grant_its_review(harness: Harne
             by=ivy,
         )
     assert refused.value.code == "cross_tenant" and harness.store.identities.get("mallory") is None
-    events = [(e.event, e.code) for e in harness.store.audit_events() if e.event == "identity.refused"]
+    events = [(e.event, e.code) for e in harness.store.audit.events() if e.event == "identity.refused"]
     assert events == [("identity.refused", "cross_tenant")]
 
 

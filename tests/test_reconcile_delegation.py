@@ -197,7 +197,7 @@ def test_an_expired_approval_is_never_executed_again_though_its_check_runs(
     delivery = gateway.executor.deliver(key, worker_id="w2")  # a NEW execution of an expired approval
     assert delivery.status == "expired" and delivery.claim == "NOT_ATTEMPTED"
     assert downstream.authorizations("POST") == [] and downstream.effects == {}
-    assert [e.event for e in store.audit_events(operation_key=key)].count("handler.started") == 1
+    assert [e.event for e in store.audit.events(operation_key=key)].count("handler.started") == 1
     assert store.delegations.purge() == 2 and sealed_rows(store) == []  # terminal: both seals go
 
 

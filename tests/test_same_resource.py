@@ -201,10 +201,10 @@ def test_two_threads_updating_one_sku_at_once_never_lose_an_update(
         # the later update read the earlier one's write
         assert adjustments[0]["on_hand_after"] == adjustments[1]["on_hand_before"]
         started = [
-            e for e in store.audit_events() if e.event == "handler.started" and e.operation_key in keys
+            e for e in store.audit.events() if e.event == "handler.started" and e.operation_key in keys
         ]
         assert len(started) == 2
-        assert [e for e in store.audit_events() if e.event == "operation.deferred"] == []
+        assert [e for e in store.audit.events() if e.event == "operation.deferred"] == []
         assert rows(store, "SELECT * FROM resource_leases") == []  # every lease given back
     assert len(rows(store, "SELECT * FROM sor_inventory_adjustments WHERE sku = 'SKU-7'")) == 2 * REPETITIONS
 
@@ -258,7 +258,7 @@ def sku_lease(side: Side, tenant_id: str = "acme") -> tuple[str, ...]:
 def deferred_codes(store: Store, operation_key: str) -> list[tuple[str, str | None]]:
     return [
         (e.result, e.code)
-        for e in store.audit_events(operation_key=operation_key)
+        for e in store.audit.events(operation_key=operation_key)
         if e.event == "operation.deferred"
     ]
 

@@ -59,7 +59,7 @@ class Rig:
         )
 
     def events(self, event: str, code: str | None = None) -> list[Any]:
-        return [e for e in self.store.audit_events() if e.event == event and (code is None or e.code == code)]
+        return [e for e in self.store.audit.events() if e.event == event and (code is None or e.code == code)]
 
 
 @pytest.fixture(scope="module")

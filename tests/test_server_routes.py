@@ -112,7 +112,7 @@ def test_another_tenant_sees_nothing(rig: Rig) -> None:
     assert rig.api("gina", "GET", "/toolgate/proposals/prop_does_not_exist").json() == shown.json()
     assert any(
         e.event == "api.refused" and e.proposal_id == proposal["proposal_id"]
-        for e in rig.store.audit_events()
+        for e in rig.store.audit.events()
     )
 
 

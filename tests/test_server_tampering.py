@@ -76,11 +76,11 @@ class Rig:
 
     def tampered_events(self, thread_id: str) -> list[Any]:
         return [
-            e for e in self.store.audit_events() if e.event == "state.tampered" and e.thread_id == thread_id
+            e for e in self.store.audit.events() if e.event == "state.tampered" and e.thread_id == thread_id
         ]
 
     def events_of_call(self, call_id: str) -> list[str]:
-        return [e.event for e in self.store.audit_events(call_ids=[call_id])]
+        return [e.event for e in self.store.audit.events(call_ids=[call_id])]
 
     def count(self, table: str, **where: Any) -> int:
         from toolgate.tools.demo import DemoSystem

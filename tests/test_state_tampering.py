@@ -36,7 +36,7 @@ def cfg(thread: str) -> dict[str, Any]:
 
 
 def tampered_events(harness: Harness, thread: str) -> list[Any]:
-    return [e for e in harness.store.audit_events() if e.event == "state.tampered" and e.thread_id == thread]
+    return [e for e in harness.store.audit.events() if e.event == "state.tampered" and e.thread_id == thread]
 
 
 def read_paused_before_execute(harness: Harness, thread: str) -> Any:
@@ -241,7 +241,7 @@ def test_a_thread_cannot_be_turned_into_another_principals(harness: Harness) -> 
     with pytest.raises(RunRefused, match="thread_owner: this thread belongs to another principal"):
         graph.invoke(None, cfg("t-who"), context=Context(principal=principal("cust-ada")))
     assert harness.total_handler_calls() == 0
-    refusals = [e for e in harness.store.audit_events() if e.event == "identity.refused"]
+    refusals = [e for e in harness.store.audit.events() if e.event == "identity.refused"]
     assert [(e.code, e.thread_id) for e in refusals] == [("thread_owner", "t-who")]
 
 

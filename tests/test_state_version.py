@@ -47,7 +47,7 @@ def cfg(thread: str) -> dict[str, Any]:
 
 
 def events(harness: Harness, event: str) -> list[Any]:
-    return [e for e in harness.store.audit_events() if e.event == event]
+    return [e for e in harness.store.audit.events() if e.event == event]
 
 
 @dataclass

@@ -135,7 +135,7 @@ def event(name: str = "contract.event", **fields: Any) -> AuditEventIn:
 
 def named(store: Store, name: str) -> list[AuditEvent]:
     """Stored events called ``name``, in chain order."""
-    return [e for e in store.audit_events() if e.event == name]
+    return [e for e in store.audit.events() if e.event == name]
 
 
 def snapshot(store: Store) -> dict[str, list[dict[str, Any]]]:
@@ -297,7 +297,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     executing(store, 2)
     unknown_outcome(store, 3, lease_s=0)
     store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-ada")))
-    store.append_audit(event())
+    store.audit.append(event())
     assert store.leases.acquire(["k1"], "h1", 30)
     assert store.slots.take("model:acme", "h1", 1, 30) == 0
     reader = reopen(read_only=True)
@@ -329,9 +329,9 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "leases.release": lambda s: s.leases.release(["k1"], "h1"),
         "identities.add": lambda s: s.identities.add(make_identity("bob")),
         "identities.change": lambda s: s.identities.change("ada", status="revoked"),
-        "append_audit": lambda s: s.append_audit(event()),
-        "append_audits": lambda s: s.append_audits([event(), event()]),
-        "purge_audit_payloads": lambda s: s.purge_audit_payloads(iso(utcnow() + timedelta(days=1))),
+        "audit.append": lambda s: s.audit.append(event()),
+        "audit.append_many": lambda s: s.audit.append_many([event(), event()]),
+        "audit.purge_payloads": lambda s: s.audit.purge_payloads(iso(utcnow() + timedelta(days=1))),
         "waits.open": lambda s: s.waits.open(wait_in(9)),
         "waits.record_check": lambda s: s.waits.record_check(
             "op_wait1", checks_seen=0, job_status="x", result=None, done=True
@@ -354,7 +354,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     reader.require_schema()
     assert reader.get_proposal("prop_test1") == proposal
     assert [o.operation_key for o in reader.list_operations("executing")] == ["op_test2"]
-    assert len(reader.audit_events()) == 1
+    assert len(reader.audit.events()) == 1
     assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
 
 
@@ -640,7 +640,7 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
     )
     assert recorded and settled is not None and settled.status == "approved"
     assert settled == store.get_operation("op_test1")
-    assert [e.event for e in store.audit_events(operation_key="op_test1")] == [
+    assert [e.event for e in store.audit.events(operation_key="op_test1")] == [
         "approval.recorded",
         "operation.approved",
     ]
@@ -653,7 +653,7 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
         settle=settle,
     )
     assert recorded and settled is None
-    assert [e.event for e in store.audit_events(operation_key="op_test1")] == [
+    assert [e.event for e in store.audit.events(operation_key="op_test1")] == [
         "approval.recorded",
         "operation.approved",
         "approval.recorded",
@@ -784,7 +784,7 @@ def test_transition_changes_status_result_and_error_with_its_audit(store: Store)
     )
     assert approved.status == "approved" and approved == store.get_operation("op_test1")
     assert approved.updated_at >= approved.created_at
-    assert [e.event for e in store.audit_events(operation_key="op_test1")] == ["operation.approved"]
+    assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.approved"]
     executing(store, 2)
     done = store.transition(
         "op_test2", "executing", "succeeded", owner="w1", result={"refund_id": "R-1", "n": 2}
@@ -1443,12 +1443,12 @@ def test_list_identities_by_user_id_optionally_of_some_tenants(store: Store) -> 
 
 
 def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
-    first = store.append_audit(
+    first = store.audit.append(
         AuditEventIn(
             event="call.rejected", result="rejected", code="unknown_tool", call_id="c1", detail={"n": 1}
         )
     )
-    second = store.append_audit(
+    second = store.audit.append(
         AuditEventIn(event="proposal.created", result="pending_approval", call_id="c2")
     )
     assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
@@ -1461,13 +1461,13 @@ def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
         tx.execute("UPDATE audit_events SET result = 'accepted' WHERE seq = ?", (first.seq,))
     with pytest.raises(StoreError), store.transaction() as tx:
         tx.execute("DELETE FROM audit_events")
-    assert [e.code for e in store.audit_events(call_ids=["c1"])] == ["unknown_tool"]
-    assert len(store.audit_events()) == 2
+    assert [e.code for e in store.audit.events(call_ids=["c1"])] == ["unknown_tool"]
+    assert len(store.audit.events()) == 2
 
 
 def test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode(store: Store) -> None:
     start = store.now()
-    stored = store.append_audit(
+    stored = store.audit.append(
         event("call.accepted", call_id="c1", tool="lookup_order", detail={"n": 1, "s": "é"})
     )
     end = store.now()
@@ -1481,20 +1481,20 @@ def test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_en
     assert stored.event_id.startswith("evt_") and stored.payload_retained
     assert stored.detail_sha256 == digest({"n": 1, "s": "é"})
     assert start - timedelta(seconds=1) <= parse_iso(stored.occurred_at) <= end + timedelta(seconds=1)
-    assert store.audit_events() == [stored]
+    assert store.audit.events() == [stored]
     before = snapshot(store)
     with pytest.raises(ValueError, match="NaN"):
-        store.append_audit(event(detail={"x": float("nan")}))
+        store.audit.append(event(detail={"x": float("nan")}))
     assert snapshot(store) == before
 
 
 def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
     def append(i: int) -> None:
-        store.append_audit(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{i}"))
+        store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{i}"))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(append, range(40)))
-    events = store.audit_events()
+    events = store.audit.events()
     assert len(events) == 40
     assert events[0].prev_hash == GENESIS_HASH
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
@@ -1503,7 +1503,7 @@ def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
 def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    head = store.append_audit(event("first"))
+    head = store.audit.append(event("first"))
     transactions: list[bool] = []
     real = store.transaction
 
@@ -1512,8 +1512,8 @@ def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
         return real(write=write)
 
     monkeypatch.setattr(store, "transaction", counted)
-    assert store.append_audits([]) == [] and transactions == []  # nothing to append: no transaction
-    appended = store.append_audits(
+    assert store.audit.append_many([]) == [] and transactions == []  # nothing to append: no transaction
+    appended = store.audit.append_many(
         [event("a", call_id="c1"), event("b", call_id="c2"), event("c", call_id="c3")]
     )
     assert transactions == [True]
@@ -1522,51 +1522,51 @@ def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
     assert [e.seq for e in appended] == sorted(e.seq for e in appended) and appended[0].seq > head.seq
     assert appended[0].prev_hash == head.hash
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(appended))
-    assert store.audit_events() == [head, *appended]
+    assert store.audit.events() == [head, *appended]
     before = snapshot(store)
     with pytest.raises(ValueError):
-        store.append_audits([event("d"), event("e", detail={"x": float("inf")})])
+        store.audit.append_many([event("d"), event("e", detail={"x": float("inf")})])
     assert snapshot(store) == before
     assert verify_chain(store).ok
 
 
 def test_latest_audit_event_is_the_most_recent_of_a_name(store: Store) -> None:
-    assert store.latest_audit_event("release.loaded") is None
-    store.append_audit(event("release.loaded", detail={"release": "ops-tools/1.0.0"}))
-    newest = store.append_audit(event("release.loaded", detail={"release": "ops-tools/1.1.0"}))
-    store.append_audit(event("call.accepted"))
-    assert store.latest_audit_event("release.loaded") == newest
-    assert store.latest_audit_event("release.stopped") is None
+    assert store.audit.latest("release.loaded") is None
+    store.audit.append(event("release.loaded", detail={"release": "ops-tools/1.0.0"}))
+    newest = store.audit.append(event("release.loaded", detail={"release": "ops-tools/1.1.0"}))
+    store.audit.append(event("call.accepted"))
+    assert store.audit.latest("release.loaded") == newest
+    assert store.audit.latest("release.stopped") is None
 
 
 def test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain(store: Store) -> None:
-    old = store.append_audit(event("old", detail={"card": "4111"}))
-    new = store.append_audit(event("new", detail={"card": "5500"}))
+    old = store.audit.append(event("old", detail={"card": "4111"}))
+    new = store.audit.append(event("new", detail={"card": "5500"}))
     assert old.occurred_at < new.occurred_at
     before = snapshot(store)
-    assert store.purge_audit_payloads(old.occurred_at) == 0  # strictly older only
+    assert store.audit.purge_payloads(old.occurred_at) == 0  # strictly older only
     assert snapshot(store) == before
-    assert store.purge_audit_payloads(new.occurred_at) == 1
-    purged, kept = store.audit_events()
+    assert store.audit.purge_payloads(new.occurred_at) == 1
+    purged, kept = store.audit.events()
     assert (purged.event_id, purged.detail, purged.payload_retained) == (old.event_id, {}, False)
     assert purged.detail_sha256 == old.detail_sha256 and purged.hash == old.hash
     assert kept == new
-    assert store.latest_audit_event("old") == purged
+    assert store.audit.latest("old") == purged
     assert verify_chain(store).ok  # the chain covers the payload's digest, not the payload
-    assert store.purge_audit_payloads(new.occurred_at) == 0
+    assert store.audit.purge_payloads(new.occurred_at) == 0
 
 
 def test_audit_events_match_any_filter_in_chain_order(store: Store) -> None:
-    a = store.append_audit(event("a", operation_key="op_1"))
-    b = store.append_audit(event("b", proposal_id="prop_1"))
-    c = store.append_audit(event("c", call_id="c1"))
-    d = store.append_audit(event("d", call_id="c2", operation_key="op_2"))
-    assert store.audit_events() == [a, b, c, d]
-    assert store.audit_events(operation_key="op_1") == [a]
-    assert store.audit_events(proposal_id="prop_1") == [b]
-    assert store.audit_events(call_ids=["c2", "c1"]) == [c, d]
-    assert store.audit_events(operation_key="op_1", call_ids=["c2"]) == [a, d]  # any filter matches
-    assert store.audit_events(operation_key="op_9", proposal_id="prop_9", call_ids=["c9"]) == []
+    a = store.audit.append(event("a", operation_key="op_1"))
+    b = store.audit.append(event("b", proposal_id="prop_1"))
+    c = store.audit.append(event("c", call_id="c1"))
+    d = store.audit.append(event("d", call_id="c2", operation_key="op_2"))
+    assert store.audit.events() == [a, b, c, d]
+    assert store.audit.events(operation_key="op_1") == [a]
+    assert store.audit.events(proposal_id="prop_1") == [b]
+    assert store.audit.events(call_ids=["c2", "c1"]) == [c, d]
+    assert store.audit.events(operation_key="op_1", call_ids=["c2"]) == [a, d]  # any filter matches
+    assert store.audit.events(operation_key="op_9", proposal_id="prop_9", call_ids=["c9"]) == []
 
 
 # ---- the contract covers the whole interface -----------------------------------------------
@@ -1783,15 +1783,15 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "identities.get": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
     "identities.by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
     "identities.list": (test_list_identities_by_user_id_optionally_of_some_tenants,),
-    "append_audit": (
+    "audit.append": (
         test_audit_log_is_append_only_and_hash_chained,
         test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode,
         test_concurrent_audit_appends_keep_one_chain,
     ),
-    "append_audits": (test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing,),
-    "latest_audit_event": (test_latest_audit_event_is_the_most_recent_of_a_name,),
-    "purge_audit_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
-    "audit_events": (test_audit_events_match_any_filter_in_chain_order,),
+    "audit.append_many": (test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing,),
+    "audit.latest": (test_latest_audit_event_is_the_most_recent_of_a_name,),
+    "audit.purge_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
+    "audit.events": (test_audit_events_match_any_filter_in_chain_order,),
     "waits.open": (test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged,),
     "waits.get": (test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified,),
     "waits.due": (test_due_waits_are_judged_by_the_store_clock_oldest_first,),
@@ -1837,6 +1837,40 @@ def test_every_public_store_method_has_a_contract_test() -> None:
             assert "store" in inspect.signature(test).parameters, f"{test.__name__} must run on both backends"
             assert re.search(rf"\.{re.escape(name)}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
 
+
+
+def test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        linked = store.audit.link(tx, [event("contract.linked")])
+        assert [e.event for e in linked] == ["contract.linked"]
+        raise RuntimeError("the change it records fails")
+    assert named(store, "contract.linked") == []  # the evidence went with the change
+    with store.transaction() as tx:
+        assert store.audit.link(tx, []) == []
+        store.audit.link(tx, [event("contract.linked"), event("contract.linked")])
+    stored = named(store, "contract.linked")
+    assert len(stored) == 2 and stored[1].prev_hash == stored[0].hash
+    assert verify_chain(store).ok
+
+
+def test_audit_append_after_appends_what_build_makes_of_the_latest_event(store: Store) -> None:
+    seen: list[str | None] = []
+
+    def build(last: AuditEvent | None) -> AuditEventIn | None:
+        seen.append(last.code if last else None)
+        return None if last is not None and last.code == "2" else event("contract.after", code=str(len(seen)))
+
+    first = store.audit.append_after("contract.after", build)
+    assert first is not None and first.code == "1"
+    second = store.audit.append_after("contract.after", build)
+    assert second is not None and second.code == "2"
+    assert store.audit.append_after("contract.after", build) is None  # build declined: nothing appended
+    assert seen == [None, "1", "2"]
+    assert [e.code for e in named(store, "contract.after")] == ["1", "2"]
+
+
+CONTRACT["audit.link"] = (test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it,)
+CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
 # ---- admission slot renewal (appended: kept apart from CONTRACT's literal above) -------------
@@ -1942,33 +1976,33 @@ CONTRACT["slots.renew"] = (
 def test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else(
     store: Store,
 ) -> None:
-    assert store.first_audit_event("op_1", "delivery.refused") is None
+    assert store.audit.first("op_1", "delivery.refused") is None
     other = event("delivery.refused", operation_key="op_2", code="proposal_missing", tool_release="r/1")
     first = event("delivery.refused", operation_key="op_1", code="proposal_missing", tool_release="r/1")
-    store.append_audits([other, event("delivery.refused", proposal_id="prop_1", code="proposal_missing")])
-    found = store.append_audit(first)
-    again = store.append_audit(first)
-    by_r2 = store.append_audit(dataclasses.replace(first, tool_release="r/2"))
-    other_code = store.append_audit(dataclasses.replace(first, code="tool_not_in_release"))
-    store.append_audit(dataclasses.replace(first, event="operation.refused"))
+    store.audit.append_many([other, event("delivery.refused", proposal_id="prop_1", code="proposal_missing")])
+    found = store.audit.append(first)
+    again = store.audit.append(first)
+    by_r2 = store.audit.append(dataclasses.replace(first, tool_release="r/2"))
+    other_code = store.audit.append(dataclasses.replace(first, code="tool_not_in_release"))
+    store.audit.append(dataclasses.replace(first, event="operation.refused"))
     before = snapshot(store)
 
-    assert store.first_audit_event("op_1", "delivery.refused") == found  # chain order: the earliest
-    assert store.first_audit_event("op_1", "delivery.refused", code="proposal_missing") == found
-    assert store.first_audit_event("op_1", "delivery.refused", tool_release="r/2") == by_r2
-    assert store.first_audit_event("op_1", "delivery.refused", code="tool_not_in_release") == other_code
+    assert store.audit.first("op_1", "delivery.refused") == found  # chain order: the earliest
+    assert store.audit.first("op_1", "delivery.refused", code="proposal_missing") == found
+    assert store.audit.first("op_1", "delivery.refused", tool_release="r/2") == by_r2
+    assert store.audit.first("op_1", "delivery.refused", code="tool_not_in_release") == other_code
     assert (
-        store.first_audit_event("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2")
+        store.audit.first("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2")
         is None
     )
-    assert store.first_audit_event("op_1", "delivery.refused", code="approval_invalid") is None
-    assert store.first_audit_event("op_9", "delivery.refused") is None  # another operation's events
-    assert store.first_audit_event("op_1", "delivery.deferred") is None
+    assert store.audit.first("op_1", "delivery.refused", code="approval_invalid") is None
+    assert store.audit.first("op_9", "delivery.refused") is None  # another operation's events
+    assert store.audit.first("op_1", "delivery.deferred") is None
     assert found != again and found.detail == {} and found.payload_retained
     assert snapshot(store) == before  # a read: no row changed
 
 
-CONTRACT["first_audit_event"] = (
+CONTRACT["audit.first"] = (
     test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else,
 )
 

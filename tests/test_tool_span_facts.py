@@ -42,7 +42,7 @@ def test_read_and_write_spans_name_version_principal_tenant_and_sizes(harness: H
     assert first["__interrupt__"] and final["status"] == "done"
 
     hashed = actor_hash(harness.store.keys.key("actor"), "cust-ada")
-    accepted = [e for e in harness.store.audit_events() if e.event == "call.accepted"]
+    accepted = [e for e in harness.store.audit.events() if e.event == "call.accepted"]
     assert {e.actor_id for e in accepted} == {hashed}  # the span's hash is the audit log's
     results = {m.tool_call_id: str(m.content) for m in tool_messages(final)}
     for tool, call_id, args in (

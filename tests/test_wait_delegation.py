@@ -106,7 +106,7 @@ def sealed_rows(store: Store) -> list[dict[str, Any]]:
 
 
 def refusals(store: Store) -> list[Any]:
-    return [e for e in store.audit_events() if e.event == "delegation.refused"]
+    return [e for e in store.audit.events() if e.event == "delegation.refused"]
 
 
 def started(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[SealedWaitWorld, Any, WaitRecord]:

@@ -63,11 +63,11 @@ class Holder(threading.Thread):
 
 
 def overloaded(store: Store, key: str) -> list[Any]:
-    return [e for e in store.audit_events(operation_key=key) if e.event == "admission.overloaded"]
+    return [e for e in store.audit.events(operation_key=key) if e.event == "admission.overloaded"]
 
 
 def claims(store: Store, key: str) -> int:
-    return sum(e.event == "operation.claimed" for e in store.audit_events(operation_key=key))
+    return sum(e.event == "operation.claimed" for e in store.audit.events(operation_key=key))
 
 
 @pytest.mark.parametrize(

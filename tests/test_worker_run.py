@@ -107,7 +107,7 @@ def status(store: Store, key: str) -> str:
 
 
 def events(store: Store, key: str) -> list[tuple[str, str, str | None]]:
-    return [(e.event, e.result, e.code) for e in store.audit_events(operation_key=key)]
+    return [(e.event, e.result, e.code) for e in store.audit.events(operation_key=key)]
 
 
 def run_loop(gw: Gateway, **options: Any) -> LoopSummary:

@@ -149,7 +149,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
 
         _section(say, "5. The worker resumes the thread, claims the operation and executes it once")
         final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
-        events = app.store.audit_events(operation_key=proposal.operation_key)
+        events = app.store.audit.events(operation_key=proposal.operation_key)
         claim = "ACQUIRED" if any(e.event == "operation.claimed" for e in events) else "NOT_ACQUIRED"
         op = app.store.get_operation(proposal.operation_key)
         assert op is not None
@@ -194,7 +194,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
         )
         refused = next((c["call_id"] for c in calls if c.get("phase") == "rejected"), "")
         _section(say, "9. Retention: old protected payloads go, digests and the chain stay")
-        purged = app.store.purge_audit_payloads(iso(app.store.now() - timedelta(days=RETENTION_DAYS)))
+        purged = app.store.audit.purge_payloads(iso(app.store.now() - timedelta(days=RETENTION_DAYS)))
         gw.auditor.record(
             "audit.retention_applied",
             "applied",

@@ -83,7 +83,7 @@ Visible = Callable[[AuditEvent], bool]
 
 
 def _events(store: Store, visible: Visible | None, **filters: Any) -> list[AuditEvent]:
-    events = store.audit_events(**filters)
+    events = store.audit.events(**filters)
     return events if visible is None else [e for e in events if visible(e)]
 
 
@@ -182,7 +182,7 @@ def trace(
     chain = verify_chain(store)
     report.tamper_check = "PASS" if chain.ok else "FAIL"
     report.first_bad_event = chain.first_bad_event_id
-    if store.latest_audit_event("audit.retention_applied") is not None:
+    if store.audit.latest("audit.retention_applied") is not None:
         report.retention = "applied"
     return report
 

@@ -168,7 +168,7 @@ def read_incident(
     decisions = {p.proposal_id: _decisions(store, p) for p, _ in proposals}
     _confirmmodel_calls(store, thread_id, call_ids, outcomes)
     operation_events = {
-        p.operation_key: store.audit_events(operation_key=p.operation_key) for p, _ in proposals
+        p.operation_key: store.audit.events(operation_key=p.operation_key) for p, _ in proposals
     }
     status = _final_status(values.get("status"), last=end == len(messages), proposals=proposals)
     return Incident(
@@ -246,7 +246,7 @@ def _confirmmodel_calls(
 ) -> None:
     """Every refusal and every read that ran, as the state says, has its audit event."""
     audited = {audit_call_id(c): c for c in call_ids}
-    events = [e for e in store.audit_events(call_ids=list(audited)) if e.thread_id == thread_id]
+    events = [e for e in store.audit.events(call_ids=list(audited)) if e.thread_id == thread_id]
     seen = {(audited.get(e.call_id or ""), e.event, e.code) for e in events}
     for call_id in call_ids:
         outcome = outcomes.get(call_id, "not_run")

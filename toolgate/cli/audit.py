@@ -155,7 +155,7 @@ def audit_export(
     """Every event of the auditor's tenants as JSON Lines (schema_version 1) for a SIEM."""
     application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "export")
-    events = scope.visible(application.store.audit_events())
+    events = scope.visible(application.store.audit.events())
     record_read(application, scope, "export", events=len(events))
     lines = []
     for event in events:
@@ -194,7 +194,7 @@ def audit_retention(
             code="not_all_tenants",
         )
     before = iso(application.store.now() - timedelta(days=older_than_days))
-    purged = application.store.purge_audit_payloads(before)
+    purged = application.store.audit.purge_payloads(before)
     application.gateway.auditor.record(
         "audit.retention_applied",
         "applied",

@@ -88,7 +88,7 @@ def report(
     # this task turn's tokens, after the lines scripts index (the thread, then its proposals)
     typer.echo(task_messages_total(list(result.get("messages") or [])).line())
     if application is not None and history is not None:
-        events = [e for e in application.gateway.store.audit_events() if e.thread_id == thread_id]
+        events = [e for e in application.gateway.store.audit.events() if e.thread_id == thread_id]
         print_line(request_state_line(application, result, list(history), events))
         for line in continuation_lines(application, result, events):
             print_line(line)

@@ -165,7 +165,7 @@ def worker_verify(
     proposal = store.get_proposal(op.proposal_id)
     spec = application.registry.get_for(op.tool, op.tenant_id)
     assert proposal is not None
-    events = store.audit_events(operation_key=operation_key)
+    events = store.audit.events(operation_key=operation_key)
     claims = sum(e.event == "operation.claimed" for e in events)
     executions = sum(e.event == "handler.started" for e in events)
     verdict = (
