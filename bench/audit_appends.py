@@ -42,7 +42,7 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
     from toolgate.store.audit_records import AuditEventIn
 
     store = open_store("postgres", url, key=key, max_size=2)
-    store.get_operation("warm-up")
+    store.operations.get("warm-up")
     waited = 0.0
     lock = store._chain_head
 

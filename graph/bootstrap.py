@@ -179,7 +179,7 @@ class App:
         """The gateway whose executor delivers ``operation_key`` now: its proposal's release while
         release control serves that release, else the active one (which refuses a proposal pinned
         to another release)."""
-        op = self.store.get_operation(operation_key)
+        op = self.store.operations.get(operation_key)
         proposal = self.store.get_proposal(op.proposal_id) if op and op.proposal_id else None
         if proposal is None or self.router is None:
             return self.gateway

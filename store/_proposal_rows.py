@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolgate.canonical import canonical_json
-from toolgate.store._operation_rows import operation_of
 from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.operations import operation_of
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord, Settlement
 
 if TYPE_CHECKING:

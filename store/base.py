@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
-from typing import Any
 
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
@@ -23,11 +22,10 @@ from toolgate.store.identities import Identities
 from toolgate.store.keys import Keyring
 from toolgate.store.leases import ResourceLeases
 from toolgate.store.migrations import Migration
+from toolgate.store.operations import Operations
 from toolgate.store.records import (
     ApprovalRecord,
-    DeadLetter,
     OperationRecord,
-    OperationStatus,
     ProposalRecord,
     Settlement,
 )
@@ -92,6 +90,11 @@ class Store(
     def audit(self) -> AuditLog:
         """The hash-chained audit log."""
         return AuditLog(self)
+
+    @cached_property
+    def operations(self) -> Operations:
+        """Operations with their atomic claim, and dead letters."""
+        return Operations(self, self.audit)
 
     # ---- the connection layer a backend provides -------------------------------------
 
@@ -183,76 +186,9 @@ class Store(
     def all_decisions(self) -> list[ApprovalRecord]:
         """Every decision in the store (for verification), each marked ``authentic`` or not."""
 
-    # operations
-    @abc.abstractmethod
-    def get_operation(self, operation_key: str) -> OperationRecord | None:
-        """The operation, or None."""
-
-    @abc.abstractmethod
-    def list_operations(self, status: str | None = None) -> list[OperationRecord]:
-        """Operations, oldest first, optionally filtered by status."""
-
-    @abc.abstractmethod
-    def transition(
-        self,
-        operation_key: str,
-        from_status: OperationStatus,
-        to_status: OperationStatus,
-        *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        owner: str | None = None,
-        lease_lapsed: bool = False,
-        audit: Sequence[AuditEventIn] = (),
-    ) -> OperationRecord:
-        """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
-        (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
-        ``audit`` is appended in the same transaction, only when the change happened."""
-
-    @abc.abstractmethod
-    def claim(
-        self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
-    ) -> OperationRecord | None:
-        """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
-        appended in its transaction when this caller won).
-
-        Only while the proposal has not expired, with a lease of ``lease_s`` from the store's clock.
-        Returns the claimed row, or None when someone else owns (or finished) the operation or the
-        approval expired.
-        """
-
-    @abc.abstractmethod
-    def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
-        """Extend ``owner``'s lease to ``lease_s`` from now while its handler still runs."""
-
     @abc.abstractmethod
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
-
-    @abc.abstractmethod
-    def stale_executing(self, grace_s: float) -> list[OperationRecord]:
-        """Operations still ``executing`` whose claim lease lapsed more than ``grace_s`` ago."""
-
-    @abc.abstractmethod
-    def due_operations(self, limit: int) -> list[OperationRecord]:
-        """Up to ``limit`` approved operations, longest approved first: a hint (`claim` decides)."""
-
-    # dead letters
-    @abc.abstractmethod
-    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
-        """Move an ``unknown`` operation whose claim lease has lapsed to ``dead_lettered`` and record
-        its letter for a person, in one transaction. None (and nothing changed) while the lease is live
-        or the operation is not ``unknown``."""
-
-    @abc.abstractmethod
-    def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
-        """Dead letters, oldest first."""
-
-    @abc.abstractmethod
-    def resolve_dead_letter(
-        self, operation_key: str, *, resolution: str, resolved_by: str, note: str
-    ) -> bool:
-        """Close a dead letter once; False when it was already resolved or does not exist."""
 
     def __enter__(self) -> Store:
         return self

@@ -16,7 +16,6 @@ from datetime import datetime
 
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
-from toolgate.store._operation_rows import OperationRows
 from toolgate.store._proposal_rows import ProposalRows
 from toolgate.store.base import Store, Tx
 from toolgate.store.migrations import MIGRATIONS, Migration
@@ -24,7 +23,6 @@ from toolgate.store.migrations import MIGRATIONS, Migration
 
 class SqlStore(
     ProposalRows,
-    OperationRows,
     Store,
     abc.ABC,
 ):

@@ -114,7 +114,7 @@ def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch:
     monkeypatch.setattr(harness.store, "_chain_head", broken)
     with pytest.raises(StoreError):
         gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved" and op.attempts == 0  # the claim rolled back
     assert harness.handler_calls["issue_refund"] == 0
     assert len(harness.store.audit.events()) == events_before
@@ -129,10 +129,10 @@ def test_a_lost_claim_appends_nothing(harness: Harness) -> None:
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     key = proposal["operation_key"]
-    assert harness.store.claim(key, "w1", 60.0) is not None
+    assert harness.store.operations.claim(key, "w1", 60.0) is not None
     before = len(harness.store.audit.events())
     event = gateway.auditor.event("operation.claimed", "acquired", operation_key=key)
-    assert harness.store.claim(key, "w2", 60.0, audit=[event]) is None
+    assert harness.store.operations.claim(key, "w2", 60.0, audit=[event]) is None
     assert len(harness.store.audit.events()) == before
 
 
@@ -170,7 +170,7 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
         t.join(60)
     assert not errors
     assert settles == [None, None]  # neither decision completed the verdict on its own
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved"
     events = [e.event for e in harness.store.audit.events(proposal_id=proposal["proposal_id"])]
     assert events.count("approval.recorded") == 2
@@ -208,5 +208,5 @@ def test_an_approval_does_not_settle_over_a_recorded_rejection(harness: Harness)
         ),
     )
     assert recorded and settled is None
-    op = harness.store.get_operation(stored.operation_key)
+    op = harness.store.operations.get(stored.operation_key)
     assert op is not None and op.status == "pending_approval"

@@ -257,7 +257,7 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     expect(countdown).not_to_have_text(first, timeout=TIMEOUT_MS)  # it counts down, second by second
     expect(countdown).to_have_text(re.compile(r"^Expires in (\d+ min )?\d+ s$"))
     console.shot("02-proposal-detail")
-    waiting = rig.store.get_operation(key)
+    waiting = rig.store.operations.get(key)
     assert waiting is not None and waiting.status == "pending_approval", waiting
 
     console.approve()
@@ -278,7 +278,7 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     console.shot("03-operation-succeeded")
     expect(console.by("alert")).to_be_hidden()
 
-    operation = rig.store.get_operation(key)
+    operation = rig.store.operations.get(key)
     assert operation is not None and operation.status == "succeeded", operation
     assert rig.count("sor_payment_requests", key) == 1
     assert rig.count("sor_refunds", key) == 1
@@ -311,7 +311,7 @@ def test_the_requester_approving_her_own_proposal_is_refused_plainly_and_nothing
     expect(console.by("operation")).to_be_hidden()
     console.shot("04-self-approval-refused")
 
-    operation = rig.store.get_operation(key)
+    operation = rig.store.operations.get(key)
     assert operation is not None and operation.status == "pending_approval", operation
     assert rig.count("sor_payment_requests", key) == 0
     assert rig.count("sor_refunds", key) == 0

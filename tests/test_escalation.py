@@ -72,7 +72,7 @@ def resume(graph: Any, thread: str) -> dict[str, Any]:
 
 
 def status(rig: Harness, facts: dict[str, Any]) -> str:
-    operation = rig.store.get_operation(facts["operation_key"])
+    operation = rig.store.operations.get(facts["operation_key"])
     assert operation is not None
     return operation.status
 

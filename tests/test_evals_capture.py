@@ -143,11 +143,11 @@ def dead_letter_thread(world: World, monkeypatch: pytest.MonkeyPatch) -> str:
     proposal = world.store.get_proposal(proposal_id)
     assert proposal is not None
     key = proposal.operation_key
-    assert world.store.claim(key, "doomed-worker", 30.0) is not None
-    world.store.transition(key, "executing", "unknown")
+    assert world.store.operations.claim(key, "doomed-worker", 30.0) is not None
+    world.store.operations.transition(key, "executing", "unknown")
     with monkeypatch.context() as shifted:
         shift_store_clock(shifted, world.store, timedelta(seconds=60))
-        assert world.store.add_dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
+        assert world.store.operations.dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
     assert "dead_lettered" in world.cli("resume", thread).stdout
     return key
 

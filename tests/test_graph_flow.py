@@ -62,7 +62,7 @@ def test_write_stops_at_an_interrupt_with_the_hitl_payload_and_runs_nothing(harn
     assert facts["status"] == "pending_approval" and facts["execution_started"] is False
     assert facts["risk"] == "danger" and len(facts["digest"]) == 64
     assert harness.payments() == 0 and harness.handler_calls == {"lookup_order": 1}
-    op = harness.store.get_operation(facts["operation_key"])
+    op = harness.store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "pending_approval"
     assert graph.get_state({"configurable": {"thread_id": "t-refund"}}).next == ("approval",)
 

@@ -84,7 +84,7 @@ def test_the_approved_write_runs_with_the_requesters_token_not_the_reviewers(
     assert done["status"] == "done"
     assert '"completed"' in str(tool_messages(done)[-1].content)
     assert downstream.authorizations() == [f"Bearer {ADA_TOKEN}"]  # the requester's, once
-    op = store.get_operation(facts["operation_key"])
+    op = store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "succeeded" and op.result is not None
     assert op.result["refund_id"] == "R-1"
     assert sealed_rows(store) == []  # deleted once the operation is terminal
@@ -182,7 +182,7 @@ def test_a_status_check_past_the_proposals_expiry_is_refused_and_goes_to_a_perso
     assert found.status == "dead_lettered" and found.checks == 1  # refused once, never run without it
     assert downstream.authorizations("GET") == []
     assert [e.code for e in events(store, key, "delegation.refused")] == ["delegation_expired"]
-    letters = store.dead_letters()
+    letters = store.operations.dead_letters()
     assert letters[0].context["history"] == [{"check": "1", "error": "delegation_expired"}]
 
 

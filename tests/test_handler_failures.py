@@ -122,7 +122,7 @@ def test_two_workers_reconciling_one_unknown_operation_both_return(tmp_path: Any
         t.join(60)
     assert errors == []
     assert sorted(r.status for r in results) == ["succeeded", "succeeded"]
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "succeeded"
     assert harness.refunds() == 1 and harness.payments() == 1
     reconciled = [

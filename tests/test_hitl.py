@@ -71,7 +71,7 @@ def test_a_refused_decision_changes_nothing_and_says_why(
     assert {o["code"] for o in result["review"]["outcomes"]} == {code}
     again = result["__interrupt__"][0].value["toolgate"]["last_review"]["outcomes"]
     assert {o["code"] for o in again} == {code}  # the next interrupt says why, too
-    op = harness.store.get_operation(facts["operation_key"])
+    op = harness.store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "pending_approval" and harness.payments() == 0
     assert [e.code for e in harness.store.audit.events() if e.event == "approval.refused"] == [code]
 

@@ -64,7 +64,7 @@ class Api:
         return graph, state["__interrupt__"][0].value["toolgate"]["proposals"][0]
 
     def status(self, facts: dict[str, Any]) -> str:
-        operation = self.store.get_operation(facts["operation_key"])
+        operation = self.store.operations.get(facts["operation_key"])
         assert operation is not None
         return operation.status
 

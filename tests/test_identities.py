@@ -206,7 +206,7 @@ def test_the_same_person_twice_is_not_two_people_and_other_tenants_touch_nothing
     with pytest.raises(ApprovalError) as own:
         decide(gw, proposal["proposal_id"], principal("cust-ada"), "approve")
     assert own.value.code == "self_approval"
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "pending_approval" and harness.payments() == 0
 
 

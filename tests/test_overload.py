@@ -260,7 +260,7 @@ def test_an_approved_write_without_a_tool_slot_stays_approved_and_runs_once_late
         graph.invoke(Command(resume={"wake": True}), config, context=Context())
     finally:
         slots.release("tool", "acme")
-    operation = harness.store.get_operation(proposal.operation_key)
+    operation = harness.store.operations.get(proposal.operation_key)
     assert operation is not None and operation.status == "approved"  # not claimed, not lost
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     assert [e.detail["kind"] for e in audit_events(harness.store, "admission.overloaded")] == ["tool"]

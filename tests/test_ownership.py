@@ -108,7 +108,7 @@ def test_execute_re_resolves_ownership_of_an_approved_write(harness: Harness) ->
         tx.execute("UPDATE sor_orders SET customer_id = 'cust-bob' WHERE order_id = 'O-5512'")
     resume(graph, "t-moved")
     assert harness.refunds() == 0 and harness.payments() == 0 and harness.handler_calls["issue_refund"] == 0
-    operation = harness.store.get_operation(proposal["operation_key"])
+    operation = harness.store.operations.get(proposal["operation_key"])
     assert operation is not None and operation.status == "approved"
     refused = [e for e in harness.store.audit.events() if e.event == "operation.refused"]
     assert [e.code for e in refused] == ["not_owner"]

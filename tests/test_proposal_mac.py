@@ -135,7 +135,7 @@ def test_a_tampered_proposal_reads_inauthentic_and_is_refused_at_decide_and_at_d
         assert refused.value.code == "forged_proposal"
     assert _codes(harness.store, "approval.refused", pid) == ["forged_proposal", "forged_proposal"]
     assert _decisions(harness.store, pid) == 0  # nothing recorded but the refusals
-    assert harness.store.get_operation(key).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(key).status == "pending_approval"  # type: ignore[union-attr]
 
     _approve_row(harness.store, key)  # review bypassed by hand too: delivery still refuses
     delivery = gw.executor.deliver(key, worker_id="w")
@@ -143,7 +143,7 @@ def test_a_tampered_proposal_reads_inauthentic_and_is_refused_at_decide_and_at_d
     assert delivery.reason.startswith("forged_proposal")
     assert harness.handler_calls["issue_refund"] == 0 and harness.refunds() == 0
     assert _codes(harness.store, "approval.refused_at_execution", pid) == ["forged_proposal"]
-    assert harness.store.get_operation(key).attempts == 0  # type: ignore[union-attr]
+    assert harness.store.operations.get(key).attempts == 0  # type: ignore[union-attr]
     assert verify_records(harness.store).forged_proposals == [pid]
 
 
@@ -225,7 +225,7 @@ def test_the_api_lists_and_shows_an_inauthentic_proposal_flagged(harness: Harnes
     real = harness.store.get_proposal(facts["proposal_id"])
     assert real is not None
     gw = harness.gateway()
-    operation = harness.store.get_operation(real.operation_key)
+    operation = harness.store.operations.get(real.operation_key)
     assert operation is not None
     assert _detail(gw, real, operation)["authentic"] is True
     _rewrite(harness.store, real, mac=None)

@@ -103,7 +103,7 @@ def test_an_unknown_outcome_is_checked_as_the_requester_after_the_approval_windo
     assert (found.status, found.found, found.checks) == ("succeeded", True, 1)
     assert downstream.authorizations("GET") == [f"Bearer {ADA_TOKEN}"]  # the requester's, not none
     assert len(downstream.effects) == 1
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and op.status == "succeeded" and op.result is not None
     assert op.result["refund_id"] == "R-1"
     assert events(store, key, "delegation.refused") == []
@@ -141,7 +141,7 @@ def test_a_tampered_reconcile_seal_never_runs_the_check(
     assert downstream.authorizations("GET") == []  # the status check never ran
     assert len(downstream.authorizations("POST")) == posts and len(downstream.effects) == 2
     assert [e.code for e in events(store, key, "delegation.refused")] == ["delegation_invalid"]
-    (letter,) = store.dead_letters()
+    (letter,) = store.operations.dead_letters()
     assert letter.context["history"] == [{"check": "1", "error": "delegation_invalid"}]
     assert events(store, other, "delegation.refused") == []
 

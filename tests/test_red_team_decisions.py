@@ -52,7 +52,7 @@ def test_an_approval_landing_inside_an_edit_voids_the_edited_copy(
     monkeypatch.setattr(edits, "decide", real_decide)
     edited = harness.store.superseding(original["proposal_id"])
     assert edited is not None
-    assert harness.store.get_operation(edited.operation_key).status == "rejected"  # type: ignore[union-attr]
+    assert harness.store.operations.get(edited.operation_key).status == "rejected"  # type: ignore[union-attr]
     assert [
         e.code
         for e in audit_events(harness.store, "proposal.rejected")
@@ -86,16 +86,16 @@ def test_an_edited_proposal_can_no_longer_be_approved_in_its_original_form(
         )
     edited = harness.store.superseding(original["proposal_id"])
     assert edited is not None
-    assert harness.store.get_operation(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as refused:
         decide(gw, original["proposal_id"], principal("fiona"), "approve")
     assert refused.value.code == "superseded"
     assert [e.code for e in audit_events(harness.store, "approval.refused")] == ["superseded"]
-    assert harness.store.get_operation(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as beside:  # nor the edit, while its original is open
         decide(gw, edited.proposal_id, principal("fiona"), "approve")
     assert beside.value.code == "original_not_rejected"
-    assert harness.store.get_operation(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
     decide(gw, original["proposal_id"], principal("fiona"), "reject", reason="replaced by the edit")
     decide(gw, edited.proposal_id, principal("fiona"), "approve")
     assert gw.executor.deliver(original["operation_key"], worker_id="w").status == "rejected"
@@ -109,7 +109,7 @@ def test_a_reviewer_demoted_after_approving_no_longer_authorizes_the_write(harne
     original = _pending(harness, "t-demoted")
     gw = harness.gateway()
     decide(gw, original["proposal_id"], principal("fiona"), "approve")
-    assert harness.store.get_operation(original["operation_key"]).status == "approved"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "approved"  # type: ignore[union-attr]
     gw.directory.change_roles("fiona", roles=frozenset({"viewer"}), scopes=None, by=principal("ivy"))
     assert gw.executor.deliver(original["operation_key"], worker_id="w").status == "approved"
     assert harness.refunds() == 0 and harness.handler_calls["issue_refund"] == 0
@@ -213,5 +213,5 @@ def test_the_thread_follows_the_edit_that_replaced_the_original_not_the_newest(
     assert not sam.is_alive() and getattr(outcome.get("sam"), "code", None) == "not_pending"
     newest = harness.store.superseding(original["proposal_id"])
     assert newest is not None and newest.arguments["amount_cents"] == 600  # sam's, voided
-    assert harness.store.get_operation(newest.operation_key).status == "rejected"  # type: ignore[union-attr]
+    assert harness.store.operations.get(newest.operation_key).status == "rejected"  # type: ignore[union-attr]
     assert edits.current_proposal(gw, original["proposal_id"]).proposal_id == rita.proposal_id  # type: ignore[union-attr]

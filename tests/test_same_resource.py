@@ -190,7 +190,7 @@ def test_two_threads_updating_one_sku_at_once_never_lose_an_update(
         assert on_hand(store) == START + 5 * (rep + 1), f"repetition {rep}: an update was lost"
         assert len(gate.calls) == 2 * (rep + 1)  # each handler exactly once
         keys = [key for _, _, key in runs]
-        ops = [store.get_operation(key) for key in keys]
+        ops = [store.operations.get(key) for key in keys]
         assert [(op.status, op.attempts) for op in ops if op] == [("succeeded", 1)] * 2
         adjustments = rows(
             store,
@@ -278,7 +278,7 @@ def test_a_resource_still_busy_after_the_wait_is_refused_stably_and_audited_and_
     assert refused.error is not None
     assert (refused.error["kind"], refused.error["retryable"]) == ("resource_busy", True)
     assert calls == [] and on_hand(store) == START
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
     assert deferred_codes(store, key) == [("refused", "resource_busy")]
     assert [r["holder"] for r in rows(store, "SELECT holder FROM resource_leases")] == [
@@ -364,7 +364,7 @@ def test_a_handler_past_its_timeout_keeps_the_lease_until_its_thread_ends(
     let_go.set()  # the overrunning handler ends: its late success is recorded, then the lease freed
     assert released.wait(WINDOW_TIMEOUT_S)
     assert rows(store, "SELECT * FROM resource_leases") == []
-    op = store.get_operation(slow)
+    op = store.operations.get(slow)
     assert op is not None and op.status == "succeeded"
     done = executor.deliver(next_one, worker_id="w2", wait_s=0)
     assert done.status == "succeeded" and calls == [2, 3]

@@ -201,7 +201,7 @@ def test_the_requesters_own_approval_is_refused_and_a_reviewer_approves_once(rig
         "outcomes": [{"proposal_id": proposal["proposal_id"], "decision": "approve", "result": "recorded"}],
     }
     assert rig.payments(proposal["operation_key"]) == 1
-    op = rig.store.get_operation(proposal["operation_key"])
+    op = rig.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "succeeded"
     again = resume(rig, "fiona", thread_id, [{"type": "approve"}])  # a finished thread: nothing to resume
     assert rig.payments(proposal["operation_key"]) == 1 and again.get("status") == "done"
@@ -213,7 +213,7 @@ def test_one_reviewer_twice_is_one_person_and_a_second_reviewer_completes_it(rig
     assert first["status"] == "awaiting_approval" and first["review"]["outcomes"][0]["result"] == "recorded"
     twice = resume(rig, "rita", thread_id, [{"type": "approve"}])
     assert twice["review"]["outcomes"][0]["code"] == "already_decided"
-    op = rig.store.get_operation(proposal["operation_key"])
+    op = rig.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "pending_approval" and rig.payments(proposal["operation_key"]) == 0
     done = resume(rig, "sam", thread_id, [{"type": "approve"}])
     assert done["status"] == "done" and rig.payments(proposal["operation_key"]) == 1

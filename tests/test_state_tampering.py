@@ -138,7 +138,7 @@ def test_an_approved_write_tampered_at_the_interrupt_runs_nothing(harness: Harne
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     assert final["status"] == "refused"
     assert len(tampered_events(harness, thread)) == 1
-    op = harness.store.get_operation(operation_key)
+    op = harness.store.operations.get(operation_key)
     assert op is not None and op.status == "approved"  # still the store's: a clean delivery may run it once
 
 
@@ -231,7 +231,7 @@ def test_another_tenants_approved_operation_is_not_run_from_this_thread(harness:
     assert harness.payments("O-7001") == 0 and harness.payments() == 0
     answer = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
     assert answer["c1"]["error"] == "state_mismatch" and "O-7001" not in json.dumps(answer)
-    op = harness.store.get_operation(foreign["operation_key"])
+    op = harness.store.operations.get(foreign["operation_key"])
     assert op is not None and op.status == "approved"
 
 

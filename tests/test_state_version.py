@@ -124,7 +124,7 @@ def test_a_thread_saved_before_versions_resumes_once_approved_and_is_migrated(sa
     done = saved.resume()
     assert done["status"] == "done"
     assert saved.harness.handler_calls["issue_refund"] == 1 and saved.harness.refunds() == 1
-    op = saved.harness.store.get_operation(saved.operation_key)
+    op = saved.harness.store.operations.get(saved.operation_key)
     assert op is not None and op.status == "succeeded"
     values = saved.values()
     assert values["state_version"] == CURRENT_VERSION == 2 and values["seal"]["v"] == SEAL_VERSION
@@ -229,7 +229,7 @@ def test_a_newer_state_is_refused_with_a_stable_code_and_left_as_it_is(
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     after = graph.get_state(cfg("t-newer")).values
     assert after == before and after["state_version"] == CURRENT_VERSION + 1
-    op = harness.store.get_operation(operation_key)
+    op = harness.store.operations.get(operation_key)
     assert op is not None and op.status == "approved"
     refusals = events(harness, "state.refused")
     assert [(e.code, e.thread_id, e.result) for e in refusals] == [(UNSUPPORTED, "t-newer", "refused")]

@@ -145,14 +145,14 @@ def snapshot(store: Store) -> dict[str, list[dict[str, Any]]]:
 
 
 def approve_row(store: Store, key: str = "op_test1") -> None:
-    store.transition(key, "pending_approval", "approved")
+    store.operations.transition(key, "pending_approval", "approved")
 
 
 def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0) -> OperationRecord:
     """Proposal ``n``, approved and claimed by ``owner``."""
     store.create_proposal(make_proposal(n))
     approve_row(store, f"op_test{n}")
-    claimed = store.claim(f"op_test{n}", owner, lease_s)
+    claimed = store.operations.claim(f"op_test{n}", owner, lease_s)
     assert claimed is not None
     return claimed
 
@@ -160,7 +160,7 @@ def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0
 def unknown_outcome(store: Store, n: int = 1, lease_s: float = 30.0) -> OperationRecord:
     """Proposal ``n``, claimed by ``w1`` for ``lease_s``, its outcome then ``unknown``."""
     executing(store, n, lease_s=lease_s)
-    return store.transition(f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"})
+    return store.operations.transition(f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"})
 
 
 def table_exists(store: Store, table: str) -> bool:
@@ -315,11 +315,11 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
             make_approval(proposal),
             settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
         ),
-        "transition": lambda s: s.transition("op_test1", "pending_approval", "approved"),
-        "claim": lambda s: s.claim("op_test1", "w9", 30),
-        "renew_lease": lambda s: s.renew_lease("op_test2", "w1", 60),
-        "add_dead_letter": lambda s: s.add_dead_letter("op_test3", "no outcome", {}),
-        "resolve_dead_letter": lambda s: s.resolve_dead_letter(
+        "operations.transition": lambda s: s.operations.transition("op_test1", "pending_approval", "approved"),
+        "operations.claim": lambda s: s.operations.claim("op_test1", "w9", 30),
+        "operations.renew_lease": lambda s: s.operations.renew_lease("op_test2", "w1", 60),
+        "operations.dead_letter": lambda s: s.operations.dead_letter("op_test3", "no outcome", {}),
+        "operations.resolve_dead_letter": lambda s: s.operations.resolve_dead_letter(
             "op_test3", resolution="r", resolved_by="p", note=""
         ),
         "counters.increment": lambda s: s.counters.increment("bucket", 60),
@@ -353,7 +353,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     # everything that only reads still works
     reader.require_schema()
     assert reader.get_proposal("prop_test1") == proposal
-    assert [o.operation_key for o in reader.list_operations("executing")] == ["op_test2"]
+    assert [o.operation_key for o in reader.operations.list("executing")] == ["op_test2"]
     assert len(reader.audit.events()) == 1
     assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
 
@@ -639,7 +639,7 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
         make_approval(proposal), audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
     )
     assert recorded and settled is not None and settled.status == "approved"
-    assert settled == store.get_operation("op_test1")
+    assert settled == store.operations.get("op_test1")
     assert [e.event for e in store.audit.events(operation_key="op_test1")] == [
         "approval.recorded",
         "operation.approved",
@@ -679,7 +679,7 @@ def test_record_and_settle_never_approves_past_a_recorded_rejection(store: Store
     )
     recorded, settled = store.record_and_settle(make_approval(proposal), settle=settle)
     assert recorded and settled is None
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and op.status == "pending_approval"
     assert named(store, "operation.approved") == []
     reject = Settlement(operation_key="op_test1", from_status="pending_approval", to_status="rejected")
@@ -750,18 +750,18 @@ def test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows(sto
 
 
 def test_get_operation_and_list_operations_oldest_first_by_status(store: Store) -> None:
-    assert store.get_operation("op_missing") is None
-    assert store.list_operations() == []
+    assert store.operations.get("op_missing") is None
+    assert store.operations.list() == []
     for n in (1, 2, 3):
         store.create_proposal(make_proposal(n))
     approve_row(store, "op_test2")
-    op = store.get_operation("op_test2")
+    op = store.operations.get("op_test2")
     assert op is not None and op.status == "approved" and op.proposal_id == "prop_test2"
-    assert [o.operation_key for o in store.list_operations()] == ["op_test1", "op_test2", "op_test3"]
-    assert store.list_operations()[1] == op
-    assert [o.operation_key for o in store.list_operations("pending_approval")] == ["op_test1", "op_test3"]
-    assert [o.operation_key for o in store.list_operations("approved")] == ["op_test2"]
-    assert store.list_operations("failed") == []
+    assert [o.operation_key for o in store.operations.list()] == ["op_test1", "op_test2", "op_test3"]
+    assert store.operations.list()[1] == op
+    assert [o.operation_key for o in store.operations.list("pending_approval")] == ["op_test1", "op_test3"]
+    assert [o.operation_key for o in store.operations.list("approved")] == ["op_test2"]
+    assert store.operations.list("failed") == []
 
 
 def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
@@ -769,31 +769,31 @@ def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
     with pytest.raises(StoreError, match="invalid operation transition"), store.transaction() as tx:
         tx.execute("UPDATE operations SET status = 'succeeded' WHERE operation_key = ?", ("op_test1",))
     with pytest.raises(InvalidTransitionError):
-        store.transition("op_test1", "approved", "executing")
-    op = store.get_operation("op_test1")
+        store.operations.transition("op_test1", "approved", "executing")
+    op = store.operations.get("op_test1")
     assert op is not None and op.status == "pending_approval"
 
 
 def test_transition_changes_status_result_and_error_with_its_audit(store: Store) -> None:
     store.create_proposal(make_proposal(1))
-    approved = store.transition(
+    approved = store.operations.transition(
         "op_test1",
         "pending_approval",
         "approved",
         audit=[event("operation.approved", operation_key="op_test1")],
     )
-    assert approved.status == "approved" and approved == store.get_operation("op_test1")
+    assert approved.status == "approved" and approved == store.operations.get("op_test1")
     assert approved.updated_at >= approved.created_at
     assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.approved"]
     executing(store, 2)
-    done = store.transition(
+    done = store.operations.transition(
         "op_test2", "executing", "succeeded", owner="w1", result={"refund_id": "R-1", "n": 2}
     )
     assert (done.status, done.result, done.error) == ("succeeded", {"refund_id": "R-1", "n": 2}, None)
     executing(store, 3)
-    failed = store.transition("op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"})
+    failed = store.operations.transition("op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"})
     assert (failed.status, failed.result, failed.error) == ("failed", None, {"kind": "server_error"})
-    assert store.get_operation("op_test3") == failed
+    assert store.operations.get("op_test3") == failed
 
 
 def test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing(store: Store) -> None:
@@ -801,26 +801,26 @@ def test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing(st
     approve_row(store, "op_test1")
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError) as wrong:
-        store.transition("op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")])
+        store.operations.transition("op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")])
     assert (wrong.value.operation_key, wrong.value.expected, wrong.value.actual) == (
         "op_test1",
         "pending_approval",
         "approved",
     )
     with pytest.raises(InvalidTransitionError) as missing:
-        store.transition("op_missing", "pending_approval", "approved", audit=[event("operation.approved")])
+        store.operations.transition("op_missing", "pending_approval", "approved", audit=[event("operation.approved")])
     assert missing.value.actual is None
     assert snapshot(store) == before
 
     executing(store, 2, owner="w1")
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError):
-        store.transition(
+        store.operations.transition(
             "op_test2", "executing", "succeeded", owner="w2", result={"x": 1}, audit=[event("x")]
         )
     # a change the state machine forbids is refused by the database itself, also through transition()
     with pytest.raises(StoreError, match="invalid operation transition") as illegal:
-        store.transition("op_test2", "executing", "approved", audit=[event("x")])
+        store.operations.transition("op_test2", "executing", "approved", audit=[event("x")])
     assert not isinstance(illegal.value, InvalidTransitionError)
     assert snapshot(store) == before
 
@@ -831,13 +831,13 @@ def test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse(
     executing(store, 1, owner="w1", lease_s=30)
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError):
-        store.transition(
+        store.operations.transition(
             "op_test1", "executing", "unknown", lease_lapsed=True, audit=[event("operation.recovered")]
         )
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))
-        recovered = store.transition(
+        recovered = store.operations.transition(
             "op_test1", "executing", "unknown", lease_lapsed=True, audit=[event("operation.recovered")]
         )
     assert recovered.status == "unknown" and len(named(store, "operation.recovered")) == 1
@@ -845,40 +845,40 @@ def test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse(
 
 def test_claim_only_from_approved_and_only_once(store: Store) -> None:
     store.create_proposal(make_proposal())
-    assert store.claim("op_test1", "w1", 30) is None
+    assert store.operations.claim("op_test1", "w1", 30) is None
     approve_row(store)
-    claimed = store.claim("op_test1", "w1", 30)
+    claimed = store.operations.claim("op_test1", "w1", 30)
     assert (
         claimed is not None
         and claimed.status == "executing"
         and claimed.owner == "w1"
         and claimed.attempts == 1
     )
-    assert store.claim("op_test1", "w2", 30) is None
+    assert store.operations.claim("op_test1", "w2", 30) is None
     with pytest.raises(InvalidTransitionError):
-        store.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
-    done = store.transition("op_test1", "executing", "succeeded", owner="w1", result={"x": 1})
+        store.operations.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
+    done = store.operations.transition("op_test1", "executing", "succeeded", owner="w1", result={"x": 1})
     assert done.result == {"x": 1}
 
 
 def test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner(store: Store) -> None:
     store.create_proposal(make_proposal())
     before = snapshot(store)
-    assert store.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
+    assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
     assert snapshot(store) == before
     approve_row(store)
-    claimed = store.claim("op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")])
-    assert claimed is not None and claimed == store.get_operation("op_test1")
+    claimed = store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")])
+    assert claimed is not None and claimed == store.operations.get("op_test1")
     assert claimed.lease_expires_at is not None
     assert parse_iso(claimed.lease_expires_at) - parse_iso(claimed.updated_at) == timedelta(seconds=30)
     before = snapshot(store)
-    assert store.claim("op_test1", "w2", 30, audit=[event("operation.claimed")]) is None
+    assert store.operations.claim("op_test1", "w2", 30, audit=[event("operation.claimed")]) is None
     assert snapshot(store) == before
     assert len(named(store, "operation.claimed")) == 1
     # an operation given back (unknown -> approved) is claimed again: attempts count every claim
-    store.transition("op_test1", "executing", "unknown", owner="w1")
-    store.transition("op_test1", "unknown", "approved")
-    again = store.claim("op_test1", "w2", 30)
+    store.operations.transition("op_test1", "executing", "unknown", owner="w1")
+    store.operations.transition("op_test1", "unknown", "approved")
+    again = store.operations.claim("op_test1", "w2", 30)
     assert again is not None and again.owner == "w2" and again.attempts == 2
 
 
@@ -887,9 +887,9 @@ def test_claim_refuses_an_approval_that_has_expired(store: Store) -> None:
     store.create_proposal(make_proposal(created_at=iso(past), expires_at=iso(past + timedelta(minutes=15))))
     approve_row(store)
     before = snapshot(store)
-    assert store.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
+    assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
     assert snapshot(store) == before
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
 
 
@@ -900,37 +900,37 @@ def test_twenty_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
 
     def contend(i: int) -> bool:
         barrier.wait()
-        return store.claim("op_test1", f"worker-{i}", 30) is not None
+        return store.operations.claim("op_test1", f"worker-{i}", 30) is not None
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         wins = list(pool.map(contend, range(20)))
     assert wins.count(True) == 1
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and op.attempts == 1
 
 
 def test_renew_lease_extends_only_the_owners_live_claim(store: Store) -> None:
     claimed = executing(store, 1, owner="w1", lease_s=5)
     start = store.now()
-    assert store.renew_lease("op_test1", "w1", 120) is True
+    assert store.operations.renew_lease("op_test1", "w1", 120) is True
     end = store.now()
-    renewed = store.get_operation("op_test1")
+    renewed = store.operations.get("op_test1")
     assert renewed is not None and renewed.lease_expires_at is not None
     assert (
         start + timedelta(seconds=120) <= parse_iso(renewed.lease_expires_at) <= end + timedelta(seconds=120)
     )
     assert (renewed.status, renewed.owner, renewed.attempts) == (claimed.status, "w1", 1)
-    store.transition("op_test1", "executing", "unknown", owner="w1")
-    assert store.renew_lease("op_test1", "w1", 120) is True  # its handler may still be running
+    store.operations.transition("op_test1", "executing", "unknown", owner="w1")
+    assert store.operations.renew_lease("op_test1", "w1", 120) is True  # its handler may still be running
 
     before = snapshot(store)
-    assert store.renew_lease("op_test1", "w2", 600) is False  # not the owner
-    assert store.renew_lease("op_missing", "w1", 600) is False
+    assert store.operations.renew_lease("op_test1", "w2", 600) is False  # not the owner
+    assert store.operations.renew_lease("op_missing", "w1", 600) is False
     assert snapshot(store) == before
     store.create_proposal(make_proposal(2))
     approve_row(store, "op_test2")
     before = snapshot(store)
-    assert store.renew_lease("op_test2", "w1", 600) is False  # nobody claimed it
+    assert store.operations.renew_lease("op_test2", "w1", 600) is False  # nobody claimed it
     assert snapshot(store) == before
 
 
@@ -940,29 +940,29 @@ def test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace(
     executing(store, 1, lease_s=30)
     unknown_outcome(store, 2, lease_s=30)
     executing(store, 3, lease_s=300)
-    assert store.stale_executing(0) == []
+    assert store.operations.stale_executing(0) == []
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=40))
-        stale = store.stale_executing(0)
+        stale = store.operations.stale_executing(0)
         assert [o.operation_key for o in stale] == ["op_test1"]  # not the unknown one, not the live lease
-        assert stale[0] == store.get_operation("op_test1")
-        assert [o.operation_key for o in store.stale_executing(5)] == ["op_test1"]
-        assert store.stale_executing(60) == []  # lapsed 10 s ago: within a 60 s grace
+        assert stale[0] == store.operations.get("op_test1")
+        assert [o.operation_key for o in store.operations.stale_executing(5)] == ["op_test1"]
+        assert store.operations.stale_executing(60) == []  # lapsed 10 s ago: within a 60 s grace
 
 
 def test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit(store: Store) -> None:
-    assert store.due_operations(10) == []
+    assert store.operations.due(10) == []
     for n in (1, 2, 3, 4):
         store.create_proposal(make_proposal(n))
     for key in ("op_test3", "op_test1", "op_test4"):
         approve_row(store, key)
-    assert store.claim("op_test4", "w1", 30) is not None  # claimed: no longer due
+    assert store.operations.claim("op_test4", "w1", 30) is not None  # claimed: no longer due
     before = snapshot(store)
-    due = store.due_operations(10)
+    due = store.operations.due(10)
     assert [o.operation_key for o in due] == ["op_test3", "op_test1"]  # not pending, not executing
-    assert due[0] == store.get_operation("op_test3")
-    assert [o.operation_key for o in store.due_operations(1)] == ["op_test3"]
-    assert store.due_operations(0) == []
+    assert due[0] == store.operations.get("op_test3")
+    assert [o.operation_key for o in store.operations.due(1)] == ["op_test3"]
+    assert store.operations.due(0) == []
     assert snapshot(store) == before  # a read: nothing claimed, nothing changed
 
 
@@ -976,15 +976,15 @@ def test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed(
     executing(store, 2, lease_s=0)
     before = snapshot(store)
     assert (
-        store.add_dead_letter("op_test1", "no outcome", {"tool": "issue_refund"}) is None
+        store.operations.dead_letter("op_test1", "no outcome", {"tool": "issue_refund"}) is None
     )  # lease still live
-    assert store.add_dead_letter("op_test2", "no outcome", {}) is None  # still executing
-    assert store.add_dead_letter("op_missing", "no outcome", {}) is None
+    assert store.operations.dead_letter("op_test2", "no outcome", {}) is None  # still executing
+    assert store.operations.dead_letter("op_missing", "no outcome", {}) is None
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))
         moment = store.now()
-        letter = store.add_dead_letter("op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]})
+        letter = store.operations.dead_letter("op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]})
     assert letter is not None
     assert (letter.operation_key, letter.reason, letter.context) == (
         "op_test1",
@@ -998,31 +998,31 @@ def test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed(
         None,
         None,
     )
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and op.status == "dead_lettered"
-    assert store.dead_letters() == [letter]
+    assert store.operations.dead_letters() == [letter]
     before = snapshot(store)
-    assert store.add_dead_letter("op_test1", "again", {}) is None  # no longer unknown
+    assert store.operations.dead_letter("op_test1", "again", {}) is None  # no longer unknown
     assert snapshot(store) == before
 
 
 def test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert store.dead_letters() == [] and store.dead_letters(open_only=False) == []
+    assert store.operations.dead_letters() == [] and store.operations.dead_letters(open_only=False) == []
     unknown_outcome(store, 1, lease_s=0)
     unknown_outcome(store, 2, lease_s=0)
-    first = store.add_dead_letter("op_test1", "first", {})
-    second = store.add_dead_letter("op_test2", "second", {})
+    first = store.operations.dead_letter("op_test1", "first", {})
+    second = store.operations.dead_letter("op_test2", "second", {})
     assert first is not None and second is not None
-    assert store.dead_letters() == [first, second]
+    assert store.operations.dead_letters() == [first, second]
     assert (
-        store.resolve_dead_letter(
+        store.operations.resolve_dead_letter(
             "op_test1", resolution="refunded_by_hand", resolved_by="omar", note="checked"
         )
         is True
     )
-    resolved = store.dead_letters(open_only=False)[0]
+    resolved = store.operations.dead_letters(open_only=False)[0]
     assert (resolved.operation_key, resolved.resolution, resolved.resolved_by, resolved.note) == (
         "op_test1",
         "refunded_by_hand",
@@ -1030,11 +1030,11 @@ def test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_onc
         "checked",
     )
     assert resolved.resolved_at is not None
-    assert store.dead_letters() == [second]
-    assert [d.operation_key for d in store.dead_letters(open_only=False)] == ["op_test1", "op_test2"]
+    assert store.operations.dead_letters() == [second]
+    assert [d.operation_key for d in store.operations.dead_letters(open_only=False)] == ["op_test1", "op_test2"]
     before = snapshot(store)
-    assert store.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="") is False
-    assert store.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="") is False
+    assert store.operations.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="") is False
+    assert store.operations.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="") is False
     assert snapshot(store) == before
 
 
@@ -1330,7 +1330,7 @@ def test_delete_and_purge_delegations_remove_ended_and_expired_ones_only(
     assert store.delegations.delete("op_none") is False
     assert store.delegations.purge() == 0  # all pending, none expired
     assert snapshot(store) == before
-    store.transition("op_test2", "pending_approval", "rejected")
+    store.operations.transition("op_test2", "pending_approval", "rejected")
     approve_row(store, "op_test3")  # approved: still needed
     with monkeypatch.context() as shifted:
         shift_store_clock(shifted, store, timedelta(seconds=31))
@@ -1743,26 +1743,26 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "decisions_for": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
     "all_decisions": (test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows,),
-    "get_operation": (test_get_operation_and_list_operations_oldest_first_by_status,),
-    "list_operations": (test_get_operation_and_list_operations_oldest_first_by_status,),
-    "transition": (
+    "operations.get": (test_get_operation_and_list_operations_oldest_first_by_status,),
+    "operations.list": (test_get_operation_and_list_operations_oldest_first_by_status,),
+    "operations.transition": (
         test_transition_changes_status_result_and_error_with_its_audit,
         test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing,
         test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse,
         test_database_refuses_illegal_operation_transitions,
     ),
-    "claim": (
+    "operations.claim": (
         test_claim_only_from_approved_and_only_once,
         test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner,
         test_claim_refuses_an_approval_that_has_expired,
         test_twenty_concurrent_claims_have_exactly_one_winner,
     ),
-    "renew_lease": (test_renew_lease_extends_only_the_owners_live_claim,),
-    "stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
-    "due_operations": (test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit,),
-    "add_dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
-    "dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
-    "resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "operations.renew_lease": (test_renew_lease_extends_only_the_owners_live_claim,),
+    "operations.stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
+    "operations.due": (test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit,),
+    "operations.dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
+    "operations.dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "operations.resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
     "counters.increment": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
     "counters.count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
     "counters.value": (test_counter_value_peeks_without_counting,),

@@ -252,7 +252,7 @@ def test_another_waits_seal_does_not_open_for_this_wait(
         )
     )  # fmt: skip  (not due during this test)
     status = world.registry.get("check_job_status")
-    operation = store.get_operation(row.operation_key)
+    operation = store.operations.get(row.operation_key)
     assert status is not None and operation is not None
     gw = world.gateway()
     proposal = gw.executor.proposal(operation.proposal_id)
@@ -328,7 +328,7 @@ def test_a_reviewers_edit_carries_the_requesters_wait_seal_never_the_reviewers(
     graph = world.graph()
     key = world.propose(graph, {"reports_token": LEE_TOKEN})
     gw = world.gateway()
-    operation = store.get_operation(key)
+    operation = store.operations.get(key)
     assert operation is not None
     original = gw.executor.proposal(operation.proposal_id)
     assert original is not None

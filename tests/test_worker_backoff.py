@@ -57,7 +57,7 @@ def picks(loop: WorkerLoop, clock: Clock, lines: list[dict[str, Any]], times: li
 def tampered(store: Store, gw: Any, label: str) -> str:
     """A proposal whose operation row was flipped to approved with no decision at all."""
     key, _ = propose(gw, label)
-    store.transition(key, "pending_approval", "approved")
+    store.operations.transition(key, "pending_approval", "approved")
     return key
 
 
@@ -149,7 +149,7 @@ def test_an_operation_fixed_after_a_refusal_is_delivered_at_its_next_pick_and_fo
 ) -> None:
     gw = gateway_on(store)
     key = approved(gw, "fixed-later")
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and op.proposal_id
     with store.transaction() as tx:  # a tampered record: the operation row no longer names its proposal
         tx.execute("UPDATE operations SET proposal_id = NULL WHERE operation_key = ?", (key,))
@@ -186,7 +186,7 @@ def test_an_operation_that_leaves_the_due_set_is_forgotten(store: Store) -> None
     assert picks(loop, clock, lines, [0.0]) == [0.0] * 3 and len(loop.backoff) == 3
 
     for key in keys[:2]:
-        store.transition(key, "approved", "expired")
+        store.operations.transition(key, "approved", "expired")
     assert picks(loop, clock, lines, [1.0]) == []  # still backing off the one left ...
     assert [k in loop.backoff for k in keys] == [False, False, True]  # ... and only that one
     assert loop.backoff.streak(keys[2]) == 1
@@ -224,7 +224,7 @@ def test_a_delivery_that_raises_backs_off_like_a_refusal(store: Store) -> None:
 def test_two_workers_backing_off_the_same_operations_deliver_each_once(store: Store) -> None:
     gw = gateway_on(store)
     keys = [approved(gw, f"pair-{n}") for n in range(4)]
-    proposals = {k: store.get_operation(k).proposal_id for k in keys}  # type: ignore[union-attr]
+    proposals = {k: store.operations.get(k).proposal_id for k in keys}  # type: ignore[union-attr]
     with store.transaction() as tx:
         for key in keys:
             tx.execute("UPDATE operations SET proposal_id = NULL WHERE operation_key = ?", (key,))

@@ -130,7 +130,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
         say(f"effect={proposal.effect}")
         say(f"rollback={proposal.rollback}")
         say(f"expires_in={minutes}m")
-        op = app.store.get_operation(proposal.operation_key)
+        op = app.store.operations.get(proposal.operation_key)
         assert op is not None
         say(f"status={op.status}")
         payments = DemoSystem(app.store).count("sor_payment_requests", order_id="O-5512")
@@ -151,7 +151,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
         final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
         events = app.store.audit.events(operation_key=proposal.operation_key)
         claim = "ACQUIRED" if any(e.event == "operation.claimed" for e in events) else "NOT_ACQUIRED"
-        op = app.store.get_operation(proposal.operation_key)
+        op = app.store.operations.get(proposal.operation_key)
         assert op is not None
         status = "completed" if op.status == "succeeded" else op.status
         say(

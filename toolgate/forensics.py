@@ -147,7 +147,7 @@ def trace(
         for proposal_id in proposal_ids:
             merged.update({e.seq: e for e in _events(store, visible, proposal_id=proposal_id)})
         ordered = sorted(merged.values(), key=lambda e: e.seq)
-        op = store.get_operation(operation_key)
+        op = store.operations.get(operation_key)
         final: str = op.status if op else "missing"
         subject = operation_key
     else:

@@ -123,7 +123,7 @@ def resolve(store: Store, source: str) -> Source:
     proposal = store.get_proposal(source)
     kind: SourceKind = "proposal"
     if proposal is None:
-        operation = store.get_operation(source)
+        operation = store.operations.get(source)
         if operation is None:
             return Source("thread", source, source)
         proposal = store.get_proposal(operation.proposal_id) if operation.proposal_id else None

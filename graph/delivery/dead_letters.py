@@ -28,14 +28,14 @@ def resolve_dead_letter(
     if outcome not in OUTCOMES:
         raise ApprovalError("invalid_outcome", "--outcome must be succeeded or failed")
     store = gw.store
-    op = store.get_operation(operation_key)
+    op = store.operations.get(operation_key)
     if op is None:
         _audit(gw, reviewer, operation_key, None, "not_found")
         raise NotFoundError(f"no operation {operation_key}")
     refusal = _refusal(gw, reviewer, op)
     if refusal is None and op.status != "dead_lettered":
         refusal = ApprovalError("not_dead_lettered", f"{operation_key} is {op.status}, not dead_lettered")
-    if refusal is None and not store.resolve_dead_letter(
+    if refusal is None and not store.operations.resolve_dead_letter(
         operation_key, resolution=outcome, resolved_by=reviewer.user_id, note=note
     ):
         refusal = ApprovalError("not_open", f"{operation_key} has no open dead letter")
@@ -52,7 +52,7 @@ def resolve_dead_letter(
         detail={"note": note[:200]},
     )
     try:  # the outcome and its evidence in one transaction
-        return store.transition(
+        return store.operations.transition(
             operation_key,
             "dead_lettered",
             "succeeded" if outcome == "succeeded" else "failed",

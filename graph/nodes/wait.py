@@ -116,7 +116,7 @@ def make_wait_node(gw: Gateway) -> Any:
         for call_id, spec in waited_calls(gw.registry, state):
             assert spec.wait is not None
             key = (state.get("calls", {}).get(call_id) or {}).get("operation_key", "")
-            op = gw.store.get_operation(key)
+            op = gw.store.operations.get(key)
             proposal = gw.executor.proposal(op.proposal_id) if op is not None else None
             if op is None or op.status != "succeeded" or proposal is None or proposal.thread_id != thread:
                 continue  # nothing in the store says this thread's write started a job

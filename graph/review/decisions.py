@@ -52,7 +52,7 @@ def decide(
     proposal = gw.store.get_proposal(proposal_id)
     if proposal is None:
         raise NotFoundError(f"no proposal {proposal_id}")
-    operation = gw.store.get_operation(proposal.operation_key)
+    operation = gw.store.operations.get(proposal.operation_key)
     assert operation is not None
     spec = gw.registry.get(proposal.tool)
     common = {
@@ -156,21 +156,21 @@ def decide(
     if verdict.status in ("approved", "rejected"):
         target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:
-            operation = gw.store.transition(
+            operation = gw.store.operations.transition(
                 proposal.operation_key,
                 "pending_approval",
                 target,
                 audit=[settled_event(gw, verdict, reviewer, common)],
             )
         except InvalidTransitionError:
-            operation = gw.store.get_operation(proposal.operation_key) or operation
+            operation = gw.store.operations.get(proposal.operation_key) or operation
     return ReviewOutcome(proposal=proposal, operation=operation, verdict=verdict, record=record)
 
 
 def _replaced(gw: Gateway, proposal_id: str) -> bool:
     """True when the proposal ``proposal_id`` was rejected (its operation's final status)."""
     original = gw.store.get_proposal(proposal_id)
-    operation = gw.store.get_operation(original.operation_key) if original else None
+    operation = gw.store.operations.get(original.operation_key) if original else None
     return operation is not None and operation.status == "rejected"
 
 

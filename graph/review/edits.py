@@ -101,7 +101,7 @@ def _void(gw: Gateway, replacement: ProposalRecord, editor: Principal) -> None:
     approved the replacement meanwhile: `decide` approves an edit only once its original is
     rejected.)"""
     with contextlib.suppress(InvalidTransitionError):  # already decided: it cannot have been approved
-        gw.store.transition(
+        gw.store.operations.transition(
             replacement.operation_key,
             "pending_approval",
             "rejected",
@@ -129,7 +129,7 @@ def _judge_edit(
     if editor is None:
         raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
     spec = gw.registry.get_for(original.tool, original.tenant_id)
-    operation = gw.store.get_operation(original.operation_key)
+    operation = gw.store.operations.get(original.operation_key)
     if spec is None or operation is None or operation.status != "pending_approval":
         raise ApprovalError("not_pending", "only a pending proposal of this release can be edited")
     check_reviewer(
@@ -179,7 +179,7 @@ def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     current = gw.store.get_proposal(proposal_id)
     seen = {proposal_id}
     while current is not None:
-        operation = gw.store.get_operation(current.operation_key)
+        operation = gw.store.operations.get(current.operation_key)
         if operation is not None and operation.status not in ("pending_approval", "rejected", "expired"):
             return current  # decided and not replaced: an edit that lost the race does not count
         newer = _replacement(gw, current)

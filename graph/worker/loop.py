@@ -116,7 +116,7 @@ class WorkerLoop(DeliveryPass):
             self.summary.recovered += 1
             self.report({"operation_key": key, "recovered": "unknown"})
         self.executor.store.delegations.purge()  # sealed credentials of ended or expired operations
-        for op in self.executor.store.list_operations("unknown"):
+        for op in self.executor.store.operations.list("unknown"):
             self._schedule_check(op.operation_key)
 
     def _schedule_check(self, key: str) -> None:

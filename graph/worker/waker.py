@@ -101,7 +101,7 @@ def ready_waits(gw: Gateway) -> dict[str, tuple[tuple[str, str], ...]]:
 
 
 def _statuses(gw: Gateway, keys: Iterable[str]) -> dict[str, str]:
-    operations = (gw.store.get_operation(key) for key in keys)
+    operations = (gw.store.operations.get(key) for key in keys)
     return {op.operation_key: op.status for op in operations if op is not None}
 
 

@@ -162,7 +162,7 @@ def proposals_show(proposal_id: str) -> None:
     proposal = application.store.get_proposal(proposal_id)
     if proposal is None:
         raise NotFoundError(f"no proposal {proposal_id}")
-    operation = application.store.get_operation(proposal.operation_key)
+    operation = application.store.operations.get(proposal.operation_key)
     assert operation is not None
     _kv(proposal=proposal.proposal_id)
     _kv(tool=proposal.tool, handler=proposal.handler_revision, release=proposal.release)

@@ -47,7 +47,7 @@ def audit_trace(
     application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "trace")
     subject = operation_key or call
-    operation = application.store.get_operation(operation_key) if operation_key else None
+    operation = application.store.operations.get(operation_key) if operation_key else None
     report = (
         None
         if operation is not None and not scope.covers(operation.tenant_id)  # looks like an unknown key

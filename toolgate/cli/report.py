@@ -268,7 +268,7 @@ def continuation_lines(application: App, result: dict[str, Any], events: Sequenc
             continue
         call_id = message.tool_call_id
         key = str((outcomes.get(call_id) or {}).get("operation_key") or "")
-        operation = application.gateway.store.get_operation(key) if key else None
+        operation = application.gateway.store.operations.get(key) if key else None
         if operation is not None:
             status: str = operation.status
         else:
