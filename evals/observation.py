@@ -131,7 +131,7 @@ def message_facts(obs: Observation, messages: list[BaseMessage]) -> None:
 
 def store_facts(obs: Observation, store: Store, registry: Registry, executor: Executor) -> None:
     """Fill proposals, operations (with audit transitions) and unapproved executions from the store."""
-    for proposal, operation in store.list_proposals():
+    for proposal, operation in store.proposals.list():
         if proposal.thread_id != obs.thread_id:
             continue
         obs.proposals.append(

@@ -170,7 +170,7 @@ class App:
         """The gateway of the release a proposal was made under, when release control knows that
         release (a candidate's proposal is reviewed under the candidate's rules); else this
         process's gateway, which refuses another release's proposal (``wrong_release``) as before."""
-        proposal = self.store.get_proposal(proposal_id)
+        proposal = self.store.proposals.get(proposal_id)
         if proposal is None or self.router is None or proposal.release == self.gateway.registry.release:
             return self.gateway
         return self.router.reviewing_gateway(proposal.release, proposal.thread_id) or self.gateway
@@ -180,7 +180,7 @@ class App:
         release control serves that release, else the active one (which refuses a proposal pinned
         to another release)."""
         op = self.store.operations.get(operation_key)
-        proposal = self.store.get_proposal(op.proposal_id) if op and op.proposal_id else None
+        proposal = self.store.proposals.get(op.proposal_id) if op and op.proposal_id else None
         if proposal is None or self.router is None:
             return self.gateway
         return self.router.executing_gateway(proposal.release, proposal.thread_id)

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
 
+from toolgate.store.approvals import Approvals
 from toolgate.store.audit_log import AuditLog
-from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.breakers import BreakerStates
 from toolgate.store.counters import Counters
 from toolgate.store.delegations import SealedDelegations
@@ -23,12 +23,7 @@ from toolgate.store.keys import Keyring
 from toolgate.store.leases import ResourceLeases
 from toolgate.store.migrations import Migration
 from toolgate.store.operations import Operations
-from toolgate.store.records import (
-    ApprovalRecord,
-    OperationRecord,
-    ProposalRecord,
-    Settlement,
-)
+from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
 from toolgate.store.tx import Tx
 from toolgate.store.waits import DurableWaits
@@ -96,6 +91,16 @@ class Store(
         """Operations with their atomic claim, and dead letters."""
         return Operations(self, self.audit)
 
+    @cached_property
+    def proposals(self) -> Proposals:
+        """Proposals, each inserted with its operation."""
+        return Proposals(self, self.audit)
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """Reviewers' decisions, and the operation change a completing one settles."""
+        return Approvals(self, self.audit)
+
     # ---- the connection layer a backend provides -------------------------------------
 
     @abc.abstractmethod
@@ -137,59 +142,6 @@ class Store(
         """Release connections."""
 
     # proposals and approvals
-    @abc.abstractmethod
-    def create_proposal(
-        self, proposal: ProposalRecord, *, audit: Sequence[AuditEventIn] = ()
-    ) -> tuple[ProposalRecord, OperationRecord, bool]:
-        """Insert the proposal and its ``pending_approval`` operation atomically, with ``audit``
-        appended in the same transaction.
-
-        Idempotent by operation key: a second call returns the stored rows and ``False`` (and
-        appends nothing).
-        """
-
-    @abc.abstractmethod
-    def get_proposal(self, proposal_id: str) -> ProposalRecord | None:
-        """The proposal, or None."""
-
-    @abc.abstractmethod
-    def list_proposals(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
-        """Proposals with their operations, oldest first, optionally filtered by operation status."""
-
-    @abc.abstractmethod
-    def same_effect(self, proposal: ProposalRecord) -> list[tuple[ProposalRecord, OperationRecord]]:
-        """Other proposals of the same thread for the same tool and arguments (a reviewer is told
-        when an identical operation already ran)."""
-
-    @abc.abstractmethod
-    def record_decision(self, approval: ApprovalRecord, *, audit: Sequence[AuditEventIn] = ()) -> bool:
-        """Append a reviewer's decision (and ``audit``, in the same transaction); False, with nothing
-        written, if this reviewer already decided this proposal."""
-
-    @abc.abstractmethod
-    def record_and_settle(
-        self,
-        approval: ApprovalRecord,
-        *,
-        audit: Sequence[AuditEventIn] = (),
-        settle: Settlement | None = None,
-    ) -> tuple[bool, OperationRecord | None]:
-        """`record_decision`, and in the same transaction the operation change ``settle`` names
-        (conditional on its ``from_status``): ``(recorded, settled operation or None)``. Used when
-        this decision completes the verdict, so an approval and its decision commit together."""
-
-    @abc.abstractmethod
-    def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
-        """Every decision on the proposal, in order, each marked ``authentic`` when its MAC verifies."""
-
-    @abc.abstractmethod
-    def all_decisions(self) -> list[ApprovalRecord]:
-        """Every decision in the store (for verification), each marked ``authentic`` or not."""
-
-    @abc.abstractmethod
-    def superseding(self, proposal_id: str) -> ProposalRecord | None:
-        """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
-
     def __enter__(self) -> Store:
         return self
 

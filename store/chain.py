@@ -75,9 +75,9 @@ class RecordsReport:
 def verify_records(store: Store) -> RecordsReport:
     """Name every proposal, approval and identity row that was not written by toolgate with the
     store's secret."""
-    approvals = store.all_decisions()
+    approvals = store.approvals.all()
     identities = store.identities.list()
-    proposals = [p for p, _ in store.list_proposals()]
+    proposals = [p for p, _ in store.proposals.list()]
     return RecordsReport(
         approvals=len(approvals),
         identities=len(identities),

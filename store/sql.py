@@ -16,13 +16,11 @@ from datetime import datetime
 
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
-from toolgate.store._proposal_rows import ProposalRows
 from toolgate.store.base import Store, Tx
 from toolgate.store.migrations import MIGRATIONS, Migration
 
 
 class SqlStore(
-    ProposalRows,
     Store,
     abc.ABC,
 ):

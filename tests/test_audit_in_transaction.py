@@ -145,7 +145,7 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
     proposal = refund_proposal(harness, "t-two")
     gateway = harness.gateway()
     barrier = threading.Barrier(2, timeout=30)
-    real = harness.store.record_and_settle
+    real = harness.store.approvals.record_and_settle
     settles: list[object] = []
 
     def held(*args: Any, **kwargs: Any) -> Any:
@@ -153,7 +153,7 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
         barrier.wait()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(harness.store, "record_and_settle", held)
+    monkeypatch.setattr(harness.store.approvals, "record_and_settle", held)
     outcomes: dict[str, Any] = {}
     errors: list[BaseException] = []
 
@@ -183,7 +183,7 @@ def test_an_approval_does_not_settle_over_a_recorded_rejection(harness: Harness)
     approving reviewer saw when it judged: the operation stays for the judgement of every stored
     decision (`decide` makes it after the commit)."""
     proposal = refund_proposal(harness, "t-reject-first")
-    stored = harness.store.get_proposal(proposal["proposal_id"])
+    stored = harness.store.proposals.get(proposal["proposal_id"])
     assert stored is not None
 
     def decision(approval_id: str, reviewer: str, verdict: str) -> ApprovalRecord:
@@ -200,8 +200,8 @@ def test_an_approval_does_not_settle_over_a_recorded_rejection(harness: Harness)
             decided_at="2026-12-01T00:00:00.000000Z",
         )
 
-    assert harness.store.record_decision(decision("apr_r", "rita", "reject"))  # recorded, not settled
-    recorded, settled = harness.store.record_and_settle(
+    assert harness.store.approvals.record(decision("apr_r", "rita", "reject"))  # recorded, not settled
+    recorded, settled = harness.store.approvals.record_and_settle(
         decision("apr_f", "fiona", "approve"),
         settle=Settlement(
             operation_key=stored.operation_key, from_status="pending_approval", to_status="approved"

@@ -67,7 +67,7 @@ def test_run_and_resume_print_the_request_state_and_continuation_lines(tmp_path:
     rows = {r["call_id"]: r for r in lines_with(resumed.stdout, "call_id")}
     store = open_test_store(tmp_path)
     try:
-        (operation,) = [store.operations.get(p.operation_key) for p, _ in store.list_proposals()]
+        (operation,) = [store.operations.get(p.operation_key) for p, _ in store.proposals.list()]
     finally:
         store.close()
     assert operation is not None

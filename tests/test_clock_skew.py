@@ -371,7 +371,7 @@ def test_a_slow_worker_clock_cannot_execute_an_expired_approval(
 ) -> None:
     harness.policy = replace(harness.policy, approval_minutes=WINDOW_S / 60)
     key, proposal_id = approved_refund(harness, "t-skew-expiry")
-    proposal = harness.store.get_proposal(proposal_id)
+    proposal = harness.store.proposals.get(proposal_id)
     assert proposal is not None
     expires = parse_iso(proposal.expires_at)
     assert expires - parse_iso(proposal.created_at) == timedelta(seconds=WINDOW_S)
@@ -401,7 +401,7 @@ def test_a_fast_worker_clock_executes_a_valid_approval_exactly_once(
     libfaketime: str, harness: Harness, env: dict[str, str], tmp_path: Path
 ) -> None:
     key, proposal_id = approved_refund(harness, "t-skew-fast")
-    proposal = harness.store.get_proposal(proposal_id)
+    proposal = harness.store.proposals.get(proposal_id)
     assert proposal is not None
     expires = parse_iso(proposal.expires_at)
     assert harness.store.now() < expires

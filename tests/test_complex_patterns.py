@@ -169,4 +169,4 @@ def test_a_completed_effect_without_a_declared_rollback_cannot_be_rolled_back(ha
     with pytest.raises(ApprovalError) as none:
         propose_rollback(gw, facts["operation_key"], principal("sam"))
     assert none.value.code == "no_rollback"
-    assert len(harness.store.list_proposals("pending_approval")) == 0
+    assert len(harness.store.proposals.list("pending_approval")) == 0

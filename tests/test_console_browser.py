@@ -228,7 +228,7 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
 
     proposal = start_refund(rig)
     pid, key = proposal["proposal_id"], proposal["operation_key"]
-    stored = rig.store.get_proposal(pid)
+    stored = rig.store.proposals.get(pid)
     assert stored is not None and stored.requester_id == "cust-ada"
 
     console.sign_in("fiona")
@@ -282,7 +282,7 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     assert operation is not None and operation.status == "succeeded", operation
     assert rig.count("sor_payment_requests", key) == 1
     assert rig.count("sor_refunds", key) == 1
-    assert [(d.reviewer_id, d.decision, d.digest) for d in rig.store.decisions_for(pid)] == [
+    assert [(d.reviewer_id, d.decision, d.digest) for d in rig.store.approvals.for_proposal(pid)] == [
         ("fiona", "approve", stored.digest)
     ]
     console.assert_only_own_origin()
@@ -315,7 +315,7 @@ def test_the_requester_approving_her_own_proposal_is_refused_plainly_and_nothing
     assert operation is not None and operation.status == "pending_approval", operation
     assert rig.count("sor_payment_requests", key) == 0
     assert rig.count("sor_refunds", key) == 0
-    assert rig.store.decisions_for(pid) == []
+    assert rig.store.approvals.for_proposal(pid) == []
     console.assert_only_own_origin()
 
 

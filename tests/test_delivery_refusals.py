@@ -112,7 +112,7 @@ def test_a_proposal_the_store_does_not_hold_is_refused_and_audited_once(
     op = store.operations.get(key)
     assert op is not None and op.proposal_id
     fresh = gateway_on(store)
-    monkeypatch.setattr(store, "get_proposal", lambda proposal_id: None)  # the row is gone
+    monkeypatch.setattr(store.proposals, "get", lambda proposal_id: None)  # the row is gone
 
     refused = fresh.executor.deliver(key, worker_id="w-dangling")
     assert (refused.claim, refused.status, refused.reason) == (

@@ -47,7 +47,7 @@ def test_refusal_runs_nothing_and_answers_the_same_call_id(harness: Harness, cod
     state = start(graph, "please help", user, "t-refusal")
 
     assert harness.total_handler_calls() == 0
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
     messages = tool_messages(state)
     assert [m.tool_call_id for m in messages] == ["call_u"]
     payload = json.loads(str(messages[0].content))

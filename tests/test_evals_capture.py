@@ -140,7 +140,7 @@ def dead_letter_thread(world: World, monkeypatch: pytest.MonkeyPatch) -> str:
     proposal_id = next(r["proposal"] for r in kv_lines(ran.stdout) if "proposal" in r)
     thread = next(r["thread"] for r in kv_lines(ran.stdout) if "thread" in r)
     world.cli("approve", proposal_id, "--as", "fiona")
-    proposal = world.store.get_proposal(proposal_id)
+    proposal = world.store.proposals.get(proposal_id)
     assert proposal is not None
     key = proposal.operation_key
     assert world.store.operations.claim(key, "doomed-worker", 30.0) is not None

@@ -111,7 +111,7 @@ def test_requester_cannot_approve_their_own_proposal(harness: Harness) -> None:
         e.code for e in harness.store.audit.events(proposal_id=proposal_id) if e.event == "approval.refused"
     ]
     assert codes == ["self_approval", "missing_role"]
-    assert harness.store.decisions_for(proposal_id) == []
+    assert harness.store.approvals.for_proposal(proposal_id) == []
 
 
 def test_danger_needs_two_support_reviewers_unless_finance_approves(harness: Harness) -> None:

@@ -92,7 +92,7 @@ def test_arguments_that_cannot_be_judged_are_refused_with_their_code(
 ) -> None:
     state = run_turn(harness, [raw_call("issue_refund", args, "c1")], f"t-{code}-{id(args)}")
     assert answers(state)["c1"]["error"] == code
-    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
     assert [e.code for e in rejected_events(harness)] == [code]
 
 
@@ -145,7 +145,7 @@ def test_a_secret_in_arguments_is_refused_and_never_stored(harness: Harness) -> 
     assert answers(state)["c1"]["error"] == "secret_in_arguments"
     assert key not in repr(state["messages"]) and key not in repr(state["calls"])
     assert all(key not in json.dumps(e.detail) for e in harness.store.audit.events())
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
 
 
 def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
@@ -167,7 +167,7 @@ def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_a
     payload = first["__interrupt__"][0].value
     assert payload["action_requests"][0]["args"] == arguments  # the reviewer sees the real value
     proposal = payload["toolgate"]["proposals"][0]
-    stored = harness.store.get_proposal(proposal["proposal_id"])
+    stored = harness.store.proposals.get(proposal["proposal_id"])
     assert stored is not None and stored.arguments == arguments
     decide(harness.gateway(), proposal["proposal_id"], principal("omar"), "approve")
     graph.invoke(Command(resume={"wake": True}), {"configurable": {"thread_id": "t-card"}}, context=Context())

@@ -33,13 +33,13 @@ def test_an_approved_write_reads_its_proposal_once_per_delivery(
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     reads: list[str] = []
-    real = harness.store.get_proposal
+    real = harness.store.proposals.get
 
     def counted(proposal_id: str) -> Any:
         reads.append(proposal_id)
         return real(proposal_id)
 
-    monkeypatch.setattr(harness.store, "get_proposal", counted)
+    monkeypatch.setattr(harness.store.proposals, "get", counted)
     first = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
     again = gateway.executor.deliver(proposal["operation_key"], worker_id="w2")
     assert first.status == "succeeded" and again.duplicate

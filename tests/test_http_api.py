@@ -72,7 +72,7 @@ class Api:
         """Still pending, no decision recorded, no thread woken."""
         return (
             self.status(facts) == "pending_approval"
-            and self.store.decisions_for(facts["proposal_id"]) == []
+            and self.store.approvals.for_proposal(facts["proposal_id"]) == []
             and self.woken == []
         )
 
@@ -184,7 +184,7 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     assert shown["review_details"] == {} and shown["review_details_error"] is None
     assert 0 < shown["seconds_left"] <= 3600 and shown["status"] == "pending_approval"
     assert shown["decisions"] == [] and shown["requester"] == "cust-ada"
-    stored = api.store.get_proposal(facts["proposal_id"])
+    stored = api.store.proposals.get(facts["proposal_id"])
     for key in ("arguments_sha256", "tool_version", "risk", "effect", "rollback", "approval_class"):
         assert shown[key] == getattr(stored, key)
     assert shown["timeout_s"] == 15  # issue_refund's hard timeout, from the release that proposed it
@@ -233,7 +233,7 @@ def test_a_second_approval_by_the_same_person_is_already_decided(api: Api) -> No
     assert first.json()["still_needed"] == "1 more approval(s) needed" and api.woken == []
     second = api.post(proposal_url(facts, "approve"), "rita", {"digest": facts["digest"]})
     assert second.status_code == 409 and second.json()["error"] == "already_decided"
-    assert api.status(facts) == "pending_approval" and len(api.store.decisions_for(facts["proposal_id"])) == 1
+    assert api.status(facts) == "pending_approval" and len(api.store.approvals.for_proposal(facts["proposal_id"])) == 1
     other = api.post(proposal_url(facts, "approve"), "sam", {"digest": facts["digest"]})
     assert other.json()["status"] == "approved" and other.json()["approvers"] == ["rita", "sam"]
     assert api.woken == ["t-twice"]
@@ -313,7 +313,7 @@ def test_an_edit_is_a_new_pending_proposal_that_its_editor_cannot_approve(api: A
     assert by_editor.status_code == 409 and by_editor.json()["error"] == "editor_approval"
     stale = api.post(f"/toolgate/proposals/{new['proposal_id']}/approve", "rita", {"digest": facts["digest"]})
     assert stale.status_code == 409 and stale.json()["error"] == "digest_mismatch"
-    assert api.store.decisions_for(new["proposal_id"]) == []
+    assert api.store.approvals.for_proposal(new["proposal_id"]) == []
     assert api.post(proposal_url(facts, "approve"), "rita", {"digest": facts["digest"]}).json()["error"] == (
         "not_pending"
     )

@@ -235,7 +235,7 @@ def test_stores_with_different_secrets_do_not_trust_each_others_rows(tmp_path: P
     proposal = pending_refund(first, "t-keys")
     decide(first.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
     other = SQLiteStore(path, key=b"another-secret-of-this-deployment")
-    assert [d.authentic for d in other.decisions_for(proposal["proposal_id"])] == [False]
+    assert [d.authentic for d in other.approvals.for_proposal(proposal["proposal_id"])] == [False]
     assert not any(i.authentic for i in other.identities.list())
 
 

@@ -145,7 +145,7 @@ def test_excess_model_requests_are_refused_quickly_and_nothing_is_lost(
         ("acme", "overloaded", "model", 2)
     }
     assert {e.thread_id for e in refusals} == {run.thread_id for run in excess}
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
 
     slow_model.gate.set()
     for run in admitted:
@@ -161,7 +161,7 @@ def test_excess_model_requests_are_refused_quickly_and_nothing_is_lost(
     assert [m.content for m in woken["messages"] if isinstance(m, HumanMessage)] == [REFUND_REQUEST]
     assert woken["status"] == "awaiting_approval"
 
-    proposals = harness.store.list_proposals()
+    proposals = harness.store.proposals.list()
     threads = sorted(p.thread_id for p, _ in proposals)
     assert threads == sorted(r.thread_id for r in [*admitted, *excess])  # one each, none lost or doubled
     assert {op.status for _, op in proposals} == {"pending_approval"}
@@ -252,7 +252,7 @@ def test_an_approved_write_without_a_tool_slot_stays_approved_and_runs_once_late
     graph = harness.graph(model)
     config = {"configurable": {"thread_id": "write-1"}}
     assert start(graph, REFUND_REQUEST, "cust-ada", "write-1")["status"] == "awaiting_approval"
-    [(proposal, _)] = harness.store.list_proposals()
+    [(proposal, _)] = harness.store.proposals.list()
     decide(harness.gateway(), proposal.proposal_id, principal("fiona"), "approve")
     slots = process_admission()
     slots.acquire("tool", "acme")

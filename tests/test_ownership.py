@@ -70,7 +70,7 @@ def test_a_customer_cannot_look_up_or_refund_another_customers_order(harness: Ha
     assert (typo["error"], typo["retryable"]) == ("semantic_invalid", True)
     # no oracle: another customer's order reads exactly like one that does not exist
     assert peek["message"] == take["message"] == typo["message"] == MISSING
-    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
     assert rejections(harness).count(("call.rejected", "not_owner")) == 2
 
 
@@ -214,7 +214,7 @@ def test_a_list_item_owned_by_someone_else_refuses_the_call(
     state = start(graph, "pay it", "cust-ada", f"t-pay-{expected}")
     got = payload(state, "p1")
     assert got["error"] == expected and got["retryable"] is (expected == "semantic_invalid")
-    assert system.calls == 0 and harness.store.list_proposals() == []
+    assert system.calls == 0 and harness.store.proposals.list() == []
     assert ("payment", payments[-1], "cust-ada") in system.lookups  # the resolver saw the user
 
 
@@ -291,7 +291,7 @@ def test_a_staff_reviewer_decides_only_for_the_tenants_the_operator_granted(harn
     decide(harness.gateway(), proposal["proposal_id"], stella, "approve")  # finance: sole approver
     resume(graph, "t-staff-review")
     assert harness.refunds() == 1
-    decision = harness.store.decisions_for(proposal["proposal_id"])[0]
+    decision = harness.store.approvals.for_proposal(proposal["proposal_id"])[0]
     assert decision.reviewer_tenant_id == "acme" and decision.authentic
 
     # globex was never granted to stella
@@ -313,7 +313,7 @@ def test_a_staff_reviewer_decides_only_for_the_tenants_the_operator_granted(harn
     with pytest.raises(ApprovalError) as refused:
         decide(harness.gateway(), far["proposal_id"], stella, "approve")
     assert refused.value.code == "cross_tenant"
-    assert harness.store.decisions_for(far["proposal_id"]) == []
+    assert harness.store.approvals.for_proposal(far["proposal_id"]) == []
 
 
 def test_only_someone_reviewing_for_a_tenant_may_grant_its_review(harness: Harness) -> None:

@@ -92,7 +92,7 @@ def test_an_unknown_outcome_is_checked_as_the_requester_after_the_approval_windo
 ) -> None:
     harness = harness_for(store, downstream, after_effect=lost_response)
     key, proposal_id = unknown(harness, "t-rdeleg-late")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     sealed = store.delegations.get(reconcile_key(key))
     assert proposal is not None and sealed is not None
     assert ADA_TOKEN not in sealed.sealed
@@ -172,7 +172,7 @@ def test_the_reconcile_seal_lasts_at_least_the_approval_and_at_most_the_cap(
     before = store.now()
     key, proposal_id = unknown(harness, f"t-rdeleg-window-{expected}")
     after = store.now()
-    record, proposal = store.delegations.get(reconcile_key(key)), store.get_proposal(proposal_id)
+    record, proposal = store.delegations.get(reconcile_key(key)), store.proposals.get(proposal_id)
     assert record is not None and proposal is not None
     if expected == "proposal":  # a short schedule never ends the seal before the approval's own
         assert record.expires_at == proposal.expires_at
@@ -186,7 +186,7 @@ def test_an_expired_approval_is_never_executed_again_though_its_check_runs(
 ) -> None:
     harness = harness_for(store, downstream, handler=lost_before_effect, retry_safe_when_absent=True)
     key, proposal_id = unknown(harness, "t-rdeleg-redeliver")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None
     past(store, proposal.expires_at, monkeypatch, timedelta(minutes=1))
     gateway = harness.gateway()
@@ -206,7 +206,7 @@ def test_a_fresh_delivery_of_an_expired_approval_is_refused_and_seals_nothing(
 ) -> None:
     harness = harness_for(store, downstream)
     key, proposal_id = approved(harness, "t-rdeleg-fresh")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None
     past(store, proposal.expires_at, monkeypatch, timedelta(seconds=1))
     delivery = harness.gateway().executor.deliver(key, worker_id="w1")
@@ -220,7 +220,7 @@ def test_the_reconcile_seal_never_stands_in_for_the_proposals_seal(
 ) -> None:
     harness = harness_for(store, downstream, handler=lost_before_effect, retry_safe_when_absent=True)
     key, proposal_id = unknown(harness, "t-rdeleg-promote")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None
     shift_store_clock(monkeypatch, store, timedelta(minutes=2))  # the claim's lease lapsed; approval live
     gateway = harness.gateway()

@@ -71,4 +71,4 @@ def test_without_release_control_the_server_refuses_another_releases_proposal(
     assert refused.status_code == 409 and refused.json()["error"] == "wrong_release"
     op = store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "pending_approval"
-    assert store.decisions_for(proposal["proposal_id"]) == []
+    assert store.approvals.for_proposal(proposal["proposal_id"]) == []

@@ -84,7 +84,7 @@ def test_every_cli_door_serves_the_scaffolded_release(scaffolded: Path, tmp_path
         assert closures is not None and closures["n"] == 1
         loaded = [e for e in store.audit.events() if e.event == "release.loaded"]
         assert [e.tool_release for e in loaded] == [f"{NAME}/0.1.0"]
-        assert not store.list_proposals("pending_approval")
+        assert not store.proposals.list("pending_approval")
     finally:
         store.close()
     assert "tamper_check=PASS" in toolgate(["audit", "verify", "--as", "sam"], as_sam).stdout

@@ -260,6 +260,6 @@ def test_a_reviewer_may_resume_but_not_start_a_turn_in_someone_elses_thread(rig:
 
 
 def proposal_args(rig: Rig, proposal: dict[str, Any]) -> dict[str, Any]:
-    stored = rig.store.get_proposal(proposal["proposal_id"])
+    stored = rig.store.proposals.get(proposal["proposal_id"])
     assert stored is not None
     return dict(stored.arguments)

@@ -206,7 +206,7 @@ def test_a_gated_write_relabelled_as_a_read_never_runs_its_handler(harness: Harn
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     answer = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
     assert answer["c1"]["error"] == "state_mismatch"
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
 
 
 def test_another_tenants_approved_operation_is_not_run_from_this_thread(harness: Harness) -> None:

@@ -74,7 +74,7 @@ def _sign_proposal(store: SQLiteStore, proposal_id: str) -> None:
     """The fixture's proposal row predates proposal MACs (such a row is refused: see
     tests/test_proposal_mac.py); these tests are about the thread's state, so its row is given the
     MAC toolgate writes today, as if it had been proposed after the upgrade."""
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None and not proposal.authentic
     with store.transaction() as tx:
         tx.execute("DROP TRIGGER proposals_no_update")
@@ -86,7 +86,7 @@ def _sign_proposal(store: SQLiteStore, proposal_id: str) -> None:
             "CREATE TRIGGER proposals_no_update BEFORE UPDATE ON proposals"
             " BEGIN SELECT RAISE(ABORT, 'proposals are immutable'); END"
         )
-    signed = store.get_proposal(proposal_id)
+    signed = store.proposals.get(proposal_id)
     assert signed is not None and signed.authentic
 
 

@@ -150,7 +150,7 @@ def approve_row(store: Store, key: str = "op_test1") -> None:
 
 def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0) -> OperationRecord:
     """Proposal ``n``, approved and claimed by ``owner``."""
-    store.create_proposal(make_proposal(n))
+    store.proposals.create(make_proposal(n))
     approve_row(store, f"op_test{n}")
     claimed = store.operations.claim(f"op_test{n}", owner, lease_s)
     assert claimed is not None
@@ -257,7 +257,7 @@ def test_now_is_the_store_clock_and_recorded_times_come_from_it(store: Store) ->
     # the PostgreSQL server runs on this host: its clock and this process's agree closely
     assert before - timedelta(seconds=5) <= first <= after + timedelta(seconds=5)
     start = store.now()
-    _, op, _ = store.create_proposal(make_proposal())
+    _, op, _ = store.proposals.create(make_proposal())
     end = store.now()
     assert start <= parse_iso(op.created_at) == parse_iso(op.updated_at) <= end
 
@@ -293,7 +293,7 @@ def test_a_transaction_commits_on_success_and_rolls_back_on_any_error(store: Sto
 
 
 def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: Callable[..., Store]) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal(1))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
     executing(store, 2)
     unknown_outcome(store, 3, lease_s=0)
     store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-ada")))
@@ -309,9 +309,9 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "migrate": lambda s: s.migrate(
             "contract_extra", [Migration("t", "CREATE TABLE t (x INTEGER)", "CREATE TABLE t (x INTEGER)")]
         ),
-        "create_proposal": lambda s: s.create_proposal(make_proposal(4)),
-        "record_decision": lambda s: s.record_decision(make_approval(proposal)),
-        "record_and_settle": lambda s: s.record_and_settle(
+        "proposals.create": lambda s: s.proposals.create(make_proposal(4)),
+        "approvals.record": lambda s: s.approvals.record(make_approval(proposal)),
+        "approvals.record_and_settle": lambda s: s.approvals.record_and_settle(
             make_approval(proposal),
             settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
         ),
@@ -352,7 +352,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     assert snapshot(store) == before
     # everything that only reads still works
     reader.require_schema()
-    assert reader.get_proposal("prop_test1") == proposal
+    assert reader.proposals.get("prop_test1") == proposal
     assert [o.operation_key for o in reader.operations.list("executing")] == ["op_test2"]
     assert len(reader.audit.events()) == 1
     assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
@@ -444,7 +444,7 @@ def test_migrate_applies_only_the_missing_steps_of_a_component_all_or_nothing(st
 def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager(
     store: Store, reopen: Callable[..., Store], request: pytest.FixtureRequest
 ) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     assert open_connections(store, request) >= 1  # the store keeps a connection for the next unit of work
     store.close()
     assert settled_connections(store, request) == 0
@@ -452,7 +452,7 @@ def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager
     other = reopen()
     with other as entered:
         assert entered is other
-        assert entered.get_proposal("prop_test1") is not None
+        assert entered.proposals.get("prop_test1") is not None
         assert open_connections(other, request) >= 1
     assert settled_connections(other, request) == 0
 
@@ -461,18 +461,18 @@ def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager
 
 
 def test_create_proposal_is_idempotent_by_operation_key(store: Store) -> None:
-    first, op, created = store.create_proposal(make_proposal())
-    again, op2, created2 = store.create_proposal(make_proposal())
+    first, op, created = store.proposals.create(make_proposal())
+    again, op2, created2 = store.proposals.create(make_proposal())
     assert created and not created2
     assert first == again and op.status == op2.status == "pending_approval"
-    assert len(store.list_proposals()) == 1
+    assert len(store.proposals.list()) == 1
 
 
 def test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing(
     store: Store,
 ) -> None:
     proposal = make_proposal()
-    stored, op, created = store.create_proposal(
+    stored, op, created = store.proposals.create(
         proposal, audit=[event("proposal.created", proposal_id="prop_test1")]
     )
     assert created and stored == proposal
@@ -494,9 +494,9 @@ def test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_ap
     before = snapshot(store)
     # another proposal for the same operation (a re-run node, a second process): the first one stands
     rival = make_proposal(1, proposal_id="prop_rival", arguments={"order_id": "O-1", "amount_cents": 1})
-    again, op_again, created_again = store.create_proposal(rival, audit=[event("proposal.created")])
+    again, op_again, created_again = store.proposals.create(rival, audit=[event("proposal.created")])
     assert not created_again and again == proposal and op_again == op
-    assert store.get_proposal("prop_rival") is None
+    assert store.proposals.get("prop_rival") is None
     assert snapshot(store) == before
 
 
@@ -517,60 +517,60 @@ def test_get_proposal_returns_exactly_what_was_stored(store: Store) -> None:
         escalation_rule_id="refund.large_needs_two_reviewers",
         escalation_reason="Refunds over $500 need two reviewers ✓",
     )
-    store.create_proposal(original)
-    store.create_proposal(edited)
-    assert store.get_proposal("prop_test1") == original
-    assert store.get_proposal("prop_test2") == edited
-    assert store.get_proposal("prop_missing") is None
+    store.proposals.create(original)
+    store.proposals.create(edited)
+    assert store.proposals.get("prop_test1") == original
+    assert store.proposals.get("prop_test2") == edited
+    assert store.proposals.get("prop_missing") is None
 
 
 def test_list_proposals_pairs_each_with_its_operation_oldest_first(store: Store) -> None:
     start = utcnow()
     for n, minutes in ((1, 2), (2, 0), (3, 1)):  # inserted out of time order
-        store.create_proposal(make_proposal(n, created_at=iso(start + timedelta(minutes=minutes))))
+        store.proposals.create(make_proposal(n, created_at=iso(start + timedelta(minutes=minutes))))
     approve_row(store, "op_test3")
-    listed = store.list_proposals()
+    listed = store.proposals.list()
     assert [(p.proposal_id, o.operation_key, o.status) for p, o in listed] == [
         ("prop_test2", "op_test2", "pending_approval"),
         ("prop_test3", "op_test3", "approved"),
         ("prop_test1", "op_test1", "pending_approval"),
     ]
-    assert [p.proposal_id for p, _ in store.list_proposals("pending_approval")] == [
+    assert [p.proposal_id for p, _ in store.proposals.list("pending_approval")] == [
         "prop_test2",
         "prop_test1",
     ]
-    assert [p.proposal_id for p, _ in store.list_proposals("approved")] == ["prop_test3"]
-    assert store.list_proposals("succeeded") == []
+    assert [p.proposal_id for p, _ in store.proposals.list("approved")] == ["prop_test3"]
+    assert store.proposals.list("succeeded") == []
 
 
 def test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments(
     store: Store,
 ) -> None:
-    first, _, _ = store.create_proposal(make_proposal(1))
-    second, second_op, _ = store.create_proposal(make_proposal(2))  # same thread, tool and arguments
-    store.create_proposal(make_proposal(3, thread_id="t2"))
-    store.create_proposal(make_proposal(4, arguments={"order_id": "O-5512", "amount_cents": 101}))
-    store.create_proposal(make_proposal(5, tool="other_tool"))
-    assert store.same_effect(first) == [(second, second_op)]
-    assert [p.proposal_id for p, _ in store.same_effect(second)] == ["prop_test1"]
-    assert store.same_effect(make_proposal(6, thread_id="t3")) == []
+    first, _, _ = store.proposals.create(make_proposal(1))
+    second, second_op, _ = store.proposals.create(make_proposal(2))  # same thread, tool and arguments
+    store.proposals.create(make_proposal(3, thread_id="t2"))
+    store.proposals.create(make_proposal(4, arguments={"order_id": "O-5512", "amount_cents": 101}))
+    store.proposals.create(make_proposal(5, tool="other_tool"))
+    assert store.proposals.same_effect(first) == [(second, second_op)]
+    assert [p.proposal_id for p, _ in store.proposals.same_effect(second)] == ["prop_test1"]
+    assert store.proposals.same_effect(make_proposal(6, thread_id="t3")) == []
 
 
 def test_superseding_is_the_newest_proposal_that_replaces_one(store: Store) -> None:
     start = utcnow()
-    store.create_proposal(make_proposal(1, created_at=iso(start)))
-    store.create_proposal(
+    store.proposals.create(make_proposal(1, created_at=iso(start)))
+    store.proposals.create(
         make_proposal(2, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=1)))
     )
     newest = make_proposal(3, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=2)))
-    store.create_proposal(newest)
-    assert store.superseding("prop_test1") == newest
-    assert store.superseding("prop_test3") is None
-    assert store.superseding("prop_missing") is None
+    store.proposals.create(newest)
+    assert store.proposals.superseding("prop_test1") == newest
+    assert store.proposals.superseding("prop_test3") is None
+    assert store.proposals.superseding("prop_missing") is None
 
 
 def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute(
             "UPDATE proposals SET arguments = ? WHERE proposal_id = ?",
@@ -583,12 +583,12 @@ def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
         )
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("DELETE FROM proposals WHERE proposal_id = ?", ("prop_test1",))
-    stored = store.get_proposal("prop_test1")
+    stored = store.proposals.get("prop_test1")
     assert stored is not None and stored.arguments["amount_cents"] == 100
 
 
 def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal())
+    proposal, _, _ = store.proposals.create(make_proposal())
     record = ApprovalRecord(
         approval_id="apr_1",
         proposal_id=proposal.proposal_id,
@@ -600,42 +600,42 @@ def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> 
         reason="",
         decided_at=iso(utcnow()),
     )
-    assert store.record_decision(record)
-    assert not store.record_decision(dataclasses.replace(record, approval_id="apr_2", decision="reject"))
+    assert store.approvals.record(record)
+    assert not store.approvals.record(dataclasses.replace(record, approval_id="apr_2", decision="reject"))
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("UPDATE approvals SET decision = 'reject'")
-    decisions = store.decisions_for(proposal.proposal_id)
+    decisions = store.approvals.for_proposal(proposal.proposal_id)
     assert [(d.decision, d.authentic) for d in decisions] == [("approve", True)]
 
 
 def test_record_decision_appends_its_audit_only_when_the_decision_is_new(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal())
+    proposal, _, _ = store.proposals.create(make_proposal())
     decision = make_approval(proposal)
-    assert store.record_decision(
+    assert store.approvals.record(
         decision, audit=[event("approval.recorded", proposal_id=proposal.proposal_id)]
     )
-    assert store.decisions_for(proposal.proposal_id) == [dataclasses.replace(decision, authentic=True)]
+    assert store.approvals.for_proposal(proposal.proposal_id) == [dataclasses.replace(decision, authentic=True)]
     assert len(named(store, "approval.recorded")) == 1
     before = snapshot(store)
     second_try = make_approval(proposal, decision="reject", approval_id="apr_again")
-    assert store.record_decision(second_try, audit=[event("approval.recorded")]) is False
+    assert store.approvals.record(second_try, audit=[event("approval.recorded")]) is False
     assert snapshot(store) == before
     # a decision on a proposal the store does not hold is refused by the database
     ghost = make_approval(make_proposal(9), reviewer="rita")
     with pytest.raises(StoreError):
-        store.record_decision(ghost, audit=[event("approval.recorded")])
+        store.approvals.record(ghost, audit=[event("approval.recorded")])
     assert snapshot(store) == before
 
 
 def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal(1))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
     settle = Settlement(
         operation_key="op_test1",
         from_status="pending_approval",
         to_status="approved",
         audit=[event("operation.approved", operation_key="op_test1")],
     )
-    recorded, settled = store.record_and_settle(
+    recorded, settled = store.approvals.record_and_settle(
         make_approval(proposal), audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
     )
     assert recorded and settled is not None and settled.status == "approved"
@@ -647,7 +647,7 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
 
     # a second reviewer's decision is recorded; the operation is no longer in from_status: no settlement,
     # and the settlement's events are not appended
-    recorded, settled = store.record_and_settle(
+    recorded, settled = store.approvals.record_and_settle(
         make_approval(proposal, reviewer="gina"),
         audit=[event("approval.recorded", operation_key="op_test1")],
         settle=settle,
@@ -658,32 +658,32 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
         "operation.approved",
         "approval.recorded",
     ]
-    assert [d.reviewer_id for d in store.decisions_for("prop_test1")] == ["fiona", "gina"]
+    assert [d.reviewer_id for d in store.approvals.for_proposal("prop_test1")] == ["fiona", "gina"]
 
     # the same reviewer again: nothing at all is written
     before = snapshot(store)
-    assert store.record_and_settle(
+    assert store.approvals.record_and_settle(
         make_approval(proposal, approval_id="apr_other"), audit=[event("approval.recorded")], settle=settle
     ) == (False, None)
     assert snapshot(store) == before
 
 
 def test_record_and_settle_never_approves_past_a_recorded_rejection(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal(1))
-    assert store.record_decision(make_approval(proposal, reviewer="rita", decision="reject"))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    assert store.approvals.record(make_approval(proposal, reviewer="rita", decision="reject"))
     settle = Settlement(
         operation_key="op_test1",
         from_status="pending_approval",
         to_status="approved",
         audit=[event("operation.approved")],
     )
-    recorded, settled = store.record_and_settle(make_approval(proposal), settle=settle)
+    recorded, settled = store.approvals.record_and_settle(make_approval(proposal), settle=settle)
     assert recorded and settled is None
     op = store.operations.get("op_test1")
     assert op is not None and op.status == "pending_approval"
     assert named(store, "operation.approved") == []
     reject = Settlement(operation_key="op_test1", from_status="pending_approval", to_status="rejected")
-    recorded, settled = store.record_and_settle(
+    recorded, settled = store.approvals.record_and_settle(
         make_approval(proposal, reviewer="gina", decision="reject"), settle=reject
     )
     assert recorded and settled is not None and settled.status == "rejected"
@@ -712,34 +712,34 @@ def _forge_decision(store: Store, proposal: ProposalRecord, approval_id: str, de
 
 def test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows(store: Store) -> None:
     start = utcnow()
-    proposal, _, _ = store.create_proposal(make_proposal(1))
-    other, _, _ = store.create_proposal(make_proposal(2))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    other, _, _ = store.proposals.create(make_proposal(2))
     later = make_approval(proposal, reviewer="gina", decided_at=iso(start + timedelta(seconds=2)))
     earlier = make_approval(proposal, reviewer="fiona", decided_at=iso(start))
-    assert store.record_decision(later) and store.record_decision(earlier)
-    assert store.record_decision(make_approval(other))
+    assert store.approvals.record(later) and store.approvals.record(earlier)
+    assert store.approvals.record(make_approval(other))
     _forge_decision(store, proposal, "apr_forged", iso(start + timedelta(seconds=1)))
-    decisions = store.decisions_for(proposal.proposal_id)
+    decisions = store.approvals.for_proposal(proposal.proposal_id)
     assert [(d.approval_id, d.authentic) for d in decisions] == [
         (earlier.approval_id, True),
         ("apr_forged", False),
         (later.approval_id, True),
     ]
     assert decisions[0] == dataclasses.replace(earlier, authentic=True)
-    assert store.decisions_for("prop_missing") == []
+    assert store.approvals.for_proposal("prop_missing") == []
 
 
 def test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows(store: Store) -> None:
     start = utcnow()
-    first, _, _ = store.create_proposal(make_proposal(1))
-    second, _, _ = store.create_proposal(make_proposal(2))
-    assert store.all_decisions() == []
-    assert store.record_decision(make_approval(second, decided_at=iso(start)))
-    assert store.record_decision(
+    first, _, _ = store.proposals.create(make_proposal(1))
+    second, _, _ = store.proposals.create(make_proposal(2))
+    assert store.approvals.all() == []
+    assert store.approvals.record(make_approval(second, decided_at=iso(start)))
+    assert store.approvals.record(
         make_approval(first, reviewer="gina", decided_at=iso(start + timedelta(seconds=1)))
     )
     _forge_decision(store, first, "apr_forged", iso(start + timedelta(seconds=2)))
-    assert [(d.proposal_id, d.reviewer_id, d.authentic) for d in store.all_decisions()] == [
+    assert [(d.proposal_id, d.reviewer_id, d.authentic) for d in store.approvals.all()] == [
         ("prop_test2", "fiona", True),
         ("prop_test1", "gina", True),
         ("prop_test1", "mallory", False),
@@ -753,7 +753,7 @@ def test_get_operation_and_list_operations_oldest_first_by_status(store: Store) 
     assert store.operations.get("op_missing") is None
     assert store.operations.list() == []
     for n in (1, 2, 3):
-        store.create_proposal(make_proposal(n))
+        store.proposals.create(make_proposal(n))
     approve_row(store, "op_test2")
     op = store.operations.get("op_test2")
     assert op is not None and op.status == "approved" and op.proposal_id == "prop_test2"
@@ -765,7 +765,7 @@ def test_get_operation_and_list_operations_oldest_first_by_status(store: Store) 
 
 
 def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     with pytest.raises(StoreError, match="invalid operation transition"), store.transaction() as tx:
         tx.execute("UPDATE operations SET status = 'succeeded' WHERE operation_key = ?", ("op_test1",))
     with pytest.raises(InvalidTransitionError):
@@ -775,7 +775,7 @@ def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
 
 
 def test_transition_changes_status_result_and_error_with_its_audit(store: Store) -> None:
-    store.create_proposal(make_proposal(1))
+    store.proposals.create(make_proposal(1))
     approved = store.operations.transition(
         "op_test1",
         "pending_approval",
@@ -797,7 +797,7 @@ def test_transition_changes_status_result_and_error_with_its_audit(store: Store)
 
 
 def test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing(store: Store) -> None:
-    store.create_proposal(make_proposal(1))
+    store.proposals.create(make_proposal(1))
     approve_row(store, "op_test1")
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError) as wrong:
@@ -844,7 +844,7 @@ def test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse(
 
 
 def test_claim_only_from_approved_and_only_once(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     assert store.operations.claim("op_test1", "w1", 30) is None
     approve_row(store)
     claimed = store.operations.claim("op_test1", "w1", 30)
@@ -862,7 +862,7 @@ def test_claim_only_from_approved_and_only_once(store: Store) -> None:
 
 
 def test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     before = snapshot(store)
     assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
     assert snapshot(store) == before
@@ -884,7 +884,7 @@ def test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner(st
 
 def test_claim_refuses_an_approval_that_has_expired(store: Store) -> None:
     past = utcnow() - timedelta(minutes=20)
-    store.create_proposal(make_proposal(created_at=iso(past), expires_at=iso(past + timedelta(minutes=15))))
+    store.proposals.create(make_proposal(created_at=iso(past), expires_at=iso(past + timedelta(minutes=15))))
     approve_row(store)
     before = snapshot(store)
     assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
@@ -894,7 +894,7 @@ def test_claim_refuses_an_approval_that_has_expired(store: Store) -> None:
 
 
 def test_twenty_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     approve_row(store)
     barrier = threading.Barrier(20)
 
@@ -927,7 +927,7 @@ def test_renew_lease_extends_only_the_owners_live_claim(store: Store) -> None:
     assert store.operations.renew_lease("op_test1", "w2", 600) is False  # not the owner
     assert store.operations.renew_lease("op_missing", "w1", 600) is False
     assert snapshot(store) == before
-    store.create_proposal(make_proposal(2))
+    store.proposals.create(make_proposal(2))
     approve_row(store, "op_test2")
     before = snapshot(store)
     assert store.operations.renew_lease("op_test2", "w1", 600) is False  # nobody claimed it
@@ -953,7 +953,7 @@ def test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace(
 def test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit(store: Store) -> None:
     assert store.operations.due(10) == []
     for n in (1, 2, 3, 4):
-        store.create_proposal(make_proposal(n))
+        store.proposals.create(make_proposal(n))
     for key in ("op_test3", "op_test1", "op_test4"):
         approve_row(store, key)
     assert store.operations.claim("op_test4", "w1", 30) is not None  # claimed: no longer due
@@ -1323,7 +1323,7 @@ def test_delete_and_purge_delegations_remove_ended_and_expired_ones_only(
 ) -> None:
     later = iso(store.now() + timedelta(minutes=5))
     for n in (1, 2, 3):
-        store.create_proposal(make_proposal(n))
+        store.proposals.create(make_proposal(n))
         store.delegations.put(f"op_test{n}", f"v1.s{n}", later)
     store.delegations.put("op_soon", "v1.soon", iso(store.now() + timedelta(seconds=30)))
     before = snapshot(store)
@@ -1723,26 +1723,26 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "require_schema": (test_require_schema_accepts_only_this_toolgates_schema_version_and_writes_nothing,),
     "migrate": (test_migrate_applies_only_the_missing_steps_of_a_component_all_or_nothing,),
     "close": (test_close_releases_every_connection_and_a_store_closes_as_a_context_manager,),
-    "create_proposal": (
+    "proposals.create": (
         test_create_proposal_is_idempotent_by_operation_key,
         test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing,
     ),
-    "get_proposal": (test_get_proposal_returns_exactly_what_was_stored,),
-    "list_proposals": (test_list_proposals_pairs_each_with_its_operation_oldest_first,),
-    "same_effect": (
+    "proposals.get": (test_get_proposal_returns_exactly_what_was_stored,),
+    "proposals.list": (test_list_proposals_pairs_each_with_its_operation_oldest_first,),
+    "proposals.same_effect": (
         test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments,
     ),
-    "superseding": (test_superseding_is_the_newest_proposal_that_replaces_one,),
-    "record_decision": (
+    "proposals.superseding": (test_superseding_is_the_newest_proposal_that_replaces_one,),
+    "approvals.record": (
         test_one_decision_per_reviewer_and_decisions_are_immutable,
         test_record_decision_appends_its_audit_only_when_the_decision_is_new,
     ),
-    "record_and_settle": (
+    "approvals.record_and_settle": (
         test_record_and_settle_settles_the_operation_in_the_decisions_transaction,
         test_record_and_settle_never_approves_past_a_recorded_rejection,
     ),
-    "decisions_for": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
-    "all_decisions": (test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows,),
+    "approvals.for_proposal": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
+    "approvals.all": (test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows,),
     "operations.get": (test_get_operation_and_list_operations_oldest_first_by_status,),
     "operations.list": (test_get_operation_and_list_operations_oldest_first_by_status,),
     "operations.transition": (
@@ -2033,14 +2033,14 @@ def _insert_proposal_row(store: Store, proposal: ProposalRecord, mac: str | None
 
 def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -> None:
     start = utcnow()
-    first, _, created = store.create_proposal(make_proposal(1, created_at=iso(start)))
+    first, _, created = store.proposals.create(make_proposal(1, created_at=iso(start)))
     assert created and first.authentic
     edit = make_proposal(2, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=1)))
-    second, _, _ = store.create_proposal(edit)
+    second, _, _ = store.proposals.create(edit)
     assert second.authentic
-    got = store.get_proposal("prop_test1")
+    got = store.proposals.get("prop_test1")
     assert got is not None and got.authentic and got == first
-    assert [(p.proposal_id, p.authentic) for p, _ in store.list_proposals()] == [
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.list()] == [
         ("prop_test1", True),
         ("prop_test2", True),
     ]
@@ -2055,26 +2055,26 @@ def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -
         copied["mac"],
     )
     _insert_proposal_row(store, make_proposal(4, created_at=iso(start + timedelta(seconds=3))), None)
-    assert [(p.proposal_id, p.authentic) for p, _ in store.list_proposals("pending_approval")] == [
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.list("pending_approval")] == [
         ("prop_test1", True),
         ("prop_test2", True),
         ("prop_test3", False),
         ("prop_test4", False),
     ]
     for pid, authentic in (("prop_test2", True), ("prop_test3", False), ("prop_test4", False)):
-        found = store.get_proposal(pid)
+        found = store.proposals.get(pid)
         assert found is not None and found.authentic is authentic
-    newest = store.superseding("prop_test1")
+    newest = store.proposals.superseding("prop_test1")
     assert newest is not None and newest.proposal_id == "prop_test3" and not newest.authentic
-    assert [(p.proposal_id, p.authentic) for p, _ in store.same_effect(first)] == [
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.same_effect(first)] == [
         ("prop_test2", True),
         ("prop_test3", False),
         ("prop_test4", False),
     ]
     # a repeat of the forged row's key returns the stored row, still marked, and inserts nothing
-    again, _, created_again = store.create_proposal(make_proposal(4))
+    again, _, created_again = store.proposals.create(make_proposal(4))
     assert not created_again and again.proposal_id == "prop_test4" and not again.authentic
 
 
-for _method in ("create_proposal", "get_proposal", "list_proposals", "same_effect", "superseding"):
+for _method in ("proposals.create", "proposals.get", "proposals.list", "proposals.same_effect", "proposals.superseding"):
     CONTRACT[_method] = (*CONTRACT[_method], test_every_proposal_read_marks_whether_the_rows_mac_verifies)

@@ -342,7 +342,7 @@ def test_a_tenants_write_is_proposed_approved_and_run_with_its_own_implementatio
     graph = harness.graph(model)
     state = start(graph, REFUND_REQUEST, "cust-ada", "t-own-refund")
     facts = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    proposal = store.get_proposal(facts["proposal_id"])
+    proposal = store.proposals.get(facts["proposal_id"])
     assert proposal is not None and proposal.handler_revision == "issue-refund/acme-own-1"  # what is approved
 
     # a process whose release lacks the override refuses to run the approval (pinned to the revision)

@@ -34,7 +34,7 @@ def test_read_and_write_spans_name_version_principal_tenant_and_sizes(harness: H
     )
     graph = harness.graph(model)
     first = start(graph, "refund O-5512", "cust-ada", "t-span")
-    (proposal, _) = harness.store.list_proposals()[0]
+    (proposal, _) = harness.store.proposals.list()[0]
     decide(harness.gateway(), proposal.proposal_id, principal("fiona"), "approve")
     final = graph.invoke(
         Command(resume={"wake": True}), {"configurable": {"thread_id": "t-span"}}, context=Context()

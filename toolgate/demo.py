@@ -118,7 +118,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
             return 1
         payload = interrupts[0].value
         facts = payload["toolgate"]["proposals"][0]
-        proposal = app.store.get_proposal(facts["proposal_id"])
+        proposal = app.store.proposals.get(facts["proposal_id"])
         assert proposal is not None
         minutes = round((parse_iso(proposal.expires_at) - app.store.now()).total_seconds() / 60)
         say(f"proposal={proposal.proposal_id}")

@@ -167,7 +167,7 @@ def trace(
     approvals = [e for e in ordered if e.event == "approval.recorded"]
     if approvals:
         reviewers = {
-            auditor.actor(d.reviewer_id): d for pid in proposal_ids for d in store.decisions_for(pid)
+            auditor.actor(d.reviewer_id): d for pid in proposal_ids for d in store.approvals.for_proposal(pid)
         }
         report.approver = (
             "verified"

@@ -215,7 +215,7 @@ def _proposals(
 ) -> list[tuple[ProposalRecord, OperationRecord]]:
     """The task turn's proposals, each authentic, of the thread's tenant and requester, and in
     one-to-one agreement with the call records."""
-    mine = [(p, op) for p, op in store.list_proposals() if p.thread_id == thread_id and p.call_id in call_ids]
+    mine = [(p, op) for p, op in store.proposals.list() if p.thread_id == thread_id and p.call_id in call_ids]
     for proposal, _ in mine:
         if not proposal.authentic:
             raise CaptureRefused("records_tampered", f"proposal {proposal.proposal_id} does not verify")
@@ -235,7 +235,7 @@ def _proposals(
 
 
 def _decisions(store: Store, proposal: ProposalRecord) -> list[ApprovalRecord]:
-    found = store.decisions_for(proposal.proposal_id)
+    found = store.approvals.for_proposal(proposal.proposal_id)
     if not all(d.authentic for d in found):
         raise CaptureRefused("records_tampered", f"a decision on {proposal.proposal_id} does not verify")
     return sorted(found, key=lambda d: d.decided_at)

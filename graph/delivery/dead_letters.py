@@ -73,7 +73,7 @@ def _refusal(gw: Gateway, reviewer: Principal, op: OperationRecord) -> ApprovalE
         return ApprovalError(
             "missing_role", f"resolving {op.tool} needs one of the roles of its approval class"
         )
-    proposal = gw.store.get_proposal(op.proposal_id) if op.proposal_id else None
+    proposal = gw.store.proposals.get(op.proposal_id) if op.proposal_id else None
     if proposal is None or proposal.operation_key != op.operation_key:
         # who requested it is read from its own proposal: a row pointing elsewhere proves nothing
         return ApprovalError("operation_mismatch", f"{op.operation_key} is not its proposal's own")

@@ -65,7 +65,7 @@ class Executor:
             return None
         found = self.proposals.get(proposal_id)
         if found is None:
-            found = self.store.get_proposal(proposal_id)
+            found = self.store.proposals.get(proposal_id)
             if found is not None:
                 self.proposals.put(found)
         return found

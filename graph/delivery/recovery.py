@@ -60,7 +60,7 @@ def reconcile(
     if op is None or op.status != "unknown":
         return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
     spec = executor.registry.get_for(op.tool, op.tenant_id)
-    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
     common = {
         "operation_key": operation_key,
         "proposal_id": op.proposal_id,
@@ -149,7 +149,7 @@ def verify_effect(executor: Executor, operation_key: str) -> tuple[str, str]:
     if op.status not in ("succeeded", "failed"):
         return "passive", f"status_{op.status}"
     spec = executor.registry.get_for(op.tool, op.tenant_id)
-    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
     if spec is None or proposal is None:
         return "passive", "tool_not_in_release"
     if spec.reconcile is None:

@@ -231,7 +231,7 @@ def run_write(
         if delivery.status == "failed":
             span.set_outcome("failed", error_kind=(delivery.error or {}).get("kind", "server_error"))
     if delivery.status == "rejected" and not delivery.reason:
-        decisions = gw.store.decisions_for(record["proposal_id"])
+        decisions = gw.store.approvals.for_proposal(record["proposal_id"])
         reasons = [d.reason for d in decisions if d.decision == "reject"]
         delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
     outcome = Outcome(

@@ -43,7 +43,7 @@ def edit_proposal(
     The editor must be someone who could decide the original (active identity, tenant, role, not
     the requester), and the edited call is judged as the original requester would be judged now
     (their identity as the store records it). Every refusal is audited."""
-    original = gw.store.get_proposal(proposal_id)
+    original = gw.store.proposals.get(proposal_id)
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
     common = {"proposal_id": proposal_id, "operation_key": original.operation_key, "tool": original.tool}
@@ -163,12 +163,12 @@ def _replacement(gw: Gateway, proposal: ProposalRecord) -> ProposalRecord | None
     """The edit that replaced ``proposal``: the one its rejection names (two edits at once store two
     replacements, and the one whose rejection lost was voided), else the newest (an edit whose
     rejection never happened: it stays pending until it expires)."""
-    newer = gw.store.superseding(proposal.proposal_id)
+    newer = gw.store.proposals.superseding(proposal.proposal_id)
     if newer is None:
         return None
-    for decision in gw.store.decisions_for(proposal.proposal_id):
+    for decision in gw.store.approvals.for_proposal(proposal.proposal_id):
         if decision.authentic and decision.decision == "reject" and decision.reason.startswith(SUPERSEDED_BY):
-            named = gw.store.get_proposal(decision.reason[len(SUPERSEDED_BY) :])
+            named = gw.store.proposals.get(decision.reason[len(SUPERSEDED_BY) :])
             if named is not None and named.supersedes == proposal.proposal_id:
                 return named
     return newer
@@ -176,7 +176,7 @@ def _replacement(gw: Gateway, proposal: ProposalRecord) -> ProposalRecord | None
 
 def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     """Follow edits from ``proposal_id`` to the newest proposal that supersedes it (or itself)."""
-    current = gw.store.get_proposal(proposal_id)
+    current = gw.store.proposals.get(proposal_id)
     seen = {proposal_id}
     while current is not None:
         operation = gw.store.operations.get(current.operation_key)

@@ -25,7 +25,7 @@ def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> P
 
     The tenant is checked first, so someone of another tenant learns nothing about the operation."""
     op = gw.store.operations.get(operation_key)
-    original = gw.store.get_proposal(op.proposal_id) if op is not None and op.proposal_id else None
+    original = gw.store.proposals.get(op.proposal_id) if op is not None and op.proposal_id else None
     try:
         target, arguments = _rollback_call(gw, operation_key, requester)
     except (ApprovalError, NotFoundError) as exc:
@@ -66,7 +66,7 @@ def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> P
 def _rollback_call(gw: Gateway, operation_key: str, requester: Principal) -> tuple[ToolSpec, dict[str, Any]]:
     """The rollback tool and its judged arguments, or the reason there is none for ``requester``."""
     op = gw.store.operations.get(operation_key)
-    original = gw.store.get_proposal(op.proposal_id) if op is not None and op.proposal_id else None
+    original = gw.store.proposals.get(op.proposal_id) if op is not None and op.proposal_id else None
     if op is None or original is None:
         raise NotFoundError(f"no operation {operation_key}")
     if requester.tenant_id != original.tenant_id:

@@ -95,12 +95,12 @@ def audit_trace(
 def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str], set[str]]:
     """The approval ids, user ids and proposal ids of the records the auditor's tenants own."""
     identities = {i.user_id for i in store.identities.list() if scope.covers(i.tenant_id)}
-    proposals = {p.proposal_id for p, _ in store.list_proposals() if scope.covers(p.tenant_id)}
+    proposals = {p.proposal_id for p, _ in store.proposals.list() if scope.covers(p.tenant_id)}
     tenants: dict[str, str | None] = {}
     approvals = set()
-    for decision in store.all_decisions():
+    for decision in store.approvals.all():
         if decision.proposal_id not in tenants:
-            proposal = store.get_proposal(decision.proposal_id)
+            proposal = store.proposals.get(decision.proposal_id)
             tenants[decision.proposal_id] = proposal.tenant_id if proposal else None
         if scope.covers(tenants[decision.proposal_id]):
             approvals.add(decision.approval_id)

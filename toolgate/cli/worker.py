@@ -162,7 +162,7 @@ def worker_verify(
     op = store.operations.get(operation_key)
     if op is None or op.proposal_id is None:
         raise NotFoundError(f"no operation {operation_key}")
-    proposal = store.get_proposal(op.proposal_id)
+    proposal = store.proposals.get(op.proposal_id)
     spec = application.registry.get_for(op.tool, op.tenant_id)
     assert proposal is not None
     events = store.audit.events(operation_key=operation_key)
