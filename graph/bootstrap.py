@@ -39,7 +39,6 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
 from toolgate.store.rollout import RolloutStore
-from toolgate.store.sql import SqlStore
 from toolgate.tools.registry import Registry
 
 
@@ -240,7 +239,7 @@ def open_app(
     )
     if read_only:
         store.require_schema()
-    elif server_mode and isinstance(store, SqlStore):
+    elif server_mode:
         store.set_initializer(lambda _: start_store(application))
     else:
         start_store(application)

@@ -1,18 +1,33 @@
-"""The store interface: one contract, two backends (SQLite embedded, PostgreSQL).
+"""The store: one database (SQLite embedded, PostgreSQL), reached through one aggregate per record kind.
 
-The store is where effects and their evidence live: proposals, approval records, operations
-with their atomic claim, and the hash-chained audit log. The same contract test suite runs
-against both backends (``tests/test_store_contract.py``).
+The store is where effects and their evidence live. `Store` itself is only the connection
+layer a backend provides (units of work, the store's clock, the audit chain's lock, the
+schema and its migrations); each kind of record is an aggregate over it, one module holding
+its Python API and its SQL for both dialects side by side:
+
+- ``store.proposals`` (`toolgate.store.proposals`), ``store.approvals`` (reviewers' decisions),
+  ``store.operations`` (the lifecycle with its atomic claim, and dead letters),
+- ``store.audit`` (the hash-chained audit log; others link their events into their own transaction),
+- ``store.identities``, ``store.delegations`` (sealed credentials),
+- ``store.counters`` (rate limits), ``store.leases`` (resources), ``store.slots`` (admission),
+  ``store.breakers`` (circuit breakers), ``store.waits`` (durable waits).
+
+Every decision that matters (unique operation keys, the claim, immutability, legal transitions)
+is made by the database: a conditional update or insert, never a Python check before a write.
+The same contract test suite runs against both backends (``tests/test_store_contract.py``).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
 
+from toolgate.clock import iso, parse_iso, utcnow
+from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store.approvals import Approvals
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.breakers import BreakerStates
@@ -21,7 +36,7 @@ from toolgate.store.delegations import SealedDelegations
 from toolgate.store.identities import Identities
 from toolgate.store.keys import Keyring
 from toolgate.store.leases import ResourceLeases
-from toolgate.store.migrations import Migration
+from toolgate.store.migrations import MIGRATIONS, Migration
 from toolgate.store.operations import Operations
 from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
@@ -29,10 +44,12 @@ from toolgate.store.tx import Tx
 from toolgate.store.waits import DurableWaits
 
 
-class Store(
-    abc.ABC
-):
-    """Durable state with consequences. Every method is safe to call from many threads and processes."""
+class Store(abc.ABC):
+    """Durable state with consequences. Every method is safe to call from many threads and processes.
+
+    A backend (`toolgate.store.sqlite.SQLiteStore`, `toolgate.store.postgres.PostgresStore`)
+    provides connections, locking and the clock; the aggregates are built on first use and
+    share its transactions."""
 
     url: str
     """Where the store lives (SQLite path or PostgreSQL URL without password)."""
@@ -44,7 +61,41 @@ class Store(
     dialect: str = "sql"
     """The SQL dialect the aggregates speak to it: ``"sqlite"`` or ``"postgres"``."""
 
-    # ---- the aggregates (each a module with its API and both dialects' SQL) ----------
+    _initializer: Callable[[Store], None] | None = None
+    _initialized: bool = False
+    _init_lock = threading.RLock()
+
+    # ---- the aggregates --------------------------------------------------------------
+
+    @cached_property
+    def audit(self) -> AuditLog:
+        """The hash-chained audit log."""
+        return AuditLog(self)
+
+    @cached_property
+    def proposals(self) -> Proposals:
+        """Proposals, each inserted with its operation."""
+        return Proposals(self, self.audit)
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """Reviewers' decisions, and the operation change a completing one settles."""
+        return Approvals(self, self.audit)
+
+    @cached_property
+    def operations(self) -> Operations:
+        """Operations with their atomic claim, and dead letters."""
+        return Operations(self, self.audit)
+
+    @cached_property
+    def counters(self) -> Counters:
+        """Rate-limit counters."""
+        return Counters(self)
+
+    @cached_property
+    def identities(self) -> Identities:
+        """Who may act, MAC-bound."""
+        return Identities(self)
 
     @cached_property
     def leases(self) -> ResourceLeases:
@@ -71,37 +122,12 @@ class Store(
         """Durable waits for the jobs writes started."""
         return DurableWaits(self)
 
-    @cached_property
-    def counters(self) -> Counters:
-        """Rate-limit counters."""
-        return Counters(self)
-
-    @cached_property
-    def identities(self) -> Identities:
-        """Who may act, MAC-bound."""
-        return Identities(self)
-
-    @cached_property
-    def audit(self) -> AuditLog:
-        """The hash-chained audit log."""
-        return AuditLog(self)
-
-    @cached_property
-    def operations(self) -> Operations:
-        """Operations with their atomic claim, and dead letters."""
-        return Operations(self, self.audit)
-
-    @cached_property
-    def proposals(self) -> Proposals:
-        """Proposals, each inserted with its operation."""
-        return Proposals(self, self.audit)
-
-    @cached_property
-    def approvals(self) -> Approvals:
-        """Reviewers' decisions, and the operation change a completing one settles."""
-        return Approvals(self, self.audit)
-
     # ---- the connection layer a backend provides -------------------------------------
+
+    @abc.abstractmethod
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:
+        """A unit of work; ``write=True`` takes the write lock up front (also used by systems of
+        record that share the database, and by aggregates, which pass it on to each other)."""
 
     @abc.abstractmethod
     def _tx_now(self, tx: Tx) -> str:
@@ -115,33 +141,95 @@ class Store(
         new events and the commit, never the state change's own round trips."""
 
     @abc.abstractmethod
-    def now(self) -> datetime:
-        """The store's clock (PostgreSQL's ``clock_timestamp()``; on SQLite, the host clock).
-
-        Expiry, leases, rate-limit windows and recorded times are judged by this clock, never by a
-        worker's own, so a process with a skewed clock cannot stretch an approval or a lease."""
+    def _run_script(self, tx: Tx, migration: Migration) -> None:
+        """Execute one migration's SQL for this backend."""
 
     @abc.abstractmethod
-    def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:
-        """A unit of work on the same database (used by systems of record that share it)."""
-
-    @abc.abstractmethod
-    def setup(self) -> None:
-        """Create or upgrade the schema (explicit; never done at import)."""
-
-    @abc.abstractmethod
-    def require_schema(self) -> None:
-        """Refuse (`ConfigurationError`) unless the store exists at this toolgate's schema version."""
-
-    @abc.abstractmethod
-    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
-        """Apply the missing migrations of ``component``; returns how many ran."""
+    def _lock_migrations(self, tx: Tx) -> None:
+        """Serialize concurrent migration runs across processes."""
 
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections."""
 
-    # proposals and approvals
+    def now(self) -> datetime:
+        """The store's clock (PostgreSQL's ``clock_timestamp()``; on SQLite, the host clock).
+
+        Expiry, leases, rate-limit windows and recorded times are judged by this clock, never by a
+        worker's own, so a process with a skewed clock cannot stretch an approval or a lease."""
+        with self.transaction(write=False) as tx:
+            return parse_iso(self._tx_now(tx))
+
+    def set_initializer(self, initializer: Callable[[Store], None]) -> None:
+        """Run ``initializer(store)`` once, before the first unit of work (lazy setup for servers)."""
+        self._initializer = initializer
+        self._initialized = False
+
+    def _ensure_ready(self) -> None:
+        if self._initializer is None or self._initialized:
+            return
+        with self._init_lock:
+            if self._initialized:
+                return
+            self._initialized = True
+            try:
+                self._initializer(self)
+            except BaseException:
+                self._initialized = False
+                raise
+
+    # ---- schema ----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create or upgrade the schema (explicit; never done at import)."""
+        self.migrate("toolgate", MIGRATIONS)
+
+    def require_schema(self) -> None:
+        """Refuse (`ConfigurationError`) unless the store exists at this toolgate's schema version."""
+        try:
+            with self.transaction(write=False) as tx:
+                row = tx.one(
+                    "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                    ("toolgate",),
+                )
+        except StoreError as exc:
+            raise ConfigurationError(f"{self.url} holds no toolgate store") from exc
+        version = int(row["v"]) if row else 0
+        if version != len(MIGRATIONS):
+            raise ConfigurationError(
+                f"{self.url} is at schema version {version}, this toolgate needs {len(MIGRATIONS)}; "
+                "run a command that writes (e.g. toolgate worker recover) to upgrade it first"
+            )
+
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
+        """Apply the missing migrations of ``component``; returns how many ran."""
+        with self.transaction() as tx:
+            self._lock_migrations(tx)
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS toolgate_schema ("
+                " component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,"
+                " applied_at TEXT NOT NULL, PRIMARY KEY (component, version))"
+            )
+            row = tx.one(
+                "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                (component,),
+            )
+            current = int(row["v"]) if row else 0
+            if current > len(migrations):
+                raise ConfigurationError(
+                    f"database schema of {component!r} is at version {current}, newer than this "
+                    f"toolgate ({len(migrations)}); refusing to run against it"
+                )
+            for version, migration in enumerate(migrations, start=1):
+                if version <= current:
+                    continue
+                self._run_script(tx, migration)
+                tx.execute(
+                    "INSERT INTO toolgate_schema (component, version, name, applied_at) VALUES (?, ?, ?, ?)",
+                    (component, version, migration.name, iso(utcnow())),
+                )
+            return len(migrations) - current
+
     def __enter__(self) -> Store:
         return self
 

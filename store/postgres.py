@@ -19,10 +19,9 @@ from psycopg_pool import ConnectionPool
 
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
-from toolgate.store.base import Tx
+from toolgate.store.base import Store, Tx
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.sql import SqlStore
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -56,7 +55,7 @@ class _PgTx:
         return self._cursor.fetchone()
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(Store):
     """`Store` on PostgreSQL."""
 
     dialect = "postgres"

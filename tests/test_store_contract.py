@@ -1838,6 +1838,20 @@ def test_every_public_store_method_has_a_contract_test() -> None:
             assert re.search(rf"\.{re.escape(name)}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
 
 
+def test_set_initializer_runs_once_before_the_first_unit_of_work(
+    store: Store, reopen: Callable[..., Store]
+) -> None:
+    fresh = reopen()
+    started: list[Store] = []
+    fresh.set_initializer(started.append)
+    assert started == []  # nothing runs at once: a server builds its store before it serves
+    assert fresh.operations.get("op_none") is None
+    assert fresh.proposals.get("prop_none") is None
+    assert started == [fresh]
+
+
+CONTRACT["set_initializer"] = (test_set_initializer_runs_once_before_the_first_unit_of_work,)
+
 
 def test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it(store: Store) -> None:
     with pytest.raises(RuntimeError), store.transaction() as tx:
