@@ -112,7 +112,7 @@ class StoreCounter:
         self.counts: Counter[str] = Counter()
         self.store = store
         original_tx = store.transaction
-        original_append = store._append_events
+        original_append = store.audit.link
         counts = self.counts
 
         @contextlib.contextmanager
@@ -143,7 +143,7 @@ class StoreCounter:
             return original_append(tx, events)
 
         store.transaction = transaction
-        store._append_events = append_events
+        store.audit.link = append_events
         if hasattr(store, "_connect"):
             original_connect = store._connect
 

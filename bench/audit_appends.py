@@ -5,7 +5,7 @@ fixed number of units of work; contenders alternate per round:
 
 - ``plain``: one transaction per unit: ``pg_advisory_xact_lock`` (a different key than the audit
   chain's) then a one-row INSERT, commit (the baseline);
-- ``audit``: `Store.append_audit` (lock the chain, read the last hash, insert event and payload).
+- ``audit``: `Store.audit.append` (lock the chain, read the last hash, insert event and payload).
 
 Also reported: the share of worker time spent waiting for the audit chain's lock (timed around
 the store's lock step, at the Python level).
@@ -42,7 +42,7 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
     from toolgate.store.audit_records import AuditEventIn
 
     store = open_store("postgres", url, key=key, max_size=2)
-    store.get_operation("warm-up")
+    store.operations.get("warm-up")
     waited = 0.0
     lock = store._chain_head
 
@@ -59,7 +59,7 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
     started = time.time()
     for n in range(count):
         if kind == "audit":
-            store.append_audit(AuditEventIn(event="bench.append", result="ok"))
+            store.audit.append(AuditEventIn(event="bench.append", result="ok"))
         else:
             with store.transaction() as tx:
                 tx.execute(f"SELECT pg_advisory_xact_lock({PLAIN_LOCK})")
@@ -103,7 +103,7 @@ def main() -> None:
                     if kind == "audit":
                         lock_share[p].append(share)
                     print(f"  round {r} processes={p} {kind}: {rate:.0f}/s", file=sys.stderr)
-        total = len(store.audit_events())
+        total = len(store.audit.events())
         store.close()
     expected = args.rounds * count * sum(PROCESSES)
     rows = []

@@ -89,14 +89,14 @@ def time_toolgate(store: SQLiteStore, registry: Registry, thread: str) -> tuple[
     graph = open_test_app(
         release=DEMO_RELEASES[REFUND_RELEASE], tools=registry, model=model, store=store, start=False
     ).compiled()
-    before = len(store.audit_events())
+    before = len(store.audit.events())
     started = time.perf_counter()
     graph.invoke(
         {"messages": [HumanMessage("x")]},
         {"configurable": {"thread_id": thread}},
         context=Context(principal=demo_principals()["cust-ada"]),
     )
-    return time.perf_counter() - started, len(store.audit_events()) - before
+    return time.perf_counter() - started, len(store.audit.events()) - before
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ store and gateway and, from a start signal, take operation keys from a shared qu
 queued twice, so workers race for the same operations as a redundant fleet would. Contenders,
 alternated per round with fresh operations each:
 
-- ``claim``: the claim step alone, `Store.claim(key, owner, lease_s)` (the baseline);
+- ``claim``: the claim step alone, `Store.operations.claim(key, owner, lease_s)` (the baseline);
 - ``deliver``: `Executor.deliver(key, worker_id=...)`: claim, handler, outcome, audit.
 
 Also reported: the share of deliver workers' time spent taking the audit chain's lock (timed
@@ -60,7 +60,7 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
 
     demo.policy = bench_policy(REFUND_RELEASE)
     gw = demo.gateway(ScriptedChatModel(responses=[]))
-    store.get_operation("warm-up")  # opens the pool
+    store.operations.get("warm-up")  # opens the pool
     waited = 0.0
     head = store._chain_head
 
@@ -82,7 +82,7 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
         if op is None:
             break
         if kind == "claim":
-            won += store.claim(op, name, 60.0) is not None
+            won += store.operations.claim(op, name, 60.0) is not None
         else:
             won += gw.executor.deliver(op, worker_id=name, wait_s=60).claim == "ACQUIRED"
     out.put((started, time.time(), won, waited))
@@ -135,7 +135,7 @@ def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) ->
 def check_exactly_once(store: Any, keys: list[str]) -> dict[str, int]:
     from toolgate.canonical import idempotency_key_for
 
-    statuses = [store.get_operation(k).status for k in keys]
+    statuses = [store.operations.get(k).status for k in keys]
     with store.transaction(write=False) as tx:
         requests = {
             r["idempotency_key"]: int(r["n"])

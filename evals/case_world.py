@@ -83,7 +83,7 @@ def apply_people(store: CaseStore, case: EvalCase) -> dict[str, Principal]:
     for raw in case.people:
         person = Principal.from_dict(raw)
         if directory.add(person, by=None, token=f"eval-token-{person.user_id}") is None:
-            record = store.get_identity(person.user_id)
+            record = store.identities.get(person.user_id)
             if record is None or record.tenant_id != person.tenant_id:
                 raise ValueError(f"case person {person.user_id!r} exists in another tenant")
             directory.change_roles(person.user_id, roles=person.roles, scopes=person.scopes, by=None)
@@ -110,7 +110,7 @@ def use_rate_windows(
         if window is None:
             continue  # the release declares no such window: nothing to fill
         for _ in range(fault.count):
-            store.increment_counter(bucket, window)
+            store.counters.increment(bucket, window)
 
 
 def _window(

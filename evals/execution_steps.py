@@ -72,7 +72,7 @@ def apply_approvals(
         ids = aligned(state) if aligned is not None else {}
         pending = {
             ids.get(proposal.call_id, proposal.call_id): proposal
-            for proposal, _ in gw.store.list_proposals("pending_approval")
+            for proposal, _ in gw.store.proposals.list("pending_approval")
             if proposal.thread_id == obs.thread_id
         }
         applicable = [(i, s) for i, s in steps if s.call_id in pending]
@@ -111,7 +111,7 @@ def apply_approvals(
 
 def redeliver(gw: Gateway, store: Store, thread_id: str) -> None:
     """Deliver every operation of the thread once more, as a retrying worker would."""
-    for proposal, _ in store.list_proposals():
+    for proposal, _ in store.proposals.list():
         if proposal.thread_id == thread_id:
             gw.executor.deliver(proposal.operation_key, worker_id="eval-redelivery", wait_s=5.0)
 

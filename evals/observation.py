@@ -131,7 +131,7 @@ def message_facts(obs: Observation, messages: list[BaseMessage]) -> None:
 
 def store_facts(obs: Observation, store: Store, registry: Registry, executor: Executor) -> None:
     """Fill proposals, operations (with audit transitions) and unapproved executions from the store."""
-    for proposal, operation in store.list_proposals():
+    for proposal, operation in store.proposals.list():
         if proposal.thread_id != obs.thread_id:
             continue
         obs.proposals.append(
@@ -144,7 +144,7 @@ def store_facts(obs: Observation, store: Store, registry: Registry, executor: Ex
                 "escalation_rule": proposal.escalation_rule_id,
             }
         )
-        events = store.audit_events(operation_key=proposal.operation_key)
+        events = store.audit.events(operation_key=proposal.operation_key)
         obs.operations.append(
             {
                 "operation_key": proposal.operation_key,
@@ -190,7 +190,7 @@ def audited_turns(store: Store, thread_id: str) -> tuple[int, dict[str, Any]]:
     audited in the case's store: every worker's requests and a replayed turn included, each with
     the usage its provider reported. Tokens are ``unknown`` unless every response reported usage
     (none answered, as when the first request failed: nothing was used, 0)."""
-    events = [e for e in store.audit_events() if e.event == "model.response" and e.thread_id == thread_id]
+    events = [e for e in store.audit.events() if e.event == "model.response" and e.thread_id == thread_id]
     turns = [TokenUsage.from_detail(e.detail.get("tokens")) for e in events]
     if not all(u.source == "reported" for u in turns):
         return len(events), {"input": None, "output": None, "reasoning": None, "source": "unknown"}
@@ -204,7 +204,7 @@ def model_failures(store: Store, thread_id: str) -> list[str]:
     error after the retries the retry matrix allows), each as one error of the case."""
     return [
         f"model request failed ({e.code})"
-        for e in store.audit_events()
+        for e in store.audit.events()
         if e.event == "model.failed" and e.thread_id == thread_id
     ]
 

@@ -48,7 +48,6 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
 from toolgate.store.rollout import RolloutStore
-from toolgate.store.sql import SqlStore
 from toolgate.tools.registry import Registry
 
 
@@ -268,7 +267,7 @@ class App:
         """The gateway of the release a proposal was made under, when release control knows that
         release (a candidate's proposal is reviewed under the candidate's rules); else this
         process's gateway, which refuses another release's proposal (``wrong_release``) as before."""
-        proposal = self.store.get_proposal(proposal_id)
+        proposal = self.store.proposals.get(proposal_id)
         if proposal is None or self.router is None or proposal.release == self.gateway.registry.release:
             return self.gateway
         return self.router.reviewing_gateway(proposal.release, proposal.thread_id) or self.gateway
@@ -277,8 +276,8 @@ class App:
         """The gateway whose executor delivers ``operation_key`` now: its proposal's release while
         release control serves that release, else the active one (which refuses a proposal pinned
         to another release)."""
-        op = self.store.get_operation(operation_key)
-        proposal = self.store.get_proposal(op.proposal_id) if op and op.proposal_id else None
+        op = self.store.operations.get(operation_key)
+        proposal = self.store.proposals.get(op.proposal_id) if op and op.proposal_id else None
         if proposal is None or self.router is None:
             return self.gateway
         return self.router.executing_gateway(proposal.release, proposal.thread_id)
@@ -383,7 +382,7 @@ def open_app(
     )
     if read_only:
         store.require_schema()
-    elif start and server_mode and isinstance(store, SqlStore):
+    elif start and server_mode:
         store.set_initializer(lambda _: start_store(application))
     elif start:
         start_store(application)

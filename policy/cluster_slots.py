@@ -6,7 +6,7 @@ A slot lives ``TOOLGATE_CLUSTER_SLOT_TTL_S`` on the store's clock. While its cal
 `SlotHeartbeat` thread renews it every third of that TTL (`RENEW_EVERY`), as a worker renews a
 claimed operation's lease, so the TTL need not exceed the longest call: it only bounds how long the
 slot of a holder that crashed or hung (no more renewals) keeps the tenant's share, at most one TTL
-after its last renewal. Each renewal is judged by the store (`Store.renew_slot`, the store's clock);
+after its last renewal. Each renewal is judged by the store (`Store.slots.renew`, the store's clock);
 the heartbeat paces itself with `time.monotonic`, so a skewed process clock changes neither.
 
 A slot can still be lost: the process was paused, or the store unreachable, for longer than the TTL
@@ -70,7 +70,7 @@ def take_cluster_slot(
     pause = max(wait_s / CLUSTER_POLLS, 0.005)
     while True:
         asked = monotonic()
-        slot = store.take_slot(scope, holder, cap, ttl_s)
+        slot = store.slots.take(scope, holder, cap, ttl_s)
         if slot is not None:
             return ClusterSlot(scope, slot, holder, asked)
         remaining = deadline - time.monotonic()
@@ -82,7 +82,7 @@ def take_cluster_slot(
 def give_back(store: Store, held: ClusterSlot) -> None:
     """Release ``held``; when the store cannot be reached the slot lapses on its own (its TTL)."""
     try:
-        store.release_slot(held.scope, held.slot, held.holder)
+        store.slots.release(held.scope, held.slot, held.holder)
     except StoreError:
         log.warning(
             "cluster admission slot %s/%d not given back; it lapses after its TTL", held.scope, held.slot
@@ -133,7 +133,7 @@ class SlotHeartbeat:
     def renew(self) -> bool:
         """One renewal in the store: True while the slot is still this holder's."""
         held = self.held
-        return self.auditor.store.renew_slot(held.scope, held.slot, held.holder, self.ttl_s)
+        return self.auditor.store.slots.renew(held.scope, held.slot, held.holder, self.ttl_s)
 
     def stop(self) -> None:
         """Stop renewing and wait for the thread to end (a renewal in flight finishes first; the

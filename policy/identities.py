@@ -65,11 +65,11 @@ class IdentityDirectory:
         """The active principal ``user_id`` when ``token`` is theirs; `IdentityError` otherwise."""
         if not token:
             self._refuse(user_id, "missing_token", f"no token given for {user_id!r} (set TOOLGATE_TOKEN)")
-        record = self.store.get_identity(user_id)
+        record = self.store.identities.get(user_id)
         if record is not None and not record.authentic:
             self._refuse(user_id, "forged_identity", f"identity {user_id!r} was changed outside toolgate")
         expected = record.token_hash if record is not None else None
-        presented = self.store.token_hash(token or "")
+        presented = self.store.identities.token_hash(token or "")
         if not expected or not hmac.compare_digest(expected, presented):
             # an unknown user and a wrong token look the same to the caller (no user oracle)
             self._refuse(user_id, "authentication_failed", f"authentication failed for {user_id!r}")
@@ -82,7 +82,7 @@ class IdentityDirectory:
         """The active principal a bearer token belongs to (the server's doors: one secret, no user id)."""
         if not token:
             self._refuse("", "missing_token", "no bearer token (send Authorization: Bearer <token>)")
-        record = self.store.identity_by_token_hash(self.store.token_hash(token or ""))
+        record = self.store.identities.by_token_hash(self.store.identities.token_hash(token or ""))
         if record is None:
             self._refuse("", "authentication_failed", "authentication failed: unknown or rotated token")
         assert record is not None
@@ -96,7 +96,7 @@ class IdentityDirectory:
 
     def active(self, user_id: str, tenant_id: str) -> Principal | None:
         """The principal when ``user_id`` is an authentic, active identity of ``tenant_id`` (no token)."""
-        record = self.store.get_identity(user_id)
+        record = self.store.identities.get(user_id)
         if record is None or not record.authentic or record.status != "active":
             return None
         return principal_of(record) if record.tenant_id == tenant_id else None
@@ -104,7 +104,7 @@ class IdentityDirectory:
     def reviewer_for(self, user_id: str, tenant_id: str) -> Principal | None:
         """The principal when ``user_id`` is an authentic, active identity that reviews for
         ``tenant_id`` (its own tenant, or one the operator granted it as staff)."""
-        record = self.store.get_identity(user_id)
+        record = self.store.identities.get(user_id)
         if record is None or not record.authentic or record.status != "active":
             return None
         principal = principal_of(record)
@@ -112,7 +112,7 @@ class IdentityDirectory:
 
     def is_empty(self) -> bool:
         """True before the first identity exists (the only time a file may seed without an admin)."""
-        return not self.store.list_identities()
+        return not self.store.identities.list()
 
     # ---- administration ----------------------------------------------------------------
 
@@ -142,10 +142,10 @@ class IdentityDirectory:
             roles=tuple(sorted(principal.roles)),
             scopes=tuple(sorted(principal.scopes)),
             display_name=principal.display_name,
-            token_hash=self.store.token_hash(issued),
+            token_hash=self.store.identities.token_hash(issued),
             review_tenants=tuple(sorted(principal.review_tenants)),
         )
-        if self.store.add_identity(record) is None:
+        if self.store.identities.add(record) is None:
             return None
         self._record(
             "identity.added",
@@ -160,7 +160,7 @@ class IdentityDirectory:
     def revoke(self, user_id: str, *, by: Principal | None) -> IdentityRecord:
         """Revoke ``user_id``: it can no longer act, and its pending decisions stop counting."""
         self._authorize(by, self._tenant_of(user_id), "revoke")
-        record = self.store.change_identity(user_id, status="revoked")
+        record = self.store.identities.change(user_id, status="revoked")
         self._record("identity.revoked", by, record)
         return record
 
@@ -168,7 +168,7 @@ class IdentityDirectory:
         """Issue a new token for ``user_id`` (returned once); the old one stops working at once."""
         self._authorize(by, self._tenant_of(user_id), "rotate")
         issued = new_token()
-        record = self.store.change_identity(user_id, token_hash=self.store.token_hash(issued))
+        record = self.store.identities.change(user_id, token_hash=self.store.identities.token_hash(issued))
         self._record("identity.token_rotated", by, record)
         return issued
 
@@ -183,9 +183,9 @@ class IdentityDirectory:
             self._refuse(
                 by.user_id, "cross_tenant", f"{by.user_id!r} may not grant {ALL_TENANTS_AUDITOR_ROLE}"
             )
-        before = self.store.get_identity(user_id)
+        before = self.store.identities.get(user_id)
         assert before is not None  # _tenant_of found it
-        record = self.store.change_identity(
+        record = self.store.identities.change(
             user_id, roles=sorted(roles), scopes=None if scopes is None else sorted(scopes)
         )
         self._record(
@@ -206,12 +206,12 @@ class IdentityDirectory:
     def visible_to(self, by: Principal) -> list[IdentityRecord]:
         """The identities an administrator may list: those of their own tenant."""
         self._authorize(by, by.tenant_id, "list")
-        return self.store.list_identities([by.tenant_id])
+        return self.store.identities.list([by.tenant_id])
 
     # ---- internals ---------------------------------------------------------------------
 
     def _tenant_of(self, user_id: str) -> str:
-        record = self.store.get_identity(user_id)
+        record = self.store.identities.get(user_id)
         if record is None:
             raise IdentityError(f"unknown identity {user_id!r}", code="unknown_identity")
         return record.tenant_id

@@ -49,7 +49,7 @@ class InboundRateLimiter:
         windows = self._windows(principal, tool, per_tool)
         if not windows:
             return None
-        full = self.store.count_hits([(bucket, limit.window_s, limit.limit) for bucket, limit in windows])
+        full = self.store.counters.count_hits([(bucket, limit.window_s, limit.limit) for bucket, limit in windows])
         return None if full is None else _limited(windows[full][1])
 
     def peek(
@@ -57,7 +57,7 @@ class InboundRateLimiter:
     ) -> Rejection | None:
         """What `check` would answer, counting nothing (the shadow judge of a candidate release)."""
         for bucket, limit in self._windows(principal, tool, per_tool):
-            if self.store.counter_value(bucket, limit.window_s) + 1 > limit.limit:
+            if self.store.counters.value(bucket, limit.window_s) + 1 > limit.limit:
                 return _limited(limit)
         return None
 

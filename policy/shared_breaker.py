@@ -63,7 +63,7 @@ class SharedBreaker(CircuitBreaker):
 
     @property
     def state(self) -> BreakerState:
-        row = self.store.breaker_row(self.name)
+        row = self.store.breakers.row(self.name)
         return row.state if row is not None else "closed"
 
     def acquire(self) -> None:
@@ -71,7 +71,7 @@ class SharedBreaker(CircuitBreaker):
         self._local.dirty = False
         if time.monotonic() < self._healthy_until:
             return
-        admit, retry_in, failures = self.store.breaker_admit(self.name, self._holder(), self.probe_lease_s)
+        admit, retry_in, failures = self.store.breakers.admit(self.name, self._holder(), self.probe_lease_s)
         if admit == "open":
             with self._lock:
                 self._rejected += 1
@@ -96,11 +96,11 @@ class SharedBreaker(CircuitBreaker):
     def release(self) -> None:
         """Give back this thread's unreported probe (nothing otherwise)."""
         if getattr(self._local, "dirty", False):
-            self.store.breaker_release(self.name, self._holder())
+            self.store.breakers.release(self.name, self._holder())
 
     def _report(self, *, failed: bool) -> Any:
         self._local.dirty = False
-        return self.store.breaker_report(
+        return self.store.breakers.report(
             self.name,
             self._holder(),
             failed=failed,
@@ -109,7 +109,7 @@ class SharedBreaker(CircuitBreaker):
         )
 
     def snapshot(self) -> dict[str, Any]:
-        row = self.store.breaker_row(self.name)
+        row = self.store.breakers.row(self.name)
         with self._lock:
             rejected = self._rejected
         return {

@@ -35,7 +35,7 @@ from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store.base import Tx
 from toolgate.store.keys import Keyring
 from toolgate.store.postgres import PostgresStore, redact_url
-from toolgate.store.service_records import RecordsScope, ServiceRecords, records_denied
+from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_denied
 
 _ROLE_LOCK = 0x7467_0010
 """Advisory lock serializing role provisioning in one database (role names are per database)."""

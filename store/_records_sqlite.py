@@ -20,7 +20,7 @@ from typing import Any
 
 from toolgate.errors import StoreError
 from toolgate.store.base import Tx
-from toolgate.store.service_records import RecordsScope, ServiceRecords, records_denied
+from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_denied
 from toolgate.store.sqlite import SQLiteStore
 
 _WRITES = {sqlite3.SQLITE_INSERT: "insert", sqlite3.SQLITE_UPDATE: "update", sqlite3.SQLITE_DELETE: "delete"}

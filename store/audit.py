@@ -64,11 +64,11 @@ class Auditor:
     def record(self, event: str, result: str, *, user_id: str | None = None, **fields: Any) -> AuditEvent:
         """Append one event on its own (for what changes nothing else in the store: a refusal, a
         model response)."""
-        return self.store.append_audit(self.event(event, result, user_id=user_id, **fields))
+        return self.store.audit.append(self.event(event, result, user_id=user_id, **fields))
 
     def record_all(self, events: list[AuditEventIn]) -> None:
         """Append ``events`` together: one transaction, one commit."""
-        self.store.append_audits(events)
+        self.store.audit.append_many(events)
 
 
 __all__ = ["Auditor", "actor_hash", "audit_call_id", "key_id"]

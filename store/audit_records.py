@@ -1,4 +1,4 @@
-"""The audit log's records: an event as appended, and as stored in the hash chain.
+"""The audit log's records: an event as appended, as stored in the hash chain, and its hash.
 
 Separate from the proposal and operation records because the log is its own idea with its own
 readers: graph nodes, the review path and benchmarks append events without touching a proposal,
@@ -8,8 +8,14 @@ in the keyed hash chain (sequence, previous hash, payload digest) rather than a 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from toolgate.canonical import canonical_json
+from toolgate.errors import ConfigurationError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,4 +78,60 @@ class AuditEvent(AuditEventIn):
     """False once retention deleted the protected payload (``detail`` is then empty)."""
 
 
-__all__ = ["AuditEvent", "AuditEventIn"]
+GENESIS_HASH = "0" * 64
+"""The previous hash of the first event."""
+
+
+def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes) -> str:
+    """HMAC-SHA256 of one audit event's canonical encoding joined with the previous hash.
+
+    Keyed by the store's audit-chain key, so someone with write access to the database but not
+    the store's secret cannot forge or re-chain events.
+    """
+    if not key:
+        raise ConfigurationError("the audit chain needs a key")
+    message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+AUDIT_FIELDS = (
+    "event_id",
+    "occurred_at",
+    "event",
+    "result",
+    "code",
+    "request_id",
+    "response_id",
+    "call_id",
+    "proposal_id",
+    "operation_key",
+    "thread_id",
+    "tool",
+    "tool_release",
+    "handler_revision",
+    "actor_id",
+    "trace_id",
+)
+
+
+def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
+    """The part of an audit row covered by its hash (everything but seq and the hashes).
+
+    Events carry the digest of their detail, not the detail itself, so retention can delete the
+    protected payload while the chain stays verifiable. (Events written before the payload split
+    hash the detail inline.) The tenant is covered when the event has one: rows written before
+    events carried a tenant have none and hash as they always did, and adding or removing a
+    tenant later changes the content, so either breaks the chain.
+    """
+    content = {name: row.get(name) for name in AUDIT_FIELDS}
+    if row.get("tenant_id") is not None:  # chain format 2: events with a tenant hash it too
+        content["tenant_id"] = row["tenant_id"]
+    if row.get("detail_sha256"):
+        content["detail_sha256"] = row["detail_sha256"]
+    else:
+        detail = row.get("detail")
+        content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
+    return content
+
+
+__all__ = ["AUDIT_FIELDS", "GENESIS_HASH", "AuditEvent", "AuditEventIn", "audit_hash", "audit_row_content"]

@@ -1,43 +1,55 @@
-"""The store interface: one contract, two backends (SQLite embedded, PostgreSQL).
+"""The store: one database (SQLite embedded, PostgreSQL), reached through one aggregate per record kind.
 
-The store is where effects and their evidence live: proposals, approval records, operations
-with their atomic claim, and the hash-chained audit log. The same contract test suite runs
-against both backends (``tests/test_store_contract.py``).
+The store is where effects and their evidence live. `Store` itself is only the connection
+layer a backend provides (units of work, the store's clock, the audit chain's lock, the
+schema and its migrations); each kind of record is an aggregate over it, one module holding
+its Python API and its SQL for both dialects side by side:
+
+- ``store.proposals`` (`toolgate.store.proposals`), ``store.approvals`` (reviewers' decisions),
+  ``store.operations`` (the lifecycle with its atomic claim, and dead letters),
+- ``store.audit`` (the hash-chained audit log; others link their events into their own transaction),
+- ``store.identities``, ``store.delegations`` (sealed credentials),
+- ``store.counters`` (rate limits), ``store.leases`` (resources), ``store.slots`` (admission),
+  ``store.breakers`` (circuit breakers), ``store.waits`` (durable waits).
+
+Every decision that matters (unique operation keys, the claim, immutability, legal transitions)
+is made by the database: a conditional update or insert, never a Python check before a write.
+The same contract test suite runs against both backends (``tests/test_store_contract.py``).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from functools import cached_property
 
-from toolgate.store.audit_lookup import AuditLookup
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.clock import iso, parse_iso, utcnow
+from toolgate.errors import ConfigurationError, StoreError
+from toolgate.store.approvals import Approvals
+from toolgate.store.audit_log import AuditLog
 from toolgate.store.breakers import BreakerStates
+from toolgate.store.counters import Counters
 from toolgate.store.delegations import SealedDelegations
-from toolgate.store.identity_records import IdentityRecord, IdentityStatus
+from toolgate.store.identities import Identities
 from toolgate.store.keys import Keyring
 from toolgate.store.leases import ResourceLeases
-from toolgate.store.migrations import Migration
-from toolgate.store.records import (
-    ApprovalRecord,
-    DeadLetter,
-    OperationRecord,
-    OperationStatus,
-    ProposalRecord,
-    Settlement,
-)
+from toolgate.store.migrations import MIGRATIONS, Migration
+from toolgate.store.operations import Operations
+from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
 from toolgate.store.tx import Tx
 from toolgate.store.waits import DurableWaits
 
 
-class Store(
-    ResourceLeases, SealedDelegations, BreakerStates, DurableWaits, AdmissionSlots, AuditLookup, abc.ABC
-):
-    """Durable state with consequences. Every method is safe to call from many threads and processes."""
+class Store(abc.ABC):
+    """Durable state with consequences. Every method is safe to call from many threads and processes.
+
+    A backend (`toolgate.store.sqlite.SQLiteStore`, `toolgate.store.postgres.PostgresStore`)
+    provides connections, locking and the clock; the aggregates are built on first use and
+    share its transactions."""
 
     url: str
     """Where the store lives (SQLite path or PostgreSQL URL without password)."""
@@ -46,235 +58,177 @@ class Store(
     token hashes and state seals. Every process sharing one database must hold the same secret."""
     read_only: bool = False
     """True for stores opened only to read (verification commands): every write fails."""
+    dialect: str = "sql"
+    """The SQL dialect the aggregates speak to it: ``"sqlite"`` or ``"postgres"``."""
 
-    @abc.abstractmethod
-    def now(self) -> datetime:
-        """The store's clock (PostgreSQL's ``clock_timestamp()``; on SQLite, the host clock).
+    _initializer: Callable[[Store], None] | None = None
+    _initialized: bool = False
+    _init_lock = threading.RLock()
 
-        Expiry, leases, rate-limit windows and recorded times are judged by this clock, never by a
-        worker's own, so a process with a skewed clock cannot stretch an approval or a lease."""
+    # ---- the aggregates --------------------------------------------------------------
+
+    @cached_property
+    def audit(self) -> AuditLog:
+        """The hash-chained audit log."""
+        return AuditLog(self)
+
+    @cached_property
+    def proposals(self) -> Proposals:
+        """Proposals, each inserted with its operation."""
+        return Proposals(self, self.audit)
+
+    @cached_property
+    def approvals(self) -> Approvals:
+        """Reviewers' decisions, and the operation change a completing one settles."""
+        return Approvals(self, self.audit)
+
+    @cached_property
+    def operations(self) -> Operations:
+        """Operations with their atomic claim, and dead letters."""
+        return Operations(self, self.audit)
+
+    @cached_property
+    def counters(self) -> Counters:
+        """Rate-limit counters."""
+        return Counters(self)
+
+    @cached_property
+    def identities(self) -> Identities:
+        """Who may act, MAC-bound."""
+        return Identities(self)
+
+    @cached_property
+    def leases(self) -> ResourceLeases:
+        """Resource leases: one holder per resource."""
+        return ResourceLeases(self)
+
+    @cached_property
+    def slots(self) -> AdmissionSlots:
+        """Admission slots: a cluster-wide cap on work in flight per scope."""
+        return AdmissionSlots(self)
+
+    @cached_property
+    def delegations(self) -> SealedDelegations:
+        """Sealed user credentials kept for one approved write."""
+        return SealedDelegations(self)
+
+    @cached_property
+    def breakers(self) -> BreakerStates:
+        """Circuit-breaker state shared by every process."""
+        return BreakerStates(self)
+
+    @cached_property
+    def waits(self) -> DurableWaits:
+        """Durable waits for the jobs writes started."""
+        return DurableWaits(self)
+
+    # ---- the connection layer a backend provides -------------------------------------
 
     @abc.abstractmethod
     def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:
-        """A unit of work on the same database (used by systems of record that share it)."""
+        """A unit of work; ``write=True`` takes the write lock up front (also used by systems of
+        record that share the database, and by aggregates, which pass it on to each other)."""
 
     @abc.abstractmethod
-    def setup(self) -> None:
-        """Create or upgrade the schema (explicit; never done at import)."""
+    def _tx_now(self, tx: Tx) -> str:
+        """The database's current time as `iso` text, read inside ``tx``."""
 
     @abc.abstractmethod
-    def require_schema(self) -> None:
-        """Refuse (`ConfigurationError`) unless the store exists at this toolgate's schema version."""
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """Take the audit chain's lock (held until ``tx`` ends) and read, under it, the store's
+        time and the hash of the chain's last event: ``(now, last_hash)``, the genesis hash for an
+        empty chain. Called as the last step of a transaction, so the lock covers only linking the
+        new events and the commit, never the state change's own round trips."""
 
     @abc.abstractmethod
-    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
-        """Apply the missing migrations of ``component``; returns how many ran."""
+    def _run_script(self, tx: Tx, migration: Migration) -> None:
+        """Execute one migration's SQL for this backend."""
+
+    @abc.abstractmethod
+    def _lock_migrations(self, tx: Tx) -> None:
+        """Serialize concurrent migration runs across processes."""
 
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections."""
 
-    # proposals and approvals
-    @abc.abstractmethod
-    def create_proposal(
-        self, proposal: ProposalRecord, *, audit: Sequence[AuditEventIn] = ()
-    ) -> tuple[ProposalRecord, OperationRecord, bool]:
-        """Insert the proposal and its ``pending_approval`` operation atomically, with ``audit``
-        appended in the same transaction.
+    def now(self) -> datetime:
+        """The store's clock (PostgreSQL's ``clock_timestamp()``; on SQLite, the host clock).
 
-        Idempotent by operation key: a second call returns the stored rows and ``False`` (and
-        appends nothing).
-        """
+        Expiry, leases, rate-limit windows and recorded times are judged by this clock, never by a
+        worker's own, so a process with a skewed clock cannot stretch an approval or a lease."""
+        with self.transaction(write=False) as tx:
+            return parse_iso(self._tx_now(tx))
 
-    @abc.abstractmethod
-    def get_proposal(self, proposal_id: str) -> ProposalRecord | None:
-        """The proposal, or None."""
+    def set_initializer(self, initializer: Callable[[Store], None]) -> None:
+        """Run ``initializer(store)`` once, before the first unit of work (lazy setup for servers)."""
+        self._initializer = initializer
+        self._initialized = False
 
-    @abc.abstractmethod
-    def list_proposals(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
-        """Proposals with their operations, oldest first, optionally filtered by operation status."""
+    def _ensure_ready(self) -> None:
+        if self._initializer is None or self._initialized:
+            return
+        with self._init_lock:
+            if self._initialized:
+                return
+            self._initialized = True
+            try:
+                self._initializer(self)
+            except BaseException:
+                self._initialized = False
+                raise
 
-    @abc.abstractmethod
-    def same_effect(self, proposal: ProposalRecord) -> list[tuple[ProposalRecord, OperationRecord]]:
-        """Other proposals of the same thread for the same tool and arguments (a reviewer is told
-        when an identical operation already ran)."""
+    # ---- schema ----------------------------------------------------------------------
 
-    @abc.abstractmethod
-    def record_decision(self, approval: ApprovalRecord, *, audit: Sequence[AuditEventIn] = ()) -> bool:
-        """Append a reviewer's decision (and ``audit``, in the same transaction); False, with nothing
-        written, if this reviewer already decided this proposal."""
+    def setup(self) -> None:
+        """Create or upgrade the schema (explicit; never done at import)."""
+        self.migrate("toolgate", MIGRATIONS)
 
-    @abc.abstractmethod
-    def record_and_settle(
-        self,
-        approval: ApprovalRecord,
-        *,
-        audit: Sequence[AuditEventIn] = (),
-        settle: Settlement | None = None,
-    ) -> tuple[bool, OperationRecord | None]:
-        """`record_decision`, and in the same transaction the operation change ``settle`` names
-        (conditional on its ``from_status``): ``(recorded, settled operation or None)``. Used when
-        this decision completes the verdict, so an approval and its decision commit together."""
+    def require_schema(self) -> None:
+        """Refuse (`ConfigurationError`) unless the store exists at this toolgate's schema version."""
+        try:
+            with self.transaction(write=False) as tx:
+                row = tx.one(
+                    "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                    ("toolgate",),
+                )
+        except StoreError as exc:
+            raise ConfigurationError(f"{self.url} holds no toolgate store") from exc
+        version = int(row["v"]) if row else 0
+        if version != len(MIGRATIONS):
+            raise ConfigurationError(
+                f"{self.url} is at schema version {version}, this toolgate needs {len(MIGRATIONS)}; "
+                "run a command that writes (e.g. toolgate worker recover) to upgrade it first"
+            )
 
-    @abc.abstractmethod
-    def decisions_for(self, proposal_id: str) -> list[ApprovalRecord]:
-        """Every decision on the proposal, in order, each marked ``authentic`` when its MAC verifies."""
-
-    @abc.abstractmethod
-    def all_decisions(self) -> list[ApprovalRecord]:
-        """Every decision in the store (for verification), each marked ``authentic`` or not."""
-
-    # operations
-    @abc.abstractmethod
-    def get_operation(self, operation_key: str) -> OperationRecord | None:
-        """The operation, or None."""
-
-    @abc.abstractmethod
-    def list_operations(self, status: str | None = None) -> list[OperationRecord]:
-        """Operations, oldest first, optionally filtered by status."""
-
-    @abc.abstractmethod
-    def transition(
-        self,
-        operation_key: str,
-        from_status: OperationStatus,
-        to_status: OperationStatus,
-        *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        owner: str | None = None,
-        lease_lapsed: bool = False,
-        audit: Sequence[AuditEventIn] = (),
-    ) -> OperationRecord:
-        """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
-        (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
-        ``audit`` is appended in the same transaction, only when the change happened."""
-
-    @abc.abstractmethod
-    def claim(
-        self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
-    ) -> OperationRecord | None:
-        """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
-        appended in its transaction when this caller won).
-
-        Only while the proposal has not expired, with a lease of ``lease_s`` from the store's clock.
-        Returns the claimed row, or None when someone else owns (or finished) the operation or the
-        approval expired.
-        """
-
-    @abc.abstractmethod
-    def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
-        """Extend ``owner``'s lease to ``lease_s`` from now while its handler still runs."""
-
-    @abc.abstractmethod
-    def superseding(self, proposal_id: str) -> ProposalRecord | None:
-        """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
-
-    @abc.abstractmethod
-    def stale_executing(self, grace_s: float) -> list[OperationRecord]:
-        """Operations still ``executing`` whose claim lease lapsed more than ``grace_s`` ago."""
-
-    @abc.abstractmethod
-    def due_operations(self, limit: int) -> list[OperationRecord]:
-        """Up to ``limit`` approved operations, longest approved first: a hint (`claim` decides)."""
-
-    # dead letters
-    @abc.abstractmethod
-    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
-        """Move an ``unknown`` operation whose claim lease has lapsed to ``dead_lettered`` and record
-        its letter for a person, in one transaction. None (and nothing changed) while the lease is live
-        or the operation is not ``unknown``."""
-
-    @abc.abstractmethod
-    def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
-        """Dead letters, oldest first."""
-
-    @abc.abstractmethod
-    def resolve_dead_letter(
-        self, operation_key: str, *, resolution: str, resolved_by: str, note: str
-    ) -> bool:
-        """Close a dead letter once; False when it was already resolved or does not exist."""
-
-    # rate limits
-    @abc.abstractmethod
-    def increment_counter(self, bucket: str, window_s: int) -> int:
-        """Atomically count one hit in ``bucket`` for the current ``window_s``-second window of the
-        store's clock; returns the new count (all processes)."""
-
-    def count_hits(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
-        """Count one hit in each ``(bucket, window_s, limit)`` in order, stopping at the first whose
-        new count exceeds its limit: its index, or None when every hit fit. Backends do it in one
-        transaction (a call's limits cost one commit, not one per limit)."""
-        for index, (bucket, window_s, limit) in enumerate(hits):
-            if self.increment_counter(bucket, window_s) > limit:
-                return index
-        return None
-
-    @abc.abstractmethod
-    def counter_value(self, bucket: str, window_s: int) -> int:
-        """The count in ``bucket`` for the current window, counting nothing (a shadow judge peeks
-        at rate limits without spending them)."""
-
-    # identities
-    @abc.abstractmethod
-    def token_hash(self, token: str) -> str:
-        """Keyed hash of a secret token, as stored in identity rows."""
-
-    @abc.abstractmethod
-    def add_identity(self, record: IdentityRecord) -> IdentityRecord | None:
-        """Insert a new identity; None when the user id exists."""
-
-    @abc.abstractmethod
-    def change_identity(
-        self,
-        user_id: str,
-        *,
-        status: IdentityStatus | None = None,
-        token_hash: str | None = None,
-        roles: Sequence[str] | None = None,
-        scopes: Sequence[str] | None = None,
-    ) -> IdentityRecord:
-        """Change the status, token, roles or scopes of an authentic identity, re-signing it
-        (`IdentityError` otherwise)."""
-
-    @abc.abstractmethod
-    def get_identity(self, user_id: str) -> IdentityRecord | None:
-        """The identity row (check ``authentic`` and ``status`` before trusting it), or None."""
-
-    @abc.abstractmethod
-    def identity_by_token_hash(self, token_hash: str) -> IdentityRecord | None:
-        """The identity whose token has ``token_hash`` (a bearer token names its person), or None."""
-
-    @abc.abstractmethod
-    def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
-        """Identities by user id, optionally only those of ``tenant_ids``."""
-
-    # audit
-    @abc.abstractmethod
-    def append_audit(self, event: AuditEventIn) -> AuditEvent:
-        """Append one event to the hash chain."""
-
-    @abc.abstractmethod
-    def append_audits(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
-        """Append ``events``, in order, in one transaction (one lock of the chain, one commit)."""
-
-    @abc.abstractmethod
-    def latest_audit_event(self, event: str) -> AuditEvent | None:
-        """The most recent event named ``event``, or None."""
-
-    @abc.abstractmethod
-    def purge_audit_payloads(self, before: str) -> int:
-        """Delete audit payloads older than ``before`` (ISO time); the chain and digests stay."""
-
-    @abc.abstractmethod
-    def audit_events(
-        self,
-        *,
-        operation_key: str | None = None,
-        proposal_id: str | None = None,
-        call_ids: Sequence[str] = (),
-    ) -> list[AuditEvent]:
-        """Events matching any of the filters (all events when none is given), in chain order."""
+    def migrate(self, component: str, migrations: Sequence[Migration]) -> int:
+        """Apply the missing migrations of ``component``; returns how many ran."""
+        with self.transaction() as tx:
+            self._lock_migrations(tx)
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS toolgate_schema ("
+                " component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,"
+                " applied_at TEXT NOT NULL, PRIMARY KEY (component, version))"
+            )
+            row = tx.one(
+                "SELECT COALESCE(MAX(version), 0) AS v FROM toolgate_schema WHERE component = ?",
+                (component,),
+            )
+            current = int(row["v"]) if row else 0
+            if current > len(migrations):
+                raise ConfigurationError(
+                    f"database schema of {component!r} is at version {current}, newer than this "
+                    f"toolgate ({len(migrations)}); refusing to run against it"
+                )
+            for version, migration in enumerate(migrations, start=1):
+                if version <= current:
+                    continue
+                self._run_script(tx, migration)
+                tx.execute(
+                    "INSERT INTO toolgate_schema (component, version, name, applied_at) VALUES (?, ?, ?, ?)",
+                    (component, version, migration.name, iso(utcnow())),
+                )
+            return len(migrations) - current
 
     def __enter__(self) -> Store:
         return self

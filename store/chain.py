@@ -5,70 +5,11 @@ alone does not verify)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
-from toolgate.canonical import canonical_json, digest
-from toolgate.errors import ConfigurationError
+from toolgate.canonical import digest
+from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.base import Store
-
-GENESIS_HASH = "0" * 64
-"""The previous hash of the first event."""
-
-
-def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes) -> str:
-    """HMAC-SHA256 of one audit event's canonical encoding joined with the previous hash.
-
-    Keyed by the store's audit-chain key, so someone with write access to the database but not
-    the store's secret cannot forge or re-chain events.
-    """
-    if not key:
-        raise ConfigurationError("the audit chain needs a key")
-    message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-AUDIT_FIELDS = (
-    "event_id",
-    "occurred_at",
-    "event",
-    "result",
-    "code",
-    "request_id",
-    "response_id",
-    "call_id",
-    "proposal_id",
-    "operation_key",
-    "thread_id",
-    "tool",
-    "tool_release",
-    "handler_revision",
-    "actor_id",
-    "trace_id",
-)
-
-
-def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
-    """The part of an audit row covered by its hash (everything but seq and the hashes).
-
-    Events carry the digest of their detail, not the detail itself, so retention can delete the
-    protected payload while the chain stays verifiable. (Events written before the payload split
-    hash the detail inline.) The tenant is covered when the event has one: rows written before
-    events carried a tenant have none and hash as they always did, and adding or removing a
-    tenant later changes the content, so either breaks the chain.
-    """
-    content = {name: row.get(name) for name in AUDIT_FIELDS}
-    if row.get("tenant_id") is not None:  # chain format 2: events with a tenant hash it too
-        content["tenant_id"] = row["tenant_id"]
-    if row.get("detail_sha256"):
-        content["detail_sha256"] = row["detail_sha256"]
-    else:
-        detail = row.get("detail")
-        content["detail"] = json.loads(detail) if isinstance(detail, str) else (detail or {})
-    return content
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +27,7 @@ def verify_chain(store: Store) -> ChainReport:
     """Recompute every hash in sequence order; name the first event that does not fit."""
     previous = GENESIS_HASH
     last_seq = 0
-    events = store.audit_events()
+    events = store.audit.events()
     for event in events:
         row = dataclasses.asdict(event)
         problem = ""
@@ -134,9 +75,9 @@ class RecordsReport:
 def verify_records(store: Store) -> RecordsReport:
     """Name every proposal, approval and identity row that was not written by toolgate with the
     store's secret."""
-    approvals = store.all_decisions()
-    identities = store.list_identities()
-    proposals = [p for p, _ in store.list_proposals()]
+    approvals = store.approvals.all()
+    identities = store.identities.list()
+    proposals = [p for p, _ in store.proposals.list()]
     return RecordsReport(
         approvals=len(approvals),
         identities=len(identities),
@@ -148,12 +89,8 @@ def verify_records(store: Store) -> RecordsReport:
 
 
 __all__ = [
-    "AUDIT_FIELDS",
-    "GENESIS_HASH",
     "ChainReport",
     "RecordsReport",
-    "audit_hash",
-    "audit_row_content",
     "verify_chain",
     "verify_records",
 ]

@@ -9,28 +9,79 @@ only its holder can renew or release it.
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Sequence
 
+from toolgate.clock import later
+from toolgate.store.tx import Database
 
-class ResourceLeases(abc.ABC):
-    """The resource-lease part of the `Store` contract."""
 
-    @abc.abstractmethod
-    def acquire_resources(self, keys: Sequence[str], holder: str, lease_s: float) -> bool:
+class _Held(Exception):
+    """One of the wanted resources is leased to another holder: roll the whole acquisition back."""
+
+
+class ResourceLeases:
+    """The resource leases of one store (``store.leases``)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def acquire(self, keys: Sequence[str], holder: str, lease_s: float) -> bool:
         """Lease every resource in ``keys`` to ``holder`` for ``lease_s`` seconds of the store's
         clock, all or none, in one transaction (keys taken in sorted order, so two callers never
         deadlock). True when each was free, lapsed or already ``holder``'s; False, with nothing
         changed, when any is held by another live lease. ``ValueError`` for ``lease_s <= 0``."""
+        if lease_s <= 0:
+            raise ValueError(f"a resource lease needs a positive duration, got {lease_s!r}")
+        wanted = sorted(set(keys))
+        if not wanted:
+            return True
+        try:
+            with self._db.transaction() as tx:
+                now = self._db._tx_now(tx)
+                for key in wanted:  # sorted: two acquirers lock shared rows in the same order
+                    taken = tx.execute(
+                        "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at)"
+                        " VALUES (?, ?, ?, ?) ON CONFLICT (resource_key) DO UPDATE SET"
+                        " holder = excluded.holder, acquired_at = excluded.acquired_at,"
+                        " expires_at = excluded.expires_at"
+                        " WHERE resource_leases.expires_at <= ? OR resource_leases.holder = excluded.holder"
+                        " RETURNING resource_key",
+                        (key, holder, now, later(now, lease_s), now),
+                    )
+                    if not taken:
+                        raise _Held(key)
+        except _Held:
+            return False
+        return True
 
-    @abc.abstractmethod
-    def renew_resources(self, keys: Sequence[str], holder: str, lease_s: float) -> bool:
+    def renew(self, keys: Sequence[str], holder: str, lease_s: float) -> bool:
         """Extend ``holder``'s leases on ``keys`` to ``lease_s`` from now; True when ``holder``
         still holds every one (a lease another holder took over is never touched)."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return True
+        with self._db.transaction() as tx:
+            renewed = tx.execute(
+                "UPDATE resource_leases SET expires_at = ? WHERE holder = ? AND resource_key IN ("
+                + ", ".join("?" for _ in wanted)
+                + ") RETURNING resource_key",
+                (later(self._db._tx_now(tx), lease_s), holder, *wanted),
+            )
+        return len(renewed) == len(wanted)
 
-    @abc.abstractmethod
-    def release_resources(self, keys: Sequence[str], holder: str) -> int:
+    def release(self, keys: Sequence[str], holder: str) -> int:
         """Give up ``holder``'s leases on ``keys``; how many it held (another's lease stays)."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return 0
+        with self._db.transaction() as tx:
+            released = tx.execute(
+                "DELETE FROM resource_leases WHERE holder = ? AND resource_key IN ("
+                + ", ".join("?" for _ in wanted)
+                + ") RETURNING resource_key",
+                (holder, *wanted),
+            )
+        return len(released)
 
 
 __all__ = ["ResourceLeases"]

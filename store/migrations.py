@@ -1,7 +1,7 @@
 """Append-only schema migrations. A migration's position in its list is its version.
 
 Never edit or reorder an entry that has shipped: add a new one. Each entry carries the SQL for
-both backends; `SqlStore.migrate` applies the missing ones in order inside one transaction per
+both backends; `Store.migrate` applies the missing ones in order inside one transaction per
 component, under a lock, and records them in ``toolgate_schema``. Steps from issue 15 on live in
 `toolgate.store.migrations_unattended`; new steps are appended there.
 """

@@ -18,11 +18,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from toolgate.errors import StoreError
-from toolgate.store.base import Tx
-from toolgate.store.chain import AUDIT_FIELDS, GENESIS_HASH
+from toolgate.store.audit_records import GENESIS_HASH
+from toolgate.store.base import Store, Tx
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.sql import SqlStore
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -56,7 +55,7 @@ class _PgTx:
         return self._cursor.fetchone()
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(Store):
     """`Store` on PostgreSQL."""
 
     dialect = "postgres"
@@ -125,22 +124,6 @@ class PostgresStore(SqlStore):
         )
         assert row is not None
         return str(row["now"]), str(row["hash"])
-
-    def _insert_audit_rows(
-        self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
-    ) -> list[dict[str, Any]]:
-        """Events and payloads in one statement (one round trip while the chain lock is held)."""
-        columns = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
-        row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-        stored = tx.execute(
-            "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
-            + ", ".join("(?, ?, ?)" for _ in payloads)
-            + f") INSERT INTO audit_events ({', '.join(columns)}) VALUES "
-            + ", ".join(row_marks for _ in rows)
-            + " RETURNING *",
-            (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
-        )
-        return sorted(stored, key=lambda r: int(r["seq"]))
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

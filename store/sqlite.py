@@ -23,11 +23,10 @@ from typing import Any
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
-from toolgate.store.base import Tx, iter_statements
-from toolgate.store.chain import GENESIS_HASH
+from toolgate.store.audit_records import GENESIS_HASH
+from toolgate.store.base import Store, Tx, iter_statements
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.sql import SqlStore
 
 
 class _SqliteTx:
@@ -44,7 +43,7 @@ class _SqliteTx:
         return rows[0] if rows else None
 
 
-class SQLiteStore(SqlStore):
+class SQLiteStore(Store):
     """`Store` on a SQLite file."""
 
     dialect = "sqlite"

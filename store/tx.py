@@ -1,9 +1,12 @@
-"""One open transaction of the store, as systems of record and the store's row mixins see it."""
+"""One open transaction of the store, and the database an aggregate of the store runs its SQL on."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
+
+from toolgate.store.keys import Keyring
 
 
 class Tx(Protocol):
@@ -18,4 +21,25 @@ class Tx(Protocol):
         ...
 
 
-__all__ = ["Tx"]
+class Database(Protocol):
+    """What an aggregate (`toolgate.store.operations`, ``.audit_log``, ...) uses of the `Store`
+    that holds it: its units of work, the store's clock read inside one, the audit chain's lock,
+    its keys, and which SQL dialect it speaks (``"sqlite"`` or ``"postgres"``)."""
+
+    dialect: str
+    keys: Keyring
+
+    def transaction(self, *, write: bool = True) -> AbstractContextManager[Tx]:
+        """A unit of work; ``write=True`` takes the write lock up front."""
+        ...
+
+    def _tx_now(self, tx: Tx) -> str:
+        """The store's current time as `toolgate.clock.iso` text, read inside ``tx``."""
+        ...
+
+    def _chain_head(self, tx: Tx) -> tuple[str, str]:
+        """Take the audit chain's lock (held until ``tx`` ends) and read under it ``(now, last hash)``."""
+        ...
+
+
+__all__ = ["Database", "Tx"]

@@ -189,7 +189,7 @@ class ModelErrors:
         assert audit_events(harness.store, "model.retry") == []
         [failed] = audit_events(harness.store, "model.failed")
         assert failed.code == f"http_{status}"
-        recorded = json.dumps([dataclasses.asdict(e) for e in harness.store.audit_events()], default=str)
+        recorded = json.dumps([dataclasses.asdict(e) for e in harness.store.audit.events()], default=str)
         return recorded, final["messages"][-1].content
 
 

@@ -219,7 +219,7 @@ def count(store: Store, table: str, where: str = "1 = 1", params: tuple[Any, ...
 
 def audit_events(store: Store, event: str) -> list[Any]:
     """Stored audit events named ``event``."""
-    return [e for e in store.audit_events() if e.event == event]
+    return [e for e in store.audit.events() if e.event == event]
 
 
 def text(*lines: str) -> AIMessage:

@@ -96,9 +96,9 @@ def run_read_then_write(
     messages = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
     assert final["status"] == "done"
     # the store's records, not only the messages: one proposal, its operation succeeded once
-    [(stored, operation)] = store.list_proposals()
+    [(stored, operation)] = store.proposals.list()
     assert stored.tool == write[0] and stored.call_id == "call_write" and operation.status == "succeeded"
-    events = [(e.event, e.tool) for e in store.audit_events()]
+    events = [(e.event, e.tool) for e in store.audit.events()]
     assert events.count(("call.completed", read[0])) == 1
     assert events.count(("handler.started", write[0])) == 1
     assert events.count(("operation.completed", write[0])) == 1

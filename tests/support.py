@@ -355,7 +355,7 @@ def postgres_text(url: str) -> str:
 
 def audit_events(store: Store, name: str) -> list[AuditEvent]:
     """The audit events named ``name`` (``model.retry``, ``model.failed``, ...), in chain order."""
-    return [e for e in store.audit_events() if e.event == name]
+    return [e for e in store.audit.events() if e.event == name]
 
 
 def log_text(caplog: pytest.LogCaptureFixture) -> str:

@@ -28,14 +28,14 @@ def env_and_store(tmp_path: Path, database_url: str | None) -> Iterator[tuple[di
 
 def _events(store: Store, name: str) -> list[tuple[str | None, str | None, dict[str, object]]]:
     """(result, actor, detail) of every ``name`` event, in order."""
-    return [(e.result, e.actor_id, e.detail) for e in store.audit_events() if e.event == name]
+    return [(e.result, e.actor_id, e.detail) for e in store.audit.events() if e.event == name]
 
 
 def test_a_role_change_is_audited_with_its_actor_and_both_sets_of_roles(
     env_and_store: tuple[dict[str, str], Store],
 ) -> None:
     env, store = env_and_store
-    before = store.get_identity("rita")
+    before = store.identities.get("rita")
     assert before is not None and "finance" not in before.roles
     changed = toolgate(
         [
@@ -54,7 +54,7 @@ def test_a_role_change_is_audited_with_its_actor_and_both_sets_of_roles(
     assert kv_lines(changed.stdout) == [
         {"identity": "rita", "roles": "finance,support", "scopes": "orders:read"}
     ]
-    after = store.get_identity("rita")
+    after = store.identities.get("rita")
     assert after is not None and after.authentic and after.roles == ("finance", "support")
     auditor = Auditor(store, "x")
     [(result, actor, detail)] = _events(store, "identity.roles_changed")
@@ -81,14 +81,14 @@ def test_a_role_change_without_an_administrators_credential_changes_nothing(
     env, store = env_and_store
     if token is not None:
         env = {**env, "TOOLGATE_TOKEN": token}
-    before = store.get_identity("fiona")
+    before = store.identities.get("fiona")
     refused = toolgate(
         ["identities", "set-roles", "fiona", "--roles", "admin", "--as", acting], env, check=False
     )
     assert refused.returncode == 2 and refused.stderr.startswith(f"error={code} "), refused.stderr
-    assert store.get_identity("fiona") == before
+    assert store.identities.get("fiona") == before
     assert _events(store, "identity.roles_changed") == []
-    assert [e.code for e in store.audit_events() if e.event == "identity.refused"][-1] == code
+    assert [e.code for e in store.audit.events() if e.event == "identity.refused"][-1] == code
 
 
 def test_a_tenant_administrator_cannot_grant_every_tenants_evidence(
@@ -99,7 +99,7 @@ def test_a_tenant_administrator_cannot_grant_every_tenants_evidence(
         ["identities", "set-roles", "audrey", "--roles", "auditor:all", "--as", "ivy"], env, check=False
     )
     assert refused.returncode == 2 and refused.stderr.startswith("error=cross_tenant "), refused.stderr
-    audrey = store.get_identity("audrey")
+    audrey = store.identities.get("audrey")
     assert audrey is not None and audrey.roles == ("auditor",)
 
 
@@ -113,7 +113,7 @@ def test_a_tampered_identity_row_is_not_re_signed_by_a_role_change(
         ["identities", "set-roles", "rita", "--roles", "support", "--as", "ivy"], env, check=False
     )
     assert refused.returncode == 2 and "forged_identity" in refused.stderr, refused.stderr
-    rita = store.get_identity("rita")
+    rita = store.identities.get("rita")
     assert rita is not None and not rita.authentic  # still refused everywhere, never laundered
     assert _events(store, "identity.roles_changed") == []
 

@@ -245,7 +245,7 @@ def test_a_round_trip_through_chat_anthropic_sends_wire_keys_and_hands_declared_
     ai = next(m for m in final["messages"] if getattr(m, "tool_calls", None))
     assert ai.tool_calls[0]["args"] == DECLARED
     assert [b["input"] for b in ai.content if b["type"] == "tool_use"] == [DECLARED]  # the checkpoint too
-    recorded = json.dumps([e.detail for e in harness.store.audit_events()], ensure_ascii=False)
+    recorded = json.dumps([e.detail for e in harness.store.audit.events()], ensure_ascii=False)
     assert all(w not in recorded for w in key_map(SCHEMA["properties"]).values())
 
 

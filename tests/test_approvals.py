@@ -97,7 +97,7 @@ def test_an_edit_that_changes_nothing_or_outlives_its_requester_is_refused(harne
             arguments={**REFUND, "amount_cents": 700},
         )
     assert gone.value.code == "requester_inactive"
-    assert harness.store.get_operation(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
 
 
 def test_approved_arguments_are_the_executed_ones_even_if_the_model_call_is_replayed(
@@ -114,9 +114,9 @@ def test_approved_arguments_are_the_executed_ones_even_if_the_model_call_is_repl
     replay = proposals_of(start(harness.graph(other), REFUND_REQUEST, "cust-ada", "t-replay-2"))
     assert replay["c1"]["operation_key"] != facts["c1"]["operation_key"]
     resume(graph, "t-replay")
-    refund = harness.store.get_operation(facts["c1"]["operation_key"])
+    refund = harness.store.operations.get(facts["c1"]["operation_key"])
     assert refund is not None and refund.result is not None and refund.result["amount_cents"] == 1000
-    assert harness.refunds() == 1 and harness.store.get_operation(replay["c1"]["operation_key"]).status == (  # type: ignore[union-attr]
+    assert harness.refunds() == 1 and harness.store.operations.get(replay["c1"]["operation_key"]).status == (  # type: ignore[union-attr]
         "pending_approval"
     )
 
@@ -161,7 +161,7 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
         arguments={**REFUND, "amount_cents": 700},
     )
     assert edited.supersedes == original["proposal_id"] and edited.digest != original["digest"]
-    assert harness.store.get_operation(original["operation_key"]).status == "rejected"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "rejected"  # type: ignore[union-attr]
     waiting = resume(graph, "t-edit")
     assert proposals_of(waiting)["c1"]["proposal_id"] == edited.proposal_id  # needs its own approval
     assert harness.refunds() == 0 and edited.editors == ("fiona",)
@@ -169,7 +169,7 @@ def test_an_edit_is_a_new_proposal_that_cannot_switch_tools_or_escape_policy(har
         decide(gw, edited.proposal_id, principal("fiona"), "approve")
     assert own_edit.value.code == "editor_approval"
     decide(gw, edited.proposal_id, principal("rita"), "approve")
-    assert harness.store.get_operation(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
     decide(gw, edited.proposal_id, principal("sam"), "approve")
     final = resume(graph, "t-edit")
     result = json.loads(str(tool_messages(final)[-1].content))
@@ -189,7 +189,7 @@ def test_a_stale_approval_cannot_be_used_after_expiry(
     monkeypatch.undo()
     result = json.loads(str(tool_messages(final)[-1].content))
     assert result["status"] == "expired" and harness.payments() == 0
-    assert harness.store.get_operation(facts["c1"]["operation_key"]).status == "expired"  # type: ignore[union-attr]
+    assert harness.store.operations.get(facts["c1"]["operation_key"]).status == "expired"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as late:
         decide(harness.gateway(), facts["c1"]["proposal_id"], principal("sam"), "approve")
     assert late.value.code == "expired"

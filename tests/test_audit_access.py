@@ -60,7 +60,7 @@ def world(tmp_path: Path, database_url: str | None) -> World:
     store = open_test_store(tmp_path, database_url)
     harness = Harness(store)
     # rows written before events carried a tenant: no tenant, hashed the old way
-    store.append_audit(AuditEventIn(event="legacy.event", result="ok", detail={"n": 1}))
+    store.audit.append(AuditEventIn(event="legacy.event", result="ok", detail={"n": 1}))
     acme = _refund(harness, "cust-ada", "fiona", "O-5512", "call_acme", "t-acme")
     globex = _refund(harness, "cust-gina", "gina", "O-7001", "call_globex", "t-globex")
     return World(cli_env(tmp_path, database_url), store, acme, globex)
@@ -70,22 +70,22 @@ def _reads(store: Store, since: int) -> list[tuple[str, str, str | None, str]]:
     """(event, result, code, scope) of the audit reads and identity refusals after ``since``."""
     return [
         (e.event, e.result, e.code, str(e.detail.get("scope", "")))
-        for e in store.audit_events()
+        for e in store.audit.events()
         if e.seq > since and e.event in ("audit.read", "identity.refused")
     ]
 
 
 def _last_seq(store: Store) -> int:
-    return store.audit_events()[-1].seq
+    return store.audit.events()[-1].seq
 
 
 def test_every_event_of_an_operation_carries_its_tenant(world: World) -> None:
     for key, tenant in ((world.acme_key, "acme"), (world.globex_key, "globex")):
-        events = world.store.audit_events(operation_key=key)
+        events = world.store.audit.events(operation_key=key)
         assert events and {e.tenant_id for e in events} == {tenant}
-    by_thread = Counter((e.thread_id, e.tenant_id) for e in world.store.audit_events() if e.thread_id)
+    by_thread = Counter((e.thread_id, e.tenant_id) for e in world.store.audit.events() if e.thread_id)
     assert {(thread, tenant) for thread, tenant in by_thread} == {("t-acme", "acme"), ("t-globex", "globex")}
-    legacy = [e for e in world.store.audit_events() if e.event == "legacy.event"]
+    legacy = [e for e in world.store.audit.events() if e.event == "legacy.event"]
     assert [e.tenant_id for e in legacy] == [None]
 
 
@@ -119,7 +119,7 @@ def test_audit_reads_without_a_valid_credential_are_refused_and_audited(world: W
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error={code} message="), (args, result.stderr)
         assert "event=" not in result.stdout and "schema_version" not in result.stdout
-    before = world.store.audit_events()
+    before = world.store.audit.events()
     wrong = toolgate(
         ["audit", "export", "--as", "otto"],
         {**world.env, "TOOLGATE_AUDIT_KEY": "not-the-store-secret-000000000"},
@@ -129,7 +129,7 @@ def test_audit_reads_without_a_valid_credential_are_refused_and_audited(world: W
     assert (
         wrong.stderr.startswith("error=ConfigurationError message=") and len(wrong.stderr.splitlines()) == 1
     )
-    assert world.store.audit_events() == before  # nothing appended under the wrong secret
+    assert world.store.audit.events() == before  # nothing appended under the wrong secret
     refused = _reads(world.store, since)
     assert [code for _, _, code, _ in refused] == [code for _, _, code in cases]
     assert refused[-1] == ("audit.read", "refused", "not_auditor", "acme")
@@ -172,7 +172,7 @@ def test_a_tenant_auditor_sees_only_their_tenant(world: World) -> None:
         ("audit.read", "read", None, "globex"),
         ("audit.read", "read", None, "acme"),
     ]
-    read_events = [e for e in world.store.audit_events() if e.seq > since and e.event == "audit.read"]
+    read_events = [e for e in world.store.audit.events() if e.seq > since and e.event == "audit.read"]
     assert read_events[0].actor_id == Auditor(world.store, "x").actor("audrey")
     assert (
         read_events[0].detail["command"] == "audit trace"
@@ -200,7 +200,7 @@ def test_a_tenant_admin_cannot_grant_every_tenant_to_an_auditor(world: World) ->
     wide = Principal(user_id="sneaky", tenant_id="acme", roles=frozenset({"auditor:all"}))
     with pytest.raises(IdentityError) as refused:
         directory.add(wide, by=principal("ivy"))
-    assert refused.value.code == "cross_tenant" and world.store.get_identity("sneaky") is None
+    assert refused.value.code == "cross_tenant" and world.store.identities.get("sneaky") is None
 
 
 def test_an_identity_change_is_audited_with_its_actor(world: World) -> None:
@@ -229,7 +229,7 @@ def test_the_chain_verifies_with_old_rows_and_a_changed_tenant_breaks_it(world: 
     assert verify_chain(world.store).ok
     verified = toolgate(["audit", "verify", "--as", "otto"], world.env)
     assert "tamper_check=PASS" in verified.stdout
-    target = next(e for e in world.store.audit_events(operation_key=world.globex_key))
+    target = next(e for e in world.store.audit.events(operation_key=world.globex_key))
     with world.store.transaction() as tx:  # an attacker with database access moves an event to acme
         if isinstance(world.store, PostgresStore):
             tx.execute("ALTER TABLE audit_events DISABLE TRIGGER USER")
@@ -240,7 +240,7 @@ def test_the_chain_verifies_with_old_rows_and_a_changed_tenant_breaks_it(world: 
     assert not report.ok and report.first_bad_seq == target.seq
     broken = toolgate(["audit", "verify", "--as", "otto"], world.env, check=False)
     assert broken.returncode == 1 and f"first_bad_seq={target.seq}" in broken.stdout
-    legacy = next(e for e in world.store.audit_events() if e.event == "legacy.event")
+    legacy = next(e for e in world.store.audit.events() if e.event == "legacy.event")
     with world.store.transaction() as tx:
         tx.execute("UPDATE audit_events SET tenant_id = 'globex' WHERE seq = ?", (target.seq,))
         tx.execute("UPDATE audit_events SET tenant_id = 'acme' WHERE seq = ?", (legacy.seq,))
@@ -275,6 +275,6 @@ def test_the_store_sets_the_tenant_from_its_own_records(store: Store) -> None:
         "initech",
         None,
     ]
-    stored = {e.seq: e.tenant_id for e in store.audit_events()}
+    stored = {e.seq: e.tenant_id for e in store.audit.events()}
     assert stored[claimed.seq] == "acme" and stored[unknown.seq] is None
     assert verify_chain(store).ok

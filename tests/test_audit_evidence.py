@@ -33,7 +33,7 @@ def bypass_guards(store: Store) -> None:
 @pytest.mark.parametrize("attack", TAMPERING)
 def test_raw_sql_tampering_is_detected_and_the_first_bad_event_named(store: Store, attack: str) -> None:
     for n in range(6):
-        store.append_audit(
+        store.audit.append(
             AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{n}", detail={"n": n})
         )
     assert verify_chain(store).ok
@@ -42,7 +42,7 @@ def test_raw_sql_tampering_is_detected_and_the_first_bad_event_named(store: Stor
             "UPDATE audit_events SET result = 'rejected' WHERE seq = 3"
         )  # the application role is refused
     bypass_guards(store)
-    events = store.audit_events()
+    events = store.audit.events()
     with store.transaction() as tx:
         if attack == "modify":
             tx.execute("UPDATE audit_events SET result = 'rejected' WHERE seq = ?", (events[2].seq,))

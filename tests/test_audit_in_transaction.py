@@ -31,7 +31,7 @@ class Counted:
         store = harness.store
         self.writes = 0
         self.appends: list[tuple[str, ...]] = []
-        real_tx, real_append = store.transaction, store._append_events
+        real_tx, real_append = store.transaction, store.audit.link
 
         @contextmanager
         def transaction(*, write: bool = True) -> Iterator[Any]:
@@ -46,7 +46,7 @@ class Counted:
             return real_append(tx, events)
 
         monkeypatch.setattr(store, "transaction", transaction)
-        monkeypatch.setattr(store, "_append_events", append)
+        monkeypatch.setattr(store.audit, "link", append)
 
     def reset(self) -> None:
         self.writes, self.appends = 0, []
@@ -105,7 +105,7 @@ def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch:
     proposal = refund_proposal(harness, "t-atomic")
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
-    events_before = len(harness.store.audit_events())
+    events_before = len(harness.store.audit.events())
     real_head = harness.store._chain_head
 
     def broken(tx: Any) -> Any:
@@ -114,10 +114,10 @@ def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch:
     monkeypatch.setattr(harness.store, "_chain_head", broken)
     with pytest.raises(StoreError):
         gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved" and op.attempts == 0  # the claim rolled back
     assert harness.handler_calls["issue_refund"] == 0
-    assert len(harness.store.audit_events()) == events_before
+    assert len(harness.store.audit.events()) == events_before
     monkeypatch.setattr(harness.store, "_chain_head", real_head)
     assert gateway.executor.deliver(proposal["operation_key"], worker_id="w2").status == "succeeded"
     assert harness.refunds() == 1
@@ -129,11 +129,11 @@ def test_a_lost_claim_appends_nothing(harness: Harness) -> None:
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     key = proposal["operation_key"]
-    assert harness.store.claim(key, "w1", 60.0) is not None
-    before = len(harness.store.audit_events())
+    assert harness.store.operations.claim(key, "w1", 60.0) is not None
+    before = len(harness.store.audit.events())
     event = gateway.auditor.event("operation.claimed", "acquired", operation_key=key)
-    assert harness.store.claim(key, "w2", 60.0, audit=[event]) is None
-    assert len(harness.store.audit_events()) == before
+    assert harness.store.operations.claim(key, "w2", 60.0, audit=[event]) is None
+    assert len(harness.store.audit.events()) == before
 
 
 def test_two_concurrent_second_approvals_approve_exactly_once(
@@ -145,7 +145,7 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
     proposal = refund_proposal(harness, "t-two")
     gateway = harness.gateway()
     barrier = threading.Barrier(2, timeout=30)
-    real = harness.store.record_and_settle
+    real = harness.store.approvals.record_and_settle
     settles: list[object] = []
 
     def held(*args: Any, **kwargs: Any) -> Any:
@@ -153,7 +153,7 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
         barrier.wait()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(harness.store, "record_and_settle", held)
+    monkeypatch.setattr(harness.store.approvals, "record_and_settle", held)
     outcomes: dict[str, Any] = {}
     errors: list[BaseException] = []
 
@@ -170,9 +170,9 @@ def test_two_concurrent_second_approvals_approve_exactly_once(
         t.join(60)
     assert not errors
     assert settles == [None, None]  # neither decision completed the verdict on its own
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved"
-    events = [e.event for e in harness.store.audit_events(proposal_id=proposal["proposal_id"])]
+    events = [e.event for e in harness.store.audit.events(proposal_id=proposal["proposal_id"])]
     assert events.count("approval.recorded") == 2
     assert events.count("proposal.approved") == 1
     assert verify_chain(harness.store).ok
@@ -183,7 +183,7 @@ def test_an_approval_does_not_settle_over_a_recorded_rejection(harness: Harness)
     approving reviewer saw when it judged: the operation stays for the judgement of every stored
     decision (`decide` makes it after the commit)."""
     proposal = refund_proposal(harness, "t-reject-first")
-    stored = harness.store.get_proposal(proposal["proposal_id"])
+    stored = harness.store.proposals.get(proposal["proposal_id"])
     assert stored is not None
 
     def decision(approval_id: str, reviewer: str, verdict: str) -> ApprovalRecord:
@@ -200,13 +200,13 @@ def test_an_approval_does_not_settle_over_a_recorded_rejection(harness: Harness)
             decided_at="2026-12-01T00:00:00.000000Z",
         )
 
-    assert harness.store.record_decision(decision("apr_r", "rita", "reject"))  # recorded, not settled
-    recorded, settled = harness.store.record_and_settle(
+    assert harness.store.approvals.record(decision("apr_r", "rita", "reject"))  # recorded, not settled
+    recorded, settled = harness.store.approvals.record_and_settle(
         decision("apr_f", "fiona", "approve"),
         settle=Settlement(
             operation_key=stored.operation_key, from_status="pending_approval", to_status="approved"
         ),
     )
     assert recorded and settled is None
-    op = harness.store.get_operation(stored.operation_key)
+    op = harness.store.operations.get(stored.operation_key)
     assert op is not None and op.status == "pending_approval"

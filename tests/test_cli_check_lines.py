@@ -36,10 +36,10 @@ def test_run_and_resume_print_the_request_state_and_continuation_lines(tmp_path:
     assert list(state) == STATE_KEYS
     store = open_test_store(tmp_path)
     try:
-        (_, second) = [e for e in store.audit_events() if e.event == "model.response"]
+        (_, second) = [e for e in store.audit.events() if e.event == "model.response"]
         offered = second.detail.get("tools_offered")
         exposed = len(offered) if isinstance(offered, list) else second.detail["tools_exposed"]
-        (lookup,) = [e for e in store.audit_events() if e.event == "call.accepted" and e.result == "allowed"]
+        (lookup,) = [e for e in store.audit.events() if e.event == "call.accepted" and e.result == "allowed"]
     finally:
         store.close()
     assert state == {
@@ -67,7 +67,7 @@ def test_run_and_resume_print_the_request_state_and_continuation_lines(tmp_path:
     rows = {r["call_id"]: r for r in lines_with(resumed.stdout, "call_id")}
     store = open_test_store(tmp_path)
     try:
-        (operation,) = [store.get_operation(p.operation_key) for p, _ in store.list_proposals()]
+        (operation,) = [store.operations.get(p.operation_key) for p, _ in store.proposals.list()]
     finally:
         store.close()
     assert operation is not None
@@ -123,7 +123,7 @@ def test_remaining_calls_come_from_the_store_and_a_tampered_counter_is_named(har
     )
     state = start(harness.graph(model), "where is O-5512?", "cust-ada", "t-budget")
     app = SimpleNamespace(gateway=SimpleNamespace(store=harness.store))
-    events = [e for e in harness.store.audit_events() if e.thread_id == "t-budget"]
+    events = [e for e in harness.store.audit.events() if e.thread_id == "t-budget"]
     (line,) = continuation_lines(app, state, events)  # type: ignore[arg-type]
     limit = state["budget"]["max_tool_calls"]
     assert f"remaining_tool_calls={limit - 1} " in line and "budget_state" not in line

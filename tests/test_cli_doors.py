@@ -232,10 +232,10 @@ def build_world(tmp_path: Path) -> World:
         dead, _ = _start(app, "cust-ada", "t-dead", "issue_refund", REFUND_ARGS)
         decide(app.gateway, dead["proposal_id"], principal("fiona"), "approve")
         key = dead["operation_key"]
-        assert app.store.claim(key, "doomed-worker", 0.0) is not None
-        app.store.transition(key, "executing", "unknown")
+        assert app.store.operations.claim(key, "doomed-worker", 0.0) is not None
+        app.store.operations.transition(key, "executing", "unknown")
         time.sleep(0.05)  # the claim lease lapses
-        assert app.store.add_dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
+        assert app.store.operations.dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
 
         done, model = _start(app, "lee", "t-done", "update_inventory", INVENTORY_ARGS)
         decide(app.gateway, done["proposal_id"], principal("wanda"), "approve")
@@ -243,7 +243,7 @@ def build_world(tmp_path: Path) -> World:
             graph.invoke(
                 Command(resume={"wake": True}), {"configurable": {"thread_id": "t-done"}}, context=Context()
             )
-        finished = app.store.get_operation(done["operation_key"])
+        finished = app.store.operations.get(done["operation_key"])
         assert finished is not None and finished.status == "succeeded"
     finally:
         app.store.close()

@@ -221,7 +221,7 @@ signal("delivered", json.dumps({"status": delivery.status, "claim": delivery.cla
 for thread in threading.enumerate():
     if thread.name.startswith("toolgate-lease-"):
         thread.join(timeout=300)
-print(json.dumps({"final": store.get_operation(key).status}), flush=True)
+print(json.dumps({"final": store.operations.get(key).status}), flush=True)
 store.close()
 """
 )
@@ -330,14 +330,14 @@ def approved_refund(harness: Harness, thread: str) -> tuple[str, str]:
     facts = start(harness.graph(model), REFUND_REQUEST, "cust-ada", thread)["__interrupt__"][0].value
     proposal = facts["toolgate"]["proposals"][0]
     decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved"
     return str(proposal["operation_key"]), str(proposal["proposal_id"])
 
 
 def events(harness: Harness, key: str) -> list[tuple[str, str]]:
     """(event, result) of every audit event of the operation, in order."""
-    return [(e.event, e.result) for e in harness.store.audit_events(operation_key=key)]
+    return [(e.event, e.result) for e in harness.store.audit.events(operation_key=key)]
 
 
 def count(harness: Harness, key: str, event: str) -> int:
@@ -345,7 +345,7 @@ def count(harness: Harness, key: str, event: str) -> int:
 
 
 def lease_of(harness: Harness, key: str) -> datetime:
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.lease_expires_at is not None
     return parse_iso(op.lease_expires_at)
 
@@ -370,13 +370,13 @@ def test_a_slow_worker_clock_cannot_execute_an_expired_approval(
 ) -> None:
     harness.policy = replace(harness.policy, approval_minutes=WINDOW_S / 60)
     key, proposal_id = approved_refund(harness, "t-skew-expiry")
-    proposal = harness.store.get_proposal(proposal_id)
+    proposal = harness.store.proposals.get(proposal_id)
     assert proposal is not None
     expires = parse_iso(proposal.expires_at)
     assert expires - parse_iso(proposal.created_at) == timedelta(seconds=WINDOW_S)
 
     wait_for(lambda: harness.store.now() >= expires, "the approval to expire by the database clock")
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "approved"  # nobody has decided its expiry yet: the worker will
 
     clock, rows = run_cli(
@@ -388,7 +388,7 @@ def test_a_slow_worker_clock_cannot_execute_an_expired_approval(
     assert datetime.fromisoformat(clock) < expires, "by its own clock the worker must see a valid approval"
 
     assert rows[-1]["status"] == "expired" and rows[-1]["claim"] == "NOT_ATTEMPTED", rows
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "expired" and op.owner is None and op.attempts == 0
     assert harness.payments() == 0 and harness.refunds() == 0
     assert count(harness, key, "proposal.expired") == 1
@@ -400,7 +400,7 @@ def test_a_fast_worker_clock_executes_a_valid_approval_exactly_once(
     libfaketime: str, harness: Harness, env: dict[str, str], tmp_path: Path
 ) -> None:
     key, proposal_id = approved_refund(harness, "t-skew-fast")
-    proposal = harness.store.get_proposal(proposal_id)
+    proposal = harness.store.proposals.get(proposal_id)
     assert proposal is not None
     expires = parse_iso(proposal.expires_at)
     assert harness.store.now() < expires
@@ -415,13 +415,13 @@ def test_a_fast_worker_clock_executes_a_valid_approval_exactly_once(
     assert datetime.fromisoformat(clock) > expires, "by its own clock the worker must see an expired approval"
 
     assert rows[-1]["status"] == "succeeded" and rows[-1]["claim"] == "ACQUIRED", rows
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "succeeded" and op.owner == "fast-worker" and op.attempts == 1
     assert op.result is not None and op.result["amount_cents"] == 4999
     assert harness.payments() == 1 and harness.refunds() == 1
     assert count(harness, key, "operation.claimed") == 1 and count(harness, key, "handler.started") == 1
     assert count(harness, key, "proposal.expired") == 0
-    for event in harness.store.audit_events(operation_key=key):  # audit times are the database's too
+    for event in harness.store.audit.events(operation_key=key):  # audit times are the database's too
         assert abs(parse_iso(event.occurred_at) - db_now) < CLOCK_TOLERANCE, (event.event, event.occurred_at)
 
 
@@ -433,14 +433,14 @@ def test_a_fast_recovery_clock_cannot_steal_a_live_lease_of_a_slow_worker(
     worker = BlockingWorker(tmp_path, skewed(env, libfaketime, SLOW), key, timeout_s=300)
     try:
         worker.wait_signal("started")
-        op = harness.store.get_operation(key)
+        op = harness.store.operations.get(key)
         assert op is not None and op.status == "executing" and op.owner == "slow-worker"
         wait_past_first_lease(harness, key, worker)
 
         clock, rows = run_cli(["worker", "recover", "--grace", "0"], skewed(env, libfaketime, FAST), tmp_path)
         assert_skewed(clock, harness.store.now(), FAST)
         assert rows == [{"recovered": "0", "reconciled": "0", "redelivered": "0", "dead_letters_open": "0"}]
-        op = harness.store.get_operation(key)
+        op = harness.store.operations.get(key)
         assert op is not None and op.status == "executing" and op.owner == "slow-worker" and op.attempts == 1
         assert not worker.signalled("delivered") and harness.payments() == 0
     finally:
@@ -452,11 +452,11 @@ def test_a_fast_recovery_clock_cannot_steal_a_live_lease_of_a_slow_worker(
         "status": "succeeded",
         "claim": "ACQUIRED",
     }
-    final = harness.store.get_operation(key)
+    final = harness.store.operations.get(key)
     assert final is not None and final.status == "succeeded" and final.attempts == 1
     assert harness.payments() == 1 and harness.refunds() == 1
     assert count(harness, key, "operation.claimed") == 1 and count(harness, key, "handler.started") == 1
-    assert count(harness, key, "operation.recovered") == 0 and harness.store.dead_letters() == []
+    assert count(harness, key, "operation.recovered") == 0 and harness.store.operations.dead_letters() == []
 
 
 @pytest.mark.slow
@@ -469,7 +469,7 @@ def test_an_overrunning_handler_keeps_its_lease_against_a_fast_recovery_clock(
         worker.wait_signal("started")
         delivered = json.loads(worker.wait_signal("delivered"))
         assert delivered == {"status": "unknown", "claim": "ACQUIRED"}, worker.output()
-        op = harness.store.get_operation(key)
+        op = harness.store.operations.get(key)
         assert op is not None and op.status == "unknown" and op.owner == "slow-worker"
         assert op.error is not None and op.error["kind"] == "timeout"
         wait_past_first_lease(harness, key, worker)  # the overrun's lease keeper renews on the database clock
@@ -480,14 +480,14 @@ def test_an_overrunning_handler_keeps_its_lease_against_a_fast_recovery_clock(
         assert rows[0]["found"] == "false" and rows[0]["status"] == "unknown", rows
         assert rows[-1] == {"recovered": "0", "reconciled": "1", "redelivered": "0", "dead_letters_open": "0"}
         assert len(rows) == 2
-        op = harness.store.get_operation(key)
+        op = harness.store.operations.get(key)
         assert op is not None and op.status == "unknown" and op.attempts == 1 and harness.payments() == 0
     finally:
         lines = worker.finish()
 
     assert_skewed(lines[0]["clock"], parse_iso(op.updated_at), SLOW)
     assert lines[-1] == {"final": "succeeded"}
-    final = harness.store.get_operation(key)
+    final = harness.store.operations.get(key)
     assert final is not None and final.status == "succeeded" and final.attempts == 1
     assert final.result is not None and final.result["amount_cents"] == 4999
     assert harness.payments() == 1 and harness.refunds() == 1
@@ -499,4 +499,4 @@ def test_an_overrunning_handler_keeps_its_lease_against_a_fast_recovery_clock(
         count(harness, key, "operation.recovered") == 0
         and count(harness, key, "operation.dead_lettered") == 0
     )
-    assert harness.store.dead_letters(open_only=False) == []
+    assert harness.store.operations.dead_letters(open_only=False) == []

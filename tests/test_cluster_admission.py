@@ -112,7 +112,7 @@ def test_a_tenants_cluster_cap_holds_across_processes(
     _cluster(monkeypatch, model=1)
     auditor = Auditor(store=store, release=RELEASE)
     child = Holder(store, request, "model")
-    [held] = store.held_slots("model:acme")
+    [held] = store.slots.held("model:acme")
     assert held.slot == 0 and held.holder.split(":")[1] == str(child.proc.pid)
 
     ran: list[str] = []
@@ -131,23 +131,23 @@ def test_a_tenants_cluster_cap_holds_across_processes(
     assert _refused(store) == [("acme", "overloaded", "refused", "model", "cluster", 1)]  # audited once
     assert process_admission().in_flight("model", "acme") == 0  # its process slot was given back
     assert process_admission().refused[("model", "cluster")] >= 1
-    assert [r.holder for r in store.held_slots("model:acme")] == [held.holder]  # the child's, untouched
+    assert [r.holder for r in store.slots.held("model:acme")] == [held.holder]  # the child's, untouched
 
     with admitted(auditor, "model", "beta"):  # another tenant has its own share
         ran.append("beta")
-        assert len(store.held_slots("model:beta")) == 1
+        assert len(store.slots.held("model:beta")) == 1
     with admitted(auditor, "tool", "acme"):  # no cluster cap for tool executions: no slot taken
         ran.append("tool")
-        assert store.held_slots("tool:acme") == []
-    assert ran == ["beta", "tool"] and store.held_slots("model:beta") == []
+        assert store.slots.held("tool:acme") == []
+    assert ran == ["beta", "tool"] and store.slots.held("model:beta") == []
 
     child.release()
-    assert store.held_slots("model:acme") == []
+    assert store.slots.held("model:acme") == []
     with admitted(auditor, "model", "acme"):
         ran.append("acme")
-        [mine] = store.held_slots("model:acme")
+        [mine] = store.slots.held("model:acme")
         assert mine.holder.startswith(f"{socket.gethostname()}:{os.getpid()}:")
-    assert ran[-1] == "acme" and store.held_slots("model:acme") == []  # given back at the end
+    assert ran[-1] == "acme" and store.slots.held("model:acme") == []  # given back at the end
     assert len(_refused(store)) == 1
 
 
@@ -158,7 +158,7 @@ def test_a_slot_whose_holder_died_lapses_only_after_its_ttl_on_the_store_clock(
     auditor = Auditor(store=store, release=RELEASE)
     child = Holder(store, request, "tool")
     child.kill()
-    [dead] = store.held_slots("tool:acme")  # nothing gave it back
+    [dead] = store.slots.held("tool:acme")  # nothing gave it back
     assert dead.holder.split(":")[1] == str(child.proc.pid)
     ran: list[int] = []
 
@@ -166,7 +166,7 @@ def test_a_slot_whose_holder_died_lapses_only_after_its_ttl_on_the_store_clock(
         try:
             with admitted(auditor, "tool", "acme"):
                 ran.append(1)
-                return store.held_slots("tool:acme")[0].holder
+                return store.slots.held("tool:acme")[0].holder
         except Overloaded as exc:
             return exc.scope
 
@@ -185,7 +185,7 @@ def test_a_slot_whose_holder_died_lapses_only_after_its_ttl_on_the_store_clock(
         shift_store_clock(later, store, timedelta(seconds=301))  # past it: the slot is free again
         holder = attempt()
         assert holder.startswith(f"{socket.gethostname()}:{os.getpid()}:") and ran == [1]
-        assert store.held_slots("tool:acme") == []  # and given back
+        assert store.slots.held("tool:acme") == []  # and given back
     refusals = _refused(store)
     assert refusals and set(refusals) == {("acme", "overloaded", "refused", "tool", "cluster", 1)}
     assert len(refusals) == (3 if isinstance(store, PostgresStore) else 2)
@@ -213,8 +213,8 @@ def test_cluster_caps_are_off_by_default_and_cost_no_store_call(
         raise AssertionError("a cluster slot was asked for with no cluster cap")
 
     monkeypatch.setattr(store, "transaction", counted)
-    monkeypatch.setattr(store, "take_slot", forbidden)
-    monkeypatch.setattr(store, "release_slot", forbidden)
+    monkeypatch.setattr(store.slots, "take", forbidden)
+    monkeypatch.setattr(store.slots, "release", forbidden)
     auditor = Auditor(store=store, release=RELEASE)
     ran = 0
     with admitted(auditor, "model", "acme"), admitted(auditor, "tool", "acme"):
@@ -242,7 +242,7 @@ def test_threads_racing_for_the_last_cluster_slot_get_it_once(
 ) -> None:
     _cluster(monkeypatch, model=3)
     for slot in range(2):  # two of the three are held by other processes
-        assert store.take_slot("model:acme", f"other-process-{slot}", 3, 300) == slot
+        assert store.slots.take("model:acme", f"other-process-{slot}", 3, 300) == slot
     auditor = Auditor(store=store, release=RELEASE)
     racers = 8
     barrier = threading.Barrier(racers)
@@ -271,13 +271,13 @@ def test_threads_racing_for_the_last_cluster_slot_get_it_once(
         for _ in range(racers):
             assert settled.acquire(timeout=WAIT), "a racer never settled"
         assert sorted(outcomes) == ["admitted"] + ["cluster"] * (racers - 1)
-        held = store.held_slots("model:acme")
+        held = store.slots.held("model:acme")
         assert [r.slot for r in held] == [0, 1, 2]  # exactly the cap, across processes
     finally:
         release.set()
         for thread in threads:
             thread.join(WAIT)
-    assert [r.holder for r in store.held_slots("model:acme")] == ["other-process-0", "other-process-1"]
+    assert [r.holder for r in store.slots.held("model:acme")] == ["other-process-0", "other-process-1"]
     assert _refused(store) == [("acme", "overloaded", "refused", "model", "cluster", 3)] * (racers - 1)
     assert process_admission().in_flight("model", "acme") == 0
 
@@ -313,7 +313,7 @@ def test_a_worker_pass_defers_a_tenant_whose_cluster_share_another_process_holds
     assert loop.deliver_due() == 0
     assert [status(store, k) for k in acme] == ["succeeded", "succeeded"]
     assert [effects(store, k) for k in [*acme, globex]] == [1, 1, 1]
-    assert store.held_slots("tool:acme") == [] and store.held_slots("tool:globex") == []
+    assert store.slots.held("tool:acme") == [] and store.slots.held("tool:globex") == []
 
 
 def test_toolgate_run_refused_by_the_cluster_cap_says_so_and_exits_75(

@@ -152,7 +152,7 @@ def heartbeats() -> list[threading.Thread]:
 
 
 def holders(store: Store) -> list[str]:
-    return [row.holder for row in store.held_slots(SCOPE)]
+    return [row.holder for row in store.slots.held(SCOPE)]
 
 
 def refused_elsewhere(other: Store) -> bool:
@@ -188,7 +188,7 @@ def test_a_call_held_for_several_ttls_keeps_its_slot_and_the_cap_holds_throughou
             clock.advance(TTL - 10)  # still within the TTL since the last renewal
             assert holders(store) == [mine] and refused_elsewhere(other)
             assert pacer.beat() is True
-            [row] = store.held_slots(SCOPE)
+            [row] = store.slots.held(SCOPE)
             assert row.holder == mine and parse_iso(row.expires_at) >= store.now() + timedelta(
                 seconds=TTL - 1
             )
@@ -254,8 +254,8 @@ def test_renewing_a_tampered_or_foreign_slot_loses_it_and_changes_nothing(
     store: Store, other: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = StoreClock(monkeypatch, store, other)
-    assert other.take_slot(SCOPE, "someone-else", 1, TTL) == 0
-    rows = store.held_slots(SCOPE)
+    assert other.slots.take(SCOPE, "someone-else", 1, TTL) == 0
+    rows = store.slots.held(SCOPE)
     auditor = Auditor(store=store, release=RELEASE)
     forged = [
         (ClusterSlot(SCOPE, 0, "not-the-holder"), "a holder id that is not the row's"),
@@ -265,9 +265,9 @@ def test_renewing_a_tampered_or_foreign_slot_loses_it_and_changes_nothing(
     for held, _why in forged:
         beat = SlotHeartbeat(auditor, held, TTL, tenant_id="acme")
         assert beat.renew() is False
-    assert store.held_slots(SCOPE) == rows  # nothing changed
+    assert store.slots.held(SCOPE) == rows  # nothing changed
     clock.advance(TTL + 1)  # lapsed: even its own holder cannot revive it
-    assert store.renew_slot(SCOPE, 0, "someone-else", TTL) is False and store.held_slots(SCOPE) == []
+    assert store.slots.renew(SCOPE, 0, "someone-else", TTL) is False and store.slots.held(SCOPE) == []
 
     pacer = Pacer(monkeypatch, store)  # a heartbeat on a slot that is not (any more) its own stops
     beat = SlotHeartbeat.start(auditor, ClusterSlot(SCOPE, 0, "someone-else"), TTL, tenant_id="acme")
@@ -331,7 +331,7 @@ def test_a_skewed_process_clock_does_not_change_when_a_slot_lapses(
         skew(-1)  # an hour behind: the renewal still runs from the server's clock
         start = store.now()
         assert pacer.beat() is True
-        [row] = store.held_slots(SCOPE)
+        [row] = store.slots.held(SCOPE)
         assert (
             start + timedelta(seconds=TTL)
             <= parse_iso(row.expires_at)
@@ -382,7 +382,7 @@ def test_the_heartbeat_thread_is_gone_after_the_block_even_when_it_raises(
         assert len(heartbeats()) == 1
     assert heartbeats() == [] and holders(store) == []
 
-    assert store.take_slot(SCOPE, "someone-else", 1, TTL) == 0  # refused: no heartbeat is started
+    assert store.slots.take(SCOPE, "someone-else", 1, TTL) == 0  # refused: no heartbeat is started
     with pytest.raises(Overloaded), admitted(auditor, "model", "acme"):
         pass
     assert heartbeats() == [] and lost_events(store) == []

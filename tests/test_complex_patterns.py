@@ -166,8 +166,8 @@ def test_a_completed_effect_without_a_declared_rollback_cannot_be_rolled_back(ha
     graph.invoke(
         Command(resume={"wake": True}), {"configurable": {"thread_id": "t-no-undo"}}, context=Context()
     )
-    assert harness.store.get_operation(facts["operation_key"]).status == "succeeded"  # type: ignore[union-attr]
+    assert harness.store.operations.get(facts["operation_key"]).status == "succeeded"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as none:
         propose_rollback(gw, facts["operation_key"], principal("sam"))
     assert none.value.code == "no_rollback"
-    assert len(harness.store.list_proposals("pending_approval")) == 0
+    assert len(harness.store.proposals.list("pending_approval")) == 0

@@ -228,7 +228,7 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
 
     proposal = start_refund(rig)
     pid, key = proposal["proposal_id"], proposal["operation_key"]
-    stored = rig.store.get_proposal(pid)
+    stored = rig.store.proposals.get(pid)
     assert stored is not None and stored.requester_id == "cust-ada"
 
     console.sign_in("fiona")
@@ -257,7 +257,7 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     expect(countdown).not_to_have_text(first, timeout=TIMEOUT_MS)  # it counts down, second by second
     expect(countdown).to_have_text(re.compile(r"^Expires in (\d+ min )?\d+ s$"))
     console.shot("02-proposal-detail")
-    waiting = rig.store.get_operation(key)
+    waiting = rig.store.operations.get(key)
     assert waiting is not None and waiting.status == "pending_approval", waiting
 
     console.approve()
@@ -278,11 +278,11 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     console.shot("03-operation-succeeded")
     expect(console.by("alert")).to_be_hidden()
 
-    operation = rig.store.get_operation(key)
+    operation = rig.store.operations.get(key)
     assert operation is not None and operation.status == "succeeded", operation
     assert rig.count("sor_payment_requests", key) == 1
     assert rig.count("sor_refunds", key) == 1
-    assert [(d.reviewer_id, d.decision, d.digest) for d in rig.store.decisions_for(pid)] == [
+    assert [(d.reviewer_id, d.decision, d.digest) for d in rig.store.approvals.for_proposal(pid)] == [
         ("fiona", "approve", stored.digest)
     ]
     console.assert_only_own_origin()
@@ -311,11 +311,11 @@ def test_the_requester_approving_her_own_proposal_is_refused_plainly_and_nothing
     expect(console.by("operation")).to_be_hidden()
     console.shot("04-self-approval-refused")
 
-    operation = rig.store.get_operation(key)
+    operation = rig.store.operations.get(key)
     assert operation is not None and operation.status == "pending_approval", operation
     assert rig.count("sor_payment_requests", key) == 0
     assert rig.count("sor_refunds", key) == 0
-    assert rig.store.decisions_for(pid) == []
+    assert rig.store.approvals.for_proposal(pid) == []
     console.assert_only_own_origin()
 
 

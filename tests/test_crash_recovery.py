@@ -77,7 +77,7 @@ def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: 
         [sys.executable, "-c", WORKER, pg_url, key, point], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "executing" and op.owner == "doomed-worker"
     assert harness.payments() == (1 if point == "after_effect" else 0)
 
@@ -86,12 +86,12 @@ def test_killed_worker_is_recovered_with_exactly_one_effect(pg_url: str, point: 
     time.sleep(0.6)  # the dead worker's lease lapses
     report = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
     assert report.recovered == [key]
-    final = harness.store.get_operation(key)
+    final = harness.store.operations.get(key)
     assert final is not None and final.status == "succeeded"
     assert final.result is not None and final.result["amount_cents"] == 4999
     assert harness.refunds() == 1, "never two effects"
     assert harness.payments() == 1  # (a) delivered again with the same key once proven absent; (b) found
-    events = [e.event for e in harness.store.audit_events(operation_key=key)]
+    events = [e.event for e in harness.store.audit.events(operation_key=key)]
     assert "operation.recovered" in events and "operation.reconciled" in events
     again = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
     assert again.recovered == [] and harness.refunds() == 1
@@ -116,9 +116,9 @@ def test_an_undeterminable_outcome_goes_to_the_dead_letter_list(pg_url: str) -> 
     time.sleep(0.6)
     report = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
     assert [r.status for r in report.reconciled] == ["dead_lettered"] and report.redelivered == []
-    letters = harness.store.dead_letters()
+    letters = harness.store.operations.dead_letters()
     assert [d.operation_key for d in letters] == [key] and letters[0].context["tool"] == "issue_refund"
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "dead_lettered" and harness.payments() == 0
     assert harness.gateway().executor.deliver(key, worker_id="w").claim == "NOT_ATTEMPTED"
     harness.store.close()

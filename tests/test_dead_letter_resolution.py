@@ -35,17 +35,17 @@ def dead_lettered(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[Gatewa
     gw = harness.gateway()
     decide(gw, proposal["proposal_id"], principal("fiona"), "approve")
     key = str(proposal["operation_key"])
-    assert store.claim(key, "doomed-worker", 30.0) is not None
-    store.transition(key, "executing", "unknown")
+    assert store.operations.claim(key, "doomed-worker", 30.0) is not None
+    store.operations.transition(key, "executing", "unknown")
     shift_store_clock(monkeypatch, store, timedelta(seconds=60))  # the claim's lease lapsed
-    assert store.add_dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
+    assert store.operations.dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
     return gw, key
 
 
 def snapshot(store: Store, key: str) -> tuple[Any, ...]:
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None
-    letters = [(d.operation_key, d.resolution, d.resolved_by) for d in store.dead_letters(open_only=False)]
+    letters = [(d.operation_key, d.resolution, d.resolved_by) for d in store.operations.dead_letters(open_only=False)]
     return op.status, op.error, letters
 
 
@@ -54,7 +54,7 @@ def refusals(store: Store) -> list[tuple[str | None, str | None]]:
     people = {Auditor(store, "x").actor(p): p for p in ("rita", "omar", "gina", "sam", "fiona")}
     return [
         (people.get(e.actor_id or ""), e.code)
-        for e in store.audit_events()
+        for e in store.audit.events()
         if e.event == "deadletter.refused"
     ]
 
@@ -77,7 +77,7 @@ def test_who_may_not_settle_it_is_refused_audited_and_nothing_changes(
     assert refused.value.code == code
     assert snapshot(store, key) == before
     assert refusals(store) == [(who, code)]
-    assert not [e for e in store.audit_events() if e.event == "deadletter.resolved"]
+    assert not [e for e in store.audit.events() if e.event == "deadletter.resolved"]
 
 
 def test_another_reviewer_settles_it_once_with_the_evidence_and_a_second_is_refused(
@@ -89,9 +89,9 @@ def test_another_reviewer_settles_it_once_with_the_evidence_and_a_second_is_refu
         "kind": "resolved_failed",
         "message": "no payment found for the key",
     }
-    (letter,) = store.dead_letters(open_only=False)
+    (letter,) = store.operations.dead_letters(open_only=False)
     assert (letter.resolution, letter.resolved_by) == ("failed", "sam")
-    (event,) = [e for e in store.audit_events() if e.event == "deadletter.resolved"]
+    (event,) = [e for e in store.audit.events() if e.event == "deadletter.resolved"]
     assert (event.actor_id, event.result, event.operation_key) == (gw.auditor.actor("sam"), "failed", key)
     before = snapshot(store, key)
     with pytest.raises(ApprovalError) as again:
@@ -118,9 +118,9 @@ def test_two_reviewers_settling_at_once_record_one_outcome(
     won = [r for r in results if r in ("succeeded", "failed")]
     lost = [r for r in results if r not in ("succeeded", "failed")]
     assert len(won) == 1 and lost and lost[0] in ("not_open", "not_dead_lettered")
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and op.status == won[0]
-    assert len([e for e in store.audit_events() if e.event == "deadletter.resolved"]) == 1
+    assert len([e for e in store.audit.events() if e.event == "deadletter.resolved"]) == 1
     assert len(refusals(store)) == 1
 
 

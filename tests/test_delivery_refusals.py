@@ -24,11 +24,11 @@ from toolgate.tools.registry import Registry
 
 
 def refusals(store: Store, key: str) -> list[AuditEvent]:
-    return [e for e in store.audit_events(operation_key=key) if e.event == EVENT]
+    return [e for e in store.audit.events(operation_key=key) if e.event == EVENT]
 
 
 def handler_runs(store: Store, key: str) -> int:
-    started = [e for e in store.audit_events(operation_key=key) if e.event == "handler.started"]
+    started = [e for e in store.audit.events(operation_key=key) if e.event == "handler.started"]
     return len(started) + effects(store, key)
 
 
@@ -63,7 +63,7 @@ def test_a_tool_missing_from_the_release_is_refused_audited_once_and_left_approv
 
     assert status(store, key) == "approved" and handler_runs(store, key) == 0
     (event,) = refusals(store, key)
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None
     assert (event.result, event.code, event.operation_key) == ("refused", "tool_not_in_release", key)
     assert (event.tool, event.proposal_id, event.tenant_id) == (TOOL, op.proposal_id, "acme")
@@ -108,10 +108,10 @@ def test_a_proposal_the_store_does_not_hold_is_refused_and_audited_once(
 ) -> None:
     gw = gateway_on(store)
     key = approved(gw, "dangling")
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and op.proposal_id
     fresh = gateway_on(store)
-    monkeypatch.setattr(store, "get_proposal", lambda proposal_id: None)  # the row is gone
+    monkeypatch.setattr(store.proposals, "get", lambda proposal_id: None)  # the row is gone
 
     refused = fresh.executor.deliver(key, worker_id="w-dangling")
     assert (refused.claim, refused.status, refused.reason) == (

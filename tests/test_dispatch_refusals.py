@@ -47,12 +47,12 @@ def test_refusal_runs_nothing_and_answers_the_same_call_id(harness: Harness, cod
     state = start(graph, "please help", user, "t-refusal")
 
     assert harness.total_handler_calls() == 0
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
     messages = tool_messages(state)
     assert [m.tool_call_id for m in messages] == ["call_u"]
     payload = json.loads(str(messages[0].content))
     assert payload["status"] == "rejected" and payload["error"] == code
-    events = harness.store.audit_events(call_ids=["call_u"])
+    events = harness.store.audit.events(call_ids=["call_u"])
     assert [(e.event, e.code) for e in events] == [("call.rejected", code)]
     assert state["status"] == "done" and state["outcomes"]["call_u"]["status"] == "rejected"
     model.assert_complete()
@@ -95,7 +95,7 @@ def test_schema_errors_name_the_field_and_constraint_without_echoing_input(harne
     assert "order_id: String should match pattern" in payload["message"]
     assert "amount_cents: Input should be greater than 0" in payload["message"]
     assert secret not in str(message.content)
-    assert all(secret not in json.dumps(e.detail) for e in harness.store.audit_events())
+    assert all(secret not in json.dumps(e.detail) for e in harness.store.audit.events())
 
 
 def test_several_calls_in_one_turn_each_get_their_own_answer(harness: Harness) -> None:

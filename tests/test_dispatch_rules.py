@@ -44,7 +44,7 @@ def test_a_principal_never_sees_a_tool_it_lacks_scope_for_and_calling_it_is_unau
     assert "restart_service" not in sent.tool_names and "get_service_status" not in sent.tool_names
     assert "restart_service" not in json.dumps([m.content for m in sent.messages])
     assert payloads(state)["c1"]["error"] == "unauthorized"
-    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
 
 
 def test_exposure_by_role_and_tenant(harness: Harness) -> None:
@@ -171,7 +171,7 @@ def test_injected_instructions_in_tool_output_change_nothing(harness: Harness) -
     assert (
         model.requests[1].messages[0].content == model.requests[0].messages[0].content
     )  # instructions unchanged
-    assert harness.payments(order_id="O-7001") == 0 and harness.store.list_proposals() == []
+    assert harness.payments(order_id="O-7001") == 0 and harness.store.proposals.list() == []
 
 
 def test_output_is_redacted_and_bounded_with_a_marker() -> None:
@@ -193,7 +193,7 @@ def test_rejection_messages_are_bounded_and_encoded(harness: Harness) -> None:
     state = start(harness.graph(model), "x", "cust-ada", "t-bounded")
     message = tool_messages(state)[0]
     assert len(str(message.content)) < 1000 and "<script>" not in str(message.content)
-    events = [e for e in harness.store.audit_events() if e.event == "call.rejected"]
+    events = [e for e in harness.store.audit.events() if e.event == "call.rejected"]
     assert len(events[0].detail["requested_name"]) <= 64
 
 

@@ -36,7 +36,7 @@ from toolgate.tools.spec import Wait
 
 
 def named(store: Store, name: str) -> list[Any]:
-    return [e for e in store.audit_events() if e.event == name]
+    return [e for e in store.audit.events() if e.event == name]
 
 
 def run_worker_until(world: WaitWorld, graph: Any, condition: Any) -> list[dict[str, Any]]:
@@ -82,7 +82,7 @@ def test_a_three_minute_job_completes_through_a_durable_wait_with_no_model_turn_
     run_worker_until(world, graph, lambda f: f.get("checks") == 1)
     world.advance(60)
     run_worker_until(world, graph, lambda f: f.get("checks") == 2)
-    wait = store.get_wait(world.operation_key())
+    wait = store.waits.get(world.operation_key())
     assert wait is not None and (wait.state, wait.last_status, wait.checks) == ("waiting", "running", 2)
     assert len(world.model.requests) == 1 and graph.get_state(world.config).next == ("wait",)
 
@@ -104,7 +104,7 @@ def test_a_three_minute_job_completes_through_a_durable_wait_with_no_model_turn_
     second = world.model.requests[1].messages
     calls = [m for m in second if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in calls] == ["call_rep"]  # call-id pairing intact for either provider
-    done = store.get_wait(world.operation_key())
+    done = store.waits.get(world.operation_key())
     assert done is not None and (done.state, done.outcome) == ("resumed", "done")
     assert [len(named(store, n)) for n in ("wait.opened", "wait.ready", "wait.resumed")] == [1, 1, 1]
 
@@ -144,7 +144,7 @@ def test_a_tampered_wait_row_is_refused_and_audited_and_the_thread_keeps_waiting
     assert len(world.model.requests) == 1 and graph.get_state(world.config).next == ("wait",)
     refused = named(store, "wait.refused")
     assert refused and {e.code for e in refused} == {INVALID} and named(store, "wait.resumed") == []
-    assert store.get_wait(key).verified is False  # type: ignore[union-attr]
+    assert store.waits.get(key).verified is False  # type: ignore[union-attr]
 
 
 def test_expiry_and_due_checks_follow_the_store_clock_never_the_workers(
@@ -163,10 +163,10 @@ def test_expiry_and_due_checks_follow_the_store_clock_never_the_workers(
         store=store, clock=Skewed(), start=False,
     ).gateway  # fmt: skip
     ahead = WaitPass(store, lambda key: skewed.executor)
-    assert ahead() == 0 and store.get_wait(world.operation_key()).checks == 0  # type: ignore[union-attr]
+    assert ahead() == 0 and store.waits.get(world.operation_key()).checks == 0  # type: ignore[union-attr]
     world.advance(1801)  # the store's clock passes the expiry; the job still runs
     assert world.wait_pass(graph)() == 1
-    wait = store.get_wait(world.operation_key())
+    wait = store.waits.get(world.operation_key())
     assert wait is not None and (wait.state, wait.outcome, wait.last_status) == (
         "resumed",
         "expired",
@@ -255,7 +255,7 @@ def test_someone_of_another_tenant_cannot_carry_the_wait_on_and_rewritten_state_
     graph.invoke(Command(resume={"wake": True}), world.config, context=Context())
     assert graph.get_state(world.config).values["status"] == "refused" and named(store, "state.tampered")
     assert len(world.model.requests) == 1 and world.counter.calls == {"submit_report_job": 1}
-    assert store.get_wait(world.operation_key()).state == "waiting"  # type: ignore[union-attr]
+    assert store.waits.get(world.operation_key()).state == "waiting"  # type: ignore[union-attr]
 
 
 def test_a_wait_declaration_is_checked_and_reads_only_a_usable_job_id() -> None:
@@ -281,7 +281,7 @@ def test_only_the_worker_that_made_a_wait_ready_resumes_it_unless_it_was_left_re
     WaitPass(store, lambda key: gw.executor)()  # a worker that records the end and dies before resuming
     other = world.wait_pass(graph)
     assert other() == 0 and len(world.model.requests) == 1  # fresh: not this worker's to resume
-    assert store.get_wait(world.operation_key()).state == "ready"  # type: ignore[union-attr]
+    assert store.waits.get(world.operation_key()).state == "ready"  # type: ignore[union-attr]
     world.advance(61)  # left ready past the grace, by the store's clock: this worker resumes it
     assert other() == 0 and len(world.model.requests) == 2
-    assert store.get_wait(world.operation_key()).state == "resumed"  # type: ignore[union-attr]
+    assert store.waits.get(world.operation_key()).state == "resumed"  # type: ignore[union-attr]

@@ -45,8 +45,8 @@ def test_the_cli_resumes_a_waiting_thread_and_the_worker_finishes_the_wait(
 
     store = open_test_store(tmp_path, database_url)
     try:
-        responses = [e for e in store.audit_events() if e.event == "model.response"]
-        ready = [e for e in store.audit_events() if e.event == "wait.ready"]
+        responses = [e for e in store.audit.events() if e.event == "model.response"]
+        ready = [e for e in store.audit.events() if e.event == "wait.ready"]
     finally:
         store.close()
     assert len(responses) == 2  # the call and the answer; none while the job ran

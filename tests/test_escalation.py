@@ -72,18 +72,18 @@ def resume(graph: Any, thread: str) -> dict[str, Any]:
 
 
 def status(rig: Harness, facts: dict[str, Any]) -> str:
-    operation = rig.store.get_operation(facts["operation_key"])
+    operation = rig.store.operations.get(facts["operation_key"])
     assert operation is not None
     return operation.status
 
 
 def refused(rig: Harness, facts: dict[str, Any], user: str) -> str:
     """``user``'s approval is refused: its code, after checking nothing was recorded and it was audited."""
-    before = len(rig.store.decisions_for(facts["proposal_id"]))
+    before = len(rig.store.approvals.for_proposal(facts["proposal_id"]))
     audited = len(audit_events(rig.store, "approval.refused"))
     with pytest.raises(ApprovalError) as refusal:
         decide(rig.gateway(), facts["proposal_id"], principal(user), "approve")
-    assert len(rig.store.decisions_for(facts["proposal_id"])) == before
+    assert len(rig.store.approvals.for_proposal(facts["proposal_id"])) == before
     events = audit_events(rig.store, "approval.refused")
     assert len(events) == audited + 1 and events[-1].code == refusal.value.code
     assert events[-1].proposal_id == facts["proposal_id"]
@@ -95,7 +95,7 @@ def test_a_refund_above_the_threshold_needs_two_distinct_reviewers(rig: Harness)
     reason = rig.policy.escalations[0].reason
     assert facts["approval_class"] == RAISED
     assert facts["escalation"] == {"rule_id": RULE, "reason": reason, "approval_class": RAISED}
-    stored = rig.store.get_proposal(facts["proposal_id"])
+    stored = rig.store.proposals.get(facts["proposal_id"])
     assert stored is not None and stored.approval_class == RAISED
     assert (stored.escalation_rule_id, stored.escalation_reason) == (RULE, reason)
     assert stored.content()["escalation"] == {"rule_id": RULE, "reason": reason}  # under the digest
@@ -120,7 +120,7 @@ def test_a_refund_above_the_threshold_needs_two_distinct_reviewers(rig: Harness)
 def test_below_the_threshold_one_finance_reviewer_suffices(rig: Harness) -> None:
     graph, facts = propose(rig, BELOW, "t-below")
     assert facts["approval_class"] == BASE and facts["escalation"] is None
-    stored = rig.store.get_proposal(facts["proposal_id"])
+    stored = rig.store.proposals.get(facts["proposal_id"])
     assert stored is not None and stored.escalation_rule_id is None and "escalation" not in stored.content()
     (created,) = audit_events(rig.store, "proposal.created")
     assert "escalation" not in created.detail
@@ -147,7 +147,7 @@ def test_a_checkpoint_claiming_the_lower_class_changes_nothing(rig: Harness) -> 
     assert status(rig, facts) == "pending_approval"
     assert rig.gateway().executor.deliver(facts["operation_key"], worker_id="w").status == "pending_approval"
     assert rig.handler_calls["issue_refund"] == 0
-    stored = rig.store.get_proposal(facts["proposal_id"])
+    stored = rig.store.proposals.get(facts["proposal_id"])
     assert stored is not None and stored.approval_class == RAISED
 
 
@@ -158,18 +158,18 @@ def test_a_proposal_record_rewritten_to_the_lower_class_decides_nothing(
     stands for someone writing around it): its class is below what the policy gives its arguments,
     so no decision is recorded on it, and the refusal is audited."""
     _, facts = propose(rig, ABOVE, "t-rewritten")
-    stored = rig.store.get_proposal(facts["proposal_id"])
+    stored = rig.store.proposals.get(facts["proposal_id"])
     assert stored is not None
     lowered = dataclasses.replace(
         stored, approval_class=BASE, escalation_rule_id=None, escalation_reason=None
     )
     lowered = dataclasses.replace(lowered, digest=digest(lowered.content()))
-    real = rig.store.get_proposal
+    real = rig.store.proposals.get
 
     def rewritten(proposal_id: str) -> ProposalRecord | None:
         return lowered if proposal_id == facts["proposal_id"] else real(proposal_id)
 
-    monkeypatch.setattr(rig.store, "get_proposal", rewritten)
+    monkeypatch.setattr(rig.store.proposals, "get", rewritten)
     assert refused(rig, facts, "fiona") == "approval_class_invalid"
     assert status(rig, facts) == "pending_approval" and rig.handler_calls["issue_refund"] == 0
 

@@ -51,7 +51,7 @@ def test_the_review_api_shows_the_reason_and_needs_the_second_reviewer(
     assert requester.status_code == 409 and requester.json()["error"] == "self_approval"
     nobody = client.post(url + "/approve", headers={"Authorization": "Bearer demo-token-fiona-x"}, json=body)
     assert nobody.status_code == 401 and nobody.json()["error"] == "authentication_failed"
-    assert store.decisions_for(facts["proposal_id"]) == []
+    assert store.approvals.for_proposal(facts["proposal_id"]) == []
     first = client.post(url + "/approve", headers=bearer("fiona"), json=body)
     assert first.status_code == 200 and first.json()["status"] == "pending_approval"
     second = client.post(url + "/approve", headers=bearer("sam"), json=body)
@@ -83,7 +83,7 @@ def test_the_cli_shows_the_reason_and_refuses_someone_elses_token(
             as_sam = toolgate(["approve", pid, "--as", "sam"], {**env, "TOOLGATE_TOKEN": token}, check=False)
             assert as_sam.returncode != 0, as_sam.stdout
             assert audit_events(store, "identity.refused")[-1].code == code
-        assert store.decisions_for(pid) == []
+        assert store.approvals.for_proposal(pid) == []
 
         first = kv_lines(toolgate(["approve", pid, "--as", "fiona"], env).stdout)[0]
         assert first["status"] == "pending_approval"  # the stored class, not this process's policy
@@ -93,7 +93,7 @@ def test_the_cli_shows_the_reason_and_refuses_someone_elses_token(
         )
         second = kv_lines(toolgate(["approve", pid, "--as", "sam"], env).stdout)[0]
         assert second["status"] == "approved"
-        assert sorted(d.reviewer_id for d in store.decisions_for(pid)) == ["fiona", "sam"]
+        assert sorted(d.reviewer_id for d in store.approvals.for_proposal(pid)) == ["fiona", "sam"]
         assert rig.handler_calls["issue_refund"] == 0  # approval alone runs nothing
     finally:
         store.close()

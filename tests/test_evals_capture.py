@@ -93,12 +93,12 @@ class World:
         """(action, code) of every ``evals.capture_refused`` event, in order."""
         return [
             (str(e.detail.get("action")), e.code)
-            for e in self.store.audit_events()
+            for e in self.store.audit.events()
             if e.event == "evals.capture_refused"
         ]
 
     def events(self, name: str) -> list[Any]:
-        return [e for e in self.store.audit_events() if e.event == name]
+        return [e for e in self.store.audit.events() if e.event == name]
 
 
 @pytest.fixture
@@ -140,14 +140,14 @@ def dead_letter_thread(world: World, monkeypatch: pytest.MonkeyPatch) -> str:
     proposal_id = next(r["proposal"] for r in kv_lines(ran.stdout) if "proposal" in r)
     thread = next(r["thread"] for r in kv_lines(ran.stdout) if "thread" in r)
     world.cli("approve", proposal_id, "--as", "fiona")
-    proposal = world.store.get_proposal(proposal_id)
+    proposal = world.store.proposals.get(proposal_id)
     assert proposal is not None
     key = proposal.operation_key
-    assert world.store.claim(key, "doomed-worker", 30.0) is not None
-    world.store.transition(key, "executing", "unknown")
+    assert world.store.operations.claim(key, "doomed-worker", 30.0) is not None
+    world.store.operations.transition(key, "executing", "unknown")
     with monkeypatch.context() as shifted:
         shift_store_clock(shifted, world.store, timedelta(seconds=60))
-        assert world.store.add_dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
+        assert world.store.operations.dead_letter(key, "outcome unknown", {"tool": "issue_refund"}) is not None
     assert "dead_lettered" in world.cli("resume", thread).stdout
     return key
 

@@ -416,7 +416,7 @@ def test_a_model_that_cannot_be_built_is_refused_before_anything_runs(
     assert replay_openai.FAKE_KEY not in refused.stderr
     store = open_test_store(world["data"])
     try:
-        assert evidence_count(store) == 0 and store.list_proposals() == []
+        assert evidence_count(store) == 0 and store.proposals.list() == []
     finally:
         store.close()
 

@@ -105,7 +105,7 @@ def test_each_tenant_admin_signs_their_cases_and_a_later_run_counts_them(world: 
         ("ivy", "xt-ada-reads-globex", "acme"),
     ]
     assert {r["report_digest"] for r in rows} == {world["digest"]}
-    events = [e for e in world["store"].audit_events() if e.event == "evals.reviewed"]
+    events = [e for e in world["store"].audit.events() if e.event == "evals.reviewed"]
     assert [e.detail["signed"] for e in events] == [
         ["xt-ada-reads-globex", "byp-no-review"],
         [],
@@ -144,7 +144,7 @@ def test_a_refused_reviewer_writes_nothing_but_the_refusal(
     refused = review(world, user, **env)
     assert refused.returncode == 2 and refused.stderr.startswith(f"error={code} ")
     assert signoffs(world["store"]) == []
-    codes = [e.code for e in world["store"].audit_events() if e.event == "evals.review_refused"]
+    codes = [e.code for e in world["store"].audit.events() if e.event == "evals.review_refused"]
     assert codes == [code]
 
 
@@ -181,7 +181,7 @@ def test_a_changed_or_misdated_report_is_refused(
     refused = review(world, "ivy", _rewrite(world["report"], change, keep_digest=keep_digest))
     assert refused.returncode == 2 and refused.stderr.startswith(f"error={code} ")
     assert signoffs(world["store"]) == []
-    assert [e.code for e in world["store"].audit_events() if e.event == "evals.review_refused"] == [code]
+    assert [e.code for e in world["store"].audit.events() if e.event == "evals.review_refused"] == [code]
 
 
 def _sign(world: dict[str, Any], user: str) -> Any:

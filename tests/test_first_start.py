@@ -40,7 +40,6 @@ from toolgate.store.factory import open_store
 from toolgate.store.migrations import MIGRATIONS
 from toolgate.store.rollout_records import COMPONENT as ROLLOUT_COMPONENT
 from toolgate.store.rollout_records import MIGRATIONS as ROLLOUT_MIGRATIONS
-from toolgate.store.sql import SqlStore
 from toolgate.tools.demo.crm_hub import HubCrmApi, HubCrmClient
 from toolgate.tools.demo.identities import demo_principals
 from toolgate.tools.demo.records import DemoSystem
@@ -142,7 +141,7 @@ def assert_started_once(store: Store, expected: dict[str, int]) -> None:
     assert all(n == 1 for n in recorded.values()), recorded
     for component, steps in expected.items():
         assert sorted(v for c, v in recorded if c == component) == list(range(1, steps + 1)), component
-    loaded = [e for e in store.audit_events() if e.event == "release.loaded"]
+    loaded = [e for e in store.audit.events() if e.event == "release.loaded"]
     assert len(loaded) == 1, f"the release was recorded as loaded {len(loaded)} times"
     assert verify_chain(store).ok
 
@@ -151,8 +150,8 @@ def assert_seeded_once(store: Store) -> None:
     """Every demo table holds its seed rows once (a duplicate would show as a larger count), and
     every demo person was added once."""
     people = set(demo_principals())
-    assert {i.user_id for i in store.list_identities()} == people
-    added = [e for e in store.audit_events() if e.event == "identity.added"]
+    assert {i.user_id for i in store.identities.list()} == people
+    added = [e for e in store.audit.events() if e.event == "identity.added"]
     assert len(added) == len(people)
     expected: Counter[str] = Counter()
     for service in demo_services():
@@ -352,22 +351,22 @@ def test_starters_recording_the_same_release_together_record_it_once(store: Stor
     with ThreadPoolExecutor(8) as pool:
         recorded = list(pool.map(start, range(8)))
     assert recorded.count(True) == 1
-    loaded = [e for e in store.audit_events() if e.event == "release.loaded"]
+    loaded = [e for e in store.audit.events() if e.event == "release.loaded"]
     assert len(loaded) == 1 and loaded[0].detail == {**detail, "previous_release": None}
     upgrade = Auditor(store, "ops-tools/1.2.0")
     event = record_release_loaded(store, upgrade, {**detail, "manifest_sha256": "c" * 64})
     assert event is not None and event.detail["previous_release"] == "ops-tools/1.1.0"
     assert record_release_loaded(store, upgrade, {**detail, "manifest_sha256": "c" * 64}) is None
-    assert [e.event for e in store.audit_events()] == ["release.loaded", "release.loaded"]
+    assert [e.event for e in store.audit.events()] == ["release.loaded", "release.loaded"]
     assert verify_chain(store).ok
 
 
 def test_append_audit_after_appends_nothing_when_build_declines(store: Store) -> None:
-    assert isinstance(store, SqlStore)
+    assert isinstance(store, Store)
     seen: list[AuditEvent | None] = []
 
     def decline(last: AuditEvent | None) -> None:
         seen.append(last)
 
-    assert store.append_audit_after("release.loaded", decline) is None
-    assert seen == [None] and store.audit_events() == []
+    assert store.audit.append_after("release.loaded", decline) is None
+    assert seen == [None] and store.audit.events() == []

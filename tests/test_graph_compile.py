@@ -150,7 +150,7 @@ def test_the_guarded_graph_still_refuses_tampered_state(harness: Harness) -> Non
     final = _tamper_before_execute(harness.graph(model, InMemorySaver()), "t-tamper")
     _refused(final)
     assert harness.total_handler_calls() == 0
-    events = [e for e in harness.store.audit_events() if e.event == "state.tampered"]
+    events = [e for e in harness.store.audit.events() if e.event == "state.tampered"]
     assert len(events) == 1 and events[0].detail == {"keys": ["calls"], "node": "execute"}
     again = start(
         harness.graph(ScriptedChatModel(responses=[ai("hello")]), InMemorySaver()), "hi", "cust-ada", "t-2"
@@ -170,5 +170,5 @@ def test_the_routed_graph_still_refuses_tampered_state(tmp_path: Path) -> None:
         assert _searched(node.make(releases(CONTROL))) is None
     _refused(_tamper_before_execute(graph, "t-routed"))
     assert releases.counters[CONTROL].total() == 0
-    events = [e for e in store.audit_events() if e.event == "state.tampered"]
+    events = [e for e in store.audit.events() if e.event == "state.tampered"]
     assert len(events) == 1 and events[0].detail == {"keys": ["calls"], "node": "execute"}

@@ -62,7 +62,7 @@ def test_write_stops_at_an_interrupt_with_the_hitl_payload_and_runs_nothing(harn
     assert facts["status"] == "pending_approval" and facts["execution_started"] is False
     assert facts["risk"] == "danger" and len(facts["digest"]) == 64
     assert harness.payments() == 0 and harness.handler_calls == {"lookup_order": 1}
-    op = harness.store.get_operation(facts["operation_key"])
+    op = harness.store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "pending_approval"
     assert graph.get_state({"configurable": {"thread_id": "t-refund"}}).next == ("approval",)
 
@@ -108,10 +108,10 @@ def test_requester_cannot_approve_their_own_proposal(harness: Harness) -> None:
         decide(harness.gateway(), proposal_id, principal("omar"), "approve")
     assert wrong_role.value.code == "missing_role"
     codes = [
-        e.code for e in harness.store.audit_events(proposal_id=proposal_id) if e.event == "approval.refused"
+        e.code for e in harness.store.audit.events(proposal_id=proposal_id) if e.event == "approval.refused"
     ]
     assert codes == ["self_approval", "missing_role"]
-    assert harness.store.decisions_for(proposal_id) == []
+    assert harness.store.approvals.for_proposal(proposal_id) == []
 
 
 def test_danger_needs_two_support_reviewers_unless_finance_approves(harness: Harness) -> None:

@@ -23,7 +23,8 @@ from toolgate.errors import CapabilityDenied, ConfigurationError, StoreError
 from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore, SQLiteStore, Store
 from toolgate.store._records_postgres import role_name
-from toolgate.store.service_records import RecordsScope, open_service_records, provision_service_records
+from toolgate.store.records_scope import RecordsScope
+from toolgate.store.service_records import open_service_records, provision_service_records
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo.records import DemoSystem
@@ -38,7 +39,7 @@ def _count(store: Store, table: str, where: str = "", params: tuple[Any, ...] = 
 
 
 def _denials(store: Store) -> list[Any]:
-    return [e for e in store.audit_events() if e.event == "handler.capability_denied"]
+    return [e for e in store.audit.events() if e.event == "handler.capability_denied"]
 
 
 def _refused(call: Any) -> CapabilityDenied:
@@ -219,7 +220,7 @@ def test_a_hostile_read_handler_is_refused_fails_and_is_audited(
         ("lookup_order", {"capability": "records", "target": target, "tool": "lookup_order"})
     ]
     assert denials[0].tenant_id == "acme"
-    failed = [e for e in store.audit_events() if e.event == "call.failed"]
+    failed = [e for e in store.audit.events() if e.event == "call.failed"]
     assert [(e.tool, e.code) for e in failed] == [("lookup_order", "server_error")]
     assert (_count(store, "approvals"), _count(store, "sor_crm_tokens")) == before
 

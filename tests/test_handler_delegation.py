@@ -63,7 +63,7 @@ def sealed_rows(store: Store) -> list[dict[str, Any]]:
 
 
 def events(store: Store, key: str, name: str) -> list[Any]:
-    return [e for e in store.audit_events(operation_key=key) if e.event == name]
+    return [e for e in store.audit.events(operation_key=key) if e.event == name]
 
 
 def test_the_approved_write_runs_with_the_requesters_token_not_the_reviewers(
@@ -84,7 +84,7 @@ def test_the_approved_write_runs_with_the_requesters_token_not_the_reviewers(
     assert done["status"] == "done"
     assert '"completed"' in str(tool_messages(done)[-1].content)
     assert downstream.authorizations() == [f"Bearer {ADA_TOKEN}"]  # the requester's, once
-    op = store.get_operation(facts["operation_key"])
+    op = store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "succeeded" and op.result is not None
     assert op.result["refund_id"] == "R-1"
     assert sealed_rows(store) == []  # deleted once the operation is terminal
@@ -140,20 +140,20 @@ def test_a_tampered_sealed_record_fails_closed_and_is_audited(
     _, facts = proposed(harness, f"t-deleg-{tamper}")
     _, other = proposed(harness, f"t-deleg-{tamper}-other")
     key = facts["operation_key"]
-    record = store.get_delegation(key)
+    record = store.delegations.get(key)
     assert record is not None
     if tamper == "flipped":
         body = record.sealed
-        store.put_delegation(
+        store.delegations.put(
             key, body[:-3] + ("A" if body[-3] != "A" else "B") + body[-2:], record.expires_at
         )
     elif tamper == "moved":  # another operation's sealed credentials (same user) copied onto this one
-        moved = store.get_delegation(other["operation_key"])
+        moved = store.delegations.get(other["operation_key"])
         assert moved is not None
-        store.put_delegation(key, moved.sealed, record.expires_at)
+        store.delegations.put(key, moved.sealed, record.expires_at)
     else:  # the stored expiry stretched: the bound associated data no longer matches
         later = record.expires_at.replace(record.expires_at[:4], str(int(record.expires_at[:4]) + 1))
-        store.put_delegation(key, record.sealed, later)
+        store.delegations.put(key, record.sealed, later)
     gateway = harness.gateway()
     decide(gateway, facts["proposal_id"], principal("fiona"), "approve")
     delivery = gateway.executor.deliver(key, worker_id="w1")
@@ -162,7 +162,7 @@ def test_a_tampered_sealed_record_fails_closed_and_is_audited(
     assert downstream.requests == []  # the handler never ran
     refused = events(store, key, "delegation.refused")
     assert [e.code for e in refused] == ["delegation_invalid"]
-    assert store.get_delegation(key) is None
+    assert store.delegations.get(key) is None
 
 
 def test_a_status_check_past_the_proposals_expiry_is_refused_and_goes_to_a_person(
@@ -182,7 +182,7 @@ def test_a_status_check_past_the_proposals_expiry_is_refused_and_goes_to_a_perso
     assert found.status == "dead_lettered" and found.checks == 1  # refused once, never run without it
     assert downstream.authorizations("GET") == []
     assert [e.code for e in events(store, key, "delegation.refused")] == ["delegation_expired"]
-    letters = store.dead_letters()
+    letters = store.operations.dead_letters()
     assert letters[0].context["history"] == [{"check": "1", "error": "delegation_expired"}]
 
 
@@ -201,11 +201,11 @@ def test_a_reviewers_edit_keeps_the_requesters_token_not_the_editors(
         tool="issue_refund",
         arguments={**REFUND, "amount_cents": 2500},
     )
-    assert store.get_delegation(edited.operation_key) is not None  # carried over, sealed anew
+    assert store.delegations.get(edited.operation_key) is not None  # carried over, sealed anew
     decide(gateway, edited.proposal_id, principal("stella"), "approve")
     delivery = gateway.executor.deliver(edited.operation_key, worker_id="w1")
     assert delivery.status == "succeeded" and delivery.result is not None
     assert delivery.result["amount_cents"] == 2500
     assert downstream.authorizations() == [f"Bearer {ADA_TOKEN}"]
-    assert store.purge_delegations() == 1  # the original's (rejected by the edit) goes too
+    assert store.delegations.purge() == 1  # the original's (rejected by the edit) goes too
     assert sealed_rows(store) == []

@@ -93,7 +93,7 @@ def test_a_write_that_reaches_an_undeclared_host_fails_is_audited_and_sends_noth
     assert delivery.status == "failed" and delivery.error is not None
     assert (delivery.error["kind"], delivery.error["retryable"]) == ("server_error", False)
     assert allowed.requests == [] and other.requests == []  # nothing reached either server
-    denied = [e for e in store.audit_events(operation_key=key) if e.event == "handler.capability_denied"]
+    denied = [e for e in store.audit.events(operation_key=key) if e.event == "handler.capability_denied"]
     assert [(e.code, e.detail["capability"], e.detail["target"]) for e in denied] == [
         ("capability_denied", "egress", target)
     ]
@@ -117,7 +117,7 @@ def test_a_read_that_reaches_an_undeclared_host_is_refused_and_audited(
         executor.run_read(confined, {"service_alias": "web"}, principal("cust-ada"))
     assert (refused.value.capability, refused.value.target) == ("egress", target)
     assert other.requests == []
-    denied = [e for e in store.audit_events() if e.event == "handler.capability_denied"]
+    denied = [e for e in store.audit.events() if e.event == "handler.capability_denied"]
     assert [e.detail["target"] for e in denied] == [target]
 
 

@@ -129,11 +129,11 @@ def test_two_workers_reconciling_one_unknown_operation_both_return(tmp_path: Any
         t.join(60)
     assert errors == []
     assert sorted(r.status for r in results) == ["succeeded", "succeeded"]
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "succeeded"
     assert harness.refunds() == 1 and harness.payments() == 1
     reconciled = [
-        e for e in harness.store.audit_events(operation_key=key) if e.event == "operation.reconciled"
+        e for e in harness.store.audit.events(operation_key=key) if e.event == "operation.reconciled"
     ]
     assert len(reconciled) == 1  # only the worker that recorded the outcome audits it
 
@@ -170,5 +170,5 @@ def test_a_crashing_read_answers_its_own_call_and_the_batch_goes_on(tmp_path: An
     assert answers["c-status"]["error"] == "server_error", answers["c-status"]
     assert "secret-looking" not in json.dumps(answers)
     assert state["status"] == "done"
-    failed = [e for e in harness.store.audit_events() if e.event == "call.failed"]
+    failed = [e for e in harness.store.audit.events() if e.event == "call.failed"]
     assert [(e.tool, e.code) for e in failed] == [("get_service_status", "server_error")]

@@ -45,7 +45,7 @@ def test_a_reviewer_approves_by_resuming_and_the_refund_runs_once(harness: Harne
     assert done["status"] == "done" and done["review"]["outcomes"][0]["result"] == "recorded"
     assert harness.payments() == 1 and harness.handler_calls["issue_refund"] == 1
     assert json.loads(str(tool_messages(done)[-1].content))["status"] == "completed"
-    recorded = harness.store.decisions_for(facts["proposal_id"])
+    recorded = harness.store.approvals.for_proposal(facts["proposal_id"])
     assert [(d.reviewer_id, d.decision, d.authentic) for d in recorded] == [("fiona", "approve", True)]
 
 
@@ -71,17 +71,17 @@ def test_a_refused_decision_changes_nothing_and_says_why(
     assert {o["code"] for o in result["review"]["outcomes"]} == {code}
     again = result["__interrupt__"][0].value["toolgate"]["last_review"]["outcomes"]
     assert {o["code"] for o in again} == {code}  # the next interrupt says why, too
-    op = harness.store.get_operation(facts["operation_key"])
+    op = harness.store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "pending_approval" and harness.payments() == 0
-    assert [e.code for e in harness.store.audit_events() if e.event == "approval.refused"] == [code]
+    assert [e.code for e in harness.store.audit.events() if e.event == "approval.refused"] == [code]
 
 
 def test_another_tenants_reviewer_is_refused_before_anything_is_recorded(harness: Harness) -> None:
     graph, facts = waiting(harness, "t-globex")
     with pytest.raises(RunRefused, match="thread_owner"):
         resume(graph, "t-globex", {"decisions": [{"type": "approve"}]}, "gina")
-    assert harness.store.decisions_for(facts["proposal_id"]) == [] and harness.payments() == 0
-    assert [e.code for e in harness.store.audit_events() if e.event == "identity.refused"] == ["thread_owner"]
+    assert harness.store.approvals.for_proposal(facts["proposal_id"]) == [] and harness.payments() == 0
+    assert [e.code for e in harness.store.audit.events() if e.event == "identity.refused"] == ["thread_owner"]
     # the thread still waits for a reviewer of its own tenant
     done = resume(graph, "t-globex", {"decisions": [{"type": "approve"}]}, "fiona")
     assert done["status"] == "done" and harness.payments() == 1
@@ -91,7 +91,7 @@ def test_a_wake_up_is_not_a_decision(harness: Harness) -> None:
     graph, facts = waiting(harness, "t-wake")
     result = resume(graph, "t-wake", {"wake": True}, "fiona")
     assert result["status"] == "awaiting_approval" and "review" not in result
-    assert harness.store.decisions_for(facts["proposal_id"]) == []
+    assert harness.store.approvals.for_proposal(facts["proposal_id"]) == []
 
 
 def test_agent_inbox_responses_and_edits_are_understood() -> None:

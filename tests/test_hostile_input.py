@@ -33,7 +33,7 @@ def answers(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def rejected_events(harness: Harness) -> list[Any]:
-    return [e for e in harness.store.audit_events() if e.event == "call.rejected"]
+    return [e for e in harness.store.audit.events() if e.event == "call.rejected"]
 
 
 def raw_call(name: str, args: Any, call_id: str) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def test_arguments_that_cannot_be_judged_are_refused_with_their_code(
 ) -> None:
     state = run_turn(harness, [raw_call("issue_refund", args, "c1")], f"t-{code}-{id(args)}")
     assert answers(state)["c1"]["error"] == code
-    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
     assert [e.code for e in rejected_events(harness)] == [code]
 
 
@@ -120,7 +120,7 @@ def test_ten_thousand_calls_in_one_turn_cost_a_bounded_number_of_audit_events(ha
     rejected = rejected_events(harness)
     batch = [e for e in rejected if e.code == "too_many_calls"]
     assert len(batch) == 1 and batch[0].detail["calls"] == 10_000 - 32
-    assert len(harness.store.audit_events()) <= 32 * 2 + 10  # the judged 32 at most, plus the batch
+    assert len(harness.store.audit.events()) <= 32 * 2 + 10  # the judged 32 at most, plus the batch
     # the task budget (6 calls) judged the first calls; the turn crossed it, so nothing ran
     assert harness.total_handler_calls() == 0 and state["status"] == "needs_review"
 
@@ -144,8 +144,8 @@ def test_a_secret_in_arguments_is_refused_and_never_stored(harness: Harness) -> 
     )
     assert answers(state)["c1"]["error"] == "secret_in_arguments"
     assert key not in repr(state["messages"]) and key not in repr(state["calls"])
-    assert all(key not in json.dumps(e.detail) for e in harness.store.audit_events())
-    assert harness.store.list_proposals() == []
+    assert all(key not in json.dumps(e.detail) for e in harness.store.audit.events())
+    assert harness.store.proposals.list() == []
 
 
 def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
@@ -167,12 +167,12 @@ def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_a
     payload = first["__interrupt__"][0].value
     assert payload["action_requests"][0]["args"] == arguments  # the reviewer sees the real value
     proposal = payload["toolgate"]["proposals"][0]
-    stored = harness.store.get_proposal(proposal["proposal_id"])
+    stored = harness.store.proposals.get(proposal["proposal_id"])
     assert stored is not None and stored.arguments == arguments
     decide(harness.gateway(), proposal["proposal_id"], principal("omar"), "approve")
     graph.invoke(Command(resume={"wake": True}), {"configurable": {"thread_id": "t-card"}}, context=Context())
     assert seen == [arguments]  # what ran is exactly what was approved
-    assert all("4111" not in json.dumps(e.detail) for e in harness.store.audit_events())
+    assert all("4111" not in json.dumps(e.detail) for e in harness.store.audit.events())
 
 
 def test_a_review_tool_keeps_a_secret_looking_argument_verbatim(harness: Harness) -> None:

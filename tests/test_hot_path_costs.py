@@ -33,13 +33,13 @@ def test_an_approved_write_reads_its_proposal_once_per_delivery(
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     reads: list[str] = []
-    real = harness.store.get_proposal
+    real = harness.store.proposals.get
 
     def counted(proposal_id: str) -> Any:
         reads.append(proposal_id)
         return real(proposal_id)
 
-    monkeypatch.setattr(harness.store, "get_proposal", counted)
+    monkeypatch.setattr(harness.store.proposals, "get", counted)
     first = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
     again = gateway.executor.deliver(proposal["operation_key"], worker_id="w2")
     assert first.status == "succeeded" and again.duplicate
@@ -115,5 +115,5 @@ def test_a_changed_budget_is_caught_after_the_seal_cache_was_filled(tmp_path: Pa
     state = graph.invoke({"messages": [HumanMessage("two")]}, config, context=context)
     assert state["status"] == "refused"
     assert harness.handler_calls["lookup_order"] == 1
-    tampered = [e for e in harness.store.audit_events() if e.event == "state.tampered"]
+    tampered = [e for e in harness.store.audit.events() if e.event == "state.tampered"]
     assert tampered and tampered[0].detail["keys"] == ["budget"]

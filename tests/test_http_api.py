@@ -64,7 +64,7 @@ class Api:
         return graph, state["__interrupt__"][0].value["toolgate"]["proposals"][0]
 
     def status(self, facts: dict[str, Any]) -> str:
-        operation = self.store.get_operation(facts["operation_key"])
+        operation = self.store.operations.get(facts["operation_key"])
         assert operation is not None
         return operation.status
 
@@ -72,12 +72,12 @@ class Api:
         """Still pending, no decision recorded, no thread woken."""
         return (
             self.status(facts) == "pending_approval"
-            and self.store.decisions_for(facts["proposal_id"]) == []
+            and self.store.approvals.for_proposal(facts["proposal_id"]) == []
             and self.woken == []
         )
 
     def audited(self, event: str, code: str | None = None) -> int:
-        return sum(1 for e in self.store.audit_events() if e.event == event and code in (None, e.code))
+        return sum(1 for e in self.store.audit.events() if e.event == event and code in (None, e.code))
 
 
 def auth(user: str | None) -> dict[str, str]:
@@ -153,7 +153,7 @@ def test_another_tenants_reviewer_sees_nothing_and_every_probe_is_audited(api: A
     assert api.get(operation, "gina").json() == api.get("/toolgate/operations/op_nope", "gina").json()
     assert api.get(operation + "/trace", "gina").status_code == 404
     assert api.unchanged(facts)
-    refused = [e for e in api.store.audit_events() if e.event == "api.refused"]
+    refused = [e for e in api.store.audit.events() if e.event == "api.refused"]
     assert [e.code for e in refused].count("not_visible") == 6 and [e.code for e in refused].count(
         "not_found"
     ) == 2
@@ -184,7 +184,7 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     assert shown["review_details"] == {} and shown["review_details_error"] is None
     assert 0 < shown["seconds_left"] <= 3600 and shown["status"] == "pending_approval"
     assert shown["decisions"] == [] and shown["requester"] == "cust-ada"
-    stored = api.store.get_proposal(facts["proposal_id"])
+    stored = api.store.proposals.get(facts["proposal_id"])
     for key in ("arguments_sha256", "tool_version", "risk", "effect", "rollback", "approval_class"):
         assert shown[key] == getattr(stored, key)
     assert shown["timeout_s"] == 15  # issue_refund's hard timeout, from the release that proposed it
@@ -220,7 +220,7 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     )
     recorded = next(e for e in report["events"] if e["event"] == "approval.recorded")
     assert recorded["actor"] == api.gw.auditor.actor("fiona") and recorded["release"] == facts["release"]
-    read = api.harness.store.latest_audit_event("audit.read")  # the trace read is itself audited
+    read = api.harness.store.audit.latest("audit.read")  # the trace read is itself audited
     assert read is not None and read.actor_id == api.gw.auditor.actor("fiona") and read.tenant_id == "acme"
     assert read.detail["subject"] == facts["operation_key"]
     assert api.get(f"/toolgate/operations/{facts['operation_key']}", "gina").status_code == 404
@@ -233,7 +233,7 @@ def test_a_second_approval_by_the_same_person_is_already_decided(api: Api) -> No
     assert first.json()["still_needed"] == "1 more approval(s) needed" and api.woken == []
     second = api.post(proposal_url(facts, "approve"), "rita", {"digest": facts["digest"]})
     assert second.status_code == 409 and second.json()["error"] == "already_decided"
-    assert api.status(facts) == "pending_approval" and len(api.store.decisions_for(facts["proposal_id"])) == 1
+    assert api.status(facts) == "pending_approval" and len(api.store.approvals.for_proposal(facts["proposal_id"])) == 1
     other = api.post(proposal_url(facts, "approve"), "sam", {"digest": facts["digest"]})
     assert other.json()["status"] == "approved" and other.json()["approvers"] == ["rita", "sam"]
     assert api.woken == ["t-twice"]
@@ -313,7 +313,7 @@ def test_an_edit_is_a_new_pending_proposal_that_its_editor_cannot_approve(api: A
     assert by_editor.status_code == 409 and by_editor.json()["error"] == "editor_approval"
     stale = api.post(f"/toolgate/proposals/{new['proposal_id']}/approve", "rita", {"digest": facts["digest"]})
     assert stale.status_code == 409 and stale.json()["error"] == "digest_mismatch"
-    assert api.store.decisions_for(new["proposal_id"]) == []
+    assert api.store.approvals.for_proposal(new["proposal_id"]) == []
     assert api.post(proposal_url(facts, "approve"), "rita", {"digest": facts["digest"]}).json()["error"] == (
         "not_pending"
     )

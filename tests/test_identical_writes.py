@@ -68,4 +68,4 @@ def test_the_same_model_response_delivered_again_makes_no_extra_effect(harness: 
     again = start(replay, REFUND_REQUEST, "cust-ada", "t-replay")
     assert "__interrupt__" not in again, "the replayed call found its stored, completed operation"
     assert harness.refunds() == 1 and harness.payments() == 1
-    assert [p.proposal_id for p, _ in harness.store.list_proposals()] == [proposal["proposal_id"]]
+    assert [p.proposal_id for p, _ in harness.store.proposals.list()] == [proposal["proposal_id"]]

@@ -34,7 +34,7 @@ def directory(harness: Harness) -> IdentityDirectory:
 
 
 def refused(harness: Harness, code: str) -> int:
-    return sum(1 for e in harness.store.audit_events() if e.event == "identity.refused" and e.code == code)
+    return sum(1 for e in harness.store.audit.events() if e.event == "identity.refused" and e.code == code)
 
 
 def raw(store: Store, sql: str, params: tuple[object, ...] = ()) -> None:
@@ -60,7 +60,7 @@ def test_tokens_authenticate_rotate_and_revoke(harness: Harness) -> None:
     with pytest.raises(IdentityError) as gone:
         people.authenticate("nora", fresh)
     assert gone.value.code == "revoked" and people.active("nora", "acme") is None
-    events = [e.event for e in harness.store.audit_events() if e.event.startswith("identity.")]
+    events = [e.event for e in harness.store.audit.events() if e.event.startswith("identity.")]
     assert events == [
         "identity.added",
         "identity.token_rotated",
@@ -98,7 +98,7 @@ def test_administrators_act_only_in_their_own_tenant(harness: Harness) -> None:
     assert other.value.code == "cross_tenant"
     with pytest.raises(IdentityError):
         people.revoke("gina", by=principal("ivy"))
-    assert harness.store.get_identity("zed") is None
+    assert harness.store.identities.get("zed") is None
     assert people.active("gina", "globex") is not None
     assert {r.user_id for r in people.visible_to(principal("ivy"))} >= {"fiona", "rita"}
     assert "gina" not in {r.user_id for r in people.visible_to(principal("ivy"))}
@@ -170,7 +170,7 @@ def test_a_forged_approval_row_never_executes_and_verification_names_it(harness:
     delivery = harness.gateway().executor.deliver(proposal["operation_key"], worker_id="w")
     assert delivery.claim == "NOT_ATTEMPTED" and harness.payments() == 0
     assert harness.handler_calls["issue_refund"] == 0
-    voided = [e for e in harness.store.audit_events() if e.event == "approval.voided"]
+    voided = [e for e in harness.store.audit.events() if e.event == "approval.voided"]
     assert [e.code for e in voided] == ["forged_approval"] and voided[0].detail["approval_id"] == "apr_forged"
     assert verify_records(harness.store).forged_approvals == ["apr_forged"]
 
@@ -186,7 +186,7 @@ def test_a_revoked_reviewers_pending_approval_stops_counting(harness: Harness) -
     assert delivery.claim == "NOT_ATTEMPTED" and "more approval" in delivery.reason
     assert harness.payments() == 0 and harness.handler_calls["issue_refund"] == 0
     assert any(
-        e.event == "approval.voided" and e.code == "reviewer_inactive" for e in harness.store.audit_events()
+        e.event == "approval.voided" and e.code == "reviewer_inactive" for e in harness.store.audit.events()
     )
     with pytest.raises(ApprovalError) as revoked:  # and rita can no longer decide anything
         decide(gw, proposal["proposal_id"], principal("rita"), "reject", reason="changed my mind")
@@ -206,7 +206,7 @@ def test_the_same_person_twice_is_not_two_people_and_other_tenants_touch_nothing
     with pytest.raises(ApprovalError) as own:
         decide(gw, proposal["proposal_id"], principal("cust-ada"), "approve")
     assert own.value.code == "self_approval"
-    op = harness.store.get_operation(proposal["operation_key"])
+    op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "pending_approval" and harness.payments() == 0
 
 
@@ -235,8 +235,8 @@ def test_stores_with_different_secrets_do_not_trust_each_others_rows(tmp_path: P
     proposal = pending_refund(first, "t-keys")
     decide(first.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
     other = SQLiteStore(path, key=b"another-secret-of-this-deployment")
-    assert [d.authentic for d in other.decisions_for(proposal["proposal_id"])] == [False]
-    assert not any(i.authentic for i in other.list_identities())
+    assert [d.authentic for d in other.approvals.for_proposal(proposal["proposal_id"])] == [False]
+    assert not any(i.authentic for i in other.identities.list())
 
 
 def test_a_read_only_store_writes_nothing(tmp_path: Path) -> None:
@@ -247,9 +247,9 @@ def test_a_read_only_store_writes_nothing(tmp_path: Path) -> None:
     before = (tmp_path / "toolgate.sqlite").read_bytes()
     reader = SQLiteStore(tmp_path / "toolgate.sqlite", key=TEST_KEY, read_only=True)
     reader.require_schema()
-    assert reader.list_identities() and verify_records(reader).ok
+    assert reader.identities.list() and verify_records(reader).ok
     with pytest.raises(StoreError, match="read-only"):
-        reader.add_identity(
+        reader.identities.add(
             IdentityRecord(user_id="x", tenant_id="acme", roles=(), scopes=(), display_name="")
         )
     assert (tmp_path / "toolgate.sqlite").read_bytes() == before

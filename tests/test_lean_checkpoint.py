@@ -49,7 +49,7 @@ def test_the_answer_and_the_state_hold_this_turns_calls_only(tmp_path: Path) -> 
     assert "[c2]: completed" in answer and "[c0]" not in answer and "[c1]" not in answer
     assert harness.handler_calls["lookup_order"] == 3
     # the history stays in the audit log
-    completed = [e.call_id for e in harness.store.audit_events(call_ids=["c0", "c1", "c2"])]
+    completed = [e.call_id for e in harness.store.audit.events(call_ids=["c0", "c1", "c2"])]
     assert completed.count("c0") == 2 and completed.count("c2") == 2  # accepted and completed
     assert verify_chain(harness.store).ok
 
@@ -102,4 +102,4 @@ def test_a_call_named_like_langgraphs_overwrite_sentinel_is_an_ordinary_call(tmp
     assert state["calls"]["__overwrite__"]["tool"] == "lookup_order"
     assert state["outcomes"]["__overwrite__"]["status"] == "completed"
     assert harness.handler_calls["lookup_order"] == 1
-    assert not [e for e in harness.store.audit_events() if e.event == "state.tampered"]
+    assert not [e for e in harness.store.audit.events() if e.event == "state.tampered"]

@@ -71,20 +71,20 @@ def test_an_overrunning_handler_is_never_redelivered_while_it_runs(harness: Harn
         assert report.recovered == [] and report.redelivered == [], report
         assert [r.status for r in report.reconciled] in ([], ["in_flight"])
     assert attempts >= 2
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "unknown" and op.owner == "owner"
-    assert harness.payments() == 0 and harness.store.dead_letters() == []
+    assert harness.payments() == 0 and harness.store.operations.dead_letters() == []
 
     release.set()
 
     def finished() -> list[str]:
         return [
-            e.result for e in harness.store.audit_events(operation_key=key) if e.event == "handler.finished"
+            e.result for e in harness.store.audit.events(operation_key=key) if e.event == "handler.finished"
         ]
 
     _wait_for(lambda: len(finished()) == 2)
     assert finished() == ["unknown", "completed_late"]
-    final = harness.store.get_operation(key)
+    final = harness.store.operations.get(key)
     assert final is not None and final.status == "succeeded"
     assert harness.payments() == 1 and harness.refunds() == 1
     again = recover(other, worker_id="other", grace_s=0, delays=(0.0,))
@@ -134,10 +134,10 @@ def test_a_claim_whose_worker_vanished_is_marked_worker_lost(harness: Harness) -
     marks the operation ``unknown`` with the error kind ``worker_lost``, never retryable, and no
     handler ran."""
     key = approved_refund(harness, "t-vanished")
-    assert harness.store.claim(key, "gone", 0.05) is not None
+    assert harness.store.operations.claim(key, "gone", 0.05) is not None
     time.sleep(0.2)
     assert recover_abandoned(harness.gateway().executor, grace_s=0) == [key]
-    op = harness.store.get_operation(key)
+    op = harness.store.operations.get(key)
     assert op is not None and op.status == "unknown" and op.error is not None
     assert (op.error["kind"], op.error["retryable"]) == ("worker_lost", False)
     assert harness.payments() == 0

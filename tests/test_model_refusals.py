@@ -119,7 +119,7 @@ def check_refused(
     assert (
         audit_events(harness.store, "model.failed") == [] and audit_events(harness.store, "model.retry") == []
     )
-    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
     assert harness.payments() == 0 and harness.refunds() == 0
 
 
@@ -235,7 +235,7 @@ def test_the_cli_prints_needs_review_for_a_replayed_refusal(tmp_path: Path) -> N
             "openai",
             False,
         )
-        assert store.list_proposals() == []
+        assert store.proposals.list() == []
     finally:
         store.close()
 

@@ -171,7 +171,7 @@ def test_twenty_worker_processes_deliver_one_operation_once(tmp_path: Path, pg_u
     toolgate(["approve", proposal_id, "--as", "fiona"], env)
     store, records = open_records(tmp_path, pg_url)
     try:
-        proposal = store.get_proposal(proposal_id)
+        proposal = store.proposals.get(proposal_id)
         assert proposal is not None
         procs = [
             subprocess.Popen(

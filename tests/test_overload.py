@@ -146,7 +146,7 @@ def test_excess_model_requests_are_refused_quickly_and_nothing_is_lost(
         ("acme", "overloaded", "model", 2)
     }
     assert {e.thread_id for e in refusals} == {run.thread_id for run in excess}
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
 
     slow_model.gate.set()
     for run in admitted:
@@ -162,7 +162,7 @@ def test_excess_model_requests_are_refused_quickly_and_nothing_is_lost(
     assert [m.content for m in woken["messages"] if isinstance(m, HumanMessage)] == [REFUND_REQUEST]
     assert woken["status"] == "awaiting_approval"
 
-    proposals = harness.store.list_proposals()
+    proposals = harness.store.proposals.list()
     threads = sorted(p.thread_id for p, _ in proposals)
     assert threads == sorted(r.thread_id for r in [*admitted, *excess])  # one each, none lost or doubled
     assert {op.status for _, op in proposals} == {"pending_approval"}
@@ -253,7 +253,7 @@ def test_an_approved_write_without_a_tool_slot_stays_approved_and_runs_once_late
     graph = harness.graph(model)
     config = {"configurable": {"thread_id": "write-1"}}
     assert start(graph, REFUND_REQUEST, "cust-ada", "write-1")["status"] == "awaiting_approval"
-    [(proposal, _)] = harness.store.list_proposals()
+    [(proposal, _)] = harness.store.proposals.list()
     decide(harness.gateway(), proposal.proposal_id, principal("fiona"), "approve")
     slots = process_admission()
     slots.acquire("tool", "acme")
@@ -261,7 +261,7 @@ def test_an_approved_write_without_a_tool_slot_stays_approved_and_runs_once_late
         graph.invoke(Command(resume={"wake": True}), config, context=Context())
     finally:
         slots.release("tool", "acme")
-    operation = harness.store.get_operation(proposal.operation_key)
+    operation = harness.store.operations.get(proposal.operation_key)
     assert operation is not None and operation.status == "approved"  # not claimed, not lost
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     assert [e.detail["kind"] for e in audit_events(harness.store, "admission.overloaded")] == ["tool"]
@@ -335,7 +335,7 @@ def test_the_global_window_counts_every_principal_of_every_tenant_in_the_store(
     refused = first.check(ada, "issue_refund")
     assert refused is not None and (refused.code, refused.retryable) == ("rate_limited", True)
     assert second.check(gina, "lookup_order") is not None
-    assert store.counter_value("g:", 10**9) == 5  # refusals are counted too (the window is full)
+    assert store.counters.value("g:", 10**9) == 5  # refusals are counted too (the window is full)
     other.close()
 
 

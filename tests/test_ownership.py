@@ -36,7 +36,7 @@ def payload(state: dict[str, Any], call_id: str) -> dict[str, Any]:
 
 
 def rejections(harness: Harness) -> list[tuple[str | None, str | None]]:
-    return [(e.event, e.code) for e in harness.store.audit_events() if e.event == "call.rejected"]
+    return [(e.event, e.code) for e in harness.store.audit.events() if e.event == "call.rejected"]
 
 
 def resume(graph: Any, thread: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def test_a_customer_cannot_look_up_or_refund_another_customers_order(harness: Ha
     assert (typo["error"], typo["retryable"]) == ("semantic_invalid", True)
     # no oracle: another customer's order reads exactly like one that does not exist
     assert peek["message"] == take["message"] == typo["message"] == MISSING
-    assert harness.total_handler_calls() == 0 and harness.store.list_proposals() == []
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
     assert rejections(harness).count(("call.rejected", "not_owner")) == 2
 
 
@@ -108,9 +108,9 @@ def test_execute_re_resolves_ownership_of_an_approved_write(harness: Harness) ->
         tx.execute("UPDATE sor_orders SET customer_id = 'cust-bob' WHERE order_id = 'O-5512'")
     resume(graph, "t-moved")
     assert harness.refunds() == 0 and harness.payments() == 0 and harness.handler_calls["issue_refund"] == 0
-    operation = harness.store.get_operation(proposal["operation_key"])
+    operation = harness.store.operations.get(proposal["operation_key"])
     assert operation is not None and operation.status == "approved"
-    refused = [e for e in harness.store.audit_events() if e.event == "operation.refused"]
+    refused = [e for e in harness.store.audit.events() if e.event == "operation.refused"]
     assert [e.code for e in refused] == ["not_owner"]
 
 
@@ -218,7 +218,7 @@ def test_a_list_item_owned_by_someone_else_refuses_the_call(
     state = start(graph, "pay it", "cust-ada", f"t-pay-{expected}")
     got = payload(state, "p1")
     assert got["error"] == expected and got["retryable"] is (expected == "semantic_invalid")
-    assert system.calls == 0 and harness.store.list_proposals() == []
+    assert system.calls == 0 and harness.store.proposals.list() == []
     assert ("payment", payments[-1], "cust-ada") in system.lookups  # the resolver saw the user
 
 
@@ -299,7 +299,7 @@ def test_a_staff_reviewer_decides_only_for_the_tenants_the_operator_granted(harn
     decide(harness.gateway(), proposal["proposal_id"], stella, "approve")  # finance: sole approver
     resume(graph, "t-staff-review")
     assert harness.refunds() == 1
-    decision = harness.store.decisions_for(proposal["proposal_id"])[0]
+    decision = harness.store.approvals.for_proposal(proposal["proposal_id"])[0]
     assert decision.reviewer_tenant_id == "acme" and decision.authentic
 
     # globex was never granted to stella
@@ -321,7 +321,7 @@ def test_a_staff_reviewer_decides_only_for_the_tenants_the_operator_granted(harn
     with pytest.raises(ApprovalError) as refused:
         decide(harness.gateway(), far["proposal_id"], stella, "approve")
     assert refused.value.code == "cross_tenant"
-    assert harness.store.decisions_for(far["proposal_id"]) == []
+    assert harness.store.approvals.for_proposal(far["proposal_id"]) == []
 
 
 def test_only_someone_reviewing_for_a_tenant_may_grant_its_review(harness: Harness) -> None:
@@ -337,8 +337,8 @@ def test_only_someone_reviewing_for_a_tenant_may_grant_its_review(harness: Harne
             ),
             by=ivy,
         )
-    assert refused.value.code == "cross_tenant" and harness.store.get_identity("mallory") is None
-    events = [(e.event, e.code) for e in harness.store.audit_events() if e.event == "identity.refused"]
+    assert refused.value.code == "cross_tenant" and harness.store.identities.get("mallory") is None
+    events = [(e.event, e.code) for e in harness.store.audit.events() if e.event == "identity.refused"]
     assert events == [("identity.refused", "cross_tenant")]
 
 
@@ -346,7 +346,7 @@ def test_a_review_grant_written_into_the_row_directly_does_not_count(harness: Ha
     """Database access alone cannot make a reviewer staff: the row's MAC covers its grants."""
     with harness.store.transaction() as tx:
         tx.execute("UPDATE identities SET review_tenants = ? WHERE user_id = 'gina'", ('["acme"]',))
-    assert harness.store.get_identity("gina").authentic is False  # type: ignore[union-attr]
+    assert harness.store.identities.get("gina").authentic is False  # type: ignore[union-attr]
     directory = IdentityDirectory(harness.store)
     assert directory.reviewer_for("gina", "acme") is None
 

@@ -121,13 +121,13 @@ def test_a_tampered_proposal_reads_inauthentic_and_is_refused_at_decide_and_at_d
     facts = _pending(harness, f"t-{tamper}")
     assert facts["authentic"] is True  # the interrupt payload flags it; a real one verifies
     pid, key = facts["proposal_id"], facts["operation_key"]
-    real = harness.store.get_proposal(pid)
+    real = harness.store.proposals.get(pid)
     assert real is not None and real.authentic
     _rewrite(harness.store, real, **TAMPERS[tamper])
 
-    stored = harness.store.get_proposal(pid)
+    stored = harness.store.proposals.get(pid)
     assert stored is not None and not stored.authentic
-    assert [p.authentic for p, _ in harness.store.list_proposals() if p.proposal_id == pid] == [False]
+    assert [p.authentic for p, _ in harness.store.proposals.list() if p.proposal_id == pid] == [False]
     gw = harness.gateway()
     for decision, reason in (("approve", ""), ("reject", "no")):
         with pytest.raises(ApprovalError) as refused:
@@ -135,7 +135,7 @@ def test_a_tampered_proposal_reads_inauthentic_and_is_refused_at_decide_and_at_d
         assert refused.value.code == "forged_proposal"
     assert _codes(harness.store, "approval.refused", pid) == ["forged_proposal", "forged_proposal"]
     assert _decisions(harness.store, pid) == 0  # nothing recorded but the refusals
-    assert harness.store.get_operation(key).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(key).status == "pending_approval"  # type: ignore[union-attr]
 
     _approve_row(harness.store, key)  # review bypassed by hand too: delivery still refuses
     delivery = gw.executor.deliver(key, worker_id="w")
@@ -143,7 +143,7 @@ def test_a_tampered_proposal_reads_inauthentic_and_is_refused_at_decide_and_at_d
     assert delivery.reason.startswith("forged_proposal")
     assert harness.handler_calls["issue_refund"] == 0 and harness.refunds() == 0
     assert _codes(harness.store, "approval.refused_at_execution", pid) == ["forged_proposal"]
-    assert harness.store.get_operation(key).attempts == 0  # type: ignore[union-attr]
+    assert harness.store.operations.get(key).attempts == 0  # type: ignore[union-attr]
     assert verify_records(harness.store).forged_proposals == [pid]
 
 
@@ -153,12 +153,12 @@ def test_a_mac_copied_from_another_proposal_does_not_verify(harness: Harness) ->
     with harness.store.transaction(write=False) as tx:
         row = tx.one("SELECT mac FROM proposals WHERE proposal_id = ?", (donor["proposal_id"],))
     assert row is not None and row["mac"]
-    real = harness.store.get_proposal(target["proposal_id"])
+    real = harness.store.proposals.get(target["proposal_id"])
     assert real is not None
     _rewrite(harness.store, real, mac=row["mac"])
 
-    assert harness.store.get_proposal(donor["proposal_id"]).authentic  # type: ignore[union-attr]
-    assert not harness.store.get_proposal(target["proposal_id"]).authentic  # type: ignore[union-attr]
+    assert harness.store.proposals.get(donor["proposal_id"]).authentic  # type: ignore[union-attr]
+    assert not harness.store.proposals.get(target["proposal_id"]).authentic  # type: ignore[union-attr]
     gw = harness.gateway()
     with pytest.raises(ApprovalError) as refused:
         decide(gw, target["proposal_id"], principal("fiona"), "approve")
@@ -175,10 +175,10 @@ def test_a_mac_copied_from_another_proposal_does_not_verify(harness: Harness) ->
 
 def test_an_inauthentic_proposal_is_never_edited(harness: Harness) -> None:
     facts = _pending(harness, "t-edit")
-    real = harness.store.get_proposal(facts["proposal_id"])
+    real = harness.store.proposals.get(facts["proposal_id"])
     assert real is not None
     _rewrite(harness.store, real, mac=None)
-    before = len(harness.store.list_proposals())
+    before = len(harness.store.proposals.list())
     with pytest.raises(ApprovalError) as refused:
         edit_proposal(
             harness.gateway(),
@@ -189,7 +189,7 @@ def test_an_inauthentic_proposal_is_never_edited(harness: Harness) -> None:
         )
     assert refused.value.code == "forged_proposal"
     assert (
-        len(harness.store.list_proposals()) == before and harness.store.superseding(real.proposal_id) is None
+        len(harness.store.proposals.list()) == before and harness.store.proposals.superseding(real.proposal_id) is None
     )
     assert _codes(harness.store, "approval.refused", real.proposal_id) == ["forged_proposal"]
     assert _decisions(harness.store, real.proposal_id) == 0
@@ -204,7 +204,7 @@ def test_audit_verify_names_a_forged_proposal_and_fails(tmp_path: Path, database
         env = cli_env(tmp_path, database_url)
         clean = toolgate(["audit", "verify", "--as", "otto"], env)
         assert "forged_proposals=none" in clean.stdout and "proposals=2 " in clean.stdout
-        real = store.get_proposal(bad["proposal_id"])
+        real = store.proposals.get(bad["proposal_id"])
         assert real is not None
         _rewrite(store, real, requester_id="cust-gina")
         verified = toolgate(["audit", "verify", "--as", "otto"], env, check=False)
@@ -222,14 +222,14 @@ def test_the_api_lists_and_shows_an_inauthentic_proposal_flagged(harness: Harnes
     from toolgate.graph.server.reads import _detail, _summary
 
     facts = _pending(harness, "t-api")
-    real = harness.store.get_proposal(facts["proposal_id"])
+    real = harness.store.proposals.get(facts["proposal_id"])
     assert real is not None
     gw = harness.gateway()
-    operation = harness.store.get_operation(real.operation_key)
+    operation = harness.store.operations.get(real.operation_key)
     assert operation is not None
     assert _detail(gw, real, operation)["authentic"] is True
     _rewrite(harness.store, real, mac=None)
-    forged = harness.store.get_proposal(real.proposal_id)
+    forged = harness.store.proposals.get(real.proposal_id)
     assert forged is not None
     assert _summary(forged, operation, harness.store.now())["authentic"] is False
     assert json.loads(json.dumps(_detail(gw, forged, operation)))["authentic"] is False
@@ -247,7 +247,7 @@ def test_a_proposal_pending_from_before_the_upgrade_is_refused_and_must_be_propo
     store = SQLiteStore(tmp_path / "old" / "toolgate.sqlite", key=b"k" * 32)
     try:
         harness = Harness(store)  # opened by today's code: the migration adds the (empty) column
-        old = store.get_proposal(facts["proposal_id"])
+        old = store.proposals.get(facts["proposal_id"])
         assert old is not None and not old.authentic
         with store.transaction(write=False) as tx:
             row = tx.one("SELECT mac FROM proposals WHERE proposal_id = ?", (facts["proposal_id"],))

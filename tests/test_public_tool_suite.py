@@ -264,7 +264,7 @@ def test_public_tools_end_to_end_through_the_graph(harness: Harness) -> None:
     for call_id, (key, _) in invalid.items():
         payload = json.loads(str(messages[call_id].content))
         assert payload["error"] == "schema_invalid" and messages[call_id].name == specs[key].name, payload
-    events = harness.store.audit_events()
+    events = harness.store.audit.events()
     assert {e.tool for e in events if e.tool} == {s.name for s in specs.values()}  # never a wire name
     rejected = [e for e in events if e.event == "call.rejected"]
     assert len(rejected) == len(invalid), [e.event for e in events]

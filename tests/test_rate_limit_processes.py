@@ -27,7 +27,7 @@ store = PostgresStore(url, key=KEY_LITERAL, max_size=8)
 # a window far longer than the test (windows follow the store's clock): no boundary falls inside it
 limiter = InboundRateLimiter(store, RateLimits(per_principal_tool=RateLimit(limit=limit, window_s=10**9)))
 who = Principal(user_id="cust-ada", tenant_id="acme")
-store.get_operation("warm-up")  # open the pool before the start line
+store.operations.get("warm-up")  # open the pool before the start line
 time.sleep(max(0.0, start_at - time.time()))
 with ThreadPoolExecutor(max_workers=8) as pool:
     allowed = sum(pool.map(lambda _: limiter.check(who, "lookup_order") is None, range(attempts)))

@@ -92,8 +92,8 @@ def test_an_unknown_outcome_is_checked_as_the_requester_after_the_approval_windo
 ) -> None:
     harness = harness_for(store, downstream, after_effect=lost_response)
     key, proposal_id = unknown(harness, "t-rdeleg-late")
-    proposal = store.get_proposal(proposal_id)
-    sealed = store.get_delegation(reconcile_key(key))
+    proposal = store.proposals.get(proposal_id)
+    sealed = store.delegations.get(reconcile_key(key))
     assert proposal is not None and sealed is not None
     assert ADA_TOKEN not in sealed.sealed
     assert parse_iso(sealed.expires_at) > parse_iso(proposal.expires_at) + timedelta(minutes=5)
@@ -103,7 +103,7 @@ def test_an_unknown_outcome_is_checked_as_the_requester_after_the_approval_windo
     assert (found.status, found.found, found.checks) == ("succeeded", True, 1)
     assert downstream.authorizations("GET") == [f"Bearer {ADA_TOKEN}"]  # the requester's, not none
     assert len(downstream.effects) == 1
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and op.status == "succeeded" and op.result is not None
     assert op.result["refund_id"] == "R-1"
     assert events(store, key, "delegation.refused") == []
@@ -117,21 +117,21 @@ def test_a_tampered_reconcile_seal_never_runs_the_check(
     harness = harness_for(store, downstream, after_effect=lost_response)
     key, _ = unknown(harness, f"t-rdeleg-{tamper}")
     other, _ = unknown(harness, f"t-rdeleg-{tamper}-other")
-    record, theirs = store.get_delegation(reconcile_key(key)), store.get_delegation(reconcile_key(other))
+    record, theirs = store.delegations.get(reconcile_key(key)), store.delegations.get(reconcile_key(other))
     assert record is not None and theirs is not None
     if tamper == "flipped":
         body = record.sealed
         flipped = body[:-3] + ("A" if body[-3] != "A" else "B") + body[-2:]
-        store.put_delegation(reconcile_key(key), flipped, record.expires_at)
+        store.delegations.put(reconcile_key(key), flipped, record.expires_at)
     elif tamper == "redated":  # a DB-only attacker stretches the stored expiry
         later = record.expires_at.replace(record.expires_at[:4], str(int(record.expires_at[:4]) + 1))
-        store.put_delegation(reconcile_key(key), record.sealed, later)
+        store.delegations.put(reconcile_key(key), record.sealed, later)
     elif tamper == "moved":  # another operation's seal (same user, same tenant) copied onto this one
-        store.put_delegation(reconcile_key(key), theirs.sealed, theirs.expires_at)
+        store.delegations.put(reconcile_key(key), theirs.sealed, theirs.expires_at)
     else:  # the proposal's own seal (expiring with the approval) put in the reconcile seal's place
-        proposal_seal = store.get_delegation(key)
+        proposal_seal = store.delegations.get(key)
         assert proposal_seal is not None
-        store.put_delegation(reconcile_key(key), proposal_seal.sealed, record.expires_at)
+        store.delegations.put(reconcile_key(key), proposal_seal.sealed, record.expires_at)
     posts = len(downstream.authorizations("POST"))
     # the claims' leases lapsed; the approval (and its own seal) is still live: no fallback to it
     shift_store_clock(monkeypatch, store, timedelta(minutes=2))
@@ -141,7 +141,7 @@ def test_a_tampered_reconcile_seal_never_runs_the_check(
     assert downstream.authorizations("GET") == []  # the status check never ran
     assert len(downstream.authorizations("POST")) == posts and len(downstream.effects) == 2
     assert [e.code for e in events(store, key, "delegation.refused")] == ["delegation_invalid"]
-    (letter,) = store.dead_letters()
+    (letter,) = store.operations.dead_letters()
     assert letter.context["history"] == [{"check": "1", "error": "delegation_invalid"}]
     assert events(store, other, "delegation.refused") == []
 
@@ -151,7 +151,7 @@ def test_a_reconcile_seal_past_its_own_expiry_is_refused(
 ) -> None:
     harness = harness_for(store, downstream, after_effect=lost_response)
     key, _ = unknown(harness, "t-rdeleg-expired")
-    record = store.get_delegation(reconcile_key(key))
+    record = store.delegations.get(reconcile_key(key))
     assert record is not None
     past(store, record.expires_at, monkeypatch, timedelta(seconds=1))  # a store clock past the schedule
     found = reconcile(harness.gateway().executor, key, delays=(0.0,))
@@ -172,7 +172,7 @@ def test_the_reconcile_seal_lasts_at_least_the_approval_and_at_most_the_cap(
     before = store.now()
     key, proposal_id = unknown(harness, f"t-rdeleg-window-{expected}")
     after = store.now()
-    record, proposal = store.get_delegation(reconcile_key(key)), store.get_proposal(proposal_id)
+    record, proposal = store.delegations.get(reconcile_key(key)), store.proposals.get(proposal_id)
     assert record is not None and proposal is not None
     if expected == "proposal":  # a short schedule never ends the seal before the approval's own
         assert record.expires_at == proposal.expires_at
@@ -186,7 +186,7 @@ def test_an_expired_approval_is_never_executed_again_though_its_check_runs(
 ) -> None:
     harness = harness_for(store, downstream, handler=lost_before_effect, retry_safe_when_absent=True)
     key, proposal_id = unknown(harness, "t-rdeleg-redeliver")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None
     past(store, proposal.expires_at, monkeypatch, timedelta(minutes=1))
     gateway = harness.gateway()
@@ -197,8 +197,8 @@ def test_an_expired_approval_is_never_executed_again_though_its_check_runs(
     delivery = gateway.executor.deliver(key, worker_id="w2")  # a NEW execution of an expired approval
     assert delivery.status == "expired" and delivery.claim == "NOT_ATTEMPTED"
     assert downstream.authorizations("POST") == [] and downstream.effects == {}
-    assert [e.event for e in store.audit_events(operation_key=key)].count("handler.started") == 1
-    assert store.purge_delegations() == 2 and sealed_rows(store) == []  # terminal: both seals go
+    assert [e.event for e in store.audit.events(operation_key=key)].count("handler.started") == 1
+    assert store.delegations.purge() == 2 and sealed_rows(store) == []  # terminal: both seals go
 
 
 def test_a_fresh_delivery_of_an_expired_approval_is_refused_and_seals_nothing(
@@ -206,13 +206,13 @@ def test_a_fresh_delivery_of_an_expired_approval_is_refused_and_seals_nothing(
 ) -> None:
     harness = harness_for(store, downstream)
     key, proposal_id = approved(harness, "t-rdeleg-fresh")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None
     past(store, proposal.expires_at, monkeypatch, timedelta(seconds=1))
     delivery = harness.gateway().executor.deliver(key, worker_id="w1")
     assert delivery.status == "expired" and delivery.claim == "NOT_ATTEMPTED"
     assert downstream.requests == [] and downstream.effects == {}
-    assert store.get_delegation(reconcile_key(key)) is None
+    assert store.delegations.get(reconcile_key(key)) is None
 
 
 def test_the_reconcile_seal_never_stands_in_for_the_proposals_seal(
@@ -220,14 +220,14 @@ def test_the_reconcile_seal_never_stands_in_for_the_proposals_seal(
 ) -> None:
     harness = harness_for(store, downstream, handler=lost_before_effect, retry_safe_when_absent=True)
     key, proposal_id = unknown(harness, "t-rdeleg-promote")
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None
     shift_store_clock(monkeypatch, store, timedelta(minutes=2))  # the claim's lease lapsed; approval live
     gateway = harness.gateway()
     assert reconcile(gateway.executor, key, delays=(0.0,)).status == "approved"
-    record = store.get_delegation(reconcile_key(key))
+    record = store.delegations.get(reconcile_key(key))
     assert record is not None
-    store.put_delegation(key, record.sealed, proposal.expires_at)  # offered to the execution
+    store.delegations.put(key, record.sealed, proposal.expires_at)  # offered to the execution
     harness.registry = Registry.of(
         harness.registry.release,
         [
@@ -265,7 +265,7 @@ def test_a_workers_skewed_clock_neither_expires_nor_revives_the_reconcile_seal(
     assert reconcile(executor, live, delays=(0.0,)).status == "succeeded"  # judged on the store's clock
     assert downstream.authorizations("GET") == [f"Bearer {ADA_TOKEN}"]
 
-    record = store.get_delegation(reconcile_key(stale))
+    record = store.delegations.get(reconcile_key(stale))
     assert record is not None
     past(store, record.expires_at, monkeypatch, timedelta(seconds=1))
     assert reconcile(executor, stale, delays=(0.0,)).status == "dead_lettered"

@@ -29,7 +29,7 @@ def test_a_malformed_body_from_a_signed_in_reviewer_is_audited(rig: Api) -> None
         assert response.status_code == 422 and response.json()["error"] == code
     listing = rig.get("/toolgate/proposals?status=bogus", "fiona")
     assert listing.status_code == 422
-    refused = [e for e in rig.store.audit_events() if e.event == "api.refused"]
+    refused = [e for e in rig.store.audit.events() if e.event == "api.refused"]
     assert [e.code for e in refused] == ["invalid_json", "invalid_body", "invalid_status"]
     assert {e.actor_id for e in refused} == {rig.gw.auditor.actor("fiona")}
     assert rig.unchanged(facts)

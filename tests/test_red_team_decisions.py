@@ -35,7 +35,7 @@ def test_an_approval_landing_inside_an_edit_voids_the_edited_copy(
         if kind == "reject":  # the edit's own rejection of the original: fiona got there first
             # (her check for a replacement ran before the edit stored it; her record lands now)
             with monkeypatch.context() as m:
-                m.setattr(type(harness.store), "superseding", lambda self, pid: None)
+                m.setattr(type(harness.store.proposals), "superseding", lambda self, pid: None)
                 decide(gw, original["proposal_id"], principal("fiona"), "approve")
         return real_decide(g, pid, who, kind, **kw)
 
@@ -50,9 +50,9 @@ def test_an_approval_landing_inside_an_edit_voids_the_edited_copy(
         )
     assert refused.value.code == "not_pending"
     monkeypatch.setattr(edits, "decide", real_decide)
-    edited = harness.store.superseding(original["proposal_id"])
+    edited = harness.store.proposals.superseding(original["proposal_id"])
     assert edited is not None
-    assert harness.store.get_operation(edited.operation_key).status == "rejected"  # type: ignore[union-attr]
+    assert harness.store.operations.get(edited.operation_key).status == "rejected"  # type: ignore[union-attr]
     assert [
         e.code
         for e in audit_events(harness.store, "proposal.rejected")
@@ -84,18 +84,18 @@ def test_an_edited_proposal_can_no_longer_be_approved_in_its_original_form(
             tool="issue_refund",
             arguments={**REFUND, "amount_cents": 700},
         )
-    edited = harness.store.superseding(original["proposal_id"])
+    edited = harness.store.proposals.superseding(original["proposal_id"])
     assert edited is not None
-    assert harness.store.get_operation(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as refused:
         decide(gw, original["proposal_id"], principal("fiona"), "approve")
     assert refused.value.code == "superseded"
     assert [e.code for e in audit_events(harness.store, "approval.refused")] == ["superseded"]
-    assert harness.store.get_operation(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError) as beside:  # nor the edit, while its original is open
         decide(gw, edited.proposal_id, principal("fiona"), "approve")
     assert beside.value.code == "original_not_rejected"
-    assert harness.store.get_operation(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
+    assert harness.store.operations.get(edited.operation_key).status == "pending_approval"  # type: ignore[union-attr]
     decide(gw, original["proposal_id"], principal("fiona"), "reject", reason="replaced by the edit")
     decide(gw, edited.proposal_id, principal("fiona"), "approve")
     assert gw.executor.deliver(original["operation_key"], worker_id="w").status == "rejected"
@@ -109,7 +109,7 @@ def test_a_reviewer_demoted_after_approving_no_longer_authorizes_the_write(harne
     original = _pending(harness, "t-demoted")
     gw = harness.gateway()
     decide(gw, original["proposal_id"], principal("fiona"), "approve")
-    assert harness.store.get_operation(original["operation_key"]).status == "approved"  # type: ignore[union-attr]
+    assert harness.store.operations.get(original["operation_key"]).status == "approved"  # type: ignore[union-attr]
     gw.directory.change_roles("fiona", roles=frozenset({"viewer"}), scopes=None, by=principal("ivy"))
     assert gw.executor.deliver(original["operation_key"], worker_id="w").status == "approved"
     assert harness.refunds() == 0 and harness.handler_calls["issue_refund"] == 0
@@ -154,7 +154,7 @@ def test_two_reviewers_editing_one_proposal_at_once_leave_one_edit_to_approve(
     monkeypatch.setattr(edits, "carry_delegation", carry)
     statuses = {
         p.arguments["amount_cents"]: op.status
-        for p, op in harness.store.list_proposals(None)
+        for p, op in harness.store.proposals.list(None)
         if p.supersedes == original["proposal_id"]
     }
     assert statuses == {600: "pending_approval", 700: "rejected"}
@@ -211,7 +211,7 @@ def test_the_thread_follows_the_edit_that_replaced_the_original_not_the_newest(
     rita_done.set()
     sam.join(timeout=60)
     assert not sam.is_alive() and getattr(outcome.get("sam"), "code", None) == "not_pending"
-    newest = harness.store.superseding(original["proposal_id"])
+    newest = harness.store.proposals.superseding(original["proposal_id"])
     assert newest is not None and newest.arguments["amount_cents"] == 600  # sam's, voided
-    assert harness.store.get_operation(newest.operation_key).status == "rejected"  # type: ignore[union-attr]
+    assert harness.store.operations.get(newest.operation_key).status == "rejected"  # type: ignore[union-attr]
     assert edits.current_proposal(gw, original["proposal_id"]).proposal_id == rita.proposal_id  # type: ignore[union-attr]

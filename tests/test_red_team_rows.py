@@ -97,7 +97,7 @@ def test_a_proposal_row_inserted_with_database_access_alone_is_never_executed(
 
     model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1")), ai("done")])
     facts = start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-forge")["__interrupt__"][0].value
-    real = harness.store.get_proposal(facts["toolgate"]["proposals"][0]["proposal_id"])
+    real = harness.store.proposals.get(facts["toolgate"]["proposals"][0]["proposal_id"])
     assert real is not None
     forged = replace(
         real,

@@ -24,7 +24,7 @@ def cfg(thread: str) -> dict[str, Any]:
 
 
 def tampered(harness: Harness, thread: str) -> list[Any]:
-    return [e for e in harness.store.audit_events() if e.event == "state.tampered" and e.thread_id == thread]
+    return [e for e in harness.store.audit.events() if e.event == "state.tampered" and e.thread_id == thread]
 
 
 def splice(graph: Any, thread: str, old: dict[str, Any], keys: tuple[str, ...]) -> None:

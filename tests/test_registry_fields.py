@@ -139,7 +139,7 @@ def test_the_tool_window_refuses_the_n_plus_first_call_across_two_store_instance
     refused = second.check(gina, "lookup_order", per_tool)
     assert refused is not None and (refused.code, refused.retryable) == ("rate_limited", True)
     assert first.check(ada, "lookup_order") is None  # a tool without a limit of its own is not counted
-    assert store.counter_value("tool:lookup_order", 3600) == 4
+    assert store.counters.value("tool:lookup_order", 3600) == 4
     other.close()
 
 

@@ -51,7 +51,7 @@ def test_a_canary_proposal_is_approved_under_its_own_release(store: Store, tmp_p
         assert own.status_code == 409 and own.json()["error"] == "self_approval"
         other_role = _approve(client, proposal, demo_token("fiona"))  # finance, not an operator
         assert other_role.status_code == 404  # not a reviewer of it: not even shown
-        op = store.get_operation(proposal["operation_key"])
+        op = store.operations.get(proposal["operation_key"])
         assert op is not None and op.status == "pending_approval"
         approved = _approve(client, proposal, demo_token("omar"))
     assert approved.status_code == 200, approved.json()
@@ -69,6 +69,6 @@ def test_without_release_control_the_server_refuses_another_releases_proposal(
     with TestClient(app) as client:
         refused = _approve(client, proposal, demo_token("omar"))
     assert refused.status_code == 409 and refused.json()["error"] == "wrong_release"
-    op = store.get_operation(proposal["operation_key"])
+    op = store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "pending_approval"
-    assert store.decisions_for(proposal["proposal_id"]) == []
+    assert store.approvals.for_proposal(proposal["proposal_id"]) == []

@@ -171,7 +171,7 @@ def test_a_proposal_of_the_rolled_back_release_never_executes_under_the_restored
     ]
     assert len(refusals) == 2 and {e.code for e in refusals} == {"approval_invalid"}
     assert {e.tool_release for e in refusals} == {CONTROL}
-    assert store.get_operation(proposal["operation_key"]).status == "approved"  # type: ignore[union-attr]
+    assert store.operations.get(proposal["operation_key"]).status == "approved"  # type: ignore[union-attr]
     assert (
         count(
             store,

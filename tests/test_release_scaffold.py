@@ -83,9 +83,9 @@ def test_every_cli_door_serves_the_scaffolded_release(scaffolded: Path, tmp_path
         with store.transaction(write=False) as tx:
             closures = tx.one("SELECT COUNT(*) AS n FROM acme_tools_closures", ())
         assert closures is not None and closures["n"] == 1
-        loaded = [e for e in store.audit_events() if e.event == "release.loaded"]
+        loaded = [e for e in store.audit.events() if e.event == "release.loaded"]
         assert [e.tool_release for e in loaded] == [f"{NAME}/0.1.0"]
-        assert not store.list_proposals("pending_approval")
+        assert not store.proposals.list("pending_approval")
     finally:
         store.close()
     assert "tamper_check=PASS" in toolgate(["audit", "verify", "--as", "sam"], as_sam).stdout
@@ -123,7 +123,7 @@ def test_the_langgraph_server_serves_the_scaffolded_release(scaffolded: Path, tm
             with client_as(server, None, token="token-of-ada-0123456789") as client:
                 done = client.runs.wait(thread, "toolgate", command={"resume": {"wake": True}})
             assert done["status"] == "done", done
-            loaded = [e.tool_release for e in store.audit_events() if e.event == "release.loaded"]
+            loaded = [e.tool_release for e in store.audit.events() if e.event == "release.loaded"]
             assert loaded == [f"{NAME}/0.1.0"]  # recorded by the server's own bootstrap
             with store.transaction(write=False) as tx:
                 closures = tx.one("SELECT COUNT(*) AS n FROM acme_tools_closures", ())

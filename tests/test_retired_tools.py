@@ -210,7 +210,7 @@ def test_an_unknown_name_is_never_answered_with_a_retired_tool(harness: Harness)
     typo = [ai("", tool_call("lookup_ordr", LOOKUP, "c-typo")), ai("ok")]
     _, offered = run(harness, inside, typo, "typo-inside")
     _, refused = run(harness, retired, list(typo), "typo-retired")
-    rejected = [e for e in harness.store.audit_events() if e.code == "unknown_tool"]
+    rejected = [e for e in harness.store.audit.events() if e.code == "unknown_tool"]
     assert len(rejected) == 2  # both refusals audited
     answers = [json.loads(str(tool_messages(state)[0].content)) for state in (offered, refused)]
     assert [a["error"] for a in answers] == ["unknown_tool", "unknown_tool"]

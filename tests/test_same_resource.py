@@ -154,7 +154,7 @@ class FirstWaitsForARefusal:
         self.calls: list[int] = []
         self._lock = threading.Lock()
         for store in stores:
-            acquire = store.acquire_resources
+            acquire = store.leases.acquire
 
             def watched(keys: Any, holder: str, lease_s: float, _acquire: Any = acquire) -> bool:
                 taken = bool(_acquire(keys, holder, lease_s))
@@ -162,7 +162,7 @@ class FirstWaitsForARefusal:
                     self.refused.set()
                 return taken
 
-            monkeypatch.setattr(store, "acquire_resources", watched)
+            monkeypatch.setattr(store.leases, "acquire", watched)
 
     def reset(self) -> None:
         self.refused.clear()
@@ -195,7 +195,7 @@ def test_two_threads_updating_one_sku_at_once_never_lose_an_update(
         assert on_hand(store) == START + 5 * (rep + 1), f"repetition {rep}: an update was lost"
         assert len(gate.calls) == 2 * (rep + 1)  # each handler exactly once
         keys = [key for _, _, key in runs]
-        ops = [store.get_operation(key) for key in keys]
+        ops = [store.operations.get(key) for key in keys]
         assert [(op.status, op.attempts) for op in ops if op] == [("succeeded", 1)] * 2
         adjustments = rows(
             store,
@@ -206,10 +206,10 @@ def test_two_threads_updating_one_sku_at_once_never_lose_an_update(
         # the later update read the earlier one's write
         assert adjustments[0]["on_hand_after"] == adjustments[1]["on_hand_before"]
         started = [
-            e for e in store.audit_events() if e.event == "handler.started" and e.operation_key in keys
+            e for e in store.audit.events() if e.event == "handler.started" and e.operation_key in keys
         ]
         assert len(started) == 2
-        assert [e for e in store.audit_events() if e.event == "operation.deferred"] == []
+        assert [e for e in store.audit.events() if e.event == "operation.deferred"] == []
         assert rows(store, "SELECT * FROM resource_leases") == []  # every lease given back
     assert len(rows(store, "SELECT * FROM sor_inventory_adjustments WHERE sku = 'SKU-7'")) == 2 * REPETITIONS
 
@@ -263,7 +263,7 @@ def sku_lease(side: Side, tenant_id: str = "acme") -> tuple[str, ...]:
 def deferred_codes(store: Store, operation_key: str) -> list[tuple[str, str | None]]:
     return [
         (e.result, e.code)
-        for e in store.audit_events(operation_key=operation_key)
+        for e in store.audit.events(operation_key=operation_key)
         if e.event == "operation.deferred"
     ]
 
@@ -275,7 +275,7 @@ def test_a_resource_still_busy_after_the_wait_is_refused_stably_and_audited_and_
     calls: list[int] = []
     side = Side(store, counting(calls), conflict=True)
     _, _, key = side.approved_run("busy", 4)
-    assert other_process.acquire_resources(sku_lease(side), "other-process-holder", 30)
+    assert other_process.leases.acquire(sku_lease(side), "other-process-holder", 30)
     executor = side.gateway(ScriptedChatModel(responses=[])).executor
 
     refused = executor.deliver(key, worker_id="w1", wait_s=0)
@@ -283,7 +283,7 @@ def test_a_resource_still_busy_after_the_wait_is_refused_stably_and_audited_and_
     assert refused.error is not None
     assert (refused.error["kind"], refused.error["retryable"]) == ("resource_busy", True)
     assert calls == [] and on_hand(store) == START
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
     assert deferred_codes(store, key) == [("refused", "resource_busy")]
     assert [r["holder"] for r in rows(store, "SELECT holder FROM resource_leases")] == [
@@ -307,7 +307,7 @@ def test_the_lease_is_per_tenant_and_resource_and_taken_from_the_stored_proposal
     acme, globex = sku_lease(side), sku_lease(side, "globex")
     assert acme == ('["acme","sku","SKU-7"]',) and acme != globex
     # another tenant's lease on the same SKU name does not block acme's write
-    assert store.acquire_resources(globex, "globex-holder", 30)
+    assert store.leases.acquire(globex, "globex-holder", 30)
     _, _, key = side.approved_run("tenants", 1)
     done = side.gateway(ScriptedChatModel(responses=[])).executor.deliver(key, worker_id="w1", wait_s=0)
     assert done.status == "succeeded" and on_hand(store) == START + 1
@@ -347,7 +347,7 @@ def test_a_handler_past_its_timeout_keeps_the_lease_until_its_thread_ends(
     side.registry = replace(
         side.registry, tools={**side.registry.tools, spec.name: replace(spec, timeout_s=0.2)}
     )
-    release = store.release_resources
+    release = store.leases.release
 
     def watched(keys: Any, holder: str) -> int:
         count = release(keys, holder)
@@ -355,7 +355,7 @@ def test_a_handler_past_its_timeout_keeps_the_lease_until_its_thread_ends(
             released.set()
         return count
 
-    monkeypatch.setattr(store, "release_resources", watched)
+    monkeypatch.setattr(store.leases, "release", watched)
     _, _, slow = side.approved_run("slow", 2)
     _, _, next_one = side.approved_run("next", 3)
     executor = side.gateway(ScriptedChatModel(responses=[])).executor
@@ -369,7 +369,7 @@ def test_a_handler_past_its_timeout_keeps_the_lease_until_its_thread_ends(
     let_go.set()  # the overrunning handler ends: its late success is recorded, then the lease freed
     assert released.wait(WINDOW_TIMEOUT_S)
     assert rows(store, "SELECT * FROM resource_leases") == []
-    op = store.get_operation(slow)
+    op = store.operations.get(slow)
     assert op is not None and op.status == "succeeded"
     done = executor.deliver(next_one, worker_id="w2", wait_s=0)
     assert done.status == "succeeded" and calls == [2, 3]

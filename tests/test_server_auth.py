@@ -59,7 +59,7 @@ class Rig:
         )
 
     def events(self, event: str, code: str | None = None) -> list[Any]:
-        return [e for e in self.store.audit_events() if e.event == event and (code is None or e.code == code)]
+        return [e for e in self.store.audit.events() if e.event == event and (code is None or e.code == code)]
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,7 @@ def test_the_requesters_own_approval_is_refused_and_a_reviewer_approves_once(rig
         "outcomes": [{"proposal_id": proposal["proposal_id"], "decision": "approve", "result": "recorded"}],
     }
     assert rig.payments(proposal["operation_key"]) == 1
-    op = rig.store.get_operation(proposal["operation_key"])
+    op = rig.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "succeeded"
     again = resume(rig, "fiona", thread_id, [{"type": "approve"}])  # a finished thread: nothing to resume
     assert rig.payments(proposal["operation_key"]) == 1 and again.get("status") == "done"
@@ -213,7 +213,7 @@ def test_one_reviewer_twice_is_one_person_and_a_second_reviewer_completes_it(rig
     assert first["status"] == "awaiting_approval" and first["review"]["outcomes"][0]["result"] == "recorded"
     twice = resume(rig, "rita", thread_id, [{"type": "approve"}])
     assert twice["review"]["outcomes"][0]["code"] == "already_decided"
-    op = rig.store.get_operation(proposal["operation_key"])
+    op = rig.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "pending_approval" and rig.payments(proposal["operation_key"]) == 0
     done = resume(rig, "sam", thread_id, [{"type": "approve"}])
     assert done["status"] == "done" and rig.payments(proposal["operation_key"]) == 1
@@ -260,6 +260,6 @@ def test_a_reviewer_may_resume_but_not_start_a_turn_in_someone_elses_thread(rig:
 
 
 def proposal_args(rig: Rig, proposal: dict[str, Any]) -> dict[str, Any]:
-    stored = rig.store.get_proposal(proposal["proposal_id"])
+    stored = rig.store.proposals.get(proposal["proposal_id"])
     assert stored is not None
     return dict(stored.arguments)

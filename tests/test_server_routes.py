@@ -112,7 +112,7 @@ def test_another_tenant_sees_nothing(rig: Rig) -> None:
     assert rig.api("gina", "GET", "/toolgate/proposals/prop_does_not_exist").json() == shown.json()
     assert any(
         e.event == "api.refused" and e.proposal_id == proposal["proposal_id"]
-        for e in rig.store.audit_events()
+        for e in rig.store.audit.events()
     )
 
 
@@ -121,7 +121,7 @@ def test_an_approval_through_the_api_wakes_the_thread_and_it_runs_once(rig: Rig)
     url = f"/toolgate/proposals/{proposal['proposal_id']}"
     own = rig.api("cust-ada", "POST", f"{url}/approve", {"digest": proposal["digest"]})
     assert own.status_code == 409 and own.json()["error"] == "self_approval"
-    assert rig.store.get_operation(proposal["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert rig.store.operations.get(proposal["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
     detail = rig.api("fiona", "GET", url).json()
     assert detail["arguments"] == {**detail["arguments"]} and detail["digest"] == proposal["digest"]
     assert detail["seconds_left"] > 0 and detail["risk"] == "danger"
@@ -143,7 +143,7 @@ def test_one_reviewer_twice_is_one_person_and_an_edit_is_a_new_proposal(rig: Rig
     assert first.status_code == 200 and first.json()["status"] == "pending_approval"
     twice = rig.api("rita", "POST", f"{url}/approve", {"digest": proposal["digest"]})
     assert twice.status_code == 409 and twice.json()["error"] == "already_decided"
-    assert rig.store.get_operation(proposal["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert rig.store.operations.get(proposal["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
     arguments = rig.api("sam", "GET", url).json()["arguments"]
     edited = rig.api("sam", "POST", f"{url}/edit", {"arguments": {**arguments, "amount_cents": 1234}})
     assert edited.status_code == 201, edited.text

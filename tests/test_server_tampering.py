@@ -76,11 +76,11 @@ class Rig:
 
     def tampered_events(self, thread_id: str) -> list[Any]:
         return [
-            e for e in self.store.audit_events() if e.event == "state.tampered" and e.thread_id == thread_id
+            e for e in self.store.audit.events() if e.event == "state.tampered" and e.thread_id == thread_id
         ]
 
     def events_of_call(self, call_id: str) -> list[str]:
-        return [e.event for e in self.store.audit_events(call_ids=[call_id])]
+        return [e.event for e in self.store.audit.events(call_ids=[call_id])]
 
     def count(self, table: str, **where: Any) -> int:
         from toolgate.tools.demo import DemoSystem
@@ -323,7 +323,7 @@ def test_an_approved_refund_tampered_through_the_server_runs_nothing(rig: Rig, c
     assert events[0].code == "state_tampered" and key in events[0].detail["keys"], events[0].detail
     assert [a.get("error") for a in tool_answers(rig.values(thread_id), call_id)] == ["state_tampered"]
     for op_key in {proposal["operation_key"], other.get("operation_key")} - {None}:
-        op = rig.store.get_operation(op_key)
+        op = rig.store.operations.get(op_key)
         assert op is not None and op.status == "approved", op  # the store's, untouched by the thread
     if other:
         assert money_for(rig, other["operation_key"]) == (0, 0)
@@ -340,5 +340,5 @@ def test_control_an_untampered_approved_refund_runs_exactly_once(rig: Rig) -> No
     assert money_for(rig, proposal["operation_key"]) == (1, 1)
     assert order_money(rig) == (before[0] + 1, before[1] + 1)
     assert rig.tampered_events(thread_id) == []
-    op = rig.store.get_operation(proposal["operation_key"])
+    op = rig.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "succeeded", op

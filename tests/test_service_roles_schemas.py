@@ -13,7 +13,8 @@ from psycopg.conninfo import make_conninfo
 from toolgate.errors import CapabilityDenied
 from toolgate.store import PostgresStore
 from toolgate.store._records_postgres import PostgresRecords, database_name, role_name, store_schema
-from toolgate.store.service_records import RecordsScope, open_service_records, provision_service_records
+from toolgate.store.records_scope import RecordsScope
+from toolgate.store.service_records import open_service_records, provision_service_records
 
 pytestmark = pytest.mark.postgres
 

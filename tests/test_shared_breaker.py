@@ -171,7 +171,7 @@ except BreakerOpenError:
     verdict = "refused"
 else:
     b.record_success()
-row = store.breaker_row("payments")
+row = store.breakers.row("payments")
 print(json.dumps({"clock": datetime.now(UTC).isoformat(), "verdict": verdict, "state": row.state}))
 store.close()
 """.replace("KEY_LITERAL", repr(TEST_KEY))
@@ -204,13 +204,13 @@ def test_child_processes_with_skewed_clocks_neither_reopen_nor_hold_a_breaker(
         # an hour FAST: by its clock the reset passed long ago; the store's clock says no
         fast = child(skewed(harness_env, faketime, FAST), pg_url, reset_s)
         assert_skewed(fast["clock"], store.now(), FAST)
-        row = store.breaker_row("payments")
+        row = store.breakers.row("payments")
         assert row is not None and row.retry_in_s > 0, (
             "the reset passed by the store's clock too: inconclusive"
         )
         assert (fast["verdict"], fast["state"]) == ("refused", "open")
         # once the store's clock passes the reset, an hour SLOW child gets the probe and closes it
-        poll(lambda: (row := store.breaker_row("payments")) is not None and row.retry_in_s == 0)
+        poll(lambda: (row := store.breakers.row("payments")) is not None and row.retry_in_s == 0)
         slow = child(skewed(harness_env, faketime, SLOW), pg_url, reset_s)
         assert_skewed(slow["clock"], store.now(), SLOW)
         assert (slow["verdict"], slow["state"]) == ("admitted", "closed")

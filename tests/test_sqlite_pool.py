@@ -38,9 +38,9 @@ def test_sequential_units_of_work_reuse_one_connection(tmp_path: Path, connects:
     store.setup()
     before = len(connects)
     for _ in range(50):
-        store.increment_counter("b", 10**9)
+        store.counters.increment("b", 10**9)
     assert len(connects) - before <= 1
-    assert store.counter_value("b", 10**9) == 50
+    assert store.counters.value("b", 10**9) == 50
     store.close()
 
 
@@ -61,20 +61,20 @@ def test_a_failed_transaction_closes_its_connection(tmp_path: Path, connects: li
 
 def _child(path: str, queue: Any) -> None:
     store = SQLiteStore(path, key=KEY)
-    queue.put(store.increment_counter("forked", 10**9))
+    queue.put(store.counters.increment("forked", 10**9))
 
 
 def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.sqlite", key=KEY)
     store.setup()
-    store.increment_counter("forked", 10**9)  # the parent now holds an idle connection
+    store.counters.increment("forked", 10**9)  # the parent now holds an idle connection
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_child, args=(str(store.path), queue))
     child.start()
     child.join(60)
     assert child.exitcode == 0 and queue.get(timeout=10) == 2
-    assert store.increment_counter("forked", 10**9) == 3  # the parent's connection still works
+    assert store.counters.increment("forked", 10**9) == 3  # the parent's connection still works
     store.close()
 
 
@@ -88,7 +88,7 @@ def test_threads_share_the_pool_without_losing_a_write(tmp_path: Path) -> None:
         try:
             start.wait(30)
             for _ in range(25):
-                store.increment_counter("shared", 10**9)
+                store.counters.increment("shared", 10**9)
         except BaseException as exc:
             errors.append(exc)
 
@@ -98,6 +98,6 @@ def test_threads_share_the_pool_without_losing_a_write(tmp_path: Path) -> None:
     for t in threads:
         t.join(120)
     assert errors == []
-    assert store.counter_value("shared", 10**9) == 200
+    assert store.counters.value("shared", 10**9) == 200
     assert len(store._idle) <= SQLiteStore.MAX_IDLE
     store.close()

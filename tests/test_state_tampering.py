@@ -36,7 +36,7 @@ def cfg(thread: str) -> dict[str, Any]:
 
 
 def tampered_events(harness: Harness, thread: str) -> list[Any]:
-    return [e for e in harness.store.audit_events() if e.event == "state.tampered" and e.thread_id == thread]
+    return [e for e in harness.store.audit.events() if e.event == "state.tampered" and e.thread_id == thread]
 
 
 def read_paused_before_execute(harness: Harness, thread: str) -> Any:
@@ -138,7 +138,7 @@ def test_an_approved_write_tampered_at_the_interrupt_runs_nothing(harness: Harne
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     assert final["status"] == "refused"
     assert len(tampered_events(harness, thread)) == 1
-    op = harness.store.get_operation(operation_key)
+    op = harness.store.operations.get(operation_key)
     assert op is not None and op.status == "approved"  # still the store's: a clean delivery may run it once
 
 
@@ -206,7 +206,7 @@ def test_a_gated_write_relabelled_as_a_read_never_runs_its_handler(harness: Harn
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     answer = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
     assert answer["c1"]["error"] == "state_mismatch"
-    assert harness.store.list_proposals() == []
+    assert harness.store.proposals.list() == []
 
 
 def test_another_tenants_approved_operation_is_not_run_from_this_thread(harness: Harness) -> None:
@@ -231,7 +231,7 @@ def test_another_tenants_approved_operation_is_not_run_from_this_thread(harness:
     assert harness.payments("O-7001") == 0 and harness.payments() == 0
     answer = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
     assert answer["c1"]["error"] == "state_mismatch" and "O-7001" not in json.dumps(answer)
-    op = harness.store.get_operation(foreign["operation_key"])
+    op = harness.store.operations.get(foreign["operation_key"])
     assert op is not None and op.status == "approved"
 
 
@@ -241,7 +241,7 @@ def test_a_thread_cannot_be_turned_into_another_principals(harness: Harness) -> 
     with pytest.raises(RunRefused, match="thread_owner: this thread belongs to another principal"):
         graph.invoke(None, cfg("t-who"), context=Context(principal=principal("cust-ada")))
     assert harness.total_handler_calls() == 0
-    refusals = [e for e in harness.store.audit_events() if e.event == "identity.refused"]
+    refusals = [e for e in harness.store.audit.events() if e.event == "identity.refused"]
     assert [(e.code, e.thread_id) for e in refusals] == [("thread_owner", "t-who")]
 
 

@@ -47,7 +47,7 @@ def cfg(thread: str) -> dict[str, Any]:
 
 
 def events(harness: Harness, event: str) -> list[Any]:
-    return [e for e in harness.store.audit_events() if e.event == event]
+    return [e for e in harness.store.audit.events() if e.event == event]
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _sign_proposal(store: SQLiteStore, proposal_id: str) -> None:
     """The fixture's proposal row predates proposal MACs (such a row is refused: see
     tests/test_proposal_mac.py); these tests are about the thread's state, so its row is given the
     MAC toolgate writes today, as if it had been proposed after the upgrade."""
-    proposal = store.get_proposal(proposal_id)
+    proposal = store.proposals.get(proposal_id)
     assert proposal is not None and not proposal.authentic
     with store.transaction() as tx:
         tx.execute("DROP TRIGGER proposals_no_update")
@@ -86,7 +86,7 @@ def _sign_proposal(store: SQLiteStore, proposal_id: str) -> None:
             "CREATE TRIGGER proposals_no_update BEFORE UPDATE ON proposals"
             " BEGIN SELECT RAISE(ABORT, 'proposals are immutable'); END"
         )
-    signed = store.get_proposal(proposal_id)
+    signed = store.proposals.get(proposal_id)
     assert signed is not None and signed.authentic
 
 
@@ -124,7 +124,7 @@ def test_a_thread_saved_before_versions_resumes_once_approved_and_is_migrated(sa
     done = saved.resume()
     assert done["status"] == "done"
     assert saved.harness.handler_calls["issue_refund"] == 1 and saved.harness.refunds() == 1
-    op = saved.harness.store.get_operation(saved.operation_key)
+    op = saved.harness.store.operations.get(saved.operation_key)
     assert op is not None and op.status == "succeeded"
     values = saved.values()
     assert values["state_version"] == CURRENT_VERSION == 2 and values["seal"]["v"] == SEAL_VERSION
@@ -229,7 +229,7 @@ def test_a_newer_state_is_refused_with_a_stable_code_and_left_as_it_is(
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
     after = graph.get_state(cfg("t-newer")).values
     assert after == before and after["state_version"] == CURRENT_VERSION + 1
-    op = harness.store.get_operation(operation_key)
+    op = harness.store.operations.get(operation_key)
     assert op is not None and op.status == "approved"
     refusals = events(harness, "state.refused")
     assert [(e.code, e.thread_id, e.result) for e in refusals] == [(UNSUPPORTED, "t-newer", "refused")]

@@ -9,6 +9,7 @@ also shown refusing: the exact exception or return value, no row changed, no aud
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import itertools
 import json
@@ -43,7 +44,8 @@ from toolgate.store import (
     SQLiteStore,
     Store,
 )
-from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content, verify_chain
+from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.store.chain import verify_chain
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
 from toolgate.store.waits import WaitIn
@@ -133,7 +135,7 @@ def event(name: str = "contract.event", **fields: Any) -> AuditEventIn:
 
 def named(store: Store, name: str) -> list[AuditEvent]:
     """Stored events called ``name``, in chain order."""
-    return [e for e in store.audit_events() if e.event == name]
+    return [e for e in store.audit.events() if e.event == name]
 
 
 def snapshot(store: Store) -> dict[str, list[dict[str, Any]]]:
@@ -143,14 +145,14 @@ def snapshot(store: Store) -> dict[str, list[dict[str, Any]]]:
 
 
 def approve_row(store: Store, key: str = "op_test1") -> None:
-    store.transition(key, "pending_approval", "approved")
+    store.operations.transition(key, "pending_approval", "approved")
 
 
 def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0) -> OperationRecord:
     """Proposal ``n``, approved and claimed by ``owner``."""
-    store.create_proposal(make_proposal(n))
+    store.proposals.create(make_proposal(n))
     approve_row(store, f"op_test{n}")
-    claimed = store.claim(f"op_test{n}", owner, lease_s)
+    claimed = store.operations.claim(f"op_test{n}", owner, lease_s)
     assert claimed is not None
     return claimed
 
@@ -158,7 +160,7 @@ def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0
 def unknown_outcome(store: Store, n: int = 1, lease_s: float = 30.0) -> OperationRecord:
     """Proposal ``n``, claimed by ``w1`` for ``lease_s``, its outcome then ``unknown``."""
     executing(store, n, lease_s=lease_s)
-    return store.transition(f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"})
+    return store.operations.transition(f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"})
 
 
 def table_exists(store: Store, table: str) -> bool:
@@ -255,7 +257,7 @@ def test_now_is_the_store_clock_and_recorded_times_come_from_it(store: Store) ->
     # the PostgreSQL server runs on this host: its clock and this process's agree closely
     assert before - timedelta(seconds=5) <= first <= after + timedelta(seconds=5)
     start = store.now()
-    _, op, _ = store.create_proposal(make_proposal())
+    _, op, _ = store.proposals.create(make_proposal())
     end = store.now()
     assert start <= parse_iso(op.created_at) == parse_iso(op.updated_at) <= end
 
@@ -291,13 +293,13 @@ def test_a_transaction_commits_on_success_and_rolls_back_on_any_error(store: Sto
 
 
 def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: Callable[..., Store]) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal(1))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
     executing(store, 2)
     unknown_outcome(store, 3, lease_s=0)
-    store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
-    store.append_audit(event())
-    assert store.acquire_resources(["k1"], "h1", 30)
-    assert store.take_slot("model:acme", "h1", 1, 30) == 0
+    store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-ada")))
+    store.audit.append(event())
+    assert store.leases.acquire(["k1"], "h1", 30)
+    assert store.slots.take("model:acme", "h1", 1, 30) == 0
     reader = reopen(read_only=True)
     assert reader.read_only and not store.read_only
     before = snapshot(store)
@@ -307,36 +309,36 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "migrate": lambda s: s.migrate(
             "contract_extra", [Migration("t", "CREATE TABLE t (x INTEGER)", "CREATE TABLE t (x INTEGER)")]
         ),
-        "create_proposal": lambda s: s.create_proposal(make_proposal(4)),
-        "record_decision": lambda s: s.record_decision(make_approval(proposal)),
-        "record_and_settle": lambda s: s.record_and_settle(
+        "proposals.create": lambda s: s.proposals.create(make_proposal(4)),
+        "approvals.record": lambda s: s.approvals.record(make_approval(proposal)),
+        "approvals.record_and_settle": lambda s: s.approvals.record_and_settle(
             make_approval(proposal),
             settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
         ),
-        "transition": lambda s: s.transition("op_test1", "pending_approval", "approved"),
-        "claim": lambda s: s.claim("op_test1", "w9", 30),
-        "renew_lease": lambda s: s.renew_lease("op_test2", "w1", 60),
-        "add_dead_letter": lambda s: s.add_dead_letter("op_test3", "no outcome", {}),
-        "resolve_dead_letter": lambda s: s.resolve_dead_letter(
+        "operations.transition": lambda s: s.operations.transition("op_test1", "pending_approval", "approved"),
+        "operations.claim": lambda s: s.operations.claim("op_test1", "w9", 30),
+        "operations.renew_lease": lambda s: s.operations.renew_lease("op_test2", "w1", 60),
+        "operations.dead_letter": lambda s: s.operations.dead_letter("op_test3", "no outcome", {}),
+        "operations.resolve_dead_letter": lambda s: s.operations.resolve_dead_letter(
             "op_test3", resolution="r", resolved_by="p", note=""
         ),
-        "increment_counter": lambda s: s.increment_counter("bucket", 60),
-        "count_hits": lambda s: s.count_hits([("bucket", 60, 5)]),
-        "acquire_resources": lambda s: s.acquire_resources(["k1"], "h9", 30),
-        "renew_resources": lambda s: s.renew_resources(["k1"], "h1", 30),
-        "release_resources": lambda s: s.release_resources(["k1"], "h1"),
-        "add_identity": lambda s: s.add_identity(make_identity("bob")),
-        "change_identity": lambda s: s.change_identity("ada", status="revoked"),
-        "append_audit": lambda s: s.append_audit(event()),
-        "append_audits": lambda s: s.append_audits([event(), event()]),
-        "purge_audit_payloads": lambda s: s.purge_audit_payloads(iso(utcnow() + timedelta(days=1))),
-        "open_wait": lambda s: s.open_wait(wait_in(9)),
-        "record_wait_check": lambda s: s.record_wait_check(
+        "counters.increment": lambda s: s.counters.increment("bucket", 60),
+        "counters.count_hits": lambda s: s.counters.count_hits([("bucket", 60, 5)]),
+        "leases.acquire": lambda s: s.leases.acquire(["k1"], "h9", 30),
+        "leases.renew": lambda s: s.leases.renew(["k1"], "h1", 30),
+        "leases.release": lambda s: s.leases.release(["k1"], "h1"),
+        "identities.add": lambda s: s.identities.add(make_identity("bob")),
+        "identities.change": lambda s: s.identities.change("ada", status="revoked"),
+        "audit.append": lambda s: s.audit.append(event()),
+        "audit.append_many": lambda s: s.audit.append_many([event(), event()]),
+        "audit.purge_payloads": lambda s: s.audit.purge_payloads(iso(utcnow() + timedelta(days=1))),
+        "waits.open": lambda s: s.waits.open(wait_in(9)),
+        "waits.record_check": lambda s: s.waits.record_check(
             "op_wait1", checks_seen=0, job_status="x", result=None, done=True
         ),
-        "resume_wait": lambda s: s.resume_wait("op_wait1"),
-        "take_slot": lambda s: s.take_slot("model:beta", "h9", 1, 30),
-        "release_slot": lambda s: s.release_slot("model:acme", 0, "h1"),
+        "waits.resume": lambda s: s.waits.resume("op_wait1"),
+        "slots.take": lambda s: s.slots.take("model:beta", "h9", 1, 30),
+        "slots.release": lambda s: s.slots.release("model:acme", 0, "h1"),
     }
     unrefused = []
     for name, write in writes.items():
@@ -350,10 +352,10 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     assert snapshot(store) == before
     # everything that only reads still works
     reader.require_schema()
-    assert reader.get_proposal("prop_test1") == proposal
-    assert [o.operation_key for o in reader.list_operations("executing")] == ["op_test2"]
-    assert len(reader.audit_events()) == 1
-    assert [r.holder for r in reader.held_slots("model:acme")] == ["h1"]
+    assert reader.proposals.get("prop_test1") == proposal
+    assert [o.operation_key for o in reader.operations.list("executing")] == ["op_test2"]
+    assert len(reader.audit.events()) == 1
+    assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
 
 
 def test_setup_is_idempotent_and_refuses_a_newer_schema(store: Store) -> None:
@@ -442,7 +444,7 @@ def test_migrate_applies_only_the_missing_steps_of_a_component_all_or_nothing(st
 def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager(
     store: Store, reopen: Callable[..., Store], request: pytest.FixtureRequest
 ) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     assert open_connections(store, request) >= 1  # the store keeps a connection for the next unit of work
     store.close()
     assert settled_connections(store, request) == 0
@@ -450,7 +452,7 @@ def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager
     other = reopen()
     with other as entered:
         assert entered is other
-        assert entered.get_proposal("prop_test1") is not None
+        assert entered.proposals.get("prop_test1") is not None
         assert open_connections(other, request) >= 1
     assert settled_connections(other, request) == 0
 
@@ -459,18 +461,18 @@ def test_close_releases_every_connection_and_a_store_closes_as_a_context_manager
 
 
 def test_create_proposal_is_idempotent_by_operation_key(store: Store) -> None:
-    first, op, created = store.create_proposal(make_proposal())
-    again, op2, created2 = store.create_proposal(make_proposal())
+    first, op, created = store.proposals.create(make_proposal())
+    again, op2, created2 = store.proposals.create(make_proposal())
     assert created and not created2
     assert first == again and op.status == op2.status == "pending_approval"
-    assert len(store.list_proposals()) == 1
+    assert len(store.proposals.list()) == 1
 
 
 def test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing(
     store: Store,
 ) -> None:
     proposal = make_proposal()
-    stored, op, created = store.create_proposal(
+    stored, op, created = store.proposals.create(
         proposal, audit=[event("proposal.created", proposal_id="prop_test1")]
     )
     assert created and stored == proposal
@@ -492,9 +494,9 @@ def test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_ap
     before = snapshot(store)
     # another proposal for the same operation (a re-run node, a second process): the first one stands
     rival = make_proposal(1, proposal_id="prop_rival", arguments={"order_id": "O-1", "amount_cents": 1})
-    again, op_again, created_again = store.create_proposal(rival, audit=[event("proposal.created")])
+    again, op_again, created_again = store.proposals.create(rival, audit=[event("proposal.created")])
     assert not created_again and again == proposal and op_again == op
-    assert store.get_proposal("prop_rival") is None
+    assert store.proposals.get("prop_rival") is None
     assert snapshot(store) == before
 
 
@@ -515,60 +517,60 @@ def test_get_proposal_returns_exactly_what_was_stored(store: Store) -> None:
         escalation_rule_id="refund.large_needs_two_reviewers",
         escalation_reason="Refunds over $500 need two reviewers ✓",
     )
-    store.create_proposal(original)
-    store.create_proposal(edited)
-    assert store.get_proposal("prop_test1") == original
-    assert store.get_proposal("prop_test2") == edited
-    assert store.get_proposal("prop_missing") is None
+    store.proposals.create(original)
+    store.proposals.create(edited)
+    assert store.proposals.get("prop_test1") == original
+    assert store.proposals.get("prop_test2") == edited
+    assert store.proposals.get("prop_missing") is None
 
 
 def test_list_proposals_pairs_each_with_its_operation_oldest_first(store: Store) -> None:
     start = utcnow()
     for n, minutes in ((1, 2), (2, 0), (3, 1)):  # inserted out of time order
-        store.create_proposal(make_proposal(n, created_at=iso(start + timedelta(minutes=minutes))))
+        store.proposals.create(make_proposal(n, created_at=iso(start + timedelta(minutes=minutes))))
     approve_row(store, "op_test3")
-    listed = store.list_proposals()
+    listed = store.proposals.list()
     assert [(p.proposal_id, o.operation_key, o.status) for p, o in listed] == [
         ("prop_test2", "op_test2", "pending_approval"),
         ("prop_test3", "op_test3", "approved"),
         ("prop_test1", "op_test1", "pending_approval"),
     ]
-    assert [p.proposal_id for p, _ in store.list_proposals("pending_approval")] == [
+    assert [p.proposal_id for p, _ in store.proposals.list("pending_approval")] == [
         "prop_test2",
         "prop_test1",
     ]
-    assert [p.proposal_id for p, _ in store.list_proposals("approved")] == ["prop_test3"]
-    assert store.list_proposals("succeeded") == []
+    assert [p.proposal_id for p, _ in store.proposals.list("approved")] == ["prop_test3"]
+    assert store.proposals.list("succeeded") == []
 
 
 def test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments(
     store: Store,
 ) -> None:
-    first, _, _ = store.create_proposal(make_proposal(1))
-    second, second_op, _ = store.create_proposal(make_proposal(2))  # same thread, tool and arguments
-    store.create_proposal(make_proposal(3, thread_id="t2"))
-    store.create_proposal(make_proposal(4, arguments={"order_id": "O-5512", "amount_cents": 101}))
-    store.create_proposal(make_proposal(5, tool="other_tool"))
-    assert store.same_effect(first) == [(second, second_op)]
-    assert [p.proposal_id for p, _ in store.same_effect(second)] == ["prop_test1"]
-    assert store.same_effect(make_proposal(6, thread_id="t3")) == []
+    first, _, _ = store.proposals.create(make_proposal(1))
+    second, second_op, _ = store.proposals.create(make_proposal(2))  # same thread, tool and arguments
+    store.proposals.create(make_proposal(3, thread_id="t2"))
+    store.proposals.create(make_proposal(4, arguments={"order_id": "O-5512", "amount_cents": 101}))
+    store.proposals.create(make_proposal(5, tool="other_tool"))
+    assert store.proposals.same_effect(first) == [(second, second_op)]
+    assert [p.proposal_id for p, _ in store.proposals.same_effect(second)] == ["prop_test1"]
+    assert store.proposals.same_effect(make_proposal(6, thread_id="t3")) == []
 
 
 def test_superseding_is_the_newest_proposal_that_replaces_one(store: Store) -> None:
     start = utcnow()
-    store.create_proposal(make_proposal(1, created_at=iso(start)))
-    store.create_proposal(
+    store.proposals.create(make_proposal(1, created_at=iso(start)))
+    store.proposals.create(
         make_proposal(2, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=1)))
     )
     newest = make_proposal(3, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=2)))
-    store.create_proposal(newest)
-    assert store.superseding("prop_test1") == newest
-    assert store.superseding("prop_test3") is None
-    assert store.superseding("prop_missing") is None
+    store.proposals.create(newest)
+    assert store.proposals.superseding("prop_test1") == newest
+    assert store.proposals.superseding("prop_test3") is None
+    assert store.proposals.superseding("prop_missing") is None
 
 
 def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute(
             "UPDATE proposals SET arguments = ? WHERE proposal_id = ?",
@@ -581,12 +583,12 @@ def test_database_refuses_to_update_or_delete_a_proposal(store: Store) -> None:
         )
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("DELETE FROM proposals WHERE proposal_id = ?", ("prop_test1",))
-    stored = store.get_proposal("prop_test1")
+    stored = store.proposals.get("prop_test1")
     assert stored is not None and stored.arguments["amount_cents"] == 100
 
 
 def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal())
+    proposal, _, _ = store.proposals.create(make_proposal())
     record = ApprovalRecord(
         approval_id="apr_1",
         proposal_id=proposal.proposal_id,
@@ -598,90 +600,90 @@ def test_one_decision_per_reviewer_and_decisions_are_immutable(store: Store) -> 
         reason="",
         decided_at=iso(utcnow()),
     )
-    assert store.record_decision(record)
-    assert not store.record_decision(dataclasses.replace(record, approval_id="apr_2", decision="reject"))
+    assert store.approvals.record(record)
+    assert not store.approvals.record(dataclasses.replace(record, approval_id="apr_2", decision="reject"))
     with pytest.raises(StoreError, match="immutable"), store.transaction() as tx:
         tx.execute("UPDATE approvals SET decision = 'reject'")
-    decisions = store.decisions_for(proposal.proposal_id)
+    decisions = store.approvals.for_proposal(proposal.proposal_id)
     assert [(d.decision, d.authentic) for d in decisions] == [("approve", True)]
 
 
 def test_record_decision_appends_its_audit_only_when_the_decision_is_new(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal())
+    proposal, _, _ = store.proposals.create(make_proposal())
     decision = make_approval(proposal)
-    assert store.record_decision(
+    assert store.approvals.record(
         decision, audit=[event("approval.recorded", proposal_id=proposal.proposal_id)]
     )
-    assert store.decisions_for(proposal.proposal_id) == [dataclasses.replace(decision, authentic=True)]
+    assert store.approvals.for_proposal(proposal.proposal_id) == [dataclasses.replace(decision, authentic=True)]
     assert len(named(store, "approval.recorded")) == 1
     before = snapshot(store)
     second_try = make_approval(proposal, decision="reject", approval_id="apr_again")
-    assert store.record_decision(second_try, audit=[event("approval.recorded")]) is False
+    assert store.approvals.record(second_try, audit=[event("approval.recorded")]) is False
     assert snapshot(store) == before
     # a decision on a proposal the store does not hold is refused by the database
     ghost = make_approval(make_proposal(9), reviewer="rita")
     with pytest.raises(StoreError):
-        store.record_decision(ghost, audit=[event("approval.recorded")])
+        store.approvals.record(ghost, audit=[event("approval.recorded")])
     assert snapshot(store) == before
 
 
 def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal(1))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
     settle = Settlement(
         operation_key="op_test1",
         from_status="pending_approval",
         to_status="approved",
         audit=[event("operation.approved", operation_key="op_test1")],
     )
-    recorded, settled = store.record_and_settle(
+    recorded, settled = store.approvals.record_and_settle(
         make_approval(proposal), audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
     )
     assert recorded and settled is not None and settled.status == "approved"
-    assert settled == store.get_operation("op_test1")
-    assert [e.event for e in store.audit_events(operation_key="op_test1")] == [
+    assert settled == store.operations.get("op_test1")
+    assert [e.event for e in store.audit.events(operation_key="op_test1")] == [
         "approval.recorded",
         "operation.approved",
     ]
 
     # a second reviewer's decision is recorded; the operation is no longer in from_status: no settlement,
     # and the settlement's events are not appended
-    recorded, settled = store.record_and_settle(
+    recorded, settled = store.approvals.record_and_settle(
         make_approval(proposal, reviewer="gina"),
         audit=[event("approval.recorded", operation_key="op_test1")],
         settle=settle,
     )
     assert recorded and settled is None
-    assert [e.event for e in store.audit_events(operation_key="op_test1")] == [
+    assert [e.event for e in store.audit.events(operation_key="op_test1")] == [
         "approval.recorded",
         "operation.approved",
         "approval.recorded",
     ]
-    assert [d.reviewer_id for d in store.decisions_for("prop_test1")] == ["fiona", "gina"]
+    assert [d.reviewer_id for d in store.approvals.for_proposal("prop_test1")] == ["fiona", "gina"]
 
     # the same reviewer again: nothing at all is written
     before = snapshot(store)
-    assert store.record_and_settle(
+    assert store.approvals.record_and_settle(
         make_approval(proposal, approval_id="apr_other"), audit=[event("approval.recorded")], settle=settle
     ) == (False, None)
     assert snapshot(store) == before
 
 
 def test_record_and_settle_never_approves_past_a_recorded_rejection(store: Store) -> None:
-    proposal, _, _ = store.create_proposal(make_proposal(1))
-    assert store.record_decision(make_approval(proposal, reviewer="rita", decision="reject"))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    assert store.approvals.record(make_approval(proposal, reviewer="rita", decision="reject"))
     settle = Settlement(
         operation_key="op_test1",
         from_status="pending_approval",
         to_status="approved",
         audit=[event("operation.approved")],
     )
-    recorded, settled = store.record_and_settle(make_approval(proposal), settle=settle)
+    recorded, settled = store.approvals.record_and_settle(make_approval(proposal), settle=settle)
     assert recorded and settled is None
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and op.status == "pending_approval"
     assert named(store, "operation.approved") == []
     reject = Settlement(operation_key="op_test1", from_status="pending_approval", to_status="rejected")
-    recorded, settled = store.record_and_settle(
+    recorded, settled = store.approvals.record_and_settle(
         make_approval(proposal, reviewer="gina", decision="reject"), settle=reject
     )
     assert recorded and settled is not None and settled.status == "rejected"
@@ -710,34 +712,34 @@ def _forge_decision(store: Store, proposal: ProposalRecord, approval_id: str, de
 
 def test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows(store: Store) -> None:
     start = utcnow()
-    proposal, _, _ = store.create_proposal(make_proposal(1))
-    other, _, _ = store.create_proposal(make_proposal(2))
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    other, _, _ = store.proposals.create(make_proposal(2))
     later = make_approval(proposal, reviewer="gina", decided_at=iso(start + timedelta(seconds=2)))
     earlier = make_approval(proposal, reviewer="fiona", decided_at=iso(start))
-    assert store.record_decision(later) and store.record_decision(earlier)
-    assert store.record_decision(make_approval(other))
+    assert store.approvals.record(later) and store.approvals.record(earlier)
+    assert store.approvals.record(make_approval(other))
     _forge_decision(store, proposal, "apr_forged", iso(start + timedelta(seconds=1)))
-    decisions = store.decisions_for(proposal.proposal_id)
+    decisions = store.approvals.for_proposal(proposal.proposal_id)
     assert [(d.approval_id, d.authentic) for d in decisions] == [
         (earlier.approval_id, True),
         ("apr_forged", False),
         (later.approval_id, True),
     ]
     assert decisions[0] == dataclasses.replace(earlier, authentic=True)
-    assert store.decisions_for("prop_missing") == []
+    assert store.approvals.for_proposal("prop_missing") == []
 
 
 def test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows(store: Store) -> None:
     start = utcnow()
-    first, _, _ = store.create_proposal(make_proposal(1))
-    second, _, _ = store.create_proposal(make_proposal(2))
-    assert store.all_decisions() == []
-    assert store.record_decision(make_approval(second, decided_at=iso(start)))
-    assert store.record_decision(
+    first, _, _ = store.proposals.create(make_proposal(1))
+    second, _, _ = store.proposals.create(make_proposal(2))
+    assert store.approvals.all() == []
+    assert store.approvals.record(make_approval(second, decided_at=iso(start)))
+    assert store.approvals.record(
         make_approval(first, reviewer="gina", decided_at=iso(start + timedelta(seconds=1)))
     )
     _forge_decision(store, first, "apr_forged", iso(start + timedelta(seconds=2)))
-    assert [(d.proposal_id, d.reviewer_id, d.authentic) for d in store.all_decisions()] == [
+    assert [(d.proposal_id, d.reviewer_id, d.authentic) for d in store.approvals.all()] == [
         ("prop_test2", "fiona", True),
         ("prop_test1", "gina", True),
         ("prop_test1", "mallory", False),
@@ -748,77 +750,77 @@ def test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows(sto
 
 
 def test_get_operation_and_list_operations_oldest_first_by_status(store: Store) -> None:
-    assert store.get_operation("op_missing") is None
-    assert store.list_operations() == []
+    assert store.operations.get("op_missing") is None
+    assert store.operations.list() == []
     for n in (1, 2, 3):
-        store.create_proposal(make_proposal(n))
+        store.proposals.create(make_proposal(n))
     approve_row(store, "op_test2")
-    op = store.get_operation("op_test2")
+    op = store.operations.get("op_test2")
     assert op is not None and op.status == "approved" and op.proposal_id == "prop_test2"
-    assert [o.operation_key for o in store.list_operations()] == ["op_test1", "op_test2", "op_test3"]
-    assert store.list_operations()[1] == op
-    assert [o.operation_key for o in store.list_operations("pending_approval")] == ["op_test1", "op_test3"]
-    assert [o.operation_key for o in store.list_operations("approved")] == ["op_test2"]
-    assert store.list_operations("failed") == []
+    assert [o.operation_key for o in store.operations.list()] == ["op_test1", "op_test2", "op_test3"]
+    assert store.operations.list()[1] == op
+    assert [o.operation_key for o in store.operations.list("pending_approval")] == ["op_test1", "op_test3"]
+    assert [o.operation_key for o in store.operations.list("approved")] == ["op_test2"]
+    assert store.operations.list("failed") == []
 
 
 def test_database_refuses_illegal_operation_transitions(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     with pytest.raises(StoreError, match="invalid operation transition"), store.transaction() as tx:
         tx.execute("UPDATE operations SET status = 'succeeded' WHERE operation_key = ?", ("op_test1",))
     with pytest.raises(InvalidTransitionError):
-        store.transition("op_test1", "approved", "executing")
-    op = store.get_operation("op_test1")
+        store.operations.transition("op_test1", "approved", "executing")
+    op = store.operations.get("op_test1")
     assert op is not None and op.status == "pending_approval"
 
 
 def test_transition_changes_status_result_and_error_with_its_audit(store: Store) -> None:
-    store.create_proposal(make_proposal(1))
-    approved = store.transition(
+    store.proposals.create(make_proposal(1))
+    approved = store.operations.transition(
         "op_test1",
         "pending_approval",
         "approved",
         audit=[event("operation.approved", operation_key="op_test1")],
     )
-    assert approved.status == "approved" and approved == store.get_operation("op_test1")
+    assert approved.status == "approved" and approved == store.operations.get("op_test1")
     assert approved.updated_at >= approved.created_at
-    assert [e.event for e in store.audit_events(operation_key="op_test1")] == ["operation.approved"]
+    assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.approved"]
     executing(store, 2)
-    done = store.transition(
+    done = store.operations.transition(
         "op_test2", "executing", "succeeded", owner="w1", result={"refund_id": "R-1", "n": 2}
     )
     assert (done.status, done.result, done.error) == ("succeeded", {"refund_id": "R-1", "n": 2}, None)
     executing(store, 3)
-    failed = store.transition("op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"})
+    failed = store.operations.transition("op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"})
     assert (failed.status, failed.result, failed.error) == ("failed", None, {"kind": "server_error"})
-    assert store.get_operation("op_test3") == failed
+    assert store.operations.get("op_test3") == failed
 
 
 def test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing(store: Store) -> None:
-    store.create_proposal(make_proposal(1))
+    store.proposals.create(make_proposal(1))
     approve_row(store, "op_test1")
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError) as wrong:
-        store.transition("op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")])
+        store.operations.transition("op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")])
     assert (wrong.value.operation_key, wrong.value.expected, wrong.value.actual) == (
         "op_test1",
         "pending_approval",
         "approved",
     )
     with pytest.raises(InvalidTransitionError) as missing:
-        store.transition("op_missing", "pending_approval", "approved", audit=[event("operation.approved")])
+        store.operations.transition("op_missing", "pending_approval", "approved", audit=[event("operation.approved")])
     assert missing.value.actual is None
     assert snapshot(store) == before
 
     executing(store, 2, owner="w1")
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError):
-        store.transition(
+        store.operations.transition(
             "op_test2", "executing", "succeeded", owner="w2", result={"x": 1}, audit=[event("x")]
         )
     # a change the state machine forbids is refused by the database itself, also through transition()
     with pytest.raises(StoreError, match="invalid operation transition") as illegal:
-        store.transition("op_test2", "executing", "approved", audit=[event("x")])
+        store.operations.transition("op_test2", "executing", "approved", audit=[event("x")])
     assert not isinstance(illegal.value, InvalidTransitionError)
     assert snapshot(store) == before
 
@@ -829,106 +831,106 @@ def test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse(
     executing(store, 1, owner="w1", lease_s=30)
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError):
-        store.transition(
+        store.operations.transition(
             "op_test1", "executing", "unknown", lease_lapsed=True, audit=[event("operation.recovered")]
         )
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))
-        recovered = store.transition(
+        recovered = store.operations.transition(
             "op_test1", "executing", "unknown", lease_lapsed=True, audit=[event("operation.recovered")]
         )
     assert recovered.status == "unknown" and len(named(store, "operation.recovered")) == 1
 
 
 def test_claim_only_from_approved_and_only_once(store: Store) -> None:
-    store.create_proposal(make_proposal())
-    assert store.claim("op_test1", "w1", 30) is None
+    store.proposals.create(make_proposal())
+    assert store.operations.claim("op_test1", "w1", 30) is None
     approve_row(store)
-    claimed = store.claim("op_test1", "w1", 30)
+    claimed = store.operations.claim("op_test1", "w1", 30)
     assert (
         claimed is not None
         and claimed.status == "executing"
         and claimed.owner == "w1"
         and claimed.attempts == 1
     )
-    assert store.claim("op_test1", "w2", 30) is None
+    assert store.operations.claim("op_test1", "w2", 30) is None
     with pytest.raises(InvalidTransitionError):
-        store.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
-    done = store.transition("op_test1", "executing", "succeeded", owner="w1", result={"x": 1})
+        store.operations.transition("op_test1", "executing", "succeeded", owner="w2", result={"x": 1})
+    done = store.operations.transition("op_test1", "executing", "succeeded", owner="w1", result={"x": 1})
     assert done.result == {"x": 1}
 
 
 def test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     before = snapshot(store)
-    assert store.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
+    assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
     assert snapshot(store) == before
     approve_row(store)
-    claimed = store.claim("op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")])
-    assert claimed is not None and claimed == store.get_operation("op_test1")
+    claimed = store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")])
+    assert claimed is not None and claimed == store.operations.get("op_test1")
     assert claimed.lease_expires_at is not None
     assert parse_iso(claimed.lease_expires_at) - parse_iso(claimed.updated_at) == timedelta(seconds=30)
     before = snapshot(store)
-    assert store.claim("op_test1", "w2", 30, audit=[event("operation.claimed")]) is None
+    assert store.operations.claim("op_test1", "w2", 30, audit=[event("operation.claimed")]) is None
     assert snapshot(store) == before
     assert len(named(store, "operation.claimed")) == 1
     # an operation given back (unknown -> approved) is claimed again: attempts count every claim
-    store.transition("op_test1", "executing", "unknown", owner="w1")
-    store.transition("op_test1", "unknown", "approved")
-    again = store.claim("op_test1", "w2", 30)
+    store.operations.transition("op_test1", "executing", "unknown", owner="w1")
+    store.operations.transition("op_test1", "unknown", "approved")
+    again = store.operations.claim("op_test1", "w2", 30)
     assert again is not None and again.owner == "w2" and again.attempts == 2
 
 
 def test_claim_refuses_an_approval_that_has_expired(store: Store) -> None:
     past = utcnow() - timedelta(minutes=20)
-    store.create_proposal(make_proposal(created_at=iso(past), expires_at=iso(past + timedelta(minutes=15))))
+    store.proposals.create(make_proposal(created_at=iso(past), expires_at=iso(past + timedelta(minutes=15))))
     approve_row(store)
     before = snapshot(store)
-    assert store.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
+    assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
     assert snapshot(store) == before
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
 
 
 def test_twenty_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
-    store.create_proposal(make_proposal())
+    store.proposals.create(make_proposal())
     approve_row(store)
     barrier = threading.Barrier(20)
 
     def contend(i: int) -> bool:
         barrier.wait()
-        return store.claim("op_test1", f"worker-{i}", 30) is not None
+        return store.operations.claim("op_test1", f"worker-{i}", 30) is not None
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         wins = list(pool.map(contend, range(20)))
     assert wins.count(True) == 1
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and op.attempts == 1
 
 
 def test_renew_lease_extends_only_the_owners_live_claim(store: Store) -> None:
     claimed = executing(store, 1, owner="w1", lease_s=5)
     start = store.now()
-    assert store.renew_lease("op_test1", "w1", 120) is True
+    assert store.operations.renew_lease("op_test1", "w1", 120) is True
     end = store.now()
-    renewed = store.get_operation("op_test1")
+    renewed = store.operations.get("op_test1")
     assert renewed is not None and renewed.lease_expires_at is not None
     assert (
         start + timedelta(seconds=120) <= parse_iso(renewed.lease_expires_at) <= end + timedelta(seconds=120)
     )
     assert (renewed.status, renewed.owner, renewed.attempts) == (claimed.status, "w1", 1)
-    store.transition("op_test1", "executing", "unknown", owner="w1")
-    assert store.renew_lease("op_test1", "w1", 120) is True  # its handler may still be running
+    store.operations.transition("op_test1", "executing", "unknown", owner="w1")
+    assert store.operations.renew_lease("op_test1", "w1", 120) is True  # its handler may still be running
 
     before = snapshot(store)
-    assert store.renew_lease("op_test1", "w2", 600) is False  # not the owner
-    assert store.renew_lease("op_missing", "w1", 600) is False
+    assert store.operations.renew_lease("op_test1", "w2", 600) is False  # not the owner
+    assert store.operations.renew_lease("op_missing", "w1", 600) is False
     assert snapshot(store) == before
-    store.create_proposal(make_proposal(2))
+    store.proposals.create(make_proposal(2))
     approve_row(store, "op_test2")
     before = snapshot(store)
-    assert store.renew_lease("op_test2", "w1", 600) is False  # nobody claimed it
+    assert store.operations.renew_lease("op_test2", "w1", 600) is False  # nobody claimed it
     assert snapshot(store) == before
 
 
@@ -938,29 +940,29 @@ def test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace(
     executing(store, 1, lease_s=30)
     unknown_outcome(store, 2, lease_s=30)
     executing(store, 3, lease_s=300)
-    assert store.stale_executing(0) == []
+    assert store.operations.stale_executing(0) == []
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=40))
-        stale = store.stale_executing(0)
+        stale = store.operations.stale_executing(0)
         assert [o.operation_key for o in stale] == ["op_test1"]  # not the unknown one, not the live lease
-        assert stale[0] == store.get_operation("op_test1")
-        assert [o.operation_key for o in store.stale_executing(5)] == ["op_test1"]
-        assert store.stale_executing(60) == []  # lapsed 10 s ago: within a 60 s grace
+        assert stale[0] == store.operations.get("op_test1")
+        assert [o.operation_key for o in store.operations.stale_executing(5)] == ["op_test1"]
+        assert store.operations.stale_executing(60) == []  # lapsed 10 s ago: within a 60 s grace
 
 
 def test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit(store: Store) -> None:
-    assert store.due_operations(10) == []
+    assert store.operations.due(10) == []
     for n in (1, 2, 3, 4):
-        store.create_proposal(make_proposal(n))
+        store.proposals.create(make_proposal(n))
     for key in ("op_test3", "op_test1", "op_test4"):
         approve_row(store, key)
-    assert store.claim("op_test4", "w1", 30) is not None  # claimed: no longer due
+    assert store.operations.claim("op_test4", "w1", 30) is not None  # claimed: no longer due
     before = snapshot(store)
-    due = store.due_operations(10)
+    due = store.operations.due(10)
     assert [o.operation_key for o in due] == ["op_test3", "op_test1"]  # not pending, not executing
-    assert due[0] == store.get_operation("op_test3")
-    assert [o.operation_key for o in store.due_operations(1)] == ["op_test3"]
-    assert store.due_operations(0) == []
+    assert due[0] == store.operations.get("op_test3")
+    assert [o.operation_key for o in store.operations.due(1)] == ["op_test3"]
+    assert store.operations.due(0) == []
     assert snapshot(store) == before  # a read: nothing claimed, nothing changed
 
 
@@ -974,15 +976,15 @@ def test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed(
     executing(store, 2, lease_s=0)
     before = snapshot(store)
     assert (
-        store.add_dead_letter("op_test1", "no outcome", {"tool": "issue_refund"}) is None
+        store.operations.dead_letter("op_test1", "no outcome", {"tool": "issue_refund"}) is None
     )  # lease still live
-    assert store.add_dead_letter("op_test2", "no outcome", {}) is None  # still executing
-    assert store.add_dead_letter("op_missing", "no outcome", {}) is None
+    assert store.operations.dead_letter("op_test2", "no outcome", {}) is None  # still executing
+    assert store.operations.dead_letter("op_missing", "no outcome", {}) is None
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))
         moment = store.now()
-        letter = store.add_dead_letter("op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]})
+        letter = store.operations.dead_letter("op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]})
     assert letter is not None
     assert (letter.operation_key, letter.reason, letter.context) == (
         "op_test1",
@@ -996,31 +998,31 @@ def test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed(
         None,
         None,
     )
-    op = store.get_operation("op_test1")
+    op = store.operations.get("op_test1")
     assert op is not None and op.status == "dead_lettered"
-    assert store.dead_letters() == [letter]
+    assert store.operations.dead_letters() == [letter]
     before = snapshot(store)
-    assert store.add_dead_letter("op_test1", "again", {}) is None  # no longer unknown
+    assert store.operations.dead_letter("op_test1", "again", {}) is None  # no longer unknown
     assert snapshot(store) == before
 
 
 def test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert store.dead_letters() == [] and store.dead_letters(open_only=False) == []
+    assert store.operations.dead_letters() == [] and store.operations.dead_letters(open_only=False) == []
     unknown_outcome(store, 1, lease_s=0)
     unknown_outcome(store, 2, lease_s=0)
-    first = store.add_dead_letter("op_test1", "first", {})
-    second = store.add_dead_letter("op_test2", "second", {})
+    first = store.operations.dead_letter("op_test1", "first", {})
+    second = store.operations.dead_letter("op_test2", "second", {})
     assert first is not None and second is not None
-    assert store.dead_letters() == [first, second]
+    assert store.operations.dead_letters() == [first, second]
     assert (
-        store.resolve_dead_letter(
+        store.operations.resolve_dead_letter(
             "op_test1", resolution="refunded_by_hand", resolved_by="omar", note="checked"
         )
         is True
     )
-    resolved = store.dead_letters(open_only=False)[0]
+    resolved = store.operations.dead_letters(open_only=False)[0]
     assert (resolved.operation_key, resolved.resolution, resolved.resolved_by, resolved.note) == (
         "op_test1",
         "refunded_by_hand",
@@ -1028,11 +1030,11 @@ def test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_onc
         "checked",
     )
     assert resolved.resolved_at is not None
-    assert store.dead_letters() == [second]
-    assert [d.operation_key for d in store.dead_letters(open_only=False)] == ["op_test1", "op_test2"]
+    assert store.operations.dead_letters() == [second]
+    assert [d.operation_key for d in store.operations.dead_letters(open_only=False)] == ["op_test1", "op_test2"]
     before = snapshot(store)
-    assert store.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="") is False
-    assert store.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="") is False
+    assert store.operations.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="") is False
+    assert store.operations.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="") is False
     assert snapshot(store) == before
 
 
@@ -1043,16 +1045,16 @@ def test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window = 10**9  # one window for the whole test: no boundary falls between the calls
-    assert [store.increment_counter("pt:acme:ada:tool", window) for _ in range(3)] == [1, 2, 3]
-    assert store.increment_counter("pt:acme:bob:tool", window) == 1
+    assert [store.counters.increment("pt:acme:ada:tool", window) for _ in range(3)] == [1, 2, 3]
+    assert store.counters.increment("pt:acme:bob:tool", window) == 1
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=window))  # the next window of the store's clock
-        assert store.increment_counter("pt:acme:ada:tool", window) == 1
-    assert store.counter_value("pt:acme:ada:tool", window) == 3
+        assert store.counters.increment("pt:acme:ada:tool", window) == 1
+    assert store.counters.value("pt:acme:ada:tool", window) == 3
     with ThreadPoolExecutor(max_workers=10) as pool:
-        counts = list(pool.map(lambda _: store.increment_counter("t:acme", window), range(20)))
+        counts = list(pool.map(lambda _: store.counters.increment("t:acme", window), range(20)))
     assert sorted(counts) == list(range(1, 21))  # every process-wide hit counted exactly once
-    assert store.counter_value("t:acme", window) == 20
+    assert store.counters.value("t:acme", window) == 20
 
 
 def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full(
@@ -1068,24 +1070,24 @@ def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first
     monkeypatch.setattr(store, "transaction", counted)
     window = 10**9  # one fixed window for the whole test: no boundary can fall between the calls
     hits = [("pt:acme:ada:tool", window, 2), ("t:acme", window, 1)]
-    assert store.count_hits(hits) is None
+    assert store.counters.count_hits(hits) is None
     assert transactions == [True]  # both limits, one commit
-    assert store.count_hits(hits) == 1  # the tenant window is full
-    assert store.count_hits(hits) == 0  # the principal window is full: the tenant's is not counted
+    assert store.counters.count_hits(hits) == 1  # the tenant window is full
+    assert store.counters.count_hits(hits) == 0  # the principal window is full: the tenant's is not counted
     monkeypatch.setattr(store, "transaction", real)
-    assert store.counter_value("pt:acme:ada:tool", window) == 3
-    assert store.counter_value("t:acme", window) == 2
+    assert store.counters.value("pt:acme:ada:tool", window) == 3
+    assert store.counters.value("t:acme", window) == 2
 
 
 def test_counter_value_peeks_without_counting(store: Store) -> None:
     window = 10**9
-    assert store.counter_value("t:acme", window) == 0
-    store.increment_counter("t:acme", window)
-    store.increment_counter("t:acme", window)
+    assert store.counters.value("t:acme", window) == 0
+    store.counters.increment("t:acme", window)
+    store.counters.increment("t:acme", window)
     before = snapshot(store)
-    assert store.counter_value("t:acme", window) == 2
-    assert store.counter_value("t:acme", window) == 2
-    assert store.counter_value("t:globex", window) == 0
+    assert store.counters.value("t:acme", window) == 2
+    assert store.counters.value("t:acme", window) == 2
+    assert store.counters.value("t:globex", window) == 0
     assert snapshot(store) == before
 
 
@@ -1103,7 +1105,7 @@ def test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_l
     store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
 ) -> None:
     start = store.now()
-    assert store.acquire_resources(["k2", "k1", "k1"], "h1", 30) is True
+    assert store.leases.acquire(["k2", "k1", "k1"], "h1", 30) is True
     end = store.now()
     held = leases(store)
     assert sorted(held) == ["k1", "k2"] and {h for h, _ in held.values()} == {"h1"}
@@ -1111,18 +1113,18 @@ def test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_l
         assert start + timedelta(seconds=30) <= parse_iso(expires_at) <= end + timedelta(seconds=30)
 
     before = snapshot(store)
-    assert store.acquire_resources(["k3", "k2"], "h2", 30) is False  # k2 is h1's: k3 is not taken either
-    assert reopen().acquire_resources(["k1"], "h2", 30) is False  # nor from another process
+    assert store.leases.acquire(["k3", "k2"], "h2", 30) is False  # k2 is h1's: k3 is not taken either
+    assert reopen().leases.acquire(["k1"], "h2", 30) is False  # nor from another process
     with pytest.raises(ValueError, match="positive duration"):
-        store.acquire_resources(["k9"], "h2", 0)
-    assert store.acquire_resources([], "h2", 30) is True  # nothing to hold
+        store.leases.acquire(["k9"], "h2", 0)
+    assert store.leases.acquire([], "h2", 30) is True  # nothing to hold
     assert snapshot(store) == before
 
-    assert store.acquire_resources(["k1"], "h1", 300) is True  # its holder again: extended
+    assert store.leases.acquire(["k1"], "h1", 300) is True  # its holder again: extended
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=40))  # k2 lapsed, k1 did not
-        assert store.acquire_resources(["k1", "k3"], "h2", 30) is False
-        assert store.acquire_resources(["k2", "k3"], "h2", 30) is True
+        assert store.leases.acquire(["k1", "k3"], "h2", 30) is False
+        assert store.leases.acquire(["k2", "k3"], "h2", 30) is True
     held = leases(store)
     assert {k: h for k, (h, _) in held.items()} == {"k1": "h1", "k2": "h2", "k3": "h2"}
 
@@ -1130,7 +1132,7 @@ def test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_l
 
     def contend(i: int) -> bool:
         barrier.wait()
-        return store.acquire_resources(["k5", "k4"], f"w{i}", 30)
+        return store.leases.acquire(["k5", "k4"], f"w{i}", 30)
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         wins = list(pool.map(contend, range(20)))
@@ -1142,22 +1144,22 @@ def test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_l
 def test_renew_resources_extends_only_the_holders_own_leases(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert store.acquire_resources(["k1", "k2"], "h1", 5) is True
+    assert store.leases.acquire(["k1", "k2"], "h1", 5) is True
     start = store.now()
-    assert store.renew_resources(["k1", "k2"], "h1", 120) is True
+    assert store.leases.renew(["k1", "k2"], "h1", 120) is True
     end = store.now()
     for _, expires_at in leases(store).values():
         assert start + timedelta(seconds=120) <= parse_iso(expires_at) <= end + timedelta(seconds=120)
     before = snapshot(store)
-    assert store.renew_resources(["k1"], "h2", 600) is False  # not its holder
-    assert store.renew_resources(["k9"], "h1", 600) is False  # never leased
-    assert store.renew_resources([], "h1", 600) is True
+    assert store.leases.renew(["k1"], "h2", 600) is False  # not its holder
+    assert store.leases.renew(["k9"], "h1", 600) is False  # never leased
+    assert store.leases.renew([], "h1", 600) is True
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=200))
-        assert store.acquire_resources(["k1"], "h2", 30) is True  # h1's lease lapsed: taken over
+        assert store.leases.acquire(["k1"], "h2", 30) is True  # h1's lease lapsed: taken over
         taken = leases(store)["k1"]
-        assert store.renew_resources(["k1", "k2"], "h1", 600) is False  # k1 is h2's now
+        assert store.leases.renew(["k1", "k2"], "h1", 600) is False  # k1 is h2's now
         assert leases(store)["k1"] == taken
 
 
@@ -1165,21 +1167,21 @@ def test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_cl
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = {"failure_threshold": 3, "reset_timeout_s": 30.0}
-    assert store.breaker_row("pay") is None
-    assert store.breaker_admit("pay", "h1", 10) == ("closed", 0.0, 0)
-    store.breaker_report("pay", "h1", failed=True, **report)
-    assert store.breaker_report("pay", "h2", failed=True, **report).failures == 2  # any process counts
-    assert store.breaker_report("pay", "h3", failed=False, **report).failures == 0  # a success resets
+    assert store.breakers.row("pay") is None
+    assert store.breakers.admit("pay", "h1", 10) == ("closed", 0.0, 0)
+    store.breakers.report("pay", "h1", failed=True, **report)
+    assert store.breakers.report("pay", "h2", failed=True, **report).failures == 2  # any process counts
+    assert store.breakers.report("pay", "h3", failed=False, **report).failures == 0  # a success resets
     for holder in ("h1", "h2"):
-        assert store.breaker_report("pay", holder, failed=True, **report).state == "closed"
-    opened = store.breaker_report("pay", "h3", failed=True, **report)
+        assert store.breakers.report("pay", holder, failed=True, **report).state == "closed"
+    opened = store.breakers.report("pay", "h3", failed=True, **report)
     assert (opened.state, opened.failures, opened.times_opened) == ("open", 3, 1)
     assert 29.0 < opened.retry_in_s <= 30.0
-    admit, retry_in, _ = store.breaker_admit("pay", "h4", 10)
+    admit, retry_in, _ = store.breakers.admit("pay", "h4", 10)
     assert admit == "open" and 29.0 < retry_in <= 30.0
     before = snapshot(store)
-    assert store.breaker_release("pay", "h4") is False  # holds no probe: nothing changes
-    assert store.breaker_report("pay", "h4", failed=False, **report).state == "open"  # a straggler
+    assert store.breakers.release("pay", "h4") is False  # holds no probe: nothing changes
+    assert store.breakers.report("pay", "h4", failed=False, **report).state == "open"  # a straggler
     assert snapshot(store) == before
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # past the reset, by the store's clock
@@ -1187,42 +1189,42 @@ def test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_cl
 
         def contend(i: int) -> str:
             barrier.wait()
-            return store.breaker_admit("pay", f"w{i}", 10)[0]
+            return store.breakers.admit("pay", f"w{i}", 10)[0]
 
         with ThreadPoolExecutor(max_workers=20) as pool:
             verdicts = list(pool.map(contend, range(20)))
         assert sorted(set(verdicts)) == ["open", "probe"] and verdicts.count("probe") == 1
         prober = f"w{verdicts.index('probe')}"
-        row = store.breaker_row("pay")
+        row = store.breakers.row("pay")
         assert row is not None and (row.state, row.probe_owner) == ("half_open", prober)
-        assert store.breaker_report("pay", "h1", failed=False, **report).state == "half_open"  # not the probe
-        assert store.breaker_release("pay", prober) is True  # unreported: open again, next caller probes
-        assert store.breaker_admit("pay", "h5", 10)[0] == "probe"
-        reopened = store.breaker_report("pay", "h5", failed=True, **report)  # the probe failed
+        assert store.breakers.report("pay", "h1", failed=False, **report).state == "half_open"  # not the probe
+        assert store.breakers.release("pay", prober) is True  # unreported: open again, next caller probes
+        assert store.breakers.admit("pay", "h5", 10)[0] == "probe"
+        reopened = store.breakers.report("pay", "h5", failed=True, **report)  # the probe failed
         assert (reopened.state, reopened.times_opened, reopened.probe_owner) == ("open", 2, None)
-        assert store.breaker_admit("pay", "h6", 10)[0] == "open"
+        assert store.breakers.admit("pay", "h6", 10)[0] == "open"
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=62))
-        assert store.breaker_admit("pay", "h6", 10)[0] == "probe"
-        assert store.breaker_admit("pay", "h7", 10)[0] == "open"  # the probe is out
+        assert store.breakers.admit("pay", "h6", 10)[0] == "probe"
+        assert store.breakers.admit("pay", "h7", 10)[0] == "open"  # the probe is out
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=73))  # h6 never reported: its probe lapsed
-        assert store.breaker_admit("pay", "h7", 10)[0] == "probe"
-        closed = store.breaker_report("pay", "h7", failed=False, **report)
+        assert store.breakers.admit("pay", "h7", 10)[0] == "probe"
+        closed = store.breakers.report("pay", "h7", failed=False, **report)
         assert (closed.state, closed.failures, closed.probe_owner) == ("closed", 0, None)
-        assert store.breaker_admit("pay", "h8", 10) == ("closed", 0.0, 0)
+        assert store.breakers.admit("pay", "h8", 10) == ("closed", 0.0, 0)
 
 
 def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) -> None:
-    assert store.acquire_resources(["k1", "k2"], "h1", 30) is True
+    assert store.leases.acquire(["k1", "k2"], "h1", 30) is True
     before = snapshot(store)
-    assert store.release_resources(["k1", "k2"], "h2") == 0  # not its holder
-    assert store.release_resources([], "h1") == 0
+    assert store.leases.release(["k1", "k2"], "h2") == 0  # not its holder
+    assert store.leases.release([], "h1") == 0
     assert snapshot(store) == before
-    assert store.release_resources(["k1"], "h1") == 1
-    assert store.acquire_resources(["k1"], "h2", 30) is True  # free again at once
-    assert store.release_resources(["k1", "k2"], "h1") == 1  # k2 only: k1 is h2's now
-    assert store.release_resources(["k2"], "h1") == 0  # repeating it is harmless
+    assert store.leases.release(["k1"], "h1") == 1
+    assert store.leases.acquire(["k1"], "h2", 30) is True  # free again at once
+    assert store.leases.release(["k1", "k2"], "h1") == 1  # k2 only: k1 is h2's now
+    assert store.leases.release(["k2"], "h1") == 0  # repeating it is harmless
     assert {k: h for k, (h, _) in leases(store).items()} == {"k1": "h2"}
 
 
@@ -1233,44 +1235,44 @@ def test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the
     store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
 ) -> None:
     start = store.now()
-    assert store.take_slot("model:acme", "h1", 2, 30) == 0
-    assert reopen().take_slot("model:acme", "h2", 2, 30) == 1  # another process counts too
+    assert store.slots.take("model:acme", "h1", 2, 30) == 0
+    assert reopen().slots.take("model:acme", "h2", 2, 30) == 1  # another process counts too
     end = store.now()
-    held = store.held_slots("model:acme")
+    held = store.slots.held("model:acme")
     assert [(r.scope, r.slot, r.holder) for r in held] == [("model:acme", 0, "h1"), ("model:acme", 1, "h2")]
     for row in held:
         assert isinstance(row, SlotRow)
         assert start + timedelta(seconds=30) <= parse_iso(row.expires_at) <= end + timedelta(seconds=30)
 
     before = snapshot(store)
-    assert store.take_slot("model:acme", "h3", 2, 30) is None  # both held: nothing changes
-    assert reopen().take_slot("model:acme", "h3", 2, 30) is None
+    assert store.slots.take("model:acme", "h3", 2, 30) is None  # both held: nothing changes
+    assert reopen().slots.take("model:acme", "h3", 2, 30) is None
     with pytest.raises(ValueError, match="cap >= 1"):
-        store.take_slot("model:acme", "h3", 0, 30)
+        store.slots.take("model:acme", "h3", 0, 30)
     with pytest.raises(ValueError, match="positive time to live"):
-        store.take_slot("model:acme", "h3", 3, 0)
+        store.slots.take("model:acme", "h3", 3, 0)
     assert snapshot(store) == before
-    assert store.take_slot("model:beta", "h3", 2, 30) == 0  # each scope has its own slots
-    assert store.take_slot("model:acme", "h3", 3, 30) == 2  # a larger cap has a free slot
-    assert store.held_slots("tool:acme") == []
+    assert store.slots.take("model:beta", "h3", 2, 30) == 0  # each scope has its own slots
+    assert store.slots.take("model:acme", "h3", 3, 30) == 2  # a larger cap has a free slot
+    assert store.slots.held("tool:acme") == []
 
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # every slot lapsed by the store's clock
-        assert store.held_slots("model:acme") == []
-        assert store.take_slot("model:acme", "h4", 1, 30) == 0  # a lapsed slot is taken over
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h4")]
-        assert store.take_slot("model:acme", "h5", 1, 30) is None  # and is live again
+        assert store.slots.held("model:acme") == []
+        assert store.slots.take("model:acme", "h4", 1, 30) == 0  # a lapsed slot is taken over
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h4")]
+        assert store.slots.take("model:acme", "h5", 1, 30) is None  # and is live again
 
     barrier = threading.Barrier(20)
 
     def contend(i: int) -> int | None:
         barrier.wait()
-        return store.take_slot("tool:acme", f"w{i}", 3, 30)
+        return store.slots.take("tool:acme", f"w{i}", 3, 30)
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         won = list(pool.map(contend, range(20)))
     assert sorted(s for s in won if s is not None) == [0, 1, 2]  # exactly the cap, each slot once
-    assert {r.slot: r.holder for r in store.held_slots("tool:acme")} == {
+    assert {r.slot: r.holder for r in store.slots.held("tool:acme")} == {
         slot: f"w{i}" for i, slot in enumerate(won) if slot is not None
     }
 
@@ -1278,21 +1280,21 @@ def test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the
 def test_release_slot_gives_back_only_the_holders_own_slot(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert store.take_slot("tool:acme", "h1", 2, 30) == 0
+    assert store.slots.take("tool:acme", "h1", 2, 30) == 0
     before = snapshot(store)
-    assert store.release_slot("tool:acme", 0, "h2") is False  # not its holder
-    assert store.release_slot("tool:acme", 1, "h1") is False  # not its slot
-    assert store.release_slot("tool:beta", 0, "h1") is False  # not its scope
+    assert store.slots.release("tool:acme", 0, "h2") is False  # not its holder
+    assert store.slots.release("tool:acme", 1, "h1") is False  # not its slot
+    assert store.slots.release("tool:beta", 0, "h1") is False  # not its scope
     assert snapshot(store) == before
-    assert store.release_slot("tool:acme", 0, "h1") is True
-    assert store.held_slots("tool:acme") == []
-    assert store.release_slot("tool:acme", 0, "h1") is False  # repeating it is harmless
-    assert store.take_slot("tool:acme", "h2", 1, 30) == 0  # free again at once
+    assert store.slots.release("tool:acme", 0, "h1") is True
+    assert store.slots.held("tool:acme") == []
+    assert store.slots.release("tool:acme", 0, "h1") is False  # repeating it is harmless
+    assert store.slots.take("tool:acme", "h2", 1, 30) == 0  # free again at once
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # h2's slot lapsed: h3 takes it over
-        assert store.take_slot("tool:acme", "h3", 1, 30) == 0
-        assert store.release_slot("tool:acme", 0, "h2") is False  # the late holder frees nothing
-        assert [(r.slot, r.holder) for r in store.held_slots("tool:acme")] == [(0, "h3")]
+        assert store.slots.take("tool:acme", "h3", 1, 30) == 0
+        assert store.slots.release("tool:acme", 0, "h2") is False  # the late holder frees nothing
+        assert [(r.slot, r.holder) for r in store.slots.held("tool:acme")] == [(0, "h3")]
 
 
 # ---- sealed delegations --------------------------------------------------------------------
@@ -1301,17 +1303,17 @@ def test_release_slot_gives_back_only_the_holders_own_slot(
 def test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock(
     store: Store, reopen: Callable[..., Store]
 ) -> None:
-    assert store.get_delegation("op_test1") is None
+    assert store.delegations.get("op_test1") is None
     start = store.now()
     expires = iso(start + timedelta(minutes=5))
-    put = store.put_delegation("op_test1", "v1.sealed-one", expires)
+    put = store.delegations.put("op_test1", "v1.sealed-one", expires)
     assert (put.operation_key, put.sealed, put.expires_at) == ("op_test1", "v1.sealed-one", expires)
     assert start <= parse_iso(put.created_at) <= store.now()
     assert "sealed-one" not in repr(put)  # the sealed text never shows in a repr
-    assert store.get_delegation("op_test1") == put == reopen().get_delegation("op_test1")
-    again = store.put_delegation("op_test1", "v1.sealed-two", expires)  # a re-run proposal node replaces it
-    assert store.get_delegation("op_test1") == again and again.sealed == "v1.sealed-two"
-    assert store.get_delegation("op_test2") is None
+    assert store.delegations.get("op_test1") == put == reopen().delegations.get("op_test1")
+    again = store.delegations.put("op_test1", "v1.sealed-two", expires)  # a re-run proposal node replaces it
+    assert store.delegations.get("op_test1") == again and again.sealed == "v1.sealed-two"
+    assert store.delegations.get("op_test2") is None
     with store.transaction(write=False) as tx:
         assert len(tx.execute("SELECT * FROM sealed_delegations")) == 1
 
@@ -1321,132 +1323,132 @@ def test_delete_and_purge_delegations_remove_ended_and_expired_ones_only(
 ) -> None:
     later = iso(store.now() + timedelta(minutes=5))
     for n in (1, 2, 3):
-        store.create_proposal(make_proposal(n))
-        store.put_delegation(f"op_test{n}", f"v1.s{n}", later)
-    store.put_delegation("op_soon", "v1.soon", iso(store.now() + timedelta(seconds=30)))
+        store.proposals.create(make_proposal(n))
+        store.delegations.put(f"op_test{n}", f"v1.s{n}", later)
+    store.delegations.put("op_soon", "v1.soon", iso(store.now() + timedelta(seconds=30)))
     before = snapshot(store)
-    assert store.delete_delegation("op_none") is False
-    assert store.purge_delegations() == 0  # all pending, none expired
+    assert store.delegations.delete("op_none") is False
+    assert store.delegations.purge() == 0  # all pending, none expired
     assert snapshot(store) == before
-    store.transition("op_test2", "pending_approval", "rejected")
+    store.operations.transition("op_test2", "pending_approval", "rejected")
     approve_row(store, "op_test3")  # approved: still needed
     with monkeypatch.context() as shifted:
         shift_store_clock(shifted, store, timedelta(seconds=31))
-        assert store.purge_delegations() == 2  # op_test2 ended, op_soon expired
-    assert [k for k in ("op_test1", "op_test2", "op_test3", "op_soon") if store.get_delegation(k)] == [
+        assert store.delegations.purge() == 2  # op_test2 ended, op_soon expired
+    assert [k for k in ("op_test1", "op_test2", "op_test3", "op_soon") if store.delegations.get(k)] == [
         "op_test1",
         "op_test3",
     ]
-    assert store.delete_delegation("op_test1") is True and store.delete_delegation("op_test1") is False
-    assert store.get_delegation("op_test1") is None and store.get_delegation("op_test3") is not None
+    assert store.delegations.delete("op_test1") is True and store.delegations.delete("op_test1") is False
+    assert store.delegations.get("op_test1") is None and store.delegations.get("op_test3") is not None
 
 
 # ---- identities ----------------------------------------------------------------------------
 
 
 def test_token_hash_is_a_keyed_hash_of_the_token(store: Store, reopen: Callable[..., Store]) -> None:
-    hashed = store.token_hash("secret-token-ada")
+    hashed = store.identities.token_hash("secret-token-ada")
     assert re.fullmatch(r"[0-9a-f]{64}", hashed) and "secret-token-ada" not in hashed
-    assert store.token_hash("secret-token-ada") == hashed
-    assert store.token_hash("secret-token-bob") != hashed
-    assert reopen().token_hash("secret-token-ada") == hashed  # every process with the secret agrees
-    assert reopen(key=b"another-store-secret-0002").token_hash("secret-token-ada") != hashed
+    assert store.identities.token_hash("secret-token-ada") == hashed
+    assert store.identities.token_hash("secret-token-bob") != hashed
+    assert reopen().identities.token_hash("secret-token-ada") == hashed  # every process with the secret agrees
+    assert reopen(key=b"another-store-secret-0002").identities.token_hash("secret-token-ada") != hashed
 
 
 def test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one(store: Store) -> None:
     start = store.now()
-    added = store.add_identity(
-        make_identity("ada", token_hash=store.token_hash("tok-ada"), review_tenants=("globex",))
+    added = store.identities.add(
+        make_identity("ada", token_hash=store.identities.token_hash("tok-ada"), review_tenants=("globex",))
     )
     end = store.now()
     assert added is not None and added.authentic and added.status == "active"
     assert added.created_at == added.updated_at and start <= parse_iso(added.created_at) <= end
-    assert store.get_identity("ada") == added
+    assert store.identities.get("ada") == added
     before = snapshot(store)
-    assert store.add_identity(make_identity("ada", tenant_id="globex", roles=("admin",))) is None
+    assert store.identities.add(make_identity("ada", tenant_id="globex", roles=("admin",))) is None
     assert snapshot(store) == before
 
 
 def test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one(store: Store) -> None:
-    added = store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-1")))
+    added = store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-1")))
     assert added is not None
-    rotated = store.change_identity("ada", token_hash=store.token_hash("tok-2"))
+    rotated = store.identities.change("ada", token_hash=store.identities.token_hash("tok-2"))
     assert (
-        rotated.token_hash == store.token_hash("tok-2") and rotated.status == "active" and rotated.authentic
+        rotated.token_hash == store.identities.token_hash("tok-2") and rotated.status == "active" and rotated.authentic
     )
-    revoked = store.change_identity("ada", status="revoked")
+    revoked = store.identities.change("ada", status="revoked")
     assert revoked.status == "revoked" and revoked.token_hash == rotated.token_hash
     assert (
         revoked.updated_at >= rotated.updated_at >= added.updated_at
         and revoked.created_at == added.created_at
     )
-    assert store.get_identity("ada") == revoked
-    promoted = store.change_identity("ada", roles=["support", "finance", "support"], scopes=["orders:read"])
+    assert store.identities.get("ada") == revoked
+    promoted = store.identities.change("ada", roles=["support", "finance", "support"], scopes=["orders:read"])
     assert (promoted.roles, promoted.scopes, promoted.authentic) == (
         ("finance", "support"),
         ("orders:read",),
         True,
     )
-    assert store.get_identity("ada") == promoted and promoted.token_hash == revoked.token_hash
+    assert store.identities.get("ada") == promoted and promoted.token_hash == revoked.token_hash
 
     before = snapshot(store)
     with pytest.raises(IdentityError) as unknown:
-        store.change_identity("nobody", status="revoked")
+        store.identities.change("nobody", status="revoked")
     assert unknown.value.code == "unknown_identity"
     assert snapshot(store) == before
 
-    store.add_identity(make_identity("bob"))
+    store.identities.add(make_identity("bob"))
     with store.transaction() as tx:  # promoted with database access alone
         tx.execute("UPDATE identities SET roles = ? WHERE user_id = ?", ('["admin"]', "bob"))
     before = snapshot(store)
     with pytest.raises(IdentityError) as forged:
-        store.change_identity("bob", status="active", token_hash=store.token_hash("tok-bob"))
+        store.identities.change("bob", status="active", token_hash=store.identities.token_hash("tok-bob"))
     assert forged.value.code == "forged_identity"
     assert snapshot(store) == before
-    stored = store.get_identity("bob")
+    stored = store.identities.get("bob")
     assert stored is not None and stored.roles == ("admin",) and not stored.authentic  # never re-signed
 
 
 def test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies(store: Store) -> None:
-    assert store.get_identity("ada") is None
-    assert store.identity_by_token_hash(store.token_hash("tok-ada")) is None
-    added = store.add_identity(make_identity("ada", token_hash=store.token_hash("tok-ada")))
-    store.add_identity(make_identity("bob", token_hash=store.token_hash("tok-bob")))
-    assert store.get_identity("ada") == added
-    assert store.identity_by_token_hash(store.token_hash("tok-ada")) == added
-    bob = store.identity_by_token_hash(store.token_hash("tok-bob"))
+    assert store.identities.get("ada") is None
+    assert store.identities.by_token_hash(store.identities.token_hash("tok-ada")) is None
+    added = store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-ada")))
+    store.identities.add(make_identity("bob", token_hash=store.identities.token_hash("tok-bob")))
+    assert store.identities.get("ada") == added
+    assert store.identities.by_token_hash(store.identities.token_hash("tok-ada")) == added
+    bob = store.identities.by_token_hash(store.identities.token_hash("tok-bob"))
     assert bob is not None and bob.user_id == "bob"
-    assert store.identity_by_token_hash(store.token_hash("tok-eve")) is None
+    assert store.identities.by_token_hash(store.identities.token_hash("tok-eve")) is None
     with store.transaction() as tx:  # a row changed with database access alone no longer verifies
         tx.execute("UPDATE identities SET scopes = ? WHERE user_id = ?", ('["refunds:write"]', "ada"))
-    tampered = store.get_identity("ada")
+    tampered = store.identities.get("ada")
     assert tampered is not None and tampered.scopes == ("refunds:write",) and not tampered.authentic
-    by_token = store.identity_by_token_hash(store.token_hash("tok-ada"))
+    by_token = store.identities.by_token_hash(store.identities.token_hash("tok-ada"))
     assert by_token is not None and not by_token.authentic
 
 
 def test_list_identities_by_user_id_optionally_of_some_tenants(store: Store) -> None:
-    assert store.list_identities() == []
+    assert store.identities.list() == []
     for user, tenant in (("zed", "acme"), ("ada", "acme"), ("gus", "globex"), ("ivy", "initech")):
-        store.add_identity(make_identity(user, tenant_id=tenant))
-    assert [i.user_id for i in store.list_identities()] == ["ada", "gus", "ivy", "zed"]
-    assert all(i.authentic for i in store.list_identities())
-    assert [i.user_id for i in store.list_identities(["acme"])] == ["ada", "zed"]
-    assert [i.user_id for i in store.list_identities(["globex", "initech"])] == ["gus", "ivy"]
-    assert store.list_identities([]) == []
-    assert store.list_identities(["umbrella"]) == []
+        store.identities.add(make_identity(user, tenant_id=tenant))
+    assert [i.user_id for i in store.identities.list()] == ["ada", "gus", "ivy", "zed"]
+    assert all(i.authentic for i in store.identities.list())
+    assert [i.user_id for i in store.identities.list(["acme"])] == ["ada", "zed"]
+    assert [i.user_id for i in store.identities.list(["globex", "initech"])] == ["gus", "ivy"]
+    assert store.identities.list([]) == []
+    assert store.identities.list(["umbrella"]) == []
 
 
 # ---- audit ---------------------------------------------------------------------------------
 
 
 def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
-    first = store.append_audit(
+    first = store.audit.append(
         AuditEventIn(
             event="call.rejected", result="rejected", code="unknown_tool", call_id="c1", detail={"n": 1}
         )
     )
-    second = store.append_audit(
+    second = store.audit.append(
         AuditEventIn(event="proposal.created", result="pending_approval", call_id="c2")
     )
     assert first.prev_hash == GENESIS_HASH and second.prev_hash == first.hash
@@ -1459,13 +1461,13 @@ def test_audit_log_is_append_only_and_hash_chained(store: Store) -> None:
         tx.execute("UPDATE audit_events SET result = 'accepted' WHERE seq = ?", (first.seq,))
     with pytest.raises(StoreError), store.transaction() as tx:
         tx.execute("DELETE FROM audit_events")
-    assert [e.code for e in store.audit_events(call_ids=["c1"])] == ["unknown_tool"]
-    assert len(store.audit_events()) == 2
+    assert [e.code for e in store.audit.events(call_ids=["c1"])] == ["unknown_tool"]
+    assert len(store.audit.events()) == 2
 
 
 def test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode(store: Store) -> None:
     start = store.now()
-    stored = store.append_audit(
+    stored = store.audit.append(
         event("call.accepted", call_id="c1", tool="lookup_order", detail={"n": 1, "s": "é"})
     )
     end = store.now()
@@ -1479,20 +1481,20 @@ def test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_en
     assert stored.event_id.startswith("evt_") and stored.payload_retained
     assert stored.detail_sha256 == digest({"n": 1, "s": "é"})
     assert start - timedelta(seconds=1) <= parse_iso(stored.occurred_at) <= end + timedelta(seconds=1)
-    assert store.audit_events() == [stored]
+    assert store.audit.events() == [stored]
     before = snapshot(store)
     with pytest.raises(ValueError, match="NaN"):
-        store.append_audit(event(detail={"x": float("nan")}))
+        store.audit.append(event(detail={"x": float("nan")}))
     assert snapshot(store) == before
 
 
 def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
     def append(i: int) -> None:
-        store.append_audit(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{i}"))
+        store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{i}"))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(append, range(40)))
-    events = store.audit_events()
+    events = store.audit.events()
     assert len(events) == 40
     assert events[0].prev_hash == GENESIS_HASH
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
@@ -1501,7 +1503,7 @@ def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
 def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    head = store.append_audit(event("first"))
+    head = store.audit.append(event("first"))
     transactions: list[bool] = []
     real = store.transaction
 
@@ -1510,8 +1512,8 @@ def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
         return real(write=write)
 
     monkeypatch.setattr(store, "transaction", counted)
-    assert store.append_audits([]) == [] and transactions == []  # nothing to append: no transaction
-    appended = store.append_audits(
+    assert store.audit.append_many([]) == [] and transactions == []  # nothing to append: no transaction
+    appended = store.audit.append_many(
         [event("a", call_id="c1"), event("b", call_id="c2"), event("c", call_id="c3")]
     )
     assert transactions == [True]
@@ -1520,51 +1522,51 @@ def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
     assert [e.seq for e in appended] == sorted(e.seq for e in appended) and appended[0].seq > head.seq
     assert appended[0].prev_hash == head.hash
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(appended))
-    assert store.audit_events() == [head, *appended]
+    assert store.audit.events() == [head, *appended]
     before = snapshot(store)
     with pytest.raises(ValueError):
-        store.append_audits([event("d"), event("e", detail={"x": float("inf")})])
+        store.audit.append_many([event("d"), event("e", detail={"x": float("inf")})])
     assert snapshot(store) == before
     assert verify_chain(store).ok
 
 
 def test_latest_audit_event_is_the_most_recent_of_a_name(store: Store) -> None:
-    assert store.latest_audit_event("release.loaded") is None
-    store.append_audit(event("release.loaded", detail={"release": "ops-tools/1.0.0"}))
-    newest = store.append_audit(event("release.loaded", detail={"release": "ops-tools/1.1.0"}))
-    store.append_audit(event("call.accepted"))
-    assert store.latest_audit_event("release.loaded") == newest
-    assert store.latest_audit_event("release.stopped") is None
+    assert store.audit.latest("release.loaded") is None
+    store.audit.append(event("release.loaded", detail={"release": "ops-tools/1.0.0"}))
+    newest = store.audit.append(event("release.loaded", detail={"release": "ops-tools/1.1.0"}))
+    store.audit.append(event("call.accepted"))
+    assert store.audit.latest("release.loaded") == newest
+    assert store.audit.latest("release.stopped") is None
 
 
 def test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain(store: Store) -> None:
-    old = store.append_audit(event("old", detail={"card": "4111"}))
-    new = store.append_audit(event("new", detail={"card": "5500"}))
+    old = store.audit.append(event("old", detail={"card": "4111"}))
+    new = store.audit.append(event("new", detail={"card": "5500"}))
     assert old.occurred_at < new.occurred_at
     before = snapshot(store)
-    assert store.purge_audit_payloads(old.occurred_at) == 0  # strictly older only
+    assert store.audit.purge_payloads(old.occurred_at) == 0  # strictly older only
     assert snapshot(store) == before
-    assert store.purge_audit_payloads(new.occurred_at) == 1
-    purged, kept = store.audit_events()
+    assert store.audit.purge_payloads(new.occurred_at) == 1
+    purged, kept = store.audit.events()
     assert (purged.event_id, purged.detail, purged.payload_retained) == (old.event_id, {}, False)
     assert purged.detail_sha256 == old.detail_sha256 and purged.hash == old.hash
     assert kept == new
-    assert store.latest_audit_event("old") == purged
+    assert store.audit.latest("old") == purged
     assert verify_chain(store).ok  # the chain covers the payload's digest, not the payload
-    assert store.purge_audit_payloads(new.occurred_at) == 0
+    assert store.audit.purge_payloads(new.occurred_at) == 0
 
 
 def test_audit_events_match_any_filter_in_chain_order(store: Store) -> None:
-    a = store.append_audit(event("a", operation_key="op_1"))
-    b = store.append_audit(event("b", proposal_id="prop_1"))
-    c = store.append_audit(event("c", call_id="c1"))
-    d = store.append_audit(event("d", call_id="c2", operation_key="op_2"))
-    assert store.audit_events() == [a, b, c, d]
-    assert store.audit_events(operation_key="op_1") == [a]
-    assert store.audit_events(proposal_id="prop_1") == [b]
-    assert store.audit_events(call_ids=["c2", "c1"]) == [c, d]
-    assert store.audit_events(operation_key="op_1", call_ids=["c2"]) == [a, d]  # any filter matches
-    assert store.audit_events(operation_key="op_9", proposal_id="prop_9", call_ids=["c9"]) == []
+    a = store.audit.append(event("a", operation_key="op_1"))
+    b = store.audit.append(event("b", proposal_id="prop_1"))
+    c = store.audit.append(event("c", call_id="c1"))
+    d = store.audit.append(event("d", call_id="c2", operation_key="op_2"))
+    assert store.audit.events() == [a, b, c, d]
+    assert store.audit.events(operation_key="op_1") == [a]
+    assert store.audit.events(proposal_id="prop_1") == [b]
+    assert store.audit.events(call_ids=["c2", "c1"]) == [c, d]
+    assert store.audit.events(operation_key="op_1", call_ids=["c2"]) == [a, d]  # any filter matches
+    assert store.audit.events(operation_key="op_9", proposal_id="prop_9", call_ids=["c9"]) == []
 
 
 # ---- the contract covers the whole interface -----------------------------------------------
@@ -1591,49 +1593,49 @@ def wait_in(n: int = 1, **overrides: Any) -> WaitIn:
 def test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged(
     store: Store, reopen: Callable[..., Store]
 ) -> None:
-    opened = store.open_wait(wait_in(1))
+    opened = store.waits.open(wait_in(1))
     assert (opened.state, opened.outcome, opened.checks, opened.verified) == ("waiting", "", 0, True)
     assert parse_iso(opened.next_check_at) - parse_iso(opened.created_at) == timedelta(seconds=15)
     assert parse_iso(opened.expires_at) - parse_iso(opened.created_at) == timedelta(seconds=60)
-    again = store.open_wait(wait_in(1, job_ref="job_other", thread_id="t-9"))
+    again = store.waits.open(wait_in(1, job_ref="job_other", thread_id="t-9"))
     assert again == opened  # first opener wins; nothing rewritten
-    assert reopen().get_wait("op_wait1") == opened
+    assert reopen().waits.get("op_wait1") == opened
 
 
 def test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified(
     store: Store, reopen: Callable[..., Store]
 ) -> None:
-    assert store.get_wait("op_missing") is None
-    store.open_wait(wait_in(1))
-    assert store.get_wait("op_wait1").verified  # type: ignore[union-attr]
+    assert store.waits.get("op_missing") is None
+    store.waits.open(wait_in(1))
+    assert store.waits.get("op_wait1").verified  # type: ignore[union-attr]
     other = reopen(key=b"another-store-secret-000000001")
-    assert other.get_wait("op_wait1").verified is False  # type: ignore[union-attr]
+    assert other.waits.get("op_wait1").verified is False  # type: ignore[union-attr]
     with store.transaction() as tx:
         tx.execute("UPDATE job_waits SET state = 'ready', outcome = 'done' WHERE operation_key = 'op_wait1'")
-    tampered = store.get_wait("op_wait1")
+    tampered = store.waits.get("op_wait1")
     assert tampered is not None and tampered.state == "ready" and not tampered.verified and not tampered.final
 
 
 def test_due_waits_are_judged_by_the_store_clock_oldest_first(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.open_wait(wait_in(1))
-    store.open_wait(wait_in(2, every_s=5.0))
-    assert store.due_waits(10) == []
+    store.waits.open(wait_in(1))
+    store.waits.open(wait_in(2, every_s=5.0))
+    assert store.waits.due(10) == []
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=6))
-        assert [w.operation_key for w in store.due_waits(10)] == ["op_wait2"]
+        assert [w.operation_key for w in store.waits.due(10)] == ["op_wait2"]
         shift_store_clock(later, store, timedelta(seconds=10))
-        assert [w.operation_key for w in store.due_waits(10)] == ["op_wait2", "op_wait1"]
-        assert [w.operation_key for w in store.due_waits(1)] == ["op_wait2"]
+        assert [w.operation_key for w in store.waits.due(10)] == ["op_wait2", "op_wait1"]
+        assert [w.operation_key for w in store.waits.due(1)] == ["op_wait2"]
 
 
 def test_record_wait_check_progresses_once_per_check_and_ends_done_or_expired(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.open_wait(wait_in(1))
-    store.open_wait(wait_in(2))
-    running = store.record_wait_check(
+    store.waits.open(wait_in(1))
+    store.waits.open(wait_in(2))
+    running = store.waits.record_check(
         "op_wait1", checks_seen=0, job_status="running", result={"s": 1}, done=False
     )
     assert running is not None and (running.state, running.checks, running.last_status) == (
@@ -1644,71 +1646,71 @@ def test_record_wait_check_progresses_once_per_check_and_ends_done_or_expired(
     assert running.result == {"s": 1} and running.verified
     before = snapshot(store)
     # a stale check (another worker recorded check 1 first), a missing wait: nothing changes
-    assert store.record_wait_check("op_wait1", checks_seen=0, job_status="x", result=None, done=True) is None
-    assert store.record_wait_check("op_nope", checks_seen=0, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op_wait1", checks_seen=0, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op_nope", checks_seen=0, job_status="x", result=None, done=True) is None
     assert snapshot(store) == before
-    done = store.record_wait_check(
+    done = store.waits.record_check(
         "op_wait1", checks_seen=1, job_status="complete", result={"s": 2}, done=True
     )
     assert done is not None and (done.state, done.outcome, done.checks) == ("ready", "done", 2) and done.final
-    assert store.record_wait_check("op_wait1", checks_seen=2, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op_wait1", checks_seen=2, job_status="x", result=None, done=True) is None
     with monkeypatch.context() as later:  # past the expiry by the store's clock: expired, not done
         shift_store_clock(later, store, timedelta(seconds=61))
-        expired = store.record_wait_check(
+        expired = store.waits.record_check(
             "op_wait2", checks_seen=0, job_status="running", result=None, done=False
         )
     assert expired is not None and (expired.state, expired.outcome) == ("ready", "expired")
-    store.open_wait(wait_in(3))
+    store.waits.open(wait_in(3))
     with store.transaction() as tx:  # changed outside the store: never progressed
         tx.execute("UPDATE job_waits SET job_ref = 'job_forged' WHERE operation_key = 'op_wait3'")
     before = snapshot(store)
     assert (
-        store.record_wait_check("op_wait3", checks_seen=0, job_status="complete", result=None, done=True)
+        store.waits.record_check("op_wait3", checks_seen=0, job_status="complete", result=None, done=True)
         is None
     )
     assert snapshot(store) == before
 
 
 def test_concurrent_wait_checks_record_one(store: Store, reopen: Callable[..., Store]) -> None:
-    store.open_wait(wait_in(1))
+    store.waits.open(wait_in(1))
     stores = [store, reopen(), reopen(), reopen()]
     barrier = threading.Barrier(len(stores))
 
     def check(s: Store) -> object:
         barrier.wait()
-        return s.record_wait_check("op_wait1", checks_seen=0, job_status="running", result=None, done=False)
+        return s.waits.record_check("op_wait1", checks_seen=0, job_status="running", result=None, done=False)
 
     with ThreadPoolExecutor(len(stores)) as pool:
         results = list(pool.map(check, stores))
     assert sum(r is not None for r in results) == 1
-    assert store.get_wait("op_wait1").checks == 1  # type: ignore[union-attr]
+    assert store.waits.get("op_wait1").checks == 1  # type: ignore[union-attr]
 
 
 def test_resume_wait_only_from_a_verified_ready_wait_once(store: Store) -> None:
-    store.open_wait(wait_in(1))
-    assert store.resume_wait("op_wait1") is False  # still waiting
-    store.record_wait_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
-    assert store.resume_wait("op_wait1") is True
-    resumed = store.get_wait("op_wait1")
+    store.waits.open(wait_in(1))
+    assert store.waits.resume("op_wait1") is False  # still waiting
+    store.waits.record_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
+    assert store.waits.resume("op_wait1") is True
+    resumed = store.waits.get("op_wait1")
     assert resumed is not None and resumed.state == "resumed" and resumed.verified and resumed.final
-    assert store.resume_wait("op_wait1") is False and store.resume_wait("op_missing") is False
-    store.open_wait(wait_in(2))
+    assert store.waits.resume("op_wait1") is False and store.waits.resume("op_missing") is False
+    store.waits.open(wait_in(2))
     with store.transaction() as tx:
         tx.execute("UPDATE job_waits SET state = 'ready', outcome = 'done' WHERE operation_key = 'op_wait2'")
-    assert store.resume_wait("op_wait2") is False
-    assert store.get_wait("op_wait2").state == "ready"  # type: ignore[union-attr]
+    assert store.waits.resume("op_wait2") is False
+    assert store.waits.get("op_wait2").state == "ready"  # type: ignore[union-attr]
 
 
 def test_list_waits_newest_first_filtered_by_state(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    store.open_wait(wait_in(1))
+    store.waits.open(wait_in(1))
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=1))
-        store.open_wait(wait_in(2))
-    store.record_wait_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
-    assert [w.operation_key for w in store.list_waits()] == ["op_wait2", "op_wait1"]
-    assert [w.operation_key for w in store.list_waits("ready")] == ["op_wait1"]
-    assert [w.operation_key for w in store.list_waits("waiting", limit=1)] == ["op_wait2"]
-    assert store.list_waits("resumed") == []
+        store.waits.open(wait_in(2))
+    store.waits.record_check("op_wait1", checks_seen=0, job_status="complete", result=None, done=True)
+    assert [w.operation_key for w in store.waits.list()] == ["op_wait2", "op_wait1"]
+    assert [w.operation_key for w in store.waits.list("ready")] == ["op_wait1"]
+    assert [w.operation_key for w in store.waits.list("waiting", limit=1)] == ["op_wait2"]
+    assert store.waits.list("resumed") == []
 
 
 CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
@@ -1721,96 +1723,109 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "require_schema": (test_require_schema_accepts_only_this_toolgates_schema_version_and_writes_nothing,),
     "migrate": (test_migrate_applies_only_the_missing_steps_of_a_component_all_or_nothing,),
     "close": (test_close_releases_every_connection_and_a_store_closes_as_a_context_manager,),
-    "create_proposal": (
+    "proposals.create": (
         test_create_proposal_is_idempotent_by_operation_key,
         test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing,
     ),
-    "get_proposal": (test_get_proposal_returns_exactly_what_was_stored,),
-    "list_proposals": (test_list_proposals_pairs_each_with_its_operation_oldest_first,),
-    "same_effect": (
+    "proposals.get": (test_get_proposal_returns_exactly_what_was_stored,),
+    "proposals.list": (test_list_proposals_pairs_each_with_its_operation_oldest_first,),
+    "proposals.same_effect": (
         test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments,
     ),
-    "superseding": (test_superseding_is_the_newest_proposal_that_replaces_one,),
-    "record_decision": (
+    "proposals.superseding": (test_superseding_is_the_newest_proposal_that_replaces_one,),
+    "approvals.record": (
         test_one_decision_per_reviewer_and_decisions_are_immutable,
         test_record_decision_appends_its_audit_only_when_the_decision_is_new,
     ),
-    "record_and_settle": (
+    "approvals.record_and_settle": (
         test_record_and_settle_settles_the_operation_in_the_decisions_transaction,
         test_record_and_settle_never_approves_past_a_recorded_rejection,
     ),
-    "decisions_for": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
-    "all_decisions": (test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows,),
-    "get_operation": (test_get_operation_and_list_operations_oldest_first_by_status,),
-    "list_operations": (test_get_operation_and_list_operations_oldest_first_by_status,),
-    "transition": (
+    "approvals.for_proposal": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
+    "approvals.all": (test_all_decisions_lists_every_decision_in_the_store_marking_forged_rows,),
+    "operations.get": (test_get_operation_and_list_operations_oldest_first_by_status,),
+    "operations.list": (test_get_operation_and_list_operations_oldest_first_by_status,),
+    "operations.transition": (
         test_transition_changes_status_result_and_error_with_its_audit,
         test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing,
         test_transition_after_a_lapsed_lease_waits_for_the_lease_to_lapse,
         test_database_refuses_illegal_operation_transitions,
     ),
-    "claim": (
+    "operations.claim": (
         test_claim_only_from_approved_and_only_once,
         test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner,
         test_claim_refuses_an_approval_that_has_expired,
         test_twenty_concurrent_claims_have_exactly_one_winner,
     ),
-    "renew_lease": (test_renew_lease_extends_only_the_owners_live_claim,),
-    "stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
-    "due_operations": (test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit,),
-    "add_dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
-    "dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
-    "resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
-    "increment_counter": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
-    "count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
-    "counter_value": (test_counter_value_peeks_without_counting,),
-    "acquire_resources": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
-    "renew_resources": (test_renew_resources_extends_only_the_holders_own_leases,),
-    "release_resources": (test_release_resources_gives_up_only_the_holders_own_leases,),
-    "breaker_admit": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "breaker_report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "breaker_release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "breaker_row": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
-    "put_delegation": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
-    "get_delegation": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
-    "delete_delegation": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
-    "purge_delegations": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
-    "token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
-    "add_identity": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
-    "change_identity": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
-    "get_identity": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
-    "identity_by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
-    "list_identities": (test_list_identities_by_user_id_optionally_of_some_tenants,),
-    "append_audit": (
+    "operations.renew_lease": (test_renew_lease_extends_only_the_owners_live_claim,),
+    "operations.stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
+    "operations.due": (test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit,),
+    "operations.dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
+    "operations.dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "operations.resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "counters.increment": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
+    "counters.count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
+    "counters.value": (test_counter_value_peeks_without_counting,),
+    "leases.acquire": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
+    "leases.renew": (test_renew_resources_extends_only_the_holders_own_leases,),
+    "leases.release": (test_release_resources_gives_up_only_the_holders_own_leases,),
+    "breakers.admit": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "breakers.row": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
+    "delegations.put": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
+    "delegations.get": (test_put_and_get_delegation_keep_opaque_text_per_operation_with_the_store_clock,),
+    "delegations.delete": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
+    "delegations.purge": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
+    "identities.token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
+    "identities.add": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
+    "identities.change": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
+    "identities.get": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "identities.by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "identities.list": (test_list_identities_by_user_id_optionally_of_some_tenants,),
+    "audit.append": (
         test_audit_log_is_append_only_and_hash_chained,
         test_append_audit_returns_the_stored_event_and_refuses_a_detail_it_cannot_encode,
         test_concurrent_audit_appends_keep_one_chain,
     ),
-    "append_audits": (test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing,),
-    "latest_audit_event": (test_latest_audit_event_is_the_most_recent_of_a_name,),
-    "purge_audit_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
-    "audit_events": (test_audit_events_match_any_filter_in_chain_order,),
-    "open_wait": (test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged,),
-    "get_wait": (test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified,),
-    "due_waits": (test_due_waits_are_judged_by_the_store_clock_oldest_first,),
-    "record_wait_check": (
+    "audit.append_many": (test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing,),
+    "audit.latest": (test_latest_audit_event_is_the_most_recent_of_a_name,),
+    "audit.purge_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
+    "audit.events": (test_audit_events_match_any_filter_in_chain_order,),
+    "waits.open": (test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged,),
+    "waits.get": (test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified,),
+    "waits.due": (test_due_waits_are_judged_by_the_store_clock_oldest_first,),
+    "waits.record_check": (
         test_record_wait_check_progresses_once_per_check_and_ends_done_or_expired,
         test_concurrent_wait_checks_record_one,
     ),
-    "resume_wait": (test_resume_wait_only_from_a_verified_ready_wait_once,),
-    "list_waits": (test_list_waits_newest_first_filtered_by_state,),
-    "take_slot": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
-    "release_slot": (test_release_slot_gives_back_only_the_holders_own_slot,),
-    "held_slots": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
+    "waits.resume": (test_resume_wait_only_from_a_verified_ready_wait_once,),
+    "waits.list": (test_list_waits_newest_first_filtered_by_state,),
+    "slots.take": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
+    "slots.release": (test_release_slot_gives_back_only_the_holders_own_slot,),
+    "slots.held": (test_take_slot_hands_out_each_slot_below_the_cap_once_until_it_lapses_by_the_store_clock,),
 }
 """Each public `Store` method and the tests (run on both backends) that hold it to its contract."""
 
 
+def public_store_methods() -> set[str]:
+    """The public methods of `Store` (``transaction``, ``now``, ...) and of each of its aggregates,
+    the latter as ``aggregate.method`` (``operations.claim``)."""
+    public = {name for name, member in inspect.getmembers(Store) if not name.startswith("_") and callable(member)}
+    for name, member in inspect.getmembers(Store):
+        if isinstance(member, functools.cached_property):
+            aggregate = inspect.signature(member.func, eval_str=True).return_annotation
+            public |= {
+                f"{name}.{method}"
+                for method, function in inspect.getmembers(aggregate)
+                if not method.startswith("_") and callable(function)
+            }
+    return public
+
+
 def test_every_public_store_method_has_a_contract_test() -> None:
-    public = {
-        name for name, member in inspect.getmembers(Store) if not name.startswith("_") and callable(member)
-    }
-    assert Store.__abstractmethods__ <= public
+    public = public_store_methods()
+    assert {m for m in Store.__abstractmethods__ if not m.startswith("_")} <= public
     missing = sorted(public - set(CONTRACT))
     assert missing == [], (
         f"Store methods without a contract test here (add one and list it in CONTRACT): {missing}"
@@ -1820,7 +1835,56 @@ def test_every_public_store_method_has_a_contract_test() -> None:
         for test in tests:
             assert test.__name__.startswith("test_") and globals()[test.__name__] is test
             assert "store" in inspect.signature(test).parameters, f"{test.__name__} must run on both backends"
-            assert re.search(rf"\.{name}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
+            assert re.search(rf"\.{re.escape(name)}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
+
+
+def test_set_initializer_runs_once_before_the_first_unit_of_work(
+    store: Store, reopen: Callable[..., Store]
+) -> None:
+    fresh = reopen()
+    started: list[Store] = []
+    fresh.set_initializer(started.append)
+    assert started == []  # nothing runs at once: a server builds its store before it serves
+    assert fresh.operations.get("op_none") is None
+    assert fresh.proposals.get("prop_none") is None
+    assert started == [fresh]
+
+
+CONTRACT["set_initializer"] = (test_set_initializer_runs_once_before_the_first_unit_of_work,)
+
+
+def test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        linked = store.audit.link(tx, [event("contract.linked")])
+        assert [e.event for e in linked] == ["contract.linked"]
+        raise RuntimeError("the change it records fails")
+    assert named(store, "contract.linked") == []  # the evidence went with the change
+    with store.transaction() as tx:
+        assert store.audit.link(tx, []) == []
+        store.audit.link(tx, [event("contract.linked"), event("contract.linked")])
+    stored = named(store, "contract.linked")
+    assert len(stored) == 2 and stored[1].prev_hash == stored[0].hash
+    assert verify_chain(store).ok
+
+
+def test_audit_append_after_appends_what_build_makes_of_the_latest_event(store: Store) -> None:
+    seen: list[str | None] = []
+
+    def build(last: AuditEvent | None) -> AuditEventIn | None:
+        seen.append(last.code if last else None)
+        return None if last is not None and last.code == "2" else event("contract.after", code=str(len(seen)))
+
+    first = store.audit.append_after("contract.after", build)
+    assert first is not None and first.code == "1"
+    second = store.audit.append_after("contract.after", build)
+    assert second is not None and second.code == "2"
+    assert store.audit.append_after("contract.after", build) is None  # build declined: nothing appended
+    assert seen == [None, "1", "2"]
+    assert [e.code for e in named(store, "contract.after")] == ["1", "2"]
+
+
+CONTRACT["audit.link"] = (test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it,)
+CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
 # ---- admission slot renewal (appended: kept apart from CONTRACT's literal above) -------------
@@ -1836,14 +1900,14 @@ def slot_rows(store: Store) -> dict[tuple[str, int], tuple[str, str]]:
 def test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock(
     store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
 ) -> None:
-    assert store.take_slot("model:acme", "h1", 2, 30) == 0
-    assert store.take_slot("model:acme", "h2", 2, 30) == 1
-    assert reopen().renew_slot("model:acme", 0, "h1", 30) is True  # from another process's connection
+    assert store.slots.take("model:acme", "h1", 2, 30) == 0
+    assert store.slots.take("model:acme", "h2", 2, 30) == 1
+    assert reopen().slots.renew("model:acme", 0, "h1", 30) is True  # from another process's connection
     theirs = slot_rows(store)[("model:acme", 1)]
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=20))  # within the TTL, on the store's clock
         start = store.now()
-        assert store.renew_slot("model:acme", 0, "h1", 30) is True
+        assert store.slots.renew("model:acme", 0, "h1", 30) is True
         end = store.now()
         expires = parse_iso(slot_rows(store)[("model:acme", 0)][1])
         assert start + timedelta(seconds=30) <= expires <= end + timedelta(seconds=30)  # store-now + TTL
@@ -1851,27 +1915,27 @@ def test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock(
 
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=40))  # h2's slot lapsed, h1's was renewed
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1")]
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h1")]
         before = snapshot(store)
-        assert store.renew_slot("model:acme", 1, "h2", 30) is False  # lapsed: never revived
-        assert store.renew_slot("model:acme", 0, "h2", 30) is False  # another holder's slot
-        assert store.renew_slot("model:acme", 7, "h1", 30) is False  # a tampered slot number
-        assert store.renew_slot("model:acme", -1, "h1", 30) is False
-        assert store.renew_slot("model:beta", 0, "h1", 30) is False  # not its scope
-        assert store.renew_slot("tool:acme", 0, "h1", 30) is False
-        assert store.renew_slot("model:acme", 0, "h1 ", 30) is False  # not exactly its holder
+        assert store.slots.renew("model:acme", 1, "h2", 30) is False  # lapsed: never revived
+        assert store.slots.renew("model:acme", 0, "h2", 30) is False  # another holder's slot
+        assert store.slots.renew("model:acme", 7, "h1", 30) is False  # a tampered slot number
+        assert store.slots.renew("model:acme", -1, "h1", 30) is False
+        assert store.slots.renew("model:beta", 0, "h1", 30) is False  # not its scope
+        assert store.slots.renew("tool:acme", 0, "h1", 30) is False
+        assert store.slots.renew("model:acme", 0, "h1 ", 30) is False  # not exactly its holder
         with pytest.raises(ValueError, match="positive time to live"):
-            store.renew_slot("model:acme", 0, "h1", 0)
+            store.slots.renew("model:acme", 0, "h1", 0)
         with pytest.raises(ValueError, match="positive time to live"):
-            store.renew_slot("model:acme", 0, "h1", -5)
+            store.slots.renew("model:acme", 0, "h1", -5)
         assert snapshot(store) == before
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1")]
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h1")]
 
-        assert store.take_slot("model:acme", "h3", 2, 30) == 1  # h2's lapsed slot is taken over
+        assert store.slots.take("model:acme", "h3", 2, 30) == 1  # h2's lapsed slot is taken over
         taken = snapshot(store)
-        assert store.renew_slot("model:acme", 1, "h2", 30) is False  # the late holder keeps nothing
+        assert store.slots.renew("model:acme", 1, "h2", 30) is False  # the late holder keeps nothing
         assert snapshot(store) == taken
-        assert [(r.slot, r.holder) for r in store.held_slots("model:acme")] == [(0, "h1"), (1, "h3")]
+        assert [(r.slot, r.holder) for r in store.slots.held("model:acme")] == [(0, "h1"), (1, "h3")]
 
 
 def test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_one(
@@ -1884,39 +1948,39 @@ def test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_o
 
         def take(i: int) -> int | None:
             barrier.wait()
-            return store.take_slot("tool:acme", f"t{i}", 1, 30)
+            return store.slots.take("tool:acme", f"t{i}", 1, 30)
 
         def renew() -> bool:
             barrier.wait()
-            return store.renew_slot("tool:acme", 0, holder, 30)
+            return store.slots.renew("tool:acme", 0, holder, 30)
 
         with ThreadPoolExecutor(max_workers=racers + 1) as pool:
             renewed = pool.submit(renew)
             taken = list(pool.map(take, range(racers)))
         return renewed.result(), taken
 
-    assert store.take_slot("tool:acme", "h1", 1, 30) == 0
+    assert store.slots.take("tool:acme", "h1", 1, 30) == 0
     renewed, taken = race("h1")  # live: the holder keeps it, no taker gets it
     assert renewed is True and taken == [None] * racers
-    assert [r.holder for r in store.held_slots("tool:acme")] == ["h1"]
+    assert [r.holder for r in store.slots.held("tool:acme")] == ["h1"]
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))  # lapsed: exactly one taker, no revival
         renewed, taken = race("h1")
         assert renewed is False
         assert sorted(taken, key=repr) == [0] + [None] * (racers - 1)
-        [row] = store.held_slots("tool:acme")
+        [row] = store.slots.held("tool:acme")
         assert row.holder == f"t{taken.index(0)}"
 
 
 def test_a_read_only_store_refuses_renew_slot(store: Store, reopen: Callable[..., Store]) -> None:
-    assert store.take_slot("model:acme", "h1", 1, 30) == 0
+    assert store.slots.take("model:acme", "h1", 1, 30) == 0
     before = snapshot(store)
     with pytest.raises(StoreError, match="read-only"):
-        reopen(read_only=True).renew_slot("model:acme", 0, "h1", 30)
+        reopen(read_only=True).slots.renew("model:acme", 0, "h1", 30)
     assert snapshot(store) == before
 
 
-CONTRACT["renew_slot"] = (
+CONTRACT["slots.renew"] = (
     test_renew_slot_extends_only_the_holders_live_slot_from_the_store_clock,
     test_renew_slot_racing_takers_keeps_a_live_slot_and_never_revives_a_lapsed_one,
     test_a_read_only_store_refuses_renew_slot,
@@ -1926,33 +1990,33 @@ CONTRACT["renew_slot"] = (
 def test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else(
     store: Store,
 ) -> None:
-    assert store.first_audit_event("op_1", "delivery.refused") is None
+    assert store.audit.first("op_1", "delivery.refused") is None
     other = event("delivery.refused", operation_key="op_2", code="proposal_missing", tool_release="r/1")
     first = event("delivery.refused", operation_key="op_1", code="proposal_missing", tool_release="r/1")
-    store.append_audits([other, event("delivery.refused", proposal_id="prop_1", code="proposal_missing")])
-    found = store.append_audit(first)
-    again = store.append_audit(first)
-    by_r2 = store.append_audit(dataclasses.replace(first, tool_release="r/2"))
-    other_code = store.append_audit(dataclasses.replace(first, code="tool_not_in_release"))
-    store.append_audit(dataclasses.replace(first, event="operation.refused"))
+    store.audit.append_many([other, event("delivery.refused", proposal_id="prop_1", code="proposal_missing")])
+    found = store.audit.append(first)
+    again = store.audit.append(first)
+    by_r2 = store.audit.append(dataclasses.replace(first, tool_release="r/2"))
+    other_code = store.audit.append(dataclasses.replace(first, code="tool_not_in_release"))
+    store.audit.append(dataclasses.replace(first, event="operation.refused"))
     before = snapshot(store)
 
-    assert store.first_audit_event("op_1", "delivery.refused") == found  # chain order: the earliest
-    assert store.first_audit_event("op_1", "delivery.refused", code="proposal_missing") == found
-    assert store.first_audit_event("op_1", "delivery.refused", tool_release="r/2") == by_r2
-    assert store.first_audit_event("op_1", "delivery.refused", code="tool_not_in_release") == other_code
+    assert store.audit.first("op_1", "delivery.refused") == found  # chain order: the earliest
+    assert store.audit.first("op_1", "delivery.refused", code="proposal_missing") == found
+    assert store.audit.first("op_1", "delivery.refused", tool_release="r/2") == by_r2
+    assert store.audit.first("op_1", "delivery.refused", code="tool_not_in_release") == other_code
     assert (
-        store.first_audit_event("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2")
+        store.audit.first("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2")
         is None
     )
-    assert store.first_audit_event("op_1", "delivery.refused", code="approval_invalid") is None
-    assert store.first_audit_event("op_9", "delivery.refused") is None  # another operation's events
-    assert store.first_audit_event("op_1", "delivery.deferred") is None
+    assert store.audit.first("op_1", "delivery.refused", code="approval_invalid") is None
+    assert store.audit.first("op_9", "delivery.refused") is None  # another operation's events
+    assert store.audit.first("op_1", "delivery.deferred") is None
     assert found != again and found.detail == {} and found.payload_retained
     assert snapshot(store) == before  # a read: no row changed
 
 
-CONTRACT["first_audit_event"] = (
+CONTRACT["audit.first"] = (
     test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_nothing_else,
 )
 
@@ -1983,14 +2047,14 @@ def _insert_proposal_row(store: Store, proposal: ProposalRecord, mac: str | None
 
 def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -> None:
     start = utcnow()
-    first, _, created = store.create_proposal(make_proposal(1, created_at=iso(start)))
+    first, _, created = store.proposals.create(make_proposal(1, created_at=iso(start)))
     assert created and first.authentic
     edit = make_proposal(2, supersedes="prop_test1", created_at=iso(start + timedelta(seconds=1)))
-    second, _, _ = store.create_proposal(edit)
+    second, _, _ = store.proposals.create(edit)
     assert second.authentic
-    got = store.get_proposal("prop_test1")
+    got = store.proposals.get("prop_test1")
     assert got is not None and got.authentic and got == first
-    assert [(p.proposal_id, p.authentic) for p, _ in store.list_proposals()] == [
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.list()] == [
         ("prop_test1", True),
         ("prop_test2", True),
     ]
@@ -2005,26 +2069,26 @@ def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -
         copied["mac"],
     )
     _insert_proposal_row(store, make_proposal(4, created_at=iso(start + timedelta(seconds=3))), None)
-    assert [(p.proposal_id, p.authentic) for p, _ in store.list_proposals("pending_approval")] == [
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.list("pending_approval")] == [
         ("prop_test1", True),
         ("prop_test2", True),
         ("prop_test3", False),
         ("prop_test4", False),
     ]
     for pid, authentic in (("prop_test2", True), ("prop_test3", False), ("prop_test4", False)):
-        found = store.get_proposal(pid)
+        found = store.proposals.get(pid)
         assert found is not None and found.authentic is authentic
-    newest = store.superseding("prop_test1")
+    newest = store.proposals.superseding("prop_test1")
     assert newest is not None and newest.proposal_id == "prop_test3" and not newest.authentic
-    assert [(p.proposal_id, p.authentic) for p, _ in store.same_effect(first)] == [
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.same_effect(first)] == [
         ("prop_test2", True),
         ("prop_test3", False),
         ("prop_test4", False),
     ]
     # a repeat of the forged row's key returns the stored row, still marked, and inserts nothing
-    again, _, created_again = store.create_proposal(make_proposal(4))
+    again, _, created_again = store.proposals.create(make_proposal(4))
     assert not created_again and again.proposal_id == "prop_test4" and not again.authentic
 
 
-for _method in ("create_proposal", "get_proposal", "list_proposals", "same_effect", "superseding"):
+for _method in ("proposals.create", "proposals.get", "proposals.list", "proposals.same_effect", "proposals.superseding"):
     CONTRACT[_method] = (*CONTRACT[_method], test_every_proposal_read_marks_whether_the_rows_mac_verifies)

@@ -37,7 +37,7 @@ store = PostgresStore(url, key=KEY_LITERAL, max_size=12)
 system = DemoSystem(store)
 gw = open_test_app(tools=Registry.of(REFUND_RELEASE, demo_specs(system), system),
                    policy=DEMO_RELEASES[REFUND_RELEASE].policy, store=store, start=False).gateway
-store.get_operation("warm-up")
+store.operations.get("warm-up")
 time.sleep(max(0.0, start_at - time.time()))
 with ThreadPoolExecutor(max_workers=int(sys.argv[5])) as pool:
     claims = sum(d.claim == "ACQUIRED" for d in pool.map(
@@ -83,7 +83,7 @@ def test_eight_processes_sixty_four_threads_two_hundred_operations(pg_url: str, 
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
     claims = [int(out.strip()) for out, _ in outputs]
     assert sum(claims) == OPERATIONS
-    statuses = [harness.store.get_operation(k).status for k in keys]  # type: ignore[union-attr]
+    statuses = [harness.store.operations.get(k).status for k in keys]  # type: ignore[union-attr]
     assert statuses.count("succeeded") == OPERATIONS  # none lost
     with harness.store.transaction(write=False) as tx:
         effects = tx.one("SELECT COUNT(*) AS n FROM sor_restarts WHERE tenant_id = 'acme'")

@@ -85,7 +85,7 @@ def lookup(store: Store, registry: Registry, who: Principal, contact: str, **con
 def completed(store: Store, tenant_id: str) -> list[Any]:
     return [
         e
-        for e in store.audit_events()
+        for e in store.audit.events()
         if e.event in ("call.completed", "call.failed") and e.tenant_id == tenant_id
     ]
 
@@ -346,7 +346,7 @@ def test_a_tenants_write_is_proposed_approved_and_run_with_its_own_implementatio
     graph = harness.graph(model)
     state = start(graph, REFUND_REQUEST, "cust-ada", "t-own-refund")
     facts = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    proposal = store.get_proposal(facts["proposal_id"])
+    proposal = store.proposals.get(facts["proposal_id"])
     assert proposal is not None and proposal.handler_revision == "issue-refund/acme-own-1"  # what is approved
 
     # a process whose release lacks the override refuses to run the approval (pinned to the revision)
@@ -363,7 +363,7 @@ def test_a_tenants_write_is_proposed_approved_and_run_with_its_own_implementatio
     assert done.status == "succeeded"
     assert ran == [("acme", facts["operation_key"])] and harness.refunds() == 1
     started = [
-        e for e in store.audit_events(operation_key=facts["operation_key"]) if e.event == "handler.started"
+        e for e in store.audit.events(operation_key=facts["operation_key"]) if e.event == "handler.started"
     ]
     assert [e.handler_revision for e in started] == ["issue-refund/acme-own-1"]
 

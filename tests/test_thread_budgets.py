@@ -53,5 +53,5 @@ def test_raising_the_thread_budget_through_state_is_refused_as_tampering(harness
     graph.update_state(cfg, {"budget": {**state["budget"], "max_tool_calls": 1000}})
     state = ask(graph, "t-raise", Context(principal=principal("cust-ada")))
     assert state["status"] == "refused" and harness.handler_calls["lookup_order"] == 1
-    tampered = [e for e in harness.store.audit_events() if e.event == "state.tampered"]
+    tampered = [e for e in harness.store.audit.events() if e.event == "state.tampered"]
     assert len(tampered) == 1 and "budget" in json.dumps(tampered[0].detail)

@@ -99,16 +99,16 @@ def test_a_thread_started_under_a_finishes_under_a_after_the_default_becomes_b(
         "approve",
     )
     assert decided.operation.status == "approved"
-    seq = max(e.seq for e in store.audit_events())
+    seq = max(e.seq for e in store.audit.events())
 
     state = resume(graph, "t-old")
 
     assert state["status"] == "done" and state["release"] == A
     assert two.handler_calls(A) == 1 and two.handler_calls(B) == 0  # the proposal executed under A
     model_a.assert_complete()
-    events = [e for e in store.audit_events() if e.seq > seq and e.thread_id == "t-old"]
+    events = [e for e in store.audit.events() if e.seq > seq and e.thread_id == "t-old"]
     assert events and {e.tool_release for e in events} == {A}
-    assert any(e.event == "handler.started" for e in store.audit_events() if e.seq > seq)
+    assert any(e.event == "handler.started" for e in store.audit.events() if e.seq > seq)
     pin = ThreadReleases(store).get("t-old")
     assert (
         pin is not None and pin.authentic and (pin.release, pin.version, pin.changed_by) == (A, 1, "router")

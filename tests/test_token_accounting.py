@@ -146,7 +146,7 @@ def test_reported_usage_reaches_span_metric_and_audit_and_is_summed_per_task(
     assert {s["toolgate.usage.source"] for s in spans} == {"reported"}
     assert otel.token_points() == {"input": (3416, 3), "output": (238, 3)}
     # the fake key went to the local server only: not into the audit log or the spans
-    assert FAKE_KEY not in json.dumps([e.__dict__ for e in harness.store.audit_events()], default=str)
+    assert FAKE_KEY not in json.dumps([e.__dict__ for e in harness.store.audit.events()], default=str)
     assert FAKE_KEY not in json.dumps(spans, default=str)
 
 

@@ -34,7 +34,7 @@ def test_read_and_write_spans_name_version_principal_tenant_and_sizes(harness: H
     )
     graph = harness.graph(model)
     first = start(graph, "refund O-5512", "cust-ada", "t-span")
-    (proposal, _) = harness.store.list_proposals()[0]
+    (proposal, _) = harness.store.proposals.list()[0]
     decide(harness.gateway(), proposal.proposal_id, principal("fiona"), "approve")
     final = graph.invoke(
         Command(resume={"wake": True}), {"configurable": {"thread_id": "t-span"}}, context=Context()
@@ -42,7 +42,7 @@ def test_read_and_write_spans_name_version_principal_tenant_and_sizes(harness: H
     assert first["__interrupt__"] and final["status"] == "done"
 
     hashed = actor_hash(harness.store.keys.key("actor"), "cust-ada")
-    accepted = [e for e in harness.store.audit_events() if e.event == "call.accepted"]
+    accepted = [e for e in harness.store.audit.events() if e.event == "call.accepted"]
     assert {e.actor_id for e in accepted} == {hashed}  # the span's hash is the audit log's
     results = {m.tool_call_id: str(m.content) for m in tool_messages(final)}
     for tool, call_id, args in (

@@ -80,7 +80,7 @@ def test_the_refund_story_is_one_trace_joined_to_the_audit_log(harness: Harness,
 
     graph_events = [
         e
-        for e in harness.store.audit_events()
+        for e in harness.store.audit.events()
         if e.event
         in (
             "model.response",
@@ -119,4 +119,4 @@ def test_parallel_reads_are_children_and_the_callers_trace_id_is_kept(harness: H
     tools = [s for s in spans if s.name.startswith("execute_tool")]
     assert len(tools) == 2 and {format(s.context.trace_id, "032x") for s in spans} == {caller}
     assert all(t.parent is not None and t.parent.span_id == chats[0].context.span_id for t in tools)
-    assert {e.trace_id for e in harness.store.audit_events() if e.event == "call.completed"} == {caller}
+    assert {e.trace_id for e in harness.store.audit.events() if e.event == "call.completed"} == {caller}

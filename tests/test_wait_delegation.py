@@ -90,7 +90,7 @@ class SealedWaitWorld(WaitWorld):
         return dict(graph.invoke(Command(resume={"wake": True}), self.config, context=context))
 
     def wait(self) -> WaitRecord:
-        row = self.store.get_wait(self.operation_key())
+        row = self.store.waits.get(self.operation_key())
         assert row is not None
         return row
 
@@ -106,7 +106,7 @@ def sealed_rows(store: Store) -> list[dict[str, Any]]:
 
 
 def refusals(store: Store) -> list[Any]:
-    return [e for e in store.audit_events() if e.event == "delegation.refused"]
+    return [e for e in store.audit.events() if e.event == "delegation.refused"]
 
 
 def started(store: Store, monkeypatch: pytest.MonkeyPatch) -> tuple[SealedWaitWorld, Any, WaitRecord]:
@@ -154,13 +154,13 @@ def test_a_wait_whose_status_tool_declares_no_credentials_deletes_nothing_when_i
     world = WaitWorld(store, monkeypatch)  # the demo's check_job_status: no forwarded credentials
     graph = world.graph()
     deletes: list[str] = []
-    real_delete = store.delete_delegation
-    monkeypatch.setattr(store, "delete_delegation", lambda key: deletes.append(key) or real_delete(key))
+    real_delete = store.delegations.delete
+    monkeypatch.setattr(store.delegations, "delete", lambda key: deletes.append(key) or real_delete(key))
     assert world.start_and_approve(graph)["status"] == "waiting"
     assert sealed_rows(store) == []  # nothing sealed at proposal or at the wait
     world.advance(185)
     assert world.wait_pass(graph)() == 1  # done: ready, resumed
-    done = store.get_wait(world.operation_key())
+    done = store.waits.get(world.operation_key())
     assert done is not None and (done.state, done.outcome) == ("resumed", "done")
     assert deletes == []  # no write for credentials that were never sealed
 
@@ -237,7 +237,7 @@ def test_another_waits_seal_does_not_open_for_this_wait(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world, graph, row = started(store, monkeypatch)
-    other = store.open_wait(
+    other = store.waits.open(
         WaitIn(
             operation_key="op-other-wait",
             thread_id="t-other",
@@ -252,7 +252,7 @@ def test_another_waits_seal_does_not_open_for_this_wait(
         )
     )  # fmt: skip  (not due during this test)
     status = world.registry.get("check_job_status")
-    operation = store.get_operation(row.operation_key)
+    operation = store.operations.get(row.operation_key)
     assert status is not None and operation is not None
     gw = world.gateway()
     proposal = gw.executor.proposal(operation.proposal_id)
@@ -261,19 +261,19 @@ def test_another_waits_seal_does_not_open_for_this_wait(
     source = seal_for_wait(
         store, gw.auditor, status, other, proposal, lee, {"reports_token": "rep_lee_other_05"}
     )
-    copied = store.get_delegation(wait_key(other.operation_key))
+    copied = store.delegations.get(wait_key(other.operation_key))
     assert source == "request" and copied is not None
-    store.put_delegation(
+    store.delegations.put(
         wait_key(row.operation_key), copied.sealed, row.expires_at
     )  # with this wait's expiry
     world.advance(60)
     assert world.wait_pass(graph)() == 1
     assert world.counter.calls["check_job_status"] == 0 and world.seen == []
     assert [e.code for e in refusals(store)] == ["delegation_invalid"]
-    ended = store.get_wait(row.operation_key)
+    ended = store.waits.get(row.operation_key)
     assert ended is not None and (ended.state, ended.outcome) == ("resumed", "refused")
-    assert store.get_delegation(wait_key(row.operation_key)) is None
-    assert store.get_delegation(wait_key(other.operation_key)) is not None  # the other wait is still waiting
+    assert store.delegations.get(wait_key(row.operation_key)) is None
+    assert store.delegations.get(wait_key(other.operation_key)) is not None  # the other wait is still waiting
 
 
 def test_a_seal_past_its_waits_expiry_by_a_skewed_store_clock_is_refused(
@@ -299,7 +299,7 @@ def test_a_seal_past_its_waits_expiry_by_a_skewed_store_clock_is_refused(
 
 def test_a_refused_check_ends_a_wait_refused_and_purge_removes_the_seals_of_ended_waits(store: Store) -> None:
     def opened(n: int) -> WaitRecord:
-        return store.open_wait(
+        return store.waits.open(
             WaitIn(
                 operation_key=f"op-{n}", thread_id=f"t-{n}", tenant_id="acme", user_id="lee", call_id="c1",
                 tool="submit_report_job", status_tool="check_job_status", job_ref=f"job_{n:016d}",
@@ -309,16 +309,16 @@ def test_a_refused_check_ends_a_wait_refused_and_purge_removes_the_seals_of_ende
 
     first, second = opened(1), opened(2)
     for row in (first, second):
-        store.put_delegation(wait_key(row.operation_key), "v1.opaque", row.expires_at)
-        store.put_delegation(pending_key(row.operation_key), "v1.opaque", row.expires_at)
-    ended = store.record_wait_check(
+        store.delegations.put(wait_key(row.operation_key), "v1.opaque", row.expires_at)
+        store.delegations.put(pending_key(row.operation_key), "v1.opaque", row.expires_at)
+    ended = store.waits.record_check(
         "op-1", checks_seen=0, job_status="error:delegation_invalid", result=None, done=False, refused=True
     )
     assert ended is not None and (ended.state, ended.outcome, ended.verified) == ("ready", "refused", True)
-    assert store.list_waits("ready")[0].outcome == "refused"  # the schema accepts the outcome
-    assert store.purge_delegations() == 2  # the ended wait's seals; the waiting one's stay
+    assert store.waits.list("ready")[0].outcome == "refused"  # the schema accepts the outcome
+    assert store.delegations.purge() == 2  # the ended wait's seals; the waiting one's stay
     assert [r["operation_key"] for r in sealed_rows(store)] == [pending_key("op-2"), wait_key("op-2")]
-    assert store.record_wait_check("op-1", checks_seen=1, job_status="x", result=None, done=True) is None
+    assert store.waits.record_check("op-1", checks_seen=1, job_status="x", result=None, done=True) is None
 
 
 def test_a_reviewers_edit_carries_the_requesters_wait_seal_never_the_reviewers(
@@ -328,7 +328,7 @@ def test_a_reviewers_edit_carries_the_requesters_wait_seal_never_the_reviewers(
     graph = world.graph()
     key = world.propose(graph, {"reports_token": LEE_TOKEN})
     gw = world.gateway()
-    operation = store.get_operation(key)
+    operation = store.operations.get(key)
     assert operation is not None
     original = gw.executor.proposal(operation.proposal_id)
     assert original is not None
@@ -337,7 +337,7 @@ def test_a_reviewers_edit_carries_the_requesters_wait_seal_never_the_reviewers(
     assert [r["operation_key"] for r in sealed_rows(store)] == [pending_key("op-edited")]
     other = replace(original, proposal_id="p-other", operation_key="op-other", requester_id="ana")
     assert not carry_for_wait(store, gw.auditor, edited, other)  # another requester: nothing carried
-    row = store.open_wait(
+    row = store.waits.open(
         WaitIn(
             operation_key="op-edited", thread_id="t-edited", tenant_id="acme", user_id="lee", call_id="c1",
             tool="submit_report_job", status_tool="check_job_status", job_ref="job_0000000000000007",
@@ -352,7 +352,7 @@ def test_a_reviewers_edit_carries_the_requesters_wait_seal_never_the_reviewers(
     )
     assert open_for_wait(store, row) == {"reports_token": LEE_TOKEN}
     assert [r["operation_key"] for r in sealed_rows(store)] == [wait_key("op-edited")]
-    forged = store.put_delegation(pending_key(key), sealed_rows(store)[0]["sealed"], original.expires_at)
+    forged = store.delegations.put(pending_key(key), sealed_rows(store)[0]["sealed"], original.expires_at)
     assert not carry_for_wait(
         store, gw.auditor, original, edited
     )  # a wait's seal does not open as a proposal's
@@ -365,7 +365,7 @@ def test_two_workers_racing_on_a_refused_check_record_it_once_and_run_no_handler
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world, _, row = started(store, monkeypatch)
-    store.delete_delegation(wait_key(row.operation_key))  # the seal is gone: every check is refused
+    store.delegations.delete(wait_key(row.operation_key))  # the seal is gone: every check is refused
     world.advance(60)
     gw = world.gateway()
     passes = [
@@ -384,7 +384,7 @@ def test_two_workers_racing_on_a_refused_check_record_it_once_and_run_no_handler
     for t in threads:
         t.join(60)
     assert sorted(recorded) == [0, 1] and world.counter.calls["check_job_status"] == 0
-    ended = store.get_wait(row.operation_key)
+    ended = store.waits.get(row.operation_key)
     assert ended is not None and (ended.state, ended.outcome, ended.checks) == ("ready", "refused", 1)
     assert {e.code for e in refusals(store)} == {"delegation_missing"} and sealed_rows(store) == []
 

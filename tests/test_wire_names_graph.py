@@ -98,7 +98,7 @@ def test_people_read_the_real_name_and_a_declared_non_identity_passes(harness: H
     assert answers["ok"][1]["status"] == "completed" and answers["ok"][0] == "Ledger.post"
     assert answers["smuggled"][1]["error"] == "identity_in_arguments"
     assert CALLS == [{"loan_id": "L-1", "principal": 25000}]
-    [(stored, operation)] = harness.store.list_proposals()
+    [(stored, operation)] = harness.store.proposals.list()
     assert stored.tool == "Ledger.post" and operation.status == "succeeded"
-    tools = {e.tool for e in harness.store.audit_events() if e.tool}
+    tools = {e.tool for e in harness.store.audit.events() if e.tool}
     assert tools == {"Ledger.post"}, tools  # never the wire name

@@ -63,11 +63,11 @@ class Holder(threading.Thread):
 
 
 def overloaded(store: Store, key: str) -> list[Any]:
-    return [e for e in store.audit_events(operation_key=key) if e.event == "admission.overloaded"]
+    return [e for e in store.audit.events(operation_key=key) if e.event == "admission.overloaded"]
 
 
 def claims(store: Store, key: str) -> int:
-    return sum(e.event == "operation.claimed" for e in store.audit_events(operation_key=key))
+    return sum(e.event == "operation.claimed" for e in store.audit.events(operation_key=key))
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def approved_for_globex(gw: Gateway, label: str) -> str:
     operator = Principal.from_dict(
         {"user_id": "gwen", "tenant_id": "globex", "roles": ["operator"], "scopes": []}
     )
-    if gw.store.get_identity("gwen") is None:
+    if gw.store.identities.get("gwen") is None:
         IdentityDirectory(gw.store).add(operator, by=None)
     spec = gw.registry.get(TOOL)
     assert spec is not None

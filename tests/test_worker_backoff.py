@@ -57,12 +57,12 @@ def picks(loop: WorkerLoop, clock: Clock, lines: list[dict[str, Any]], times: li
 def tampered(store: Store, gw: Any, label: str) -> str:
     """A proposal whose operation row was flipped to approved with no decision at all."""
     key, _ = propose(gw, label)
-    store.transition(key, "pending_approval", "approved")
+    store.operations.transition(key, "pending_approval", "approved")
     return key
 
 
 def named(store: Store, key: str, event: str) -> int:
-    return sum(e.event == event for e in store.audit_events(operation_key=key))
+    return sum(e.event == event for e in store.audit.events(operation_key=key))
 
 
 def test_the_delay_doubles_per_refusal_up_to_the_cap_and_a_load_deferral_never_grows_it() -> None:
@@ -91,7 +91,7 @@ def test_a_refused_operation_is_picked_ever_further_apart_and_audited_per_attemp
         (key, "NOT_ATTEMPTED", "refused")
     }
     # one refusal audited per attempt (8), not per pass (81); the handler never ran
-    audited = [e for e in store.audit_events(operation_key=key) if e.event == "approval.refused_at_execution"]
+    audited = [e for e in store.audit.events(operation_key=key) if e.event == "approval.refused_at_execution"]
     assert len(audited) == loop.summary.refused == 8
     assert {(e.result, e.code) for e in audited} == {("refused", "approval_invalid")}
     assert status(store, key) == "approved" and handler_runs(store, key) == 0
@@ -138,7 +138,7 @@ def test_a_deferral_for_an_open_circuit_keeps_the_short_delay(store: Store) -> N
 
     assert picks(loop, clock, lines, [tick / 2 for tick in range(7)]) == [0.0, 1.0, 2.0, 3.0]
     assert {(line["status"], line["retry_in_s"]) for line in lines} == {("deferred", 1.0)}
-    deferred = [e for e in store.audit_events(operation_key=key) if e.event == "operation.deferred"]
+    deferred = [e for e in store.audit.events(operation_key=key) if e.event == "operation.deferred"]
     assert [e.code for e in deferred] == ["circuit_open"] * 4 and loop.summary.deferred == 4
     assert loop.backoff.streak(key) == 0 and status(store, key) == "approved"
     assert handler_runs(store, key) == 0 and claims(store, key) == 0
@@ -149,7 +149,7 @@ def test_an_operation_fixed_after_a_refusal_is_delivered_at_its_next_pick_and_fo
 ) -> None:
     gw = gateway_on(store)
     key = approved(gw, "fixed-later")
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None and op.proposal_id
     with store.transaction() as tx:  # a tampered record: the operation row no longer names its proposal
         tx.execute("UPDATE operations SET proposal_id = NULL WHERE operation_key = ?", (key,))
@@ -161,7 +161,7 @@ def test_an_operation_fixed_after_a_refusal_is_delivered_at_its_next_pick_and_fo
         raise AssertionError("a refusal read the operation's whole audit trail")
 
     with monkeypatch.context() as patched:  # the once-only refusal asks one narrow question
-        patched.setattr(store, "audit_events", whole_trail)
+        patched.setattr(store.audit, "events", whole_trail)
         assert picks(loop, clock, lines, [0.0, 0.5, 1.0, 2.0]) == [0.0, 1.0]
     assert [(line["status"], line["retry_in_s"]) for line in lines] == [("refused", 1.0), ("refused", 2.0)]
     assert len(refusals(store, key)) == 1 and handler_runs(store, key) == 0
@@ -186,7 +186,7 @@ def test_an_operation_that_leaves_the_due_set_is_forgotten(store: Store) -> None
     assert picks(loop, clock, lines, [0.0]) == [0.0] * 3 and len(loop.backoff) == 3
 
     for key in keys[:2]:
-        store.transition(key, "approved", "expired")
+        store.operations.transition(key, "approved", "expired")
     assert picks(loop, clock, lines, [1.0]) == []  # still backing off the one left ...
     assert [k in loop.backoff for k in keys] == [False, False, True]  # ... and only that one
     assert loop.backoff.streak(keys[2]) == 1
@@ -224,7 +224,7 @@ def test_a_delivery_that_raises_backs_off_like_a_refusal(store: Store) -> None:
 def test_two_workers_backing_off_the_same_operations_deliver_each_once(store: Store) -> None:
     gw = gateway_on(store)
     keys = [approved(gw, f"pair-{n}") for n in range(4)]
-    proposals = {k: store.get_operation(k).proposal_id for k in keys}  # type: ignore[union-attr]
+    proposals = {k: store.operations.get(k).proposal_id for k in keys}  # type: ignore[union-attr]
     with store.transaction() as tx:
         for key in keys:
             tx.execute("UPDATE operations SET proposal_id = NULL WHERE operation_key = ?", (key,))

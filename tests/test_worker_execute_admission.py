@@ -20,7 +20,7 @@ def test_worker_execute_waits_for_the_tenants_cluster_share(tmp_path: Path) -> N
     env = {**world.env, "TOOLGATE_CLUSTER_TOOL_EXECUTIONS_PER_TENANT": "1"}
     store = SQLiteStore(world.db, key=TEST_KEY)
     try:
-        held = store.take_slot("tool:acme", "another-process", 1, 300)  # acme's share, held elsewhere
+        held = store.slots.take("tool:acme", "another-process", 1, 300)  # acme's share, held elsewhere
         assert held == 0
         seq = audit_seq(world.db)
         refused = toolgate(["worker", "execute", "--operation-key", world.pending_key], env, check=False)
@@ -35,9 +35,9 @@ def test_worker_execute_waits_for_the_tenants_cluster_share(tmp_path: Path) -> N
         assert operation_status(world.db, world.pending_key) == "approved" and payments(world.db) == 0
         assert audit_since(world.db, seq) == [("admission.overloaded", "overloaded")]
 
-        assert store.release_slot("tool:acme", 0, "another-process")
+        assert store.slots.release("tool:acme", 0, "another-process")
         done = toolgate(["worker", "execute", "--operation-key", world.pending_key], env)
         assert kv_lines(done.stdout)[0]["status"] == "succeeded"
-        assert payments(world.db) == 1 and store.held_slots("tool:acme") == []  # given back
+        assert payments(world.db) == 1 and store.slots.held("tool:acme") == []  # given back
     finally:
         store.close()

@@ -100,13 +100,13 @@ def effects(store: Store, key: str | None = None) -> int:
 
 
 def status(store: Store, key: str) -> str:
-    op = store.get_operation(key)
+    op = store.operations.get(key)
     assert op is not None
     return op.status
 
 
 def events(store: Store, key: str) -> list[tuple[str, str, str | None]]:
-    return [(e.event, e.result, e.code) for e in store.audit_events(operation_key=key)]
+    return [(e.event, e.result, e.code) for e in store.audit.events(operation_key=key)]
 
 
 def run_loop(gw: Gateway, **options: Any) -> LoopSummary:
@@ -152,7 +152,7 @@ def test_a_forged_approval_is_refused_and_audited_never_executed(store: Store) -
     gw = gateway_on(store)
     real = approved(gw, "real")
     forged_key, forged_proposal = propose(gw, "forged")
-    real_op = store.get_operation(real)
+    real_op = store.operations.get(real)
     assert real_op is not None and real_op.proposal_id
     with store.transaction() as tx:  # someone with database access copies omar's approval over
         row = tx.one("SELECT * FROM approvals WHERE proposal_id = ?", (real_op.proposal_id,))
@@ -165,7 +165,7 @@ def test_a_forged_approval_is_refused_and_audited_never_executed(store: Store) -
             f"INSERT INTO approvals ({columns}) VALUES ({', '.join('?' for _ in forged)})",
             tuple(forged.values()),
         )
-    store.transition(forged_key, "pending_approval", "approved")  # ... and flips the operation
+    store.operations.transition(forged_key, "pending_approval", "approved")  # ... and flips the operation
 
     summary = run_loop(gw)
     assert (summary.claimed, summary.refused, summary.succeeded) == (1, 1, 1)
@@ -183,14 +183,14 @@ def test_an_abandoned_claim_is_recovered_and_reconciled_through_the_status_check
 ) -> None:
     gw = gateway_on(store)
     key = approved(gw, "abandoned")
-    assert store.claim(key, "dead-worker", 0.0) is not None  # its worker died holding the claim
+    assert store.operations.claim(key, "dead-worker", 0.0) is not None  # its worker died holding the claim
     if effect_happened:  # ... after its handler's effect reached the downstream
         with store.transaction() as tx:
             tx.execute(
                 "INSERT INTO wr_effects VALUES (?, ?, ?, ?, ?)",
                 (idempotency_key_for(key), key, "abandoned", 0, "2026-01-01T00:00:00Z"),
             )
-    wait_for(lambda: bool(store.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    wait_for(lambda: bool(store.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
 
     summary = run_loop(gw, grace_s=0.0)
     assert (summary.recovered, summary.reconciled) == (1, 1)
@@ -207,8 +207,8 @@ def test_an_abandoned_claim_is_recovered_and_reconciled_through_the_status_check
 def test_unknown_outcomes_are_checked_on_their_schedule_then_dead_lettered(store: Store) -> None:
     gw = gateway_on(store)
     key = approved(gw, "never-found")
-    assert store.claim(key, "dead-worker", 0.0) is not None
-    wait_for(lambda: bool(store.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    assert store.operations.claim(key, "dead-worker", 0.0) is not None
+    wait_for(lambda: bool(store.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
     spec = gw.registry.get(TOOL)
     assert spec is not None
     calls: list[str] = []
@@ -236,7 +236,7 @@ def test_unknown_outcomes_are_checked_on_their_schedule_then_dead_lettered(store
     loop.check_due()  # the last check of the schedule
     assert len(calls) == 3 and status(store, key) == "dead_lettered"
     assert (loop.summary.reconciled, loop.summary.dead_lettered) == (1, 1)
-    assert [d.operation_key for d in store.dead_letters()] == [key] and effects(store, key) == 0
+    assert [d.operation_key for d in store.operations.dead_letters()] == [key] and effects(store, key) == 0
     clock[0] = 1000.0
     loop.check_due()
     assert len(calls) == 3  # settled: never checked again
@@ -245,8 +245,8 @@ def test_unknown_outcomes_are_checked_on_their_schedule_then_dead_lettered(store
 def test_a_broken_status_check_is_reported_and_retried_never_fatal(store: Store) -> None:
     gw = gateway_on(store)
     key = approved(gw, "broken-check")
-    assert store.claim(key, "dead-worker", 0.0) is not None
-    wait_for(lambda: bool(store.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    assert store.operations.claim(key, "dead-worker", 0.0) is not None
+    wait_for(lambda: bool(store.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
     spec = gw.registry.get(TOOL)
     assert spec is not None and spec.reconcile is not None
     check, broken = spec.reconcile, [RuntimeError("downstream bug")]
@@ -278,7 +278,7 @@ def test_a_broken_status_check_is_reported_and_retried_never_fatal(store: Store)
 def test_a_long_running_loop_survives_a_store_outage(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     gw = gateway_on(store)
     key = approved(gw, "outage")
-    real = store.due_operations
+    real = store.operations.due
     failures = [StoreError("connection lost")]
 
     def flaky(limit: int) -> Any:
@@ -286,7 +286,7 @@ def test_a_long_running_loop_survives_a_store_outage(store: Store, monkeypatch: 
             raise failures.pop()
         return real(limit)
 
-    monkeypatch.setattr(store, "due_operations", flaky)
+    monkeypatch.setattr(store.operations, "due", flaky)
     with pytest.raises(StoreError):  # a --once drain (cron) fails loudly
         run_loop(gw)
     failures.append(StoreError("connection lost"))
@@ -421,7 +421,7 @@ def test_a_worker_killed_mid_delivery_is_recovered_by_another_with_exactly_one_e
     doomed = Worker(tmp_path, env, "doomed", "--poll", "0.05")
     workers.append(doomed)
     wait_for(lambda: (signals / "started").exists(), f"the handler to start ({doomed.output()})", doomed.proc)
-    op = pg.get_operation(key)
+    op = pg.operations.get(key)
     assert op is not None and op.status == "executing" and op.owner == "doomed"
     assert effects(pg, key) == (1 if where == "after" else 0)
     doomed.proc.send_signal(signal.SIGKILL)
@@ -544,7 +544,7 @@ def test_a_worker_with_a_fast_clock_steals_no_live_claim(
         pytest.skip("libfaketime is not installed (Debian package `faketime`)")
     gw = gateway_on(pg)
     key = approved(gw, "live-claim")
-    assert pg.claim(key, "live-owner", 600.0) is not None  # a live worker's claim, ten minutes left
+    assert pg.operations.claim(key, "live-owner", 600.0) is not None  # a live worker's claim, ten minutes left
     env = skewed(env_for(tmp_path, pg_url), lib, FAST)  # by this worker's clock it lapsed 50 min ago
     proc = subprocess.run(
         [sys.executable, "-c", CLI, "worker", "run", "--once", "--grace", "0", "--worker", "fast"],
@@ -559,7 +559,7 @@ def test_a_worker_with_a_fast_clock_steals_no_live_claim(
     assert_skewed(first.removeprefix("clock="), pg.now(), FAST)
     summary = kv_lines(rest)[-1]
     assert summary["stopped"] == "drained" and summary["recovered"] == "0" and summary["claimed"] == "0"
-    op = pg.get_operation(key)
+    op = pg.operations.get(key)
     assert op is not None and op.status == "executing" and op.owner == "live-owner"
     assert effects(pg) == 0 and ("operation.recovered", "unknown", None) not in events(pg, key)
 

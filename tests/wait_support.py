@@ -92,7 +92,7 @@ class WaitWorld:
         return WaitPass(self.store, lambda key: gw.executor, resume=graph_resumer(graph), report=report)
 
     def operation_key(self) -> str:
-        (wait,) = self.store.list_waits()
+        (wait,) = self.store.waits.list()
         return wait.operation_key
 
 

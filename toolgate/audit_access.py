@@ -66,7 +66,7 @@ def open_for_audit() -> App:
     key = settings.audit_key(create=False)
     probe = open_store(settings.database_url, settings.data_dir, key=key, read_only=True)
     try:
-        if not any(record.authentic for record in probe.list_identities()):
+        if not any(record.authentic for record in probe.identities.list()):
             raise ConfigurationError(
                 "the store secret verifies no identity of this store (wrong TOOLGATE_AUDIT_KEY, "
                 "or nobody to read as); nothing was read or written"

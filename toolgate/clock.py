@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -50,6 +50,11 @@ def iso(moment: datetime) -> str:
 def parse_iso(text: str) -> datetime:
     """Inverse of `iso`."""
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def later(now: str, seconds: float) -> str:
+    """``now`` (`iso` text) moved by ``seconds``: a lease's or an expiry's end on the store's clock."""
+    return iso(parse_iso(now) + timedelta(seconds=seconds))
 
 
 def new_id(prefix: str) -> str:

@@ -118,7 +118,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
             return 1
         payload = interrupts[0].value
         facts = payload["toolgate"]["proposals"][0]
-        proposal = app.store.get_proposal(facts["proposal_id"])
+        proposal = app.store.proposals.get(facts["proposal_id"])
         assert proposal is not None
         minutes = round((parse_iso(proposal.expires_at) - app.store.now()).total_seconds() / 60)
         say(f"proposal={proposal.proposal_id}")
@@ -130,7 +130,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
         say(f"effect={proposal.effect}")
         say(f"rollback={proposal.rollback}")
         say(f"expires_in={minutes}m")
-        op = app.store.get_operation(proposal.operation_key)
+        op = app.store.operations.get(proposal.operation_key)
         assert op is not None
         say(f"status={op.status}")
         payments = DemoSystem(app.store).count("sor_payment_requests", order_id="O-5512")
@@ -149,9 +149,9 @@ def _story(app: App, say: Say, prefix: str) -> int:
 
         _section(say, "5. The worker resumes the thread, claims the operation and executes it once")
         final = graph.invoke(Command(resume={"wake": True}), config, context=Context())
-        events = app.store.audit_events(operation_key=proposal.operation_key)
+        events = app.store.audit.events(operation_key=proposal.operation_key)
         claim = "ACQUIRED" if any(e.event == "operation.claimed" for e in events) else "NOT_ACQUIRED"
-        op = app.store.get_operation(proposal.operation_key)
+        op = app.store.operations.get(proposal.operation_key)
         assert op is not None
         status = "completed" if op.status == "succeeded" else op.status
         say(
@@ -194,7 +194,7 @@ def _story(app: App, say: Say, prefix: str) -> int:
         )
         refused = next((c["call_id"] for c in calls if c.get("phase") == "rejected"), "")
         _section(say, "9. Retention: old protected payloads go, digests and the chain stay")
-        purged = app.store.purge_audit_payloads(iso(app.store.now() - timedelta(days=RETENTION_DAYS)))
+        purged = app.store.audit.purge_payloads(iso(app.store.now() - timedelta(days=RETENTION_DAYS)))
         gw.auditor.record(
             "audit.retention_applied",
             "applied",

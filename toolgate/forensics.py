@@ -83,7 +83,7 @@ Visible = Callable[[AuditEvent], bool]
 
 
 def _events(store: Store, visible: Visible | None, **filters: Any) -> list[AuditEvent]:
-    events = store.audit_events(**filters)
+    events = store.audit.events(**filters)
     return events if visible is None else [e for e in events if visible(e)]
 
 
@@ -147,7 +147,7 @@ def trace(
         for proposal_id in proposal_ids:
             merged.update({e.seq: e for e in _events(store, visible, proposal_id=proposal_id)})
         ordered = sorted(merged.values(), key=lambda e: e.seq)
-        op = store.get_operation(operation_key)
+        op = store.operations.get(operation_key)
         final: str = op.status if op else "missing"
         subject = operation_key
     else:
@@ -167,7 +167,7 @@ def trace(
     approvals = [e for e in ordered if e.event == "approval.recorded"]
     if approvals:
         reviewers = {
-            auditor.actor(d.reviewer_id): d for pid in proposal_ids for d in store.decisions_for(pid)
+            auditor.actor(d.reviewer_id): d for pid in proposal_ids for d in store.approvals.for_proposal(pid)
         }
         report.approver = (
             "verified"
@@ -182,7 +182,7 @@ def trace(
     chain = verify_chain(store)
     report.tamper_check = "PASS" if chain.ok else "FAIL"
     report.first_bad_event = chain.first_bad_event_id
-    if store.latest_audit_event("audit.retention_applied") is not None:
+    if store.audit.latest("audit.retention_applied") is not None:
         report.retention = "applied"
     return report
 

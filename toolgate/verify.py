@@ -31,7 +31,7 @@ def verify_identity(app: App, user_id: str) -> Principal:
     """A demo person the checks act as: an active identity in the store (added with a random token
     nobody sees when missing, so the check can never become a way in)."""
     principal = VERIFY_PRINCIPALS[user_id]
-    if app.store.get_identity(user_id) is None:
+    if app.store.identities.get(user_id) is None:
         app.gateway.directory.add(principal, by=None)
     active = app.gateway.directory.active(user_id, principal.tenant_id)
     if active is None:

@@ -202,7 +202,7 @@ class DispatchRunner:
         messages = [m for m in state["messages"] if isinstance(m, ToolMessage)]
         statuses = {m.tool_call_id: json.loads(str(m.content)) for m in messages}
         target = case.calls[-1].call_id or f"call_t{len(turns) - 1}_{len(case.calls) - 1}"
-        proposals = [p for p, _ in self.store.list_proposals() if p.thread_id == thread]
+        proposals = [p for p, _ in self.store.proposals.list() if p.thread_id == thread]
         if any(p.call_id == target for p in proposals) and state.get("__interrupt__"):
             outcome = PROPOSAL_CREATED
         elif target in statuses:

@@ -120,13 +120,13 @@ class Source:
 
 def resolve(store: Store, source: str) -> Source:
     """A proposal id, an operation key, or else a thread id."""
-    proposal = store.get_proposal(source)
+    proposal = store.proposals.get(source)
     kind: SourceKind = "proposal"
     if proposal is None:
-        operation = store.get_operation(source)
+        operation = store.operations.get(source)
         if operation is None:
             return Source("thread", source, source)
-        proposal = store.get_proposal(operation.proposal_id) if operation.proposal_id else None
+        proposal = store.proposals.get(operation.proposal_id) if operation.proposal_id else None
         if proposal is None or proposal.operation_key != source:
             raise CaptureRefused("not_found", f"operation {source} belongs to no proposal of a thread")
         kind = "operation"

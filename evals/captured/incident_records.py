@@ -152,7 +152,7 @@ def read_incident(
         raise CaptureRefused("records_tampered", "the thread's release pin does not verify")
     if pin is not None and pin.tenant_id != principal.tenant_id:
         raise CaptureRefused("records_disagree", "the thread's release pin names another tenant")
-    requester = store.get_identity(principal.user_id)
+    requester = store.identities.get(principal.user_id)
     if requester is None or requester.tenant_id != principal.tenant_id:
         raise CaptureRefused("records_disagree", "the thread's requester is not a person of its tenant")
     if not requester.authentic:
@@ -168,7 +168,7 @@ def read_incident(
     decisions = {p.proposal_id: _decisions(store, p) for p, _ in proposals}
     _confirmmodel_calls(store, thread_id, call_ids, outcomes)
     operation_events = {
-        p.operation_key: store.audit_events(operation_key=p.operation_key) for p, _ in proposals
+        p.operation_key: store.audit.events(operation_key=p.operation_key) for p, _ in proposals
     }
     status = _final_status(values.get("status"), last=end == len(messages), proposals=proposals)
     return Incident(
@@ -215,7 +215,7 @@ def _proposals(
 ) -> list[tuple[ProposalRecord, OperationRecord]]:
     """The task turn's proposals, each authentic, of the thread's tenant and requester, and in
     one-to-one agreement with the call records."""
-    mine = [(p, op) for p, op in store.list_proposals() if p.thread_id == thread_id and p.call_id in call_ids]
+    mine = [(p, op) for p, op in store.proposals.list() if p.thread_id == thread_id and p.call_id in call_ids]
     for proposal, _ in mine:
         if not proposal.authentic:
             raise CaptureRefused("records_tampered", f"proposal {proposal.proposal_id} does not verify")
@@ -235,7 +235,7 @@ def _proposals(
 
 
 def _decisions(store: Store, proposal: ProposalRecord) -> list[ApprovalRecord]:
-    found = store.decisions_for(proposal.proposal_id)
+    found = store.approvals.for_proposal(proposal.proposal_id)
     if not all(d.authentic for d in found):
         raise CaptureRefused("records_tampered", f"a decision on {proposal.proposal_id} does not verify")
     return sorted(found, key=lambda d: d.decided_at)
@@ -246,7 +246,7 @@ def _confirmmodel_calls(
 ) -> None:
     """Every refusal and every read that ran, as the state says, has its audit event."""
     audited = {audit_call_id(c): c for c in call_ids}
-    events = [e for e in store.audit_events(call_ids=list(audited)) if e.thread_id == thread_id]
+    events = [e for e in store.audit.events(call_ids=list(audited)) if e.thread_id == thread_id]
     seen = {(audited.get(e.call_id or ""), e.event, e.code) for e in events}
     for call_id in call_ids:
         outcome = outcomes.get(call_id, "not_run")

@@ -40,7 +40,7 @@ class DeliveryChecks:
         only the recorded roles its reviewer still holds. Every other one is audited and dropped
         (``forged_approval``, ``reviewer_inactive``, ``reviewer_role_removed``)."""
         counted: list[ApprovalRecord] = []
-        for decision in self.store.decisions_for(proposal.proposal_id):
+        for decision in self.store.approvals.for_proposal(proposal.proposal_id):
             reviewer = self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id)
             # a decision counts with the roles its reviewer held then and still holds now
             kept = tuple(r for r in decision.reviewer_roles if reviewer is not None and r in reviewer.roles)

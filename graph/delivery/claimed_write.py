@@ -113,7 +113,7 @@ class ClaimedWrite:
         events = [self.auditor.event("handler.finished", word, code=code, **self.common)]
         if status == "succeeded":
             events.append(self.auditor.event("operation.completed", "completed", **self.common))
-        final = self.store.transition(
+        final = self.store.operations.transition(
             self.operation_key,
             "executing",
             status,
@@ -137,7 +137,7 @@ class ClaimedWrite:
         """Extend this worker's lease on the operation, and its resource leases with it (False:
         the claim is no longer ours)."""
         self.hold.renew(self.lease_s)
-        return self.store.renew_lease(self.operation_key, self.worker_id, self.lease_s)
+        return self.store.operations.renew_lease(self.operation_key, self.worker_id, self.lease_s)
 
     def finished_late(self, future: concurrent.futures.Future[Any]) -> None:
         """An overrunning handler ended: record a late success, then give up the lease."""
@@ -145,7 +145,7 @@ class ClaimedWrite:
             if future.exception() is None:
                 result = sanitize_result(future.result(), self.spec.result_model)
                 with contextlib.suppress(InvalidTransitionError):
-                    self.store.transition(
+                    self.store.operations.transition(
                         self.operation_key,
                         "unknown",
                         "succeeded",
@@ -159,7 +159,7 @@ class ClaimedWrite:
         except ToolExecutionError:
             pass  # the status check decides what happened
         finally:
-            self.store.renew_lease(self.operation_key, self.worker_id, 0.0)  # reconcilable from now on
+            self.store.operations.renew_lease(self.operation_key, self.worker_id, 0.0)  # reconcilable from now on
             self.hold.release()
 
 

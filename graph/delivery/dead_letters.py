@@ -28,14 +28,14 @@ def resolve_dead_letter(
     if outcome not in OUTCOMES:
         raise ApprovalError("invalid_outcome", "--outcome must be succeeded or failed")
     store = gw.store
-    op = store.get_operation(operation_key)
+    op = store.operations.get(operation_key)
     if op is None:
         _audit(gw, reviewer, operation_key, None, "not_found")
         raise NotFoundError(f"no operation {operation_key}")
     refusal = _refusal(gw, reviewer, op)
     if refusal is None and op.status != "dead_lettered":
         refusal = ApprovalError("not_dead_lettered", f"{operation_key} is {op.status}, not dead_lettered")
-    if refusal is None and not store.resolve_dead_letter(
+    if refusal is None and not store.operations.resolve_dead_letter(
         operation_key, resolution=outcome, resolved_by=reviewer.user_id, note=note
     ):
         refusal = ApprovalError("not_open", f"{operation_key} has no open dead letter")
@@ -52,7 +52,7 @@ def resolve_dead_letter(
         detail={"note": note[:200]},
     )
     try:  # the outcome and its evidence in one transaction
-        return store.transition(
+        return store.operations.transition(
             operation_key,
             "dead_lettered",
             "succeeded" if outcome == "succeeded" else "failed",
@@ -73,7 +73,7 @@ def _refusal(gw: Gateway, reviewer: Principal, op: OperationRecord) -> ApprovalE
         return ApprovalError(
             "missing_role", f"resolving {op.tool} needs one of the roles of its approval class"
         )
-    proposal = gw.store.get_proposal(op.proposal_id) if op.proposal_id else None
+    proposal = gw.store.proposals.get(op.proposal_id) if op.proposal_id else None
     if proposal is None or proposal.operation_key != op.operation_key:
         # who requested it is read from its own proposal: a row pointing elsewhere proves nothing
         return ApprovalError("operation_mismatch", f"{op.operation_key} is not its proposal's own")

@@ -105,7 +105,7 @@ def seal(store: Store, proposal: ProposalRecord, credentials: Mapping[str, str])
     """Seal ``credentials`` for ``proposal``'s operation (nothing stored when there are none)."""
     if not credentials:
         return False
-    store.put_delegation(
+    store.delegations.put(
         proposal.operation_key, seal_text(store.keys, credentials, _bound(proposal)), proposal.expires_at
     )
     return True
@@ -114,7 +114,7 @@ def seal(store: Store, proposal: ProposalRecord, credentials: Mapping[str, str])
 def unseal(store: Store, proposal: ProposalRecord) -> dict[str, str]:
     """The credentials sealed for ``proposal``'s operation (empty when none were sealed);
     `DelegationRefused` when the record does not open or has expired."""
-    record = store.get_delegation(proposal.operation_key)
+    record = store.delegations.get(proposal.operation_key)
     if record is None:
         return {}
     if record.expires_at != proposal.expires_at:
@@ -168,7 +168,7 @@ def seal_for_reconcile(
     until = max(now + timedelta(seconds=max(window_s, 0.0)), parse_iso(proposal.expires_at))
     expires_at = iso(min(until, now + timedelta(seconds=RECONCILE_CAP_S)))
     text = seal_text(store.keys, credentials, _reconcile_bound(proposal, expires_at))
-    store.put_delegation(reconcile_key(proposal.operation_key), text, expires_at)
+    store.delegations.put(reconcile_key(proposal.operation_key), text, expires_at)
     return expires_at
 
 
@@ -176,7 +176,7 @@ def unseal_for_check(store: Store, proposal: ProposalRecord) -> dict[str, str]:
     """The credentials a status check of ``proposal``'s operation runs with: its reconcile seal
     when the write was claimed with one (verified before its expiry is judged, so an edited expiry
     is ``delegation_invalid``), else the proposal's own (`unseal`)."""
-    record = store.get_delegation(reconcile_key(proposal.operation_key))
+    record = store.delegations.get(reconcile_key(proposal.operation_key))
     if record is None:
         return unseal(store, proposal)
     found = open_text(store.keys, record.sealed, _reconcile_bound(proposal, record.expires_at))

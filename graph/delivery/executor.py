@@ -65,7 +65,7 @@ class Executor:
             return None
         found = self.proposals.get(proposal_id)
         if found is None:
-            found = self.store.get_proposal(proposal_id)
+            found = self.store.proposals.get(proposal_id)
             if found is not None:
                 self.proposals.put(found)
         return found
@@ -127,9 +127,9 @@ class Executor:
             handler_revision=proposal.handler_revision,
         )
         try:
-            return self.store.transition(op.operation_key, op.status, "expired", audit=[event])
+            return self.store.operations.transition(op.operation_key, op.status, "expired", audit=[event])
         except InvalidTransitionError:
-            return self.store.get_operation(op.operation_key) or op
+            return self.store.operations.get(op.operation_key) or op
 
     def deliver(
         self,
@@ -141,7 +141,7 @@ class Executor:
         call_id: str | None = None,
     ) -> Delivery:
         """Deliver one operation: execute it if this caller wins the claim, else return the stored result."""
-        op = self.store.get_operation(operation_key)
+        op = self.store.operations.get(operation_key)
         if op is None:
             return Delivery(
                 operation_key=operation_key,
@@ -178,7 +178,7 @@ class Executor:
                     error = {"kind": "resource_busy", "message": message, "retryable": True}
                     return deferred(self.auditor, op, "resource_busy", error)
                 common = self._audit_fields(op, call_id)
-                claimed = self.store.claim(
+                claimed = self.store.operations.claim(
                     operation_key,
                     worker_id,
                     lease_s,
@@ -195,7 +195,7 @@ class Executor:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
                 if claimed is None:
                     hold.release()  # the claim went elsewhere: the claimed handler releases its own
-            op = self.store.get_operation(operation_key) or op
+            op = self.store.operations.get(operation_key) or op
             op = self.expire_if_due(op)  # the claim also refuses an approval that expired meanwhile
         if op.status == "executing":
             op = self._wait_for_terminal(operation_key, wait_s)
@@ -279,7 +279,7 @@ class Executor:
         deadline = time.monotonic() + wait_s
         delay = 0.01
         while True:
-            op = self.store.get_operation(operation_key)
+            op = self.store.operations.get(operation_key)
             assert op is not None
             if op.status != "executing" or time.monotonic() >= deadline:
                 return op

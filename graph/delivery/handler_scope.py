@@ -282,10 +282,10 @@ def settled(store: Store, delivery: Delivery, spec: ToolSpec) -> Delivery:
 def forget(store: Store, operation_key: str, spec: ToolSpec) -> None:
     """Delete the sealed credentials of ``operation_key``: its proposal's and its status checks'.
     A tool that declares no forwarded credentials never had any sealed (`keep_for_write` seals
-    only declared ones), so nothing is written for it (`Store.purge_delegations` sweeps any left)."""
+    only declared ones), so nothing is written for it (`Store.delegations.purge` sweeps any left)."""
     if spec.forwarded_credentials:
-        store.delete_delegation(operation_key)
-        store.delete_delegation(reconcile_key(operation_key))
+        store.delegations.delete(operation_key)
+        store.delegations.delete(reconcile_key(operation_key))
 
 
 __all__ = [

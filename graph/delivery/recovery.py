@@ -56,11 +56,11 @@ def reconcile(
     an effect still not found leaves the operation ``unknown`` (``pending``), never dead-lettered.
     """
     store, auditor = executor.store, executor.auditor
-    op = store.get_operation(operation_key)
+    op = store.operations.get(operation_key)
     if op is None or op.status != "unknown":
         return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
     spec = executor.registry.get_for(op.tool, op.tenant_id)
-    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
     common = {
         "operation_key": operation_key,
         "proposal_id": op.proposal_id,
@@ -85,10 +85,10 @@ def reconcile(
             if found is not None:
                 result = sanitize_result(found, spec.result_model)
                 try:
-                    store.transition(operation_key, "unknown", "succeeded", result=result)
+                    store.operations.transition(operation_key, "unknown", "succeeded", result=result)
                 except InvalidTransitionError:
                     # another worker reconciled it first: its record stands, nothing runs again
-                    settled = store.get_operation(operation_key)
+                    settled = store.operations.get(operation_key)
                     return Reconciliation(
                         operation_key=operation_key,
                         status="succeeded" if settled and settled.status == "succeeded" else "unchanged",
@@ -104,7 +104,7 @@ def reconcile(
             if not spec.retry_safe_when_absent or executor.overruns.running(operation_key):
                 continue
             try:
-                store.transition(operation_key, "unknown", "approved", lease_lapsed=True)
+                store.operations.transition(operation_key, "unknown", "approved", lease_lapsed=True)
             except InvalidTransitionError:
                 continue  # the owner's lease is live: its handler may still act
             auditor.record("operation.reconciled", "absent_retry_safe", detail={"checks": checks}, **common)
@@ -126,7 +126,7 @@ def reconcile(
     }
     if (
         executor.overruns.running(operation_key)
-        or store.add_dead_letter(operation_key, reason, context) is None
+        or store.operations.dead_letter(operation_key, reason, context) is None
     ):
         # its handler may still be running (here, or under a live lease elsewhere): not a person's case yet
         auditor.record("operation.reconciled", "in_flight", detail={"checks": checks}, **common)
@@ -143,13 +143,13 @@ def verify_effect(executor: Executor, operation_key: str) -> tuple[str, str]:
     ``succeeded``, none for ``failed``); ``("mismatch", why)`` when it ran and disagrees;
     ``("failed", why)`` when it errored; ``("passive", why)`` when it was not called."""
     store = executor.store
-    op = store.get_operation(operation_key)
+    op = store.operations.get(operation_key)
     if op is None:
         return "passive", "missing"
     if op.status not in ("succeeded", "failed"):
         return "passive", f"status_{op.status}"
     spec = executor.registry.get_for(op.tool, op.tenant_id)
-    proposal = store.get_proposal(op.proposal_id) if op.proposal_id else None
+    proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
     if spec is None or proposal is None:
         return "passive", "tool_not_in_release"
     if spec.reconcile is None:
@@ -187,10 +187,10 @@ def recover(
     """Find claims whose lease lapsed more than ``grace_s`` ago, mark them unknown, reconcile every
     unknown operation, and deliver again those the status check proved absent (same key)."""
     recovered = recover_abandoned(executor, grace_s)
-    executor.store.purge_delegations()  # sealed credentials of ended or expired operations
+    executor.store.delegations.purge()  # sealed credentials of ended or expired operations
     reconciled = [
         reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
-        for op in executor.store.list_operations("unknown")
+        for op in executor.store.operations.list("unknown")
     ]
     redelivered: list[str] = []
     if redeliver:
@@ -207,9 +207,9 @@ def recover_abandoned(executor: Executor, grace_s: float) -> list[str]:
     happened. Returns their keys; reconciling them is the caller's next step."""
     store = executor.store
     recovered: list[str] = []
-    for op in store.stale_executing(grace_s):
+    for op in store.operations.stale_executing(grace_s):
         try:
-            store.transition(
+            store.operations.transition(
                 op.operation_key,
                 "executing",
                 "unknown",

@@ -11,7 +11,7 @@ operation stays approved; the refusal is audited as ``delivery.refused`` with a 
 The event carries the operation key, tool, proposal id and tenant (the store's own record of the
 operation decides the tenant). A worker retries an operation it could not deliver for as long as
 it runs (ever further apart: `toolgate.graph.worker.backoff`), so the refusal is audited once per
-operation, code and release: a repeat finds the same event (`Store.first_audit_event`, one row
+operation, code and release: a repeat finds the same event (`Store.audit.first`, one row
 at most) and adds none (an unbounded stream of identical events would bury the one that matters).
 """
 
@@ -52,8 +52,8 @@ def audit_once(auditor: Auditor, op: OperationRecord, code: str, reason: str) ->
     store = auditor.store
     if store.read_only:
         return False
-    # one indexed row at most (`Store.first_audit_event`), never the operation's whole trail
-    if store.first_audit_event(op.operation_key, EVENT, code=code, tool_release=auditor.release):
+    # one indexed row at most (`Store.audit.first`), never the operation's whole trail
+    if store.audit.first(op.operation_key, EVENT, code=code, tool_release=auditor.release):
         return False
     auditor.record(
         EVENT,

@@ -84,7 +84,7 @@ class ResourceHold:
             if not my_turn:
                 return False
             delay = 0.002
-            while not self.store.acquire_resources(self.keys, self.holder, lease_s):
+            while not self.store.leases.acquire(self.keys, self.holder, lease_s):
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(delay)  # another process may hold it: only the store can say when it is free
@@ -93,12 +93,12 @@ class ResourceHold:
 
     def renew(self, lease_s: float) -> bool:
         """Extend the leases with the claim's (True without resources)."""
-        return not self.keys or self.store.renew_resources(self.keys, self.holder, lease_s)
+        return not self.keys or self.store.leases.renew(self.keys, self.holder, lease_s)
 
     def release(self) -> None:
         """Give the leases up (only this hold's own; repeating it is harmless)."""
         if self.keys:
-            self.store.release_resources(self.keys, self.holder)
+            self.store.leases.release(self.keys, self.holder)
 
 
 class _PollGate:

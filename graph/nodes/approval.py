@@ -36,7 +36,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
     configs: list[dict[str, Any]] = []
     proposals: list[dict[str, Any]] = []
     for call_id in state.get("awaiting", []):
-        proposal = gw.store.get_proposal(calls[call_id]["proposal_id"])
+        proposal = gw.store.proposals.get(calls[call_id]["proposal_id"])
         if proposal is None:
             continue
         actions.append(
@@ -54,7 +54,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         details, details_error = review_facts(gw.registry, proposal)
         earlier = [
             {"operation_key": op.operation_key, "status": op.status}
-            for other, op in gw.store.same_effect(proposal)
+            for other, op in gw.store.proposals.same_effect(proposal)
             if other.authentic and op.status in ("succeeded", "executing", "unknown", "approved")
         ]
         proposals.append(

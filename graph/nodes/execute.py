@@ -54,7 +54,7 @@ def make_execute_node(gw: Gateway) -> Any:
         if writes:
             statuses = []
             for record in writes:
-                op = gw.store.get_operation(record["operation_key"])
+                op = gw.store.operations.get(record["operation_key"])
                 statuses.append(gw.executor.expire_if_due(op).status if op else "missing")
             if all(s == "pending_approval" for s in statuses):
                 return {

@@ -93,7 +93,7 @@ def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) 
             wait_s=ctx.duplicate_wait_s,
             call_id=call_id,
         )
-    op = gw.store.get_operation(delivery.operation_key)
+    op = gw.store.operations.get(delivery.operation_key)
     assert op is not None
     return Delivery(
         operation_key=op.operation_key,
@@ -195,7 +195,7 @@ def write_tenant(gw: Gateway, record: CallRecord) -> str:
 
 def overloaded_delivery(gw: Gateway, operation_key: str, exc: Overloaded) -> Delivery:
     """The answer to a write refused a slot: nothing claimed, the operation as stored (approved)."""
-    op = gw.store.get_operation(operation_key)
+    op = gw.store.operations.get(operation_key)
     return Delivery(
         operation_key=operation_key,
         status=op.status if op is not None else "missing",
@@ -231,7 +231,7 @@ def run_write(
         if delivery.status == "failed":
             span.set_outcome("failed", error_kind=(delivery.error or {}).get("kind", "server_error"))
     if delivery.status == "rejected" and not delivery.reason:
-        decisions = gw.store.decisions_for(record["proposal_id"])
+        decisions = gw.store.approvals.for_proposal(record["proposal_id"])
         reasons = [d.reason for d in decisions if d.decision == "reject"]
         delivery = Delivery(**{**delivery.__dict__, "reason": reasons[0] if reasons else ""})
     outcome = Outcome(

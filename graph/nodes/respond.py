@@ -23,7 +23,7 @@ def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcom
     for call_id, record in state.get("calls", {}).items():
         key = record.get("operation_key")
         if key:
-            op = gw.store.get_operation(key)
+            op = gw.store.operations.get(key)
             status = AUTHORITATIVE.get(op.status, op.status) if op else "missing"
             out[call_id] = Outcome(
                 call_id=call_id,

@@ -1,7 +1,7 @@
 """The wait node: the thread sleeps, durably, while the job a completed write started runs.
 
 A write whose tool declares a `toolgate.tools.waits.Wait` and whose operation succeeded in the
-store opens a wait (`Store.open_wait`: thread, operation key, job, next check, expiry) and the
+store opens a wait (`Store.waits.open`: thread, operation key, job, next check, expiry) and the
 thread suspends with `interrupt()`: no model turn runs while the job does. The worker checks the
 job (`toolgate.graph.waits.progress`) and marks the wait ready; any wake then resumes the thread, and
 this node gives the model one bounded summary as the result of the ORIGINAL call id (the write's
@@ -116,16 +116,16 @@ def make_wait_node(gw: Gateway) -> Any:
         for call_id, spec in waited_calls(gw.registry, state):
             assert spec.wait is not None
             key = (state.get("calls", {}).get(call_id) or {}).get("operation_key", "")
-            op = gw.store.get_operation(key)
+            op = gw.store.operations.get(key)
             proposal = gw.executor.proposal(op.proposal_id) if op is not None else None
             if op is None or op.status != "succeeded" or proposal is None or proposal.thread_id != thread:
                 continue  # nothing in the store says this thread's write started a job
-            row = gw.store.get_wait(key)
+            row = gw.store.waits.get(key)
             if row is None:
                 job = spec.wait.job_ref(op.result)
                 if job is None:
                     continue  # no job id in the stored result: the write's own result stands
-                row = gw.store.open_wait(
+                row = gw.store.waits.open(
                     WaitIn(
                         operation_key=key,
                         thread_id=thread,
@@ -180,7 +180,7 @@ def make_wait_node(gw: Gateway) -> Any:
             if call_id in originals:
                 messages.append(_summary(gw, call_id, spec, row, originals[call_id]))
             forget(gw.store, gw.registry, row)  # the wait is over: no sealed credentials outlive it
-            if gw.store.resume_wait(row.operation_key):
+            if gw.store.waits.resume(row.operation_key):
                 gw.auditor.record(
                     "wait.resumed", "completed", code=row.outcome, operation_key=row.operation_key,
                     call_id=call_id, thread_id=thread, tool=spec.name, tenant_id=row.tenant_id,

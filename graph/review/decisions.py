@@ -49,10 +49,10 @@ def decide(
     seen_digest: str | None = None,
 ) -> ReviewOutcome:
     """Record ``reviewer``'s decision on ``proposal_id``; raises `ApprovalError` when refused."""
-    proposal = gw.store.get_proposal(proposal_id)
+    proposal = gw.store.proposals.get(proposal_id)
     if proposal is None:
         raise NotFoundError(f"no proposal {proposal_id}")
-    operation = gw.store.get_operation(proposal.operation_key)
+    operation = gw.store.operations.get(proposal.operation_key)
     assert operation is not None
     spec = gw.registry.get(proposal.tool)
     common = {
@@ -83,7 +83,7 @@ def decide(
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
         if operation.status != "pending_approval":
             raise ApprovalError("not_pending", f"proposal is {operation.status}, not pending_approval")
-        if decision == "approve" and gw.store.superseding(proposal_id) is not None:
+        if decision == "approve" and gw.store.proposals.superseding(proposal_id) is not None:
             # a reviewer's edit replaced it: only the edited proposal may run, never both
             raise ApprovalError("superseded", f"proposal {proposal_id} was edited; review its replacement")
         if decision == "approve" and proposal.supersedes and not _replaced(gw, proposal.supersedes):
@@ -135,7 +135,7 @@ def decide(
             if settling.status in ("approved", "rejected")
             else None
         )
-        recorded, settled = gw.store.record_and_settle(record, audit=[recorded_event], settle=settle)
+        recorded, settled = gw.store.approvals.record_and_settle(record, audit=[recorded_event], settle=settle)
         if not recorded:
             raise ApprovalError("already_decided", "this reviewer already decided this proposal")
     except ApprovalError as exc:
@@ -156,21 +156,21 @@ def decide(
     if verdict.status in ("approved", "rejected"):
         target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:
-            operation = gw.store.transition(
+            operation = gw.store.operations.transition(
                 proposal.operation_key,
                 "pending_approval",
                 target,
                 audit=[settled_event(gw, verdict, reviewer, common)],
             )
         except InvalidTransitionError:
-            operation = gw.store.get_operation(proposal.operation_key) or operation
+            operation = gw.store.operations.get(proposal.operation_key) or operation
     return ReviewOutcome(proposal=proposal, operation=operation, verdict=verdict, record=record)
 
 
 def _replaced(gw: Gateway, proposal_id: str) -> bool:
     """True when the proposal ``proposal_id`` was rejected (its operation's final status)."""
-    original = gw.store.get_proposal(proposal_id)
-    operation = gw.store.get_operation(original.operation_key) if original else None
+    original = gw.store.proposals.get(proposal_id)
+    operation = gw.store.operations.get(original.operation_key) if original else None
     return operation is not None and operation.status == "rejected"
 
 

@@ -43,7 +43,7 @@ def edit_proposal(
     The editor must be someone who could decide the original (active identity, tenant, role, not
     the requester), and the edited call is judged as the original requester would be judged now
     (their identity as the store records it). Every refusal is audited."""
-    original = gw.store.get_proposal(proposal_id)
+    original = gw.store.proposals.get(proposal_id)
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
     common = {"proposal_id": proposal_id, "operation_key": original.operation_key, "tool": original.tool}
@@ -101,7 +101,7 @@ def _void(gw: Gateway, replacement: ProposalRecord, editor: Principal) -> None:
     approved the replacement meanwhile: `decide` approves an edit only once its original is
     rejected.)"""
     with contextlib.suppress(InvalidTransitionError):  # already decided: it cannot have been approved
-        gw.store.transition(
+        gw.store.operations.transition(
             replacement.operation_key,
             "pending_approval",
             "rejected",
@@ -129,7 +129,7 @@ def _judge_edit(
     if editor is None:
         raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
     spec = gw.registry.get_for(original.tool, original.tenant_id)
-    operation = gw.store.get_operation(original.operation_key)
+    operation = gw.store.operations.get(original.operation_key)
     if spec is None or operation is None or operation.status != "pending_approval":
         raise ApprovalError("not_pending", "only a pending proposal of this release can be edited")
     check_reviewer(
@@ -163,12 +163,12 @@ def _replacement(gw: Gateway, proposal: ProposalRecord) -> ProposalRecord | None
     """The edit that replaced ``proposal``: the one its rejection names (two edits at once store two
     replacements, and the one whose rejection lost was voided), else the newest (an edit whose
     rejection never happened: it stays pending until it expires)."""
-    newer = gw.store.superseding(proposal.proposal_id)
+    newer = gw.store.proposals.superseding(proposal.proposal_id)
     if newer is None:
         return None
-    for decision in gw.store.decisions_for(proposal.proposal_id):
+    for decision in gw.store.approvals.for_proposal(proposal.proposal_id):
         if decision.authentic and decision.decision == "reject" and decision.reason.startswith(SUPERSEDED_BY):
-            named = gw.store.get_proposal(decision.reason[len(SUPERSEDED_BY) :])
+            named = gw.store.proposals.get(decision.reason[len(SUPERSEDED_BY) :])
             if named is not None and named.supersedes == proposal.proposal_id:
                 return named
     return newer
@@ -176,10 +176,10 @@ def _replacement(gw: Gateway, proposal: ProposalRecord) -> ProposalRecord | None
 
 def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     """Follow edits from ``proposal_id`` to the newest proposal that supersedes it (or itself)."""
-    current = gw.store.get_proposal(proposal_id)
+    current = gw.store.proposals.get(proposal_id)
     seen = {proposal_id}
     while current is not None:
-        operation = gw.store.get_operation(current.operation_key)
+        operation = gw.store.operations.get(current.operation_key)
         if operation is not None and operation.status not in ("pending_approval", "rejected", "expired"):
             return current  # decided and not replaced: an edit that lost the race does not count
         newer = _replacement(gw, current)

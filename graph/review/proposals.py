@@ -105,9 +105,9 @@ def store_proposal(
         )
 
     created_events = [*([accepted] if accepted else []), event("proposal.created", "pending_approval", draft)]
-    stored, operation, created = gw.store.create_proposal(draft, audit=created_events)
+    stored, operation, created = gw.store.proposals.create(draft, audit=created_events)
     if not created:
-        gw.store.append_audit(event("proposal.reused", operation.status, stored))
+        gw.store.audit.append(event("proposal.reused", operation.status, stored))
     return stored, operation, created
 
 

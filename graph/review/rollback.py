@@ -24,8 +24,8 @@ def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> P
     """The (pending) proposal that undoes ``operation_key``; raises (and audits) when impossible.
 
     The tenant is checked first, so someone of another tenant learns nothing about the operation."""
-    op = gw.store.get_operation(operation_key)
-    original = gw.store.get_proposal(op.proposal_id) if op is not None and op.proposal_id else None
+    op = gw.store.operations.get(operation_key)
+    original = gw.store.proposals.get(op.proposal_id) if op is not None and op.proposal_id else None
     try:
         target, arguments = _rollback_call(gw, operation_key, requester)
     except (ApprovalError, NotFoundError) as exc:
@@ -65,8 +65,8 @@ def propose_rollback(gw: Gateway, operation_key: str, requester: Principal) -> P
 
 def _rollback_call(gw: Gateway, operation_key: str, requester: Principal) -> tuple[ToolSpec, dict[str, Any]]:
     """The rollback tool and its judged arguments, or the reason there is none for ``requester``."""
-    op = gw.store.get_operation(operation_key)
-    original = gw.store.get_proposal(op.proposal_id) if op is not None and op.proposal_id else None
+    op = gw.store.operations.get(operation_key)
+    original = gw.store.proposals.get(op.proposal_id) if op is not None and op.proposal_id else None
     if op is None or original is None:
         raise NotFoundError(f"no operation {operation_key}")
     if requester.tenant_id != original.tenant_id:

@@ -3,7 +3,7 @@ recorded as loaded last (a first start, an upgrade, a promotion).
 
 Processes starting together (four workers, a server and a worker) each find the change; the
 check and the append are one transaction under the audit chain's lock
-(`SqlStore.append_audit_after`), so the change is recorded once, by whichever process is first.
+(`Store.audit.append_after`), so the change is recorded once, by whichever process is first.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 from toolgate.store.audit import Auditor
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.base import Store
-from toolgate.store.sql import SqlStore
 
 EVENT = "release.loaded"
 
@@ -28,10 +27,7 @@ def record_release_loaded(store: Store, auditor: Auditor, detail: dict[str, Any]
         previous = last.tool_release if last else None
         return auditor.event(EVENT, "loaded", detail={**detail, "previous_release": previous})
 
-    if isinstance(store, SqlStore):
-        return store.append_audit_after(EVENT, build)
-    made = build(store.latest_audit_event(EVENT))  # a store of another kind: its own ordering
-    return store.append_audit(made) if made is not None else None
+    return store.audit.append_after(EVENT, build)
 
 
 __all__ = ["EVENT", "record_release_loaded"]

@@ -55,8 +55,8 @@ def visible_proposal(
 ) -> tuple[ProposalRecord, OperationRecord]:
     """The proposal ``proposal_id`` and its operation when ``caller`` may see it; else a 404
     `Refusal`, audited as ``api.refused`` for ``route``."""
-    proposal = gw.store.get_proposal(proposal_id)
-    operation = gw.store.get_operation(proposal.operation_key) if proposal else None
+    proposal = gw.store.proposals.get(proposal_id)
+    operation = gw.store.operations.get(proposal.operation_key) if proposal else None
     if proposal is None or operation is None:
         raise _unseen(gw, caller, route, "proposal")
     if not visible(gw, caller, proposal):
@@ -68,8 +68,8 @@ def visible_operation(
     gw: Gateway, caller: Principal, operation_key: str, route: str
 ) -> tuple[OperationRecord, ProposalRecord]:
     """An operation is visible through its proposal (reads have none and are not reviewed here)."""
-    operation = gw.store.get_operation(operation_key)
-    proposal = gw.store.get_proposal(operation.proposal_id) if operation and operation.proposal_id else None
+    operation = gw.store.operations.get(operation_key)
+    proposal = gw.store.proposals.get(operation.proposal_id) if operation and operation.proposal_id else None
     if operation is None:
         raise _unseen(gw, caller, route, "operation")
     if proposal is None or operation.tenant_id != proposal.tenant_id or not visible(gw, caller, proposal):

@@ -36,7 +36,7 @@ def deciding_gateway(gw: Gateway, proposal: ProposalRecord, inp: ViewInput) -> G
 def _refused_decision(gw: Gateway, proposal: ProposalRecord, exc: ApprovalError) -> Refusal:
     """The HTTP form of a refusal `decide` or `edit_proposal` already audited."""
     status = 403 if exc.code in _FORBIDDEN else 422 if exc.code in _UNPROCESSABLE else 409
-    operation = gw.store.get_operation(proposal.operation_key)
+    operation = gw.store.operations.get(proposal.operation_key)
     return Refusal(status, exc.code, str(exc), status_now=operation.status if operation else None)
 
 

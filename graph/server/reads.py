@@ -49,7 +49,7 @@ def _summary(proposal: ProposalRecord, operation: OperationRecord, now: Any) -> 
 
 def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -> dict[str, Any]:
     details, details_error = review_facts(gw.registry, proposal)
-    superseded_by = gw.store.superseding(proposal.proposal_id)
+    superseded_by = gw.store.proposals.superseding(proposal.proposal_id)
     return {
         **_summary(proposal, operation, gw.store.now()),
         "operation_key": proposal.operation_key,
@@ -76,7 +76,7 @@ def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -
                 "decided_at": d.decided_at,
                 "reason": d.reason,
             }
-            for d in gw.store.decisions_for(proposal.proposal_id)
+            for d in gw.store.approvals.for_proposal(proposal.proposal_id)
         ],
         "review_details": details,
         "review_details_error": details_error,
@@ -103,7 +103,7 @@ def list_proposals(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
     status = inp.query.get("status", "pending_approval")
     if status != "all" and status not in STATUSES:
         raise Refusal(422, "invalid_status", f"status must be 'all' or one of {', '.join(STATUSES)}")
-    rows = gw.store.list_proposals(None if status == "all" else status)
+    rows = gw.store.proposals.list(None if status == "all" else status)
     now = gw.store.now()
     return Reply({"proposals": [_summary(p, op, now) for p, op in rows if visible(gw, caller, p)]})
 

@@ -14,7 +14,7 @@ proposal request, which seals them for the wait it may open (``wait-pending:<ope
 bound to the proposal and its expiry) and the wait node binds them to the wait when it opens it.
 Checkpointed state never supplies a credential. A seal that is missing, does not open (tampered,
 another wait's) or has expired is refused (`DelegationRefused`): the check never runs. The seal is
-deleted when the wait ends (`forget`), and `Store.purge_delegations` removes any left behind.
+deleted when the wait ends (`forget`), and `Store.delegations.purge` removes any left behind.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def keep_for_wait(
     if not found:
         return False
     text = seal_text(store.keys, found, _pending_bound(proposal))
-    store.put_delegation(pending_key(proposal.operation_key), text, proposal.expires_at)
+    store.delegations.put(pending_key(proposal.operation_key), text, proposal.expires_at)
     return True
 
 
@@ -101,7 +101,7 @@ def carry_for_wait(store: Store, auditor: Auditor, original: ProposalRecord, edi
     """Carry the credentials ``original``'s requester sealed for its wait to a reviewer's
     ``edited`` proposal (same requester; never the reviewer's). One that does not open is not
     carried (audited ``delegation.refused``): the edited write's wait checks are then refused."""
-    record = store.get_delegation(pending_key(original.operation_key))
+    record = store.delegations.get(pending_key(original.operation_key))
     if record is None or edited.requester_id != original.requester_id:
         return False
     try:
@@ -113,8 +113,8 @@ def carry_for_wait(store: Store, auditor: Auditor, original: ProposalRecord, edi
         )  # fmt: skip
         return False
     text = seal_text(store.keys, found, _pending_bound(edited))
-    store.put_delegation(pending_key(edited.operation_key), text, edited.expires_at)
-    store.delete_delegation(pending_key(original.operation_key))
+    store.delegations.put(pending_key(edited.operation_key), text, edited.expires_at)
+    store.delegations.delete(pending_key(original.operation_key))
     return True
 
 
@@ -142,7 +142,7 @@ def seal_for_wait(
     stands): the request's ``credentials`` when its authenticated principal ``requester`` is the
     wait's requesting user, else those sealed at proposal. What was sealed from: ``request``,
     ``proposal``, ``kept`` (already sealed) or ``none`` (the checks will be refused)."""
-    if store.get_delegation(wait_key(row.operation_key)) is not None:
+    if store.delegations.get(wait_key(row.operation_key)) is not None:
         return "kept"
     own = requester is not None and (requester.user_id, requester.tenant_id) == (row.user_id, row.tenant_id)
     found, source = (declared(status, credentials), "request") if own else ({}, "none")
@@ -150,16 +150,16 @@ def seal_for_wait(
         found, source = _pending(store, auditor, row, proposal), "proposal"
     if not found:
         return "none"
-    store.put_delegation(
+    store.delegations.put(
         wait_key(row.operation_key), seal_text(store.keys, found, _wait_bound(row)), row.expires_at
     )
-    store.delete_delegation(pending_key(row.operation_key))
+    store.delegations.delete(pending_key(row.operation_key))
     return source
 
 
 def _pending(store: Store, auditor: Auditor, row: WaitRecord, proposal: ProposalRecord) -> dict[str, str]:
     """The credentials sealed at proposal for this wait (empty, audited, when they do not open)."""
-    record = store.get_delegation(pending_key(row.operation_key))
+    record = store.delegations.get(pending_key(row.operation_key))
     if record is None or proposal.operation_key != row.operation_key:
         return {}
     try:
@@ -177,7 +177,7 @@ def open_for_wait(store: Store, row: WaitRecord) -> dict[str, str]:
     """The credentials sealed for the wait ``row`` (a verified row); `DelegationRefused` when
     there are none (``delegation_missing``), they do not open or belong to another wait
     (``delegation_invalid``), or they expired with the wait (``delegation_expired``)."""
-    record = store.get_delegation(wait_key(row.operation_key))
+    record = store.delegations.get(wait_key(row.operation_key))
     if record is None:
         raise DelegationRefused(
             "delegation_missing", "no sealed credentials of the requesting user for this wait"
@@ -192,12 +192,12 @@ def open_for_wait(store: Store, row: WaitRecord) -> dict[str, str]:
 def forget(store: Store, registry: Registry, row: WaitRecord) -> None:
     """Delete the credentials sealed for the wait ``row`` (it ended). None were sealed when its
     status tool declares no forwarded credentials: nothing is deleted then (two writes saved at
-    every wait end; `Store.purge_delegations` sweeps any leftover of an ended operation)."""
+    every wait end; `Store.delegations.purge` sweeps any leftover of an ended operation)."""
     status = registry.get_for(row.status_tool, row.tenant_id)
     if status is not None and not status.forwarded_credentials:
         return
-    store.delete_delegation(wait_key(row.operation_key))
-    store.delete_delegation(pending_key(row.operation_key))
+    store.delegations.delete(wait_key(row.operation_key))
+    store.delegations.delete(pending_key(row.operation_key))
 
 
 __all__ = [

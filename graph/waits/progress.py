@@ -8,7 +8,7 @@ this wait (`toolgate.graph.waits.delegation`; a seal that is missing, tampered w
 wait's or expired fails the wait closed as ``refused``, audited ``delegation.refused``), the
 status tool's own capabilities (`toolgate.graph.delivery.handler_scope`), its timeout and its circuit
 breaker. Each check is recorded in one conditional update
-(`Store.record_wait_check`), so two workers never record the same check; the job done, or the
+(`Store.waits.record_check`), so two workers never record the same check; the job done, or the
 wait past its expiry by the store's clock, makes the wait ``ready``, and the pass resumes its
 thread (``resume``; the LangGraph server's waker does the same for server threads). The resumed
 thread acts on the store's row alone. A row that does not verify is refused once per process,
@@ -114,11 +114,11 @@ class WaitPass:
         worker died between the two); how many checks were recorded."""
         made_ready: set[str] = set()
         recorded = 0
-        for row in self.store.due_waits(self.batch):
+        for row in self.store.waits.due(self.batch):
             recorded += self.check(row, made_ready)
         if self.resume is not None:
             stale = iso(self.store.now() - timedelta(seconds=self.resume_grace_s))
-            for row in self.store.list_waits("ready", limit=self.batch):
+            for row in self.store.waits.list("ready", limit=self.batch):
                 mine = row.operation_key in made_ready or row.updated_at <= stale
                 if mine and row.verified and row.operation_key not in self._resumed:
                     self._wake(row)
@@ -142,7 +142,7 @@ class WaitPass:
             status, data, done = job_status(executor, row)
         except DelegationRefused as exc:
             status, data, done, refused = self._refused_check(executor, row, exc)
-        updated = self.store.record_wait_check(
+        updated = self.store.waits.record_check(
             key, checks_seen=row.checks, job_status=status, result=data, done=done, refused=refused
         )
         if updated is None:
@@ -186,7 +186,7 @@ class WaitPass:
                          "error": type(exc).__name__})  # fmt: skip
             return
         self._resumed.add(row.operation_key)
-        after = self.store.get_wait(row.operation_key)
+        after = self.store.waits.get(row.operation_key)
         self.report(
             {
                 "wait": row.operation_key,

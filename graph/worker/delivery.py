@@ -49,7 +49,7 @@ class DeliveryPass:
         """Try one batch of approved operations; the number of claims this worker won."""
         opts = self.options
         limit = opts.batch * 4 + len(self.backoff)
-        window = self.executor.store.due_operations(limit)
+        window = self.executor.store.operations.due(limit)
         if len(window) < limit:  # the whole due set: forget the operations that left it
             self.backoff.keep_due({op.operation_key for op in window})
         now = self.monotonic()

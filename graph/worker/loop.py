@@ -115,8 +115,8 @@ class WorkerLoop(DeliveryPass):
         for key in recover_abandoned(self.executor, self.options.grace_s):
             self.summary.recovered += 1
             self.report({"operation_key": key, "recovered": "unknown"})
-        self.executor.store.purge_delegations()  # sealed credentials of ended or expired operations
-        for op in self.executor.store.list_operations("unknown"):
+        self.executor.store.delegations.purge()  # sealed credentials of ended or expired operations
+        for op in self.executor.store.operations.list("unknown"):
             self._schedule_check(op.operation_key)
 
     def _schedule_check(self, key: str) -> None:

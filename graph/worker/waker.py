@@ -94,14 +94,14 @@ def awaited_operation_keys(values: object) -> list[str]:
 def ready_waits(gw: Gateway) -> dict[str, tuple[tuple[str, str], ...]]:
     """Per thread, its job waits the store (a verified row) says are over (`toolgate.graph.nodes.wait`)."""
     ready: dict[str, list[tuple[str, str]]] = {}
-    for wait in gw.store.list_waits("ready", limit=100):
+    for wait in gw.store.waits.list("ready", limit=100):
         if wait.verified:
             ready.setdefault(wait.thread_id, []).append((wait.operation_key, "wait_ready"))
     return {thread: tuple(sorted(keys)) for thread, keys in ready.items()}
 
 
 def _statuses(gw: Gateway, keys: Iterable[str]) -> dict[str, str]:
-    operations = (gw.store.get_operation(key) for key in keys)
+    operations = (gw.store.operations.get(key) for key in keys)
     return {op.operation_key: op.status for op in operations if op is not None}
 
 

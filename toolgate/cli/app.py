@@ -144,7 +144,7 @@ def proposals_list(
 ) -> None:
     """List proposals with their operation status."""
     application = open_from_env(read_only=True)
-    for proposal, operation in application.store.list_proposals(status):
+    for proposal, operation in application.store.proposals.list(status):
         _kv(
             proposal=proposal.proposal_id,
             tool=proposal.tool,
@@ -159,10 +159,10 @@ def proposals_list(
 def proposals_show(proposal_id: str) -> None:
     """Show one proposal exactly as a reviewer must see it."""
     application = open_from_env(read_only=True)
-    proposal = application.store.get_proposal(proposal_id)
+    proposal = application.store.proposals.get(proposal_id)
     if proposal is None:
         raise NotFoundError(f"no proposal {proposal_id}")
-    operation = application.store.get_operation(proposal.operation_key)
+    operation = application.store.operations.get(proposal.operation_key)
     assert operation is not None
     _kv(proposal=proposal.proposal_id)
     _kv(tool=proposal.tool, handler=proposal.handler_revision, release=proposal.release)
@@ -175,7 +175,7 @@ def proposals_show(proposal_id: str) -> None:
     _kv(effect=json.dumps(proposal.effect))
     _kv(rollback=json.dumps(proposal.rollback), timeout_s=handler_timeout_s(application.gateway, proposal))
     _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
-    for record in application.store.decisions_for(proposal_id):
+    for record in application.store.approvals.for_proposal(proposal_id):
         _kv(
             decision=record.decision,
             reviewer=record.reviewer_id,
@@ -231,7 +231,7 @@ def edit(
     """Replace a pending proposal with edited arguments: a new proposal that needs its own approval."""
     application = open_from_env()
     reviewer = person(application, as_user)
-    original = application.store.get_proposal(proposal_id)
+    original = application.store.proposals.get(proposal_id)
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
     try:

@@ -47,7 +47,7 @@ def audit_trace(
     application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "trace")
     subject = operation_key or call
-    operation = application.store.get_operation(operation_key) if operation_key else None
+    operation = application.store.operations.get(operation_key) if operation_key else None
     report = (
         None
         if operation is not None and not scope.covers(operation.tenant_id)  # looks like an unknown key
@@ -94,13 +94,13 @@ def audit_trace(
 
 def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str], set[str]]:
     """The approval ids, user ids and proposal ids of the records the auditor's tenants own."""
-    identities = {i.user_id for i in store.list_identities() if scope.covers(i.tenant_id)}
-    proposals = {p.proposal_id for p, _ in store.list_proposals() if scope.covers(p.tenant_id)}
+    identities = {i.user_id for i in store.identities.list() if scope.covers(i.tenant_id)}
+    proposals = {p.proposal_id for p, _ in store.proposals.list() if scope.covers(p.tenant_id)}
     tenants: dict[str, str | None] = {}
     approvals = set()
-    for decision in store.all_decisions():
+    for decision in store.approvals.all():
         if decision.proposal_id not in tenants:
-            proposal = store.get_proposal(decision.proposal_id)
+            proposal = store.proposals.get(decision.proposal_id)
             tenants[decision.proposal_id] = proposal.tenant_id if proposal else None
         if scope.covers(tenants[decision.proposal_id]):
             approvals.add(decision.approval_id)
@@ -155,7 +155,7 @@ def audit_export(
     """Every event of the auditor's tenants as JSON Lines (schema_version 1) for a SIEM."""
     application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "export")
-    events = scope.visible(application.store.audit_events())
+    events = scope.visible(application.store.audit.events())
     record_read(application, scope, "export", events=len(events))
     lines = []
     for event in events:
@@ -194,7 +194,7 @@ def audit_retention(
             code="not_all_tenants",
         )
     before = iso(application.store.now() - timedelta(days=older_than_days))
-    purged = application.store.purge_audit_payloads(before)
+    purged = application.store.audit.purge_payloads(before)
     application.gateway.auditor.record(
         "audit.retention_applied",
         "applied",

@@ -20,7 +20,7 @@ def deadletter_list(
 ) -> None:
     """Operations waiting for a person, with the context to decide."""
     application = open_from_env(read_only=True)
-    for letter in application.store.dead_letters(open_only=not all_):
+    for letter in application.store.operations.dead_letters(open_only=not all_):
         kv(
             operation_key=letter.operation_key,
             created_at=letter.created_at,

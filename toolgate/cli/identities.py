@@ -90,7 +90,7 @@ def identities_seed_demo() -> None:
     if not application.gateway.directory.is_empty():
         raise IdentityError("seed-demo works only on a store without identities", code="not_empty")
     seed_demo_identities(application.gateway.directory)
-    for record in application.store.list_identities():
+    for record in application.store.identities.list():
         kv(
             identity=record.user_id,
             tenant=record.tenant_id,

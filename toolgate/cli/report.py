@@ -88,7 +88,7 @@ def report(
     # this task turn's tokens, after the lines scripts index (the thread, then its proposals)
     typer.echo(task_messages_total(list(result.get("messages") or [])).line())
     if application is not None and history is not None:
-        events = [e for e in application.gateway.store.audit_events() if e.thread_id == thread_id]
+        events = [e for e in application.gateway.store.audit.events() if e.thread_id == thread_id]
         print_line(request_state_line(application, result, list(history), events))
         for line in continuation_lines(application, result, events):
             print_line(line)
@@ -268,7 +268,7 @@ def continuation_lines(application: App, result: dict[str, Any], events: Sequenc
             continue
         call_id = message.tool_call_id
         key = str((outcomes.get(call_id) or {}).get("operation_key") or "")
-        operation = application.gateway.store.get_operation(key) if key else None
+        operation = application.gateway.store.operations.get(key) if key else None
         if operation is not None:
             status: str = operation.status
         else:

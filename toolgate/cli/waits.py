@@ -21,7 +21,7 @@ def worker_waits(
     if state not in (None, "waiting", "ready", "resumed"):
         raise typer.BadParameter("state must be waiting, ready or resumed", param_hint="--state")
     application = open_from_env(read_only=True)
-    for wait in application.store.list_waits(state, limit=limit):  # type: ignore[arg-type]
+    for wait in application.store.waits.list(state, limit=limit):  # type: ignore[arg-type]
         kv(**wait.facts())
 
 

@@ -31,7 +31,7 @@ def worker_execute(
     context = Context()
     # the executor of the release that proposed it, while release control still serves that release
     executor = application.executor_gateway(operation_key).executor
-    op = application.store.get_operation(operation_key)
+    op = application.store.operations.get(operation_key)
     try:  # a tool-execution slot of the operation's stored tenant, as every delivery takes
         with admitted(executor.auditor, "tool", op.tenant_id if op else None, operation_key=operation_key):
             delivery = executor.deliver(
@@ -131,7 +131,7 @@ def worker_recover(
         redeliver=redeliver,
     )
     for item in report.reconciled:
-        final = application.store.get_operation(item.operation_key)
+        final = application.store.operations.get(item.operation_key)
         _kv(
             operation_key=item.operation_key,
             reconciled=item.status,
@@ -143,7 +143,7 @@ def worker_recover(
         recovered=len(report.recovered),
         reconciled=len(report.reconciled),
         redelivered=len(report.redelivered),
-        dead_letters_open=len(application.store.dead_letters()),
+        dead_letters_open=len(application.store.operations.dead_letters()),
     )
 
 
@@ -159,13 +159,13 @@ def worker_verify(
 
     application = open_from_env(read_only=True)
     store = application.store
-    op = store.get_operation(operation_key)
+    op = store.operations.get(operation_key)
     if op is None or op.proposal_id is None:
         raise NotFoundError(f"no operation {operation_key}")
-    proposal = store.get_proposal(op.proposal_id)
+    proposal = store.proposals.get(op.proposal_id)
     spec = application.registry.get_for(op.tool, op.tenant_id)
     assert proposal is not None
-    events = store.audit_events(operation_key=operation_key)
+    events = store.audit.events(operation_key=operation_key)
     claims = sum(e.event == "operation.claimed" for e in events)
     executions = sum(e.event == "handler.started" for e in events)
     verdict = (

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from toolgate.clock import parse_iso
 from toolgate.policy.approvals import evaluate_decisions
 from toolgate.releases.rules import Signals
+from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.base import Store
-from toolgate.store.chain import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.tools.spec import ApprovalClass
 
 ApprovalLookup = Callable[[str], ApprovalClass | None]
@@ -100,12 +100,12 @@ def candidate_signals(
     assert counts is not None and ambiguous is not None
     bypasses = 0
     for row in started:
-        proposal = store.get_proposal(row["proposal_id"]) if row["proposal_id"] else None
+        proposal = store.proposals.get(row["proposal_id"]) if row["proposal_id"] else None
         approval = approval_of(str(row["tool"])) if proposal is not None else None
         if proposal is None or approval is None:
             bypasses += 1
             continue
-        verdict = evaluate_decisions(proposal, approval, store.decisions_for(proposal.proposal_id))
+        verdict = evaluate_decisions(proposal, approval, store.approvals.for_proposal(proposal.proposal_id))
         bypasses += verdict.status != "approved"
     return Signals(
         calls_judged=int(counts["judged"]),

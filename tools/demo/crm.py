@@ -24,7 +24,7 @@ from pydantic import Field
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.store.service_records import RecordsScope, ServiceRecords
+from toolgate.store.records_scope import RecordsScope, ServiceRecords
 from toolgate.tools.demo.service import DemoService, Owner, Seed, records_of
 from toolgate.tools.demo.token_bucket import TokenBucket
 from toolgate.tools.spec import (

@@ -22,7 +22,7 @@ from typing import Any
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.store.service_records import RecordsScope, ServiceRecords
+from toolgate.store.records_scope import RecordsScope, ServiceRecords
 from toolgate.tools.credentials import HmacCredentialProvider, ServiceScope
 from toolgate.tools.demo.crm import LookupContactArgs, LookupContactResult
 from toolgate.tools.demo.service import DemoService, Seed, records_of

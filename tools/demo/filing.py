@@ -25,7 +25,7 @@ from typing import Any
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
-from toolgate.store.service_records import RecordsScope, ServiceRecords
+from toolgate.store.records_scope import RecordsScope, ServiceRecords
 from toolgate.tools.demo.filing_models import FilingResult, FilingType, SubmitFilingArgs
 from toolgate.tools.demo.service import DemoService, Owner, Seed, records_of
 from toolgate.tools.spec import (

@@ -170,7 +170,7 @@ def seed_demo_identities(directory: IdentityDirectory) -> int:
     return sum(
         directory.add(principal, by=None, token=demo_token(user_id)) is not None
         for user_id, principal in demo_principals().items()
-        if directory.store.get_identity(user_id) is None
+        if directory.store.identities.get(user_id) is None
     )
 
 

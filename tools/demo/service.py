@@ -22,13 +22,8 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from toolgate.store import Migration, Store
-from toolgate.store.service_records import (
-    RecordsScope,
-    ServiceRecords,
-    UnboundRecords,
-    open_service_records,
-    provision_service_records,
-)
+from toolgate.store.records_scope import RecordsScope, ServiceRecords, UnboundRecords
+from toolgate.store.service_records import open_service_records, provision_service_records
 from toolgate.tools.spec import ResourceStatus
 
 

@@ -1,10 +1,11 @@
-"""Identity rows: who may act, kept in the store and bound by a MAC.
+"""Identities, as the store keeps them: who may act, bound by a MAC.
 
 The row's MAC covers every field that grants authority (tenant, roles, scopes, token hash,
 status, the further tenants a staff reviewer reviews for), so a row inserted or promoted with
 database access alone does not verify and cannot act. Tokens are stored only as keyed hashes.
-Changes read the row inside the write transaction, refuse to re-sign a row that no longer
-verifies, and write a new MAC.
+Changes read the row inside the write transaction (locked on PostgreSQL; SQLite's write
+transaction already holds the database's one writer lock), refuse to re-sign a row that no
+longer verifies, and write a new MAC.
 """
 
 from __future__ import annotations
@@ -12,31 +13,28 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolgate.errors import IdentityError
 from toolgate.store.identity_records import IdentityRecord, IdentityStatus
+from toolgate.store.tx import Database, Tx
 
-if TYPE_CHECKING:
-    from toolgate.store.base import Tx
-    from toolgate.store.keys import Keyring
+_READ_FOR_CHANGE = {
+    "sqlite": "SELECT * FROM identities WHERE user_id = ?",
+    "postgres": "SELECT * FROM identities WHERE user_id = ? FOR UPDATE",
+}
+"""The read of a row about to be changed, per dialect."""
 
 
-class IdentityRows:
-    """The identity part of `SqlStore` (mixed in; uses its transactions, clock and keys)."""
+class Identities:
+    """The identities of one store (``store.identities``)."""
 
-    keys: Keyring
-    dialect: str
-
-    if TYPE_CHECKING:
-
-        def transaction(self, *, write: bool = True) -> Any: ...
-
-        def _tx_now(self, tx: Tx) -> str: ...
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def token_hash(self, token: str) -> str:
         """Keyed hash of a secret token, as stored in identity rows."""
-        return self.keys.mac("identity-token", token)
+        return self._db.keys.mac("identity-token", token)
 
     def _identity(self, row: dict[str, Any]) -> IdentityRecord:
         data = dict(row)
@@ -45,9 +43,9 @@ class IdentityRows:
         data["scopes"] = tuple(json.loads(data["scopes"]))
         data["review_tenants"] = tuple(json.loads(data.get("review_tenants") or "[]"))
         record = IdentityRecord(**data)
-        return dataclasses.replace(record, authentic=self.keys.verify("identity", record.content(), mac))
+        return dataclasses.replace(record, authentic=self._db.keys.verify("identity", record.content(), mac))
 
-    def _write_identity(self, tx: Tx, record: IdentityRecord, *, insert: bool) -> bool:
+    def _write(self, tx: Tx, record: IdentityRecord, *, insert: bool) -> bool:
         values = (
             record.tenant_id,
             json.dumps(sorted(record.roles)),
@@ -58,7 +56,7 @@ class IdentityRows:
             record.created_at,
             record.updated_at,
             json.dumps(sorted(record.review_tenants)),
-            self.keys.mac("identity", record.content()),
+            self._db.keys.mac("identity", record.content()),
         )
         if insert:
             rows = tx.execute(
@@ -77,16 +75,16 @@ class IdentityRows:
             )
         return bool(rows)
 
-    def add_identity(self, record: IdentityRecord) -> IdentityRecord | None:
+    def add(self, record: IdentityRecord) -> IdentityRecord | None:
         """Insert a new identity (times from the store's clock); None when the user id exists."""
-        with self.transaction() as tx:
-            now = self._tx_now(tx)
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
             stored = dataclasses.replace(record, created_at=now, updated_at=now, authentic=True)
-            if not self._write_identity(tx, stored, insert=True):
+            if not self._write(tx, stored, insert=True):
                 return None
         return stored
 
-    def change_identity(
+    def change(
         self,
         user_id: str,
         *,
@@ -95,10 +93,10 @@ class IdentityRows:
         roles: Sequence[str] | None = None,
         scopes: Sequence[str] | None = None,
     ) -> IdentityRecord:
-        """Change the status, token, roles or scopes of an authentic identity; `IdentityError` otherwise."""
-        lock = " FOR UPDATE" if self.dialect == "postgres" else ""
-        with self.transaction() as tx:
-            row = tx.one(f"SELECT * FROM identities WHERE user_id = ?{lock}", (user_id,))
+        """Change the status, token, roles or scopes of an authentic identity, re-signing it
+        (`IdentityError` otherwise)."""
+        with self._db.transaction() as tx:
+            row = tx.one(_READ_FOR_CHANGE[self._db.dialect], (user_id,))
             if row is None:
                 raise IdentityError(f"unknown identity {user_id!r}", code="unknown_identity")
             current = self._identity(row)
@@ -114,25 +112,26 @@ class IdentityRows:
                 token_hash=token_hash if token_hash is not None else current.token_hash,
                 roles=tuple(sorted(set(roles))) if roles is not None else current.roles,
                 scopes=tuple(sorted(set(scopes))) if scopes is not None else current.scopes,
-                updated_at=self._tx_now(tx),
+                updated_at=self._db._tx_now(tx),
             )
-            self._write_identity(tx, changed, insert=False)
+            self._write(tx, changed, insert=False)
         return changed
 
-    def get_identity(self, user_id: str) -> IdentityRecord | None:
+    def get(self, user_id: str) -> IdentityRecord | None:
         """The identity row (check ``authentic`` and ``status`` before trusting it), or None."""
-        with self.transaction(write=False) as tx:
+        with self._db.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM identities WHERE user_id = ?", (user_id,))
         return self._identity(row) if row else None
 
-    def identity_by_token_hash(self, token_hash: str) -> IdentityRecord | None:
-        """The identity whose token has ``token_hash`` (check ``authentic`` and ``status``), or None."""
-        with self.transaction(write=False) as tx:
+    def by_token_hash(self, token_hash: str) -> IdentityRecord | None:
+        """The identity whose token has ``token_hash`` (a bearer token names its person), or None."""
+        with self._db.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM identities WHERE token_hash = ?", (token_hash,))
         return self._identity(row) if row else None
 
-    def list_identities(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
-        """Identities, by user id, optionally only those of ``tenant_ids``."""
+    def list(self, tenant_ids: Sequence[str] | None = None) -> list[IdentityRecord]:
+        """Identities by user id, optionally only those of ``tenant_ids`` (last: the name ``list``
+        shadows the builtin in the annotations of the methods after it)."""
         sql = "SELECT * FROM identities"
         params: tuple[str, ...] = ()
         if tenant_ids is not None:
@@ -140,9 +139,9 @@ class IdentityRows:
                 return []
             sql += f" WHERE tenant_id IN ({', '.join('?' for _ in tenant_ids)})"
             params = tuple(tenant_ids)
-        with self.transaction(write=False) as tx:
+        with self._db.transaction(write=False) as tx:
             rows = tx.execute(sql + " ORDER BY user_id", params)
         return [self._identity(r) for r in rows]
 
 
-__all__ = ["IdentityRows"]
+__all__ = ["Identities"]

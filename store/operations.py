@@ -1,7 +1,8 @@
-"""The operation lifecycle in SQL: one row per operation key, moved only by conditional updates.
+"""Operations, as the store keeps them: one row per operation key, moved only by conditional updates.
 
 A transition, a claim or a lease renewal is one ``UPDATE ... WHERE status = ?`` that either
-matches or does not; the database decides, never a Python check before the write. An operation
+matches or does not; the database decides, never a Python check before the write. The audit
+events of a change are linked in the change's own transaction (`AuditLog.link`). An operation
 whose outcome stays unknown moves to the dead letters for a person to resolve.
 """
 
@@ -9,22 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolgate.canonical import canonical_json
-from toolgate.clock import iso, parse_iso
+from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
+from toolgate.store.audit_log import AuditLog
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
-
-if TYPE_CHECKING:
-    from toolgate.store.base import Tx
-
-
-def later(now: str, seconds: float) -> str:
-    """``now`` (`iso` text) moved by ``seconds``."""
-    return iso(parse_iso(now) + timedelta(seconds=seconds))
+from toolgate.store.tx import Database
 
 
 def _loads(value: Any) -> Any:
@@ -32,6 +26,7 @@ def _loads(value: Any) -> Any:
 
 
 def operation_of(row: dict[str, Any]) -> OperationRecord:
+    """An ``operations`` row as its record."""
     data = dict(row)
     data["result"] = _loads(data["result"])
     data["error"] = _loads(data["error"])
@@ -44,29 +39,18 @@ def _dead_letter(row: dict[str, Any]) -> DeadLetter:
     return DeadLetter(**data)
 
 
-class OperationRows:
-    """The operations part of `SqlStore` (mixed in; uses its transactions, clock and audit chain)."""
+class Operations:
+    """The operations of one store and their dead letters (``store.operations``)."""
 
-    if TYPE_CHECKING:
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self._db = db
+        self._audit = audit
 
-        def transaction(self, *, write: bool = True) -> Any: ...
-
-        def _tx_now(self, tx: Tx) -> str: ...
-
-        def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]: ...
-
-    def get_operation(self, operation_key: str) -> OperationRecord | None:
-        with self.transaction(write=False) as tx:
+    def get(self, operation_key: str) -> OperationRecord | None:
+        """The operation, or None."""
+        with self._db.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM operations WHERE operation_key = ?", (operation_key,))
         return operation_of(row) if row else None
-
-    def list_operations(self, status: str | None = None) -> list[OperationRecord]:
-        with self.transaction(write=False) as tx:
-            if status:
-                rows = tx.execute("SELECT * FROM operations WHERE status = ? ORDER BY created_at", (status,))
-            else:
-                rows = tx.execute("SELECT * FROM operations ORDER BY created_at")
-        return [operation_of(r) for r in rows]
 
     def transition(
         self,
@@ -80,6 +64,9 @@ class OperationRows:
         lease_lapsed: bool = False,
         audit: Sequence[AuditEventIn] = (),
     ) -> OperationRecord:
+        """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
+        (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
+        ``audit`` is appended in the same transaction, only when the change happened."""
         sql = "UPDATE operations SET status = ?, updated_at = ?"
         params: list[Any] = [to_status]
         if result is not None:
@@ -96,14 +83,14 @@ class OperationRows:
         if lease_lapsed:
             sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
         sql += " RETURNING *"
-        with self.transaction() as tx:
-            now = self._tx_now(tx)
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
             params.insert(1, now)
             if lease_lapsed:
                 params.append(now)
             rows = tx.execute(sql, tuple(params))
             if rows:
-                self._append_events(tx, audit)
+                self._audit.link(tx, audit)
             else:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
         if not rows:
@@ -113,8 +100,15 @@ class OperationRows:
     def claim(
         self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
     ) -> OperationRecord | None:
-        with self.transaction() as tx:
-            now = self._tx_now(tx)
+        """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
+        appended in its transaction when this caller won).
+
+        Only while the proposal has not expired, with a lease of ``lease_s`` from the store's clock.
+        Returns the claimed row, or None when someone else owns (or finished) the operation or the
+        approval expired.
+        """
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
             rows = tx.execute(
                 "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
                 " attempts = attempts + 1, updated_at = ?"
@@ -123,12 +117,13 @@ class OperationRows:
                 (owner, later(now, lease_s), now, operation_key, now),
             )
             if rows:
-                self._append_events(tx, audit)
+                self._audit.link(tx, audit)
         return operation_of(rows[0]) if rows else None
 
     def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
-        with self.transaction() as tx:
-            now = self._tx_now(tx)
+        """Extend ``owner``'s lease to ``lease_s`` from now while its handler still runs."""
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
             rows = tx.execute(
                 "UPDATE operations SET lease_expires_at = ? WHERE operation_key = ? AND owner = ?"
                 " AND status IN ('executing', 'unknown') RETURNING operation_key",
@@ -137,25 +132,30 @@ class OperationRows:
         return bool(rows)
 
     def stale_executing(self, grace_s: float) -> list[OperationRecord]:
-        with self.transaction(write=False) as tx:
-            cutoff = later(self._tx_now(tx), -grace_s)
+        """Operations still ``executing`` whose claim lease lapsed more than ``grace_s`` ago."""
+        with self._db.transaction(write=False) as tx:
+            cutoff = later(self._db._tx_now(tx), -grace_s)
             rows = tx.execute(
                 "SELECT * FROM operations WHERE status = 'executing' AND lease_expires_at < ? ORDER BY updated_at",
                 (cutoff,),
             )
         return [operation_of(r) for r in rows]
 
-    def due_operations(self, limit: int) -> list[OperationRecord]:
-        with self.transaction(write=False) as tx:
+    def due(self, limit: int) -> list[OperationRecord]:
+        """Up to ``limit`` approved operations, longest approved first: a hint (`claim` decides)."""
+        with self._db.transaction(write=False) as tx:
             rows = tx.execute(
                 "SELECT * FROM operations WHERE status = 'approved' ORDER BY updated_at, operation_key LIMIT ?",
                 (max(int(limit), 0),),
             )
         return [operation_of(r) for r in rows]
 
-    def add_dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
-        with self.transaction() as tx:
-            now = self._tx_now(tx)
+    def dead_letter(self, operation_key: str, reason: str, context: dict[str, Any]) -> DeadLetter | None:
+        """Move an ``unknown`` operation whose claim lease has lapsed to ``dead_lettered`` and record
+        its letter for a person, in one transaction. None (and nothing changed) while the lease is live
+        or the operation is not ``unknown``."""
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
             moved = tx.execute(
                 "UPDATE operations SET status = 'dead_lettered', updated_at = ? WHERE operation_key = ?"
                 " AND status = 'unknown' AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
@@ -174,21 +174,33 @@ class OperationRows:
         return _dead_letter(row)
 
     def dead_letters(self, *, open_only: bool = True) -> list[DeadLetter]:
+        """Dead letters, oldest first."""
         sql = "SELECT * FROM dead_letters" + (" WHERE resolved_at IS NULL" if open_only else "")
-        with self.transaction(write=False) as tx:
+        with self._db.transaction(write=False) as tx:
             rows = tx.execute(sql + " ORDER BY created_at")
         return [_dead_letter(r) for r in rows]
 
     def resolve_dead_letter(
         self, operation_key: str, *, resolution: str, resolved_by: str, note: str
     ) -> bool:
-        with self.transaction() as tx:
+        """Close a dead letter once; False when it was already resolved or does not exist."""
+        with self._db.transaction() as tx:
             rows = tx.execute(
                 "UPDATE dead_letters SET resolved_at = ?, resolved_by = ?, resolution = ?, note = ?"
                 " WHERE operation_key = ? AND resolved_at IS NULL RETURNING operation_key",
-                (self._tx_now(tx), resolved_by, resolution, note, operation_key),
+                (self._db._tx_now(tx), resolved_by, resolution, note, operation_key),
             )
         return bool(rows)
 
+    def list(self, status: str | None = None) -> list[OperationRecord]:
+        """Operations, oldest first, optionally filtered by status (last: the name ``list`` shadows
+        the builtin in the annotations of the methods after it)."""
+        with self._db.transaction(write=False) as tx:
+            if status:
+                rows = tx.execute("SELECT * FROM operations WHERE status = ? ORDER BY created_at", (status,))
+            else:
+                rows = tx.execute("SELECT * FROM operations ORDER BY created_at")
+        return [operation_of(r) for r in rows]
 
-__all__ = ["OperationRows", "later", "operation_of"]
+
+__all__ = ["Operations", "operation_of"]

@@ -1,24 +1,32 @@
-"""The audit chain in SQL: events linked by keyed hashes, their payloads kept apart.
+"""The audit log, as the store keeps it: events linked by keyed hashes, their payloads kept apart.
 
 Events are linked as the last step of the transaction whose change they record, under the
-chain's lock (`SqlStore._chain_head`), so a change and its evidence commit together or not at
-all. Payloads live in their own table, so retention can purge them while the chain still verifies.
+chain's lock (`Store._chain_head`), so a change and its evidence commit together or not at all:
+another aggregate hands its open transaction to `AuditLog.link`. Payloads live in their own
+table, so retention can purge them while the chain still verifies.
+
+The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
+already recorded this event?" with one row at most (e.g. ``delivery.refused``, once per operation,
+code and release), instead of reading the operation's whole trail on every attempt.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.clock import new_id
-from toolgate.store.audit_records import AuditEvent, AuditEventIn
-from toolgate.store.chain import AUDIT_FIELDS, audit_hash, audit_row_content
+from toolgate.store.audit_records import AUDIT_FIELDS, AuditEvent, AuditEventIn, audit_hash, audit_row_content
+from toolgate.store.tx import Database, Tx
 
-if TYPE_CHECKING:
-    from toolgate.store.base import Tx
-    from toolgate.store.keys import Keyring
+_COLUMNS = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
+
+_LATEST_SQL = (
+    "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
+    " ON p.event_id = e.event_id WHERE e.event = ? ORDER BY e.seq DESC LIMIT 1"
+)
 
 
 def _audit(row: dict[str, Any]) -> AuditEvent:
@@ -49,42 +57,67 @@ def _tenant_of(tx: Tx, event: AuditEventIn, seen: dict[tuple[str, str], str | No
     return event.tenant_id
 
 
-_LATEST_SQL = (
-    "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
-    " ON p.event_id = e.event_id WHERE e.event = ? ORDER BY e.seq DESC LIMIT 1"
-)
+def _insert_sqlite(
+    tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
+) -> list[dict[str, Any]]:
+    """Events, then their payloads: two statements (SQLite has no data-modifying CTE)."""
+    row_marks = "(" + ", ".join("?" for _ in _COLUMNS) + ")"
+    stored = tx.execute(
+        f"INSERT INTO audit_events ({', '.join(_COLUMNS)}) VALUES "
+        + ", ".join(row_marks for _ in rows)
+        + " RETURNING *",
+        tuple(row[c] for row in rows for c in _COLUMNS),
+    )
+    tx.execute(
+        "INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
+        + ", ".join("(?, ?, ?)" for _ in payloads),
+        tuple(value for payload in payloads for value in payload),
+    )
+    return stored
 
 
-class AuditRows:
-    """The audit part of `SqlStore` (mixed in; uses its transactions, chain lock and keys)."""
+def _insert_postgres(
+    tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
+) -> list[dict[str, Any]]:
+    """Events and payloads in one statement (one round trip while the chain lock is held)."""
+    row_marks = "(" + ", ".join("?" for _ in _COLUMNS) + ")"
+    return tx.execute(
+        "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
+        + ", ".join("(?, ?, ?)" for _ in payloads)
+        + f") INSERT INTO audit_events ({', '.join(_COLUMNS)}) VALUES "
+        + ", ".join(row_marks for _ in rows)
+        + " RETURNING *",
+        (*(v for p in payloads for v in p), *(row[c] for row in rows for c in _COLUMNS)),
+    )
 
-    keys: Keyring
 
-    if TYPE_CHECKING:
+_INSERT = {"sqlite": _insert_sqlite, "postgres": _insert_postgres}
+"""How each dialect inserts linked events and their payloads; the stored event rows."""
 
-        def transaction(self, *, write: bool = True) -> Any: ...
 
-        def _chain_head(self, tx: Tx) -> tuple[str, str]: ...
+class AuditLog:
+    """The hash-chained audit log of one store (``store.audit``)."""
 
-        def _insert_audit_rows(
-            self, tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]
-        ) -> list[dict[str, Any]]: ...
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    def append_audit(self, event: AuditEventIn) -> AuditEvent:
-        return self.append_audits([event])[0]
+    def append(self, event: AuditEventIn) -> AuditEvent:
+        """Append one event to the hash chain."""
+        return self.append_many([event])[0]
 
-    def append_audits(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+    def append_many(self, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+        """Append ``events``, in order, in one transaction (one lock of the chain, one commit)."""
         if not events:
             return []
-        with self.transaction() as tx:
-            return self._append_events(tx, events)
+        with self._db.transaction() as tx:
+            return self.link(tx, events)
 
-    def _append_events(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
+    def link(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
         """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
         change they record, so the change and its evidence commit together or not at all."""
         if not events:
             return []
-        key = self.keys.key("audit-chain")
+        key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         tenants: dict[tuple[str, str], str | None] = {}
         for event in events:
@@ -95,48 +128,53 @@ class AuditRows:
             row["detail"] = "{}"
             row["detail_sha256"] = sha256_hex(payload)
             drafts.append((row, payload))
-        now, previous = self._chain_head(tx)
+        now, previous = self._db._chain_head(tx)
         for row, _ in drafts:
             row["occurred_at"] = now
             row["prev_hash"] = previous
             row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
-        stored = self._insert_audit_rows(
+        stored = _INSERT[self._db.dialect](
             tx, [row for row, _ in drafts], [(row["event_id"], now, payload) for row, payload in drafts]
         )
         payloads = {row["event_id"]: payload for row, payload in drafts}
-        return [_audit({**r, "payload": payloads[r["event_id"]]}) for r in stored]
+        return [
+            _audit({**r, "payload": payloads[r["event_id"]]}) for r in sorted(stored, key=lambda r: int(r["seq"]))
+        ]
 
-    def latest_audit_event(self, event: str) -> AuditEvent | None:
-        with self.transaction(write=False) as tx:
+    def latest(self, event: str) -> AuditEvent | None:
+        """The most recent event named ``event``, or None."""
+        with self._db.transaction(write=False) as tx:
             row = tx.one(_LATEST_SQL, (event,))
         return _audit(row) if row else None
 
-    def append_audit_after(
+    def append_after(
         self, event: str, build: Callable[[AuditEvent | None], AuditEventIn | None]
     ) -> AuditEvent | None:
         """Append what ``build`` makes of the latest event named ``event`` (nothing when it returns
         None): the read and the append are one transaction under the chain's lock, so processes
         recording the same change at the same moment record it once (``release.loaded``)."""
-        with self.transaction() as tx:
-            self._chain_head(tx)  # the chain's lock before the read (SQLite's write lock already is)
+        with self._db.transaction() as tx:
+            self._db._chain_head(tx)  # the chain's lock before the read (SQLite's write lock already is)
             row = tx.one(_LATEST_SQL, (event,))
             made = build(_audit(row) if row else None)
-            return self._append_events(tx, [made])[0] if made is not None else None
+            return self.link(tx, [made])[0] if made is not None else None
 
-    def purge_audit_payloads(self, before: str) -> int:
-        with self.transaction() as tx:
+    def purge_payloads(self, before: str) -> int:
+        """Delete audit payloads older than ``before`` (ISO time); the chain and digests stay."""
+        with self._db.transaction() as tx:
             rows = tx.execute(
                 "DELETE FROM audit_payloads WHERE occurred_at < ? RETURNING event_id", (before,)
             )
         return len(rows)
 
-    def audit_events(
+    def events(
         self,
         *,
         operation_key: str | None = None,
         proposal_id: str | None = None,
         call_ids: Sequence[str] = (),
     ) -> list[AuditEvent]:
+        """Events matching any of the filters (all events when none is given), in chain order."""
         clauses: list[str] = []
         params: list[Any] = []
         if operation_key:
@@ -155,11 +193,11 @@ class AuditRows:
         if clauses:
             sql += " WHERE " + " OR ".join("e." + c for c in clauses)
         sql += " ORDER BY e.seq"
-        with self.transaction(write=False) as tx:
+        with self._db.transaction(write=False) as tx:
             rows = tx.execute(sql, tuple(params))
         return [_audit(r) for r in rows]
 
-    def first_audit_event(
+    def first(
         self,
         operation_key: str,
         event: str,
@@ -167,6 +205,8 @@ class AuditRows:
         code: str | None = None,
         tool_release: str | None = None,
     ) -> AuditEvent | None:
+        """The earliest (chain order) event ``event`` of ``operation_key``, with ``code`` and
+        recorded by ``tool_release`` when given (None: any), or None. Reads one row at most."""
         # the operation's index narrows to its few events; one row at most is read back
         sql = (
             "SELECT e.*, p.detail AS payload FROM audit_events e"
@@ -178,9 +218,9 @@ class AuditRows:
             if value is not None:
                 sql += f" AND e.{column} = ?"
                 params.append(value)
-        with self.transaction(write=False) as tx:
+        with self._db.transaction(write=False) as tx:
             row = tx.one(sql + " ORDER BY e.seq LIMIT 1", tuple(params))
         return _audit(row) if row else None
 
 
-__all__ = ["AuditRows"]
+__all__ = ["AuditLog"]

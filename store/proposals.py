@@ -1,0 +1,158 @@
+"""Proposals, as the store keeps them: inserted once per operation key, together with their operation.
+
+A proposal is immutable and bound by a MAC under the store's keys (read back marked
+``authentic`` or not); its ``pending_approval`` operation row and the audit events of its
+creation commit in the same transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from toolgate.canonical import canonical_json
+from toolgate.store.audit_log import AuditLog
+from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.keys import Keyring
+from toolgate.store.operations import operation_of
+from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.store.tx import Database
+
+
+def proposal_of(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
+    """A ``proposals`` row as its record, marked ``authentic`` when its MAC verifies."""
+    data = dict(row)
+    mac = data.pop("mac", None)
+    data["arguments"] = json.loads(data["arguments"])
+    data["editors"] = tuple(json.loads(data["editors"])) if data.get("editors") else ()
+    record = ProposalRecord(**data)
+    # no MAC (inserted with database access alone, or before proposals carried one): not authentic
+    return dataclasses.replace(record, authentic=keys.verify("proposal", record.sealed(), mac))
+
+
+class Proposals:
+    """The proposals of one store (``store.proposals``)."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self._db = db
+        self._audit = audit
+
+    def create(
+        self, proposal: ProposalRecord, *, audit: Sequence[AuditEventIn] = ()
+    ) -> tuple[ProposalRecord, OperationRecord, bool]:
+        """Insert the proposal and its ``pending_approval`` operation atomically, with ``audit``
+        appended in the same transaction.
+
+        Idempotent by operation key: a second call returns the stored rows and ``False`` (and
+        appends nothing).
+        """
+        keys = self._db.keys
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
+            inserted = tx.execute(
+                "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
+                " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
+                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors,"
+                " escalation_rule_id, escalation_reason, mac)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING RETURNING *",
+                (
+                    proposal.proposal_id,
+                    proposal.operation_key,
+                    proposal.thread_id,
+                    proposal.call_id,
+                    proposal.tool,
+                    proposal.tool_version,
+                    proposal.handler_revision,
+                    proposal.release,
+                    proposal.tenant_id,
+                    proposal.requester_id,
+                    canonical_json(proposal.arguments),
+                    proposal.arguments_sha256,
+                    proposal.digest,
+                    proposal.risk,
+                    proposal.effect,
+                    proposal.rollback,
+                    proposal.approval_class,
+                    proposal.created_at,
+                    proposal.expires_at,
+                    proposal.supersedes,
+                    proposal.trace_id,
+                    json.dumps(sorted(proposal.editors)) if proposal.editors else None,
+                    proposal.escalation_rule_id,
+                    proposal.escalation_reason,
+                    keys.mac("proposal", proposal.sealed()),
+                ),
+            )
+            if inserted:
+                prow: dict[str, Any] | None = inserted[0]
+                orow = tx.one(
+                    "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
+                    " attempts, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)"
+                    " RETURNING *",
+                    (
+                        proposal.operation_key,
+                        proposal.proposal_id,
+                        proposal.tool,
+                        proposal.tenant_id,
+                        now,
+                        now,
+                    ),
+                )
+                self._audit.link(tx, audit)
+            else:
+                prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
+                orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
+        assert prow is not None and orow is not None
+        return proposal_of(prow, keys), operation_of(orow), bool(inserted)
+
+    def get(self, proposal_id: str) -> ProposalRecord | None:
+        """The proposal, or None."""
+        with self._db.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM proposals WHERE proposal_id = ?", (proposal_id,))
+        return proposal_of(row, self._db.keys) if row else None
+
+    def same_effect(self, proposal: ProposalRecord) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """Other proposals of the same thread for the same tool and arguments (a reviewer is told
+        when an identical operation already ran)."""
+        return self._pairs(
+            "p.thread_id = ? AND p.tool = ? AND p.arguments_sha256 = ? AND p.proposal_id <> ?",
+            (proposal.thread_id, proposal.tool, proposal.arguments_sha256, proposal.proposal_id),
+        )
+
+    def superseding(self, proposal_id: str) -> ProposalRecord | None:
+        """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
+        with self._db.transaction(write=False) as tx:
+            row = tx.one(
+                "SELECT * FROM proposals WHERE supersedes = ? ORDER BY created_at DESC", (proposal_id,)
+            )
+        return proposal_of(row, self._db.keys) if row else None
+
+    def _pairs(self, where: str, params: tuple[Any, ...]) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """Proposals matching `where` (over `p` proposals and `o` operations) with their operations,
+        oldest first."""
+        sql = (
+            "SELECT p.proposal_id AS pid FROM proposals p JOIN operations o"
+            f" ON o.operation_key = p.operation_key WHERE {where} ORDER BY p.created_at, p.proposal_id"
+        )
+        out: list[tuple[ProposalRecord, OperationRecord]] = []
+        with self._db.transaction(write=False) as tx:
+            for row in tx.execute(sql, params):
+                prow = tx.one("SELECT * FROM proposals WHERE proposal_id = ?", (row["pid"],))
+                assert prow is not None
+                orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (prow["operation_key"],))
+                assert orow is not None
+                out.append((proposal_of(prow, self._db.keys), operation_of(orow)))
+        return out
+
+    def list(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """Proposals with their operations, oldest first, optionally filtered by operation status
+        (last: the name ``list`` shadows the builtin in the annotations of the methods after it)."""
+        if status:
+            return self._pairs("o.status = ?", (status,))
+        return self._pairs("1 = 1", ())
+
+
+__all__ = ["Proposals", "proposal_of"]

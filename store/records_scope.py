@@ -1,0 +1,83 @@
+"""A system of record's capability and its scope: what a service may touch, and the object it
+touches it through (`toolgate.store.service_records` opens one per backend and explains the
+boundary each backend's database engine enforces)."""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from toolgate.errors import CapabilityDenied, ConfigurationError
+from toolgate.store.tx import Tx
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class RecordsScope:
+    """What one system of record may touch: ``tables`` it owns (read and write) and ``reads``,
+    tables of another service it may only read. Names are lower-case SQL identifiers."""
+
+    name: str
+    """The service's name (its database role derives from it)."""
+    tables: frozenset[str]
+    reads: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        names = (self.name, *self.tables, *self.reads)
+        if not self.name or not all(_NAME.match(n) for n in names):
+            raise ConfigurationError(f"records scope {self.name!r}: names must be lower-case SQL identifiers")
+        if self.tables & self.reads:
+            raise ConfigurationError(
+                f"records scope {self.name!r}: a table is either owned or read, not both"
+            )
+
+    @property
+    def readable(self) -> frozenset[str]:
+        """Every table a statement may read."""
+        return self.tables | self.reads
+
+
+def records_denied(scope: RecordsScope, target: str, what: str) -> CapabilityDenied:
+    """The refusal of one statement (``target``: the table, or ``statement``)."""
+    return CapabilityDenied(
+        "records", target, f"the records capability of {scope.name} does not allow {what} ({target})"
+    )
+
+
+class ServiceRecords(abc.ABC):
+    """A capability over one service's tables (see the module docstring)."""
+
+    scope: RecordsScope
+    read_only: bool
+
+    @abc.abstractmethod
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        """A unit of work on the service's tables; ``write=False`` refuses every write."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close idle connections (a unit of work still running closes its own when it ends)."""
+
+
+class UnboundRecords(ServiceRecords):
+    """Records of a service built without a store (to list its tools): every use is refused."""
+
+    def __init__(self, scope: RecordsScope) -> None:
+        self.scope = scope
+        self.read_only = True
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        raise ConfigurationError(f"{self.scope.name} was built without a store: it has no records")
+        yield  # pragma: no cover
+
+    def close(self) -> None:
+        """Nothing is open."""
+
+
+__all__ = ["RecordsScope", "ServiceRecords", "UnboundRecords", "records_denied"]
