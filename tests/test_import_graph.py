@@ -12,10 +12,10 @@ TYPE_CHECKING:`` blocks. A type-only import is still a dependency of the design:
 ``typing.get_type_hints`` (Pydantic, dataclass tooling, LangGraph's state and context schemas)
 imports it at run time, and it breaks when the imported module is split or renamed. A type-only
 back edge between folders is a layering cycle that only waits for its first run-time use.
-Imports inside function bodies are deferred: they do not count for the cycle rule (b) (deferring
-is how a command loads heavy or optional parts late), but those that would close a cycle are
-printed; they do count for the private-module rule (a), since privacy is about who knows a module,
-not when it is loaded.
+Imports inside function bodies are deferred: they do not count for the folder cycle rule (b)
+(deferring is how a command loads heavy or optional parts late), but those that would close a
+cycle are printed; they do count for the private-module rule (a), since privacy is about who knows
+a module, not when it is loaded, and for the module cycle rule (e).
 
 (a) A private module (a dotted name with a part starting with ``_``, e.g. ``toolgate.store._sql``)
     is imported only from its own top-level folder.
@@ -37,6 +37,11 @@ not when it is loaded.
     of its modules loads none, and its code names none of the demo's release ids, tools or people
     (issue 26). Which default release a bare ``toolgate run`` serves is the entry points' choice
     (`toolgate.settings`), not the framework's.
+(e) No cycle between modules, counting every import: deferred, type-only and at import time. Two
+    modules that import each other, however late, cannot be read, tested or moved apart: they are
+    one concept cut in two (merge them) or a dependency pointing the wrong way (move the shared
+    piece down, or depend on a `Protocol` of what is needed). A package's own ``__init__``
+    re-exporting its modules is not a cycle of the design and is not counted.
 """
 
 from __future__ import annotations
@@ -278,6 +283,22 @@ def describe_cycle(graph: dict[str, dict[str, list[Import]]], component: list[st
     return "\n".join(lines)
 
 
+def module_graph() -> dict[str, dict[str, list[Import]]]:
+    """module -> module -> the imports that make the edge, every import counted (rule (e))."""
+    modules, imports = scan()
+    graph: dict[str, dict[str, list[Import]]] = defaultdict(lambda: defaultdict(list))
+    for imp in imports:
+        target = imp.target
+        while target not in modules and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target == imp.source.name or target not in modules:
+            continue
+        if modules[target].is_package and imp.source.name.startswith(target + "."):
+            continue  # a module importing its own package's re-exports
+        graph[imp.source.name][target].append(imp)
+    return graph
+
+
 def test_the_layout_is_the_one_checked() -> None:
     modules, imports = scan()
     assert {m.folder for m in modules.values()} == set(FOLDERS)
@@ -448,3 +469,25 @@ def test_the_framework_source_names_nothing_of_the_demo() -> None:
                 if match:
                     found.append(f"{module.path}:{node.lineno}: {match.group(0)!r} in {node.value[:60]!r}")
     assert not found, "the framework names the demo:\n" + "\n".join(found)
+
+
+def test_no_cycles_between_modules() -> None:
+    """Rule (e): no two modules depend on each other, through any kind of import."""
+    graph = module_graph()
+    cycles = strongly_connected(graph)
+    assert not cycles, "module import cycles (deferred and type-only imports count):\n" + "\n".join(
+        describe_cycle(graph, c) for c in cycles
+    )
+
+
+def test_the_module_cycle_rule_sees_deferred_and_type_only_imports() -> None:
+    """The rule is not blind to the imports it is about: a function-level import and a
+    ``TYPE_CHECKING`` import each make an edge of the module graph."""
+    modules, imports = scan()
+    deferred = next(imp for imp in imports if imp.deferred and imp.target in modules)
+    assert modules[deferred.target].name in module_graph()[deferred.source.name]
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toolgate.errors\n")
+    statements = [node for node, _ in _statements(tree.body)]
+    assert any(
+        isinstance(node, ast.Import) and node.names[0].name == "toolgate.errors" for node in statements
+    )
