@@ -13,6 +13,7 @@ and may change between releases.
 from typing import TYPE_CHECKING
 
 from toolgate.lazy_exports import lazy_exports
+from toolgate.moved_modules import install as install_moved_modules
 
 if TYPE_CHECKING:
     from toolgate.errors import (
@@ -80,6 +81,8 @@ _EXPORTS = {
     "spec_from_function": "toolgate.tools.shapes.thirdparty",
 }
 """Where each public name lives: imported on first use (`toolgate.lazy_exports`)."""
+
+install_moved_modules()  # the previous layout's module names keep importing (deprecated)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
