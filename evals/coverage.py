@@ -5,7 +5,7 @@ the runs really did:
 
 - **Is the candidate more permissive than the control?** `loosenings` compares the two runs of one
   case. A call the control refused at some check that the candidate let past it (a refusal at a
-  later check of the fixed judge order, `toolgate.policy.judge`, counts: the earlier check no
+  later check of the fixed dispatch order, `Authority.at_dispatch`, counts: the earlier check no
   longer fires), a write the control only proposed that the candidate ran, a review step the
   control refused that the candidate recorded, a handler the candidate ran more often, or more
   tool output reaching the model in a case that compares it. Each is a dangerous false positive;
@@ -47,7 +47,7 @@ STAGE: Mapping[str, int] = {code: depth for depth, codes in enumerate(_ORDER) fo
     "failed": 30,
 }
 """How far a call got: its refusal's place in the order calls are checked (the screening of a
-model response first, `toolgate.graph.nodes._bounds`, then the judge, `toolgate.policy.judge`),
+model response first, `toolgate.graph.nodes._bounds`, then the authority, `Authority.at_dispatch`),
 then a proposal, then a direct run. Outcomes decided outside that order (budgets, stopped tasks)
 have no stage."""
 

@@ -32,10 +32,10 @@ from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.graph.routing import after_dispatch, after_model, after_proposal
 from toolgate.graph.seals.guard import guarded
 from toolgate.graph.state import GatewayState
+from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.escalation import check_escalations
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.policy.shared_breaker import SharedBreakerRegistry
@@ -66,6 +66,14 @@ def build_gateway(
     auditor = Auditor(store, registry.release)
     directory = IdentityDirectory(store, auditor)
     rate_limiter = InboundRateLimiter(store, policy.rate_limits)
+    authority = Authority(
+        registry=registry,
+        policy=policy,
+        store=store,
+        auditor=auditor,
+        directory=directory,
+        rate_limiter=rate_limiter,
+    )
     return Gateway(
         model=model,
         registry=registry,
@@ -81,7 +89,7 @@ def build_gateway(
             clock=clock or SYSTEM_CLOCK,
         ),
         rate_limiter=rate_limiter,
-        judge=Judge(registry, policy, rate_limiter),
+        authority=authority,
         directory=directory,
         instructions=instructions,
         server_mode=server_mode,

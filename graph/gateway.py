@@ -11,8 +11,8 @@ from langchain_core.language_models import BaseChatModel
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.delivery.executor import Executor
 from toolgate.graph.nodes.prompt_cache import ANTHROPIC_LLM_TYPE, cache_options
+from toolgate.policy.authority import Authority
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.judge import Judge
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import INSTRUCTIONS
@@ -34,8 +34,9 @@ class Gateway:
     auditor: Auditor
     executor: Executor
     rate_limiter: InboundRateLimiter
-    judge: Judge
-    """The release's checks of one proposed call, shared by dispatch, edits and rollbacks."""
+    authority: Authority
+    """Whether a call may go on, at dispatch (also for edits, rollbacks and shadow turns), at
+    execute and before the claim (`toolgate.policy.authority`): one per gateway."""
     directory: IdentityDirectory
     """Who may act: authenticates people at the doors, and tells execute whether an approver is
     still active."""

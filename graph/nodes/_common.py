@@ -9,9 +9,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from toolgate.canonical import digest
-from toolgate.errors import ConfigurationError, IdentityError
+from toolgate.errors import ConfigurationError
 from toolgate.graph.context import Context
 from toolgate.graph.state import Budget, CallRecord, GatewayState
+from toolgate.policy.authority import acting_principal
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor, audit_call_id
 from toolgate.store.audit_records import AuditEventIn
@@ -32,24 +33,10 @@ def context_of(runtime: Runtime[Context]) -> Context:
 
 
 def principal_of(state: GatewayState, runtime: Runtime[Context], *, new_turn: bool = False) -> Principal:
-    """The thread's principal: the first one recorded in state, which later runs cannot replace.
-
-    Someone else may only carry a turn on (a reviewer resuming the approval interrupt of their
-    own tenant); a new turn, with new user input, belongs to the thread's principal alone."""
-    given = context_of(runtime).principal
-    recorded = state.get("principal")
-    if recorded:
-        principal = Principal.from_dict(recorded)
-        other = given is not None and (given.user_id, given.tenant_id) != (
-            principal.user_id,
-            principal.tenant_id,
-        )
-        if other and (new_turn or (given is not None and given.tenant_id != principal.tenant_id)):
-            raise IdentityError("this thread belongs to another principal", code="thread_owner")
-        return principal
-    if given is None:
-        raise IdentityError("no authenticated principal in the run context", code="missing_principal")
-    return given
+    """The thread's principal: the first one recorded in state, which later runs cannot replace
+    (the authority's rule, `toolgate.policy.authority.acting_principal`, asked with the run's
+    authenticated principal)."""
+    return acting_principal(state.get("principal"), context_of(runtime).principal, new_turn=new_turn)
 
 
 def budget_of(state: GatewayState, ctx: Context) -> Budget:

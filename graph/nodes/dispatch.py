@@ -1,9 +1,9 @@
 """The dispatch node: the hostile-input boundary.
 
 Every call the model proposed, parsed or not, is judged: the task's budget and deadline here,
-then the release's checks in their fixed order (`toolgate.policy.judge`). The first failure is a
-stable code, one audit event and a bounded `ToolMessage` with the same call id. Nothing here has
-an effect on the world.
+then the release's checks in their fixed order (the authority's first checkpoint,
+`toolgate.policy.authority.Authority.at_dispatch`). The first failure is a stable code, one audit
+event and a bounded `ToolMessage` with the same call id. Nothing here has an effect on the world.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from toolgate.graph.nodes._common import (
     thread_id,
 )
 from toolgate.graph.state import CallRecord, GatewayState
+from toolgate.policy.authority import ProposedCall, Verdict
 from toolgate.policy.decisions import Rejection
-from toolgate.policy.judge import ProposedCall, Verdict
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
 from toolgate.store.audit_records import AuditEventIn
@@ -113,7 +113,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
                 status = {"status": "needs_review", "status_reason": f"task {what} exhausted"}
             else:
                 budget["tool_calls"] += 1
-                verdict = gw.judge(
+                verdict = gw.authority.at_dispatch(
                     principal, call, counts=counts, max_identical_calls=budget["max_identical_calls"], now=now
                 )
             spec, rejection = verdict.spec, verdict.rejection

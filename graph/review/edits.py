@@ -20,7 +20,7 @@ from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.proposals import carry_delegation, draft_proposal, store_proposal
 from toolgate.graph.waits.delegation import carry_for_wait
 from toolgate.policy.approvals import check_reviewer
-from toolgate.policy.judge import ProposedCall
+from toolgate.policy.authority import ProposedCall
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
 from toolgate.tools.spec import ToolSpec
@@ -145,7 +145,7 @@ def _judge_edit(
     requester = gw.directory.active(original.requester_id, original.tenant_id)
     if requester is None:
         raise ApprovalError("requester_inactive", "the requester is no longer an active identity")
-    verdict = gw.judge(
+    verdict = gw.authority.at_dispatch(
         requester,
         ProposedCall(original.call_id, tool, arguments, None),
         counts={},

@@ -14,7 +14,7 @@ from toolgate.errors import ApprovalError, NotFoundError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.proposals import draft_proposal, store_proposal
-from toolgate.policy.judge import ProposedCall
+from toolgate.policy.authority import ProposedCall
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
 from toolgate.tools.spec import Rollback, ToolSpec
@@ -87,7 +87,7 @@ def _rollback_call(gw: Gateway, operation_key: str, requester: Principal) -> tup
     target = gw.registry.get_for(spec.rollback.tool, original.tenant_id)
     if target is None:
         raise ApprovalError("no_rollback", f"rollback tool {spec.rollback.tool!r} is not in this release")
-    verdict = gw.judge(
+    verdict = gw.authority.at_dispatch(
         requester,
         ProposedCall(
             f"rollback-{operation_key[3:15]}", target.name, spec.rollback.arguments(original.arguments), None

@@ -2,12 +2,12 @@
 
 During a rollout's ``shadow`` phase every model turn of a control thread is shown to the
 candidate too: its model gets the same messages with the candidate's tools for the same
-principal, and each call it proposes is judged by the candidate's judge in peek mode (no rate
-limit is counted). The control's calls of the same turn are judged the same way, so both sides
-are compared on equal terms. Only the comparison is written (`RolloutStore.record_shadow`): the
-shadow calls no handler, makes no proposal or operation, writes to no system of record and adds
-nothing to the thread's state. A failing candidate never fails the control's turn; its record
-says why.
+principal, and each call it proposes is judged by the candidate's authority in peek mode
+(`Authority.at_dispatch`, no rate limit is counted). The control's calls of the same turn are
+judged the same way, so both sides are compared on equal terms. Only the comparison is written
+(`RolloutStore.record_shadow`): the shadow calls no handler, makes no proposal or operation,
+writes to no system of record and adds nothing to the thread's state. A failing candidate never
+fails the control's turn; its record says why.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def judge_turn(
                 }
             )
             continue
-        verdict = gw.judge(
+        verdict = gw.authority.at_dispatch(
             principal, call, counts=seen, max_identical_calls=max_identical, now=now, peek=True
         )
         if verdict.fingerprint:

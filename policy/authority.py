@@ -1,0 +1,539 @@
+"""The authority: whether a tool call may go on, asked at three checkpoints and answered each time
+from the same rules.
+
+A call is judged when the model proposes it, again when execute is about to run it, and (a write)
+again right before its claim, because time and hands pass between the three: checkpointed state is
+writable by clients, grants and reviewers change, an order changes hands, a release is replaced.
+One `Authority` per gateway (built by `toolgate.graph.builder.build_gateway` from the release's
+registry and policy rules and the store's identity directory, auditor and rate limiter) answers
+all three. Each checkpoint is a call into the same rule methods below, the subset that applies at
+that moment:
+
+| rule (method) | `at_dispatch` | `at_execute` | `before_claim` |
+| --- | --- | --- | --- |
+| who acts (`acting_principal`; `requester`) | thread's principal | thread's principal | requester, re-read |
+| tool in this release (`tool`) | ``unknown_tool`` | ``state_mismatch`` | ``tool_not_in_release`` |
+| visibility: scopes, roles, tenant (`visibility`) | ``unauthorized`` | reads | - |
+| retirement (`retirement`) | ``tool_deprecated`` | - | - |
+| no identity in arguments (`smuggled_identity`) | ``identity_in_arguments`` | - | - |
+| ownership of each resource (`ownership`) | ``cross_tenant``, ``not_owner`` | reads | the requester's |
+| business policy (`business_policy`) | ``policy_violation`` | - | - |
+| the call is its proposal's (`proposal_binding`) | - | writes | ``proposal_missing``, ``forged_proposal``, |
+| | | | ``operation_mismatch`` |
+| decisions that still count (`counted_decisions`) | - | - | ``forged_approval``, ``reviewer_inactive``, |
+| | | | ``reviewer_role_removed`` |
+| approval valid (`approval_validity`) | - | - | ``approval_invalid`` |
+| approval expiry (`expired`, the store's clock) | - | - | asked by the executor first |
+
+Execute refuses with ``state_mismatch`` what the state recorded wrongly; ownership refuses a
+missing id as ``semantic_invalid``; the approval's validity covers its digest, its pin to release
+and handler revision, its class, separation of duties and quorum.
+
+Why each rule runs where it does:
+
+- **At dispatch** the model's proposal meets every rule that can refuse it before anything
+  exists: the fixed order of `at_dispatch` interleaves them with the checks of the call's shape
+  (JSON, schema, repetition, rate limit, cross-field validation), and the first failure decides.
+- **At execute** nothing runs because checkpointed state says so: a read is judged again for the
+  thread's principal (visibility and ownership can change between two nodes, and the state that
+  names the call is client-writable); a write only has to be the call of its stored proposal,
+  proposed in this thread, for this tenant and requester, since `before_claim` judges it next.
+  Retirement and business policy are not asked again: a call accepted inside the window finishes.
+- **Before the claim** of an approved write, the approval is judged again from the store alone:
+  the proposal row (its MAC, its digest, its pin to release and handler revision, its approval
+  class), the decisions that still count (an approver revoked, moved out of the tenant or
+  stripped of the role since no longer counts), and the requester's hold on every resource (an
+  order that changed hands since approval is not touched). Visibility and business policy were
+  judged when the proposal was made, and the reviewers approved exactly that. An approval past
+  its expiry is not refused but moved to ``expired`` by the executor (`expired`, on the store's
+  clock, a state change with its own event), and the claim's conditional update asks the
+  database's clock once more.
+
+Authority comes only from the authenticated principal and the store's records: nothing here reads
+an identity from model arguments, and what checkpointed state says of a call (`RecordedCall`) is a
+claim checked against the store, never a grant. Time is the store's (`Store.now`), never a
+worker's clock. Refusals at dispatch and execute are values the nodes answer and audit with the
+turn's trace fields; a refusal before the claim answers nobody but the operator, so the authority
+audits it itself (never on a read-only store: a verification run reports, it never writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from toolgate.canonical import canonical_json, sha256_hex
+from toolgate.clock import parse_iso
+from toolgate.errors import IdentityError, ToolExecutionError
+from toolgate.policy.approvals import ApprovalVerdict, verify_for_execution
+from toolgate.policy.authorization import check_resource, check_scopes, closest_visible
+from toolgate.policy.decisions import Rejection
+from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.output import redact_text
+from toolgate.policy.principal import Principal
+from toolgate.policy.ratelimit import InboundRateLimiter
+from toolgate.policy.rules import PolicyRules
+from toolgate.store.audit import Auditor
+from toolgate.store.base import Store
+from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.tools.registry import Registry
+from toolgate.tools.spec import ArgumentsInvalid, HandlerContext, ToolSpec
+
+MAX_ERRORS_SHOWN = 5
+STATE_MISMATCH = Rejection(
+    code="state_mismatch",
+    message="Not run: this call does not match the gateway's own records for this task.",
+    retryable=False,
+)
+DELIVERY_REFUSED = "delivery.refused"
+"""The event of a delivery refused because its tool or proposal is gone (audited once)."""
+TOOL_NOT_IN_RELEASE = "tool_not_in_release"
+PROPOSAL_MISSING = "proposal_missing"
+
+
+# ---- values ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    """One call as the model emitted it, before any judgement."""
+
+    call_id: str
+    name: str
+    args: Any
+    parse_error: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the authority decided about one call at dispatch or at execute."""
+
+    spec: ToolSpec | None
+    arguments: dict[str, Any]
+    rejection: Rejection | None
+    """None: the call may go on."""
+    fingerprint: str = ""
+    """The call's identity for loop detection (dispatch only)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedCall:
+    """What checkpointed state says of one call of the turn: claims to check, never a grant."""
+
+    call_id: str
+    tool: str
+    read: bool
+    """Recorded as a read (else as a proposed write)."""
+    arguments: Mapping[str, Any]
+    operation_key: str | None = None
+    proposal_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimRefusal:
+    """Why an approved write may not be claimed now."""
+
+    code: str
+    """Stable code (``tool_not_in_release``, ``forged_proposal``, ``approval_invalid``, ...)."""
+    reason: str
+    """What the delivery reports (`toolgate.graph.delivery.result.Delivery.reason`)."""
+
+
+# ---- rules without dependencies ----------------------------------------------------------
+
+
+def acting_principal(
+    recorded: Mapping[str, Any] | None, given: Principal | None, *, new_turn: bool = False
+) -> Principal:
+    """Who acts in a thread: the first principal recorded in its state, which later runs cannot
+    replace; ``given`` (the run's authenticated principal) only for a thread that has none yet.
+
+    Someone else may only carry a turn on (a reviewer resuming the approval interrupt of their own
+    tenant); a new turn, with new user input, belongs to the thread's principal alone."""
+    if recorded:
+        principal = Principal.from_dict(recorded)
+        other = given is not None and (given.user_id, given.tenant_id) != (
+            principal.user_id,
+            principal.tenant_id,
+        )
+        if other and (new_turn or (given is not None and given.tenant_id != principal.tenant_id)):
+            raise IdentityError("this thread belongs to another principal", code="thread_owner")
+        return principal
+    if given is None:
+        raise IdentityError("no authenticated principal in the run context", code="missing_principal")
+    return given
+
+
+def retirement(spec: ToolSpec, now: datetime) -> Rejection | None:
+    """``tool_deprecated`` once a deprecated tool's window has ended (``now``: the store's clock)."""
+    found = spec.deprecation
+    if found is None or found.state(now) != "retired":
+        return None
+    instead = f" Use {found.replacement} instead." if found.replacement else ""
+    return Rejection(
+        code="tool_deprecated",
+        retryable=found.replacement is not None,  # only another tool can succeed
+        message=f"This tool was retired at {found.sunset_at.isoformat()}.{instead}",
+        suggestion=f"call {found.replacement}" if found.replacement else None,
+    )
+
+
+def smuggled_identity(spec: ToolSpec, args: Mapping[str, Any]) -> Rejection | None:
+    """``identity_in_arguments`` when the model supplied identity or authority fields: those come
+    from the signed-in session, never from arguments."""
+    smuggled = sorted(set(spec.identity_keys(args)))
+    if not smuggled:
+        return None
+    return Rejection(
+        code="identity_in_arguments",
+        retryable=False,
+        message="Identity and authority come from the signed-in session, never from arguments. "
+        f"Remove: {', '.join(redact_text(k)[:40] for k in smuggled[:5])}.",
+    )
+
+
+def proposal_binding(
+    proposal: ProposalRecord | None, spec: ToolSpec, call: RecordedCall, principal: Principal, thread_id: str
+) -> bool:
+    """Whether ``call`` (as checkpointed state records it) is the call of its stored ``proposal``:
+    the same operation and call, proposed in ``thread_id`` for ``principal``'s tenant by them."""
+    return (
+        proposal is not None
+        and proposal.operation_key == call.operation_key
+        and proposal.thread_id == thread_id
+        and proposal.tenant_id == principal.tenant_id
+        and proposal.requester_id == principal.user_id
+        and proposal.tool == spec.name
+        and proposal.call_id == call.call_id
+    )
+
+
+def describe_invalid(exc: ArgumentsInvalid) -> str:
+    """Field path and constraint for each problem, never the input values or a stack trace."""
+    problems = [f"{path}: {problem}" for path, problem in exc.problems]
+    more = f" (+{len(problems) - MAX_ERRORS_SHOWN} more)" if len(problems) > MAX_ERRORS_SHOWN else ""
+    return redact_text("Invalid arguments: " + "; ".join(problems[:MAX_ERRORS_SHOWN]) + more)[:600]
+
+
+def call_fingerprint(tool: str, arguments: dict[str, Any]) -> str:
+    """Identity of a call for loop detection: tool name and canonical arguments."""
+    return sha256_hex(canonical_json({"tool": tool, "args": arguments}))[:24]
+
+
+# ---- the authority -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Authority:
+    """The rules of one release and the three checkpoints that ask them (see the module)."""
+
+    registry: Registry
+    """The release's tools, with the ownership resolver of its system of record."""
+    policy: PolicyRules
+    """The release's business rules."""
+    store: Store
+    """Decisions, identities and the clock every time decision is made by."""
+    auditor: Auditor
+    """Records the refusals made before a claim."""
+    directory: IdentityDirectory
+    """Tells whether an approver or a requester is still an active identity of the tenant."""
+    rate_limiter: InboundRateLimiter
+    """Counts each call judged at dispatch (a peek counts nothing)."""
+
+    # ---- rules -------------------------------------------------------------------------
+
+    def tool(self, name: str, tenant_id: str | None = None) -> ToolSpec | None:
+        """The tool ``name`` of this release: the shared spec (what dispatch judges), or with a
+        ``tenant_id`` (the principal's or the operation row's, never an argument's) the one that
+        runs for that tenant; None when the release has no such tool."""
+        return self.registry.get(name) if tenant_id is None else self.registry.get_for(name, tenant_id)
+
+    def visibility(self, spec: ToolSpec, principal: Principal) -> Rejection | None:
+        """``unauthorized`` unless ``principal`` may see ``spec`` (scopes, roles, tenant)."""
+        return check_scopes(spec, principal)
+
+    def ownership(
+        self, spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]
+    ) -> Rejection | None:
+        """Every resource the call names, resolved for ``principal`` in the system of record
+        (``cross_tenant``, ``not_owner``, or a missing id as ``semantic_invalid``)."""
+        return check_resource(spec, principal, arguments, self.registry.resolver)
+
+    def business_policy(
+        self, spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any], now: datetime
+    ) -> Rejection | None:
+        """The release's business rules (``policy_violation``, first violated rule wins)."""
+        decision = self.policy.evaluate(spec.name, spec.is_write, principal, arguments, now)
+        if decision.kind == "deny":
+            assert decision.rejection is not None
+            return decision.rejection
+        return None
+
+    def requester(self, proposal: ProposalRecord) -> Principal:
+        """The proposal's requester as the directory knows them now: with their current staff
+        roles while active, with none once revoked or moved (ownership then needs their own)."""
+        return self.directory.active(proposal.requester_id, proposal.tenant_id) or Principal(
+            user_id=proposal.requester_id, tenant_id=proposal.tenant_id
+        )
+
+    def expired(self, proposal: ProposalRecord) -> bool:
+        """Whether the proposal's approval window has ended, by the store's clock."""
+        return self.store.now() >= parse_iso(proposal.expires_at)
+
+    def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
+        """The proposal's decisions that may count: authentic records by reviewers who are still
+        active identities reviewing for the proposal's tenant (its own people or staff), each with
+        only the recorded roles its reviewer still holds. Every other one is audited and dropped
+        (``forged_approval``, ``reviewer_inactive``, ``reviewer_role_removed``). The review door
+        and the operator's verify command count decisions this same way."""
+        counted: list[ApprovalRecord] = []
+        for decision in self.store.decisions_for(proposal.proposal_id):
+            reviewer = self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id)
+            # a decision counts with the roles its reviewer held then and still holds now
+            kept = tuple(r for r in decision.reviewer_roles if reviewer is not None and r in reviewer.roles)
+            if not decision.authentic:
+                code = "forged_approval"
+            elif reviewer is None:
+                code = "reviewer_inactive"
+            elif not kept:
+                code = "reviewer_role_removed"
+            else:
+                counted.append(replace(decision, reviewer_roles=kept))
+                continue
+            if self.store.read_only:  # a verification run reports, it never writes
+                continue
+            self.auditor.record(
+                "approval.voided",
+                "refused",
+                code=code,
+                proposal_id=proposal.proposal_id,
+                operation_key=proposal.operation_key,
+                tool=proposal.tool,
+                detail={"approval_id": decision.approval_id},
+            )
+        return counted
+
+    def approval_validity(self, spec: ToolSpec, proposal: ProposalRecord) -> ApprovalVerdict:
+        """The approval judged again from the decisions that still count: digest, release and
+        handler revision pin, approval class, separation of duties and quorum."""
+        return verify_for_execution(
+            proposal,
+            spec.approval,
+            self.counted_decisions(proposal),
+            handler_revision=spec.handler_revision,
+            release=self.registry.release,
+        )
+
+    # ---- checkpoints -------------------------------------------------------------------
+
+    def at_dispatch(
+        self,
+        principal: Principal,
+        call: ProposedCall,
+        *,
+        counts: dict[str, int],
+        max_identical_calls: int,
+        now: datetime | None = None,
+        peek: bool = False,
+    ) -> Verdict:
+        """Judge one call the model proposed (or a reviewer's edit, or a rollback, both as calls by
+        the original requester); the first failing check decides. The order: tool in release,
+        visibility, retirement, JSON shape, identity fields, schema, repetition, ownership,
+        inbound rate limit (the tool's own window included), cross-field validation, business
+        policy. ``now`` is the store's clock (None: read it here). ``peek`` judges without counting
+        the call against any rate limit (a shadow judgement writes nothing anywhere)."""
+        now = self.store.now() if now is None else now
+        spec = self.tool(call.name)
+        if spec is None:
+            suggestion = closest_visible(self.registry, call.name, principal, now)
+            return Verdict(
+                None,
+                {},
+                Rejection(
+                    code="unknown_tool",
+                    message="No tool with that name is available.",
+                    retryable=True,
+                    suggestion=f"did you mean {suggestion!r}?" if suggestion else None,
+                ),
+            )
+        refused = self.visibility(spec, principal) or retirement(spec, now)
+        if refused:
+            return Verdict(spec, {}, refused)
+        if call.parse_error is not None or not isinstance(call.args, dict):
+            return Verdict(
+                spec,
+                {},
+                Rejection(
+                    code="malformed_arguments",
+                    message="Arguments must be one JSON object matching the tool schema.",
+                    retryable=True,
+                ),
+            )
+        refused = smuggled_identity(spec, call.args)
+        if refused:
+            return Verdict(spec, {}, refused)
+        try:
+            arguments = spec.parse_arguments(call.args)
+        except ArgumentsInvalid as exc:
+            return Verdict(
+                spec, {}, Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True)
+            )
+        fingerprint = call_fingerprint(spec.name, arguments)
+        if not spec.pollable and counts.get(fingerprint, 0) >= max_identical_calls:
+            return Verdict(
+                spec,
+                arguments,
+                Rejection(
+                    code="loop_detected",
+                    retryable=False,
+                    message="This exact call was already made in this task; a person will review the task.",
+                ),
+                fingerprint,
+            )
+        refused = self.ownership(spec, principal, arguments)
+        if refused:
+            return Verdict(spec, arguments, refused, fingerprint)
+        limiter = self.rate_limiter.peek if peek else self.rate_limiter.check
+        refused = limiter(principal, spec.name, spec.rate_limit)
+        if refused:
+            return Verdict(spec, arguments, refused, fingerprint)
+        if spec.semantic_check is not None:
+            try:
+                problem = spec.semantic_check(
+                    spec.handler_arguments(arguments),
+                    HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id),
+                )
+            except ToolExecutionError as exc:
+                problem = exc.message
+            if problem:
+                rejection = Rejection(
+                    code="semantic_invalid", message=redact_text(problem)[:300], retryable=True
+                )
+                return Verdict(spec, arguments, rejection, fingerprint)
+        refused = self.business_policy(spec, principal, arguments, now)
+        return Verdict(spec, arguments, refused, fingerprint)
+
+    def at_execute(
+        self, principal: Principal, call: RecordedCall, *, thread_id: str, proposal: ProposalRecord | None
+    ) -> Verdict:
+        """Judge a call of the turn again before execute runs it (``spec`` of the verdict: the
+        tool as it runs for the principal's tenant). A read runs only for a tool that is a read
+        in this release and that ``principal`` may use on these resources now; a write only
+        through the stored ``proposal`` the call names (read from the store by the caller), made
+        in ``thread_id`` for this tenant and requester, for this tool and call. Anything else is
+        ``state_mismatch``: the state does not match the gateway's records."""
+        spec = self.tool(call.tool, principal.tenant_id)  # the tenant's own, if any
+        arguments = dict(call.arguments)
+        if call.read:
+            if spec is None or spec.is_write:
+                return Verdict(spec, arguments, STATE_MISMATCH)
+            refused = self.visibility(spec, principal) or self.ownership(spec, principal, arguments)
+            return Verdict(spec, arguments, refused)
+        if (
+            spec is None
+            or not spec.is_write
+            or not proposal_binding(proposal, spec, call, principal, thread_id)
+        ):
+            return Verdict(spec, arguments, STATE_MISMATCH)
+        return Verdict(spec, arguments, None)
+
+    def before_claim(self, op: OperationRecord, proposal: ProposalRecord | None) -> ClaimRefusal | None:
+        """Judge an approved operation right before its claim (None: it may be claimed).
+        ``proposal`` is the store's row ``op`` names (None when it names none or the store holds
+        none). Every refusal is audited: a missing tool or proposal once per operation, code and
+        release (a worker re-picks the operation on every pass, and identical events would bury
+        the one that matters), any other each time."""
+        spec = self.tool(op.tool, op.tenant_id)
+        if spec is None:
+            reason = f"tool {op.tool!r} is not in release {self.registry.release}"
+            return self._missing(op, TOOL_NOT_IN_RELEASE, reason)
+        if proposal is None:
+            return self._missing(op, PROPOSAL_MISSING, "proposal missing")
+        if not proposal.authentic:
+            # its row's MAC does not verify: inserted with database access alone (or before
+            # proposals carried a MAC); nothing it says is trusted, its approvals included
+            return self._refused(op, "forged_proposal", "the proposal's MAC does not verify")
+        if (proposal.operation_key, proposal.tool, proposal.tenant_id) != (
+            op.operation_key,
+            op.tool,
+            op.tenant_id,
+        ):
+            # operation rows carry no MAC: one that names another operation's proposal (inserted or
+            # re-pointed with database access) may not borrow its approvals and run it again
+            return self._refused(op, "operation_mismatch", "the operation is not its proposal's own")
+        verdict = self.approval_validity(spec, proposal)
+        if verdict.status != "approved":
+            refused = self._refused(op, "approval_invalid", verdict.reason)
+            return ClaimRefusal(refused.code, verdict.reason)
+        refusal = self.ownership(spec, self.requester(proposal), proposal.arguments)
+        if refusal is None:
+            return None
+        if not self.store.read_only:
+            self.auditor.record(
+                "operation.refused",
+                "refused",
+                code=refusal.code,
+                operation_key=proposal.operation_key,
+                proposal_id=proposal.proposal_id,
+                tool=proposal.tool,
+                detail={"stage": "execute"},
+            )
+        return ClaimRefusal(refusal.code, f"{refusal.code}: {refusal.message}")
+
+    # ---- audit of refusals before a claim ----------------------------------------------
+
+    def _refused(self, op: OperationRecord, code: str, reason: str) -> ClaimRefusal:
+        """Audit ``approval.refused_at_execution`` (``code``, ``reason``) for ``op``; the refusal
+        reports ``code: reason``."""
+        if not self.store.read_only:
+            self.auditor.record(
+                "approval.refused_at_execution",
+                "refused",
+                code=code,
+                operation_key=op.operation_key,
+                proposal_id=op.proposal_id,
+                tool=op.tool,
+                detail={"reason": reason},
+            )
+        return ClaimRefusal(code, f"{code}: {reason}")
+
+    def _missing(self, op: OperationRecord, code: str, reason: str) -> ClaimRefusal:
+        """Audit ``delivery.refused`` (``code``) for ``op`` unless this release already did (the
+        store's record of the operation decides the tenant); the refusal reports ``reason``."""
+        store = self.store
+        # one indexed row at most (`Store.first_audit_event`), never the operation's whole trail
+        if not store.read_only and not store.first_audit_event(
+            op.operation_key, DELIVERY_REFUSED, code=code, tool_release=self.auditor.release
+        ):
+            self.auditor.record(
+                DELIVERY_REFUSED,
+                "refused",
+                code=code,
+                operation_key=op.operation_key,
+                proposal_id=op.proposal_id,
+                tool=op.tool,
+                tenant_id=op.tenant_id,
+                detail={"reason": reason, "tenant_id": op.tenant_id},
+            )
+        return ClaimRefusal(code, reason)
+
+
+__all__ = [
+    "DELIVERY_REFUSED",
+    "PROPOSAL_MISSING",
+    "STATE_MISMATCH",
+    "TOOL_NOT_IN_RELEASE",
+    "Authority",
+    "ClaimRefusal",
+    "ProposedCall",
+    "RecordedCall",
+    "Verdict",
+    "acting_principal",
+    "call_fingerprint",
+    "describe_invalid",
+    "proposal_binding",
+    "retirement",
+    "smuggled_identity",
+]
