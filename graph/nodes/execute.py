@@ -1,12 +1,13 @@
 """The execute node: runs this turn's reads and delivers its approved writes, once each.
 
 Nothing runs because checkpointed state says so. Besides the seal checked before this node, each
-call is re-judged from trusted sources (`toolgate.graph.nodes.execute_refusals`) and then run on
-its own (`toolgate.graph.nodes.execute_calls`). This node owns the turn: it picks up a write's
-replacement proposal, batches the runnable calls under the context's concurrency and deadline,
-answers a call still running when the batch deadline passes, and records what is done. While
-every write of the turn still awaits a decision, the thread goes back to waiting instead of
-reporting.
+call is judged again from trusted sources (the authority's second checkpoint,
+`toolgate.policy.authority.Authority.at_execute`; a refusal is answered and audited here, like
+one of dispatch) and then run on its own (`toolgate.graph.nodes.execute_calls`). This node owns
+the turn: it picks up a write's replacement proposal, batches the runnable calls under the
+context's concurrency and deadline, answers a call still running when the batch deadline passes,
+and records what is done. While every write of the turn still awaits a decision, the thread goes
+back to waiting instead of reporting.
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ from toolgate.canonical import canonical_json
 from toolgate.clock import iso
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.messages import status_message
-from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
+from toolgate.graph.messages import rejection_message, status_message
+from toolgate.graph.nodes._common import (
+    accepted_event,
+    audit_call_id,
+    context_of,
+    principal_of,
+    thread_id,
+)
 from toolgate.graph.nodes.batch import partition, run_batch
 from toolgate.graph.nodes.execute_calls import run_read, run_write
-from toolgate.graph.nodes.execute_refusals import STATE_MISMATCH, read_refusal, refuse_call, write_refusal
 from toolgate.graph.review.edits import current_proposal
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
+from toolgate.policy.authority import RecordedCall
+from toolgate.policy.decisions import Rejection
+from toolgate.policy.principal import Principal
+from toolgate.store.audit_records import AuditEventIn
 
 
 def make_execute_node(gw: Gateway) -> Any:
@@ -80,22 +90,29 @@ def make_execute_node(gw: Gateway) -> Any:
 
         def run(record: CallRecord) -> tuple[ToolMessage, Outcome, bool]:
             traced = {**common, "trace_id": telemetry.audit_trace_id(ctx.trace_id)}
-            spec = gw.registry.get_for(
-                record.get("tool", ""), principal.tenant_id
-            )  # the tenant's own, if any
             read = record.get("phase") == "read"
-            refusal = (
-                read_refusal(gw, spec, record, principal)
-                if read
-                else write_refusal(gw, spec, record, principal, thread_id(config))
+            verdict = gw.authority.at_execute(
+                principal,
+                RecordedCall(
+                    call_id=record["call_id"],
+                    tool=record.get("tool", ""),
+                    read=read,
+                    arguments=record.get("arguments", {}),
+                    operation_key=record.get("operation_key"),
+                    proposal_id=record.get("proposal_id"),
+                ),
+                thread_id=thread_id(config),
+                proposal=None if read else gw.executor.proposal(record.get("proposal_id", "")),
             )
-            if refusal is not None or spec is None:
+            spec = verdict.spec
+            if verdict.rejection is not None or spec is None:
+                assert verdict.rejection is not None  # a call of no tool is always refused
                 accepted = (
                     accepted_event(gw.auditor, principal, record, spec, traced)
                     if read and spec is not None and not spec.is_write
                     else None
                 )
-                return refuse_call(gw, record, principal, refusal or STATE_MISMATCH, common, accepted)
+                return refused_call(gw, record, principal, verdict.rejection, common, accepted)
             # run_batch may use worker threads, which do not inherit the OpenTelemetry context:
             # link to this turn's model span (another node invocation) inside the worker itself.
             with (
@@ -170,4 +187,30 @@ def make_execute_node(gw: Gateway) -> Any:
     return execute
 
 
-__all__ = ["make_execute_node"]
+def refused_call(
+    gw: Gateway,
+    record: CallRecord,
+    principal: Principal,
+    rejection: Rejection,
+    common: dict[str, Any],
+    accepted: AuditEventIn | None = None,
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Answer a call the authority refused at execute (audited like a dispatch refusal, in one
+    append with the read's ``accepted`` event)."""
+    call_id, tool = record["call_id"], record.get("tool", "unknown")
+    refused = gw.auditor.event(
+        "call.rejected",
+        "rejected",
+        user_id=principal.user_id,
+        code=rejection.code,
+        call_id=audit_call_id(call_id),
+        tool=tool,
+        detail={"message": rejection.message[:300], "stage": "execute"},
+        **common,
+    )
+    gw.auditor.record_all([*([accepted] if accepted else []), refused])
+    outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
+    return rejection_message(call_id, tool, rejection), outcome, True
+
+
+__all__ = ["make_execute_node", "refused_call"]
