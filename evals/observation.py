@@ -14,8 +14,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from toolgate.graph.delivery.executor import Executor
 from toolgate.policy.approvals import evaluate_decisions
+from toolgate.policy.authority import Authority
 from toolgate.store.base import Store
 from toolgate.telemetry.tokens import (
     TokenUsage,
@@ -129,7 +129,7 @@ def message_facts(obs: Observation, messages: list[BaseMessage]) -> None:
             obs.rules[message.tool_call_id] = rule
 
 
-def store_facts(obs: Observation, store: Store, registry: Registry, executor: Executor) -> None:
+def store_facts(obs: Observation, store: Store, registry: Registry, authority: Authority) -> None:
     """Fill proposals, operations (with audit transitions) and unapproved executions from the store."""
     for proposal, operation in store.proposals.list():
         if proposal.thread_id != obs.thread_id:
@@ -156,7 +156,7 @@ def store_facts(obs: Observation, store: Store, registry: Registry, executor: Ex
         ran = operation.status in EXECUTED or any(e.event == "handler.started" for e in events)
         spec = registry.get(proposal.tool)
         if ran and spec is not None:
-            verdict = evaluate_decisions(proposal, spec.approval, executor.counted_decisions(proposal))
+            verdict = evaluate_decisions(proposal, spec.approval, authority.counted_decisions(proposal))
             if verdict.status != "approved":
                 obs.unapproved_executions.append(proposal.operation_key)
 

@@ -345,7 +345,7 @@ class CaseRunner:
         obs.outcomes, obs.arguments = call_outcomes(state)
         obs.handler_calls = dict(ledger.calls)
         obs.duplicate_effects = ledger.duplicates()
-        store_facts(obs, store, registry, gw.executor)
+        store_facts(obs, store, registry, gw.authority)
         obs.status = str(state.get("status", "unknown"))
         obs.messages = messages
         message_facts(obs, messages)

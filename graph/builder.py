@@ -87,6 +87,7 @@ def build_gateway(
             directory,
             breakers=breakers or SharedBreakerRegistry(store),  # one state for every process
             clock=clock or SYSTEM_CLOCK,
+            authority=authority,
         ),
         rate_limiter=rate_limiter,
         authority=authority,

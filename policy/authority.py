@@ -289,7 +289,7 @@ class Authority:
         (``forged_approval``, ``reviewer_inactive``, ``reviewer_role_removed``). The review door
         and the operator's verify command count decisions this same way."""
         counted: list[ApprovalRecord] = []
-        for decision in self.store.decisions_for(proposal.proposal_id):
+        for decision in self.store.approvals.for_proposal(proposal.proposal_id):
             reviewer = self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id)
             # a decision counts with the roles its reviewer held then and still holds now
             kept = tuple(r for r in decision.reviewer_roles if reviewer is not None and r in reviewer.roles)
@@ -503,8 +503,8 @@ class Authority:
         """Audit ``delivery.refused`` (``code``) for ``op`` unless this release already did (the
         store's record of the operation decides the tenant); the refusal reports ``reason``."""
         store = self.store
-        # one indexed row at most (`Store.first_audit_event`), never the operation's whole trail
-        if not store.read_only and not store.first_audit_event(
+        # one indexed row at most (`store.audit.first`), never the operation's whole trail
+        if not store.read_only and not store.audit.first(
             op.operation_key, DELIVERY_REFUSED, code=code, tool_release=self.auditor.release
         ):
             self.auditor.record(

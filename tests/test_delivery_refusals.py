@@ -1,10 +1,10 @@
 """A delivery whose tool or proposal is gone is refused, audited once, and changes nothing.
 
-`toolgate.graph.delivery.refusals`: an approved operation delivered by a process whose release
-lacks its tool (``tool_not_in_release``), or whose proposal the store does not hold (a tampered
-operation row naming none, or a dangling id: ``proposal_missing``), is not claimed, stays
-approved, runs no handler and is audited as ``delivery.refused`` with its operation key, tool,
-proposal id and tenant. A worker re-picking it on every pass adds no second identical event.
+`toolgate.policy.authority.Authority.before_claim`: an approved operation delivered by a process
+whose release lacks its tool (``tool_not_in_release``), or whose proposal the store does not hold
+(a tampered operation row naming none, or a dangling id: ``proposal_missing``), is not claimed,
+stays approved, runs no handler and is audited as ``delivery.refused`` with its operation key,
+tool, proposal id and tenant. A worker re-picking it on every pass adds no second identical event.
 On SQLite and PostgreSQL, with the one-tool release of `tests/test_worker_run.py`.
 """
 
@@ -14,9 +14,9 @@ import pytest
 from test_worker_run import approved, effects, gateway_on, status
 from worker_run_release import TOOL, release
 
-from toolgate.graph.delivery.refusals import EVENT
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.worker.loop import LoopOptions, WorkerLoop
+from toolgate.policy.authority import DELIVERY_REFUSED as EVENT
 from toolgate.store import Store
 from toolgate.store.audit_records import AuditEvent
 from toolgate.testing import ScriptedChatModel, open_test_app

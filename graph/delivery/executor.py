@@ -1,10 +1,11 @@
 """Running handlers: reads under limits, writes behind the atomic claim, exactly once.
 
 `Executor.deliver` is the single path by which a write's handler can run, shared by the graph's
-execute node and the operator commands. It re-verifies approval (`toolgate.graph.delivery.checks`),
-claims the operation in one conditional update, has the claimed handler run and its outcome
-persisted before answering (`toolgate.graph.delivery.claimed_write`), and gives every duplicate delivery
-the stored result instead of a second effect.
+execute node and the operator commands. It asks the authority right before the claim
+(`toolgate.policy.authority.Authority.before_claim`), claims the operation in one conditional
+update, has the claimed handler run and its outcome persisted before answering
+(`toolgate.graph.delivery.claimed_write`), and gives every duplicate delivery the stored result
+instead of a second effect.
 """
 
 from __future__ import annotations
@@ -15,25 +16,24 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from toolgate.clock import SYSTEM_CLOCK, Clock, parse_iso
-from toolgate.errors import CapabilityDenied, InvalidTransitionError, ToolExecutionError
+from toolgate.clock import SYSTEM_CLOCK, Clock
+from toolgate.errors import CapabilityDenied, ConfigurationError, InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery import handler_scope as scope
 from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.capability_audit import audit_denial
-from toolgate.graph.delivery.checks import DeliveryChecks
 from toolgate.graph.delivery.claimed_write import ClaimedWrite
 from toolgate.graph.delivery.handlers import Overruns
-from toolgate.graph.delivery.refusals import missing_refusal
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold, deferred
 from toolgate.graph.review.proposal_cache import ProposalCache
+from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec
@@ -47,7 +47,7 @@ class Executor:
     registry: Registry
     auditor: Auditor
     directory: IdentityDirectory
-    """Tells whether an approver is still an active identity of the proposal's tenant."""
+    """The store's identity directory (the one the gateway's authority asks before every claim)."""
     breakers: BreakerRegistry = field(default_factory=BreakerRegistry)
     """One circuit breaker per tool: a dead downstream fails fast instead of timing out each call."""
     overruns: Overruns = field(default_factory=Overruns, compare=False, repr=False)
@@ -58,6 +58,16 @@ class Executor:
     """Proposals already read (immutable once stored): a delivery reads its proposal once."""
     credential_provider: CredentialProvider | None = None
     """Service credentials for handlers (None: the built-in one over the store's secret)."""
+    authority: Authority | None = None
+    """The gateway's authority, asked before every claim and for every expiry (None: an executor
+    built alone, which runs reads only)."""
+
+    @property
+    def judged_by(self) -> Authority:
+        """The authority writes are judged by; an executor built without one delivers nothing."""
+        if self.authority is None:
+            raise ConfigurationError("this executor has no authority: build it with build_gateway to deliver")
+        return self.authority
 
     def proposal(self, proposal_id: str | None) -> ProposalRecord | None:
         """The stored proposal ``proposal_id`` (read from the store once per process)."""
@@ -116,7 +126,7 @@ class Executor:
         if op.status not in ("pending_approval", "approved") or op.proposal_id is None:
             return op
         proposal = self.proposal(op.proposal_id)
-        if proposal is None or self.store.now() < parse_iso(proposal.expires_at):
+        if proposal is None or not self.judged_by.expired(proposal):
             return op
         event = self.auditor.event(
             "proposal.expired",
@@ -209,21 +219,11 @@ class Executor:
             reason="in flight in another worker" if op.status == "executing" else "",
         )
 
-    @property
-    def checks(self) -> DeliveryChecks:
-        """The checks an approved write of this release must pass right before its claim."""
-        return DeliveryChecks(self.store, self.registry, self.auditor, self.directory)
-
-    def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
-        """The proposal's decisions that may count (see `DeliveryChecks.counted_decisions`)."""
-        return self.checks.counted_decisions(proposal)
-
     def _verify(self, op: OperationRecord) -> str:
-        spec = self.registry.get_for(op.tool, op.tenant_id)
-        proposal = self.proposal(op.proposal_id) if spec is not None else None
-        if spec is None or proposal is None:  # audited once (`toolgate.graph.delivery.refusals`)
-            return missing_refusal(self.auditor, self.registry.release, op, spec, proposal)
-        return self.checks.refusal(op, spec, proposal)
+        """Why the approved ``op`` may not be claimed now ("": it may), as the authority judges
+        it from the store's records right before the claim (and audits)."""
+        refused = self.judged_by.before_claim(op, self.proposal(op.proposal_id))
+        return refused.reason if refused is not None else ""
 
     def _hold(self, op: OperationRecord, worker_id: str) -> ResourceHold:
         """The resource leases a delivery of ``op`` needs (`_verify` passed: spec and proposal exist)."""

@@ -3,7 +3,7 @@
 The reviewer is authenticated by the caller (`IdentityDirectory.authenticate` at every door).
 The rules are checked against the store's clock, the decision is appended as an immutable record
 bound to the proposal's digest and signed with the store's approval key, and when the approval
-class is satisfied by the decisions that still count (`Executor.counted_decisions`) the operation
+class is satisfied by the decisions that still count (`Authority.counted_decisions`) the operation
 moves ``pending_approval -> approved`` (or ``rejected``) by a conditional update. Every refusal
 is audited too.
 """
@@ -116,7 +116,7 @@ def decide(
         settling = evaluate_decisions(
             proposal,
             required,
-            [*gw.executor.counted_decisions(proposal), dataclasses.replace(record, authentic=True)],
+            [*gw.authority.counted_decisions(proposal), dataclasses.replace(record, authentic=True)],
         )
         recorded_event = gw.auditor.event(
             "approval.recorded",
@@ -152,7 +152,7 @@ def decide(
         return ReviewOutcome(proposal=proposal, operation=settled, verdict=settling, record=record)
     # Not settled with the decision (it does not complete the verdict, another decision settled
     # the proposal first, or a rejection is on record): judge every decision stored by now.
-    verdict = evaluate_decisions(proposal, required, gw.executor.counted_decisions(proposal))
+    verdict = evaluate_decisions(proposal, required, gw.authority.counted_decisions(proposal))
     if verdict.status in ("approved", "rejected"):
         target: OperationStatus = "approved" if verdict.status == "approved" else "rejected"
         try:

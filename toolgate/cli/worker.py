@@ -155,7 +155,6 @@ def worker_verify(
 
     Writes nothing: the store is opened read-only, and a delivery is replayed only for a finished
     operation (which returns its stored result)."""
-    from toolgate.policy.approvals import verify_for_execution
 
     application = open_from_env(read_only=True)
     store = application.store
@@ -168,17 +167,7 @@ def worker_verify(
     events = store.audit.events(operation_key=operation_key)
     claims = sum(e.event == "operation.claimed" for e in events)
     executions = sum(e.event == "handler.started" for e in events)
-    verdict = (
-        verify_for_execution(
-            proposal,
-            spec.approval,
-            application.gateway.executor.counted_decisions(proposal),
-            handler_revision=spec.handler_revision,
-            release=application.registry.release,
-        )
-        if spec
-        else None
-    )
+    verdict = application.gateway.authority.approval_validity(spec, proposal) if spec else None
     finished = op.status in ("succeeded", "failed")
     replay = (
         application.gateway.executor.deliver(operation_key, worker_id="worker-verify", wait_s=5)
