@@ -24,6 +24,7 @@ from toolgate.tools.adapters import to_structured_tool
 from toolgate.tools.schema.export import anthropic_tool, openai_tool
 from toolgate.tools.spec import ResourceResolver, ToolSpec, model_description
 from toolgate.tools.tenant_overrides import TenantOverride, TenantSpecs, changed_contract, resolve_overrides
+from toolgate.tools.wire import lookalike_key
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,16 @@ class Registry:
                 )
             by_wire[spec.wire_name] = name
         object.__setattr__(self, "_by_wire", by_wire)
+        seen: dict[str, str] = {}
+        for name in sorted(self.tools):
+            other = seen.setdefault(lookalike_key(name), name)
+            if other != name:
+                raise RegistryError(
+                    f"tools {other!r} and {name!r} look alike in {self.release} (the same after Unicode"
+                    " normalization, case folding and confusable letters): rename one",
+                    tool=name,
+                    problems=[("lookalike_names", f"{other!r} and {name!r}")],
+                )
 
     @classmethod
     def of(

@@ -34,6 +34,7 @@ import copy
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -216,4 +217,75 @@ def wire_args(schema: Mapping[str, Any], args: Any) -> Any:
     return _convert(args, schema, schema, to_wire=True)
 
 
-__all__ = ["PROPERTY_KEY", "WIRE_NAME", "declared_args", "key_map", "wire_args", "wire_name", "wire_schema"]
+_LOOKALIKES = str.maketrans(
+    {
+        # Cyrillic letters drawn like Latin ones (after case folding)
+        "\u0430": "a",
+        "\u0432": "b",
+        "\u0435": "e",
+        "\u0451": "e",
+        "\u0437": "3",
+        "\u0456": "i",
+        "\u0457": "i",
+        "\u0458": "j",
+        "\u043a": "k",
+        "\u043c": "m",
+        "\u043d": "h",
+        "\u043e": "o",
+        "\u0440": "p",
+        "\u0441": "c",
+        "\u0442": "t",
+        "\u0443": "y",
+        "\u0445": "x",
+        "\u0455": "s",
+        "\u0501": "d",
+        "\u051b": "q",
+        "\u051d": "w",
+        "\u04bb": "h",
+        "\u04cf": "l",
+        # Greek
+        "\u03b1": "a",
+        "\u03b2": "b",
+        "\u03b5": "e",
+        "\u03b7": "n",
+        "\u03b9": "i",
+        "\u03ba": "k",
+        "\u03bc": "u",
+        "\u03bd": "v",
+        "\u03bf": "o",
+        "\u03c1": "p",
+        "\u03c4": "t",
+        "\u03c5": "u",
+        "\u03c7": "x",
+        "\u03c9": "w",
+        # Latin letters of another shape, and dotless ones
+        "\u0261": "g",
+        "\u0131": "i",
+        "\u0237": "j",
+    }
+)
+
+
+def lookalike_key(name: str) -> str:
+    """What ``name`` looks like to a person or a model reading it: compatibility-normalized (NFKC:
+    a fullwidth c, U+FF43, is ``c``), case-folded, without invisible format characters (a
+    zero-width space), and with letters of other scripts drawn like Latin ones folded onto them
+    (Cyrillic i, U+0456, is ``i``; Greek omicron is ``o``). Two tools of one release may not share
+    it: a model choosing between ``close_ticket`` and the same name with a Cyrillic i chooses
+    blind, and so does the reviewer reading a proposal. A deliberately coarse fold: a false alarm is a rename at load
+    time, a miss is a confused call."""
+    text = unicodedata.normalize("NFKC", name).casefold()
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return text.translate(_LOOKALIKES)
+
+
+__all__ = [
+    "PROPERTY_KEY",
+    "WIRE_NAME",
+    "declared_args",
+    "key_map",
+    "lookalike_key",
+    "wire_args",
+    "wire_name",
+    "wire_schema",
+]

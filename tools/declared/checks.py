@@ -45,6 +45,14 @@ UNSUPPORTED = (
 every declared field (identity names, defaults, audit and resource paths)."""
 
 
+MAX_SCHEMA_DEPTH = 100
+"""JSON nesting a declared schema may reach (about 33 nested objects): deeper ones are refused
+before anything walks them, so a hostile definition fails its registration, not the process
+(Python's own recursion limit is ~1,000 frames, and validators recurse per level)."""
+MAX_SCHEMA_NODES = 5000
+"""Objects and arrays a declared schema may hold; a larger one is refused the same way."""
+
+
 class Refusal:
     """One registration problem of a declared schema: its code and ``"<JSON path>: <problem>"``."""
 
@@ -64,7 +72,7 @@ class SchemaRefused(Exception):
 def checked_schema(schema: Mapping[str, Any], open_objects: OpenObjects) -> dict[str, Any]:
     """``schema`` as plain JSON, closed where ``open_objects="close"`` says so, once it passed every
     check but the defaults' (`default_refusals` needs its validator); else `SchemaRefused`."""
-    problems = _json_problems(schema, "$")
+    problems = _shape_problems(schema) or _json_problems(schema, "$")
     if problems:
         raise SchemaRefused(problems)
     effective: dict[str, Any] = json.loads(json.dumps(schema))  # plain dicts and lists all through
@@ -263,6 +271,27 @@ def _untyped(root: Mapping[str, Any], node: Any) -> bool:
 _CONSTRAINING = ("type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "properties")
 
 
+def _shape_problems(schema: Any) -> list[Refusal]:
+    """`schema_too_deep` or `schema_too_large`, found without recursion (and so without limit on
+    what the schema holds: a self-containing object stops at the size bound)."""
+    stack: list[tuple[Any, str, int]] = [(schema, "$", 1)]
+    containers = 0
+    while stack:
+        node, path, depth = stack.pop()
+        if not isinstance(node, Mapping | list):
+            continue
+        containers += 1
+        if depth > MAX_SCHEMA_DEPTH:
+            return [Refusal("schema_too_deep", path, f"nested deeper than {MAX_SCHEMA_DEPTH} levels")]
+        if containers > MAX_SCHEMA_NODES:
+            return [Refusal("schema_too_large", path, f"more than {MAX_SCHEMA_NODES} objects and arrays")]
+        children = node.items() if isinstance(node, Mapping) else enumerate(node)
+        for key, child in children:
+            step = f"[{key}]" if isinstance(key, int) else f".{key}"
+            stack.append((child, path + step, depth + 1))
+    return []
+
+
 def _json_problems(value: Any, path: str) -> list[Refusal]:
     try:
         json.dumps(value, allow_nan=False)
@@ -276,6 +305,8 @@ def _schema_path(parts: Any) -> str:
 
 
 __all__ = [
+    "MAX_SCHEMA_DEPTH",
+    "MAX_SCHEMA_NODES",
     "UNSUPPORTED",
     "OpenObjects",
     "Refusal",
