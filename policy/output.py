@@ -183,8 +183,22 @@ def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any
         raise ToolExecutionError(
             "server_error", f"the tool's result broke its contract ({exc.error_count()} problem(s))"
         ) from exc
-    redacted: dict[str, Any] = redact(model.model_dump(mode="json"))
+    except Exception as exc:  # a result that fights its own validation (RecursionError included)
+        raise _invalid(exc) from None
+    try:
+        redacted: dict[str, Any] = redact(model.model_dump(mode="json"))
+    except Exception as exc:  # not JSON: bytes, a cycle, 50,000 levels (RecursionError included)
+        raise _invalid(exc) from None
     return redacted
+
+
+def _invalid(exc: BaseException) -> ToolExecutionError:
+    """A handler's result that cannot be bounded and serialized fails its own call with
+    ``result_invalid``, never the run; the message names the class, never the text (which may
+    carry what the result held)."""
+    return ToolExecutionError(
+        "result_invalid", f"the tool's result cannot be serialized ({type(exc).__name__})", retryable=False
+    )
 
 
 __all__ = [

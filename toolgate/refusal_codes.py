@@ -236,6 +236,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_handler_failures.py",
         ),
         _Row(
+            "result_invalid", "handler", False,
+            "The handler's result cannot be bounded and serialized (not JSON, cyclic, too deep); that "
+            "call fails, never the run.",
+            "tests/test_result_invalid.py",
+        ),
+        _Row(
             "timeout", "handler", None,
             "The handler did not answer in time; for a write the outcome is unknown and is reconciled.",
             "tests/test_handler_failures.py",

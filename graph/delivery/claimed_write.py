@@ -84,6 +84,12 @@ class ClaimedWrite:
             return delivery
         except ToolExecutionError as exc:
             audit_denial(self.auditor, exc, ctx, spec.name, **self.common)  # a refused capability
+            if exc.kind == "result_invalid":  # the handler returned: its effect may well be done
+                return self.finish(
+                    "unknown",
+                    code=exc.kind,
+                    error={"kind": exc.kind, "message": exc.message, "retryable": False},
+                )
             return self.finish(
                 "failed",
                 code=exc.kind,
