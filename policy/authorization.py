@@ -75,12 +75,20 @@ def check_resource(
     Another tenant's resource, another user's (unless the caller holds one of the declared staff
     roles) and a missing one all get the same model-facing message, so a refusal is no oracle
     for ids the caller may not see; the audit log keeps the precise code. Authorization refusals
-    are not retryable; a missing id is (the user may have mistyped it).
+    are not retryable; a missing id is (the user may have mistyped it). An owner check or resolver
+    that raises is loaded code failing: ``resolver_failed``, retryable, with nothing of its message.
     """
     ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
     for ref in spec.resource_refs:
         for value in values_at(args, ref.argument):
-            status = resource_status(ref, str(value), ctx, resolver)
+            try:
+                status = resource_status(ref, str(value), ctx, resolver)
+            except Exception:  # loaded code: it fails this call, closed, and says nothing of why
+                return Rejection(
+                    code="resolver_failed",
+                    message=f"Who owns this {ref.kind} cannot be checked right now. Tell the user to try again later.",
+                    retryable=True,
+                )
             if status == "owned" or (status == "not_owner" and principal.roles & ref.staff_roles):
                 continue
             message = f"No {ref.kind} with that id exists for this account."

@@ -22,6 +22,9 @@ from toolgate.refusal_codes import RejectionCode
 REJECTION_CODES: tuple[str, ...] = get_args(RejectionCode)
 STATE_CODES: tuple[str, ...] = ("state_tampered", "state_mismatch")
 """Refusals caused by checkpointed state changed outside the gateway, never by a model's call."""
+LOADED_CODE_CODES: tuple[str, ...] = ("resolver_failed",)
+"""Refusals caused by the release's own loaded code failing (an ownership check that raises),
+never by a model's call: no adversarial dispatch case can provoke them (tests/test_hostile_resolver.py)."""
 
 
 class ToolgateError(Exception):
@@ -203,6 +206,7 @@ class DirectInvocationError(ToolgateUsageError):
 
 
 __all__ = [
+    "LOADED_CODE_CODES",
     "REJECTION_CODES",
     "STATE_CODES",
     "ApprovalError",

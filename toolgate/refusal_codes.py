@@ -66,6 +66,7 @@ RejectionCode = Literal[
     "state_mismatch",
     "task_stopped",
     "tool_deprecated",
+    "resolver_failed",
 ]
 """The closed set of reasons a tool call is refused before any handler runs for it: the codes of
 the ``refusal`` family below, as a type (`toolgate.errors` re-exports it; a test keeps the two
@@ -177,6 +178,12 @@ CATALOG: tuple[CodeEntry, ...] = (
         _Row(
             "tool_deprecated", "dispatch", None,
             "The tool's deprecation window has ended (retryable when a replacement tool is named).",
+        ),
+        _Row(
+            "resolver_failed", "dispatch", True,
+            "The release's ownership check raised instead of answering; the call is refused (fail "
+            "closed), at dispatch, at execute or before the claim, and may succeed later.",
+            "tests/test_hostile_resolver.py",
         ),
     ),
     *_family(
