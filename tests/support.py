@@ -31,10 +31,11 @@ from psycopg import sql
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import App, initialize_store
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.review.decisions import decide
 from toolgate.policy import Principal
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import AuditEvent, PostgresStore, SQLiteStore, Store
-from toolgate.testing import HandlerCounter, open_test_app
+from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
 from toolgate.tools.demo.identities import demo_principals, demo_token, seed_demo_identities
@@ -86,6 +87,31 @@ class Harness:
     def graph(self, model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Any:
         """The compiled gateway graph (in-memory checkpointer unless one is given)."""
         return self.app(model).compiled(checkpointer=checkpointer or InMemorySaver())
+
+    def approved_refund(self, registry: Registry, thread: str) -> tuple[dict[str, Any], Gateway]:
+        """Ada's refund of O-5512 proposed through this harness's graph and approved by fiona;
+        with the gateway that serves ``registry`` (a test's changed tools) to deliver it."""
+        model = ScriptedChatModel(
+            responses=[
+                ai(
+                    "",
+                    tool_call(
+                        "issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+                    ),
+                )
+            ]
+        )
+        state = start(self.graph(model), "refund O-5512", "cust-ada", thread)
+        proposal: dict[str, Any] = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
+        gateway = open_test_app(
+            model=ScriptedChatModel(responses=[]),
+            tools=registry,
+            policy=self.policy,
+            store=self.store,
+            start=False,
+        ).gateway
+        decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+        return proposal, gateway
 
     def total_handler_calls(self) -> int:
         """Handler invocations of every tool."""

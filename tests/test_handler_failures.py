@@ -17,11 +17,10 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from support import Harness, principal, start, tool_messages
+from support import Harness, start, tool_messages
 
 from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.recovery import reconcile
-from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
@@ -70,24 +69,7 @@ def _unknown_refund(harness: Harness) -> tuple[str, Any]:
     crashing = replace(refund, handler=effect_then_reset)
     specs = [crashing if s.name == "issue_refund" else s for s in harness.registry.tools.values()]
     registry = Registry.of(harness.registry.release, specs, harness.system)
-    gateway = open_test_app(
-        model=ScriptedChatModel(responses=[]),
-        tools=registry,
-        policy=harness.policy,
-        store=harness.store,
-        start=False,
-    ).gateway
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}),
-            )
-        ]
-    )
-    state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-reconcile-race")
-    proposal = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+    proposal, gateway = harness.approved_refund(registry, "t-reconcile-race")
     delivery = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
     assert delivery.status == "unknown"
     return str(proposal["operation_key"]), gateway

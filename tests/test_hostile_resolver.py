@@ -10,11 +10,10 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from support import Harness, principal, start, tool_messages
+from support import Harness, start, tool_messages
 
-from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import Registry
 
 PLANTED = "password=hunter2 api_key=sk-live-planted-0001"
@@ -52,8 +51,9 @@ def _world(tmp_path: Any) -> tuple[Harness, HostileOwnerCheck, Registry]:
     return harness, hostile, registry
 
 
-def _nothing_planted(harness: Harness, state: Any) -> None:
-    assert PLANTED not in json.dumps([str(m.content) for m in state["messages"]])
+def _nothing_planted(harness: Harness, state: Any | None) -> None:
+    if state is not None:
+        assert PLANTED not in json.dumps([str(m.content) for m in state["messages"]])
     assert PLANTED not in repr(harness.store.audit.events())
 
 
@@ -86,24 +86,7 @@ def test_a_resolver_that_raises_at_dispatch_refuses_that_call_only(tmp_path: Any
 
 def test_a_resolver_that_raises_before_the_claim_runs_no_effect(tmp_path: Any) -> None:
     harness, resolver, registry = _world(tmp_path)
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}),
-            )
-        ]
-    )
-    state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-resolver-claim")
-    proposal = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    gateway = open_test_app(
-        model=ScriptedChatModel(responses=[]),
-        tools=registry,
-        policy=harness.policy,
-        store=harness.store,
-        start=False,
-    ).gateway
-    decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+    proposal, gateway = harness.approved_refund(registry, "t-resolver-claim")
 
     resolver.failing = True
     asked = resolver.asked
@@ -116,4 +99,4 @@ def test_a_resolver_that_raises_before_the_claim_runs_no_effect(tmp_path: Any) -
     assert [(e.code, e.tool) for e in refused] == [("resolver_failed", "issue_refund")]
     op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved"  # nothing ran; it stays for a later delivery
-    _nothing_planted(harness, state)
+    _nothing_planted(harness, None)

@@ -10,9 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support import Harness, principal, start, tool_messages
+from support import Harness, start, tool_messages
 
-from toolgate.graph.review.decisions import decide
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
@@ -101,24 +100,7 @@ def test_a_write_whose_result_cannot_be_serialized_is_unknown_never_failed(tmp_p
     hostile = replace(refund, handler=effect_then_garbage, result_model=Loose)
     specs = [hostile if s.name == "issue_refund" else s for s in harness.registry.tools.values()]
     registry = Registry.of(harness.registry.release, specs, harness.system)
-    gateway = open_test_app(
-        model=ScriptedChatModel(responses=[]),
-        tools=registry,
-        policy=harness.policy,
-        store=harness.store,
-        start=False,
-    ).gateway
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}),
-            )
-        ]
-    )
-    state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-write-garbage")
-    proposal = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
+    proposal, gateway = harness.approved_refund(registry, "t-write-garbage")
     delivery = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
 
     assert delivery.status == "unknown" and delivery.error is not None
