@@ -22,6 +22,16 @@ from toolgate.tools.egress import EGRESS_SCOPE, Egress
 from toolgate.tools.handler import HandlerContext
 
 
+class HandlerAborted(Exception):
+    """A handler raised a `BaseException` that is not an `Exception` (``SystemExit``,
+    ``KeyboardInterrupt``, its own subclass). Callers treat it as any unclassified handler crash:
+    a read fails with ``server_error``, a write's outcome is ``unknown`` and reconciled."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"the handler raised {kind}")
+        self.kind = kind
+
+
 class _Worker:
     """One daemon thread that runs handler calls handed to it, one at a time."""
 
@@ -37,8 +47,13 @@ class _Worker:
             context, fn, args, future = self.inbox.get()
             try:
                 future.set_result(context.run(fn, *args))
-            except BaseException as exc:  # handed to whoever waits on the future
+            except Exception as exc:  # handed to whoever waits on the future
                 future.set_exception(exc)
+            except BaseException as exc:  # the handler's own, never this process's
+                # SystemExit, KeyboardInterrupt or a BaseException of its own raised by the handler
+                # in this worker thread (signals reach only the main thread): that call's failure,
+                # never the caller's run or the process
+                future.set_exception(HandlerAborted(type(exc).__name__))
             del context, fn, args, future  # nothing of this call outlives it in an idle worker
             if not self._pool.give_back(self):
                 return
@@ -189,4 +204,4 @@ class Overruns:
         threading.Thread(target=keep, name=f"toolgate-lease-{operation_key[:16]}", daemon=True).start()
 
 
-__all__ = ["Overruns", "confined", "run_with_timeout", "start", "wait"]
+__all__ = ["HandlerAborted", "Overruns", "confined", "run_with_timeout", "start", "wait"]
