@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -192,6 +193,13 @@ def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any
     return redacted
 
 
+def redacted_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback for a log, its messages redacted (`redact_text`): loaded code (a handler,
+    an owner check, a review lookup) may put a password or a key into what it raises, and a log is
+    read by more people than the audit log is. The frames (files, lines, code) are kept."""
+    return redact_text("".join(traceback.format_exception(exc)).rstrip())
+
+
 def _invalid(exc: BaseException) -> ToolExecutionError:
     """A handler's result that cannot be bounded and serialized fails its own call with
     ``result_invalid``, never the run; the message names the class, never the text (which may
@@ -210,5 +218,6 @@ __all__ = [
     "redact_personal",
     "redact_personal_text",
     "redact_text",
+    "redacted_traceback",
     "sanitize_result",
 ]

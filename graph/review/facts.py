@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from toolgate.errors import ToolExecutionError
+from toolgate.policy.output import redacted_traceback
 from toolgate.store.records import ProposalRecord
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext
@@ -43,8 +44,8 @@ def review_facts(registry: Registry, proposal: ProposalRecord) -> tuple[dict[str
         ), None
     except ToolExecutionError as exc:
         return None, f"{UNAVAILABLE}: {exc}"
-    except Exception:  # any other failure of a tool's lookup: logged, never shown raw
-        log.warning("review details of %s failed", proposal.proposal_id, exc_info=True)
+    except Exception as exc:  # any other failure of a tool's lookup: logged redacted, never shown raw
+        log.warning("review details of %s failed:\n%s", proposal.proposal_id, redacted_traceback(exc))
         return None, f"{UNAVAILABLE} (see the server log)"
 
 

@@ -33,6 +33,7 @@ from toolgate.errors import ConfigurationError, IdentityError, NotFoundError, Re
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.worker.waker import wake_quietly
 from toolgate.policy.admission import Overloaded
+from toolgate.policy.output import redacted_traceback
 from toolgate.policy.principal import Principal
 
 log = logging.getLogger(__name__)
@@ -198,11 +199,11 @@ async def serve(
         )
     except NotFoundError:  # removed between our read and decide's: same answer as never there
         return _error(404, "not_found", "no such proposal")
-    except (ConfigurationError, RegistryError):
-        log.exception("toolgate is not configured to serve %s", request.url.path)
+    except (ConfigurationError, RegistryError) as exc:
+        log.error("toolgate is not configured to serve %s:\n%s", request.url.path, redacted_traceback(exc))
         return _error(503, "unavailable", "toolgate is not configured on this server (see its log)")
-    except Exception:  # the client gets a stable error, the log gets the traceback
-        log.exception("toolgate route %s failed", request.url.path)
+    except Exception as exc:  # the client gets a stable error, the log the traceback (redacted)
+        log.error("toolgate route %s failed:\n%s", request.url.path, redacted_traceback(exc))
         return _error(500, "internal_error", "internal error (see the server log)")
     woken = await wake_quietly(reply.wake) if reply.wake else False
     payload = {**reply.body, "woken": woken} if reply.wake else reply.body

@@ -25,6 +25,7 @@ from langgraph_sdk import get_client
 from starlette.concurrency import run_in_threadpool
 
 from toolgate.graph.gateway import Gateway
+from toolgate.policy.output import redacted_traceback
 from toolgate.settings import EnvSettings
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,8 @@ async def wake_quietly(thread_id: str) -> bool:
     recorded, and the background waker retries)."""
     try:
         return await wake_thread(thread_id)
-    except Exception:  # the server's loopback client failing must not undo a recorded decision
-        log.warning("could not wake thread %s; the waker will retry", thread_id, exc_info=True)
+    except Exception as exc:  # the server's loopback client failing must not undo a recorded decision
+        log.warning("could not wake thread %s; the waker will retry:\n%s", thread_id, redacted_traceback(exc))
         return False
 
 
@@ -144,8 +145,8 @@ async def wake_decided_threads(gw: Gateway, client: Any, woken: Woken) -> list[s
             if await wake_thread(thread_id):
                 woken[thread_id] = decided
                 started.append(thread_id)
-        except Exception:  # one thread failing must not keep the others asleep
-            log.warning("waker: could not wake thread %s", thread_id, exc_info=True)
+        except Exception as exc:  # one thread failing must not keep the others asleep
+            log.warning("waker: could not wake thread %s:\n%s", thread_id, redacted_traceback(exc))
     for gone in set(woken) - set(awaited) - set(ready):
         del woken[gone]
     return started
@@ -166,7 +167,7 @@ async def run_waker(
         except Exception as exc:  # store down, server still starting: try again next round
             text = f"{type(exc).__name__}: {exc}"
             if text != last_error:
-                log.warning("waker round failed: %s", text, exc_info=True)
+                log.warning("waker round failed:\n%s", redacted_traceback(exc))
             last_error = text
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
