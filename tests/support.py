@@ -6,6 +6,7 @@ import contextlib
 import functools
 import importlib
 import io
+import json
 import logging
 import os
 import signal
@@ -15,6 +16,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,31 @@ class Harness:
         ).gateway
         decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
         return proposal, gateway
+
+    def two_status_reads(
+        self, handler: Any, thread: str, result_model: Any = None
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """Omar reads the status of ``worker`` (call ``c-worker``) and ``web`` (``c-web``) in one
+        turn, with ``handler`` (and ``result_model``, if given) serving ``get_service_status``:
+        the answers by call id, and the thread's final state."""
+        status = self.registry.tools["get_service_status"]
+        changed = replace(status, handler=handler, result_model=result_model or status.result_model)
+        specs = [changed if s.name == status.name else s for s in self.registry.tools.values()]
+        registry = Registry.of(self.registry.release, specs, self.system)
+        model = ScriptedChatModel(
+            responses=[
+                ai(
+                    "",
+                    tool_call("get_service_status", {"service_alias": "worker"}, "c-worker"),
+                    tool_call("get_service_status", {"service_alias": "web"}, "c-web"),
+                ),
+                ai("done"),
+            ]
+        )
+        app = open_test_app(model=model, tools=registry, policy=self.policy, store=self.store, start=False)
+        state = start(app.compiled(), "two statuses", "omar", thread)
+        answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+        return answers, state
 
     def total_handler_calls(self) -> int:
         """Handler invocations of every tool."""

@@ -10,11 +10,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support import Harness, start, tool_messages
+from support import Harness
 
 from toolgate.graph.delivery import handlers
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 
 
@@ -49,25 +48,8 @@ def test_a_read_that_raises_a_base_exception_answers_its_own_call(kind: str, tmp
             raise ABORTS[kind]("planted-detail")
         return status.handler(args, ctx)
 
-    specs = [
-        replace(status, handler=aborting) if s.name == "get_service_status" else s
-        for s in harness.registry.tools.values()
-    ]
-    registry = Registry.of(harness.registry.release, specs, harness.system)
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("get_service_status", {"service_alias": "worker"}, "c-worker"),
-                tool_call("get_service_status", {"service_alias": "web"}, "c-web"),
-            ),
-            ai("done"),
-        ]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=harness.store, start=False)
-    state = start(app.compiled(), "two statuses", "omar", f"t-abort-{kind}")
+    answers, state = harness.two_status_reads(aborting, f"t-abort-{kind}")
 
-    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
     assert answers["c-worker"]["status"] == "completed"
     assert answers["c-web"]["status"] == "failed" and answers["c-web"]["error"] == "server_error"
     assert "planted-detail" not in json.dumps(answers)

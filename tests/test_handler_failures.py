@@ -17,12 +17,12 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from support import Harness, start, tool_messages
+from support import Harness
 
 from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.recovery import reconcile
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.testing import ScriptedChatModel, open_test_app
 from toolgate.tools import Registry
 
 
@@ -129,27 +129,10 @@ def test_a_crashing_read_answers_its_own_call_and_the_batch_goes_on(tmp_path: An
             raise ConnectionResetError("secret-looking detail that must not reach the model")
         return status.handler(args, ctx)
 
-    specs = [
-        replace(status, handler=reset) if s.name == "get_service_status" else s
-        for s in harness.registry.tools.values()
-    ]
-    registry = Registry.of(harness.registry.release, specs, harness.system)
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("get_service_status", {"service_alias": "worker"}, "c-worker"),
-                tool_call("get_service_status", {"service_alias": "web"}, "c-status"),
-            ),
-            ai("done"),
-        ]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=harness.store, start=False)
-    state = start(app.compiled(), "two statuses", "omar", "t-read-crash")
-    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    answers, state = harness.two_status_reads(reset, "t-read-crash")
     assert answers["c-worker"]["status"] == "completed"
-    assert answers["c-status"]["status"] == "failed"
-    assert answers["c-status"]["error"] == "server_error", answers["c-status"]
+    assert answers["c-web"]["status"] == "failed"
+    assert answers["c-web"]["error"] == "server_error", answers["c-web"]
     assert "secret-looking" not in json.dumps(answers)
     assert state["status"] == "done"
     failed = [e for e in harness.store.audit.events() if e.event == "call.failed"]

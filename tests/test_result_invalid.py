@@ -10,10 +10,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support import Harness, start, tool_messages
+from support import Harness
 
 from toolgate.store import SQLiteStore
-from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.spec import ToolResult
 
@@ -59,26 +58,9 @@ def test_an_unserializable_read_result_fails_only_its_own_call(kind: str, tmp_pa
             return Loose(value=HOSTILE[kind]())
         return Loose(value=status.handler(args, ctx).model_dump(mode="json"))
 
-    specs = [
-        replace(status, handler=hostile, result_model=Loose) if s.name == "get_service_status" else s
-        for s in harness.registry.tools.values()
-    ]
-    registry = Registry.of(harness.registry.release, specs, harness.system)
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("get_service_status", {"service_alias": "worker"}, "c-worker"),
-                tool_call("get_service_status", {"service_alias": "web"}, "c-web"),
-            ),
-            ai("done"),
-        ]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=harness.store, start=False)
-    state = start(app.compiled(), "two statuses", "omar", f"t-result-{kind}")
+    answers, state = harness.two_status_reads(hostile, f"t-result-{kind}", result_model=Loose)
 
     assert sorted(calls) == ["web", "worker"]  # each handler ran once
-    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
     assert answers["c-worker"]["status"] == "completed"
     assert answers["c-web"]["status"] == "failed" and answers["c-web"]["error"] == "result_invalid"
     assert "result-text" not in json.dumps(answers)
