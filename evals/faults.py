@@ -9,7 +9,7 @@ validates its schemas, the main cost of setting up a case), innermost first:
 3. the ledger counts the invocation per tool (as `toolgate.testing.HandlerCounter` does).
 
 Faults raise ordinary connection errors, never ``TimeoutError``: a handler that raises
-``TimeoutError`` itself is indistinguishable, to `toolgate.graph.delivery.handlers.wait`, from its own wait
+``TimeoutError`` itself is indistinguishable, to `toolgate.graph.delivery.loaded_code.wait`, from its own wait
 timing out (``concurrent.futures.TimeoutError`` is ``TimeoutError``), so it would be waited on
 until the deadline. An unknown outcome is what both produce, and that is what the cases test.
 """

@@ -15,6 +15,7 @@ from typing import Any
 from toolgate.errors import RejectionCode
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
+from toolgate.tools import loaded_code
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import (
@@ -76,14 +77,18 @@ def check_resource(
     roles) and a missing one all get the same model-facing message, so a refusal is no oracle
     for ids the caller may not see; the audit log keeps the precise code. Authorization refusals
     are not retryable; a missing id is (the user may have mistyped it). An owner check or resolver
-    that raises is loaded code failing: ``resolver_failed``, retryable, with nothing of its message.
+    is loaded code, called through its boundary (`toolgate.tools.loaded_code.lookup`): one that
+    raises anything, overruns its deadline or answers something that is not a `ResourceStatus`
+    refuses the call ``resolver_failed``, retryable, with nothing of its message.
     """
     ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
     for ref in spec.resource_refs:
         for value in values_at(args, ref.argument):
             try:
-                status = resource_status(ref, str(value), ctx, resolver)
-            except Exception:  # loaded code: it fails this call, closed, and says nothing of why
+                status = loaded_code.lookup(resource_status, ref, str(value), ctx, resolver)
+            except Exception:  # loaded code failed (a timeout and `HandlerAborted` included): closed
+                status = None
+            if type(status) is not str or status not in RESOURCE_STATUSES:  # never trust its __eq__
                 return Rejection(
                     code="resolver_failed",
                     message=f"Who owns this {ref.kind} cannot be checked right now. Tell the user to try again later.",
@@ -102,6 +107,10 @@ def check_resource(
                 suggestion=f"check the {ref.argument} with the user",
             )
     return None
+
+
+RESOURCE_STATUSES: frozenset[str] = frozenset(("owned", "foreign", "missing", "not_owner"))
+"""Every answer an owner check or resolver may give (`ResourceStatus`)."""
 
 
 def resource_status(

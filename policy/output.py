@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from toolgate.errors import ToolExecutionError
+from toolgate.refusal_codes import lookup
 
 REDACTED = "[REDACTED]"
 TRUNCATED = "[TRUNCATED]"
@@ -200,6 +201,28 @@ def redacted_traceback(exc: BaseException) -> str:
     return redact_text("".join(traceback.format_exception(exc)).rstrip())
 
 
+MAX_FAILURE_MESSAGE = 500
+"""The most a handler's own failure message keeps, once redacted."""
+
+
+def handler_failure(exc: ToolExecutionError) -> ToolExecutionError:
+    """A handler's own classified failure, as trusted code may report it: a ``kind`` the catalog
+    lists for handlers (anything else, whatever the handler made up, is ``server_error``) and a
+    message redacted and bounded, since loaded code may put a password or a key into it and the
+    message reaches the model, the operation's record and every client. The same exception when
+    it already says nothing else (a capability's own refusal); else a new one raised from it."""
+    entry = lookup("execution", exc.kind) if type(exc.kind) is str else None
+    kind = exc.kind if entry is not None and entry.owner == "handler" else "server_error"
+    said = exc.message if type(exc.message) is str else "the tool failed"
+    message = redact_text(said)[:MAX_FAILURE_MESSAGE]
+    retryable = exc.retryable is True
+    if kind == exc.kind and message == exc.message and retryable is exc.retryable:
+        return exc
+    reported = ToolExecutionError(kind, message, retryable=retryable)
+    reported.__cause__ = exc  # its capability refusal, if any, is still found (`denial_in`)
+    return reported
+
+
 def _invalid(exc: BaseException) -> ToolExecutionError:
     """A handler's result that cannot be bounded and serialized fails its own call with
     ``result_invalid``, never the run; the message names the class, never the text (which may
@@ -214,6 +237,7 @@ __all__ = [
     "TRUNCATED",
     "bound",
     "count_secrets",
+    "handler_failure",
     "redact",
     "redact_personal",
     "redact_personal_text",

@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from support import Harness
 
-from toolgate.graph.delivery import handlers
 from toolgate.store import SQLiteStore
-from toolgate.tools import Registry
+from toolgate.tools import Registry, loaded_code
 
 
 class OwnAbort(BaseException):
@@ -33,9 +32,9 @@ def test_the_worker_thread_turns_a_base_exception_into_that_calls_failure(kind: 
     def abort() -> None:
         raise ABORTS[kind]("planted-detail")
 
-    with pytest.raises(handlers.HandlerAborted, match=f"raised {kind}"):
-        handlers.run_with_timeout(abort, 10.0)
-    assert handlers.run_with_timeout(lambda: "still serving", 10.0) == "still serving"
+    with pytest.raises(loaded_code.HandlerAborted, match=f"raised {kind}"):
+        loaded_code.run_with_timeout(abort, 10.0)
+    assert loaded_code.run_with_timeout(lambda: "still serving", 10.0) == "still serving"
 
 
 @pytest.mark.parametrize("kind", sorted(ABORTS))

@@ -122,7 +122,7 @@ def test_a_read_that_reaches_an_undeclared_host_is_refused_and_audited(
 
 
 def test_the_allowlist_confines_the_handlers_thread_only(fakes: tuple[Downstream, Downstream]) -> None:
-    from toolgate.graph.delivery import handlers
+    from toolgate.tools import loaded_code
     from toolgate.tools.egress import Egress, install_guard
 
     allowed, other = fakes
@@ -137,7 +137,7 @@ def test_the_allowlist_confines_the_handlers_thread_only(fakes: tuple[Downstream
         assert release.wait(30)
         return "done"
 
-    future = handlers.start(waits, None, ctx)
+    future = loaded_code.start(waits, None, ctx)
     assert inside.wait(30)
     # while the confined handler runs, this (unconfined) thread still reaches the other server
     with socket.create_connection(("127.0.0.1", other.port), timeout=5):

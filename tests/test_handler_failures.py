@@ -19,11 +19,11 @@ from typing import Any
 
 from support import Harness
 
-from toolgate.graph.delivery import handlers
+from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.recovery import reconcile
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, open_test_app
-from toolgate.tools import Registry
+from toolgate.tools import Registry, loaded_code
 
 
 def _raise_timeout() -> None:
@@ -32,13 +32,13 @@ def _raise_timeout() -> None:
 
 def test_a_handler_that_raises_timeout_itself_is_not_waited_for_again() -> None:
     beats: list[int] = []
-    future = handlers.start(_raise_timeout)
+    future = loaded_code.start(_raise_timeout)
     # Already raised before the wait starts, so a busy machine cannot add polls of a handler that
     # is still running: every heartbeat counted is the wait mistaking the handler's TimeoutError
     # for its own poll timeout.
     concurrent.futures.wait([future])
     try:
-        handlers.wait(future, 30.0, heartbeat=lambda: beats.append(1), interval_s=0.001)
+        loaded_code.wait(future, 30.0, heartbeat=lambda: beats.append(1), interval_s=0.001)
     except TimeoutError as exc:
         assert "downstream socket" in str(exc)  # the handler's own error, not our deadline
     else:
@@ -49,9 +49,9 @@ def test_a_handler_that_raises_timeout_itself_is_not_waited_for_again() -> None:
 def test_an_overrun_watch_of_a_handler_that_raised_timeout_finishes_without_renewing() -> None:
     renewals: list[int] = []
     finished = threading.Event()
-    future = handlers.start(_raise_timeout)
+    future = loaded_code.start(_raise_timeout)
     concurrent.futures.wait([future])  # raised already: any renewal is the watch misreading it
-    handlers.Overruns().watch(
+    Overruns().watch(
         "op_x", future, renew=lambda: renewals.append(1), finished=lambda _: finished.set(), interval_s=0.001
     )
     assert finished.wait(10)

@@ -264,6 +264,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_handler_credentials.py",
         ),
         _Row(
+            "interrupted", "executor", False,
+            "The worker shut down while the handler ran; the outcome is unknown and recovery "
+            "reconciles it at once (the lease is given up).",
+            "tests/test_hostile_release.py",
+        ),
+        _Row(
             "resource_busy", "executor", True,
             "Another write to the same resource is running; try again.",
             "tests/test_same_resource.py",

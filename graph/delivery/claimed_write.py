@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
-from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.capability_audit import audit_denial
-from toolgate.graph.delivery.handlers import Overruns
+from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold
 from toolgate.policy.breaker import CircuitBreaker
-from toolgate.policy.output import sanitize_result
+from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import OperationStatus
+from toolgate.tools import loaded_code
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
 
@@ -65,9 +65,8 @@ class ClaimedWrite:
         try:
             args = spec.handler_arguments(arguments)
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
-                future = handlers.start(spec.handler, args, ctx)
-                raw = handlers.wait(future, spec.timeout_s, heartbeat=self.renew, interval_s=interval)
-            result = sanitize_result(raw, spec.result_model)
+                future = loaded_code.start(spec.handler, args, ctx)
+                raw = loaded_code.wait(future, spec.timeout_s, heartbeat=self.renew, interval_s=interval)
         except TimeoutError as exc:
             self.renew()  # the effect may still happen: the lease starts over before anything else
             delivery = self.finish(
@@ -84,16 +83,11 @@ class ClaimedWrite:
             return delivery
         except ToolExecutionError as exc:
             audit_denial(self.auditor, exc, ctx, spec.name, **self.common)  # a refused capability
-            if exc.kind == "result_invalid":  # the handler returned: its effect may well be done
-                return self.finish(
-                    "unknown",
-                    code=exc.kind,
-                    error={"kind": exc.kind, "message": exc.message, "retryable": False},
-                )
+            reported = handler_failure(exc)  # its kind catalogued, its message redacted
             return self.finish(
                 "failed",
-                code=exc.kind,
-                error={"kind": exc.kind, "message": exc.message, "retryable": exc.retryable},
+                code=reported.kind,
+                error={"kind": reported.kind, "message": reported.message, "retryable": reported.retryable},
             )
         except Exception as exc:
             # An unclassified handler crash may have had an effect: unknown, never failed.
@@ -103,7 +97,30 @@ class ClaimedWrite:
                 code="handler_crash",
                 error={"kind": "server_error", "message": type(exc).__name__, "retryable": False},
             )
+        except BaseException:
+            # This process's own shutdown (a signal in the thread that waits): the handler may have
+            # made its effect. Unknown, and the lease given up, so recovery reconciles it at once
+            # instead of waiting for the lease; the shutdown goes on.
+            self.interrupted()
+            raise
+        try:
+            result = sanitize_result(raw, spec.result_model)
+        except ToolExecutionError as exc:
+            # The handler returned, so its effect may well be done: a result that breaks its contract
+            # or cannot be serialized makes the outcome unknown (the status check settles it), never
+            # failed, which would invite a second effect.
+            return self.finish(
+                "unknown", code=exc.kind, error={"kind": exc.kind, "message": exc.message, "retryable": False}
+            )
         return self.finish("succeeded", result=result)
+
+    def interrupted(self) -> None:
+        """Leave the operation ``unknown`` and unleased after a shutdown interrupted its wait
+        (best effort: the process is going away, and an expired lease is the fallback)."""
+        error = {"kind": "interrupted", "message": "the worker shut down during the call", "retryable": False}
+        with contextlib.suppress(Exception):
+            self.finish("unknown", code="interrupted", error=error)
+            self.store.operations.renew_lease(self.operation_key, self.worker_id, 0.0)
 
     def finish(
         self,
@@ -165,7 +182,9 @@ class ClaimedWrite:
         except ToolExecutionError:
             pass  # the status check decides what happened
         finally:
-            self.store.operations.renew_lease(self.operation_key, self.worker_id, 0.0)  # reconcilable from now on
+            self.store.operations.renew_lease(
+                self.operation_key, self.worker_id, 0.0
+            )  # reconcilable from now on
             self.hold.release()
 
 

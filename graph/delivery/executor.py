@@ -19,21 +19,21 @@ from pydantic import BaseModel
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.errors import CapabilityDenied, ConfigurationError, InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery import handler_scope as scope
-from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.capability_audit import audit_denial
 from toolgate.graph.delivery.claimed_write import ClaimedWrite
-from toolgate.graph.delivery.handlers import Overruns
+from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold, deferred
 from toolgate.graph.review.proposal_cache import ProposalCache
 from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.output import sanitize_result
+from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ToolSpec
@@ -100,7 +100,7 @@ class Executor:
         try:
             raw: BaseModel = self.breakers.get(
                 self.registry.breaker_key(spec.name, principal.tenant_id)
-            ).call(handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx)
+            ).call(loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx)
         except CapabilityDenied as exc:
             scope.audit_denials(self.auditor, ctx, spec)
             audit_denial(self.auditor, exc, ctx, spec.name)  # a refused records capability
@@ -109,7 +109,10 @@ class Executor:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
         except ToolExecutionError as exc:
             audit_denial(self.auditor, exc, ctx, spec.name)  # one the handler wrapped
-            raise
+            reported = handler_failure(exc)  # its kind catalogued, its message redacted
+            if reported is exc:
+                raise
+            raise reported from exc
         except Exception as exc:
             audit_denial(self.auditor, exc, ctx, spec.name)
             # an unclassified crash (a reset connection, a bug) answers this call only: the other

@@ -3,7 +3,7 @@
 Least privilege per tool: the context holds the user's forwarded credentials the tool declares
 and no others; a short-lived service credential when it declares a `ServiceScope`; and an HTTP
 capability limited to its ``egress_hosts`` (`toolgate.tools.egress`), enforced around the call by
-`toolgate.graph.delivery.handlers`. A read gets the credentials of the request that runs it; an approved
+`toolgate.tools.loaded_code`. A read gets the credentials of the request that runs it; an approved
 write and its status checks get the *requesting* user's, sealed when the write was proposed
 (`toolgate.graph.delivery.delegation`), never the reviewer's or the worker's; the claim seals them again
 for the status checks of an outcome that may become unknown, for the reconcile schedule. Every
@@ -22,7 +22,6 @@ from pydantic import BaseModel
 from toolgate.canonical import idempotency_key_for
 from toolgate.clock import Clock
 from toolgate.errors import CapabilityDenied, ToolExecutionError
-from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.capability_audit import audit_denial
 from toolgate.graph.delivery.delegation import (
     DelegationRefused,
@@ -39,6 +38,7 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.keys import Keyring
 from toolgate.store.records import TERMINAL_STATUSES, ProposalRecord
+from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider, HmacCredentialProvider
 from toolgate.tools.egress import Egress, install_guard
 from toolgate.tools.spec import HandlerContext, ToolSpec
@@ -260,7 +260,7 @@ def status_check(
             )
             raise
         try:
-            found: BaseModel | None = handlers.run_with_timeout(check, spec.timeout_s, args, ctx)
+            found: BaseModel | None = loaded_code.run_with_timeout(check, spec.timeout_s, args, ctx)
         except CapabilityDenied as exc:
             audit_denials(executor.auditor, ctx, spec, **fields)  # its egress refusals
             audit_denial(executor.auditor, exc, ctx, spec.name, **fields)  # any other (its records)

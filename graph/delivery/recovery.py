@@ -10,6 +10,7 @@ a person, with the context they need, so no outcome stays unknown silently (bran
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery import handler_scope as scope
 from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.delivery.executor import Executor
-from toolgate.policy.output import sanitize_result
+from toolgate.policy.output import redacted_traceback, sanitize_result
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
 """Status-check backoff: five checks over 31 seconds, time for a slow downstream to settle."""
@@ -30,10 +33,12 @@ class Reconciliation:
     """What reconciling one operation found."""
 
     operation_key: str
-    status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "pending", "unchanged"]
-    """``in_flight``: the effect is not found yet, but its handler may still be running (its owner's
-    lease is live); nothing is delivered again and nothing is dead-lettered until that lease ends.
-    ``pending``: not found by these checks, and they were not the last of its schedule (``final``)."""
+    status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "pending", "unchanged", "error"]
+    """``error``: the status check itself broke (loaded code: it raised, or exited in its thread);
+    the operation stays ``unknown`` and is checked again later. ``in_flight``: the effect is not
+    found yet, but its handler may still be running (its owner's lease is live); nothing is
+    delivered again and nothing is dead-lettered until that lease ends. ``pending``: not found by
+    these checks, and they were not the last of its schedule (``final``)."""
     checks: int
     found: bool
 
@@ -83,7 +88,11 @@ def reconcile(
                 history.append({"check": str(checks), "error": exc.kind})
                 continue
             if found is not None:
-                result = sanitize_result(found, spec.result_model)
+                try:
+                    result = sanitize_result(found, spec.result_model)
+                except ToolExecutionError as exc:  # an answer that breaks its contract proves nothing
+                    history.append({"check": str(checks), "error": exc.kind})
+                    continue
                 try:
                     store.operations.transition(operation_key, "unknown", "succeeded", result=result)
                 except InvalidTransitionError:
@@ -189,7 +198,7 @@ def recover(
     recovered = recover_abandoned(executor, grace_s)
     executor.store.delegations.purge()  # sealed credentials of ended or expired operations
     reconciled = [
-        reconcile(executor, op.operation_key, delays=delays, sleep=sleep)
+        reconciled_or_error(executor, op.operation_key, delays=delays, sleep=sleep)
         for op in executor.store.operations.list("unknown")
     ]
     redelivered: list[str] = []
@@ -199,6 +208,23 @@ def recover(
                 executor.deliver(item.operation_key, worker_id=worker_id)
                 redelivered.append(item.operation_key)
     return RecoveryReport(recovered=recovered, reconciled=reconciled, redelivered=redelivered)
+
+
+def reconciled_or_error(
+    executor: Executor,
+    operation_key: str,
+    *,
+    delays: Sequence[float] = DEFAULT_DELAYS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Reconciliation:
+    """`reconcile`, where a status check that breaks (loaded code) is that operation's ``error``,
+    logged redacted, never the caller's: the other operations are still reconciled, the run or
+    the command goes on, and the operation stays ``unknown`` for the next check."""
+    try:
+        return reconcile(executor, operation_key, delays=delays, sleep=sleep)
+    except Exception as exc:
+        log.warning("the status check of %s broke; it stays unknown:\n%s", operation_key, redacted_traceback(exc))
+        return Reconciliation(operation_key=operation_key, status="error", checks=1, found=False)
 
 
 def recover_abandoned(executor: Executor, grace_s: float) -> list[str]:
@@ -235,6 +261,7 @@ __all__ = [
     "Reconciliation",
     "RecoveryReport",
     "reconcile",
+    "reconciled_or_error",
     "recover",
     "recover_abandoned",
     "verify_effect",

@@ -18,7 +18,7 @@ from langchain_core.messages import ToolMessage
 from toolgate import telemetry
 from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
-from toolgate.graph.delivery.recovery import reconcile
+from toolgate.graph.delivery.recovery import reconciled_or_error
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import result_message, status_message
@@ -84,7 +84,7 @@ def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMe
 
 def settle_unknown(gw: Gateway, delivery: Delivery, ctx: Context, call_id: str) -> Delivery:
     """Reconcile an unknown outcome right away; deliver once more only if the effect is proven absent."""
-    settled = reconcile(gw.executor, delivery.operation_key, delays=ctx.reconcile_delays)
+    settled = reconciled_or_error(gw.executor, delivery.operation_key, delays=ctx.reconcile_delays)
     if settled.status == "approved":
         return gw.executor.deliver(
             delivery.operation_key,

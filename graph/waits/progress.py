@@ -25,18 +25,18 @@ from typing import Any
 from langgraph.types import Command
 
 from toolgate.clock import iso
-from toolgate.errors import CapabilityDenied
+from toolgate.errors import CapabilityDenied, ToolExecutionError
 from toolgate.graph.context import Context
 from toolgate.graph.delivery import handler_scope as scope
-from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.capability_audit import audit_denial
 from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.delivery.executor import Executor
 from toolgate.graph.nodes.wait import INVALID
 from toolgate.graph.waits.delegation import forget, open_for_wait
-from toolgate.policy.output import sanitize_result
+from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.store.base import Store
 from toolgate.store.waits import WaitRecord
+from toolgate.tools import loaded_code
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -65,15 +65,17 @@ def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any]
     try:
         args = spec.handler_arguments(spec.parse_arguments({wait.argument: row.job_ref}))
         raw = executor.breakers.get(spec.name).call(
-            handlers.run_with_timeout, spec.handler, spec.timeout_s, args, ctx
+            loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx
         )
+        data = sanitize_result(raw, spec.result_model)
     except CapabilityDenied as exc:
         scope.audit_denials(executor.auditor, ctx, spec)
         audit_denial(executor.auditor, exc, ctx, spec.name)
         return f"error:{exc.kind}", None, False
-    except Exception as exc:  # the job may still finish: the wait goes on until it expires
-        return f"error:{getattr(exc, 'kind', type(exc).__name__)}", None, False
-    data = sanitize_result(raw, spec.result_model)
+    except ToolExecutionError as exc:  # the job may still finish: the wait goes on until it expires
+        return f"error:{handler_failure(exc).kind}", None, False
+    except Exception as exc:  # loaded code broke (`HandlerAborted` included): the same
+        return f"error:{type(exc).__name__}"[:80], None, False
     status = str(data.get(wait.status_field, "unknown"))
     return status, data, status in wait.done
 

@@ -1,10 +1,20 @@
-"""Running one handler call: in a thread, under its timeout, with its claim's lease kept alive.
+"""The one boundary between the gateway and the code a release loads into it.
 
-A Python thread cannot be killed, so a handler that overruns its timeout keeps running. For a
-write that means the outcome is *unknown*, and also that the effect may still happen: while the
-thread lives, its owner keeps renewing the claim's lease (from the store's clock), so no other
-worker's recovery treats the operation as abandoned and delivers it a second time. When the
-thread ends, its late outcome is handed to a callback and the lease is given up.
+Handlers, status checks, ownership checks and resolvers, review-detail lookups and MCP sessions
+are written by a tool's team, not by the gateway's, and the gateway treats them as it treats the
+model: whatever they raise, return or block on, one call fails with a stable code and the run goes
+on. Each call runs here, on a pooled daemon worker thread, under a deadline:
+
+- a timeout is the caller's `TimeoutError` (the thread cannot be killed and keeps running; for a
+  write the outcome is then unknown and `toolgate.graph.delivery.overruns` keeps its lease alive);
+- any `BaseException` the code raises (``SystemExit``, ``KeyboardInterrupt``, one of its own) is
+  raised in *its* worker thread, where it can never be the process's own shutdown (signals reach
+  only the main thread): it becomes `HandlerAborted`, that call's failure;
+- a handler with an egress capability runs confined to its allowlist (`confined`).
+
+Lookups (ownership and review details) get `LOOKUP_TIMEOUT_S` through `lookup`: a slow resolver
+refuses its call instead of stalling dispatch and the claim. What the code's exceptions *say* is
+the caller's to redact (`toolgate.policy.output`): nothing raised here is ever shown raw.
 """
 
 from __future__ import annotations
@@ -157,51 +167,17 @@ def run_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any) -> An
     return wait(start(fn, *args), timeout_s)
 
 
-class Overruns:
-    """Handler threads of this process that outlived their timeout, by operation key."""
-
-    def __init__(self) -> None:
-        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
-        self._lock = threading.Lock()
-
-    def running(self, operation_key: str) -> bool:
-        """True while the overrunning handler of ``operation_key`` in this process still runs."""
-        with self._lock:
-            future = self._futures.get(operation_key)
-        return future is not None and not future.done()
-
-    def watch(
-        self,
-        operation_key: str,
-        future: concurrent.futures.Future[Any],
-        *,
-        renew: Callable[[], object],
-        finished: Callable[[concurrent.futures.Future[Any]], None],
-        interval_s: float,
-    ) -> None:
-        """Keep renewing the lease until ``future`` ends, then call ``finished(future)``."""
-        with self._lock:
-            self._futures[operation_key] = future
-
-        def keep() -> None:
-            while True:
-                try:
-                    future.result(timeout=interval_s)
-                except concurrent.futures.TimeoutError:
-                    if future.done():  # the handler's own TimeoutError: it has ended
-                        break
-                    renew()
-                    continue
-                except BaseException:
-                    pass
-                break
-            try:
-                finished(future)
-            finally:
-                with self._lock:
-                    self._futures.pop(operation_key, None)
-
-        threading.Thread(target=keep, name=f"toolgate-lease-{operation_key[:16]}", daemon=True).start()
+LOOKUP_TIMEOUT_S = 5.0
+"""How long an ownership check, a resolver or a review-detail lookup may take: they run at
+dispatch, again before the claim and whenever a proposal is shown, so a slow one would stall every
+call that names a resource. Past it the call is refused (retryable), never waited for."""
 
 
-__all__ = ["HandlerAborted", "Overruns", "confined", "run_with_timeout", "start", "wait"]
+def lookup(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` as a lookup: on a worker thread, under `LOOKUP_TIMEOUT_S` (read at each call,
+    so an operator or a test can change it). Raises `TimeoutError`, `HandlerAborted` or what
+    ``fn`` raised."""
+    return run_with_timeout(fn, LOOKUP_TIMEOUT_S, *args)
+
+
+__all__ = ["LOOKUP_TIMEOUT_S", "HandlerAborted", "confined", "lookup", "run_with_timeout", "start", "wait"]
