@@ -20,6 +20,9 @@ restart:
   it under ``store=False``). A model whose profile says it returns no reasoning is not asked for it
   (OpenAI refuses the ``include`` for such models).
 * ``max_retries=0``: toolgate's own retry policy (`toolgate.policy.retry`) decides what is retried.
+* its HTTP clients screen every function call's arguments before the client parses them
+  (`toolgate.models.argument_screen`): arguments that are not a JSON object become an invalid
+  call that dispatch refuses ``malformed_arguments``, instead of crashing the client's parsing.
 
 Strict schemas and ``parallel_tool_calls`` are set when tools are bound (`Gateway.model_for`).
 ``TOOLGATE_OPENAI_API=chat`` selects Chat Completions instead, for endpoints that offer only that.
@@ -57,7 +60,12 @@ def openai_chat_model(name: str, settings: Settings) -> BaseChatModel:
     """
     from langchain_openai import ChatOpenAI
 
+    from toolgate.models.argument_screen import screening_openai_clients
+
+    http_client, http_async_client = screening_openai_clients()
     common: dict[str, Any] = {
+        "http_client": http_client,
+        "http_async_client": http_async_client,
         "model": name,
         "base_url": settings.model_base_url,
         "max_completion_tokens": settings.model_max_tokens,  # sent as max_output_tokens on Responses

@@ -1,0 +1,120 @@
+"""A function call whose arguments are JSON but not an object (``[1,2,3]``, ``"x"``, ``3``,
+``null``), from the real ``langchain-openai`` client on both OpenAI wire formats (issue 29): the
+README promises ``malformed_arguments``, but the client's own parsing of a non-streamed reply
+refused the whole message, and the run crashed before dispatch saw the call. Now the reply is
+screened before the client parses it (`toolgate.models.argument_screen`): that call is refused
+``malformed_arguments``, no handler runs, the honest call beside it is answered, the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from replay_openai import (
+    CHAT_PATH,
+    RESPONSES_PATH,
+    ReplayServer,
+    Reply,
+    chat_completion,
+    function_call_item,
+    local_only_here,
+    message_item,
+    response,
+    usage,
+)
+from support import TEST_KEY, Harness, principal
+
+from toolgate.config import Settings
+from toolgate.graph import Context
+from toolgate.models.argument_screen import NOT_AN_OBJECT, screened_arguments
+from toolgate.models.selection import load_chat_model
+from toolgate.store import SQLiteStore
+from toolgate.testing import open_test_app
+
+NOT_OBJECTS = ["[1,2,3]", '"O-5512"', "3", "null", "true"]
+
+
+@pytest.mark.parametrize("text", NOT_OBJECTS)
+def test_arguments_that_are_not_an_object_no_longer_parse(text: str) -> None:
+    screened = screened_arguments(text)
+    assert screened == NOT_AN_OBJECT + text
+    with pytest.raises(ValueError):
+        json.loads(screened)
+
+
+@pytest.mark.parametrize("text", ['{"order_id": "O-5512"}', "{}", "", "{not json", '  {"a": [1]} '])
+def test_objects_empty_and_unparseable_arguments_pass_as_sent(text: str) -> None:
+    assert screened_arguments(text) is text  # the client itself files unparseable text as invalid
+
+
+def _chat_turns(arguments: str) -> list[Reply]:
+    calls = [
+        {"id": "call_bad", "type": "function", "function": {"name": "lookup_order", "arguments": arguments}},
+        {
+            "id": "call_good",
+            "type": "function",
+            "function": {"name": "lookup_order", "arguments": json.dumps({"order_id": "O-5512"})},
+        },
+    ]
+    message = {"role": "assistant", "content": None, "refusal": None, "annotations": [], "tool_calls": calls}
+    done = {"role": "assistant", "content": "done", "refusal": None, "annotations": []}
+    return [
+        chat_completion(message, "tool_calls", prompt_tokens=10, completion_tokens=5, suffix="n1"),
+        chat_completion(done, "stop", prompt_tokens=20, completion_tokens=1, suffix="n2"),
+    ]
+
+
+def _responses_turns(arguments: str) -> list[Reply]:
+    bad = function_call_item("fc_bad", "call_bad", "lookup_order", {})
+    bad["arguments"] = arguments
+    good = function_call_item("fc_good", "call_good", "lookup_order", {"order_id": "O-5512"})
+    model = "gpt-4.1-mini-2025-04-14"
+    return [
+        response("resp_n1", [bad, good], model=model, tokens=usage(10, 5)),
+        response("resp_n2", [message_item("msg_n2", "done")], model=model, tokens=usage(20, 1)),
+    ]
+
+
+@pytest.mark.parametrize("text", NOT_OBJECTS)
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_non_object_call_is_refused_malformed_and_the_run_goes_on(
+    api: str, text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local_only_here(monkeypatch)
+    script, path = (_chat_turns(text), CHAT_PATH) if api == "chat" else (_responses_turns(text), RESPONSES_PATH)
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    with ReplayServer(script, path=path) as replay:
+        settings = Settings(
+            data_dir=tmp_path,
+            model="openai:gpt-4.1-mini",
+            model_base_url=replay.base_url,
+            allow_model_requests=True,
+            openai_api=api,
+        )
+        app = open_test_app(
+            model=load_chat_model(settings),
+            tools=harness.registry,
+            policy=harness.policy,
+            store=harness.store,
+            start=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = app.compiled().invoke(
+            {"messages": [HumanMessage("where is O-5512?")]},
+            {"configurable": {"thread_id": f"t-{api}"}},
+            context=Context(principal=principal("cust-ada")),
+        )
+        assert replay.script == []  # both turns were asked for: the run went on past the bad call
+
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
+    assert answers["call_bad"]["error"] == "malformed_arguments"
+    assert answers["call_good"]["status"] == "completed"
+    assert harness.counter.calls.get("lookup_order", 0) == 1  # only the honest call ran
+    rejected = [(e.call_id, e.code) for e in harness.store.audit.events() if e.event == "call.rejected"]
+    assert [code for _, code in rejected] == ["malformed_arguments"]
+    assert state["status"] == "done"

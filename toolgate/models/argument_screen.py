@@ -1,0 +1,154 @@
+"""Tool-call arguments that are not one JSON object, screened before the provider's client parses them.
+
+A model may send ``[1,2,3]``, ``"x"``, ``3`` or ``null`` as a function call's arguments.
+``langchain-openai`` parses a non-streamed reply's arguments itself and builds an ``AIMessage``
+whose ``tool_calls[].args`` must be a dict: anything else fails that validation inside the client,
+so the whole reply is lost and the run crashes before the gateway ever sees the call (the
+streamed path already files such a call under ``invalid_tool_calls``). This transport sits
+between the client and the network, on both OpenAI wire formats: in a JSON reply, a Chat
+Completions ``choices[].message.tool_calls[].function.arguments`` or a Responses
+``output[].arguments`` of a ``function_call`` that parses to anything but an object is rewritten
+to text that is not JSON at all (the original kept after a marker), so the client files it under
+``invalid_tool_calls`` and dispatch refuses it ``malformed_arguments``, like any unparseable call.
+Nothing else in the reply changes; a reply that is not JSON passes untouched (the client reports
+it). An empty arguments string stays as it is: the clients read it as ``{}``, a call without
+arguments.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import json
+from typing import Any
+
+NOT_AN_OBJECT = "<arguments are not a JSON object> "
+"""What a screened arguments text starts with (so it no longer parses as JSON)."""
+
+
+def screened_arguments(text: Any) -> Any:
+    """``text`` unchanged when it is a JSON object (or empty, or not JSON at all: the client files
+    that as invalid itself), else marked so it no longer parses."""
+    if not isinstance(text, str) or not text.strip():
+        return text
+    try:
+        value = json.loads(text, strict=False)
+    except ValueError:
+        return text
+    return text if isinstance(value, dict) else NOT_AN_OBJECT + text
+
+
+def screen_reply(body: Any) -> bool:
+    """Screen every function call's arguments in one decoded reply, in place; True when any changed."""
+    changed = False
+    if not isinstance(body, dict):
+        return False
+    choices = body.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and "arguments" in function:
+                screened = screened_arguments(function["arguments"])
+                changed |= screened is not function["arguments"]
+                function["arguments"] = screened
+    output = body.get("output")
+    for item in output if isinstance(output, list) else ():
+        if isinstance(item, dict) and item.get("type") == "function_call" and "arguments" in item:
+            screened = screened_arguments(item["arguments"])
+            changed |= screened is not item["arguments"]
+            item["arguments"] = screened
+    return changed
+
+
+def screened_content(content: bytes) -> bytes:
+    """A reply body (decoded bytes) with its function calls' arguments screened; the same bytes
+    when nothing changed or when it is not JSON."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return content
+    return json.dumps(body).encode() if screen_reply(body) else content
+
+
+def _library_of(client_class: type) -> Any:
+    """The HTTP library (``httpx`` or its successor ``httpx2``) a client class is built on: a
+    transport must come from the same one."""
+    for base in client_class.__mro__:
+        package = base.__module__.split(".")[0]
+        if package in ("httpx", "httpx2"):
+            return importlib.import_module(package)
+    raise TypeError(f"{client_class.__name__} is built on no known HTTP library")
+
+
+def _rebuilt(http: Any, request: Any, response: Any, content: bytes) -> Any:
+    """A response to ``request`` holding ``content`` (decoded already: the encoding header goes)."""
+    headers = http.Headers(response.headers)
+    headers.pop("content-encoding", None)
+    headers["content-length"] = str(len(content))
+    return http.Response(
+        response.status_code,
+        headers=headers,
+        content=screened_content(content),
+        request=request,
+        extensions=response.extensions,
+    )
+
+
+def _is_json(response: Any) -> bool:
+    return str(response.headers.get("content-type", "")).split(";")[0].strip() == "application/json"
+
+
+@functools.cache
+def _transports(http: Any) -> tuple[type, type]:
+    """The screening transports (sync, async) for the HTTP library ``http``."""
+
+    class ScreeningTransport(http.BaseTransport):
+        def __init__(self) -> None:
+            self._inner = http.HTTPTransport()
+
+        def handle_request(self, request: Any) -> Any:
+            response = self._inner.handle_request(request)
+            if not _is_json(response):
+                return response  # a stream (the client files such arguments itself) or an error page
+            content = response.read()
+            response.close()
+            return _rebuilt(http, request, response, content)
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class AsyncScreeningTransport(http.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = http.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await self._inner.handle_async_request(request)
+            if not _is_json(response):
+                return response
+            content = await response.aread()
+            await response.aclose()
+            return _rebuilt(http, request, response, content)
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return ScreeningTransport, AsyncScreeningTransport
+
+
+@functools.cache
+def screening_openai_clients() -> tuple[Any, Any]:
+    """The OpenAI SDK's default (sync, async) HTTP clients, their transports screening replies:
+    one pair per process, shared by every model built (as ``langchain-openai`` shares its own
+    default clients), so connections are pooled and none is left open per model."""
+    from openai import DefaultAsyncHttpxClient, DefaultHttpxClient
+
+    sync, asynchronous = _transports(_library_of(DefaultHttpxClient))
+    client = DefaultHttpxClient(transport=sync())
+    atexit.register(client.close)  # its pooled connections end with the process, not after it
+    return client, DefaultAsyncHttpxClient(transport=asynchronous())
+
+
+__all__ = ["NOT_AN_OBJECT", "screen_reply", "screened_arguments", "screened_content", "screening_openai_clients"]
