@@ -55,11 +55,11 @@ class Identities:
         record = IdentityRecord(**data)
         if not self._db.keys.verify("identity", record.content(), mac):
             return record
-        key = self.audited_key(record.user_id)
+        key = self._audited_key(record.user_id)
         replayed = freshness("identity", key, record.version, record.content(), bound) == "replayed"
         return dataclasses.replace(record, authentic=not replayed, replayed=replayed)
 
-    def audited_key(self, user_id: str) -> str:
+    def _audited_key(self, user_id: str) -> str:
         """How the audit chain's version bindings name an identity: a keyed hash of its user id."""
         return self._db.keys.mac_text("actor", user_id)
 
@@ -67,7 +67,7 @@ class Identities:
         row = Bound(
             kind="identity",
             key=record.user_id,
-            audited_key=self.audited_key(record.user_id),
+            audited_key=self._audited_key(record.user_id),
             version=record.version,
             content=record.content(),
             tenant_id=record.tenant_id,
@@ -174,7 +174,7 @@ class Identities:
             VersionedRow(
                 kind="identity",
                 key=r.user_id,
-                audited_key=self.audited_key(r.user_id),
+                audited_key=self._audited_key(r.user_id),
                 version=r.version,
                 content=r.content(),
                 mac_ok=r.authentic or r.replayed,
