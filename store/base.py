@@ -95,7 +95,7 @@ class Store(abc.ABC):
     @cached_property
     def identities(self) -> Identities:
         """Who may act, MAC-bound."""
-        return Identities(self)
+        return Identities(self, self.audit)
 
     @cached_property
     def leases(self) -> ResourceLeases:

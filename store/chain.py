@@ -1,6 +1,7 @@
 """Verifying the evidence: the hash-chained audit log (any modified, deleted, reordered or forged
-event breaks it) and the MACs of approval and identity rows (a row written with database access
-alone does not verify)."""
+event breaks it), the MACs of approval and identity rows (a row written with database access
+alone does not verify), and the versions of rows whose order matters (release pointers, rollouts,
+pins, identities): a row older than the latest version the chain bound was copied back."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from toolgate.canonical import digest
-from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.store.audit_records import GENESIS_HASH, AuditEvent, audit_hash, audit_row_content
 from toolgate.store.base import Store
+from toolgate.store.record_versions import EVENT, VersionedRow
+from toolgate.store.rollout import RolloutStore
+from toolgate.store.thread_releases import ThreadReleases
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,9 +92,97 @@ def verify_records(store: Store) -> RecordsReport:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplayedRow:
+    """A row whose MAC verifies but which is not the latest version the audit chain bound."""
+
+    kind: str
+    """``release_pointer``, ``release_rollout``, ``rollout_pin``, ``thread_release`` or ``identity``."""
+    key: str
+    """The row's key (configured release, rollout id, ``rollout:thread``, thread id, user id)."""
+    version: int
+    """The version the row holds."""
+    audited_version: int | None
+    """The version the chain's latest binding names (None: its payload was purged and the index
+    has no entry for it)."""
+    tenant_id: str | None = None
+    """The tenant the row belongs to (None: process-level)."""
+
+    def describe(self) -> str:
+        """``kind:key@v<row>!=v<audited>``, as `toolgate audit verify` prints it."""
+        audited = "?" if self.audited_version is None else str(self.audited_version)
+        return f"{self.kind}:{self.key}@v{self.version}!=v{audited}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionsReport:
+    """Result of judging every versioned row against the chain's latest binding of its key."""
+
+    rows: int
+    """Rows judged."""
+    unbound: int
+    """Rows with no binding yet (written before bindings existed and unchanged since)."""
+    replayed: list[ReplayedRow]
+
+    @property
+    def ok(self) -> bool:
+        """True when no row was copied back."""
+        return not self.replayed
+
+
+def verify_versions(store: Store, events: list[AuditEvent] | None = None) -> VersionsReport:
+    """Judge every release-control, pin and identity row whose MAC verifies against the latest
+    ``record.versioned`` event of its key in the chain itself (the index is not trusted here);
+    ``events``: the chain, when the caller read it already."""
+    rows: list[VersionedRow] = list(store.identities.versioned_rows())
+    rollouts = RolloutStore(store)
+    if rollouts.installed():
+        rows += rollouts.versioned_rows() + ThreadReleases(store).versioned_rows()
+    with store.transaction(write=False) as tx:
+        indexed = {
+            int(r["seq"]): (str(r["kind"]), str(r["record_key"]), int(r["version"]))
+            for r in tx.execute("SELECT kind, record_key, seq, version FROM record_versions")
+        }
+    audited_keys: dict[tuple[str, str], str] = {(row.kind, row.audited_key): row.key for row in rows}
+    latest: dict[tuple[str, str], tuple[AuditEvent, int | None]] = {}
+    for event in store.audit.events() if events is None else events:
+        if event.event != EVENT:
+            continue
+        if event.payload_retained and event.detail:
+            kind, audited = str(event.detail.get("kind")), str(event.detail.get("key"))
+            key = audited_keys.get((kind, audited), audited)
+            version: int | None = int(event.detail.get("version", 0))
+        elif event.seq in indexed:
+            kind, key, version = indexed[event.seq]
+        else:
+            continue
+        latest[(kind, key)] = (event, version)
+    replayed, unbound = [], 0
+    for row in rows:
+        if not row.mac_ok:
+            continue  # forged, not replayed: named by the MAC checks
+        found = latest.get((row.kind, row.key))
+        if found is None:
+            unbound += 1
+        elif found[0].detail_sha256 != row.bound_sha256:
+            replayed.append(
+                ReplayedRow(
+                    kind=row.kind,
+                    key=row.key,
+                    version=row.version,
+                    audited_version=found[1],
+                    tenant_id=row.tenant_id,
+                )
+            )
+    return VersionsReport(rows=len(rows), unbound=unbound, replayed=replayed)
+
+
 __all__ = [
     "ChainReport",
     "RecordsReport",
+    "ReplayedRow",
+    "VersionsReport",
     "verify_chain",
     "verify_records",
+    "verify_versions",
 ]

@@ -38,23 +38,33 @@ class IdentityRecord:
     """ISO-8601 UTC creation time (the store's clock)."""
     updated_at: str = ""
     """ISO-8601 UTC time of the last change (the store's clock)."""
+    version: int = 0
+    """Bumped by every change and bound into the audit chain with the row's digest
+    (`toolgate.store.record_versions`); 0 for rows written before identities had a version."""
     authentic: bool = False
-    """Set by the store on read: whether the row's MAC verified (a row changed with database access
-    alone does not)."""
+    """Set by the store on read: whether the row's MAC verified and it is the latest version the
+    audit chain bound (a row changed or copied back with database access alone is not)."""
+    replayed: bool = False
+    """Set by the store on read: the MAC verifies but the row is older than its latest audited
+    version (an older row copied back); never authentic then."""
 
     def content(self) -> dict[str, Any]:
         """Everything the record's MAC covers."""
-        return {
-            "user_id": self.user_id,
-            "tenant_id": self.tenant_id,
-            "roles": sorted(self.roles),
-            "scopes": sorted(self.scopes),
-            "display_name": self.display_name,
-            "token_hash": self.token_hash,
-            "status": self.status,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        } | ({"review_tenants": sorted(self.review_tenants)} if self.review_tenants else {})
+        return (
+            {
+                "user_id": self.user_id,
+                "tenant_id": self.tenant_id,
+                "roles": sorted(self.roles),
+                "scopes": sorted(self.scopes),
+                "display_name": self.display_name,
+                "token_hash": self.token_hash,
+                "status": self.status,
+                "created_at": self.created_at,
+                "updated_at": self.updated_at,
+            }
+            | ({"review_tenants": sorted(self.review_tenants)} if self.review_tenants else {})
+            | ({"version": self.version} if self.version else {})
+        )
 
 
 __all__ = ["IdentityRecord", "IdentityStatus"]

@@ -99,6 +99,25 @@ _CAPTURED_CASES_POSTGRES = f"""{_CAPTURED_CASES};
 CREATE TRIGGER captured_cases_no_delete BEFORE DELETE ON captured_cases
     FOR EACH ROW EXECUTE FUNCTION toolgate_refuse()"""
 
+_RECORD_VERSIONS = """
+CREATE TABLE record_versions (
+    kind TEXT NOT NULL, record_key TEXT NOT NULL, seq BIGINT NOT NULL, version INTEGER NOT NULL,
+    PRIMARY KEY (kind, record_key, seq)
+);
+ALTER TABLE identities ADD COLUMN version INTEGER NOT NULL DEFAULT 0"""
+
+_RECORD_VERSIONS_SQLITE = f"""{_RECORD_VERSIONS};
+CREATE TRIGGER record_versions_no_update BEFORE UPDATE ON record_versions
+BEGIN SELECT RAISE(ABORT, 'record_versions is append-only'); END;
+CREATE TRIGGER record_versions_no_delete BEFORE DELETE ON record_versions
+BEGIN SELECT RAISE(ABORT, 'record_versions is append-only'); END"""
+
+_RECORD_VERSIONS_POSTGRES = f"""{_RECORD_VERSIONS};
+CREATE TRIGGER record_versions_append_only BEFORE UPDATE OR DELETE ON record_versions
+    FOR EACH ROW EXECUTE FUNCTION toolgate_refuse();
+CREATE TRIGGER record_versions_no_truncate BEFORE TRUNCATE ON record_versions
+    FOR EACH STATEMENT EXECUTE FUNCTION toolgate_refuse()"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -145,6 +164,12 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="captured eval cases: incidents as redacted, MAC-bound dataset cases waiting for review",
         sqlite=_CAPTURED_CASES_SQLITE,
         postgres=_CAPTURED_CASES_POSTGRES,
+    ),
+    Migration(
+        name="row versions bound into the audit chain (an index of record.versioned events);"
+        " identities carry a version (0: written before it, until their next change)",
+        sqlite=_RECORD_VERSIONS_SQLITE,
+        postgres=_RECORD_VERSIONS_POSTGRES,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

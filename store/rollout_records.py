@@ -3,7 +3,9 @@
 Rows that carry authority (which release is active, which phase a rollout is in, which arm a
 thread is pinned to) are bound by a MAC under the store's ``release`` key, like identity rows:
 a row edited or inserted with database access alone does not verify, and trusted code refuses
-to act on it (routing falls back to the operator's configured release, commands refuse). Shadow
+to act on it (routing falls back to the operator's configured release, commands refuse). Every
+write is also bound into the audit chain with its version (`toolgate.store.record_versions`): an
+older, validly MAC'd row copied back reads as ``replayed`` and is refused the same way. Shadow
 decisions are evidence, not authority, and carry no MAC.
 """
 
@@ -101,10 +103,11 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 
 def signed_content(record: Any, kind: str) -> dict[str, Any]:
-    """What a release-control row's MAC covers: every field but ``authentic`` (set on read), and
-    the kind of row, so one row can never pass for another."""
+    """What a release-control row's MAC covers: every field but ``authentic`` and ``replayed`` (set
+    on read), and the kind of row, so one row can never pass for another."""
     data = asdict(record)
     data.pop("authentic")
+    data.pop("replayed")
     return {"kind": kind, **data}
 
 
@@ -129,7 +132,11 @@ class ReleasePointer:
     updated_at: str = ""
     """Time of the last change (the store's clock)."""
     authentic: bool = False
-    """Set on read: whether the row's MAC verified."""
+    """Set on read: whether the row's MAC verified and it is the latest version the audit chain
+    bound."""
+    replayed: bool = False
+    """Set on read: the MAC verifies but the row is older than its latest audited version (copied
+    back); never authentic then."""
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
@@ -172,7 +179,11 @@ class Rollout:
     updated_at: str = ""
     """Time of the last change (the store's clock)."""
     authentic: bool = False
-    """Set on read: whether the row's MAC verified."""
+    """Set on read: whether the row's MAC verified and it is the latest version the audit chain
+    bound."""
+    replayed: bool = False
+    """Set on read: the MAC verifies but the row is older than its latest audited version (copied
+    back); never authentic then."""
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
@@ -191,7 +202,11 @@ class ThreadPin:
     """``control`` or ``candidate``."""
     pinned_at: str = ""
     authentic: bool = False
-    """Set on read: whether the row's MAC verified."""
+    """Set on read: whether the row's MAC verified and it is the latest version the audit chain
+    bound."""
+    replayed: bool = False
+    """Set on read: the MAC verifies but the row is older than its latest audited version (copied
+    back); never authentic then."""
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
@@ -216,7 +231,11 @@ class ThreadRelease:
     """Bumped by every migration."""
     updated_at: str = ""
     authentic: bool = False
-    """Set on read: whether the row's MAC verified."""
+    """Set on read: whether the row's MAC verified and it is the latest version the audit chain
+    bound."""
+    replayed: bool = False
+    """Set on read: the MAC verifies but the row is older than its latest audited version (copied
+    back); never authentic then."""
 
     def content(self) -> dict[str, Any]:
         """Everything the row's MAC covers."""
@@ -255,12 +274,13 @@ class ReleaseState:
 
     @property
     def tampered(self) -> list[str]:
-        """Which records do not verify ([] when all do)."""
+        """Which records do not verify ([] when all do): ``pointer``, ``rollout`` (MAC),
+        ``pointer_replayed``, ``rollout_replayed`` (an older row copied back), ``rollout_missing``."""
         bad = []
         if self.pointer is not None and not self.pointer.authentic:
-            bad.append("pointer")
+            bad.append("pointer_replayed" if self.pointer.replayed else "pointer")
         if self.rollout is not None and not self.rollout.authentic:
-            bad.append("rollout")
+            bad.append("rollout_replayed" if self.rollout.replayed else "rollout")
         if self.missing_rollout:
             bad.append("rollout_missing")
         return bad

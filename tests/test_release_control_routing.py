@@ -31,8 +31,10 @@ UNCHANGED_EXCEPT = (
     "shadow_decisions",
     "toolgate_schema",
     "release_thread_pins",
+    "record_versions",
 )
-"""The control thread's own records (its release pin names the control, checked below)."""
+"""The control thread's own records (its release pin names the control, and its one binding in
+the audit chain's index, both checked below)."""
 
 
 def admin(two: TwoReleases) -> Principal:
@@ -89,6 +91,8 @@ def test_a_shadow_run_calls_no_handler_writes_nothing_and_records_its_decisions(
     }, "the shadow wrote to a system of record, a proposal, an operation, a counter or a pin"
     assert count(store, "proposals") == 0 and count(store, "operations") == 0
     assert count(store, "release_thread_pins", "thread_id = ? AND release = ?", ("t-shadow", CONTROL)) == 1
+    assert after["record_versions"] == before["record_versions"] + 1  # that pin's binding, nothing else
+    assert count(store, "record_versions", "kind = ? AND record_key = ?", ("thread_release", "t-shadow")) == 1
     assert count(store, "rate_counters") == 0  # the shadow judge peeks, it never counts
     assert two.handler_calls(CANDIDATE) == 0 and two.handler_calls(CONTROL) == 0
     assert count(store, "audit_events", "tool_release = ?", (CANDIDATE,)) == candidate_events

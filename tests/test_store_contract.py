@@ -354,7 +354,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     reader.require_schema()
     assert reader.proposals.get("prop_test1") == proposal
     assert [o.operation_key for o in reader.operations.list("executing")] == ["op_test2"]
-    assert len(reader.audit.events()) == 1
+    assert [e.event for e in reader.audit.events()] == ["record.versioned", "contract.event"]  # ada's, then ours
     assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
 
 
@@ -1427,6 +1427,38 @@ def test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies
     assert by_token is not None and not by_token.authentic
 
 
+def test_identity_writes_bind_their_version_and_an_older_row_copied_back_reads_replayed(store: Store) -> None:
+    added = store.identities.add(make_identity("ada", token_hash=store.identities.token_hash("tok-1")))
+    assert added is not None and added.version == 1 and not added.replayed
+    with store.transaction(write=False) as tx:
+        old = tx.one("SELECT * FROM identities WHERE user_id = ?", ("ada",))
+    assert old is not None
+    rotated = store.identities.change("ada", token_hash=store.identities.token_hash("tok-2"))
+    assert rotated.version == 2 and store.identities.get("ada") == rotated
+    bindings = named(store, "record.versioned")
+    assert [(e.detail["kind"], e.detail["version"], e.tenant_id) for e in bindings] == [
+        ("identity", 1, "acme"),
+        ("identity", 2, "acme"),
+    ]
+    assert all("ada" not in e.detail["key"] for e in bindings)  # user ids enter the log only hashed
+    assert [(r.key, r.version, r.mac_ok) for r in store.identities.versioned_rows()] == [("ada", 2, True)]
+    with store.transaction() as tx:  # the older, validly MAC'd row copied back with database access alone
+        tx.execute(
+            "UPDATE identities SET token_hash = ?, updated_at = ?, version = ?, mac = ? WHERE user_id = ?",
+            (old["token_hash"], old["updated_at"], old["version"], old["mac"], "ada"),
+        )
+    replayed = store.identities.get("ada")
+    assert replayed is not None and replayed.replayed and not replayed.authentic and replayed.version == 1
+    by_token = store.identities.by_token_hash(store.identities.token_hash("tok-1"))
+    assert by_token is not None and by_token.replayed and not by_token.authentic
+    assert [(r.key, r.version, r.mac_ok) for r in store.identities.versioned_rows()] == [("ada", 1, True)]
+    before = snapshot(store)
+    with pytest.raises(IdentityError) as refused:
+        store.identities.change("ada", status="revoked")
+    assert refused.value.code == "forged_identity"
+    assert snapshot(store) == before
+
+
 def test_list_identities_by_user_id_optionally_of_some_tenants(store: Store) -> None:
     assert store.identities.list() == []
     for user, tenant in (("zed", "acme"), ("ada", "acme"), ("gus", "globex"), ("ivy", "initech")):
@@ -1781,6 +1813,9 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "identities.add": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
     "identities.change": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
     "identities.get": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
+    "identities.versioned_rows": (
+        test_identity_writes_bind_their_version_and_an_older_row_copied_back_reads_replayed,
+    ),
     "identities.by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
     "identities.list": (test_list_identities_by_user_id_optionally_of_some_tenants,),
     "audit.append": (

@@ -20,7 +20,7 @@ from toolgate.errors import IdentityError, NotFoundError
 from toolgate.forensics import trace
 from toolgate.settings import read_settings
 from toolgate.store.base import Store
-from toolgate.store.chain import verify_chain, verify_records
+from toolgate.store.chain import verify_chain, verify_records, verify_versions
 
 audit_app = typer.Typer(no_args_is_help=True, help="Read, verify and export the audit trail.")
 
@@ -109,15 +109,20 @@ def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str], set[
 
 @audit_app.command("verify")
 def audit_verify(as_user: AsAuditor = None) -> None:
-    """Recompute the whole hash chain and every proposal, approval and identity MAC; name what does not fit.
+    """Recompute the whole hash chain and every proposal, approval and identity MAC, and judge every
+    release-control, pin and identity row against the latest version the chain bound; name what
+    does not fit.
 
-    The chain is one for every tenant and is checked whole; the approvals and identities counted
-    and named are those of the auditor's tenants. Writes nothing but its own ``audit.read``."""
+    The chain is one for every tenant and is checked whole; the approvals, identities and replayed
+    rows counted and named are those of the auditor's tenants (release-control rows are
+    process-level: all-tenant auditors see them). Writes nothing but its own ``audit.read``."""
     application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "verify")
     store = application.store
     report = verify_chain(store)
     records = verify_records(store)
+    versions = verify_versions(store)
+    replayed = [r.describe() for r in versions.replayed if scope.covers(r.tenant_id)]
     approvals, identities, proposals = _in_scope(store, scope)
     forged_proposals = [p for p in records.forged_proposals if p in proposals]
     forged_approvals = [a for a in records.forged_approvals if a in approvals]
@@ -142,8 +147,9 @@ def audit_verify(as_user: AsAuditor = None) -> None:
         forged_approvals=",".join(forged_approvals) or "none",
         forged_identities=",".join(forged_identities) or "none",
         forged_proposals=",".join(forged_proposals) or "none",
+        replayed_records=",".join(replayed) or "none",
     )
-    forged = forged_approvals or forged_identities or forged_proposals
+    forged = forged_approvals or forged_identities or forged_proposals or replayed
     raise typer.Exit(0 if report.ok and not forged else 1)
 
 

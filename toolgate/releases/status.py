@@ -7,6 +7,8 @@ candidate's audit events, proposals and operations. ``p95_latency_ms`` is the 95
 its ``handler.finished`` audit event, both stamped by the store's clock
 (``latency_basis=handler_audit``; ``n/a`` before any write ran). Reading the status also
 evaluates the automatic stop of a live rollout, so a tripped candidate stops here at the latest.
+Records that do not verify are named (``tamper=pointer_replayed,rollout_replayed``: older rows
+copied back over the latest audited versions; ``pointer``, ``rollout``: MACs that do not verify).
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ def release_status(control: ReleaseControl, *, verify_rollback: bool = False) ->
     try:
         state = control.state()
     except ReleaseControlError as exc:
-        return {"release": control.configured, "state": "tampered", "error": exc.code}
+        tampered = control.router.state().tampered
+        return {
+            "release": control.configured,
+            "state": "tampered",
+            "error": exc.code,
+            "tamper": ",".join(tampered) or "unknown",
+        }
     rollout = state.rollout
     active = control.active(state)
     facts = {"release": rollout.candidate if rollout else active, "active": active, "state": "verified"}
