@@ -210,7 +210,7 @@ def test_audit_verify_names_a_forged_proposal_and_fails(tmp_path: Path, database
         verified = toolgate(["audit", "verify", "--as", "otto"], env, check=False)
         assert verified.returncode == 1, verified.stdout + verified.stderr
         line = kv_lines(verified.stdout)[-1]
-        assert line["forged_proposals"] == bad["proposal_id"] and line["tamper_check"] == "PASS"
+        assert line["forged_proposals"] == bad["proposal_id"] and line["tamper_check"] == "FAIL" and line["chain"] == "PASS"
         assert good["proposal_id"] not in verified.stdout
         shown = toolgate(["proposals", "show", bad["proposal_id"]], env).stdout
         assert "authentic=false" in shown
