@@ -532,6 +532,7 @@ def test_a_forged_approval_row_authorizes_nothing_and_audit_verify_names_it(tmp_
     verified = toolgate(["audit", "verify", "--as", "otto"], world.env, check=False)
     assert verified.returncode == 1, verified.stdout + verified.stderr
     assert f"forged_approvals={forged_id}" in verified.stdout
+    assert kv_lines(verified.stdout)[-1]["tamper_check"] == "FAIL"  # the verdict never reads as a pass
     assert "Traceback" not in verified.stderr
 
 
