@@ -118,3 +118,17 @@ def test_a_non_object_call_is_refused_malformed_and_the_run_goes_on(
     rejected = [(e.call_id, e.code) for e in harness.store.audit.events() if e.event == "call.rejected"]
     assert [code for _, code in rejected] == ["malformed_arguments"]
     assert state["status"] == "done"
+
+
+def test_arguments_nested_past_the_parser_are_screened_not_a_crash() -> None:
+    """A 9,000-deep arguments text made the client's own parser raise RecursionError; screened
+    first, it is an invalid call (refused ``malformed_arguments``) like any other."""
+    deep = '{"order_id": ' + "[" * 9000 + "]" * 9000 + "}"
+    assert screened_arguments(deep) == NOT_AN_OBJECT + deep
+
+
+def test_the_offline_models_call_lines_refuse_a_deep_json_instead_of_crashing() -> None:
+    from toolgate.models.offline import direct_calls
+
+    assert direct_calls('call lookup_order {"order_id": "O-5512"}') == [("lookup_order", {"order_id": "O-5512"})]
+    assert direct_calls("call lookup_order {\"order_id\": " + "[" * 9000 + "]" * 9000 + "}") is None

@@ -33,3 +33,17 @@ def test_a_malformed_body_from_a_signed_in_reviewer_is_audited(rig: Api) -> None
     assert [e.code for e in refused] == ["invalid_json", "invalid_body", "invalid_status"]
     assert {e.actor_id for e in refused} == {rig.gw.auditor.actor("fiona")}
     assert rig.unchanged(facts)
+
+
+@pytest.mark.parametrize("route", ["approve", "reject", "edit"])
+def test_a_body_nested_9000_deep_is_invalid_json_audited_never_a_500(rig: Api, route: str) -> None:
+    """Python's JSON parser recurses per level: 9,000 brackets raised RecursionError (a 500,
+    unaudited). The nesting is measured before parsing, so it is the door's own refusal."""
+    _, facts = rig.pending(f"t-deep-{route}")
+    deep = '{"digest": ' + "[" * 9000 + "]" * 9000 + "}"
+    response = rig.client.post(proposal_url(facts, route), content=deep, headers=auth("fiona"))
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "invalid_json" and "nested deeper" in response.json()["message"]
+    refused = [e.code for e in rig.store.audit.events() if e.event == "api.refused"]
+    assert refused == ["invalid_json"]
+    assert rig.unchanged(facts)

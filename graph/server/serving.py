@@ -18,7 +18,6 @@ without a valid token gets its ``401``, never learns about load.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from toolgate import json_limits
 from toolgate.errors import ConfigurationError, IdentityError, NotFoundError, RegistryError
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.worker.waker import wake_quietly
@@ -101,7 +101,7 @@ def body_fields(raw: bytes | None, types: Mapping[str, type], *, required: Itera
 
     Duplicate keys and NaN/Infinity are refused: the bytes a reviewer sent must mean one thing."""
     try:
-        body = json.loads(
+        body = json_limits.loads(
             (raw or b"").decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique_keys
         )
     except (UnicodeDecodeError, ValueError) as exc:

@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 from rich.console import Console
 
+from toolgate import json_limits
 from toolgate.cli.audit import audit_app
 from toolgate.cli.common import invoke, open_from_env, person
 from toolgate.cli.deadletter import deadletter_app
@@ -235,7 +236,9 @@ def edit(
     if original is None:
         raise NotFoundError(f"no proposal {proposal_id}")
     try:
-        edited = json.loads(arguments)
+        edited = json_limits.loads(arguments)
+    except json_limits.JSONTooDeep as exc:
+        raise ApprovalError("malformed_arguments", f"--args is {exc}") from exc
     except json.JSONDecodeError as exc:
         raise ApprovalError("malformed_arguments", f"--args is not valid JSON: {exc.msg}") from exc
     if not isinstance(edited, dict):

@@ -7,7 +7,9 @@ so the whole reply is lost and the run crashes before the gateway ever sees the 
 streamed path already files such a call under ``invalid_tool_calls``). This transport sits
 between the client and the network, on both OpenAI wire formats: in a JSON reply, a Chat
 Completions ``choices[].message.tool_calls[].function.arguments`` or a Responses
-``output[].arguments`` of a ``function_call`` that parses to anything but an object is rewritten
+``output[].arguments`` of a ``function_call`` that parses to anything but an object, or nests
+deeper than the client's parser can follow (`toolgate.json_limits`: it would raise
+``RecursionError``), is rewritten
 to text that is not JSON at all (the original kept after a marker), so the client files it under
 ``invalid_tool_calls`` and dispatch refuses it ``malformed_arguments``, like any unparseable call.
 Nothing else in the reply changes; a reply that is not JSON passes untouched (the client reports
@@ -23,6 +25,8 @@ import importlib
 import json
 from typing import Any
 
+from toolgate import json_limits
+
 NOT_AN_OBJECT = "<arguments are not a JSON object> "
 """What a screened arguments text starts with (so it no longer parses as JSON)."""
 
@@ -33,7 +37,9 @@ def screened_arguments(text: Any) -> Any:
     if not isinstance(text, str) or not text.strip():
         return text
     try:
-        value = json.loads(text, strict=False)
+        value = json_limits.loads(text, strict=False)
+    except json_limits.JSONTooDeep:
+        return NOT_AN_OBJECT + text  # the client's own parser would crash on it (RecursionError)
     except ValueError:
         return text
     return text if isinstance(value, dict) else NOT_AN_OBJECT + text
@@ -68,7 +74,7 @@ def screened_content(content: bytes) -> bytes:
     when nothing changed or when it is not JSON."""
     try:
         body = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # the client reports a reply it cannot read
         return content
     return json.dumps(body).encode() if screen_reply(body) else content
 

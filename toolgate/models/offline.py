@@ -22,7 +22,6 @@ output the same over its answer, reasoning 0 (it does not reason). The estimate 
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
+from toolgate import json_limits
 from toolgate.models.offline_choice import context_text, honour_choice, normalise_choice
 from toolgate.telemetry.tokens import ESTIMATE_KEY, estimated_usage
 
@@ -50,7 +50,7 @@ def direct_calls(text: str) -> list[tuple[str, Any]] | None:
         if match is None:
             return None
         try:
-            calls.append((match.group(1), json.loads(match.group(2))))
+            calls.append((match.group(1), json_limits.loads(match.group(2))))
         except ValueError:
             return None
     return calls or None
@@ -66,7 +66,7 @@ def _results_since_request(messages: Sequence[BaseMessage]) -> list[tuple[str, d
             break
         if isinstance(message, ToolMessage):
             try:
-                payload = json.loads(str(message.content))
+                payload = json_limits.loads(str(message.content))
             except ValueError:
                 payload = {"status": "unparseable"}
             out.append((str(message.name or ""), payload))
