@@ -11,8 +11,8 @@ Authorization, on every thread and run:
 * threads are owned: created with the caller as ``owner`` and their ``tenant`` in metadata
   (whatever the client sent there); the owner reads, runs, streams and cancels them;
 * reviewers (people holding a role that approves some tool of the release) may read their
-  tenant's threads and *resume* them, with decisions or as a wake-up; nothing else: a new turn
-  in someone else's thread is refused;
+  tenant's threads and *resume* them, with decisions or as a wake-up, in any shape LangChain's
+  clients send it (`is_resume_only`); nothing else: a new turn in someone else's thread is refused;
 * nobody names a principal in ``context`` (the principal is the authenticated caller);
 * state updates (``update_state``) are refused unless the caller is an ``operator``, and even
   then state carries no authority (the graph seals it and refuses a rewritten thread);
@@ -24,6 +24,7 @@ Every refusal is audited and answers with a stable code in its message.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph_sdk import Auth
@@ -130,17 +131,28 @@ async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreat
         )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant  # used when the run creates its thread
+    if is_resume_only(kwargs) and roles & _reviewer_roles():
+        return {"tenant": tenant}
+    return {"owner": identity, "tenant": tenant}
+
+
+def is_resume_only(kwargs: Mapping[str, Any]) -> bool:
+    """True when a run only answers the thread's interrupt: ``command.resume`` with no ``update``
+    and no ``goto`` (a step of the thread's own), and no input of its own.
+
+    LangChain's clients send the same answer three ways: the Python SDK and Studio leave ``input``
+    out (``None``), and agent-chat-ui's ``useStream().submit({}, {command: {resume}})`` sends
+    ``input: {}``. An empty input carries nothing, so all three are the same resume; input with
+    anything in it (a new turn's messages) is not a resume, whatever command rides along."""
     command = kwargs.get("command") or {}
-    # an answer to the interrupt, nothing else: no update, and no goto (a step of the thread's own)
-    resume_only = (
-        isinstance(command, dict)
+    inp = kwargs.get("input")
+    return (
+        isinstance(command, Mapping)
         and "resume" in command
         and not command.get("update")
         and not command.get("goto")
+        and (inp is None or (isinstance(inp, Mapping) and not inp))
     )
-    if resume_only and kwargs.get("input") is None and roles & _reviewer_roles():
-        return {"tenant": tenant}
-    return {"owner": identity, "tenant": tenant}
 
 
 @auth.on.threads.update
@@ -185,4 +197,4 @@ async def deny_everything_else(ctx: Auth.types.AuthContext, value: Any) -> bool:
     )
 
 
-__all__ = ["auth"]
+__all__ = ["auth", "is_resume_only"]
