@@ -119,7 +119,14 @@ def test_agent_inbox_responses_and_edits_are_understood() -> None:
 
 def test_a_chat_forms_text_is_read_back_as_the_kind_of_value_it_replaced() -> None:
     """agent-chat-ui's edit form hands every changed field back as text."""
-    original = {"order_id": "O-1", "amount_cents": 4999, "notify": True, "lines": [1], "meta": {"a": 1}, "note": None}
+    original = {
+        "order_id": "O-1",
+        "amount_cents": 4999,
+        "notify": True,
+        "lines": [1],
+        "meta": {"a": 1},
+        "note": None,
+    }
     edited = {
         "order_id": "O-2",
         "amount_cents": "700",

@@ -71,7 +71,10 @@ def test_a_reviewers_resume_that_goes_to_a_node_is_only_the_owners(harness: Harn
         (None, {"tenant": "acme"}),  # the Python SDK and Studio
         (_ABSENT, {"tenant": "acme"}),
         ({}, {"tenant": "acme"}),  # agent-chat-ui: useStream().submit({}, {command: {resume}})
-        ({"messages": [{"type": "human", "content": "refund O-5513 too"}]}, {"owner": "fiona", "tenant": "acme"}),
+        (
+            {"messages": [{"type": "human", "content": "refund O-5513 too"}]},
+            {"owner": "fiona", "tenant": "acme"},
+        ),
         ({"status": "done"}, {"owner": "fiona", "tenant": "acme"}),
         ([], {"owner": "fiona", "tenant": "acme"}),
     ],

@@ -136,7 +136,9 @@ def audited(rig: Rig, event: str, proposal_id: str) -> list[tuple[str, str]]:
     [{"decisions": [{"type": "approve"}]}, [{"type": "accept", "args": None}]],
     ids=["approve", "agent-inbox-accept"],
 )
-def test_a_reviewer_approves_with_agent_chat_uis_request_and_the_refund_runs_once(rig: Rig, resume: Any) -> None:
+def test_a_reviewer_approves_with_agent_chat_uis_request_and_the_refund_runs_once(
+    rig: Rig, resume: Any
+) -> None:
     thread_id, proposal = start_refund(rig)
     done = decide_as_chat_ui(rig, "fiona", thread_id, resume)
     assert done["status"] == "done", done
@@ -174,7 +176,9 @@ def test_a_reviewer_rejects_or_responds_with_agent_chat_uis_request(rig: Rig, re
     assert [u for u, _ in audited(rig, "proposal.rejected", proposal["proposal_id"])] == ["fiona"]
 
 
-def test_a_reviewer_edits_with_agent_chat_uis_request_and_the_edit_waits_for_its_own_approval(rig: Rig) -> None:
+def test_a_reviewer_edits_with_agent_chat_uis_request_and_the_edit_waits_for_its_own_approval(
+    rig: Rig,
+) -> None:
     thread_id, proposal = start_refund(rig)
     # the UI's edit form hands back what was typed: a number field comes back as a string
     edited_args = {**proposal_args(rig, proposal), "amount_cents": "700"}
@@ -205,7 +209,10 @@ def test_the_python_sdks_resume_without_input_works_the_same(rig: Rig) -> None:
     with client_as(rig.server, "fiona") as client:
         parts = list(
             client.runs.stream(
-                thread_id, GRAPH, command={"resume": {"decisions": [{"type": "approve"}]}}, stream_mode="values"
+                thread_id,
+                GRAPH,
+                command={"resume": {"decisions": [{"type": "approve"}]}},
+                stream_mode="values",
             )
         )
     values = [p.data for p in parts if p.event == "values"]
@@ -250,7 +257,9 @@ def test_a_reviewers_run_with_real_input_or_a_goto_is_still_refused(rig: Rig) ->
     new_turn = {"messages": [{"type": "human", "content": "refund O-5513 too"}]}
     attempts = {
         "input beside the resume": chat_ui_body(rig, "fiona", thread_id, approve, input=new_turn),
-        "mark as resolved (goto)": chat_ui_body(rig, "fiona", thread_id, approve, command={"goto": "__end__"}),
+        "mark as resolved (goto)": chat_ui_body(
+            rig, "fiona", thread_id, approve, command={"goto": "__end__"}
+        ),
         "update beside the resume": chat_ui_body(
             rig, "fiona", thread_id, approve, command={"resume": approve, "update": {"status": "done"}}
         ),
