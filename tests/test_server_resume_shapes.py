@@ -69,11 +69,15 @@ def chat_ui_body(rig: Rig, user: str, thread_id: str, resume: Any, **overrides: 
     return body
 
 
-def post_stream(rig: Rig, user: str | None, thread_id: str, body: dict[str, Any]) -> httpx.Response:
-    """POST the body as agent-chat-ui does (its bearer token, JSON), reading the whole SSE answer."""
+def post_stream(
+    rig: Rig, user: str | None, thread_id: str, body: dict[str, Any], **auth_headers: str
+) -> httpx.Response:
+    """POST the body as agent-chat-ui does (JSON; the user's token as a bearer token unless
+    ``auth_headers`` say otherwise), reading the whole SSE answer."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if user:
         headers["Authorization"] = f"Bearer {demo_token(user)}"
+    headers.update({k.replace("_", "-"): v for k, v in auth_headers.items()})
     with httpx.Client(timeout=120.0, trust_env=False) as http:
         return http.post(
             f"{rig.server.url}/threads/{thread_id}/runs/stream", content=json.dumps(body), headers=headers
@@ -275,3 +279,24 @@ def test_a_reviewers_run_with_real_input_or_a_goto_is_still_refused(rig: Rig) ->
     with client_as(rig.server, "cust-ada") as owner:
         state = owner.threads.get_state(thread_id)
     assert state["values"]["status"] == "awaiting_approval" and list(state["next"]) == ["approval"]
+
+
+def test_agent_chat_uis_api_key_field_carries_the_token(rig: Rig) -> None:
+    """agent-chat-ui sends its "API key" as ``X-Api-Key`` (never an Authorization header): a
+    toolgate token there is the reviewer's; a bearer header, when sent, still decides alone."""
+    thread_id, proposal = start_refund(rig)
+    body = chat_ui_body(rig, "fiona", thread_id, {"decisions": [{"type": "approve"}]})
+    for headers, code in (
+        ({"X_Api_Key": "tg_not-a-token"}, "authentication_failed"),
+        (
+            {"Authorization": "Bearer tg_not-a-token", "X_Api_Key": demo_token("fiona")},
+            "authentication_failed",
+        ),
+    ):
+        refused = post_stream(rig, None, thread_id, body, **headers)
+        assert refused.status_code == 401 and code in refused.text, refused.text
+    assert approvals(rig, proposal["proposal_id"]) == [] and rig.payments(proposal["operation_key"]) == 0
+    done = streamed_output(post_stream(rig, None, thread_id, body, X_Api_Key=demo_token("fiona")))
+    assert done["status"] == "done" and done["review"]["reviewer"] == "fiona", done
+    assert rig.payments(proposal["operation_key"]) == 1
+    assert approvals(rig, proposal["proposal_id"]) == [("fiona", "approve", "")]

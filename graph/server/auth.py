@@ -1,7 +1,8 @@
 """The LangGraph server's auth handler (``langgraph.json`` -> ``auth.path``): who is calling, and what
 they may touch.
 
-Authentication: ``Authorization: Bearer <token>`` names one person of the identity store
+Authentication: ``Authorization: Bearer <token>`` (or ``X-Api-Key: <token>``, as clients built on
+the LangGraph SDK's ``apiKey`` send it) names one person of the identity store
 (`IdentityDirectory.authenticate_bearer`; tokens are kept only as keyed hashes). The user handed
 to the graph carries that person's user id, tenant, roles and scopes, plus their own forwarded
 credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state).
@@ -37,6 +38,8 @@ auth = Auth()
 OPERATOR_ROLE = "operator"
 """May update thread state (for repairs); the graph still trusts nothing in it."""
 CREDENTIAL_HEADER = "x-toolgate-credential-"
+API_KEY_HEADER = "x-api-key"
+"""Where the LangGraph SDK's ``apiKey`` travels; a toolgate token there counts as a bearer token."""
 
 
 async def _refuse(
@@ -57,12 +60,28 @@ def _reviewer_roles() -> frozenset[str]:
 
 @auth.authenticate
 async def authenticate(authorization: str | None, headers: dict[bytes, bytes]) -> dict[str, Any]:
-    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged)."""
+    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged).
+
+    Clients built on the LangGraph SDK's ``apiKey`` (agent-chat-ui's "API key" field, its API
+    passthrough) carry the token as ``X-Api-Key`` instead: it is read only when no Authorization
+    header came, and proves exactly what a bearer token proves."""
     scheme, _, token = (authorization or "").partition(" ")
+    api_key = next(
+        (
+            v.decode("latin-1").strip()
+            for k, v in headers.items()
+            if k.decode("latin-1").lower() == API_KEY_HEADER
+        ),
+        "",
+    )
+    if not (authorization or "").strip() and api_key:
+        scheme, token = "bearer", api_key
     directory = server_parts().gateway.directory
     try:
         if scheme.lower() != "bearer" or not token.strip():
-            raise IdentityError("send Authorization: Bearer <token>", code="missing_token")
+            raise IdentityError(
+                "send Authorization: Bearer <token> (or X-Api-Key: <token>)", code="missing_token"
+            )
         principal = await asyncio.to_thread(directory.authenticate_bearer, token.strip())
     except IdentityError as exc:
         raise Auth.exceptions.HTTPException(status_code=401, detail=f"{exc.code}: {exc}") from None
