@@ -5,7 +5,8 @@ side effect. The payload follows LangChain's human-in-the-loop request shape (``
 and ``review_configs``) with toolgate's proposal facts alongside, so Studio and chat UIs can answer
 it. A resume is a wake-up, or carries decisions (`toolgate.graph.review.hitl`): those are recorded in the
 store as the authenticated person resuming, with every approval rule applied; refusals come back
-in ``review`` and in the next interrupt. Authority is the store's approval records, which the
+in ``review`` and in the next interrupt (``toolgate.last_review``, and at the head of the refused
+request's description, which chat UIs show). Authority is the store's approval records, which the
 execute node re-checks before the claim.
 """
 
