@@ -16,7 +16,7 @@ from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import RunRefused
 from toolgate.graph import Context
-from toolgate.graph.review.hitl import parse_decisions
+from toolgate.graph.review.hitl import parse_decisions, typed_like
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
@@ -71,6 +71,9 @@ def test_a_refused_decision_changes_nothing_and_says_why(
     assert {o["code"] for o in result["review"]["outcomes"]} == {code}
     again = result["__interrupt__"][0].value["toolgate"]["last_review"]["outcomes"]
     assert {o["code"] for o in again} == {code}  # the next interrupt says why, too
+    # and so does the request a chat UI shows the reviewer again
+    description = result["__interrupt__"][0].value["action_requests"][0]["description"]
+    assert description.startswith("Last decision refused (") and f": {code}): " in description
     op = harness.store.operations.get(facts["operation_key"])
     assert op is not None and op.status == "pending_approval" and harness.payments() == 0
     assert [e.code for e in harness.store.audit.events() if e.event == "approval.refused"] == [code]
@@ -91,6 +94,7 @@ def test_a_wake_up_is_not_a_decision(harness: Harness) -> None:
     graph, facts = waiting(harness, "t-wake")
     result = resume(graph, "t-wake", {"wake": True}, "fiona")
     assert result["status"] == "awaiting_approval" and "review" not in result
+    assert not result["__interrupt__"][0].value["action_requests"][0]["description"].startswith("Last")
     assert harness.store.approvals.for_proposal(facts["proposal_id"]) == []
 
 
@@ -111,3 +115,34 @@ def test_agent_inbox_responses_and_edits_are_understood() -> None:
         ("ignore", "", None, None),
     ]
     assert parse_decisions({"wake": True}) is None and parse_decisions(None) is None
+
+
+def test_a_chat_forms_text_is_read_back_as_the_kind_of_value_it_replaced() -> None:
+    """agent-chat-ui's edit form hands every changed field back as text."""
+    original = {
+        "order_id": "O-1",
+        "amount_cents": 4999,
+        "notify": True,
+        "lines": [1],
+        "meta": {"a": 1},
+        "note": None,
+    }
+    edited = {
+        "order_id": "O-2",
+        "amount_cents": "700",
+        "notify": "false",
+        "lines": "[1, 2]",
+        "meta": '{"a": 2}',
+        "note": "12",
+    }
+    assert typed_like(edited, original) == {
+        "order_id": "O-2",
+        "amount_cents": 700,
+        "notify": False,
+        "lines": [1, 2],
+        "meta": {"a": 2},
+        "note": "12",
+    }
+    # text that is not JSON of the replaced kind stays text, for the tool's schema to refuse with its reason
+    odd = {"amount_cents": "seven", "notify": "1", "order_id": "5", "lines": "{}"}
+    assert typed_like(odd, original) == odd

@@ -35,14 +35,18 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     return harness
 
 
-def _run_create(user: str, roles: list[str], command: dict[str, Any]) -> Any:
+_ABSENT = object()
+
+
+def _run_create(user: str, roles: list[str], command: dict[str, Any], inp: Any = None) -> Any:
     ctx = Auth.types.AuthContext(
         permissions=roles,
         user=_User(identity=user, tenant_id="acme", roles=roles),  # type: ignore[arg-type]
         resource="threads",
         action="create_run",
     )
-    value: dict[str, Any] = {"thread_id": "t1", "kwargs": {"command": command, "input": None}}
+    kwargs: dict[str, Any] = {"command": command} if inp is _ABSENT else {"command": command, "input": inp}
+    value: dict[str, Any] = {"thread_id": "t1", "kwargs": kwargs}
     return asyncio.run(auth_module.on_run_create(ctx, value))  # type: ignore[arg-type]
 
 
@@ -58,4 +62,28 @@ def test_a_reviewers_resume_that_goes_to_a_node_is_only_the_owners(harness: Harn
         "owner": "fiona",
         "tenant": "acme",
     }
+    assert not audit_events(harness.store, "access.refused")
+
+
+@pytest.mark.parametrize(
+    ("inp", "filtered_to"),
+    [
+        (None, {"tenant": "acme"}),  # the Python SDK and Studio
+        (_ABSENT, {"tenant": "acme"}),
+        ({}, {"tenant": "acme"}),  # agent-chat-ui: useStream().submit({}, {command: {resume}})
+        (
+            {"messages": [{"type": "human", "content": "refund O-5513 too"}]},
+            {"owner": "fiona", "tenant": "acme"},
+        ),
+        ({"status": "done"}, {"owner": "fiona", "tenant": "acme"}),
+        ([], {"owner": "fiona", "tenant": "acme"}),
+    ],
+)
+def test_a_resume_with_no_input_of_its_own_is_a_resume_whatever_client_sent_it(
+    harness: Harness, inp: Any, filtered_to: dict[str, str]
+) -> None:
+    """An empty input carries nothing: the resume is a reviewer's to send. Input with anything in
+    it is a new turn, only the owner's (someone else's thread is not found)."""
+    resume = {"resume": {"decisions": [{"type": "approve"}]}}
+    assert _run_create("fiona", ["finance"], resume, inp) == filtered_to
     assert not audit_events(harness.store, "access.refused")

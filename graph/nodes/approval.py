@@ -5,7 +5,8 @@ side effect. The payload follows LangChain's human-in-the-loop request shape (``
 and ``review_configs``) with toolgate's proposal facts alongside, so Studio and chat UIs can answer
 it. A resume is a wake-up, or carries decisions (`toolgate.graph.review.hitl`): those are recorded in the
 store as the authenticated person resuming, with every approval rule applied; refusals come back
-in ``review`` and in the next interrupt. Authority is the store's approval records, which the
+in ``review`` and in the next interrupt (``toolgate.last_review``, and at the head of the refused
+request's description, which chat UIs show). Authority is the store's approval records, which the
 execute node re-checks before the claim.
 """
 
@@ -32,6 +33,7 @@ UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer
 def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
     """The interrupt payload for every proposal of this turn that awaits approval (reads only)."""
     calls = state.get("calls", {})
+    review = state.get("review") or {}
     actions: list[dict[str, Any]] = []
     configs: list[dict[str, Any]] = []
     proposals: list[dict[str, Any]] = []
@@ -44,7 +46,8 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "name": proposal.tool,
                 "args": proposal.arguments,
                 "description": (
-                    f"{proposal.tool} ({proposal.risk}): {proposal.effect} Rollback: {proposal.rollback}. "
+                    refusal_note(review, proposal.proposal_id)
+                    + f"{proposal.tool} ({proposal.risk}): {proposal.effect} Rollback: {proposal.rollback}. "
                     f"Approve with: toolgate approve {proposal.proposal_id} --as REVIEWER"
                 ),
             }
@@ -86,12 +89,26 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 ),
             }
         )
-    review = state.get("review") or {}
     return {
         "action_requests": actions,
         "review_configs": configs,
         "toolgate": {"proposals": proposals, "last_review": review},
     }
+
+
+def refusal_note(review: dict[str, Any], proposal_id: str) -> str:
+    """The first line of an action request's description when the last decision sent for it was
+    refused: chat UIs show the description, not ``toolgate.last_review``, so a reviewer whose
+    decision changed nothing reads why next to the request they answer again. Empty otherwise."""
+    for outcome in review.get("outcomes") or []:
+        # an outcome without a proposal id refused the whole resume (nothing to pair it with)
+        if outcome.get("result") == "refused" and outcome.get("proposal_id", proposal_id) == proposal_id:
+            who = review.get("reviewer") or "an unauthenticated caller"
+            return (
+                f"Last decision refused ({outcome.get('decision', '')} by {who}:"
+                f" {outcome.get('code', 'refused')}): {outcome.get('message', '')}\n\n"
+            )
+    return ""
 
 
 def make_approval_node(gw: Gateway) -> Any:
@@ -126,4 +143,4 @@ def make_approval_node(gw: Gateway) -> Any:
     return approval
 
 
-__all__ = ["hitl_request", "make_approval_node"]
+__all__ = ["hitl_request", "make_approval_node", "refusal_note"]

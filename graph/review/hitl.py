@@ -7,12 +7,15 @@ request, in order (the older agent-inbox list ``[{"type": "accept"}]``, ``respon
 is understood too). The resume payload still carries no authority of its own: each decision is
 recorded as the *authenticated* person resuming (the server's auth handler, or the embedding
 application's context), through the same `decide` and `edit_proposal` as every other door, with
-every rule applied and every refusal audited. A resume without decisions is only a wake-up.
+every rule applied and every refusal audited. A resume without decisions is only a wake-up. An
+edit typed into a chat UI's form has its text read back as the kind of value it replaced
+(`typed_like`), then is judged like any other edit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -139,8 +142,10 @@ def _apply(gw: Gateway, reviewer: Principal, proposal: dict[str, Any], decision:
             return Outcome(pid, "ignore", "ignored")
         if decision.kind == "edit":
             assert decision.arguments is not None
+            stored = gw.store.proposals.get(pid)
+            arguments = typed_like(decision.arguments, stored.arguments if stored else {})
             edited = edit_proposal(
-                gw, pid, reviewer, tool=decision.tool or str(proposal["tool"]), arguments=decision.arguments
+                gw, pid, reviewer, tool=decision.tool or str(proposal["tool"]), arguments=arguments
             )
             return Outcome(pid, "edit", "recorded", new_proposal_id=edited.proposal_id)
         decide(
@@ -156,8 +161,41 @@ def _apply(gw: Gateway, reviewer: Principal, proposal: dict[str, Any], decision:
         return _refused(pid, decision.kind, exc)
 
 
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string" if isinstance(value, str) else "other"
+
+
+def typed_like(edited: dict[str, Any], original: Mapping[str, Any]) -> dict[str, Any]:
+    """Edited arguments with a chat form's text read back as the kind of value it replaced.
+
+    agent-chat-ui's edit form is text fields: a number, flag, list or object the reviewer changed
+    comes back as text (``"700"``). Where the original argument was not text and the text is JSON
+    of the same kind, the edit is that value; anything else stays as sent, for the tool's schema
+    to judge (and refuse with its reason). Only the form's top-level fields are read back."""
+    typed = dict(edited)
+    for name, value in edited.items():
+        before = original.get(name)
+        if not isinstance(value, str) or _json_kind(before) in ("string", "other"):
+            continue
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            continue
+        if _json_kind(parsed) == _json_kind(before):
+            typed[name] = parsed
+    return typed
+
+
 def _refused(proposal_id: str, decision: str, exc: Exception) -> Outcome:
     return Outcome(proposal_id, decision, "refused", str(getattr(exc, "code", "refused")), str(exc)[:300])
 
 
-__all__ = ["Decision", "Outcome", "apply_decisions", "parse_decisions"]
+__all__ = ["Decision", "Outcome", "apply_decisions", "parse_decisions", "typed_like"]

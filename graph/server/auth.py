@@ -1,7 +1,8 @@
 """The LangGraph server's auth handler (``langgraph.json`` -> ``auth.path``): who is calling, and what
 they may touch.
 
-Authentication: ``Authorization: Bearer <token>`` names one person of the identity store
+Authentication: ``Authorization: Bearer <token>`` (or ``X-Api-Key: <token>``, as clients built on
+the LangGraph SDK's ``apiKey`` send it) names one person of the identity store
 (`IdentityDirectory.authenticate_bearer`; tokens are kept only as keyed hashes). The user handed
 to the graph carries that person's user id, tenant, roles and scopes, plus their own forwarded
 credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state).
@@ -11,8 +12,8 @@ Authorization, on every thread and run:
 * threads are owned: created with the caller as ``owner`` and their ``tenant`` in metadata
   (whatever the client sent there); the owner reads, runs, streams and cancels them;
 * reviewers (people holding a role that approves some tool of the release) may read their
-  tenant's threads and *resume* them, with decisions or as a wake-up; nothing else: a new turn
-  in someone else's thread is refused;
+  tenant's threads and *resume* them, with decisions or as a wake-up, in any shape LangChain's
+  clients send it (`is_resume_only`); nothing else: a new turn in someone else's thread is refused;
 * nobody names a principal in ``context`` (the principal is the authenticated caller);
 * state updates (``update_state``) are refused unless the caller is an ``operator``, and even
   then state carries no authority (the graph seals it and refuses a rewritten thread);
@@ -24,6 +25,7 @@ Every refusal is audited and answers with a stable code in its message.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph_sdk import Auth
@@ -36,6 +38,8 @@ auth = Auth()
 OPERATOR_ROLE = "operator"
 """May update thread state (for repairs); the graph still trusts nothing in it."""
 CREDENTIAL_HEADER = "x-toolgate-credential-"
+API_KEY_HEADER = "x-api-key"
+"""Where the LangGraph SDK's ``apiKey`` travels; a toolgate token there counts as a bearer token."""
 
 
 async def _refuse(
@@ -56,12 +60,28 @@ def _reviewer_roles() -> frozenset[str]:
 
 @auth.authenticate
 async def authenticate(authorization: str | None, headers: dict[bytes, bytes]) -> dict[str, Any]:
-    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged)."""
+    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged).
+
+    Clients built on the LangGraph SDK's ``apiKey`` (agent-chat-ui's "API key" field, its API
+    passthrough) carry the token as ``X-Api-Key`` instead: it is read only when no Authorization
+    header came, and proves exactly what a bearer token proves."""
     scheme, _, token = (authorization or "").partition(" ")
+    api_key = next(
+        (
+            v.decode("latin-1").strip()
+            for k, v in headers.items()
+            if k.decode("latin-1").lower() == API_KEY_HEADER
+        ),
+        "",
+    )
+    if not (authorization or "").strip() and api_key:
+        scheme, token = "bearer", api_key
     directory = server_parts().gateway.directory
     try:
         if scheme.lower() != "bearer" or not token.strip():
-            raise IdentityError("send Authorization: Bearer <token>", code="missing_token")
+            raise IdentityError(
+                "send Authorization: Bearer <token> (or X-Api-Key: <token>)", code="missing_token"
+            )
         principal = await asyncio.to_thread(directory.authenticate_bearer, token.strip())
     except IdentityError as exc:
         raise Auth.exceptions.HTTPException(status_code=401, detail=f"{exc.code}: {exc}") from None
@@ -130,17 +150,28 @@ async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreat
         )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant  # used when the run creates its thread
+    if is_resume_only(kwargs) and roles & _reviewer_roles():
+        return {"tenant": tenant}
+    return {"owner": identity, "tenant": tenant}
+
+
+def is_resume_only(kwargs: Mapping[str, Any]) -> bool:
+    """True when a run only answers the thread's interrupt: ``command.resume`` with no ``update``
+    and no ``goto`` (a step of the thread's own), and no input of its own.
+
+    LangChain's clients send the same answer three ways: the Python SDK and Studio leave ``input``
+    out (``None``), and agent-chat-ui's ``useStream().submit({}, {command: {resume}})`` sends
+    ``input: {}``. An empty input carries nothing, so all three are the same resume; input with
+    anything in it (a new turn's messages) is not a resume, whatever command rides along."""
     command = kwargs.get("command") or {}
-    # an answer to the interrupt, nothing else: no update, and no goto (a step of the thread's own)
-    resume_only = (
-        isinstance(command, dict)
+    inp = kwargs.get("input")
+    return (
+        isinstance(command, Mapping)
         and "resume" in command
         and not command.get("update")
         and not command.get("goto")
+        and (inp is None or (isinstance(inp, Mapping) and not inp))
     )
-    if resume_only and kwargs.get("input") is None and roles & _reviewer_roles():
-        return {"tenant": tenant}
-    return {"owner": identity, "tenant": tenant}
 
 
 @auth.on.threads.update
@@ -185,4 +216,4 @@ async def deny_everything_else(ctx: Auth.types.AuthContext, value: Any) -> bool:
     )
 
 
-__all__ = ["auth"]
+__all__ = ["auth", "is_resume_only"]
