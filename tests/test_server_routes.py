@@ -169,3 +169,32 @@ def test_an_approval_made_with_the_cli_wakes_the_server_thread(rig: Rig) -> None
     done = wait_for_thread(rig, thread_id, "done")  # the server's waker resumed it; nobody else did
     assert done["outcomes"][proposal["call_id"]]["status"] == "completed"
     assert rig.payments(proposal["operation_key"]) == 1
+
+
+def test_the_runtimes_mcp_and_a2a_routes_are_not_served(rig: Rig) -> None:
+    """``langgraph dev`` adds ``/mcp`` and ``/a2a/{assistant}``, which ran the graph for any
+    signed-in caller outside every route this README documents; langgraph.json turns both off."""
+    mcp = rig.api("fiona", "POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    a2a = rig.api("fiona", "POST", "/a2a/toolgate", {"jsonrpc": "2.0", "id": 1, "method": "message/send"})
+    assert mcp.status_code == 404, mcp.text
+    assert a2a.status_code == 404, a2a.text
+    assert rig.api("fiona", "GET", "/toolgate/me").status_code == 200  # our own routes still serve
+
+
+def test_a_reviewer_cannot_copy_a_customers_thread_an_owner_can_copy_their_own(rig: Rig) -> None:
+    """A copy keeps the source's metadata, owner included: a reviewer (who may read the tenant's
+    threads) copying cust-ada's thread would make a thread owned by cust-ada that she never made."""
+    thread_id, _ = pending_refund(rig)
+    before = rig.store.audit.events()
+    with client_as(rig.server, "fiona") as reviewer, pytest.raises(Exception) as refused:
+        reviewer.threads.copy(thread_id)
+    assert "403" in str(refused.value) or "thread_copy_refused" in str(refused.value)
+    new = rig.store.audit.events()[len(before) :]
+    assert [(e.event, e.code) for e in new if e.event == "access.refused"] == [
+        ("access.refused", "thread_copy_refused")
+    ]
+    with client_as(rig.server, "fiona") as reviewer:  # no thread of hers came of it
+        assert reviewer.threads.search(metadata={"owner": "fiona"}) == []
+    with client_as(rig.server, "cust-ada") as owner:
+        copied = owner.threads.copy(thread_id)
+        assert copied["metadata"]["owner"] == "cust-ada"

@@ -475,6 +475,11 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_server_auth.py",
         ),
         _Row(
+            "thread_copy_refused", "auth", False,
+            "A reviewer tried to copy a thread: the copy would keep the source's owner.",
+            "tests/test_server_routes.py",
+        ),
+        _Row(
             "principal_in_context", "auth", False,
             "A client tried to set the principal in the run context.",
             "tests/test_server_auth.py",

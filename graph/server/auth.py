@@ -116,8 +116,21 @@ def _thread_filter(ctx: Auth.types.AuthContext) -> dict[str, str]:
 
 @auth.on.threads.create
 async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> None:
-    """A new thread belongs to its creator, in their tenant (client metadata cannot say otherwise)."""
-    identity, tenant, _ = _user(ctx)
+    """A new thread belongs to its creator, in their tenant (client metadata cannot say otherwise).
+
+    A copy (``POST /threads/{id}/copy``) comes here without metadata: the runtime gives the copy
+    the *source's* metadata, its owner included, whatever this handler sets. Its read check lets a
+    reviewer read their tenant's threads, so a reviewer's copy would be a new thread owned by a
+    customer, made by someone else: refused (``thread_copy_refused``). Anyone else can only read,
+    so only copy, a thread of their own."""
+    identity, tenant, roles = _user(ctx)
+    if "metadata" not in value and roles & _reviewer_roles():
+        raise await _refuse(
+            403,
+            "thread_copy_refused",
+            "a reviewer may not copy threads: a copy keeps the source thread's owner",
+            identity,
+        )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant
 
