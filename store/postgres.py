@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
@@ -25,6 +25,10 @@ from toolgate.store.migrations import Migration
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
+POOL_WAIT_S = 10.0
+"""How long a unit of work waits for a free connection before it fails with a message that says
+so (psycopg's own 30 s wait, met twice by a worker, read as a hang)."""
+
 _AUDIT_LOCK = 0x7467_0001
 _MIGRATION_LOCK = 0x7467_0002
 
@@ -61,7 +65,14 @@ class PostgresStore(Store):
     dialect = "postgres"
 
     def __init__(
-        self, url: str, *, key: bytes, read_only: bool = False, min_size: int = 1, max_size: int = 10
+        self,
+        url: str,
+        *,
+        key: bytes,
+        read_only: bool = False,
+        min_size: int = 1,
+        max_size: int = 10,
+        wait_s: float = POOL_WAIT_S,
     ) -> None:
         self._conninfo = url
         self.url = redact_url(url)
@@ -69,6 +80,7 @@ class PostgresStore(Store):
         self.read_only = read_only
         self._min_size = min_size
         self._max_size = max_size
+        self._wait_s = wait_s
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
         self._records_schema: str | None = None
@@ -89,6 +101,7 @@ class PostgresStore(Store):
                     max_size=self._max_size,
                     kwargs=kwargs,
                     open=True,
+                    timeout=self._wait_s,
                 )
             return self._pool
 
@@ -105,6 +118,13 @@ class PostgresStore(Store):
                 else:
                     with conn.cursor(row_factory=dict_row) as cur:
                         yield _PgTx(cur)
+        except PoolTimeout as exc:
+            raise StoreError(
+                f"no PostgreSQL connection free after {self._wait_s:g} s: all {self._max_size} of this"
+                " process's connections are busy, or the server accepts no more (max_connections);"
+                " try again, or give the pool more room (fewer workers per process, a larger"
+                " max_connections)"
+            ) from exc
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
 
