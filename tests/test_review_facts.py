@@ -10,13 +10,14 @@ its own lookup (its system holds that tenant's previews); an override without on
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from starlette.testclient import TestClient
-from support import Harness, principal, tool_messages
+from support import Harness, cli_env, open_test_store, principal, tool_messages, toolgate
 
 import toolgate.graph.server.http as http
 from toolgate.errors import RegistryError, ToolExecutionError
@@ -158,3 +159,21 @@ def test_a_failing_lookup_is_shown_and_never_stops_the_thread(store: Store, fail
         context=Context(principal=principal("lee")),
     )
     assert again["__interrupt__"][0].value["toolgate"]["proposals"][0]["proposal_id"] == facts["proposal_id"]
+
+
+def test_proposals_show_prints_what_a_purchase_order_buys(tmp_path: Path) -> None:
+    """``toolgate proposals show`` showed only the opaque preview token; a CLI reviewer now sees
+    the same facts as the interrupt and the API (issue 29)."""
+    store = open_test_store(tmp_path)
+    try:
+        Harness(store)  # schema, demo people and the systems of record
+        services = DemoServices.on(store, secret=store.keys.secret)  # as the CLI's release builds them
+        registry = build_wide_registry(DemoSystem(store), services)
+        _, facts, preview = pending(store, registry)
+    finally:
+        store.close()
+    shown = toolgate(["proposals", "show", facts["proposal_id"]], cli_env(tmp_path, TOOLGATE_RELEASE=WIDE_RELEASE))
+    (line,) = [line for line in shown.stdout.splitlines() if line.startswith("review_details=")]
+    assert "review_details_error" not in line, shown.stdout + shown.stderr
+    details = json.loads(line.removeprefix("review_details="))
+    assert details == facts["details"] and details["total_cents"] == preview["total_cents"]

@@ -37,6 +37,7 @@ from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.review.decisions import decide, handler_timeout_s
 from toolgate.graph.review.edits import edit_proposal
+from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.rollback import propose_rollback
 from toolgate.settings import InvalidSetting, read_settings
 
@@ -174,6 +175,13 @@ def proposals_show(proposal_id: str) -> None:
     if (why := proposal.escalation_reason) is not None:
         _kv(escalated_by=proposal.escalation_rule_id, escalation_reason=json.dumps(why))
     _kv(effect=json.dumps(proposal.effect))
+    # what the tool shows its reviewer (what a preview token buys, a refund's order): the same
+    # lookup the interrupt and the API show, as the proposing release's implementation runs it
+    details, details_error = review_facts(application.gateway_for_proposal(proposal_id).registry, proposal)
+    if details_error is not None:
+        _kv(review_details="unavailable", review_details_error=json.dumps(details_error))
+    elif details:
+        _kv(review_details=json.dumps(details, sort_keys=True, separators=(",", ":")))
     _kv(rollback=json.dumps(proposal.rollback), timeout_s=handler_timeout_s(application.gateway, proposal))
     _kv(expires_at=proposal.expires_at, status=operation.status, operation_key=proposal.operation_key)
     for record in application.store.approvals.for_proposal(proposal_id):
