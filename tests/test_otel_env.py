@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from server_support import client_as, people_server
-from support import TEST_KEY, cli_env, seed_people
+from support import TEST_KEY, cli_env, kv_lines, seed_people, toolgate
 
 from toolgate.tools.demo.identities import demo_token
 
@@ -183,7 +183,8 @@ finally:
 def probed_toolgate(args: list[str], env: dict[str, str], tmp_path: Path) -> tuple[Any, dict[str, Any]]:
     """``toolgate ARGS`` in a process of its own, and that process's telemetry `PROBE` report."""
     report = tmp_path / "probe.json"
-    env = {**env, "TOOLGATE_TOKEN": demo_token(args[args.index("--as") + 1])}
+    if "--as" in args:
+        env = {**env, "TOOLGATE_TOKEN": demo_token(args[args.index("--as") + 1])}
     result = subprocess.run(
         [sys.executable, "-c", PROBE, str(report), *args],
         env=env,
@@ -235,9 +236,28 @@ def test_toolgate_run_exports_its_spans_to_the_otlp_endpoint_the_variables_name(
     check_nothing_secret_in(receiver, TEST_KEY.decode(), demo_token("cust-ada"), "cust-ada", REQUEST)
 
 
+def test_the_worker_exports_the_span_of_the_write_it_delivers(tmp_path: Path) -> None:
+    seed_people(tmp_path)
+    env = cli_env(tmp_path)  # the run and the approval export nothing: no OTEL_* variables
+    ran = toolgate(["run", REQUEST, "--as", "cust-ada", "--thread", "t-otel-worker"], env)
+    proposal = next(row["proposal"] for row in kv_lines(ran.stdout) if "proposal" in row)
+    toolgate(["approve", proposal, "--as", "fiona"], env)
+    with otlp_receiver() as receiver:
+        worker_env = {**env, **otel_env(receiver, "toolgate-worker-test")}
+        result, probe = probed_toolgate(["worker", "run", "--once"], worker_env, tmp_path)
+        assert "succeeded=1" in result.stdout, result.stdout
+        spans = list(receiver.spans)
+    assert probe["tracer_provider"] == "TracerProvider"
+    (refund,) = [s for s in spans if s.name == "execute_tool issue_refund"]
+    assert refund.service == "toolgate-worker-test"
+    assert refund.attributes["toolgate.outcome"] == "completed"
+    assert refund.attributes["toolgate.tool.kind"] == "write"
+    check_nothing_secret_in(receiver, TEST_KEY.decode(), demo_token("fiona"), "cust-ada", "fiona")
+
+
 def test_without_the_variables_nothing_is_configured_and_no_connection_is_tried(tmp_path: Path) -> None:
     seed_people(tmp_path)
-    env = {k: v for k, v in cli_env(tmp_path).items() if not k.startswith("OTEL_")}
+    env = cli_env(tmp_path)  # holds no OTEL_* variable
     result, probe = probed_toolgate(
         ["run", REQUEST, "--as", "cust-ada", "--thread", "t-quiet"], env, tmp_path
     )
