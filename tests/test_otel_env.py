@@ -322,3 +322,29 @@ def test_the_server_exports_a_runs_spans_to_the_otlp_endpoint(
         check_nothing_secret_in(receiver, TEST_KEY.decode(), demo_token("cust-ada"), REQUEST)
     assert any(name.startswith("chat ") for name in names), names
     assert "execute_tool lookup_order" in names
+
+
+def test_an_endpoint_without_the_sdk_installed_is_one_warning_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry import trace
+
+    from toolgate.telemetry import otel_env
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    for name in (
+        "OTEL_SDK_DISABLED",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(otel_env, "_configured", ())
+    # the `otel` extra not installed: its exporter module cannot be imported
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with caplog.at_level("WARNING", logger=otel_env.__name__):
+        assert otel_env.configure_from_env() == ()
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    (record,) = caplog.records
+    assert "OpenTelemetry SDK is not installed" in record.getMessage()
+    assert "langgraph-toolgate[otel]" in record.getMessage()
