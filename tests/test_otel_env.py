@@ -269,16 +269,20 @@ def test_without_the_variables_nothing_is_configured_and_no_connection_is_tried(
 
 
 @pytest.mark.parametrize(
-    ("variables", "configured"),
+    ("variables", "warning"),
     [
-        ({"OTEL_SDK_DISABLED": "true"}, "ProxyTracerProvider"),
-        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}, "ProxyTracerProvider"),
-        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "ProxyTracerProvider"),
+        ({"OTEL_SDK_DISABLED": "true"}, None),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}, None),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTLP protocol grpc is not supported"),
+        (
+            {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"},
+            "OTEL_TRACES_EXPORTER=console is not supported",
+        ),
     ],
-    ids=["sdk-disabled", "exporters-none", "grpc-refused"],
+    ids=["sdk-disabled", "exporters-none", "grpc-refused", "console-refused"],
 )
 def test_an_endpoint_is_not_enough_when_the_variables_turn_export_off(
-    tmp_path: Path, variables: dict[str, str], configured: str
+    tmp_path: Path, variables: dict[str, str], warning: str | None
 ) -> None:
     seed_people(tmp_path)
     env = {
@@ -287,12 +291,14 @@ def test_an_endpoint_is_not_enough_when_the_variables_turn_export_off(
         **variables,
     }
     result, probe = probed_toolgate(["run", "hello", "--as", "cust-ada", "--thread", "t-off"], env, tmp_path)
-    assert probe["tracer_provider"] == configured
+    assert probe["tracer_provider"] == "ProxyTracerProvider"
+    assert probe["meter_provider"] == "_ProxyMeterProvider"
     assert probe["tried"] == []
-    if variables.get("OTEL_EXPORTER_OTLP_PROTOCOL") == "grpc":
-        assert "OTLP protocol grpc is not supported" in result.stderr
-    else:
+    if warning is None:
         assert result.stderr == ""
+    else:  # one line saying why nothing is exported
+        (line,) = result.stderr.splitlines()
+        assert warning in line
 
 
 @pytest.mark.server

@@ -44,40 +44,48 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() == "true"
 
 
-def _wants(signal: str, env: Mapping[str, str]) -> bool:
-    """Whether ``signal`` (``traces``/``metrics``) has an endpoint and is not turned off."""
+def _refusal(signal: str, env: Mapping[str, str]) -> str | None:
+    """Why ``signal`` (``traces``/``metrics``) is not exported though it has an endpoint, or ``None``.
+
+    ``""`` when the variables turn it off on purpose (``OTEL_{SIGNAL}_EXPORTER=none``); a reason
+    to tell the operator when they ask for what is not shipped (another exporter or protocol)."""
     upper = signal.upper()
-    exporter = (env.get(f"OTEL_{upper}_EXPORTER") or "otlp").strip().lower()
-    if exporter == "none":
-        return False
-    if exporter != "otlp":
-        logger.warning(
-            "toolgate: OTEL_%s_EXPORTER=%s is not supported (only otlp or none); no %s exported",
-            upper,
-            exporter,
-            signal,
+    exporters = {e.strip().lower() for e in (env.get(f"OTEL_{upper}_EXPORTER") or "otlp").split(",")}
+    if "otlp" not in exporters:
+        return (
+            ""
+            if exporters == {"none"}
+            else f"OTEL_{upper}_EXPORTER={','.join(sorted(exporters))} is not supported (only otlp or none)"
         )
-        return False
-    if not (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT")):
-        return False
     protocol = (
-        (
-            env.get(f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL")
-            or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or SUPPORTED_PROTOCOL
-        )
-        .strip()
-        .lower()
+        env.get(f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or SUPPORTED_PROTOCOL
     )
-    if protocol != SUPPORTED_PROTOCOL:
-        logger.warning(
-            "toolgate: OTLP protocol %s is not supported (only %s); no %s exported",
-            protocol,
-            SUPPORTED_PROTOCOL,
-            signal,
+    if protocol.strip().lower() != SUPPORTED_PROTOCOL:
+        return f"OTLP protocol {protocol.strip()} is not supported (only {SUPPORTED_PROTOCOL})"
+    return None
+
+
+def _wanted(env: Mapping[str, str]) -> tuple[bool, bool]:
+    """Which of traces and metrics to export: an endpoint, and an OTLP exporter over HTTP asked
+    for; whatever is refused is said in one warning line."""
+    wanted: list[bool] = []
+    refusals: dict[str, list[str]] = {}
+    for signal in ("traces", "metrics"):
+        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
+            f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
         )
-        return False
-    return True
+        refusal = _refusal(signal, env) if endpoint else ""
+        wanted.append(refusal is None)
+        if refusal:
+            refusals.setdefault(refusal, []).append(signal)
+    if refusals:
+        said = "; ".join(
+            f"{reason}: no {' or '.join(signals)} exported" for reason, signals in refusals.items()
+        )
+        logger.warning("toolgate: %s", said)
+    return wanted[0], wanted[1]
 
 
 def _operator_tracer_provider() -> bool:
@@ -107,8 +115,9 @@ def configure_from_env() -> tuple[str, ...]:
 def _configure(env: Mapping[str, str]) -> tuple[str, ...]:
     if _truthy(env.get("OTEL_SDK_DISABLED")):
         return ()
-    want_traces = _wants("traces", env) and not _operator_tracer_provider()
-    want_metrics = _wants("metrics", env) and not _operator_meter_provider()
+    traces_wanted, metrics_wanted = _wanted(env)
+    want_traces = traces_wanted and not _operator_tracer_provider()
+    want_metrics = metrics_wanted and not _operator_meter_provider()
     if not (want_traces or want_metrics):
         return ()
     try:
