@@ -6,6 +6,10 @@ Works with ``langsmith.evaluate`` / ``aevaluate`` unchanged::
     from toolgate.evals.langsmith_target import EVALUATORS, make_target
     evaluate(make_target("ops-tools/1.1.0"), data="toolgate-tool-calling-v1", evaluators=EVALUATORS)
 
+Without a LangSmith API key, an evaluation that keeps its results local
+(``upload_results=False`` on examples in hand) makes no network attempt: `make_target` gives
+LangSmith an offline default client (`offline_client`) when it has none yet.
+
 An example's ``inputs`` hold one case (`case_to_example`); the target runs it through the real
 gateway (`toolgate.evals.runner`) and returns the run's trajectory (OpenAI-style messages) and
 observation. The evaluators score what the store and the handlers did (handler invocations,
@@ -19,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -80,8 +85,38 @@ def _local_runs_stay_local() -> Any:
     return contextlib.nullcontext()
 
 
+def offline_client() -> Any:
+    """A LangSmith client that reaches the API only when asked to (an upload, a dataset read).
+
+    LangSmith's default client starts a background tracing thread whose first act is ``GET
+    /info``: even ``evaluate(..., upload_results=False)``, which sends nothing, then tries the
+    network and, offline, prints a connection error. This one has no such thread and is told the
+    server's info instead of fetching it."""
+    from langsmith import Client
+    from langsmith.schemas import LangSmithInfo
+
+    return Client(auto_batch_tracing=False, info=LangSmithInfo())
+
+
+def _keep_langsmith_offline_without_key() -> None:
+    """Without an API key nothing can reach LangSmith, so make its default client `offline_client`
+    (unless the caller already configured one): a local evaluation then attempts no connection."""
+    if os.environ.get("LANGSMITH_API_KEY") or os.environ.get("LANGCHAIN_API_KEY"):
+        return
+    import langsmith
+    from langsmith import run_trees
+
+    if getattr(run_trees, "_CLIENT", None) is None:  # langsmith's default client, made on first use
+        langsmith.configure(client=offline_client())
+
+
 def make_target(release: str | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """A target running each example's case against ``release`` (default: ``TOOLGATE_RELEASE``)."""
+    """A target running each example's case against ``release`` (default: ``TOOLGATE_RELEASE``).
+
+    Without a LangSmith API key it also makes LangSmith's default client offline
+    (`offline_client`), so ``evaluate(make_target(...), ..., upload_results=False)`` sends nothing
+    and tries no connection."""
+    _keep_langsmith_offline_without_key()
 
     def target(inputs: dict[str, Any]) -> dict[str, Any]:
         from toolgate.config import Settings
@@ -248,6 +283,7 @@ __all__ = [
     "handler_invocations",
     "make_async_target",
     "make_target",
+    "offline_client",
     "operation_transitions",
     "proposals_created",
     "push_dataset",

@@ -72,11 +72,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def server_env(data_dir: Path, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: no inherited ``TOOLGATE_*`` or API keys, offline, ``extra_env`` last."""
+    """The server's environment: no inherited ``TOOLGATE_*``, ``OTEL_*`` or API keys, offline, ``extra_env`` last."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("TOOLGATE_")
+        if not k.startswith(("TOOLGATE_", "OTEL_"))
         and k not in {"OPENAI_API_KEY", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY", "LANGGRAPH_API_KEY"}
     }
     env.update(

@@ -169,7 +169,12 @@ def tool_messages(state: Mapping[str, Any]) -> list[ToolMessage]:
 
 def cli_env(data_dir: Path, database_url: str | None = None, **extra: str) -> dict[str, str]:
     """Environment for a ``toolgate`` subprocess on ``data_dir`` (and PostgreSQL when given)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGATE_") and k != "OPENAI_API_KEY"}
+    # no OTEL_* either: a developer's exporter settings would give the test process an SDK provider
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TOOLGATE_", "OTEL_")) and k != "OPENAI_API_KEY"
+    }
     env.update(
         {
             "TOOLGATE_DATA_DIR": str(data_dir),

@@ -270,3 +270,47 @@ def test_push_creates_the_dataset_then_updates_the_same_examples(tmp_path: Path)
     assert stored[first_case["id"]]["metadata"]["case_id"] == cases[0].id
     assert FakeLangSmith.log.count("POST /datasets") == 1 and "PATCH /examples/bulk" in FakeLangSmith.log
     assert FakeLangSmith.keys == {"lsv2-replay-key"}
+
+
+# The README's offline evaluation as a user runs it: no key, no client of their own, results kept
+# local. An audit hook sees every connection and name lookup the process tries.
+LOCAL_EVALUATION = r"""
+import json, sys, uuid
+tried = []
+def audit(event, args):
+    if event in ("socket.connect", "socket.getaddrinfo"):
+        tried.append(repr(args[1] if event == "socket.connect" else args[:2]))
+sys.addaudithook(audit)
+from langsmith import evaluate
+from langsmith.schemas import Example
+from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
+from toolgate.evals.langsmith_target import EVALUATORS, case_to_example, make_target
+
+case = next(c for c in load_dataset(DEFAULT_DATASET).cases if c.id == "sel-ada-order-status")
+examples = [Example(**case_to_example(case), dataset_id=uuid.uuid4())]
+rows = list(evaluate(make_target("ops-tools/1.1.0"), data=examples, evaluators=EVALUATORS, upload_results=False))
+print(json.dumps({
+    "scores": {r.key: r.score for r in rows[0]["evaluation_results"]["results"]},
+    "tried": tried,
+}))
+"""
+
+
+def test_a_local_evaluation_without_a_key_tries_no_connection(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {
+        k: v
+        for k, v in cli_env(tmp_path).items()
+        if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))  # a fresh shell: no key, tracing unset
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", LOCAL_EVALUATION], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["scores"] == ALL_GOOD
+    assert report["tried"] == []
+    assert "connection" not in result.stderr.lower(), result.stderr
+    assert "Failed to get info" not in result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -169,6 +170,25 @@ def test_exceptions_mark_spans_error_and_propagate(otel: Otel) -> None:
     assert calls.attributes["toolgate.outcome.class"] == "execution_error"
     (duration,) = otel.points(telemetry.MODEL_DURATION_METRIC)
     assert duration.attributes["error.type"] == "RuntimeError"
+
+
+def test_an_exceptions_secrets_never_reach_the_span(otel: Otel) -> None:
+    """Loaded code may raise with a key or a password in the message; spans leave the machine."""
+    key, password = "sk-live" + "A1b2C3d4E5f6G7h8J9k0", "hunter2" * 2
+    with pytest.raises(RuntimeError):  # noqa: SIM117 - the nesting is the point
+        with telemetry.model_span(model="m", release="r", thread_id="t", turn=1):
+            with telemetry.tool_span(tool="lookup_order", call_id="c1", release="r"):
+                raise RuntimeError(f"upstream refused api_key={key} password={password}")
+    spans = otel.finished()
+    assert len(spans) == 2
+    for span in spans:
+        (event,) = span.events
+        text = json.dumps({"status": span.status.description, "event": dict(event.attributes or {})})
+        assert key not in text and password not in text, text
+        assert "upstream refused api_key=sk" not in text  # never the message: the class and the frames
+        assert (event.attributes or {})["exception.type"] == "RuntimeError"
+        assert span.status.description == "RuntimeError"
+        assert "test_an_exceptions_secrets_never_reach_the_span" in str((event.attributes or {})["exception.stacktrace"])
 
 
 def test_failed_and_unknown_outcomes_mark_error_rejections_do_not(otel: Otel) -> None:

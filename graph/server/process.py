@@ -16,6 +16,7 @@ from pathlib import Path
 
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import App, open_app
+from toolgate.telemetry.otel_env import configure_from_env
 
 SERVER_DATA_DIR = Path(".toolgate") / "server"
 """Where the server keeps its embedded data unless ``TOOLGATE_DATA_DIR`` says otherwise: apart from
@@ -31,7 +32,9 @@ def server_parts() -> App:
         InvalidSetting: a ``TOOLGATE_*`` variable has a value of the wrong form; its message is one
             line naming the variable and the form it expects, and nothing was opened.
     """
-    return open_app(Settings.from_env(default_data_dir=SERVER_DATA_DIR), server_mode=True)
+    settings = Settings.from_env(default_data_dir=SERVER_DATA_DIR)
+    configure_from_env()  # OTEL_* variables: the server's spans and metrics to an OTLP endpoint
+    return open_app(settings, server_mode=True)
 
 
 __all__ = ["SERVER_DATA_DIR", "server_parts"]

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import random
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from toolgate import telemetry
 from toolgate.graph.delivery.result import Delivery
 from toolgate.policy.admission import Overloaded, admitted
 from toolgate.store.records import OperationRecord
@@ -25,6 +27,23 @@ if TYPE_CHECKING:
     from toolgate.graph.delivery.executor import Executor
     from toolgate.graph.worker.backoff import Backoff
     from toolgate.graph.worker.options import LoopOptions, LoopSummary, Report
+
+
+_SPAN_OUTCOMES = {"succeeded": "completed"}
+"""A delivery's operation status as the graph's tool spans name the outcome (the rest are alike)."""
+
+
+def _delivery_span(executor: Executor, op: OperationRecord) -> AbstractContextManager[telemetry.ToolSpan]:
+    """The ``execute_tool {tool}`` span of one delivery, as the graph's execute node opens it for a
+    write: the proposal's call id and release, the operation key that joins it to the audit log."""
+    proposal = executor.proposal(op.proposal_id)
+    return telemetry.tool_span(
+        tool=op.tool,
+        call_id=proposal.call_id if proposal is not None else "",
+        release=proposal.release if proposal is not None else "",
+        operation_key=op.operation_key,
+        kind="write",
+    )
 
 
 class DeliveryPass:
@@ -72,8 +91,13 @@ class DeliveryPass:
             executor = self._executor(key)
             # a tool-execution slot of the operation's stored tenant, before any claim (as the
             # graph's execute path takes): held while the handler runs
-            with admitted(executor.auditor, "tool", op.tenant_id, operation_key=key, tool=op.tool):
+            with (
+                admitted(executor.auditor, "tool", op.tenant_id, operation_key=key, tool=op.tool),
+                _delivery_span(executor, op) as span,
+            ):
                 delivery = executor.deliver(key, worker_id=opts.worker_id, lease_s=opts.lease_s, wait_s=0)
+                span.set_duplicate_delivery(delivery.duplicate)
+                span.set_outcome(_SPAN_OUTCOMES.get(delivery.status, delivery.status))
         except Overloaded as exc:  # audited as admission.overloaded; nothing claimed, still approved
             return self._overloaded(op, exc, full)
         except Exception as exc:  # one broken operation never stops the worker

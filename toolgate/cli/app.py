@@ -40,6 +40,7 @@ from toolgate.graph.review.edits import edit_proposal
 from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.rollback import propose_rollback
 from toolgate.settings import InvalidSetting, read_settings
+from toolgate.telemetry.otel_env import configure_from_env
 
 DISTRIBUTION = "langgraph-toolgate"
 """The installed package whose version ``toolgate --version`` prints."""
@@ -288,6 +289,7 @@ def main() -> None:
     try:
         if args and not NEEDS_NO_SETTINGS.intersection(args):
             read_settings()  # every command starts from valid settings, before it touches anything
+            configure_from_env()  # OTEL_* variables: spans and metrics to an OTLP endpoint, flushed at exit
         app(args, standalone_mode=True)
     except InvalidSetting as exc:
         typer.echo(f"toolgate: {exc}", err=True)

@@ -21,10 +21,12 @@ Metrics (one meter, ``toolgate``):
   ``gen_ai.usage.*`` figures, reasoning included (`toolgate.telemetry.tokens`).
 
 Nothing leaves the machine by default. This module needs only ``opentelemetry-api``: without an
-SDK provider configured (by the operator, e.g. ``opentelemetry-instrument`` or code calling
-``trace.set_tracer_provider``) every tracer and meter is the API's no-op, spans record nothing
-and no exporter exists. LangSmith metadata is attached only when LangSmith tracing is enabled
-(``LANGSMITH_TRACING=true`` or an active LangSmith run); otherwise nothing is sent either.
+SDK provider configured every tracer and meter is the API's no-op, spans record nothing and no
+exporter exists. A provider comes from the standard ``OTEL_*`` variables (`configure_from_env`,
+called at start by the CLI, the worker and the server; needs the ``otel`` extra), or from the
+operator (``opentelemetry-instrument`` or code calling ``trace.set_tracer_provider``).
+LangSmith metadata is attached only when LangSmith tracing is enabled (``LANGSMITH_TRACING=true``
+or an active LangSmith run); otherwise nothing is sent either.
 
 In LangGraph the model node and the execute node run as separate node invocations (possibly in
 separate processes, hours apart around an approval), so the model span cannot simply be the
@@ -47,6 +49,7 @@ from toolgate.telemetry.metrics import (
     record_rejection,
     record_task_completed,
 )
+from toolgate.telemetry.otel_env import configure_from_env
 from toolgate.telemetry.providers import configure, meter, tracer
 from toolgate.telemetry.spans import ModelSpan, ToolSpan, model_name, model_span, tool_span
 from toolgate.telemetry.tool_caller import ToolCaller
@@ -65,6 +68,7 @@ __all__ = [
     "annotate_langsmith_run",
     "audit_trace_id",
     "configure",
+    "configure_from_env",
     "current_trace_id",
     "instruments",
     "langsmith_enabled",

@@ -10,6 +10,7 @@ a span joins, and the ids audit events share with it, are `toolgate.telemetry.tr
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -162,10 +163,21 @@ _H = TypeVar("_H", bound=_Handle)
 
 
 def _record_exception(handle: _Handle, exc: BaseException) -> None:
-    handle.span.record_exception(exc)
-    handle.error_kind = type(exc).__qualname__
-    handle.span.set_attribute(ERROR_TYPE, handle.error_kind)
-    handle.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__qualname__}: {exc}"[:200]))
+    """The exception as a span event and the span's ERROR status: its class and where it was
+    raised (the frames), never its message. Loaded code (a handler, a model client) may put a
+    password or a key into what it raises, and spans leave the machine for whoever reads the
+    tracing backend; the message is in the redacted log line, found by the span's trace id."""
+    kind = type(exc).__qualname__
+    handle.span.record_exception(
+        exc,
+        attributes={
+            "exception.message": kind,
+            "exception.stacktrace": "".join(traceback.format_tb(exc.__traceback__)) + kind,
+        },
+    )
+    handle.error_kind = kind
+    handle.span.set_attribute(ERROR_TYPE, kind)
+    handle.span.set_status(Status(StatusCode.ERROR, kind))
     if handle.outcome is None:
         handle.outcome = "error"
         handle.span.set_attribute(OUTCOME, "error")
