@@ -547,7 +547,6 @@ CATALOG: tuple[CodeEntry, ...] = (
             "A list command's filter names no valid value; the message lists them.",
             "tests/test_cli_native.py",
         ),
-        _Row("not_found", "cli", False, "No such proposal, operation or thread.", "tests/test_cli_native.py"),
         _Row(
             "configuration_error", "cli", False,
             "A setting, file or URL is missing or invalid.",
@@ -597,11 +596,6 @@ CATALOG: tuple[CodeEntry, ...] = (
             "missing_role", "release", False,
             "Release control needs a release role.",
             "tests/test_release_control_rollback.py",
-        ),
-        _Row(
-            "unknown_release", "cli", False,
-            "No release is installed or loadable under the configured id.",
-            "tests/test_cli_native.py",
         ),
         _Row(
             "registry_invalid", "cli", False,
