@@ -170,6 +170,19 @@ def test_init_creates_the_store_and_secret_once_and_then_says_it_is_empty(tmp_pa
     assert "TOOLGATE_DATA_DIR" in message and "identities import" in message
 
 
+def test_init_never_gives_an_existing_store_a_new_secret(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.pop("TOOLGATE_AUDIT_KEY")
+    toolgate(["init"], env)
+    (tmp_path / "data" / "audit.key").unlink()  # the secret is lost; the store is not
+    for args in (["init"], ["proposals", "list"], ["run", "hi", "--as", "cust-ada"]):
+        refused = toolgate(args, env, check=False)
+        code, message = _error(refused)
+        assert code == "store_missing", args
+        assert "restore that file or set TOOLGATE_AUDIT_KEY" in message
+    assert not (tmp_path / "data" / "audit.key").exists()
+
+
 def test_seeding_people_is_an_explicit_init(tmp_path: Path) -> None:
     env = _env(tmp_path)
     seeded = toolgate(["identities", "seed-demo"], env)

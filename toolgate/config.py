@@ -101,7 +101,15 @@ class Settings:
             raise StoreMissingError(f"no toolgate store at {path.absolute()}; {fix}")
         key = self.data_dir / "audit.key"
         if not self.audit_key_value and not key.exists():
-            raise StoreMissingError(f"no store secret at {key.absolute()} (nor TOOLGATE_AUDIT_KEY); {fix}")
+            if path is not None:  # the store is there and its secret is not: a new one would verify nothing
+                raise StoreMissingError(
+                    f"the store at {path.absolute()} has no secret at {key.absolute()}: restore that file "
+                    "or set TOOLGATE_AUDIT_KEY to the store's secret"
+                )
+            raise StoreMissingError(
+                f"no store secret at {key.absolute()}: set TOOLGATE_AUDIT_KEY to the store's secret, "
+                "or run 'toolgate init' for a new store"
+            )
 
 
 __all__ = ["DATA_DIR", "Settings"]

@@ -147,8 +147,11 @@ def init() -> None:
     a store; every other command refuses a missing one with error=store_missing."""
     from toolgate.config import Settings
 
-    path = Settings.from_env().sqlite_path
+    settings = Settings.from_env()
+    path = settings.sqlite_path
     existed = path is not None and path.exists()
+    if existed:
+        settings.require_store()  # never a second secret for a store that has one (or lost it)
     application = open_from_env(create=True)
     people = len(application.store.identities.list())
     _kv(store=path or "postgresql", created=str(not existed).lower(), identities=people)
