@@ -35,8 +35,10 @@ $(STAMP): pyproject.toml
 		rm -rf "$(VENV)"; \
 		"$(PYTHON)" -m venv "$(VENV)"; \
 	fi
+	@echo "building $(VENV): installing toolgate editable with its dev extras (a few minutes on a cold cache)..."
 	"$(BIN)/python" -m pip install --quiet --upgrade pip
 	"$(BIN)/python" -m pip install --quiet -e '.[dev]'
+	@echo "$(VENV) is ready"
 	@touch "$@"
 
 # demo: run the offline demo (no API key; its SQLite store is .toolgate/demo, started afresh each run)

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 from toolgate.errors import ConfigurationError
 from toolgate.store.base import Store
-from toolgate.store.checkpoint_setup import setup_checkpointer
-from toolgate.store.postgres import PostgresStore
 from toolgate.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:  # the checkpointers (LangGraph) are imported when one is opened
@@ -35,6 +33,8 @@ def open_store(database_url: str | None, data_dir: Path, *, key: bytes, read_onl
     one store must use the same one. ``read_only`` opens it for verification: nothing is written.
     """
     if is_postgres_url(database_url):
+        from toolgate.store.postgres import PostgresStore  # psycopg only when PostgreSQL is asked for
+
         return PostgresStore(str(database_url), key=key, read_only=read_only)
     if database_url and not database_url.startswith("sqlite:///"):
         raise ConfigurationError(
@@ -54,6 +54,8 @@ def open_checkpointer(database_url: str | None, data_dir: Path) -> Iterator[Base
         from langgraph.checkpoint.postgres import PostgresSaver
         from psycopg import Connection
         from psycopg.rows import dict_row
+
+        from toolgate.store.checkpoint_setup import setup_checkpointer
 
         # setup() runs CREATE INDEX CONCURRENTLY, which needs an autocommit connection.
         with Connection.connect(

@@ -203,6 +203,7 @@ def test_another_provider_without_its_package_is_refused_in_one_line() -> None:
 def test_the_cli_refuses_an_unpinned_model_and_a_pinned_one_it_cannot_load(tmp_path: Path) -> None:
     model = "mistralai:mistral-large-latest"
     (tmp_path / "data").mkdir()
+    toolgate(["init"], cli_env(tmp_path / "data"))  # commands other than init and demo create no store
     unpinned = toolgate(
         ["run", "hello", "--as", "cust-ada"],
         dict(cli_env(tmp_path / "data"), TOOLGATE_MODEL=model, TOOLGATE_RELEASE="ops-tools/1.0.0"),
@@ -210,7 +211,7 @@ def test_the_cli_refuses_an_unpinned_model_and_a_pinned_one_it_cannot_load(tmp_p
     )
     assert unpinned.returncode == 2 and unpinned.stdout == ""
     (line,) = unpinned.stderr.splitlines()
-    assert line.startswith('error=RegistryError message="model ') and "is not pinned by release" in line
+    assert line.startswith('error=registry_invalid message="model ') and "is not pinned by release" in line
     assert "anthropic:claude-sonnet-4-5" in line  # the pins it names include the Anthropic one
 
     toolgate(["release", "init", "acme-tools"], dict(cli_env(tmp_path), TOOLGATE_DATA_DIR=str(tmp_path)))
@@ -226,5 +227,5 @@ def test_the_cli_refuses_an_unpinned_model_and_a_pinned_one_it_cannot_load(tmp_p
     )
     assert missing.returncode == 2 and missing.stdout == "", missing.stderr
     (line,) = missing.stderr.splitlines()
-    assert line.startswith(f"error=ConfigurationError message=\"model '{model}' refused: "), line
+    assert line.startswith(f"error=configuration_error message=\"model '{model}' refused: "), line
     assert "langchain-mistralai" in line

@@ -127,7 +127,7 @@ def test_audit_reads_without_a_valid_credential_are_refused_and_audited(world: W
     )
     assert wrong.returncode == 2 and wrong.stdout == ""
     assert (
-        wrong.stderr.startswith("error=ConfigurationError message=") and len(wrong.stderr.splitlines()) == 1
+        wrong.stderr.startswith("error=configuration_error message=") and len(wrong.stderr.splitlines()) == 1
     )
     assert world.store.audit.events() == before  # nothing appended under the wrong secret
     refused = _reads(world.store, since)

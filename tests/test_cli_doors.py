@@ -596,7 +596,7 @@ def test_bootstrap_seeds_once_and_then_only_admins_manage_their_tenant(tmp_path:
     for field in ("token", "token_sha256"):
         tokened = _seed(tmp_path / f"{field}.json", {**PAT, "user_id": "tok", field: "chosen-by-caller"})
         refused = toolgate(["identities", "import", str(tokened), "--as", "root"], as_root, check=False)
-        assert_refused(refused, "ConfigurationError")
+        assert_refused(refused, "configuration_error")
         assert "never read from a file" in refused.stderr
     assert rows(db) == before
 
@@ -607,7 +607,7 @@ def test_a_seed_file_with_tokens_is_refused_on_a_fresh_store(tmp_path: Path) -> 
         data_dir.mkdir()
         seed = _seed(tmp_path / f"{field}.json", {**ROOT, field: "chosen-by-caller"})
         refused = toolgate(["identities", "import", str(seed)], cli_env(data_dir), check=False)
-        assert_refused(refused, "ConfigurationError")
+        assert_refused(refused, "configuration_error")
         assert "never read from a file" in refused.stderr
         db = data_dir / "toolgate.sqlite"
         assert not db.exists() or count(db, "identities") == 0

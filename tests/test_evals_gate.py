@@ -240,6 +240,7 @@ def test_toolgate_evals_run_exits_1_naming_the_cases_and_0_for_the_demo(tmp_path
     path.write_text(dump_cases(list(subset().cases)), encoding="utf-8")
     (tmp_path / "data").mkdir()
     env = cli_env(tmp_path / "data")
+    toolgate(["init"], env)  # the store the verdicts are kept in (evals run creates none)
     failed = toolgate(
         [
             "evals",

@@ -148,7 +148,7 @@ def test_references_that_name_no_release_are_refused_with_their_forms(
     failed = toolgate(
         ["registry", "audit"], cli_env(tmp_path, TOOLGATE_RELEASE="my-tools/1.0.0"), check=False
     )
-    assert failed.returncode == 2 and "error=UnknownReleaseError" in failed.stderr
+    assert failed.returncode == 2 and "error=unknown_release" in failed.stderr
     assert "Traceback" not in failed.stderr
 
 
@@ -156,12 +156,20 @@ def test_a_drifted_scaffolded_release_refuses_to_serve(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     toolgate(["release", "init", "drift-tools", "--dir", str(tmp_path)], cli_env(tmp_path / "data"))
     tools = tmp_path / "drift-tools" / "drift_tools" / "tools.py"
-    tools.write_text(tools.read_text().replace("timeout_s=10", "timeout_s=11"), encoding="utf-8")
     env = cli_env(tmp_path / "data", TOOLGATE_RELEASE=f"{tools.parent / 'release.py'}:release")
+    tools.write_text(tools.read_text().replace("timeout_s=10", "timeout_s=11"), encoding="utf-8")
+    refused_init = toolgate(["init"], env, check=False)  # even the explicit init refuses to serve it
+    assert refused_init.returncode == 2 and "drifted from its reviewed manifest" in refused_init.stderr
+    assert not (tmp_path / "data" / "toolgate.sqlite").exists()  # refused before the store was touched
+    tools.write_text(tools.read_text().replace("timeout_s=11", "timeout_s=10"), encoding="utf-8")
+    toolgate(["init"], env)  # the store, made while the release still matched its manifest
+    store_files = {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()}
+    tools.write_text(tools.read_text().replace("timeout_s=10", "timeout_s=11"), encoding="utf-8")
     ran = toolgate(["run", "--as", "ada", "call get_ticket {}"], {**env, "TOOLGATE_TOKEN": "x"}, check=False)
     assert ran.returncode == 2 and "drifted from its reviewed manifest" in ran.stderr
     assert "close_ticket: metadata_sha256 drifted" in ran.stderr
-    assert not (tmp_path / "data" / "toolgate.sqlite").exists()  # refused before the store was touched
+    # refused before the store was touched
+    assert {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()} == store_files
     audit = toolgate(["registry", "audit"], env, check=False)
     assert audit.returncode == 1 and "manifest=DRIFT" in audit.stdout
 
@@ -172,7 +180,7 @@ def test_init_refuses_bad_names_and_existing_directories(tmp_path: Path) -> None
         result = toolgate(
             ["release", "init", bad, "--dir", str(tmp_path)], cli_env(tmp_path / "d"), check=False
         )
-        assert result.returncode == 2 and "error=ConfigurationError" in result.stderr, bad
+        assert result.returncode == 2 and "error=configuration_error" in result.stderr, bad
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "keep.txt").write_text("mine")
     result = toolgate(

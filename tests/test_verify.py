@@ -27,6 +27,7 @@ OTHER_CHECKS = [name for name in verify.CHECKS if name != "adversarial_dispatch"
 @pytest.mark.slow
 def test_verify_passes_then_fails_after_audit_tampering(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
+    toolgate(["init"], env)  # verify checks an existing store; it creates none
     healthy = toolgate(["verify", *(arg for name in OTHER_CHECKS for arg in ("--check", name))], env)
     lines = healthy.stdout.splitlines()
     assert [line.split("=", 1)[0] for line in lines] == [*OTHER_CHECKS, "verify"]

@@ -63,6 +63,7 @@ def open_for_audit() -> App:
     refused before anything is written, because an event appended under the wrong secret would
     break the chain for everyone (so this one refusal is not audited)."""
     settings = Settings.from_env()
+    settings.require_store()
     key = settings.audit_key(create=False)
     probe = open_store(settings.database_url, settings.data_dir, key=key, read_only=True)
     try:

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolgate.errors import StoreMissingError
 from toolgate.key_file import load_secret
 from toolgate.settings import DEFAULT_RELEASE, read_settings
+from toolgate.store.factory import is_postgres_url
 
 DATA_DIR = Path(".toolgate")
 """The data directory when ``TOOLGATE_DATA_DIR`` is unset (relative to the working directory)."""
@@ -73,6 +75,41 @@ class Settings:
         if self.audit_key_value:
             return self.audit_key_value.encode("utf-8")
         return load_secret(self.data_dir / "audit.key", create=create)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The embedded store's file (``TOOLGATE_DATABASE_URL=sqlite:///PATH`` or the data
+        directory's ``toolgate.sqlite``); None for PostgreSQL."""
+        url = self.database_url
+        if is_postgres_url(url):
+            return None
+        if url and url.startswith("sqlite:///"):
+            return Path(url[len("sqlite:///") :])
+        return self.data_dir / "toolgate.sqlite"
+
+    def require_store(self) -> None:
+        """Refuse (`StoreMissingError`) when the store this process is configured for, or the
+        secret that opens it, does not exist yet, so that a command run from the wrong directory
+        creates nothing. A PostgreSQL database is the operator's to create; its schema is
+        migrated by whichever process opens it first.
+
+        Raises:
+            StoreMissingError: naming the missing path and the commands that create a store."""
+        fix = "run 'toolgate demo' or 'toolgate init' (or set TOOLGATE_DATA_DIR)"
+        path = self.sqlite_path
+        if path is not None and not path.exists():
+            raise StoreMissingError(f"no toolgate store at {path.absolute()}; {fix}")
+        key = self.data_dir / "audit.key"
+        if not self.audit_key_value and not key.exists():
+            if path is not None:  # the store is there and its secret is not: a new one would verify nothing
+                raise StoreMissingError(
+                    f"the store at {path.absolute()} has no secret at {key.absolute()}: restore that file "
+                    "or set TOOLGATE_AUDIT_KEY to the store's secret"
+                )
+            raise StoreMissingError(
+                f"no store secret at {key.absolute()}: set TOOLGATE_AUDIT_KEY to the store's secret, "
+                "or run 'toolgate init' for a new store"
+            )
 
 
 __all__ = ["DATA_DIR", "Settings"]

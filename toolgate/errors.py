@@ -30,13 +30,22 @@ never by a model's call: no adversarial dispatch case can provoke them (tests/te
 class ToolgateError(Exception):
     """Base class of every toolgate exception."""
 
+    code: str = "toolgate_error"
+    """The stable machine-readable word a person or a script sees (``error=CODE`` on the CLI); each
+    class below names its own, and those built per occurrence (`IdentityError`, `ApprovalError`...)
+    take it as an argument. Listed in `toolgate.refusal_codes`."""
+
 
 class ToolgateUsageError(ToolgateError):
     """toolgate was used wrongly: configuration, bundle, identity or request is invalid."""
 
+    code = "usage_error"
+
 
 class ConfigurationError(ToolgateUsageError):
     """A setting (environment variable, identities file, URL) is missing or invalid."""
+
+    code = "configuration_error"
 
 
 class RegistryError(ToolgateUsageError):
@@ -46,6 +55,8 @@ class RegistryError(ToolgateUsageError):
         tool: the offending tool, when one is to blame.
         problems: ``(code, message)`` pairs, e.g. ``("write_without_approval", ...)``.
     """
+
+    code = "registry_invalid"
 
     def __init__(
         self, message: str, *, tool: str | None = None, problems: Sequence[tuple[str, str]] | None = None
@@ -57,6 +68,8 @@ class RegistryError(ToolgateUsageError):
 
 class UnknownReleaseError(RegistryError):
     """No tool bundle is registered under the requested release id."""
+
+    code = "unknown_release"
 
     def __init__(self, release: str, known: Sequence[str] = ()) -> None:
         super().__init__(
@@ -105,6 +118,22 @@ class ReleaseControlError(ToolgateUsageError):
         self.code = code
 
 
+class StoreMissingError(ConfigurationError):
+    """The configured store (or its secret) does not exist, and the command may not create one:
+    only ``toolgate demo``, ``toolgate init`` and seeding an empty store's people (``identities
+    import``, ``identities seed-demo``) create a data directory, a store or a secret. Nothing was
+    created; the message names the path and the fix."""
+
+    code = "store_missing"
+
+
+class InvalidFilter(ToolgateUsageError):
+    """A list command's filter names no value of what it filters (``proposals list --status
+    pending``): refused with the valid values, never answered with an empty list."""
+
+    code = "invalid_filter"
+
+
 class ModelUnavailable(ConfigurationError):
     """A chat model asked for by name cannot be built; nothing was run and no request was sent.
 
@@ -125,6 +154,8 @@ class ModelUnavailable(ConfigurationError):
 class NotFoundError(ToolgateUsageError):
     """A proposal, operation or thread that was asked for does not exist."""
 
+    code = "not_found"
+
 
 class RunRefused(ToolgateUsageError, ValueError):
     """A graph run was refused (who is acting, or what they asked for); nothing ran.
@@ -144,13 +175,19 @@ class RunRefused(ToolgateUsageError, ValueError):
 class ToolgateRuntimeError(ToolgateError):
     """Something failed while running; callers decide whether a retry is safe."""
 
+    code = "runtime_error"
+
 
 class StoreError(ToolgateRuntimeError):
     """The operation store failed (translated from the database driver's error)."""
 
+    code = "store_error"
+
 
 class InvalidTransitionError(StoreError):
     """An operation state change was refused by the database's conditional update."""
+
+    code = "invalid_transition"
 
     def __init__(self, operation_key: str, expected: str, actual: str | None) -> None:
         super().__init__(f"operation {operation_key}: expected status {expected!r}, found {actual!r}")
@@ -198,6 +235,8 @@ class DirectInvocationError(ToolgateUsageError):
     tool object itself would skip every one of them.
     """
 
+    code = "direct_invocation"
+
     def __init__(self, tool_name: str) -> None:
         super().__init__(
             f"tool {tool_name!r} runs only through the toolgate graph (dispatch -> approval -> execute)"
@@ -214,6 +253,7 @@ __all__ = [
     "ConfigurationError",
     "DirectInvocationError",
     "IdentityError",
+    "InvalidFilter",
     "InvalidTransitionError",
     "ModelUnavailable",
     "NotFoundError",
@@ -222,6 +262,7 @@ __all__ = [
     "ReleaseControlError",
     "RunRefused",
     "StoreError",
+    "StoreMissingError",
     "ToolExecutionError",
     "ToolgateError",
     "ToolgateRuntimeError",

@@ -35,8 +35,9 @@ Families, as the tree tells them apart:
 
 Not listed: audit-only event codes that refuse nothing (``handler_crash``, ``slot_lost``,
 ``edit_lost_race``...), the model provider's own refusal kinds (`toolgate.policy.refusals`), the
-codes of configuration and bundle errors raised before anything runs (`ModelUnavailable`,
-`RegistryError` problems) and the evaluation harness's own refusals (``evals/``).
+codes of configuration and bundle problems raised before anything runs (`ModelUnavailable`,
+`RegistryError.problems`; the errors' own class codes, which the CLI prints, are listed) and
+the evaluation harness's own refusals (``evals/``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class CodeEntry:
     owner: str
     """The checkpoint or subsystem that emits it: ``dispatch``, ``execute``, ``state``,
     ``delivery``, ``handler``, ``executor``, ``recovery``, ``admission``, ``approval``,
-    ``review``, ``hitl``, ``server``, ``auth``, ``identity``, ``release``, ``cli``."""
+    ``review``, ``hitl``, ``server``, ``auth``, ``identity``, ``release``, ``cli`` (an error's
+    class code, `toolgate.errors.ToolgateError.code`, as ``error=CODE`` on the command line)."""
     retryable: bool | None
     """Whether trying again can succeed, in the sense the refusal itself reports it: for a
     ``refusal`` whether the model may succeed with a corrected call (`Rejection.retryable`), for an
@@ -531,6 +533,48 @@ CATALOG: tuple[CodeEntry, ...] = (
         ),
         _Row("not_found", "server", False, "No such proposal or operation.", "tests/test_http_api.py"),
         _Row(
+            "no_identities", "cli", False,
+            "The store has no people yet: the wrong data directory, or nobody imported.",
+            "tests/test_cli_native.py",
+        ),
+        _Row(
+            "store_missing", "cli", False,
+            "No store (or no store secret) where the settings point; nothing was created.",
+            "tests/test_cli_native.py",
+        ),
+        _Row(
+            "invalid_filter", "cli", False,
+            "A list command's filter names no valid value; the message lists them.",
+            "tests/test_cli_native.py",
+        ),
+        _Row(
+            "configuration_error", "cli", False,
+            "A setting, file or URL is missing or invalid.",
+            "tests/test_cli_native.py",
+        ),
+        _Row("usage_error", "cli", False, "toolgate was used wrongly (no more specific code).", "tests/test_cli_native.py"),
+        _Row(
+            "runtime_error", "cli", None,
+            "Something failed while running (no more specific code).",
+            "tests/test_cli_native.py",
+        ),
+        _Row("toolgate_error", "cli", None, "A toolgate error without a more specific code.", "tests/test_cli_native.py"),
+        _Row(
+            "store_error", "cli", None,
+            "The store failed (a database driver's error, translated).",
+            "tests/test_cli_native.py",
+        ),
+        _Row(
+            "invalid_transition", "cli", False,
+            "The database refused an operation state change (its status moved on).",
+            "tests/test_cli_native.py",
+        ),
+        _Row(
+            "direct_invocation", "cli", False,
+            "A tool's StructuredTool was called directly instead of through the gateway.",
+            "tests/test_cli_native.py",
+        ),
+        _Row(
             "unavailable", "server", True,
             "toolgate is not configured on this server.",
             "tests/test_http_api.py",
@@ -552,6 +596,11 @@ CATALOG: tuple[CodeEntry, ...] = (
             "missing_role", "release", False,
             "Release control needs a release role.",
             "tests/test_release_control_rollback.py",
+        ),
+        _Row(
+            "registry_invalid", "cli", False,
+            "The release's tool bundle is incomplete or unsafe; it is not loaded.",
+            "tests/test_cli_native.py",
         ),
         _Row(
             "release_state_tampered", "release", False,

@@ -8,71 +8,109 @@ before it touches anything; ``--help`` and ``--version`` need no settings.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import uuid
-from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from langchain_core.messages import HumanMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.types import Command
-from rich.console import Console
 
 from toolgate import json_limits
-from toolgate.cli.audit import audit_app
-from toolgate.cli.common import invoke, open_from_env, person
-from toolgate.cli.deadletter import deadletter_app
-from toolgate.cli.dispatch import dispatch_app
-from toolgate.cli.evals import evals_app
-from toolgate.cli.identities import identities_app
-from toolgate.cli.registry import registry_app
-from toolgate.cli.release import release_app
-from toolgate.cli.report import report
-from toolgate.cli.verify import verify_app
-from toolgate.cli.worker import worker_app
-from toolgate.config import Settings
-from toolgate.errors import ApprovalError, NotFoundError, ToolgateError
-from toolgate.graph.context import Context
-from toolgate.graph.review.decisions import decide, handler_timeout_s
-from toolgate.graph.review.edits import edit_proposal
-from toolgate.graph.review.facts import review_facts
-from toolgate.graph.review.rollback import propose_rollback
-from toolgate.settings import InvalidSetting, read_settings
-from toolgate.telemetry.otel_env import configure_from_env
+from toolgate.cli.common import checked_filter, invoke, open_from_env, open_store_from_env, person
+from toolgate.errors import ApprovalError, ConfigurationError, NotFoundError, ToolgateError
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 DISTRIBUTION = "langgraph-toolgate"
 """The installed package whose version ``toolgate --version`` prints."""
 NEEDS_NO_SETTINGS = frozenset({"--help", "--version"})
 """Options that only print; a command line holding one runs no command."""
 STATE_HELP = "Also print the last model request's state line and a continuation line per tool result."
+OPERATION_STATUSES = (
+    "pending_approval",
+    "approved",
+    "rejected",
+    "expired",
+    "executing",
+    "succeeded",
+    "failed",
+    "unknown",
+    "dead_lettered",
+)
+"""What ``proposals list --status`` accepts: `toolgate.store.records.OperationStatus` (a test keeps
+the two equal; spelt out so that parsing a command line imports no store)."""
+GROUPS: dict[str, tuple[str, str]] = {
+    "audit": ("toolgate.cli.audit", "Read, verify and export the audit trail."),
+    "worker": ("toolgate.cli.worker", "Execute approved operations outside a graph run."),
+    "deadletter": ("toolgate.cli.deadletter", "Operations whose outcome needs a person."),
+    "registry": ("toolgate.cli.registry", "Audit and inspect tool releases."),
+    "dispatch": ("toolgate.cli.dispatch", "Exercise the dispatch boundary."),
+    "verify": ("toolgate.cli.verify", "Run the finish-line checks against the configured database."),
+    "identities": ("toolgate.cli.identities", "Manage the people who may act (admins only)."),
+    "release": ("toolgate.cli.release", "Create, list and roll out tool releases."),
+    "evals": (
+        "toolgate.cli.evals",
+        "Evaluate releases: the release gate, sign-offs, captured incidents, LangSmith datasets.",
+    ),
+}
+"""The command groups, each in its module as ``<name>_app``, with its one-line help. A command
+line imports only the group it runs (`command_line`): ``toolgate --help`` and ``toolgate
+proposals list`` never import the graph stack the other groups need (a test keeps these help
+lines equal to the groups' own)."""
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="toolgate: a tool-calling gateway for LLM agents."
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="toolgate: a tool-calling gateway for LLM agents.",
 )
 proposals_app = typer.Typer(no_args_is_help=True, help="Inspect write proposals.")
 app.add_typer(proposals_app, name="proposals")
-app.add_typer(audit_app, name="audit")
-app.add_typer(worker_app, name="worker")
-app.add_typer(deadletter_app, name="deadletter")
-app.add_typer(registry_app, name="registry")
-app.add_typer(dispatch_app, name="dispatch")
-app.add_typer(verify_app, name="verify")
-app.add_typer(identities_app, name="identities")
-app.add_typer(release_app, name="release")
-app.add_typer(evals_app, name="evals")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def group(name: str) -> typer.Typer:
+    """The command group ``name`` (imports its module)."""
+    module, _ = GROUPS[name]
+    sub: typer.Typer = getattr(importlib.import_module(module), f"{name}_app")
+    return sub
+
+
+def command_line(args: list[str]) -> Any:
+    """The click command for ``args``: `app` with every group of `GROUPS`, the one ``args`` runs
+    imported, the others stand-ins with their help line (what ``toolgate --help`` lists)."""
+    root = typer.main.get_group(app)
+    chosen = next((arg for arg in args if not arg.startswith("-")), None)
+    for name, (_, help_line) in GROUPS.items():
+        sub = group(name) if name == chosen else typer.Typer(help=help_line)
+        command = typer.main.get_group(sub)
+        command.name = name
+        root.add_command(command, name)
+    _plain(root)
+    return root
+
+
+def _plain(command: Any) -> None:
+    """Plain help and usage errors for ``command`` and everything under it: flags without a
+    ``<bool>`` type (typer's rich panels show one on every flag), and no rich import."""
+    command.rich_markup_mode = None
+    for sub in getattr(command, "commands", {}).values():
+        _plain(sub)
+
+
+def _out(line: str) -> None:
+    typer.echo(line)
 
 
 def _kv(**facts: Any) -> None:
-    out.print(" ".join(f"{k}={v}" for k, v in facts.items()), markup=False)
+    _out(" ".join(f"{k}={v}" for k, v in facts.items()))
 
 
 def _print_version(asked: bool) -> None:
     if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             installed = version(DISTRIBUTION)
         except PackageNotFoundError:  # run from a source tree that was never installed
@@ -94,9 +132,31 @@ def _root(
 @app.command()
 def demo() -> None:
     """Tell the refund story end to end, offline, on embedded SQLite."""
+    from toolgate.config import Settings
     from toolgate.demo import run_demo
 
-    raise typer.Exit(run_demo(Settings.from_env(), lambda line: out.print(line, markup=False)))
+    raise typer.Exit(run_demo(Settings.from_env(), _out))
+
+
+@app.command()
+def init() -> None:
+    """Create the store and its secret, unless they exist.
+
+    Where TOOLGATE_DATA_DIR (default ./.toolgate) or TOOLGATE_DATABASE_URL points. Besides this,
+    only demo and seeding an empty store's people (identities import, identities seed-demo) create
+    a store; every other command refuses a missing one with error=store_missing."""
+    from toolgate.config import Settings
+
+    settings = Settings.from_env()
+    path = settings.sqlite_path
+    existed = path is not None and path.exists()
+    if existed:
+        settings.require_store()  # never a second secret for a store that has one (or lost it)
+    application = open_from_env(create=True)
+    people = len(application.store.identities.list())
+    _kv(store=path or "postgresql", created=str(not existed).lower(), identities=people)
+    if not people:
+        _kv(next=json.dumps("toolgate identities import FILE (or toolgate identities seed-demo, a local demo)"))
 
 
 @app.command()
@@ -107,6 +167,10 @@ def run(
     request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
 ) -> None:
     """Start (or continue) a thread as an authenticated user."""
+    from langchain_core.messages import HumanMessage
+
+    from toolgate.graph.context import Context
+
     application = open_from_env()
     principal = person(application, as_user)
     thread_id = thread or f"thread-{uuid.uuid4().hex[:12]}"
@@ -126,6 +190,10 @@ def resume(
     request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
 ) -> None:
     """Wake a thread after review; decisions come from the store, not from this command."""
+    from langgraph.types import Command
+
+    from toolgate.graph.context import Context
+
     application = open_from_env()
     with application.graph() as graph:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
@@ -137,17 +205,25 @@ def resume(
 
 
 def _report(application: Any, graph: Any, thread: str, result: dict[str, Any], check_lines: bool) -> None:
+    from toolgate.cli.report import report
+
     history = graph.get_state_history({"configurable": {"thread_id": thread}}) if check_lines else None
-    report(application, thread, result, lambda line: out.print(line, markup=False), history)
+    report(application, thread, result, _out, history)
 
 
 @proposals_app.command("list")
 def proposals_list(
-    status: Annotated[str | None, typer.Option(help="Filter by operation status.")] = None,
+    status: Annotated[
+        str | None, typer.Option(help=f"Only proposals whose operation is in this status: {', '.join(OPERATION_STATUSES)}.")
+    ] = None,
 ) -> None:
-    """List proposals with their operation status."""
-    application = open_from_env(read_only=True)
-    for proposal, operation in application.store.proposals.list(status):
+    """List proposals with their operation status (a store without any says so on stderr)."""
+    status = checked_filter("--status", status, OPERATION_STATUSES)
+    with open_store_from_env() as store:
+        rows = store.proposals.list(status)
+    if not rows:
+        typer.echo(f"note=no proposals{'' if status is None else ' with status ' + status}", err=True)
+    for proposal, operation in rows:
         _kv(
             proposal=proposal.proposal_id,
             tool=proposal.tool,
@@ -161,6 +237,9 @@ def proposals_list(
 @proposals_app.command("show")
 def proposals_show(proposal_id: str) -> None:
     """Show one proposal exactly as a reviewer must see it."""
+    from toolgate.graph.review.decisions import handler_timeout_s
+    from toolgate.graph.review.facts import review_facts
+
     application = open_from_env(read_only=True)
     proposal = application.store.proposals.get(proposal_id)
     if proposal is None:
@@ -202,6 +281,8 @@ def approve(
     digest: Annotated[str | None, typer.Option(help="Digest you reviewed (refused if it differs).")] = None,
 ) -> None:
     """Approve a proposal as an authenticated reviewer."""
+    from toolgate.graph.review.decisions import decide
+
     application = open_from_env()
     reviewer = person(application, as_user)
     gateway = application.gateway_for_proposal(proposal_id)  # the rules of the release that proposed it
@@ -222,6 +303,8 @@ def reject(
     reason: Annotated[str, typer.Option(help="Why, in words the requester will see.")],
 ) -> None:
     """Reject a proposal as an authenticated reviewer."""
+    from toolgate.graph.review.decisions import decide
+
     application = open_from_env()
     reviewer = person(application, as_user)
     gateway = application.gateway_for_proposal(proposal_id)
@@ -239,6 +322,8 @@ def edit(
     ] = None,
 ) -> None:
     """Replace a pending proposal with edited arguments: a new proposal that needs its own approval."""
+    from toolgate.graph.review.edits import edit_proposal
+
     application = open_from_env()
     reviewer = person(application, as_user)
     original = application.store.proposals.get(proposal_id)
@@ -270,6 +355,8 @@ def rollback(
     as_user: Annotated[str, typer.Option("--as", help="Requesting person (token in TOOLGATE_TOKEN).")],
 ) -> None:
     """Propose the declared rollback of a completed operation (a new proposal that needs approval)."""
+    from toolgate.graph.review.rollback import propose_rollback
+
     application = open_from_env()
     proposal = propose_rollback(application.gateway, operation_key, person(application, as_user))
     _kv(
@@ -288,16 +375,25 @@ def main() -> None:
     args = sys.argv[1:]
     try:
         if args and not NEEDS_NO_SETTINGS.intersection(args):
+            from toolgate.settings import read_settings
+
             read_settings()  # every command starts from valid settings, before it touches anything
+            from toolgate.telemetry.otel_env import configure_from_env
+
             configure_from_env()  # OTEL_* variables: spans and metrics to an OTLP endpoint, flushed at exit
-        app(args, standalone_mode=True)
-    except InvalidSetting as exc:
-        typer.echo(f"toolgate: {exc}", err=True)
-        raise SystemExit(2) from None
+        command_line(args).main(args, standalone_mode=True)
     except ToolgateError as exc:
-        code = getattr(exc, "code", type(exc).__name__)
-        err.print(f"error={code} message={json.dumps(str(exc))}", markup=False)
+        typer.echo(error_line(exc), err=True)
         raise SystemExit(2) from None
 
 
-__all__ = ["app", "main"]
+def error_line(exc: ToolgateError) -> str:
+    """The one line a refused command prints: ``error=CODE message="..."`` with the error's stable
+    code (`ToolgateError.code`), never its class name; a bad setting stays ``toolgate:
+    TOOLGATE_X must be ...`` (what the variable should hold)."""
+    if isinstance(exc, ConfigurationError) and hasattr(exc, "variable"):  # settings.InvalidSetting
+        return f"toolgate: {exc}"
+    return f"error={exc.code} message={json.dumps(str(exc))}"
+
+
+__all__ = ["GROUPS", "OPERATION_STATUSES", "app", "command_line", "error_line", "main"]

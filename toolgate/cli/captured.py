@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
-from toolgate.cli.common import kv, open_from_env, person
+from toolgate.cli.common import checked_filter, kv, open_from_env, person
 from toolgate.errors import IdentityError
 from toolgate.evals.captured.capture import capture, refuse
 from toolgate.evals.captured.export import export, show, visible
 from toolgate.evals.captured.review import edit, review
-from toolgate.evals.captured.rows import CapturedCase
+from toolgate.evals.captured.rows import CapturedCase, Status
 from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
 
@@ -99,6 +99,7 @@ def list_command(
     status: Annotated[str | None, typer.Option(help="Only this status (e.g. pending_review).")] = None,
 ) -> None:
     """List the captured cases of your tenants, oldest first."""
+    status = checked_filter("--status", status, get_args(Status))
     application = open_from_env()
     reader = _person(application, as_user, "read")
     for row in visible(application.store, application.gateway.auditor, reader, status=status):

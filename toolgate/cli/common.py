@@ -6,25 +6,56 @@ token in ``TOOLGATE_TOKEN``; `person` is the only way a command gets a `Principa
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 import typer
-from langchain_core.messages import HumanMessage
 
-from toolgate.config import Settings
-from toolgate.graph.bootstrap import App, open_app
-from toolgate.policy.admission import Overloaded
-from toolgate.policy.principal import Principal
-from toolgate.settings import read_settings
+from toolgate.errors import IdentityError, InvalidFilter
+
+if TYPE_CHECKING:  # the gateway stack is imported by the commands that open it, never by --help
+    from toolgate.graph.bootstrap import App
+    from toolgate.policy.principal import Principal
+    from toolgate.store.base import Store
 
 TOKEN_ENV = "TOOLGATE_TOKEN"
 
 
-def open_from_env(*, read_only: bool = False) -> App:
+def open_from_env(*, read_only: bool = False, create: bool = False) -> App:
     """The app configured by the environment; ``read_only`` for commands that only look. It is
-    closed when the command ends (`closed_at_exit`)."""
-    return closed_at_exit(open_app(Settings.from_env(), read_only=read_only))
+    closed when the command ends (`closed_at_exit`).
+
+    Only a command that creates a store on purpose passes ``create`` (``toolgate init``, seeding
+    an empty store's people); any other refuses with ``store_missing`` when the configured store
+    or its secret does not exist (`Settings.require_store`), and creates nothing."""
+    from toolgate.config import Settings
+    from toolgate.graph.bootstrap import open_app
+
+    settings = Settings.from_env()
+    if not create:
+        settings.require_store()
+    return closed_at_exit(open_app(settings, read_only=read_only))
+
+
+@contextmanager
+def open_store_from_env() -> Iterator[Store]:
+    """The configured store alone, read-only, closed on leaving: for commands that only list
+    records (``proposals list``), which need no release, model or graph. Refused
+    ``store_missing`` like `open_from_env`."""
+    from toolgate.config import Settings
+    from toolgate.store.factory import open_store
+
+    settings = Settings.from_env()
+    settings.require_store()
+    key = settings.audit_key(create=False)
+    store = open_store(settings.database_url, settings.data_dir, key=key, read_only=True)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def closed_at_exit(application: App) -> App:
@@ -36,15 +67,42 @@ def closed_at_exit(application: App) -> App:
     return application
 
 
+def checked_filter(option: str, value: str | None, valid: Sequence[str]) -> str | None:
+    """``value`` of a list command's filter ``option`` when it is one of ``valid`` (or unset);
+    anything else is refused `InvalidFilter` naming the valid values (and the closest one), so a
+    misspelt filter never reads as "nothing matches"."""
+    if value is None or value in valid:
+        return value
+    close = difflib.get_close_matches(value, valid, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise InvalidFilter(f"{option} {value!r} is not one of {', '.join(valid)}{hint}")
+
+
 def kv(**facts: Any) -> None:
     """One ``key=value`` line: the CLI's output style, easy to grep and to parse."""
     typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
 
 
 def person(application: App, user_id: str) -> Principal:
-    """The authenticated person acting: ``--as`` names them, ``TOOLGATE_TOKEN`` proves it."""
+    """The authenticated person acting: ``--as`` names them, ``TOOLGATE_TOKEN`` proves it.
+
+    A store with nobody in it is refused ``no_identities`` with the likely fix (the wrong data
+    directory, or people not imported yet) rather than a bare ``authentication_failed``."""
+    from toolgate.settings import read_settings
+
+    directory = application.gateway.directory
+    if directory.is_empty():
+        raise IdentityError(NO_IDENTITIES, code="no_identities")
     token = read_settings().token
-    return application.gateway.directory.authenticate(user_id, token.get_secret_value() if token else None)
+    return directory.authenticate(user_id, token.get_secret_value() if token else None)
+
+
+NO_IDENTITIES = (
+    "this store has no people yet: point TOOLGATE_DATA_DIR at the store you meant (the demo's is "
+    ".toolgate/demo), or add people with 'toolgate identities import FILE' "
+    "(or 'toolgate identities seed-demo' for a local demo)"
+)
+"""What a command acting for a person says on a store without identities."""
 
 
 def invoke(graph: Any, payload: Any, config: Any, **kwargs: Any) -> dict[str, Any]:
@@ -52,6 +110,8 @@ def invoke(graph: Any, payload: Any, config: Any, **kwargs: Any) -> dict[str, An
     ``thread=... status=overloaded retry_after_s=...`` and exit code 75 (try again later: the
     thread's checkpoint before the refused request is intact; the same command with
     ``--thread THREAD`` retries it, see `refused_turn_retried`)."""
+    from toolgate.policy.admission import Overloaded
+
     try:
         return dict(graph.invoke(refused_turn_retried(graph, payload, config), config, **kwargs))
     except Overloaded as exc:
@@ -71,6 +131,8 @@ def refused_turn_retried(graph: Any, payload: Any, config: Any) -> Any:
     request was refused (the thread waits at ``model`` with that message last), so running the
     same ``toolgate run --thread THREAD`` again retries the turn instead of adding a second copy of
     the message; else ``payload``."""
+    from langchain_core.messages import HumanMessage
+
     sent = payload.get("messages") if isinstance(payload, dict) else None
     if not sent or not isinstance(sent[-1], HumanMessage):
         return payload
@@ -92,11 +154,14 @@ EXIT_OVERLOADED = 75
 
 __all__ = [
     "EXIT_OVERLOADED",
+    "NO_IDENTITIES",
     "TOKEN_ENV",
+    "checked_filter",
     "closed_at_exit",
     "invoke",
     "kv",
     "open_from_env",
+    "open_store_from_env",
     "person",
     "refused_turn_retried",
 ]

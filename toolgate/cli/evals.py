@@ -133,6 +133,7 @@ def _record(settings: Settings, result: GateResult, *, critical_only: bool, repo
     if critical_only:
         return "not_recorded reason=critical_only"
     try:
+        settings.require_store()  # the verdict is kept in an existing store, never in a new one
         store = open_store(settings.database_url, settings.data_dir, key=settings.audit_key(create=False))
     except (ConfigurationError, StoreError):
         return "not_recorded reason=no_store"

@@ -76,7 +76,7 @@ def identities_import(
     as_user: AsAdmin = None,
 ) -> None:
     """Add every identity of a seed file; print each new token once."""
-    application = open_from_env()
+    application = open_from_env(create=True)  # seeding a new store's people may create it
     admin = _admin(application, as_user)
     for user_id, token in application.gateway.directory.import_file(path, by=admin):
         kv(identity=user_id, status="added" if token else "exists", token=token or "-")
@@ -86,7 +86,7 @@ def identities_import(
 def identities_seed_demo() -> None:
     """Add the demo people with their WELL-KNOWN demo tokens (``demo-token-<user>``): for a local
     demo store only, and only while it has no identities yet."""
-    application = open_from_env()
+    application = open_from_env(create=True)
     if not application.gateway.directory.is_empty():
         raise IdentityError("seed-demo works only on a store without identities", code="not_empty")
     seed_demo_identities(application.gateway.directory)

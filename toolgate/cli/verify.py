@@ -6,9 +6,7 @@ from typing import Annotated
 
 import typer
 
-from toolgate.cli.common import closed_at_exit
-from toolgate.config import Settings
-from toolgate.graph.bootstrap import open_app
+from toolgate.cli.common import open_from_env
 
 verify_app = typer.Typer(help="Run the finish-line checks against the configured database.")
 
@@ -26,7 +24,7 @@ def verify(
     unknown = sorted(set(check or []) - set(CHECKS))
     if unknown:
         raise typer.BadParameter(f"unknown check(s) {unknown}; known: {sorted(CHECKS)}")
-    application = closed_at_exit(open_app(Settings.from_env()))
+    application = open_from_env()
     results = run_checks(application, check or None)
     for result in results:
         typer.echo(result.line())
@@ -40,7 +38,7 @@ def idempotency(concurrency: Annotated[int, typer.Option(min=2, max=200)] = 20) 
     """Deliver one approved operation N times at once: one execution, N-1 stored results."""
     from toolgate.verify import run_idempotency
 
-    result = run_idempotency(closed_at_exit(open_app(Settings.from_env())), concurrency)
+    result = run_idempotency(open_from_env(), concurrency)
     typer.echo(
         f"deliveries={result.deliveries} executions={result.executions} "
         f"stored_result_returned={result.stored_result_returned}"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
 from toolgate.cli.common import kv, open_from_env
 from toolgate.graph.bootstrap import App
 from toolgate.graph.waits.progress import Report, WaitPass, graph_resumer
+from toolgate.store.waits import WaitState
 
 
 def worker_waits(
@@ -18,7 +19,7 @@ def worker_waits(
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many, newest first.")] = 100,
 ) -> None:
     """List job waits: thread, job, state, checks, the job's latest status, next check and expiry."""
-    if state not in (None, "waiting", "ready", "resumed"):
+    if state not in (None, *get_args(WaitState)):  # a usage error (exit 2), like any bad option value
         raise typer.BadParameter("state must be waiting, ready or resumed", param_hint="--state")
     application = open_from_env(read_only=True)
     for wait in application.store.waits.list(state, limit=limit):  # type: ignore[arg-type]
