@@ -27,12 +27,12 @@ ASK = "My blender arrived broken, order O-5512. Please refund it. password=hunte
 
 
 def propose(
-    harness: Harness, thread: str, amount: int, order: str = "O-5512", text: str = ASK
+    harness: Harness, thread: str, amount: int, order: str = "O-5512", text: str = ASK, user: str = "cust-ada"
 ) -> dict[str, Any]:
-    """cust-ada asks on ``thread``; the model proposes a refund of ``amount`` cents: the interrupt's facts."""
+    """``user`` asks on ``thread``; the model proposes a refund of ``amount`` cents: the interrupt's facts."""
     call = tool_call("issue_refund", {"order_id": order, "amount_cents": amount, "reason": "damaged"}, "c1")
     graph = harness.graph(ScriptedChatModel(responses=[ai("", call), ai("done")]))
-    state = start(graph, text, "cust-ada", thread)
+    state = start(graph, text, user, thread)
     return dict(state["__interrupt__"][0].value["toolgate"]["proposals"][0])
 
 
@@ -176,3 +176,19 @@ def test_a_failing_check_is_shown_as_unchecked_and_never_raised(store: Store, fa
     assert warning["kind"] == "check_unavailable" and "could not be checked" in warning["message"]
     assert "hunter2" not in str(shown)
     assert shown["review_details"]["order_id"] == "O-5512"  # the rest of the view stands
+
+
+def test_the_related_proposals_are_only_those_the_caller_could_open(store: Store) -> None:
+    harness = Harness(store)
+    staff = propose(harness, "t-staff", 1000, user="rita")  # support acts on ada's order for her
+    own = propose(harness, "t-own", 1000)
+    # the requester follows her own proposal and sees only her own proposals beside it: none
+    mine = view(harness, own["proposal_id"], "cust-ada")
+    assert mine["related"] == [] and mine["related_total"] == 0
+    assert all(w["kind"] != "same_resource" for w in mine["warnings"])
+    # the reviewer sees the staff member's refund of the same order, and is warned
+    reviewed = view(harness, own["proposal_id"], "fiona")
+    assert [(r["proposal_id"], r["requester"]) for r in reviewed["related"]] == [
+        (staff["proposal_id"], "rita")
+    ]
+    assert [w["kind"] for w in reviewed["warnings"]] == ["same_resource"]

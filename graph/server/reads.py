@@ -66,12 +66,17 @@ def _related_view(related: Related) -> dict[str, Any]:
 
 
 def _detail(
-    gw: Gateway, caller: Principal, proposal: ProposalRecord, operation: OperationRecord
+    gw: Gateway, proposal: ProposalRecord, operation: OperationRecord, *, caller: Principal | None = None
 ) -> dict[str, Any]:
+    """The proposal as a reviewer weighs it; the related proposals only those ``caller`` could
+    open themselves (a customer her own, a reviewer the tenant's; None: every one found)."""
     details, details_error = review_facts(gw.registry, proposal)
     superseded_by = gw.store.proposals.superseding(proposal.proposal_id)
-    # only those the caller could open themselves (a customer sees her own, a reviewer the tenant's)
-    related = [r for r in same_resource(gw.store, gw.registry, proposal) if visible(gw, caller, r.proposal)]
+    related = [
+        r
+        for r in same_resource(gw.store, gw.registry, proposal)
+        if caller is None or visible(gw, caller, r.proposal)
+    ]
     warnings = review_warnings(gw.registry, proposal, operation.status, related, details)
     return {
         **_summary(proposal, operation, gw.store.now()),
@@ -138,7 +143,7 @@ def list_proposals(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
 def show_proposal(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
     """``GET /toolgate/proposals/{proposal_id}``: everything a reviewer weighs before deciding."""
     proposal, operation = visible_proposal(gw, caller, inp.path["proposal_id"], "proposal")
-    return Reply(_detail(gw, caller, proposal, operation))
+    return Reply(_detail(gw, proposal, operation, caller=caller))
 
 
 def show_operation(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
