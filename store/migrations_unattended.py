@@ -118,6 +118,9 @@ CREATE TRIGGER record_versions_append_only BEFORE UPDATE OR DELETE ON record_ver
 CREATE TRIGGER record_versions_no_truncate BEFORE TRUNCATE ON record_versions
     FOR EACH STATEMENT EXECUTE FUNCTION toolgate_refuse()"""
 
+_REQUESTER_TEXT = """ALTER TABLE proposals ADD COLUMN requester_text TEXT;
+CREATE INDEX proposals_tool_tenant_idx ON proposals (tool, tenant_id, created_at)"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -170,6 +173,11 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " identities carry a version (0: written before it, until their next change)",
         sqlite=_RECORD_VERSIONS_SQLITE,
         postgres=_RECORD_VERSIONS_POSTGRES,
+    ),
+    Migration(
+        name="proposals keep the requester's words (redacted; MAC, not digest); found by tool and tenant",
+        sqlite=_REQUESTER_TEXT,
+        postgres=_REQUESTER_TEXT,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

@@ -55,8 +55,8 @@ class Proposals:
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
                 " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors,"
-                " escalation_rule_id, escalation_reason, mac)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " escalation_rule_id, escalation_reason, requester_text, mac)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING *",
                 (
                     proposal.proposal_id,
@@ -83,6 +83,7 @@ class Proposals:
                     json.dumps(sorted(proposal.editors)) if proposal.editors else None,
                     proposal.escalation_rule_id,
                     proposal.escalation_reason,
+                    proposal.requester_text or None,
                     keys.mac("proposal", proposal.sealed()),
                 ),
             )
@@ -121,6 +122,27 @@ class Proposals:
             "p.thread_id = ? AND p.tool = ? AND p.arguments_sha256 = ? AND p.proposal_id <> ?",
             (proposal.thread_id, proposal.tool, proposal.arguments_sha256, proposal.proposal_id),
         )
+
+    def for_tool(
+        self, tool: str, tenant_id: str, limit: int = 200
+    ) -> list[tuple[ProposalRecord, OperationRecord]]:
+        """The newest ``limit`` proposals of ``tool`` in ``tenant_id`` with their operations, newest
+        first (a reviewer is shown the others that touch the same resource; bounded, so a busy
+        tool costs one page of rows, not its history)."""
+        with self._db.transaction(write=False) as tx:
+            ids = [
+                row["proposal_id"]
+                for row in tx.execute(
+                    "SELECT proposal_id FROM proposals WHERE tool = ? AND tenant_id = ?"
+                    " ORDER BY created_at DESC, proposal_id DESC LIMIT ?",
+                    (tool, tenant_id, max(0, int(limit))),
+                )
+            ]
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        pairs = self._pairs(f"p.proposal_id IN ({marks})", tuple(ids))
+        return pairs[::-1]
 
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""

@@ -88,6 +88,10 @@ class ProposalRecord:
     """The policy rule that raised ``approval_class`` above the tool's own class, if one did."""
     escalation_reason: str | None = None
     """Why, as the rule says it; shown to reviewers."""
+    requester_text: str | None = None
+    """The requester's last message before the proposal, redacted and bounded: what the reviewer
+    reads as "what the requester asked". Covered by the MAC when present (rows from before it have
+    none and still verify), outside the digest: it is context for the decision, not the operation."""
     authentic: bool = field(default=False, compare=False)
     """Set by the store on read: whether the row's MAC (`sealed`, under the store's secret) verified.
     A row inserted with database access alone, or written before proposals carried a MAC, is not
@@ -111,6 +115,7 @@ class ProposalRecord:
             "arguments_sha256": self.arguments_sha256,
             "digest": self.digest,
             "trace_id": self.trace_id,
+            **({"requester_text": self.requester_text} if self.requester_text else {}),
         }
 
     def content(self) -> dict[str, Any]:

@@ -13,7 +13,14 @@ a person then uses ``<server>/console`` as a browser user would. Proven:
   (still ``pending_approval``, no decision, no payment);
 * basic accessibility: the token field has a label, every button has a name, status messages are
   announced from an ``aria-live`` region;
-* the page loads nothing from elsewhere: every request it makes goes to the server's own URL.
+* the page loads nothing from elsewhere: every request it makes goes to the server's own URL;
+* at 1280 and at 390 px, a refund whose order has other pending refunds and was partly refunded
+  meanwhile shows its reviewer the order's facts (amount, already refunded, remaining), what the
+  requester asked (redacted), the other refunds of the order and the warnings (it would fail at
+  execution; together they ask for more than remains); the support reviewer (rita) edits the
+  amount from the console (the new proposal and its digest are shown), the finance reviewer
+  (fiona) approves it and it succeeds; the page never scrolls sideways at 390 px, and at 1280 px
+  the audit table fits and breaks no ordinary word.
 
 Screenshots land in ``.build/test-output/console/`` (printed; run pytest with ``-s`` to see them).
 The browser is Debian's Chromium (``/usr/bin/chromium``, installed by scripts/ensure-test-tools.sh),
@@ -63,6 +70,15 @@ NAMELESS_BUTTONS = """() => Array.from(document.querySelectorAll('button'))
     .filter(b => !(b.textContent.trim() || (b.getAttribute('aria-label') || '').trim()))
     .map(b => b.outerHTML)"""
 """Buttons (shown or hidden) with neither text nor an aria-label: nothing a screen reader could say."""
+TABLE_FITS = """(testId) => { const wrap = document.querySelector(`[data-testid="${testId}"]`).parentElement;
+    return wrap.scrollWidth <= wrap.clientWidth; }"""
+"""Whether a table fits its box (its wrapper would otherwise scroll it sideways)."""
+WIDER_THAN_THE_WINDOW = """() => Array.from(document.querySelectorAll('body *'))
+    .filter(e => e.getClientRects().length && (e.getBoundingClientRect().right > window.innerWidth + 0.5
+        || e.getBoundingClientRect().left + e.scrollWidth > window.innerWidth + 0.5))
+    .slice(0, 8).map(e => e.tagName + '#' + (e.id || e.getAttribute('data-testid') || '')
+        + ' right=' + Math.round(e.getBoundingClientRect().right))"""
+"""Shown elements reaching past the window's right edge (what makes a page scroll sideways)."""
 
 
 def browser_missing(reason: str) -> None:
@@ -121,9 +137,10 @@ def new_order(rig: Rig) -> str:
     return order
 
 
-def start_refund(rig: Rig) -> dict[str, Any]:
-    """cust-ada's thread refunding a fresh order, waiting at the approval interrupt: the proposal facts."""
-    request = REFUND_REQUEST.replace("O-5512", new_order(rig))
+def start_refund(rig: Rig, order: str | None = None, request: str = REFUND_REQUEST) -> dict[str, Any]:
+    """cust-ada's thread refunding ``order`` (a fresh one by default) with ``request`` (her words,
+    naming O-5512), waiting at the approval interrupt: the proposal facts."""
+    request = request.replace("O-5512", order or new_order(rig))
     with client_as(rig.server, "cust-ada") as client:
         thread_id = client.threads.create()["thread_id"]
         result = client.runs.wait(
@@ -189,6 +206,20 @@ class Console:
     def approve(self) -> None:
         self.page.get_by_label(re.compile(r"^I reviewed the exact arguments")).check()
         self.page.get_by_role("button", name="Approve this digest").click()
+
+    def sign_out(self) -> None:
+        from playwright.sync_api import expect
+
+        self.page.get_by_role("button", name="Sign out").click()
+        expect(self.by("status")).to_have_text("Signed out.", timeout=TIMEOUT_MS)
+
+    def assert_no_horizontal_scroll(self) -> None:
+        """The page never scrolls sideways at this width (every table stacks, every id wraps)."""
+        widths = self.page.evaluate(
+            "() => [document.documentElement.scrollWidth, window.innerWidth, document.body.scrollWidth]"
+        )
+        wide = self.page.evaluate(WIDER_THAN_THE_WINDOW)
+        assert widths[0] <= widths[1] and widths[2] <= widths[1], (widths, wide)
 
     def shot(self, name: str) -> Path:
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -344,4 +375,124 @@ def test_the_console_is_labelled_named_and_announces_its_status(rig: Rig, consol
     for name in ("Refresh list", "Sign out"):
         expect(page.get_by_role("button", name=name)).to_be_visible()
     assert page.evaluate(NAMELESS_BUTTONS) == []
+    console.assert_only_own_origin()
+
+
+WORDS = "My blender arrived broken, order O-5512. Please refund it. password=hunter2"
+"""cust-ada's words, with a secret a reviewer must never see (redacted before it is stored)."""
+SINGLE_LINE_WORDS = """(testId) => Array.from(document.querySelectorAll(`[data-testid="${testId}"] td`))
+    .filter(td => (!td.querySelector('code') || td.classList.contains('keep'))
+                  && td.textContent.trim() && !/\\s/.test(td.textContent.trim()))
+    .filter(td => { const r = document.createRange(); r.selectNodeContents(td);
+                    return new Set(Array.from(r.getClientRects()).map(x => Math.round(x.top))).size > 1; })
+    .map(td => td.textContent)"""
+"""Cells of one word (ordinary text, or a time, release or revision kept whole) that the browser
+broke over more than one line."""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_reviewer_decides_a_refund_from_its_facts_the_requesters_words_and_a_warning(
+    rig: Rig, console: Console, width: int
+) -> None:
+    """Three refunds of one order wait at once, and part of the order was refunded meanwhile: the
+    support reviewer (rita) sees the order's facts, what the requester asked, the other two
+    refunds and the warnings, and edits the amount down to what remains; the finance reviewer
+    (fiona) approves the edited proposal and it succeeds."""
+    from playwright.sync_api import expect
+
+    page = console.page
+    page.set_viewport_size({"width": width, "height": 900})
+    order = new_order(rig)
+    first, second, third = (start_refund(rig, order, WORDS) for _ in range(3))
+    pid = third["proposal_id"]
+    stored = rig.store.proposals.get(pid)
+    assert stored is not None and stored.arguments["amount_cents"] == 4999  # the offline model asks for all
+    assert stored.requester_text is not None and "hunter2" not in stored.requester_text
+    with rig.store.transaction() as tx:  # another channel refunded 19.99 of it meanwhile
+        tx.execute("UPDATE sor_orders SET refunded_cents = 1999 WHERE order_id = ?", (order,))
+
+    console.sign_in("rita")
+    console.open_proposal(pid)
+    # the facts that matter, from the payment system's records
+    expect(console.by("detail-order_id")).to_have_text(order)
+    expect(console.by("detail-order_amount_cents")).to_have_text("49.99 USD (4999 cents)")
+    expect(console.by("detail-already_refunded_cents")).to_have_text("19.99 USD (1999 cents)")
+    expect(console.by("detail-remaining_cents")).to_have_text("30.00 USD (3000 cents)")
+    expect(console.by("detail-this_refund_cents")).to_have_text("49.99 USD (4999 cents)")
+    expect(console.by("detail-remaining_after_cents")).to_contain_text("-19.99 USD (-1999 cents)")
+    # the requester's words, as hers, redacted
+    expect(console.by("requester-text")).to_have_text(stored.requester_text)
+    expect(console.by("requester-text")).to_contain_text(f"order {order}. Please refund it.")
+    expect(console.by("requester-caption")).to_contain_text("cust-ada, in their own words")
+    # the other refunds of the same order, newest first, each with its status and a way to it
+    related = console.by("related-rows").locator("tr")
+    expect(related).to_have_count(2)
+    for row, other in zip((0, 1), (second, first), strict=True):
+        expect(related.nth(row)).to_have_attribute("data-testid", f"related-{other['proposal_id']}")
+        expect(related.nth(row)).to_contain_text("pending_approval")
+        expect(related.nth(row)).to_contain_text('"amount_cents":4999')
+    expect(
+        page.get_by_role("button", name=f"Open related proposal {first['proposal_id']} (pending_approval)")
+    ).to_be_visible()
+    # the warnings, in words and before the approve button
+    warnings = page.get_by_role("region", name=re.compile("^(⚠ )?Warning: check before you approve"))
+    expect(warnings).to_be_visible()
+    expect(console.by("warning-semantic_check")).to_have_text(
+        "Would fail at execution: If approved now, execution would be refused:"
+        " amount_cents must be at most the unrefunded amount of the order (3000)."
+    )
+    expect(console.by("warning-same_resource")).to_contain_text(
+        f"2 other issue_refund proposals for order {order} are pending or approved"
+    )
+    expect(console.by("warning-exceeds_remaining")).to_contain_text(
+        "Together with this one they ask for 14997 cents; only 3000 cents remain."
+    )
+    expect(console.by("status")).to_contain_text("3 warning(s) to check before approving.")
+    assert "hunter2" not in page.content()
+    console.assert_no_horizontal_scroll()
+    if width >= 1280:  # statuses, requesters and times stay whole at desktop width
+        assert page.evaluate(SINGLE_LINE_WORDS, "related-rows") == []
+    console.shot(f"05-refund-facts-and-warnings-{width}")
+
+    # rita edits the amount down to what remains: a new proposal with its own digest
+    shown = json.loads(console.by("edit-arguments").input_value())
+    assert shown == stored.arguments
+    console.by("edit-arguments").fill(json.dumps({**shown, "amount_cents": 3000}, indent=2))
+    page.get_by_role("button", name="Propose the edited call").click()
+    expect(console.by("edit-result")).to_contain_text(f" replaces {pid} (digest ", timeout=TIMEOUT_MS)
+    edited = rig.store.proposals.superseding(pid)
+    assert edited is not None and edited.arguments == {**stored.arguments, "amount_cents": 3000}
+    assert edited.editors == ("rita",) and edited.requester_text == stored.requester_text
+    expect(console.by("detail-title")).to_have_text(f"Proposal {edited.proposal_id}")
+    expect(console.by("edit-result")).to_contain_text(f"new proposal {edited.proposal_id} replaces {pid}")
+    expect(console.by("edit-result")).to_contain_text(edited.digest)
+    expect(console.by("digest")).to_have_text(edited.digest)
+    expect(console.by("detail-this_refund_cents")).to_have_text("30.00 USD (3000 cents)")
+    expect(console.by("detail-remaining_after_cents")).to_have_text("0.00 USD (0 cents)")
+    expect(console.by("warning-semantic_check")).to_have_count(0)  # it fits what remains now
+    expect(console.by("warning-same_resource")).to_be_visible()  # the two others still wait
+    expect(console.by(f"related-{pid}")).to_contain_text("rejected")  # the original, superseded
+    original = rig.store.operations.get(third["operation_key"])
+    assert original is not None and original.status == "rejected"
+    console.assert_no_horizontal_scroll()
+    console.shot(f"06-refund-edited-{width}")
+
+    # fiona (finance) approves the edited proposal; the refund of what remained succeeds
+    console.sign_out()
+    console.sign_in("fiona")
+    console.open_proposal(edited.proposal_id)
+    expect(console.by("warning-same_resource")).to_be_visible()
+    console.approve()
+    expect(console.by("operation-status")).to_have_text("succeeded", timeout=TIMEOUT_MS)
+    expect(console.by("trace-summary")).to_contain_text("audit chain PASS.", timeout=TIMEOUT_MS)
+    expect(console.by("trace-rows").locator("tr").filter(has_text="operation.completed")).to_have_count(1)
+    operation = rig.store.operations.get(edited.operation_key)
+    assert operation is not None and operation.status == "succeeded", operation
+    assert rig.count("sor_refunds", edited.operation_key) == 1
+    assert DemoSystem(rig.store).order("acme", order)["refunded_cents"] == 4999
+    console.assert_no_horizontal_scroll()
+    if width >= 1280:  # the audit table fits and breaks no ordinary word at desktop width
+        assert page.evaluate(SINGLE_LINE_WORDS, "trace-rows") == []
+        assert page.evaluate(TABLE_FITS, "trace"), "the audit table scrolls sideways at 1280 px"
+    console.shot(f"07-refund-approved-{width}")
     console.assert_only_own_origin()

@@ -181,7 +181,17 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     shown = api.get(proposal_url(facts), "fiona").json()
     assert shown["arguments"] == REFUND and shown["digest"] == facts["digest"]
     assert shown["handler_revision"] == facts["handler_revision"] and shown["release"] == facts["release"]
-    assert shown["review_details"] == {} and shown["review_details_error"] is None
+    assert shown["review_details"] == {  # the payment system's record of the order, as acme sees it
+        "order_id": "O-5512",
+        "item": "Blender B-200",
+        "currency": "USD",
+        "order_amount_cents": 4999,
+        "already_refunded_cents": 0,
+        "remaining_cents": 4999,
+        "this_refund_cents": 1000,
+        "remaining_after_cents": 3999,
+    }
+    assert shown["review_details_error"] is None and shown["warnings"] == [] and shown["related"] == []
     assert 0 < shown["seconds_left"] <= 3600 and shown["status"] == "pending_approval"
     assert shown["decisions"] == [] and shown["requester"] == "cust-ada"
     stored = api.store.proposals.get(facts["proposal_id"])
@@ -233,7 +243,10 @@ def test_a_second_approval_by_the_same_person_is_already_decided(api: Api) -> No
     assert first.json()["still_needed"] == "1 more approval(s) needed" and api.woken == []
     second = api.post(proposal_url(facts, "approve"), "rita", {"digest": facts["digest"]})
     assert second.status_code == 409 and second.json()["error"] == "already_decided"
-    assert api.status(facts) == "pending_approval" and len(api.store.approvals.for_proposal(facts["proposal_id"])) == 1
+    assert (
+        api.status(facts) == "pending_approval"
+        and len(api.store.approvals.for_proposal(facts["proposal_id"])) == 1
+    )
     other = api.post(proposal_url(facts, "approve"), "sam", {"digest": facts["digest"]})
     assert other.json()["status"] == "approved" and other.json()["approvers"] == ["rita", "sam"]
     assert api.woken == ["t-twice"]

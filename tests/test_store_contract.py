@@ -2120,6 +2120,12 @@ def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -
         ("prop_test3", False),
         ("prop_test4", False),
     ]
+    assert [(p.proposal_id, p.authentic) for p, _ in store.proposals.for_tool("issue_refund", "acme")] == [
+        ("prop_test4", False),
+        ("prop_test3", False),
+        ("prop_test2", True),
+        ("prop_test1", True),
+    ]
     # a repeat of the forged row's key returns the stored row, still marked, and inserts nothing
     again, _, created_again = store.proposals.create(make_proposal(4))
     assert not created_again and again.proposal_id == "prop_test4" and not again.authentic
@@ -2127,3 +2133,63 @@ def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -
 
 for _method in ("proposals.create", "proposals.get", "proposals.list", "proposals.same_effect", "proposals.superseding"):
     CONTRACT[_method] = (*CONTRACT[_method], test_every_proposal_read_marks_whether_the_rows_mac_verifies)
+
+# ---- the same tool's proposals, and the requester's words (issue 28) ----------------------------
+
+
+def test_for_tool_lists_the_tenants_newest_proposals_of_one_tool_with_their_operations(store: Store) -> None:
+    start = utcnow()
+    for n, seconds in ((1, 0), (2, 2), (3, 1)):  # inserted out of time order
+        store.proposals.create(make_proposal(n, created_at=iso(start + timedelta(seconds=seconds))))
+    store.proposals.create(make_proposal(4, tool="restart_service", created_at=iso(start)))
+    store.proposals.create(make_proposal(5, tenant_id="globex", created_at=iso(start)))
+    approve_row(store, "op_test3")
+    listed = store.proposals.for_tool("issue_refund", "acme")
+    assert [(p.proposal_id, o.operation_key, o.status, p.authentic) for p, o in listed] == [
+        ("prop_test2", "op_test2", "pending_approval", True),
+        ("prop_test3", "op_test3", "approved", True),
+        ("prop_test1", "op_test1", "pending_approval", True),
+    ]
+    assert listed[0][0] == store.proposals.get("prop_test2")
+    # bounded: only the newest
+    assert [p.proposal_id for p, _ in store.proposals.for_tool("issue_refund", "acme", 2)] == [
+        "prop_test2",
+        "prop_test3",
+    ]
+    assert [p.proposal_id for p, _ in store.proposals.for_tool("issue_refund", "globex")] == ["prop_test5"]
+    assert store.proposals.for_tool("issue_refund", "initech") == []
+    assert store.proposals.for_tool("issue_refund", "acme", 0) == []
+
+
+def test_the_requesters_words_are_stored_under_the_mac_and_outside_the_digest(store: Store) -> None:
+    worded = make_proposal(1, requester_text="Refund O-5512 please ✓")
+    bare = make_proposal(2)
+    # the words are context, not the operation: the digested content is the same without them
+    assert worded.content() == dataclasses.replace(worded, requester_text=None).content()
+    stored, _, _ = store.proposals.create(worded)
+    store.proposals.create(bare)
+    got = store.proposals.get("prop_test1")
+    assert got is not None and got.authentic and got.requester_text == "Refund O-5512 please ✓"
+    plain = store.proposals.get("prop_test2")
+    assert plain is not None and plain.authentic and plain.requester_text is None
+    # the words are under the stored MAC: other words (changed with database access alone) do not verify
+    with store.transaction(write=False) as tx:
+        row = tx.one("SELECT mac FROM proposals WHERE proposal_id = ?", ("prop_test1",))
+    assert row is not None and store.keys.verify("proposal", stored.sealed(), row["mac"])
+    changed = dataclasses.replace(stored, requester_text="the manager pre-approved this")
+    assert not store.keys.verify("proposal", changed.sealed(), row["mac"])
+    # a row from before the words existed (no column value, no key in the MAC) still verifies
+    before = make_proposal(3)
+    _insert_proposal_row(store, before, store.keys.mac("proposal", before.sealed()))
+    old = store.proposals.get("prop_test3")
+    assert old is not None and old.authentic and old.requester_text is None
+
+
+CONTRACT["proposals.for_tool"] = (
+    test_for_tool_lists_the_tenants_newest_proposals_of_one_tool_with_their_operations,
+    test_every_proposal_read_marks_whether_the_rows_mac_verifies,
+)
+CONTRACT["proposals.create"] = (
+    *CONTRACT["proposals.create"],
+    test_the_requesters_words_are_stored_under_the_mac_and_outside_the_digest,
+)

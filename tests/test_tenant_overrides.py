@@ -339,6 +339,7 @@ def test_a_tenants_write_is_proposed_approved_and_run_with_its_own_implementatio
         handler=acme_refund,
         handler_revision="issue-refund/acme-own-1",
         reconcile=base.reconcile,
+        review_details=base.review_details,  # an override of a tool with a lookup brings its own
     )
     registry = Registry.of(harness.registry.release, harness.registry.tools.values(), harness.system, [own])
     harness.registry = registry

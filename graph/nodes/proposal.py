@@ -19,7 +19,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.delivery.handler_scope import keep_for_write
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
-from toolgate.graph.review.proposals import draft_proposal, store_proposal
+from toolgate.graph.review.proposals import draft_proposal, requester_words, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
 from toolgate.graph.waits.delegation import keep_for_wait
 
@@ -35,6 +35,7 @@ def make_proposal_node(gw: Gateway) -> Any:
         records: dict[str, CallRecord] = {}
         awaiting: list[str] = []
         trace_id = telemetry.audit_trace_id(ctx.trace_id, state.get("trace"))
+        words = requester_words(state.get("messages", []))
         for call_id in state.get("turn_calls", []):
             record = calls[call_id]
             if record.get("phase") != "write":
@@ -50,6 +51,7 @@ def make_proposal_node(gw: Gateway) -> Any:
                 call_id=call_id,
                 arguments=record["arguments"],
                 trace_id=trace_id,
+                requester_text=words,
             )
             stored, operation, _ = store_proposal(
                 gw,

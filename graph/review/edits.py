@@ -74,6 +74,7 @@ def edit_proposal(
         supersedes=proposal_id,
         trace_id=original.trace_id,
         editors=(*original.editors, editor.user_id),
+        requester_text=original.requester_text,  # the requester's words, not the editor's
     )
     # the replacement exists before the original is rejected: a failure in between leaves a pending
     # proposal that expires, never an original rejected with nothing in its place

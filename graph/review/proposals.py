@@ -3,16 +3,43 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage
 
 from toolgate.canonical import digest, operation_key, sha256_hex
 from toolgate.clock import iso
 from toolgate.graph.delivery.delegation import DelegationRefused, seal, unseal
 from toolgate.graph.gateway import Gateway
+from toolgate.policy.output import redact_text
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
+
+MAX_REQUESTER_TEXT = 1000
+"""The most of the requester's words a proposal keeps (characters): the turn, not the transcript."""
+
+
+def requester_words(messages: Sequence[BaseMessage]) -> str | None:
+    """The requester's last message (the turn that led to the proposal), redacted and bounded, or
+    None when there is none. A reviewer reads it as the requester's words, never as a fact: it is
+    what a person typed, and may be wrong or adversarial."""
+    last = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    if last is None:
+        return None
+    content = last.content
+    if isinstance(content, str):
+        text = content
+    else:  # content blocks: their text parts
+        text = "\n".join(
+            str(block.get("text", "")) if isinstance(block, dict) else str(block) for block in content
+        )
+    text = redact_text(text.strip())
+    if len(text) > MAX_REQUESTER_TEXT:
+        text = text[: MAX_REQUESTER_TEXT - 1] + "…"
+    return text or None
 
 
 def draft_proposal(
@@ -27,6 +54,7 @@ def draft_proposal(
     supersedes: str | None = None,
     trace_id: str | None = None,
     editors: tuple[str, ...] = (),
+    requester_text: str | None = None,
 ) -> ProposalRecord:
     """The proposal for one intended effect; its operation key and id derive from the content.
 
@@ -62,6 +90,7 @@ def draft_proposal(
         editors=tuple(sorted(set(editors))),
         escalation_rule_id=escalation.rule_id,
         escalation_reason=escalation.reason,
+        requester_text=requester_text,
     )
     return dataclasses.replace(draft, digest=digest(draft.content()))
 
@@ -134,4 +163,4 @@ def carry_delegation(gw: Gateway, spec: ToolSpec, original: ProposalRecord, edit
     return seal(gw.store, edited, credentials)
 
 
-__all__ = ["carry_delegation", "draft_proposal", "store_proposal"]
+__all__ = ["MAX_REQUESTER_TEXT", "carry_delegation", "draft_proposal", "requester_words", "store_proposal"]

@@ -17,6 +17,8 @@ from toolgate.forensics import trace
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import handler_timeout_s
 from toolgate.graph.review.facts import review_facts
+from toolgate.graph.review.related import Related, same_resource
+from toolgate.graph.review.warnings import review_warnings
 from toolgate.graph.server.access import visible, visible_operation, visible_proposal
 from toolgate.graph.server.serving import Refusal, Reply, ViewInput
 from toolgate.policy.principal import Principal
@@ -47,9 +49,35 @@ def _summary(proposal: ProposalRecord, operation: OperationRecord, now: Any) -> 
     }
 
 
-def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -> dict[str, Any]:
+RELATED_SHOWN = 20
+"""How many related proposals a view lists (newest first); the warnings count all that were found."""
+
+
+def _related_view(related: Related) -> dict[str, Any]:
+    return {
+        "proposal_id": related.proposal.proposal_id,
+        "status": related.operation.status,
+        "requester": related.proposal.requester_id,
+        "arguments": related.proposal.arguments,
+        "created_at": related.proposal.created_at,
+        "resources": [{"kind": kind, "id": rid} for kind, rid in related.resources],
+        "authentic": related.proposal.authentic,
+    }
+
+
+def _detail(
+    gw: Gateway, proposal: ProposalRecord, operation: OperationRecord, *, caller: Principal | None = None
+) -> dict[str, Any]:
+    """The proposal as a reviewer weighs it; the related proposals only those ``caller`` could
+    open themselves (a customer her own, a reviewer the tenant's; None: every one found)."""
     details, details_error = review_facts(gw.registry, proposal)
     superseded_by = gw.store.proposals.superseding(proposal.proposal_id)
+    related = [
+        r
+        for r in same_resource(gw.store, gw.registry, proposal)
+        if caller is None or visible(gw, caller, r.proposal)
+    ]
+    warnings = review_warnings(gw.registry, proposal, operation.status, related, details)
     return {
         **_summary(proposal, operation, gw.store.now()),
         "operation_key": proposal.operation_key,
@@ -80,6 +108,10 @@ def _detail(gw: Gateway, proposal: ProposalRecord, operation: OperationRecord) -
         ],
         "review_details": details,
         "review_details_error": details_error,
+        "requester_text": proposal.requester_text,  # the requester's words (redacted), not a fact
+        "warnings": [w.view() for w in warnings],
+        "related": [_related_view(r) for r in related[:RELATED_SHOWN]],
+        "related_total": len(related),
     }
 
 
@@ -111,7 +143,7 @@ def list_proposals(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
 def show_proposal(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
     """``GET /toolgate/proposals/{proposal_id}``: everything a reviewer weighs before deciding."""
     proposal, operation = visible_proposal(gw, caller, inp.path["proposal_id"], "proposal")
-    return Reply(_detail(gw, proposal, operation))
+    return Reply(_detail(gw, proposal, operation, caller=caller))
 
 
 def show_operation(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:

@@ -6,6 +6,8 @@ URLs from model strings. Identity comes from `HandlerContext`, never from argume
 
 from __future__ import annotations
 
+from typing import Any
+
 from toolgate.tools.demo.models import (
     IssueRefundArgs,
     IssueRefundResult,
@@ -73,6 +75,22 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
         if args.amount_cents > remaining:
             return f"amount_cents must be at most the unrefunded amount of the order ({remaining})."
         return None
+
+    def refund_facts(args: IssueRefundArgs, ctx: HandlerContext) -> dict[str, Any]:
+        """What the payment system's records say of the order, as the requester's tenant sees
+        them: what a reviewer weighs before moving money."""
+        order = system.order(ctx.tenant_id, args.order_id)
+        remaining = order["amount_cents"] - order["refunded_cents"]
+        return {
+            "order_id": order["order_id"],
+            "item": order["item"],
+            "currency": order["currency"],
+            "order_amount_cents": order["amount_cents"],
+            "already_refunded_cents": order["refunded_cents"],
+            "remaining_cents": remaining,
+            "this_refund_cents": args.amount_cents,
+            "remaining_after_cents": remaining - args.amount_cents,
+        }
 
     def issue_refund(args: IssueRefundArgs, ctx: HandlerContext) -> IssueRefundResult:
         refund = system.refund(ctx.tenant_id, args.order_id, args.amount_cents, ctx.require_idempotency_key())
@@ -185,6 +203,7 @@ def demo_specs(system: DemoSystem) -> list[ToolSpec]:
             audit_fields=frozenset({"order_id", "amount_cents", "reason"}),
             semantic_check=refund_within_balance,
             reconcile=refund_status,
+            review_details=refund_facts,
         ),
     ]
 

@@ -144,10 +144,23 @@
 
   // ---- the list ------------------------------------------------------------------------
 
-  function cell(row, text) {
+  // label: the column's name, shown beside the value when a narrow screen stacks the row
+  function cell(row, text, label) {
     var td = document.createElement("td");
     td.textContent = text;
+    if (label) { td.setAttribute("data-label", label); }
     row.appendChild(td);
+    return td;
+  }
+
+  // ids, hashes and keys: the only text allowed to wrap anywhere (ordinary words never break)
+  // keep: a short token (a time, a release, a revision) kept on one line where the table has room
+  function codeCell(row, text, label, keep) {
+    var code = document.createElement("code");
+    code.textContent = text;
+    var td = cell(row, "", label);
+    if (keep) { td.className = "keep"; }
+    td.appendChild(code);
     return td;
   }
 
@@ -163,13 +176,11 @@
       data.proposals.forEach(function (p) {
         var tr = document.createElement("tr");
         tr.setAttribute("data-testid", "row-" + p.proposal_id);
-        var code = document.createElement("code");
-        code.textContent = p.proposal_id;
-        cell(tr, "").appendChild(code);
-        cell(tr, p.tool);
-        cell(tr, p.risk);
-        cell(tr, p.requester);
-        cell(tr, duration(p.seconds_left));
+        codeCell(tr, p.proposal_id, "Proposal");
+        cell(tr, p.tool, "Tool");
+        cell(tr, p.risk, "Risk");
+        cell(tr, p.requester, "Requester");
+        cell(tr, duration(p.seconds_left), "Time left");
         var button = document.createElement("button");
         button.type = "button";
         button.textContent = "Open";
@@ -200,6 +211,107 @@
     show("decisions-empty", decisions.length === 0);
   }
 
+  function factLabel(key) {
+    var text = key.replace(/_cents$/, "").replace(/_/g, " ");
+    return text.charAt(0).toUpperCase() + text.slice(1);
+  }
+
+  // an amount in cents reads as money, with the exact cents beside it
+  function factValue(key, value, facts) {
+    if (/_cents$/.test(key) && typeof value === "number" && Math.floor(value) === value) {
+      var money = (value < 0 ? "-" : "") + (Math.abs(value) / 100).toFixed(2);
+      var currency = typeof facts.currency === "string" ? " " + facts.currency : "";
+      return money + currency + " (" + value + " cents)";
+    }
+    if (value === null || value === undefined) { return "—"; }
+    return typeof value === "object" ? JSON.stringify(value) : String(value);
+  }
+
+  function renderReviewDetails(p) {
+    var list = $("review-details");
+    list.textContent = "";
+    var facts = p.review_details || {};
+    Object.keys(facts).forEach(function (key) {
+      var dt = document.createElement("dt");
+      dt.textContent = factLabel(key);
+      var dd = document.createElement("dd");
+      dd.setAttribute("data-testid", "detail-" + key);
+      dd.textContent = factValue(key, facts[key], facts);
+      if (/_cents$/.test(key) && typeof facts[key] === "number" && facts[key] < 0) {
+        dd.textContent += " — more than remains";
+        dd.className = "negative";
+      }
+      list.appendChild(dt);
+      list.appendChild(dd);
+    });
+    show("review-details", Object.keys(facts).length > 0);
+    show("review-details-none", p.review_details !== null && Object.keys(facts).length === 0);
+    $("review-details-error").textContent = p.review_details_error
+      ? p.review_details_error + " Do not approve without them." : "";
+    show("review-details-error", !!p.review_details_error);
+  }
+
+  var WARNING_LABELS = {
+    semantic_check: "Would fail at execution:",
+    check_unavailable: "Not checked:",
+    same_resource: "Same resource:",
+    exceeds_remaining: "Together too much:"
+  };
+
+  function renderWarnings(warnings) {
+    var list = $("warning-list");
+    list.textContent = "";
+    warnings.forEach(function (w, i) {
+      var li = document.createElement("li");
+      li.setAttribute("data-testid", "warning-" + w.kind);
+      var label = document.createElement("strong");
+      label.textContent = (WARNING_LABELS[w.kind] || "Warning:") + " ";
+      li.appendChild(label);
+      li.appendChild(document.createTextNode(w.message));
+      list.appendChild(li);
+    });
+    show("warnings", warnings.length > 0);
+  }
+
+  function renderWords(p) {
+    $("requester-text").textContent = p.requester_text || "";
+    $("requester-caption").textContent = "— " + p.requester + ", in their own words (redacted; not checked by toolgate)";
+    show("requester-words", !!p.requester_text);
+  }
+
+  function summarize(args) {
+    var text = JSON.stringify(args);
+    return text.length > 160 ? text.slice(0, 159) + "…" : text;
+  }
+
+  function renderRelated(p) {
+    var rows = $("related-rows");
+    rows.textContent = "";
+    p.related.forEach(function (r) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-testid", "related-" + r.proposal_id);
+      var td = cell(tr, "", "Proposal");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "link";
+      var code = document.createElement("code");
+      code.textContent = r.proposal_id;
+      button.appendChild(code);
+      button.setAttribute("aria-label", "Open related proposal " + r.proposal_id + " (" + r.status + ")");
+      button.addEventListener("click", function () { openProposal(r.proposal_id); });
+      td.appendChild(button);
+      cell(tr, r.status + (r.authentic ? "" : " (NOT AUTHENTIC)"), "Status");
+      cell(tr, r.requester, "Requester");
+      codeCell(tr, summarize(r.arguments), "Arguments");
+      codeCell(tr, r.created_at, "Created", true);
+      rows.appendChild(tr);
+    });
+    var more = p.related_total > p.related.length ? " (" + p.related_total + " in all; newest shown)" : "";
+    $("related-title").textContent = "Other proposals for the same resource" + more;
+    show("related-empty", p.related.length === 0);
+    show("related-table", p.related.length > 0);
+  }
+
   function startCountdown(seconds) {
     var deadline = window.performance.now() + seconds * 1000; // the server's clock, not this browser's
     var warned = false;
@@ -219,16 +331,22 @@
   }
 
   function setActionsEnabled(enabled) {
-    ["approve", "reject", "reject-reason", "confirm-reviewed"].forEach(function (id) { $(id).disabled = !enabled; });
+    ["approve", "reject", "reject-reason", "confirm-reviewed", "edit", "edit-arguments"].forEach(function (id) { $(id).disabled = !enabled; });
   }
 
-  // keepAlert: a reload after a decision keeps its message (refusal or status) on screen
-  function openProposal(id, keepAlert) {
+  // keepAlert: a reload after a decision keeps its message (refusal or status) on screen;
+  // notice: what led here (an edit), shown above the proposal
+  function openProposal(id, keepAlert, notice) {
     if (!keepAlert) { clearAlert(); }
     stopTimers();
     return api("toolgate/proposals/" + encodeURIComponent(id)).then(function (p) {
       current = p;
-      $("detail-title").textContent = "Proposal " + p.proposal_id;
+      var title = $("detail-title");
+      title.textContent = "Proposal ";
+      var idSpan = document.createElement("span");
+      idSpan.className = "id";
+      idSpan.textContent = p.proposal_id;
+      title.appendChild(idSpan);
       setText("fact-tool", p.tool);
       setText("fact-tool-version", p.tool_version);
       setText("fact-handler", p.handler_revision);
@@ -245,11 +363,13 @@
       setText("fact-args-sha", p.arguments_sha256);
       setText("digest", p.digest);
       $("arguments").textContent = JSON.stringify(p.arguments, null, 2);
-      $("review-details").textContent = p.review_details === null ? "(unavailable)" :
-        Object.keys(p.review_details).length ? JSON.stringify(p.review_details, null, 2) : "(none for this tool)";
-      $("review-details-error").textContent = p.review_details_error
-        ? p.review_details_error + " Do not approve without them." : "";
-      show("review-details-error", !!p.review_details_error);
+      renderReviewDetails(p);
+      renderWarnings(p.warnings || []);
+      renderWords(p);
+      renderRelated(p);
+      $("edit-arguments").value = JSON.stringify(p.arguments, null, 2);
+      $("edit-result").textContent = notice || "";
+      show("edit-result", !!notice);
       $("superseded").textContent = p.superseded_by ? "A reviewer edited this proposal; it was replaced by " + p.superseded_by + "." : "";
       show("superseded", !!p.superseded_by);
       renderDecisions(p.decisions);
@@ -262,8 +382,13 @@
       show("operation", false);
       show("detail", true);
       startCountdown(p.seconds_left);
+      var warned = (p.warnings || []).length;
       if (!keepAlert) {
-        say("Opened proposal " + p.proposal_id + " (" + p.tool + ", " + p.status + ").");
+        say("Opened proposal " + p.proposal_id + " (" + p.tool + ", " + p.status + ")" +
+          (warned ? "; " + warned + " warning(s) to check before approving." : "."));
+        $("detail-title").focus();
+      } else if (notice) {
+        say(notice + (warned ? " " + warned + " warning(s) to check before approving." : ""));
         $("detail-title").focus();
       }
     }, alertError);
@@ -307,6 +432,36 @@
     decideWith("toolgate/proposals/" + encodeURIComponent(current.proposal_id) + "/reject", { reason: reason });
   }
 
+  function onEdit(event) {
+    event.preventDefault();
+    if (!current) { return; }
+    var args;
+    try {
+      args = JSON.parse($("edit-arguments").value);
+    } catch (e) {
+      alertError({ code: "invalid_json", message: "the edited arguments are not JSON: " + e.message });
+      $("edit-arguments").focus();
+      return;
+    }
+    if (args === null || typeof args !== "object" || Array.isArray(args)) {
+      alertError({ code: "invalid_json", message: "the edited arguments must be a JSON object" });
+      $("edit-arguments").focus();
+      return;
+    }
+    clearAlert();
+    setActionsEnabled(false);
+    var original = current.proposal_id;
+    api("toolgate/proposals/" + encodeURIComponent(original) + "/edit",
+      { method: "POST", body: { arguments: args } }).then(function (reply) {
+      var notice = "Edited: new proposal " + reply.proposal_id + " replaces " + original +
+        " (digest " + reply.digest + "). It needs its own approval, by someone other than you.";
+      return openProposal(reply.proposal_id, true, notice);
+    }, function (err) {
+      alertError(err);
+      if (err.status !== 401) { return openProposal(original, true); }
+    });
+  }
+
   // ---- following the operation ---------------------------------------------------------
 
   function renderTrace(report) {
@@ -314,8 +469,22 @@
     rows.textContent = "";
     report.events.forEach(function (e) {
       var tr = document.createElement("tr");
-      [e.seq, e.event, e.result, e.code, e.at, e.actor, e.release, e.handler].forEach(function (v) {
-        cell(tr, v === null || v === undefined ? "" : String(v));
+      [["#", e.seq], ["Event", e.event], ["Result", e.result], ["Code", e.code]].forEach(function (c) {
+        cell(tr, c[1] === null || c[1] === undefined ? "" : String(c[1]), c[0]);
+      });
+      // timestamps, hashes and revisions: code, the only cells that may wrap anywhere
+      // the time as RFC 3339 allows it, date and time apart: a narrow column breaks it between them only
+      var when = cell(tr, "", "At");
+      when.className = "keep";
+      String(e.at === null || e.at === undefined ? "" : e.at).split("T").forEach(function (part, i) {
+        if (i) { when.appendChild(document.createTextNode(" ")); }
+        var code = document.createElement("code");
+        code.textContent = part;
+        when.appendChild(code);
+      });
+      [["Actor (hashed)", e.actor, false], ["Release", e.release, true],
+        ["Handler", e.handler, true]].forEach(function (c) {
+        codeCell(tr, c[1] === null || c[1] === undefined ? "" : String(c[1]), c[0], c[2]);
       });
       rows.appendChild(tr);
     });
@@ -374,6 +543,7 @@
     $("refresh").addEventListener("click", function () { clearAlert(); loadList(); });
     $("approve-form").addEventListener("submit", onApprove);
     $("reject-form").addEventListener("submit", onReject);
+    $("edit-form").addEventListener("submit", onEdit);
     $("back").addEventListener("click", backToList);
     $("operation-back").addEventListener("click", backToList);
     if (token()) {

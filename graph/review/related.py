@@ -1,0 +1,75 @@
+"""Other proposals that touch the same resource as the one a reviewer is deciding.
+
+Five refunds of one order, pending at once, look identical one by one; side by side they are
+a warning. "Same resource" is what the tool declares (`ToolSpec.resource_refs`): another proposal
+of the same tool and tenant naming one of the same (kind, id) values. The search is bounded (the
+newest `SCAN_LIMIT` proposals of the tool in the tenant), so a busy tool costs one page of rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolgate.store.base import Store
+from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.tools.argpaths import values_at
+from toolgate.tools.registry import Registry
+
+SCAN_LIMIT = 200
+"""How many of the tool's newest proposals in the tenant are searched."""
+
+ACTIVE_STATUSES: frozenset[str] = frozenset({"pending_approval", "approved", "executing"})
+"""Statuses of a proposal that may still move the resource: decided-for or waiting for a decision."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Related:
+    """Another proposal on a resource of the one being decided."""
+
+    proposal: ProposalRecord
+    """The other proposal."""
+    operation: OperationRecord
+    """Its operation (its status)."""
+    resources: tuple[tuple[str, str], ...]
+    """The (kind, id) pairs it shares with the proposal being decided."""
+
+    @property
+    def active(self) -> bool:
+        """Whether it is waiting for a decision, approved or running."""
+        return self.operation.status in ACTIVE_STATUSES
+
+
+def resources_of(registry: Registry, proposal: ProposalRecord) -> tuple[tuple[str, str], ...]:
+    """The (kind, id) pairs ``proposal`` names, as its tool declares them (none when the release
+    has no such tool or it declares no resource)."""
+    spec = registry.get_for(proposal.tool, proposal.tenant_id)
+    if spec is None:
+        return ()
+    return tuple(
+        sorted(
+            {
+                (ref.kind, str(value))
+                for ref in spec.resource_refs
+                for value in values_at(proposal.arguments, ref.argument)
+            }
+        )
+    )
+
+
+def same_resource(store: Store, registry: Registry, proposal: ProposalRecord) -> list[Related]:
+    """The other proposals of ``proposal``'s tool and tenant that name one of its resources,
+    newest first (among the newest `SCAN_LIMIT`)."""
+    mine = set(resources_of(registry, proposal))
+    if not mine:
+        return []
+    found: list[Related] = []
+    for other, operation in store.proposals.for_tool(proposal.tool, proposal.tenant_id, SCAN_LIMIT):
+        if other.proposal_id == proposal.proposal_id:
+            continue
+        shared = mine & set(resources_of(registry, other))
+        if shared:
+            found.append(Related(proposal=other, operation=operation, resources=tuple(sorted(shared))))
+    return found
+
+
+__all__ = ["ACTIVE_STATUSES", "SCAN_LIMIT", "Related", "resources_of", "same_resource"]

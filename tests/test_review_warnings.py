@@ -1,0 +1,194 @@
+"""What a reviewer needs to decide (issue 28): a refund's facts, the requester's words, the other
+proposals for the same order and a warning when approving would fail at execution.
+
+Proposals are made by the real graph (scripted model) on both stores; the API's proposal view is
+read through Starlette's test client as the console reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from support import Harness, principal, start
+
+import toolgate.graph.server.http as http
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.review.edits import edit_proposal
+from toolgate.graph.review.proposals import MAX_REQUESTER_TEXT
+from toolgate.store import Store
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
+from toolgate.tools.registry import Registry
+
+ASK = "My blender arrived broken, order O-5512. Please refund it. password=hunter2"
+
+
+def propose(
+    harness: Harness, thread: str, amount: int, order: str = "O-5512", text: str = ASK, user: str = "cust-ada"
+) -> dict[str, Any]:
+    """``user`` asks on ``thread``; the model proposes a refund of ``amount`` cents: the interrupt's facts."""
+    call = tool_call("issue_refund", {"order_id": order, "amount_cents": amount, "reason": "damaged"}, "c1")
+    graph = harness.graph(ScriptedChatModel(responses=[ai("", call), ai("done")]))
+    state = start(graph, text, user, thread)
+    return dict(state["__interrupt__"][0].value["toolgate"]["proposals"][0])
+
+
+def view(harness: Harness, proposal_id: str, user: str = "fiona") -> dict[str, Any]:
+    gw = harness.gateway()
+    client = TestClient(http.create_app(lambda: gw, waker_interval_s=None))
+    reply = client.get(
+        f"/toolgate/proposals/{proposal_id}", headers={"Authorization": f"Bearer {demo_token(user)}"}
+    )
+    assert reply.status_code == 200, reply.text
+    return dict(reply.json())
+
+
+def test_the_requesters_words_are_kept_redacted_bounded_and_shown(store: Store) -> None:
+    harness = Harness(store)
+    facts = propose(harness, "t-words", 1000)
+    stored = store.proposals.get(facts["proposal_id"])
+    assert stored is not None and stored.authentic
+    assert stored.requester_text is not None and stored.requester_text.startswith(
+        "My blender arrived broken, order O-5512. Please refund it."
+    )
+    with store.transaction(write=False) as tx:
+        row = tx.one("SELECT requester_text FROM proposals WHERE proposal_id = ?", (facts["proposal_id"],))
+    assert row is not None and "hunter2" not in row["requester_text"]  # never stored
+    shown = view(harness, facts["proposal_id"])
+    assert shown["requester_text"] == stored.requester_text and "hunter2" not in str(shown)
+    # an edit keeps the requester's words (never the editor's)
+    edited = edit_proposal(
+        harness.gateway(),
+        facts["proposal_id"],
+        principal("rita"),
+        tool="issue_refund",
+        arguments={"order_id": "O-5512", "amount_cents": 900, "reason": "damaged"},
+    )
+    assert edited.requester_text == stored.requester_text and edited.authentic
+    # bounded: a long message is cut
+    long = propose(harness, "t-long", 500, order="O-5520", text="refund O-5520 " + "x" * 5000)
+    kept = store.proposals.get(long["proposal_id"])
+    assert kept is not None and kept.requester_text is not None
+    assert len(kept.requester_text) == MAX_REQUESTER_TEXT and kept.requester_text.endswith("…")
+
+
+def test_a_refund_shows_the_orders_facts_and_the_other_refunds_of_the_same_order(store: Store) -> None:
+    harness = Harness(store)
+    first = propose(harness, "t-1", 2000)
+    second = propose(harness, "t-2", 2000)
+    elsewhere = propose(harness, "t-other", 2000, order="O-5520")  # another order: not related
+    third = propose(harness, "t-3", 2000)
+    shown = view(harness, third["proposal_id"])
+    assert shown["review_details"] == {
+        "order_id": "O-5512",
+        "item": "Blender B-200",
+        "currency": "USD",
+        "order_amount_cents": 4999,
+        "already_refunded_cents": 0,
+        "remaining_cents": 4999,
+        "this_refund_cents": 2000,
+        "remaining_after_cents": 2999,
+    }
+    assert [
+        (r["proposal_id"], r["status"], r["requester"], r["arguments"]["amount_cents"])
+        for r in shown["related"]
+    ] == [
+        (second["proposal_id"], "pending_approval", "cust-ada", 2000),
+        (first["proposal_id"], "pending_approval", "cust-ada", 2000),
+    ]
+    assert shown["related_total"] == 2 and elsewhere["proposal_id"] not in str(shown["related"])
+    assert shown["related"][0]["resources"] == [{"kind": "order", "id": "O-5512"}]
+    assert shown["warnings"] == [
+        {
+            "kind": "same_resource",
+            "message": "2 other issue_refund proposals for order O-5512 are pending or approved (listed below).",
+        },
+        {
+            "kind": "exceeds_remaining",
+            "message": "Together with this one they ask for 6000 cents; only 4999 cents remain."
+            " Approving all of them would fail at execution.",
+        },
+    ]
+    # a decided one stays listed with its status but no longer counts as a live claim on the order
+    decide(harness.gateway(), first["proposal_id"], principal("fiona"), "reject", reason="duplicate")
+    again = view(harness, third["proposal_id"])
+    assert [(r["proposal_id"], r["status"]) for r in again["related"]] == [
+        (second["proposal_id"], "pending_approval"),
+        (first["proposal_id"], "rejected"),
+    ]
+    assert again["warnings"] == [
+        {
+            "kind": "same_resource",
+            "message": "1 other issue_refund proposal for order O-5512 is pending or approved (listed below).",
+        }
+    ]  # 4000 of 4999: together they fit
+    # the other tenant's reviewer never sees them; a finished proposal carries no warnings
+    gone = view(harness, elsewhere["proposal_id"])
+    assert gone["related"] == [] and gone["warnings"] == []
+    assert view(harness, first["proposal_id"])["warnings"] == []
+
+
+def test_a_refund_that_would_fail_at_execution_is_warned_before_approval(store: Store) -> None:
+    harness = Harness(store)
+    facts = propose(harness, "t-fail", 4999)
+    assert view(harness, facts["proposal_id"])["warnings"] == []
+    with store.transaction() as tx:  # meanwhile, part of the order was refunded elsewhere
+        tx.execute("UPDATE sor_orders SET refunded_cents = 2000 WHERE order_id = 'O-5512'")
+    shown = view(harness, facts["proposal_id"])
+    assert shown["review_details"]["remaining_cents"] == 2999
+    assert shown["review_details"]["remaining_after_cents"] == -2000
+    assert shown["warnings"] == [
+        {
+            "kind": "semantic_check",
+            "message": "If approved now, execution would be refused: amount_cents must be at most the"
+            " unrefunded amount of the order (2999).",
+        }
+    ]
+    # and it would: approved anyway, the payment system refuses it
+    decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
+    delivered = harness.gateway().executor.deliver(facts["operation_key"], worker_id="w-1")
+    operation = store.operations.get(facts["operation_key"])
+    assert operation is not None and operation.status == "failed", (delivered, operation)
+    assert "unrefunded amount" in str(operation.error)
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("secret=hunter2 in the check"), TimeoutError()])
+def test_a_failing_check_is_shown_as_unchecked_and_never_raised(store: Store, failure: BaseException) -> None:
+    harness = Harness(store)
+    facts = propose(harness, "t-broken", 1000)
+    calls: list[tuple[str, str]] = []
+
+    def broken(args: Any, ctx: Any) -> str | None:
+        calls.append((ctx.tenant_id, ctx.user_id))
+        raise failure
+
+    specs = [
+        replace(s, semantic_check=broken) if s.name == "issue_refund" else s
+        for s in harness.registry.tools.values()
+    ]
+    harness.registry = Registry.of(harness.registry.release, specs, harness.system)
+    shown = view(harness, facts["proposal_id"])
+    assert calls == [("acme", "cust-ada")]  # as the requester, never the reviewer
+    (warning,) = shown["warnings"]
+    assert warning["kind"] == "check_unavailable" and "could not be checked" in warning["message"]
+    assert "hunter2" not in str(shown)
+    assert shown["review_details"]["order_id"] == "O-5512"  # the rest of the view stands
+
+
+def test_the_related_proposals_are_only_those_the_caller_could_open(store: Store) -> None:
+    harness = Harness(store)
+    staff = propose(harness, "t-staff", 1000, user="rita")  # support acts on ada's order for her
+    own = propose(harness, "t-own", 1000)
+    # the requester follows her own proposal and sees only her own proposals beside it: none
+    mine = view(harness, own["proposal_id"], "cust-ada")
+    assert mine["related"] == [] and mine["related_total"] == 0
+    assert all(w["kind"] != "same_resource" for w in mine["warnings"])
+    # the reviewer sees the staff member's refund of the same order, and is warned
+    reviewed = view(harness, own["proposal_id"], "fiona")
+    assert [(r["proposal_id"], r["requester"]) for r in reviewed["related"]] == [
+        (staff["proposal_id"], "rita")
+    ]
+    assert [w["kind"] for w in reviewed["warnings"]] == ["same_resource"]
