@@ -1,7 +1,7 @@
 """What a handler call may do to the databases: the access scope trusted code sets around each call.
 
 A tool declared read-only must not change anything, whatever its handler reaches for. Trusted
-code (`toolgate.graph.delivery.handlers.start`) runs every handler call, and every status check,
+code (`toolgate.tools.loaded_code.start`) runs every handler call, and every status check,
 with a `HandlerAccess` as the worker thread's `HANDLER_ACCESS`; the records capability and the
 store consult it:
 
