@@ -19,14 +19,13 @@ import pytest
 from support import Harness, start, tool_messages
 
 from toolgate.errors import CapabilityDenied, StoreError
-from toolgate.graph.delivery import handlers
 from toolgate.graph.delivery.recovery import reconcile
 from toolgate.store import Store
 from toolgate.store.handler_access import HandlerAccess, handler_access
 from toolgate.store.records_scope import RecordsScope
 from toolgate.store.service_records import open_service_records
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
-from toolgate.tools import Registry
+from toolgate.tools import Registry, loaded_code
 from toolgate.tools.demo.crm import CRM_API_SCOPE
 from toolgate.tools.demo.services import DemoServices
 
@@ -233,10 +232,10 @@ def test_a_handler_call_is_read_only_unless_its_caller_says_it_writes(store: Sto
 
     for access in (None, HandlerAccess("a_check")):  # no access given: a fresh read-only one
         with pytest.raises(CapabilityDenied) as refused:
-            handlers.run_with_timeout(write, 30.0, access=access)
+            loaded_code.run_with_timeout(write, 30.0, access=access)
         assert (refused.value.capability, refused.value.target) == ("records", "sor_services")
     granted = HandlerAccess("a_write", writes=True)
-    assert handlers.run_with_timeout(write, 30.0, access=granted) == "wrote"
+    assert loaded_code.run_with_timeout(write, 30.0, access=granted) == "wrote"
     assert granted.denials == []
 
 
@@ -250,7 +249,7 @@ def test_a_swallowed_refusal_still_fails_the_call() -> None:
             return "nothing to see"
 
     with pytest.raises(CapabilityDenied) as refused:
-        handlers.run_with_timeout(swallow, 30.0, access=access)
+        loaded_code.run_with_timeout(swallow, 30.0, access=access)
     assert refused.value is access.denials[0]
 
 
