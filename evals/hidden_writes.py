@@ -23,8 +23,10 @@ together with an innocent neighbour, never missed.
 ``DECLARED`` lists the demo reads whose system of record records them by design, with the reason;
 those tables are left out for that tool only (every other table, and every other tool, is checked).
 
-The wrapper is trusted harness code and reads the store, but keeps it only inside its digest
-function, never as an attribute: tests/test_handler_capabilities.py walks what handlers close over
+The wrapper is trusted harness code and reads the store (inside the handler's call, where the
+gateway refuses the store to the handler: `toolgate.store.handler_access.outside_handler_call`
+marks the digest as the harness's own), but keeps it only inside its digest function, never as
+an attribute: tests/test_handler_capabilities.py walks what handlers close over
 (attributes, two levels deep) to prove release code holds no store, and must still see none.
 """
 
@@ -38,6 +40,7 @@ from typing import Any
 
 from toolgate.evals.sor_digest import Digest, digest, snapshotter, sor_tables
 from toolgate.store.base import Store
+from toolgate.store.handler_access import outside_handler_call
 from toolgate.tools.handler import HandlerContext
 from toolgate.tools.spec import ToolSpec
 
@@ -99,7 +102,13 @@ class HiddenWriteCheck:
     """Wraps a registry's handlers so every read is compared before and after (module docstring)."""
 
     def __init__(self, store: Store) -> None:
-        self._snapshot: Callable[[], Digest] = snapshotter(store)
+        snapshot = snapshotter(store)
+
+        def outside() -> Digest:  # the harness's own read, not the handler's (refused to it)
+            with outside_handler_call():
+                return snapshot()
+
+        self._snapshot: Callable[[], Digest] = outside
         self.violations: list[HiddenWrite] = []
         self.checked = 0
         """Read calls compared."""

@@ -10,6 +10,11 @@ its password is derived from the store's secret, so every process sharing the st
 without the password being stored or sent anywhere but in a SCRAM verifier computed here. The
 role's sessions pin ``search_path`` to the store's schema: its unqualified table names resolve
 to the store's tables, whatever the role's own default search path would find.
+
+Inside a read tool's call (`toolgate.store.handler_access`) every unit of work is ``READ ONLY``,
+so the server refuses any write; a service whose reads append by design
+(`RecordsScope.read_appends`) has a second login role for those calls, with SELECT on its tables
+and INSERT on exactly those (`grants`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from psycopg.rows import dict_row
 
 from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store.base import Tx
+from toolgate.store.handler_access import unit_of_work
 from toolgate.store.keys import Keyring
 from toolgate.store.postgres import PostgresStore, redact_url
 from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_denied
@@ -40,6 +46,13 @@ from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_d
 _ROLE_LOCK = 0x7467_0010
 """Advisory lock serializing role provisioning in one database (role names are per database)."""
 _DENIED_ON = re.compile(r"permission denied for (?:table|relation|view|sequence) \"?([A-Za-z0-9_]+)")
+_WRITTEN = re.compile(
+    r"\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|MERGE\s+INTO|TRUNCATE(?:\s+TABLE)?)\s+(?:ONLY\s+)?"
+    r"\"?([A-Za-z_][A-Za-z0-9_]{0,62})\"?(?![A-Za-z0-9_.])",
+    re.IGNORECASE,
+)
+"""The table a plain write statement names: what a refusal in a READ ONLY transaction names (the
+server's message names only the kind of statement)."""
 
 
 def database_name(conninfo: str) -> str:
@@ -49,10 +62,15 @@ def database_name(conninfo: str) -> str:
     return str(params.get("dbname") or os.environ.get("PGDATABASE") or user)
 
 
-def role_name(database: str, service: str, schema: str = "public") -> str:
+def role_name(database: str, service: str, schema: str = "public", *, reads: bool = False) -> str:
     """``tg_sor_<service>_<hash of database, schema and service>``: at most 63 bytes, one per
-    database and schema (a store in ``public`` keeps the name it had before schemas counted)."""
+    database and schema (a store in ``public`` keeps the name it had before schemas counted).
+    ``reads``: the service's second role, for read calls of a service whose reads append
+    (``tg_sor_<service>_rd_<hash>``, its own hash)."""
     key = f"{database}\0{service}" if schema == "public" else f"{database}\0{schema}\0{service}"
+    if reads:
+        digest = hashlib.sha256(f"{key}\0reads".encode()).hexdigest()[:16]
+        return f"tg_sor_{service[:35]}_rd_{digest}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return f"tg_sor_{service[:38]}_{digest}"
 
@@ -82,17 +100,37 @@ def scram_verifier(password: str, iterations: int = 4096) -> str:
     return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored)}:{b64(server)}"
 
 
+def grants(scope: RecordsScope, *, reads: bool = False) -> tuple[tuple[str, frozenset[str]], ...]:
+    """The privileges of the service's role on its tables; ``reads``: of its role for read calls
+    (SELECT, and INSERT on the tables its reads append to)."""
+    if reads:
+        return (("SELECT, INSERT", scope.read_appends), ("SELECT", scope.readable - scope.read_appends))
+    return (("SELECT, INSERT, UPDATE, DELETE", scope.tables), ("SELECT", scope.reads))
+
+
 def provision_role(store: PostgresStore, scope: RecordsScope) -> None:
-    """Create or update the role of ``scope`` and grant it exactly the scope's existing tables.
+    """Create or update the role of ``scope`` (and, when its reads append, its role for read
+    calls) and grant it exactly the scope's existing tables.
 
     Serialized per database by an advisory lock; a concurrent creation elsewhere is retried once."""
     database, schema = database_name(store._conninfo), store_schema(store)
-    role = role_name(database, scope.name, schema)
+    for reads in (False, True) if scope.read_appends else (False,):
+        role = role_name(database, scope.name, schema, reads=reads)
+        _provision_once(store, role, scope, grants(scope, reads=reads), database)
+
+
+def _provision_once(
+    store: PostgresStore,
+    role: str,
+    scope: RecordsScope,
+    privileges: tuple[tuple[str, frozenset[str]], ...],
+    database: str,
+) -> None:
     verifier = scram_verifier(role_password(store.keys, database, role))
     for attempt in (1, 2):
         try:
             with store.transaction() as tx:
-                _provision(tx, role, verifier, scope)
+                _provision(tx, role, verifier, scope, privileges)
             return
         except StoreError as exc:
             if isinstance(exc.__cause__, psycopg.errors.DuplicateObject) and attempt == 1:
@@ -105,7 +143,9 @@ def provision_role(store: PostgresStore, scope: RecordsScope) -> None:
             raise
 
 
-def _provision(tx: Tx, role: str, verifier: str, scope: RecordsScope) -> None:
+def _provision(
+    tx: Tx, role: str, verifier: str, scope: RecordsScope, privileges: tuple[tuple[str, frozenset[str]], ...]
+) -> None:
     tx.execute(f"SELECT pg_advisory_xact_lock({_ROLE_LOCK})")
     me = tx.one("SELECT rolname, rolsuper OR rolcreaterole AS can FROM pg_roles WHERE rolname = current_user")
     assert me is not None
@@ -140,13 +180,10 @@ def _provision(tx: Tx, role: str, verifier: str, scope: RecordsScope) -> None:
             (sorted(scope.readable),),
         )
     }
-    for privileges, tables in (
-        ("SELECT, INSERT, UPDATE, DELETE", scope.tables & existing),
-        ("SELECT", scope.reads & existing),
-    ):
-        if tables:
-            listed = ", ".join(f'"{t}"' for t in sorted(tables))
-            tx.execute(f'GRANT {privileges} ON {listed} TO "{role}"')
+    for granted, tables in privileges:
+        if tables & existing:
+            listed = ", ".join(f'"{t}"' for t in sorted(tables & existing))
+            tx.execute(f'GRANT {granted} ON {listed} TO "{role}"')
     wide = tx.one(
         "SELECT has_schema_privilege(?, current_schema(), 'CREATE')"
         " OR has_database_privilege(?, current_database(), 'CREATE') AS wide",
@@ -186,7 +223,9 @@ class _GuardedTx:
             found = _DENIED_ON.search(exc.diag.message_primary or "")
             raise records_denied(self._scope, found.group(1) if found else "statement", "this") from None
         except psycopg.errors.ReadOnlySqlTransaction:
-            raise records_denied(self._scope, "statement", "a write outside a write transaction") from None
+            found = _WRITTEN.match(sql)
+            target = found.group(1).lower() if found else "statement"
+            raise records_denied(self._scope, target, "a write outside a write transaction") from None
         return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
@@ -194,41 +233,21 @@ class _GuardedTx:
         return rows[0] if rows else None
 
 
-class PostgresRecords(ServiceRecords):
-    """A service's records, reached as its own login role."""
+class _Login:
+    """The idle connections of one login role of a service."""
 
     MAX_IDLE = 4
 
-    def __init__(self, conninfo: str, scope: RecordsScope, *, role: str, read_only: bool = False) -> None:
-        self._conninfo = conninfo  # carries the role's password: never printed
-        self.scope = scope
+    def __init__(self, conninfo: str, role: str, service: str) -> None:
+        self.conninfo = conninfo  # carries the role's password: never printed
         self.role = role
-        self.read_only = read_only
+        self._service = service
         self._idle: list[psycopg.Connection[dict[str, Any]]] = []
         self._idle_pid = os.getpid()
         self._lock = threading.Lock()
-        weakref.finalize(self, _close_all, self._idle)  # idle connections close with the capability
+        weakref.finalize(self, _close_all, self._idle)  # idle connections close with the login
 
-    def __repr__(self) -> str:
-        return f"PostgresRecords({self.scope.name!r}, role={self.role!r})"
-
-    @classmethod
-    def of(cls, store: PostgresStore, scope: RecordsScope) -> PostgresRecords:
-        """The records of ``scope`` in ``store``'s database (neither the store nor its credentials
-        are kept: only the role's)."""
-        database, schema = database_name(store._conninfo), store_schema(store)
-        role = role_name(database, scope.name, schema)
-        given = str(conninfo_to_dict(store._conninfo).get("options") or "")
-        options: list[str] = [given, f'-c search_path="{schema}"']
-        if store.read_only:  # the server refuses every write in these sessions, as in the store's
-            options.append("-c default_transaction_read_only=on")
-        password = role_password(store.keys, database, role)
-        conninfo = make_conninfo(
-            store._conninfo, user=role, password=password, options=" ".join(o for o in options if o)
-        )
-        return cls(conninfo, scope, role=role, read_only=store.read_only)
-
-    def _checkout(self) -> psycopg.Connection[dict[str, Any]]:
+    def checkout(self) -> psycopg.Connection[dict[str, Any]]:
         with self._lock:
             if self._idle_pid != os.getpid():  # a forked child: the parent's connections are not ours
                 _INHERITED.extend(self._idle)  # never used, never closed here (that would end the parent's)
@@ -237,25 +256,85 @@ class PostgresRecords(ServiceRecords):
             if self._idle:
                 return self._idle.pop()
         try:
-            return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row, connect_timeout=10)
+            return psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row, connect_timeout=10)
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot log in as {self.role} for the records of {self.scope.name} (run the release "
+                f"cannot log in as {self.role} for the records of {self._service} (run the release "
                 f"setup, which provisions it): {redact_url(str(exc).splitlines()[0] if str(exc) else '')}"
             ) from None
 
-    def _checkin(self, conn: psycopg.Connection[dict[str, Any]], *, reusable: bool) -> None:
+    def checkin(self, conn: psycopg.Connection[dict[str, Any]], *, reusable: bool) -> None:
         with self._lock:
             if reusable and self._idle_pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
                 self._idle.append(conn)
                 return
         conn.close()
 
+    def close(self) -> None:
+        with self._lock:
+            idle = list(self._idle)
+            self._idle.clear()
+        for conn in idle:
+            conn.close()
+
+
+class PostgresRecords(ServiceRecords):
+    """A service's records, reached as its own login role (and, for the read calls of a service
+    whose reads append, as its role for read calls: `grants`)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        scope: RecordsScope,
+        *,
+        role: str,
+        read_only: bool = False,
+        reads: tuple[str, str] | None = None,
+    ) -> None:
+        """``reads``: the conninfo and name of the role for read calls (None: reads write nothing)."""
+        self.scope = scope
+        self.role = role
+        self.read_only = read_only
+        self._login = _Login(conninfo, role, scope.name)
+        self._reads = _Login(reads[0], reads[1], scope.name) if reads is not None else None
+
+    def __repr__(self) -> str:
+        return f"PostgresRecords({self.scope.name!r}, role={self.role!r})"
+
+    @classmethod
+    def of(cls, store: PostgresStore, scope: RecordsScope) -> PostgresRecords:
+        """The records of ``scope`` in ``store``'s database (neither the store nor its credentials
+        are kept: only the roles')."""
+        database, schema = database_name(store._conninfo), store_schema(store)
+        given = str(conninfo_to_dict(store._conninfo).get("options") or "")
+        options: list[str] = [given, f'-c search_path="{schema}"']
+        if store.read_only:  # the server refuses every write in these sessions, as in the store's
+            options.append("-c default_transaction_read_only=on")
+
+        def login(role: str) -> str:
+            password = role_password(store.keys, database, role)
+            return make_conninfo(
+                store._conninfo, user=role, password=password, options=" ".join(o for o in options if o)
+            )
+
+        role = role_name(database, scope.name, schema)
+        reads = None
+        if scope.read_appends:
+            reads_role = role_name(database, scope.name, schema, reads=True)
+            reads = (login(reads_role), reads_role)
+        return cls(login(role), scope, role=role, read_only=store.read_only, reads=reads)
+
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        # inside a read tool's call: READ ONLY, or as the role for read calls (SELECT, and INSERT
+        # into the tables reads append to): the server refuses every other write
+        kind = unit_of_work(write)
+        login = self._reads if kind == "append" else self._login
+        write = kind == "write" or (kind == "append" and login is not None)
         if write and self.read_only:
             raise StoreError(f"the records of {self.scope.name} were opened read-only")
-        conn = self._checkout()
+        login = login or self._login
+        conn = login.checkout()
         reusable = False
         try:
             with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -267,19 +346,18 @@ class PostgresRecords(ServiceRecords):
             raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
         finally:
             idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            self._checkin(conn, reusable=reusable and idle and not conn.closed)
+            login.checkin(conn, reusable=reusable and idle and not conn.closed)
 
     def close(self) -> None:
-        with self._lock:
-            idle = list(self._idle)
-            self._idle.clear()
-        for conn in idle:
-            conn.close()
+        self._login.close()
+        if self._reads is not None:
+            self._reads.close()
 
 
 __all__ = [
     "PostgresRecords",
     "database_name",
+    "grants",
     "provision_role",
     "role_name",
     "scram_verifier",

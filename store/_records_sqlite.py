@@ -3,7 +3,8 @@
 The authorizer is called by the engine while it compiles each statement, once per table and
 column the statement would read or write and per action (``ATTACH``, ``PRAGMA``, ``CREATE``...).
 It allows reads of the scope's tables, writes of the tables it owns inside a write unit of work,
-and nothing else. Prepared statements are never cached (``cached_statements=0``), so every
+inserts into its ``read_appends`` tables inside the write unit of work of a read call
+(`toolgate.store.handler_access`), and nothing else. Prepared statements are never cached (``cached_statements=0``), so every
 statement is compiled, and so authorized, in the unit of work that runs it.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from toolgate.errors import StoreError
 from toolgate.store.base import Tx
+from toolgate.store.handler_access import UnitOfWork, unit_of_work
 from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_denied
 from toolgate.store.sqlite import SQLiteStore
 
@@ -35,7 +37,9 @@ class _Guard:
 
     def __init__(self, scope: RecordsScope) -> None:
         self.scope = scope
-        self.writable = False
+        self.writes: dict[str, frozenset[str]] = {}
+        """Per write action (``insert``, ``update``, ``delete``), the tables the unit of work may
+        write (empty outside a write unit of work)."""
         self.control = False
         """True only while this module itself runs BEGIN, COMMIT or ROLLBACK."""
         self.refused: tuple[str, str] | None = None
@@ -60,7 +64,7 @@ class _Guard:
         if action == sqlite3.SQLITE_READ and db in _MAIN and arg1 in self.scope.readable:
             return sqlite3.SQLITE_OK
         write = _WRITES.get(action)
-        if write and db in _MAIN and arg1 in self.scope.tables and self.writable:
+        if write and db in _MAIN and arg1 in self.writes.get(write, ()):
             return sqlite3.SQLITE_OK
         if self.refused is None:  # the first refusal of a statement names what it reached for
             self.refused = self._refusal(action, arg1, write)
@@ -157,8 +161,18 @@ class SqliteRecords(ServiceRecords):
         finally:
             guard.control = False
 
+    def _writes(self, kind: UnitOfWork) -> dict[str, frozenset[str]]:
+        if kind == "write":
+            return dict.fromkeys(_WRITES.values(), self.scope.tables)
+        if kind == "append" and self.scope.read_appends:
+            return {"insert": self.scope.read_appends}
+        return {}
+
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        # inside a read tool's call: read-only (or appends only), its writes refused by the authorizer
+        writes = self._writes(unit_of_work(write))
+        write = bool(writes)
         if write and self.read_only:
             raise StoreError(f"the records of {self.scope.name} were opened read-only")
         try:
@@ -168,7 +182,7 @@ class SqliteRecords(ServiceRecords):
         conn, guard = held
         reusable = False
         try:
-            guard.writable = write
+            guard.writes = writes
             self._control(conn, guard, "BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield _GuardedTx(conn, guard)
@@ -180,7 +194,7 @@ class SqliteRecords(ServiceRecords):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error in the records of {self.scope.name}: {exc}") from exc
         finally:
-            guard.writable = False
+            guard.writes = {}
             self._checkin(held, reusable=reusable and not conn.in_transaction)
 
     def close(self) -> None:

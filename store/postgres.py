@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import Store, Tx
+from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 
@@ -107,6 +108,7 @@ class PostgresStore(Store):
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        refuse_store("transaction")  # never inside a handler call (`toolgate.store.handler_access`)
         if write and self.read_only:
             raise StoreError(f"the store {self.url} was opened read-only")
         self._ensure_ready()

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from toolgate.errors import CapabilityDenied, ConfigurationError
+from toolgate.store.handler_access import noted
 from toolgate.store.tx import Tx
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -25,6 +26,11 @@ class RecordsScope:
     """The service's name (its database role derives from it)."""
     tables: frozenset[str]
     reads: frozenset[str] = frozenset()
+    read_appends: frozenset[str] = frozenset()
+    """Owned tables the service appends to even when a *read* tool calls it, by design (the
+    request log a downstream keeps, a stored preview a later write consumes): inside a read call
+    (`toolgate.store.handler_access`) a ``write=True`` unit of work may INSERT into these and
+    nothing else, never UPDATE or DELETE. Empty for most services: their reads write nothing."""
 
     def __post_init__(self) -> None:
         names = (self.name, *self.tables, *self.reads)
@@ -34,6 +40,10 @@ class RecordsScope:
             raise ConfigurationError(
                 f"records scope {self.name!r}: a table is either owned or read, not both"
             )
+        if not self.read_appends <= self.tables:
+            raise ConfigurationError(
+                f"records scope {self.name!r}: a table reads append to must be one it owns"
+            )
 
     @property
     def readable(self) -> frozenset[str]:
@@ -42,9 +52,12 @@ class RecordsScope:
 
 
 def records_denied(scope: RecordsScope, target: str, what: str) -> CapabilityDenied:
-    """The refusal of one statement (``target``: the table, or ``statement``)."""
-    return CapabilityDenied(
-        "records", target, f"the records capability of {scope.name} does not allow {what} ({target})"
+    """The refusal of one statement (``target``: the table, or ``statement``), remembered by the
+    handler call it happens in (`toolgate.store.handler_access`), so it fails even if swallowed."""
+    return noted(
+        CapabilityDenied(
+            "records", target, f"the records capability of {scope.name} does not allow {what} ({target})"
+        )
     )
 
 
@@ -57,7 +70,9 @@ class ServiceRecords(abc.ABC):
     @abc.abstractmethod
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
-        """A unit of work on the service's tables; ``write=False`` refuses every write."""
+        """A unit of work on the service's tables; ``write=False`` refuses every write, and so does
+        ``write=True`` inside a handler call that may not write
+        (`toolgate.store.handler_access.writable`): it opens read-only."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -16,6 +16,8 @@ can write proposals, approvals, operations or the audit log, nor read them:
 
 A refused statement raises `toolgate.errors.CapabilityDenied` (``"records"``, the table or
 ``"statement"``), never the driver's error; the gateway audits it as ``handler.capability_denied``.
+Inside the call of a handler that may not write (a read tool's, a status check), every unit of
+work is read-only, whatever it asked for (`toolgate.store.handler_access`).
 
 What this does not do: Python code in the gateway's process can still import the store, open
 files or reach the connection's private attributes. The boundary holds for what goes through the
@@ -31,6 +33,7 @@ from toolgate.errors import ConfigurationError
 from toolgate.store._records_postgres import PostgresRecords, provision_role
 from toolgate.store._records_sqlite import SqliteRecords
 from toolgate.store.base import Store
+from toolgate.store.handler_access import refuse_store
 from toolgate.store.postgres import PostgresStore
 from toolgate.store.records_scope import RecordsScope, ServiceRecords
 from toolgate.store.sqlite import SQLiteStore
@@ -43,7 +46,9 @@ def open_service_records(store: Store, scope: RecordsScope) -> ServiceRecords:
     """The capability over ``scope`` in ``store``'s database (trusted code: it reads the store's
     location and, on PostgreSQL, its key; the capability keeps neither the store nor the key).
     One per store and scope is kept, so services built many times share their connections.
-    Connects lazily: nothing is opened until the first unit of work."""
+    Connects lazily: nothing is opened until the first unit of work. Refused inside a handler
+    call (`toolgate.store.handler_access`): capabilities are wired before any call."""
+    refuse_store("open_service_records")
     try:
         with _OPEN_LOCK:
             found = _OPEN.get(store, {}).get(scope)
@@ -68,6 +73,7 @@ def open_service_records(store: Store, scope: RecordsScope) -> ServiceRecords:
 def provision_service_records(store: Store, scope: RecordsScope) -> None:
     """Trusted setup, after the scope's tables exist: on PostgreSQL create (or update) the
     service's login role and grant it exactly the declared tables; nothing to do on SQLite."""
+    refuse_store("provision_service_records")
     if isinstance(store, PostgresStore) and not store.read_only:
         provision_role(store, scope)
 

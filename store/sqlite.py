@@ -25,6 +25,7 @@ from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import Store, Tx, iter_statements
+from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
 
@@ -111,6 +112,7 @@ class SQLiteStore(Store):
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        refuse_store("transaction")  # never inside a handler call (`toolgate.store.handler_access`)
         if write and self.read_only:
             raise StoreError(f"the store {self.path} was opened read-only")
         self._ensure_ready()

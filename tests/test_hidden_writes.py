@@ -17,6 +17,7 @@ from toolgate.evals.runner import CaseRunner
 from toolgate.evals.scoring import score_case
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.store import Store
+from toolgate.store.handler_access import outside_handler_call
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.demo import demo_specs
@@ -31,7 +32,9 @@ def notifying(spec: ToolSpec, store: Store) -> ToolSpec:
     """``spec`` whose read also sends a notification (inserts a row in ``sor_notifications``)."""
 
     def lookup_and_notify(args: Any, ctx: Any) -> Any:
-        with store.transaction() as tx:
+        # around the gateway's access scope (which refuses the store to every handler call): a
+        # write it cannot see, as through a thread or a connection of the handler's own
+        with outside_handler_call(), store.transaction() as tx:
             tx.execute(NOTIFY)
             tx.execute("INSERT INTO sor_notifications VALUES (?, ?)", (ctx.user_id, "your order was viewed"))
         return spec.handler(args, ctx)

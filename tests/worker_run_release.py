@@ -1,9 +1,10 @@
 """A one-tool release for `tests/test_worker_run.py`, loadable by a ``toolgate worker run`` child
 (``TOOLGATE_RELEASE=tests/worker_run_release.py:release``).
 
-``record_effect`` is a write whose downstream is the table ``wr_effects`` in the toolgate store:
-one row per performed effect (never deduplicated, so a duplicate delivery shows as a second row
-for the same idempotency key). Its status check finds the row by idempotency key.
+``record_effect`` is a write whose downstream is the table ``wr_effects`` in the toolgate store's
+database, reached through a records capability on that table (handlers never get the store): one
+row per performed effect (never deduplicated, so a duplicate delivery shows as a second row for
+the same idempotency key). Its status check finds the row by idempotency key.
 
 A child controls the handler through its environment, so a test can stop it at a known point
 without sleeping: ``WR_BLOCK=before`` (or ``after``) makes the handler, before (or after) its
@@ -29,6 +30,8 @@ from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.base import Store
 from toolgate.store.migration import Migration
+from toolgate.store.records_scope import RecordsScope
+from toolgate.store.service_records import open_service_records, provision_service_records
 from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, ToolSpec
 
@@ -39,6 +42,8 @@ _SCHEMA = (
     " label TEXT NOT NULL, pid INTEGER NOT NULL, created_at TEXT NOT NULL)"
 )
 MIGRATIONS = (Migration(name="worker-run effects", sqlite=_SCHEMA, postgres=_SCHEMA),)
+SCOPE = RecordsScope("worker_run", frozenset({"wr_effects"}))
+"""What the handler and its status check reach: the downstream's table."""
 BLOCK_LIMIT_S = 300.0
 """A blocked handler gives up after this long (a test that never releases it fails, never hangs)."""
 
@@ -53,8 +58,10 @@ class EffectResult(ToolResult):
 
 
 def setup(store: Store) -> None:
-    """The downstream's table (created once, under the store's migration lock)."""
+    """The downstream's table (created once, under the store's migration lock) and its records
+    capability."""
     store.migrate("worker-run-release", MIGRATIONS)
+    provision_service_records(store, SCOPE)
 
 
 def _block(where: str) -> None:
@@ -72,12 +79,12 @@ def _block(where: str) -> None:
 
 
 def tools(env: ReleaseEnv) -> list[ToolSpec]:
-    store = env.store
+    records = open_service_records(env.store, SCOPE)
 
     def record_effect(args: EffectArgs, ctx: HandlerContext) -> EffectResult:
         key = ctx.require_idempotency_key()
         _block("before")
-        with store.transaction() as tx:
+        with records.transaction() as tx:
             tx.execute(
                 "INSERT INTO wr_effects VALUES (?, ?, ?, ?, ?)",
                 (key, ctx.operation_key, args.label, os.getpid(), iso(utcnow())),
@@ -86,7 +93,7 @@ def tools(env: ReleaseEnv) -> list[ToolSpec]:
         return EffectResult(label=args.label, status="recorded")
 
     def effect_status(args: EffectArgs, ctx: HandlerContext) -> EffectResult | None:
-        with store.transaction(write=False) as tx:
+        with records.transaction(write=False) as tx:
             row = tx.one("SELECT label FROM wr_effects WHERE idempotency_key = ?", (ctx.idempotency_key,))
         return EffectResult(label=row["label"], status="recorded") if row else None
 

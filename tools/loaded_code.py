@@ -10,7 +10,9 @@ on. Each call runs here, on a pooled daemon worker thread, under a deadline:
 - any `BaseException` the code raises (``SystemExit``, ``KeyboardInterrupt``, one of its own) is
   raised in *its* worker thread, where it can never be the process's own shutdown (signals reach
   only the main thread): it becomes `HandlerAborted`, that call's failure;
-- a handler with an egress capability runs confined to its allowlist (`confined`).
+- every call runs under a `toolgate.store.handler_access.HandlerAccess` (read-only unless its
+  caller says it writes: only an approved write's handler does; lookups read), and a handler
+  with an egress capability runs confined to its allowlist (`confined`).
 
 Lookups (ownership and review details) get `LOOKUP_TIMEOUT_S` through `lookup`: a slow resolver
 refuses its call instead of stalling dispatch and the claim. What the code's exceptions *say* is
@@ -28,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from toolgate.errors import CapabilityDenied
+from toolgate.store.handler_access import HandlerAccess, handler_access
 from toolgate.tools.egress import EGRESS_SCOPE, Egress
 from toolgate.tools.handler import HandlerContext
 
@@ -105,35 +109,49 @@ _POOL = _WorkerPool()
 os.register_at_fork(after_in_child=_POOL.forget)
 
 
-def start(fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+def start(
+    fn: Callable[..., Any], *args: Any, access: HandlerAccess | None = None
+) -> concurrent.futures.Future[Any]:
     """Run ``fn(*args)`` on an idle daemon worker thread (a new one when none is idle); a hung
-    handler never blocks the process's exit. A handler whose context (the last argument) has an
-    egress capability runs confined to its allowlist (`confined`)."""
+    handler never blocks the process's exit. The call runs `confined`: under ``access`` (a fresh
+    read-only `HandlerAccess` when None: a call nobody said may write cannot) and, when its
+    context (the last argument) has an egress capability, to its allowlist."""
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     future.set_running_or_notify_cancel()
     context = contextvars.copy_context()  # the caller's trace context follows the handler
     egress = args[-1].http if args and isinstance(args[-1], HandlerContext) else None
-    if egress is not None:
-        fn, args = confined, (egress, fn, *args)
-    _POOL.worker().inbox.put((context, fn, args, future))
+    scoped = (access if access is not None else HandlerAccess(), egress, fn, *args)
+    _POOL.worker().inbox.put((context, confined, scoped, future))
     return future
 
 
-def confined(egress: Egress, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` with ``egress`` as the thread's `EGRESS_SCOPE` (the socket audit hook refuses
-    every other host). A refused connection fails the call even when the handler swallowed the
-    `CapabilityDenied` or raised something else instead."""
-    token = EGRESS_SCOPE.set(egress)
+def first_denial(access: HandlerAccess, egress: Egress | None) -> CapabilityDenied | None:
+    """The refusal that fails a call: its first egress refusal, else its first database one."""
+    if egress is not None and egress.denials:
+        return egress.denials[0]
+    return access.denials[0] if access.denials else None
+
+
+def confined(access: HandlerAccess, egress: Egress | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with ``access`` as the thread's `HANDLER_ACCESS` (what it may do to the
+    databases: `toolgate.store.handler_access`) and ``egress`` as its `EGRESS_SCOPE` (the socket
+    audit hook refuses every other host). A refusal of either fails the call even when the handler
+    swallowed the `CapabilityDenied` or raised something else instead."""
+    token = EGRESS_SCOPE.set(egress) if egress is not None else None
     try:
-        result = fn(*args)
+        with handler_access(access):
+            result = fn(*args)
     except BaseException as exc:
-        if egress.denials and exc is not egress.denials[0]:
-            raise egress.denials[0] from exc
+        denied = first_denial(access, egress)
+        if denied is not None and exc is not denied:
+            raise denied from exc
         raise
     finally:
-        EGRESS_SCOPE.reset(token)
-    if egress.denials:
-        raise egress.denials[0]
+        if token is not None:
+            EGRESS_SCOPE.reset(token)
+    denied = first_denial(access, egress)
+    if denied is not None:
+        raise denied
     return result
 
 
@@ -162,9 +180,11 @@ def wait(
                 heartbeat()
 
 
-def run_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any) -> Any:
-    """``fn(*args)`` under ``timeout_s`` (reads: no lease to keep)."""
-    return wait(start(fn, *args), timeout_s)
+def run_with_timeout(
+    fn: Callable[..., Any], timeout_s: float, *args: Any, access: HandlerAccess | None = None
+) -> Any:
+    """``fn(*args)`` under ``timeout_s`` and ``access`` (reads and checks: no lease to keep)."""
+    return wait(start(fn, *args, access=access), timeout_s)
 
 
 LOOKUP_TIMEOUT_S = 5.0
@@ -180,4 +200,13 @@ def lookup(fn: Callable[..., Any], *args: Any) -> Any:
     return run_with_timeout(fn, LOOKUP_TIMEOUT_S, *args)
 
 
-__all__ = ["LOOKUP_TIMEOUT_S", "HandlerAborted", "confined", "lookup", "run_with_timeout", "start", "wait"]
+__all__ = [
+    "LOOKUP_TIMEOUT_S",
+    "HandlerAborted",
+    "confined",
+    "first_denial",
+    "lookup",
+    "run_with_timeout",
+    "start",
+    "wait",
+]

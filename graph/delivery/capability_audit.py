@@ -1,11 +1,14 @@
 """Auditing a handler that reached past its capabilities.
 
-A handler's capabilities (its records, hosts, credentials) raise `CapabilityDenied` when it goes
-beyond them. The handler's call fails the usual way; the trusted code that ran it also appends a
-``handler.capability_denied`` event naming the capability, the target and the tool, so a
-refusal is on the record even when the handler wrapped the exception in one of its own.
-(A handler that swallows the exception entirely leaves only what the capability refused: nothing
-happened, and nothing is audited.)
+A handler's capabilities (its records, hosts, credentials, and the store it must not use) raise
+`CapabilityDenied` when it goes beyond them. The handler's call fails the usual way; the trusted
+code that ran it also appends a ``handler.capability_denied`` event naming the capability, the
+target and the tool, so a refusal is on the record even when the handler wrapped the exception in
+one of its own. Refusals of the egress and database scopes are remembered by the call
+(`toolgate.tools.egress.Egress.denials`, `toolgate.store.handler_access.HandlerAccess.denials`):
+the call fails with its first one even when the handler swallowed it, and
+`toolgate.graph.delivery.handler_scope.audit_denials` audits each; this module audits the one
+in the exception chain that neither remembered (a credential the tool did not declare).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from toolgate.errors import CapabilityDenied
 from toolgate.store.audit import Auditor
+from toolgate.store.handler_access import HandlerAccess
 from toolgate.tools.spec import HandlerContext
 
 
@@ -30,13 +34,21 @@ def denial_in(exc: BaseException) -> CapabilityDenied | None:
 
 
 def audit_denial(
-    auditor: Auditor, exc: BaseException, ctx: HandlerContext, tool: str, /, **fields: Any
+    auditor: Auditor,
+    exc: BaseException,
+    ctx: HandlerContext,
+    tool: str,
+    /,
+    access: HandlerAccess | None = None,
+    **fields: Any,
 ) -> bool:
     """Append ``handler.capability_denied`` when ``exc`` comes from a refused capability that
-    `toolgate.graph.delivery.handler_scope.audit_denials` does not already audit from the call's context
-    (its egress refusals). ``fields``: the call's audit fields. True when an event was appended."""
+    `toolgate.graph.delivery.handler_scope.audit_denials` does not already audit from the call's
+    context and ``access`` (its egress and database refusals). ``fields``: the call's audit
+    fields. True when an event was appended."""
     denial = denial_in(exc)
-    if denial is None or (ctx.http is not None and any(d is denial for d in ctx.http.denials)):
+    remembered = [*(ctx.http.denials if ctx.http is not None else ()), *(access.denials if access else ())]
+    if denial is None or any(d is denial for d in remembered):
         return False
     fields = {**fields, "tool": tool}
     fields.setdefault("tenant_id", ctx.tenant_id)

@@ -25,6 +25,7 @@ from toolgate.policy.breaker import CircuitBreaker
 from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.handler_access import HandlerAccess
 from toolgate.store.records import OperationStatus
 from toolgate.tools import loaded_code
 from toolgate.tools.spec import HandlerContext, ToolSpec
@@ -49,23 +50,28 @@ class ClaimedWrite:
     """The leases on the operation's conflicting resources (taken before the claim), renewed with
     the claim and released once no handler thread of this delivery can still change anything."""
 
-    def run(self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker) -> Delivery:
-        """Run the handler on the proposal's ``arguments`` and persist its outcome with its audit
-        events. ``breaker`` was acquired before the claim; its timeouts and server errors count."""
+    def run(
+        self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker, access: HandlerAccess
+    ) -> Delivery:
+        """Run the handler on the proposal's ``arguments`` under ``access`` and persist its outcome
+        with its audit events. ``breaker`` was acquired before the claim; its timeouts and server
+        errors count."""
         try:
-            return self._run(arguments, ctx, breaker)
+            return self._run(arguments, ctx, breaker, access)
         finally:
             if not self.overruns.running(self.operation_key):  # else `finished_late` releases it
                 self.hold.release()
 
-    def _run(self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker) -> Delivery:
+    def _run(
+        self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker, access: HandlerAccess
+    ) -> Delivery:
         spec = self.spec
         interval = max(self.lease_s / 3, 0.05)
         future = None
         try:
             args = spec.handler_arguments(arguments)
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
-                future = loaded_code.start(spec.handler, args, ctx)
+                future = loaded_code.start(spec.handler, args, ctx, access=access)
                 raw = loaded_code.wait(future, spec.timeout_s, heartbeat=self.renew, interval_s=interval)
         except TimeoutError as exc:
             self.renew()  # the effect may still happen: the lease starts over before anything else
@@ -82,7 +88,7 @@ class ClaimedWrite:
                 )
             return delivery
         except ToolExecutionError as exc:
-            audit_denial(self.auditor, exc, ctx, spec.name, **self.common)  # a refused capability
+            audit_denial(self.auditor, exc, ctx, spec.name, access, **self.common)  # a refused capability
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
             return self.finish(
                 "failed",
@@ -91,7 +97,7 @@ class ClaimedWrite:
             )
         except Exception as exc:
             # An unclassified handler crash may have had an effect: unknown, never failed.
-            audit_denial(self.auditor, exc, ctx, spec.name, **self.common)
+            audit_denial(self.auditor, exc, ctx, spec.name, access, **self.common)
             return self.finish(
                 "unknown",
                 code="handler_crash",

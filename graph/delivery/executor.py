@@ -32,6 +32,7 @@ from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.handler_access import HandlerAccess
 from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
@@ -89,7 +90,8 @@ class Executor:
         principal: Principal,
         credentials: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Run a read-only handler under its timeout and return the sanitized result.
+        """Run a read-only handler under its timeout and return the sanitized result. The handler
+        runs under a read-only `HandlerAccess`: its records open read-only, the store is refused.
 
         ``credentials`` are the user's own forwarded tokens; the handler sees those its tool declares.
         """
@@ -97,24 +99,25 @@ class Executor:
         ctx = scope.read_context(
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
+        access = HandlerAccess(spec.name)  # a read tool's handler writes nothing, uses no store
         try:
             raw: BaseModel = self.breakers.get(
                 self.registry.breaker_key(spec.name, principal.tenant_id)
-            ).call(loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx)
+            ).call(loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx, access=access)
         except CapabilityDenied as exc:
-            scope.audit_denials(self.auditor, ctx, spec)
-            audit_denial(self.auditor, exc, ctx, spec.name)  # a refused records capability
+            scope.audit_denials(self.auditor, ctx, spec, access)  # its egress and database refusals
+            audit_denial(self.auditor, exc, ctx, spec.name, access)  # any other (a credential)
             raise
         except TimeoutError as exc:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
         except ToolExecutionError as exc:
-            audit_denial(self.auditor, exc, ctx, spec.name)  # one the handler wrapped
+            audit_denial(self.auditor, exc, ctx, spec.name, access)  # one the handler wrapped
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
             if reported is exc:
                 raise
             raise reported from exc
         except Exception as exc:
-            audit_denial(self.auditor, exc, ctx, spec.name)
+            audit_denial(self.auditor, exc, ctx, spec.name, access)
             # an unclassified crash (a reset connection, a bug) answers this call only: the other
             # reads of the batch still report, and the message names the class, never the text
             raise ToolExecutionError(

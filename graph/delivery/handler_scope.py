@@ -3,7 +3,9 @@
 Least privilege per tool: the context holds the user's forwarded credentials the tool declares
 and no others; a short-lived service credential when it declares a `ServiceScope`; and an HTTP
 capability limited to its ``egress_hosts`` (`toolgate.tools.egress`), enforced around the call by
-`toolgate.tools.loaded_code`. A read gets the credentials of the request that runs it; an approved
+`toolgate.tools.loaded_code`, which also runs the call under a `HandlerAccess`
+(`toolgate.store.handler_access`): read-only for a read and a status check, its own records for
+an approved write, never the store. A read gets the credentials of the request that runs it; an approved
 write and its status checks get the *requesting* user's, sealed when the write was proposed
 (`toolgate.graph.delivery.delegation`), never the reviewer's or the worker's; the claim seals them again
 for the status checks of an outcome that may become unknown, for the reconcile schedule. Every
@@ -36,6 +38,7 @@ from toolgate.graph.delivery.result import Delivery
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.handler_access import HandlerAccess
 from toolgate.store.keys import Keyring
 from toolgate.store.records import TERMINAL_STATUSES, ProposalRecord
 from toolgate.tools import loaded_code
@@ -157,12 +160,23 @@ def keep_for_write(
     return seal(store, proposal, declared(spec, credentials))
 
 
-def audit_denials(auditor: Auditor, ctx: HandlerContext, spec: ToolSpec, **fields: Any) -> int:
-    """Audit each refused reach of the call that ran with ``ctx`` as ``handler.capability_denied``."""
-    denials: list[CapabilityDenied] = list(ctx.http.denials) if ctx.http is not None else []
+def audit_denials(
+    auditor: Auditor,
+    ctx: HandlerContext,
+    spec: ToolSpec,
+    access: HandlerAccess | None = None,
+    **fields: Any,
+) -> int:
+    """Audit each refused reach of the call that ran with ``ctx`` and ``access`` as
+    ``handler.capability_denied``: its egress refusals, then its database ones (whose detail names
+    the tool, as `toolgate.graph.delivery.capability_audit.audit_denial` does)."""
+    denials: list[tuple[CapabilityDenied, dict[str, str]]] = [
+        (d, {}) for d in (ctx.http.denials if ctx.http is not None else ())
+    ]
+    denials += [(d, {"tool": spec.name}) for d in (access.denials if access is not None else ())]
     fields = {"tool": spec.name, "handler_revision": spec.handler_revision, **fields}
     seen: set[tuple[str, str]] = set()
-    for denied in denials:
+    for denied, named in denials:
         if (denied.capability, denied.target) in seen:
             continue
         seen.add((denied.capability, denied.target))
@@ -172,7 +186,7 @@ def audit_denials(auditor: Auditor, ctx: HandlerContext, spec: ToolSpec, **field
             user_id=ctx.user_id,
             code="capability_denied",
             tenant_id=ctx.tenant_id,
-            detail={"capability": denied.capability, "target": denied.target},
+            detail={"capability": denied.capability, "target": denied.target, **named},
             **fields,
         )
     return len(seen)
@@ -211,8 +225,9 @@ def run_write(
         # checks of an outcome that may become unknown (even if this worker dies mid-handler)
         window = reconcile_window_s(claimed.lease_s, spec.timeout_s)
         seal_for_reconcile(store, proposal, ctx.credentials, window)
-    delivery = claimed.run(proposal.arguments, ctx, breaker)
-    audit_denials(claimed.auditor, ctx, spec, **claimed.common)
+    access = HandlerAccess(spec.name, writes=True)  # an approved write: its own records, never the store
+    delivery = claimed.run(proposal.arguments, ctx, breaker, access)
+    audit_denials(claimed.auditor, ctx, spec, access, **claimed.common)
     return settled(store, delivery, spec)
 
 
@@ -259,11 +274,14 @@ def status_check(
                 "delegation.refused", "refused", code=exc.kind, detail={"reason": exc.message}, **fields
             )
             raise
+        access = HandlerAccess(spec.name)  # a status check reads: it never writes
         try:
-            found: BaseModel | None = loaded_code.run_with_timeout(check, spec.timeout_s, args, ctx)
+            found: BaseModel | None = loaded_code.run_with_timeout(
+                check, spec.timeout_s, args, ctx, access=access
+            )
         except CapabilityDenied as exc:
-            audit_denials(executor.auditor, ctx, spec, **fields)  # its egress refusals
-            audit_denial(executor.auditor, exc, ctx, spec.name, **fields)  # any other (its records)
+            audit_denials(executor.auditor, ctx, spec, access, **fields)  # its egress and database refusals
+            audit_denial(executor.auditor, exc, ctx, spec.name, access, **fields)  # any other
             raise
         except TimeoutError as exc:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc

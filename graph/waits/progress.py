@@ -35,6 +35,7 @@ from toolgate.graph.nodes.wait import INVALID
 from toolgate.graph.waits.delegation import forget, open_for_wait
 from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.store.base import Store
+from toolgate.store.handler_access import HandlerAccess
 from toolgate.store.waits import WaitRecord
 from toolgate.tools import loaded_code
 
@@ -62,15 +63,16 @@ def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any]
         credentials=credentials,  # the requesting user's own, sealed for this wait; never the worker's
         deadline=scope.deadline_of(executor.clock.now(), spec),
     )
+    access = HandlerAccess(spec.name)  # a status tool reads: it never writes
     try:
         args = spec.handler_arguments(spec.parse_arguments({wait.argument: row.job_ref}))
         raw = executor.breakers.get(spec.name).call(
-            loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx
+            loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx, access=access
         )
         data = sanitize_result(raw, spec.result_model)
     except CapabilityDenied as exc:
-        scope.audit_denials(executor.auditor, ctx, spec)
-        audit_denial(executor.auditor, exc, ctx, spec.name)
+        scope.audit_denials(executor.auditor, ctx, spec, access)
+        audit_denial(executor.auditor, exc, ctx, spec.name, access)
         return f"error:{exc.kind}", None, False
     except ToolExecutionError as exc:  # the job may still finish: the wait goes on until it expires
         return f"error:{handler_failure(exc).kind}", None, False

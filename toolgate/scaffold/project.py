@@ -43,11 +43,13 @@ README = """\
 
 Two tools behind toolgate's gate: `get_ticket` (a read) and `close_ticket` (a write that a
 support reviewer approves before it runs, exactly once). Tickets live in a small system of record
-in the toolgate store; a customer reaches only their own tickets, support staff any ticket of
-their tenant.
+in tables of their own in the toolgate store's database; a customer reaches only their own
+tickets, support staff any ticket of their tenant. The handlers never get the store: they close
+over a `ServiceRecords` capability confined to the two ticket tables (`records.SCOPE`), and a
+read tool's calls are read-only whatever it tries.
 
     $package/tools.py      the functions and their operator policy
-    $package/records.py    the system of record (tables, ownership)
+    $package/records.py    the system of record (tables, its records capability, ownership)
     $package/release.py    the Release value toolgate loads
     $package/policy.json   business rules and rate limits (pinned by the manifest)
     $package/manifest.json the reviewed hashes; startup refuses a bundle that drifted from it
@@ -246,18 +248,18 @@ def test_a_write_runs_once_after_approval_and_never_for_another_customer(tmp_pat
     config = {"configurable": {"thread_id": "t-1"}}
     waiting = graph.invoke({"messages": [HumanMessage("close T-100")]}, config, context=Context(principal=PEOPLE["ada"]))
     proposal = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
-    assert proposal["tool"] == "close_ticket" and Tickets(store).closures() == 0
+    assert proposal["tool"] == "close_ticket" and Tickets.on(store).closures() == 0
 
     decide(gateway, proposal["proposal_id"], PEOPLE["sam"], "approve")
     done = graph.invoke(Command(resume={"wake": True}), config, context=Context())
     got = answers(done)
     assert got["read"]["status"] == "completed"
     assert got["other"]["error"] == "not_owner"  # bob's ticket, refused before any handler ran
-    assert Tickets(store).closures() == 1
-    assert Tickets(store).get("acme", "T-100")["status"] == "closed"
+    assert Tickets.on(store).closures() == 1
+    assert Tickets.on(store).get("acme", "T-100")["status"] == "closed"
     # the same approved operation delivered again makes no second effect
     gateway.executor.deliver(proposal["operation_key"], worker_id="again")
-    assert Tickets(store).closures() == 1
+    assert Tickets.on(store).closures() == 1
 '''
 
 

@@ -18,8 +18,14 @@ INIT = '''\
 RECORDS = '''\
 """The system of record of $name: support tickets, each owned by one customer of one tenant.
 
-Kept in the toolgate store (its own tables, migrated by `setup`); handlers query it with fixed
-SQL and bound parameters, never with text a model wrote.
+Kept in the toolgate store's database, in tables of its own (migrated by `setup`). Handlers never
+get the store: `Tickets` holds a `ServiceRecords` capability that trusted wiring (`Tickets.on`,
+called by the release's ``tools`` function) opens on the store, and the database engine confines
+it to the two tables in `SCOPE` (SQLite: the connection's authorizer; PostgreSQL: a login role
+with privileges on those tables only, created by `setup`). Proposals, approvals, operations,
+identities and the audit log are out of its reach, and inside a read tool's call every unit of
+work is read-only, whatever it asks for. Queries are fixed SQL with bound parameters, never text
+a model wrote.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Any
 
 from toolgate.errors import ToolExecutionError
 from toolgate.store import Migration, Store
+from toolgate.store.records_scope import RecordsScope, ServiceRecords
+from toolgate.store.service_records import open_service_records, provision_service_records
 from toolgate.tools import HandlerContext, ResourceStatus
 from toolgate.tools.spec import ownership
 
@@ -48,6 +56,9 @@ CREATE TABLE ${package}_closures (
 
 MIGRATIONS = (Migration(name="tickets", sqlite=_SCHEMA, postgres=_SCHEMA),)
 
+SCOPE = RecordsScope("$package", frozenset({"${package}_tickets", "${package}_closures"}))
+"""Everything the handlers can reach: these two tables."""
+
 SEED = (
     ("T-100", "acme", "ada", "Blender arrived broken"),
     ("T-101", "acme", "bob", "Invoice address is wrong"),
@@ -55,7 +66,8 @@ SEED = (
 
 
 def setup(store: Store) -> None:
-    """Create the tables and the example tickets (idempotent)."""
+    """Trusted setup (idempotent): create the tables and the example tickets, and provision the
+    records capability on exactly those tables."""
     store.migrate("$package", MIGRATIONS)
     with store.transaction() as tx:
         for ticket_id, tenant_id, customer_id, title in SEED:
@@ -64,24 +76,30 @@ def setup(store: Store) -> None:
                 " VALUES (?, ?, ?, ?, 'open') ON CONFLICT DO NOTHING",
                 (ticket_id, tenant_id, customer_id, title),
             )
+    provision_service_records(store, SCOPE)
 
 
 @dataclass(frozen=True)
 class Tickets:
-    """Typed access to the tickets."""
+    """Typed access to the tickets, through the records capability (never the store)."""
 
-    store: Store
+    records: ServiceRecords
+
+    @classmethod
+    def on(cls, store: Store) -> Tickets:
+        """Trusted wiring: the tickets in ``store``'s database (the store itself is not kept)."""
+        return cls(open_service_records(store, SCOPE))
 
     def ownership(self, ticket_id: str, ctx: HandlerContext) -> ResourceStatus:
         """Whose ticket this is, for the authenticated tenant and user (checked by toolgate at
         dispatch and again right before execution)."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one("SELECT tenant_id, customer_id FROM ${package}_tickets WHERE ticket_id = ?", (ticket_id,))
         return ownership(row, ctx.tenant_id, ctx.user_id, owner_column="customer_id")
 
     def get(self, tenant_id: str, ticket_id: str) -> dict[str, Any]:
         """One ticket of the tenant, or a caller error."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one(
                 "SELECT ticket_id, title, status FROM ${package}_tickets WHERE tenant_id = ? AND ticket_id = ?",
                 (tenant_id, ticket_id),
@@ -92,7 +110,7 @@ class Tickets:
 
     def close(self, tenant_id: str, ticket_id: str, resolution: str, idempotency_key: str) -> dict[str, Any]:
         """Close a ticket once per idempotency key (a redelivery changes nothing)."""
-        with self.store.transaction() as tx:
+        with self.records.transaction() as tx:
             done = tx.execute(
                 "INSERT INTO ${package}_closures (idempotency_key, ticket_id) VALUES (?, ?)"
                 " ON CONFLICT DO NOTHING RETURNING ticket_id",
@@ -107,7 +125,7 @@ class Tickets:
 
     def closures(self) -> int:
         """How many closures the system performed (tests count effects here)."""
-        with self.store.transaction(write=False) as tx:
+        with self.records.transaction(write=False) as tx:
             row = tx.one("SELECT COUNT(*) AS n FROM ${package}_closures", ())
         return int(row["n"]) if row else 0
 '''
@@ -152,8 +170,9 @@ class Ticket(ToolResult):
 
 
 def specs(env: ReleaseEnv) -> list[ToolSpec]:
-    """The release's tools, bound to the system of record in ``env``'s store."""
-    tickets = Tickets(env.store)
+    """The release's tools, bound to the system of record in ``env``'s store: trusted wiring opens
+    the tickets' records capability there, and the handlers close over that, never the store."""
+    tickets = Tickets.on(env.store)
 
     def get_ticket(ticket_id: TicketId, ctx: HandlerContext) -> Ticket:
         """Read one of the customer's support tickets by id (e.g. 'T-100'): title and status.

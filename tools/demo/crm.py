@@ -102,9 +102,12 @@ def _sha256(token: str) -> str:
 
 
 CRM_API_SCOPE = RecordsScope(
-    "demo_crm_api", frozenset({"sor_crm_contacts", "sor_crm_tokens", "sor_crm_requests"})
+    "demo_crm_api",
+    frozenset({"sor_crm_contacts", "sor_crm_tokens", "sor_crm_requests"}),
+    read_appends=frozenset({"sor_crm_requests"}),
 )
-"""The CRM's own records: contacts, the sessions it issued, the requests it received."""
+"""The CRM's own records: contacts, the sessions it issued, the requests it received (logged
+even when a read tool asks: the one table a read call may append to)."""
 
 
 @dataclass

@@ -52,7 +52,11 @@ TENANT = "globex"
 
 SEED_CONTACTS = (("C-200", "globex", "emea", "Gina Globex", "gina@globex.example"),)
 
-HUB_API_SCOPE = RecordsScope("demo_hubcrm_api", frozenset({"sor_hubcrm_contacts", "sor_hubcrm_requests"}))
+HUB_API_SCOPE = RecordsScope(
+    "demo_hubcrm_api",
+    frozenset({"sor_hubcrm_contacts", "sor_hubcrm_requests"}),
+    read_appends=frozenset({"sor_hubcrm_requests"}),  # its request log, kept when a read asks too
+)
 """HubCRM's own records: its contacts and the requests it received."""
 
 

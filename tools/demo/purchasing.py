@@ -70,6 +70,8 @@ class PurchasingService(DemoService):
     }
     countable = frozenset({"sor_po_previews", "sor_po_requests", "sor_purchase_orders"})
     tables = frozenset({"sor_vendors", *countable})
+    read_appends = frozenset({"sor_po_previews"})
+    """``preview_purchase_order`` (a read) stores the preview its signed token names."""
 
     def __post_init__(self, store: Store | None) -> None:
         super().__post_init__(store)

@@ -113,6 +113,9 @@ class DemoService:
     """The tables this service owns: its capability reads and writes them."""
     reads: ClassVar[frozenset[str]] = frozenset()
     """Tables of another system its capability may only read."""
+    read_appends: ClassVar[frozenset[str]] = frozenset()
+    """Owned tables its *read* tools append to by design (`RecordsScope.read_appends`): in a read
+    call, the only writes its capability allows, and only inserts."""
     downstreams: ClassVar[Mapping[str, Callable[[Store | None], Downstream]]] = {}
     """Per field left ``None``, what builds its default downstream system (with its own records)."""
 
@@ -123,7 +126,7 @@ class DemoService:
     @classmethod
     def scope(cls) -> RecordsScope:
         """What this service's records capability may touch."""
-        return RecordsScope(cls.component, cls.tables, cls.reads)
+        return RecordsScope(cls.component, cls.tables, cls.reads, cls.read_appends)
 
     def __post_init__(self, store: Store | None) -> None:
         self.records = records_of(store, self.scope())
