@@ -109,7 +109,7 @@ class HostileRelease:
         """The behaviour of each read handler call, in order."""
         self.write_calls: list[str] = []
         self.unblock = threading.Event()  # what a hanging lookup waits for (set at teardown)
-        self.started = threading.Event()  # a write handler has begun (the shutdown test waits on it)
+        self.started = threading.Event()  # a write handler made its effect (the shutdown test waits on it)
         tools = harness.registry.tools
         status, lookup, refund = tools["get_service_status"], tools["lookup_order"], tools["issue_refund"]
         assert lookup.resource is not None and lookup.resource.owner is not None and refund.reconcile
@@ -134,10 +134,10 @@ class HostileRelease:
 
         def write(args: Any, ctx: Any) -> Any:
             self.write_calls.append(self.write)
-            self.started.set()
             if self.write == "fails_first":
                 raise ToolExecutionError(PLANTED, f"payments refused ({PLANTED})")
             done = refund_handler(args, ctx)  # the effect is made
+            self.started.set()  # after the effect: a shutdown test then knows there is one to find
             if self.write == "then_aborts":
                 raise OwnAbort(PLANTED)
             if self.write == "then_breaks_contract":
@@ -377,7 +377,7 @@ def test_a_shutdown_during_a_write_leaves_it_unknown_and_reconcilable_at_once(
     def interrupted_wait(future: Any, timeout_s: float, **kwargs: Any) -> Any:
         if kwargs.get("heartbeat") is None:  # a lookup's wait (the ownership check before the claim)
             return real_wait(future, timeout_s, **kwargs)
-        assert hostile.started.wait(30)  # the claimed handler runs: now the signal arrives
+        assert hostile.started.wait(30)  # the claimed handler made its effect: now the signal arrives
         raise KeyboardInterrupt
 
     monkeypatch.setattr(claimed_write.loaded_code, "wait", interrupted_wait)
