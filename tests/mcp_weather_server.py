@@ -1,6 +1,7 @@
 """A tiny stdio MCP server for tests/test_shapes_mcp.py and tests/test_mcp_drift.py: one read tool,
 one write tool, and one tool no operator policy covers. Every call is appended to the log file
-named by argv[1] (the tests' effect counter).
+named by argv[1] (the tests' effect counter). It speaks stdio, or streamable HTTP when argv[3]
+names a file to write its port to.
 
 A server that changes under the gateway: argv[2], when given, names a JSON file the server reads
 on every tools/list and every call (the tests write it between calls), shaped
@@ -16,6 +17,7 @@ on every tools/list and every call (the tests write it between calls), shaped
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,25 @@ async def _listed(request: ListToolsRequest) -> ListToolsResult:
 server._mcp_server.list_tools()(_listed)
 
 
+def _serve_http(port_file: Path) -> None:
+    """Streamable HTTP on a port the OS picks, written to ``port_file`` once the socket listens."""
+    import anyio
+    import uvicorn
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(64)
+    written = port_file.with_suffix(".tmp")
+    written.write_text(str(listening.getsockname()[1]), encoding="utf-8")
+    written.rename(port_file)  # whole, or not at all
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    anyio.run(lambda: uvicorn.Server(config).serve(sockets=[listening]))
+
+
 if __name__ == "__main__":
     if _changes().get("exit_at_start"):
         sys.exit(int(_changes()["exit_at_start"]))
-    server.run()
+    if len(sys.argv) > 3:  # a port file: serve streamable HTTP instead of stdio
+        _serve_http(Path(sys.argv[3]))
+    else:
+        server.run()

@@ -10,7 +10,10 @@ from its reviewed manifest).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +284,47 @@ def test_a_session_that_fails_before_the_call_fails_the_call_never_leaving_it_un
     assert (failed.value.kind, failed.value.retryable) == ("server_error", False)
     assert failed.value.message.startswith("the MCP session failed before the call")
     assert weather.calls() == []
+
+
+@pytest.fixture
+def weather_over_http(tmp_path: Path) -> Iterator[tuple[Weather, str]]:
+    """The weather server as one long-lived streamable HTTP process (every call a new session
+    to it), and its URL; stopped after the test."""
+    weather = Weather(tmp_path)
+    port_file = tmp_path / "port"
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), str(weather.log), str(weather.changes), str(port_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():  # readiness: the server writes its port once it listens
+            assert process.poll() is None and time.monotonic() < deadline, "the HTTP server did not start"
+            time.sleep(0.05)
+        yield weather, f"http://127.0.0.1:{port_file.read_text(encoding='utf-8')}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_streamable_http_server_changing_a_tool_is_refused_too(
+    store: Store, weather_over_http: tuple[Weather, str]
+) -> None:
+    weather, url = weather_over_http
+    [forecast] = from_mcp(
+        {"transport": "streamable_http", "url": url},
+        {"get_forecast": READ},
+        server="weather",
+        ignore={"set_alert", "purge_alerts"},
+    )
+    gateway = _gateway(store, [forecast])
+    assert gateway.executor.run_read(forecast, {"city": "Oslo", "days": 3}, principal("sam")) == {
+        "result": "Oslo: sunny for 3 day(s)"
+    }
+    weather.change(tools={"get_forecast": CHANGES["input_schema"]})
+    with pytest.raises(ToolDrifted):
+        gateway.executor.run_read(forecast, {"city": "Oslo", "days": 3}, principal("sam"))
+    assert weather.calls() == [FORECAST]
+    [event] = audit_events(store, "handler.tool_drifted")
+    assert event.detail["pinned"] == tool_fingerprint(forecast)["remote_pin"] != event.detail["found"]
