@@ -39,6 +39,7 @@ from toolgate.tools.demo import REFUND_RELEASE, DemoSystem
 from toolgate.tools.demo.identities import seed_demo_identities
 from toolgate.tools.demo.release import DEMO_RELEASES
 from toolgate.tools.manifest import effective_manifest, manifest_drift, tool_fingerprint
+from toolgate.tools.shapes.functions import from_function
 from toolgate.tools.shapes.mcp import from_mcp
 
 SERVER = Path(__file__).with_name("mcp_weather_server.py")
@@ -328,3 +329,27 @@ def test_a_streamable_http_server_changing_a_tool_is_refused_too(
     assert weather.calls() == [FORECAST]
     [event] = audit_events(store, "handler.tool_drifted")
     assert event.detail["pinned"] == tool_fingerprint(forecast)["remote_pin"] != event.detail["found"]
+
+
+def test_a_drift_refusal_raised_by_other_loaded_code_audits_no_words_of_its_own(
+    store: Store, tmp_path: Path
+) -> None:
+    """Any handler can raise `ToolDrifted`: the audit names the tool by its spec and keeps a pin
+    only when it is a SHA-256, so a handler cannot write a secret (or a megabyte) into the trail."""
+    secret = "hunter2-password-0123456789"
+
+    def forecast(city: str) -> str:
+        """Forecast for one city."""
+        raise ToolDrifted(f"other {secret}", secret, "A" * 100_000)
+
+    spec = from_function(forecast, READ)
+    gateway = _gateway(store, [spec])
+    with pytest.raises(ToolExecutionError) as refused:
+        gateway.executor.run_read(spec, {"city": "Oslo"}, principal("sam"))
+    assert refused.value.kind == "tool_drifted"
+    [event] = audit_events(store, "handler.tool_drifted")
+    assert (event.tool, event.detail) == (
+        "forecast",
+        {"tool": "forecast", "pinned": "not_a_pin", "found": "not_a_pin"},
+    )
+    assert not any(secret in json.dumps(e.detail) for e in store.audit.events())
