@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict
 
 from toolgate.store import SQLiteStore
 from toolgate.tools import ApprovalClass, NoRollback
-from toolgate.tools.code_hash import code_identity, handler_source_hash, mark_code
+from toolgate.tools.audit import audit_specs
+from toolgate.tools.code_hash import code_identity, code_pin, handler_source_hash, mark_code
+from toolgate.tools.manifest import tool_fingerprint
 from toolgate.tools.shapes.functions import from_function
 from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.shapes.thirdparty import spec_from_function
@@ -190,3 +192,30 @@ def test_shapes_hash_the_function_not_their_adapter() -> None:
     a, b = from_function(forecast_a, policy), from_function(forecast_b, policy)
     assert handler_source_hash(a) != handler_source_hash(b)
     assert any(n.endswith("forecast_a") for n in code_identity(a.handler)["code"])
+
+
+def test_remote_code_shows_its_pin_in_the_manifest_and_the_registry_audit() -> None:
+    """A handler standing for code elsewhere (an MCP tool) may declare the pin of its definition
+    as loaded: the code hash covers it (it is inside the identity), the manifest and the registry
+    audit's inventory line show it; Python handlers show none."""
+    pin = "a" * 64
+
+    def remote(city: str) -> dict[str, str]:
+        """Weather for one city, from elsewhere."""
+        return {"result": city}
+
+    with pytest.raises(ValueError, match="only with an identity that holds it"):
+        mark_code(remote, identity='{"tool": "forecast"}', pin=pin)
+    with pytest.raises(ValueError, match="only with an identity that holds it"):
+        mark_code(remote, target=_target, pin=pin)
+
+    def local_forecast(city: str) -> dict[str, str]:
+        """Weather for one city, from here."""
+        return {"result": city}
+
+    spec = _spec(mark_code(remote, identity=f'{{"tool": "forecast", "pin": "{pin}"}}', pin=pin))
+    local = _spec(local_forecast)
+    assert (code_pin(spec.handler), code_pin(local.handler)) == (pin, None)
+    assert tool_fingerprint(spec)["remote_pin"] == pin and "remote_pin" not in tool_fingerprint(local)
+    report = audit_specs("weather/1.0.0", lambda: [spec, local])
+    assert [line.endswith(f" pin={pin}") for line in report.inventory] == [True, False]

@@ -228,6 +228,34 @@ class CapabilityDenied(ToolExecutionError):
         self.target = target
 
 
+class ToolDrifted(ToolExecutionError):
+    """A tool whose code runs elsewhere (an MCP server's) no longer matches the pin its release
+    was loaded and reviewed with: the server lists it changed (name, description, schemas or
+    annotations), or no longer lists it.
+
+    Refused before the call, so nothing ran; never retryable: the server answers the same until an
+    operator reloads its tools and reviews the release again (the pin is part of the tool's code
+    hash, so the reloaded release drifts from its reviewed manifest). Audited as
+    ``handler.tool_drifted`` with both pins by the trusted code that ran the handler. ``found`` is
+    None when the tool is gone.
+    """
+
+    code = "tool_drifted"
+    """Its `kind`, the stable code the call is answered with."""
+
+    def __init__(self, tool: str, pinned: str, found: str | None) -> None:
+        what = "is no longer offered by its server" if found is None else "changed on its server"
+        super().__init__(
+            self.code,
+            f"tool {tool!r} {what} since its release was reviewed; refused until an operator "
+            "reloads it and reviews the release",
+            retryable=False,
+        )
+        self.tool = tool
+        self.pinned = pinned
+        self.found = found
+
+
 class DirectInvocationError(ToolgateUsageError):
     """A tool's StructuredTool was invoked directly instead of through the gateway.
 
@@ -263,6 +291,7 @@ __all__ = [
     "RunRefused",
     "StoreError",
     "StoreMissingError",
+    "ToolDrifted",
     "ToolExecutionError",
     "ToolgateError",
     "ToolgateRuntimeError",

@@ -251,6 +251,13 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_result_invalid.py",
         ),
         _Row(
+            "tool_drifted", "handler", False,
+            "An MCP tool no longer matches the pin it was loaded and reviewed with (its server lists it "
+            "changed, or not at all); refused before the call, until an operator reloads it and reviews "
+            "the release.",
+            "tests/test_mcp_drift.py",
+        ),
+        _Row(
             "timeout", "handler", None,
             "The handler did not answer in time; for a write the outcome is unknown and is reconciled.",
             "tests/test_handler_failures.py",

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from toolgate.errors import RegistryError
-from toolgate.tools.code_hash import code_target
+from toolgate.tools.code_hash import code_pin, code_target
 from toolgate.tools.handler import HandlerContext, StrictArgs, ToolResult
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
@@ -253,9 +253,10 @@ def audit_specs(
 
 def _shape(report: AuditReport, spec: ToolSpec) -> None:
     """The tool's inventory line, and its schema's complexity and unbounded arguments."""
+    pin = code_pin(spec.handler)  # a remote tool's definition as loaded (an MCP tool's)
     report.inventory.append(
         f"tool={spec.wire_name} risk={spec.risk} approval={spec.approval.describe().replace(' ', '')}"
-        f" timeout={spec.timeout_s:g}s{inventory_text(spec)}"
+        f" timeout={spec.timeout_s:g}s{inventory_text(spec)}{f' pin={pin}' if pin else ''}"
     )
     shape = schema_shape(spec.contract.json_schema())
     report.complex_schemas += shape.complex

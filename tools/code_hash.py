@@ -26,21 +26,35 @@ TARGET_ATTRIBUTE = "__toolgate_target__"
 CODE_ATTRIBUTE = "__toolgate_code__"
 """Set instead of a target when the tool's code is not Python in this process (an MCP server's
 tool): a stable identity string that stands for that code (never a secret)."""
+PIN_ATTRIBUTE = "__toolgate_pin__"
+"""Set beside an identity when the remote code's definition was pinned at load (an MCP tool's
+`toolgate.tools.shapes.mcp_pinned.tool_pin`): a SHA-256 the manifest and the registry audit show."""
 _MAX_UNWRAP = 32
 
 _W = TypeVar("_W", bound=Callable[..., Any])
 
 
-def mark_code(wrapper: _W, *, target: Callable[..., Any] | None = None, identity: str | None = None) -> _W:
+def mark_code(
+    wrapper: _W,
+    *,
+    target: Callable[..., Any] | None = None,
+    identity: str | None = None,
+    pin: str | None = None,
+) -> _W:
     """Tell `handler_source_hash` what code ``wrapper`` stands for: ``target``'s, or ``identity``
-    for code that lives elsewhere. Wrappers call this so a generic adapter never becomes the code
-    hash of every tool it adapts."""
+    for code that lives elsewhere (with its ``pin`` when its definition was pinned at load; the
+    identity must hold the pin too, so the code hash covers it). Wrappers call this so a generic
+    adapter never becomes the code hash of every tool it adapts."""
     if (target is None) == (identity is None):
         raise ValueError("mark_code needs exactly one of target and identity")
+    if pin is not None and (identity is None or pin not in identity):
+        raise ValueError("mark_code takes a pin only with an identity that holds it")
     if target is not None:
         setattr(wrapper, TARGET_ATTRIBUTE, target)
     else:
         setattr(wrapper, CODE_ATTRIBUTE, identity)
+    if pin is not None:
+        setattr(wrapper, PIN_ATTRIBUTE, pin)
     return wrapper
 
 
@@ -79,6 +93,13 @@ def code_target(handler: object) -> object:
     """The callable whose code ``handler`` runs, by the unwrapping rules of `code_identity` (the
     handler itself when it declares remote code). Reviews (the registry audit) read this one."""
     return _unwrap(handler)[0]
+
+
+def code_pin(handler: object) -> str | None:
+    """The pin of the remote code ``handler`` stands for (`mark_code`'s ``pin``: an MCP tool's
+    definition as loaded), or None."""
+    pin = getattr(_unwrap(handler)[0], PIN_ATTRIBUTE, None)
+    return pin if isinstance(pin, str) else None
 
 
 def _collect(obj: object, code: dict[str, str], seen: set[int]) -> str:
@@ -204,8 +225,10 @@ def _render_code(code: types.CodeType) -> str:
 
 __all__ = [
     "CODE_ATTRIBUTE",
+    "PIN_ATTRIBUTE",
     "TARGET_ATTRIBUTE",
     "code_identity",
+    "code_pin",
     "code_target",
     "handler_source_hash",
     "mark_code",

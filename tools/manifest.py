@@ -15,7 +15,7 @@ from typing import Any
 
 from toolgate.canonical import digest, sha256_hex
 from toolgate.errors import RegistryError
-from toolgate.tools.code_hash import handler_source_hash
+from toolgate.tools.code_hash import code_pin, handler_source_hash
 from toolgate.tools.schema.export import exported_parameters
 from toolgate.tools.spec import ToolSpec, manifest_fields
 
@@ -56,6 +56,8 @@ def tool_fingerprint(spec: ToolSpec) -> dict[str, Any]:
         ),
         # readable too: what a tool's handler may hold and reach is what a reviewer reads first
         **({"reach": _reach(spec)} if _reach(spec) else {}),
+        # and the pin of a remote tool's definition (also inside code_sha256): what a reload changed
+        **({"remote_pin": code_pin(spec.handler)} if code_pin(spec.handler) else {}),
         **manifest_fields(spec),  # cost estimate, per-tool rate limit, deprecation (when set)
     }
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery.capability_audit import audit_denial
+from toolgate.graph.delivery.drift_audit import audit_drift
 from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold
@@ -89,6 +90,7 @@ class ClaimedWrite:
             return delivery
         except ToolExecutionError as exc:
             audit_denial(self.auditor, exc, ctx, spec.name, access, **self.common)  # a refused capability
+            audit_drift(self.auditor, exc, ctx, spec.name, **self.common)  # a remote tool changed
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
             return self.finish(
                 "failed",

@@ -21,6 +21,7 @@ from toolgate.errors import CapabilityDenied, ConfigurationError, InvalidTransit
 from toolgate.graph.delivery import handler_scope as scope
 from toolgate.graph.delivery.capability_audit import audit_denial
 from toolgate.graph.delivery.claimed_write import ClaimedWrite
+from toolgate.graph.delivery.drift_audit import audit_drift
 from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold, deferred
@@ -112,6 +113,7 @@ class Executor:
             raise ToolExecutionError("timeout", str(exc), retryable=True) from exc
         except ToolExecutionError as exc:
             audit_denial(self.auditor, exc, ctx, spec.name, access)  # one the handler wrapped
+            audit_drift(self.auditor, exc, ctx, spec.name)  # a remote tool changed: nothing called
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
             if reported is exc:
                 raise

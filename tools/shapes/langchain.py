@@ -13,7 +13,7 @@ Its schema is generated from typed code that ignores extra keys but leaves
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -72,9 +72,13 @@ def langchain_spec(
     result_model: type[BaseModel] | None,
     open_objects: OpenObjects,
     code: dict[str, Any],
+    call: Callable[[dict[str, Any], HandlerContext], Any] | None = None,
 ) -> ToolSpec:
     """The `ToolSpec` of a LangChain tool whose code hash is ``code`` (`mark_code`'s ``target``
-    or ``identity``): `from_langchain` names the Python it wraps, `from_mcp` its server."""
+    or ``identity``): `from_langchain` names the Python it wraps, `from_mcp` its server.
+
+    ``call`` runs the tool for the (thawed) arguments instead of the LangChain tool itself:
+    `from_mcp` checks the tool's pin and calls it in one session of its own."""
     tool_name = name or tool.name
     _refuse_aliases(tool, tool_name)
     definition = convert_to_openai_tool(tool)["function"]
@@ -86,8 +90,13 @@ def langchain_spec(
     coroutine_only = isinstance(tool, StructuredTool) and tool.func is None
     result = result_model or TextResult
 
+    def run(arguments: dict[str, Any], ctx: HandlerContext) -> Any:
+        return _run_tool(runnable, arguments, ctx, coroutine_only)
+
+    run_tool = call or run
+
     def handler(args: FrozenArguments, ctx: HandlerContext) -> Any:
-        return result_data(_run_tool(runnable, args.thaw(), ctx, coroutine_only), result)
+        return result_data(run_tool(args.thaw(), ctx), result)
 
     return spec_from_tool_definition(
         {"name": tool_name, **{k: v for k, v in definition.items() if k != "name"}},

@@ -3,13 +3,15 @@
 Separate from the LangChain shape it builds on because a server is loaded whole: the operator's
 policies are checked against what the server offers (a tool without a policy, or a policy for a
 tool that is not there, refuses the load), the server's own hints are checked against the policy's
-risk, and the code hash names the server instead of Python code that runs elsewhere. The
-adapters are an optional extra, imported only when a server is loaded.
+risk, and the code hash names the server and each tool's pin instead of Python code that runs
+elsewhere (`toolgate.tools.shapes.mcp_pinned` checks that pin before every call). The adapters are
+an optional extra, imported only when a server is loaded.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +23,7 @@ from toolgate.errors import RegistryError
 from toolgate.tools.declared.checks import OpenObjects
 from toolgate.tools.shapes.calls import run_awaitable
 from toolgate.tools.shapes.langchain import langchain_spec
+from toolgate.tools.shapes.mcp_pinned import PinnedTool, listed_tools, tool_pin
 from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.spec import ToolSpec
 
@@ -43,22 +46,44 @@ def from_mcp(
     for a tool the server does not offer, and a read-only policy for a tool the server itself
     declares writing (``readOnlyHint: false`` or ``destructiveHint: true``).
 
-    Each call opens its own session (for stdio, its own server process): no session outlives
-    the worker thread and event loop of the call that made it. The code hash of an MCP tool is
-    its server and tool identity (command or URL without credentials, tool name): the code
-    itself runs elsewhere, so pin its version with ``handler_revision``.
+    Each tool is pinned at load (`toolgate.tools.shapes.mcp_pinned.tool_pin`: its name,
+    description, schemas and annotations as the server lists them). Each call opens its own
+    session (for stdio, its own server process): no session outlives the worker thread and event
+    loop of the call that made it. In it the server's tools are listed again first, and a tool
+    that no longer matches its pin is refused ``tool_drifted`` without being called, until an
+    operator reloads the server's tools and reviews the release again.
+
+    The code hash of an MCP tool is its server and tool identity (command or URL without
+    credentials, tool name) and its pin: the code itself runs elsewhere, so pin its version with
+    ``handler_revision``; a tool that changed drifts the release from its reviewed manifest.
     """
     try:
-        from langchain_mcp_adapters.tools import load_mcp_tools
+        from langchain_mcp_adapters.sessions import create_session
+        from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
     except ImportError as exc:  # pragma: no cover - the optional extra is missing
         raise RegistryError("MCP tools need the 'mcp' extra: pip install 'langgraph-toolgate[mcp]'") from exc
     adapter_connection: Any = dict(connection)  # one of the adapters' TypedDicts, checked by them
-    tools = run_awaitable(
-        lambda: load_mcp_tools(
-            None, connection=adapter_connection, server_name=server, handle_tool_errors=False
-        ),
-        datetime.now(UTC) + timedelta(seconds=load_timeout_s),
-    )
+
+    async def listed() -> list[Any]:
+        async with create_session(adapter_connection) as session:
+            await session.initialize()
+            return await listed_tools(session)
+
+    try:
+        definitions = run_awaitable(listed, datetime.now(UTC) + timedelta(seconds=load_timeout_s))
+    except RuntimeError as exc:  # a listing without end, or another failure to list
+        raise RegistryError(f"MCP server {server!r}: {exc}") from exc
+    twice = sorted(name for name, count in Counter(d.name for d in definitions).items() if count > 1)
+    if twice:  # which of them would a pin stand for?
+        raise RegistryError(
+            f"MCP server {server!r} lists tools more than once, refused: {', '.join(twice)}", tool=twice[0]
+        )
+    tools = [
+        convert_mcp_tool_to_langchain_tool(
+            None, definition, connection=adapter_connection, server_name=server, handle_tool_errors=False
+        )
+        for definition in definitions
+    ]
     offered = {tool.name: tool for tool in tools}
     unpoliced = sorted(set(offered) - set(policies) - set(ignore))
     if unpoliced:
@@ -72,6 +97,7 @@ def from_mcp(
         raise RegistryError(
             f"MCP server {server!r} does not offer tools the policy names: {', '.join(absent)}"
         )
+    listed_as = {definition.name: definition for definition in definitions}
     specs = []
     for name, policy in sorted(policies.items()):
         hints = offered[name].metadata or {}
@@ -82,9 +108,15 @@ def from_mcp(
                 f"tool {name!r} refused: its MCP server declares it writing, its policy says read-only",
                 tool=name,
             )
+        try:
+            pin = tool_pin(listed_as[name])
+        except ValueError as exc:
+            raise RegistryError(f"MCP server {server!r}: {exc}", tool=name) from exc
         identity = json.dumps(
-            {"mcp": _connection_identity(connection), "server": server, "tool": name}, sort_keys=True
+            {"mcp": _connection_identity(connection), "server": server, "tool": name, "pin": pin},
+            sort_keys=True,
         )
+        pinned = PinnedTool(connection=dict(connection), name=name, pin=pin)
         specs.append(
             langchain_spec(
                 offered[name],
@@ -93,7 +125,8 @@ def from_mcp(
                 description=None,
                 result_model=(result_models or {}).get(name),
                 open_objects=open_objects,
-                code={"identity": identity},
+                code={"identity": identity, "pin": pin},
+                call=pinned.run,
             )
         )
     return specs
