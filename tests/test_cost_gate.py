@@ -105,6 +105,7 @@ def test_toolgate_evals_run_fails_the_costly_candidate_with_the_cost_line(tmp_pa
     path = tmp_path / "subset.jsonl"
     path.write_text(dump_cases(list(seeded(SUBSET, "ops-tools/1.1.0").cases)), encoding="utf-8")
     (tmp_path / "data").mkdir()
+    toolgate(["init"], cli_env(tmp_path / "data"))  # the store the verdict is kept in (evals run creates none)
     args = ["evals", "run", "--dataset", str(path), "--candidate", COSTLY_REF, "--control", "ops-tools/1.1.0"]
     args.append("--no-require-review")  # only the cost line fails it
     run = toolgate(

@@ -165,18 +165,24 @@ def audit(event, args):
         tried.append([event, repr(args[1] if event == "socket.connect" else args[:2])])
 sys.addaudithook(audit)
 report_path = sys.argv.pop(1)
+providers = {}
+def snapshot():
+    from opentelemetry import metrics, trace
+    providers["tracer_provider"] = type(trace.get_tracer_provider()).__name__
+    providers["meter_provider"] = type(metrics.get_meter_provider()).__name__
+    providers["threads"] = sorted(t.name for t in threading.enumerate())
+def write_report():
+    # registered before the command runs, so it runs after every exit hook the command adds
+    # (atexit is last in, first out): after the SDK's own shutdown has flushed the exports
+    with open(report_path, "w") as report:
+        json.dump({**providers, "tried": tried}, report)
+import atexit
+atexit.register(write_report)
 try:
     from toolgate.cli.app import main
     main()
 finally:
-    from opentelemetry import metrics, trace
-    with open(report_path, "w") as report:
-        json.dump({
-            "tracer_provider": type(trace.get_tracer_provider()).__name__,
-            "meter_provider": type(metrics.get_meter_provider()).__name__,
-            "threads": sorted(t.name for t in threading.enumerate()),
-            "tried": tried,
-        }, report)
+    snapshot()  # what the command left installed and running, before the exit hooks shut it down
 """
 
 

@@ -103,8 +103,8 @@ class Settings:
         if not self.audit_key_value and not key.exists():
             if path is not None:  # the store is there and its secret is not: a new one would verify nothing
                 raise StoreMissingError(
-                    f"the store at {path.absolute()} has no secret at {key.absolute()}: restore that file "
-                    "or set TOOLGATE_AUDIT_KEY to the store's secret"
+                    f"no store secret for the store at {path.absolute()} (expected at {key.absolute()}):"
+                    " restore that file or set TOOLGATE_AUDIT_KEY to the store's secret"
                 )
             raise StoreMissingError(
                 f"no store secret at {key.absolute()}: set TOOLGATE_AUDIT_KEY to the store's secret, "

@@ -18,6 +18,7 @@ import typer
 
 from toolgate import json_limits
 from toolgate.cli.common import checked_filter, invoke, open_from_env, open_store_from_env, person
+from toolgate.cli.lines import kv_line
 from toolgate.errors import ApprovalError, ConfigurationError, NotFoundError, ToolgateError
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def _out(line: str) -> None:
 
 
 def _kv(**facts: Any) -> None:
-    _out(" ".join(f"{k}={v}" for k, v in facts.items()))
+    _out(kv_line(**facts))
 
 
 def _print_version(asked: bool) -> None:

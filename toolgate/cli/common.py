@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import typer
 
+from toolgate.cli.lines import kv_line
 from toolgate.errors import IdentityError, InvalidFilter
 
 if TYPE_CHECKING:  # the gateway stack is imported by the commands that open it, never by --help
@@ -79,8 +80,9 @@ def checked_filter(option: str, value: str | None, valid: Sequence[str]) -> str 
 
 
 def kv(**facts: Any) -> None:
-    """One ``key=value`` line: the CLI's output style, easy to grep and to parse."""
-    typer.echo(" ".join(f"{k}={v}" for k, v in facts.items()))
+    """One ``key=value`` line: the CLI's output style, easy to grep and to parse; values escaped
+    (`toolgate.cli.lines`), so no value can start a line or a fact of its own."""
+    typer.echo(kv_line(**facts))
 
 
 def person(application: App, user_id: str) -> Principal:

@@ -115,28 +115,24 @@ def run(
     for line in [*lines(result), *coverage_lines(result)]:
         typer.echo(line)
     kv(report=json_path, html=html_path, digest=report["digest"])
-    kv(
-        evidence=_record(
-            settings,
-            result,
-            critical_only=critical_only,
-            report_digest=str(report["digest"]),
-        )
-    )
+    kv(**_record(settings, result, critical_only=critical_only, report_digest=str(report["digest"])))
     raise typer.Exit(0 if result.passed else 1)
 
 
-def _record(settings: Settings, result: GateResult, *, critical_only: bool, report_digest: str) -> str:
-    """Keep the verdict (all but review) in the configured store: ``recorded``, or why not."""
+def _record(
+    settings: Settings, result: GateResult, *, critical_only: bool, report_digest: str
+) -> dict[str, str]:
+    """Keep the verdict (all but review) in the configured store: the facts of the ``evidence=``
+    line, ``recorded`` with its verdict and id, or ``not_recorded`` and why."""
     if result.control is None:
-        return "not_recorded reason=no_control"
+        return {"evidence": "not_recorded", "reason": "no_control"}
     if critical_only:
-        return "not_recorded reason=critical_only"
+        return {"evidence": "not_recorded", "reason": "critical_only"}
     try:
         settings.require_store()  # the verdict is kept in an existing store, never in a new one
         store = open_store(settings.database_url, settings.data_dir, key=settings.audit_key(create=False))
     except (ConfigurationError, StoreError):
-        return "not_recorded reason=no_store"
+        return {"evidence": "not_recorded", "reason": "no_store"}
     candidate, control = result.candidate.facts, result.control.facts
     failures = result.tested_failures()
     try:
@@ -174,14 +170,14 @@ def _record(settings: Settings, result: GateResult, *, critical_only: bool, repo
             },
         )
     except StoreError:
-        return "not_recorded reason=store_error"
+        return {"evidence": "not_recorded", "reason": "store_error"}
     finally:
         store.close()
-    recorded = f"recorded verdict={evidence.verdict} id={evidence.evidence_id}"
+    recorded = {"evidence": "recorded", "verdict": evidence.verdict, "id": evidence.evidence_id}
     if result.candidate.model != SCRIPTED:
-        return f"{recorded} model={result.candidate.model} release_control=not_counted"
+        return {**recorded, "model": result.candidate.model, "release_control": "not_counted"}
     if not result.derived:
-        return f"{recorded} derived_cases=0 release_control=not_counted"
+        return {**recorded, "derived_cases": "0", "release_control": "not_counted"}
     return recorded
 
 

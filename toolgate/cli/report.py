@@ -39,6 +39,7 @@ import typer
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from toolgate.canonical import digest
+from toolgate.cli.lines import kv_line
 from toolgate.graph.bootstrap import App
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import PROVENANCE_NOTE
@@ -58,8 +59,7 @@ _FINISHED |= {"length": "incomplete", "max_tokens": "incomplete", "content_filte
 Print = Callable[[str], None]
 
 
-def _kv(**facts: Any) -> str:
-    return " ".join(f"{k}={v}" for k, v in facts.items())
+_kv = kv_line
 
 
 def report(
