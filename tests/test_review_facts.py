@@ -175,5 +175,5 @@ def test_proposals_show_prints_what_a_purchase_order_buys(tmp_path: Path) -> Non
     shown = toolgate(["proposals", "show", facts["proposal_id"]], cli_env(tmp_path, TOOLGATE_RELEASE=WIDE_RELEASE))
     (line,) = [line for line in shown.stdout.splitlines() if line.startswith("review_details=")]
     assert "review_details_error" not in line, shown.stdout + shown.stderr
-    details = json.loads(line.removeprefix("review_details="))
+    details = json.loads(json.loads(line.removeprefix("review_details=")))  # one quoted token (cli.lines)
     assert details == facts["details"] and details["total_cents"] == preview["total_cents"]
