@@ -203,6 +203,22 @@ def people_server(workdir: Path, extra_env: Mapping[str, str] | None = None) -> 
         yield server
 
 
+@contextlib.contextmanager
+def people_server_and_store(workdir: Path, extra_env: Mapping[str, str] | None = None) -> Iterator[tuple[Server, Any]]:
+    """`people_server`, reached directly (loopback past any proxy), with its store open in the test
+    process for evidence; what a module-scoped rig of the real server starts from."""
+    from support import open_test_store
+
+    with pytest.MonkeyPatch.context() as mp, people_server(workdir, extra_env) as server:
+        mp.setenv("NO_PROXY", LOCAL_HOSTS)
+        mp.setenv("no_proxy", LOCAL_HOSTS)
+        store = open_test_store(server.data_dir)
+        try:
+            yield server, store
+        finally:
+            store.close()
+
+
 def client_as(server: Server, user: str | None, *, token: str | None = None, **headers: str) -> Any:
     """A ``langgraph-sdk`` sync client authenticated as ``user`` (their demo token, or ``token``)."""
     from langgraph_sdk import get_sync_client

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_support import LOCAL_HOSTS, REPO, Server, client_as, interrupts_of, people_server
-from support import REFUND_REQUEST, open_test_store
+from server_support import LOCAL_HOSTS, REPO, Server, client_as, interrupts_of, people_server_and_store
+from support import REFUND_REQUEST
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.store.base import Store
@@ -113,15 +113,8 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    workdir = tmp_path_factory.mktemp("lgdev-console")
-    with pytest.MonkeyPatch.context() as mp, people_server(workdir) as server:
-        mp.setenv("NO_PROXY", LOCAL_HOSTS)
-        mp.setenv("no_proxy", LOCAL_HOSTS)
-        store = open_test_store(server.data_dir)
-        try:
-            yield Rig(server, store)
-        finally:
-            store.close()
+    with people_server_and_store(tmp_path_factory.mktemp("lgdev-console")) as (server, store):
+        yield Rig(server, store)
 
 
 def new_order(rig: Rig) -> str:

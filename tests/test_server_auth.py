@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import LOCAL_HOSTS, Server, client_as, interrupts_of, people_server
-from support import REFUND_REQUEST, open_test_store
+from server_support import Server, client_as, interrupts_of, people_server_and_store
+from support import REFUND_REQUEST
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.policy.identities import IdentityDirectory
@@ -64,16 +64,9 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    workdir = tmp_path_factory.mktemp("lgdev-auth")
-    with pytest.MonkeyPatch.context() as mp, people_server(workdir) as server:
-        mp.setenv("NO_PROXY", LOCAL_HOSTS)
-        mp.setenv("no_proxy", LOCAL_HOSTS)
-        store = open_test_store(server.data_dir)
+    with people_server_and_store(tmp_path_factory.mktemp("lgdev-auth")) as (server, store):
         IdentityDirectory(store).add(BOB, by=None, token="demo-token-cust-bob")
-        try:
-            yield Rig(server, store)
-        finally:
-            store.close()
+        yield Rig(server, store)
 
 
 def new_order(rig: Rig) -> str:

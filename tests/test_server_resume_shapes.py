@@ -24,8 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import LOCAL_HOSTS, client_as, interrupts_of, people_server
-from support import open_test_store
+from server_support import client_as, interrupts_of, people_server_and_store
 from test_server_auth import GRAPH, Rig, proposal_args, start_refund
 
 from toolgate.store.audit import actor_hash
@@ -39,15 +38,8 @@ STREAM_MODES = ["values", "messages-tuple", "custom"]
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    workdir = tmp_path_factory.mktemp("lgdev-resume")
-    with pytest.MonkeyPatch.context() as mp, people_server(workdir) as server:
-        mp.setenv("NO_PROXY", LOCAL_HOSTS)
-        mp.setenv("no_proxy", LOCAL_HOSTS)
-        store = open_test_store(server.data_dir)
-        try:
-            yield Rig(server, store)
-        finally:
-            store.close()
+    with people_server_and_store(tmp_path_factory.mktemp("lgdev-resume")) as (server, store):
+        yield Rig(server, store)
 
 
 def chat_ui_body(rig: Rig, user: str, thread_id: str, resume: Any, **overrides: Any) -> dict[str, Any]:

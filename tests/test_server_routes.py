@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from server_support import LOCAL_HOSTS, Server, client_as, interrupts_of, people_server
-from support import REFUND_REQUEST, cli_env, kv_lines, open_test_store, toolgate
+from server_support import Server, client_as, interrupts_of, people_server_and_store
+from support import REFUND_REQUEST, cli_env, kv_lines, toolgate
 
 from toolgate.canonical import idempotency_key_for
 from toolgate.store.base import Store
@@ -51,14 +51,8 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    with pytest.MonkeyPatch.context() as mp, people_server(tmp_path_factory.mktemp("lgdev-routes")) as server:
-        mp.setenv("NO_PROXY", LOCAL_HOSTS)
-        mp.setenv("no_proxy", LOCAL_HOSTS)
-        store = open_test_store(server.data_dir)
-        try:
-            yield Rig(server, store)
-        finally:
-            store.close()
+    with people_server_and_store(tmp_path_factory.mktemp("lgdev-routes")) as (server, store):
+        yield Rig(server, store)
 
 
 def pending_refund(rig: Rig) -> tuple[str, dict[str, Any]]:
