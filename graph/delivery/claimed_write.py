@@ -190,9 +190,8 @@ class ClaimedWrite:
         except ToolExecutionError:
             pass  # the status check decides what happened
         finally:
-            self.store.operations.renew_lease(
-                self.operation_key, self.worker_id, 0.0
-            )  # reconcilable from now on
+            # reconcilable from now on
+            self.store.operations.renew_lease(self.operation_key, self.worker_id, 0.0)
             self.hold.release()
 
 
