@@ -151,7 +151,7 @@ def start_refund(rig: Rig, order: str | None = None, request: str = REFUND_REQUE
 @pytest.fixture(scope="module")
 def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A headless Debian Chromium with a fresh profile (one context; each test opens its own tab,
-    and the console keeps its token in the tab's sessionStorage)."""
+    and signs in there: the console keeps its token in the page's memory only)."""
     from playwright.sync_api import sync_playwright
 
     profile = tmp_path_factory.mktemp("chromium-profile")
@@ -205,6 +205,29 @@ class Console:
 
         self.page.get_by_role("button", name="Sign out").click()
         expect(self.by("status")).to_have_text("Signed out.", timeout=TIMEOUT_MS)
+
+    def open_audit_trace(self, operation_key: str, auditor: str = "audrey") -> None:
+        """Sign out, open ``console#trace=KEY`` afresh and sign in as an auditor, who sees the
+        operation's audit trace (a reviewer is told it is for auditors only)."""
+        from playwright.sync_api import expect
+
+        self.sign_out()
+        self.page.goto(f"{self.server_url}/console#trace={operation_key}")
+        self.page.reload()
+        self.sign_in(auditor)
+        expect(self.by("operation-key")).to_have_text(operation_key, timeout=TIMEOUT_MS)
+        expect(self.by("trace-wrap")).to_be_visible(timeout=TIMEOUT_MS)
+
+    def assert_trace_is_for_auditors(self) -> None:
+        """A reviewer following an operation sees its status, and no audit events."""
+        from playwright.sync_api import expect
+
+        expect(self.by("trace-summary")).to_have_text(
+            "The audit trace is shown to auditors (role auditor) only.", timeout=TIMEOUT_MS
+        )
+        expect(self.by("trace-wrap")).to_be_hidden()
+        expect(self.by("trace-rows").locator("tr")).to_have_count(0)
+        expect(self.by("alert")).to_be_hidden()
 
     def assert_no_horizontal_scroll(self) -> None:
         """The page never scrolls sideways at this width (every table stacks, every id wraps)."""
@@ -290,6 +313,15 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     # the console polls the operation while the woken thread claims and executes it
     expect(console.by("operation-status")).to_have_text("succeeded", timeout=TIMEOUT_MS)
     expect(console.by("status")).to_have_text("Operation status: succeeded.", timeout=TIMEOUT_MS)
+    console.assert_trace_is_for_auditors()
+    result = json.loads(console.by("operation-result").text_content())
+    assert result, "the console shows no result for a succeeded operation"
+    console.shot("03-operation-succeeded")
+    expect(console.by("alert")).to_be_hidden()
+
+    # acme's auditor opens the operation's audit trace: complete and verified
+    console.open_audit_trace(key)
+    expect(console.by("operation-status")).to_have_text("succeeded", timeout=TIMEOUT_MS)
     expect(console.by("trace-summary")).to_contain_text(
         "final state succeeded; missing transitions: none; approver verified; audit chain PASS.",
         timeout=TIMEOUT_MS,
@@ -297,10 +329,9 @@ def test_a_reviewer_approves_in_the_console_and_follows_the_operation_to_success
     trace_rows = console.by("trace-rows").locator("tr")
     expect(trace_rows.filter(has_text="operation.completed")).to_have_count(1)
     expect(trace_rows.filter(has_text="approval.recorded")).to_have_count(1)
-    result = json.loads(console.by("operation-result").text_content())
-    assert result, "the console shows no result for a succeeded operation"
-    console.shot("03-operation-succeeded")
     expect(console.by("alert")).to_be_hidden()
+    reads = [e for e in rig.store.audit.events() if e.event == "audit.read"]
+    assert [(e.result, e.code) for e in reads[-2:]] == [("refused", "not_auditor"), ("read", None)], reads[-2:]
 
     operation = rig.store.operations.get(key)
     assert operation is not None and operation.status == "succeeded", operation
@@ -369,6 +400,34 @@ def test_the_console_is_labelled_named_and_announces_its_status(rig: Rig, consol
         expect(page.get_by_role("button", name=name)).to_be_visible()
     assert page.evaluate(NAMELESS_BUTTONS) == []
     console.assert_only_own_origin()
+
+
+def test_the_console_keeps_the_token_in_memory_only_and_a_reload_signs_out(
+    rig: Rig, console: Console
+) -> None:
+    """The token is never written to the tab's storage, where any script of this origin reads it and
+    it outlives the tab: a stale token an older console left behind is removed, and a reload asks
+    for the token again."""
+    from playwright.sync_api import expect
+
+    page = console.page
+    token = demo_token("fiona")
+    page.evaluate("(t) => window.sessionStorage.setItem('toolgate.token', t)", token)
+    page.reload()
+    expect(console.by("signin")).to_be_visible(timeout=TIMEOUT_MS)
+    assert page.evaluate("() => window.sessionStorage.getItem('toolgate.token')") is None
+
+    console.sign_in("fiona")
+    stored = page.evaluate(
+        "() => [window.sessionStorage, window.localStorage].flatMap(s => Object.keys(s).map(k => s.getItem(k)))"
+    )
+    assert token not in stored and stored == [], stored
+    assert token not in page.evaluate("() => document.cookie")
+    assert token not in page.content()  # nor left in the form field
+
+    page.reload()
+    expect(console.by("signin")).to_be_visible(timeout=TIMEOUT_MS)
+    expect(console.by("whoami")).to_have_text("")
 
 
 WORDS = "My blender arrived broken, order O-5512. Please refund it. password=hunter2"
@@ -477,15 +536,21 @@ def test_a_reviewer_decides_a_refund_from_its_facts_the_requesters_words_and_a_w
     expect(console.by("warning-same_resource")).to_be_visible()
     console.approve()
     expect(console.by("operation-status")).to_have_text("succeeded", timeout=TIMEOUT_MS)
-    expect(console.by("trace-summary")).to_contain_text("audit chain PASS.", timeout=TIMEOUT_MS)
-    expect(console.by("trace-rows").locator("tr").filter(has_text="operation.completed")).to_have_count(1)
+    console.assert_trace_is_for_auditors()
     operation = rig.store.operations.get(edited.operation_key)
     assert operation is not None and operation.status == "succeeded", operation
     assert rig.count("sor_refunds", edited.operation_key) == 1
     assert DemoSystem(rig.store).order("acme", order)["refunded_cents"] == 4999
     console.assert_no_horizontal_scroll()
+    console.shot(f"07-refund-approved-{width}")
+
+    # acme's auditor reads the edited refund's audit trace, on the same screen width
+    console.open_audit_trace(edited.operation_key)
+    expect(console.by("trace-summary")).to_contain_text("audit chain PASS.", timeout=TIMEOUT_MS)
+    expect(console.by("trace-rows").locator("tr").filter(has_text="operation.completed")).to_have_count(1)
+    console.assert_no_horizontal_scroll()
     if width >= 1280:  # the audit table fits and breaks no ordinary word at desktop width
         assert page.evaluate(SINGLE_LINE_WORDS, "trace-rows") == []
         assert page.evaluate(TABLE_FITS, "trace"), "the audit table scrolls sideways at 1280 px"
-    console.shot(f"07-refund-approved-{width}")
+    console.shot(f"08-refund-audit-trace-{width}")
     console.assert_only_own_origin()

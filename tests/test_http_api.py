@@ -220,7 +220,18 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     operation = api.get(f"/toolgate/operations/{facts['operation_key']}", "fiona").json()
     assert operation["status"] == "succeeded" and operation["result"]["amount_cents"] == 1000
     assert api.harness.refunds() == 1
-    report = api.get(f"/toolgate/operations/{facts['operation_key']}/trace", "fiona").json()
+    # the reviewer follows the operation but reads no audit events: one role rule at every door
+    trace_url = f"/toolgate/operations/{facts['operation_key']}/trace"
+    reads_before = len([e for e in api.store.audit.events() if e.event == "audit.read"])
+    refused = api.get(trace_url, "fiona")
+    assert refused.status_code == 403 and refused.json()["error"] == "not_auditor", refused.json()
+    read = api.harness.store.audit.latest("audit.read")
+    assert read is not None and (read.result, read.code) == ("refused", "not_auditor")
+    assert read.actor_id == api.gw.auditor.actor("fiona") and read.detail["subject"] == facts["operation_key"]
+    assert api.get(trace_url, "glen").status_code == 404  # another tenant's auditor: as an unknown id
+    assert api.get(trace_url, "otto").json()["final"] == "succeeded"  # the all-tenant auditor
+    report = api.get(trace_url, "audrey").json()
+    assert len([e for e in api.store.audit.events() if e.event == "audit.read"]) == reads_before + 3
     events = [e["event"] for e in report["events"]]
     assert report["final"] == "succeeded" and report["missing"] == [] and report["tamper_check"] == "PASS"
     assert (
@@ -231,8 +242,8 @@ def test_a_finance_reviewer_approves_the_digest_shown_and_the_thread_is_woken(ap
     recorded = next(e for e in report["events"] if e["event"] == "approval.recorded")
     assert recorded["actor"] == api.gw.auditor.actor("fiona") and recorded["release"] == facts["release"]
     read = api.harness.store.audit.latest("audit.read")  # the trace read is itself audited
-    assert read is not None and read.actor_id == api.gw.auditor.actor("fiona") and read.tenant_id == "acme"
-    assert read.detail["subject"] == facts["operation_key"]
+    assert read is not None and read.actor_id == api.gw.auditor.actor("audrey") and read.tenant_id == "acme"
+    assert read.detail["subject"] == facts["operation_key"] and read.result == "read"
     assert api.get(f"/toolgate/operations/{facts['operation_key']}", "gina").status_code == 404
 
 
@@ -399,7 +410,10 @@ def test_the_console_and_its_assets_are_served_with_nothing_external(api: Api) -
     ):
         assert marker in page
     assert 'src="console/app.js"' in page and 'href="console/console.css"' in page
-    assert "sessionStorage" in texts["/console/app.js"] and "innerHTML" not in texts["/console/app.js"]
+    script = texts["/console/app.js"]
+    # the token lives in the page's memory only: never written to storage a script of the origin reads
+    assert "innerHTML" not in script and "localStorage" not in script and "setItem" not in script
+    assert "document.cookie" not in script
     slash = api.client.get("/console/", follow_redirects=False)
     assert slash.status_code == 308 and slash.headers["location"] == "../console"
 

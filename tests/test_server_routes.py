@@ -126,7 +126,10 @@ def test_an_approval_through_the_api_wakes_the_thread_and_it_runs_once(rig: Rig)
     assert rig.payments(proposal["operation_key"]) == 1
     operation = rig.api("fiona", "GET", f"/toolgate/operations/{proposal['operation_key']}").json()
     assert operation["status"] == "succeeded"
-    trace = rig.api("fiona", "GET", f"/toolgate/operations/{proposal['operation_key']}/trace").json()
+    # audit events are for auditors at this door as on the CLI: the approver is refused, audrey reads
+    refused = rig.api("fiona", "GET", f"/toolgate/operations/{proposal['operation_key']}/trace")
+    assert refused.status_code == 403 and refused.json()["error"] == "not_auditor"
+    trace = rig.api("audrey", "GET", f"/toolgate/operations/{proposal['operation_key']}/trace").json()
     assert trace["missing"] == [] and trace["tamper_check"] == "PASS"
 
 

@@ -3,56 +3,24 @@
 The audit log is evidence about every tenant, so reading it is a privilege: the reader
 authenticates like every other person on the CLI (``--as`` names them, ``TOOLGATE_TOKEN`` proves
 it; the token alone also identifies them), through the same identity directory as the server's
-doors. Role ``auditor`` reads the events of its own tenant; role ``auditor:all`` (granted only by
-the bootstrap or by an administrator who holds it) reads every tenant's, and the events that
-belong to none (process-level ones). Every read, and every refused read, appends an
+doors. Who may read what is `toolgate.policy.audit_readers` (the rule every door shares): role
+``auditor`` reads the events of its own tenant; role ``auditor:all`` (granted only by the
+bootstrap or by an administrator who holds it) reads every tenant's, and the events that belong to
+none (process-level ones). Every read, and every refused read, appends an
 ``audit.read`` event to the same chain, so the log shows who looked at it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.graph.bootstrap import App, open_app
-from toolgate.policy.identities import ALL_TENANTS_AUDITOR_ROLE, AUDITOR_ROLE
-from toolgate.policy.principal import Principal
+from toolgate.policy.audit_readers import ALL_TENANTS, AuditScope, audit_scope, own_tenant_scope
+from toolgate.policy.identities import AUDITOR_ROLE
 from toolgate.settings import read_settings
-from toolgate.store.audit_records import AuditEvent
 from toolgate.store.factory import open_store
-
-ALL_TENANTS = "*"
-"""How an all-tenant scope is written in ``audit.read`` events and output."""
-
-
-@dataclass(frozen=True)
-class AuditScope:
-    """An authenticated auditor and the tenants whose events they may read."""
-
-    principal: Principal
-    """The person reading."""
-    tenants: frozenset[str] | None
-    """Tenants they may read; None for every tenant (and tenant-less events)."""
-
-    @property
-    def label(self) -> str:
-        """``*`` for every tenant, else the tenants, comma-separated."""
-        return ALL_TENANTS if self.tenants is None else ",".join(sorted(self.tenants))
-
-    def covers(self, tenant_id: str | None) -> bool:
-        """True when events of ``tenant_id`` are visible (None: only to all-tenant auditors)."""
-        return self.tenants is None or (tenant_id is not None and tenant_id in self.tenants)
-
-    def sees(self, event: AuditEvent) -> bool:
-        """True when ``event`` is visible in this scope."""
-        return self.covers(event.tenant_id)
-
-    def visible(self, events: Iterable[AuditEvent]) -> list[AuditEvent]:
-        """The visible part of ``events``, in their order."""
-        return [e for e in events if self.sees(e)]
 
 
 def open_for_audit() -> App:
@@ -92,11 +60,9 @@ def authenticate_auditor(application: App, as_user: str | None, command: str) ->
             code="missing_token",
         )
     principal = directory.authenticate(as_user, secret) if as_user else directory.authenticate_bearer(secret)
-    if ALL_TENANTS_AUDITOR_ROLE in principal.roles:
-        return AuditScope(principal, None)
-    scope = AuditScope(principal, frozenset({principal.tenant_id}))
-    if AUDITOR_ROLE not in principal.roles:
-        record_read(application, scope, command, result="refused", code="not_auditor")
+    scope = audit_scope(principal)
+    if scope is None:
+        record_read(application, own_tenant_scope(principal), command, result="refused", code="not_auditor")
         raise IdentityError(
             f"{principal.user_id!r} may not read the audit log (needs role {AUDITOR_ROLE})",
             code="not_auditor",

@@ -1,6 +1,7 @@
 """Who may see which proposal and operation through the approval API, and the 404 for the rest.
 
-A caller sees a proposal they requested, or one of their tenant's whose tool they may review.
+A caller sees a proposal they requested, or one of their tenant's whose tool they may review;
+an operation's audit events only an auditor of its tenant (`toolgate.policy.audit_readers`).
 Anything else answers exactly like an unknown id (no oracle for guessing ids across tenants) and
 is audited as ``api.refused``. This rule is its own module because every read and every decision
 route starts with it, and a route that skipped it would leak another tenant's proposals.
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.server.serving import Refusal
+from toolgate.policy.audit_readers import audit_scope, own_tenant_scope
+from toolgate.policy.identities import AUDITOR_ROLE
 from toolgate.policy.principal import Principal
 from toolgate.store.records import OperationRecord, ProposalRecord
 
@@ -77,4 +80,37 @@ def visible_operation(
     return operation, proposal
 
 
-__all__ = ["visible", "visible_operation", "visible_proposal"]
+def audited_operation(gw: Gateway, caller: Principal, operation_key: str, route: str) -> OperationRecord:
+    """The operation whose audit events ``caller`` may read, by the one rule every door shares.
+
+    An auditor covering the operation's tenant reads it (reads included, which have no proposal).
+    A person who may follow the operation but holds no auditor role is refused ``not_auditor``
+    (403), recorded as a refused ``audit.read`` exactly as the CLI records it; everyone else gets
+    the 404 of an unknown id."""
+    scope = audit_scope(caller)
+    if scope is None:
+        operation, _ = visible_operation(gw, caller, operation_key, route)
+        refused = own_tenant_scope(caller)
+        gw.auditor.record(
+            "audit.read",
+            "refused",
+            user_id=caller.user_id,
+            code="not_auditor",
+            tenant_id=caller.tenant_id,
+            detail={"command": f"GET {route}", "scope": refused.label, "subject": operation.operation_key},
+        )
+        raise Refusal(
+            403,
+            "not_auditor",
+            f"{caller.user_id!r} may follow this operation but not read its audit events "
+            f"(needs role {AUDITOR_ROLE})",
+        )
+    operation = gw.store.operations.get(operation_key)
+    if operation is None:
+        raise _unseen(gw, caller, route, "operation")
+    if not scope.covers(operation.tenant_id):
+        raise _unseen(gw, caller, route, "operation", operation=operation)
+    return operation
+
+
+__all__ = ["audited_operation", "visible", "visible_operation", "visible_proposal"]

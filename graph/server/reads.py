@@ -19,8 +19,9 @@ from toolgate.graph.review.decisions import handler_timeout_s
 from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.related import Related, same_resource
 from toolgate.graph.review.warnings import review_warnings
-from toolgate.graph.server.access import visible, visible_operation, visible_proposal
+from toolgate.graph.server.access import audited_operation, visible, visible_operation, visible_proposal
 from toolgate.graph.server.serving import Refusal, Reply, ViewInput
+from toolgate.policy.audit_readers import audit_scope
 from toolgate.policy.principal import Principal
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
 
@@ -164,15 +165,21 @@ def show_operation(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
 
 
 def show_trace(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
-    """``GET /toolgate/operations/{operation_key}/trace``: the operation's audit trail, checked."""
-    operation, _ = visible_operation(gw, caller, inp.path["operation_key"], "trace")
+    """``GET /toolgate/operations/{operation_key}/trace``: the operation's audit trail, checked;
+    for auditors only, as on the CLI (`audited_operation`)."""
+    operation = audited_operation(gw, caller, inp.path["operation_key"], "trace")
     report = trace(gw.store, gw.auditor, operation_key=operation.operation_key)
+    scope = audit_scope(caller)
     gw.auditor.record(  # a read of the audit log is itself evidence (as the CLI's `audit trace`)
         "audit.read",
         "read",
         user_id=caller.user_id,
         tenant_id=caller.tenant_id,
-        detail={"command": "GET trace", "scope": caller.tenant_id, "subject": operation.operation_key},
+        detail={
+            "command": "GET trace",
+            "scope": scope.label if scope else caller.tenant_id,
+            "subject": operation.operation_key,
+        },
     )
     return Reply(
         {

@@ -4,7 +4,9 @@
 "use strict";
 
 (function () {
-  var TOKEN_KEY = "toolgate.token";
+  // an older console kept the token in sessionStorage, readable by any script on this origin and
+  // left behind in the tab after it closed; it is removed at load and never written again
+  var LEGACY_TOKEN_KEY = "toolgate.token";
   var POLL_MS = 1500;
   var MAX_POLLS = 80;
   var FINAL = ["succeeded", "failed", "rejected", "expired", "dead_lettered", "unknown"];
@@ -26,6 +28,8 @@
 
   var timers = { countdown: null, poll: null };
   var current = null; // the proposal on screen
+  // the reviewer's token lives only in this closure: a reload or a new tab signs in again
+  var sessionToken = null;
 
   function $(id) { return document.getElementById(id); }
 
@@ -61,7 +65,7 @@
     this.body = body || {};
   }
 
-  function token() { return window.sessionStorage.getItem(TOKEN_KEY); }
+  function token() { return sessionToken; }
 
   function api(path, options) {
     options = options || {};
@@ -104,7 +108,7 @@
   // ---- session -------------------------------------------------------------------------
 
   function signOut() {
-    window.sessionStorage.removeItem(TOKEN_KEY);
+    sessionToken = null;
     stopTimers();
     current = null;
     show("session", false);
@@ -122,7 +126,8 @@
         (me.roles.length ? me.roles.join(", ") : "none") + ")";
       show("signin", false);
       show("session", true);
-      return loadList();
+      var key = requestedTrace();
+      return loadList().then(function () { return key ? auditTrace(key) : null; });
     });
   }
 
@@ -131,7 +136,7 @@
     clearAlert();
     var value = $("token-input").value.trim();
     if (!value) { return; }
-    window.sessionStorage.setItem(TOKEN_KEY, value);
+    sessionToken = value;
     $("token-input").value = "";
     start().then(function () {
       say("Signed in.");
@@ -493,8 +498,47 @@
       "; approver " + report.approver + "; audit chain " + report.tamper_check + ".";
   }
 
+  // audit events are for auditors only, at this door as on the CLI: a reviewer following the
+  // operation is told so instead of seeing an error
   function loadTrace(key) {
-    return api("toolgate/operations/" + encodeURIComponent(key) + "/trace").then(renderTrace, alertError);
+    return api("toolgate/operations/" + encodeURIComponent(key) + "/trace").then(function (report) {
+      show("trace-wrap", true);
+      renderTrace(report);
+      return report;
+    }, function (err) {
+      $("trace-rows").textContent = "";
+      show("trace-wrap", false);
+      if (err.code === "not_auditor") {
+        $("trace-summary").textContent = "The audit trace is shown to auditors (role auditor) only.";
+        return null;
+      }
+      $("trace-summary").textContent = "";
+      alertError(err);
+      return null;
+    });
+  }
+
+  // an auditor's view of one operation (console#trace=KEY): its audit trace and the final state
+  // the trace shows; the result itself is for the operation's reviewers and requester
+  function auditTrace(key) {
+    stopTimers();
+    show("detail", false);
+    show("queue", false);
+    show("operation", true);
+    setText("operation-key", key);
+    setText("operation-status", "");
+    $("operation-result").textContent = "";
+    return loadTrace(key).then(function (report) {
+      if (report) {
+        setText("operation-status", report.final);
+        say("Audit trace of " + key + ": final state " + report.final + ".");
+      }
+    });
+  }
+
+  function requestedTrace() {
+    var match = /^#trace=([A-Za-z0-9_.:-]{1,200})$/.exec(window.location.hash);
+    return match ? match[1] : null;
   }
 
   function follow(key) {
@@ -546,10 +590,7 @@
     $("edit-form").addEventListener("submit", onEdit);
     $("back").addEventListener("click", backToList);
     $("operation-back").addEventListener("click", backToList);
-    if (token()) {
-      start().catch(alertError);
-    } else {
-      signOut();
-    }
+    try { window.sessionStorage.removeItem(LEGACY_TOKEN_KEY); } catch (e) { /* storage disabled */ }
+    signOut();
   });
 })();
