@@ -13,12 +13,13 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.policy.principal import Principal
+from toolgate.policy.sign_in_throttle import SignInLimits, SignInThrottle
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.identity_records import IdentityRecord
@@ -58,41 +59,80 @@ class IdentityDirectory:
     """Where the identity rows live."""
     auditor: Auditor | None = None
     """Records refusals and changes (None only for read-only uses)."""
+    sign_in_limits: SignInLimits = field(default_factory=SignInLimits.from_settings)
+    """When failed sign-ins are throttled (``TOOLGATE_SIGN_IN_FAILURES_*``)."""
 
     # ---- authentication ----------------------------------------------------------------
 
-    def authenticate(self, user_id: str, token: str | None) -> Principal:
-        """The active principal ``user_id`` when ``token`` is theirs; `IdentityError` otherwise."""
+    def authenticate(self, user_id: str, token: str | None, *, source: str | None = None) -> Principal:
+        """The active principal ``user_id`` when ``token`` is theirs; `IdentityError` otherwise.
+
+        Failures are throttled and counted per ``source`` (a network door's client address) and
+        per the claimed ``user_id`` (`toolgate.policy.sign_in_throttle`)."""
+        self.throttle.check(source=source, identity=user_id)
         if not token:
-            self._refuse(user_id, "missing_token", f"no token given for {user_id!r} (set TOOLGATE_TOKEN)")
+            self._fail(
+                user_id, "missing_token", f"no token given for {user_id!r} (set TOOLGATE_TOKEN)", source
+            )
         record = self.store.identities.get(user_id)
         if record is not None and not record.authentic:
-            self._refuse(user_id, "forged_identity", f"identity {user_id!r} was changed outside toolgate")
+            self._fail(
+                user_id, "forged_identity", f"identity {user_id!r} was changed outside toolgate", source
+            )
         expected = record.token_hash if record is not None else None
         presented = self.store.identities.token_hash(token or "")
         if not expected or not hmac.compare_digest(expected, presented):
             # an unknown user and a wrong token look the same to the caller (no user oracle)
-            self._refuse(user_id, "authentication_failed", f"authentication failed for {user_id!r}")
+            self._fail(user_id, "authentication_failed", f"authentication failed for {user_id!r}", source)
         assert record is not None
         if record.status != "active":
-            self._refuse(user_id, "revoked", f"identity {user_id!r} has been revoked")
+            self._fail(user_id, "revoked", f"identity {user_id!r} has been revoked", source)
         return principal_of(record)
 
-    def authenticate_bearer(self, token: str | None) -> Principal:
-        """The active principal a bearer token belongs to (the server's doors: one secret, no user id)."""
+    def authenticate_bearer(self, token: str | None, *, source: str | None = None) -> Principal:
+        """The active principal a bearer token belongs to (the server's doors: one secret, no user
+        id). Failures are throttled and counted per ``source``, the client's address."""
+        self.throttle.check(source=source, identity=None)
         if not token:
-            self._refuse("", "missing_token", "no bearer token (send Authorization: Bearer <token>)")
+            self._fail(
+                "",
+                "missing_token",
+                "no bearer token (send Authorization: Bearer <token>)",
+                source,
+                claimed=False,
+            )
         record = self.store.identities.by_token_hash(self.store.identities.token_hash(token or ""))
         if record is None:
-            self._refuse("", "authentication_failed", "authentication failed: unknown or rotated token")
+            self._fail(
+                "",
+                "authentication_failed",
+                "authentication failed: unknown or rotated token",
+                source,
+                claimed=False,
+            )
         assert record is not None
         if not record.authentic:
-            self._refuse(
-                record.user_id, "forged_identity", f"identity {record.user_id!r} was changed outside toolgate"
+            self._fail(
+                record.user_id,
+                "forged_identity",
+                f"identity {record.user_id!r} was changed outside toolgate",
+                source,
+                claimed=False,
             )
         if record.status != "active":
-            self._refuse(record.user_id, "revoked", f"identity {record.user_id!r} has been revoked")
+            self._fail(
+                record.user_id,
+                "revoked",
+                f"identity {record.user_id!r} has been revoked",
+                source,
+                claimed=False,
+            )
         return principal_of(record)
+
+    @property
+    def throttle(self) -> SignInThrottle:
+        """Failed sign-ins of this store: throttled, and audited as counted events."""
+        return SignInThrottle(self.store, self.auditor, self.sign_in_limits)
 
     def active(self, user_id: str, tenant_id: str) -> Principal | None:
         """The principal when ``user_id`` is an authentic, active identity of ``tenant_id`` (no token)."""
@@ -225,6 +265,13 @@ class IdentityDirectory:
             )
         if by.tenant_id != tenant_id:
             self._refuse(by.user_id, "cross_tenant", f"{by.user_id!r} administers another tenant")
+
+    def _fail(
+        self, user_id: str, code: str, message: str, source: str | None, *, claimed: bool = True
+    ) -> None:
+        """Refuse one sign-in: counted (and audited when the count writes a row) by the throttle."""
+        self.throttle.failed(code, source=source, identity=user_id if claimed else None, user_id=user_id)
+        raise IdentityError(message, code=code)
 
     def _refuse(self, user_id: str, code: str, message: str) -> None:
         if self.auditor is not None and not self.store.read_only:

@@ -470,8 +470,14 @@ CATALOG: tuple[CodeEntry, ...] = (
         ),
         _Row(
             "not_auditor", "cli", False,
-            "Reading the audit log needs the auditor role.",
+            "Reading audit events needs the auditor role (the CLI's audit commands and the HTTP trace route).",
             "tests/test_audit_access.py",
+        ),
+        _Row(
+            "sign_in_throttled", "identity", True,
+            "Too many failed sign-ins from this address or for this person in the window: "
+            "refused before any token is checked until the window ends (Retry-After).",
+            "tests/test_sign_in_throttle.py",
         ),
         _Row(
             "not_all_tenants", "cli", False,

@@ -181,6 +181,10 @@ class EnvSettings(BaseModel):
     """Default age for ``toolgate audit retention``."""
     waker_interval_s: Wait = 2.0
     """How often the server resumes threads whose approval was decided elsewhere (``0``: never)."""
+    sign_in_failures_per_source: Count = 30
+    """Failed sign-ins a minute from one address before it is throttled (`toolgate.policy.sign_in_throttle`)."""
+    sign_in_failures_per_person: Count = 10
+    """Failed sign-ins a minute for one person named on the CLI before they are throttled."""
     max_concurrent_model_requests: Count = 16
     """Model requests in flight at once in this process; past it (after ``admission_wait_s``) a
     run ends ``overloaded`` with a ``retry_after_s``, its checkpoint intact."""

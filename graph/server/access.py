@@ -89,7 +89,7 @@ def audited_operation(gw: Gateway, caller: Principal, operation_key: str, route:
     the 404 of an unknown id."""
     scope = audit_scope(caller)
     if scope is None:
-        operation, _ = visible_operation(gw, caller, operation_key, route)
+        followed, _ = visible_operation(gw, caller, operation_key, route)
         refused = own_tenant_scope(caller)
         gw.auditor.record(
             "audit.read",
@@ -97,7 +97,7 @@ def audited_operation(gw: Gateway, caller: Principal, operation_key: str, route:
             user_id=caller.user_id,
             code="not_auditor",
             tenant_id=caller.tenant_id,
-            detail={"command": f"GET {route}", "scope": refused.label, "subject": operation.operation_key},
+            detail={"command": f"GET {route}", "scope": refused.label, "subject": followed.operation_key},
         )
         raise Refusal(
             403,

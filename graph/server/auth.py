@@ -59,8 +59,13 @@ def _reviewer_roles() -> frozenset[str]:
 
 
 @auth.authenticate
-async def authenticate(authorization: str | None, headers: dict[bytes, bytes]) -> dict[str, Any]:
-    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged).
+async def authenticate(
+    scope: Mapping[str, Any], authorization: str | None, headers: dict[bytes, bytes]
+) -> dict[str, Any]:
+    """The caller's identity from their bearer token (401 when missing, unknown, revoked or forged;
+    also 401, with the code ``sign_in_throttled``, once the client's address has failed too often
+    in a window, whatever it sends: `toolgate.policy.sign_in_throttle`. The runtime answers only
+    401 or 403 from this handler, so the 429 with ``Retry-After`` comes from toolgate's own routes).
 
     Clients built on the LangGraph SDK's ``apiKey`` (agent-chat-ui's "API key" field, its API
     passthrough) carry the token as ``X-Api-Key`` instead: it is read only when no Authorization
@@ -77,14 +82,20 @@ async def authenticate(authorization: str | None, headers: dict[bytes, bytes]) -
     if not (authorization or "").strip() and api_key:
         scheme, token = "bearer", api_key
     directory = server_parts().gateway.directory
+    client = scope.get("client")  # (host, port) of the connection, HTTP or WebSocket
+    source = str(client[0]) if client else None
     try:
         if scheme.lower() != "bearer" or not token.strip():
-            raise IdentityError(
-                "send Authorization: Bearer <token> (or X-Api-Key: <token>)", code="missing_token"
-            )
-        principal = await asyncio.to_thread(directory.authenticate_bearer, token.strip())
+            # counted like a wrong token (an empty header is a guess too)
+            await asyncio.to_thread(directory.authenticate_bearer, None, source=source)
+        principal = await asyncio.to_thread(directory.authenticate_bearer, token.strip(), source=source)
     except IdentityError as exc:
-        raise Auth.exceptions.HTTPException(status_code=401, detail=f"{exc.code}: {exc}") from None
+        message = (
+            "send Authorization: Bearer <token> (or X-Api-Key: <token>)"
+            if exc.code == "missing_token"
+            else exc
+        )
+        raise Auth.exceptions.HTTPException(status_code=401, detail=f"{exc.code}: {message}") from None
     credentials = {
         key.decode("latin-1")[len(CREDENTIAL_HEADER) :].replace("-", "_"): value.decode("latin-1")
         for key, value in headers.items()

@@ -35,6 +35,7 @@ from toolgate.graph.worker.waker import wake_quietly
 from toolgate.policy.admission import Overloaded
 from toolgate.policy.output import redacted_traceback
 from toolgate.policy.principal import Principal
+from toolgate.policy.sign_in_throttle import SignInThrottled
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +153,16 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _run_view(gw: Gateway, token: str | None, view: View, inp: ViewInput) -> Reply:
-    """Authenticate, then answer (in a worker thread: every step reads or writes the store)."""
+def _run_view(gw: Gateway, token: str | None, view: View, inp: ViewInput, source: str | None = None) -> Reply:
+    """Authenticate, then answer (in a worker thread: every step reads or writes the store).
+
+    Failed sign-ins are throttled per client address (``source``) and audited as counted events
+    (`toolgate.policy.sign_in_throttle`): a throttled caller gets ``429 sign_in_throttled`` with
+    ``Retry-After``, whatever token it sent."""
     try:
-        caller = gw.directory.authenticate_bearer(token)  # audits its own refusals
+        caller = gw.directory.authenticate_bearer(token, source=source)  # audits its own refusals
+    except SignInThrottled as exc:
+        raise Refusal(429, exc.code, str(exc), retry_after_s=exc.retry_after_s) from exc
     except IdentityError as exc:
         raise Refusal(401, exc.code, str(exc)) from exc
     try:
@@ -190,7 +197,8 @@ async def serve(
             reviewing=reviewing,
         )
         gw = await run_in_threadpool(gateway)
-        reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp)
+        source = request.client.host if request.client else None
+        reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp, source)
     except Refusal as exc:
         return _error(exc.status, exc.code, str(exc), **exc.extra)
     except Overloaded as exc:  # no free slot: audited where it was refused; try again later
