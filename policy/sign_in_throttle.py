@@ -82,6 +82,8 @@ def _suspect(bucket: str) -> None:
             _suspects.popitem(last=False)
 
 
+BUCKET_PREFIX = "signin:"
+"""Every bucket of this module starts so (`Counters.forget_ended`)."""
 ALL_SOURCES = "signin:all"
 """The bucket of every failed sign-in of the store (bounds the rows, throttles nobody)."""
 
@@ -184,6 +186,8 @@ class SignInThrottle:
             counted = counted or _counted(failures, limit)
             _suspect(bucket)
         everyone = self.store.counters.increment(ALL_SOURCES, window)
+        if everyone == 1:  # the window's first failure: the ended windows' counts go (bounded table)
+            self.store.counters.forget_ended(BUCKET_PREFIX, window)
         detailed = self.limits.detailed_rows
         if (counted and everyone <= detailed) or (everyone > detailed and _counted(everyone, detailed)):
             self._audit(user_id, code, {**counts, "all": everyone}, source=source)
@@ -207,6 +211,7 @@ def forget_suspects() -> None:
 
 __all__ = [
     "ALL_SOURCES",
+    "BUCKET_PREFIX",
     "DEFAULT_LIMITS",
     "SignInLimits",
     "SignInThrottle",

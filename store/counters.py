@@ -45,6 +45,18 @@ class Counters:
                     return index
         return None
 
+    def forget_ended(self, prefix: str, window_s: int) -> int:
+        """Delete the counts of buckets starting with ``prefix`` whose ``window_s`` window has ended
+        on the store's clock (what a window-bound throttle no longer reads); returns how many."""
+        with self._db.transaction() as tx:
+            moment = parse_iso(self._db._tx_now(tx)).timestamp()
+            current = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
+            rows = tx.execute(
+                "DELETE FROM rate_counters WHERE substr(bucket, 1, ?) = ? AND window_start < ? RETURNING bucket",
+                (len(prefix), prefix, current),
+            )
+        return len(rows)
+
     def value(self, bucket: str, window_s: int) -> int:
         """The count in ``bucket`` for the current window, counting nothing (a shadow judge peeks
         at rate limits without spending them)."""

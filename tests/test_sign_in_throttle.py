@@ -123,10 +123,14 @@ def test_the_window_ends_on_the_stores_clock_not_the_processes(
     monkeypatch.undo()
     shift_store_clock(monkeypatch, store, timedelta(seconds=DEFAULT_LIMITS.window_s))
     assert people.authenticate_bearer(demo_token("fiona"), source="203.0.113.9").user_id == "fiona"
-    # the new window starts counting afresh: its first failure is a row of its own
+    # the new window starts counting afresh: its first failure is a row of its own, and the ended
+    # window's counts are deleted (the counters stay as small as one window's failures)
     with pytest.raises(IdentityError):
         people.authenticate_bearer("tg_after", source="203.0.113.9")
     assert refusals(store)[-1] == ("authentication_failed", {"source": 1})
+    with store.transaction() as tx:
+        kept = tx.execute("SELECT bucket, count FROM rate_counters WHERE substr(bucket, 1, 7) = 'signin:'")
+    assert sorted(row["count"] for row in kept) == [1, 1], kept  # this source's and the total
 
 
 def test_failures_from_many_threads_at_once_are_each_counted_once(store: Store) -> None:
