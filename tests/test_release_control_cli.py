@@ -232,16 +232,22 @@ def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_cred
     facts(toolgate(["release", "shadow", CANDIDATE, "--as", "ivy"], env))  # something to change
     before, seq = all_tables(db), audit_seq(db)
     attempts, expected = [], []
+    # this test is about each command's own credential check: dozens of failures for ivy in a
+    # minute would be throttled (`sign_in_throttled`, tests/test_sign_in_throttle.py) first
+    unthrottled = {**env, "TOOLGATE_SIGN_IN_FAILURES_PER_PERSON": "1000"}
     for args in COMMANDS.values():
         for extra, who, refusal in ADMIN_CREDENTIALS.values():
             call = [a if a != "ivy" else who for a in args]
-            attempts.append((call, {**env, **extra}))
+            attempts.append((call, {**unthrottled, **extra}))
             expected.append(refusal)
     results = run_each(attempts)
     for result, (_, code) in zip(results, expected, strict=True):
         assert_refused(result, code)
     after = all_tables(db)
-    unchanged = ("audit_", "sqlite_sequence")  # only the refusals' audit events are new
+    # only the refusals' audit events are new, and the sign-in throttle's count of them
+    unchanged = ("audit_", "sqlite_sequence", "rate_counters")
+    counted = [row for row in after.get("rate_counters", []) if row not in before.get("rate_counters", [])]
+    assert all(str(row[0]).startswith("signin:") for row in counted), counted
     assert {t: r for t, r in after.items() if not t.startswith(unchanged)} == {
         t: r for t, r in before.items() if not t.startswith(unchanged)
     }

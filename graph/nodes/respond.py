@@ -72,8 +72,13 @@ def make_respond_node(gw: Gateway) -> Any:
         outcomes = authoritative_outcomes(gw, state)
         messages = state.get("messages", [])
         last = messages[-1] if messages else None
-        # only the model's words: its content may also hold provider items (reasoning, encrypted)
-        summary = str(last.text) if isinstance(last, AIMessage) and not last.tool_calls else ""
+        # only the model's words: its content may also hold provider items (reasoning, encrypted);
+        # never this node's own earlier answer (a thread answered again from the store)
+        summary = (
+            str(last.text)
+            if isinstance(last, AIMessage) and not last.tool_calls and last.name != "toolgate"
+            else ""
+        )
         status: TaskStatus = (
             "needs_review"
             if state.get("status") == "needs_review"

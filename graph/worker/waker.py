@@ -1,5 +1,5 @@
-"""Waking interrupted threads once their approval is decided or their job wait is over, on this
-LangGraph server.
+"""Waking interrupted threads once their approval is decided or their job wait is over, and
+answering finished threads whose writes settled after they ended, on this LangGraph server.
 
 A thread waiting for approval sleeps until something resumes it. The approval API wakes the
 thread it just decided for (`wake_quietly`); the background waker (`run_waker`) wakes threads
@@ -25,6 +25,12 @@ from langgraph_sdk import get_client
 from starlette.concurrency import run_in_threadpool
 
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.worker.answers import (
+    MAX_WRITES_PER_THREAD,
+    awaited_operation_keys,
+    might_be_stale,
+    stale_writes,
+)
 from toolgate.policy.output import redacted_traceback
 from toolgate.settings import EnvSettings
 
@@ -35,7 +41,7 @@ ASSISTANT_ID = "toolgate"
 WAKER_INTERVAL_S: float = EnvSettings.model_fields["waker_interval_s"].default
 """How often the background waker looks for threads whose approval was decided elsewhere: the
 default of ``TOOLGATE_WAKER_INTERVAL_S``, declared in `toolgate.settings`."""
-MAX_AWAITED_PER_THREAD = 64
+MAX_AWAITED_PER_THREAD = MAX_WRITES_PER_THREAD
 """Operation keys read from one thread's (untrusted) state per waker round."""
 
 
@@ -71,25 +77,6 @@ async def wake_quietly(thread_id: str) -> bool:
     except Exception as exc:  # the server's loopback client failing must not undo a recorded decision
         log.warning("could not wake thread %s; the waker will retry:\n%s", thread_id, redacted_traceback(exc))
         return False
-
-
-def awaited_operation_keys(values: object) -> list[str]:
-    """The operation keys a thread's state says it awaits (``awaiting`` call ids -> ``calls``).
-
-    Thread state is untrusted input (clients rewrite it): anything malformed is skipped, and the
-    count is bounded. The keys only choose which threads to wake, never what a thread may do."""
-    if not isinstance(values, Mapping):
-        return []
-    awaiting, calls = values.get("awaiting"), values.get("calls")
-    if not isinstance(awaiting, list) or not isinstance(calls, Mapping):
-        return []
-    keys: list[str] = []
-    for call_id in awaiting[:MAX_AWAITED_PER_THREAD]:
-        call = calls.get(call_id) if isinstance(call_id, str) else None
-        key = call.get("operation_key") if isinstance(call, Mapping) else None
-        if isinstance(key, str) and 0 < len(key) <= 200 and key not in keys:
-            keys.append(key)
-    return keys
 
 
 def ready_waits(gw: Gateway) -> dict[str, tuple[tuple[str, str], ...]]:
@@ -152,17 +139,56 @@ async def wake_decided_threads(gw: Gateway, client: Any, woken: Woken) -> list[s
     return started
 
 
+Answered = dict[str, tuple[str, ...]]
+"""Per thread, the settled operations it was last answered for (a thread is answered once per change)."""
+
+
+async def answer_settled_threads(gw: Gateway, client: Any, answered: Answered) -> list[str]:
+    """One round of answering (`toolgate.graph.worker.answers`): each idle or failed thread whose
+    state recorded a write the store has since settled differently runs its respond node once
+    more (``goto: respond``), which renders every write's status from the store. Threads the
+    server last touched are looked at first (100 per status); their state only picks keys."""
+    candidates: dict[str, Any] = {}
+    for status in ("idle", "error"):
+        found = await client.threads.search(status=status, limit=100, sort_by="updated_at", sort_order="desc")
+        for thread in found if isinstance(found, list) else []:
+            thread_id = thread.get("thread_id") if isinstance(thread, Mapping) else None
+            values = thread.get("values") if isinstance(thread, Mapping) else None
+            if isinstance(thread_id, str) and thread_id and might_be_stale(values):
+                candidates[thread_id] = values
+    started: list[str] = []
+    for thread_id, values in candidates.items():
+        stale = tuple(sorted(await run_in_threadpool(stale_writes, gw.store, values)))
+        if not stale or answered.get(thread_id) == stale:
+            continue
+        try:
+            await client.runs.create(
+                thread_id, ASSISTANT_ID, command={"goto": "respond"}, multitask_strategy="reject"
+            )
+            answered[thread_id] = stale
+            started.append(thread_id)
+        except httpx.HTTPStatusError as exc:  # gone, or running now (its run reads the store itself)
+            log.info("thread %s not answered (%s)", thread_id, exc.response.status_code)
+        except Exception as exc:  # one thread failing must not keep the others unanswered
+            log.warning("waker: could not answer thread %s:\n%s", thread_id, redacted_traceback(exc))
+    for gone in set(answered) - set(candidates):
+        del answered[gone]
+    return started
+
+
 async def run_waker(
     gateway: Callable[[], Gateway], client: Callable[[], Any], interval_s: float, stop: asyncio.Event
 ) -> None:
-    """Run `wake_decided_threads` every ``interval_s`` until ``stop``; a failed round is logged
-    (once per distinct error) and the loop goes on."""
+    """Run `wake_decided_threads` and `answer_settled_threads` every ``interval_s`` until
+    ``stop``; a failed round is logged (once per distinct error) and the loop goes on."""
     woken: Woken = {}
+    answered: Answered = {}
     last_error: str | None = None
     while not stop.is_set():
         try:
             gw = await run_in_threadpool(gateway)
             await wake_decided_threads(gw, client(), woken)
+            await answer_settled_threads(gw, client(), answered)
             last_error = None
         except Exception as exc:  # store down, server still starting: try again next round
             text = f"{type(exc).__name__}: {exc}"
@@ -177,7 +203,9 @@ __all__ = [
     "ASSISTANT_ID",
     "MAX_AWAITED_PER_THREAD",
     "WAKER_INTERVAL_S",
+    "Answered",
     "Woken",
+    "answer_settled_threads",
     "awaited_operation_keys",
     "langgraph_client",
     "ready_waits",

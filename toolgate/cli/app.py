@@ -190,18 +190,32 @@ def resume(
     thread_id: Annotated[str, typer.Argument(help="Thread waiting at the approval interrupt.")],
     request_state: Annotated[bool, typer.Option("--request-state", help=STATE_HELP)] = False,
 ) -> None:
-    """Wake a thread after review; decisions come from the store, not from this command."""
+    """Wake a thread after review; decisions come from the store, not from this command.
+
+    A thread that finished before its writes settled (a run that ended ``in_progress``, a store
+    that failed mid-delivery) is answered again from the store instead
+    (`toolgate.graph.worker.answers`)."""
     from langgraph.types import Command
 
     from toolgate.graph.context import Context
+    from toolgate.graph.worker.answers import stale_writes
 
     application = open_from_env()
     with application.graph() as graph:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         snapshot = graph.get_state(config)
-        if not snapshot.next:
-            raise NotFoundError(f"thread {thread_id} is not waiting (nothing to resume)")
-        result = invoke(graph, Command(resume={"wake": True}), config, context=Context())
+        command: Command[str] | None
+        if snapshot.next and snapshot.interrupts:
+            command = Command(resume={"wake": True})
+        elif snapshot.next:  # its last run failed mid-way (the store failing under it): continue it
+            command = None
+        elif snapshot.values and stale_writes(application.store, snapshot.values):
+            command = Command(goto="respond")
+        else:
+            raise NotFoundError(
+                f"thread {thread_id} is not waiting (nothing to resume) and what it reports matches the store"
+            )
+        result = invoke(graph, command, config, context=Context())
         _report(application, graph, thread_id, result, request_state)
 
 

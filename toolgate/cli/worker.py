@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,8 +13,10 @@ from toolgate.cli.common import EXIT_OVERLOADED, open_from_env
 from toolgate.cli.common import kv as _kv
 from toolgate.cli.waits import worker_wait_pass, worker_waits
 from toolgate.errors import NotFoundError
+from toolgate.graph.bootstrap import App
 from toolgate.graph.context import Context
 from toolgate.graph.delivery.recovery import recover, verify_effect
+from toolgate.graph.worker.answers import answer_thread, threads_of
 from toolgate.graph.worker.loop import LoopOptions, WorkerLoop, stop_on_signals
 from toolgate.policy.admission import Overloaded, admitted
 
@@ -85,9 +87,14 @@ def worker_run(
         delays=tuple(context.reconcile_delays),
     )
 
+    settled: list[str] = []
+
     def report(facts: dict[str, object]) -> None:
         _kv(**facts)
         sys.stdout.flush()
+        key = facts.get("operation_key")
+        if isinstance(key, str) and ("status" in facts or "reconciled" in facts):
+            settled.append(key)
 
     loop = WorkerLoop(
         application.gateway.executor,
@@ -101,7 +108,15 @@ def worker_run(
     try:
         report({"worker": options.worker_id, "event": "started", "release": application.release.id})
         with application.graph() as graph:  # the wait pass resumes threads whose job wait is over
-            loop.wait_pass = worker_wait_pass(application, graph, report)
+            waits = worker_wait_pass(application, graph, report)
+
+            def wait_and_answer_pass() -> int:
+                # and the threads of what this worker settled learn it from the store
+                answered = _answer_threads(application, graph, settled)
+                settled.clear()
+                return waits() + answered
+
+            loop.wait_pass = wait_and_answer_pass
             summary = loop.run()
     finally:
         restore()
@@ -139,12 +154,32 @@ def worker_recover(
             checks=item.checks,
             status=final.status if final else "missing",
         )
+    settled = [*report.recovered, *(i.operation_key for i in report.reconciled), *report.redelivered]
+    with application.graph() as graph:  # the threads of what settled learn it from the store
+        _answer_threads(application, graph, settled)
     _kv(
         recovered=len(report.recovered),
         reconciled=len(report.reconciled),
         redelivered=len(report.redelivered),
         dead_letters_open=len(application.store.operations.dead_letters()),
     )
+
+
+def _answer_threads(application: App, graph: Any, operation_keys: list[str]) -> int:
+    """Answer from the store each thread that proposed one of ``operation_keys``
+    (`toolgate.graph.worker.answers`); a line per thread brought up to date. One thread failing
+    (its checkpoint unreadable, the model down) is reported and never stops the others."""
+    done = 0
+    for thread_id in threads_of(application.store, operation_keys):
+        try:
+            answer = answer_thread(graph, application.store, thread_id)
+        except Exception as exc:
+            _kv(thread=thread_id, answered="error", error=type(exc).__name__)
+            continue
+        if answer in ("resumed", "answered"):
+            done += 1
+            _kv(thread=thread_id, answered=answer)
+    return done
 
 
 @worker_app.command("verify")
