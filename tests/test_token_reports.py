@@ -60,7 +60,7 @@ def test_the_api_trace_shows_the_task_tokens_only_to_those_who_may_see_it(harnes
     def get(user: str | None) -> Any:
         return client.get(url, headers={"Authorization": f"Bearer {demo_token(user)}"} if user else {})
 
-    shown = get("fiona")
+    shown = get("audrey")  # audit events are for auditors, at this door as on the CLI
     assert shown.status_code == 200 and shown.json()["final"] == "succeeded"
     assert shown.json()["tokens"] == {
         "input": 1520,
@@ -72,8 +72,13 @@ def test_the_api_trace_shows_the_task_tokens_only_to_those_who_may_see_it(harnes
     }
     missing = get(None)
     assert missing.status_code == 401 and "tokens" not in missing.json()
+    reviewer = get("fiona")  # she approved it and may follow it, but reads no audit events
+    assert reviewer.status_code == 403 and reviewer.json()["error"] == "not_auditor"
+    assert "tokens" not in reviewer.json()
     foreign = get("gina")  # another tenant's reviewer: the operation does not exist for her
     assert foreign.status_code == 404 and "tokens" not in foreign.json()
+    other_auditor = get("glen")  # another tenant's auditor: as an unknown id
+    assert other_auditor.status_code == 404 and "tokens" not in other_auditor.json()
 
 
 def test_case_usage_is_summed_from_the_responses_and_unknown_where_not_reported() -> None:
