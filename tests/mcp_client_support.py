@@ -17,9 +17,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 T = TypeVar("T")
@@ -102,6 +103,7 @@ class StdioSession:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=30)
+            self.loop.close()
 
 
 async def _awaited(work: Awaitable[T]) -> T:
@@ -112,7 +114,11 @@ async def _awaited(work: Awaitable[T]) -> T:
 async def http_session(url: str, token: str | None) -> AsyncIterator[ClientSession]:
     """An initialized streamable HTTP session to ``url`` (with ``token`` as its bearer, if any)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with streamablehttp_client(url, headers=headers) as (read, write, _), ClientSession(read, write) as session:
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=300)) as client,
+        streamable_http_client(url, http_client=client) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         yield session
 

@@ -35,7 +35,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Mount
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolgate.errors import IdentityError, ToolgateError
@@ -219,7 +219,7 @@ def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
         async with sessions.run():
             yield
 
-    routes = [Mount("/mcp", app=BearerRequired(endpoint, gate)), *review.routes]
+    routes = [Route("/mcp", endpoint=BearerRequired(endpoint, gate)), *review.routes]
     return Starlette(routes=routes, lifespan=lifespan)
 
 

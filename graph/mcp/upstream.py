@@ -15,13 +15,14 @@ The policy file is JSON::
      "tools": {
        "get_forecast": {"risk": "read-only", "owner": "weather-team", "scopes": ["ops:read"]},
        "set_alert": {"risk": "caution", "owner": "weather-team", "scopes": ["ops:restart"],
-                     "approval": "role(operator)", "effect": "Creates a weather alert.",
+                     "approval": "operator", "effect": "Creates a weather alert.",
                      "no_rollback": "alerts expire on their own", "timeout_s": 30}},
      "ignore": ["purge_alerts"],
      "pins": {"get_forecast": "<sha256>"},
      "policy": {}}
 
-``policy`` is the release's business rules (`PolicyRules.from_mapping`), none by default.
+``approval`` is an approval class label (`ApprovalClass.parse`): reviewer roles (``operator``,
+``support,finance``) or ``two_person(support,finance)``. ``policy`` is the release's business rules (`PolicyRules.from_mapping`), none by default.
 """
 
 from __future__ import annotations
