@@ -127,13 +127,13 @@ def build_server(gate: McpGate, session_token: Callable[[], str | None], options
         found = token()
         return await anyio.to_thread.run_sync(gate.authenticate, found)
 
-    @server.list_tools()  # type: ignore[no-untyped-call,untyped-decorator]
+    @server.list_tools()
     async def list_tools() -> list[types.Tool]:
         who = await principal()
         specs = await anyio.to_thread.run_sync(gate.tools, who)
         return [mcp_tool(spec, gate.app.registry) for spec in specs] + [outcome_tool()]
 
-    @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]
+    @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         context = server.request_context
         try:

@@ -22,7 +22,8 @@ The policy file is JSON::
      "policy": {}}
 
 ``approval`` is an approval class label (`ApprovalClass.parse`): reviewer roles (``operator``,
-``support,finance``) or ``two_person(support,finance)``. ``policy`` is the release's business rules (`PolicyRules.from_mapping`), none by default.
+``support,finance``) or ``two_person(support,finance)``. ``policy`` is the release's business
+rules (`PolicyRules.from_mapping`), none by default.
 """
 
 from __future__ import annotations
