@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -202,14 +203,14 @@ def test_a_stdio_session_without_a_valid_token_is_refused_and_audited(
 # ---- streamable HTTP ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def http_url(data_dir: Path) -> Iterator[str]:
-    """``toolgate mcp serve --port P --wait-for-approval`` as one process; its base URL."""
+@contextmanager
+def _http_server(data_dir: Path, *args: str) -> Iterator[str]:
+    """``toolgate mcp serve --port P ARGS`` as one process, until the block ends; its base URL."""
     port = free_port()
-    log = data_dir / "http-server.log"
+    log = data_dir / f"http-server-{port}.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            serve_command("--port", str(port), "--wait-for-approval"),
+            serve_command("--port", str(port), *args),
             env=cli_env(data_dir),
             cwd=data_dir,
             stdout=sink,
@@ -230,6 +231,13 @@ def http_url(data_dir: Path) -> Iterator[str]:
         yield base
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="module")
+def http_url(data_dir: Path) -> Iterator[str]:
+    """The HTTP server whose writes wait for their review, shared by this module's HTTP tests."""
+    with _http_server(data_dir, "--wait-for-approval") as base:
+        yield base
 
 
 def test_http_read_is_answered(http_url: str) -> None:
@@ -344,6 +352,40 @@ def test_an_http_session_without_a_valid_token_is_refused_401_and_audited(
     with pytest.raises(Exception):  # noqa: B017 - the official client fails to initialize
         anyio.run(run)
     assert [e.code for e in _events(data_dir, "identity.refused")[before:]] == [code, code]
+
+
+def test_http_write_answers_its_proposal_at_once_and_runs_once_approved_in_the_console_api(
+    data_dir: Path,
+) -> None:
+    """The default: the proposal comes back at once with where to review it; the approval made in
+    this server's API wakes the task, and the client's ``toolgate_outcome`` reads the result."""
+    before = (_rows(data_dir, "sor_restart_requests"), _rows(data_dir, "sor_restarts"))
+    omar = {"Authorization": f"Bearer {demo_token('omar')}"}
+    with _http_server(data_dir) as base:
+
+        async def run() -> tuple[dict[str, Any], int, dict[str, Any]]:
+            async with http_session(f"{base}/mcp", demo_token("sam")) as session:
+                proposed = answer(await session.call_tool("restart_service", RESTART, meta=meta_for("http-2")))
+                async with httpx.AsyncClient(headers=omar) as reviewer:
+                    shown = (await reviewer.get(proposed["review"]["api"])).json()
+                    approved = await reviewer.post(
+                        f"{proposed['review']['api']}/approve", json={"digest": shown["digest"]}
+                    )
+                outcome = await session.call_tool("toolgate_outcome", {"proposal_id": proposed["proposal_id"]})
+                return proposed, approved.status_code, answer(outcome)
+
+        proposed, approved, outcome = anyio.run(run)
+    assert proposed["status"] == "pending_approval"
+    assert proposed["review"] == {
+        "cli": f"toolgate approve {proposed['proposal_id']} --as REVIEWER",
+        "console": f"{base}/console",
+        "api": f"{base}/toolgate/proposals/{proposed['proposal_id']}",
+    }
+    assert approved == 200 and outcome["status"] == "completed"
+    assert (_rows(data_dir, "sor_restart_requests"), _rows(data_dir, "sor_restarts")) == (
+        before[0] + 1,
+        before[1] + 1,
+    )
 
 
 # ---- --upstream ----------------------------------------------------------------------------------

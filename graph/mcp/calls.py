@@ -163,11 +163,19 @@ class McpGate:
 
     def wake(self, proposal: ProposalRecord) -> None:
         """Resume the task waiting on ``proposal``: it re-reads the store's approval records."""
-        config: RunnableConfig = {"configurable": {"thread_id": proposal.thread_id}}
-        with self._task(proposal.thread_id):
+        self.wake_task(proposal.thread_id)
+
+    def wake_task(self, thread: str) -> bool:
+        """Resume the task ``thread`` when it is one of this door's and waits; True when it ran."""
+        if not thread.startswith("mcp-"):
+            return False
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
+        with self._task(thread):
             snapshot = self.graph.get_state(config)
-            if snapshot.next:
-                self.graph.invoke(Command(resume={"wake": True}), config, context=Context())
+            if not snapshot.next:
+                return False
+            self.graph.invoke(Command(resume={"wake": True}), config, context=Context())
+            return True
 
     def _answer(self, thread: str) -> CallAnswer:
         """The answer of a task, from its checkpointed records and the store."""

@@ -14,17 +14,20 @@ is missing, unknown, rotated or revoked. Refusals are audited ``identity.refused
 identities directory.
 
 The HTTP app also serves the approval API and the reviewer console (`create_app`) over the same
-gateway, so the review places a proposal names are on this server. With ``wait_for_approval`` a
-write's call stays open until a reviewer decides (or the proposal expires), sending a progress
+gateway, so the review places a proposal names are on this server; a decision made there wakes
+the task it decided at once (the approved call runs, in the background of the reviewer's answer).
+With ``wait_for_approval`` a write's call stays open until a reviewer decides (or the proposal expires), sending a progress
 notification at every look while it waits; otherwise it answers with its proposal at once and the
 client asks ``toolgate_outcome`` later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +44,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolgate.errors import IdentityError, ToolgateError
 from toolgate.graph.mcp.calls import OUTCOME_TOOL, REQUEST_ID_META, CallAnswer, McpGate
 from toolgate.graph.server.http import create_app
+from toolgate.policy.output import redacted_traceback
 from toolgate.policy.principal import Principal
 from toolgate.tools.spec import ToolSpec, model_description
+
+log = logging.getLogger(__name__)
 
 SERVER_NAME = "toolgate"
 POLL_S = 0.5
@@ -209,7 +215,9 @@ def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
     """The streamable HTTP MCP endpoint at ``/mcp`` beside the approval API and console."""
     server = build_server(gate, lambda: None, options)
     sessions = StreamableHTTPSessionManager(app=server)
-    review = create_app(lambda: gate.app.gateway, reviewing=lambda release: None, waker_interval_s=None)
+    review = create_app(
+        lambda: gate.app.gateway, reviewing=lambda release: None, waker_interval_s=None, wake=_waker(gate)
+    )
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         await sessions.handle_request(scope, receive, send)
@@ -221,6 +229,26 @@ def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
 
     routes = [Route("/mcp", endpoint=BearerRequired(endpoint, gate)), *review.routes]
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _waker(gate: McpGate) -> Callable[[str], Awaitable[bool]]:
+    """How a decision made in this server's approval API wakes the task it decided: in a worker
+    thread of its own, so the reviewer's answer does not wait for the approved call to run (a
+    failure is logged; the client's ``toolgate_outcome`` or waiting call wakes the task again)."""
+
+    async def wake(thread: str) -> bool:
+        if not thread.startswith("mcp-"):
+            return False
+        running = asyncio.get_running_loop().run_in_executor(None, gate.wake_task, thread)
+        running.add_done_callback(_logged)
+        return True
+
+    return wake
+
+
+def _logged(done: asyncio.Future[bool]) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        log.warning("an MCP task woken after a decision failed:\n%s", redacted_traceback(exc))
 
 
 async def serve_stdio(gate: McpGate, token: str | None, options: ServeOptions) -> None:
