@@ -85,7 +85,9 @@ class StdioSession:
         """Run ``work`` on the session's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(_awaited(work), self.loop).result(timeout=180)
 
-    def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None) -> CallToolResult:
+    def call(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    ) -> CallToolResult:
         """One ``tools/call``."""
         return self.run(self.session.call_tool(name, arguments, CALL_TIMEOUT, meta=meta))
 
@@ -126,4 +128,12 @@ async def http_session(url: str, token: str | None) -> AsyncIterator[ClientSessi
 ProgressSeen = Callable[[float, float | None, str | None], Awaitable[None]]
 """What ``call_tool`` calls with each progress notification."""
 
-__all__ = ["CALL_TIMEOUT", "ProgressSeen", "StdioSession", "answer", "http_session", "meta_for", "serve_command"]
+__all__ = [
+    "CALL_TIMEOUT",
+    "ProgressSeen",
+    "StdioSession",
+    "answer",
+    "http_session",
+    "meta_for",
+    "serve_command",
+]

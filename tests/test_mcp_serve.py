@@ -22,13 +22,22 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 from mcp_client_support import StdioSession, answer, http_session, meta_for, serve_command
 from server_support import free_port, stop
-from support import audit_events, cli_env, open_test_store, seed_people, toolgate
+from support import audit_events, cli_env, open_test_store, principal, seed_people, toolgate
 
+from toolgate.errors import NotFoundError
+from toolgate.graph.bootstrap import initialize_store
+from toolgate.graph.mcp.calls import McpGate, thread_for
+from toolgate.graph.mcp.relay import ClientCallModel
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
+from toolgate.store import Store
+from toolgate.testing import HandlerCounter, open_test_app
 from toolgate.tools.demo import DemoSystem
-from toolgate.tools.demo.identities import demo_token
+from toolgate.tools.demo.identities import demo_token, seed_demo_identities
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 RESTART = {"service_alias": "web", "reason": "workers stuck after deploy"}
 WEATHER = Path(__file__).with_name("mcp_weather_server.py")
@@ -280,7 +289,9 @@ def test_http_write_waits_with_progress_until_approved_in_the_console_api_then_r
                     progress_callback=progressed,
                     meta=meta_for("http-restart-1"),
                 )
-                replayed = await session.call_tool("restart_service", RESTART, meta=meta_for("http-restart-1"))
+                replayed = await session.call_tool(
+                    "restart_service", RESTART, meta=meta_for("http-restart-1")
+                )
             assert not result.isError
             return answer(result), answer(replayed)
 
@@ -365,13 +376,17 @@ def test_http_write_answers_its_proposal_at_once_and_runs_once_approved_in_the_c
 
         async def run() -> tuple[dict[str, Any], int, dict[str, Any]]:
             async with http_session(f"{base}/mcp", demo_token("sam")) as session:
-                proposed = answer(await session.call_tool("restart_service", RESTART, meta=meta_for("http-2")))
+                proposed = answer(
+                    await session.call_tool("restart_service", RESTART, meta=meta_for("http-2"))
+                )
                 async with httpx.AsyncClient(headers=omar) as reviewer:
                     shown = (await reviewer.get(proposed["review"]["api"])).json()
                     approved = await reviewer.post(
                         f"{proposed['review']['api']}/approve", json={"digest": shown["digest"]}
                     )
-                outcome = await session.call_tool("toolgate_outcome", {"proposal_id": proposed["proposal_id"]})
+                outcome = await session.call_tool(
+                    "toolgate_outcome", {"proposal_id": proposed["proposal_id"]}
+                )
                 return proposed, approved.status_code, answer(outcome)
 
         proposed, approved, outcome = anyio.run(run)
@@ -439,22 +454,77 @@ def test_an_upstream_tool_that_changed_is_refused_and_never_called(data_dir: Pat
     assert [e.tool for e in _events(data_dir, "handler.tool_drifted")][-1:] == ["get_forecast"]
 
 
-def test_an_upstream_write_without_an_operator_policy_refuses_to_start(data_dir: Path, tmp_path: Path) -> None:
+def test_an_upstream_write_without_an_operator_policy_refuses_to_start(
+    data_dir: Path, tmp_path: Path
+) -> None:
     policy = {**UPSTREAM_POLICY, "tools": {"get_forecast": UPSTREAM_POLICY["tools"]["get_forecast"]}}
     args, log, _ = _upstream(tmp_path, policy)
     env = cli_env(data_dir, TOOLGATE_TOKEN=demo_token("sam"))
     done = subprocess.run(
-        serve_command(*args), env=env, cwd=data_dir, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        serve_command(*args),
+        env=env,
+        cwd=data_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2 and "set_alert" in done.stderr and "operator policy" in done.stderr
     assert not log.exists()
 
 
-def test_an_upstream_tool_drifted_from_its_reviewed_pin_refuses_to_start(data_dir: Path, tmp_path: Path) -> None:
+def test_an_upstream_tool_drifted_from_its_reviewed_pin_refuses_to_start(
+    data_dir: Path, tmp_path: Path
+) -> None:
     policy = {**UPSTREAM_POLICY, "pins": {"get_forecast": "0" * 64}}
     args, _, _ = _upstream(tmp_path, policy)
     env = cli_env(data_dir, TOOLGATE_TOKEN=demo_token("sam"))
     done = subprocess.run(
-        serve_command(*args), env=env, cwd=data_dir, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        serve_command(*args),
+        env=env,
+        cwd=data_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2 and "get_forecast" in done.stderr and "tool_drifted" in done.stderr
+
+
+# ---- the task of a call, in process ----------------------------------------------------------------
+
+
+def test_a_call_task_is_named_by_its_principal_and_request_id_never_by_the_client_alone() -> None:
+    sam, omar = principal("sam"), principal("omar")
+    assert thread_for(sam, "restart_service", RESTART, "r-1") == thread_for(sam, "other", {}, "r-1")
+    assert thread_for(sam, "restart_service", RESTART, "r-1") != thread_for(
+        omar, "restart_service", RESTART, "r-1"
+    )
+    reordered = dict(reversed(list(RESTART.items())))
+    assert thread_for(sam, "restart_service", RESTART, None) == thread_for(
+        sam, "restart_service", reordered, None
+    )
+    assert thread_for(sam, "restart_service", RESTART, None) != thread_for(
+        sam, "restart_service", {**RESTART, "service_alias": "worker"}, None
+    )
+
+
+def test_the_same_request_run_twice_in_process_calls_the_handler_once(store: Store) -> None:
+    """Two calls with one request id, the approval between them: one proposal, one handler call."""
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+    seed_demo_identities(IdentityDirectory(store))
+    counter = HandlerCounter()
+    app = open_test_app(
+        release="ops-tools/1.1.0", model=ClientCallModel(), store=store, instrument=counter.wrap_registry
+    )
+    gate = McpGate(app, app.compiled(checkpointer=InMemorySaver()))
+    proposed = gate.call(principal("sam"), "restart_service", dict(RESTART), "in-process-1")
+    assert proposed.proposal_id is not None and not proposed.is_error
+    with pytest.raises(NotFoundError):
+        gate.outcome(principal("omar"), proposed.proposal_id)
+    decide(app.gateway, proposed.proposal_id, principal("omar"), "approve")
+    first = gate.outcome(principal("sam"), proposed.proposal_id)
+    again = gate.call(principal("sam"), "restart_service", dict(RESTART), "in-process-1")
+    assert first.payload["status"] == "completed" and again.payload == first.payload
+    assert counter.total() == 1
+    assert len(store.proposals.list()) == 1

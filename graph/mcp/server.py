@@ -118,7 +118,9 @@ def refused(exc: ToolgateError) -> types.CallToolResult:
     return result_of(CallAnswer({"status": "refused", "error": exc.code, "message": str(exc)}, is_error=True))
 
 
-def build_server(gate: McpGate, session_token: Callable[[], str | None], options: ServeOptions) -> Server[Any, Any]:
+def build_server(
+    gate: McpGate, session_token: Callable[[], str | None], options: ServeOptions
+) -> Server[Any, Any]:
     """The MCP server over ``gate``. ``session_token`` gives the stdio session's token; a request
     that came over HTTP is authenticated by its own ``Authorization`` header instead."""
     server: Server[Any, Any] = Server(SERVER_NAME)
@@ -161,7 +163,9 @@ def build_server(gate: McpGate, session_token: Callable[[], str | None], options
     return server
 
 
-async def _waited(gate: McpGate, who: Principal, answer: CallAnswer, context: Any, poll_s: float) -> CallAnswer:
+async def _waited(
+    gate: McpGate, who: Principal, answer: CallAnswer, context: Any, poll_s: float
+) -> CallAnswer:
     """Wait until a reviewer decided ``answer``'s proposal (or it expired), reporting progress at
     every look; then its outcome (the task woken, the approved call executed)."""
     proposal_id = answer.proposal_id

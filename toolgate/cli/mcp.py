@@ -64,17 +64,22 @@ def serve(
     host: Annotated[str, typer.Option(help="Address the HTTP server listens on.")] = "127.0.0.1",
     token_file: Annotated[
         Path | None,
-        typer.Option("--token-file", help="stdio: file holding the session's bearer token (else TOOLGATE_TOKEN)."),
+        typer.Option(
+            "--token-file", help="stdio: file holding the session's bearer token (else TOOLGATE_TOKEN)."
+        ),
     ] = None,
     wait_for_approval: Annotated[
         bool,
         typer.Option(
-            "--wait-for-approval", help="A write's call waits, with progress notifications, until a reviewer decides."
+            "--wait-for-approval",
+            help="A write's call waits, with progress notifications, until a reviewer decides.",
         ),
     ] = False,
     review_url: Annotated[
         str | None,
-        typer.Option("--review-url", help="Where reviewers find the console (default: this server, with --port)."),
+        typer.Option(
+            "--review-url", help="Where reviewers find the console (default: this server, with --port)."
+        ),
     ] = None,
     upstream: Annotated[
         str | None, typer.Option(help="Gate an existing MCP server: the command that starts it (stdio).")
