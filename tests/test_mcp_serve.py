@@ -209,6 +209,17 @@ def test_a_stdio_session_without_a_valid_token_is_refused_and_audited(
     assert [e.code for e in refusals[before:]] == [code]
 
 
+def test_a_stdio_session_may_take_its_token_from_a_file(data_dir: Path, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(demo_token("omar") + "\n", encoding="utf-8")
+    session = StdioSession(["--token-file", str(token_file)], cli_env(data_dir), data_dir).open()
+    try:
+        listed = sorted(t.name for t in session.run(session.session.list_tools()).tools)
+    finally:
+        session.close()
+    assert listed == ["get_service_status", "restart_service", "toolgate_outcome"]  # omar's tools
+
+
 # ---- streamable HTTP ---------------------------------------------------------------------------
 
 
