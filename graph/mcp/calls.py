@@ -101,10 +101,11 @@ class McpGate:
     _locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def authenticate(self, token: str | None) -> Principal:
+    def authenticate(self, token: str | None, source: str | None = None) -> Principal:
         """The session's principal from its bearer token (missing, unknown, rotated and revoked
-        tokens refused `IdentityError`, audited ``identity.refused`` by the directory)."""
-        return self.app.gateway.directory.authenticate_bearer(token)
+        tokens refused `IdentityError`, audited ``identity.refused`` by the directory; failures
+        throttled per ``source``, an HTTP client's address: `SignInThrottled`)."""
+        return self.app.gateway.directory.authenticate_bearer(token, source=source)
 
     def tools(self, principal: Principal) -> list[ToolSpec]:
         """The tools ``principal`` may see and still call, as a model acting for them is offered."""

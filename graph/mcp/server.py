@@ -44,8 +44,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolgate.errors import IdentityError, ToolgateError
 from toolgate.graph.mcp.calls import OUTCOME_TOOL, REQUEST_ID_META, CallAnswer, McpGate
 from toolgate.graph.server.http import create_app
+from toolgate.graph.server.serving import retry_after_header
 from toolgate.policy.output import redacted_traceback
 from toolgate.policy.principal import Principal
+from toolgate.policy.sign_in_throttle import SignInThrottled
 from toolgate.tools.spec import ToolSpec, model_description
 
 log = logging.getLogger(__name__)
@@ -125,15 +127,13 @@ def build_server(
     that came over HTTP is authenticated by its own ``Authorization`` header instead."""
     server: Server[Any, Any] = Server(SERVER_NAME)
 
-    def token() -> str | None:
+    async def principal() -> Principal:
         request = server.request_context.request
         if isinstance(request, Request):
-            return bearer(request)
-        return session_token()
-
-    async def principal() -> Principal:
-        found = token()
-        return await anyio.to_thread.run_sync(gate.authenticate, found)
+            found, source = bearer(request), client_address(request)
+        else:
+            found, source = session_token(), None
+        return await anyio.to_thread.run_sync(gate.authenticate, found, source)
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
@@ -193,17 +193,37 @@ def bearer(request: Request) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
+def client_address(request: Request) -> str | None:
+    """The address failed sign-ins are counted against (`toolgate.policy.sign_in_throttle`)."""
+    return request.client.host if request.client else None
+
+
 class BearerRequired:
     """ASGI middleware: an MCP request without a valid bearer token is refused ``401`` (audited
-    by the directory) before it reaches a session."""
+    by the directory) before it reaches a session; an address past its failed sign-ins is refused
+    ``429 sign_in_throttled`` with ``Retry-After``, as the approval API refuses it."""
 
     def __init__(self, app: ASGIApp, gate: McpGate) -> None:
         self.app, self.gate = app, gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            request = Request(scope)
             try:
-                await anyio.to_thread.run_sync(self.gate.authenticate, bearer(Request(scope)))
+                await anyio.to_thread.run_sync(
+                    self.gate.authenticate, bearer(request), client_address(request)
+                )
+            except SignInThrottled as exc:
+                response = JSONResponse(
+                    {"error": exc.code, "message": str(exc), "retry_after_s": exc.retry_after_s},
+                    status_code=429,
+                    headers={
+                        "Retry-After": retry_after_header(exc.retry_after_s),
+                        "Cache-Control": "no-store",
+                    },
+                )
+                await response(scope, receive, send)
+                return
             except IdentityError as exc:
                 response = JSONResponse(
                     {"error": exc.code, "message": str(exc)},
@@ -272,6 +292,7 @@ __all__ = [
     "ServeOptions",
     "bearer",
     "build_server",
+    "client_address",
     "http_app",
     "mcp_tool",
     "outcome_tool",
