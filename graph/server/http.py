@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.server.decisions import approve, edit, reject
 from toolgate.graph.server.reads import list_proposals, me, show_operation, show_proposal, show_trace
 from toolgate.graph.server.serving import View, serve
-from toolgate.graph.worker.waker import WAKER_INTERVAL_S, run_waker
+from toolgate.graph.worker.waker import WAKER_INTERVAL_S, run_waker, wake_quietly
 from toolgate.graph.worker.waker import langgraph_client as loopback_client
 from toolgate.settings import read_settings
 
@@ -87,15 +87,17 @@ def create_app(
     reviewing: Callable[[str], Gateway | None] = _server_reviewing_gateway,
     waker_interval_s: float | None = WAKER_INTERVAL_S,
     langgraph_client: Callable[[], Any] = loopback_client,
+    wake: Callable[[str], Awaitable[bool]] = wake_quietly,
 ) -> Starlette:
     """The approval API and console over the gateway ``gateway()`` returns (called per request;
     it must be cheap after the first call). ``reviewing(release_id)`` gives the gateway of another
     release release control serves (decisions on its proposals use its rules), or None.
-    ``waker_interval_s=None`` runs no background waker."""
+    ``waker_interval_s=None`` runs no background waker; ``wake`` wakes the thread a decision
+    changed (default: a run on this LangGraph server)."""
 
     def api(path: str, name: str, view: View, method: str = "GET") -> BaseRoute:
         async def endpoint(request: Request) -> Response:
-            return await serve(request, gateway, view, body=method == "POST", reviewing=reviewing)
+            return await serve(request, gateway, view, body=method == "POST", reviewing=reviewing, wake=wake)
 
         return Route(path, endpoint, methods=[method], name=name)
 

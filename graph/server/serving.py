@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,9 +186,12 @@ async def serve(
     *,
     body: bool,
     reviewing: Callable[[str], Gateway | None],
+    wake: Callable[[str], Awaitable[bool]] = wake_quietly,
 ) -> Response:
     """Answer ``request`` with ``view`` over ``gateway()``: its reply as JSON (with ``woken`` when
-    it woke a thread), or a stable JSON error; never a traceback."""
+    it woke a thread), or a stable JSON error; never a traceback. ``wake`` wakes the thread a
+    decision changed (default: this LangGraph server's loopback run; the MCP server wakes its own
+    tasks)."""
     try:
         inp = ViewInput(
             path=dict(request.path_params),
@@ -213,7 +216,7 @@ async def serve(
     except Exception as exc:  # the client gets a stable error, the log the traceback (redacted)
         log.error("toolgate route %s failed:\n%s", request.url.path, redacted_traceback(exc))
         return _error(500, "internal_error", "internal error (see the server log)")
-    woken = await wake_quietly(reply.wake) if reply.wake else False
+    woken = await wake(reply.wake) if reply.wake else False
     payload = {**reply.body, "woken": woken} if reply.wake else reply.body
     return JSONResponse(payload, status_code=reply.status, headers=NO_STORE)
 

@@ -51,6 +51,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "verify": ("toolgate.cli.verify", "Run the finish-line checks against the configured database."),
     "identities": ("toolgate.cli.identities", "Manage the people who may act (admins only)."),
     "release": ("toolgate.cli.release", "Create, list and roll out tool releases."),
+    "mcp": ("toolgate.cli.mcp", "Serve the gate to MCP clients."),
     "evals": (
         "toolgate.cli.evals",
         "Evaluate releases: the release gate, sign-offs, captured incidents, LangSmith datasets.",

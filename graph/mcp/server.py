@@ -1,0 +1,302 @@
+"""The MCP server itself: the official ``mcp`` low-level `Server` over an `McpGate`, on stdio or
+streamable HTTP.
+
+Why the low-level server: the tools it lists are the release's specs as the principal of the
+session may see them (their exported argument schemas, under their wire names), and a call's
+arguments are judged by dispatch, never by the SDK (``validate_input=False``), so that a refused
+call gets the gateway's stable code and audit event like any other.
+
+Authentication is per session and per request: over stdio the session's bearer token is the
+process's (``TOOLGATE_TOKEN`` or ``--token-file``), checked before the session starts and again
+at every request (a token revoked mid-session stops working); over HTTP every request carries
+``Authorization: Bearer`` and is refused ``401`` before it reaches the MCP session when the token
+is missing, unknown, rotated or revoked. Refusals are audited ``identity.refused`` by the
+identities directory.
+
+The HTTP app also serves the approval API and the reviewer console (`create_app`) over the same
+gateway, so the review places a proposal names are on this server; a decision made there wakes
+the task it decided at once (the approved call runs, in the background of the reviewer's answer).
+With ``wait_for_approval`` a write's call stays open until a reviewer decides (or the proposal expires), sending a progress
+notification at every look while it waits; otherwise it answers with its proposal at once and the
+client asks ``toolgate_outcome`` later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from toolgate.errors import IdentityError, ToolgateError
+from toolgate.graph.mcp.calls import OUTCOME_TOOL, REQUEST_ID_META, CallAnswer, McpGate
+from toolgate.graph.server.http import create_app
+from toolgate.graph.server.serving import retry_after_header
+from toolgate.policy.output import redacted_traceback
+from toolgate.policy.principal import Principal
+from toolgate.policy.sign_in_throttle import SignInThrottled
+from toolgate.tools.spec import ToolSpec, model_description
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "toolgate"
+POLL_S = 0.5
+"""How often a call waiting for a reviewer looks at the proposal's status (and reports progress)."""
+OUTCOME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"proposal_id": {"type": "string", "description": "The id a proposed call answered."}},
+    "required": ["proposal_id"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    """How the operator runs the server."""
+
+    wait_for_approval: bool = False
+    """A write's call waits (with progress notifications) until a reviewer decides; else it
+    answers with its proposal at once."""
+    poll_s: float = POLL_S
+    """Seconds between two looks at a waiting proposal."""
+
+
+def mcp_tool(spec: ToolSpec, registry: Any) -> types.Tool:
+    """One spec as MCP lists it: wire name, the model's description, the exported arguments schema,
+    and hints saying whether it writes (a write is proposed, never run at once)."""
+    [definition] = registry.openai_tools([spec])
+    schema = dict(definition["function"]["parameters"])
+    return types.Tool(
+        name=spec.wire_name,
+        description=model_description(spec),
+        inputSchema=schema,
+        annotations=types.ToolAnnotations(
+            readOnlyHint=not spec.is_write,
+            destructiveHint=spec.risk == "danger",
+            idempotentHint=not spec.is_write,
+            openWorldHint=False,
+        ),
+    )
+
+
+def outcome_tool() -> types.Tool:
+    """``toolgate_outcome``: the outcome of one of the caller's own proposals."""
+    return types.Tool(
+        name=OUTCOME_TOOL,
+        description=(
+            "The outcome of a write you proposed: still waiting for review, rejected, expired, or its "
+            "result once approved and executed. Pass the proposal_id the write answered."
+        ),
+        inputSchema=OUTCOME_SCHEMA,
+        annotations=types.ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
+    )
+
+
+def result_of(answer: CallAnswer) -> types.CallToolResult:
+    """An answer as an MCP result: the JSON object as structured content and as text."""
+    text = json.dumps(answer.payload, sort_keys=True, default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structuredContent=answer.payload,
+        isError=answer.is_error,
+    )
+
+
+def refused(exc: ToolgateError) -> types.CallToolResult:
+    """A request refused before any task ran (authentication, an unknown proposal id)."""
+    return result_of(CallAnswer({"status": "refused", "error": exc.code, "message": str(exc)}, is_error=True))
+
+
+def build_server(
+    gate: McpGate, session_token: Callable[[], str | None], options: ServeOptions
+) -> Server[Any, Any]:
+    """The MCP server over ``gate``. ``session_token`` gives the stdio session's token; a request
+    that came over HTTP is authenticated by its own ``Authorization`` header instead."""
+    server: Server[Any, Any] = Server(SERVER_NAME)
+
+    async def principal() -> Principal:
+        request = server.request_context.request
+        if isinstance(request, Request):
+            found, source = bearer(request), client_address(request)
+        else:
+            found, source = session_token(), None
+        return await anyio.to_thread.run_sync(gate.authenticate, found, source)
+
+    @server.list_tools()
+    async def list_tools() -> list[types.Tool]:
+        who = await principal()
+        specs = await anyio.to_thread.run_sync(gate.tools, who)
+        return [mcp_tool(spec, gate.app.registry) for spec in specs] + [outcome_tool()]
+
+    @server.call_tool(validate_input=False)
+    async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        context = server.request_context
+        try:
+            who = await principal()
+            if name == OUTCOME_TOOL:
+                proposal_id = str(arguments.get("proposal_id", ""))
+                answer = await anyio.to_thread.run_sync(gate.outcome, who, proposal_id)
+            else:
+                extra = context.meta.model_extra if context.meta is not None else None
+                key = (extra or {}).get(REQUEST_ID_META)
+                request_key = str(key) if key is not None else None
+                answer = await anyio.to_thread.run_sync(gate.call, who, name, dict(arguments), request_key)
+            if answer.proposal_id is not None and options.wait_for_approval:
+                answer = await _waited(gate, who, answer, context, options.poll_s)
+        except ToolgateError as exc:
+            return refused(exc)
+        return result_of(answer)
+
+    return server
+
+
+async def _waited(
+    gate: McpGate, who: Principal, answer: CallAnswer, context: Any, poll_s: float
+) -> CallAnswer:
+    """Wait until a reviewer decided ``answer``'s proposal (or it expired), reporting progress at
+    every look; then its outcome (the task woken, the approved call executed)."""
+    proposal_id = answer.proposal_id
+    assert proposal_id is not None
+    token = context.meta.progressToken if context.meta is not None else None
+    review = answer.payload.get("review") or {}
+    where = review.get("console") or review.get("cli")
+    looks = 0
+    while not await anyio.to_thread.run_sync(gate.decided, proposal_id):
+        looks += 1
+        if token is not None:
+            await context.session.send_progress_notification(
+                token,
+                float(looks),
+                message=f"proposal {proposal_id} awaits review ({where})",
+                related_request_id=str(context.request_id),
+            )
+        await anyio.sleep(poll_s)
+    return await anyio.to_thread.run_sync(gate.outcome, who, proposal_id)
+
+
+def bearer(request: Request) -> str | None:
+    """The bearer token of ``request``, if it sent one."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def client_address(request: Request) -> str | None:
+    """The address failed sign-ins are counted against (`toolgate.policy.sign_in_throttle`)."""
+    return request.client.host if request.client else None
+
+
+class BearerRequired:
+    """ASGI middleware: an MCP request without a valid bearer token is refused ``401`` (audited
+    by the directory) before it reaches a session; an address past its failed sign-ins is refused
+    ``429 sign_in_throttled`` with ``Retry-After``, as the approval API refuses it."""
+
+    def __init__(self, app: ASGIApp, gate: McpGate) -> None:
+        self.app, self.gate = app, gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            try:
+                await anyio.to_thread.run_sync(
+                    self.gate.authenticate, bearer(request), client_address(request)
+                )
+            except SignInThrottled as exc:
+                response = JSONResponse(
+                    {"error": exc.code, "message": str(exc), "retry_after_s": exc.retry_after_s},
+                    status_code=429,
+                    headers={
+                        "Retry-After": retry_after_header(exc.retry_after_s),
+                        "Cache-Control": "no-store",
+                    },
+                )
+                await response(scope, receive, send)
+                return
+            except IdentityError as exc:
+                response = JSONResponse(
+                    {"error": exc.code, "message": str(exc)},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
+    """The streamable HTTP MCP endpoint at ``/mcp`` beside the approval API and console."""
+    server = build_server(gate, lambda: None, options)
+    sessions = StreamableHTTPSessionManager(app=server)
+    review = create_app(
+        lambda: gate.app.gateway, reviewing=lambda release: None, waker_interval_s=None, wake=_waker(gate)
+    )
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await sessions.handle_request(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with sessions.run():
+            yield
+
+    routes = [Route("/mcp", endpoint=BearerRequired(endpoint, gate)), *review.routes]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _waker(gate: McpGate) -> Callable[[str], Awaitable[bool]]:
+    """How a decision made in this server's approval API wakes the task it decided: in a worker
+    thread of its own, so the reviewer's answer does not wait for the approved call to run (a
+    failure is logged; the client's ``toolgate_outcome`` or waiting call wakes the task again)."""
+
+    async def wake(thread: str) -> bool:
+        if not thread.startswith("mcp-"):
+            return False
+        running = asyncio.get_running_loop().run_in_executor(None, gate.wake_task, thread)
+        running.add_done_callback(_logged)
+        return True
+
+    return wake
+
+
+def _logged(done: asyncio.Future[bool]) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        log.warning("an MCP task woken after a decision failed:\n%s", redacted_traceback(exc))
+
+
+async def serve_stdio(gate: McpGate, token: str | None, options: ServeOptions) -> None:
+    """Serve one session over this process's stdin and stdout, as the holder of ``token``."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(gate, lambda: token, options)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+__all__ = [
+    "OUTCOME_SCHEMA",
+    "POLL_S",
+    "SERVER_NAME",
+    "BearerRequired",
+    "ServeOptions",
+    "bearer",
+    "build_server",
+    "client_address",
+    "http_app",
+    "mcp_tool",
+    "outcome_tool",
+    "refused",
+    "result_of",
+    "serve_stdio",
+]
