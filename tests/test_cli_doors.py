@@ -93,6 +93,19 @@ def all_tables(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     return rows(db, names)
 
 
+def assert_only_refusals_recorded(
+    before: dict[str, list[tuple[Any, ...]]], after: dict[str, list[tuple[Any, ...]]]
+) -> None:
+    """Refused attempts changed nothing but their record: audit events, and the sign-in
+    throttle's counts of failed sign-ins (``signin:*`` rows of ``rate_counters``)."""
+    counted = [row for row in after.get("rate_counters", []) if row not in before.get("rate_counters", [])]
+    assert all(str(row[0]).startswith("signin:") for row in counted), counted
+    recorded = ("audit_", "sqlite_sequence", "rate_counters")
+    assert {t: r for t, r in after.items() if not t.startswith(recorded)} == {
+        t: r for t, r in before.items() if not t.startswith(recorded)
+    }
+
+
 def audit_seq(db: Path) -> int:
     """The newest audit sequence number."""
     con = _connect(db)

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 from release_control_support import ADMIN_CREDENTIALS
 from support import TEST_KEY, cli_env, kv_lines, open_test_store, seed_people, toolgate
-from test_cli_doors import all_tables, assert_refused, audit_seq, audit_since, run_each
+from test_cli_doors import (
+    all_tables,
+    assert_only_refusals_recorded,
+    assert_refused,
+    audit_seq,
+    audit_since,
+    run_each,
+)
 
 from toolgate.canonical import digest
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
@@ -244,13 +251,7 @@ def test_every_release_change_refuses_a_missing_wrong_borrowed_or_non_admin_cred
     for result, (_, code) in zip(results, expected, strict=True):
         assert_refused(result, code)
     after = all_tables(db)
-    # only the refusals' audit events are new, and the sign-in throttle's count of them
-    unchanged = ("audit_", "sqlite_sequence", "rate_counters")
-    counted = [row for row in after.get("rate_counters", []) if row not in before.get("rate_counters", [])]
-    assert all(str(row[0]).startswith("signin:") for row in counted), counted
-    assert {t: r for t, r in after.items() if not t.startswith(unchanged)} == {
-        t: r for t, r in before.items() if not t.startswith(unchanged)
-    }
+    assert_only_refusals_recorded(before, after)
     assert sorted(audit_since(db, seq)) == sorted(expected)
 
 
