@@ -19,18 +19,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError
 from urllib.request import ProxyHandler, Request, build_opener
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
-from support import Harness, principal
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from support import TEST_KEY, Harness, principal
 
-from toolgate.errors import ToolExecutionError
+from toolgate.config import Settings
+from toolgate.errors import ConfigurationError, ToolExecutionError
+from toolgate.graph.bootstrap import open_app
 from toolgate.graph.delivery.executor import Executor
 from toolgate.store import Store
+from toolgate.testing import ScriptedChatModel
 from toolgate.tools import Registry
 from toolgate.tools.credentials import (
     AsymmetricCredentialProvider,
@@ -233,7 +237,35 @@ def test_rotation_keeps_the_old_public_key_published_until_its_tokens_expire() -
 def test_only_ed25519_and_rsa_2048_keys_sign() -> None:
     with pytest.raises(ValueError, match="2048"):
         load_signing_key(_pem(rsa.generate_private_key(public_exponent=65537, key_size=1024)))
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     with pytest.raises(ValueError, match="Ed25519 or RSA"):
         load_signing_key(_pem(ec.generate_private_key(ec.SECP256R1())))  # type: ignore[arg-type]
+
+
+def test_the_signing_key_file_setting_makes_every_gateway_sign_asymmetrically(tmp_path: Path) -> None:
+    key = ed25519.Ed25519PrivateKey.generate()
+    pem = tmp_path / "signing.pem"
+    pem.write_bytes(_pem(key))
+    settings = Settings.from_env(
+        {
+            "TOOLGATE_DATA_DIR": str(tmp_path),
+            "TOOLGATE_AUDIT_KEY": TEST_KEY.decode(),
+            "TOOLGATE_SERVICE_SIGNING_KEY_FILE": str(pem),
+        }
+    )
+    app = open_app(settings, model=ScriptedChatModel(responses=[]))
+    try:
+        provider = app.gateway.executor.credential_provider
+        assert isinstance(provider, AsymmetricCredentialProvider)
+        assert provider.jwks()["keys"][0]["x"] == _b64(
+            key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        )
+        assert app.gateway_with(ScriptedChatModel(responses=[])).executor.credential_provider is provider
+    finally:
+        app.store.close()
+    unsupported = tmp_path / "ec.pem"
+    unsupported.write_bytes(_pem(ec.generate_private_key(ec.SECP256R1())))  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError) as refused:
+        open_app(
+            replace(settings, service_signing_key_file=unsupported), model=ScriptedChatModel(responses=[])
+        )
+    assert "TOOLGATE_SERVICE_SIGNING_KEY_FILE" in str(refused.value) and "PRIVATE" not in str(refused.value)

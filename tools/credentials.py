@@ -35,13 +35,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
 
-from toolgate.errors import ToolExecutionError
+from toolgate.errors import ConfigurationError, ToolExecutionError
 
 AUDIENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 """What an audience or scope may be: a plain service name (never a secret, never free text)."""
@@ -255,6 +256,18 @@ def load_signing_key(pem: bytes) -> SigningKey:
     return key
 
 
+def signing_key_file(path: Path) -> SigningKey:
+    """`load_signing_key` of the PEM file at ``path`` (``TOOLGATE_SERVICE_SIGNING_KEY_FILE``);
+    `ConfigurationError` naming the file, never the key, when it cannot serve."""
+    try:
+        return load_signing_key(path.expanduser().read_bytes())
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0][:120]
+        raise ConfigurationError(
+            f"TOOLGATE_SERVICE_SIGNING_KEY_FILE {path}: not a usable signing key ({reason})"
+        ) from None
+
+
 class AsymmetricCredentialProvider:
     """Service credentials signed with a private key (Ed25519 or RSA) toolgate alone holds; the
     downstream verifies them against the published public keys (`jwks`, `verify_service_token`)."""
@@ -382,6 +395,7 @@ __all__ = [
     "SigningKey",
     "load_signing_key",
     "public_jwk",
+    "signing_key_file",
     "token_claims",
     "verify_service_token",
 ]
