@@ -217,8 +217,8 @@ def _objects(
     additive: list[str],
     depth: int,
 ) -> None:
-    old_props = old.get("properties") if isinstance(old.get("properties"), Mapping) else {}
-    new_props = new.get("properties") if isinstance(new.get("properties"), Mapping) else {}
+    old_props = _properties(old)
+    new_props = _properties(new)
     old_required = set(old.get("required", ())) if isinstance(old.get("required"), list) else set()
     new_required = set(new.get("required", ())) if isinstance(new.get("required"), list) else set()
     for name in sorted(old_props):
@@ -243,6 +243,11 @@ def _objects(
         breaking.append(f"{path or '$'}: object closed (additional properties refused)")
     elif (old_props or new_props) and new_open and not old_open:
         additive.append(f"{path or '$'}: object opened")
+
+
+def _properties(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = node.get("properties")
+    return found if isinstance(found, Mapping) else {}
 
 
 def _version(text: str) -> tuple[int, int, int] | None:

@@ -156,8 +156,10 @@ def tool_quality(spec: ToolSpec, neighbours: Iterable[str] = ()) -> ToolQuality:
         )
     others = [n for n in neighbours if n != spec.name]
     neighbour = any(re.search(rf"\b{re.escape(n)}\b", text) for n in others)
-    properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    properties = schema.get("properties")
+    required = schema.get("required")
+    top_level = len(properties) if isinstance(properties, Mapping) else 0
+    required_count = len(required) if isinstance(required, list) else 0
     return ToolQuality(
         name=spec.name,
         is_write=spec.is_write,
@@ -167,8 +169,8 @@ def tool_quality(spec: ToolSpec, neighbours: Iterable[str] = ()) -> ToolQuality:
         neighbour_named=neighbour,
         enums=enums,
         free_strings=free,
-        required=len(required),
-        top_level=len(properties or {}),
+        required=required_count,
+        top_level=top_level,
         problems=problems,
     )
 
