@@ -21,6 +21,7 @@ from test_release_control_routing import admin
 
 from toolgate.errors import ReleaseControlError
 from toolgate.store.base import Store
+from toolgate.tools.audit import audit_specs
 from toolgate.tools.schema.compat import bump_allows, classify_change, release_breaks
 from toolgate.tools.schema.quality import release_quality, tool_quality
 from toolgate.tools.spec import StrictArgs, ToolSpec
@@ -159,6 +160,11 @@ def test_the_lint_fails_an_undescribed_parameter_and_a_write_without_a_when_not_
         "(e.g. 'Do not use this to ...; use <neighbour> for that')"
     ]
     assert "when_not_to_use=FAIL" in vague.line() and vague.line().endswith("result=FAIL")
+    report = audit_specs("acme/1.0.0", lambda: [_restart(two, args_model=_Bare)])
+    assert "schema_quality=0/1" in report.lines()
+    assert "warning=restart_service: schema quality: parameter: reason has no description" in "\n".join(
+        report.lines()
+    )
     good = tool_quality(_restart(two, args_model=_Described))
     assert good.passed and "params_described=2/2 when_not_to_use=PASS" in good.line()
     # every shipped demo tool passes
@@ -169,6 +175,8 @@ def test_registry_lint_prints_a_check_line_per_tool(tmp_path: Path) -> None:
     out = toolgate(["registry", "lint", "--release", CANDIDATE], cli_env(tmp_path)).stdout.splitlines()
     assert out[-1] == "schema_quality=PASS tools=12 failing=0"
     restart = next(line for line in out if line.startswith("schema_quality=restart_service "))
+    audit = toolgate(["registry", "audit", "--release", CANDIDATE], cli_env(tmp_path)).stdout.splitlines()
+    assert "schema_quality=12/12" in audit and audit[-1] == "audit=PASS"
     assert restart == (
         "schema_quality=restart_service description=PASS params_described=2/2 when_not_to_use=PASS "
         "neighbour_named=yes enums=1 free_strings=0 required=2/2 result=PASS"
