@@ -24,6 +24,8 @@ from toolgate.store.base import Store
 from toolgate.tools.audit import audit_specs
 from toolgate.tools.schema.compat import bump_allows, classify_change, release_breaks
 from toolgate.tools.schema.quality import release_quality, tool_quality
+from toolgate.tools.shapes.definitions import from_openai
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 from toolgate.tools.spec import StrictArgs, ToolSpec
 
 
@@ -232,3 +234,33 @@ def test_a_candidate_failing_the_schema_quality_check_is_refused(store: Store, t
     two = TwoReleases(store, tmp_path)
     assert _shadow_refused(two, store, _restart(two, args_model=_Bare, version="3.0.0")) == "schema_quality"
     assert CONTROL != CANDIDATE
+
+
+def test_a_tool_registered_from_a_json_schema_is_linted_at_every_depth() -> None:
+    policy = OperatorPolicy(
+        risk="read-only", owner="t", scopes=frozenset({"ops:read"}), max_output_bytes=2048
+    )
+    schema = {
+        "type": "object",
+        "properties": {
+            "sort": {"type": "string", "enum": ["price", "name"], "description": "Order of results."},
+            "filter": {
+                "type": "object",
+                "description": "What to keep.",
+                "properties": {"max_price": {"type": "integer", "maximum": 10000}},
+                "additionalProperties": False,
+            },
+        },
+        "required": ["sort"],
+        "additionalProperties": False,
+    }
+    definition = {
+        "type": "function",
+        "function": {"name": "search_catalog", "description": "Search the catalog.", "parameters": schema},
+    }
+    quality = tool_quality(from_openai(definition, lambda **_: "ok", policy))
+    assert quality.problems == [
+        "parameter: filter.max_price has no description (say what it is and its constraint)"
+    ]
+    assert "params_described=2/3" in quality.line() and "when_not_to_use=n/a" in quality.line()
+    assert "required=1/2" in quality.line() and "enums=1" in quality.line()
