@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from toolgate.cli.lines import kv_line
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
 from toolgate.graph.bootstrap import release_manifest
@@ -22,7 +23,7 @@ from toolgate.tools.manifest import effective_manifest
 from toolgate.tools.registry import Registry
 from toolgate.tools.schema.export import anthropic_tool, openai_tool, strict_problems
 from toolgate.tools.schema.fixtures import check_fixtures
-from toolgate.tools.schema.quality import release_quality, summary_line
+from toolgate.tools.schema.quality import release_quality
 from toolgate.tools.spec import ToolSpec
 
 registry_app = typer.Typer(no_args_is_help=True, help="Audit and inspect tool releases.")
@@ -177,11 +178,19 @@ def lint(
     control refuses such a candidate ``schema_quality``)."""
     release = release or Settings.from_env().release
     results = release_quality(_release_specs(load_release(release))())
-    for result in results:
-        _say(result.line())
+    for result in results:  # every value escaped: tool names and problems are free text
+        _say(kv_line(**result.facts()))
         for problem in result.problems:
-            _say(f"problem={result.name}: {problem}")
-    _say(summary_line(results))
+            _say(kv_line(problem=f"{result.name}: {problem}"))
+    failing = [r.name for r in results if not r.passed]
+    _say(
+        kv_line(
+            schema_quality="FAIL" if failing else "PASS",
+            tools=len(results),
+            failing=len(failing),
+            **({"failing_tools": ",".join(failing)} if failing else {}),
+        )
+    )
     raise typer.Exit(0 if all(r.passed for r in results) else 1)
 
 

@@ -63,20 +63,29 @@ class ToolQuality:
         """True when nothing enforced failed."""
         return not self.problems
 
-    def line(self) -> str:
-        """The check line: ``schema_quality=<tool> params_described=2/2 when_not_to_use=PASS ...``."""
+    def facts(self) -> dict[str, str]:
+        """The check line's facts, in order (``schema_quality=<tool> params_described=2/2 ...``)."""
         when = (
             ("PASS" if self.when_not_to_use else "FAIL")
             if self.is_write
             else ("yes" if self.when_not_to_use else "n/a")
         )
-        return (
-            f"schema_quality={self.name} description={'PASS' if 'description' not in self._codes else 'FAIL'}"
-            f" params_described={self.described}/{self.params} when_not_to_use={when}"
-            f" neighbour_named={'yes' if self.neighbour_named else 'no'} enums={self.enums}"
-            f" free_strings={self.free_strings} required={self.required}/{self.top_level}"
-            f" result={'PASS' if self.passed else 'FAIL'}"
-        )
+        return {
+            "schema_quality": self.name,
+            "description": "FAIL" if "description" in self._codes else "PASS",
+            "params_described": f"{self.described}/{self.params}",
+            "when_not_to_use": when,
+            "neighbour_named": "yes" if self.neighbour_named else "no",
+            "enums": str(self.enums),
+            "free_strings": str(self.free_strings),
+            "required": f"{self.required}/{self.top_level}",
+            "result": "PASS" if self.passed else "FAIL",
+        }
+
+    def line(self) -> str:
+        """The check line, ``key=value`` (a tool name with spaces is not escaped here: printers
+        that show it to operators escape every value, `toolgate.cli.lines.kv_line`)."""
+        return " ".join(f"{key}={value}" for key, value in self.facts().items())
 
     @property
     def _codes(self) -> set[str]:
@@ -182,12 +191,4 @@ def release_quality(specs: Iterable[ToolSpec]) -> list[ToolQuality]:
     return [tool_quality(spec, names) for spec in listed]
 
 
-def summary_line(results: list[ToolQuality]) -> str:
-    """``schema_quality=PASS tools=N failing=0`` (FAIL naming the failing tools)."""
-    failing = [r.name for r in results if not r.passed]
-    verdict = "FAIL" if failing else "PASS"
-    named = f" failing_tools={','.join(failing)}" if failing else ""
-    return f"schema_quality={verdict} tools={len(results)} failing={len(failing)}{named}"
-
-
-__all__ = ["NOT_TO_USE", "ToolQuality", "release_quality", "summary_line", "tool_quality"]
+__all__ = ["NOT_TO_USE", "ToolQuality", "release_quality", "tool_quality"]
