@@ -6,6 +6,12 @@ that field, so a report edited after the run no longer matches and `toolgate eva
 refuses it. The HTML report (`toolgate.evals.report_html`) is a view of the same data. The
 report and the cost lines name the model the cases ran with (``model=scripted`` or
 ``model=openai:gpt-4.1-mini``), inside what the digest covers.
+
+Reports leave the machine (attached to reviews, kept as release evidence), so they are redacted
+the way tool output is (`toolgate.policy.output`): every string is scrubbed of secret-looking
+values (keys, tokens, card numbers), and a case's input is redacted by key as well
+(`toolgate.evals.redaction`). The digest is taken over the redacted body, so what reviewers sign is what
+was written; the printed lines and the HTML view are redacted the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from toolgate.canonical import digest
 from toolgate.clock import iso, utcnow
 from toolgate.evals.coverage import uncovered
 from toolgate.evals.gate import GateResult, ReleaseRun
+from toolgate.evals.redaction import redacted_report
+from toolgate.policy.output import redact_text
 
 REPORT_KIND = "toolgate.evals.report"
 REPORT_SCHEMA_VERSION = 1
@@ -149,7 +157,11 @@ def _cost(run: ReleaseRun) -> str:
 
 
 def lines(result: GateResult) -> list[str]:
-    """Everything ``toolgate evals run`` prints, summary line first."""
+    """Everything ``toolgate evals run`` prints, summary line first (redacted: `redact_text`)."""
+    return [redact_text(line) for line in _lines(result)]
+
+
+def _lines(result: GateResult) -> list[str]:
     out = [summary_line(result)]
     out += [f"gate_failure {reason}" for reason in result.failures()]
     for case_id, how in sorted(result.loosened().items()):
@@ -236,6 +248,7 @@ def build_report(result: GateResult) -> dict[str, Any]:
             "require_review": result.require_review,
         },
     }
+    body = redacted_report(body)
     return {**body, "digest": digest(body)}
 
 

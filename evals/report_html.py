@@ -7,6 +7,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from toolgate.evals.redaction import redacted_report
+
 CHARTS: tuple[tuple[str, str, str], ...] = (
     ("tool_selection_top1", "Tool selection (top-1)", "%"),
     ("no_tool_precision", "No-tool precision", "%"),
@@ -62,7 +64,10 @@ def _rows(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def render_html(report: dict[str, Any]) -> str:
-    """The HTML page of a JSON report (`toolgate.evals.report.build_report`)."""
+    """The HTML page of a JSON report (`toolgate.evals.report.build_report`), redacted like the
+    report itself (`toolgate.evals.redaction.redacted_report`: a report written before reports were
+    redacted, or edited, shows no secret either)."""
+    report = redacted_report(report)
     gate, candidate, control = report["gate"], report["candidate"], report.get("control")
     runs = {"candidate": candidate["metrics"]}
     if control:

@@ -13,7 +13,11 @@ database access alone does not count) and whose reviewer still holds a sign-off 
 case's tenant. Re-running the same candidate on the same dataset keeps its sign-offs; any change
 to the bundle or to the dataset needs a new review.
 
-Refusals (unreadable or tampered report, a live model's run, a report dated in the store's future,
+A report is signed only as `toolgate evals run` writes it, redacted (`toolgate.evals.redaction`):
+one holding a secret-looking value (written before reports were redacted, or by hand) is refused
+``report_unredacted``, so no sign-off, and no evidence that cites it, binds an unredacted export.
+
+Refusals (unreadable, tampered or unredacted report, a live model's run, a report dated in the store's future,
 wrong role, another tenant) raise `ReviewRefused` with a stable code and audit it, nothing else.
 """
 
@@ -31,6 +35,7 @@ from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso
 from toolgate.errors import StoreError, ToolgateUsageError
 from toolgate.evals.fixtures import SCRIPTED
+from toolgate.evals.redaction import unredacted
 from toolgate.evals.report import REPORT_KIND, REPORT_SCHEMA_VERSION, report_digest
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
@@ -153,6 +158,14 @@ def load_report(path: Path, auditor: Auditor, user_id: str | None) -> dict[str, 
             auditor,
             "report_tampered",
             f"{path} does not match its digest (changed after the run)",
+            user_id=user_id,
+            digest=claimed,
+        )
+    if unredacted(report):
+        raise refuse(
+            auditor,
+            "report_unredacted",
+            f"{path} holds secret-looking values; sign a report written by `toolgate evals run`",
             user_id=user_id,
             digest=claimed,
         )

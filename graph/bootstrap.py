@@ -48,6 +48,7 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.factory import open_checkpointer, open_store
 from toolgate.store.rollout import RolloutStore
+from toolgate.tools.credentials import AsymmetricCredentialProvider, CredentialProvider, signing_key_file
 from toolgate.tools.registry import Registry
 
 
@@ -134,6 +135,9 @@ class GatewayParts:
     breakers: BreakerRegistry | None = None
     """The circuit breakers every gateway of the process shares (`None`: `build_gateway` makes a
     set kept in the store)."""
+    credential_provider: CredentialProvider | None = None
+    """Signs the service credentials of every gateway of the process (`None`: the built-in HS256
+    tokens; ``TOOLGATE_SERVICE_SIGNING_KEY_FILE``: an `AsymmetricCredentialProvider`)."""
 
     def gateway(self, served: ServedRelease, model: BaseChatModel) -> Gateway:
         """``served``'s gateway around ``model`` (the one call of `build_gateway` in the root)."""
@@ -147,6 +151,7 @@ class GatewayParts:
             server_mode=self.server_mode,
             clock=self.clock,
             tool_choice=served.release.tool_choice,
+            credential_provider=self.credential_provider,
         )
 
 
@@ -253,7 +258,12 @@ class App:
     def gateway_with(self, model: BaseChatModel) -> Gateway:
         """This process's release around another chat model, built as a second process would
         build it (its own circuit-breaker owner): a second worker in a test or an evaluation case."""
-        parts = GatewayParts(store=self.store, server_mode=self.gateway.server_mode, clock=self.gateway.clock)
+        parts = GatewayParts(
+            store=self.store,
+            server_mode=self.gateway.server_mode,
+            clock=self.gateway.clock,
+            credential_provider=self.gateway.executor.credential_provider,
+        )
         return parts.gateway(ServedRelease(self.release, self.registry), model)
 
     def close(self) -> None:
@@ -331,6 +341,8 @@ def open_app(
       rollouts (no router).
     """
     settings = settings or Settings.from_env()
+    signing = settings.service_signing_key_file  # read before anything opens: a bad key starts nothing
+    provider = AsymmetricCredentialProvider(signing_key_file(signing)) if signing is not None else None
     owns_store = store is None
     if store is None:
         key = settings.audit_key(create=not read_only)
@@ -350,12 +362,18 @@ def open_app(
             )
             reference = pointer
     app_model = (models or {}).get(served.release.id) or model or load_chat_model(settings)
-    primary = GatewayParts(store=store, server_mode=server_mode, clock=clock, breakers=breakers)
+    primary = GatewayParts(
+        store=store, server_mode=server_mode, clock=clock, breakers=breakers, credential_provider=provider
+    )
     gateway = primary.gateway(served, app_model)
     gateways = router = None
     if release_control:
         shared = GatewayParts(
-            store=store, server_mode=server_mode, clock=clock, breakers=gateway.executor.breakers
+            store=store,
+            server_mode=server_mode,
+            clock=clock,
+            breakers=gateway.executor.breakers,
+            credential_provider=provider,
         )
         gateways = Gateways(
             shared,

@@ -41,6 +41,7 @@ from toolgate.policy.rules import PolicyRules
 from toolgate.policy.shared_breaker import SharedBreakerRegistry
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
 
 
@@ -55,12 +56,16 @@ def build_gateway(
     server_mode: bool = False,
     clock: Clock | None = None,
     tool_choice: str = "auto",
+    credential_provider: CredentialProvider | None = None,
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run);
     called by the composition root (`toolgate.graph.bootstrap.open_app`) for each release it serves.
 
     Every secret comes from the store's keyring: one configured secret per store, never a second
-    key that could disagree with it."""
+    key that could disagree with it. The one exception is asymmetric by design:
+    ``credential_provider`` signs service credentials with a private key of its own
+    (``TOOLGATE_SERVICE_SIGNING_KEY_FILE``) whose public half downstreams hold; None: the built-in
+    HS256 provider keyed by the store's secret."""
     approvals = {name: spec.approval for name, spec in registry.tools.items()}
     check_escalations(policy.escalations, approvals, unknown_ok=True)  # raise, never lower
     auditor = Auditor(store, registry.release)
@@ -88,6 +93,7 @@ def build_gateway(
             breakers=breakers or SharedBreakerRegistry(store),  # one state for every process
             clock=clock or SYSTEM_CLOCK,
             authority=authority,
+            credential_provider=credential_provider,
         ),
         rate_limiter=rate_limiter,
         authority=authority,

@@ -11,6 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.graph.delivery.executor import Executor
 from toolgate.graph.nodes.prompt_cache import ANTHROPIC_LLM_TYPE, cache_options
+from toolgate.models.provider_openai import release_metadata
 from toolgate.policy.authority import Authority
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -70,9 +71,11 @@ class Gateway:
         ``specs``, `toolgate.graph.nodes.tool_offer`), made once per tool set and choice and reused by
         every later turn: binding converts every definition again, and a release's definitions
         never change while the process runs. The provider's prompt-cache options are bound with
-        them (`toolgate.graph.nodes.prompt_cache`), keyed on the tools actually bound."""
+        them (`toolgate.graph.nodes.prompt_cache`), keyed on the tools actually bound, and the
+        release's request metadata (`toolgate.models.provider_openai.release_metadata`)."""
         if not specs:
-            return self.model
+            options = release_metadata(self.model, self.registry.release)
+            return self.model.bind(**options) if options else self.model
         names = tuple(s.wire_name for s in specs)
         bound = self._bound.get((*names, "\x00", tool_choice))
         if bound is None:
@@ -83,6 +86,7 @@ class Gateway:
             ):
                 kwargs["parallel_tool_calls"] = False  # Anthropic's ``none`` takes no parallel flag
             kwargs.update(cache_options(self.model, self.registry.release, self.instructions, names))
+            kwargs.update(release_metadata(self.model, self.registry.release))
             bound = self.model.bind_tools(self.registry.openai_tools(specs), **kwargs)
             if len(self._bound) < MAX_BOUND_MODELS:
                 self._bound[(*names, "\x00", tool_choice)] = bound

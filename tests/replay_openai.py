@@ -5,7 +5,7 @@ path (``/v1/responses`` or ``/v1/chat/completions``) and records every request i
 (method, path, headers, parsed JSON body), so tests assert the exact bodies the client sends. No
 network and no real key. A request past the end of the script is answered 400 (never retried by
 the gateway, so an unexpected extra request shows as a failure, not a hang); any other path is
-answered 404.
+answered 404. Like the provider, Chat Completions refuses ``metadata`` unless ``store`` is on (400).
 
 Responses API payloads are built from the ``openai`` SDK's own response types
 (``ResponseReasoningItem``, ``ResponseFunctionToolCall``, ``ResponseOutputMessage``,
@@ -263,6 +263,10 @@ class ReplayServer:
                 return error_reply(404, f"unexpected path {path}", "invalid_request_error", None)
             if body.get("stream"):
                 return error_reply(400, "streaming is not scripted", "invalid_request_error", None)
+            if path == CHAT_PATH and "metadata" in body and body.get("store") is not True:
+                # the provider's own rule for Chat Completions (the Responses API has no such rule)
+                message = "The 'metadata' parameter is only allowed when 'store' is enabled."
+                return error_reply(400, message, "invalid_request_error", None)
             if not self.script:
                 return error_reply(400, "unscripted request", "invalid_request_error", None)
             return self.script.pop(0)

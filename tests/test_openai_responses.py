@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from provider_flows import OPENAI, Cli, check_refund_result, check_refunded_once
 from replay_openai import (
     CHAT_PATH,
@@ -32,9 +34,23 @@ from replay_openai import (
     response,
     usage,
 )
-from support import REFUND_REQUEST, check_key_nowhere, log_text, open_test_store, seed_people
+from support import (
+    REFUND_REQUEST,
+    TEST_KEY,
+    check_key_nowhere,
+    log_text,
+    open_test_store,
+    principal,
+    seed_people,
+)
 
+from toolgate.graph import Context
+from toolgate.graph.bootstrap import initialize_store
 from toolgate.models.selection import load_chat_model
+from toolgate.releases.bundle import ReleaseEnv
+from toolgate.store import SQLiteStore
+from toolgate.testing import open_test_app
+from toolgate.tools.demo.release import DEMO_RELEASES
 
 MODEL = "gpt-5-mini"
 """Pinned by ops-tools/1.0.0 as ``openai:gpt-5-mini`` (its reviewed manifest)."""
@@ -106,6 +122,61 @@ def test_the_api_and_its_options_follow_the_setting_and_the_model(
     assert FAKE_KEY not in log_text(caplog)
 
 
+@pytest.mark.parametrize(
+    ("api", "path", "store", "metadata"),
+    [
+        ("responses", RESPONSES_PATH, False, {"tool_release": "ops-tools/1.0.0"}),
+        # Chat Completions refuses metadata without store (the replay server answers 400 like the
+        # provider), and toolgate stores nothing at the provider: no metadata there
+        ("chat", CHAT_PATH, None, None),
+    ],
+)
+def test_every_request_through_the_gateway_names_its_release_in_metadata(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    api: str,
+    path: str,
+    store: bool | None,
+    metadata: dict[str, str] | None,
+) -> None:
+    OPENAI.local_only_here(monkeypatch)
+    if path == CHAT_PATH:
+        reply = chat_completion(
+            {"role": "assistant", "content": "hi"}, "stop", prompt_tokens=3, completion_tokens=1, suffix="8"
+        )
+    else:
+        reply = response(
+            "resp_release", [message_item("msg_release", "hi")], model="gpt-4.1-mini", tokens=usage(3, 1)
+        )
+    release = DEMO_RELEASES["ops-tools/1.0.0"]
+    with ReplayServer([reply], path=path) as replay:
+        settings = OPENAI.settings(
+            replay.base_url, data_dir=tmp_path, model="openai:gpt-4.1-mini", openai_api=api
+        )
+        db = SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY)
+        initialize_store(db, release)
+        try:
+            graph = open_test_app(
+                model=load_chat_model(settings),
+                tools=release.registry(ReleaseEnv(db, secret=b"test-secret")),
+                policy=release.policy,
+                store=db,
+                start=False,
+                checkpointer=InMemorySaver(),
+            ).compiled()
+            final = graph.invoke(
+                {"messages": [HumanMessage("hello")]},
+                {"configurable": {"thread_id": "t-release"}},
+                context=Context(principal=principal("cust-ada")),
+            )
+        finally:
+            db.close()
+    assert final["status"] == "done"
+    [body] = replay.bodies()
+    assert body.get("store") is store and body.get("metadata") == metadata
+    assert body["tools"]  # bound with the principal's tools (the metadata rides on the bound model)
+
+
 @pytest.mark.slow
 def test_reasoning_and_call_survive_approval_and_restart(tmp_path: Path, database_url: str | None) -> None:
     seed_people(tmp_path, database_url)
@@ -127,6 +198,7 @@ def test_reasoning_and_call_survive_approval_and_restart(tmp_path: Path, databas
         ["reasoning.encrypted_content"],
     )
     assert first["parallel_tool_calls"] is False and first["tool_choice"] == "auto"
+    assert first["metadata"] == second["metadata"] == {"tool_release": "ops-tools/1.0.0"}
     assert first["max_output_tokens"] == 800 and not first.get("stream")
     assert "previous_response_id" not in first
     assert sorted(t["name"] for t in first["tools"]) == ["issue_refund", "lookup_order"]

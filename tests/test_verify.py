@@ -79,3 +79,26 @@ def test_verify_reports_the_adversarial_run_of_every_case(
     assert result.line() == (
         f"adversarial_dispatch=PASS cases={len(CASES)} handlers_executed_for_rejected=0 proposals_for_rejected=0"
     )
+
+
+def test_verify_runs_the_gate_and_a_real_rollback_dry_run_on_a_fresh_store(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    toolgate(["init"], env)
+    checks = ["schema_quality", "evals_gate", "rollback_dry_run"]
+    out = toolgate(
+        ["verify", *(arg for name in checks for arg in ("--check", name))], env
+    ).stdout.splitlines()
+    assert out[0] == "schema_quality=PASS tools=12 failing=0"
+    gate = dict(part.split("=", 1) for part in out[1].split(" "))
+    assert gate["evals_gate"] == "PASS" and gate["release"] == "ops-tools/1.1.0"
+    assert int(gate["cases"]) == int(gate["passed"]) > 0 and int(gate["derived"]) > 0
+    assert gate["unreviewed_critical"] == gate["critical"]  # a fresh store holds no sign-off
+    # no rollout yet: the dry run checks the active release, what the next rollback restores
+    rollback = dict(part.split("=", 1) for part in out[2].split(" "))
+    assert rollback["rollback_dry_run"] == "PASS" and rollback["target"] == "ops-tools/1.1.0"
+    assert (
+        rollback["hashes"] == "verified"
+        and rollback["critical"].split("/")[0] == rollback["critical"].split("/")[1]
+    )
+    assert out[3] == "verify=PASS"
+    assert not (tmp_path / "reports").exists()  # verify writes no report

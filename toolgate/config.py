@@ -43,6 +43,9 @@ class Settings:
     """Explicit store secret (``TOOLGATE_AUDIT_KEY``)."""
     allow_model_requests: bool = True
     """False refuses real provider models."""
+    service_signing_key_file: Path | None = None
+    """Private key that signs service credentials (``TOOLGATE_SERVICE_SIGNING_KEY_FILE``); None:
+    the built-in HS256 tokens."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, default_data_dir: Path = DATA_DIR) -> Settings:
@@ -65,6 +68,7 @@ class Settings:
             release=values.release,
             audit_key_value=values.audit_key.get_secret_value() if values.audit_key else None,
             allow_model_requests=values.allow_model_requests,
+            service_signing_key_file=values.service_signing_key_file,
         )
 
     def audit_key(self, *, create: bool = True) -> bytes:

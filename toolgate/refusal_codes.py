@@ -661,6 +661,19 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_release_control_stop.py",
         ),
         _Row(
+            "schema_quality", "release", False,
+            "A candidate tool fails the schema-quality check (an undescribed parameter, no "
+            "description, or a write without a when-not-to-use line); see `toolgate registry lint`.",
+            "tests/test_schema_quality.py",
+        ),
+        _Row(
+            "breaking_schema_change", "release", False,
+            "A candidate changes a tool's argument schema in a breaking way (field removed or "
+            "renamed, new required field, narrowed type, enum value removed) without a major "
+            "version bump.",
+            "tests/test_schema_quality.py",
+        ),
+        _Row(
             "hashes_changed", "release", False,
             "The candidate's bundle changed since its shadow began.",
             "tests/test_release_control_rollback.py",

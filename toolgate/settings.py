@@ -206,6 +206,11 @@ class EnvSettings(BaseModel):
     """How long a cluster slot lives on the store's clock without a renewal: a running call's slot is
     renewed every third of it, so it need not exceed the longest call; a slot of a process that died
     frees itself this long after its last renewal (shorter frees a dead process's share sooner)."""
+    service_signing_key_file: Path | None = None
+    """A PEM file holding an Ed25519 or RSA (2048 bits or more) private key: service credentials are
+    then signed with it (``EdDSA``/``RS256``), for downstreams that verify with the public keys
+    alone (`toolgate.tools.credentials.AsymmetricCredentialProvider`); unset: HS256 tokens keyed by
+    the store's secret."""
     gate_dataset: Path | None = None
     """The dataset a candidate's gate run must cover whole before shadow, canary or promote
     (`toolgate.releases.evidence`); unset: the packaged ``tool-calling-v1``."""

@@ -23,6 +23,7 @@ from toolgate.store.chain import verify_chain
 from toolgate.tools.audit import audit_specs
 from toolgate.tools.demo import DemoSystem
 from toolgate.tools.demo.identities import demo_principals
+from toolgate.tools.schema.quality import release_quality
 
 VERIFY_PRINCIPALS = demo_principals()
 
@@ -58,6 +59,18 @@ def check_registry(app: App) -> CheckResult:
         "registry_audit",
         "PASS" if report.passed else "FAIL",
         f"tool_count={report.tool_count} defects={len(report.defects)}",
+    )
+
+
+def check_schema_quality(app: App) -> CheckResult:
+    """The schema-quality check of the configured release (`toolgate registry lint`)."""
+    results = release_quality(app.registry.tools.values())
+    failing = [r.name for r in results if not r.passed]
+    return CheckResult(
+        "schema_quality",
+        "FAIL" if failing else "PASS",
+        f"tools={len(results)} failing={len(failing)}"
+        + (f" failing_tools={','.join(failing)}" if failing else ""),
     )
 
 
@@ -156,19 +169,47 @@ def check_legacy_timeouts(app: App) -> CheckResult:
     )
 
 
+def check_evals(app: App) -> CheckResult:
+    """The evaluation gate (``toolgate evals run``) on the configured release: the packaged dataset
+    and the cases derived from the release's declarations, scripted. PASS on what the runs showed;
+    critical cases still without a sign-off are reported (``unreviewed_critical=``), not failed:
+    sign-off is a person's act that verify cannot do, and release control demands it anyway."""
+    from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
+    from toolgate.evals.gate import evaluate_gate
+    from toolgate.evals.signoff import reviewed_cases
+
+    result = evaluate_gate(load_dataset(DEFAULT_DATASET), app.release)
+    result.reviewed = reviewed_cases(
+        app.store, result.dataset.sha256, result.candidate.facts.manifest_sha256, result.critical_tenants()
+    )
+    failures = result.tested_failures()
+    records = result.candidate.records
+    passed = sum(r.score.passed for r in records)
+    detail = (
+        f"release={result.candidate.facts.release} cases={len(records)} passed={passed} "
+        f"derived={len(result.derived)} critical={len(result.critical_ids)} "
+        f"unreviewed_critical={len(result.unreviewed())}"
+    )
+    if failures:
+        detail += f" failure={failures[0].split()[0]}"
+    return CheckResult("evals_gate", "FAIL" if failures else "PASS", detail)
+
+
 def check_rollback(app: App) -> CheckResult:
-    """Dry-run ``toolgate release rollback``: the target resolves, its hashes verify against its
-    reviewed manifest and the ones recorded while it was active, and its critical fixtures pass.
-    Writes nothing; ``not_applicable`` when release control has nothing to roll back to."""
+    """Dry-run ``toolgate release rollback --dry-run``: the target (the rollout's control or, with
+    no rollout, the active release itself, which is what a rollback of the next candidate restores)
+    resolves, its hashes verify against its reviewed manifest and the ones recorded while it was
+    active, and its critical fixtures pass. Writes nothing, so a fresh store gets a real verdict."""
     from toolgate.errors import ReleaseControlError
     from toolgate.releases.control import ReleaseControl
+    from toolgate.releases.rollback import plan_dry_run
 
+    control = ReleaseControl(app)
     try:
-        plan = ReleaseControl(app).plan_rollback()
+        state = control.state()
+        plan = plan_dry_run(state, control.active(state), control.manifest_sha256, control.critical_runner)
     except ReleaseControlError as exc:
         return CheckResult("rollback_dry_run", "FAIL", f"refused={exc.code}")
-    if plan.target is None:
-        return CheckResult("rollback_dry_run", "not_applicable", "target=none (no previous release recorded)")
     detail = f"target={plan.target} hashes={plan.hashes} critical={plan.critical}"
     if plan.problems:
         detail += f" refused={plan.problems[0][0]}"
@@ -177,9 +218,11 @@ def check_rollback(app: App) -> CheckResult:
 
 CHECKS: dict[str, Callable[[App], CheckResult]] = {
     "registry_audit": check_registry,
+    "schema_quality": check_schema_quality,
     "adversarial_dispatch": check_adversarial,
     "idempotency": check_idempotency,
     "legacy_timeouts": check_legacy_timeouts,
+    "evals_gate": check_evals,
     "rollback_dry_run": check_rollback,
     "audit_chain": check_audit_chain,
 }

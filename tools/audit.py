@@ -31,6 +31,7 @@ from toolgate.tools.code_hash import code_pin, code_target
 from toolgate.tools.handler import HandlerContext, StrictArgs, ToolResult
 from toolgate.tools.identity_names import is_identity_name
 from toolgate.tools.manifest import manifest_drift
+from toolgate.tools.schema.quality import release_quality
 from toolgate.tools.schema.shape import schema_shape
 from toolgate.tools.schema.walk import field_paths
 from toolgate.tools.spec import ToolSpec, inventory_text, spec_problems
@@ -157,6 +158,9 @@ class AuditReport:
     rollback_statements: int = 0
     complex_schemas: int = 0
     unbounded_arguments: int = 0
+    schema_quality: int = 0
+    """Tools passing the schema-quality check (`toolgate.tools.schema.quality`); each failure is
+    a warning here, and refuses the release's shadow (`toolgate registry lint` shows why)."""
     manifest: str = "NOT_CHECKED"
     inventory: list[str] = field(default_factory=list)
     """One ``tool= risk= approval= timeout=`` line per tool (the seeds' capability inventory)."""
@@ -188,6 +192,7 @@ class AuditReport:
             f"rollback_statements={self.rollback_statements}/{n}",
             f"complex_schemas={self.complex_schemas}",
             f"unbounded_arguments={self.unbounded_arguments}",
+            f"schema_quality={self.schema_quality}/{n}",
             f"manifest={self.manifest}",
         ]
         return (
@@ -243,6 +248,9 @@ def audit_specs(
             report.dynamic_handlers += 1
             report.defects.append(f"{spec.name}: {dynamic}")
         _shape(report, spec)
+    for quality in release_quality(specs):
+        report.schema_quality += quality.passed
+        report.warnings.extend(f"{quality.name}: schema quality: {problem}" for problem in quality.problems)
     _probes(report)
     if reviewed is not None and effective is not None:
         drift = manifest_drift(reviewed, effective(specs))

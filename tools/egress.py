@@ -137,18 +137,21 @@ class Egress:
         *,
         headers: dict[str, str] | None = None,
         json: Any = None,
+        content: bytes | None = None,
         timeout_s: float | None = None,
     ) -> EgressResponse:
-        """Send one request to an allowed host; `CapabilityDenied` for any other (nothing is sent)."""
+        """Send one request to an allowed host; `CapabilityDenied` for any other (nothing is sent).
+        The body is ``json`` encoded, or ``content`` as given (an XML envelope, with its own
+        ``Content-Type`` among ``headers``)."""
         parts = urllib.parse.urlsplit(url)
         port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ToolExecutionError("server_error", "egress supports http and https URLs only")
         if not self.allows(parts.hostname, port):
             raise self.deny(parts.hostname, port)
-        data = None if json is None else jsonlib.dumps(json).encode("utf-8")
+        data = content if json is None else jsonlib.dumps(json).encode("utf-8")
         request = urllib.request.Request(url, data=data, method=method.upper(), headers=dict(headers or {}))
-        if data is not None:
+        if json is not None:
             request.add_header("Content-Type", "application/json")
         try:
             with self._opener.open(request, timeout=timeout_s or self.timeout_s) as response:

@@ -1,4 +1,5 @@
-"""``toolgate registry``: audit a release bundle, check its exported schemas, print its manifest."""
+"""``toolgate registry``: audit a release bundle, check its exported schemas and their quality, print its
+manifest."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from toolgate.cli.lines import kv_line
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError
 from toolgate.graph.bootstrap import release_manifest
@@ -21,6 +23,7 @@ from toolgate.tools.manifest import effective_manifest
 from toolgate.tools.registry import Registry
 from toolgate.tools.schema.export import anthropic_tool, openai_tool, strict_problems
 from toolgate.tools.schema.fixtures import check_fixtures
+from toolgate.tools.schema.quality import release_quality
 from toolgate.tools.spec import ToolSpec
 
 registry_app = typer.Typer(no_args_is_help=True, help="Audit and inspect tool releases.")
@@ -162,6 +165,33 @@ def schemas(
     if check:
         _say("schemas_checked=PASS" if not failures else f"schemas_checked=FAIL failing_tools={failures}")
     raise typer.Exit(1 if failures else 0)
+
+
+@registry_app.command("lint")
+def lint(
+    release: Annotated[
+        str | None, typer.Option(help="Release (id or reference; default: TOOLGATE_RELEASE).")
+    ] = None,
+) -> None:
+    """The schema-quality check (the chapter's §3.1 and Lab 1): one ``schema_quality=<tool>`` line
+    per tool, a ``problem=`` line per failure, and the verdict; exit 1 when any tool fails (release
+    control refuses such a candidate ``schema_quality``)."""
+    release = release or Settings.from_env().release
+    results = release_quality(_release_specs(load_release(release))())
+    for result in results:  # every value escaped: tool names and problems are free text
+        _say(kv_line(**result.facts()))
+        for problem in result.problems:
+            _say(kv_line(problem=f"{result.name}: {problem}"))
+    failing = [r.name for r in results if not r.passed]
+    _say(
+        kv_line(
+            schema_quality="FAIL" if failing else "PASS",
+            tools=len(results),
+            failing=len(failing),
+            **({"failing_tools": ",".join(failing)} if failing else {}),
+        )
+    )
+    raise typer.Exit(0 if all(r.passed for r in results) else 1)
 
 
 @registry_app.command("manifest")

@@ -24,6 +24,14 @@ restart:
   (`toolgate.models.argument_screen`): arguments that are not a JSON object become an invalid
   call that dispatch refuses ``malformed_arguments``, instead of crashing the client's parsing.
 
+Every request carries the release it was made under, as the seeds' request does
+(``metadata: {tool_release: ...}``, non-secret, for the provider-side audit), bound per gateway
+(`release_metadata`). The two APIs differ in when they take it: the Responses API accepts
+``metadata`` with ``store=False``; Chat Completions refuses ``metadata`` unless ``store`` is on
+("The 'metadata' parameter is only allowed when 'store' is enabled"), and toolgate keeps nothing on
+the provider's side, so a Chat Completions request carries it only for a model explicitly built
+with ``store=True``. The release id is in every audit event and trace span either way.
+
 Strict schemas and ``parallel_tool_calls`` are set when tools are bound (`Gateway.model_for`).
 ``TOOLGATE_OPENAI_API=chat`` selects Chat Completions instead, for endpoints that offer only that.
 """
@@ -42,6 +50,9 @@ OUTPUT_VERSION = "responses/v1"
 """Provider output items kept as the message's content blocks, verbatim (see the module doc)."""
 REASONING_INCLUDE = ("reasoning.encrypted_content",)
 """What a stateless (``store=False``) request asks for so its reasoning items can be sent back."""
+OPENAI_LLM_TYPE = "openai-chat"
+RELEASE_METADATA_KEY = "tool_release"
+"""The ``metadata`` key a request names its release under (the seeds' name)."""
 TIMEOUT_S = 60.0
 """Per-request timeout; the task deadline bounds the retries around it."""
 
@@ -51,6 +62,23 @@ def returns_reasoning(model: BaseChatModel) -> bool:
     model (a newer name, a compatible endpoint) is asked for its reasoning."""
     profile = getattr(model, "profile", None) or {}
     return profile.get("reasoning_output") is not False
+
+
+def release_metadata(model: BaseChatModel, release: str) -> dict[str, Any]:
+    """Request options that send ``{"tool_release": release}`` as the request's ``metadata``
+    (empty for another provider, and for Chat Completions without ``store``: see the module doc).
+
+    Sent through ``extra_body``, the client's pass-through of body fields: a ``metadata`` keyword
+    bound on a LangChain model would be taken as the tracing run's metadata instead. The model's
+    own ``extra_body`` is kept."""
+    if getattr(model, "_llm_type", None) != OPENAI_LLM_TYPE:
+        return {}
+    responses = getattr(model, "use_responses_api", None) is True
+    if not responses and getattr(model, "store", None) is not True:
+        return {}
+    own = dict(getattr(model, "extra_body", None) or {})
+    metadata = {**dict(own.get("metadata") or {}), RELEASE_METADATA_KEY: release}
+    return {"extra_body": {**own, "metadata": metadata}}
 
 
 def openai_chat_model(name: str, settings: Settings) -> BaseChatModel:
@@ -84,7 +112,9 @@ __all__ = [
     "CHAT",
     "OUTPUT_VERSION",
     "REASONING_INCLUDE",
+    "RELEASE_METADATA_KEY",
     "RESPONSES",
     "openai_chat_model",
+    "release_metadata",
     "returns_reasoning",
 ]

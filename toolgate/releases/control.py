@@ -10,6 +10,11 @@ store transaction over MAC-bound rows (`toolgate.store.rollout`) and one audit e
 No candidate moves without evidence: shadow, canary and promote each refuse with the first
 piece `toolgate.releases.evidence` finds missing (gate, review, rollback dry run, canary time).
 
+No candidate enters its shadow with a poor or silently broken contract: a tool failing the
+schema-quality check (`toolgate.tools.schema.quality`) refuses it ``schema_quality``, and a tool
+whose argument schema changed in a breaking way from the control's without the version bump it
+needs (`toolgate.tools.schema.compat`) refuses it ``breaking_schema_change``.
+
 Rollback restores the previous complete bundle (`toolgate.releases.rollback`) after checking its
 hashes and critical fixtures; a dry run checks the same, changes no release state and records
 its verdict as evidence (with no rollout under way, for the active release).
@@ -41,6 +46,8 @@ from toolgate.store.audit import Auditor
 from toolgate.store.evidence import Evidence
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.rollout_records import ReleasePointer, ReleaseState, Rollout
+from toolgate.tools.schema.compat import release_breaks
+from toolgate.tools.schema.quality import release_quality
 
 
 class ReleaseControl:
@@ -135,6 +142,7 @@ class ReleaseControl:
             control_sha, candidate_sha = self.manifest_sha256(control), self.manifest_sha256(candidate)
             if candidate_sha == control_sha:
                 raise ReleaseControlError("same_release", f"{candidate} is the same bundle as {control}")
+            self._check_contracts(control, candidate)
             self.evidence.require(Binding(candidate, candidate_sha, control, control_sha))
             release = load_release(candidate)
             if release.setup is not None:
@@ -235,6 +243,30 @@ class ReleaseControl:
             return done
 
         return self._act(actor, "promote", run)
+
+    def _check_contracts(self, control: str, candidate: str) -> None:
+        """Refuse a candidate whose tools fail the schema-quality check, or whose argument schemas
+        break the control's without a version bump (both before any evidence is consulted)."""
+        candidate_tools = self.gateways(candidate, False).registry.tools
+        failing = [q for q in release_quality(candidate_tools.values()) if not q.passed]
+        if failing:
+            first = failing[0]
+            raise ReleaseControlError(
+                "schema_quality",
+                f"{candidate}: {len(failing)} tool(s) fail the schema-quality check; "
+                f"{first.name}: {first.problems[0]} (toolgate registry lint)",
+            )
+        control_tools = self.gateways(control, False).registry.tools
+        breaks = release_breaks(
+            {n: (s.version, s.contract.json_schema()) for n, s in control_tools.items()},
+            {n: (s.version, s.contract.json_schema()) for n, s in candidate_tools.items()},
+        )
+        if breaks:
+            raise ReleaseControlError(
+                "breaking_schema_change",
+                f"{candidate} changes a tool's schema in a breaking way without a major version bump: "
+                + "; ".join(breaks[:3]),
+            )
 
     def _still_evidenced(self, rollout: Rollout) -> None:
         """Refuse when the candidate's bundle changed since its shadow began or its evidence was
