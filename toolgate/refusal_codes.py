@@ -68,6 +68,7 @@ RejectionCode = Literal[
     "task_stopped",
     "tool_deprecated",
     "resolver_failed",
+    "path_not_allowed",
 ]
 """The closed set of reasons a tool call is refused before any handler runs for it: the codes of
 the ``refusal`` family below, as a type (`toolgate.errors` re-exports it; a test keeps the two
@@ -186,6 +187,11 @@ CATALOG: tuple[CodeEntry, ...] = (
             "The release's ownership check raised instead of answering; the call is refused (fail "
             "closed), at dispatch, at execute or before the claim, and may succeed later.",
             "tests/test_hostile_resolver.py",
+        ),
+        _Row(
+            "path_not_allowed", "dispatch", False,
+            "A path argument climbs out with '..' or resolves (symlinks followed) outside the tool's "
+            "allow-listed roots; refused before any handler runs.",
         ),
     ),
     *_family(

@@ -58,6 +58,7 @@ from toolgate.tools.handler import (
     ToolResult,
 )
 from toolgate.tools.identity_names import is_identity_name
+from toolgate.tools.paths import path_fields, root_problems
 from toolgate.tools.resources import (
     OwnerCheck,
     ResourceRef,
@@ -233,14 +234,20 @@ class ToolSpec:
     egress_hosts: frozenset[str] = frozenset()
     """The only hosts (``host`` or ``host:port``) the handler may connect to; empty: no network
     capability (an undeclared handler is not confined, see `toolgate.tools.egress`)."""
+    file_roots: tuple[str, ...] = ()
+    """Absolute directories the tool's path arguments (annotated `toolgate.tools.paths.ToolPath`)
+    must resolve under; a path argument without roots is a stop condition."""
     wire_name: str = field(init=False)
     """The name the model is told and calls (``^[a-zA-Z0-9_-]{1,64}$``, see `toolgate.tools.wire`)."""
     contract: ArgumentContract = field(init=False, repr=False, compare=False)
     """The argument semantics behind `parse_arguments` and `handler_arguments`."""
+    path_arguments: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The arguments annotated as file-system paths (judged against `file_roots`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "wire_name", wire_name(self.name))
         object.__setattr__(self, "contract", contract_of(self.args_model) or ModelArguments(self.args_model))
+        object.__setattr__(self, "path_arguments", path_fields(self.args_model))
         problems = spec_problems(self)
         if problems:
             raise RegistryError(
@@ -332,6 +339,7 @@ ProblemCode = Literal[
     "invalid_cost_estimate",
     "invalid_rate_limit",
     "invalid_deprecation",
+    "invalid_file_roots",
 ]
 """Why a spec is refused; the registry audit counts these."""
 
@@ -454,8 +462,8 @@ def _count(value: Any) -> bool:
 
 
 def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
-    """Stop conditions of the three fields (codes ``invalid_cost_estimate``,
-    ``invalid_rate_limit``, ``invalid_deprecation``)."""
+    """Stop conditions of the operating fields (codes ``invalid_cost_estimate``,
+    ``invalid_rate_limit``, ``invalid_deprecation``, ``invalid_file_roots``)."""
     problems: list[tuple[ProblemCode, str]] = []
     cost = spec.cost_estimate
     if cost is not None:
@@ -476,6 +484,14 @@ def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
                 ("invalid_rate_limit", f"rate_limit.window_s must be an integer 1..{MAX_WINDOW_S}")
             )
     problems.extend(_deprecation_problems(spec))
+    if not isinstance(spec.file_roots, tuple):
+        problems.append(("invalid_file_roots", "file_roots must be a tuple of absolute directories"))
+    else:
+        problems.extend(("invalid_file_roots", problem) for problem in root_problems(spec.file_roots))
+        if spec.path_arguments and not spec.file_roots:
+            problems.append(
+                ("invalid_file_roots", f"path arguments {list(spec.path_arguments)} need file_roots")
+            )
     return problems
 
 
