@@ -6,11 +6,15 @@ execute node and the operator commands. It asks the authority right before the c
 update, has the claimed handler run and its outcome persisted before answering
 (`toolgate.graph.delivery.claimed_write`), and gives every duplicate delivery the stored result
 instead of a second effect.
+
+`Executor.run_read` runs a read, retried after a timeout or a 5xx-class failure
+(`toolgate.policy.retry.ReadRetry`: a read is idempotent, a write's retry is its operation key).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +35,7 @@ from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBr
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.policy.principal import Principal
+from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
@@ -38,7 +43,7 @@ from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import HandlerContext, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Executor:
     authority: Authority | None = None
     """The gateway's authority, asked before every claim and for every expiry (None: an executor
     built alone, which runs reads only)."""
+    read_retry: ReadRetry = DEFAULT_READ_RETRY
+    """How a read's handler is retried after a timeout or a 5xx-class failure (writes never are)."""
 
     @property
     def judged_by(self) -> Authority:
@@ -90,16 +97,44 @@ class Executor:
         arguments: dict[str, Any],
         principal: Principal,
         credentials: dict[str, str] | None = None,
+        *,
+        audit_fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run a read-only handler under its timeout and return the sanitized result. The handler
         runs under a read-only `HandlerAccess`: its records open read-only, the store is refused.
 
         ``credentials`` are the user's own forwarded tokens; the handler sees those its tool declares.
+        A read is idempotent, so a timeout or a retryable 5xx-class failure is tried again under
+        `read_retry` (each retry audited ``call.retried`` with ``audit_fields``); a write never is.
         """
         args = spec.handler_arguments(arguments)
         ctx = scope.read_context(
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
+
+        def retried(attempt: int, exc: ToolExecutionError, delay_s: float) -> None:
+            self.auditor.record(
+                "call.retried",
+                "retrying",
+                user_id=principal.user_id,
+                code=exc.kind,
+                tool=spec.name,
+                handler_revision=spec.handler_revision,
+                detail={"attempt": attempt, "delay_ms": round(delay_s * 1000)},
+                **dict(audit_fields or {}),
+            )
+
+        raw = self.read_retry.call(lambda: self._read_once(spec, args, ctx, principal), retried)
+        return sanitize_result(raw, spec.result_model)
+
+    def _read_once(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: HandlerContext,
+        principal: Principal,
+    ) -> BaseModel:
+        """One attempt of a read: its handler run under its breaker and timeout."""
         access = HandlerAccess(spec.name)  # a read tool's handler writes nothing, uses no store
         try:
             raw: BaseModel = self.breakers.get(
@@ -125,7 +160,7 @@ class Executor:
             raise ToolExecutionError(
                 "server_error", f"the tool failed ({type(exc).__name__})", retryable=False
             ) from exc
-        return sanitize_result(raw, spec.result_model)
+        return raw
 
     # ---- writes ------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from toolgate.graph.nodes._common import accepted_event
 from toolgate.graph.state import CallRecord, Outcome
 from toolgate.policy.admission import Overloaded, admitted
 from toolgate.policy.principal import Principal
+from toolgate.store.audit import audit_call_id
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}
@@ -144,7 +145,11 @@ def run_read(
     try:
         with admitted(gw.auditor, "tool", call_id=call_id, tool=spec.name, **common):
             data = gw.executor.run_read(
-                spec, record["arguments"], principal, own_credentials(gw, spec, principal, ctx, common)
+                spec,
+                record["arguments"],
+                principal,
+                own_credentials(gw, spec, principal, ctx, common),
+                audit_fields={"call_id": audit_call_id(call_id), **common},
             )
     except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
         gw.auditor.record_all([accepted])
