@@ -18,6 +18,7 @@ from support import Harness, audit_events, cli_env, run_cli_in_process
 
 from toolgate.errors import ConfigurationError, ToolExecutionError
 from toolgate.policy.breaker import BreakerOpenError
+from toolgate.policy.handler_slots import HandlerBusy
 from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store import Store
 from toolgate.tools import Registry
@@ -60,6 +61,7 @@ def test_retries_only_timeouts_and_retryable_server_errors_with_capped_jittered_
         ToolExecutionError("caller_error", "no such service", retryable=False),
         ToolExecutionError("server_error", "the tool failed (KeyError)", retryable=False),  # a crash
         BreakerOpenError("get_service_status", 30.0),
+        HandlerBusy("get_service_status", 2),
         ToolExecutionError("credential_refused", "expired", retryable=False),
     ]
     for error in never:

@@ -300,6 +300,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_dead_letter_resolution.py",
         ),
         _Row(
+            "handler_busy", "executor", True,
+            "The tool's handler already runs its max_concurrency calls at once; nothing ran (a write "
+            "stays approved); try again shortly.",
+            "tests/test_handler_concurrency.py",
+        ),
+        _Row(
             "overloaded", "admission", True,
             "No free execution slot; try again after retry_after_s.",
             "tests/test_overload.py",

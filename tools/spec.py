@@ -234,6 +234,9 @@ class ToolSpec:
     egress_hosts: frozenset[str] = frozenset()
     """The only hosts (``host`` or ``host:port``) the handler may connect to; empty: no network
     capability (an undeclared handler is not confined, see `toolgate.tools.egress`)."""
+    max_concurrency: int | None = None
+    """At most this many calls of the handler run at once in this process (None: no cap of its
+    own); past it a call waits briefly, then is refused ``handler_busy`` (`toolgate.policy.handler_slots`)."""
     file_roots: tuple[str, ...] = ()
     """Absolute directories the tool's path arguments (annotated `toolgate.tools.paths.ToolPath`)
     must resolve under; a path argument without roots is a stop condition."""
@@ -339,6 +342,7 @@ ProblemCode = Literal[
     "invalid_cost_estimate",
     "invalid_rate_limit",
     "invalid_deprecation",
+    "invalid_max_concurrency",
     "invalid_file_roots",
 ]
 """Why a spec is refused; the registry audit counts these."""
@@ -463,7 +467,8 @@ def _count(value: Any) -> bool:
 
 def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
     """Stop conditions of the operating fields (codes ``invalid_cost_estimate``,
-    ``invalid_rate_limit``, ``invalid_deprecation``, ``invalid_file_roots``)."""
+    ``invalid_rate_limit``, ``invalid_deprecation``, ``invalid_max_concurrency``,
+    ``invalid_file_roots``)."""
     problems: list[tuple[ProblemCode, str]] = []
     cost = spec.cost_estimate
     if cost is not None:
@@ -484,6 +489,9 @@ def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
                 ("invalid_rate_limit", f"rate_limit.window_s must be an integer 1..{MAX_WINDOW_S}")
             )
     problems.extend(_deprecation_problems(spec))
+    cap = spec.max_concurrency
+    if cap is not None and (not _count(cap) or cap < 1):
+        problems.append(("invalid_max_concurrency", "max_concurrency must be an integer >= 1 (or None)"))
     if not isinstance(spec.file_roots, tuple):
         problems.append(("invalid_file_roots", "file_roots must be a tuple of absolute directories"))
     else:

@@ -174,7 +174,7 @@ def run_read(
             spec.name,
             "failed",
             exc.message,
-            retryable=exc.kind == "caller_error",
+            retryable=exc.kind in ("caller_error", "handler_busy"),  # busy: nothing ran, try later
             error_kind=exc.kind,
         )
         return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True
