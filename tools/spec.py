@@ -34,6 +34,7 @@ code and ``toolgate``'s top-level exports import them from here whatever module 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -174,7 +175,9 @@ class ToolSpec:
     required_scopes: frozenset[str]
     """Scopes the principal needs to see and call the tool."""
     handler: Handler = field(repr=False)
-    """The fixed, reviewed function that performs the call."""
+    """The fixed, reviewed function that performs the call. A read's handler may be a generator:
+    what it yields is streamed to the client, what it returns is its result
+    (`toolgate.graph.delivery.streamed_output`)."""
     handler_revision: str
     """Revision of the handler, e.g. ``issue-refund/1.0.0``; proposals are pinned to it."""
     rollback: Rollback | NoRollback
@@ -379,6 +382,10 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         problems.append(("approval_without_roles", "the approval class of a write must name reviewer roles"))
     if spec.is_write and spec.approval.reviewers_required < 1:
         problems.append(("write_without_approval", "the approval class of a write must require a reviewer"))
+    if spec.is_write and inspect.isgeneratorfunction(spec.handler):
+        problems.append(
+            ("invalid_signature", "a write's handler cannot stream: only a read's handler may yield chunks")
+        )
     if not spec.is_write and spec.approval.kind != "none":
         problems.append(("read_with_approval", "a read-only tool must not declare an approval class"))
     if not spec.is_write and spec.secret_arguments == "review":

@@ -9,7 +9,8 @@ instead of a second effect.
 
 `Executor.run_read` runs a read: in a slot of its handler's own concurrency cap
 (`toolgate.policy.handler_slots`), retried after a timeout or a 5xx-class failure
-(`toolgate.policy.retry.ReadRetry`: a read is idempotent, a write's retry is its operation key).
+(`toolgate.policy.retry.ReadRetry`: a read is idempotent, a write's retry is its operation key),
+its chunks streamed when its handler yields them (`toolgate.graph.delivery.streamed_output`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from toolgate.graph.delivery.drift_audit import audit_drift
 from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold, deferred
+from toolgate.graph.delivery.streamed_output import OutputStream, drained
 from toolgate.graph.review.proposal_cache import ProposalCache
 from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
@@ -102,6 +104,7 @@ class Executor:
         principal: Principal,
         credentials: dict[str, str] | None = None,
         *,
+        stream: OutputStream | None = None,
         audit_fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run a read-only handler under its timeout and return the sanitized result. The handler
@@ -110,6 +113,7 @@ class Executor:
         ``credentials`` are the user's own forwarded tokens; the handler sees those its tool declares.
         A read is idempotent, so a timeout or a retryable 5xx-class failure is tried again under
         `read_retry` (each retry audited ``call.retried`` with ``audit_fields``); a write never is.
+        A generator handler's chunks go to ``stream`` (`toolgate.graph.delivery.streamed_output`).
         """
         args = spec.handler_arguments(arguments)
         ctx = scope.read_context(
@@ -127,8 +131,10 @@ class Executor:
                 detail={"attempt": attempt, "delay_ms": round(delay_s * 1000)},
                 **dict(audit_fields or {}),
             )
+            if stream is not None:
+                stream.next_attempt()
 
-        raw = self.read_retry.call(lambda: self._read_once(spec, args, ctx, principal), retried)
+        raw = self.read_retry.call(lambda: self._read_once(spec, args, ctx, principal, stream), retried)
         return sanitize_result(raw, spec.result_model)
 
     def _read_once(
@@ -137,13 +143,14 @@ class Executor:
         args: Any,
         ctx: HandlerContext,
         principal: Principal,
+        stream: OutputStream | None,
     ) -> BaseModel:
         """One attempt of a read: its handler run in a handler slot, under its breaker and timeout."""
         access = HandlerAccess(spec.name)  # a read tool's handler writes nothing, uses no store
         try:
             raw: BaseModel = self.breakers.get(
                 self.registry.breaker_key(spec.name, principal.tenant_id)
-            ).call(self._slotted_handler, spec, args, ctx, access)
+            ).call(self._slotted_handler, spec, args, ctx, access, stream)
         except HandlerBusy:
             raise  # no slot: nothing ran (a refusal of this gateway, not the handler's failure)
         except CapabilityDenied as exc:
@@ -168,12 +175,19 @@ class Executor:
             ) from exc
         return raw
 
-    def _slotted_handler(self, spec: ToolSpec, args: Any, ctx: HandlerContext, access: HandlerAccess) -> Any:
+    def _slotted_handler(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: HandlerContext,
+        access: HandlerAccess,
+        stream: OutputStream | None,
+    ) -> Any:
         """The read's handler in one of its slots (`HandlerBusy` when none is free), under its
         timeout; the slot is given back when the handler's thread finishes, even past its timeout."""
         held = self.handler_slots.acquire(spec.name, spec.max_concurrency)
         try:
-            future = loaded_code.start(spec.handler, args, ctx, access=access)
+            future = loaded_code.start(drained(spec.handler, stream), args, ctx, access=access)
         except BaseException:
             if held:
                 self.handler_slots.release(spec.name)

@@ -11,6 +11,7 @@ how they are batched.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -20,6 +21,7 @@ from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
 from toolgate.graph.delivery.recovery import reconciled_or_error
 from toolgate.graph.delivery.result import Delivery
+from toolgate.graph.delivery.streamed_output import OutputStream
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
@@ -137,11 +139,18 @@ def run_read(
     principal: Principal,
     ctx: Context,
     common: dict[str, Any],
+    writer: Callable[[Any], None] | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
-    in one append."""
+    in one append. ``writer`` (the node's custom stream) receives the chunks a streaming handler
+    yields, bounded and redacted; the `ToolMessage` is the bounded result either way."""
     call_id = record["call_id"]
     accepted = accepted_event(gw.auditor, principal, record, spec, common)
+    stream = (
+        OutputStream(writer, call_id=call_id, tool=spec.name, max_bytes=spec.max_output_bytes)
+        if writer is not None
+        else None
+    )
     try:
         with admitted(gw.auditor, "tool", call_id=call_id, tool=spec.name, **common):
             data = gw.executor.run_read(
@@ -149,6 +158,7 @@ def run_read(
                 record["arguments"],
                 principal,
                 own_credentials(gw, spec, principal, ctx, common),
+                stream=stream,
                 audit_fields={"call_id": audit_call_id(call_id), **common},
             )
     except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
