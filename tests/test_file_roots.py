@@ -22,7 +22,16 @@ from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
 from toolgate.tools.paths import PathArgument, path_fields, path_problem
-from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, ToolSpec
+from toolgate.tools.spec import (
+    ApprovalClass,
+    HandlerContext,
+    NoRollback,
+    StrictArgs,
+    ToolResult,
+    ToolSpec,
+    inventory_text,
+    manifest_fields,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
 
@@ -157,3 +166,12 @@ def test_a_path_argument_needs_absolute_roots(tree: dict[str, Path]) -> None:
         replace(spec, file_roots=())
     with pytest.raises(RegistryError, match="absolute"):
         replace(spec, file_roots=("runbooks",))
+
+
+def test_the_roots_and_path_arguments_are_part_of_the_reviewed_manifest(tree: dict[str, Path]) -> None:
+    spec = read_file_spec(tree["root"], [])
+    root = str(tree["root"])
+    assert manifest_fields(spec)["file_access"] == {"roots": [root], "path_arguments": ["path"]}
+    assert f" file_roots={root}" in inventory_text(spec)  # the registry audit's inventory line
+    wider = replace(spec, file_roots=(root, "/srv/other"))
+    assert manifest_fields(wider) != manifest_fields(spec)  # widening the roots is a reviewed change

@@ -21,6 +21,7 @@ from toolgate.policy.handler_slots import HandlerBusy, HandlerSlots
 from toolgate.policy.retry import ReadRetry
 from toolgate.store import Store
 from toolgate.tools import Registry
+from toolgate.tools.spec import inventory_text, manifest_fields
 
 CALLERS = 6
 CAP = 2
@@ -147,3 +148,6 @@ def test_a_cap_below_one_does_not_load(store: Store) -> None:
     for bad in (0, -1, True):
         with pytest.raises(RegistryError, match="max_concurrency"):
             replace(spec, max_concurrency=bad)
+    capped = replace(spec, max_concurrency=4)
+    assert manifest_fields(capped)["max_concurrency"] == 4 and "max_concurrency" not in manifest_fields(spec)
+    assert " max_concurrency=4" in inventory_text(capped)  # the registry audit's inventory line

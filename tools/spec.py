@@ -59,7 +59,7 @@ from toolgate.tools.handler import (
     ToolResult,
 )
 from toolgate.tools.identity_names import is_identity_name
-from toolgate.tools.paths import path_fields, root_problems
+from toolgate.tools.paths import PathArgument, ToolPath, path_fields, root_problems
 from toolgate.tools.resources import (
     OwnerCheck,
     ResourceRef,
@@ -554,6 +554,10 @@ def manifest_fields(spec: ToolSpec) -> dict[str, Any]:
         out["rate_limit"] = {"limit": spec.rate_limit.limit, "window_s": spec.rate_limit.window_s}
     if spec.deprecation is not None:
         out["deprecation"] = spec.deprecation.to_mapping()
+    if spec.max_concurrency is not None:
+        out["max_concurrency"] = spec.max_concurrency
+    if spec.file_roots or spec.path_arguments:
+        out["file_access"] = {"roots": list(spec.file_roots), "path_arguments": list(spec.path_arguments)}
     return out
 
 
@@ -567,6 +571,10 @@ def inventory_text(spec: ToolSpec) -> str:
     if spec.deprecation is not None:
         parts.append(f" deprecated_since={spec.deprecation.since.isoformat()}")
         parts.append(f" sunset_at={spec.deprecation.sunset_at.isoformat()}")
+    if spec.max_concurrency is not None:
+        parts.append(f" max_concurrency={spec.max_concurrency}")
+    if spec.file_roots:
+        parts.append(f" file_roots={','.join(spec.file_roots)}")
     return "".join(parts)
 
 
@@ -586,6 +594,7 @@ __all__ = [
     "HandlerContext",
     "NoRollback",
     "OwnerCheck",
+    "PathArgument",
     "ProblemCode",
     "Reconcile",
     "ResourceRef",
@@ -596,6 +605,7 @@ __all__ = [
     "SemanticCheck",
     "ServiceScope",
     "StrictArgs",
+    "ToolPath",
     "ToolRateLimit",
     "ToolResult",
     "ToolSpec",
