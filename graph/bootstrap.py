@@ -40,6 +40,7 @@ from toolgate.graph.rollout.manifest import DEFAULT_PINNED, release_manifest, ve
 from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.models.selection import load_chat_model
 from toolgate.policy.breaker import BreakerRegistry
+from toolgate.policy.retry import ReadRetry
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.releases.loader import load_release
@@ -138,6 +139,9 @@ class GatewayParts:
     credential_provider: CredentialProvider | None = None
     """Signs the service credentials of every gateway of the process (`None`: the built-in HS256
     tokens; ``TOOLGATE_SERVICE_SIGNING_KEY_FILE``: an `AsymmetricCredentialProvider`)."""
+    read_retry: ReadRetry | None = None
+    """How reads are retried after a timeout or a 5xx-class failure (`None`: the default; a test
+    gives one with a fake sleep)."""
 
     def gateway(self, served: ServedRelease, model: BaseChatModel) -> Gateway:
         """``served``'s gateway around ``model`` (the one call of `build_gateway` in the root)."""
@@ -152,6 +156,7 @@ class GatewayParts:
             clock=self.clock,
             tool_choice=served.release.tool_choice,
             credential_provider=self.credential_provider,
+            read_retry=self.read_retry,
         )
 
 
@@ -301,6 +306,7 @@ def open_app(
     server_mode: bool = False,
     clock: Clock | None = None,
     breakers: BreakerRegistry | None = None,
+    read_retry: ReadRetry | None = None,
     store: Store | None = None,
     release: str | Release | None = None,
     registry: Registry | None = None,
@@ -329,6 +335,8 @@ def open_app(
     - ``model``, ``clock``, ``breakers``, ``checkpointer``: the chat model, the process clock,
       the circuit breakers (default: shared through the store) and the checkpointer `App.graph`
       and `App.compiled` use;
+    - ``read_retry``: how reads are retried after a timeout or a 5xx-class failure (a test's
+      fake sleep), instead of `DEFAULT_READ_RETRY`;
     - ``instrument``: wraps every registry the root serves, after its verification (a test's
       counting handlers; the manifest is checked against the shipped handlers);
     - ``models``: the chat model of a release by id where it differs from ``model`` (a test
@@ -363,7 +371,12 @@ def open_app(
             reference = pointer
     app_model = (models or {}).get(served.release.id) or model or load_chat_model(settings)
     primary = GatewayParts(
-        store=store, server_mode=server_mode, clock=clock, breakers=breakers, credential_provider=provider
+        store=store,
+        server_mode=server_mode,
+        clock=clock,
+        breakers=breakers,
+        credential_provider=provider,
+        read_retry=read_retry,
     )
     gateway = primary.gateway(served, app_model)
     gateways = router = None
@@ -374,6 +387,7 @@ def open_app(
             clock=clock,
             breakers=gateway.executor.breakers,
             credential_provider=provider,
+            read_retry=read_retry,
         )
         gateways = Gateways(
             shared,

@@ -37,6 +37,7 @@ from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.escalation import check_escalations
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.ratelimit import InboundRateLimiter
+from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.policy.rules import PolicyRules
 from toolgate.policy.shared_breaker import SharedBreakerRegistry
 from toolgate.store.audit import Auditor
@@ -57,6 +58,7 @@ def build_gateway(
     clock: Clock | None = None,
     tool_choice: str = "auto",
     credential_provider: CredentialProvider | None = None,
+    read_retry: ReadRetry | None = None,
 ) -> Gateway:
     """The node dependencies (also used by operator commands that execute outside a graph run);
     called by the composition root (`toolgate.graph.bootstrap.open_app`) for each release it serves.
@@ -94,6 +96,7 @@ def build_gateway(
             clock=clock or SYSTEM_CLOCK,
             authority=authority,
             credential_provider=credential_provider,
+            read_retry=read_retry or DEFAULT_READ_RETRY,
         ),
         rate_limiter=rate_limiter,
         authority=authority,

@@ -16,6 +16,7 @@ that moment:
 | visibility: scopes, roles, tenant (`visibility`) | ``unauthorized`` | reads | - |
 | retirement (`retirement`) | ``tool_deprecated`` | - | - |
 | no identity in arguments (`smuggled_identity`) | ``identity_in_arguments`` | - | - |
+| path arguments under the tool's roots (`outside_roots`) | ``path_not_allowed`` | reads | - |
 | ownership of each resource (`ownership`) | ``cross_tenant``, ``not_owner`` | reads | the requester's |
 | business policy (`business_policy`) | ``policy_violation`` | - | - |
 | the call is its proposal's (`proposal_binding`) | - | writes | ``proposal_missing``, ``forged_proposal``, |
@@ -78,6 +79,7 @@ from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.tools.paths import path_problem
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ArgumentsInvalid, HandlerContext, ToolSpec
 
@@ -192,6 +194,18 @@ def smuggled_identity(spec: ToolSpec, args: Mapping[str, Any]) -> Rejection | No
         message="Identity and authority come from the signed-in session, never from arguments. "
         f"Remove: {', '.join(redact_text(k)[:40] for k in smuggled[:5])}.",
     )
+
+
+def outside_roots(spec: ToolSpec, arguments: Mapping[str, Any]) -> Rejection | None:
+    """``path_not_allowed`` when a path argument climbs out with ``..`` or resolves (symlinks
+    followed) outside the tool's allow-listed roots (`toolgate.tools.paths`). Judged again for a
+    read at execute: a symlink can change between the two."""
+    if not spec.path_arguments:
+        return None
+    problem = path_problem(spec.file_roots, spec.path_arguments, arguments)
+    if problem is None:
+        return None
+    return Rejection(code="path_not_allowed", retryable=False, message=f"Refused: {problem}.")
 
 
 def proposal_binding(
@@ -381,6 +395,9 @@ class Authority:
                 spec, {}, Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True)
             )
         fingerprint = call_fingerprint(spec.name, arguments)
+        refused = outside_roots(spec, arguments)
+        if refused:
+            return Verdict(spec, arguments, refused, fingerprint)
         if not spec.pollable and counts.get(fingerprint, 0) >= max_identical_calls:
             return Verdict(
                 spec,
@@ -429,7 +446,11 @@ class Authority:
         if call.read:
             if spec is None or spec.is_write:
                 return Verdict(spec, arguments, STATE_MISMATCH)
-            refused = self.visibility(spec, principal) or self.ownership(spec, principal, arguments)
+            refused = (
+                self.visibility(spec, principal)
+                or outside_roots(spec, arguments)
+                or self.ownership(spec, principal, arguments)
+            )
             return Verdict(spec, arguments, refused)
         if (
             spec is None
@@ -533,6 +554,7 @@ __all__ = [
     "acting_principal",
     "call_fingerprint",
     "describe_invalid",
+    "outside_roots",
     "proposal_binding",
     "retirement",
     "smuggled_identity",

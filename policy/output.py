@@ -209,13 +209,14 @@ def handler_failure(exc: ToolExecutionError) -> ToolExecutionError:
     """A handler's own classified failure, as trusted code may report it: a ``kind`` the catalog
     lists for handlers (anything else, whatever the handler made up, is ``server_error``) and a
     message redacted and bounded, since loaded code may put a password or a key into it and the
-    message reaches the model, the operation's record and every client. The same exception when
+    message reaches the model, the operation's record and every client. A made-up kind is an
+    unclassified failure, never retryable (a read is retried only on a classified one). The same exception when
     it already says nothing else (a capability's own refusal); else a new one raised from it."""
     entry = lookup("execution", exc.kind) if type(exc.kind) is str else None
     kind = exc.kind if entry is not None and entry.owner == "handler" else "server_error"
     said = exc.message if type(exc.message) is str else "the tool failed"
     message = redact_text(said)[:MAX_FAILURE_MESSAGE]
-    retryable = exc.retryable is True
+    retryable = exc.retryable is True and kind == exc.kind  # a made-up kind is unclassified: no retry
     if kind == exc.kind and message == exc.message and retryable is exc.retryable:
         return exc
     reported = ToolExecutionError(kind, message, retryable=retryable)

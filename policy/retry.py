@@ -9,8 +9,13 @@ is reconciled by its operation key, a completed operation returns its stored res
 
 `call_with_retry` is the only loop that repeats a model request: capped exponential backoff with
 full jitter (so a short outage does not become a synchronized retry storm), a hard attempt cap, and
-never a sleep that would end past the task's deadline. It is for model requests only; handlers are
-never retried here (a write's retry goes through the operation key and the claim).
+never a sleep that would end past the task's deadline.
+
+`ReadRetry` is the chapter's §9.3 for handlers, and for reads only: an idempotent read whose handler
+timed out or reported a 5xx-class failure (``timeout``, or a retryable ``server_error``) is tried
+again with the same capped, jittered backoff and a bounded attempt count. A write never goes through
+it: a write's retry is its operation key, the claim and reconciliation (``handler_timeout ->
+reconcile_operation``), so a lost reply never becomes a second effect.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeGuard, TypeVar
 
-from toolgate.errors import ConfigurationError
+from toolgate.errors import ConfigurationError, ToolExecutionError
 from toolgate.policy.refusals import refusal_in_error
 
 T = TypeVar("T")
@@ -270,11 +275,78 @@ def call_with_retry(
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
 
+# ---- retrying idempotent reads -----------------------------------------------------------
+
+READ_RETRIED_KINDS: frozenset[str] = frozenset({"timeout", "server_error"})
+"""The handler failure kinds a read may retry: a timeout, or a downstream failure (5xx-class) the
+handler reported as retryable. A ``caller_error`` (the arguments are wrong), an unclassified crash
+(``server_error`` that is not retryable: a bug does not heal by waiting), an open circuit and a
+capability refusal never retry."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadRetry:
+    """How the handler of an idempotent read is retried: at most ``max_attempts`` attempts in all,
+    before retry ``k`` (0-based) a wait uniform in ``[0, min(max_delay_s, base_delay_s * 2**k)]``
+    (full jitter). ``sleep`` and ``rng`` are injectable so tests never sleep for real."""
+
+    max_attempts: int = 3
+    """Attempts in total, the first one included (1: reads are never retried)."""
+    base_delay_s: float = 0.5
+    """The cap of the first wait; it doubles for each further retry."""
+    max_delay_s: float = 4.0
+    """No wait is longer than this, however many retries came before."""
+    sleep: Callable[[float], Any] = field(default=time.sleep, compare=False, repr=False)
+    """How a wait is spent (a fake in tests)."""
+    rng: random.Random | None = field(default=None, compare=False, repr=False)
+    """The jitter source (None: the process's)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= 10 or self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ConfigurationError("read retry: max_attempts must be 1..10 and delays non-negative")
+
+    def retries(self, exc: ToolExecutionError) -> bool:
+        """True when a read that failed with ``exc`` may be tried again (attempts aside)."""
+        if exc.kind not in READ_RETRIED_KINDS:
+            return False
+        return exc.kind == "timeout" or exc.retryable is True
+
+    def delay(self, retry: int) -> float:
+        """The jittered wait before retry number ``retry`` (0-based)."""
+        return (self.rng or _JITTER).uniform(0.0, min(self.max_delay_s, self.base_delay_s * 2**retry))
+
+    def call(
+        self, fn: Callable[[], T], on_retry: Callable[[int, ToolExecutionError, float], None] | None = None
+    ) -> T:
+        """``fn()``, tried again after each failure `retries` accepts while attempts remain;
+        ``on_retry(attempt, error, delay)`` runs before each wait (``attempt``: the 1-based number
+        of the attempt that failed), for the audit log. The last failure propagates."""
+        for attempt in range(self.max_attempts):
+            try:
+                return fn()
+            except ToolExecutionError as exc:
+                if not self.retries(exc) or attempt + 1 >= self.max_attempts:
+                    raise
+                wait_s = self.delay(attempt)
+                if on_retry is not None:
+                    on_retry(attempt + 1, exc, wait_s)
+                self.sleep(wait_s)
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+DEFAULT_READ_RETRY = ReadRetry()
+"""Three attempts, waits of at most 0.5 s then 1 s (jittered): a short blip heals, an outage does
+not hold the batch (each attempt still has the tool's own timeout)."""
+
+
 __all__ = [
+    "DEFAULT_READ_RETRY",
     "DEFAULT_RETRY_MATRIX",
     "FAILURE_CLASSES",
     "NEVER_RETRIED",
+    "READ_RETRIED_KINDS",
     "SEED_RETRY_POLICY",
+    "ReadRetry",
     "RetryDecision",
     "RetryMatrix",
     "TransportRetry",

@@ -36,6 +36,7 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.policy import Principal
 from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.retry import ReadRetry
 from toolgate.store import AuditEvent, PostgresStore, SQLiteStore, Store
 from toolgate.testing import HandlerCounter, ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
@@ -116,11 +117,12 @@ class Harness:
         return proposal, gateway
 
     def two_status_reads(
-        self, handler: Any, thread: str, result_model: Any = None
+        self, handler: Any, thread: str, result_model: Any = None, read_retry: ReadRetry | None = None
     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         """Omar reads the status of ``worker`` (call ``c-worker``) and ``web`` (``c-web``) in one
-        turn, with ``handler`` (and ``result_model``, if given) serving ``get_service_status``:
-        the answers by call id, and the thread's final state."""
+        turn, with ``handler`` (and ``result_model``, if given) serving ``get_service_status``
+        (reads retried by ``read_retry``, if given): the answers by call id, and the thread's
+        final state."""
         status = self.registry.tools["get_service_status"]
         changed = replace(status, handler=handler, result_model=result_model or status.result_model)
         specs = [changed if s.name == status.name else s for s in self.registry.tools.values()]
@@ -135,7 +137,9 @@ class Harness:
                 ai("done"),
             ]
         )
-        app = open_test_app(model=model, tools=registry, policy=self.policy, store=self.store, start=False)
+        app = open_test_app(
+            model=model, tools=registry, policy=self.policy, store=self.store, start=False, read_retry=read_retry
+        )
         state = start(app.compiled(), "two statuses", "omar", thread)
         answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
         return answers, state

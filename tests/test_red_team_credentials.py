@@ -32,9 +32,9 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[str, str]
     calls: list[tuple[str, str, dict[str, str]]] = []
     real = Executor.run_read
 
-    def spy(self: Executor, spec: Any, arguments: Any, who: Any, credentials: Any = None) -> Any:
+    def spy(self: Executor, spec: Any, arguments: Any, who: Any, credentials: Any = None, **kw: Any) -> Any:
         calls.append((spec.name, who.user_id, dict(credentials or {})))
-        return real(self, spec, arguments, who, credentials)
+        return real(self, spec, arguments, who, credentials, **kw)
 
     monkeypatch.setattr(Executor, "run_read", spy)
     return calls

@@ -68,6 +68,7 @@ RejectionCode = Literal[
     "task_stopped",
     "tool_deprecated",
     "resolver_failed",
+    "path_not_allowed",
 ]
 """The closed set of reasons a tool call is refused before any handler runs for it: the codes of
 the ``refusal`` family below, as a type (`toolgate.errors` re-exports it; a test keeps the two
@@ -187,6 +188,11 @@ CATALOG: tuple[CodeEntry, ...] = (
             "closed), at dispatch, at execute or before the claim, and may succeed later.",
             "tests/test_hostile_resolver.py",
         ),
+        _Row(
+            "path_not_allowed", "dispatch", False,
+            "A path argument climbs out with '..' or resolves (symlinks followed) outside the tool's "
+            "allow-listed roots; refused before any handler runs.",
+        ),
     ),
     *_family(
         "delivery",
@@ -292,6 +298,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "resolved_failed", "review", False,
             "A person settled a dead-lettered write as failed.",
             "tests/test_dead_letter_resolution.py",
+        ),
+        _Row(
+            "handler_busy", "executor", True,
+            "The tool's handler already runs its max_concurrency calls at once; nothing ran (a write "
+            "stays approved); try again shortly.",
+            "tests/test_handler_concurrency.py",
         ),
         _Row(
             "overloaded", "admission", True,

@@ -55,6 +55,7 @@ from toolgate.clock import Clock
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import App, open_app
 from toolgate.policy.breaker import BreakerRegistry
+from toolgate.policy.retry import ReadRetry
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import INSTRUCTIONS, NoResources, Release
 from toolgate.releases.loader import load_release
@@ -228,6 +229,7 @@ def open_test_app(
     data_dir: Path | None = None,
     clock: Clock | None = None,
     breakers: BreakerRegistry | None = None,
+    read_retry: ReadRetry | None = None,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     instructions: str | None = None,
     tool_choice: str | None = None,
@@ -254,6 +256,7 @@ def open_test_app(
             directory removed when the process exits.
         clock: the process clock (e.g. a `ShiftableClock`); default the system clock.
         breakers: the circuit breakers (e.g. with a low threshold); default shared through the store.
+        read_retry: how reads are retried (e.g. with a fake sleep); default `DEFAULT_READ_RETRY`.
         checkpointer: what `App.compiled` and `App.graph` checkpoint into (default in memory).
         instructions, tool_choice: override the release's, for given ``tools``.
         server_mode: build the gateway as the LangGraph server does (principal from its auth).
@@ -282,6 +285,7 @@ def open_test_app(
         server_mode=server_mode,
         clock=clock,
         breakers=breakers,
+        read_retry=read_retry,
         store=store if isinstance(store, Store) else None,
         release=served,
         registry=registry,

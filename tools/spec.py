@@ -34,6 +34,7 @@ code and ``toolgate``'s top-level exports import them from here whatever module 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -58,6 +59,7 @@ from toolgate.tools.handler import (
     ToolResult,
 )
 from toolgate.tools.identity_names import is_identity_name
+from toolgate.tools.paths import PathArgument, ToolPath, path_fields, root_problems
 from toolgate.tools.resources import (
     OwnerCheck,
     ResourceRef,
@@ -173,7 +175,9 @@ class ToolSpec:
     required_scopes: frozenset[str]
     """Scopes the principal needs to see and call the tool."""
     handler: Handler = field(repr=False)
-    """The fixed, reviewed function that performs the call."""
+    """The fixed, reviewed function that performs the call. A read's handler may be a generator:
+    what it yields is streamed to the client, what it returns is its result
+    (`toolgate.graph.delivery.streamed_output`)."""
     handler_revision: str
     """Revision of the handler, e.g. ``issue-refund/1.0.0``; proposals are pinned to it."""
     rollback: Rollback | NoRollback
@@ -233,14 +237,23 @@ class ToolSpec:
     egress_hosts: frozenset[str] = frozenset()
     """The only hosts (``host`` or ``host:port``) the handler may connect to; empty: no network
     capability (an undeclared handler is not confined, see `toolgate.tools.egress`)."""
+    max_concurrency: int | None = None
+    """At most this many calls of the handler run at once in this process (None: no cap of its
+    own); past it a call waits briefly, then is refused ``handler_busy`` (`toolgate.policy.handler_slots`)."""
+    file_roots: tuple[str, ...] = ()
+    """Absolute directories the tool's path arguments (annotated `toolgate.tools.paths.ToolPath`)
+    must resolve under; a path argument without roots is a stop condition."""
     wire_name: str = field(init=False)
     """The name the model is told and calls (``^[a-zA-Z0-9_-]{1,64}$``, see `toolgate.tools.wire`)."""
     contract: ArgumentContract = field(init=False, repr=False, compare=False)
     """The argument semantics behind `parse_arguments` and `handler_arguments`."""
+    path_arguments: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The arguments annotated as file-system paths (judged against `file_roots`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "wire_name", wire_name(self.name))
         object.__setattr__(self, "contract", contract_of(self.args_model) or ModelArguments(self.args_model))
+        object.__setattr__(self, "path_arguments", path_fields(self.args_model))
         problems = spec_problems(self)
         if problems:
             raise RegistryError(
@@ -332,6 +345,8 @@ ProblemCode = Literal[
     "invalid_cost_estimate",
     "invalid_rate_limit",
     "invalid_deprecation",
+    "invalid_max_concurrency",
+    "invalid_file_roots",
 ]
 """Why a spec is refused; the registry audit counts these."""
 
@@ -367,6 +382,10 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         problems.append(("approval_without_roles", "the approval class of a write must name reviewer roles"))
     if spec.is_write and spec.approval.reviewers_required < 1:
         problems.append(("write_without_approval", "the approval class of a write must require a reviewer"))
+    if spec.is_write and inspect.isgeneratorfunction(spec.handler):
+        problems.append(
+            ("invalid_signature", "a write's handler cannot stream: only a read's handler may yield chunks")
+        )
     if not spec.is_write and spec.approval.kind != "none":
         problems.append(("read_with_approval", "a read-only tool must not declare an approval class"))
     if not spec.is_write and spec.secret_arguments == "review":
@@ -454,8 +473,9 @@ def _count(value: Any) -> bool:
 
 
 def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
-    """Stop conditions of the three fields (codes ``invalid_cost_estimate``,
-    ``invalid_rate_limit``, ``invalid_deprecation``)."""
+    """Stop conditions of the operating fields (codes ``invalid_cost_estimate``,
+    ``invalid_rate_limit``, ``invalid_deprecation``, ``invalid_max_concurrency``,
+    ``invalid_file_roots``)."""
     problems: list[tuple[ProblemCode, str]] = []
     cost = spec.cost_estimate
     if cost is not None:
@@ -476,6 +496,17 @@ def field_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
                 ("invalid_rate_limit", f"rate_limit.window_s must be an integer 1..{MAX_WINDOW_S}")
             )
     problems.extend(_deprecation_problems(spec))
+    cap = spec.max_concurrency
+    if cap is not None and (not _count(cap) or cap < 1):
+        problems.append(("invalid_max_concurrency", "max_concurrency must be an integer >= 1 (or None)"))
+    if not isinstance(spec.file_roots, tuple):
+        problems.append(("invalid_file_roots", "file_roots must be a tuple of absolute directories"))
+    else:
+        problems.extend(("invalid_file_roots", problem) for problem in root_problems(spec.file_roots))
+        if spec.path_arguments and not spec.file_roots:
+            problems.append(
+                ("invalid_file_roots", f"path arguments {list(spec.path_arguments)} need file_roots")
+            )
     return problems
 
 
@@ -523,6 +554,10 @@ def manifest_fields(spec: ToolSpec) -> dict[str, Any]:
         out["rate_limit"] = {"limit": spec.rate_limit.limit, "window_s": spec.rate_limit.window_s}
     if spec.deprecation is not None:
         out["deprecation"] = spec.deprecation.to_mapping()
+    if spec.max_concurrency is not None:
+        out["max_concurrency"] = spec.max_concurrency
+    if spec.file_roots or spec.path_arguments:
+        out["file_access"] = {"roots": list(spec.file_roots), "path_arguments": list(spec.path_arguments)}
     return out
 
 
@@ -536,6 +571,10 @@ def inventory_text(spec: ToolSpec) -> str:
     if spec.deprecation is not None:
         parts.append(f" deprecated_since={spec.deprecation.since.isoformat()}")
         parts.append(f" sunset_at={spec.deprecation.sunset_at.isoformat()}")
+    if spec.max_concurrency is not None:
+        parts.append(f" max_concurrency={spec.max_concurrency}")
+    if spec.file_roots:
+        parts.append(f" file_roots={','.join(spec.file_roots)}")
     return "".join(parts)
 
 
@@ -555,6 +594,7 @@ __all__ = [
     "HandlerContext",
     "NoRollback",
     "OwnerCheck",
+    "PathArgument",
     "ProblemCode",
     "Reconcile",
     "ResourceRef",
@@ -565,6 +605,7 @@ __all__ = [
     "SemanticCheck",
     "ServiceScope",
     "StrictArgs",
+    "ToolPath",
     "ToolRateLimit",
     "ToolResult",
     "ToolSpec",

@@ -51,6 +51,9 @@ class AdversarialCase:
     retired_tool: str | None = None
     """A tool whose deprecation window ended before this case runs (its spec, in this case's
     registry only, was deprecated two days ago for one day)."""
+    file_tool: bool = False
+    """This case's registry also holds ``read_runbook``, a read confined to a temporary root
+    (`toolgate.evals.adversarial.files`)."""
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -10,7 +10,7 @@ inside tool output.
 This module is the suite: it puts the families in their one stable order and names the extra
 principals they need. What a case is lives in `toolgate.evals.adversarial.case`; the cases
 themselves live per attack family (the ``toolgate.evals.adversarial_*`` modules: baseline,
-names, arguments, authority, rules, injection), so a reviewer reads one kind of attack at a time.
+names, arguments, authority, rules, injection, files), so a reviewer reads one kind of attack at a time.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from toolgate.evals.adversarial.arguments import argument_form_cases, value_scre
 from toolgate.evals.adversarial.authority import authority_cases
 from toolgate.evals.adversarial.baseline import baseline_cases
 from toolgate.evals.adversarial.case import AdversarialCase
+from toolgate.evals.adversarial.files import file_cases
 from toolgate.evals.adversarial.injection import injection_cases
 from toolgate.evals.adversarial.names import tool_name_cases
 from toolgate.evals.adversarial.rules import rule_cases
@@ -31,6 +32,7 @@ CASES: tuple[AdversarialCase, ...] = (
     *rule_cases(),
     *value_screen_cases(),
     *injection_cases(),
+    *file_cases(),
 )
 """Every adversarial case, in a stable order."""
 

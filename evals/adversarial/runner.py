@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from toolgate.evals.adversarial.case import ACCEPTED, PROPOSAL_CREATED, AdversarialCase, Call
 from toolgate.evals.adversarial.cases import CASES, EXTRA_IDENTITIES
+from toolgate.evals.adversarial.files import RunbookTree
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.policy.principal import Principal
@@ -163,6 +164,15 @@ class DispatchRunner:
         self.base_policy = DEMO_RELEASES[REFUND_RELEASE].policy
         raw = [*DEMO_IDENTITIES["identities"], *EXTRA_IDENTITIES]
         self.principals = {p["user_id"]: Principal.from_dict(p) for p in raw}
+        self.runbooks: RunbookTree | None = None
+        """The file tool's root, made for the first case that needs it."""
+
+    def with_file_tool(self, registry: Registry) -> Registry:
+        """``registry`` with ``read_runbook`` (counted like every handler) confined to this runner's tree."""
+        if self.runbooks is None:
+            self.runbooks = RunbookTree()
+        [spec] = self.counter.wrap([self.runbooks.spec()])
+        return Registry.of(registry.release, [*registry.tools.values(), spec], registry.resolver)
 
     def run_case(self, case: AdversarialCase, index: int = 0) -> CaseResult:
         """Run one case on a fresh thread."""
@@ -177,6 +187,8 @@ class DispatchRunner:
             if case.retired_tool
             else self.registry
         )
+        if case.file_tool:
+            registry = self.with_file_tool(registry)
         turns = [*case.before, case.calls]
         model = ScriptedChatModel(
             responses=[*(_message(c, t) for t, c in enumerate(turns)), AIMessage("done")]

@@ -6,11 +6,17 @@ execute node and the operator commands. It asks the authority right before the c
 update, has the claimed handler run and its outcome persisted before answering
 (`toolgate.graph.delivery.claimed_write`), and gives every duplicate delivery the stored result
 instead of a second effect.
+
+`Executor.run_read` runs a read: in a slot of its handler's own concurrency cap
+(`toolgate.policy.handler_slots`), retried after a timeout or a 5xx-class failure
+(`toolgate.policy.retry.ReadRetry`: a read is idempotent, a write's retry is its operation key),
+its chunks streamed when its handler yields them (`toolgate.graph.delivery.streamed_output`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +31,15 @@ from toolgate.graph.delivery.drift_audit import audit_drift
 from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold, deferred
+from toolgate.graph.delivery.streamed_output import OutputStream, drained
 from toolgate.graph.review.proposal_cache import ProposalCache
 from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
+from toolgate.policy.handler_slots import HandlerBusy, HandlerSlots, process_handler_slots
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import handler_failure, sanitize_result
 from toolgate.policy.principal import Principal
+from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
@@ -38,7 +47,7 @@ from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
-from toolgate.tools.spec import ToolSpec
+from toolgate.tools.spec import HandlerContext, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ class Executor:
     authority: Authority | None = None
     """The gateway's authority, asked before every claim and for every expiry (None: an executor
     built alone, which runs reads only)."""
+    read_retry: ReadRetry = DEFAULT_READ_RETRY
+    """How a read's handler is retried after a timeout or a 5xx-class failure (writes never are)."""
+    handler_slots: HandlerSlots = field(default_factory=process_handler_slots, compare=False, repr=False)
+    """The per-handler concurrency caps (`ToolSpec.max_concurrency`), shared by the process."""
 
     @property
     def judged_by(self) -> Authority:
@@ -90,21 +103,56 @@ class Executor:
         arguments: dict[str, Any],
         principal: Principal,
         credentials: dict[str, str] | None = None,
+        *,
+        stream: OutputStream | None = None,
+        audit_fields: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run a read-only handler under its timeout and return the sanitized result. The handler
         runs under a read-only `HandlerAccess`: its records open read-only, the store is refused.
 
         ``credentials`` are the user's own forwarded tokens; the handler sees those its tool declares.
+        A read is idempotent, so a timeout or a retryable 5xx-class failure is tried again under
+        `read_retry` (each retry audited ``call.retried`` with ``audit_fields``); a write never is.
+        A generator handler's chunks go to ``stream`` (`toolgate.graph.delivery.streamed_output`).
         """
         args = spec.handler_arguments(arguments)
         ctx = scope.read_context(
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
+
+        def retried(attempt: int, exc: ToolExecutionError, delay_s: float) -> None:
+            self.auditor.record(
+                "call.retried",
+                "retrying",
+                user_id=principal.user_id,
+                code=exc.kind,
+                tool=spec.name,
+                handler_revision=spec.handler_revision,
+                detail={"attempt": attempt, "delay_ms": round(delay_s * 1000)},
+                **dict(audit_fields or {}),
+            )
+            if stream is not None:
+                stream.next_attempt()
+
+        raw = self.read_retry.call(lambda: self._read_once(spec, args, ctx, principal, stream), retried)
+        return sanitize_result(raw, spec.result_model)
+
+    def _read_once(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: HandlerContext,
+        principal: Principal,
+        stream: OutputStream | None,
+    ) -> BaseModel:
+        """One attempt of a read: its handler run in a handler slot, under its breaker and timeout."""
         access = HandlerAccess(spec.name)  # a read tool's handler writes nothing, uses no store
         try:
             raw: BaseModel = self.breakers.get(
                 self.registry.breaker_key(spec.name, principal.tenant_id)
-            ).call(loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx, access=access)
+            ).call(self._slotted_handler, spec, args, ctx, access, stream)
+        except HandlerBusy:
+            raise  # no slot: nothing ran (a refusal of this gateway, not the handler's failure)
         except CapabilityDenied as exc:
             scope.audit_denials(self.auditor, ctx, spec, access)  # its egress and database refusals
             audit_denial(self.auditor, exc, ctx, spec.name, access)  # any other (a credential)
@@ -125,7 +173,28 @@ class Executor:
             raise ToolExecutionError(
                 "server_error", f"the tool failed ({type(exc).__name__})", retryable=False
             ) from exc
-        return sanitize_result(raw, spec.result_model)
+        return raw
+
+    def _slotted_handler(
+        self,
+        spec: ToolSpec,
+        args: Any,
+        ctx: HandlerContext,
+        access: HandlerAccess,
+        stream: OutputStream | None,
+    ) -> Any:
+        """The read's handler in one of its slots (`HandlerBusy` when none is free), under its
+        timeout; the slot is given back when the handler's thread finishes, even past its timeout."""
+        held = self.handler_slots.acquire(spec.name, spec.max_concurrency)
+        try:
+            future = loaded_code.start(drained(spec.handler, stream), args, ctx, access=access)
+        except BaseException:
+            if held:
+                self.handler_slots.release(spec.name)
+            raise
+        if held:
+            future.add_done_callback(lambda _: self.handler_slots.release(spec.name))
+        return loaded_code.wait(future, spec.timeout_s)
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -189,7 +258,13 @@ class Executor:
             attempted = True
             hold = self._hold(op, worker_id)
             claimed = None
+            slotted = False
             try:
+                try:  # a slot of the handler's own cap, held while this delivery runs
+                    slotted = self.handler_slots.acquire(op.tool, self._spec(op).max_concurrency)
+                except HandlerBusy as exc:
+                    error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
+                    return deferred(self.auditor, op, "handler_busy", error)
                 # the resources first, then the claim: waiting never holds a claim (no deadlock)
                 if not hold.acquire(lease_s, wait_s):
                     message = "another write to the same resource is still running; still approved"
@@ -213,6 +288,8 @@ class Executor:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
                 if claimed is None:
                     hold.release()  # the claim went elsewhere: the claimed handler releases its own
+                if slotted:
+                    self.handler_slots.release(op.tool)
             op = self.store.operations.get(operation_key) or op
             op = self.expire_if_due(op)  # the claim also refuses an approval that expired meanwhile
         if op.status == "executing":
@@ -232,6 +309,12 @@ class Executor:
         it from the store's records right before the claim (and audits)."""
         refused = self.judged_by.before_claim(op, self.proposal(op.proposal_id))
         return refused.reason if refused is not None else ""
+
+    def _spec(self, op: OperationRecord) -> ToolSpec:
+        """The tool ``op`` runs (`_verify` passed: it exists in this release)."""
+        spec = self.registry.get_for(op.tool, op.tenant_id)
+        assert spec is not None
+        return spec
 
     def _hold(self, op: OperationRecord, worker_id: str) -> ResourceHold:
         """The resource leases a delivery of ``op`` needs (`_verify` passed: spec and proposal exist)."""

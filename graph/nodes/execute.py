@@ -132,7 +132,7 @@ def make_execute_node(gw: Gateway) -> Any:
                 ) as span,
             ):
                 if read:
-                    result = run_read(gw, spec, record, principal, ctx, traced)
+                    result = run_read(gw, spec, record, principal, ctx, traced, runtime.stream_writer)
                 else:
                     result = run_write(gw, spec, record, ctx, span)
                 span.set_result_bytes(len(str(result[0].content).encode()))

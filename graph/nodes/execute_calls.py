@@ -11,6 +11,7 @@ how they are batched.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -20,12 +21,14 @@ from toolgate.errors import ToolExecutionError
 from toolgate.graph.context import Context
 from toolgate.graph.delivery.recovery import reconciled_or_error
 from toolgate.graph.delivery.result import Delivery
+from toolgate.graph.delivery.streamed_output import OutputStream
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
 from toolgate.graph.state import CallRecord, Outcome
 from toolgate.policy.admission import Overloaded, admitted
 from toolgate.policy.principal import Principal
+from toolgate.store.audit import audit_call_id
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}
@@ -136,15 +139,27 @@ def run_read(
     principal: Principal,
     ctx: Context,
     common: dict[str, Any],
+    writer: Callable[[Any], None] | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
-    in one append."""
+    in one append. ``writer`` (the node's custom stream) receives the chunks a streaming handler
+    yields, bounded and redacted; the `ToolMessage` is the bounded result either way."""
     call_id = record["call_id"]
     accepted = accepted_event(gw.auditor, principal, record, spec, common)
+    stream = (
+        OutputStream(writer, call_id=call_id, tool=spec.name, max_bytes=spec.max_output_bytes)
+        if writer is not None
+        else None
+    )
     try:
         with admitted(gw.auditor, "tool", call_id=call_id, tool=spec.name, **common):
             data = gw.executor.run_read(
-                spec, record["arguments"], principal, own_credentials(gw, spec, principal, ctx, common)
+                spec,
+                record["arguments"],
+                principal,
+                own_credentials(gw, spec, principal, ctx, common),
+                stream=stream,
+                audit_fields={"call_id": audit_call_id(call_id), **common},
             )
     except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
         gw.auditor.record_all([accepted])
@@ -169,7 +184,7 @@ def run_read(
             spec.name,
             "failed",
             exc.message,
-            retryable=exc.kind == "caller_error",
+            retryable=exc.kind in ("caller_error", "handler_busy"),  # busy: nothing ran, try later
             error_kind=exc.kind,
         )
         return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True

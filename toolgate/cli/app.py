@@ -140,6 +140,28 @@ def demo() -> None:
     raise typer.Exit(run_demo(Settings.from_env(), _out))
 
 
+@app.command("test-retries")
+def test_retries(
+    all_states: Annotated[
+        bool, typer.Option("--all-states", help="Simulate every failure class, not only print the matrix.")
+    ] = False,
+) -> None:
+    """Print the retry matrix's check line; with --all-states, simulate the failure classes on a
+    fresh embedded store (exit 1 when anything but a transient read or model request retried)."""
+    from toolgate.policy.retry import DEFAULT_RETRY_MATRIX
+
+    if not all_states:
+        for line in DEFAULT_RETRY_MATRIX.lines():
+            _out(line)
+        return
+    from toolgate.retry_check import run_retry_check
+
+    check = run_retry_check()
+    for line in check.lines():
+        _out(line)
+    raise typer.Exit(0 if check.passed else 1)
+
+
 @app.command()
 def init() -> None:
     """Create the store and its secret, unless they exist.
