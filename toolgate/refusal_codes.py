@@ -68,6 +68,8 @@ RejectionCode = Literal[
     "task_stopped",
     "tool_deprecated",
     "resolver_failed",
+    "undeclared_argument",
+    "caller_mismatch",
 ]
 """The closed set of reasons a tool call is refused before any handler runs for it: the codes of
 the ``refusal`` family below, as a type (`toolgate.errors` re-exports it; a test keeps the two
@@ -186,6 +188,18 @@ CATALOG: tuple[CodeEntry, ...] = (
             "The release's ownership check raised instead of answering; the call is refused (fail "
             "closed), at dispatch, at execute or before the claim, and may succeed later.",
             "tests/test_hostile_resolver.py",
+        ),
+        _Row(
+            "undeclared_argument", "dispatch", True,
+            "A key the tool's published schema does not declare, at a place the operator did not name"
+            " open (closed by default at every depth).",
+            "tests/test_published_tools.py",
+        ),
+        _Row(
+            "caller_mismatch", "dispatch", False,
+            "An argument the operator declared as the caller names someone other than the signed-in"
+            " person.",
+            "tests/test_published_tools.py",
         ),
     ),
     *_family(
