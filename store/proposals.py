@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from toolgate.canonical import canonical_json
+from toolgate.canonical import ordered_json
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
@@ -69,7 +69,7 @@ class Proposals:
                     proposal.release,
                     proposal.tenant_id,
                     proposal.requester_id,
-                    canonical_json(proposal.arguments),
+                    ordered_json(proposal.arguments),  # the model's key order; digests are canonical
                     proposal.arguments_sha256,
                     proposal.digest,
                     proposal.risk,

@@ -291,3 +291,86 @@ def test_the_store_and_the_errors_import_without_the_graph_stack() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.splitlines() == ["[]", "toolgate.tools.spec toolgate.graph.builder"], out.stderr
+
+
+TESTING_KIT = [
+    "Delivery",
+    "HandlerCounter",
+    "ModelRequest",
+    "ReviewOutcome",
+    "ScriptedChatModel",
+    "ShiftableClock",
+    "TEST_MODEL",
+    "TEST_SECRET",
+    "UnexpectedModelCallError",
+    "ai",
+    "deliver",
+    "open_test_app",
+    "review",
+    "store_with_people",
+    "tool_call",
+]
+"""The reviewed public test kit (`toolgate.testing`): an integrator's harness needs no other name."""
+
+
+def test_the_testing_kit_is_the_reviewed_list() -> None:
+    import toolgate.testing
+
+    assert sorted(toolgate.testing.__all__) == sorted(TESTING_KIT)
+
+
+def test_an_integrator_harness_runs_a_write_with_public_names_only(tmp_path: Path) -> None:
+    """A store with people, a proposal through the graph, a reviewer's decision and a worker
+    delivery: the whole life of a write with `toolgate` and `toolgate.testing` names only."""
+    from langchain_core.messages import HumanMessage
+
+    from toolgate import Context, Principal
+    from toolgate.policy import PolicyRules
+    from toolgate.testing import (
+        ScriptedChatModel,
+        ai,
+        deliver,
+        open_test_app,
+        review,
+        store_with_people,
+        tool_call,
+    )
+    from toolgate.tools.shapes.definitions import from_openai
+    from toolgate.tools.shapes.operator_policy import OperatorPolicy
+
+    sent: list[dict[str, object]] = []
+    requester = Principal(user_id="ann", tenant_id="acme", scopes=frozenset({"mail:send"}))
+    reviewer = Principal(user_id="rev", tenant_id="acme", roles=frozenset({"mail-reviewer"}))
+    policy = OperatorPolicy(
+        risk="caution",
+        owner="mail",
+        scopes=frozenset({"mail:send"}),
+        approval=ApprovalClass.role("mail-reviewer"),
+        effect="Sends one email.",
+        rollback=NoRollback("a sent email cannot be recalled"),
+        timeout_s=10,
+    )
+    definition = {
+        "name": "send_email",
+        "description": "Send an email.",
+        "parameters": {"type": "object", "properties": {"to": {"type": "string", "maxLength": 80}}},
+    }
+    spec = from_openai(definition, lambda **arguments: sent.append(arguments) or "sent", policy)
+    store = store_with_people([requester, reviewer], path=tmp_path / "kit.sqlite", key=b"k" * 32)
+    try:
+        model = ScriptedChatModel(responses=[ai("", tool_call("send_email", {"to": "bo@example.com"}, "c1"))])
+        rules = PolicyRules(policy_version="t", sha256="0" * 64, approval_minutes=15, rules=())
+        app = open_test_app(tools=[spec], policy=rules, model=model, store=store, start=False)
+        paused = app.compiled().invoke(
+            {"messages": [HumanMessage("mail bo")]},
+            {"configurable": {"thread_id": "t-kit"}},
+            context=Context(principal=requester),
+        )
+        proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
+        assert review(app, proposal["proposal_id"], reviewer, "approve").verdict.status == "approved"
+        first = deliver(app, proposal["operation_key"])
+        again = deliver(app, proposal["operation_key"])
+        assert (first.status, first.duplicate, again.duplicate) == ("succeeded", False, True)
+        assert sent == [{"to": "bo@example.com"}]
+    finally:
+        store.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -71,10 +72,11 @@ class Implementation:
 def register(key: str, implementation: Implementation | None = None) -> ToolSpec:
     entry = CORPUS[key]
     shape = from_anthropic if entry["shape"] == "anthropic" else from_openai
+    policy = replace(POLICY, identity_names=entry["identity_names"]) if "identity_names" in entry else POLICY
     return shape(
         entry["definition"],
         implementation or Implementation(),
-        POLICY,
+        policy,
         open_objects=entry.get("open_objects", "refuse"),
     )
 

@@ -56,6 +56,13 @@ def canonical_json(value: Any) -> str:
     return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def ordered_json(value: Any) -> str:
+    """``value`` with the canonical form's values (one number form, no whitespace) but its keys in
+    the order they came: how the store keeps a proposal's arguments, so the handler receives them
+    in the order and shape the model sent. Never digest or key this text: that is `canonical_json`'s."""
+    return json.dumps(_normalize(value), separators=(",", ":"), ensure_ascii=False)
+
+
 def sha256_hex(text: str) -> str:
     """SHA-256 of ``text`` encoded as UTF-8, as 64 lowercase hex characters."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -84,4 +91,4 @@ def idempotency_key_for(operation_key: str, purpose: str = "downstream") -> str:
     return "idem_" + sha256_hex(f"{purpose}:{operation_key}")[:32]
 
 
-__all__ = ["canonical_json", "digest", "idempotency_key_for", "operation_key", "sha256_hex"]
+__all__ = ["canonical_json", "digest", "idempotency_key_for", "operation_key", "ordered_json", "sha256_hex"]

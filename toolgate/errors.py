@@ -25,6 +25,10 @@ STATE_CODES: tuple[str, ...] = ("state_tampered", "state_mismatch")
 LOADED_CODE_CODES: tuple[str, ...] = ("resolver_failed",)
 """Refusals caused by the release's own loaded code failing (an ownership check that raises),
 never by a model's call: no adversarial dispatch case can provoke them (tests/test_hostile_resolver.py)."""
+PUBLISHED_TOOL_CODES: tuple[str, ...] = ("undeclared_argument", "caller_mismatch")
+"""Refusals only a tool loaded from a published JSON definition emits (a key its schema leaves open,
+a declared caller field): the adversarial set runs the demo's typed tools, which cannot provoke
+them (tests/test_published_tools.py does, through the graph)."""
 
 
 class ToolgateError(Exception):
@@ -274,6 +278,7 @@ class DirectInvocationError(ToolgateUsageError):
 
 __all__ = [
     "LOADED_CODE_CODES",
+    "PUBLISHED_TOOL_CODES",
     "REJECTION_CODES",
     "STATE_CODES",
     "ApprovalError",

@@ -69,6 +69,8 @@ RejectionCode = Literal[
     "tool_deprecated",
     "resolver_failed",
     "path_not_allowed",
+    "undeclared_argument",
+    "caller_mismatch",
 ]
 """The closed set of reasons a tool call is refused before any handler runs for it: the codes of
 the ``refusal`` family below, as a type (`toolgate.errors` re-exports it; a test keeps the two
@@ -192,6 +194,18 @@ CATALOG: tuple[CodeEntry, ...] = (
             "path_not_allowed", "dispatch", False,
             "A path argument climbs out with '..' or resolves (symlinks followed) outside the tool's "
             "allow-listed roots; refused before any handler runs.",
+        ),
+        _Row(
+            "undeclared_argument", "dispatch", True,
+            "A key the tool's published schema does not declare, at a place the operator did not name"
+            " open (closed by default at every depth).",
+            "tests/test_published_tools.py",
+        ),
+        _Row(
+            "caller_mismatch", "dispatch", False,
+            "An argument the operator declared as the caller names someone other than the signed-in"
+            " person.",
+            "tests/test_published_tools.py",
         ),
     ),
     *_family(

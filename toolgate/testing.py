@@ -23,7 +23,9 @@ the same composition as production::
   bound tools and request options), fails loudly on a call nobody scripted, and checks with
   `assert_complete()` that every scripted response was consumed. It never cycles silently;
 - `ShiftableClock`: a frozen process clock a test moves on explicitly (handler deadlines);
-- `HandlerCounter`: handlers that count their real invocations.
+- `HandlerCounter`: handlers that count their real invocations;
+- `store_with_people`, `review`, `deliver` (`toolgate.testing_kit`): a store with the people who
+  act in it, a reviewer's decision and a worker delivery, by public names.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import INSTRUCTIONS, NoResources, Release
 from toolgate.releases.loader import load_release
 from toolgate.store.base import Store
+from toolgate.testing_kit import Delivery, ReviewOutcome, deliver, review, store_with_people
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
@@ -355,12 +358,17 @@ def _tools_release(bundle: Release | None) -> str:
 __all__ = [
     "TEST_MODEL",
     "TEST_SECRET",
+    "Delivery",
     "HandlerCounter",
     "ModelRequest",
+    "ReviewOutcome",
     "ScriptedChatModel",
     "ShiftableClock",
     "UnexpectedModelCallError",
     "ai",
+    "deliver",
     "open_test_app",
+    "review",
+    "store_with_people",
     "tool_call",
 ]

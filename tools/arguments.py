@@ -33,9 +33,12 @@ class ArgumentsInvalid(ValueError):
     Paths are dotted field names (``items.0.sku``); problems never quote the input, which may
     hold anything the model wrote."""
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
+    def __init__(self, problems: list[tuple[str, str]], *, code: str = "schema_invalid") -> None:
         super().__init__("; ".join(f"{path}: {problem}" for path, problem in problems))
         self.problems = problems
+        self.code = code
+        """The refusal code dispatch answers with: ``schema_invalid``, or ``undeclared_argument``
+        for keys a tool loaded as published does not declare (`toolgate.tools.declared.closed`)."""
 
     @classmethod
     def from_validation_error(cls, exc: ValidationError) -> ArgumentsInvalid:

@@ -34,7 +34,7 @@ from toolgate.tools.manifest import manifest_drift
 from toolgate.tools.schema.quality import release_quality
 from toolgate.tools.schema.shape import schema_shape
 from toolgate.tools.schema.walk import field_paths
-from toolgate.tools.spec import ToolSpec, inventory_text, spec_problems
+from toolgate.tools.spec import ToolSpec, inventory_text, resource_arguments, spec_problems
 from toolgate.tools.write_review import ApprovalClass, NoRollback, Rollback
 
 EXECUTOR_NAMES = frozenset(
@@ -103,12 +103,15 @@ def identity_fields(spec: ToolSpec) -> list[str]:
     """Argument paths whose names carry identity or authority, less the operator's exemptions.
 
     Registration already refuses these (`toolgate.tools.spec.identity_problems`); the audit
-    reports them for specs built around that check."""
+    reports them for specs built around that check. Fields checked by meaning (caller fields,
+    owner-checked resource arguments) are not counted; under ``identity_names="warn"`` the rest
+    are load warnings (`ToolSpec.load_warnings`), not defects."""
+    checked = spec.identity_exempt | spec.caller_fields | resource_arguments(spec)
     return sorted(
         {
             path
             for path, name, _ in field_paths(spec.contract.json_schema())
-            if is_identity_name(name) and path not in spec.identity_exempt
+            if is_identity_name(name) and path not in checked
         }
     )
 
@@ -235,7 +238,7 @@ def audit_specs(
         report.rollback_statements += bool(spec.rollback_text().strip())
         if not spec.required_scopes:
             report.defects.append(f"{spec.name}: no authorization binding (required_scopes is empty)")
-        identities = identity_fields(spec)
+        identities = identity_fields(spec) if spec.identity_names == "refuse" else []
         if identities:
             report.identity_fields_in_schemas += len(identities)
             report.defects.append(f"{spec.name}: identity or authority in arguments: {', '.join(identities)}")
@@ -269,6 +272,7 @@ def _shape(report: AuditReport, spec: ToolSpec) -> None:
     shape = schema_shape(spec.contract.json_schema())
     report.complex_schemas += shape.complex
     report.warnings.extend(f"{spec.name}: {warning}" for warning in shape.warnings())
+    report.warnings.extend(f"{spec.name}: {warning}" for warning in spec.load_warnings)
     if shape.unbounded:
         report.unbounded_arguments += len(shape.unbounded)
         report.defects.append(

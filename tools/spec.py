@@ -224,9 +224,21 @@ class ToolSpec:
     identity_exempt: frozenset[str] = frozenset()
     """Paths of argument fields whose identity-like names are not identities (a loan's
     ``principal``, ``user_ratings``, ``items[].owner_note``), as reviewed by the operator.
-    Registration refuses every other identity-like field; dispatch accepts these (see `identity_keys`).
+    Registration refuses (or, with ``identity_names="warn"``, warns about) every other identity-like
+    field; dispatch accepts these (see `identity_keys`).
     Paths use `toolgate.tools.schema.walk`'s syntax (``*`` for an open object's keys); a property
     whose own name holds ``.``, ``[]`` or ``*`` cannot be exempted."""
+    caller_fields: frozenset[str] = frozenset()
+    """Paths of argument fields that name the caller (``user_id`` of a "my orders" tool): identity
+    by meaning, not by name. Dispatch accepts the signed-in person's own id there and refuses any
+    other value (``caller_mismatch``, audited); fields a `resource_refs` ownership check reads are
+    checked by meaning the same way (``not_owner``)."""
+    identity_names: Literal["refuse", "warn"] = "refuse"
+    """What an identity-like field name (`toolgate.tools.identity_names`) that is neither a caller
+    field, a resource argument nor exempted does at registration: ``refuse`` the tool, or
+    ``warn`` (`load_warnings`; the importers' default, since a published ``username`` is often a
+    game statistic). A warned field is a declared argument and dispatch accepts it; undeclared
+    identity-like keys (in an open object) are refused ``identity_in_arguments`` either way."""
     forwarded_credentials: frozenset[str] = frozenset()
     """Which of the user's forwarded credentials (``X-Toolgate-Credential-<name>``, e.g.
     ``crm_token``) the handler acts with: its context holds these and no others. For a write they
@@ -249,11 +261,17 @@ class ToolSpec:
     """The argument semantics behind `parse_arguments` and `handler_arguments`."""
     path_arguments: tuple[str, ...] = field(init=False, repr=False, compare=False)
     """The arguments annotated as file-system paths (judged against `file_roots`)."""
+    load_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """What loading changed or doubts without refusing the tool (a published default dropped, an
+    identity-like name kept under ``identity_names="warn"``): logged by the importers and listed
+    by the registry audit."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "wire_name", wire_name(self.name))
         object.__setattr__(self, "contract", contract_of(self.args_model) or ModelArguments(self.args_model))
         object.__setattr__(self, "path_arguments", path_fields(self.args_model))
+        contract_warnings = tuple(getattr(self.contract, "load_warnings", ()))
+        object.__setattr__(self, "load_warnings", contract_warnings + tuple(identity_warnings(self)))
         problems = spec_problems(self)
         if problems:
             raise RegistryError(
@@ -288,8 +306,11 @@ class ToolSpec:
         return self.contract.for_handler(arguments)
 
     def identity_keys(self, arguments: Any) -> Iterator[str]:
-        """`toolgate.tools.identity_names.identity_keys` of a call's arguments, less this tool's
-        `identity_exempt` fields: what dispatch must refuse as ``identity_in_arguments``."""
+        """`toolgate.tools.identity_names.identity_keys` of a call's arguments, less the fields
+        whose names are reviewed (`identity_exempt`), checked by meaning (`caller_fields`, resource
+        arguments) or, under ``identity_names="warn"``, declared: what dispatch must refuse as
+        ``identity_in_arguments``."""
+        accepted = identity_accepted(self)
 
         def walk(value: Any, prefix: str, place: tuple[tuple[str, bool], ...], depth: int) -> Iterator[str]:
             if depth > 32:
@@ -298,7 +319,7 @@ class ToolSpec:
                 for key, item in value.items():
                     path = f"{prefix}.{key}" if prefix else str(key)
                     here = (*place, (str(key), False))
-                    exempt = any(path_matches(pattern, here) for pattern in self.identity_exempt)
+                    exempt = any(path_matches(pattern, here) for pattern in accepted)
                     if is_identity_name(str(key)) and not exempt:
                         yield path
                     yield from walk(item, path, here, depth + 1)
@@ -327,6 +348,7 @@ ProblemCode = Literal[
     "invalid_signature",
     "identity_argument",
     "unknown_identity_exempt",
+    "unknown_caller_field",
     "missing_owner",
     "missing_description",
     "missing_effect",
@@ -442,15 +464,49 @@ def identity_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
     `ToolSpec.identity_exempt`; an exemption that names no identity-like field is refused too."""
     identities = identity_paths(spec.contract.declared_fields())
     problems: list[tuple[ProblemCode, str]] = []
-    for path in identities:
-        if path not in spec.identity_exempt:
-            problems.append(("identity_argument", f"identity or authority in arguments: {path}"))
+    if spec.identity_names == "refuse":
+        by_meaning = spec.identity_exempt | spec.caller_fields | resource_arguments(spec)
+        for path in identities:
+            if path not in by_meaning:
+                problems.append(("identity_argument", f"identity or authority in arguments: {path}"))
+    declared = {path for path, _ in spec.contract.declared_fields()}
+    for path in sorted(spec.caller_fields):
+        if path not in declared:
+            problems.append(("unknown_caller_field", f"caller_fields names no declared argument: {path}"))
     for path in sorted(spec.identity_exempt):
         if path not in identities:
             problems.append(
                 ("unknown_identity_exempt", f"identity_exempt names no identity-like argument: {path}")
             )
     return problems
+
+
+def identity_warnings(spec: ToolSpec) -> Iterator[str]:
+    """Under ``identity_names="warn"``: one load warning per identity-like declared field that is
+    neither exempted nor checked by meaning (a caller field or a resource argument)."""
+    if spec.identity_names != "warn":
+        return
+    by_meaning = spec.identity_exempt | spec.caller_fields | resource_arguments(spec)
+    for path in identity_paths(spec.contract.declared_fields()):
+        if path not in by_meaning:
+            yield (
+                f"{path}: named like an identity or authority; kept as a declared argument the model"
+                " fills (declare it in caller_fields if it names the caller, or in identity_exempt)"
+            )
+
+
+def resource_arguments(spec: ToolSpec) -> frozenset[str]:
+    """The argument paths of resource refs with an ownership check (`ResourceRef.owner`), which
+    ties the value to the caller: an identity-like name there is checked by meaning."""
+    return frozenset(ref.argument for ref in spec.resource_refs if ref.owner is not None)
+
+
+def identity_accepted(spec: ToolSpec) -> frozenset[str]:
+    """Path patterns where dispatch accepts an identity-like key (see `ToolSpec.identity_keys`)."""
+    accepted = spec.identity_exempt | spec.caller_fields | resource_arguments(spec)
+    if spec.identity_names == "warn":
+        accepted |= {path for path, _ in spec.contract.declared_fields()}
+    return accepted
 
 
 @functools.lru_cache(maxsize=1024)
@@ -612,13 +668,16 @@ __all__ = [
     "Wait",
     "deprecated_detail",
     "field_problems",
+    "identity_accepted",
     "identity_paths",
     "identity_problems",
+    "identity_warnings",
     "inventory_text",
     "is_retired",
     "manifest_fields",
     "model_description",
     "ownership",
     "reach_problems",
+    "resource_arguments",
     "spec_problems",
 ]

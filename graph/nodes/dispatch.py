@@ -36,7 +36,14 @@ from toolgate.store.audit_records import AuditEventIn
 from toolgate.tools.spec import ToolSpec
 
 VALIDATION_CODES = frozenset(
-    {"malformed_arguments", "identity_in_arguments", "schema_invalid", "semantic_invalid"}
+    {
+        "malformed_arguments",
+        "identity_in_arguments",
+        "caller_mismatch",
+        "schema_invalid",
+        "undeclared_argument",
+        "semantic_invalid",
+    }
 )
 ENDS_TASK = frozenset({"budget_exhausted", "loop_detected"})
 

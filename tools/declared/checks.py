@@ -21,7 +21,11 @@ from jsonschema.exceptions import SchemaError
 from toolgate.tools.schema.walk import resolve_pointer
 
 OpenObjects = Literal["refuse", "close", "allow"]
-"""What registration does with an open object: refuse it, close it, or accept it as declared."""
+"""What registration does with an open object: refuse it, close it, or accept it as declared.
+
+The per-tool switch of before open paths (deprecated for the importers): a tool loaded as
+published (no switch, ``None``) loads whatever its objects say and is closed at call time
+instead, open only at the paths the operator names (`toolgate.tools.declared.closed`)."""
 
 UNSUPPORTED = (
     "oneOf",
@@ -69,9 +73,11 @@ class SchemaRefused(Exception):
         self.refusals = refusals
 
 
-def checked_schema(schema: Mapping[str, Any], open_objects: OpenObjects) -> dict[str, Any]:
+def checked_schema(schema: Mapping[str, Any], open_objects: OpenObjects | None) -> dict[str, Any]:
     """``schema`` as plain JSON, closed where ``open_objects="close"`` says so, once it passed every
-    check but the defaults' (`default_refusals` needs its validator); else `SchemaRefused`."""
+    check but the defaults' (`default_refusals` needs its validator); else `SchemaRefused`.
+    With ``open_objects=None`` (loaded as published) open objects and untyped values are not
+    refused here: the call-time check closes them (`toolgate.tools.declared.closed`)."""
     problems = _shape_problems(schema) or _json_problems(schema, "$")
     if problems:
         raise SchemaRefused(problems)
@@ -100,6 +106,23 @@ def default_refusals(schema: Mapping[str, Any], validator: Draft202012Validator)
             yield Refusal("invalid_schema", path, "its default does not satisfy its own schema")
 
 
+def drop_invalid_defaults(schema: Mapping[str, Any], validator: Draft202012Validator) -> list[str]:
+    """Remove every declared ``default`` of ``schema`` (the contract's own copy) that does not
+    satisfy its own subschema; one load warning per default dropped.
+
+    Published definitions often write ``{"type": "boolean", "default": "false"}``: the schema is
+    the contract, the default a hint that would fill a kept call with a value the schema refuses,
+    so the hint goes and the tool loads (`default_refusals` is the strict alternative)."""
+    dropped: list[str] = []
+    for path, node, _ in list(_subschemas(schema, "$")):
+        if isinstance(node, dict) and "default" in node:
+            own = validator.evolve(schema={k: v for k, v in node.items() if k != "default"})
+            if not own.is_valid(node["default"]):
+                del node["default"]
+                dropped.append(f"{path}: published default dropped (it does not satisfy its own schema)")
+    return dropped
+
+
 def schema_types(node: Mapping[str, Any]) -> set[str]:
     """The JSON types ``node`` declares (``type`` as one name or a list); empty when untyped."""
     kind = node.get("type")
@@ -113,7 +136,7 @@ _ABSENT: Any = object()
 class _Checker:
     """The registration checks of one declared schema, collecting every refusal."""
 
-    def __init__(self, schema: dict[str, Any], open_objects: OpenObjects) -> None:
+    def __init__(self, schema: dict[str, Any], open_objects: OpenObjects | None) -> None:
         self.schema = schema
         self.open_objects = open_objects
         self.refusals: list[Refusal] = []
@@ -159,7 +182,7 @@ class _Checker:
         if _is_object(node):
             self.object(path, node)
             self.required(path, node)
-        if "array" in schema_types(node) and "items" not in node and self.open_objects != "allow":
+        if "array" in schema_types(node) and "items" not in node and self.open_objects in ("refuse", "close"):
             self.refuse(
                 "open_arguments",
                 path,
@@ -169,7 +192,7 @@ class _Checker:
 
     def object(self, path: str, node: dict[str, Any]) -> None:
         extra = node.get("additionalProperties", _ABSENT)
-        if extra is False or self.open_objects == "allow":
+        if extra is False or self.open_objects in ("allow", None):
             return
         if extra is _ABSENT and self.open_objects == "close" and "properties" in node:
             node["additionalProperties"] = False
@@ -200,7 +223,7 @@ class _Checker:
             )
 
     def untyped(self, path: str) -> None:
-        if self.open_objects == "allow":
+        if self.open_objects in ("allow", None):
             return
         self.refuse(
             "open_arguments",
@@ -313,5 +336,6 @@ __all__ = [
     "SchemaRefused",
     "checked_schema",
     "default_refusals",
+    "drop_invalid_defaults",
     "schema_types",
 ]

@@ -28,12 +28,19 @@ that declare ``properties`` but no ``additionalProperties`` are closed, visibly,
 schema) or ``open_objects="allow"`` (open objects are accepted as declared JSON values).
 Problems with a call are described from the schema, never the input
 (`toolgate.tools.declared.errors`).
+
+Loaded as published (``open_objects=None``, what every importer does unless the deprecated switch
+is given): open objects, untyped values and arrays without ``items`` load as they are, and calls
+are closed at every depth instead, open only at the operator's ``open_paths``
+(`toolgate.tools.declared.closed`; an undeclared key is refused ``undeclared_argument``); a
+``default`` that fails its own schema is dropped with a load warning (`load_warnings`) instead
+of refusing the tool.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, create_model
@@ -41,11 +48,14 @@ from pydantic import BaseModel, ConfigDict, create_model
 from toolgate.tools.arguments import ArgumentsInvalid, FrozenArguments, freeze
 from toolgate.tools.declared.checks import (
     OpenObjects,
+    Refusal,
     SchemaRefused,
     checked_schema,
     default_refusals,
+    drop_invalid_defaults,
     schema_types,
 )
+from toolgate.tools.declared.closed import undeclared_keys
 from toolgate.tools.declared.errors import describe, error_order, value_problems
 from toolgate.tools.declared.validator import declared_validator
 from toolgate.tools.schema.walk import field_paths, resolve_pointer
@@ -54,17 +64,48 @@ from toolgate.tools.schema.walk import field_paths, resolve_pointer
 class JsonSchemaArguments:
     """The contract of a tool registered from a JSON Schema (see the module docstring)."""
 
-    def __init__(self, schema: Mapping[str, Any], *, open_objects: OpenObjects = "refuse") -> None:
-        """Check ``schema`` and prepare its validator; `SchemaRefused` lists every problem found."""
+    def __init__(
+        self,
+        schema: Mapping[str, Any],
+        *,
+        open_objects: OpenObjects | None = "refuse",
+        open_paths: Iterable[str] = (),
+    ) -> None:
+        """Check ``schema`` and prepare its validator; `SchemaRefused` lists every problem found.
+
+        ``open_objects=None`` loads the schema as published (see the module docstring), open at
+        ``open_paths`` only; the deprecated switch (``refuse``, ``close``, ``allow``) takes no
+        open paths."""
+        paths = tuple(sorted(set(open_paths)))
+        if paths and open_objects is not None:
+            raise SchemaRefused(
+                [Refusal("invalid_schema", "$", "open_paths replace open_objects: give one or the other")]
+            )
         effective = checked_schema(schema, open_objects)
-        self.open_objects: OpenObjects = open_objects
-        """The operator's choice for open objects, as registered."""
+        self.open_objects: OpenObjects | None = open_objects
+        """The operator's deprecated per-tool switch, as registered (None: loaded as published)."""
+        self.open_paths: tuple[str, ...] = paths
+        """The argument paths the operator named open (loaded as published only)."""
         self._schema = effective
         self._validator = declared_validator(effective)
         self._fields: tuple[tuple[str, str], ...] | None = None
+        self.load_warnings: tuple[str, ...] = ()
+        """What loading changed or doubts, for the registry audit and the operator's log."""
+        if open_objects is None:
+            self.load_warnings = tuple(drop_invalid_defaults(effective, self._validator))
         refusals = list(default_refusals(effective, self._validator))
+        refusals.extend(self._unknown_open_paths())
         if refusals:
             raise SchemaRefused(refusals)
+
+    def _unknown_open_paths(self) -> Iterator[Refusal]:
+        declared = {path for path, _ in self.declared_fields()}
+        for path in self.open_paths:
+            base = path
+            while base.endswith(("[]", ".*")):
+                base = base[:-2]
+            if base not in declared:
+                yield Refusal("invalid_schema", "$", f"open path {path!r} names no declared argument")
 
     @property
     def properties(self) -> frozenset[str]:
@@ -95,6 +136,13 @@ class JsonSchemaArguments:
         problems = list(value_problems(raw, ""))
         if problems:
             raise ArgumentsInvalid(problems)
+        if self.open_objects is None:
+            undeclared = undeclared_keys(self._schema, raw, self.open_paths)
+            if undeclared:
+                raise ArgumentsInvalid(
+                    [(path, "is not a declared argument") for path in undeclared[:20]],
+                    code="undeclared_argument",
+                )
         errors = sorted(self._validator.iter_errors(raw), key=error_order)
         if errors:
             raise ArgumentsInvalid([p for error in errors for p in describe(error)])

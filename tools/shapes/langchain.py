@@ -13,7 +13,7 @@ Its schema is generated from typed code that ignores extra keys but leaves
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -25,7 +25,7 @@ from toolgate.tools.arguments import FrozenArguments
 from toolgate.tools.code_hash import mark_code
 from toolgate.tools.declared.checks import OpenObjects
 from toolgate.tools.shapes.calls import TextResult, result_data, run_awaitable
-from toolgate.tools.shapes.operator_policy import OperatorPolicy
+from toolgate.tools.shapes.operator_policy import OperatorPolicy, log_load_warnings, policy_fields
 from toolgate.tools.shapes.thirdparty import spec_from_tool_definition
 from toolgate.tools.spec import HandlerContext, ToolSpec
 
@@ -40,14 +40,18 @@ def from_langchain(
     name: str | None = None,
     description: str | None = None,
     result_model: type[BaseModel] | None = None,
-    open_objects: OpenObjects = "close",
+    open_paths: Iterable[str] = (),
+    identity_exempt: Iterable[str] = (),
+    open_objects: OpenObjects | None = None,
 ) -> ToolSpec:
     """A tool from a LangChain ``@tool`` function, `StructuredTool` or any `BaseTool`.
 
     Its argument schema (``args_schema``, a Pydantic model or a JSON Schema dict; injected
-    arguments excluded) becomes a declared JSON Schema tool like a provider definition. Objects
-    that leave ``additionalProperties`` unsaid are closed by default (``open_objects="close"``):
-    schemas generated from Pydantic leave it unsaid although the tool ignores extra keys. The
+    arguments excluded) becomes a declared JSON Schema tool like a provider definition, loaded as
+    published: closed at call time at every depth (schemas generated from Pydantic leave
+    ``additionalProperties`` unsaid although the tool ignores extra keys), open only at
+    ``open_paths`` (added to the policy's), with ``identity_exempt`` added to the policy's;
+    ``open_objects`` is the deprecated per-tool switch (``close`` was this importer's default). The
     call is ``tool.invoke`` (``ainvoke`` for a coroutine-only tool) on a copy whose own error
     handling is off: a failure must not come back as a success-looking string.
     """
@@ -60,6 +64,8 @@ def from_langchain(
         result_model=result_model,
         open_objects=open_objects,
         code={"target": target},
+        open_paths=open_paths,
+        identity_exempt=identity_exempt,
     )
 
 
@@ -70,9 +76,11 @@ def langchain_spec(
     name: str | None,
     description: str | None,
     result_model: type[BaseModel] | None,
-    open_objects: OpenObjects,
+    open_objects: OpenObjects | None,
     code: dict[str, Any],
     call: Callable[[dict[str, Any], HandlerContext], Any] | None = None,
+    open_paths: Iterable[str] = (),
+    identity_exempt: Iterable[str] = (),
 ) -> ToolSpec:
     """The `ToolSpec` of a LangChain tool whose code hash is ``code`` (`mark_code`'s ``target``
     or ``identity``): `from_langchain` names the Python it wraps, `from_mcp` its server.
@@ -98,14 +106,16 @@ def langchain_spec(
     def handler(args: FrozenArguments, ctx: HandlerContext) -> Any:
         return result_data(run_tool(args.thaw(), ctx), result)
 
-    return spec_from_tool_definition(
+    fields = policy_fields(policy, tool_name, open_paths, identity_exempt, open_objects)
+    if description:
+        fields["description"] = description
+    spec = spec_from_tool_definition(
         {"name": tool_name, **{k: v for k, v in definition.items() if k != "name"}},
         handler=mark_code(handler, **code),
         result_model=result,
-        open_objects=open_objects,
-        **({"description": description} if description else {}),
-        **policy.spec_fields(tool_name),
+        **fields,
     )
+    return log_load_warnings(spec)
 
 
 def _refuse_aliases(tool: BaseTool, name: str) -> None:

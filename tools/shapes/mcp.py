@@ -35,7 +35,7 @@ def from_mcp(
     server: str,
     result_models: Mapping[str, type[BaseModel]] | None = None,
     ignore: Collection[str] = (),
-    open_objects: OpenObjects = "close",
+    open_objects: OpenObjects | None = None,
     load_timeout_s: float = 30.0,
 ) -> list[ToolSpec]:
     """Every tool an MCP server offers, each behind the policy the operator gave it by name.
@@ -52,6 +52,10 @@ def from_mcp(
     loop of the call that made it. In it the server's tools are listed again first, and a tool
     that no longer matches its pin is refused ``tool_drifted`` without being called, until an
     operator reloads the server's tools and reviews the release again.
+
+    Tools load as published (`from_langchain`): closed at call time at every depth, open at the
+    paths of each tool's policy (``OperatorPolicy.open_paths``);
+    ``open_objects`` is the deprecated switch for every tool at once (``close`` was the default).
 
     The code hash of an MCP tool is its server and tool identity (command or URL without
     credentials, tool name) and its pin: the code itself runs elsewhere, so pin its version with

@@ -10,10 +10,13 @@ timeout is refused at load with a `RegistryError` naming the tool.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolgate.errors import RegistryError
+from toolgate.tools.declared.checks import OpenObjects
 from toolgate.tools.spec import (
     ApprovalClass,
     NoRollback,
@@ -22,7 +25,10 @@ from toolgate.tools.spec import (
     Risk,
     Rollback,
     SemanticCheck,
+    ToolSpec,
 )
+
+log = logging.getLogger("toolgate.tools")
 
 READ_TIMEOUT_S = 10.0
 """Timeout of a read whose policy names none."""
@@ -77,11 +83,28 @@ class OperatorPolicy:
     """When set, only these tenants see the tool."""
     secret_arguments: Literal["refuse", "review"] = "refuse"
     """What happens to a call whose arguments hold a secret-looking value (see `ToolSpec`)."""
+    open_paths: frozenset[str] = frozenset()
+    """Argument paths where a tool loaded from a JSON Schema accepts undeclared keys (``metadata``,
+    ``items[].extra``): everywhere else it is closed at every depth and an undeclared key is refused
+    ``undeclared_argument`` (`toolgate.tools.declared.closed`). Not for Python-typed tools, whose
+    models are closed by construction."""
+    caller_fields: frozenset[str] = frozenset()
+    """Argument paths that name the caller (``user_id``): the signed-in person's own id is accepted
+    there, any other refused ``caller_mismatch`` (`ToolSpec.caller_fields`)."""
+    identity_exempt: frozenset[str] = frozenset()
+    """Argument paths whose identity-like names are not identities (a loan's ``principal``): no
+    load warning for them (`ToolSpec.identity_exempt`)."""
+    identity_names: Literal["warn", "refuse"] = "warn"
+    """What an identity-like argument name that is neither a caller field, an owner-checked
+    resource nor exempted does: a load warning (default) or, for the strict name filter of old,
+    refusing the tool (`ToolSpec.identity_names`)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.scopes, str):
-            raise TypeError(f"scopes must be a collection of scope names, not the string {self.scopes!r}")
-        object.__setattr__(self, "scopes", frozenset(self.scopes))
+        for name in ("scopes", "open_paths", "caller_fields", "identity_exempt"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise TypeError(f"{name} must be a collection of names, not the string {value!r}")
+            object.__setattr__(self, name, frozenset(value))
         object.__setattr__(self, "audit_fields", frozenset(self.audit_fields))
 
     def spec_fields(self, name: str) -> dict[str, Any]:
@@ -129,8 +152,41 @@ class OperatorPolicy:
             "exposed_to_roles": self.exposed_to_roles,
             "exposed_to_tenants": self.exposed_to_tenants,
             "secret_arguments": self.secret_arguments,
+            "caller_fields": self.caller_fields,
+            "identity_exempt": self.identity_exempt,
+            "identity_names": self.identity_names,
             **({"resources": self.resources} if self.resources else {}),
         }
 
 
-__all__ = ["OperatorPolicy"]
+def policy_fields(
+    policy: OperatorPolicy,
+    name: str,
+    open_paths: Iterable[str] = (),
+    identity_exempt: Iterable[str] = (),
+    open_objects: OpenObjects | None = None,
+) -> dict[str, Any]:
+    """`spec_from_tool_definition`'s keywords for a JSON-Schema tool ``name`` an importer loads:
+    the policy's `ToolSpec` fields, its open paths and exemptions plus the importer's own, and the
+    deprecated switch; every load warning is logged (the registry audit lists them too)."""
+    fields: dict[str, Any] = policy.spec_fields(name)
+    fields["identity_exempt"] = policy.identity_exempt | frozenset(_names(identity_exempt, "identity_exempt"))
+    fields["open_paths"] = policy.open_paths | frozenset(_names(open_paths, "open_paths"))
+    fields["open_objects"] = open_objects
+    return fields
+
+
+def log_load_warnings(spec: ToolSpec) -> ToolSpec:
+    """``spec``, after logging each of its load warnings (`ToolSpec.load_warnings`)."""
+    for warning in spec.load_warnings:
+        log.warning("tool %r loaded with a warning: %s", spec.name, warning)
+    return spec
+
+
+def _names(value: Iterable[str], what: str) -> Iterable[str]:
+    if isinstance(value, str):
+        raise TypeError(f"{what} must be a collection of names, not the string {value!r}")
+    return value
+
+
+__all__ = ["OperatorPolicy", "log_load_warnings", "policy_fields"]

@@ -19,7 +19,7 @@ Handler contract:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -121,18 +121,21 @@ def spec_from_tool_definition(
     *,
     handler: Callable[[FrozenArguments, HandlerContext], Any],
     result_model: type[BaseModel],
-    open_objects: OpenObjects = "refuse",
+    open_objects: OpenObjects | None = "refuse",
+    open_paths: Iterable[str] = (),
     **spec: Any,
 ) -> ToolSpec:
     """A ToolSpec whose arguments are the definition's JSON Schema, validated as declared.
 
-    ``open_objects`` is the operator's explicit choice for objects that accept undeclared keys
-    (see `toolgate.tools.declared.tools`): ``refuse`` (default), ``close``, or ``allow``. Every
-    registration problem is a `RegistryError` naming the tool and the schema's JSON path.
+    ``open_objects`` is the operator's choice for objects that accept undeclared keys (see
+    `toolgate.tools.declared.tools`): ``refuse`` (this strict low-level form's default),
+    ``close``, ``allow``, or None: loaded as published, closed at call time at every depth and
+    open at ``open_paths`` only (what the importers, `toolgate.tools.shapes.definitions`, do).
+    Every registration problem is a `RegistryError` naming the tool and the schema's JSON path.
     """
     name, description, parameters = parse_tool_definition(definition)
     try:
-        contract = JsonSchemaArguments(parameters, open_objects=open_objects)
+        contract = JsonSchemaArguments(parameters, open_objects=open_objects, open_paths=open_paths)
     except SchemaRefused as exc:
         raise RegistryError(
             f"tool {name!r} refused: {exc}",
