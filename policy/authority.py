@@ -80,8 +80,8 @@ from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
-from toolgate.tools.paths import path_problem
 from toolgate.tools.argpaths import values_at
+from toolgate.tools.paths import path_problem
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ArgumentsInvalid, HandlerContext, ToolSpec
 
