@@ -106,22 +106,35 @@ class StoreCounter:
     ``audit`` the write transactions that appended audit events (alone, or with the change they
     record), ``audit_events`` the events appended, ``connections`` new SQLite
     connections (PostgreSQL uses a pool: ``connections`` there is pool checkouts = transactions),
-    ``statements`` statements sent through the store's transaction objects."""
+    ``statements`` statements sent through the store's transaction objects, ``round_trips`` what
+    they cost on PostgreSQL's wire: one per statement or multi-statement script, plus BEGIN and
+    COMMIT of a write transaction (reads run in autocommit sessions). ``log`` lists every
+    transaction as ``(kind, label, statements, round_trips)``: a write is labelled by the audit
+    events it linked, else by its first statement's verb and table (the per-step table)."""
 
     def __init__(self, store: Any) -> None:
         self.counts: Counter[str] = Counter()
+        self.log: list[tuple[str, str, int, int]] = []
         self.store = store
         original_tx = store.transaction
         original_append = store.audit.link
-        counts = self.counts
+        counts, log = self.counts, self.log
+        postgres = getattr(store, "dialect", "") == "postgres"
+        open_tx: dict[int, dict[str, Any]] = {}
 
         @contextlib.contextmanager
         def transaction(*, write: bool = True) -> Iterator[Any]:
             with original_tx(write=write) as tx:
                 inner = tx.execute
+                mine = {"statements": 0, "trips": 0, "events": [], "first": ""}
+                open_tx[id(tx)] = mine
 
                 def execute(sql: str, params: Sequence[Any] = ()) -> Any:
                     counts["statements"] += 1
+                    mine["statements"] += 1
+                    mine["trips"] += 1
+                    if not mine["first"]:
+                        mine["first"] = _first_words(sql)
                     return inner(sql, params)
 
                 tx.execute = execute
@@ -130,16 +143,27 @@ class StoreCounter:
 
                     def last_of(script: str) -> Any:
                         counts["statements"] += script.count(";") + 1
+                        mine["statements"] += script.count(";") + 1
+                        mine["trips"] += 1
                         return inner_script(script)
 
                     tx.last_of = last_of
-                yield tx
+                try:
+                    yield tx
+                finally:
+                    open_tx.pop(id(tx), None)
+            trips = mine["trips"] + (2 if write and postgres else 0)
             counts["write_tx" if write else "read_tx"] += 1
+            counts["round_trips"] += trips
+            label = "+".join(mine["events"]) if mine["events"] else mine["first"]
+            log.append(("write" if write else "read", label, mine["statements"], trips))
 
         def append_events(tx: Any, events: Any) -> Any:
             if events:
                 counts["audit"] += 1
                 counts["audit_events"] += len(events)
+                if id(tx) in open_tx:
+                    open_tx[id(tx)]["events"] += [str(getattr(e, "event", e)) for e in events]
             return original_append(tx, events)
 
         store.transaction = transaction
@@ -155,6 +179,20 @@ class StoreCounter:
 
     def snapshot(self) -> Counter[str]:
         return Counter(self.counts)
+
+
+def _first_words(sql: str) -> str:
+    """``INSERT rate_counters``, ``SELECT proposals``: a statement's verb and first table
+    (``SELECT clock`` for a read of the store's time alone)."""
+    if "clock_timestamp" in sql and " FROM " not in sql.upper():
+        return "SELECT clock"  # the store's time (`Store._tx_now`)
+    words = sql.replace("(", " ").replace(",", " ").split()
+    verb = words[0].upper() if words else "?"
+    for marker in ("INTO", "FROM", "UPDATE"):
+        for i, word in enumerate(words[:-1]):
+            if word.upper() == marker:
+                return f"{verb} {words[i + 1]}"
+    return verb
 
 
 class SaverCounter:

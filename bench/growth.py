@@ -34,7 +34,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.prebuilt import create_react_agent
 from read_path import plain_tool, script
 
-TARGET_BYTES = 1.2
+TARGET_BYTES = 1.1
 WINDOW = 20
 BIG = 10**6
 
@@ -93,11 +93,21 @@ def main() -> None:
             "last_ms": window(s["seconds"], False) * 1000,
             "growth": window(s["seconds"], False) / window(s["seconds"], True),
             "bytes_last_turn": s["bytes"][-1],
+            "bytes_first_turn": s["bytes"][0],
             "bytes_median_last": window(s["bytes"], False),
         }
     bytes_ratio = facts["toolgate"]["bytes_last_turn"] / facts["bare"]["bytes_last_turn"]
+    first_ratio = facts["toolgate"]["bytes_first_turn"] / facts["bare"]["bytes_first_turn"]
     growth_ratio = facts["toolgate"]["growth"] / facts["bare"]["growth"]
     rows = [
+        {
+            "measure": "checkpoint bytes per turn at call 1",
+            "toolgate": facts["toolgate"]["bytes_first_turn"],
+            "bare": facts["bare"]["bytes_first_turn"],
+            "ratio": first_ratio,
+            "target": f"<= {TARGET_BYTES}",
+            "verdict": verdict(first_ratio, TARGET_BYTES),
+        },
         {
             "measure": f"checkpoint bytes per turn at call {calls}",
             "toolgate": facts["toolgate"]["bytes_last_turn"],
@@ -131,6 +141,7 @@ def main() -> None:
             "window": WINDOW,
             "target_bytes_ratio": TARGET_BYTES,
             "bytes_ratio": bytes_ratio,
+            "first_bytes_ratio": first_ratio,
             "growth_ratio": growth_ratio,
             "facts": facts,
             "table": rows,

@@ -48,7 +48,7 @@ from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
-TARGET = 1.5
+TARGET = 1.2
 ORDER = "O-5512"
 QUESTION = "Where is my order O-5512?"
 

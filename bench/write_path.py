@@ -52,6 +52,11 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 TARGET_RATIO = 1.5
 TARGET_COMMITS = 8
+FLOOR_STEPS = ("proposal", "approval", "claim", "outcome")
+"""The durable steps of an approved write the store must commit, one transaction and (on
+PostgreSQL) one round trip each at the floor; the effect is the system of record's own commit and
+the checkpoints at the interrupt and the end are the saver's (both sides make those)."""
+TARGET_TRIPS_VS_FLOOR = 2.0
 ORDER = "O-5512"
 REQUEST = "My blender arrived broken, order O-5512. Please refund it."
 
@@ -132,6 +137,7 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
         gateway, toolgate = gateway_app.gateway, gateway_app.compiled(checkpointer=saver)
         context, resume_context = demo.context(), demo.context(user="fiona").__class__()
         counts: dict[str, dict[str, int]] = {}
+        steps: dict[str, list[dict[str, Any]]] = {}
 
         def reset() -> None:
             with store.transaction() as tx:
@@ -142,10 +148,15 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
                 reset()
                 config = {"configurable": {"thread_id": f"{name}-{kind}-{n}"}}
                 before, saver_before = counter.snapshot(), saver_counter.snapshot()
+                logged = len(counter.log)
                 started = time.perf_counter()
                 final = flow(config)
                 seconds = time.perf_counter() - started
                 completed(final, name)
+                steps[name] = [
+                    {"kind": k, "label": label, "statements": st, "round_trips": rt}
+                    for k, label, st, rt in counter.log[logged:]
+                ]
                 counts[name] = {
                     **delta(counter.snapshot(), before),
                     **delta(saver_counter.snapshot(), saver_before),
@@ -169,7 +180,41 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
             rounds, {"plain": measure("plain", plain_flow), "toolgate": measure("toolgate", toolgate_flow)}
         )
     store.close()
-    return {"samples": samples, "counts": counts}
+    return {"samples": samples, "counts": counts, "steps": steps}
+
+
+def floor_table(kind: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Print one approved write's transactions, step by step, and sum them against the floor."""
+    writes = [s for s in steps if s["kind"] == "write"]
+    reads = [s for s in steps if s["kind"] == "read"]
+    print_table(
+        f"{kind}: one approved write, transaction by transaction (store only; floor: one write"
+        f" transaction per step {', '.join(FLOOR_STEPS)})",
+        [{"n": i + 1, **s} for i, s in enumerate(steps)],
+    )
+    floor = len(FLOOR_STEPS)
+    trips = sum(s["round_trips"] for s in steps)
+    summary = {
+        "write_tx": len(writes),
+        "read_tx": len(reads),
+        "transactions": len(steps),
+        "round_trips": trips,
+        "floor_write_tx": floor,
+        "floor_round_trips": floor,
+        "write_tx_vs_floor": len(writes) / floor,
+        "round_trips_vs_floor": trips / floor,
+        "target_round_trips_vs_floor": TARGET_TRIPS_VS_FLOOR,
+    }
+    print_table(
+        f"{kind}: store work per approved write against the floor (target round trips <= "
+        f"{TARGET_TRIPS_VS_FLOOR}x floor)",
+        [
+            {"measure": "write transactions", "toolgate": len(writes), "floor": floor, "ratio": len(writes) / floor},
+            {"measure": "all transactions", "toolgate": len(steps), "floor": floor, "ratio": len(steps) / floor},
+            {"measure": "round trips", "toolgate": trips, "floor": floor, "ratio": trips / floor},
+        ],
+    )
+    return summary
 
 
 def main() -> None:
@@ -217,6 +262,7 @@ def main() -> None:
                     "commits": verdict(c.get("write_tx", 0), TARGET_COMMITS) if is_tg else "",
                     "read_tx": c.get("read_tx", 0),
                     "store_stmts": c.get("statements", 0),
+                    "round_trips": c.get("round_trips", 0) if kind == "postgres" else "",
                     "sqlite_conns": c.get("connections", 0) if kind == "sqlite" else "pool",
                 }
             )
@@ -227,6 +273,9 @@ def main() -> None:
             "samples_s": data["samples"],
         }
     result["table"] = rows
+    for kind, data in kinds.items():
+        result["kinds"][kind]["floor"] = floor_table(kind, data["steps"].get("toolgate", []))
+        result["kinds"][kind]["steps_toolgate"] = data["steps"].get("toolgate", [])
     print_table(
         f"approved write end to end (targets: <= {TARGET_RATIO}x plain flow, <= {TARGET_COMMITS} store commits)",
         rows,

@@ -121,6 +121,10 @@ CREATE TRIGGER record_versions_no_truncate BEFORE TRUNCATE ON record_versions
 _REQUESTER_TEXT = """ALTER TABLE proposals ADD COLUMN requester_text TEXT;
 CREATE INDEX proposals_tool_tenant_idx ON proposals (tool, tenant_id, created_at)"""
 
+_REVIEW_LISTING = """
+CREATE INDEX operations_listing_idx ON operations (status, created_at, operation_key);
+CREATE INDEX operations_created_idx ON operations (created_at, operation_key)"""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -178,6 +182,12 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         name="proposals keep the requester's words (redacted; MAC, not digest); found by tool and tenant",
         sqlite=_REQUESTER_TEXT,
         postgres=_REQUESTER_TEXT,
+    ),
+    Migration(
+        name="reviewer listings page by (status, created_at, operation_key): a page's cost is independent"
+        " of how many proposals are pending",
+        sqlite=_REVIEW_LISTING,
+        postgres=_REVIEW_LISTING,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

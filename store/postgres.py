@@ -7,6 +7,7 @@ transaction-scoped advisory locks, so many processes and hosts can share one dat
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -40,8 +41,10 @@ def redact_url(url: str) -> str:
 
 
 class _PgTx:
-    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]]) -> None:
+    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], began_at: str | None = None) -> None:
         self._cursor = cursor
+        self.began_at = began_at
+        """The store's time read with the write transaction's BEGIN (None: a read in autocommit)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
@@ -58,6 +61,25 @@ class _PgTx:
         while self._cursor.nextset():
             pass
         return self._cursor.fetchone()
+
+
+def _write_block(cur: psycopg.Cursor[dict[str, Any]]) -> Iterator[_PgTx]:
+    """One write transaction on an autocommit session: BEGIN and the store's time in one round
+    trip (a parameterless script), the caller's statements, then COMMIT, or ROLLBACK when the
+    caller raised (whatever it raised; a failed rollback leaves the connection to the pool, which
+    discards or resets it)."""
+    cur.execute(f"BEGIN; SELECT {NOW_SQL} AS now")
+    while cur.nextset():
+        pass
+    row = cur.fetchone()
+    assert row is not None
+    try:
+        yield _PgTx(cur, str(row["now"]))
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
 
 
 class PostgresStore(Store):
@@ -115,8 +137,8 @@ class PostgresStore(Store):
         try:
             with self._get_pool().connection() as conn:
                 if write:
-                    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                        yield _PgTx(cur)
+                    with conn.cursor(row_factory=dict_row) as cur:
+                        yield from _write_block(cur)
                 else:
                     with conn.cursor(row_factory=dict_row) as cur:
                         yield _PgTx(cur)
@@ -131,6 +153,11 @@ class PostgresStore(Store):
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
 
     def _tx_now(self, tx: Tx) -> str:
+        """The time read with the write transaction's BEGIN (the store's clock is read once per
+        transaction, in the round trip that opens it); a read transaction asks for it."""
+        began_at = tx.began_at if isinstance(tx, _PgTx) else None
+        if began_at is not None:
+            return began_at
         row = tx.one(f"SELECT {NOW_SQL} AS now")
         assert row is not None
         return str(row["now"])

@@ -7,6 +7,7 @@ creation commit in the same transaction.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
 from toolgate.store.operations import operation_of
 from toolgate.store.records import OperationRecord, ProposalRecord
-from toolgate.store.tx import Database
+from toolgate.store.tx import Database, Tx
 
 
 def proposal_of(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
@@ -30,6 +31,28 @@ def proposal_of(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
     record = ProposalRecord(**data)
     # no MAC (inserted with database access alone, or before proposals carried one): not authentic
     return dataclasses.replace(record, authentic=keys.verify("proposal", record.sealed(), mac))
+
+
+PAGE_SIZE = 100
+"""Proposals per page of a listing unless the caller asks for fewer or more."""
+PAGE_MAX = 500
+"""The most proposals one page holds, whatever the caller asks."""
+_IN_CHUNK = 500
+"""Keys per ``IN (...)`` list (SQLite bounds the parameters of one statement)."""
+
+
+class InvalidCursor(ValueError):
+    """An ``after`` that no page handed out (it is opaque: a page's ``next_after``)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProposalPage:
+    """One page of a proposal listing."""
+
+    rows: list[tuple[ProposalRecord, OperationRecord]]
+    """The proposals with their operations, in the order their operations were created."""
+    next_after: str | None
+    """Pass as ``after`` for the next page; None when this page is the last."""
 
 
 class Proposals:
@@ -154,27 +177,104 @@ class Proposals:
 
     def _pairs(self, where: str, params: tuple[Any, ...]) -> list[tuple[ProposalRecord, OperationRecord]]:
         """Proposals matching `where` (over `p` proposals and `o` operations) with their operations,
-        oldest first."""
+        oldest first: two statements, whatever the number of rows."""
         sql = (
-            "SELECT p.proposal_id AS pid FROM proposals p JOIN operations o"
+            "SELECT p.* FROM proposals p JOIN operations o"
             f" ON o.operation_key = p.operation_key WHERE {where} ORDER BY p.created_at, p.proposal_id"
         )
-        out: list[tuple[ProposalRecord, OperationRecord]] = []
         with self._db.transaction(write=False) as tx:
-            for row in tx.execute(sql, params):
-                prow = tx.one("SELECT * FROM proposals WHERE proposal_id = ?", (row["pid"],))
-                assert prow is not None
-                orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (prow["operation_key"],))
-                assert orow is not None
-                out.append((proposal_of(prow, self._db.keys), operation_of(orow)))
-        return out
+            prows = tx.execute(sql, params)
+            operations = _operations_of(tx, [str(row["operation_key"]) for row in prows])
+        keys = self._db.keys
+        return [(proposal_of(row, keys), operations[str(row["operation_key"])]) for row in prows]
+
+    def page(
+        self, status: str | None = None, *, after: str | None = None, limit: int = PAGE_SIZE
+    ) -> ProposalPage:
+        """One page of proposals with their operations, in the order their operations were created,
+        optionally only those whose operation is in ``status`` (a reviewer's pending list).
+
+        Keyset pagination on the operations' ``(status, created_at, operation_key)`` index: a page
+        costs the same whether 1 or 100,000 proposals are pending. ``after`` is the ``next_after``
+        of the previous page (`InvalidCursor` when it is not one); ``limit`` is clamped to
+        ``1..PAGE_MAX``."""
+        since = parse_cursor(after) if after else None
+        size = min(max(int(limit), 1), PAGE_MAX)
+        where = ["proposal_id IS NOT NULL"]
+        params: list[Any] = []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if since is not None:
+            where.append("(created_at, operation_key) > (?, ?)")
+            params += since
+        with self._db.transaction(write=False) as tx:
+            orows = tx.execute(
+                f"SELECT * FROM operations WHERE {' AND '.join(where)}"
+                " ORDER BY created_at, operation_key LIMIT ?",
+                (*params, size + 1),
+            )
+            shown = orows[:size]
+            keys_shown = [str(row["operation_key"]) for row in shown]
+            prows = _by_key(tx, "proposals", keys_shown)
+        keys = self._db.keys
+        rows = [
+            (proposal_of(prows[str(row["operation_key"])], keys), operation_of(row))
+            for row in shown
+            if str(row["operation_key"]) in prows
+        ]
+        more = len(orows) > size
+        return ProposalPage(rows=rows, next_after=cursor_of(shown[-1]) if more and shown else None)
 
     def list(self, status: str | None = None) -> list[tuple[ProposalRecord, OperationRecord]]:
-        """Proposals with their operations, oldest first, optionally filtered by operation status
-        (last: the name ``list`` shadows the builtin in the annotations of the methods after it)."""
+        """Every proposal with its operation, oldest first, optionally filtered by operation status
+        (audits and exports; a reviewer's listing pages with `page`). Last: the name ``list``
+        shadows the builtin in the annotations of the methods after it."""
         if status:
             return self._pairs("o.status = ?", (status,))
         return self._pairs("1 = 1", ())
 
 
-__all__ = ["Proposals", "proposal_of"]
+def cursor_of(operation_row: dict[str, Any]) -> str:
+    """The opaque position after ``operation_row`` (its creation time and key)."""
+    raw = json.dumps([str(operation_row["created_at"]), str(operation_row["operation_key"])])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def parse_cursor(text: str) -> tuple[str, str]:
+    """``(created_at, operation_key)`` of a `cursor_of` text; `InvalidCursor` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidCursor("after is not a position a page handed out") from exc
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        raise InvalidCursor("after is not a position a page handed out")
+    return value[0], value[1]
+
+
+def _by_key(tx: Tx, table: str, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Rows of ``table`` by ``operation_key``, a statement per `_IN_CHUNK` keys."""
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start : start + _IN_CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        for row in tx.execute(f"SELECT * FROM {table} WHERE operation_key IN ({marks})", tuple(chunk)):
+            found[str(row["operation_key"])] = row
+    return found
+
+
+def _operations_of(tx: Tx, keys: Sequence[str]) -> dict[str, OperationRecord]:
+    return {key: operation_of(row) for key, row in _by_key(tx, "operations", keys).items()}
+
+
+__all__ = [
+    "PAGE_MAX",
+    "PAGE_SIZE",
+    "InvalidCursor",
+    "ProposalPage",
+    "Proposals",
+    "cursor_of",
+    "parse_cursor",
+    "proposal_of",
+]

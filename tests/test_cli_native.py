@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
-from support import cli_env, toolgate
+from support import TEST_KEY, cli_env, kv_lines, toolgate
+from test_store_contract import make_proposal
 
-from toolgate.cli.app import GROUPS, OPERATION_STATUSES, error_line, group
+from toolgate.cli.app import GROUPS, LIST_PAGE, LIST_PAGE_MAX, OPERATION_STATUSES, error_line, group
 from toolgate.errors import (
     ConfigurationError,
     DirectInvocationError,
@@ -31,6 +32,8 @@ from toolgate.errors import (
     ToolgateUsageError,
     UnknownReleaseError,
 )
+from toolgate.store import SQLiteStore
+from toolgate.store.proposals import PAGE_MAX, PAGE_SIZE
 from toolgate.store.records import OperationStatus
 
 HEAVY = ("langgraph", "langchain_core", "langsmith", "toolgate.graph", "psycopg", "rich", "openai")
@@ -114,6 +117,32 @@ def test_help_shows_version_as_a_flag_without_a_type(tmp_path: Path) -> None:
 
 def test_operation_statuses_of_the_filter_are_the_store_s() -> None:
     assert get_args(OperationStatus) == OPERATION_STATUSES
+
+
+def test_the_list_page_bounds_are_the_store_s_and_a_bad_position_is_refused(tmp_path: Path) -> None:
+    assert (LIST_PAGE, LIST_PAGE_MAX) == (PAGE_SIZE, PAGE_MAX)
+    env = _env(tmp_path)
+    toolgate(["init"], env)
+    refused = toolgate(["proposals", "list", "--after", "not-a-position"], env, check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    code, message = _error(refused)
+    assert code == "invalid_filter" and "--after" in message
+    too_many = toolgate(["proposals", "list", "--limit", str(LIST_PAGE_MAX + 1)], env, check=False)
+    assert too_many.returncode == 2 and too_many.stdout == ""
+
+
+def test_proposals_list_prints_one_page_and_names_the_next_on_stderr(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    toolgate(["init"], env)
+    with SQLiteStore(tmp_path / "data" / "toolgate.sqlite", key=TEST_KEY) as store:
+        for n in (1, 2, 3):
+            store.proposals.create(make_proposal(n))
+    first = toolgate(["proposals", "list", "--limit", "2"], env)
+    assert [r["proposal"] for r in kv_lines(first.stdout)] == ["prop_test1", "prop_test2"]
+    (more,) = [r for r in kv_lines(first.stderr) if "next_after" in r]
+    rest = toolgate(["proposals", "list", "--limit", "2", "--after", more["next_after"]], env)
+    assert [r["proposal"] for r in kv_lines(rest.stdout)] == ["prop_test3"]
+    assert "next_after" not in rest.stderr and "note=no proposals" not in rest.stderr
 
 
 @pytest.mark.parametrize(

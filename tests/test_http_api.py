@@ -304,6 +304,23 @@ def test_bad_bodies_are_refused_with_422_before_anything_changes(api: Api) -> No
     assert api.unchanged(facts)
 
 
+def test_the_listing_pages_by_a_cursor_and_refuses_a_bad_limit_or_cursor(api: Api) -> None:
+    _, first = api.pending("t-page-1")
+    _, second = api.pending("t-page-2")
+    page = api.get("/toolgate/proposals?limit=1", "fiona").json()
+    assert [p["proposal_id"] for p in page["proposals"]] == [first["proposal_id"]]
+    assert page["next_after"]
+    rest = api.get(f"/toolgate/proposals?limit=1&after={page['next_after']}", "fiona").json()
+    assert set(rest) == {"proposals"}  # no next_after: the last page
+    assert [p["proposal_id"] for p in rest["proposals"]] == [second["proposal_id"]]
+    both = api.get("/toolgate/proposals", "fiona").json()
+    assert [p["proposal_id"] for p in both["proposals"]] == [first["proposal_id"], second["proposal_id"]]
+    for query in ("limit=0", "limit=501", "limit=x", "limit=-1", "after=not-a-position"):
+        refused = api.get(f"/toolgate/proposals?{query}", "fiona")
+        assert refused.status_code == 422 and refused.json()["error"] == "invalid_page", query
+    assert api.unchanged(first) and api.unchanged(second)
+
+
 def test_an_edit_is_a_new_pending_proposal_that_its_editor_cannot_approve(api: Api) -> None:
     _, facts = api.pending("t-edit")
     switched = api.post(

@@ -13,7 +13,14 @@ from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.graph.seals.seal import PREVIOUS_SEAL_VERSION, SEAL_VERSION, Sealer, sealed_keys
+from toolgate.graph.seals.seal import (
+    FULL_MACS_SEAL_VERSION,
+    PREVIOUS_SEAL_VERSION,
+    SEAL_VERSION,
+    TAG_CHARS,
+    Sealer,
+    sealed_keys,
+)
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 LOOKUP = {"order_id": "O-5512"}
@@ -129,3 +136,76 @@ def test_a_current_seal_cannot_pass_for_form_2_to_shed_its_all(harness: Harness)
     )
     assert again["status"] == "refused" and model._position == 2
     assert len(tampered(harness, "t-shed")) == 1
+
+
+def _form_3(harness: Harness, thread: str, values: dict[str, Any]) -> dict[str, str]:
+    """The seal a thread saved before form 4 carries: full MACs naming form 3, ``all`` over them."""
+    sealer = Sealer(harness.store.keys, thread)
+    seal = {
+        "v": FULL_MACS_SEAL_VERSION,
+        **{k: sealer._mac(k, values, FULL_MACS_SEAL_VERSION) for k in sealed_keys()},
+    }
+    return {**seal, "all": sealer._all(seal, FULL_MACS_SEAL_VERSION)}
+
+
+def test_a_thread_sealed_in_form_3_resumes_and_is_sealed_again_in_the_short_form(harness: Harness) -> None:
+    refund = {**LOOKUP, "amount_cents": 1000, "reason": "damaged"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", refund, "c1")), ai("done")])
+    graph = harness.graph(model)
+    facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form3")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    values = graph.get_state(cfg("t-form3")).values
+    assert values["seal"]["v"] == SEAL_VERSION == "4"
+    assert all(len(values["seal"][k]) == TAG_CHARS for k in sealed_keys())  # tags, not MACs
+    assert len(values["seal"]["all"]) == 64
+    graph.update_state(cfg("t-form3"), {"seal": _form_3(harness, "t-form3", values)})
+    decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-form3"), context=Context())
+    assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form3")
+    assert final["seal"]["v"] == SEAL_VERSION and all(
+        len(final["seal"][k]) == TAG_CHARS for k in sealed_keys()
+    )
+
+
+def test_a_short_seal_cannot_pass_for_form_3_and_a_form_3_seal_must_bind_its_macs(harness: Harness) -> None:
+    model = ScriptedChatModel(
+        responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one"), ai("two"), ai("three")]
+    )
+    graph = harness.graph(model)
+    start(graph, "status of O-5512", "cust-ada", "t-relabel3")
+    seal = dict(graph.get_state(cfg("t-relabel3")).values["seal"])
+    graph.update_state(cfg("t-relabel3"), {"seal": {**seal, "v": FULL_MACS_SEAL_VERSION}})
+    again = graph.invoke(
+        {"messages": [HumanMessage("and now?")]},
+        cfg("t-relabel3"),
+        context=Context(principal=principal("cust-ada")),
+    )
+    assert again["status"] == "refused" and model._position == 2
+    assert len(tampered(harness, "t-relabel3")) == 1
+
+    sealer = Sealer(harness.store.keys, "t-form3-all")
+    values = {**graph.get_state(cfg("t-relabel3")).values}
+    unbound = {**_form_3(harness, "t-form3-all", values), "all": "0" * 64}
+    assert sealer.tampered_keys({**values, "seal": unbound}) == ["seal"]
+    assert sealer.tampered_keys({**values, "seal": _form_3(harness, "t-form3-all", values)}) == []
+
+
+def test_a_short_seal_refuses_a_changed_value_even_when_every_tag_is_kept(harness: Harness) -> None:
+    model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one")])
+    graph = harness.graph(model)
+    start(graph, "status of O-5512", "cust-ada", "t-tags")
+    values = graph.get_state(cfg("t-tags")).values
+    sealer = Sealer(harness.store.keys, "t-tags")
+    assert sealer.tampered_keys(values) == []
+    # the tags name the key; a tag that happened to match would still leave `all` unequal
+    changed = {**values, "release": "ops-tools/9.9.9"}
+    assert Sealer(harness.store.keys, "t-tags").tampered_keys(changed) == ["release"]
+    forged_tag = {
+        **changed,
+        "seal": {
+            **values["seal"],
+            "release": Sealer(harness.store.keys, "t-tags")._mac("release", changed)[:TAG_CHARS],
+        },
+    }
+    assert Sealer(harness.store.keys, "t-tags").tampered_keys(forged_tag) == ["seal"]

@@ -46,6 +46,7 @@ from toolgate.store import (
 )
 from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.chain import verify_chain
+from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, cursor_of
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
 from toolgate.store.waits import WaitIn
@@ -541,6 +542,60 @@ def test_list_proposals_pairs_each_with_its_operation_oldest_first(store: Store)
     ]
     assert [p.proposal_id for p, _ in store.proposals.list("approved")] == ["prop_test3"]
     assert store.proposals.list("succeeded") == []
+
+
+def test_page_lists_proposals_in_keyset_pages_in_the_order_their_operations_were_made(store: Store) -> None:
+    for n in range(1, 6):
+        store.proposals.create(make_proposal(n))
+    approve_row(store, "op_test3")
+    first = store.proposals.page("pending_approval", limit=2)
+    assert [(p.proposal_id, o.operation_key, o.status, p.authentic) for p, o in first.rows] == [
+        ("prop_test1", "op_test1", "pending_approval", True),
+        ("prop_test2", "op_test2", "pending_approval", True),
+    ]
+    assert first.next_after is not None
+    second = store.proposals.page("pending_approval", after=first.next_after, limit=2)
+    assert [p.proposal_id for p, _ in second.rows] == ["prop_test4", "prop_test5"]
+    assert second.next_after is None  # exactly two were left: this page is the last
+    every = store.proposals.page(limit=10)
+    assert [(p.proposal_id, o.status) for p, o in every.rows] == [
+        ("prop_test1", "pending_approval"),
+        ("prop_test2", "pending_approval"),
+        ("prop_test3", "approved"),
+        ("prop_test4", "pending_approval"),
+        ("prop_test5", "pending_approval"),
+    ]
+    assert every.next_after is None
+    assert [p.proposal_id for p, _ in store.proposals.page("approved").rows] == ["prop_test3"]
+    assert store.proposals.page("succeeded") == ProposalPage(rows=[], next_after=None)
+    # a limit out of range is clamped; the default page holds PAGE_SIZE
+    assert [p.proposal_id for p, _ in store.proposals.page(limit=0).rows] == ["prop_test1"]
+    assert len(store.proposals.page(limit=PAGE_MAX + 1).rows) == 5
+    # a position no page handed out is refused, never read as "from the start"
+    for bogus in ("nope", "W10", cursor_of({"created_at": 1, "operation_key": "k"})[:-2] + "!!"):
+        with pytest.raises(InvalidCursor):
+            store.proposals.page(after=bogus)
+
+
+def test_a_page_reads_a_bounded_number_of_rows_whatever_is_pending(store: Store) -> None:
+    for n in range(1, 31):
+        store.proposals.create(make_proposal(n, operation_key=f"op_page{n:02d}"))
+    with store.transaction(write=False) as tx:
+        counted = tx.one("SELECT COUNT(*) AS n FROM operations WHERE status = 'pending_approval'")
+    assert counted is not None and int(counted["n"]) == 30
+    seen: list[str] = []
+    after: str | None = None
+    pages = 0
+    while True:
+        page = store.proposals.page("pending_approval", after=after, limit=7)
+        assert len(page.rows) <= 7
+        seen += [o.operation_key for _, o in page.rows]
+        pages += 1
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert seen == [f"op_page{n:02d}" for n in range(1, 31)]  # every row once, in order
+    assert pages == 5
 
 
 def test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments(
@@ -1761,6 +1816,10 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "proposals.get": (test_get_proposal_returns_exactly_what_was_stored,),
     "proposals.list": (test_list_proposals_pairs_each_with_its_operation_oldest_first,),
+    "proposals.page": (
+        test_page_lists_proposals_in_keyset_pages_in_the_order_their_operations_were_made,
+        test_a_page_reads_a_bounded_number_of_rows_whatever_is_pending,
+    ),
     "proposals.same_effect": (
         test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_and_arguments,
     ),

@@ -561,6 +561,11 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_http_api.py",
         ),
         _Row(
+            "invalid_page", "server", False,
+            "The listing's limit is not a whole number in range, or its after is not a position a page handed out.",
+            "tests/test_http_api.py",
+        ),
+        _Row(
             "body_too_large", "server", False,
             "The request body exceeds the size limit.",
             "tests/test_http_api.py",

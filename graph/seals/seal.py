@@ -3,7 +3,8 @@
 Any client can rewrite a thread's state: ``update_state`` in process, ``threads.update_state``
 on the LangGraph server, ``Command(update=...)`` on resume, or extra keys in a run's input. So
 every node that changes the thread ends by sealing it: one HMAC per key of `GatewayState`, under
-the store's state key and bound to the thread id (`seal_update`). Every node starts by checking
+the store's state key and bound to the thread id, and one over all of them, which is what the
+checkpoint keeps with a short tag per key (`seal_update`, `SEAL_VERSION`). Every node starts by checking
 the seal (`tampered_keys`); a key whose value changed outside the gateway is named, and nothing
 runs because that state says so.
 
@@ -34,12 +35,25 @@ from toolgate.graph.seals.updates import apply_update, lean_update, state_reduce
 from toolgate.graph.state import KEYS_ADDED_IN
 from toolgate.store.keys import Keyring
 
-SEAL_VERSION = "3"
+SEAL_VERSION = "4"
 """The sealed form, named in the seal and in each of its MACs: bumped when the form changes; a
-seal of another form does not verify (but see `PREVIOUS_SEAL_VERSION`, `LEGACY_SEAL_VERSION`).
-Form 3 adds ``all``, one MAC over every key's MAC: a key and its MAC copied from another seal of
-the same thread (an older checkpoint) verify on their own, never together with the rest, so a
-refused thread cannot be un-refused with its old ``status`` nor a spent budget reset."""
+seal of another form does not verify (but see `FULL_MACS_SEAL_VERSION`, `PREVIOUS_SEAL_VERSION`,
+`LEGACY_SEAL_VERSION`). Form 4 stores ``all``, the MAC over every key's full MAC, and per key only
+a `TAG_CHARS`-character tag of its MAC: the seal is a quarter of form 3's size, and it is written
+into every checkpoint. What vouches for the state is ``all`` (full strength: a value changed in
+any key changes that key's MAC and so ``all``); the tags only name which keys changed. A key and
+its tag copied from another seal of the same thread (an older checkpoint) match on their own,
+never together with the rest, so a refused thread cannot be un-refused with its old ``status``
+nor a spent budget reset."""
+
+TAG_CHARS = 8
+"""Hex characters of a key's MAC kept in a form-4 seal, to name a changed key (not to vouch for
+it: ``all`` does)."""
+
+FULL_MACS_SEAL_VERSION = "3"
+"""The form of seals made before tags: one full MAC per key and ``all`` over those stored MACs.
+Such a seal verifies the state it sealed, so a thread saved then is sealed again in the current
+form by its next node, not refused. A form-4 seal cannot pass for form 3: its tags are not MACs."""
 
 PREVIOUS_SEAL_VERSION = "2"
 """The form of seals made before ``all``: MACs as in form 3 but naming form 2. Such a seal
@@ -131,24 +145,38 @@ class Sealer:
             return "unsealable"
         return self.keys.mac_text("state", text)
 
-    def _all(self, seal: Mapping[str, Any]) -> str:
-        """The MAC binding every key's MAC of ``seal`` together (form 3's ``all``)."""
-        macs = [seal.get(k) if isinstance(seal.get(k), str) else "" for k in sealed_keys()]
-        text = json.dumps({"v": SEAL_VERSION, "thread": self.thread_id, "key": "*", "macs": macs})
+    def _all(self, macs: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
+        """The MAC binding every key's full MAC in ``macs`` together (``all`` of forms 3 and 4; in
+        form 3 ``macs`` is the stored seal, in form 4 the MACs the state has now)."""
+        listed = [macs.get(k) if isinstance(macs.get(k), str) else "" for k in sealed_keys()]
+        text = json.dumps({"v": form, "thread": self.thread_id, "key": "*", "macs": listed})
         return self.keys.mac_text("state", text)
 
-    def seal_of(self, state: Mapping[str, Any], *, only: set[str] | None = None) -> dict[str, str]:
-        """The seal of ``state``: version, one MAC per sealed key (``only`` these recomputed) and
-        ``all`` over them."""
+    def _full_seal(self, state: Mapping[str, Any], only: set[str] | None) -> dict[str, str]:
+        """Version and one full MAC per sealed key of ``state`` (``only`` these recomputed)."""
         base = self._checked[1] if only is not None and self._checked is not None else {}
-        seal = {
+        return {
             "v": SEAL_VERSION,
             **{
                 k: (self._mac(k, state) if only is None or k in only or k not in base else base[k])
                 for k in sealed_keys()
             },
         }
-        return {**seal, "all": self._all(seal)}
+
+    @staticmethod
+    def _stored(full: Mapping[str, str], all_mac: str) -> dict[str, str]:
+        """The seal as checkpoints hold it: version, each key's tag, ``all``."""
+        return {
+            "v": SEAL_VERSION,
+            **{k: full[k][:TAG_CHARS] for k in sealed_keys() if k in full},
+            "all": all_mac,
+        }
+
+    def seal_of(self, state: Mapping[str, Any], *, only: set[str] | None = None) -> dict[str, str]:
+        """The seal of ``state``: version, one tag per sealed key (of its MAC; ``only`` these
+        recomputed) and ``all`` over the full MACs."""
+        full = self._full_seal(state, only)
+        return self._stored(full, self._all(full))
 
     def sealed_version(self, state: Mapping[str, Any]) -> int | None:
         """The state version ``state``'s seal vouches for: 1 for a seal of the legacy form (made
@@ -169,8 +197,9 @@ class Sealer:
         if form == LEGACY_SEAL_VERSION:
             return 1
         if form == SEAL_VERSION:
-            expected = self._expected_mac("state_version", state, _RECENT.get(self._recent_key))
-        elif form == PREVIOUS_SEAL_VERSION:
+            mac = self._expected_mac("state_version", state, _RECENT.get(self._recent_key))
+            expected = mac[:TAG_CHARS]  # provisional: `tampered_keys` checks ``all`` over the rest
+        elif form in (FULL_MACS_SEAL_VERSION, PREVIOUS_SEAL_VERSION):
             expected = self._mac("state_version", state, form)
         else:
             return None
@@ -200,7 +229,7 @@ class Sealer:
                 return ["seal"]
             return [k for k in sealed_keys() if self._value(k, state)]
         form = seal.get("v")
-        if form not in (SEAL_VERSION, PREVIOUS_SEAL_VERSION, LEGACY_SEAL_VERSION):
+        if form not in (SEAL_VERSION, FULL_MACS_SEAL_VERSION, PREVIOUS_SEAL_VERSION, LEGACY_SEAL_VERSION):
             return ["seal"]
         version = self.sealed_version(state)
         covered = [
@@ -213,14 +242,20 @@ class Sealer:
             expected = {k: self._expected_mac(k, state, known) for k in covered}
             # sealing the node's update reuses these (current form only)
             self._checked = (state, {"v": SEAL_VERSION, **expected})
+            stored = {k: mac[:TAG_CHARS] for k, mac in expected.items()}
         else:
             expected = {k: self._mac(k, state, form) for k in covered}
+            stored = expected
         changed = [
             k
             for k in sealed_keys()
-            if (seal.get(k) != expected[k] if k in expected else state.get(k) is not None)
+            if (seal.get(k) != stored[k] if k in stored else state.get(k) is not None)
         ]
-        if not changed and form == SEAL_VERSION and seal.get("all") != self._all(seal):
+        if changed:
+            return changed
+        if form == SEAL_VERSION and seal.get("all") != self._all(expected):
+            return ["seal"]  # every tag matches, but the values are not the ones sealed together
+        if form == FULL_MACS_SEAL_VERSION and seal.get("all") != self._all(seal, form):
             return ["seal"]  # every MAC is genuine, but they were not sealed together
         return changed
 
@@ -229,9 +264,9 @@ class Sealer:
         update = lean_update(state, update)
         after = apply_update(state, update)
         reuse = self._checked is not None and self._checked[0] is state
-        seal = self.seal_of(after, only=set(update) if reuse else None)
-        _RECENT.put(self._recent_key, ({k: after.get(k) for k in sealed_keys()}, seal))
-        return lean_update(state, {**update, "seal": seal})
+        full = self._full_seal(after, set(update) if reuse else None)
+        _RECENT.put(self._recent_key, ({k: after.get(k) for k in sealed_keys()}, full))
+        return lean_update(state, {**update, "seal": self._stored(full, self._all(full))})
 
 
 _RECENT = RecentSeals()
@@ -239,7 +274,7 @@ _RECENT = RecentSeals()
 
 
 def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str, str]:
-    """The seal of ``state`` for ``thread_id``: version and one MAC per sealed key."""
+    """The seal of ``state`` for ``thread_id``: version, one tag per sealed key and ``all``."""
     return Sealer(keys, thread_id).seal_of(state)
 
 
@@ -256,9 +291,11 @@ def seal_update(
 
 
 __all__ = [
+    "FULL_MACS_SEAL_VERSION",
     "LEGACY_SEAL_VERSION",
     "PREVIOUS_SEAL_VERSION",
     "SEAL_VERSION",
+    "TAG_CHARS",
     "Sealer",
     "seal_of",
     "seal_update",

@@ -23,6 +23,7 @@ from toolgate.graph.server.access import audited_operation, visible, visible_ope
 from toolgate.graph.server.serving import Refusal, Reply, ViewInput
 from toolgate.policy.audit_readers import audit_scope
 from toolgate.policy.principal import Principal
+from toolgate.store.proposals import PAGE_MAX, PAGE_SIZE, InvalidCursor
 from toolgate.store.records import OperationRecord, OperationStatus, ProposalRecord
 
 STATUSES: tuple[str, ...] = get_args(OperationStatus)
@@ -132,13 +133,27 @@ def me(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
 
 
 def list_proposals(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:
-    """``GET /toolgate/proposals?status=``: the visible proposals (default: pending approval)."""
+    """``GET /toolgate/proposals?status=&limit=&after=``: one page of the visible proposals (default:
+    pending approval), oldest first, and ``next_after`` to ask for the next page (absent on the last).
+
+    A page reads at most ``limit`` proposals (`toolgate.store.proposals.PAGE_SIZE` by default,
+    at most ``PAGE_MAX``) whatever the number pending; those the caller may not see are left out of
+    it, so a page may hold fewer than ``limit`` while ``next_after`` is still set."""
     status = inp.query.get("status", "pending_approval")
     if status != "all" and status not in STATUSES:
         raise Refusal(422, "invalid_status", f"status must be 'all' or one of {', '.join(STATUSES)}")
-    rows = gw.store.proposals.list(None if status == "all" else status)
+    limit_text = inp.query.get("limit", str(PAGE_SIZE))
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= PAGE_MAX:
+        raise Refusal(422, "invalid_page", f"limit must be a whole number from 1 to {PAGE_MAX}")
+    try:
+        page = gw.store.proposals.page(
+            None if status == "all" else status, after=inp.query.get("after") or None, limit=int(limit_text)
+        )
+    except InvalidCursor as exc:
+        raise Refusal(422, "invalid_page", f"{exc}: pass the next_after of the previous page") from None
     now = gw.store.now()
-    return Reply({"proposals": [_summary(p, op, now) for p, op in rows if visible(gw, caller, p)]})
+    shown = [_summary(p, op, now) for p, op in page.rows if visible(gw, caller, p)]
+    return Reply({"proposals": shown, **({"next_after": page.next_after} if page.next_after else {})})
 
 
 def show_proposal(gw: Gateway, caller: Principal, inp: ViewInput) -> Reply:

@@ -19,7 +19,7 @@ import typer
 from toolgate import json_limits
 from toolgate.cli.common import checked_filter, invoke, open_from_env, open_store_from_env, person
 from toolgate.cli.lines import kv_line
-from toolgate.errors import ApprovalError, ConfigurationError, NotFoundError, ToolgateError
+from toolgate.errors import ApprovalError, ConfigurationError, InvalidFilter, NotFoundError, ToolgateError
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -42,6 +42,9 @@ OPERATION_STATUSES = (
 )
 """What ``proposals list --status`` accepts: `toolgate.store.records.OperationStatus` (a test keeps
 the two equal; spelt out so that parsing a command line imports no store)."""
+LIST_PAGE, LIST_PAGE_MAX = 100, 500
+"""``proposals list --limit``'s default and bound: `toolgate.store.proposals.PAGE_SIZE` and
+``PAGE_MAX`` (a test keeps them equal; spelt out for the same reason)."""
 GROUPS: dict[str, tuple[str, str]] = {
     "audit": ("toolgate.cli.audit", "Read, verify and export the audit trail."),
     "worker": ("toolgate.cli.worker", "Execute approved operations outside a graph run."),
@@ -254,13 +257,26 @@ def proposals_list(
     status: Annotated[
         str | None, typer.Option(help=f"Only proposals whose operation is in this status: {', '.join(OPERATION_STATUSES)}.")
     ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=LIST_PAGE_MAX, help="Proposals per page.")] = LIST_PAGE,
+    after: Annotated[
+        str | None, typer.Option(help="Start after this position (the next_after a previous page printed).")
+    ] = None,
 ) -> None:
-    """List proposals with their operation status (a store without any says so on stderr)."""
+    """List one page of proposals with their operation status, oldest first (a store without any says
+    so on stderr; when more follow, stderr names the ``--after`` of the next page)."""
+    from toolgate.store.proposals import InvalidCursor
+
     status = checked_filter("--status", status, OPERATION_STATUSES)
     with open_store_from_env() as store:
-        rows = store.proposals.list(status)
-    if not rows:
+        try:
+            page = store.proposals.page(status, after=after, limit=limit)
+        except InvalidCursor as exc:
+            raise InvalidFilter(f"--after: {exc} (pass the next_after a previous page printed)") from None
+    rows = page.rows
+    if not rows and after is None:
         typer.echo(f"note=no proposals{'' if status is None else ' with status ' + status}", err=True)
+    if page.next_after is not None:
+        typer.echo(kv_line(note="more proposals follow", next_after=page.next_after), err=True)
     for proposal, operation in rows:
         _kv(
             proposal=proposal.proposal_id,
