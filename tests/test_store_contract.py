@@ -325,6 +325,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         ),
         "counters.increment": lambda s: s.counters.increment("bucket", 60),
         "counters.count_hits": lambda s: s.counters.count_hits([("bucket", 60, 5)]),
+        "counters.forget_ended": lambda s: s.counters.forget_ended("bucket", 60),
         "leases.acquire": lambda s: s.leases.acquire(["k1"], "h9", 30),
         "leases.renew": lambda s: s.leases.renew(["k1"], "h1", 30),
         "leases.release": lambda s: s.leases.release(["k1"], "h1"),
@@ -1134,6 +1135,27 @@ def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first
     assert store.counters.value("t:acme", window) == 2
 
 
+def test_forget_ended_deletes_only_ended_windows_of_buckets_with_the_prefix(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = 3600
+    store.counters.increment("signin:source:a", window)
+    store.counters.increment("signin:source:a", window)
+    store.counters.increment("signin_look_alike", window)  # '_' is no wildcard here
+    store.counters.increment("pt:acme:ada:tool", window)
+    assert store.counters.forget_ended("signin:", window) == 0  # every window still running
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=window))  # the next window of the store's clock
+        store.counters.increment("signin:source:a", window)
+        assert store.counters.forget_ended("signin:", window) == 1  # the ended window of a's, only
+        assert store.counters.value("signin:source:a", window) == 1  # the running window is kept
+        assert store.counters.forget_ended("signin:", window) == 0
+    with store.transaction(write=False) as tx:
+        left = sorted((r["bucket"], r["count"]) for r in tx.execute("SELECT bucket, count FROM rate_counters"))
+    assert [b for b, _ in left].count("signin:source:a") == 1
+    assert ("signin_look_alike", 1) in left and ("pt:acme:ada:tool", 1) in left
+
+
 def test_counter_value_peeks_without_counting(store: Store) -> None:
     window = 10**9
     assert store.counters.value("t:acme", window) == 0
@@ -1857,6 +1879,7 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "counters.increment": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
     "counters.count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
     "counters.value": (test_counter_value_peeks_without_counting,),
+    "counters.forget_ended": (test_forget_ended_deletes_only_ended_windows_of_buckets_with_the_prefix,),
     "leases.acquire": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
     "leases.renew": (test_renew_resources_extends_only_the_holders_own_leases,),
     "leases.release": (test_release_resources_gives_up_only_the_holders_own_leases,),
