@@ -254,7 +254,12 @@ def test_the_worker_exports_the_span_of_the_write_it_delivers(tmp_path: Path) ->
         assert "succeeded=1" in result.stdout, result.stdout
         spans = list(receiver.spans)
     assert probe["tracer_provider"] == "TracerProvider"
-    (refund,) = [s for s in spans if s.name == "execute_tool issue_refund"]
+    # the delivery, then the thread the worker answers from the store (its resume gets the stored
+    # result: a duplicate delivery, flagged so)
+    refunds = [s for s in spans if s.name == "execute_tool issue_refund"]
+    (refund,) = [s for s in refunds if not s.attributes.get("toolgate.duplicate_delivery")]
+    assert [s.attributes.get("toolgate.duplicate_delivery") for s in refunds].count(True) == 1
+    assert "thread=t-otel-worker answered=resumed" in result.stdout, result.stdout
     assert refund.service == "toolgate-worker-test"
     assert refund.attributes["toolgate.outcome"] == "completed"
     assert refund.attributes["toolgate.tool.kind"] == "write"
