@@ -29,12 +29,9 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp import types
-from mcp.server.lowlevel import Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -49,6 +46,10 @@ from toolgate.policy.output import redacted_traceback
 from toolgate.policy.principal import Principal
 from toolgate.policy.sign_in_throttle import SignInThrottled
 from toolgate.tools.spec import ToolSpec, model_description
+
+if TYPE_CHECKING:  # the official ``mcp`` package is the ``mcp`` extra: imported where it is used
+    from mcp import types
+    from mcp.server.lowlevel import Server
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class ServeOptions:
 def mcp_tool(spec: ToolSpec, registry: Any) -> types.Tool:
     """One spec as MCP lists it: wire name, the model's description, the exported arguments schema,
     and hints saying whether it writes (a write is proposed, never run at once)."""
+    from mcp import types
+
     [definition] = registry.openai_tools([spec])
     schema = dict(definition["function"]["parameters"])
     return types.Tool(
@@ -94,6 +97,8 @@ def mcp_tool(spec: ToolSpec, registry: Any) -> types.Tool:
 
 def outcome_tool() -> types.Tool:
     """``toolgate_outcome``: the outcome of one of the caller's own proposals."""
+    from mcp import types
+
     return types.Tool(
         name=OUTCOME_TOOL,
         description=(
@@ -107,6 +112,8 @@ def outcome_tool() -> types.Tool:
 
 def result_of(answer: CallAnswer) -> types.CallToolResult:
     """An answer as an MCP result: the JSON object as structured content and as text."""
+    from mcp import types
+
     text = json.dumps(answer.payload, sort_keys=True, default=str)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
@@ -125,6 +132,8 @@ def build_server(
 ) -> Server[Any, Any]:
     """The MCP server over ``gate``. ``session_token`` gives the stdio session's token; a request
     that came over HTTP is authenticated by its own ``Authorization`` header instead."""
+    from mcp.server.lowlevel import Server
+
     server: Server[Any, Any] = Server(SERVER_NAME)
 
     async def principal() -> Principal:
@@ -237,6 +246,8 @@ class BearerRequired:
 
 def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
     """The streamable HTTP MCP endpoint at ``/mcp`` beside the approval API and console."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
     server = build_server(gate, lambda: None, options)
     sessions = StreamableHTTPSessionManager(app=server)
     review = create_app(
