@@ -308,9 +308,10 @@ class Authority:
             user_id=proposal.requester_id, tenant_id=proposal.tenant_id
         )
 
-    def expired(self, proposal: ProposalRecord) -> bool:
-        """Whether the proposal's approval window has ended, by the store's clock."""
-        return self.store.now() >= parse_iso(proposal.expires_at)
+    def expired(self, proposal: ProposalRecord, now: datetime | None = None) -> bool:
+        """Whether the proposal's approval window has ended, by the store's clock (``now``: the
+        time the calling step already read from the store; None: read it here)."""
+        return (self.store.now() if now is None else now) >= parse_iso(proposal.expires_at)
 
     def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
         """The proposal's decisions that may count: authentic records by reviewers who are still

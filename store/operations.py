@@ -17,6 +17,7 @@ from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.leases import release_in
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
 from toolgate.store.tx import Database
 
@@ -63,10 +64,12 @@ class Operations:
         owner: str | None = None,
         lease_lapsed: bool = False,
         audit: Sequence[AuditEventIn] = (),
+        release_leases: tuple[Sequence[str], str] | None = None,
     ) -> OperationRecord:
         """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
         (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
-        ``audit`` is appended in the same transaction, only when the change happened."""
+        ``audit`` is appended in the same transaction, only when the change happened; so are the
+        resource leases ``release_leases`` (keys, holder) given up (`ResourceLeases.release`)."""
         sql = "UPDATE operations SET status = ?, updated_at = ?"
         params: list[Any] = [to_status]
         if result is not None:
@@ -91,6 +94,8 @@ class Operations:
             rows = tx.execute(sql, tuple(params))
             if rows:
                 self._audit.link(tx, audit)
+                if release_leases is not None:
+                    release_in(tx, *release_leases)
             else:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
         if not rows:

@@ -1305,6 +1305,32 @@ def test_release_resources_gives_up_only_the_holders_own_leases(store: Store) ->
     assert {k: h for k, (h, _) in leases(store).items()} == {"k1": "h2"}
 
 
+def test_transition_gives_up_the_holders_leases_with_the_change_and_only_when_it_happened(
+    store: Store,
+) -> None:
+    executing(store, 1, owner="w1", lease_s=30)
+    assert store.leases.acquire(["k1", "k2"], "h1", 30) is True
+    assert store.leases.acquire(["k3"], "h2", 30) is True
+    before = snapshot(store)
+    with pytest.raises(InvalidTransitionError):  # not the owner: no change, every lease stays
+        store.operations.transition(
+            "op_test1", "executing", "succeeded", owner="w2", result={"x": 1}, release_leases=(["k1"], "h1")
+        )
+    assert snapshot(store) == before
+    done = store.operations.transition(
+        "op_test1",
+        "executing",
+        "succeeded",
+        owner="w1",
+        result={"x": 1},
+        audit=[event("operation.completed", operation_key="op_test1")],
+        release_leases=(["k2", "k1", "k3"], "h1"),  # k3 is h2's: it stays
+    )
+    assert done.status == "succeeded" and len(named(store, "operation.completed")) == 1
+    assert {k: h for k, (h, _) in leases(store).items()} == {"k3": "h2"}
+    assert store.leases.acquire(["k1", "k2"], "h9", 30) is True  # free again at once
+
+
 # ---- admission slots -----------------------------------------------------------------------
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
@@ -50,6 +51,8 @@ class ClaimedWrite:
     hold: ResourceHold
     """The leases on the operation's conflicting resources (taken before the claim), renewed with
     the claim and released once no handler thread of this delivery can still change anything."""
+    released: threading.Event = field(default_factory=threading.Event)
+    """Set once an outcome's transaction gave the resource leases up with it (nothing left to release)."""
 
     def run(
         self, arguments: dict[str, Any], ctx: HandlerContext, breaker: CircuitBreaker, access: HandlerAccess
@@ -60,7 +63,8 @@ class ClaimedWrite:
         try:
             return self._run(arguments, ctx, breaker, access)
         finally:
-            if not self.overruns.running(self.operation_key):  # else `finished_late` releases it
+            # else `finished_late` releases it; or the outcome's own transaction already did
+            if not self.overruns.running(self.operation_key) and not self.released.is_set():
                 self.hold.release()
 
     def _run(
@@ -77,7 +81,10 @@ class ClaimedWrite:
         except TimeoutError as exc:
             self.renew()  # the effect may still happen: the lease starts over before anything else
             delivery = self.finish(
-                "unknown", code="timeout", error={"kind": "timeout", "message": str(exc), "retryable": False}
+                "unknown",
+                code="timeout",
+                error={"kind": "timeout", "message": str(exc), "retryable": False},
+                ended=False,
             )
             if future is not None:  # the effect may still happen: keep the lease while the thread lives
                 self.overruns.watch(
@@ -137,9 +144,11 @@ class ClaimedWrite:
         code: str | None = None,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        ended: bool = True,
     ) -> Delivery:
         """Persist the outcome with its audit events (conditional on still owning the claim),
-        then answer."""
+        then answer. ``ended``: the handler's thread is done, so the resource leases are given up
+        in the outcome's transaction (False after a timeout: the thread may still act)."""
         word = {"succeeded": "completed"}.get(status, status)
         events = [self.auditor.event("handler.finished", word, code=code, **self.common)]
         if status == "succeeded":
@@ -152,7 +161,10 @@ class ClaimedWrite:
             error=error,
             owner=self.worker_id,
             audit=events,
+            release_leases=(self.hold.keys, self.hold.holder) if ended and self.hold.keys else None,
         )
+        if ended:
+            self.released.set()
         reason = "outcome unknown; reconcile before any retry" if status == "unknown" else ""
         return Delivery(
             operation_key=self.operation_key,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -198,12 +199,18 @@ class Executor:
 
     # ---- writes ------------------------------------------------------------------------
 
-    def expire_if_due(self, op: OperationRecord) -> OperationRecord:
-        """Move a pending or approved operation past its proposal's expiry to ``expired``."""
+    def expire_if_due(
+        self, op: OperationRecord, *, proposal: ProposalRecord | None = None, now: datetime | None = None
+    ) -> OperationRecord:
+        """Move a pending or approved operation past its proposal's expiry to ``expired``.
+
+        A step that already holds the proposal (``proposal``: the stored record of ``op``) and read
+        the store's time (``now``) passes them, so judging expiry costs no further round trip."""
         if op.status not in ("pending_approval", "approved") or op.proposal_id is None:
             return op
-        proposal = self.proposal(op.proposal_id)
-        if proposal is None or not self.judged_by.expired(proposal):
+        if proposal is None or proposal.proposal_id != op.proposal_id:
+            proposal = self.proposal(op.proposal_id)
+        if proposal is None or not self.judged_by.expired(proposal, now):
             return op
         event = self.auditor.event(
             "proposal.expired",

@@ -38,7 +38,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
     configs: list[dict[str, Any]] = []
     proposals: list[dict[str, Any]] = []
     for call_id in state.get("awaiting", []):
-        proposal = gw.store.proposals.get(calls[call_id]["proposal_id"])
+        proposal = gw.executor.proposal(calls[call_id]["proposal_id"])  # immutable: read once per process
         if proposal is None:
             continue
         actions.append(

@@ -34,12 +34,13 @@ from toolgate.graph.nodes._common import (
 )
 from toolgate.graph.nodes.batch import partition, run_batch
 from toolgate.graph.nodes.execute_calls import run_read, run_write
-from toolgate.graph.review.edits import current_proposal
+from toolgate.graph.review.edits import current_write
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.policy.authority import RecordedCall
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.records import OperationRecord
 
 
 def make_execute_node(gw: Gateway) -> Any:
@@ -50,22 +51,25 @@ def make_execute_node(gw: Gateway) -> Any:
         ctx = context_of(runtime)
         calls = state.get("calls", {})
         records: dict[str, CallRecord] = {}
+        read: dict[str, OperationRecord] = {}  # operations this step already read, by key
         for call_id in state.get("turn_calls", []):
             record = calls[call_id]
-            latest = (
-                current_proposal(gw, record["proposal_id"]) if record.get("phase") == "proposed" else None
-            )
+            found = current_write(gw, record["proposal_id"]) if record.get("phase") == "proposed" else None
+            latest = found[0] if found is not None else None
+            if found is not None and found[1] is not None:
+                read[found[1].operation_key] = found[1]
             if latest is not None and latest.proposal_id != record["proposal_id"]:
                 records[call_id] = CallRecord(
                     **{**record, "operation_key": latest.operation_key, "proposal_id": latest.proposal_id}
                 )
         turn = [records.get(c, calls[c]) for c in state.get("turn_calls", [])]
         writes = [c for c in turn if c.get("phase") == "proposed"]
+        now = gw.store.now() if writes else None  # this step's one reading of the store's clock
         if writes:
             statuses = []
             for record in writes:
-                op = gw.store.operations.get(record["operation_key"])
-                statuses.append(gw.executor.expire_if_due(op).status if op else "missing")
+                op = read.get(record["operation_key"]) or gw.store.operations.get(record["operation_key"])
+                statuses.append(gw.executor.expire_if_due(op, now=now).status if op else "missing")
             if all(s == "pending_approval" for s in statuses):
                 return {
                     "calls": records,
@@ -179,9 +183,9 @@ def make_execute_node(gw: Gateway) -> Any:
             "awaiting": [],
             "status": "running",
         }
-        if writes:
-            # a human decision restarts the task's autonomous running time
-            update["deadline_at"] = iso(gw.store.now() + timedelta(seconds=ctx.deadline_s))
+        if now is not None:
+            # a human decision restarts the task's autonomous running time (from this step's start)
+            update["deadline_at"] = iso(now + timedelta(seconds=ctx.deadline_s))
         return update
 
     return execute

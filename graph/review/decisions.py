@@ -78,7 +78,8 @@ def decide(
         # the floor: the class the release's policy gives these stored arguments; the class on
         # the proposal record (never the thread's state) applies, and may not be below it
         required = gw.policy.escalation(spec.name, spec.approval, proposal.arguments).approval
-        operation = gw.executor.expire_if_due(operation)
+        now = gw.store.now()  # this decision's one reading of the store's clock
+        operation = gw.executor.expire_if_due(operation, proposal=proposal, now=now)
         if operation.status == "expired":
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
         if operation.status != "pending_approval":
@@ -91,7 +92,6 @@ def decide(
             raise ApprovalError("original_not_rejected", f"{proposal.supersedes} it replaces is not rejected")
         if decision == "reject" and not reason.strip():
             raise ApprovalError("reason_required", "a rejection needs a reason for the requester")
-        now = gw.store.now()
         check_reviewer(
             proposal,
             required,

@@ -22,7 +22,7 @@ from toolgate.graph.waits.delegation import carry_for_wait
 from toolgate.policy.approvals import check_reviewer
 from toolgate.policy.authority import ProposedCall
 from toolgate.policy.principal import Principal
-from toolgate.store.records import ProposalRecord
+from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools.spec import ToolSpec
 
 SUPERSEDED_BY = "edited by reviewer; superseded by "
@@ -177,18 +177,25 @@ def _replacement(gw: Gateway, proposal: ProposalRecord) -> ProposalRecord | None
 
 def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     """Follow edits from ``proposal_id`` to the newest proposal that supersedes it (or itself)."""
-    current = gw.store.proposals.get(proposal_id)
+    found = current_write(gw, proposal_id)
+    return found[0] if found is not None else None
+
+
+def current_write(gw: Gateway, proposal_id: str) -> tuple[ProposalRecord, OperationRecord | None] | None:
+    """`current_proposal` with its operation as read to judge it, so a step that goes on to look
+    at that operation (the execute node) needs no second read of it."""
+    current = gw.executor.proposal(proposal_id)  # immutable: read once per process
     seen = {proposal_id}
     while current is not None:
         operation = gw.store.operations.get(current.operation_key)
         if operation is not None and operation.status not in ("pending_approval", "rejected", "expired"):
-            return current  # decided and not replaced: an edit that lost the race does not count
+            return current, operation  # decided and not replaced: an edit that lost the race does not count
         newer = _replacement(gw, current)
         if newer is None or newer.proposal_id in seen:
-            return current
+            return current, operation
         seen.add(newer.proposal_id)
         current = newer
     return None
 
 
-__all__ = ["SUPERSEDED_BY", "current_proposal", "edit_proposal"]
+__all__ = ["SUPERSEDED_BY", "current_proposal", "current_write", "edit_proposal"]

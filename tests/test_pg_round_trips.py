@@ -1,0 +1,79 @@
+"""One approved write costs a pinned number of PostgreSQL round trips (issue 31: the write path
+toward its floor). Counted, not timed: every statement or script the process sends to the server
+(each `psycopg.Cursor.execute` is one round trip on the wire) while one refund is proposed,
+approved by fiona, resumed, claimed, run and answered, on a warm process (its first write already
+delivered, as a server's would be). A change that adds a round trip to the write path fails here
+and must say why in its commit; one that removes some lowers the pinned figure."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start
+
+from toolgate.graph.context import Context
+from toolgate.graph.review.decisions import decide
+from toolgate.store import PostgresStore
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+pytestmark = pytest.mark.postgres
+
+ROUND_TRIPS_PER_APPROVED_WRITE = 78
+"""Counted on the wire, the refund's own system-of-record statements included. Before issue 31's
+second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write transactions: the resource
+leases released in a transaction of their own)."""
+WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 8
+"""Every ``BEGIN`` the write sends (the model's two turns, the rate limiter, proposal, decision,
+resource lease, claim, outcome with the lease given up)."""
+
+
+def _refund(n: int) -> dict[str, Any]:
+    return {"order_id": "O-5512", "amount_cents": 100 + n, "reason": "damaged"}
+
+
+def test_one_approved_write_makes_the_pinned_number_of_round_trips(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY)
+    try:
+        harness = Harness(store)
+        responses = []
+        for n in range(2):
+            responses += [ai("", tool_call("issue_refund", _refund(n), f"c{n}")), ai("Refunded.")]
+        app = harness.app(ScriptedChatModel(responses=responses))
+        graph = app.compiled(checkpointer=InMemorySaver())  # the saver's own work is not counted
+
+        def approved_write(thread: str) -> dict[str, Any]:
+            paused = start(graph, REFUND_REQUEST, "cust-ada", thread)
+            proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
+            decide(app.gateway, proposal["proposal_id"], principal("fiona"), "approve")
+            return graph.invoke(  # type: ignore[no-any-return]
+                Command(resume={"wake": True}),
+                {"configurable": {"thread_id": thread}},
+                context=Context(principal=principal("fiona")),
+            )
+
+        approved_write("t-warm")  # the process's first write warms what a server keeps warm
+        sent: Counter[str] = Counter()
+        execute = psycopg.Cursor.execute
+
+        def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent["round_trips"] += 1
+            sent["begins"] += str(query).startswith("BEGIN")
+            return execute(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        final = approved_write("t-counted")
+        monkeypatch.undo()
+
+        assert harness.handler_calls["issue_refund"] == 2  # both writes ran, once each
+        assert final["outcomes"]["c1"]["status"] == "completed"
+        assert sent["begins"] == WRITE_TRANSACTIONS_PER_APPROVED_WRITE
+        assert sent["round_trips"] == ROUND_TRIPS_PER_APPROVED_WRITE
+    finally:
+        store.close()
