@@ -155,8 +155,9 @@ def worker_recover(
             status=final.status if final else "missing",
         )
     settled = [*report.recovered, *(i.operation_key for i in report.reconciled), *report.redelivered]
-    with application.graph() as graph:  # the threads of what settled learn it from the store
-        _answer_threads(application, graph, settled)
+    if settled:  # the threads of what settled learn it from the store (no checkpointer opened else)
+        with application.graph() as graph:
+            _answer_threads(application, graph, settled)
     _kv(
         recovered=len(report.recovered),
         reconciled=len(report.reconciled),
