@@ -90,6 +90,8 @@ class Registry:
         """Build a registry, refusing duplicate names and any override `resolve_overrides` refuses."""
         tools: dict[str, ToolSpec] = {}
         for spec in specs:
+            if not isinstance(spec, ToolSpec):  # a release's factory returned something else
+                raise RegistryError(f"{release} lists a {type(spec).__name__} among its tools, not a ToolSpec")
             if spec.name in tools:
                 raise RegistryError(f"tool {spec.name!r} registered twice in {release}")
             tools[spec.name] = spec

@@ -106,11 +106,22 @@ class Release:
             )
 
     def registry(self, env: ReleaseEnv) -> Registry:
-        """The release's registry in one process: specs built, names checked, resolver bound."""
-        specs = self.tools(env) if callable(self.tools) else self.tools
-        resolver = self.resolver(env) if callable(self.resolver) else self.resolver
-        overrides = self.tenant_overrides(env) if callable(self.tenant_overrides) else self.tenant_overrides
-        registry = Registry.of(self.id, list(specs), resolver or NoResources(), overrides)
+        """The release's registry in one process: specs built, names checked, resolver bound.
+
+        The factories are the release's own code: whatever they raise (or a `tools` that is not a
+        collection) is a `RegistryError` naming the release, so the door that asked refuses the
+        release with ``registry_invalid`` instead of failing with the factory's exception."""
+        try:
+            specs = list(self.tools(env) if callable(self.tools) else self.tools)
+            resolver = self.resolver(env) if callable(self.resolver) else self.resolver
+            overrides = self.tenant_overrides(env) if callable(self.tenant_overrides) else self.tenant_overrides
+        except RegistryError:
+            raise
+        except (Exception, SystemExit) as exc:
+            raise RegistryError(
+                f"release {self.id}'s tool factories raised {type(exc).__name__}: {exc}"
+            ) from exc
+        registry = Registry.of(self.id, specs, resolver or NoResources(), overrides)
         check_escalations(self.policy.escalations, {n: s.approval for n, s in registry.tools.items()})
         check_tool_choice(self.tool_choice, registry.tools, self.id)
         return registry

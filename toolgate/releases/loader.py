@@ -9,7 +9,9 @@ Three forms, tried in this order:
   toolgate's demo among them, offer their releases by id (``ops-tools/1.1.0``).
 
 The CLI, the LangGraph server and the worker all call `load_release`; nothing else imports a
-release by name.
+release by name. A release is code loaded into the gateway, so whatever its import or its factory
+raises (a `SystemExit` included) or returns becomes a `RegistryError` naming the reference: the
+door that asked for it refuses with ``registry_invalid``, never crashes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ def load_release(reference: str) -> Release:
     reference = reference.strip()
     if not reference:
         raise UnknownReleaseError(reference, registered_releases())
+    try:
+        release = _target_release(reference)
+    except RegistryError:
+        raise
+    except (Exception, SystemExit) as exc:  # the release's own code failed: contain it, name it
+        raise RegistryError(
+            f"release {reference!r} could not be loaded: its code raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(release, Release):
+        raise RegistryError(f"{reference!r} is a {type(release).__name__}, not a toolgate Release")
+    return release
+
+
+def _target_release(reference: str) -> object:
+    """What ``reference`` names, its factory called: a `Release` unless the reference is wrong."""
     module_part, colon, attribute = reference.rpartition(":")
     if colon and attribute.isidentifier() and module_part:
         target = getattr(_import(module_part, reference), attribute, None)
@@ -41,10 +58,7 @@ def load_release(reference: str) -> Release:
         if not found:
             raise UnknownReleaseError(reference, registered_releases())
         target = found[0].load()
-    release = target() if callable(target) and not isinstance(target, Release) else target
-    if not isinstance(release, Release):
-        raise RegistryError(f"{reference!r} is a {type(release).__name__}, not a toolgate Release")
-    return release
+    return target() if callable(target) and not isinstance(target, Release) else target
 
 
 def registered_releases() -> list[str]:
@@ -60,7 +74,7 @@ def _import(module_part: str, reference: str) -> object:
     except ModuleNotFoundError as exc:
         if exc.name and module_part.startswith(exc.name):
             raise UnknownReleaseError(reference, registered_releases()) from exc
-        raise  # the release's own code imports something missing: show that, not "unknown"
+        raise  # the release's own code imports something missing: named by `load_release`
 
 
 def _import_file(path: Path, reference: str) -> object:
