@@ -11,7 +11,7 @@ that moment:
 
 | rule (method) | `at_dispatch` | `at_execute` | `before_claim` |
 | --- | --- | --- | --- |
-| who acts (`acting_principal`; `requester`) | thread's principal | thread's principal | requester, re-read |
+| who acts (`acting_principal`; the requester, re-read) | thread's principal | thread's principal | ``requester_inactive`` |
 | tool in this release (`tool`) | ``unknown_tool`` | ``state_mismatch`` | ``tool_not_in_release`` |
 | visibility: scopes, roles, tenant (`visibility`) | ``unauthorized`` | reads | - |
 | retirement (`retirement`) | ``tool_deprecated`` | - | - |
@@ -44,7 +44,8 @@ Why each rule runs where it does:
 - **Before the claim** of an approved write, the approval is judged again from the store alone:
   the proposal row (its MAC, its digest, its pin to release and handler revision, its approval
   class), the decisions that still count (an approver revoked, moved out of the tenant or
-  stripped of the role since no longer counts), and the requester's hold on every resource (an
+  stripped of the role since no longer counts), the requester (revoked, disabled or moved out of
+  the tenant since: the write does not run), and the requester's hold on every resource (an
   order that changed hands since approval is not touched). Visibility and business policy were
   judged when the proposal was made, and the reviewers approved exactly that. An approval past
   its expiry is not refused but moved to ``expired`` by the executor (`expired`, on the store's
@@ -95,6 +96,7 @@ DELIVERY_REFUSED = "delivery.refused"
 """The event of a delivery refused because its tool or proposal is gone (audited once)."""
 TOOL_NOT_IN_RELEASE = "tool_not_in_release"
 PROPOSAL_MISSING = "proposal_missing"
+REQUESTER_INACTIVE = "requester_inactive"
 
 
 # ---- values ------------------------------------------------------------------------------
@@ -301,13 +303,6 @@ class Authority:
             return decision.rejection
         return None
 
-    def requester(self, proposal: ProposalRecord) -> Principal:
-        """The proposal's requester as the directory knows them now: with their current staff
-        roles while active, with none once revoked or moved (ownership then needs their own)."""
-        return self.directory.active(proposal.requester_id, proposal.tenant_id) or Principal(
-            user_id=proposal.requester_id, tenant_id=proposal.tenant_id
-        )
-
     def expired(self, proposal: ProposalRecord, now: datetime | None = None) -> bool:
         """Whether the proposal's approval window has ended, by the store's clock (``now``: the
         time the calling step already read from the store; None: read it here)."""
@@ -513,7 +508,13 @@ class Authority:
         if verdict.status != "approved":
             refused = self._refused(op, "approval_invalid", verdict.reason)
             return ClaimRefusal(refused.code, verdict.reason)
-        refusal = self.ownership(spec, self.requester(proposal), proposal.arguments)
+        requester = self.directory.active(proposal.requester_id, proposal.tenant_id)
+        if requester is None:
+            # the write runs on its requester's authority as much as on its reviewers': once they
+            # are revoked, disabled or moved out of the tenant (or their record does not verify),
+            # it does not run, as an edit of their proposal is refused (`graph.review.edits`)
+            return self._refused(op, REQUESTER_INACTIVE, "the requester is no longer an active identity")
+        refusal = self.ownership(spec, requester, proposal.arguments)
         if refusal is None:
             return None
         if not self.store.read_only:

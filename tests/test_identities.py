@@ -175,6 +175,29 @@ def test_a_forged_approval_row_never_executes_and_verification_names_it(harness:
     assert verify_records(harness.store).forged_approvals == ["apr_forged"]
 
 
+@pytest.mark.parametrize("change", ["revoked", "moved_with_database_access_alone"])
+def test_an_approved_write_whose_requester_lost_their_identity_never_runs(harness: Harness, change: str) -> None:
+    """The write runs on its requester's authority as much as on its reviewers': revoked since
+    the approval, or their record changed without the store's secret (it no longer verifies), the
+    write is refused ``requester_inactive`` before any claim, audited, and stays approved."""
+    proposal = pending_refund(harness, f"t-requester-{change}")
+    gw = harness.gateway()
+    assert decide(gw, proposal["proposal_id"], principal("fiona"), "approve").operation.status == "approved"
+    if change == "revoked":
+        directory(harness).revoke("cust-ada", by=principal("ivy"))
+    else:  # the requester "moved" to another tenant by a row edit: the MAC no longer verifies
+        raw(harness.store, "UPDATE identities SET tenant_id = 'globex' WHERE user_id = 'cust-ada'")
+    delivery = gw.executor.deliver(proposal["operation_key"], worker_id="w")
+    assert delivery.claim == "NOT_ATTEMPTED" and delivery.reason.startswith("requester_inactive: ")
+    assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
+    assert harness.store.operations.get(proposal["operation_key"]).status == "approved"  # type: ignore[union-attr]
+    refusals = [
+        e for e in harness.store.audit.events(operation_key=proposal["operation_key"])
+        if e.event == "approval.refused_at_execution"
+    ]
+    assert [e.code for e in refusals] == ["requester_inactive"]
+
+
 def test_a_revoked_reviewers_pending_approval_stops_counting(harness: Harness) -> None:
     proposal = pending_refund(harness, "t-revoked")
     gw = harness.gateway()

@@ -236,6 +236,11 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_identities.py",
         ),
         _Row(
+            "requester_inactive", "delivery", False,
+            "The approved write's requester is no longer an active identity of its tenant; it does not run.",
+            "tests/test_identities.py",
+        ),
+        _Row(
             "reviewer_role_removed", "delivery", False,
             "An approving reviewer no longer holds the role they approved with; the decision is dropped.",
             "tests/test_red_team_decisions.py",
