@@ -140,6 +140,8 @@ class HostileRelease:
             self.started.set()  # after the effect: a shutdown test then knows there is one to find
             if self.write == "then_aborts":
                 raise OwnAbort(PLANTED)
+            if self.write == "then_times_out":  # the downstream's own timeout, after the effect
+                raise ToolExecutionError("timeout", "payments gateway timed out after 30 s", retryable=True)
             if self.write == "then_breaks_contract":
                 return {"refund_id": 12, "planted": PLANTED}
             if self.write == "then_waits":
@@ -406,3 +408,30 @@ def test_a_shutdown_during_a_write_leaves_it_unknown_and_reconcilable_at_once(
     settled = reconcile(gateway.executor, key, delays=(0.0,), sleep=lambda _: None)
     assert settled.status == "succeeded"  # the status check found the one refund
     assert harness.refunds("O-5512") >= 1 and hostile.write_calls == ["then_waits"]
+
+
+def test_a_write_whose_downstream_timed_out_is_unknown_reconciled_and_never_run_again(
+    hostile: HostileRelease,
+) -> None:
+    """A write handler's own classified ``timeout`` (its downstream did not answer in time, so
+    the effect may have happened) leaves the outcome ``unknown``, never ``failed`` (which would
+    invite a second effect), and the status check settles it: here at once, by execute's own
+    reconciliation. Before, it was recorded ``failed`` and never reconciled."""
+    store, harness = hostile.harness.store, hostile.harness
+    graph, proposal = hostile.propose_refund("t-downstream-timeout", 1700)
+    decide(hostile.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+    hostile.write = "then_times_out"
+    before = harness.refunds()
+    state = hostile.resume(graph, "t-downstream-timeout")
+
+    key = proposal["operation_key"]
+    trail = [(e.event, e.code) for e in store.audit.events(operation_key=key)]
+    assert trail[-2:] == [("handler.finished", "timeout"), ("operation.reconciled", None)]
+    op = store.operations.get(key)
+    assert op is not None and op.status == "succeeded"
+    assert _answers(state)["c-t-downstream-timeout"]["status"] == "completed"
+    assert harness.refunds() == before + 1 and hostile.write_calls == ["then_times_out"]
+
+    again = hostile.gateway().executor.deliver(key, worker_id="w2")
+    assert again.duplicate and again.claim == "NOT_ATTEMPTED"
+    assert harness.refunds() == before + 1 and hostile.write_calls == ["then_times_out"]  # never again

@@ -99,10 +99,17 @@ class ClaimedWrite:
             audit_denial(self.auditor, exc, ctx, spec.name, access, **self.common)  # a refused capability
             audit_drift(self.auditor, exc, ctx, spec.name, **self.common)  # a remote tool changed
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
+            # a downstream that timed out may still have made the effect: unknown (reconciled by
+            # the operation key, never retried), as when the gateway's own timeout fires above
+            status = "unknown" if reported.kind == "timeout" else "failed"
             return self.finish(
-                "failed",
+                status,
                 code=reported.kind,
-                error={"kind": reported.kind, "message": reported.message, "retryable": reported.retryable},
+                error={
+                    "kind": reported.kind,
+                    "message": reported.message,
+                    "retryable": reported.retryable and status == "failed",
+                },
             )
         except Exception as exc:
             # An unclassified handler crash may have had an effect: unknown, never failed.
