@@ -101,7 +101,7 @@ class ClaimedWrite:
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
             # a downstream that timed out may still have made the effect: unknown (reconciled by
             # the operation key, never retried), as when the gateway's own timeout fires above
-            status = "unknown" if reported.kind == "timeout" else "failed"
+            status: OperationStatus = "unknown" if reported.kind == "timeout" else "failed"
             return self.finish(
                 status,
                 code=reported.kind,
