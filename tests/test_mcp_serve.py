@@ -376,6 +376,54 @@ def test_an_http_session_without_a_valid_token_is_refused_401_and_audited(
     assert [e.code for e in _events(data_dir, "identity.refused")[before:]] == [code, code]
 
 
+@pytest.mark.parametrize("path", ["/mcp", "/console", "/toolgate/me"])
+def test_a_request_naming_another_host_is_refused_421_before_anything_reads_it_and_audited(
+    http_url: str, data_dir: Path, path: str
+) -> None:
+    """DNS rebinding: a page of another site whose name now resolves to this server sends its own
+    name as ``Host``. The whole server (``/mcp``, the console, the approval API) refuses it, a
+    valid token included, and counts it like a failed sign-in from that address."""
+    before = len(_events(data_dir, "identity.refused"))
+    port = http_url.rsplit(":", 1)[1]
+    response = httpx.post(
+        f"{http_url}{path}",
+        headers={
+            "Host": f"rebound.example:{port}",
+            "Authorization": f"Bearer {demo_token('sam')}",
+            "Accept": "application/json, text/event-stream",
+        },
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+    )
+    assert response.status_code == 421 and response.json()["error"] == "host_not_allowed"
+    refused = _events(data_dir, "identity.refused")[before:]
+    assert [e.code for e in refused] == ["host_not_allowed"] and refused[0].detail["source"] == "127.0.0.1"
+    for name in (f"localhost:{port}", f"127.0.0.1:{port}"):  # its own names still answer
+        assert httpx.get(f"{http_url}/console", headers={"Host": name}).status_code == 200
+
+
+def test_allowed_hosts_default_to_loopback_or_the_bound_address_and_every_address_needs_names() -> None:
+    from toolgate.errors import ConfigurationError
+    from toolgate.graph.mcp.server import LOOPBACK_NAMES, allowed_hosts, host_name
+
+    assert allowed_hosts("127.0.0.1") == LOOPBACK_NAMES == allowed_hosts("localhost")
+    assert allowed_hosts("10.1.2.3") == {"10.1.2.3"}
+    assert allowed_hosts("0.0.0.0", ["Gate.Example.com", " "]) == {"gate.example.com"}
+    for everywhere in ("0.0.0.0", "::"):
+        with pytest.raises(ConfigurationError, match="--allowed-host"):
+            allowed_hosts(everywhere)
+    assert [host_name(h) for h in ("[::1]:8080", "a.example:80", "a.example", "A.EXAMPLE:x", "[::1")] == [
+        "::1", "a.example", "a.example", "a.example:x", "[::1",
+    ]
+
+
+def test_serving_on_every_address_without_host_names_is_refused_before_anything_opens(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    env = cli_env(tmp_path / "data")
+    refused = toolgate(["mcp", "serve", "--port", str(free_port()), "--host", "0.0.0.0"], env, check=False)
+    assert refused.returncode == 2 and "--allowed-host" in refused.stderr, refused.stderr
+    assert not (tmp_path / "data" / "toolgate.sqlite").exists()
+
+
 def test_http_write_answers_its_proposal_at_once_and_runs_once_approved_in_the_console_api(
     data_dir: Path,
 ) -> None:

@@ -536,6 +536,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_server_auth.py",
         ),
         _Row(
+            "host_not_allowed", "auth", False,
+            "An HTTP request to `toolgate mcp serve` names a host the server does not answer to (DNS "
+            "rebinding): refused 421 before anything reads it, counted like a failed sign-in.",
+            "tests/test_mcp_serve.py",
+        ),
+        _Row(
             "thread_owner", "auth", False,
             "The thread belongs to another principal.",
             "tests/test_hitl.py",

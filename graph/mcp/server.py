@@ -27,18 +27,19 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolgate.errors import IdentityError, ToolgateError
+from toolgate.errors import ConfigurationError, IdentityError, ToolgateError
 from toolgate.graph.mcp.calls import OUTCOME_TOOL, REQUEST_ID_META, CallAnswer, McpGate
 from toolgate.graph.server.http import create_app
 from toolgate.graph.server.serving import retry_after_header
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "toolgate"
 POLL_S = 0.5
 """How often a call waiting for a reviewer looks at the proposal's status (and reports progress)."""
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+"""The names an HTTP server on loopback answers to unless the operator names others."""
+HOST_NOT_ALLOWED = "host_not_allowed"
 OUTCOME_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"proposal_id": {"type": "string", "description": "The id a proposed call answered."}},
@@ -68,6 +72,8 @@ OUTCOME_SCHEMA: dict[str, Any] = {
 class ServeOptions:
     """How the operator runs the server."""
 
+    allowed_hosts: frozenset[str] = LOOPBACK_NAMES
+    """HTTP: the host names a request's ``Host`` header may name (`allowed_hosts`)."""
     wait_for_approval: bool = False
     """A write's call waits (with progress notifications) until a reviewer decides; else it
     answers with its proposal at once."""
@@ -196,6 +202,65 @@ async def _waited(
     return await anyio.to_thread.run_sync(gate.outcome, who, proposal_id)
 
 
+def allowed_hosts(bind_host: str, named: Sequence[str] = ()) -> frozenset[str]:
+    """The host names an HTTP server listening on ``bind_host`` answers to: those the operator
+    ``named`` (``--allowed-host``), else the loopback names when it listens on loopback, else the
+    address it listens on. A server on every address (``0.0.0.0``, ``::``) must be told its names:
+    a page on another site that resolves its own name to this server (DNS rebinding) must not
+    reach the approval API or ``/mcp``, whatever the browser then sends."""
+    if named:
+        return frozenset(name.strip().lower().strip("[]") for name in named if name.strip())
+    host = bind_host.strip().lower().strip("[]")
+    if host in LOOPBACK_NAMES:
+        return LOOPBACK_NAMES
+    if host in ("0.0.0.0", "::", ""):
+        raise ConfigurationError(
+            f"--host {bind_host} listens on every address: name the host names clients use to reach"
+            " this server with --allowed-host (once per name)"
+        )
+    return frozenset({host})
+
+
+def host_name(header: str) -> str:
+    """The host name of a ``Host`` header, without its port (``[::1]:8080`` is ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    name, colon, port = header.rpartition(":")
+    return name if colon and port.isdigit() else header
+
+
+class HostAllowed:
+    """ASGI middleware over the whole HTTP server (``/mcp``, the approval API, the console): a
+    request whose ``Host`` names none of the server's names is refused ``421 host_not_allowed``
+    before anything reads it, counted and audited like a failed sign-in from its address (the
+    sign-in throttle's counted rows, so a flood writes a bounded number of them)."""
+
+    def __init__(self, app: ASGIApp, gate: McpGate, hosts: frozenset[str]) -> None:
+        self.app, self.gate, self.hosts = app, gate, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            request = Request(scope)
+            named = host_name(request.headers.get("host", ""))
+            if named not in self.hosts:
+                refused = IdentityError("this server does not answer to that host name", code=HOST_NOT_ALLOWED)
+                await anyio.to_thread.run_sync(self._refused, client_address(request))
+                response = JSONResponse(
+                    {"error": refused.code, "message": str(refused)},
+                    status_code=421,
+                    headers={"Cache-Control": "no-store"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _refused(self, source: str | None) -> None:
+        self.gate.app.gateway.directory.throttle.failed(
+            HOST_NOT_ALLOWED, source=source or "unknown", identity=None, user_id=""
+        )
+
+
 def bearer(request: Request) -> str | None:
     """The bearer token of ``request``, if it sent one."""
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
@@ -263,7 +328,11 @@ def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
             yield
 
     routes = [Route("/mcp", endpoint=BearerRequired(endpoint, gate)), *review.routes]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(HostAllowed, gate=gate, hosts=options.allowed_hosts)],
+    )
 
 
 def _waker(gate: McpGate) -> Callable[[str], Awaitable[bool]]:
@@ -296,14 +365,19 @@ async def serve_stdio(gate: McpGate, token: str | None, options: ServeOptions) -
 
 
 __all__ = [
+    "HOST_NOT_ALLOWED",
+    "LOOPBACK_NAMES",
     "OUTCOME_SCHEMA",
     "POLL_S",
     "SERVER_NAME",
     "BearerRequired",
+    "HostAllowed",
     "ServeOptions",
+    "allowed_hosts",
     "bearer",
     "build_server",
     "client_address",
+    "host_name",
     "http_app",
     "mcp_tool",
     "outcome_tool",

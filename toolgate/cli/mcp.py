@@ -62,6 +62,14 @@ def serve(
         int | None, typer.Option(help="Serve streamable HTTP on this port (at /mcp); default: stdio.")
     ] = None,
     host: Annotated[str, typer.Option(help="Address the HTTP server listens on.")] = "127.0.0.1",
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="HTTP: a host name clients reach this server by (repeat; default: the --host"
+            " address, or the loopback names on loopback). Other Host headers are refused 421.",
+        ),
+    ] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(
@@ -92,10 +100,11 @@ def serve(
     import anyio
 
     from toolgate.graph.mcp.calls import McpGate, ReviewPlaces
-    from toolgate.graph.mcp.server import ServeOptions, http_app, serve_stdio
+    from toolgate.graph.mcp.server import ServeOptions, allowed_hosts, http_app, serve_stdio
 
+    hosts = allowed_hosts(host, allowed_host or ())  # refused before anything opens
     application = _open(upstream, policy_file)
-    options = ServeOptions(wait_for_approval=wait_for_approval)
+    options = ServeOptions(allowed_hosts=hosts, wait_for_approval=wait_for_approval)
     base = review_url or (f"http://{host}:{port}" if port is not None else None)
     with application.graph() as graph:
         gate = McpGate(application, graph, review=ReviewPlaces(base_url=base))
