@@ -211,3 +211,78 @@ def test_the_http_api_answers_429_with_retry_after_and_writes_no_row_past_the_li
     assert right.json()["error"] == "sign_in_throttled"
     assert int(right.headers["retry-after"]) > 0
     assert [counts for _, counts in refusals(store)] == [{"source": n} for n in range(1, PER_SOURCE + 1)]
+
+
+def test_behind_a_trusted_proxy_each_client_is_counted_apart_and_nobody_else_can_name_an_address(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a reverse proxy every connection comes from the proxy: counted per connection, one
+    guesser would throttle every user. With the proxy named (``TOOLGATE_TRUSTED_PROXIES``) a
+    guesser is counted per the address the proxy appended to ``X-Forwarded-For``, whatever they
+    wrote into the header themselves, and another client behind the same proxy still signs in.
+    A connection from anywhere else is counted per its own address, its header ignored."""
+    from toolgate.graph.server import http
+
+    gw = Harness(store).gateway()
+    proxy = ("10.0.0.7", 41000)
+    monkeypatch.setenv("TOOLGATE_TRUSTED_PROXIES", "10.0.0.0/24")
+    with TestClient(http.create_app(lambda: gw, waker_interval_s=None), client=proxy) as client:
+        for guess in range(PER_SOURCE):  # the guesser rotates what it claims; the proxy appends the truth
+            spoofed = f"198.51.100.{guess}, 203.0.113.9"
+            client.get(
+                "/toolgate/me",
+                headers={"Authorization": f"Bearer tg_guess_{guess}", "X-Forwarded-For": spoofed},
+            )
+        guesser = client.get(
+            "/toolgate/me",
+            headers={"Authorization": f"Bearer {demo_token('fiona')}", "X-Forwarded-For": "203.0.113.9"},
+        )
+        other = client.get(
+            "/toolgate/me",
+            headers={"Authorization": f"Bearer {demo_token('fiona')}", "X-Forwarded-For": "203.0.113.50"},
+        )
+    assert guesser.status_code == 429 and guesser.json()["error"] == "sign_in_throttled"
+    assert other.status_code == 200, other.text
+    sources = {e.detail.get("source") for e in store.audit.events() if e.event == "identity.refused"}
+    assert sources == {"203.0.113.9"}
+
+    with TestClient(http.create_app(lambda: gw, waker_interval_s=None), client=("192.0.2.1", 5)) as direct:
+        for guess in range(PER_SOURCE):  # not a proxy: its header names nobody
+            direct.get(
+                "/toolgate/me",
+                headers={"Authorization": f"Bearer tg_x_{guess}", "X-Forwarded-For": f"198.51.100.{guess}"},
+            )
+        still = direct.get(
+            "/toolgate/me",
+            headers={"Authorization": f"Bearer {demo_token('fiona')}", "X-Forwarded-For": "203.0.113.77"},
+        )
+    assert still.status_code == 429
+
+
+def test_the_forwarded_source_is_the_right_most_untrusted_hop() -> None:
+    from ipaddress import ip_network
+
+    from toolgate.graph.server.client_address import client_address, forwarded_source
+
+    proxies = (ip_network("10.0.0.0/8"), ip_network("fd00::/8"))
+    assert forwarded_source("10.1.1.1", ["1.1.1.1, 2.2.2.2"], proxies) == "2.2.2.2"
+    assert forwarded_source("10.1.1.1", ["1.1.1.1", "2.2.2.2, 10.9.9.9"], proxies) == "2.2.2.2"  # two proxies
+    assert forwarded_source("10.1.1.1", ["10.2.2.2, 10.3.3.3"], proxies) == "10.2.2.2"  # all trusted
+    assert forwarded_source("10.1.1.1", ["1.1.1.1, not-an-address"], proxies) == "10.1.1.1"
+    assert forwarded_source("10.1.1.1", [], proxies) == "10.1.1.1"
+    assert forwarded_source("[fd00::1]", ["2001:db8::5"], proxies) == "2001:db8::5"
+    assert forwarded_source("192.0.2.1", ["2.2.2.2"], proxies) == "192.0.2.1"  # not a proxy
+    assert forwarded_source("10.1.1.1", ["2.2.2.2"], ()) == "10.1.1.1"  # no proxies named
+    assert forwarded_source(None, ["2.2.2.2"], proxies) is None
+    scope = {"client": ("10.0.0.1", 1), "headers": [(b"x-forwarded-for", b"2.2.2.2")]}
+    assert client_address(scope) == "10.0.0.1"  # the setting is unset in this test
+
+
+def test_a_trusted_proxy_setting_that_is_not_an_address_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolgate.settings import InvalidSetting, setting
+
+    monkeypatch.setenv("TOOLGATE_TRUSTED_PROXIES", "10.0.0.7,proxy.internal")
+    with pytest.raises(InvalidSetting, match="TOOLGATE_TRUSTED_PROXIES"):
+        setting("trusted_proxies")
+    monkeypatch.setenv("TOOLGATE_TRUSTED_PROXIES", "10.0.0.7, 192.168.0.0/16")
+    assert setting("trusted_proxies") == ("10.0.0.7", "192.168.0.0/16")

@@ -15,6 +15,7 @@ Test and benchmark harness variables (``TOOLGATE_TEST_PG_URL``, ``TOOLGATE_BENCH
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,6 +76,12 @@ def _long_enough(value: SecretStr) -> SecretStr:
     return value
 
 
+def _networks(value: tuple[str, ...]) -> tuple[str, ...]:
+    for part in value:
+        ipaddress.ip_network(part, strict=False)  # ValueError: not an address or a range
+    return tuple(p for p in value if p)
+
+
 def _thinking_budget(value: int) -> int:
     if value != 0 and value < MIN_THINKING_TOKENS:
         raise ValueError("below the provider's minimum")
@@ -102,6 +109,12 @@ Delays = Annotated[
     Form("comma-separated numbers of seconds >= 0, e.g. 1,2,4,8,16"),
 ]
 Switch = Annotated[bool, BeforeValidator(_strip), Form("1 or 0")]
+Networks = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_split_commas),
+    AfterValidator(_networks),
+    Form("comma-separated addresses or ranges, e.g. 10.0.0.7,192.168.0.0/16"),
+]
 ModelName = Annotated[
     str, AfterValidator(_model_name), Form("'offline' or 'provider:model', e.g. 'openai:gpt-4.1-mini'")
 ]
@@ -185,6 +198,9 @@ class EnvSettings(BaseModel):
     """Failed sign-ins a minute from one address before it is throttled (`toolgate.policy.sign_in_throttle`)."""
     sign_in_failures_per_person: Count = 10
     """Failed sign-ins a minute for one person named on the CLI before they are throttled."""
+    trusted_proxies: Networks = ()
+    """Reverse proxies whose ``X-Forwarded-For`` names the client (`toolgate.graph.server.client_address`);
+    none: a request's address is its connection's, whatever it sends."""
     max_concurrent_model_requests: Count = 16
     """Model requests in flight at once in this process; past it (after ``admission_wait_s``) a
     run ends ``overloaded`` with a ``retry_after_s``, its checkpoint intact."""

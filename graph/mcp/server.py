@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolgate.errors import ConfigurationError, IdentityError, ToolgateError
 from toolgate.graph.mcp.calls import OUTCOME_TOOL, REQUEST_ID_META, CallAnswer, McpGate
+from toolgate.graph.server.client_address import client_address
 from toolgate.graph.server.http import create_app
 from toolgate.graph.server.serving import retry_after_header
 from toolgate.policy.output import redacted_traceback
@@ -145,7 +146,7 @@ def build_server(
     async def principal() -> Principal:
         request = server.request_context.request
         if isinstance(request, Request):
-            found, source = bearer(request), client_address(request)
+            found, source = bearer(request), client_address(request.scope)
         else:
             found, source = session_token(), None
         return await anyio.to_thread.run_sync(gate.authenticate, found, source)
@@ -245,7 +246,7 @@ class HostAllowed:
             named = host_name(request.headers.get("host", ""))
             if named not in self.hosts:
                 refused = IdentityError("this server does not answer to that host name", code=HOST_NOT_ALLOWED)
-                await anyio.to_thread.run_sync(self._refused, client_address(request))
+                await anyio.to_thread.run_sync(self._refused, client_address(request.scope))
                 response = JSONResponse(
                     {"error": refused.code, "message": str(refused)},
                     status_code=421,
@@ -267,9 +268,6 @@ def bearer(request: Request) -> str | None:
     return value.strip() or None if scheme.lower() == "bearer" else None
 
 
-def client_address(request: Request) -> str | None:
-    """The address failed sign-ins are counted against (`toolgate.policy.sign_in_throttle`)."""
-    return request.client.host if request.client else None
 
 
 class BearerRequired:
@@ -285,7 +283,7 @@ class BearerRequired:
             request = Request(scope)
             try:
                 await anyio.to_thread.run_sync(
-                    self.gate.authenticate, bearer(request), client_address(request)
+                    self.gate.authenticate, bearer(request), client_address(request.scope)
                 )
             except SignInThrottled as exc:
                 response = JSONResponse(
@@ -376,7 +374,6 @@ __all__ = [
     "allowed_hosts",
     "bearer",
     "build_server",
-    "client_address",
     "host_name",
     "http_app",
     "mcp_tool",

@@ -31,6 +31,7 @@ from typing import Any
 from langgraph_sdk import Auth
 
 from toolgate.errors import IdentityError
+from toolgate.graph.server.client_address import client_address
 from toolgate.graph.server.process import server_parts
 
 auth = Auth()
@@ -82,8 +83,7 @@ async def authenticate(
     if not (authorization or "").strip() and api_key:
         scheme, token = "bearer", api_key
     directory = server_parts().gateway.directory
-    client = scope.get("client")  # (host, port) of the connection, HTTP or WebSocket
-    source = str(client[0]) if client else None
+    source = client_address(scope)  # the connection's, or a trusted proxy's client
     try:
         if scheme.lower() != "bearer" or not token.strip():
             # counted like a wrong token (an empty header is a guess too)

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from toolgate import json_limits
 from toolgate.errors import ConfigurationError, IdentityError, NotFoundError, RegistryError
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.server.client_address import client_address
 from toolgate.graph.worker.waker import wake_quietly
 from toolgate.policy.admission import Overloaded
 from toolgate.policy.output import redacted_traceback
@@ -200,7 +201,7 @@ async def serve(
             reviewing=reviewing,
         )
         gw = await run_in_threadpool(gateway)
-        source = request.client.host if request.client else None
+        source = client_address(request.scope)
         reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp, source)
     except Refusal as exc:
         return _error(exc.status, exc.code, str(exc), **exc.extra)
