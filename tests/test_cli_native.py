@@ -273,3 +273,48 @@ def test_every_error_line_carries_the_error_s_code(error: ToolgateError, code: s
     line = error_line(error)
     assert line == f"error={code} message={json.dumps(str(error))}"
     assert type(error).__name__ not in line.split(" message=")[0]
+
+
+@pytest.mark.parametrize("ending", ["returns", "refused", "exits", "crashes"])
+def test_every_app_a_command_opened_is_closed_however_the_command_ends(
+    monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """`closed_at_exit` handed the app to click's current context, which Typer 0.29's vendored
+    click never made current for ours: no command ever closed its app (its store's connections
+    went back only at the process's exit). `main` now closes them itself."""
+    from toolgate.cli import app as cli_app
+    from toolgate.cli import common
+    from toolgate.errors import NotFoundError
+
+    closed: list[str] = []
+
+    class Opened:
+        def __init__(self, name: str, fails: bool = False) -> None:
+            self.name, self.fails = name, fails
+
+        def close(self) -> None:
+            closed.append(self.name)
+            if self.fails:
+                raise RuntimeError("a close that fails does not stop the others")
+
+    class Command:
+        def main(self, args: list[str], standalone_mode: bool) -> None:
+            common.closed_at_exit(Opened("first"))  # type: ignore[arg-type]
+            common.closed_at_exit(Opened("second", fails=True))  # type: ignore[arg-type]
+            if ending == "refused":
+                raise NotFoundError("nothing here")
+            if ending == "exits":
+                raise SystemExit(75)
+            if ending == "crashes":
+                raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli_app, "command_line", lambda args: Command())
+    monkeypatch.setattr(sys, "argv", ["toolgate", "--version"])  # no settings read
+    raised: BaseException | None = None
+    try:
+        cli_app.main()
+    except BaseException as exc:  # noqa: BLE001 - each ending's own exception is checked below
+        raised = exc
+    assert closed == ["second", "first"] and not common._opened
+    expected = {"returns": None, "refused": SystemExit, "exits": SystemExit, "crashes": RuntimeError}[ending]
+    assert (type(raised) if raised else None) is expected

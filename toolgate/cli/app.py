@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from toolgate import json_limits
-from toolgate.cli.common import checked_filter, invoke, open_from_env, open_store_from_env, person
+from toolgate.cli.common import (
+    checked_filter,
+    close_opened,
+    invoke,
+    open_from_env,
+    open_store_from_env,
+    person,
+)
 from toolgate.cli.lines import kv_line
 from toolgate.errors import ApprovalError, ConfigurationError, InvalidFilter, NotFoundError, ToolgateError
 
@@ -439,6 +446,8 @@ def main() -> None:
     except ToolgateError as exc:
         typer.echo(error_line(exc), err=True)
         raise SystemExit(2) from None
+    finally:
+        close_opened()  # the apps the command opened (`closed_at_exit`), however it ended
 
 
 def error_line(exc: ToolgateError) -> str:

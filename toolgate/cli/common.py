@@ -11,7 +11,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 
 from toolgate.cli.lines import kv_line
@@ -59,13 +58,26 @@ def open_store_from_env() -> Iterator[Store]:
         store.close()
 
 
+_opened: list[App] = []
+"""Apps the running command opened, closed by `close_opened` when it ends."""
+
+
 def closed_at_exit(application: App) -> App:
-    """``application``, closed when the running command ends (whatever way it ends), so its
-    store's connections are given back by the command, not only by the process's exit."""
-    context = click.get_current_context(silent=True)
-    if context is not None:
-        context.call_on_close(application.close)
+    """``application``, closed when the running command ends (whatever way it ends: `main` calls
+    `close_opened`), so its store's connections are given back by the command, not only by the
+    process's exit. (It was handed to click's context, which Typer 0.29's vendored click never
+    had current here: nothing was ever closed.)"""
+    _opened.append(application)
     return application
+
+
+def close_opened() -> None:
+    """Close every app the command opened, newest first; a failing close does not stop the others."""
+    while _opened:
+        try:
+            _opened.pop().close()
+        except Exception:
+            continue
 
 
 def checked_filter(option: str, value: str | None, valid: Sequence[str]) -> str | None:
@@ -159,6 +171,7 @@ __all__ = [
     "NO_IDENTITIES",
     "TOKEN_ENV",
     "checked_filter",
+    "close_opened",
     "closed_at_exit",
     "invoke",
     "kv",
