@@ -313,7 +313,7 @@ def test_every_app_a_command_opened_is_closed_however_the_command_ends(
     raised: BaseException | None = None
     try:
         cli_app.main()
-    except BaseException as exc:  # noqa: BLE001 - each ending's own exception is checked below
+    except BaseException as exc:  # each ending's own exception is checked below
         raised = exc
     assert closed == ["second", "first"] and not common._opened
     expected = {"returns": None, "refused": SystemExit, "exits": SystemExit, "crashes": RuntimeError}[ending]
