@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -41,13 +42,45 @@ def redact_url(url: str) -> str:
 
 
 class _PgTx:
+    """One transaction on an autocommit session. Statements sent with `send` wait in a queue and
+    go to the server, bound on the client (`psycopg.ClientCursor`, the driver's own quoting), in
+    front of the next statement whose answer is needed, as one multi-statement script: one round
+    trip for all of them. A script stops at its first failing statement, and that failure is the
+    answered statement's, so it fails the transaction as any statement would."""
+
     def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], began_at: str | None = None) -> None:
         self._cursor = cursor
         self.began_at = began_at
         """The store's time read with the write transaction's BEGIN (None: a read in autocommit)."""
+        self._queued: list[str] = []
+        self._binder: psycopg.ClientCursor[Any] | None = None
+
+    def bound(self, sql: str, params: Sequence[Any]) -> str:
+        """``sql`` with ``params`` bound on the client, ready to travel in a script."""
+        if not params:
+            return sql
+        if self._binder is None:
+            self._binder = psycopg.ClientCursor(self._cursor.connection)
+        return self._binder.mogrify(sql.replace("?", "%s"), tuple(params))
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        if self.began_at is None:  # an autocommit read session: each statement stands alone
+            self.execute(sql, params)
+            return
+        self._queued.append(self.bound(sql, params))
+
+    def _script(self, last: str) -> str:
+        """The queued statements, then ``last``: one script (emptying the queue)."""
+        script, self._queued = ";\n".join([*self._queued, last]), []
+        return script
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
+        if self._queued:
+            self._cursor.execute(self._script(self.bound(sql, params)))
+            while self._cursor.nextset():
+                pass
+        else:
+            self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
         return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
@@ -55,31 +88,39 @@ class _PgTx:
         return rows[0] if rows else None
 
     def last_of(self, script: str) -> dict[str, Any] | None:
-        """Run a parameterless script of several statements in one round trip (each statement
-        takes its own snapshot); the first row of the last statement's result."""
-        self._cursor.execute(script)
+        """Run a parameterless script of several statements (after the queued ones) in one round
+        trip (each statement takes its own snapshot); the first row of the last statement's result."""
+        self._cursor.execute(self._script(script))
         while self._cursor.nextset():
             pass
         return self._cursor.fetchone()
 
+    def commit(self) -> None:
+        """COMMIT, with the queued statements in front of it: one round trip."""
+        self._cursor.execute(self._script("COMMIT"))
+
 
 def _write_block(cur: psycopg.Cursor[dict[str, Any]]) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN and the store's time in one round
-    trip (a parameterless script), the caller's statements, then COMMIT, or ROLLBACK when the
-    caller raised (whatever it raised; a failed rollback leaves the connection to the pool, which
-    discards or resets it)."""
+    trip (a parameterless script), the caller's statements, then COMMIT with whatever the caller
+    sent last (`_PgTx.send`) in one round trip. A failure anywhere, the COMMIT's own included (a
+    deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was raised,
+    unless the server already ended the transaction (a failed COMMIT); a failed rollback leaves
+    the connection to the pool, which discards or resets it."""
     cur.execute(f"BEGIN; SELECT {NOW_SQL} AS now")
     while cur.nextset():
         pass
     row = cur.fetchone()
     assert row is not None
+    tx = _PgTx(cur, str(row["now"]))
     try:
-        yield _PgTx(cur, str(row["now"]))
+        yield tx
+        tx.commit()
     except BaseException:
-        with contextlib.suppress(psycopg.Error):
-            cur.execute("ROLLBACK")
+        if cur.connection.info.transaction_status != TransactionStatus.IDLE:  # a failed COMMIT ended it
+            with contextlib.suppress(psycopg.Error):
+                cur.execute("ROLLBACK")
         raise
-    cur.execute("COMMIT")
 
 
 class PostgresStore(Store):

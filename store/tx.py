@@ -16,6 +16,14 @@ class Tx(Protocol):
         """Run one statement; rows (as dicts) when it returns any, else an empty list."""
         ...
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement whose result nobody reads (no RETURNING, rowcount unused). On
+        PostgreSQL it is queued and reaches the server with the transaction's next answered
+        statement, or with its COMMIT: no round trip of its own; its failure fails that statement
+        (or the COMMIT), so the whole transaction. Never for a write whose result decides
+        something. On SQLite it simply runs."""
+        ...
+
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         """First row of a query, or None."""
         ...
