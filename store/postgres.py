@@ -25,6 +25,7 @@ from toolgate.store.base import Store, Tx
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
+from toolgate.store.tx import LinkHead
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -54,6 +55,11 @@ class _PgTx:
         """The store's time read with the write transaction's BEGIN (None: a read in autocommit)."""
         self._queued: list[str] = []
         self._binder: psycopg.ClientCursor[Any] | None = None
+        self.link_wants: tuple[int, list[str]] = (0, [])
+        """What `PostgresStore._link_head` asks the chain-head script to read: how many audit
+        sequence numbers to reserve, and one-value reads (bound SQL)."""
+        self.link_read: tuple[list[int], list[Any]] | None = None
+        """What the chain-head script read of it: the numbers (ascending) and the values."""
 
     def bound(self, sql: str, params: Sequence[Any]) -> str:
         """``sql`` with ``params`` bound on the client, ready to travel in a script."""
@@ -100,13 +106,18 @@ class _PgTx:
         self._cursor.execute(self._script("COMMIT"))
 
 
+def _first_value(row: dict[str, Any] | None) -> Any:
+    return next(iter(row.values())) if row else None
+
+
 def _write_block(cur: psycopg.Cursor[dict[str, Any]]) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN and the store's time in one round
     trip (a parameterless script), the caller's statements, then COMMIT with whatever the caller
-    sent last (`_PgTx.send`) in one round trip. A failure anywhere, the COMMIT's own included (a
-    deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was raised,
-    unless the server already ended the transaction (a failed COMMIT); a failed rollback leaves
-    the connection to the pool, which discards or resets it."""
+    sent last (`_PgTx.send`: the audit events' INSERT among them) in one round trip. A failure
+    anywhere, the COMMIT's own included (a deferred constraint, a serialization failure), raises;
+    ROLLBACK follows whatever was raised, unless the server already ended the transaction (a
+    failed COMMIT); a failed rollback leaves the connection to the pool, which discards or resets
+    it."""
     cur.execute(f"BEGIN; SELECT {NOW_SQL} AS now")
     while cur.nextset():
         pass
@@ -204,16 +215,48 @@ class PostgresStore(Store):
         return str(row["now"])
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
-        """Lock, then read time and last hash, in one round trip. The read is a statement of its
+        """Lock, then read time and last hash, in one round trip (the statements the transaction
+        queued go first, so they run before the lock is taken). The read is a statement of its
         own after the lock statement: under READ COMMITTED it then sees the event the previous
-        lock holder committed (a single statement's snapshot could predate the lock)."""
+        lock holder committed (a single statement's snapshot could predate the lock). What
+        `_link_head` asked for is read by the same statement: the new events' sequence numbers,
+        reserved under the lock (so chain order and sequence order agree), and its reads."""
         assert isinstance(tx, _PgTx)
+        wanted, reads = tx.link_wants
+        extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
+        if wanted:
+            extra += (
+                ", ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
+                f" FROM generate_series(1, {int(wanted)})) AS seqs"
+            )
         row = tx.last_of(
             f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
             f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+            + extra
         )
         assert row is not None
+        tx.link_read = (
+            sorted(int(n) for n in row["seqs"]) if wanted else [],
+            [row[f"v{n}"] for n in range(len(reads))],
+        )
         return str(row["now"]), str(row["hash"])
+
+    def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
+        """`_chain_head` that also reserves ``events`` sequence numbers and makes the reads
+        ``values``, in its one round trip. When `_chain_head` is wrapped by something that does
+        not reach this backend's, the reads run first, a statement each, and the database numbers
+        the events on insert."""
+        assert isinstance(tx, _PgTx)
+        tx.link_wants = (events, [tx.bound(sql, params) for sql, params in values])
+        tx.link_read = None
+        try:
+            now, last_hash = self._chain_head(tx)  # through the attribute: wrappers still see it
+        finally:
+            tx.link_wants = (0, [])
+        if tx.link_read is None:  # a wrapper answered without this backend's chain head
+            return LinkHead(now, last_hash, [], [_first_value(tx.one(sql, params)) for sql, params in values])
+        seqs, read = tx.link_read
+        return LinkHead(now, last_hash, seqs, read)
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from toolgate.store.keys import Keyring
 
@@ -29,6 +29,21 @@ class Tx(Protocol):
         ...
 
 
+class LinkHead(NamedTuple):
+    """What linking audit events reads under the chain's lock, on PostgreSQL in one round trip."""
+
+    now: str
+    """The store's time, as `toolgate.clock.iso` text."""
+    last_hash: str
+    """The hash of the chain's last event (the genesis hash for an empty chain)."""
+    seqs: list[int]
+    """The new events' sequence numbers, ascending, where the backend reserves them under the
+    lock (PostgreSQL: the events' INSERT then needs no answer and goes with the COMMIT); empty
+    where the database numbers them on insert (SQLite)."""
+    values: list[Any]
+    """The first column of each read asked for (each reads one row at most; None: no row), in order."""
+
+
 class Database(Protocol):
     """What an aggregate (`toolgate.store.operations`, ``.audit_log``, ...) uses of the `Store`
     that holds it: its units of work, the store's clock read inside one, the audit chain's lock,
@@ -49,5 +64,10 @@ class Database(Protocol):
         """Take the audit chain's lock (held until ``tx`` ends) and read under it ``(now, last hash)``."""
         ...
 
+    def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
+        """`_chain_head` for linking ``events`` events, with the one-value reads ``values``
+        (``(sql, params)``) the links need; see `LinkHead`."""
+        ...
 
-__all__ = ["Database", "Tx"]
+
+__all__ = ["Database", "LinkHead", "Tx"]

@@ -30,12 +30,14 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 89
+ROUND_TRIPS_PER_APPROVED_WRITE = 79
 """Counted on the wire, the refund's own system-of-record statements included. Before issue 31's
 second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write transactions: the resource
 leases released in a transaction of their own); 78 after it, counted as ``Cursor.execute`` calls,
 which is 90 counted as waits (the system of record's six transactions' BEGIN and COMMIT). 90 -> 89
-when the outcome's lease release was sent (`Tx.send`) with its transaction's chain head."""
+when the outcome's lease release was sent (`Tx.send`) with its transaction's chain head; 89 -> 79
+when each of the six audited transactions sent its events' INSERT with its COMMIT (-6) and read
+the events' tenants with the chain head (-4)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 8
 """Every ``BEGIN`` the write sends (the model's two turns, the rate limiter, proposal, decision,
 resource lease, claim, outcome with the lease given up)."""

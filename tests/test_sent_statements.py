@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support import TEST_KEY, wire_round_trips
 
 from toolgate.errors import StoreError
-from toolgate.store import AuditEventIn, Store
+from toolgate.store import AuditEventIn, PostgresStore, Store
 from toolgate.store.chain import verify_chain
 
 _LEASE = "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at) VALUES (?, ?, ?, ?)"
@@ -88,3 +89,28 @@ def test_a_commit_the_database_refuses_raises_store_error_and_leaves_nothing(sto
     assert _leases(store) == [] and _named(store, "commit.refused") == []
     store.audit.append(_event("commit.after"))
     assert verify_chain(store).ok
+
+
+@pytest.mark.postgres
+def test_sent_statements_cost_no_round_trip_and_events_go_with_the_commit(pg_migrated_url: str) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.audit.append(_event("warm"))  # the pool's one connection is open
+        with wire_round_trips() as wire:
+            with store.transaction() as tx:  # BEGIN with the clock: 1
+                for n in range(3):
+                    tx.send(_LEASE, _lease(f"r-{n}"))
+                rows = tx.execute("SELECT count(*) AS n FROM resource_leases")  # with the three: 1
+            assert rows == [{"n": 3}] and wire["round_trips"] == 3  # and COMMIT: 1
+            wire["round_trips"] = 0
+            store.audit.append(_event("one", operation_key="op-missing", proposal_id="prop-missing"))
+            assert wire["round_trips"] == 3  # BEGIN; lock, head, tenants and numbers; INSERT with COMMIT
+            wire["round_trips"] = 0
+            with store.transaction() as tx:
+                tx.send(_LEASE, _lease("r-9"))
+                store.audit.link(tx, [_event("two"), _event("three")])
+            assert wire["round_trips"] == 3  # the lease went with the chain head
+        assert _leases(store) == ["r-0", "r-1", "r-2", "r-9"]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
