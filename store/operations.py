@@ -169,7 +169,7 @@ class Operations:
             )
             if not moved:
                 return None
-            tx.execute(
+            tx.send(  # with the read of the letter that follows
                 "INSERT INTO dead_letters (operation_key, created_at, reason, context) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
                 (operation_key, now, reason, canonical_json(context)),
