@@ -143,12 +143,16 @@ class Store(abc.ABC):
 
     def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
         """`_chain_head` for linking ``events`` events, after the reads ``values`` (one statement
-        each); no sequence numbers reserved: the database numbers the events on insert. A backend
-        with round trips to save overrides it."""
-        read = []
-        for sql, params in values:
-            row = tx.execute(sql, params)
-            read.append(next(iter(row[0].values())) if row else None)
+        for all of them); no sequence numbers reserved: the database numbers the events on insert.
+        A backend with round trips to save overrides it."""
+        read: list[Any] = []
+        if values:
+            row = tx.one(
+                "SELECT " + ", ".join(f"({sql}) AS v{n}" for n, (sql, _) in enumerate(values)),
+                tuple(param for _, params in values for param in params),
+            )
+            assert row is not None
+            read = [row[f"v{n}"] for n in range(len(values))]
         now, last_hash = self._chain_head(tx)
         return LinkHead(now, last_hash, [], read)
 
