@@ -244,8 +244,8 @@ class PostgresStore(Store):
     def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
         """`_chain_head` that also reserves ``events`` sequence numbers and makes the reads
         ``values``, in its one round trip. When `_chain_head` is wrapped by something that does
-        not reach this backend's, the reads run first, a statement each, and the database numbers
-        the events on insert."""
+        not reach this backend's, the reads run after it, a statement each, and the database
+        numbers the events on insert."""
         assert isinstance(tx, _PgTx)
         tx.link_wants = (events, [tx.bound(sql, params) for sql, params in values])
         tx.link_read = None
