@@ -107,8 +107,9 @@ class StoreCounter:
     record), ``audit_events`` the events appended, ``connections`` new SQLite
     connections (PostgreSQL uses a pool: ``connections`` there is pool checkouts = transactions),
     ``statements`` statements sent through the store's transaction objects, ``round_trips`` what
-    they cost on PostgreSQL's wire: one per statement or multi-statement script, plus BEGIN and
-    COMMIT of a write transaction (reads run in autocommit sessions). ``log`` lists every
+    they cost on PostgreSQL's wire: one per answered statement or multi-statement script, none for
+    a statement sent to travel with a later one (`Tx.send`), plus BEGIN and COMMIT of a write
+    transaction (reads run in autocommit sessions). ``log`` lists every
     transaction as ``(kind, label, statements, round_trips)``: a write is labelled by the audit
     events it linked, else by its first statement's verb and table (the per-step table)."""
 
@@ -138,6 +139,18 @@ class StoreCounter:
                     return inner(sql, params)
 
                 tx.execute = execute
+                inner_send = tx.send
+
+                def send(sql: str, params: Sequence[Any] = ()) -> Any:
+                    counts["statements"] += 1
+                    mine["statements"] += 1
+                    if not postgres:  # SQLite runs it now; PostgreSQL sends it with a later one
+                        mine["trips"] += 1
+                    if not mine["first"]:
+                        mine["first"] = _first_words(sql)
+                    return inner_send(sql, params)
+
+                tx.send = send
                 if hasattr(tx, "last_of"):  # PostgreSQL: several statements in one round trip
                     inner_script = tx.last_of
 

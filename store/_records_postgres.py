@@ -232,6 +232,10 @@ class _GuardedTx:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """A service's own statements are few: this one simply runs now."""
+        self.execute(sql, params)
+
 
 class _Login:
     """The idle connections of one login role of a service."""

@@ -97,6 +97,10 @@ class _GuardedTx:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """A service's own statements are few: this one simply runs now."""
+        self.execute(sql, params)
+
 
 class SqliteRecords(ServiceRecords):
     """A service's records in an SQLite file (the store's file, through other connections)."""

@@ -2,8 +2,10 @@
 
 Events are linked as the last step of the transaction whose change they record, under the
 chain's lock (`Store._chain_head`), so a change and its evidence commit together or not at all:
-another aggregate hands its open transaction to `AuditLog.link`. Payloads live in their own
-table, so retention can purge them while the chain still verifies.
+another aggregate hands its open transaction to `AuditLog.link`. On PostgreSQL the chain head's
+round trip also reads the events' tenants and reserves their sequence numbers, so their INSERT
+needs no answer and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip.
+Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
 already recorded this event?" with one row at most (e.g. ``delivery.refused``, once per operation,
@@ -40,20 +42,29 @@ def _audit(row: dict[str, Any]) -> AuditEvent:
     return AuditEvent(**data)
 
 
-def _tenant_of(tx: Tx, event: AuditEventIn, seen: dict[tuple[str, str], str | None]) -> str | None:
+_OWNERS = (("proposals", "proposal_id"), ("operations", "operation_key"))
+"""Where an event's tenant comes from, in order: the proposal, else the operation it names."""
+
+
+def _owner_reads(events: Sequence[AuditEventIn]) -> list[tuple[str, str]]:
+    """The ``(table, id)`` pairs whose tenant the events need, each once, in order."""
+    wanted: list[tuple[str, str]] = []
+    for event in events:
+        for table, column in _OWNERS:
+            value = getattr(event, column)
+            if value and (table, value) not in wanted:
+                wanted.append((table, value))
+    return wanted
+
+
+def _tenant_of(event: AuditEventIn, found: dict[tuple[str, str], str | None]) -> str | None:
     """The tenant of ``event``: that of the proposal or operation it names (the store's own
-    records, read in the same transaction), else the one its writer gave, else None."""
-    for table, column, value in (
-        ("proposals", "proposal_id", event.proposal_id),
-        ("operations", "operation_key", event.operation_key),
-    ):
-        if not value:
-            continue
-        if (table, value) not in seen:
-            found = tx.one(f"SELECT tenant_id FROM {table} WHERE {column} = ?", (value,))
-            seen[(table, value)] = str(found["tenant_id"]) if found else None
-        if seen[(table, value)] is not None:
-            return seen[(table, value)]
+    records, ``found``: read in the same transaction, with the chain head), else the one its
+    writer gave, else None."""
+    for table, column in _OWNERS:
+        value = getattr(event, column)
+        if value and found.get((table, value)) is not None:
+            return found[(table, value)]
     return event.tenant_id
 
 
@@ -91,6 +102,21 @@ def _insert_postgres(
     )
 
 
+def _send_numbered(tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]) -> None:
+    """Events whose sequence numbers were reserved with the chain head (``seq`` in each row),
+    and their payloads, in one statement nobody waits for: it goes with the COMMIT (`Tx.send`),
+    so linking costs no round trip beyond the chain head's."""
+    columns = ["seq", *_COLUMNS]
+    row_marks = "(" + ", ".join("?" for _ in columns) + ")"
+    tx.send(
+        "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
+        + ", ".join("(?, ?, ?)" for _ in payloads)
+        + f") INSERT INTO audit_events ({', '.join(columns)}) OVERRIDING SYSTEM VALUE VALUES "
+        + ", ".join(row_marks for _ in rows),
+        (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
+    )
+
+
 _INSERT = {"sqlite": _insert_sqlite, "postgres": _insert_postgres}
 """How each dialect inserts linked events and their payloads; the stored event rows."""
 
@@ -119,26 +145,42 @@ class AuditLog:
             return []
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
-        tenants: dict[tuple[str, str], str | None] = {}
         for event in events:
             row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
-            row["tenant_id"] = _tenant_of(tx, event, tenants)
             row["event_id"] = new_id("evt")
             payload = canonical_json(event.detail)
             row["detail"] = "{}"
             row["detail_sha256"] = sha256_hex(payload)
             drafts.append((row, payload))
-        now, previous = self._db._chain_head(tx)
-        for row, _ in drafts:
+        owners = _owner_reads(events)
+        head = self._db._link_head(
+            tx,
+            len(drafts),
+            [
+                (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
+                for table, value in owners
+            ],
+        )
+        found = {
+            owner: None if value is None else str(value)
+            for owner, value in zip(owners, head.values, strict=True)
+        }
+        now, previous, seqs = head.now, head.last_hash, head.seqs
+        for (row, _), event in zip(drafts, events, strict=True):
+            row["tenant_id"] = _tenant_of(event, found)
             row["occurred_at"] = now
             row["prev_hash"] = previous
             row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
-        stored = _INSERT[self._db.dialect](
-            tx, [row for row, _ in drafts], [(row["event_id"], now, payload) for row, payload in drafts]
-        )
-        payloads = {row["event_id"]: payload for row, payload in drafts}
+        payloads = [(row["event_id"], now, payload) for row, payload in drafts]
+        if seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
+            stored = [{**row, "seq": seq} for (row, _), seq in zip(drafts, seqs, strict=True)]
+            _send_numbered(tx, stored, payloads)
+        else:
+            stored = _INSERT[self._db.dialect](tx, [row for row, _ in drafts], payloads)
+        by_id = {row["event_id"]: payload for row, payload in drafts}
         return [
-            _audit({**r, "payload": payloads[r["event_id"]]}) for r in sorted(stored, key=lambda r: int(r["seq"]))
+            _audit({**r, "payload": by_id[r["event_id"]]})
+            for r in sorted(stored, key=lambda r: int(r["seq"]))
         ]
 
     def latest(self, event: str) -> AuditEvent | None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
+from typing import Any
 
 from toolgate.clock import iso, parse_iso, utcnow
 from toolgate.errors import ConfigurationError, StoreError
@@ -40,7 +41,7 @@ from toolgate.store.migrations import MIGRATIONS, Migration
 from toolgate.store.operations import Operations
 from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
-from toolgate.store.tx import Tx
+from toolgate.store.tx import LinkHead, Tx
 from toolgate.store.waits import DurableWaits
 
 
@@ -139,6 +140,21 @@ class Store(abc.ABC):
         time and the hash of the chain's last event: ``(now, last_hash)``, the genesis hash for an
         empty chain. Called as the last step of a transaction, so the lock covers only linking the
         new events and the commit, never the state change's own round trips."""
+
+    def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
+        """`_chain_head` for linking ``events`` events, after the reads ``values`` (one statement
+        for all of them); no sequence numbers reserved: the database numbers the events on insert.
+        A backend with round trips to save overrides it."""
+        read: list[Any] = []
+        if values:
+            row = tx.one(
+                "SELECT " + ", ".join(f"({sql}) AS v{n}" for n, (sql, _) in enumerate(values)),
+                tuple(param for _, params in values for param in params),
+            )
+            assert row is not None
+            read = [row[f"v{n}"] for n in range(len(values))]
+        now, last_hash = self._chain_head(tx)
+        return LinkHead(now, last_hash, [], read)
 
     @abc.abstractmethod
     def _run_script(self, tx: Tx, migration: Migration) -> None:

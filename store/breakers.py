@@ -111,7 +111,7 @@ class BreakerStates:
                         (later(now, reset_timeout_s), now, name),
                     )[0]
                 return _row(raw, now)
-            tx.execute(
+            tx.send(  # with the read of the state that follows
                 "UPDATE breaker_states SET state = 'closed', failures = 0, probe_owner = NULL"
                 " WHERE name = ? AND ((state = 'closed' AND failures > 0)"
                 " OR (state = 'half_open' AND probe_owner = ?))",

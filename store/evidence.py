@@ -126,7 +126,7 @@ def record(
             "recorded_at": _now(store, tx),
         }
         mac = store.keys.mac("release", _content(row))
-        tx.execute(
+        tx.send(  # with the COMMIT
             f"INSERT INTO release_evidence ({', '.join([*_FIELDS, 'mac'])})"
             f" VALUES ({', '.join('?' for _ in range(len(_FIELDS) + 1))})",
             [*(row[k] for k in _FIELDS), mac],

@@ -93,4 +93,18 @@ def release_in(tx: Tx, keys: Sequence[str], holder: str) -> int:
     return len(released)
 
 
-__all__ = ["ResourceLeases", "release_in"]
+def send_release(tx: Tx, keys: Sequence[str], holder: str) -> None:
+    """`release_in` for a step that does not ask how many leases ``holder`` still held (an
+    operation's outcome gives up whatever it took): sent with the transaction's next answered
+    statement (`Tx.send`), no round trip of its own."""
+    wanted = sorted(set(keys))
+    if wanted:
+        tx.send(
+            "DELETE FROM resource_leases WHERE holder = ? AND resource_key IN ("
+            + ", ".join("?" for _ in wanted)
+            + ")",
+            (holder, *wanted),
+        )
+
+
+__all__ = ["ResourceLeases", "release_in", "send_release"]

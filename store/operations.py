@@ -17,7 +17,7 @@ from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
-from toolgate.store.leases import release_in
+from toolgate.store.leases import send_release
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
 from toolgate.store.tx import Database
 
@@ -93,9 +93,9 @@ class Operations:
                 params.append(now)
             rows = tx.execute(sql, tuple(params))
             if rows:
-                self._audit.link(tx, audit)
                 if release_leases is not None:
-                    release_in(tx, *release_leases)
+                    send_release(tx, *release_leases)
+                self._audit.link(tx, audit)
             else:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
         if not rows:
@@ -169,7 +169,7 @@ class Operations:
             )
             if not moved:
                 return None
-            tx.execute(
+            tx.send(  # with the read of the letter that follows
                 "INSERT INTO dead_letters (operation_key, created_at, reason, context) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
                 (operation_key, now, reason, canonical_json(context)),

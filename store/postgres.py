@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -24,6 +25,7 @@ from toolgate.store.base import Store, Tx
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
+from toolgate.store.tx import LinkHead
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -41,13 +43,50 @@ def redact_url(url: str) -> str:
 
 
 class _PgTx:
+    """One transaction on an autocommit session. Statements sent with `send` wait in a queue and
+    go to the server, bound on the client (`psycopg.ClientCursor`, the driver's own quoting), in
+    front of the next statement whose answer is needed, as one multi-statement script: one round
+    trip for all of them. A script stops at its first failing statement, and that failure is the
+    answered statement's, so it fails the transaction as any statement would."""
+
     def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], began_at: str | None = None) -> None:
         self._cursor = cursor
         self.began_at = began_at
         """The store's time read with the write transaction's BEGIN (None: a read in autocommit)."""
+        self._queued: list[str] = []
+        self._binder: psycopg.ClientCursor[Any] | None = None
+        self.link_wants: tuple[int, list[str]] = (0, [])
+        """What `PostgresStore._link_head` asks the chain-head script to read: how many audit
+        sequence numbers to reserve, and one-value reads (bound SQL)."""
+        self.link_read: tuple[list[int], list[Any]] | None = None
+        """What the chain-head script read of it: the numbers (ascending) and the values."""
+
+    def bound(self, sql: str, params: Sequence[Any]) -> str:
+        """``sql`` with ``params`` bound on the client, ready to travel in a script."""
+        if not params:
+            return sql
+        if self._binder is None:
+            self._binder = psycopg.ClientCursor(self._cursor.connection)
+        return self._binder.mogrify(sql.replace("?", "%s"), tuple(params))
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        if self.began_at is None:  # an autocommit read session: each statement stands alone
+            self.execute(sql, params)
+            return
+        self._queued.append(self.bound(sql, params))
+
+    def _script(self, last: str) -> str:
+        """The queued statements, then ``last``: one script (emptying the queue)."""
+        script, self._queued = ";\n".join([*self._queued, last]), []
+        return script
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
+        if self._queued:
+            self._cursor.execute(self._script(self.bound(sql, params)))
+            while self._cursor.nextset():
+                pass
+        else:
+            self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
         return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
@@ -55,31 +94,44 @@ class _PgTx:
         return rows[0] if rows else None
 
     def last_of(self, script: str) -> dict[str, Any] | None:
-        """Run a parameterless script of several statements in one round trip (each statement
-        takes its own snapshot); the first row of the last statement's result."""
-        self._cursor.execute(script)
+        """Run a parameterless script of several statements (after the queued ones) in one round
+        trip (each statement takes its own snapshot); the first row of the last statement's result."""
+        self._cursor.execute(self._script(script))
         while self._cursor.nextset():
             pass
         return self._cursor.fetchone()
 
+    def commit(self) -> None:
+        """COMMIT, with the queued statements in front of it: one round trip."""
+        self._cursor.execute(self._script("COMMIT"))
+
+
+def _first_value(row: dict[str, Any] | None) -> Any:
+    return next(iter(row.values())) if row else None
+
 
 def _write_block(cur: psycopg.Cursor[dict[str, Any]]) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN and the store's time in one round
-    trip (a parameterless script), the caller's statements, then COMMIT, or ROLLBACK when the
-    caller raised (whatever it raised; a failed rollback leaves the connection to the pool, which
-    discards or resets it)."""
+    trip (a parameterless script), the caller's statements, then COMMIT with whatever the caller
+    sent last (`_PgTx.send`: the audit events' INSERT among them) in one round trip. A failure
+    anywhere, the COMMIT's own included (a deferred constraint, a serialization failure), raises;
+    ROLLBACK follows whatever was raised, unless the server already ended the transaction (a
+    failed COMMIT); a failed rollback leaves the connection to the pool, which discards or resets
+    it."""
     cur.execute(f"BEGIN; SELECT {NOW_SQL} AS now")
     while cur.nextset():
         pass
     row = cur.fetchone()
     assert row is not None
+    tx = _PgTx(cur, str(row["now"]))
     try:
-        yield _PgTx(cur, str(row["now"]))
+        yield tx
+        tx.commit()
     except BaseException:
-        with contextlib.suppress(psycopg.Error):
-            cur.execute("ROLLBACK")
+        if cur.connection.info.transaction_status != TransactionStatus.IDLE:  # a failed COMMIT ended it
+            with contextlib.suppress(psycopg.Error):
+                cur.execute("ROLLBACK")
         raise
-    cur.execute("COMMIT")
 
 
 class PostgresStore(Store):
@@ -163,16 +215,48 @@ class PostgresStore(Store):
         return str(row["now"])
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
-        """Lock, then read time and last hash, in one round trip. The read is a statement of its
+        """Lock, then read time and last hash, in one round trip (the statements the transaction
+        queued go first, so they run before the lock is taken). The read is a statement of its
         own after the lock statement: under READ COMMITTED it then sees the event the previous
-        lock holder committed (a single statement's snapshot could predate the lock)."""
+        lock holder committed (a single statement's snapshot could predate the lock). What
+        `_link_head` asked for is read by the same statement: the new events' sequence numbers,
+        reserved under the lock (so chain order and sequence order agree), and its reads."""
         assert isinstance(tx, _PgTx)
+        wanted, reads = tx.link_wants
+        extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
+        if wanted:
+            extra += (
+                ", ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
+                f" FROM generate_series(1, {int(wanted)})) AS seqs"
+            )
         row = tx.last_of(
             f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
             f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+            + extra
         )
         assert row is not None
+        tx.link_read = (
+            sorted(int(n) for n in row["seqs"]) if wanted else [],
+            [row[f"v{n}"] for n in range(len(reads))],
+        )
         return str(row["now"]), str(row["hash"])
+
+    def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
+        """`_chain_head` that also reserves ``events`` sequence numbers and makes the reads
+        ``values``, in its one round trip. When `_chain_head` is wrapped by something that does
+        not reach this backend's, the reads run after it, a statement each, and the database
+        numbers the events on insert."""
+        assert isinstance(tx, _PgTx)
+        tx.link_wants = (events, [tx.bound(sql, params) for sql, params in values])
+        tx.link_read = None
+        try:
+            now, last_hash = self._chain_head(tx)  # through the attribute: wrappers still see it
+        finally:
+            tx.link_wants = (0, [])
+        if tx.link_read is None:  # a wrapper answered without this backend's chain head
+            return LinkHead(now, last_hash, [], [_first_value(tx.one(sql, params)) for sql, params in values])
+        seqs, read = tx.link_read
+        return LinkHead(now, last_hash, seqs, read)
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

@@ -141,7 +141,7 @@ def bind(tx: Tx, audit: AuditLog, rows: Sequence[Bound]) -> None:
         for row in rows
     ]
     linked = audit.link(tx, events)
-    tx.execute(
+    tx.send(  # nobody reads its answer: it goes with the COMMIT
         "INSERT INTO record_versions (kind, record_key, seq, version) VALUES "
         + ", ".join("(?, ?, ?, ?)" for _ in rows),
         tuple(

@@ -250,13 +250,13 @@ class RolloutStore:
             pointer.configured,
         )
         if insert:
-            tx.execute(
+            tx.send(
                 "INSERT INTO release_pointer (active, active_sha256, previous, previous_sha256, rollout_id,"
                 " version, updated_at, mac, configured) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
         else:
-            tx.execute(
+            tx.send(
                 "UPDATE release_pointer SET active = ?, active_sha256 = ?, previous = ?, previous_sha256 = ?,"
                 " rollout_id = ?, version = ?, updated_at = ?, mac = ? WHERE configured = ?",
                 values,
@@ -268,13 +268,13 @@ class RolloutStore:
         data["mac"] = self.store.keys.mac("release", rollout.content())
         columns = list(data)
         if insert:
-            tx.execute(
+            tx.send(
                 f"INSERT INTO release_rollouts ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
                 tuple(data.values()),
             )
         else:
             sets = ", ".join(f"{c} = ?" for c in columns if c != "rollout_id")
-            tx.execute(
+            tx.send(
                 f"UPDATE release_rollouts SET {sets} WHERE rollout_id = ?",
                 (*(data[c] for c in columns if c != "rollout_id"), rollout.rollout_id),
             )

@@ -39,6 +39,10 @@ class _SqliteTx:
         rows = cursor.fetchall() if cursor.description else []
         return [dict(r) for r in rows]
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """An embedded database has no round trip to save: the statement runs now."""
+        self._conn.execute(sql, tuple(params))
+
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         rows = self.execute(sql, params)
         return rows[0] if rows else None

@@ -148,7 +148,7 @@ class ThreadReleases:
                 updated_at=self._now(tx),
                 authentic=True,
             )
-            tx.execute(
+            tx.send(  # the row is locked (FOR UPDATE above): it goes with the binding's chain head
                 "UPDATE release_thread_pins SET release = ?, rollout_id = ?, changed_by = ?, version = ?,"
                 " updated_at = ?, mac = ? WHERE thread_id = ? AND version = ?",
                 (to, "", by, moved.version, moved.updated_at, self._mac(moved), thread_id, current.version),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from toolgate.store.keys import Keyring
 
@@ -16,9 +16,32 @@ class Tx(Protocol):
         """Run one statement; rows (as dicts) when it returns any, else an empty list."""
         ...
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement whose result nobody reads (no RETURNING, rowcount unused). On
+        PostgreSQL it is queued and reaches the server with the transaction's next answered
+        statement, or with its COMMIT: no round trip of its own; its failure fails that statement
+        (or the COMMIT), so the whole transaction. Never for a write whose result decides
+        something. On SQLite it simply runs."""
+        ...
+
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         """First row of a query, or None."""
         ...
+
+
+class LinkHead(NamedTuple):
+    """What linking audit events reads under the chain's lock, on PostgreSQL in one round trip."""
+
+    now: str
+    """The store's time, as `toolgate.clock.iso` text."""
+    last_hash: str
+    """The hash of the chain's last event (the genesis hash for an empty chain)."""
+    seqs: list[int]
+    """The new events' sequence numbers, ascending, where the backend reserves them under the
+    lock (PostgreSQL: the events' INSERT then needs no answer and goes with the COMMIT); empty
+    where the database numbers them on insert (SQLite)."""
+    values: list[Any]
+    """The first column of each read asked for (each reads one row at most; None: no row), in order."""
 
 
 class Database(Protocol):
@@ -41,5 +64,10 @@ class Database(Protocol):
         """Take the audit chain's lock (held until ``tx`` ends) and read under it ``(now, last hash)``."""
         ...
 
+    def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
+        """`_chain_head` for linking ``events`` events, with the one-value reads ``values``
+        (``(sql, params)``) the links need; see `LinkHead`."""
+        ...
 
-__all__ = ["Database", "Tx"]
+
+__all__ = ["Database", "LinkHead", "Tx"]

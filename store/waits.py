@@ -161,7 +161,7 @@ class DurableWaits:
             }
             row["mac"] = self._wait_mac(row)
             columns = list(row)
-            tx.execute(
+            tx.send(  # with the read of the stored wait that follows
                 f"INSERT INTO job_waits ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
                 " ON CONFLICT (operation_key) DO NOTHING",
                 [row[c] for c in columns],

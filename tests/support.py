@@ -138,7 +138,12 @@ class Harness:
             ]
         )
         app = open_test_app(
-            model=model, tools=registry, policy=self.policy, store=self.store, start=False, read_retry=read_retry
+            model=model,
+            tools=registry,
+            policy=self.policy,
+            store=self.store,
+            start=False,
+            read_retry=read_retry,
         )
         state = start(app.compiled(), "two statuses", "omar", thread)
         answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
@@ -455,3 +460,39 @@ def check_each_free_of(texts: Sequence[str], forbidden: Sequence[str]) -> None:
     for text in texts:
         for needle in forbidden:
             assert needle not in text, needle
+
+
+@contextlib.contextmanager
+def wire_round_trips() -> Iterator[dict[str, int]]:
+    """Count this process's PostgreSQL round trips while the block runs: ``counts["round_trips"]``.
+
+    A round trip is the client waiting for the server's answer. psycopg does every exchange with
+    the server through ``Connection.wait(generator)``, and the generator yields whenever it must
+    wait on the socket: one ``wait`` whose generator yielded at least once is one round trip (a
+    statement, a multi-statement script however many statements it carries, a BEGIN or COMMIT of
+    ``Connection.transaction()``). A ``wait`` that returns without waiting is none (the pool's
+    ``commit()`` of an idle autocommit session sends nothing). Statements queued to travel with a
+    later one (`toolgate.store.tx.Tx.send`) are therefore counted with the one that carries them."""
+    counts = {"round_trips": 0}
+    wait = psycopg.Connection.wait
+
+    def answered(gen: Any) -> Any:
+        ready, waited = None, False
+        while True:
+            try:
+                state = gen.send(ready)
+            except StopIteration as done:
+                return done.value
+            if not waited:
+                waited = True
+                counts["round_trips"] += 1
+            ready = yield state
+
+    def counted_wait(self: psycopg.Connection[Any], gen: Any, *args: Any, **kwargs: Any) -> Any:
+        return wait(self, answered(gen), *args, **kwargs)
+
+    psycopg.Connection.wait = counted_wait  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        psycopg.Connection.wait = wait  # type: ignore[method-assign]
