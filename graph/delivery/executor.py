@@ -233,9 +233,18 @@ class Executor:
         lease_s: float = 60.0,
         wait_s: float = 30.0,
         call_id: str | None = None,
+        operation: OperationRecord | None = None,
+        now: datetime | None = None,
     ) -> Delivery:
-        """Deliver one operation: execute it if this caller wins the claim, else return the stored result."""
-        op = self.store.operations.get(operation_key)
+        """Deliver one operation: execute it if this caller wins the claim, else return the stored result.
+
+        A step that has just read the operation (``operation``) and the store's time (``now``)
+        hands them down, so the delivery reads neither again: whatever changes after that read
+        changes after this one too, and the claim's conditional update (status, owner and expiry
+        on the database's clock) decides; a lost claim reads the row afresh."""
+        op = operation if operation is not None and operation.operation_key == operation_key else None
+        if op is None:
+            op = self.store.operations.get(operation_key)
         if op is None:
             return Delivery(
                 operation_key=operation_key,
@@ -244,7 +253,7 @@ class Executor:
                 duplicate=False,
                 reason="no such operation",
             )
-        op = self.expire_if_due(op)
+        op = self.expire_if_due(op, now=now)
         attempted = False
         if op.status == "approved":
             refusal = self._verify(op)
