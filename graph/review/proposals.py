@@ -106,7 +106,8 @@ def store_proposal(
 ) -> tuple[ProposalRecord, OperationRecord, bool]:
     """Insert (idempotently) and audit one proposal: ``proposal.created`` (after ``accepted``, the
     model call it came from, if any) commits with the proposal. A proposal already stored under the
-    same operation key is audited as ``proposal.reused`` on its own."""
+    same operation key is audited as ``proposal.reused`` on its own. The stored proposal goes into
+    the executor's proposal cache (`toolgate.graph.review.proposal_cache`)."""
 
     def event(name: str, result: str, proposal: ProposalRecord) -> AuditEventIn:
         return gw.auditor.event(
@@ -135,6 +136,10 @@ def store_proposal(
 
     created_events = [*([accepted] if accepted else []), event("proposal.created", "pending_approval", draft)]
     stored, operation, created = gw.store.proposals.create(draft, audit=created_events)
+    # the row as the store returned it (inserted, or found under the key), MAC checked like any
+    # read: proposals never change, so the approval node and the deliveries of this process read
+    # it from the cache instead of the store
+    gw.executor.proposals.put(stored)
     if not created:
         gw.store.audit.append(event("proposal.reused", operation.status, stored))
     return stored, operation, created
