@@ -44,6 +44,7 @@ from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
@@ -273,7 +274,6 @@ class Executor:
                 return deferred(self.auditor, op, "circuit_open", error)
             attempted = True
             hold = self._hold(op, worker_id)
-            claimed = None
             slotted = False
             try:
                 try:  # a slot of the handler's own cap, held while this delivery runs
@@ -281,29 +281,26 @@ class Executor:
                 except HandlerBusy as exc:
                     error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
                     return deferred(self.auditor, op, "handler_busy", error)
-                # the resources first, then the claim: waiting never holds a claim (no deadlock)
-                if not hold.acquire(lease_s, wait_s):
+                common = self._audit_fields(op, call_id)
+                events = [
+                    self.auditor.event("operation.claimed", "acquired", detail={"worker": worker_id}, **common),
+                    self.auditor.event("handler.started", "started", **common),
+                ]
+                try:  # the claim and the resource leases commit together, or neither (no deadlock)
+                    claimed = hold.claim(
+                        lambda: self.store.operations.claim(
+                            operation_key, worker_id, lease_s, audit=events, resources=hold.lease
+                        ),
+                        wait_s,
+                    )
+                except ResourcesBusy:
                     message = "another write to the same resource is still running; still approved"
                     error = {"kind": "resource_busy", "message": message, "retryable": True}
                     return deferred(self.auditor, op, "resource_busy", error)
-                common = self._audit_fields(op, call_id)
-                claimed = self.store.operations.claim(
-                    operation_key,
-                    worker_id,
-                    lease_s,
-                    audit=[
-                        self.auditor.event(
-                            "operation.claimed", "acquired", detail={"worker": worker_id}, **common
-                        ),
-                        self.auditor.event("handler.started", "started", **common),
-                    ],
-                )
                 if claimed is not None:
                     return self._execute(claimed, worker_id, common, breaker, lease_s, hold)
             finally:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
-                if claimed is None:
-                    hold.release()  # the claim went elsewhere: the claimed handler releases its own
                 if slotted:
                     self.handler_slots.release(op.tool)
             op = self.store.operations.get(operation_key) or op
