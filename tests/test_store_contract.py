@@ -311,6 +311,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
             "contract_extra", [Migration("t", "CREATE TABLE t (x INTEGER)", "CREATE TABLE t (x INTEGER)")]
         ),
         "proposals.create": lambda s: s.proposals.create(make_proposal(4)),
+        "proposals.create_at": lambda s: s.proposals.create_at(lambda _: (make_proposal(4), [])),
         "approvals.record": lambda s: s.approvals.record(make_approval(proposal)),
         "approvals.record_and_settle": lambda s: s.approvals.record_and_settle(
             make_approval(proposal),
@@ -2301,3 +2302,33 @@ CONTRACT["proposals.create"] = (
     *CONTRACT["proposals.create"],
     test_the_requesters_words_are_stored_under_the_mac_and_outside_the_digest,
 )
+
+
+# ---- fewer round trips on the approved-write path (issue 31) ----------------------------------
+
+
+def test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shift_store_clock(monkeypatch, store, timedelta(hours=3))  # the store's clock, never the host's
+    stamped_at: list[str] = []
+
+    def make(now: str) -> tuple[ProposalRecord, list[AuditEventIn]]:
+        stamped_at.append(now)
+        proposal = make_proposal(created_at=now, expires_at=iso(parse_iso(now) + timedelta(minutes=15)))
+        return proposal, [event("proposal.created", proposal_id=proposal.proposal_id)]
+
+    stored, op, created = store.proposals.create_at(make)
+    assert created and len(stamped_at) == 1
+    assert parse_iso(stamped_at[0]) - utcnow() > timedelta(hours=2, minutes=59)
+    assert stored.created_at == op.created_at == op.updated_at == stamped_at[0]
+    assert stored.authentic and stored == store.proposals.get(stored.proposal_id)
+    assert op.status == "pending_approval" and len(named(store, "proposal.created")) == 1
+    before = snapshot(store)
+    again, again_op, created_again = store.proposals.create_at(make)  # same key: the stored rows
+    assert not created_again and again == stored and again_op == op
+    assert snapshot(store) == before  # nothing inserted, no event appended
+
+
+CONTRACT["proposals.create_at"] = (test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent,)
+
