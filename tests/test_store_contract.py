@@ -46,6 +46,7 @@ from toolgate.store import (
 )
 from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.chain import verify_chain
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, cursor_of
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
@@ -2332,3 +2333,50 @@ def test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempot
 
 CONTRACT["proposals.create_at"] = (test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent,)
 
+
+def test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them(store: Store) -> None:
+    assert store.identities.get_many([]) == {} and store.identities.get_many(["ada"]) == {}
+    store.identities.add(make_identity("ada"))
+    store.identities.add(make_identity("bob", tenant_id="globex"))
+    with store.transaction() as tx:  # a row changed with database access alone no longer verifies
+        tx.execute("UPDATE identities SET scopes = ? WHERE user_id = ?", ('["refunds:write"]', "bob"))
+    found = store.identities.get_many(["bob", "ada", "eve", "ada"])
+    assert found == {"ada": store.identities.get("ada"), "bob": store.identities.get("bob")}
+    assert found["ada"].authentic and not found["bob"].authentic and found["bob"].tenant_id == "globex"
+
+
+CONTRACT["identities.get_many"] = (test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them,)
+
+
+def test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them(store: Store) -> None:
+    store.proposals.create(make_proposal())
+    approve_row(store)
+    assert store.leases.acquire(["k2"], "other", 30)
+    before = snapshot(store)
+    with pytest.raises(ResourcesBusy):  # k2 is another holder's: the claim is undone with k1
+        store.operations.claim(
+            "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k2", "k1"], "h1")
+        )
+    assert snapshot(store) == before
+    op = store.operations.get("op_test1")
+    assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
+    store.leases.release(["k2"], "other")
+    claimed = store.operations.claim(
+        "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k2", "k1"], "h1")
+    )
+    assert claimed is not None and (claimed.status, claimed.owner, claimed.attempts) == ("executing", "w1", 1)
+    with store.transaction(write=False) as tx:
+        leases = tx.execute("SELECT * FROM resource_leases ORDER BY resource_key")
+    assert [(r["resource_key"], r["holder"]) for r in leases] == [("k1", "h1"), ("k2", "h1")]
+    assert {r["expires_at"] for r in leases} == {claimed.lease_expires_at}  # the claim's own lease
+    assert len(named(store, "operation.claimed")) == 1
+    before = snapshot(store)
+    # a lost claim takes nothing, even resources that are free
+    assert store.operations.claim("op_test1", "w2", 30, resources=(["k3"], "h2")) is None
+    assert snapshot(store) == before
+
+
+CONTRACT["operations.claim"] = (
+    *CONTRACT["operations.claim"],
+    test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them,
+)
