@@ -30,7 +30,13 @@ from support import TEST_KEY, shift_store_clock
 
 from toolgate.canonical import digest
 from toolgate.clock import iso, parse_iso, utcnow
-from toolgate.errors import ConfigurationError, IdentityError, InvalidTransitionError, StoreError
+from toolgate.errors import (
+    ApprovalError,
+    ConfigurationError,
+    IdentityError,
+    InvalidTransitionError,
+    StoreError,
+)
 from toolgate.store import (
     MIGRATIONS,
     ApprovalRecord,
@@ -2379,4 +2385,42 @@ def test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_wi
 CONTRACT["operations.claim"] = (
     *CONTRACT["operations.claim"],
     test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them,
+)
+
+
+def test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refuses_past_the_expiry(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proposal, _, _ = store.proposals.create(make_proposal(1))  # expires 15 minutes from now
+    shift_store_clock(monkeypatch, store, timedelta(minutes=16))  # the store's clock, not the host's
+    before = snapshot(store)
+    with pytest.raises(ApprovalError) as late:
+        store.approvals.record_and_settle(
+            lambda now: make_approval(proposal, decided_at=now),
+            audit=[event("approval.recorded", operation_key="op_test1")],
+            expires_at=proposal.expires_at,
+        )
+    assert late.value.code == "expired" and snapshot(store) == before  # nothing written
+    monkeypatch.undo()
+    shift_store_clock(monkeypatch, store, timedelta(minutes=14))
+    seen: list[str] = []
+
+    def at(now: str) -> ApprovalRecord:
+        seen.append(now)
+        return make_approval(proposal, decided_at=now)
+
+    recorded, settled = store.approvals.record_and_settle(
+        at,
+        settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
+        expires_at=proposal.expires_at,
+    )
+    assert recorded and settled is not None and settled.updated_at == seen[0]  # one time for both
+    assert parse_iso(proposal.expires_at) - parse_iso(seen[0]) < timedelta(minutes=1, seconds=30)
+    (stored,) = store.approvals.for_proposal(proposal.proposal_id)
+    assert stored.decided_at == seen[0] and stored.authentic  # the MAC covers the stamped time
+
+
+CONTRACT["approvals.record_and_settle"] = (
+    *CONTRACT["approvals.record_and_settle"],
+    test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refuses_past_the_expiry,
 )
