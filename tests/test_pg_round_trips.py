@@ -23,13 +23,18 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 78
+ROUND_TRIPS_PER_APPROVED_WRITE = 70
 """Counted on the wire, the refund's own system-of-record statements included. Before issue 31's
 second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write transactions: the resource
-leases released in a transaction of their own)."""
-WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 8
+leases released in a transaction of their own); before its third pass: 78 (deliver re-read the
+operation and the clock the execute node had just read, the approval node the proposal the
+proposal node had just stored; the proposal node and `decide` read the clock only to stamp what
+their write transaction wrote; the resource lease was a transaction of its own before the claim;
+the reviewer's and the requester's identities were two reads before the claim)."""
+WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 7
 """Every ``BEGIN`` the write sends (the model's two turns, the rate limiter, proposal, decision,
-resource lease, claim, outcome with the lease given up)."""
+claim with the resource lease taken in its transaction, outcome with the lease given up). 8
+before issue 31's third pass (the lease was taken in a transaction of its own)."""
 
 
 def _refund(n: int) -> dict[str, Any]:
