@@ -52,11 +52,13 @@ def check_reviewer(
     reviewer: Principal,
     *,
     seen_digest: str | None,
-    now: datetime,
+    now: datetime | None,
     expires_at: datetime,
 ) -> None:
     """Raise `ApprovalError` unless ``reviewer`` may decide ``proposal`` now (``approval``: the
-    tool's own class; the proposal's recorded class, which may be higher, is the one applied)."""
+    tool's own class; the proposal's recorded class, which may be higher, is the one applied).
+    ``now``: the store's time expiry is judged by (None: the caller judges it in the decision's
+    own transaction, `toolgate.store.approvals.Approvals.record_and_settle`)."""
     if not proposal_digest_valid(proposal):
         raise ApprovalError(
             "digest_mismatch", "proposal content does not match its digest; refusing to decide"
@@ -64,7 +66,7 @@ def check_reviewer(
     approval = _effective(proposal, approval)
     if seen_digest is not None and seen_digest != proposal.digest:
         raise ApprovalError("digest_mismatch", "the digest you reviewed is not this proposal's digest")
-    if now >= expires_at:
+    if now is not None and now >= expires_at:
         raise ApprovalError("expired", f"proposal {proposal.proposal_id} expired at {proposal.expires_at}")
     if reviewer.user_id == proposal.requester_id:
         raise ApprovalError("self_approval", "the requester cannot review their own proposal")

@@ -62,7 +62,7 @@ audits it itself (never on a read-only store: a verification run reports, it nev
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -73,7 +73,7 @@ from toolgate.errors import IdentityError, ToolExecutionError
 from toolgate.policy.approvals import ApprovalVerdict, verify_for_execution
 from toolgate.policy.authorization import check_resource, check_scopes, closest_visible
 from toolgate.policy.decisions import Rejection
-from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.identities import IdentityDirectory, IdentitySnapshot
 from toolgate.policy.output import redact_text
 from toolgate.policy.principal import Principal
 from toolgate.policy.ratelimit import InboundRateLimiter
@@ -308,15 +308,28 @@ class Authority:
         time the calling step already read from the store; None: read it here)."""
         return (self.store.now() if now is None else now) >= parse_iso(proposal.expires_at)
 
-    def counted_decisions(self, proposal: ProposalRecord) -> list[ApprovalRecord]:
+    def counted_decisions(
+        self,
+        proposal: ProposalRecord,
+        decisions: Sequence[ApprovalRecord] | None = None,
+        people: IdentitySnapshot | None = None,
+    ) -> list[ApprovalRecord]:
         """The proposal's decisions that may count: authentic records by reviewers who are still
         active identities reviewing for the proposal's tenant (its own people or staff), each with
         only the recorded roles its reviewer still holds. Every other one is audited and dropped
         (``forged_approval``, ``reviewer_inactive``, ``reviewer_role_removed``). The review door
-        and the operator's verify command count decisions this same way."""
+        and the operator's verify command count decisions this same way.
+
+        ``decisions`` and ``people``: the proposal's decisions and the identities of their
+        reviewers as the caller has just read them (else both are read here: the decisions, then
+        every reviewer's identity in one statement)."""
+        if decisions is None:
+            decisions = self.store.approvals.for_proposal(proposal.proposal_id)
+        if people is None:
+            people = self.directory.read(d.reviewer_id for d in decisions)
         counted: list[ApprovalRecord] = []
-        for decision in self.store.approvals.for_proposal(proposal.proposal_id):
-            reviewer = self.directory.reviewer_for(decision.reviewer_id, proposal.tenant_id)
+        for decision in decisions:
+            reviewer = people.reviewer_for(decision.reviewer_id, proposal.tenant_id)
             # a decision counts with the roles its reviewer held then and still holds now
             kept = tuple(r for r in decision.reviewer_roles if reviewer is not None and r in reviewer.roles)
             if not decision.authentic:
@@ -341,13 +354,20 @@ class Authority:
             )
         return counted
 
-    def approval_validity(self, spec: ToolSpec, proposal: ProposalRecord) -> ApprovalVerdict:
-        """The approval judged again from the decisions that still count: digest, release and
-        handler revision pin, approval class, separation of duties and quorum."""
+    def approval_validity(
+        self,
+        spec: ToolSpec,
+        proposal: ProposalRecord,
+        decisions: Sequence[ApprovalRecord] | None = None,
+        people: IdentitySnapshot | None = None,
+    ) -> ApprovalVerdict:
+        """The approval judged again from the decisions that still count (`counted_decisions`,
+        with its ``decisions`` and ``people``): digest, release and handler revision pin,
+        approval class, separation of duties and quorum."""
         return verify_for_execution(
             proposal,
             spec.approval,
-            self.counted_decisions(proposal),
+            self.counted_decisions(proposal, decisions, people),
             handler_revision=spec.handler_revision,
             release=self.registry.release,
         )
@@ -504,11 +524,15 @@ class Authority:
             # operation rows carry no MAC: one that names another operation's proposal (inserted or
             # re-pointed with database access) may not borrow its approvals and run it again
             return self._refused(op, "operation_mismatch", "the operation is not its proposal's own")
-        verdict = self.approval_validity(spec, proposal)
+        # the decisions, then in one statement the identities of their reviewers and of the
+        # requester: each judged from the store as it is right before the claim
+        decisions = self.store.approvals.for_proposal(proposal.proposal_id)
+        people = self.directory.read([*(d.reviewer_id for d in decisions), proposal.requester_id])
+        verdict = self.approval_validity(spec, proposal, decisions, people)
         if verdict.status != "approved":
             refused = self._refused(op, "approval_invalid", verdict.reason)
             return ClaimRefusal(refused.code, verdict.reason)
-        requester = self.directory.active(proposal.requester_id, proposal.tenant_id)
+        requester = people.active(proposal.requester_id, proposal.tenant_id)
         if requester is None:
             # the write runs on its requester's authority as much as on its reviewers': once they
             # are revoked, disabled or moved out of the tenant (or their record does not verify),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,40 @@ def principal_of(record: IdentityRecord) -> Principal:
         display_name=record.display_name,
         review_tenants=frozenset(record.review_tenants),
     )
+
+
+def active_in(record: IdentityRecord | None, tenant_id: str) -> Principal | None:
+    """The principal of ``record`` when it is an authentic, active identity of ``tenant_id``."""
+    if record is None or not record.authentic or record.status != "active":
+        return None
+    return principal_of(record) if record.tenant_id == tenant_id else None
+
+
+def reviewer_in(record: IdentityRecord | None, tenant_id: str) -> Principal | None:
+    """The principal of ``record`` when it is an authentic, active identity that reviews for
+    ``tenant_id`` (its own tenant, or one the operator granted it as staff)."""
+    if record is None or not record.authentic or record.status != "active":
+        return None
+    principal = principal_of(record)
+    return principal if principal.reviews_for(tenant_id) else None
+
+
+@dataclass(frozen=True)
+class IdentitySnapshot:
+    """Identity rows read together at one moment (`IdentityDirectory.read`), asked the questions
+    `IdentityDirectory.active` and `IdentityDirectory.reviewer_for` answer from a fresh read.
+    Meant for one judgement, never kept: identities change."""
+
+    records: Mapping[str, IdentityRecord]
+    """The rows that exist, by user id (a missing id is no identity)."""
+
+    def active(self, user_id: str, tenant_id: str) -> Principal | None:
+        """As `IdentityDirectory.active`, from this snapshot."""
+        return active_in(self.records.get(user_id), tenant_id)
+
+    def reviewer_for(self, user_id: str, tenant_id: str) -> Principal | None:
+        """As `IdentityDirectory.reviewer_for`, from this snapshot."""
+        return reviewer_in(self.records.get(user_id), tenant_id)
 
 
 @dataclass(frozen=True)
@@ -136,19 +171,17 @@ class IdentityDirectory:
 
     def active(self, user_id: str, tenant_id: str) -> Principal | None:
         """The principal when ``user_id`` is an authentic, active identity of ``tenant_id`` (no token)."""
-        record = self.store.identities.get(user_id)
-        if record is None or not record.authentic or record.status != "active":
-            return None
-        return principal_of(record) if record.tenant_id == tenant_id else None
+        return active_in(self.store.identities.get(user_id), tenant_id)
 
     def reviewer_for(self, user_id: str, tenant_id: str) -> Principal | None:
         """The principal when ``user_id`` is an authentic, active identity that reviews for
         ``tenant_id`` (its own tenant, or one the operator granted it as staff)."""
-        record = self.store.identities.get(user_id)
-        if record is None or not record.authentic or record.status != "active":
-            return None
-        principal = principal_of(record)
-        return principal if principal.reviews_for(tenant_id) else None
+        return reviewer_in(self.store.identities.get(user_id), tenant_id)
+
+    def read(self, user_ids: Iterable[str]) -> IdentitySnapshot:
+        """The identities of ``user_ids`` as the store holds them now, read in one statement, to
+        ask `IdentitySnapshot.active` and `IdentitySnapshot.reviewer_for` of several people."""
+        return IdentitySnapshot(self.store.identities.get_many(list(user_ids)))
 
     def is_empty(self) -> bool:
         """True before the first identity exists (the only time a file may seed without an admin)."""
@@ -330,7 +363,10 @@ __all__ = [
     "AUDITOR_ROLE",
     "SCHEMA_VERSION",
     "IdentityDirectory",
+    "IdentitySnapshot",
+    "active_in",
     "load_seed_file",
     "new_token",
     "principal_of",
+    "reviewer_in",
 ]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from toolgate.clock import parse_iso
+from toolgate.errors import ApprovalError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
@@ -44,15 +46,26 @@ class Approvals:
 
     def record_and_settle(
         self,
-        approval: ApprovalRecord,
+        approval: ApprovalRecord | Callable[[str], ApprovalRecord],
         *,
         audit: Sequence[AuditEventIn] = (),
         settle: Settlement | None = None,
+        expires_at: str | None = None,
     ) -> tuple[bool, OperationRecord | None]:
         """`record`, and in the same transaction the operation change ``settle`` names
         (conditional on its ``from_status``): ``(recorded, settled operation or None)``. Used when
-        this decision completes the verdict, so an approval and its decision commit together."""
+        this decision completes the verdict, so an approval and its decision commit together.
+
+        ``approval`` may be built from the transaction's time (``approval(now)``, `toolgate.clock.iso`
+        text: a decision stamped by the store's clock without a clock read of its own). With
+        ``expires_at`` (the proposal's expiry) the decision is judged by that time too: at or
+        past it nothing is written and `ApprovalError` ``expired`` is raised."""
         with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
+            if expires_at is not None and parse_iso(now) >= parse_iso(expires_at):
+                raise ApprovalError("expired", f"the proposal expired at {expires_at}")
+            if callable(approval):
+                approval = approval(now)
             inserted = tx.execute(
                 "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id,"
                 " reviewer_roles, decision, digest, reason, decided_at, mac)"
@@ -86,7 +99,7 @@ class Approvals:
                 rows = tx.execute(
                     "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ?"
                     " AND status = ?" + unless_rejected + " RETURNING *",
-                    (settle.to_status, self._db._tx_now(tx), settle.operation_key, settle.from_status),
+                    (settle.to_status, now, settle.operation_key, settle.from_status),
                 )
                 settled = operation_of(rows[0]) if rows else None
             self._audit.link(tx, [*audit, *(settle.audit if settle and settled else ())])

@@ -15,8 +15,9 @@ from toolgate.clock import later
 from toolgate.store.tx import Database, Tx
 
 
-class _Held(Exception):
-    """One of the wanted resources is leased to another holder: roll the whole acquisition back."""
+class ResourcesBusy(Exception):
+    """One of the wanted resources is leased to another holder: the transaction that wanted them
+    (an acquisition, or a claim that takes its leases with it) is rolled back whole."""
 
 
 class ResourceLeases:
@@ -37,20 +38,8 @@ class ResourceLeases:
             return True
         try:
             with self._db.transaction() as tx:
-                now = self._db._tx_now(tx)
-                for key in wanted:  # sorted: two acquirers lock shared rows in the same order
-                    taken = tx.execute(
-                        "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at)"
-                        " VALUES (?, ?, ?, ?) ON CONFLICT (resource_key) DO UPDATE SET"
-                        " holder = excluded.holder, acquired_at = excluded.acquired_at,"
-                        " expires_at = excluded.expires_at"
-                        " WHERE resource_leases.expires_at <= ? OR resource_leases.holder = excluded.holder"
-                        " RETURNING resource_key",
-                        (key, holder, now, later(now, lease_s), now),
-                    )
-                    if not taken:
-                        raise _Held(key)
-        except _Held:
+                take_in(tx, wanted, holder, self._db._tx_now(tx), lease_s)
+        except ResourcesBusy:
             return False
         return True
 
@@ -76,6 +65,24 @@ class ResourceLeases:
             return 0
         with self._db.transaction() as tx:
             return release_in(tx, wanted, holder)
+
+
+def take_in(tx: Tx, keys: Sequence[str], holder: str, now: str, lease_s: float) -> None:
+    """`ResourceLeases.acquire` inside the caller's transaction ``tx`` (``now``: its time): a
+    claim takes its leases with it, in one transaction. Raises `ResourcesBusy` when another live
+    lease holds any of ``keys``; the caller's transaction must then roll back (some may be taken)."""
+    for key in sorted(set(keys)):  # sorted: two acquirers lock shared rows in the same order
+        taken = tx.execute(
+            "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (resource_key) DO UPDATE SET"
+            " holder = excluded.holder, acquired_at = excluded.acquired_at,"
+            " expires_at = excluded.expires_at"
+            " WHERE resource_leases.expires_at <= ? OR resource_leases.holder = excluded.holder"
+            " RETURNING resource_key",
+            (key, holder, now, later(now, lease_s), now),
+        )
+        if not taken:
+            raise ResourcesBusy(key)
 
 
 def release_in(tx: Tx, keys: Sequence[str], holder: str) -> int:
@@ -107,4 +114,4 @@ def send_release(tx: Tx, keys: Sequence[str], holder: str) -> None:
         )
 
 
-__all__ = ["ResourceLeases", "release_in", "send_release"]
+__all__ = ["ResourceLeases", "ResourcesBusy", "release_in", "send_release", "take_in"]

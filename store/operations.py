@@ -17,7 +17,7 @@ from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
-from toolgate.store.leases import send_release
+from toolgate.store.leases import send_release, take_in
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
 from toolgate.store.tx import Database
 
@@ -103,14 +103,23 @@ class Operations:
         return operation_of(rows[0])
 
     def claim(
-        self, operation_key: str, owner: str, lease_s: float, *, audit: Sequence[AuditEventIn] = ()
+        self,
+        operation_key: str,
+        owner: str,
+        lease_s: float,
+        *,
+        audit: Sequence[AuditEventIn] = (),
+        resources: tuple[Sequence[str], str] | None = None,
     ) -> OperationRecord | None:
         """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
         appended in its transaction when this caller won).
 
         Only while the proposal has not expired, with a lease of ``lease_s`` from the store's clock.
         Returns the claimed row, or None when someone else owns (or finished) the operation or the
-        approval expired.
+        approval expired. ``resources`` (keys, holder): the resource leases the claimed write needs,
+        taken for ``lease_s`` in the claim's transaction after its update (the operation's row is
+        locked before the leases' rows, as in the outcome's transaction that gives them up); when
+        another holder has one, the claim is rolled back with them and `ResourcesBusy` raised.
         """
         with self._db.transaction() as tx:
             now = self._db._tx_now(tx)
@@ -122,6 +131,8 @@ class Operations:
                 (owner, later(now, lease_s), now, operation_key, now),
             )
             if rows:
+                if resources is not None:
+                    take_in(tx, resources[0], resources[1], now, lease_s)  # busy: all rolled back
                 self._audit.link(tx, audit)
         return operation_of(rows[0]) if rows else None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolgate.canonical import ordered_json
@@ -71,9 +71,18 @@ class Proposals:
         Idempotent by operation key: a second call returns the stored rows and ``False`` (and
         appends nothing).
         """
+        return self.create_at(lambda _: (proposal, audit))
+
+    def create_at(
+        self, make: Callable[[str], tuple[ProposalRecord, Sequence[AuditEventIn]]]
+    ) -> tuple[ProposalRecord, OperationRecord, bool]:
+        """`create` for a proposal whose times are the insert's own: ``make(now)`` (``now``: the
+        transaction's time, `toolgate.clock.iso` text) builds it and its audit events inside the
+        transaction, so stamping a proposal costs no clock read of its own."""
         keys = self._db.keys
         with self._db.transaction() as tx:
             now = self._db._tx_now(tx)
+            proposal, audit = make(now)
             inserted = tx.execute(
                 "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
                 " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"

@@ -10,6 +10,7 @@ import pytest
 from langgraph.types import Command
 from support import REFUND_REQUEST, TEST_KEY, Harness, principal, shift_store_clock, start, tool_messages
 
+from toolgate.clock import parse_iso
 from toolgate.errors import ApprovalError, IdentityError
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
@@ -193,6 +194,32 @@ def test_a_stale_approval_cannot_be_used_after_expiry(
     with pytest.raises(ApprovalError) as late:
         decide(harness.gateway(), facts["c1"]["proposal_id"], principal("sam"), "approve")
     assert late.value.code == "expired"
+
+
+def test_a_decision_is_stamped_and_judged_for_expiry_by_its_own_transactions_clock(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1"))])
+    facts = proposals_of(start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-late"))
+    gw = harness.gateway()
+    shift_store_clock(monkeypatch, harness.store, timedelta(minutes=14))  # inside the 15 minutes
+    on_time = decide(gw, facts["c1"]["proposal_id"], principal("fiona"), "approve")
+    stored = harness.store.approvals.for_proposal(facts["c1"]["proposal_id"])
+    assert [d.decided_at for d in stored] == [on_time.record.decided_at]
+    decided, expires = parse_iso(on_time.record.decided_at), parse_iso(facts["c1"]["expires_at"])
+    assert expires - timedelta(minutes=1) <= decided < expires and stored[0].authentic  # the store's time
+    monkeypatch.undo()
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", {**REFUND, "amount_cents": 9}, "c1"))])
+    late = proposals_of(start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-later"))
+    shift_store_clock(monkeypatch, harness.store, timedelta(minutes=16))  # past the 15 minutes
+    with pytest.raises(ApprovalError) as refused:
+        decide(gw, late["c1"]["proposal_id"], principal("fiona"), "approve")
+    assert refused.value.code == "expired"
+    assert harness.store.approvals.for_proposal(late["c1"]["proposal_id"]) == []  # nothing recorded
+    op = harness.store.operations.get(late["c1"]["operation_key"])
+    assert op is not None and op.status == "expired"
+    events = [(e.event, e.code) for e in harness.store.audit.events(proposal_id=late["c1"]["proposal_id"])]
+    assert events[-2:] == [("proposal.expired", None), ("approval.refused", "expired")]
 
 
 def test_reviewers_authenticate_with_their_token(harness: Harness) -> None:

@@ -93,11 +93,11 @@ def test_an_approved_write_commits_each_change_with_its_evidence(
         ("operation.claimed", "handler.started"),
         ("handler.finished", "operation.completed"),
     ]
-    # the order's resource lease, the claim, the outcome with the lease's release in its own
-    # transaction (the payment system writes its refund through its own records connection; a tool
-    # that declares no forwarded credentials had nothing sealed, so no delete of sealed credentials
-    # is written either)
-    assert counted.writes == 3
+    # the claim with the order's resource lease taken in its transaction, the outcome with the
+    # lease's release in its own (the payment system writes its refund through its own records
+    # connection; a tool that declares no forwarded credentials had nothing sealed, so no delete of
+    # sealed credentials is written either). 3 before the lease was folded into the claim.
+    assert counted.writes == 2
     with harness.store.transaction(write=False) as tx:
         assert tx.execute("SELECT resource_key FROM resource_leases") == []  # given up with the outcome
     assert harness.refunds() == 1

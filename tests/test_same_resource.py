@@ -31,6 +31,7 @@ from toolgate.graph.delivery.same_resource import resource_keys
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import PostgresStore, SQLiteStore, Store
+from toolgate.store.leases import ResourcesBusy
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import ResourceRef
 from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
@@ -154,15 +155,16 @@ class FirstWaitsForARefusal:
         self.calls: list[int] = []
         self._lock = threading.Lock()
         for store in stores:
-            acquire = store.leases.acquire
+            claim = store.operations.claim  # takes the resource leases in its own transaction
 
-            def watched(keys: Any, holder: str, lease_s: float, _acquire: Any = acquire) -> bool:
-                taken = bool(_acquire(keys, holder, lease_s))
-                if not taken:
+            def watched(*args: Any, _claim: Any = claim, **kwargs: Any) -> Any:
+                try:
+                    return _claim(*args, **kwargs)
+                except ResourcesBusy:
                     self.refused.set()
-                return taken
+                    raise
 
-            monkeypatch.setattr(store.leases, "acquire", watched)
+            monkeypatch.setattr(store.operations, "claim", watched)
 
     def reset(self) -> None:
         self.refused.clear()

@@ -30,7 +30,13 @@ from support import TEST_KEY, shift_store_clock
 
 from toolgate.canonical import digest
 from toolgate.clock import iso, parse_iso, utcnow
-from toolgate.errors import ConfigurationError, IdentityError, InvalidTransitionError, StoreError
+from toolgate.errors import (
+    ApprovalError,
+    ConfigurationError,
+    IdentityError,
+    InvalidTransitionError,
+    StoreError,
+)
 from toolgate.store import (
     MIGRATIONS,
     ApprovalRecord,
@@ -46,6 +52,7 @@ from toolgate.store import (
 )
 from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.chain import verify_chain
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, cursor_of
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
@@ -311,6 +318,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
             "contract_extra", [Migration("t", "CREATE TABLE t (x INTEGER)", "CREATE TABLE t (x INTEGER)")]
         ),
         "proposals.create": lambda s: s.proposals.create(make_proposal(4)),
+        "proposals.create_at": lambda s: s.proposals.create_at(lambda _: (make_proposal(4), [])),
         "approvals.record": lambda s: s.approvals.record(make_approval(proposal)),
         "approvals.record_and_settle": lambda s: s.approvals.record_and_settle(
             make_approval(proposal),
@@ -2300,4 +2308,119 @@ CONTRACT["proposals.for_tool"] = (
 CONTRACT["proposals.create"] = (
     *CONTRACT["proposals.create"],
     test_the_requesters_words_are_stored_under_the_mac_and_outside_the_digest,
+)
+
+
+# ---- fewer round trips on the approved-write path (issue 31) ----------------------------------
+
+
+def test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shift_store_clock(monkeypatch, store, timedelta(hours=3))  # the store's clock, never the host's
+    stamped_at: list[str] = []
+
+    def make(now: str) -> tuple[ProposalRecord, list[AuditEventIn]]:
+        stamped_at.append(now)
+        proposal = make_proposal(created_at=now, expires_at=iso(parse_iso(now) + timedelta(minutes=15)))
+        return proposal, [event("proposal.created", proposal_id=proposal.proposal_id)]
+
+    stored, op, created = store.proposals.create_at(make)
+    assert created and len(stamped_at) == 1
+    assert parse_iso(stamped_at[0]) - utcnow() > timedelta(hours=2, minutes=59)
+    assert stored.created_at == op.created_at == op.updated_at == stamped_at[0]
+    assert stored.authentic and stored == store.proposals.get(stored.proposal_id)
+    assert op.status == "pending_approval" and len(named(store, "proposal.created")) == 1
+    before = snapshot(store)
+    again, again_op, created_again = store.proposals.create_at(make)  # same key: the stored rows
+    assert not created_again and again == stored and again_op == op
+    assert snapshot(store) == before  # nothing inserted, no event appended
+
+
+CONTRACT["proposals.create_at"] = (test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent,)
+
+
+def test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them(store: Store) -> None:
+    assert store.identities.get_many([]) == {} and store.identities.get_many(["ada"]) == {}
+    store.identities.add(make_identity("ada"))
+    store.identities.add(make_identity("bob", tenant_id="globex"))
+    with store.transaction() as tx:  # a row changed with database access alone no longer verifies
+        tx.execute("UPDATE identities SET scopes = ? WHERE user_id = ?", ('["refunds:write"]', "bob"))
+    found = store.identities.get_many(["bob", "ada", "eve", "ada"])
+    assert found == {"ada": store.identities.get("ada"), "bob": store.identities.get("bob")}
+    assert found["ada"].authentic and not found["bob"].authentic and found["bob"].tenant_id == "globex"
+
+
+CONTRACT["identities.get_many"] = (test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them,)
+
+
+def test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them(store: Store) -> None:
+    store.proposals.create(make_proposal())
+    approve_row(store)
+    assert store.leases.acquire(["k2"], "other", 30)
+    before = snapshot(store)
+    with pytest.raises(ResourcesBusy):  # k2 is another holder's: the claim is undone with k1
+        store.operations.claim(
+            "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k2", "k1"], "h1")
+        )
+    assert snapshot(store) == before
+    op = store.operations.get("op_test1")
+    assert op is not None and (op.status, op.attempts, op.owner) == ("approved", 0, None)
+    store.leases.release(["k2"], "other")
+    claimed = store.operations.claim(
+        "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k2", "k1"], "h1")
+    )
+    assert claimed is not None and (claimed.status, claimed.owner, claimed.attempts) == ("executing", "w1", 1)
+    with store.transaction(write=False) as tx:
+        leases = tx.execute("SELECT * FROM resource_leases ORDER BY resource_key")
+    assert [(r["resource_key"], r["holder"]) for r in leases] == [("k1", "h1"), ("k2", "h1")]
+    assert {r["expires_at"] for r in leases} == {claimed.lease_expires_at}  # the claim's own lease
+    assert len(named(store, "operation.claimed")) == 1
+    before = snapshot(store)
+    # a lost claim takes nothing, even resources that are free
+    assert store.operations.claim("op_test1", "w2", 30, resources=(["k3"], "h2")) is None
+    assert snapshot(store) == before
+
+
+CONTRACT["operations.claim"] = (
+    *CONTRACT["operations.claim"],
+    test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them,
+)
+
+
+def test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refuses_past_the_expiry(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proposal, _, _ = store.proposals.create(make_proposal(1))  # expires 15 minutes from now
+    shift_store_clock(monkeypatch, store, timedelta(minutes=16))  # the store's clock, not the host's
+    before = snapshot(store)
+    with pytest.raises(ApprovalError) as late:
+        store.approvals.record_and_settle(
+            lambda now: make_approval(proposal, decided_at=now),
+            audit=[event("approval.recorded", operation_key="op_test1")],
+            expires_at=proposal.expires_at,
+        )
+    assert late.value.code == "expired" and snapshot(store) == before  # nothing written
+    monkeypatch.undo()
+    shift_store_clock(monkeypatch, store, timedelta(minutes=14))
+    seen: list[str] = []
+
+    def at(now: str) -> ApprovalRecord:
+        seen.append(now)
+        return make_approval(proposal, decided_at=now)
+
+    recorded, settled = store.approvals.record_and_settle(
+        at,
+        settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
+        expires_at=proposal.expires_at,
+    )
+    assert recorded and settled is not None and settled.updated_at == seen[0]  # one time for both
+    assert parse_iso(proposal.expires_at) - parse_iso(seen[0]) < timedelta(minutes=1, seconds=30)
+    (stored,) = store.approvals.for_proposal(proposal.proposal_id)
+    assert stored.decided_at == seen[0] and stored.authentic  # the MAC covers the stamped time
+
+
+CONTRACT["approvals.record_and_settle"] = (
+    *CONTRACT["approvals.record_and_settle"],
+    test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refuses_past_the_expiry,
 )

@@ -49,8 +49,9 @@ class ClaimedWrite:
     common: dict[str, Any]
     """The fields every audit event of this delivery carries."""
     hold: ResourceHold
-    """The leases on the operation's conflicting resources (taken before the claim), renewed with
-    the claim and released once no handler thread of this delivery can still change anything."""
+    """The leases on the operation's conflicting resources (taken in the claim's transaction),
+    renewed with the claim and released once no handler thread of this delivery can still change
+    anything."""
     released: threading.Event = field(default_factory=threading.Event)
     """Set once an outcome's transaction gave the resource leases up with it (nothing left to release)."""
 

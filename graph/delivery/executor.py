@@ -44,6 +44,7 @@ from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.records import OperationRecord, ProposalRecord
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
@@ -233,9 +234,18 @@ class Executor:
         lease_s: float = 60.0,
         wait_s: float = 30.0,
         call_id: str | None = None,
+        operation: OperationRecord | None = None,
+        now: datetime | None = None,
     ) -> Delivery:
-        """Deliver one operation: execute it if this caller wins the claim, else return the stored result."""
-        op = self.store.operations.get(operation_key)
+        """Deliver one operation: execute it if this caller wins the claim, else return the stored result.
+
+        A step that has just read the operation (``operation``) and the store's time (``now``)
+        hands them down, so the delivery reads neither again: whatever changes after that read
+        changes after this one too, and the claim's conditional update (status, owner and expiry
+        on the database's clock) decides; a lost claim reads the row afresh."""
+        op = operation if operation is not None and operation.operation_key == operation_key else None
+        if op is None:
+            op = self.store.operations.get(operation_key)
         if op is None:
             return Delivery(
                 operation_key=operation_key,
@@ -244,7 +254,7 @@ class Executor:
                 duplicate=False,
                 reason="no such operation",
             )
-        op = self.expire_if_due(op)
+        op = self.expire_if_due(op, now=now)
         attempted = False
         if op.status == "approved":
             refusal = self._verify(op)
@@ -264,7 +274,6 @@ class Executor:
                 return deferred(self.auditor, op, "circuit_open", error)
             attempted = True
             hold = self._hold(op, worker_id)
-            claimed = None
             slotted = False
             try:
                 try:  # a slot of the handler's own cap, held while this delivery runs
@@ -272,29 +281,26 @@ class Executor:
                 except HandlerBusy as exc:
                     error = {"kind": exc.kind, "message": exc.message, "retryable": exc.retryable}
                     return deferred(self.auditor, op, "handler_busy", error)
-                # the resources first, then the claim: waiting never holds a claim (no deadlock)
-                if not hold.acquire(lease_s, wait_s):
+                common = self._audit_fields(op, call_id)
+                events = [
+                    self.auditor.event("operation.claimed", "acquired", detail={"worker": worker_id}, **common),
+                    self.auditor.event("handler.started", "started", **common),
+                ]
+                try:  # the claim and the resource leases commit together, or neither (no deadlock)
+                    claimed = hold.claim(
+                        lambda: self.store.operations.claim(
+                            operation_key, worker_id, lease_s, audit=events, resources=hold.lease
+                        ),
+                        wait_s,
+                    )
+                except ResourcesBusy:
                     message = "another write to the same resource is still running; still approved"
                     error = {"kind": "resource_busy", "message": message, "retryable": True}
                     return deferred(self.auditor, op, "resource_busy", error)
-                common = self._audit_fields(op, call_id)
-                claimed = self.store.operations.claim(
-                    operation_key,
-                    worker_id,
-                    lease_s,
-                    audit=[
-                        self.auditor.event(
-                            "operation.claimed", "acquired", detail={"worker": worker_id}, **common
-                        ),
-                        self.auditor.event("handler.started", "started", **common),
-                    ],
-                )
                 if claimed is not None:
                     return self._execute(claimed, worker_id, common, breaker, lease_s, hold)
             finally:
                 breaker.release()  # gives back this thread's unreported probe (claim lost); else no-op
-                if claimed is None:
-                    hold.release()  # the claim went elsewhere: the claimed handler releases its own
                 if slotted:
                     self.handler_slots.release(op.tool)
             op = self.store.operations.get(operation_key) or op

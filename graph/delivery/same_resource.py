@@ -2,14 +2,16 @@
 delivery holds the store's lease on that resource.
 
 In one batch, same-resource calls already share a lane (`toolgate.graph.nodes.batch`); that cannot see
-another thread, graph run or process. So `Executor.deliver` takes a `ResourceHold` on every
-conflicting resource the approved arguments name (keyed by the proposal's tenant, the kind and
-the id, all read from the store, never from checkpointed state) *before* it claims the operation:
-waiting for a resource never holds a claim, and the claim never waits, so the two cannot
-deadlock. The claimed handler renews the hold with its claim's lease and gives it up once its
-outcome is stored (an overrunning handler keeps it until its thread ends). When the resource
-stays busy past the delivery's wait, the operation stays approved and the caller gets a stable,
-audited ``resource_busy`` refusal: a later delivery runs it, and no update is ever lost.
+another thread, graph run or process. So `Executor.deliver` claims the operation together with a
+`ResourceHold` on every conflicting resource the approved arguments name (keyed by the proposal's
+tenant, the kind and the id, all read from the store, never from checkpointed state): the claim's
+conditional update and the leases commit in one transaction or not at all. When another holder
+has one of the resources, that transaction rolls back, claim included, and the delivery waits
+outside any transaction before it tries again: waiting never holds a claim or a lease, so two
+deliveries cannot deadlock. The claimed handler renews the hold with its claim's lease and gives
+it up with its stored outcome (an overrunning handler keeps it until its thread ends). When the
+resource stays busy past the delivery's wait, the operation stays approved and the caller gets a
+stable, audited ``resource_busy`` refusal: a later delivery runs it, and no update is ever lost.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from toolgate.canonical import canonical_json
 from toolgate.graph.delivery.result import Delivery
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.records import OperationRecord
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.spec import ToolSpec
+
+T = TypeVar("T")
 
 
 def resource_keys(spec: ToolSpec, tenant_id: str, arguments: dict[str, Any]) -> tuple[str, ...]:
@@ -69,27 +74,37 @@ class ResourceHold:
         holder = f"{worker_id}/{op.operation_key}/{secrets.token_hex(6)}"
         return cls(store, resource_keys(spec, tenant_id, arguments), holder)
 
-    def acquire(self, lease_s: float, wait_s: float) -> bool:
-        """Take every lease at once, retrying with backoff while another holder has one, for up
-        to ``wait_s`` seconds; False when the resource stayed busy (nothing held then).
+    @property
+    def lease(self) -> tuple[tuple[str, ...], str] | None:
+        """What a claim takes with it (`toolgate.store.operations.Operations.claim`'s
+        ``resources``): the keys and this hold's holder; None without resources."""
+        return (self.keys, self.holder) if self.keys else None
 
-        Within one process only one thread at a time asks the store for the same resources
-        (`_PollGate`): the others wait in memory for their turn to ask. Sixty-four threads of a
-        worker waiting on one busy resource would otherwise poll the store sixty-four times as
-        often, and take the pooled connections the lease holder needs to finish."""
+    def claim(self, claim: Callable[[], T], wait_s: float) -> T:
+        """``claim()`` (a claim that takes `lease` in its own transaction and raises
+        `ResourcesBusy` when another holder has one), tried again with backoff while the
+        resources are busy, for up to ``wait_s`` seconds; `ResourcesBusy` when they stayed busy
+        (nothing claimed or held then). Without resources, ``claim()`` once.
+
+        Within one process only one thread at a time tries for the same resources
+        (`_PollGate`): the others wait in memory for their turn. Sixty-four threads of a worker
+        waiting on one busy resource would otherwise poll the store sixty-four times as often,
+        and take the pooled connections the lease holder needs to finish."""
         if not self.keys:
-            return True
+            return claim()
         deadline = time.monotonic() + wait_s
         with _PollGate.turn(self.keys, deadline) as my_turn:
             if not my_turn:
-                return False
+                raise ResourcesBusy(self.keys[0])
             delay = 0.002
-            while not self.store.leases.acquire(self.keys, self.holder, lease_s):
-                if time.monotonic() >= deadline:
-                    return False
+            while True:
+                try:
+                    return claim()
+                except ResourcesBusy:
+                    if time.monotonic() >= deadline:
+                        raise
                 time.sleep(delay)  # another process may hold it: only the store can say when it is free
                 delay = min(delay * 2, 0.1)
-            return True
 
     def renew(self, lease_s: float) -> bool:
         """Extend the leases with the claim's (True without resources)."""

@@ -65,11 +65,14 @@ def make_execute_node(gw: Gateway) -> Any:
         turn = [records.get(c, calls[c]) for c in state.get("turn_calls", [])]
         writes = [c for c in turn if c.get("phase") == "proposed"]
         now = gw.store.now() if writes else None  # this step's one reading of the store's clock
+        judged: dict[str, OperationRecord] = {}  # each write's operation with its expiry judged at `now`
         if writes:
             statuses = []
             for record in writes:
                 op = read.get(record["operation_key"]) or gw.store.operations.get(record["operation_key"])
-                statuses.append(gw.executor.expire_if_due(op, now=now).status if op else "missing")
+                if op is not None:
+                    op = judged[op.operation_key] = gw.executor.expire_if_due(op, now=now)
+                statuses.append(op.status if op else "missing")
             if all(s == "pending_approval" for s in statuses):
                 return {
                     "calls": records,
@@ -138,7 +141,8 @@ def make_execute_node(gw: Gateway) -> Any:
                 if read:
                     result = run_read(gw, spec, record, principal, ctx, traced, runtime.stream_writer)
                 else:
-                    result = run_write(gw, spec, record, ctx, span)
+                    key = record.get("operation_key") or ""
+                    result = run_write(gw, spec, record, ctx, span, operation=judged.get(key), now=now)
                 span.set_result_bytes(len(str(result[0].content).encode()))
                 outcome = result[1]
                 if span.outcome is None:

@@ -12,6 +12,7 @@ how they are batched.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -29,6 +30,7 @@ from toolgate.graph.state import CallRecord, Outcome
 from toolgate.policy.admission import Overloaded, admitted
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import audit_call_id
+from toolgate.store.records import OperationRecord
 from toolgate.tools.spec import ToolSpec
 
 AUTHORITATIVE = {"succeeded": "completed"}
@@ -222,9 +224,18 @@ def overloaded_delivery(gw: Gateway, operation_key: str, exc: Overloaded) -> Del
 
 
 def run_write(
-    gw: Gateway, spec: ToolSpec, record: CallRecord, ctx: Context, span: telemetry.ToolSpan | None = None
+    gw: Gateway,
+    spec: ToolSpec,
+    record: CallRecord,
+    ctx: Context,
+    span: telemetry.ToolSpan | None = None,
+    *,
+    operation: OperationRecord | None = None,
+    now: datetime | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
-    """Deliver one proposed write: execute it once if approved, else report its state."""
+    """Deliver one proposed write: execute it once if approved, else report its state.
+    ``operation`` and ``now``: the operation and the store's time the calling step already read
+    (`Executor.deliver` reads neither again)."""
     call_id = record["call_id"]
     try:
         with admitted(gw.auditor, "tool", write_tenant(gw, record), call_id=call_id, tool=spec.name):
@@ -234,6 +245,8 @@ def run_write(
                 lease_s=ctx.claim_lease_s,
                 wait_s=ctx.duplicate_wait_s,
                 call_id=call_id,
+                operation=operation,
+                now=now,
             )
     except Overloaded as exc:  # not claimed: the operation stays approved for a later delivery
         delivery = overloaded_delivery(gw, record["operation_key"], exc)

@@ -1,11 +1,12 @@
 """Recording a reviewer's decision: the only way authority enters the system.
 
 The reviewer is authenticated by the caller (`IdentityDirectory.authenticate` at every door).
-The rules are checked against the store's clock, the decision is appended as an immutable record
-bound to the proposal's digest and signed with the store's approval key, and when the approval
-class is satisfied by the decisions that still count (`Authority.counted_decisions`) the operation
-moves ``pending_approval -> approved`` (or ``rejected``) by a conditional update. Every refusal
-is audited too.
+The rules are checked, then the decision is appended as an immutable record bound to the
+proposal's digest and signed with the store's approval key, stamped and judged for expiry by
+the time of the transaction that appends it (`Approvals.record_and_settle`: the store's clock,
+no read of its own). When the approval class is satisfied by the decisions that still count
+(`Authority.counted_decisions`) the operation moves ``pending_approval -> approved`` (or
+``rejected``) by a conditional update in that same transaction. Every refusal is audited too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolgate.clock import iso, new_id, parse_iso
+from toolgate.clock import new_id, parse_iso
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.gateway import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
@@ -78,8 +79,8 @@ def decide(
         # the floor: the class the release's policy gives these stored arguments; the class on
         # the proposal record (never the thread's state) applies, and may not be below it
         required = gw.policy.escalation(spec.name, spec.approval, proposal.arguments).approval
-        now = gw.store.now()  # this decision's one reading of the store's clock
-        operation = gw.executor.expire_if_due(operation, proposal=proposal, now=now)
+        # expiry by the store's clock is judged in the decision's own transaction (below); one
+        # already recorded is refused here
         if operation.status == "expired":
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
         if operation.status != "pending_approval":
@@ -97,7 +98,7 @@ def decide(
             required,
             reviewer,
             seen_digest=seen_digest,
-            now=now,
+            now=None,  # judged by the time of the transaction that records the decision
             expires_at=parse_iso(proposal.expires_at),
         )
         record = ApprovalRecord(
@@ -109,7 +110,7 @@ def decide(
             decision=decision,
             digest=proposal.digest,
             reason=reason.strip(),
-            decided_at=iso(now),
+            decided_at="",  # stamped with the time of the transaction that records it
         )
         # The verdict this decision completes, judged before it is stored: when it settles the
         # proposal, the decision and the operation's change commit in one transaction.
@@ -135,7 +136,22 @@ def decide(
             if settling.status in ("approved", "rejected")
             else None
         )
-        recorded, settled = gw.store.approvals.record_and_settle(record, audit=[recorded_event], settle=settle)
+        stamped: list[ApprovalRecord] = []
+
+        def at(now: str) -> ApprovalRecord:
+            stamped.append(dataclasses.replace(record, decided_at=now))
+            return stamped[-1]
+
+        try:  # one reading of the store's clock: the transaction's own, free on PostgreSQL
+            recorded, settled = gw.store.approvals.record_and_settle(
+                at, audit=[recorded_event], settle=settle, expires_at=proposal.expires_at
+            )
+        except ApprovalError as late:
+            if late.code != "expired":
+                raise
+            gw.executor.expire_if_due(operation, proposal=proposal)  # to expired, audited proposal.expired
+            raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}") from late
+        record = stamped[-1]
         if not recorded:
             raise ApprovalError("already_decided", "this reviewer already decided this proposal")
     except ApprovalError as exc:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from toolgate.canonical import digest, operation_key, sha256_hex
-from toolgate.clock import iso
+from toolgate.clock import iso, parse_iso
 from toolgate.graph.delivery.delegation import DelegationRefused, seal, unseal
 from toolgate.graph.gateway import Gateway
 from toolgate.policy.output import redact_text
@@ -58,12 +58,12 @@ def draft_proposal(
 ) -> ProposalRecord:
     """The proposal for one intended effect; its operation key and id derive from the content.
 
-    Its creation and expiry times come from the store's clock. Its approval class is the tool's,
-    raised by the release's escalation rules from these (judged) arguments, never lowered."""
+    Its creation and expiry times (and so its digest) are left for `store_proposal` to set from
+    the store's clock, in the transaction that inserts it (`stamped`). Its approval class is the
+    tool's, raised by the release's escalation rules from these (judged) arguments, never lowered."""
     key = operation_key(
         tenant_id=tenant_id, task_id=thread_id, call_id=call_id, tool=spec.name, arguments=arguments
     )
-    now = gw.store.now()
     escalation = gw.policy.escalation(spec.name, spec.approval, arguments)
     draft = ProposalRecord(
         proposal_id="prop_" + sha256_hex(key)[:24],
@@ -83,8 +83,8 @@ def draft_proposal(
         effect=spec.effect,
         rollback=spec.rollback_text(),
         approval_class=escalation.approval.describe(),
-        created_at=iso(now),
-        expires_at=iso(now + timedelta(minutes=gw.policy.approval_minutes)),
+        created_at="",
+        expires_at="",
         supersedes=supersedes,
         trace_id=trace_id,
         editors=tuple(sorted(set(editors))),
@@ -92,7 +92,16 @@ def draft_proposal(
         escalation_reason=escalation.reason,
         requester_text=requester_text,
     )
-    return dataclasses.replace(draft, digest=digest(draft.content()))
+    return draft
+
+
+def stamped(draft: ProposalRecord, now: datetime, approval_minutes: float) -> ProposalRecord:
+    """``draft`` created at ``now`` (the store's clock), expiring ``approval_minutes`` later, with
+    the digest of that content."""
+    timed = dataclasses.replace(
+        draft, created_at=iso(now), expires_at=iso(now + timedelta(minutes=approval_minutes)), digest=""
+    )
+    return dataclasses.replace(timed, digest=digest(timed.content()))
 
 
 def store_proposal(
@@ -105,8 +114,11 @@ def store_proposal(
     accepted: AuditEventIn | None = None,
 ) -> tuple[ProposalRecord, OperationRecord, bool]:
     """Insert (idempotently) and audit one proposal: ``proposal.created`` (after ``accepted``, the
-    model call it came from, if any) commits with the proposal. A proposal already stored under the
-    same operation key is audited as ``proposal.reused`` on its own."""
+    model call it came from, if any) commits with the proposal. Its times are the insert
+    transaction's (`stamped` from the ``draft``: no clock read of their own). A proposal already
+    stored under the same operation key is returned as stored and audited as ``proposal.reused``
+    on its own. The stored proposal goes into the executor's proposal cache
+    (`toolgate.graph.review.proposal_cache`)."""
 
     def event(name: str, result: str, proposal: ProposalRecord) -> AuditEventIn:
         return gw.auditor.event(
@@ -133,8 +145,15 @@ def store_proposal(
             **(audit or {}),
         )
 
-    created_events = [*([accepted] if accepted else []), event("proposal.created", "pending_approval", draft)]
-    stored, operation, created = gw.store.proposals.create(draft, audit=created_events)
+    def at(now: str) -> tuple[ProposalRecord, list[AuditEventIn]]:
+        proposal = stamped(draft, parse_iso(now), gw.policy.approval_minutes)
+        return proposal, [*([accepted] if accepted else []), event("proposal.created", "pending_approval", proposal)]
+
+    stored, operation, created = gw.store.proposals.create_at(at)
+    # the row as the store returned it (inserted, or found under the key), MAC checked like any
+    # read: proposals never change, so the approval node and the deliveries of this process read
+    # it from the cache instead of the store
+    gw.executor.proposals.put(stored)
     if not created:
         gw.store.audit.append(event("proposal.reused", operation.status, stored))
     return stored, operation, created
@@ -163,4 +182,11 @@ def carry_delegation(gw: Gateway, spec: ToolSpec, original: ProposalRecord, edit
     return seal(gw.store, edited, credentials)
 
 
-__all__ = ["MAX_REQUESTER_TEXT", "carry_delegation", "draft_proposal", "requester_words", "store_proposal"]
+__all__ = [
+    "MAX_REQUESTER_TEXT",
+    "carry_delegation",
+    "draft_proposal",
+    "requester_words",
+    "stamped",
+    "store_proposal",
+]
