@@ -129,7 +129,8 @@ class GatewayState(TypedDict, total=False):
 
 KEYS_ADDED_IN: dict[str, int] = {"state_version": 2}
 """The state version that added each key of `GatewayState` younger than version 1: a seal made
-for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key."""
+for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key,
+and declare the key after every older one but ``seal`` (a seal's tags are in key order)."""
 
 
 __all__ = [

@@ -3,7 +3,7 @@
 A checkpoint holds only what its step wrote to ``messages`` (with the whole list once every
 `MESSAGE_SNAPSHOT_WRITES` writes), not the whole list again at every step. The fixture in
 ``fixtures/state_v2_full_messages/`` is a real thread saved before (``fixtures/make_state_v2_full_messages.py``):
-every checkpoint holds the whole list. Opened by today's code, it reads the same messages,
+every checkpoint holds the whole list, and its seal is of form 4. Opened by today's code, it reads the same messages,
 resumes after a real approval with its handler run once, and is saved in the lean shape from
 then on; changed outside the gateway, it is refused like any other thread.
 """
@@ -29,7 +29,7 @@ from support import Harness, principal, shift_store_clock, start
 from toolgate.clock import parse_iso
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.graph.seals.seal import SEAL_VERSION, Sealer
+from toolgate.graph.seals.seal import SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
 from toolgate.graph.state import MESSAGE_SNAPSHOT_WRITES
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
@@ -111,7 +111,7 @@ def test_the_fixture_holds_the_whole_message_list_in_every_checkpoint(saved: Sav
     assert [m.id for m in held[-1]] == saved.facts["message_ids"]
     values = saved.values()
     assert [m.id for m in values["messages"]] == saved.facts["message_ids"]
-    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == SEAL_VERSION
+    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == TAGGED_SEAL_VERSION
     assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
 
 
@@ -145,6 +145,7 @@ def test_a_thread_saved_in_the_old_shape_resumes_and_is_saved_lean_from_then_on(
     # the new checkpoints hold no message list (the old ones keep theirs)
     new = stored_messages(saved.saver, saved.thread)[before:]
     assert len(new) >= 6 and all(m is None for m in new)
+    assert values["seal"]["v"] == SEAL_VERSION  # and sealed in the current form
     assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
     assert saved.events("state.tampered") == [] and verify_chain(saved.harness.store).ok
 
