@@ -84,7 +84,9 @@ def chain_updates(
 
 def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """``update`` without the keys that would leave their channel as it is: a channel that did
-    not change is not written again (each write is a new channel version in the checkpoint).
+    not change is not written again (each write is a new channel version in the checkpoint), and
+    a channel never written is not written empty (``None``, ``{}``, ``[]``: each channel ever
+    written has a version in every later checkpoint; readers take a missing key as empty).
 
     A merge written as the one-key dict ``{"__overwrite__": ...}`` (a model may name a call
     ``__overwrite__``) would be taken by LangGraph for its overwrite sentinel: such a merge is
@@ -96,7 +98,7 @@ def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str
         if isinstance(value, Overwrite):
             lean[key] = value
         elif reducer is None:
-            if key not in state or state[key] != value:
+            if (state[key] != value) if key in state else not _empty(value):
                 lean[key] = value
         elif key == "messages":
             if value:
@@ -108,6 +110,10 @@ def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str
         else:
             lean[key] = value
     return lean
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (type(value) in (dict, list) and not value)
 
 
 OVERWRITE_KEY = "__overwrite__"
