@@ -197,6 +197,14 @@ def main() -> None:
             "verdict": verdict(bytes_ratio, TARGET_BYTES),
         },
         {
+            "measure": f"checkpoint bytes per turn, median of calls {calls - WINDOW + 1}-{calls}",
+            "toolgate": facts["toolgate"]["bytes_median_last"],
+            "bare": facts["bare"]["bytes_median_last"],
+            "ratio": facts["toolgate"]["bytes_median_last"] / facts["bare"]["bytes_median_last"],
+            "target": "",
+            "verdict": "",
+        },
+        {
             "measure": f"per-call time growth (median last {WINDOW} / first {WINDOW})",
             "toolgate": facts["toolgate"]["growth"],
             "bare": facts["bare"]["growth"],
