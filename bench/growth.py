@@ -7,6 +7,11 @@ toolgate runs with its thread budgets raised so that 200 calls are allowed (budg
 limiter still run). Checkpoint bytes per turn are the bytes the turn added to the saver's tables
 for that thread (checkpoint and metadata blobs plus pending writes).
 
+For the first and the last call, the bytes are broken down by part (`turn_parts`): per channel,
+its value in the checkpoint blobs and its pending writes; LangGraph's ``channel_versions`` and
+``versions_seen``; the metadata; the rest of each blob (its framing, id, timestamp and
+``updated_channels``); with the number of checkpoints (steps) and of messages the turn added.
+
 Run: ``.venv/bin/python bench/growth.py [--full]`` (``--rounds`` is the number of calls)
 """
 
@@ -16,9 +21,11 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import ormsgpack
 from _common import (  # bench/ is on sys.path when run as a script
     Demo,
     arguments,
@@ -51,6 +58,70 @@ def thread_bytes(db: str, thread: str) -> int:
     return int(ck) + int(wr)
 
 
+def turn_rows(db: str, thread: str) -> tuple[set[str], set[tuple[str, str, int]]]:
+    """The ids of the thread's checkpoints and of its pending writes (to tell a turn's new rows)."""
+    with sqlite3.connect(db) as conn:
+        checkpoints = {
+            r[0] for r in conn.execute("SELECT checkpoint_id FROM checkpoints WHERE thread_id = ?", (thread,))
+        }
+        writes = {
+            (r[0], r[1], r[2])
+            for r in conn.execute(
+                "SELECT checkpoint_id, task_id, idx FROM writes WHERE thread_id = ?", (thread,)
+            )
+        }
+    return checkpoints, writes
+
+
+def channel_part(channel: str) -> str:
+    """The part of the breakdown a channel belongs to: LangGraph's own channels grouped."""
+    if channel.startswith("branch:"):
+        return "branch:*"
+    return channel
+
+
+def turn_parts(
+    saver: Any, db: str, thread: str, before: tuple[set[str], set[tuple[str, str, int]]]
+) -> dict[str, Any]:
+    """The bytes one turn added to ``thread``, by part (``before``: `turn_rows` before the turn)."""
+    values: Counter[str] = Counter()
+    writes: Counter[str] = Counter()
+    parts: Counter[str] = Counter()
+    steps = 0
+    with sqlite3.connect(db) as conn:
+        for cid, kind, blob, meta in conn.execute(
+            "SELECT checkpoint_id, type, checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (thread,)
+        ):
+            if cid in before[0]:
+                continue
+            steps += 1
+            checkpoint = saver.serde.loads_typed((kind, blob))
+            inside = 0
+            for channel, value in checkpoint["channel_values"].items():
+                size = len(saver.serde.dumps_typed(value)[1])
+                values[channel_part(channel)] += size
+                inside += size
+            for part in ("channel_versions", "versions_seen"):
+                size = len(ormsgpack.packb(checkpoint[part]))
+                parts[part] += size
+                inside += size
+            parts["blob framing, id, ts, updated_channels"] += len(blob) - inside
+            parts["metadata"] += len(meta)
+        for cid, task, idx, channel, value in conn.execute(
+            "SELECT checkpoint_id, task_id, idx, channel, value FROM writes WHERE thread_id = ?", (thread,)
+        ):
+            if (cid, task, idx) not in before[1]:
+                writes[channel_part(channel)] += len(value)
+    total = sum(values.values()) + sum(writes.values()) + sum(parts.values())
+    return {
+        "total": total,
+        "checkpoints": steps,
+        "channel_values": dict(values.most_common()),
+        "writes": dict(writes.most_common()),
+        **dict(parts),
+    }
+
+
 def main() -> None:
     args = arguments(__doc__.splitlines()[0], quick=200, full=200)
     calls = args.rounds
@@ -64,6 +135,7 @@ def main() -> None:
         series: dict[str, dict[str, list[float]]] = {
             n: {"seconds": [], "bytes": []} for n in ("bare", "toolgate")
         }
+        breakdown: dict[str, dict[str, Any]] = {"bare": {}, "toolgate": {}}
         with open_saver("sqlite", ckpt) as saver:
             bare = create_react_agent(script(calls, "b"), [plain_tool(demo)], checkpointer=saver)
             toolgate = demo.graph(script(calls, "g"), saver)
@@ -73,14 +145,22 @@ def main() -> None:
                     {"messages": [HumanMessage("Order O-5512?")]}, cfg, context=context
                 ),
             }
-            for _ in range(calls):
+            for n in range(calls):
+                broken_down = n in (0, calls - 1)
                 for name, run in runs.items():
                     thread = f"growth-{name}"
+                    rows = turn_rows(ckpt, thread) if broken_down else None
                     before = thread_bytes(ckpt, thread)
                     started = time.perf_counter()
                     run({"configurable": {"thread_id": thread}})
                     series[name]["seconds"].append(time.perf_counter() - started)
                     series[name]["bytes"].append(thread_bytes(ckpt, thread) - before)
+                    if rows is not None:
+                        parts = turn_parts(saver, ckpt, thread, rows)
+                        cfg = {"configurable": {"thread_id": thread}}
+                        graph = bare if name == "bare" else toolgate
+                        parts["messages_in_thread"] = len(graph.get_state(cfg).values["messages"])
+                        breakdown[name][f"call {n + 1}"] = parts
         store.close()
 
     def window(values: list[float], first: bool) -> float:
@@ -117,6 +197,14 @@ def main() -> None:
             "verdict": verdict(bytes_ratio, TARGET_BYTES),
         },
         {
+            "measure": f"checkpoint bytes per turn, median of calls {calls - WINDOW + 1}-{calls}",
+            "toolgate": facts["toolgate"]["bytes_median_last"],
+            "bare": facts["bare"]["bytes_median_last"],
+            "ratio": facts["toolgate"]["bytes_median_last"] / facts["bare"]["bytes_median_last"],
+            "target": "",
+            "verdict": "",
+        },
+        {
             "measure": f"per-call time growth (median last {WINDOW} / first {WINDOW})",
             "toolgate": facts["toolgate"]["growth"],
             "bare": facts["bare"]["growth"],
@@ -134,6 +222,25 @@ def main() -> None:
         },
     ]
     print_table(f"growth over a {calls}-call thread (SQLite)", rows)
+    for call in ("call 1", f"call {calls}"):
+        parts_rows = []
+        keys = sorted(
+            {f"values: {k}" for n in breakdown for k in breakdown[n][call]["channel_values"]}
+            | {f"writes: {k}" for n in breakdown for k in breakdown[n][call]["writes"]}
+            | {k for n in breakdown for k, v in breakdown[n][call].items() if not isinstance(v, dict)}
+        )
+        for key in keys:
+            got = {}
+            for name in breakdown:
+                where, _, channel = key.partition(": ")
+                part = breakdown[name][call]
+                got[name] = (
+                    part.get({"values": "channel_values", "writes": "writes"}[where], {}).get(channel, 0)
+                    if channel and where in ("values", "writes")
+                    else part.get(key, 0)
+                )
+            parts_rows.append({"part": key, **got})
+        print_table(f"checkpoint bytes of {call}, by part", parts_rows)
     write_results(
         "growth",
         {
@@ -145,6 +252,7 @@ def main() -> None:
             "growth_ratio": growth_ratio,
             "facts": facts,
             "table": rows,
+            "breakdown": breakdown,
             "series": series,
         },
     )

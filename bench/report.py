@@ -176,6 +176,38 @@ def summary(results: Mapping[str, dict[str, Any] | None]) -> list[dict[str, Any]
     return rows
 
 
+GROUPS = (
+    ("messages", ("messages",)),
+    ("seal", ("seal",)),
+    ("LangGraph's tasks (the tool node's Send)", ("__pregel_tasks",)),
+    ("LangGraph's input and branch channels", ("__start__", "branch:*")),
+)
+"""How `bench/growth.py`'s per-channel breakdown is grouped on this page (the JSON has each channel)."""
+
+
+def breakdown_rows(breakdown: Mapping[str, Mapping[str, Any]], call: str) -> list[dict[str, Any]]:
+    """One row per part of the checkpoint bytes of ``call``, bare beside toolgate."""
+    names = [n for n in ("bare", "toolgate") if call in breakdown.get(n, {})]
+    parts = {n: breakdown[n][call] for n in names}
+    grouped = {c for _, channels in GROUPS for c in channels}
+
+    def channels(n: str, where: str, wanted: Sequence[str] | None) -> int:
+        held = parts[n].get(where, {})
+        return sum(v for c, v in held.items() if (c in wanted if wanted is not None else c not in grouped))
+
+    rows: list[dict[str, Any]] = [
+        {"part": "checkpoints (steps)", **{n: parts[n]["checkpoints"] for n in names}},
+        {"part": "messages in the thread after the call", **{n: parts[n]["messages_in_thread"] for n in names}},
+    ]
+    for label, wanted in [*GROUPS, ("the other state channels", None)]:
+        for where, what in (("channel_values", "in the checkpoint blobs"), ("writes", "pending writes")):
+            rows.append({"part": f"{label}: {what}", **{n: channels(n, where, wanted) for n in names}})
+    for key in ("channel_versions", "versions_seen", "metadata", "blob framing, id, ts, updated_channels"):
+        rows.append({"part": key, **{n: parts[n].get(key, 0) for n in names}})
+    rows.append({"part": "total bytes", **{n: parts[n]["total"] for n in names}})
+    return rows
+
+
 def generated() -> list[str]:
     results = {name: load(name) for name, _ in TABLES}
     head = subprocess.run(
@@ -202,6 +234,11 @@ def generated() -> list[str]:
             lines.append("not run")
             continue
         lines += markdown(data.get("table", []))
+        if name == "growth":
+            for call in ("call 1", f"call {data.get('calls')}"):
+                if data.get("breakdown", {}).get("toolgate", {}).get(call):
+                    lines += ["", f"Checkpoint bytes of {call}, by part (bytes the turn added):", ""]
+                    lines += markdown(breakdown_rows(data["breakdown"], call))
         if name == "write_path":
             for kind, facts in data.get("kinds", {}).items():
                 steps = facts.get("steps_toolgate")

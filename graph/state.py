@@ -10,10 +10,12 @@ the graph is compiled (once per App open, once per evaluation case), and real an
 resolved without compiling and evaluating each one from its text again.
 """
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph.message import Messages, add_messages
 
 CallPhase = Literal["rejected", "read", "write", "proposed", "done"]
 
@@ -57,6 +59,27 @@ class Budget(TypedDict):
     max_validation_retries: int
 
 
+def add_message_writes(messages: Messages, writes: Sequence[Messages]) -> Messages:
+    """Reducer of the ``messages`` channel: ``add_messages`` applied to each write in order.
+
+    The channel is a `DeltaChannel`: a checkpoint does not hold the whole list again at every step
+    (the thread's longest value, and growing), only the writes each step added, with the full list
+    once every `MESSAGE_SNAPSHOT_WRITES` writes; reading the thread replays the writes since then
+    through this reducer. Folding one write at a time keeps ``add_messages``'s semantics exactly
+    (ids, replacement by id, `RemoveMessage`) and is batching-invariant, as replay requires; every
+    written message has its id by then (the guard gives new messages theirs, LangGraph the input's).
+    """
+    result = messages
+    for write in writes:
+        result = add_messages(result, write)
+    return result
+
+
+MESSAGE_SNAPSHOT_WRITES = 100
+"""Writes to ``messages`` between two checkpoints that hold the whole list (about 25 turns): what a
+read replays at most. LangGraph's default."""
+
+
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
     """Reducer: later writes for the same key replace earlier ones."""
     return {**(left or {}), **(right or {})}
@@ -70,7 +93,11 @@ thread's state was changed outside the gateway; nothing runs in it any more."""
 class GatewayState(TypedDict, total=False):
     """State of the gateway graph."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
+    messages: Annotated[
+        list[AnyMessage], DeltaChannel(add_message_writes, snapshot_frequency=MESSAGE_SNAPSHOT_WRITES)
+    ]
+    """The conversation; a delta channel (`add_message_writes`). A thread checkpointed before it was
+    one holds the whole list in its checkpoints, which LangGraph reads as the channel's snapshot."""
     principal: dict[str, Any]
     release: str
     calls: Annotated[dict[str, CallRecord], merge_dicts]
@@ -102,16 +129,19 @@ class GatewayState(TypedDict, total=False):
 
 KEYS_ADDED_IN: dict[str, int] = {"state_version": 2}
 """The state version that added each key of `GatewayState` younger than version 1: a seal made
-for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key."""
+for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key,
+and declare the key after every older one but ``seal`` (a seal's tags are in key order)."""
 
 
 __all__ = [
     "KEYS_ADDED_IN",
+    "MESSAGE_SNAPSHOT_WRITES",
     "Budget",
     "CallPhase",
     "CallRecord",
     "GatewayState",
     "Outcome",
     "TaskStatus",
+    "add_message_writes",
     "merge_dicts",
 ]

@@ -34,13 +34,23 @@ pytestmark = pytest.mark.slow
 
 
 def thread_values(data_dir: Path, thread_id: str) -> dict[str, Any]:
-    """The thread's latest checkpointed values, read as any client of the checkpointer reads them."""
+    """The thread's latest checkpointed values, read as any client of the checkpointer reads them:
+    through LangGraph, with the state's schema (``messages`` is a delta channel, whose checkpoints
+    hold the writes that rebuild it rather than the list)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, StateGraph
 
+    from toolgate.graph.state import GatewayState
+
+    reader: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState)
+    reader.add_node("read", lambda state: {})
+    reader.add_edge(START, "read")
     with sqlite3.connect(data_dir / "checkpoints.sqlite", check_same_thread=False) as conn:
-        saved = SqliteSaver(conn).get_tuple({"configurable": {"thread_id": thread_id}})
-    assert saved is not None
-    return dict(saved.checkpoint["channel_values"])
+        snapshot = reader.compile(checkpointer=SqliteSaver(conn)).get_state(
+            {"configurable": {"thread_id": thread_id}}
+        )
+    assert snapshot.created_at is not None  # the thread was saved
+    return dict(snapshot.values)
 
 
 def test_a_full_disk_mid_delivery_ends_executed_once_with_the_thread_answered_from_the_store(

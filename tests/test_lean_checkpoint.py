@@ -15,6 +15,7 @@ from support import Harness, principal
 
 from toolgate.graph.context import Context
 from toolgate.graph.nodes.model import finished_turn_dropped
+from toolgate.graph.seals.seal import Sealer
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -87,6 +88,25 @@ def test_unchanged_channels_are_not_written_again(tmp_path: Path) -> None:
     # execute found nothing awaiting and the thread already running
     assert "execute" in written and not written["execute"] & {"awaiting", "status"}
     assert "messages" in written["execute"]
+
+
+def test_a_channel_never_written_is_not_written_empty(tmp_path: Path) -> None:
+    """A read turn screens nothing and leaves nothing awaiting: neither channel gets a version (which
+    every later checkpoint would carry); a later write turn writes ``awaiting`` when it has calls to
+    wait for, and empties it again once they ran."""
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    graph = harness.graph(lookup_turns(2))
+    ask(graph, "where is my order?", "t-empty")
+    snapshot = graph.get_state({"configurable": {"thread_id": "t-empty"}})
+    versions = graph.checkpointer.get_tuple(snapshot.config).checkpoint["channel_versions"]
+    assert not versions.keys() & {"awaiting", "screened", "status_reason", "review", "validation_failures"}
+    assert "awaiting" not in snapshot.values and "screened" not in snapshot.values
+    assert snapshot.values["status"] == "done" and harness.handler_calls["lookup_order"] == 1
+    sealer = Sealer(harness.store.keys, "t-empty")
+    assert sealer.tampered_keys(snapshot.values) == []
+    # the next turn runs on that state as on any other
+    assert ask(graph, "and the other one?", "t-empty")["status"] == "done"
+    assert harness.handler_calls["lookup_order"] == 2
 
 
 def test_a_call_named_like_langgraphs_overwrite_sentinel_is_an_ordinary_call(tmp_path: Path) -> None:

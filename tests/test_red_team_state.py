@@ -14,12 +14,16 @@ from support import REFUND_REQUEST, Harness, principal, start
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals.seal import (
+    FORM_4_TAG_CHARS,
     FULL_MACS_SEAL_VERSION,
     PREVIOUS_SEAL_VERSION,
     SEAL_VERSION,
     TAG_CHARS,
+    TAGGED_SEAL_VERSION,
     Sealer,
+    seal_tags,
     sealed_keys,
+    tagged_seal,
 )
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
@@ -37,7 +41,8 @@ def tampered(harness: Harness, thread: str) -> list[Any]:
 def splice(graph: Any, thread: str, old: dict[str, Any], keys: tuple[str, ...]) -> None:
     """Copy ``keys`` and their MACs from the older values ``old`` into the thread's current state."""
     now = graph.get_state(cfg(thread)).values
-    seal = {**now["seal"], **{k: old["seal"][k] for k in keys}}
+    tags = {**seal_tags(now["seal"]), **{k: seal_tags(old["seal"])[k] for k in keys}}
+    seal = tagged_seal(tags, now["seal"]["all"])
     graph.update_state(cfg(thread), {**{k: old.get(k) for k in keys}, "seal": seal})
 
 
@@ -156,15 +161,16 @@ def test_a_thread_sealed_in_form_3_resumes_and_is_sealed_again_in_the_short_form
         "proposals"
     ][0]
     values = graph.get_state(cfg("t-form3")).values
-    assert values["seal"]["v"] == SEAL_VERSION == "4"
-    assert all(len(values["seal"][k]) == TAG_CHARS for k in sealed_keys())  # tags, not MACs
+    assert values["seal"]["v"] == SEAL_VERSION == "5"
+    assert len(values["seal"]["tags"]) == TAG_CHARS * len(sealed_keys())  # tags, not MACs
+    assert list(seal_tags(values["seal"])) == list(sealed_keys())
     assert len(values["seal"]["all"]) == 64
     graph.update_state(cfg("t-form3"), {"seal": _form_3(harness, "t-form3", values)})
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form3"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form3")
     assert final["seal"]["v"] == SEAL_VERSION and all(
-        len(final["seal"][k]) == TAG_CHARS for k in sealed_keys()
+        len(tag) == TAG_CHARS for tag in seal_tags(final["seal"]).values()
     )
 
 
@@ -201,11 +207,51 @@ def test_a_short_seal_refuses_a_changed_value_even_when_every_tag_is_kept(harnes
     # the tags name the key; a tag that happened to match would still leave `all` unequal
     changed = {**values, "release": "ops-tools/9.9.9"}
     assert Sealer(harness.store.keys, "t-tags").tampered_keys(changed) == ["release"]
-    forged_tag = {
-        **changed,
-        "seal": {
-            **values["seal"],
-            "release": Sealer(harness.store.keys, "t-tags")._mac("release", changed)[:TAG_CHARS],
-        },
+    forged_tags = {
+        **seal_tags(values["seal"]),
+        "release": Sealer(harness.store.keys, "t-tags")._mac("release", changed)[:TAG_CHARS],
     }
+    forged_tag = {**changed, "seal": tagged_seal(forged_tags, values["seal"]["all"])}
     assert Sealer(harness.store.keys, "t-tags").tampered_keys(forged_tag) == ["seal"]
+
+
+def _form_4(harness: Harness, thread: str, values: dict[str, Any]) -> dict[str, str]:
+    """The seal a thread saved before form 5 carries: an 8-character tag per key, by name, and
+    ``all`` over the full MACs, both naming form 4."""
+    sealer = Sealer(harness.store.keys, thread)
+    macs = {k: sealer._mac(k, values, TAGGED_SEAL_VERSION) for k in sealed_keys()}
+    tags = {k: mac[:FORM_4_TAG_CHARS] for k, mac in macs.items()}
+    return {"v": TAGGED_SEAL_VERSION, **tags, "all": sealer._all(macs, TAGGED_SEAL_VERSION)}
+
+
+def test_a_thread_sealed_in_form_4_resumes_and_is_sealed_again_in_form_5(harness: Harness) -> None:
+    refund = {**LOOKUP, "amount_cents": 1000, "reason": "damaged"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", refund, "c1")), ai("done")])
+    graph = harness.graph(model)
+    facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form4")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    values = graph.get_state(cfg("t-form4")).values
+    graph.update_state(cfg("t-form4"), {"seal": _form_4(harness, "t-form4", values)})
+    decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-form4"), context=Context())
+    assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form4")
+    assert final["seal"]["v"] == SEAL_VERSION and set(final["seal"]) == {"v", "tags", "all"}
+
+
+def test_a_form_5_seal_cannot_pass_for_form_4_nor_a_form_4_seal_for_form_5(harness: Harness) -> None:
+    model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one")])
+    graph = harness.graph(model)
+    start(graph, "status of O-5512", "cust-ada", "t-relabel4")
+    values = {**graph.get_state(cfg("t-relabel4")).values}
+    sealer = Sealer(harness.store.keys, "t-relabel4")
+    assert sealer.tampered_keys(values) == []
+    form_4 = _form_4(harness, "t-relabel4", values)
+    assert sealer.tampered_keys({**values, "seal": form_4}) == []
+    # the same tags and ``all`` under the other label: neither verifies
+    as_4 = {"v": TAGGED_SEAL_VERSION, **seal_tags(values["seal"]), "all": values["seal"]["all"]}
+    assert sealer.tampered_keys({**values, "seal": as_4}) != []
+    as_5 = tagged_seal({k: form_4[k] for k in sealed_keys()}, form_4["all"])
+    assert sealer.tampered_keys({**values, "seal": as_5}) != []
+    # a form-4 seal whose ``all`` binds other MACs: every tag matches, the seal does not
+    assert sealer.tampered_keys({**values, "seal": {**form_4, "all": "0" * 64}}) == ["seal"]

@@ -29,7 +29,14 @@ from toolgate.errors import RunRefused
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals import versions as state_versions
-from toolgate.graph.seals.seal import LEGACY_SEAL_VERSION, SEAL_VERSION, Sealer, seal_of
+from toolgate.graph.seals.seal import (
+    LEGACY_SEAL_VERSION,
+    SEAL_VERSION,
+    Sealer,
+    seal_of,
+    seal_tags,
+    tagged_seal,
+)
 from toolgate.graph.seals.updates import apply_update
 from toolgate.graph.seals.versions import CURRENT_VERSION, UNSUPPORTED, migrate, pending_update
 from toolgate.store import SQLiteStore
@@ -247,9 +254,16 @@ def test_a_newer_state_is_refused_with_a_stable_code_and_left_as_it_is(
 
 
 def without_version(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The version emptied and its MAC dropped, the seal relabelled as made before versions."""
-    seal = {k: v for k, v in values["seal"].items() if k != "state_version"}
-    return {"state_version": None, "seal": {**seal, "v": LEGACY_SEAL_VERSION}}
+    """The version emptied and its MAC dropped, the seal relabelled as made before versions (one
+    entry per key, as a version-1 seal holds them)."""
+    tags = {k: v for k, v in seal_tags(values["seal"]).items() if k != "state_version"}
+    return {"state_version": None, "seal": {**tags, "all": values["seal"]["all"], "v": LEGACY_SEAL_VERSION}}
+
+
+def without_version_tag(seal: Mapping[str, Any]) -> dict[str, str]:
+    """``seal`` without the tag of ``state_version`` (the last key it tags)."""
+    tags = {k: v for k, v in seal_tags(seal).items() if k != "state_version"}
+    return tagged_seal(tags, seal["all"])
 
 
 @pytest.mark.parametrize(
@@ -257,7 +271,7 @@ def without_version(values: Mapping[str, Any]) -> dict[str, Any]:
     [
         (lambda v: {"state_version": CURRENT_VERSION + 1}, ["state_version"]),  # newer, unsealed
         (lambda v: {"state_version": None}, ["state_version"]),  # older, to be migrated again
-        (lambda v: {"seal": {k: m for k, m in v["seal"].items() if k != "state_version"}}, ["seal"]),
+        (lambda v: {"seal": without_version_tag(v["seal"])}, ["seal"]),
         (lambda v: {"seal": {"v": LEGACY_SEAL_VERSION}, "state_version": CURRENT_VERSION + 1}, ["seal"]),
     ],
     ids=["newer", "emptied", "mac-dropped", "seal-replaced-newer"],

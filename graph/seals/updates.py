@@ -16,6 +16,7 @@ from functools import cache
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from langchain_core.messages import BaseMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.types import Overwrite
 
 from toolgate.graph.state import GatewayState
@@ -23,14 +24,28 @@ from toolgate.graph.state import GatewayState
 
 @cache
 def state_reducers() -> dict[str, Callable[[Any, Any], Any] | None]:
-    """Every state key with its reducer (None: a write replaces the value)."""
+    """Every state key with its reducer of one write (None: a write replaces the value); for a
+    `DeltaChannel`, its batch reducer given that one write."""
     out: dict[str, Callable[[Any, Any], Any] | None] = {}
     for key, hint in get_type_hints(GatewayState, include_extras=True).items():
         reducer = None
         if get_origin(hint) is Annotated:
-            reducer = next((m for m in get_args(hint)[1:] if callable(m)), None)
+            for meta in get_args(hint)[1:]:
+                if isinstance(meta, DeltaChannel):
+                    reducer = _one_write(meta.reducer)
+                    break
+                if callable(meta):
+                    reducer = meta
+                    break
         out[key] = reducer
     return out
+
+
+def _one_write(batch: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def reduce(left: Any, right: Any) -> Any:
+        return batch(left if left is not None else [], [right])
+
+    return reduce
 
 
 def apply_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -69,7 +84,9 @@ def chain_updates(
 
 def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """``update`` without the keys that would leave their channel as it is: a channel that did
-    not change is not written again (each write is a new channel version in the checkpoint).
+    not change is not written again (each write is a new channel version in the checkpoint), and
+    a channel never written is not written empty (``None``, ``{}``, ``[]``: each channel ever
+    written has a version in every later checkpoint; readers take a missing key as empty).
 
     A merge written as the one-key dict ``{"__overwrite__": ...}`` (a model may name a call
     ``__overwrite__``) would be taken by LangGraph for its overwrite sentinel: such a merge is
@@ -81,7 +98,7 @@ def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str
         if isinstance(value, Overwrite):
             lean[key] = value
         elif reducer is None:
-            if key not in state or state[key] != value:
+            if (state[key] != value) if key in state else not _empty(value):
                 lean[key] = value
         elif key == "messages":
             if value:
@@ -93,6 +110,10 @@ def lean_update(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str
         else:
             lean[key] = value
     return lean
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (type(value) in (dict, list) and not value)
 
 
 OVERWRITE_KEY = "__overwrite__"

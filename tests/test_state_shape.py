@@ -1,0 +1,197 @@
+"""The shape LangGraph saves a thread's state in: ``messages`` is a delta channel.
+
+A checkpoint holds only what its step wrote to ``messages`` (with the whole list once every
+`MESSAGE_SNAPSHOT_WRITES` writes), not the whole list again at every step. The fixture in
+``fixtures/state_v2_full_messages/`` is a real thread saved before (``fixtures/make_state_v2_full_messages.py``):
+every checkpoint holds the whole list, and its seal is of form 4. Opened by today's code, it reads the same messages,
+resumes after a real approval with its handler run once, and is saved in the lean shape from
+then on; changed outside the gateway, it is refused like any other thread.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+from support import Harness, principal, shift_store_clock, start
+
+from toolgate.clock import parse_iso
+from toolgate.graph import Context
+from toolgate.graph.review.decisions import decide
+from toolgate.graph.seals.seal import SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
+from toolgate.graph.state import MESSAGE_SNAPSHOT_WRITES
+from toolgate.store import SQLiteStore
+from toolgate.store.chain import verify_chain
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+
+FIXTURE = Path(__file__).parent / "fixtures" / "state_v2_full_messages"
+FIXTURE_KEY = b"k" * 32
+WAKE: Command[Any] = Command(resume={"wake": True})
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def stored_messages(saver: SqliteSaver, thread: str) -> list[Any]:
+    """What each checkpoint of ``thread`` holds for ``messages``, oldest first (None: nothing)."""
+    return [t.checkpoint["channel_values"].get("messages") for t in reversed(list(saver.list(cfg(thread))))]
+
+
+@dataclass
+class Saved:
+    """The fixture's thread, opened by today's code on a copy of its files."""
+
+    harness: Harness
+    graph: Any
+    saver: SqliteSaver
+    facts: dict[str, Any]
+
+    @property
+    def thread(self) -> str:
+        return str(self.facts["thread_id"])
+
+    def values(self) -> dict[str, Any]:
+        return dict(self.graph.get_state(cfg(self.thread)).values)
+
+    def resume(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.graph.invoke(
+            WAKE, cfg(self.thread), context=Context(principal=principal("cust-ada"))
+        )
+        return result
+
+    def events(self, event: str) -> list[Any]:
+        return [e for e in self.harness.store.audit.events() if e.event == event]
+
+
+@pytest.fixture
+def saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
+    """A copy of the fixture, its store's clock a minute after the proposal was made."""
+    copy = tmp_path / "state_v2_full_messages"
+    shutil.copytree(FIXTURE, copy)
+    facts = json.loads((copy / "facts.json").read_text())
+    store = SQLiteStore(copy / "toolgate.sqlite", key=FIXTURE_KEY)
+    shift_store_clock(
+        monkeypatch, store, parse_iso(facts["proposed_at"]) + timedelta(minutes=1) - store.now()
+    )
+    conn = sqlite3.connect(copy / "checkpoints.sqlite", check_same_thread=False)
+    harness = Harness(store)
+    saver = SqliteSaver(conn)
+    graph = harness.graph(
+        ScriptedChatModel(
+            responses=[  # ids of their own: the fixture's scripted replies took resp_scripted_1 to 3
+                ai("", tool_call("lookup_order", {"order_id": "O-5514"}, "r2")).model_copy(
+                    update={"id": "later_1"}
+                ),
+                ai("Refunded; the kettle is on its way.").model_copy(update={"id": "later_2"}),
+                ai("It is refunded.").model_copy(update={"id": "later_3"}),
+            ]
+        ),
+        saver,
+    )
+    yield Saved(harness, graph, saver, facts)
+    conn.close()
+    store.close()
+
+
+def test_the_fixture_holds_the_whole_message_list_in_every_checkpoint(saved: Saved) -> None:
+    held = [m for m in stored_messages(saved.saver, saved.thread) if m is not None]
+    assert len(held) >= 8 and all(isinstance(m, list) for m in held)
+    assert [m.id for m in held[-1]] == saved.facts["message_ids"]
+    values = saved.values()
+    assert [m.id for m in values["messages"]] == saved.facts["message_ids"]
+    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == TAGGED_SEAL_VERSION
+    assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
+
+
+def test_a_thread_saved_in_the_old_shape_resumes_and_is_saved_lean_from_then_on(saved: Saved) -> None:
+    before = len(stored_messages(saved.saver, saved.thread))
+    decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
+    done = saved.resume()  # the refund, then the model reads another order and answers
+    assert done["status"] == "done"
+    assert saved.harness.handler_calls["issue_refund"] == 1 and saved.harness.refunds() == 1
+    assert saved.harness.handler_calls["lookup_order"] == 1
+    assert "[r2]: completed" in done["messages"][-1].content
+    op = saved.harness.store.operations.get(saved.facts["operation_key"])
+    assert op is not None and op.status == "succeeded"
+    later = start(saved.graph, "Is it refunded?", "cust-ada", saved.thread)  # a later turn
+    assert later["status"] == "done" and "It is refunded." in later["messages"][-1].content
+    values = saved.values()
+    ids = [m.id for m in values["messages"]]
+    assert ids[: len(saved.facts["message_ids"])] == saved.facts["message_ids"]
+    assert [ids[-7], ids[-5], ids[-2]] == ["later_1", "later_2", "later_3"] and len(ids) == len(set(ids))
+    kinds = [type(m).__name__ for m in values["messages"][len(saved.facts["message_ids"]) :]]
+    assert kinds == [
+        "ToolMessage",
+        "AIMessage",
+        "ToolMessage",
+        "AIMessage",
+        "AIMessage",
+        "HumanMessage",
+        "AIMessage",
+        "AIMessage",
+    ]
+    # the new checkpoints hold no message list (the old ones keep theirs)
+    new = stored_messages(saved.saver, saved.thread)[before:]
+    assert len(new) >= 6 and all(m is None for m in new)
+    assert values["seal"]["v"] == SEAL_VERSION  # and sealed in the current form
+    assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
+    assert saved.events("state.tampered") == [] and verify_chain(saved.harness.store).ok
+
+
+def test_an_old_shape_thread_changed_outside_the_gateway_is_refused(saved: Saved) -> None:
+    decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
+    forged = AIMessage("", tool_calls=[{"name": "issue_refund", "args": {}, "id": "x9"}], id="forged")
+    saved.graph.update_state(cfg(saved.thread), {"messages": [forged]})
+    final = saved.resume()
+    assert final["status"] == "refused"
+    assert saved.harness.handler_calls["issue_refund"] == 0 and saved.harness.payments() == 0
+    tampered = saved.events("state.tampered")
+    assert len(tampered) == 1 and tampered[0].detail["keys"] == ["messages"]
+
+
+def test_a_new_thread_holds_its_messages_as_writes_with_a_snapshot_every_so_often(tmp_path: Path) -> None:
+    """Each turn writes ``messages`` four times (input, model, tool results, answer): a long thread
+    holds the whole list only in every `MESSAGE_SNAPSHOT_WRITES`-th write's checkpoint, and reads
+    it back whole and in order."""
+    store = SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32)
+    harness = Harness(store)
+    conn = sqlite3.connect(tmp_path / "c.sqlite", check_same_thread=False)
+    saver = SqliteSaver(conn)
+    turns = MESSAGE_SNAPSHOT_WRITES // 4 + 2
+    responses: list[AIMessage] = []
+    for n in range(turns):
+        order = ("O-5512", "O-5514")[n % 2]
+        responses += [ai("", tool_call("lookup_order", {"order_id": order}, f"c{n}")), ai(f"answer {n}")]
+    graph = harness.graph(ScriptedChatModel(responses=responses), saver)
+    context = Context(
+        principal=principal("cust-ada"),
+        max_tool_calls=10**6,
+        max_model_turns=10**6,
+        max_identical_calls=10**6,
+    )
+    for n in range(turns):
+        graph.invoke({"messages": [HumanMessage(f"order? ({n})")]}, cfg("t-long"), context=context)
+    held = stored_messages(saver, "t-long")
+    snapshots = [m for m in held if m is not None]
+    assert len(snapshots) == 1 and isinstance(snapshots[0], _DeltaSnapshot)
+    assert len(held) == turns * 6  # input, start, model, dispatch, execute, model
+    messages = graph.get_state(cfg("t-long")).values["messages"]
+    assert len(messages) == turns * 5
+    assert [m.content for m in messages if isinstance(m, HumanMessage)] == [
+        f"order? ({n})" for n in range(turns)
+    ]
+    assert harness.handler_calls["lookup_order"] == turns
+    conn.close()
+    store.close()
