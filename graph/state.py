@@ -10,10 +10,12 @@ the graph is compiled (once per App open, once per evaluation case), and real an
 resolved without compiling and evaluating each one from its text again.
 """
 
+import json
+import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
-from langchain_core.messages import AnyMessage
+from langchain_core.messages import AnyMessage, convert_to_messages, message_chunk_to_message
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import Messages, add_messages
 
@@ -66,13 +68,36 @@ def add_message_writes(messages: Messages, writes: Sequence[Messages]) -> Messag
     (the thread's longest value, and growing), only the writes each step added, with the full list
     once every `MESSAGE_SNAPSHOT_WRITES` writes; reading the thread replays the writes since then
     through this reducer. Folding one write at a time keeps ``add_messages``'s semantics exactly
-    (ids, replacement by id, `RemoveMessage`) and is batching-invariant, as replay requires; every
-    written message has its id by then (the guard gives new messages theirs, LangGraph the input's).
+    (ids, replacement by id, `RemoveMessage`) and is batching-invariant, as replay requires. A
+    message written without an id (a client's plain-text input) gets one derived from where and
+    what it is (`_identified`), not ``add_messages``'s random one: replayed at every read, a random
+    id would be a new one each time, and a client could not name the message by it.
     """
     result = messages
     for write in writes:
-        result = add_messages(result, write)
+        result = add_messages(result, _identified(write, len(result) if isinstance(result, list) else 0))
     return result
+
+
+MESSAGE_ID_NAMESPACE = uuid.UUID("5f0c7a52-3c1e-4b7e-9d1a-6f3b2c9e8a41")
+"""Namespace of the ids `_identified` derives (UUID version 5)."""
+
+
+def _identified(write: Any, position: int) -> Any:
+    """``write`` (one message, a list, text, a dict) as messages, each without an id given one
+    derived from ``position`` (the list's length before it), its index in the write, its type and
+    its content: the same at every replay of the write. Anything that is not messages (LangGraph's
+    own sentinels) is handed to ``add_messages`` as it came."""
+    items = write if isinstance(write, list) else [write]
+    try:
+        converted = [message_chunk_to_message(m) for m in convert_to_messages(items)]
+    except (NotImplementedError, ValueError, TypeError):
+        return write
+    for index, message in enumerate(converted):
+        if message.id is None:
+            content = json.dumps(message.content, sort_keys=True, default=str)
+            message.id = str(uuid.uuid5(MESSAGE_ID_NAMESPACE, f"{position}:{index}:{message.type}:{content}"))
+    return converted
 
 
 MESSAGE_SNAPSHOT_WRITES = 100

@@ -195,3 +195,28 @@ def test_a_new_thread_holds_its_messages_as_writes_with_a_snapshot_every_so_ofte
     assert harness.handler_calls["lookup_order"] == turns
     conn.close()
     store.close()
+
+
+@pytest.mark.parametrize("sent", ["where is O-5512?", {"role": "user", "content": "where is O-5512?"}])
+def test_a_message_sent_without_an_id_keeps_one_id_at_every_read(tmp_path: Path, sent: Any) -> None:
+    """``messages`` is replayed from its writes at every read: a message a client wrote without an
+    id (plain text, a role dict) must not get a new random id each time (a client names messages by
+    id to edit or remove them); it gets one derived from its place and content, at every read."""
+    store = SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32)
+    harness = Harness(store)
+    conn = sqlite3.connect(tmp_path / "c.sqlite", check_same_thread=False)
+    saver = SqliteSaver(conn)
+    responses = [ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("shipped"), ai("again")]
+    graph = harness.graph(ScriptedChatModel(responses=responses), saver)
+    context = Context(principal=principal("cust-ada"))
+    graph.invoke({"messages": sent}, cfg("t-plain"), context=context)
+    reads = [[m.id for m in graph.get_state(cfg("t-plain")).values["messages"]] for _ in range(3)]
+    assert reads[0] == reads[1] == reads[2] and all(reads[0])
+    first = graph.get_state(cfg("t-plain")).values["messages"][0]
+    assert isinstance(first, HumanMessage) and first.content == "where is O-5512?"
+    graph.invoke({"messages": "and now?"}, cfg("t-plain"), context=context)  # the seal still holds
+    values = graph.get_state(cfg("t-plain")).values
+    assert values["messages"][0].id == reads[0][0] and values["status"] == "done"
+    assert len({m.id for m in values["messages"]}) == len(values["messages"])
+    conn.close()
+    store.close()
