@@ -10,7 +10,8 @@ its Python API and its SQL for both dialects side by side:
 - ``store.audit`` (the hash-chained audit log; others link their events into their own transaction),
 - ``store.identities``, ``store.delegations`` (sealed credentials),
 - ``store.counters`` (rate limits), ``store.leases`` (resources), ``store.slots`` (admission),
-  ``store.breakers`` (circuit breakers), ``store.waits`` (durable waits).
+  ``store.breakers`` (circuit breakers), ``store.waits`` (durable waits), ``store.changes``
+  (notices that another process changed a lease or a breaker).
 
 Every decision that matters (unique operation keys, the claim, immutability, legal transitions)
 is made by the database: a conditional update or insert, never a Python check before a write.
@@ -32,6 +33,7 @@ from toolgate.errors import ConfigurationError, StoreError
 from toolgate.store.approvals import Approvals
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.breakers import BreakerStates
+from toolgate.store.changes import Changes
 from toolgate.store.counters import Counters
 from toolgate.store.delegations import SealedDelegations
 from toolgate.store.identities import Identities
@@ -117,6 +119,12 @@ class Store(abc.ABC):
     def breakers(self) -> BreakerStates:
         """Circuit-breaker state shared by every process."""
         return BreakerStates(self)
+
+    @cached_property
+    def changes(self) -> Changes:
+        """Notices that another process gave up a resource lease or changed a breaker (a backend
+        without them, SQLite, is never `Changes.live`: callers poll)."""
+        return Changes()
 
     @cached_property
     def waits(self) -> DurableWaits:

@@ -26,11 +26,12 @@ class ResourceLeases:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def acquire(self, keys: Sequence[str], holder: str, lease_s: float) -> bool:
+    def acquire(self, keys: Sequence[str], holder: str, lease_s: float, *, queued: bool = False) -> bool:
         """Lease every resource in ``keys`` to ``holder`` for ``lease_s`` seconds of the store's
         clock, all or none, in one transaction (keys taken in sorted order, so two callers never
         deadlock). True when each was free, lapsed or already ``holder``'s; False, with nothing
-        changed, when any is held by another live lease. ``ValueError`` for ``lease_s <= 0``."""
+        changed, when any is held by another live lease. ``ValueError`` for ``lease_s <= 0``.
+        ``queued``: ``holder`` waits in the queue (`queue`) and leaves it in the same transaction."""
         if lease_s <= 0:
             raise ValueError(f"a resource lease needs a positive duration, got {lease_s!r}")
         wanted = sorted(set(keys))
@@ -39,9 +40,34 @@ class ResourceLeases:
         try:
             with self._db.transaction() as tx:
                 take_in(tx, wanted, holder, self._db._tx_now(tx), lease_s)
+                if queued:
+                    tx.execute("DELETE FROM lease_waiters WHERE holder = ?", (holder,))
         except ResourcesBusy:
             return False
         return True
+
+    def queue(self, keys: Sequence[str], holder: str, wait_s: float) -> None:
+        """Put ``holder`` in line for ``keys`` for ``wait_s`` seconds of the store's clock: when
+        a lease on one of them is given up, its notice names the oldest live waiter
+        (`toolgate.store.changes`), so one waiter looks again instead of all. A place in line
+        is a hint, never a claim: `acquire` decides. Lines left by dead waiters are cleared."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
+            tx.execute("DELETE FROM lease_waiters WHERE until <= ?", (now,))
+            for key in wanted:
+                tx.execute(
+                    "INSERT INTO lease_waiters (resource_key, holder, since, until) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (resource_key, holder) DO NOTHING",
+                    (key, holder, now, later(now, wait_s)),
+                )
+
+    def leave_queue(self, holder: str) -> None:
+        """``holder`` stopped waiting without a lease: out of every line it stood in."""
+        with self._db.transaction() as tx:
+            tx.execute("DELETE FROM lease_waiters WHERE holder = ?", (holder,))
 
     def renew(self, keys: Sequence[str], holder: str, lease_s: float) -> bool:
         """Extend ``holder``'s leases on ``keys`` to ``lease_s`` from now; True when ``holder``

@@ -125,6 +125,38 @@ _REVIEW_LISTING = """
 CREATE INDEX operations_listing_idx ON operations (status, created_at, operation_key);
 CREATE INDEX operations_created_idx ON operations (created_at, operation_key)"""
 
+_LEASE_WAITERS = """
+CREATE TABLE lease_waiters (
+    resource_key TEXT NOT NULL, holder TEXT NOT NULL, since TEXT NOT NULL, until TEXT NOT NULL,
+    PRIMARY KEY (resource_key, holder)
+)"""
+
+_CHANGE_NOTICES_POSTGRES = (
+    _LEASE_WAITERS
+    + """;
+CREATE FUNCTION toolgate_lease_given_up() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    now_text TEXT := to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+    next_holder TEXT;
+BEGIN
+    SELECT holder INTO next_holder FROM lease_waiters
+        WHERE resource_key = OLD.resource_key AND until > now_text ORDER BY since, holder LIMIT 1;
+    PERFORM pg_notify('toolgate_changes', 'lease:' || OLD.resource_key || '>' || COALESCE(next_holder, ''));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER resource_leases_given_up AFTER DELETE ON resource_leases
+    FOR EACH ROW EXECUTE FUNCTION toolgate_lease_given_up();
+CREATE FUNCTION toolgate_breaker_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('toolgate_changes', 'breaker:' || COALESCE(NEW.name, OLD.name));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER breaker_states_changed AFTER INSERT OR UPDATE OR DELETE ON breaker_states
+    FOR EACH ROW EXECUTE FUNCTION toolgate_breaker_changed()"""
+)
+"""A given-up lease is announced to the oldest live waiter for it (``lease:<key>><holder>``; no
+holder after ``>`` when none waits), a changed breaker to everyone (`toolgate.store.changes`)."""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -188,6 +220,12 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " of how many proposals are pending",
         sqlite=_REVIEW_LISTING,
         postgres=_REVIEW_LISTING,
+    ),
+    Migration(
+        name="change notices: PostgreSQL notifies the oldest waiter when a resource lease is given up,"
+        " and everyone when a circuit breaker changes, so waiting and cached processes need not poll",
+        sqlite=_LEASE_WAITERS,
+        postgres=_CHANGE_NOTICES_POSTGRES,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

@@ -12,6 +12,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any
 
 import psycopg
@@ -22,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import Store, Tx
+from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
@@ -264,7 +266,14 @@ class PostgresStore(Store):
     def _run_script(self, tx: Tx, migration: Migration) -> None:
         tx.execute(migration.postgres)
 
+    @cached_property
+    def changes(self) -> Changes:
+        """Notices through one ``LISTEN`` connection, opened when first waited on."""
+        return PostgresChanges(self._conninfo)
+
     def close(self) -> None:
+        if "changes" in self.__dict__:
+            self.changes.close()
         with self._lock:
             if self._pool is not None:
                 self._pool.close()

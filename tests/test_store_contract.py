@@ -69,6 +69,7 @@ TABLES = (
     "rate_counters",
     "identities",
     "resource_leases",
+    "lease_waiters",
     "sealed_delegations",
     "breaker_states",
     "job_waits",
@@ -337,6 +338,8 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "leases.acquire": lambda s: s.leases.acquire(["k1"], "h9", 30),
         "leases.renew": lambda s: s.leases.renew(["k1"], "h1", 30),
         "leases.release": lambda s: s.leases.release(["k1"], "h1"),
+        "leases.queue": lambda s: s.leases.queue(["k1"], "h9", 30),
+        "leases.leave_queue": lambda s: s.leases.leave_queue("h9"),
         "identities.add": lambda s: s.identities.add(make_identity("bob")),
         "identities.change": lambda s: s.identities.change("ada", status="revoked"),
         "audit.append": lambda s: s.audit.append(event()),
@@ -1226,6 +1229,87 @@ def test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_l
     assert {k: h for k, (h, _) in leases(store).items() if k in ("k4", "k5")} == {"k4": winner, "k5": winner}
 
 
+def waiting(store: Store) -> list[tuple[str, str]]:
+    with store.transaction(write=False) as tx:
+        rows = tx.execute("SELECT resource_key, holder FROM lease_waiters ORDER BY resource_key, holder")
+    return [(r["resource_key"], r["holder"]) for r in rows]
+
+
+def test_queued_waiters_leave_the_line_with_the_lease_or_when_they_give_up(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert store.leases.acquire(["q1"], "h1", 30) is True
+    assert store.leases.acquire(["q1"], "h2", 30) is False
+    store.leases.queue(["q1"], "h2", 30)
+    store.leases.queue(["q1"], "h2", 30)  # once in line, however often it asks
+    store.leases.queue(["q1", "q2"], "h3", 30)
+    store.leases.queue([], "h4", 30)  # nothing to wait for
+    assert waiting(store) == [("q1", "h2"), ("q1", "h3"), ("q2", "h3")]
+    assert store.leases.acquire(["q1"], "h2", 30, queued=True) is False  # still h1's: stays in line
+    assert waiting(store) == [("q1", "h2"), ("q1", "h3"), ("q2", "h3")]
+    assert store.leases.release(["q1"], "h1") == 1
+    assert store.leases.acquire(["q1"], "h2", 30, queued=True) is True  # leaves the line with it
+    assert waiting(store) == [("q1", "h3"), ("q2", "h3")]
+    store.leases.leave_queue("h3")  # gave up
+    assert waiting(store) == []
+    store.leases.queue(["q5"], "h5", 5)
+    with monkeypatch.context() as later:
+        shift_store_clock(later, store, timedelta(seconds=10))  # h5's wait is over (a dead waiter)
+        store.leases.queue(["q5"], "h6", 30)
+    assert waiting(store) == [("q5", "h6")]
+
+
+def test_change_notices_name_the_oldest_waiter_of_a_given_up_lease_and_every_changed_breaker(
+    store: Store, reopen: Callable[..., Store]
+) -> None:
+    store.changes.start()
+    store.changes.start()  # idempotent
+    if isinstance(store, SQLiteStore):  # no notices: callers must look again every time
+        assert store.changes.live is False
+        seen = store.changes.seen(("lease:k>",))
+        assert store.changes.changed(("lease:k>",), seen) is True
+        assert store.changes.wait(("lease:k>",), seen, 0.01) is False
+        store.changes.note("lease:k>")
+        store.changes.note_all()
+        store.changes.close()
+        store.changes.close()
+        return
+    deadline = time.monotonic() + 10
+    while not store.changes.live:  # the listener connects in the background
+        assert time.monotonic() < deadline, "the change listener never connected"
+        time.sleep(0.01)
+    other = reopen()  # another process holds the lease and gives it up
+    assert other.leases.acquire(["n1"], "h1", 30) is True
+    store.leases.queue(["n1"], "h2", 30)
+    store.leases.queue(["n1"], "h3", 30)  # in line after h2
+    h2, h3, anyone = ("lease:n1>h2",), ("lease:n1>h3",), ("lease:n1>",)
+    seen2, seen3, seen_any = store.changes.seen(h2), store.changes.seen(h3), store.changes.seen(anyone)
+    assert store.changes.changed(h2, seen2) is False
+    assert other.leases.release(["n1"], "h1") == 1
+    assert store.changes.wait(h2, seen2, 10) is True  # the oldest waiter is named
+    assert store.changes.changed(h3, seen3) is False and store.changes.changed(anyone, seen_any) is False
+    assert store.changes.wait(h3, seen3, 0.01) is False
+    store.leases.leave_queue("h2")
+    store.leases.leave_queue("h3")
+    assert other.leases.acquire(["n1"], "h1", 30) is True
+    assert other.leases.release(["n1"], "h1") == 1  # nobody waits: the notice names nobody
+    assert store.changes.wait(anyone, seen_any, 10) is True
+
+    seen = store.changes.seen(("breaker:dep",))
+    other.breakers.report("dep", "x", failed=True, failure_threshold=5, reset_timeout_s=30)
+    assert store.changes.wait(("breaker:dep",), seen, 10) is True  # every change of a breaker row
+
+    seen = store.changes.seen(("mine",))
+    store.changes.note("mine")  # counted in this process
+    assert store.changes.changed(("mine",), seen) is True
+    seen = store.changes.seen(("mine",))
+    store.changes.note_all()  # notices may be lost: everything counts as changed
+    assert store.changes.changed(("mine",), seen) is True
+    store.changes.close()
+    assert store.changes.live is False
+    store.changes.close()
+
+
 def test_renew_resources_extends_only_the_holders_own_leases(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1917,6 +2001,17 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "leases.acquire": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
     "leases.renew": (test_renew_resources_extends_only_the_holders_own_leases,),
     "leases.release": (test_release_resources_gives_up_only_the_holders_own_leases,),
+    "leases.queue": (
+        test_queued_waiters_leave_the_line_with_the_lease_or_when_they_give_up,
+        test_change_notices_name_the_oldest_waiter_of_a_given_up_lease_and_every_changed_breaker,
+    ),
+    "leases.leave_queue": (test_queued_waiters_leave_the_line_with_the_lease_or_when_they_give_up,),
+    **{
+        f"changes.{method}": (
+            test_change_notices_name_the_oldest_waiter_of_a_given_up_lease_and_every_changed_breaker,
+        )
+        for method in ("seen", "changed", "wait", "note", "note_all", "start", "close")
+    },
     "breakers.admit": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
     "breakers.report": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
     "breakers.release": (test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_clock,),
