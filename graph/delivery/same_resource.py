@@ -28,12 +28,18 @@ from toolgate.canonical import canonical_json
 from toolgate.graph.delivery.result import Delivery
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.changes import LEASE
 from toolgate.store.leases import ResourcesBusy
 from toolgate.store.records import OperationRecord
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.spec import ToolSpec
 
 T = TypeVar("T")
+
+
+LAPSE_LOOK_S = 0.25
+"""With change notices, how long a waiter trusts that no notice means still held: a lease whose
+holder died lapses without one, so the waiter asks the store again at least this often."""
 
 
 def resource_keys(spec: ToolSpec, tenant_id: str, arguments: dict[str, Any]) -> tuple[str, ...]:
@@ -82,9 +88,15 @@ class ResourceHold:
 
     def claim(self, claim: Callable[[], T], wait_s: float) -> T:
         """``claim()`` (a claim that takes `lease` in its own transaction and raises
-        `ResourcesBusy` when another holder has one), tried again with backoff while the
-        resources are busy, for up to ``wait_s`` seconds; `ResourcesBusy` when they stayed busy
-        (nothing claimed or held then). Without resources, ``claim()`` once.
+        `ResourcesBusy` when another holder has one), tried again while the resources are busy,
+        for up to ``wait_s`` seconds; `ResourcesBusy` when they stayed busy (nothing claimed or
+        held then). Without resources, ``claim()`` once.
+
+        With the store's change notices (`toolgate.store.changes`, PostgreSQL) a waiter queues
+        (`ResourceLeases.queue`) and sleeps until a release names it, looking again at least
+        every `LAPSE_LOOK_S` (a lease whose holder died lapses without a notice): the resource is
+        not left idle while waiters sleep in a backoff, and one waiter, not every one, tries per
+        release. Without notices (SQLite), backoff.
 
         Within one process only one thread at a time tries for the same resources
         (`_PollGate`): the others wait in memory for their turn. Sixty-four threads of a worker
@@ -93,18 +105,33 @@ class ResourceHold:
         if not self.keys:
             return claim()
         deadline = time.monotonic() + wait_s
+        changes = self.store.changes
+        # a release addressed to this hold (its oldest waiter) or to nobody (no live waiter)
+        topics = tuple(LEASE + key + ">" + suffix for key in self.keys for suffix in (self.holder, ""))
         with _PollGate.turn(self.keys, deadline) as my_turn:
             if not my_turn:
                 raise ResourcesBusy(self.keys[0])
-            delay = 0.002
-            while True:
-                try:
-                    return claim()
-                except ResourcesBusy:
-                    if time.monotonic() >= deadline:
-                        raise
-                time.sleep(delay)  # another process may hold it: only the store can say when it is free
-                delay = min(delay * 2, 0.1)
+            delay, queued = 0.002, False
+            try:
+                while True:
+                    seen = changes.seen(topics)  # before trying: a release after it wakes the wait
+                    try:
+                        return claim()
+                    except ResourcesBusy:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise
+                    if changes.live:  # woken by the release; looks again when a lease may lapse
+                        if not queued:
+                            self.store.leases.queue(self.keys, self.holder, left)
+                            queued = True
+                        changes.wait(topics, seen, min(left, LAPSE_LOOK_S))
+                    else:  # no notices (SQLite): only the store can say when it is free
+                        time.sleep(min(left, delay))
+                        delay = min(delay * 2, 0.1)
+            finally:
+                if queued:  # out of every line it stood in, claimed or not (a hint, never a claim)
+                    self.store.leases.leave_queue(self.holder)
 
     def renew(self, lease_s: float) -> bool:
         """Extend the leases with the claim's (True without resources)."""
@@ -169,4 +196,4 @@ def deferred(auditor: Auditor, op: OperationRecord, code: str, error: dict[str, 
     )
 
 
-__all__ = ["ResourceHold", "deferred", "resource_keys"]
+__all__ = ["LAPSE_LOOK_S", "ResourceHold", "deferred", "resource_keys"]
