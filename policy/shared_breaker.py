@@ -6,11 +6,15 @@ the probe's verdict closes or reopens the breaker for everyone. Every timer (ope
 lease) runs on the store's clock (`toolgate.store.breakers`), so a process whose own clock is
 skewed neither reopens nor closes a breaker early.
 
-The fast path: a healthy dependency costs no store write. A process reads the shared row when a
-call is admitted, at most once per ``sync_s`` while the breaker is closed with no failures on
-record (then a breaker opened elsewhere refuses here within ``sync_s``); an open or failing
-breaker is read on every call. A success is written only when it changes something (failures to
-reset, a probe to close). The store's state always decides.
+The fast path: a healthy dependency costs no store round trip. A process reads the shared row
+when a call is admitted; a healthy reading (closed, no failures on record) is reused until the
+row changes. On PostgreSQL the store says when it changes (`toolgate.store.changes`: a trigger
+notifies every process), so a healthy breaker is read again only after a change notice (and at
+least every ``LIVE_TRUST_S``, in case one went astray); then a breaker opened elsewhere refuses
+here as soon as the notice arrives. Without notices (SQLite, or the listener reconnecting) the
+reading is reused for ``sync_s``. ``sync_s=0`` reads on every call. An open or failing breaker is
+read on every call. A success is written only when it changes something (failures to reset, a
+probe to close). The store's state always decides.
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ from toolgate.policy.breaker import (
     counts_as_failure,
 )
 from toolgate.store.base import Store
+from toolgate.store.changes import BREAKER
 
 DEFAULT_SYNC_S = 1.0
-"""How long a process trusts a healthy (closed, no failures) reading of the shared row."""
+"""How long a process trusts a healthy (closed, no failures) reading of the shared row when the
+store sends no change notices."""
+LIVE_TRUST_S = 60.0
+"""How long a healthy reading is trusted while change notices arrive and none named this breaker."""
 
 
 class SharedBreaker(CircuitBreaker):
@@ -55,6 +63,9 @@ class SharedBreaker(CircuitBreaker):
         self.probe_lease_s = probe_lease_s if probe_lease_s is not None else max(reset_timeout_s, 30.0)
         self.sync_s = sync_s
         self._healthy_until = 0.0  # monotonic: only how long a healthy reading is reused
+        self._healthy_seen: tuple[int, ...] | None = None
+        """The change notices seen before the healthy reading (None: no healthy reading)."""
+        self._topics = (BREAKER + name,)
         self._local = threading.local()
 
     def _holder(self) -> str:
@@ -69,16 +80,36 @@ class SharedBreaker(CircuitBreaker):
     def acquire(self) -> None:
         """Permission for one call, decided by the store; `BreakerOpenError` when refused."""
         self._local.dirty = False
-        if time.monotonic() < self._healthy_until:
+        if self._still_healthy():
             return
+        changes = self.store.changes
+        seen = changes.seen(self._topics) if self.sync_s > 0 else None  # before reading the row
         admit, retry_in, failures = self.store.breakers.admit(self.name, self._holder(), self.probe_lease_s)
         if admit == "open":
             with self._lock:
                 self._rejected += 1
-            self._healthy_until = 0.0
+            self._healthy_until, self._healthy_seen = 0.0, None
             raise BreakerOpenError(self.name, retry_in)
         self._local.dirty = admit == "probe" or failures > 0
-        self._healthy_until = time.monotonic() + self.sync_s if not self._local.dirty else 0.0
+        if self._local.dirty:
+            self._healthy_until, self._healthy_seen = 0.0, None
+        else:
+            now = time.monotonic()
+            self._healthy_seen = seen
+            self._healthy_until = now + (LIVE_TRUST_S if changes.live else self.sync_s)
+
+    def _still_healthy(self) -> bool:
+        """Whether the last healthy reading still stands: no change notice for this breaker since
+        it (notices live), or it is younger than ``sync_s`` (no notices)."""
+        seen = self._healthy_seen
+        if seen is None or time.monotonic() >= self._healthy_until:
+            return False
+        changes = self.store.changes
+        if changes.live:
+            return not changes.changed(self._topics, seen)
+        # no notices now: a reading taken while they arrived is trusted no longer than sync_s
+        self._healthy_until = min(self._healthy_until, time.monotonic() + self.sync_s)
+        return True
 
     def record_success(self) -> None:
         """A success: written only when it resets failures or closes this caller's probe."""
@@ -87,7 +118,7 @@ class SharedBreaker(CircuitBreaker):
 
     def record_failure(self) -> None:
         """A dependency failure: counted in the store (opening the breaker at the threshold)."""
-        self._healthy_until = 0.0
+        self._healthy_until, self._healthy_seen = 0.0, None
         row = self._report(failed=True)
         if row.state == "open":
             with self._lock:
@@ -157,4 +188,4 @@ class SharedBreakerRegistry(BreakerRegistry):
             return breaker
 
 
-__all__ = ["DEFAULT_SYNC_S", "SharedBreaker", "SharedBreakerRegistry"]
+__all__ = ["DEFAULT_SYNC_S", "LIVE_TRUST_S", "SharedBreaker", "SharedBreakerRegistry"]

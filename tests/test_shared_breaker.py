@@ -245,3 +245,48 @@ def test_the_gateway_shares_breakers_through_its_store(two: tuple[Store, Store])
     open_through(breaker(two[1], "issue_refund"))  # another process saw the payment system fail
     with pytest.raises(BreakerOpenError):
         executor.breakers.get("issue_refund").acquire()
+
+
+def test_a_healthy_breaker_reads_the_store_again_only_after_a_change_notice(
+    two: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the store's change notices (PostgreSQL), a healthy reading is reused for as long as
+    nothing changed: calls cost no store round trip, whatever ``sync_s`` says; a breaker opened by
+    another process refuses here once its notice arrived. Without notices (SQLite), ``sync_s``."""
+    mine, theirs = two
+    reads: list[str] = []
+    admit = mine.breakers.admit
+
+    def counted(name: str, holder: str, probe_lease_s: float) -> Any:
+        reads.append(name)
+        return admit(name, holder, probe_lease_s)
+
+    monkeypatch.setattr(mine.breakers, "admit", counted)
+    here = SharedBreakerRegistry(mine, THRESHOLD, RESET_S, sync_s=0.05).get("payments")
+    assert isinstance(here, SharedBreaker)
+    changes = mine.changes
+    changes.start()
+    if isinstance(mine, PostgresStore):
+        deadline = time.monotonic() + 10
+        while not changes.live:  # the listener connects in the background
+            assert time.monotonic() < deadline, "the change listener never connected"
+            time.sleep(0.01)
+    for _ in range(5):
+        here.call(lambda: None)
+    first = len(reads)
+    assert first == 1
+    seen = changes.seen(("breaker:payments",))
+    if not isinstance(mine, PostgresStore):  # no notices: read again once sync_s has passed
+        assert not changes.live
+        time.sleep(0.06)
+        here.call(lambda: None)
+        assert len(reads) == 2
+        return
+    time.sleep(0.06)  # longer than sync_s: no notice, so the reading still stands
+    here.call(lambda: None)
+    assert len(reads) == 1
+    open_through(breaker(theirs))  # another process opens it
+    assert changes.wait(("breaker:payments",), seen, 10), "no change notice for the breaker"
+    with pytest.raises(BreakerOpenError):
+        here.call(lambda: None)
+    assert len(reads) == 2
