@@ -20,6 +20,7 @@ store's records. The primary release's change is recorded once per store (``rele
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from langgraph.graph.state import CompiledStateGraph
 from toolgate.canonical import digest
 from toolgate.clock import Clock
 from toolgate.config import Settings
+from toolgate.errors import StoreError
 from toolgate.graph.builder import build_gateway, build_graph
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.rollout.loaded import record_release_loaded
@@ -274,7 +276,9 @@ class App:
     def close(self) -> None:
         """Give back what the app holds open (the store's connections, when it opened the store);
         an operator command's app is closed when the command ends, so a process running many
-        commands holds none."""
+        commands holds none. Unspent rate-limit shares go back to the store first."""
+        with contextlib.suppress(StoreError):  # else they lapse with their window
+            self.gateway.rate_limiter.give_back()
         if self.owns_store:
             self.store.close()
 

@@ -1,9 +1,15 @@
 """Rate-limit counters, as the store keeps them: one atomic upsert per bucket and fixed window,
-on the store's clock, so every process counts into the same window."""
+on the store's clock, so every process counts into the same window.
+
+A process may also take a share of a window's allowance at once (`Counters.take_shares`): the
+store counts the whole share when it grants it, never past the limit, so the shares handed to
+every process together never exceed it; the process spends them without asking again and gives
+back what it did not spend (`Counters.give_back`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from toolgate.clock import iso, parse_iso
@@ -20,6 +26,40 @@ def _hit(tx: Tx, moment: float, bucket: str, window_s: int) -> int:
         (bucket, window_start),
     )
     return int(rows[0]["count"])
+
+
+def _take(tx: Tx, dialect: str, moment: float, bucket: str, window_s: int, limit: int, want: int) -> int:
+    """Count up to ``want`` hits of ``bucket`` in the window holding ``moment``, never past
+    ``limit``; how many were counted (0: the window was full, and the refused hit is counted)."""
+    window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
+    tx.execute(
+        "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 0)"
+        " ON CONFLICT (bucket, window_start) DO NOTHING",
+        (bucket, window_start),
+    )
+    lock = " FOR UPDATE" if dialect == "postgres" else ""  # SQLite's write lock is whole-database
+    row = tx.one(
+        f"SELECT count FROM rate_counters WHERE bucket = ? AND window_start = ?{lock}", (bucket, window_start)
+    )
+    assert row is not None
+    granted = max(0, min(want, limit - int(row["count"])))
+    tx.execute(
+        "UPDATE rate_counters SET count = count + ? WHERE bucket = ? AND window_start = ?",
+        (granted or 1, bucket, window_start),
+    )
+    return granted
+
+
+@dataclass(frozen=True)
+class Shares:
+    """What `Counters.take_shares` granted."""
+
+    grants: tuple[int, ...]
+    """Hits counted per window asked for, in order; it ends at the first 0 (that window was full)."""
+    store_time: float
+    """The store's time of the grant (epoch seconds)."""
+    window_ends: tuple[float, ...]
+    """When each window ends on the store's clock (epoch seconds): its share is spent before then."""
 
 
 class Counters:
@@ -44,6 +84,42 @@ class Counters:
                 if _hit(tx, moment, bucket, window_s) > limit:
                     return index
         return None
+
+    def take_shares(self, wants: Sequence[tuple[str, int, int, int]]) -> Shares:
+        """For each ``(bucket, window_s, limit, want)`` in order, count up to ``want`` hits at once
+        in the current window, never past ``limit`` (at least one: a share of one is one hit, as
+        `count_hits` counts it), stopping at the first window that has none left: that one is
+        counted as a refused hit (like `count_hits`) and nothing after it. One transaction,
+        judged by the store's clock; returns the grants, the store's time and the windows' ends."""
+        grants: list[int] = []
+        with self._db.transaction() as tx:
+            now = self._db._tx_now(tx)
+            moment = parse_iso(now).timestamp()
+            ends: list[float] = []
+            for bucket, window_s, limit, want in wants:
+                ends.append(moment - moment % window_s + window_s)
+                if want <= 1:
+                    granted = 1 if _hit(tx, moment, bucket, window_s) <= limit else 0
+                else:
+                    granted = _take(tx, self._db.dialect, moment, bucket, window_s, limit, want)
+                grants.append(granted)
+                if not granted:
+                    break
+        return Shares(grants=tuple(grants), store_time=moment, window_ends=tuple(ends))
+
+    def give_back(self, returns: Sequence[tuple[str, float, int]]) -> None:
+        """Give back ``count`` unspent hits of ``bucket``'s window starting at ``window_start``
+        (epoch seconds, as `Shares` names it), one transaction for all; a window already gone
+        (forgotten) is left alone, and no count goes below zero."""
+        if not returns:
+            return
+        with self._db.transaction() as tx:
+            for bucket, window_start, count in returns:
+                tx.execute(
+                    "UPDATE rate_counters SET count = CASE WHEN count > ? THEN count - ? ELSE 0 END"
+                    " WHERE bucket = ? AND window_start = ?",
+                    (count, count, bucket, iso(datetime.fromtimestamp(window_start, UTC))),
+                )
 
     def forget_ended(self, prefix: str, window_s: int) -> int:
         """Delete the counts of buckets starting with ``prefix`` whose ``window_s`` window has ended
@@ -70,4 +146,4 @@ class Counters:
         return int(row["count"]) if row else 0
 
 
-__all__ = ["Counters"]
+__all__ = ["Counters", "Shares"]

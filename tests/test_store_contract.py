@@ -335,6 +335,8 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "counters.increment": lambda s: s.counters.increment("bucket", 60),
         "counters.count_hits": lambda s: s.counters.count_hits([("bucket", 60, 5)]),
         "counters.forget_ended": lambda s: s.counters.forget_ended("bucket", 60),
+        "counters.take_shares": lambda s: s.counters.take_shares([("bucket", 60, 50, 5)]),
+        "counters.give_back": lambda s: s.counters.give_back([("bucket", 0.0, 1)]),
         "leases.acquire": lambda s: s.leases.acquire(["k1"], "h9", 30),
         "leases.renew": lambda s: s.leases.renew(["k1"], "h1", 30),
         "leases.release": lambda s: s.leases.release(["k1"], "h1"),
@@ -1122,6 +1124,45 @@ def test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock(
         counts = list(pool.map(lambda _: store.counters.increment("t:acme", window), range(20)))
     assert sorted(counts) == list(range(1, 21))  # every process-wide hit counted exactly once
     assert store.counters.value("t:acme", window) == 20
+
+
+def test_take_shares_grants_up_to_the_limit_in_one_transaction_and_give_back_returns_the_unspent(
+    store: Store, monkeypatch: pytest.MonkeyPatch, reopen: Callable[..., Store]
+) -> None:
+    transactions: list[bool] = []
+    real = store.transaction
+
+    def counted(*, write: bool = True):  # type: ignore[no-untyped-def]
+        transactions.append(write)
+        return real(write=write)
+
+    monkeypatch.setattr(store, "transaction", counted)
+    window = 10**9  # one fixed window for the whole test
+    before = store.now().timestamp()
+    got = store.counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 10)])
+    after = store.now().timestamp()
+    assert transactions == [True]  # every window, one commit
+    assert got.grants == (10, 10)
+    assert before <= got.store_time <= after
+    assert got.window_ends == (got.store_time - got.store_time % window + window,) * 2
+    got = store.counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 10)])
+    assert got.grants == (10, 2)  # never past the limit: the tenant window had 2 left
+    got = reopen().counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 10)])
+    assert got.grants == (5, 0)  # another process: what is left, then a full window stops it
+    assert store.counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 1)]).grants == (0,)
+    monkeypatch.setattr(store, "transaction", real)
+    assert store.counters.value("g:", window) == 26  # 25 granted and the refused hit
+    assert store.counters.value("t:acme", window) == 13
+    assert store.counters.take_shares([("pt:x", window, 1, 1)]).grants == (1,)  # a share of one: one hit
+    assert store.counters.take_shares([("pt:x", window, 1, 1)]).grants == (0,)
+
+    start = got.store_time - got.store_time % window
+    store.counters.give_back([("g:", start, 7), ("t:acme", start, 20), ("none", start, 3)])
+    assert store.counters.value("g:", window) == 19
+    assert store.counters.value("t:acme", window) == 0  # never below zero
+    assert store.counters.value("none", window) == 0  # nothing created
+    store.counters.give_back([])
+    assert store.counters.take_shares([("g:", window, 25, 10)]).grants == (6,)
 
 
 def test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full(
@@ -1996,6 +2037,12 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "operations.resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
     "counters.increment": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
     "counters.count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
+    "counters.take_shares": (
+        test_take_shares_grants_up_to_the_limit_in_one_transaction_and_give_back_returns_the_unspent,
+    ),
+    "counters.give_back": (
+        test_take_shares_grants_up_to_the_limit_in_one_transaction_and_give_back_returns_the_unspent,
+    ),
     "counters.value": (test_counter_value_peeks_without_counting,),
     "counters.forget_ended": (test_forget_ended_deletes_only_ended_windows_of_buckets_with_the_prefix,),
     "leases.acquire": (test_acquire_resources_leases_all_or_nothing_to_one_holder_until_the_lease_lapses,),
