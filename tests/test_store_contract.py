@@ -1136,12 +1136,13 @@ def test_take_shares_grants_up_to_the_limit_in_one_transaction_and_give_back_ret
         transactions.append(write)
         return real(write=write)
 
-    monkeypatch.setattr(store, "transaction", counted)
     window = 10**9  # one fixed window for the whole test
     before = store.now().timestamp()
+    monkeypatch.setattr(store, "transaction", counted)
     got = store.counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 10)])
-    after = store.now().timestamp()
     assert transactions == [True]  # every window, one commit
+    monkeypatch.setattr(store, "transaction", real)
+    after = store.now().timestamp()
     assert got.grants == (10, 10)
     assert before <= got.store_time <= after
     assert got.window_ends == (got.store_time - got.store_time % window + window,) * 2
@@ -1150,7 +1151,6 @@ def test_take_shares_grants_up_to_the_limit_in_one_transaction_and_give_back_ret
     got = reopen().counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 10)])
     assert got.grants == (5, 0)  # another process: what is left, then a full window stops it
     assert store.counters.take_shares([("g:", window, 25, 10), ("t:acme", window, 12, 1)]).grants == (0,)
-    monkeypatch.setattr(store, "transaction", real)
     assert store.counters.value("g:", window) == 26  # 25 granted and the refused hit
     assert store.counters.value("t:acme", window) == 13
     assert store.counters.take_shares([("pt:x", window, 1, 1)]).grants == (1,)  # a share of one: one hit
