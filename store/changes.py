@@ -18,6 +18,7 @@ still look again after a bounded time. SQLite (one host, usually one process) ha
 
 from __future__ import annotations
 
+import selectors
 import threading
 import time
 from collections import defaultdict
@@ -130,14 +131,20 @@ class PostgresChanges(Changes):
 
         while not self._closed.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn, selectors.DefaultSelector() as sel:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._live = True
                     self.note_all()  # whatever changed before we listened: look again
+                    sel.register(conn.fileno(), selectors.EVENT_READ)
+                    pgconn = conn.pgconn
                     while not self._closed.is_set():
-                        for notice in conn.notifies(timeout=self.POLL_S):
-                            self.note(notice.payload)
-            except psycopg.Error:
+                        # read what the server pushes, asking nothing (no round trip of the
+                        # process's own: psycopg's notifies() would wait as a request does)
+                        if sel.select(timeout=self.POLL_S):
+                            pgconn.consume_input()
+                        while (notice := pgconn.notifies()) is not None:
+                            self.note(notice.extra.decode())
+            except (psycopg.Error, OSError):
                 pass
             finally:
                 self._live = False
