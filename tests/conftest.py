@@ -236,6 +236,24 @@ def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture
+def two(store: object, request: pytest.FixtureRequest) -> Iterator[tuple[object, object]]:
+    """``store`` and a second store on the same database, as another process holds it (shared
+    state across processes: rate-limit shares, circuit breakers)."""
+    from support import TEST_KEY
+
+    from toolgate.store import PostgresStore, SQLiteStore
+
+    if isinstance(store, SQLiteStore):
+        other: object = SQLiteStore(store.path, key=TEST_KEY)
+    else:
+        other = PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
+    try:
+        yield store, other
+    finally:
+        other.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
 def harness(store: object) -> object:
     """A gateway on ``store`` whose handler calls are counted."""
     from support import Harness

@@ -9,34 +9,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from support import TEST_KEY, shift_store_clock
+from support import shift_store_clock
 
 from toolgate.policy.principal import Principal
 from toolgate.policy.ratelimit import InboundRateLimiter, share_of
 from toolgate.policy.rules import RateLimit, RateLimits
-from toolgate.store import PostgresStore, SQLiteStore, Store
+from toolgate.store import Store
 
 WINDOW = 10**9  # one fixed window for a whole test: no boundary falls inside it
 ADA = Principal(user_id="cust-ada", tenant_id="acme")
-
-
-@pytest.fixture
-def two(store: Store, request: pytest.FixtureRequest) -> Iterator[tuple[Store, Store]]:
-    """``store`` and a second `Store` on the same database (another process's)."""
-    if isinstance(store, SQLiteStore):
-        other: Store = SQLiteStore(store.path, key=TEST_KEY)
-    else:
-        other = PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
-    try:
-        yield store, other
-    finally:
-        other.close()
 
 
 def count_writes(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[bool]:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -25,23 +25,10 @@ from test_clock_skew import FAST, SLOW, assert_skewed, find_libfaketime, skewed
 from toolgate.errors import ToolExecutionError
 from toolgate.policy.breaker import BreakerOpenError
 from toolgate.policy.shared_breaker import SharedBreaker, SharedBreakerRegistry
-from toolgate.store import PostgresStore, SQLiteStore, Store
+from toolgate.store import PostgresStore, Store
 
 THRESHOLD = 3
 RESET_S = 30.0
-
-
-@pytest.fixture
-def two(store: Store, request: pytest.FixtureRequest) -> Iterator[tuple[Store, Store]]:
-    """``store`` and a second `Store` on the same database (another process's)."""
-    if isinstance(store, SQLiteStore):
-        other: Store = SQLiteStore(store.path, key=TEST_KEY)
-    else:
-        other = PostgresStore(request.getfixturevalue("pg_migrated_url"), key=TEST_KEY)
-    try:
-        yield store, other
-    finally:
-        other.close()
 
 
 def breaker(store: Store, name: str = "payments", reset_s: float = RESET_S) -> SharedBreaker:
