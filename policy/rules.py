@@ -9,11 +9,12 @@ hinting how to get around it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time
 from typing import Any, Protocol
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from toolgate.canonical import digest
 from toolgate.errors import ConfigurationError
@@ -21,7 +22,7 @@ from toolgate.policy.cost_limits import CostLimits
 from toolgate.policy.decisions import Decision, Rejection
 from toolgate.policy.escalation import Escalation, EscalationRule, escalate, parse_escalation
 from toolgate.policy.principal import Principal
-from toolgate.tools.spec import ApprovalClass
+from toolgate.tools.spec import MAX_WINDOW_S, ApprovalClass
 
 SCHEMA_VERSION = 1
 
@@ -170,52 +171,130 @@ class PolicyRules:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> PolicyRules:
-        """Parse a policy document, refusing unknown schema versions and rule kinds."""
+        """Parse a policy document, refusing unknown schema versions and rule kinds, and any field
+        a rule or limit would trip over when a call is judged (a zero window, a limit that is not
+        a number, a time zone that does not exist, a reason that cannot be formatted): a malformed
+        policy is refused with `ConfigurationError` naming the field when its release loads, never
+        when a call meets it."""
+        if not isinstance(data, Mapping):
+            raise ConfigurationError("a policy document must be an object")
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ConfigurationError(f"unsupported policy schema_version {data.get('schema_version')!r}")
+        version = data.get("policy_version")
+        if not isinstance(version, str | int) or isinstance(version, bool) or not str(version).strip():
+            raise ConfigurationError("policy policy_version must be a non-empty string")
+        minutes = data.get("approval_minutes", 15)
+        if not _number(minutes) or minutes <= 0:
+            raise ConfigurationError(f"policy approval_minutes must be a number > 0 (got {minutes!r})")
         raws = data.get("rules", [])
+        if not isinstance(raws, list) or not all(isinstance(raw, Mapping) for raw in raws):
+            raise ConfigurationError("policy rules must be a list of objects")
+        limits = data.get("rate_limits", {})
+        if not isinstance(limits, Mapping):
+            raise ConfigurationError("policy rate_limits must be an object of window: {limit, window_s}")
         return cls(
-            policy_version=str(data["policy_version"]),
+            policy_version=str(version),
             sha256=digest(data),
-            approval_minutes=float(data.get("approval_minutes", 15)),
+            approval_minutes=float(minutes),
             rules=tuple(_rule(raw) for raw in raws if raw.get("kind") != "escalate"),
-            rate_limits=_rate_limits(data.get("rate_limits", {})),
+            rate_limits=_rate_limits(limits),
             escalations=tuple(parse_escalation(raw) for raw in raws if raw.get("kind") == "escalate"),
             cost_limits=CostLimits.from_mapping(data.get("cost_limits", {})),
         )
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{where}: {key} must be a non-empty string (got {value!r})")
+    return value
+
+
+def _role_map(raw: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    if not isinstance(value, Mapping) or not all(isinstance(role, str) for role in value):
+        raise ConfigurationError(f"{where}: {key} must be an object of role: value")
+    return value
+
+
+def _clock_time(raw: Mapping[str, Any], key: str, where: str) -> time:
+    value = _text(raw, key, where)
+    try:
+        return time.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"{where}: {key} must be a time of day like 09:00 (got {value!r})") from exc
+
+
 def _rule(raw: Mapping[str, Any]) -> Rule:
     kind = raw.get("kind")
-    common = {"id": str(raw["id"]), "tool": str(raw["tool"]), "reason": str(raw["reason"])}
+    where = f"policy rule {raw.get('id')!r}"
+    common = {
+        "id": _text(raw, "id", where),
+        "tool": _text(raw, "tool", where),
+        "reason": _text(raw, "reason", where),
+    }
     if kind == "max_value":
+        limits = _role_map(raw, "limits_by_role", where)
+        default = raw.get("default_limit")
+        if not all(_number(v) for v in (*limits.values(), default)):
+            raise ConfigurationError(f"{where}: limits_by_role and default_limit must be numbers")
+        try:  # the reason a violation shows: only {limit} and {limit_cents} are filled in
+            common["reason"].format(limit=0, limit_cents=0)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigurationError(
+                f"{where}: reason may only name {{limit}} and {{limit_cents}} ({exc!r})"
+            ) from exc
         return MaxValueRule(
-            field=raw["field"],
-            limits_by_role=dict(raw["limits_by_role"]),
-            default_limit=int(raw["default_limit"]),
+            field=_text(raw, "field", where),
+            limits_by_role=dict(limits),
+            default_limit=default,
             **common,
         )
     if kind == "allowlist":
+        values = _role_map(raw, "values_by_role", where)
+        if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in values.values()):
+            raise ConfigurationError(f"{where}: values_by_role must map each role to a list of strings")
         return AllowlistRule(
-            field=raw["field"],
-            values_by_role={k: tuple(v) for k, v in raw["values_by_role"].items()},
+            field=_text(raw, "field", where),
+            values_by_role={k: tuple(v) for k, v in values.items()},
             **common,
         )
     if kind == "allowed_hours":
-        return AllowedHoursRule(
-            timezone=raw.get("timezone", "UTC"),
-            start=time.fromisoformat(raw["start"]),
-            end=time.fromisoformat(raw["end"]),
-            exempt_roles=frozenset(raw.get("exempt_roles", [])),
-            **common,
-        )
+        zone = raw.get("timezone", "UTC")
+        try:
+            ZoneInfo(zone)
+        except (ValueError, TypeError, ZoneInfoNotFoundError) as exc:
+            raise ConfigurationError(f"{where}: timezone {zone!r} is not a known time zone") from exc
+        start, end = _clock_time(raw, "start", where), _clock_time(raw, "end", where)
+        if start == end:
+            raise ConfigurationError(f"{where}: start and end are the same time (no hours, or every hour?)")
+        exempt = raw.get("exempt_roles", [])
+        if not isinstance(exempt, list) or not all(isinstance(role, str) for role in exempt):
+            raise ConfigurationError(f"{where}: exempt_roles must be a list of role names")
+        return AllowedHoursRule(timezone=zone, start=start, end=end, exempt_roles=frozenset(exempt), **common)
     raise ConfigurationError(f"unknown policy rule kind {kind!r} in rule {raw.get('id')!r}")
 
 
 def _rate_limits(raw: Mapping[str, Any]) -> RateLimits:
     def one(key: str) -> RateLimit | None:
         item = raw.get(key)
-        return RateLimit(limit=int(item["limit"]), window_s=int(item["window_s"])) if item else None
+        if item is None:
+            return None
+        limit = item.get("limit") if isinstance(item, Mapping) else None
+        window = item.get("window_s") if isinstance(item, Mapping) else None
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ConfigurationError(
+                f"policy rate_limits.{key}.limit must be an integer >= 1 (got {limit!r})"
+            )
+        if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window <= MAX_WINDOW_S:
+            raise ConfigurationError(
+                f"policy rate_limits.{key}.window_s must be an integer 1..{MAX_WINDOW_S} (got {window!r})"
+            )
+        return RateLimit(limit=limit, window_s=window)
 
     unknown = sorted(set(raw) - {"per_principal_tool", "per_tenant", "global"})
     if unknown:
