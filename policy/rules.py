@@ -56,11 +56,11 @@ class MaxValueRule:
     id: str
     tool: str
     field: str
-    limits_by_role: Mapping[str, int]
-    default_limit: int
+    limits_by_role: Mapping[str, int | float]
+    default_limit: int | float
     reason: str
 
-    def limit_for(self, principal: Principal) -> int:
+    def limit_for(self, principal: Principal) -> int | float:
         """Highest limit any of the principal's roles grants."""
         limits = [self.limits_by_role[r] for r in principal.roles if r in self.limits_by_role]
         return max(limits, default=self.default_limit)
@@ -240,7 +240,7 @@ def _rule(raw: Mapping[str, Any]) -> Rule:
     if kind == "max_value":
         limits = _role_map(raw, "limits_by_role", where)
         default = raw.get("default_limit")
-        if not all(_number(v) for v in (*limits.values(), default)):
+        if not isinstance(default, int | float) or not all(_number(v) for v in (*limits.values(), default)):
             raise ConfigurationError(f"{where}: limits_by_role and default_limit must be numbers")
         try:  # the reason a violation shows: only {limit} and {limit_cents} are filled in
             common["reason"].format(limit=0, limit_cents=0)
