@@ -1,6 +1,10 @@
 """Rate-limit counters, as the store keeps them: one atomic upsert per bucket and fixed window,
 on the store's clock, so every process counts into the same window.
 
+A counter's row goes once its window has ended: the transaction that opens a new window deletes
+the ended ones (`_forget_ended`, sent with its other statements), so the table holds about one
+row per bucket in use, not one per bucket and window ever counted.
+
 A process may also take a share of a window's allowance at once (`Counters.take_shares`): the
 store counts the whole share when it grants it, never past the limit, so the shares handed to
 every process together never exceed it; the process spends them without asking again and gives
@@ -15,33 +19,73 @@ from datetime import UTC, datetime
 from toolgate.clock import iso, parse_iso
 from toolgate.store.tx import Database, Tx
 
+FORGET_AT_ONCE = 500
+"""At most this many ended windows are deleted by one transaction (the rest go with the next)."""
 
-def _hit(tx: Tx, moment: float, bucket: str, window_s: int) -> int:
-    """One atomic upsert of ``bucket``'s count in the window holding ``moment``."""
-    window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
+FORGET_AFTER_S = 300
+"""A window is forgotten this long after its end, not at once: a transaction that read the
+store's time just before the end may still be counting into it (it would otherwise count into a
+fresh row and the window's earlier hits would be lost)."""
+
+
+def _window(moment: float, window_s: int) -> tuple[str, str]:
+    """The start and end of the ``window_s``-second window holding ``moment``, as stored."""
+    start = moment - moment % window_s
+    return iso(datetime.fromtimestamp(start, UTC)), iso(datetime.fromtimestamp(start + window_s, UTC))
+
+
+def _forget_ended(tx: Tx, dialect: str, moment: float) -> None:
+    """Delete windows that ended `FORGET_AFTER_S` before ``moment`` (the store's time), at most
+    `FORGET_AT_ONCE`. Nothing reads an ended window again (`Counters.give_back` leaves a forgotten one alone). On
+    PostgreSQL rows another transaction holds are skipped, not waited for: two processes
+    forgetting the same rows in different orders would otherwise deadlock."""
+    before = (iso(datetime.fromtimestamp(moment - FORGET_AFTER_S, UTC)),)
+    if dialect == "postgres":
+        tx.send(
+            "DELETE FROM rate_counters WHERE (bucket, window_start) IN (SELECT bucket, window_start"
+            f" FROM rate_counters WHERE window_ends < ? LIMIT {FORGET_AT_ONCE} FOR UPDATE SKIP LOCKED)",
+            before,
+        )
+    else:
+        tx.send(
+            "DELETE FROM rate_counters WHERE rowid IN (SELECT rowid FROM rate_counters WHERE window_ends < ?"
+            f" LIMIT {FORGET_AT_ONCE})",
+            before,
+        )
+
+
+def _hit(tx: Tx, dialect: str, moment: float, bucket: str, window_s: int) -> int:
+    """One atomic upsert of ``bucket``'s count in the window holding ``moment``; the hit that
+    opens the window forgets ended ones."""
+    window_start, window_ends = _window(moment, window_s)
     rows = tx.execute(
-        "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 1)"
+        "INSERT INTO rate_counters (bucket, window_start, count, window_ends) VALUES (?, ?, 1, ?)"
         " ON CONFLICT (bucket, window_start) DO UPDATE SET count = rate_counters.count + 1"
         " RETURNING count",
-        (bucket, window_start),
+        (bucket, window_start, window_ends),
     )
-    return int(rows[0]["count"])
+    count = int(rows[0]["count"])
+    if count == 1:
+        _forget_ended(tx, dialect, moment)
+    return count
 
 
 def _take(tx: Tx, dialect: str, moment: float, bucket: str, window_s: int, limit: int, want: int) -> int:
     """Count up to ``want`` hits of ``bucket`` in the window holding ``moment``, never past
     ``limit``; how many were counted (0: the window was full, and the refused hit is counted)."""
-    window_start = iso(datetime.fromtimestamp(moment - moment % window_s, UTC))
-    tx.execute(
-        "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, 0)"
+    window_start, window_ends = _window(moment, window_s)
+    tx.send(
+        "INSERT INTO rate_counters (bucket, window_start, count, window_ends) VALUES (?, ?, 0, ?)"
         " ON CONFLICT (bucket, window_start) DO NOTHING",
-        (bucket, window_start),
+        (bucket, window_start, window_ends),
     )
     lock = " FOR UPDATE" if dialect == "postgres" else ""  # SQLite's write lock is whole-database
     row = tx.one(
         f"SELECT count FROM rate_counters WHERE bucket = ? AND window_start = ?{lock}", (bucket, window_start)
     )
     assert row is not None
+    if int(row["count"]) == 0:  # a window just opened (or every hit of it was given back)
+        _forget_ended(tx, dialect, moment)
     granted = max(0, min(want, limit - int(row["count"])))
     tx.execute(
         "UPDATE rate_counters SET count = count + ? WHERE bucket = ? AND window_start = ?",
@@ -72,7 +116,7 @@ class Counters:
         """Atomically count one hit in ``bucket`` for the current ``window_s``-second window of the
         store's clock; returns the new count (all processes)."""
         with self._db.transaction() as tx:
-            return _hit(tx, parse_iso(self._db._tx_now(tx)).timestamp(), bucket, window_s)
+            return _hit(tx, self._db.dialect, parse_iso(self._db._tx_now(tx)).timestamp(), bucket, window_s)
 
     def count_hits(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
         """Count one hit in each ``(bucket, window_s, limit)`` in order, stopping at the first whose
@@ -81,7 +125,7 @@ class Counters:
         with self._db.transaction() as tx:
             moment = parse_iso(self._db._tx_now(tx)).timestamp()
             for index, (bucket, window_s, limit) in enumerate(hits):
-                if _hit(tx, moment, bucket, window_s) > limit:
+                if _hit(tx, self._db.dialect, moment, bucket, window_s) > limit:
                     return index
         return None
 
@@ -99,7 +143,7 @@ class Counters:
             for bucket, window_s, limit, want in wants:
                 ends.append(moment - moment % window_s + window_s)
                 if want <= 1:
-                    granted = 1 if _hit(tx, moment, bucket, window_s) <= limit else 0
+                    granted = 1 if _hit(tx, self._db.dialect, moment, bucket, window_s) <= limit else 0
                 else:
                     granted = _take(tx, self._db.dialect, moment, bucket, window_s, limit, want)
                 grants.append(granted)

@@ -131,6 +131,17 @@ CREATE TABLE lease_waiters (
     PRIMARY KEY (resource_key, holder)
 )"""
 
+_RATE_WINDOW_ENDS_SQLITE = """ALTER TABLE rate_counters ADD COLUMN window_ends TEXT;
+UPDATE rate_counters SET window_ends = strftime('%Y-%m-%dT%H:%M:%f', window_start, '+1 day') || '000Z';
+CREATE INDEX rate_counters_ends_idx ON rate_counters (window_ends)"""
+"""Rows written before carry no window length: they are taken to end a day (the longest window
+a tool spec or policy document may name) after they started."""
+
+_RATE_WINDOW_ENDS_POSTGRES = """ALTER TABLE rate_counters ADD COLUMN window_ends TEXT;
+UPDATE rate_counters SET window_ends = to_char(
+    (window_start::timestamptz + interval '1 day') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+CREATE INDEX rate_counters_ends_idx ON rate_counters (window_ends)"""
+
 _CHANGE_NOTICES_POSTGRES = (
     _LEASE_WAITERS
     + """;
@@ -226,6 +237,12 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " and everyone when a circuit breaker changes, so waiting and cached processes need not poll",
         sqlite=_LEASE_WAITERS,
         postgres=_CHANGE_NOTICES_POSTGRES,
+    ),
+    Migration(
+        name="rate counters carry their window's end, so any process can forget ended windows without"
+        " knowing the limits that wrote them (rows written before: ended a day after their start)",
+        sqlite=_RATE_WINDOW_ENDS_SQLITE,
+        postgres=_RATE_WINDOW_ENDS_POSTGRES,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

@@ -50,6 +50,7 @@ from toolgate.store import (
     SQLiteStore,
     Store,
 )
+from toolgate.store import counters as counters_module
 from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
 from toolgate.store.chain import verify_chain
 from toolgate.store.leases import ResourcesBusy
@@ -1114,6 +1115,9 @@ def test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window = 10**9  # one window for the whole test: no boundary falls between the calls
+    # the clock jumps a whole window ahead and back: ended windows are not forgotten here
+    # (`tests/test_rate_counter_windows.py` tests forgetting)
+    monkeypatch.setattr(counters_module, "FORGET_AFTER_S", 10 * window)
     assert [store.counters.increment("pt:acme:ada:tool", window) for _ in range(3)] == [1, 2, 3]
     assert store.counters.increment("pt:acme:bob:tool", window) == 1
     with monkeypatch.context() as later:
@@ -1191,6 +1195,7 @@ def test_forget_ended_deletes_only_ended_windows_of_buckets_with_the_prefix(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window = 3600
+    monkeypatch.setattr(counters_module, "FORGET_AFTER_S", 10 * window)  # only `forget_ended` forgets here
     store.counters.increment("signin:source:a", window)
     store.counters.increment("signin:source:a", window)
     store.counters.increment("signin_look_alike", window)  # '_' is no wildcard here
