@@ -56,10 +56,11 @@ class SignInLimits:
 
     @classmethod
     def from_settings(cls) -> SignInLimits:
-        """The limits the ``TOOLGATE_SIGN_IN_FAILURES_*`` settings give now."""
+        """The limits the ``TOOLGATE_SIGN_IN_*`` settings give now."""
         return cls(
             per_source=setting("sign_in_failures_per_source"),
             per_identity=setting("sign_in_failures_per_person"),
+            window_s=setting("sign_in_window_s"),
         )
 
 

@@ -2,7 +2,9 @@
 after `SignInLimits.per_source` failures, a right token included, on the runtime's own routes and
 on toolgate's approval API alike (one count per address, in the store), and its attempts past the
 limit write no audit row of their own. Its own server: every test client here shares 127.0.0.1,
-and a throttled address would refuse the other modules' clients too."""
+and a throttled address would refuse the other modules' clients too. Its window is a day
+(``TOOLGATE_SIGN_IN_WINDOW_S``): with the default minute, a window that ended between two guesses
+(30 requests, seconds apart on a loaded machine) reset the count and the test failed."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def server_and_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Store]]:
-    with people_server_and_store(tmp_path_factory.mktemp("lgdev-throttle")) as pair:
+    day = {"TOOLGATE_SIGN_IN_WINDOW_S": "86400"}
+    with people_server_and_store(tmp_path_factory.mktemp("lgdev-throttle"), day) as pair:
         yield pair
 
 

@@ -235,6 +235,8 @@ FORMS = [
     ),
     ("TOOLGATE_AUDIT_KEY", "fifteen-bytes!!", "at least 16 bytes"),
     ("TOOLGATE_OPENAI_API", "completions", "'responses' or 'chat' (got 'completions')"),
+    ("TOOLGATE_SIGN_IN_WINDOW_S", "0", "an integer of seconds, 1..86400 (got '0')"),
+    ("TOOLGATE_SIGN_IN_WINDOW_S", "86401", "an integer of seconds, 1..86400 (got '86401')"),
 ]
 """A bad value of each form, and what its message says after ``VARIABLE must be``."""
 

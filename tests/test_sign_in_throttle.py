@@ -24,7 +24,13 @@ from support import Harness, cli_env, kv_lines, open_test_store, shift_store_clo
 from toolgate.clock import iso
 from toolgate.errors import IdentityError
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.sign_in_throttle import DEFAULT_LIMITS, SignInThrottled, _bucket, forget_suspects
+from toolgate.policy.sign_in_throttle import (
+    DEFAULT_LIMITS,
+    SignInLimits,
+    SignInThrottled,
+    _bucket,
+    forget_suspects,
+)
 from toolgate.store import PostgresStore, SQLiteStore
 from toolgate.store.base import Store
 from toolgate.tools.demo.identities import demo_token
@@ -286,3 +292,11 @@ def test_a_trusted_proxy_setting_that_is_not_an_address_is_refused_by_name(monke
         setting("trusted_proxies")
     monkeypatch.setenv("TOOLGATE_TRUSTED_PROXIES", "10.0.0.7, 192.168.0.0/16")
     assert setting("trusted_proxies") == ("10.0.0.7", "192.168.0.0/16")
+
+
+def test_the_sign_in_window_is_a_setting_and_its_default_is_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLGATE_SIGN_IN_WINDOW_S", raising=False)
+    assert SignInLimits.from_settings().window_s == 60
+    monkeypatch.setenv("TOOLGATE_SIGN_IN_WINDOW_S", "300")
+    limits = SignInLimits.from_settings()
+    assert (limits.window_s, limits.per_source, limits.per_identity) == (300, 30, 10)

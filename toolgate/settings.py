@@ -102,6 +102,7 @@ Wait = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of seco
 OffOrCount = Annotated[int, Field(ge=0), Form("0 (off) or an integer >= 1")]
 Days = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of days >= 0")]
 Minutes = Annotated[float, Field(ge=0, allow_inf_nan=False), Form("a number of minutes >= 0")]
+WindowSeconds = Annotated[int, Field(ge=1, le=86_400), Form("an integer of seconds, 1..86400")]
 Delays = Annotated[
     tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)], ...],
     BeforeValidator(_split_commas),
@@ -198,6 +199,8 @@ class EnvSettings(BaseModel):
     """Failed sign-ins a minute from one address before it is throttled (`toolgate.policy.sign_in_throttle`)."""
     sign_in_failures_per_person: Count = 10
     """Failed sign-ins a minute for one person named on the CLI before they are throttled."""
+    sign_in_window_s: WindowSeconds = 60
+    """The window (on the store's clock) the sign-in failure limits count in."""
     trusted_proxies: Networks = ()
     """Reverse proxies whose ``X-Forwarded-For`` names the client (`toolgate.graph.server.client_address`);
     none: a request's address is its connection's, whatever it sends."""
