@@ -75,6 +75,12 @@ def run(harness: Harness, registry: Registry, user: str, thread: str, clock: Any
             "invalid_deprecation",
         ),
         ({"deprecation": "2030-01-01"}, "invalid_deprecation"),
+        # a NaN or infinite timeout is no timeout at all; True is not a byte limit
+        ({"timeout_s": float("nan")}, "missing_timeout"),
+        ({"timeout_s": float("inf")}, "missing_timeout"),
+        ({"timeout_s": "30"}, "missing_timeout"),
+        ({"max_output_bytes": True}, "missing_output_limit"),
+        ({"max_output_bytes": 4096.5}, "missing_output_limit"),
     ],
 )
 def test_a_missing_or_wrong_field_refuses_registration(
@@ -240,3 +246,20 @@ def dataclass_clock(fn: Any) -> Any:
             return fn()
 
     return Clock()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("scopes", "ops:admin"), ("exposed_to_roles", "operator"), ("scopes", ["ops:read", ""]), ("scopes", [7])],
+)
+def test_an_upstream_tools_scopes_and_roles_must_be_lists_of_names(field: str, value: Any) -> None:
+    """Before, ``"scopes": "ops:admin"`` in an MCP upstream's policy file became the scopes ``o``,
+    ``p``, ``s``, ``:``... (a string is a sequence of letters) and the tool loaded."""
+    from toolgate.graph.mcp.upstream import operator_policy
+
+    entry = {"risk": "caution", "owner": "ops", "approval": "operator", "effect": "Sets an alert."}
+    entry |= {"no_rollback": "alerts expire", field: value}
+    with pytest.raises(RegistryError, match=f"{field} must be a list of names") as refused:
+        operator_policy("set_alert", entry)
+    assert refused.value.tool == "set_alert"
+    assert operator_policy("set_alert", {**entry, field: ["ops:restart"]}) is not None

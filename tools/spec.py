@@ -390,10 +390,11 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         problems.append(("missing_description", "description is required"))
     if not spec.effect.strip():
         problems.append(("missing_effect", "effect is required"))
-    if not spec.timeout_s or spec.timeout_s <= 0:
-        problems.append(("missing_timeout", "timeout_s must be positive"))
-    if not spec.max_output_bytes or spec.max_output_bytes <= 0:
-        problems.append(("missing_output_limit", "max_output_bytes must be positive"))
+    timeout = spec.timeout_s
+    if not _number(timeout) or not math.isfinite(timeout) or timeout <= 0:  # NaN or inf: no timeout at all
+        problems.append(("missing_timeout", "timeout_s must be a finite number of seconds > 0"))
+    if not _count(spec.max_output_bytes) or spec.max_output_bytes <= 0:
+        problems.append(("missing_output_limit", "max_output_bytes must be an integer > 0"))
     if spec.args_model.model_config.get("extra") != "forbid":
         problems.append(("open_arguments", "args_model must set extra='forbid'"))
     if spec.is_write and spec.approval.kind == "none":

@@ -64,6 +64,14 @@ DEFAULT_POLICY: Mapping[str, Any] = {"schema_version": 1, "policy_version": "mcp
 """The business rules of an upstream whose policy file states none: no rules beyond approval."""
 
 
+def _names(value: Any, field: str) -> frozenset[str]:
+    """A list of scope or role names as a set; anything else is refused (a string would become
+    the set of its letters: ``"admin"`` is not the scopes ``a``, ``d``, ``m``, ``i`` and ``n``)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"{field} must be a list of names (got {value!r})")
+    return frozenset(value)
+
+
 def operator_policy(name: str, entry: Mapping[str, Any]) -> OperatorPolicy:
     """One tool's `OperatorPolicy` from its entry in the policy file."""
     unknown = sorted(set(entry) - POLICY_FIELDS)
@@ -74,7 +82,7 @@ def operator_policy(name: str, entry: Mapping[str, Any]) -> OperatorPolicy:
         return OperatorPolicy(
             risk=entry["risk"],
             owner=str(entry["owner"]),
-            scopes=frozenset(entry.get("scopes") or ()),
+            scopes=_names(entry.get("scopes") or [], "scopes"),
             approval=ApprovalClass.parse(entry["approval"]) if "approval" in entry else None,
             effect=entry.get("effect"),
             rollback=NoRollback(str(entry["no_rollback"])) if "no_rollback" in entry else None,
@@ -82,7 +90,7 @@ def operator_policy(name: str, entry: Mapping[str, Any]) -> OperatorPolicy:
             max_output_bytes=int(entry.get("max_output_bytes", 4096)),
             version=str(entry.get("version", "1.0.0")),
             handler_revision=entry.get("handler_revision"),
-            exposed_to_roles=frozenset(roles) if roles is not None else None,
+            exposed_to_roles=_names(roles, "exposed_to_roles") if roles is not None else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RegistryError(f"policy of tool {name!r} is incomplete or malformed: {exc}", tool=name) from exc
