@@ -13,13 +13,13 @@ that moment:
 | --- | --- | --- | --- |
 | who acts (`acting_principal`; the requester, re-read) | thread's principal | thread's principal | ``requester_inactive`` |
 | tool in this release (`tool`) | ``unknown_tool`` | ``state_mismatch`` | ``tool_not_in_release`` |
-| visibility: scopes, roles, tenant (`visibility`) | ``unauthorized`` | reads | - |
+| visibility: scopes, roles, tenant (`visibility`) | ``unauthorized`` | reads | the requester's |
 | retirement (`retirement`) | ``tool_deprecated`` | - | - |
 | no identity in arguments (`smuggled_identity`) | ``identity_in_arguments`` | - | - |
 | path arguments under the tool's roots (`outside_roots`) | ``path_not_allowed`` | reads | - |
 | caller fields name the caller (`caller_mismatch`) | ``caller_mismatch`` | reads | - |
 | ownership of each resource (`ownership`) | ``cross_tenant``, ``not_owner`` | reads | the requester's |
-| business policy (`business_policy`) | ``policy_violation`` | - | - |
+| business policy (`business_policy`) | ``policy_violation`` | - | the requester's, now |
 | the call is its proposal's (`proposal_binding`) | - | writes | ``proposal_missing``, ``forged_proposal``, |
 | | | | ``operation_mismatch`` |
 | decisions that still count (`counted_decisions`) | - | - | ``forged_approval``, ``reviewer_inactive``, |
@@ -45,12 +45,16 @@ Why each rule runs where it does:
   the proposal row (its MAC, its digest, its pin to release and handler revision, its approval
   class), the decisions that still count (an approver revoked, moved out of the tenant or
   stripped of the role since no longer counts), the requester (revoked, disabled or moved out of
-  the tenant since: the write does not run), and the requester's hold on every resource (an
-  order that changed hands since approval is not touched). Visibility and business policy were
-  judged when the proposal was made, and the reviewers approved exactly that. An approval past
-  its expiry is not refused but moved to ``expired`` by the executor (`expired`, on the store's
-  clock, a state change with its own event), and the claim's conditional update asks the
-  database's clock once more.
+  the tenant since: the write does not run), and what the requester may still do, judged with
+  their identity as it is now and the store's time: the tool's scopes and roles (a role taken
+  away since), the business rules (a rule of hours the write is now outside of, the limit of the
+  roles they still hold) and their hold on every resource (an order that changed hands since
+  approval is not touched). The write runs on the requester's authority as much as on the
+  reviewers': what they could no longer propose does not run, and stays approved (a rule of
+  hours may allow it later, until the approval expires). An approval past its expiry is not
+  refused but moved to ``expired`` by the executor (`expired`, on the store's clock, a state
+  change with its own event), and the claim's conditional update asks the database's clock once
+  more.
 
 Authority comes only from the authenticated principal and the store's records: nothing here reads
 an identity from model arguments, and what checkpointed state says of a call (`RecordedCall`) is a
@@ -500,12 +504,15 @@ class Authority:
             return Verdict(spec, arguments, STATE_MISMATCH)
         return Verdict(spec, arguments, None)
 
-    def before_claim(self, op: OperationRecord, proposal: ProposalRecord | None) -> ClaimRefusal | None:
+    def before_claim(
+        self, op: OperationRecord, proposal: ProposalRecord | None, now: datetime | None = None
+    ) -> ClaimRefusal | None:
         """Judge an approved operation right before its claim (None: it may be claimed).
         ``proposal`` is the store's row ``op`` names (None when it names none or the store holds
-        none). Every refusal is audited: a missing tool or proposal once per operation, code and
-        release (a worker re-picks the operation on every pass, and identical events would bury
-        the one that matters), any other each time."""
+        none); ``now`` the store's time the caller just read (else it is read here). Every
+        refusal is audited: a missing tool or proposal once per operation, code and release (a
+        worker re-picks the operation on every pass, and identical events would bury the one
+        that matters), any other each time."""
         spec = self.tool(op.tool, op.tenant_id)
         if spec is None:
             reason = f"tool {op.tool!r} is not in release {self.registry.release}"
@@ -538,7 +545,17 @@ class Authority:
             # are revoked, disabled or moved out of the tenant (or their record does not verify),
             # it does not run, as an edit of their proposal is refused (`graph.review.edits`)
             return self._refused(op, REQUESTER_INACTIVE, "the requester is no longer an active identity")
-        refusal = self.ownership(spec, requester, proposal.arguments)
+        # what the requester may do is judged again as it stands now: a role or scope taken away
+        # since the proposal (the tool is no longer theirs), a business rule the write now breaks
+        # (hours it is outside of, a limit of the roles they still hold), a resource no longer
+        # theirs; the operation stays approved (a rule of hours may allow it later)
+        refusal = (
+            self.visibility(spec, requester)
+            or self.business_policy(
+                spec, requester, proposal.arguments, self.store.now() if now is None else now
+            )
+            or self.ownership(spec, requester, proposal.arguments)
+        )
         if refusal is None:
             return None
         if not self.store.read_only:

@@ -150,25 +150,30 @@ def test_a_worker_holds_its_slot_while_the_handler_runs(
 
 
 def approved_for_globex(gw: Gateway, label: str) -> str:
-    """A ``record_effect`` operation of tenant globex (requested by gina, approved by a globex
-    operator added for the test); its key."""
+    """A ``record_effect`` operation of tenant globex (requested by gus, approved by gwen: a
+    globex requester holding the tool's ``ops:restart`` and a globex operator, added for the
+    test); its key."""
     operator = Principal.from_dict(
         {"user_id": "gwen", "tenant_id": "globex", "roles": ["operator"], "scopes": []}
     )
-    if gw.store.identities.get("gwen") is None:
-        IdentityDirectory(gw.store).add(operator, by=None)
+    requester = Principal.from_dict(
+        {"user_id": "gus", "tenant_id": "globex", "roles": ["support"], "scopes": ["ops:restart"]}
+    )
+    for person in (operator, requester):
+        if gw.store.identities.get(person.user_id) is None:
+            IdentityDirectory(gw.store).add(person, by=None)
     spec = gw.registry.get(TOOL)
     assert spec is not None
     draft = draft_proposal(
         gw,
         spec,
         tenant_id="globex",
-        requester_id="gina",
+        requester_id="gus",
         thread_id=f"t-{label}",
         call_id="c1",
         arguments={"label": label},
     )
-    stored, op, _ = store_proposal(gw, spec, draft, actor="gina")
+    stored, op, _ = store_proposal(gw, spec, draft, actor="gus")
     decide(gw, stored.proposal_id, operator, "approve")
     return op.operation_key
 

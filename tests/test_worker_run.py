@@ -65,19 +65,20 @@ def gateway_on(store: Store) -> Gateway:
 
 
 def propose(gw: Gateway, label: str) -> tuple[str, str]:
-    """A ``record_effect`` proposal by rita (support); (operation key, proposal id)."""
+    """A ``record_effect`` proposal by sam (support, who holds the tool's ``ops:restart``: the
+    requester's authority is judged again before the claim); (operation key, proposal id)."""
     spec = gw.registry.get(TOOL)
     assert spec is not None
     draft = draft_proposal(
         gw,
         spec,
         tenant_id="acme",
-        requester_id="rita",
+        requester_id="sam",
         thread_id=f"t-{label}",
         call_id="c1",
         arguments={"label": label},
     )
-    stored, op, _ = store_proposal(gw, spec, draft, actor="rita")
+    stored, op, _ = store_proposal(gw, spec, draft, actor="sam")
     return op.operation_key, stored.proposal_id
 
 

@@ -147,12 +147,20 @@ CATALOG: tuple[CodeEntry, ...] = (
             "not_owner", "dispatch", False,
             "A resource the call names belongs to another user of the tenant.",
         ),
-        _Row("unauthorized", "dispatch", False, "The principal lacks the scope or role the tool needs."),
+        _Row(
+            "unauthorized", "dispatch", False,
+            "The principal lacks the scope or role the tool needs (before the claim of an approved"
+            " write: its requester, as they stand now; the write stays approved).",
+        ),
         _Row(
             "rate_limited", "dispatch", True,
             "An inbound rate limit is used up; try again after the window.",
         ),
-        _Row("policy_violation", "dispatch", False, "An operator policy rule denies the call."),
+        _Row(
+            "policy_violation", "dispatch", False,
+            "An operator policy rule denies the call (before the claim of an approved write: judged"
+            " again with its requester's roles and the store's time; the write stays approved).",
+        ),
         _Row("budget_exhausted", "dispatch", False, "The task's tool-call budget is spent."),
         _Row(
             "loop_detected", "dispatch", False,

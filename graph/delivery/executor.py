@@ -257,7 +257,7 @@ class Executor:
         op = self.expire_if_due(op, now=now)
         attempted = False
         if op.status == "approved":
-            refusal = self._verify(op)
+            refusal = self._verify(op, now)
             if refusal:
                 return Delivery(
                     operation_key=operation_key,
@@ -317,10 +317,11 @@ class Executor:
             reason="in flight in another worker" if op.status == "executing" else "",
         )
 
-    def _verify(self, op: OperationRecord) -> str:
+    def _verify(self, op: OperationRecord, now: datetime | None = None) -> str:
         """Why the approved ``op`` may not be claimed now ("": it may), as the authority judges
-        it from the store's records right before the claim (and audits)."""
-        refused = self.judged_by.before_claim(op, self.proposal(op.proposal_id))
+        it from the store's records right before the claim (and audits); ``now``: the store's
+        time the caller read, if it did."""
+        refused = self.judged_by.before_claim(op, self.proposal(op.proposal_id), now)
         return refused.reason if refused is not None else ""
 
     def _spec(self, op: OperationRecord) -> ToolSpec:
