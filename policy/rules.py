@@ -244,7 +244,7 @@ def _rule(raw: Mapping[str, Any]) -> Rule:
             raise ConfigurationError(f"{where}: limits_by_role and default_limit must be numbers")
         try:  # the reason a violation shows: only {limit} and {limit_cents} are filled in
             common["reason"].format(limit=0, limit_cents=0)
-        except (KeyError, IndexError, ValueError) as exc:
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
             raise ConfigurationError(
                 f"{where}: reason may only name {{limit}} and {{limit_cents}} ({exc!r})"
             ) from exc

@@ -70,6 +70,7 @@ MALFORMED = [
     ("rule:refund.amount_limit/limits_by_role", [5000], "limits_by_role must be an object"),
     ("rule:refund.amount_limit/reason", "Refunds above {limit_dollars} dollars", "may only name {limit}"),
     ("rule:refund.amount_limit/reason", "Refunds above {0}", "may only name {limit}"),
+    ("rule:refund.amount_limit/reason", "Refunds above {limit.cents}", "may only name {limit}"),
     ("rule:refund.amount_limit/field", 7, "field must be a non-empty string"),
     ("rule:refund.amount_limit/tool", "", "tool must be a non-empty string"),
     ("rule:restart.service_allowlist/values_by_role/support", "web", "list of strings"),
