@@ -36,9 +36,9 @@ def _window(moment: float, window_s: int) -> tuple[str, str]:
 
 def _forget_ended(tx: Tx, dialect: str, moment: float) -> None:
     """Delete windows that ended `FORGET_AFTER_S` before ``moment`` (the store's time), at most
-    `FORGET_AT_ONCE`. Nothing reads an ended window again (`Counters.give_back` leaves a forgotten one alone). On
-    PostgreSQL rows another transaction holds are skipped, not waited for: two processes
-    forgetting the same rows in different orders would otherwise deadlock."""
+    `FORGET_AT_ONCE`. Nothing reads an ended window again (`Counters.give_back` leaves a
+    forgotten one alone). On PostgreSQL rows another transaction holds are skipped, not waited
+    for: two processes forgetting the same rows in different orders would otherwise deadlock."""
     before = (iso(datetime.fromtimestamp(moment - FORGET_AFTER_S, UTC)),)
     if dialect == "postgres":
         tx.send(
