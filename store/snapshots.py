@@ -146,13 +146,20 @@ class Snapshots:
         return f"json_group_array({obj})"
 
     def _table_columns(self, table: str) -> tuple[str, ...]:
-        """``table``'s columns (SQLite has no ``row_to_json``), read once per store: migrations
-        run before the aggregates are used."""
-        assert table in _TABLES
-        if table not in self._columns:
+        """``table``'s columns (SQLite has no ``row_to_json``), read for every table of `_TABLES`
+        in one statement on first use: migrations run before the aggregates are used."""
+        if not self._columns:
+            marks = ", ".join("?" for _ in _TABLES)
             with self._db.transaction(write=False) as tx:
-                rows = tx.execute(f"PRAGMA table_info({table})")
-            self._columns[table] = tuple(str(r["name"]) for r in rows)
+                rows = tx.execute(
+                    "SELECT m.name AS tbl, c.name AS col FROM sqlite_master m, pragma_table_info(m.name) c"
+                    f" WHERE m.type = 'table' AND m.name IN ({marks}) ORDER BY m.name, c.cid",
+                    _TABLES,
+                )
+            columns: dict[str, list[str]] = {}
+            for row in rows:
+                columns.setdefault(str(row["tbl"]), []).append(str(row["col"]))
+            self._columns = {name: tuple(found) for name, found in columns.items()}
         return self._columns[table]
 
 
