@@ -243,7 +243,10 @@ class Executor:
         A step that has just read the operation (``operation``) and the store's time (``now``)
         hands them down, so the delivery reads neither again: whatever changes after that read
         changes after this one too, and the claim's conditional update (status, owner and expiry
-        on the database's clock) decides; a lost claim reads the row afresh."""
+        on the database's clock) decides; a lost claim reads the row afresh. The decisions and
+        the identities judged before the claim are never handed down: they are read right before
+        it, in one statement (`toolgate.store.snapshots.Snapshots.for_claim`, with the operation
+        when no step handed it down)."""
         op = operation if operation is not None and operation.operation_key == operation_key else None
         snapshot = None
         if op is None:  # the operation with what the authority judges before the claim: one statement
