@@ -85,6 +85,7 @@ from toolgate.policy.rules import PolicyRules
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
+from toolgate.store.snapshots import GuardSnapshot
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.paths import path_problem
 from toolgate.tools.registry import Registry
@@ -505,14 +506,20 @@ class Authority:
         return Verdict(spec, arguments, None)
 
     def before_claim(
-        self, op: OperationRecord, proposal: ProposalRecord | None, now: datetime | None = None
+        self,
+        op: OperationRecord,
+        proposal: ProposalRecord | None,
+        now: datetime | None = None,
+        snapshot: GuardSnapshot | None = None,
     ) -> ClaimRefusal | None:
         """Judge an approved operation right before its claim (None: it may be claimed).
         ``proposal`` is the store's row ``op`` names (None when it names none or the store holds
-        none); ``now`` the store's time the caller just read (else it is read here). Every
-        refusal is audited: a missing tool or proposal once per operation, code and release (a
-        worker re-picks the operation on every pass, and identical events would bury the one
-        that matters), any other each time."""
+        none); ``now`` the store's time the caller just read (else it is read here); ``snapshot``
+        the decisions and identities the delivery read with ``op`` in one statement
+        (`toolgate.store.snapshots.Snapshots.for_claim`; None: read that here). Every refusal is
+        audited: a missing tool or proposal once per operation, code and release (a worker
+        re-picks the operation on every pass, and identical events would bury the one that
+        matters), any other each time."""
         spec = self.tool(op.tool, op.tenant_id)
         if spec is None:
             reason = f"tool {op.tool!r} is not in release {self.registry.release}"
@@ -531,11 +538,16 @@ class Authority:
             # operation rows carry no MAC: one that names another operation's proposal (inserted or
             # re-pointed with database access) may not borrow its approvals and run it again
             return self._refused(op, "operation_mismatch", "the operation is not its proposal's own")
-        # the decisions, then in one statement the identities of their reviewers and of the
-        # requester: each judged from the store as it is right before the claim
-        decisions = self.store.approvals.for_proposal(proposal.proposal_id)
-        people = self.directory.read([*(d.reviewer_id for d in decisions), proposal.requester_id])
-        verdict = self.approval_validity(spec, proposal, decisions, people)
+        # the decisions and the identities of their reviewers and of the requester, read in one
+        # statement: each judged from the store as it is right before the claim
+        if (
+            snapshot is None
+            or snapshot.operation is None
+            or snapshot.operation.operation_key != op.operation_key
+        ):
+            snapshot = self.store.snapshots.for_claim(op.operation_key)
+        people = IdentitySnapshot(snapshot.identities)
+        verdict = self.approval_validity(spec, proposal, snapshot.decisions, people)
         if verdict.status != "approved":
             refused = self._refused(op, "approval_invalid", verdict.reason)
             return ClaimRefusal(refused.code, verdict.reason)

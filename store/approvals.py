@@ -23,7 +23,8 @@ from toolgate.store.records import ApprovalRecord, OperationRecord, Settlement
 from toolgate.store.tx import Database
 
 
-def _approval(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
+def approval_of(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
+    """An ``approvals`` row as its record, marked ``authentic`` when its MAC verifies."""
     data = dict(row)
     mac = data.pop("mac", None)
     data["reviewer_roles"] = tuple(json.loads(data["reviewer_roles"]))
@@ -112,13 +113,13 @@ class Approvals:
                 "SELECT * FROM approvals WHERE proposal_id = ? ORDER BY decided_at, approval_id",
                 (proposal_id,),
             )
-        return [_approval(r, self._db.keys) for r in rows]
+        return [approval_of(r, self._db.keys) for r in rows]
 
     def all(self) -> list[ApprovalRecord]:
         """Every decision in the store (for verification), each marked ``authentic`` or not."""
         with self._db.transaction(write=False) as tx:
             rows = tx.execute("SELECT * FROM approvals ORDER BY decided_at, approval_id")
-        return [_approval(r, self._db.keys) for r in rows]
+        return [approval_of(r, self._db.keys) for r in rows]
 
 
-__all__ = ["Approvals"]
+__all__ = ["Approvals", "approval_of"]

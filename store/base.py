@@ -7,6 +7,7 @@ its Python API and its SQL for both dialects side by side:
 
 - ``store.proposals`` (`toolgate.store.proposals`), ``store.approvals`` (reviewers' decisions),
   ``store.operations`` (the lifecycle with its atomic claim, and dead letters),
+  ``store.snapshots`` (the rows a decision or a claim judges, read together in one statement),
 - ``store.audit`` (the hash-chained audit log; others link their events into their own transaction),
 - ``store.identities``, ``store.delegations`` (sealed credentials),
 - ``store.counters`` (rate limits), ``store.leases`` (resources), ``store.slots`` (admission),
@@ -43,6 +44,7 @@ from toolgate.store.migrations import MIGRATIONS, Migration
 from toolgate.store.operations import Operations
 from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
+from toolgate.store.snapshots import Snapshots
 from toolgate.store.tx import LinkHead, Tx
 from toolgate.store.waits import DurableWaits
 
@@ -89,6 +91,11 @@ class Store(abc.ABC):
     def operations(self) -> Operations:
         """Operations with their atomic claim, and dead letters."""
         return Operations(self, self.audit)
+
+    @cached_property
+    def snapshots(self) -> Snapshots:
+        """One-statement reads of the rows a guard judges together (a decision, a claim)."""
+        return Snapshots(self)
 
     @cached_property
     def counters(self) -> Counters:

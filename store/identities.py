@@ -20,6 +20,7 @@ from typing import Any
 from toolgate.errors import IdentityError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.identity_records import IdentityRecord, IdentityStatus
+from toolgate.store.keys import Keyring
 from toolgate.store.record_versions import Bound, VersionedRow, bind, bound_sql, freshness
 from toolgate.store.tx import Database, Tx
 
@@ -31,6 +32,30 @@ _READ_FOR_CHANGE = {
     "postgres": f"{_SELECT} WHERE i.user_id = ? FOR UPDATE OF i",
 }
 """The read of a row about to be changed, per dialect."""
+
+
+def audited_key(keys: Keyring, user_id: str) -> str:
+    """How the audit chain's version bindings name an identity: a keyed hash of its user id."""
+    return keys.mac_text("actor", user_id)
+
+
+def identity_of(row: dict[str, Any], keys: Keyring) -> IdentityRecord:
+    """An identity row read with its latest binding digest (``bound_sha256``, `_SELECT`) as its
+    record: ``authentic`` when its MAC verifies and it is the version the audit chain bound last,
+    ``replayed`` when an older version was copied back."""
+    data = dict(row)
+    mac = data.pop("mac", None)
+    bound = data.pop("bound_sha256", None)
+    data["roles"] = tuple(json.loads(data["roles"]))
+    data["scopes"] = tuple(json.loads(data["scopes"]))
+    data["review_tenants"] = tuple(json.loads(data.get("review_tenants") or "[]"))
+    data["version"] = int(data.get("version") or 0)
+    record = IdentityRecord(**data)
+    if not keys.verify("identity", record.content(), mac):
+        return record
+    key = audited_key(keys, record.user_id)
+    replayed = freshness("identity", key, record.version, record.content(), bound) == "replayed"
+    return dataclasses.replace(record, authentic=not replayed, replayed=replayed)
 
 
 class Identities:
@@ -45,23 +70,11 @@ class Identities:
         return self._db.keys.mac("identity-token", token)
 
     def _identity(self, row: dict[str, Any]) -> IdentityRecord:
-        data = dict(row)
-        mac = data.pop("mac", None)
-        bound = data.pop("bound_sha256", None)
-        data["roles"] = tuple(json.loads(data["roles"]))
-        data["scopes"] = tuple(json.loads(data["scopes"]))
-        data["review_tenants"] = tuple(json.loads(data.get("review_tenants") or "[]"))
-        data["version"] = int(data.get("version") or 0)
-        record = IdentityRecord(**data)
-        if not self._db.keys.verify("identity", record.content(), mac):
-            return record
-        key = self._audited_key(record.user_id)
-        replayed = freshness("identity", key, record.version, record.content(), bound) == "replayed"
-        return dataclasses.replace(record, authentic=not replayed, replayed=replayed)
+        return identity_of(row, self._db.keys)
 
     def _audited_key(self, user_id: str) -> str:
         """How the audit chain's version bindings name an identity: a keyed hash of its user id."""
-        return self._db.keys.mac_text("actor", user_id)
+        return audited_key(self._db.keys, user_id)
 
     def _bind(self, tx: Tx, record: IdentityRecord) -> None:
         row = Bound(
@@ -208,4 +221,4 @@ class Identities:
         return [self._identity(r) for r in rows]
 
 
-__all__ = ["Identities"]
+__all__ = ["Identities", "audited_key", "identity_of"]

@@ -28,6 +28,7 @@ from toolgate.graph.seals.seal import seal_of
 from toolgate.graph.seals.updates import apply_update
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.records import ProposalRecord
+from toolgate.store.snapshots import GuardSnapshot
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo.release import HOME
 from toolgate.tools.spec import ApprovalClass
@@ -165,11 +166,17 @@ def test_a_proposal_record_rewritten_to_the_lower_class_decides_nothing(
     )
     lowered = dataclasses.replace(lowered, digest=digest(lowered.content()))
     real = rig.store.proposals.get
+    read = rig.store.snapshots.for_decision
 
     def rewritten(proposal_id: str) -> ProposalRecord | None:
         return lowered if proposal_id == facts["proposal_id"] else real(proposal_id)
 
+    def rewritten_snapshot(proposal_id: str, people: Any = ()) -> GuardSnapshot:
+        # `decide` reads the proposal with the rest of what it judges, in one statement
+        return dataclasses.replace(read(proposal_id, people), proposal=rewritten(proposal_id))
+
     monkeypatch.setattr(rig.store.proposals, "get", rewritten)
+    monkeypatch.setattr(rig.store.snapshots, "for_decision", rewritten_snapshot)
     assert refused(rig, facts, "fiona") == "approval_class_invalid"
     assert status(rig, facts) == "pending_approval" and rig.handler_calls["issue_refund"] == 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start
 
@@ -69,3 +70,43 @@ def test_the_same_model_response_delivered_again_makes_no_extra_effect(harness: 
     assert "__interrupt__" not in again, "the replayed call found its stored, completed operation"
     assert harness.refunds() == 1 and harness.payments() == 1
     assert [p.proposal_id for p, _ in harness.store.proposals.list()] == [proposal["proposal_id"]]
+
+
+def test_the_listing_is_read_when_the_thread_pauses_and_recorded_with_its_interrupt_never_on_resume(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The approval node reads the identical writes of the task only when it pauses (the payload
+    LangGraph records carries them, as a reviewer reading the thread later sees it); a resume
+    re-runs the node, whose payload is thrown away, and reads no listing (issue 31)."""
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("issue_refund", HALF, "first")),
+            ai("", tool_call("issue_refund", HALF, "second")),
+            ai("both done"),
+        ]
+    )
+    graph = harness.graph(model)
+    listings: list[str] = []
+    real = type(harness.store.proposals).same_effect
+
+    def counted(self: Any, proposal: Any) -> Any:
+        listings.append(proposal.proposal_id)
+        return real(self, proposal)
+
+    monkeypatch.setattr(type(harness.store.proposals), "same_effect", counted)
+    first = start(graph, REFUND_REQUEST, "cust-ada", "t-listed")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    assert listings == [first["proposal_id"]]
+    decide(harness.gateway(), first["proposal_id"], principal("fiona"), "approve")
+    waiting = resume(graph, "t-listed")  # resumes the first pause (no listing), pauses on the second
+    second = waiting["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    assert listings == [first["proposal_id"], second["proposal_id"]]
+    (recorded,) = graph.get_state({"configurable": {"thread_id": "t-listed"}}).interrupts
+    shown = recorded.value["toolgate"]["proposals"][0]
+    assert shown["identical_in_thread"] == [{"operation_key": first["operation_key"], "status": "succeeded"}]
+    assert "already ran" in shown["note"]
+    decide(harness.gateway(), second["proposal_id"], principal("fiona"), "approve")
+    assert resume(graph, "t-listed")["status"] == "done"
+    assert listings == [first["proposal_id"], second["proposal_id"]]  # neither resume read one
+    assert harness.refunds() == 2 and harness.handler_calls["issue_refund"] == 2

@@ -31,7 +31,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 67
+ROUND_TRIPS_PER_APPROVED_WRITE = 61
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record
 statements included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9
 times, 9 write transactions: the resource leases released in a transaction of their own); 78 after
@@ -48,7 +48,12 @@ transaction per call is gone on a warm process (BEGIN with the clock, the counte
 the shared breaker's row is not read again until a change notice names it). The process's
 change-notice listener is connected before the warm-up write: when it connects, every cached
 reading is read once more, which is part of warming up, not of a write (counted here while the
-listener still connected, this figure was 67 or 69 by chance)."""
+listener still connected, this figure was 67 or 69 by chance). Guard snapshots: 67 -> 62 when
+`decide` read what it judges in one statement (`toolgate.store.snapshots`: the proposal, its
+operation, the reviewer's identity, the superseding proposal and the decisions were five reads)
+and the delivery the decisions with the reviewers' and the requester's identities (two reads);
+62 -> 61 when the approval node read the listing of identical writes only when it pauses, never
+again on the resume that throws its payload away."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 6
 """Every ``BEGIN`` the write sends (the model's two turns, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

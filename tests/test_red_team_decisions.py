@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -34,8 +35,14 @@ def test_an_approval_landing_inside_an_edit_voids_the_edited_copy(
     def approve_first(g: Any, pid: str, who: Any, kind: str, **kw: Any) -> Any:
         if kind == "reject":  # the edit's own rejection of the original: fiona got there first
             # (her check for a replacement ran before the edit stored it; her record lands now)
+            snapshots = type(harness.store.snapshots)
+            before_edit = snapshots.for_decision
+
+            def unedited(self: Any, pid: str, people: Any = ()) -> Any:
+                return dataclasses.replace(before_edit(self, pid, people), superseding=None)
+
             with monkeypatch.context() as m:
-                m.setattr(type(harness.store.proposals), "superseding", lambda self, pid: None)
+                m.setattr(snapshots, "for_decision", unedited)
                 decide(gw, original["proposal_id"], principal("fiona"), "approve")
         return real_decide(g, pid, who, kind, **kw)
 

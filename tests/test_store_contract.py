@@ -8,6 +8,7 @@ also shown refusing: the exact exception or return value, no row changed, no aud
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -57,6 +58,7 @@ from toolgate.store.leases import ResourcesBusy
 from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, cursor_of
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
+from toolgate.store.snapshots import GuardSnapshot
 from toolgate.store.waits import WaitIn
 
 TABLES = (
@@ -2570,4 +2572,87 @@ def test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refu
 CONTRACT["approvals.record_and_settle"] = (
     *CONTRACT["approvals.record_and_settle"],
     test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refuses_past_the_expiry,
+)
+
+
+# ---- guard snapshots: a decision's and a claim's rows in one statement (issue 31) ---------------
+
+
+def _statements(store: Store) -> list[str]:
+    """The statements every later transaction of ``store`` sends (answered or queued), in order."""
+    sent: list[str] = []
+    real = store.transaction
+
+    @contextlib.contextmanager
+    def counted(*, write: bool = True) -> Iterator[Any]:
+        with real(write=write) as tx:
+            execute, send = tx.execute, tx.send
+            tx.execute = lambda sql, params=(): sent.append(sql) or execute(sql, params)  # type: ignore[method-assign]
+            tx.send = lambda sql, params=(): sent.append(sql) or send(sql, params)  # type: ignore[method-assign]
+            yield tx
+
+    store.transaction = counted  # type: ignore[method-assign]
+    return sent
+
+
+def _guarded_rows(store: Store) -> tuple[ProposalRecord, ProposalRecord]:
+    """prop_test1 (rejected, two decisions: fiona's and mallory's forged one) and its edit
+    prop_test2 (pending), requested by cust-ada; identities cust-ada, fiona, gina (revoked), rita
+    and mallory."""
+    original, _, _ = store.proposals.create(make_proposal(1))
+    edit, _, _ = store.proposals.create(make_proposal(2, supersedes="prop_test1"))
+    for user in ("cust-ada", "fiona", "gina", "rita", "mallory"):
+        store.identities.add(make_identity(user))
+    store.identities.change("gina", status="revoked")
+    assert store.approvals.record(make_approval(original, reviewer="fiona", decision="reject"))
+    _forge_decision(store, original, "apr_forged", iso(utcnow()))  # mallory's, with database access alone
+    store.operations.transition("op_test1", "pending_approval", "rejected")
+    return original, edit
+
+
+def test_a_decisions_snapshot_holds_each_aggregates_rows_read_in_one_statement(store: Store) -> None:
+    assert store.snapshots.for_decision("prop_none", people=["rita"]) == GuardSnapshot()
+    original, edit = _guarded_rows(store)
+    sent = _statements(store)
+    found = store.snapshots.for_decision("prop_test1", people=["rita", "gina", "eve"])
+    assert len(sent) == 1 and sent[0].lstrip().upper().startswith("WITH")  # one statement, a read
+    assert found.proposal == store.proposals.get("prop_test1") == original and original.authentic
+    assert found.operation == store.operations.get("op_test1") and found.operation.status == "rejected"
+    assert found.superseding == store.proposals.superseding("prop_test1") == edit
+    assert found.replaced_status is None  # prop_test1 supersedes nothing
+    assert found.decisions == store.approvals.for_proposal("prop_test1")
+    assert [(d.reviewer_id, d.authentic) for d in found.decisions] == [("fiona", True), ("mallory", False)]
+    # the requester, every decision's reviewer and the people asked for (eve does not exist)
+    assert found.identities == store.identities.get_many(["cust-ada", "fiona", "mallory", "gina", "rita"])
+    assert found.identities["gina"].status == "revoked" and found.identities["rita"].authentic
+    assert found.identities["gina"] == store.identities.get("gina")
+    replacing = store.snapshots.for_decision("prop_test2")
+    assert replacing.proposal == edit and replacing.replaced_status == "rejected"
+    assert replacing.superseding is None and replacing.decisions == []
+    assert set(replacing.identities) == {"cust-ada"}  # the requester alone: nobody decided yet
+
+
+def test_a_claims_snapshot_holds_the_operation_its_decisions_and_their_people_in_one_statement(
+    store: Store,
+) -> None:
+    assert store.snapshots.for_claim("op_none") == GuardSnapshot()
+    _guarded_rows(store)
+    with store.transaction() as tx:  # an identity changed with database access alone: not authentic
+        tx.execute("UPDATE identities SET roles = ? WHERE user_id = ?", ('["admin"]', "fiona"))
+    sent = _statements(store)
+    found = store.snapshots.for_claim("op_test1", people=["gina"])
+    assert len(sent) == 1
+    assert found.proposal is None  # immutable: the delivery holds it already
+    assert found.operation == store.operations.get("op_test1")
+    assert found.decisions == store.approvals.for_proposal("prop_test1")
+    assert found.identities == store.identities.get_many(["cust-ada", "fiona", "mallory", "gina"])
+    assert not found.identities["fiona"].authentic and found.identities["gina"].status == "revoked"
+    other = store.snapshots.for_claim("op_test2")
+    assert other.operation is not None and other.operation.proposal_id == "prop_test2"
+    assert other.decisions == [] and set(other.identities) == {"cust-ada"}
+
+
+CONTRACT["snapshots.for_decision"] = (test_a_decisions_snapshot_holds_each_aggregates_rows_read_in_one_statement,)
+CONTRACT["snapshots.for_claim"] = (
+    test_a_claims_snapshot_holds_the_operation_its_decisions_and_their_people_in_one_statement,
 )

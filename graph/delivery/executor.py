@@ -46,6 +46,7 @@ from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
 from toolgate.store.leases import ResourcesBusy
 from toolgate.store.records import OperationRecord, ProposalRecord
+from toolgate.store.snapshots import GuardSnapshot
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
@@ -242,10 +243,15 @@ class Executor:
         A step that has just read the operation (``operation``) and the store's time (``now``)
         hands them down, so the delivery reads neither again: whatever changes after that read
         changes after this one too, and the claim's conditional update (status, owner and expiry
-        on the database's clock) decides; a lost claim reads the row afresh."""
+        on the database's clock) decides; a lost claim reads the row afresh. The decisions and
+        the identities judged before the claim are never handed down: they are read right before
+        it, in one statement (`toolgate.store.snapshots.Snapshots.for_claim`, with the operation
+        when no step handed it down)."""
         op = operation if operation is not None and operation.operation_key == operation_key else None
-        if op is None:
-            op = self.store.operations.get(operation_key)
+        snapshot = None
+        if op is None:  # the operation with what the authority judges before the claim: one statement
+            snapshot = self.store.snapshots.for_claim(operation_key)
+            op = snapshot.operation
         if op is None:
             return Delivery(
                 operation_key=operation_key,
@@ -257,7 +263,7 @@ class Executor:
         op = self.expire_if_due(op, now=now)
         attempted = False
         if op.status == "approved":
-            refusal = self._verify(op, now)
+            refusal = self._verify(op, now, snapshot)
             if refusal:
                 return Delivery(
                     operation_key=operation_key,
@@ -317,11 +323,13 @@ class Executor:
             reason="in flight in another worker" if op.status == "executing" else "",
         )
 
-    def _verify(self, op: OperationRecord, now: datetime | None = None) -> str:
+    def _verify(self, op: OperationRecord, now: datetime | None, snapshot: GuardSnapshot | None) -> str:
         """Why the approved ``op`` may not be claimed now ("": it may), as the authority judges
         it from the store's records right before the claim (and audits); ``now``: the store's
-        time the caller read, if it did."""
-        refused = self.judged_by.before_claim(op, self.proposal(op.proposal_id), now)
+        time the caller read, if it did; ``snapshot``: the decisions and identities read with
+        ``op`` (None: the authority reads them, in one statement, when ``op`` was handed down by
+        a step that read it alone)."""
+        refused = self.judged_by.before_claim(op, self.proposal(op.proposal_id), now, snapshot)
         return refused.reason if refused is not None else ""
 
     def _spec(self, op: OperationRecord) -> ToolSpec:

@@ -1,7 +1,9 @@
 """The approval node: it pauses the thread with `interrupt()`, and records decisions sent with the resume.
 
 LangGraph re-runs this node from its start on resume, so nothing before `interrupt()` may have a
-side effect. The payload follows LangChain's human-in-the-loop request shape (``action_requests``
+side effect. The listing of identical writes of the task shown to the reviewer is read only when
+the node pauses (into the payload LangGraph then records); a resume throws the payload away, so
+it reads none. The payload follows LangChain's human-in-the-loop request shape (``action_requests``
 and ``review_configs``) with toolgate's proposal facts alongside, so Studio and chat UIs can answer
 it. A resume is a wake-up, or carries decisions (`toolgate.graph.review.hitl`): those are recorded in the
 store as the authenticated person resuming, with every approval rule applied; refusals come back
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
@@ -24,14 +27,17 @@ from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.hitl import apply_decisions
 from toolgate.graph.state import GatewayState
+from toolgate.store.records import ProposalRecord
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
 UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer"})
 """Refusals made here, before `decide` or `edit_proposal` (which audit their own)."""
 
 
-def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
-    """The interrupt payload for every proposal of this turn that awaits approval (reads only)."""
+def hitl_request(gw: Gateway, state: GatewayState, *, identical: bool = True) -> dict[str, Any]:
+    """The interrupt payload for every proposal of this turn that awaits approval (reads only).
+    ``identical=False`` leaves out the listing of identical writes of the task (an empty
+    ``identical_in_thread``, no ``note``) for `add_identical` to fill in once the node pauses."""
     calls = state.get("calls", {})
     review = state.get("review") or {}
     actions: list[dict[str, Any]] = []
@@ -55,11 +61,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         configs.append({"action_name": proposal.tool, "allowed_decisions": ALLOWED_DECISIONS})
         # the tenant's own lookup; a failing one is shown, never raised (this node re-runs on resume)
         details, details_error = review_facts(gw.registry, proposal)
-        earlier = [
-            {"operation_key": op.operation_key, "status": op.status}
-            for other, op in gw.store.proposals.same_effect(proposal)
-            if other.authentic and op.status in ("succeeded", "executing", "unknown", "approved")
-        ]
+        earlier = identical_in_thread(gw, proposal) if identical else []
         proposals.append(
             {
                 "call_id": call_id,
@@ -82,11 +84,7 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
                 "details": details,
                 "details_error": details_error,
                 "identical_in_thread": earlier,
-                "note": (
-                    f"An identical {proposal.tool} already ran (or may have) in this task: approving makes a second effect."
-                    if earlier
-                    else ""
-                ),
+                "note": identical_note(proposal.tool, earlier),
             }
         )
     return {
@@ -94,6 +92,33 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
         "review_configs": configs,
         "toolgate": {"proposals": proposals, "last_review": review},
     }
+
+
+def identical_in_thread(gw: Gateway, proposal: ProposalRecord) -> list[dict[str, str]]:
+    """The authentic proposals of the same task, tool and arguments whose operation ran, runs,
+    may have run or is about to (a reviewer is told that approving makes a second effect)."""
+    return [
+        {"operation_key": op.operation_key, "status": op.status}
+        for other, op in gw.store.proposals.same_effect(proposal)
+        if other.authentic and op.status in ("succeeded", "executing", "unknown", "approved")
+    ]
+
+
+def identical_note(tool: str, earlier: list[dict[str, str]]) -> str:
+    """The warning shown beside a request when ``earlier`` (`identical_in_thread`) is not empty."""
+    if not earlier:
+        return ""
+    return f"An identical {tool} already ran (or may have) in this task: approving makes a second effect."
+
+
+def add_identical(gw: Gateway, request: dict[str, Any]) -> None:
+    """Fill in each proposal's `identical_in_thread` listing and note in ``request`` (built with
+    ``identical=False``), in place."""
+    for shown in request["toolgate"]["proposals"]:
+        proposal = gw.executor.proposal(shown["proposal_id"])  # immutable: read once per process
+        if proposal is not None:
+            shown["identical_in_thread"] = identical_in_thread(gw, proposal)
+            shown["note"] = identical_note(proposal.tool, shown["identical_in_thread"])
 
 
 def refusal_note(review: dict[str, Any], proposal_id: str) -> str:
@@ -115,8 +140,15 @@ def make_approval_node(gw: Gateway) -> Any:
     """Build the ``approval`` node."""
 
     def approval(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
-        request = hitl_request(gw, state)
-        resume = interrupt(request)
+        request = hitl_request(gw, state, identical=False)
+        try:
+            resume = interrupt(request)
+        except GraphInterrupt:
+            # Pausing: the payload LangGraph records and shows is this very ``request``, so the
+            # listing of identical writes (a read, no side effect) is filled in now. On a resume
+            # `interrupt` returns instead and the payload is thrown away: nothing to read.
+            add_identical(gw, request)
+            raise
         principal_of(state, runtime)  # someone of another tenant is refused before anything is recorded
         reviewer = context_of(runtime).principal
         outcomes = apply_decisions(gw, reviewer, request["toolgate"]["proposals"], resume)
@@ -143,4 +175,11 @@ def make_approval_node(gw: Gateway) -> Any:
     return approval
 
 
-__all__ = ["hitl_request", "make_approval_node", "refusal_note"]
+__all__ = [
+    "add_identical",
+    "hitl_request",
+    "identical_in_thread",
+    "identical_note",
+    "make_approval_node",
+    "refusal_note",
+]

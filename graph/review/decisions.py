@@ -19,6 +19,7 @@ from toolgate.clock import new_id, parse_iso
 from toolgate.errors import ApprovalError, InvalidTransitionError, NotFoundError
 from toolgate.graph.gateway import Gateway
 from toolgate.policy.approvals import ApprovalVerdict, check_reviewer, evaluate_decisions
+from toolgate.policy.identities import IdentitySnapshot
 from toolgate.policy.principal import Principal
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import (
@@ -49,12 +50,20 @@ def decide(
     reason: str = "",
     seen_digest: str | None = None,
 ) -> ReviewOutcome:
-    """Record ``reviewer``'s decision on ``proposal_id``; raises `ApprovalError` when refused."""
-    proposal = gw.store.proposals.get(proposal_id)
+    """Record ``reviewer``'s decision on ``proposal_id``; raises `ApprovalError` when refused.
+
+    Every row the rules judge (the proposal, its operation, its replacement, the operation of the
+    proposal it replaces, its decisions and the identities of the reviewer and of everyone those
+    decisions name) is read in one statement (`toolgate.store.snapshots`), so all of them are
+    one moment of the store; the decision's own transaction re-checks what may have changed
+    since (expiry by its clock, one decision per reviewer, the operation's status)."""
+    snapshot = gw.store.snapshots.for_decision(proposal_id, people=[reviewer.user_id])
+    proposal = snapshot.proposal
     if proposal is None:
         raise NotFoundError(f"no proposal {proposal_id}")
-    operation = gw.store.operations.get(proposal.operation_key)
+    operation = snapshot.operation
     assert operation is not None
+    people = IdentitySnapshot(snapshot.identities)
     spec = gw.registry.get(proposal.tool)
     common = {
         "proposal_id": proposal_id,
@@ -70,7 +79,7 @@ def decide(
             raise ApprovalError(
                 "forged_proposal", f"proposal {proposal_id} is not authentic; propose it again"
             )
-        current = gw.directory.active(reviewer.user_id, reviewer.tenant_id)  # home tenant, as authenticated
+        current = people.active(reviewer.user_id, reviewer.tenant_id)  # home tenant, as authenticated
         if current is None:
             raise ApprovalError("reviewer_inactive", f"{reviewer.user_id!r} is not an active identity")
         reviewer = current  # roles and tenant as the store records them now, not as the caller says
@@ -85,10 +94,10 @@ def decide(
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}")
         if operation.status != "pending_approval":
             raise ApprovalError("not_pending", f"proposal is {operation.status}, not pending_approval")
-        if decision == "approve" and gw.store.proposals.superseding(proposal_id) is not None:
+        if decision == "approve" and snapshot.superseding is not None:
             # a reviewer's edit replaced it: only the edited proposal may run, never both
             raise ApprovalError("superseded", f"proposal {proposal_id} was edited; review its replacement")
-        if decision == "approve" and proposal.supersedes and not _replaced(gw, proposal.supersedes):
+        if decision == "approve" and proposal.supersedes and snapshot.replaced_status != "rejected":
             # an edit counts once the proposal it replaces is rejected (final), never beside it
             raise ApprovalError("original_not_rejected", f"{proposal.supersedes} it replaces is not rejected")
         if decision == "reject" and not reason.strip():
@@ -117,7 +126,10 @@ def decide(
         settling = evaluate_decisions(
             proposal,
             required,
-            [*gw.authority.counted_decisions(proposal), dataclasses.replace(record, authentic=True)],
+            [
+                *gw.authority.counted_decisions(proposal, snapshot.decisions, people),
+                dataclasses.replace(record, authentic=True),
+            ],
         )
         recorded_event = gw.auditor.event(
             "approval.recorded",
@@ -181,13 +193,6 @@ def decide(
         except InvalidTransitionError:
             operation = gw.store.operations.get(proposal.operation_key) or operation
     return ReviewOutcome(proposal=proposal, operation=operation, verdict=verdict, record=record)
-
-
-def _replaced(gw: Gateway, proposal_id: str) -> bool:
-    """True when the proposal ``proposal_id`` was rejected (its operation's final status)."""
-    original = gw.store.proposals.get(proposal_id)
-    operation = gw.store.operations.get(original.operation_key) if original else None
-    return operation is not None and operation.status == "rejected"
 
 
 def settled_event(
