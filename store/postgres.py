@@ -119,6 +119,21 @@ class _PgTx:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
 
+    def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
+        """Each statement's rows, in order, for one round trip: the statements (one each) travel
+        as one script after whatever must go first (`_front`). In an autocommit read session the
+        server runs such a script as one implicit transaction, so a failing statement leaves
+        nothing of the others either; each statement still reads its own snapshot (READ
+        COMMITTED)."""
+        if not statements:
+            return []
+        self.round_trips += 1
+        self._cursor.execute(";\n".join([*self._front(), *(self.bound(s, p) for s, p in statements)]))
+        results = [list(self._cursor.fetchall()) if self._cursor.description else []]
+        while self._cursor.nextset():
+            results.append(list(self._cursor.fetchall()) if self._cursor.description else [])
+        return results[-len(statements) :]
+
     def last_of(self, script: str) -> dict[str, Any] | None:
         """Run a parameterless script of several statements (after what must go first) in one
         round trip (each statement takes its own snapshot); the first row of the last statement's

@@ -3,14 +3,18 @@ chain-head script, or its COMMIT), and BEGIN travels in that first script (issue
 transaction costs no round trip of its own. Its time is read once, by the server, in that
 transaction (with the script that opens it when asked first, with the chain head when that reads
 it first); it commits what its block did, and rolls back everything when the block raises,
-leaving the connection ready for the next unit of work."""
+leaving the connection ready for the next unit of work. Several reads a caller needs together
+travel as one script (`Tx.many`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from support import TEST_KEY, wire_round_trips
 
 from toolgate.clock import parse_iso
+from toolgate.errors import StoreError
 from toolgate.store import AuditEventIn, PostgresStore
 from toolgate.store.postgres import NOW_SQL
 
@@ -128,5 +132,40 @@ def test_the_transactions_one_time_is_read_by_the_script_that_needs_it_first(pg_
         assert [e.occurred_at for e in store.audit.events() if e.event == "lazy.linked"] == [
             linked[0].occurred_at
         ]
+    finally:
+        store.close()
+
+
+def test_many_reads_travel_as_one_script_in_order_on_a_read_and_in_a_write(pg_migrated_url: str) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES ('m', 'w', 3)")
+        reads: list[tuple[str, tuple[Any, ...]]] = [
+            ("SELECT count FROM rate_counters WHERE bucket = ?", ("m",)),
+            ("SELECT count FROM rate_counters WHERE bucket = ?", ("missing",)),
+            ("SELECT 1 AS one UNION ALL SELECT 2 ORDER BY 1", ()),
+        ]
+        with wire_round_trips() as wire:
+            with store.transaction(write=False) as tx:
+                found = tx.many(reads)
+            assert wire["round_trips"] == 1
+            wire["round_trips"] = 0
+            with store.transaction() as tx:
+                tx.send("UPDATE rate_counters SET count = count + 1 WHERE bucket = ?", ("m",))
+                inside = tx.many(reads[:1])  # BEGIN and the sent UPDATE go in front of it
+            assert wire["round_trips"] == 2  # and COMMIT
+        assert found == [[{"count": 3}], [], [{"one": 1}, {"one": 2}]]
+        assert inside == [[{"count": 4}]]
+        with pytest.raises(StoreError, match="division by zero"), store.transaction() as tx:
+            tx.many(
+                [("UPDATE rate_counters SET count = 100 WHERE bucket = ?", ("m",)), ("SELECT 1 / 0 AS x", ())]
+            )
+        with pytest.raises(StoreError, match="division by zero"), store.transaction(write=False) as tx:
+            tx.many(
+                [("UPDATE rate_counters SET count = 200 WHERE bucket = ?", ("m",)), ("SELECT 1 / 0 AS x", ())]
+            )
+        with store.transaction(write=False) as tx:  # neither UPDATE stayed, and the session is usable
+            assert tx.many(reads[:1]) == [[{"count": 4}]]
     finally:
         store.close()
