@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -20,9 +22,10 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from toolgate.clock import parse_iso
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
-from toolgate.store.base import Store, Tx
+from toolgate.store.base import CLOCK_REUSE_S, Store, Tx
 from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
@@ -60,6 +63,7 @@ class _PgTx:
         cursor: psycopg.Cursor[dict[str, Any]],
         *,
         write: bool = False,
+        clock_read: Callable[[str], None] = lambda now: None,
     ) -> None:
         self._cursor = cursor
         self.write = write
@@ -67,6 +71,8 @@ class _PgTx:
         self._begun = not write  # an autocommit read session has no block to open
         self._now: str | None = None
         """The write transaction's one time, once someone asked for it or the chain head read it."""
+        self._clock_read = clock_read
+        """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
         self._queued: list[str] = []
         self.round_trips = 0
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
@@ -160,6 +166,7 @@ class _PgTx:
         the first such time as its own."""
         if self.write and self._now is None:
             self._now = now
+        self._clock_read(now)
 
     def commit(self) -> None:
         """COMMIT, with what must go first in front of it: one round trip; none when the
@@ -172,14 +179,14 @@ def _first_value(row: dict[str, Any] | None) -> Any:
     return next(iter(row.values())) if row else None
 
 
-def _write_block(cur: psycopg.Cursor[dict[str, Any]]) -> Iterator[_PgTx]:
+def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None]) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
     statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
     events' INSERT among them) in one round trip. A failure anywhere, the COMMIT's own included
     (a deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was
     raised, unless no transaction is open (nothing was sent yet, or a failed COMMIT ended it); a
     failed rollback leaves the connection to the pool, which discards or resets it."""
-    tx = _PgTx(cur, write=True)
+    tx = _PgTx(cur, write=True, clock_read=clock_read)
     try:
         yield tx
         tx.commit()
@@ -216,6 +223,8 @@ class PostgresStore(Store):
         self._lock = threading.Lock()
         self._records_schema: str | None = None
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
+        self._clock_mark: tuple[float, datetime] | None = None
+        """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
@@ -245,9 +254,9 @@ class PostgresStore(Store):
         try:
             with self._get_pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 if write:
-                    yield from _write_block(cur)
+                    yield from _write_block(cur, self._clock_read)
                 else:
-                    yield _PgTx(cur)
+                    yield _PgTx(cur, clock_read=self._clock_read)
         except PoolTimeout as exc:
             raise StoreError(
                 f"no PostgreSQL connection free after {self._wait_s:g} s: all {self._max_size} of this"
@@ -267,6 +276,33 @@ class PostgresStore(Store):
         row = tx.one(f"SELECT {NOW_SQL} AS now")
         assert row is not None
         return str(row["now"])
+
+    def _clock_read(self, now: str) -> None:
+        """A unit of work read the server's clock: `calibrated_now` counts from this reading."""
+        self._clock_mark = (time.monotonic(), parse_iso(now))
+
+    def calibrated_now(self) -> datetime:
+        """The last reading of the server's clock (`_clock_read`, whichever unit of work made it)
+        plus the monotonic time since: no round trip while that reading is younger than
+        `CLOCK_REUSE_S`, else a reading of its own (`now`). It may lag the server's clock by the
+        reading's own round trip (it arrived that much after the server read it). A clock put in
+        front of the server's (`now` or `_tx_now` replaced: a test's, a case's) is asked each time:
+        the readings of the server's own are not its time."""
+        mark, moment = self._clock_mark, time.monotonic()
+        if mark is None or moment - mark[0] > CLOCK_REUSE_S or self._clock_replaced():
+            return self.now()
+        return mark[1] + timedelta(seconds=moment - mark[0])
+
+    def _clock_replaced(self) -> bool:
+        """Whether this store's time is not the server's clock as it reads it: `now` or `_tx_now`
+        replaced on the store or by a subclass."""
+        mine = vars(self)
+        return (
+            "now" in mine
+            or "_tx_now" in mine
+            or type(self).now is not Store.now
+            or type(self)._tx_now is not PostgresStore._tx_now
+        )
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """Lock, then read time and last hash, in one round trip (the statements the transaction

@@ -31,7 +31,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 65
+ROUND_TRIPS_PER_APPROVED_WRITE = 62
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record
 statements included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9
 times, 9 write transactions: the resource leases released in a transaction of their own); 78 after
@@ -52,7 +52,12 @@ listener still connected, this figure was 67 or 69 by chance). Issue 31, lazy BE
 write transaction sends BEGIN in front of its first answered statement, its chain-head script or
 its COMMIT instead of in a round trip of its own with a clock read: the model's two turns, whose
 only answered script is the chain head's; the four others ask for their time before their first
-statement, so BEGIN travels with that reading, as before)."""
+statement, so BEGIN travels with that reading, as before). Calibrated clock: 65 -> 62 (the model
+node's two turns and dispatch judge the task's deadline and deprecation windows by
+`Store.calibrated_now`, the store's last reading of its clock plus monotonic time since, instead
+of a standalone clock read each; the execute node still reads the clock, its expiry judgment
+writes). Their reading is the previous transaction's, milliseconds old here; it is read anew only
+when older than `CLOCK_REUSE_S` (5 s), far beyond the gaps of this write."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 6
 """Every ``BEGIN`` the write sends (the model's two turns, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

@@ -4,10 +4,12 @@ transaction costs no round trip of its own. Its time is read once, by the server
 transaction (with the script that opens it when asked first, with the chain head when that reads
 it first); it commits what its block did, and rolls back everything when the block raises,
 leaving the connection ready for the next unit of work. Several reads a caller needs together
-travel as one script (`Tx.many`)."""
+travel as one script (`Tx.many`). The store's clock for judgments no write transaction makes
+again (`Store.calibrated_now`) costs no round trip while a recent reading stands."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from support import TEST_KEY, wire_round_trips
 from toolgate.clock import parse_iso
 from toolgate.errors import StoreError
 from toolgate.store import AuditEventIn, PostgresStore
+from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.postgres import NOW_SQL
 
 _TX_ID = "SELECT txid_current() AS id, pg_current_xact_id_if_assigned() IS NOT NULL AS wrote"
@@ -167,5 +170,39 @@ def test_many_reads_travel_as_one_script_in_order_on_a_read_and_in_a_write(pg_mi
             )
         with store.transaction(write=False) as tx:  # neither UPDATE stayed, and the session is usable
             assert tx.many(reads[:1]) == [[{"count": 4}]]
+    finally:
+        store.close()
+
+
+def test_the_calibrated_clock_reuses_a_recent_reading_of_the_servers_and_reads_anew_when_old(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        with store.transaction(write=False) as tx:  # the pool's one connection is open
+            assert tx.one("SELECT 1 AS one") == {"one": 1}
+        assert store._clock_mark is None  # and no reading of the clock was made
+        with wire_round_trips() as wire:
+            first = store.calibrated_now()  # no reading yet: one of its own
+            assert wire["round_trips"] == 1
+            wire["round_trips"] = 0
+            second = store.calibrated_now()
+            with store.transaction() as tx:  # a transaction's reading serves it as well
+                stamped = parse_iso(store._tx_now(tx))
+            wire["round_trips"] = 0
+            third = store.calibrated_now()
+            exact = store.now()
+            assert wire["round_trips"] == 1  # the exact reading alone
+            assert first <= second <= stamped <= third <= exact
+            assert exact - third < timedelta(seconds=1)  # the monotonic time since, not a stale value
+            at, _ = store._clock_mark or (0.0, None)
+            store._clock_mark = (at - CLOCK_REUSE_S - 1, exact)  # the last reading is older than allowed
+            wire["round_trips"] = 0
+            fourth = store.calibrated_now()
+            assert wire["round_trips"] == 1 and fourth >= exact  # read anew
+            assert store._clock_mark is not None and store._clock_mark[1] == fourth
+            moved = exact + timedelta(hours=3)
+            monkeypatch.setattr(store, "now", lambda: moved)  # a clock put in front of the server's
+            assert store.calibrated_now() == moved
     finally:
         store.close()

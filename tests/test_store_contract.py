@@ -274,6 +274,22 @@ def test_now_is_the_store_clock_and_recorded_times_come_from_it(store: Store) ->
     assert start <= parse_iso(op.created_at) == parse_iso(op.updated_at) <= end
 
 
+def test_calibrated_now_is_the_store_clock_and_follows_a_clock_put_in_front_of_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = store.now()
+    seen = store.calibrated_now()
+    again = store.calibrated_now()
+    after = store.now()
+    assert seen.utcoffset() == timedelta(0)
+    # the last reading plus the monotonic time since: between the readings around it (the margin:
+    # the monotonic clock and the server's may tick apart by microseconds)
+    assert before <= seen <= again <= after + timedelta(milliseconds=50)
+    shift_store_clock(monkeypatch, store, timedelta(hours=2))  # a test's or a case's clock
+    moved = store.calibrated_now()
+    assert after + timedelta(hours=2) <= moved <= store.now() + timedelta(milliseconds=50)
+
+
 def test_a_transaction_commits_on_success_and_rolls_back_on_any_error(store: Store) -> None:
     with store.transaction() as tx:
         inserted = tx.execute(
@@ -2056,6 +2072,7 @@ def test_list_waits_newest_first_filtered_by_state(store: Store, monkeypatch: py
 
 CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "now": (test_now_is_the_store_clock_and_recorded_times_come_from_it,),
+    "calibrated_now": (test_calibrated_now_is_the_store_clock_and_follows_a_clock_put_in_front_of_it,),
     "transaction": (
         test_a_transaction_commits_on_success_and_rolls_back_on_any_error,
         test_a_read_only_store_reads_and_refuses_every_write,
