@@ -170,9 +170,7 @@ def executing(store: Store, n: int = 1, owner: str = "w1", lease_s: float = 30.0
 def unknown_outcome(store: Store, n: int = 1, lease_s: float = 30.0) -> OperationRecord:
     """Proposal ``n``, claimed by ``w1`` for ``lease_s``, its outcome then ``unknown``."""
     executing(store, n, lease_s=lease_s)
-    return store.operations.transition(
-        f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"}
-    )
+    return store.operations.transition(f"op_test{n}", "executing", "unknown", owner="w1", error={"kind": "timeout"})
 
 
 def table_exists(store: Store, table: str) -> bool:
@@ -374,9 +372,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
             make_approval(proposal),
             settle=Settlement(operation_key="op_test1", from_status="pending_approval", to_status="approved"),
         ),
-        "operations.transition": lambda s: s.operations.transition(
-            "op_test1", "pending_approval", "approved"
-        ),
+        "operations.transition": lambda s: s.operations.transition("op_test1", "pending_approval", "approved"),
         "operations.claim": lambda s: s.operations.claim("op_test1", "w9", 30),
         "operations.renew_lease": lambda s: s.operations.renew_lease("op_test2", "w1", 60),
         "operations.dead_letter": lambda s: s.operations.dead_letter("op_test3", "no outcome", {}),
@@ -420,10 +416,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
     reader.require_schema()
     assert reader.proposals.get("prop_test1") == proposal
     assert [o.operation_key for o in reader.operations.list("executing")] == ["op_test2"]
-    assert [e.event for e in reader.audit.events()] == [
-        "record.versioned",
-        "contract.event",
-    ]  # ada's, then ours
+    assert [e.event for e in reader.audit.events()] == ["record.versioned", "contract.event"]  # ada's, then ours
     assert [r.holder for r in reader.slots.held("model:acme")] == ["h1"]
 
 
@@ -737,9 +730,7 @@ def test_record_decision_appends_its_audit_only_when_the_decision_is_new(store: 
     assert store.approvals.record(
         decision, audit=[event("approval.recorded", proposal_id=proposal.proposal_id)]
     )
-    assert store.approvals.for_proposal(proposal.proposal_id) == [
-        dataclasses.replace(decision, authentic=True)
-    ]
+    assert store.approvals.for_proposal(proposal.proposal_id) == [dataclasses.replace(decision, authentic=True)]
     assert len(named(store, "approval.recorded")) == 1
     before = snapshot(store)
     second_try = make_approval(proposal, decision="reject", approval_id="apr_again")
@@ -916,9 +907,7 @@ def test_transition_changes_status_result_and_error_with_its_audit(store: Store)
     )
     assert (done.status, done.result, done.error) == ("succeeded", {"refund_id": "R-1", "n": 2}, None)
     executing(store, 3)
-    failed = store.operations.transition(
-        "op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"}
-    )
+    failed = store.operations.transition("op_test3", "executing", "failed", owner="w1", error={"kind": "server_error"})
     assert (failed.status, failed.result, failed.error) == ("failed", None, {"kind": "server_error"})
     assert store.operations.get("op_test3") == failed
 
@@ -928,18 +917,14 @@ def test_transition_from_the_wrong_status_or_by_another_owner_changes_nothing(st
     approve_row(store, "op_test1")
     before = snapshot(store)
     with pytest.raises(InvalidTransitionError) as wrong:
-        store.operations.transition(
-            "op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")]
-        )
+        store.operations.transition("op_test1", "pending_approval", "rejected", audit=[event("operation.rejected")])
     assert (wrong.value.operation_key, wrong.value.expected, wrong.value.actual) == (
         "op_test1",
         "pending_approval",
         "approved",
     )
     with pytest.raises(InvalidTransitionError) as missing:
-        store.operations.transition(
-            "op_missing", "pending_approval", "approved", audit=[event("operation.approved")]
-        )
+        store.operations.transition("op_missing", "pending_approval", "approved", audit=[event("operation.approved")])
     assert missing.value.actual is None
     assert snapshot(store) == before
 
@@ -995,14 +980,10 @@ def test_claim_only_from_approved_and_only_once(store: Store) -> None:
 def test_claim_sets_the_lease_from_the_store_clock_and_audits_only_the_winner(store: Store) -> None:
     store.proposals.create(make_proposal())
     before = snapshot(store)
-    assert (
-        store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None
-    )  # not approved yet
+    assert store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed")]) is None  # not approved yet
     assert snapshot(store) == before
     approve_row(store)
-    claimed = store.operations.claim(
-        "op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")]
-    )
+    claimed = store.operations.claim("op_test1", "w1", 30, audit=[event("operation.claimed", operation_key="op_test1")])
     assert claimed is not None and claimed == store.operations.get("op_test1")
     assert claimed.lease_expires_at is not None
     assert parse_iso(claimed.lease_expires_at) - parse_iso(claimed.updated_at) == timedelta(seconds=30)
@@ -1119,9 +1100,7 @@ def test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed(
     with monkeypatch.context() as later:
         shift_store_clock(later, store, timedelta(seconds=31))
         moment = store.now()
-        letter = store.operations.dead_letter(
-            "op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]}
-        )
+        letter = store.operations.dead_letter("op_test1", "no outcome", {"tool": "issue_refund", "attempts": [1]})
     assert letter is not None
     assert (letter.operation_key, letter.reason, letter.context) == (
         "op_test1",
@@ -1168,19 +1147,10 @@ def test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_onc
     )
     assert resolved.resolved_at is not None
     assert store.operations.dead_letters() == [second]
-    assert [d.operation_key for d in store.operations.dead_letters(open_only=False)] == [
-        "op_test1",
-        "op_test2",
-    ]
+    assert [d.operation_key for d in store.operations.dead_letters(open_only=False)] == ["op_test1", "op_test2"]
     before = snapshot(store)
-    assert (
-        store.operations.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="")
-        is False
-    )
-    assert (
-        store.operations.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="")
-        is False
-    )
+    assert store.operations.resolve_dead_letter("op_test1", resolution="other", resolved_by="gina", note="") is False
+    assert store.operations.resolve_dead_letter("op_missing", resolution="other", resolved_by="gina", note="") is False
     assert snapshot(store) == before
 
 
@@ -1284,9 +1254,7 @@ def test_forget_ended_deletes_only_ended_windows_of_buckets_with_the_prefix(
         assert store.counters.value("signin:source:a", window) == 1  # the running window is kept
         assert store.counters.forget_ended("signin:", window) == 0
     with store.transaction(write=False) as tx:
-        left = sorted(
-            (r["bucket"], r["count"]) for r in tx.execute("SELECT bucket, count FROM rate_counters")
-        )
+        left = sorted((r["bucket"], r["count"]) for r in tx.execute("SELECT bucket, count FROM rate_counters"))
     assert [b for b, _ in left].count("signin:source:a") == 1
     assert ("signin_look_alike", 1) in left and ("pt:acme:ada:tool", 1) in left
 
@@ -1490,9 +1458,7 @@ def test_breaker_state_opens_on_failures_and_hands_out_one_probe_by_the_store_cl
         prober = f"w{verdicts.index('probe')}"
         row = store.breakers.row("pay")
         assert row is not None and (row.state, row.probe_owner) == ("half_open", prober)
-        assert (
-            store.breakers.report("pay", "h1", failed=False, **report).state == "half_open"
-        )  # not the probe
+        assert store.breakers.report("pay", "h1", failed=False, **report).state == "half_open"  # not the probe
         assert store.breakers.release("pay", prober) is True  # unreported: open again, next caller probes
         assert store.breakers.admit("pay", "h5", 10)[0] == "probe"
         reopened = store.breakers.report("pay", "h5", failed=True, **report)  # the probe failed
@@ -1672,9 +1638,7 @@ def test_token_hash_is_a_keyed_hash_of_the_token(store: Store, reopen: Callable[
     assert re.fullmatch(r"[0-9a-f]{64}", hashed) and "secret-token-ada" not in hashed
     assert store.identities.token_hash("secret-token-ada") == hashed
     assert store.identities.token_hash("secret-token-bob") != hashed
-    assert (
-        reopen().identities.token_hash("secret-token-ada") == hashed
-    )  # every process with the secret agrees
+    assert reopen().identities.token_hash("secret-token-ada") == hashed  # every process with the secret agrees
     assert reopen(key=b"another-store-secret-0002").identities.token_hash("secret-token-ada") != hashed
 
 
@@ -1697,9 +1661,7 @@ def test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_for
     assert added is not None
     rotated = store.identities.change("ada", token_hash=store.identities.token_hash("tok-2"))
     assert (
-        rotated.token_hash == store.identities.token_hash("tok-2")
-        and rotated.status == "active"
-        and rotated.authentic
+        rotated.token_hash == store.identities.token_hash("tok-2") and rotated.status == "active" and rotated.authentic
     )
     revoked = store.identities.change("ada", status="revoked")
     assert revoked.status == "revoked" and revoked.token_hash == rotated.token_hash
@@ -2123,16 +2085,10 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "operations.stale_executing": (test_stale_executing_lists_claims_whose_lease_lapsed_beyond_the_grace,),
     "operations.due": (test_due_operations_lists_approved_ones_longest_approved_first_up_to_the_limit,),
     "operations.dead_letter": (test_add_dead_letter_moves_only_an_unknown_operation_whose_lease_lapsed,),
-    "operations.dead_letters": (
-        test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,
-    ),
-    "operations.resolve_dead_letter": (
-        test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,
-    ),
+    "operations.dead_letters": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
+    "operations.resolve_dead_letter": (test_dead_letters_lists_open_letters_oldest_first_and_resolve_closes_one_once,),
     "counters.increment": (test_increment_counter_counts_hits_per_bucket_and_window_of_the_store_clock,),
-    "counters.count_hits": (
-        test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,
-    ),
+    "counters.count_hits": (test_count_hits_counts_every_limit_in_one_transaction_and_stops_at_the_first_full,),
     "counters.take_shares": (
         test_take_shares_grants_up_to_the_limit_in_one_transaction_and_give_back_returns_the_unspent,
     ),
@@ -2165,16 +2121,12 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "delegations.purge": (test_delete_and_purge_delegations_remove_ended_and_expired_ones_only,),
     "identities.token_hash": (test_token_hash_is_a_keyed_hash_of_the_token,),
     "identities.add": (test_add_identity_stores_a_signed_row_with_the_store_clock_and_never_replaces_one,),
-    "identities.change": (
-        test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,
-    ),
+    "identities.change": (test_change_identity_re_signs_an_authentic_row_and_refuses_an_unknown_or_forged_one,),
     "identities.get": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
     "identities.versioned_rows": (
         test_identity_writes_bind_their_version_and_an_older_row_copied_back_reads_replayed,
     ),
-    "identities.by_token_hash": (
-        test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,
-    ),
+    "identities.by_token_hash": (test_get_identity_and_identity_by_token_hash_report_whether_the_row_verifies,),
     "identities.list": (test_list_identities_by_user_id_optionally_of_some_tenants,),
     "audit.append": (
         test_audit_log_is_append_only_and_hash_chained,
@@ -2204,9 +2156,7 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
 def public_store_methods() -> set[str]:
     """The public methods of `Store` (``transaction``, ``now``, ...) and of each of its aggregates,
     the latter as ``aggregate.method`` (``operations.claim``)."""
-    public = {
-        name for name, member in inspect.getmembers(Store) if not name.startswith("_") and callable(member)
-    }
+    public = {name for name, member in inspect.getmembers(Store) if not name.startswith("_") and callable(member)}
     for name, member in inspect.getmembers(Store):
         if isinstance(member, functools.cached_property):
             aggregate = inspect.signature(member.func, eval_str=True).return_annotation
@@ -2230,9 +2180,7 @@ def test_every_public_store_method_has_a_contract_test() -> None:
         for test in tests:
             assert test.__name__.startswith("test_") and globals()[test.__name__] is test
             assert "store" in inspect.signature(test).parameters, f"{test.__name__} must run on both backends"
-            assert re.search(rf"\.{re.escape(name)}\(", inspect.getsource(test)), (
-                f"{test.__name__} never calls {name}"
-            )
+            assert re.search(rf"\.{re.escape(name)}\(", inspect.getsource(test)), f"{test.__name__} never calls {name}"
 
 
 def test_set_initializer_runs_once_before_the_first_unit_of_work(
@@ -2403,7 +2351,8 @@ def test_first_audit_event_finds_the_earliest_match_of_one_operation_and_reads_n
     assert store.audit.first("op_1", "delivery.refused", tool_release="r/2") == by_r2
     assert store.audit.first("op_1", "delivery.refused", code="tool_not_in_release") == other_code
     assert (
-        store.audit.first("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2") is None
+        store.audit.first("op_1", "delivery.refused", code="tool_not_in_release", tool_release="r/2")
+        is None
     )
     assert store.audit.first("op_1", "delivery.refused", code="approval_invalid") is None
     assert store.audit.first("op_9", "delivery.refused") is None  # another operation's events
@@ -2492,13 +2441,7 @@ def test_every_proposal_read_marks_whether_the_rows_mac_verifies(store: Store) -
     assert not created_again and again.proposal_id == "prop_test4" and not again.authentic
 
 
-for _method in (
-    "proposals.create",
-    "proposals.get",
-    "proposals.list",
-    "proposals.same_effect",
-    "proposals.superseding",
-):
+for _method in ("proposals.create", "proposals.get", "proposals.list", "proposals.same_effect", "proposals.superseding"):
     CONTRACT[_method] = (*CONTRACT[_method], test_every_proposal_read_marks_whether_the_rows_mac_verifies)
 
 # ---- the same tool's proposals, and the requester's words (issue 28) ----------------------------
@@ -2588,9 +2531,7 @@ def test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempot
     assert snapshot(store) == before  # nothing inserted, no event appended
 
 
-CONTRACT["proposals.create_at"] = (
-    test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent,
-)
+CONTRACT["proposals.create_at"] = (test_create_at_stamps_the_proposal_with_its_transactions_time_and_is_idempotent,)
 
 
 def test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them(store: Store) -> None:
@@ -2604,9 +2545,7 @@ def test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them(
     assert found["ada"].authentic and not found["bob"].authentic and found["bob"].tenant_id == "globex"
 
 
-CONTRACT["identities.get_many"] = (
-    test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them,
-)
+CONTRACT["identities.get_many"] = (test_get_many_identities_reads_the_rows_that_exist_marked_as_get_marks_them,)
 
 
 def test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them(store: Store) -> None:
