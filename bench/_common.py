@@ -107,9 +107,11 @@ class StoreCounter:
     record), ``audit_events`` the events appended, ``connections`` new SQLite
     connections (PostgreSQL uses a pool: ``connections`` there is pool checkouts = transactions),
     ``statements`` statements sent through the store's transaction objects, ``round_trips`` what
-    they cost on PostgreSQL's wire: one per answered statement or multi-statement script, none for
-    a statement sent to travel with a later one (`Tx.send`), plus BEGIN and COMMIT of a write
-    transaction (reads run in autocommit sessions). ``log`` lists every
+    they cost on PostgreSQL's wire, as the transaction itself counts them (``round_trips`` of
+    `toolgate.store.postgres._PgTx`): one per answered statement or multi-statement script (a
+    clock read included), none for a statement sent to travel with a later one (`Tx.send`) nor
+    for BEGIN, which travels in front of the first script, plus COMMIT of a write transaction
+    that sent anything (reads run in autocommit sessions); on SQLite one per statement. ``log`` lists every
     transaction as ``(kind, label, statements, round_trips)``: a write is labelled by the audit
     events it linked, else by its first statement's verb and table (the per-step table)."""
 
@@ -161,11 +163,37 @@ class StoreCounter:
                         return inner_script(script)
 
                     tx.last_of = last_of
+                if hasattr(tx, "many"):
+                    inner_many = tx.many
+
+                    def many(statements: Sequence[Any]) -> Any:
+                        counts["statements"] += len(statements)
+                        mine["statements"] += len(statements)
+                        mine["trips"] += len(statements) if not postgres else 1
+                        if not mine["first"] and statements:
+                            mine["first"] = _first_words(statements[0][0])
+                        return inner_many(statements)
+
+                    tx.many = many
+                if postgres:  # the transaction's reading of the store's clock (`_PgTx.now`)
+                    inner_now = tx.now
+
+                    def now() -> Any:
+                        before = tx.round_trips
+                        value = inner_now()
+                        if tx.round_trips > before:
+                            counts["statements"] += 1
+                            mine["statements"] += 1
+                            if not write:  # a write is labelled by what it changes
+                                mine["first"] = mine["first"] or "SELECT clock"
+                        return value
+
+                    tx.now = now
                 try:
                     yield tx
                 finally:
                     open_tx.pop(id(tx), None)
-            trips = mine["trips"] + (2 if write and postgres else 0)
+            trips = tx.round_trips if postgres else mine["trips"]  # COMMIT counted: the block ended
             counts["write_tx" if write else "read_tx"] += 1
             counts["round_trips"] += trips
             label = "+".join(mine["events"]) if mine["events"] else mine["first"]

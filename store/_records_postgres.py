@@ -236,6 +236,10 @@ class _GuardedTx:
         """A service's own statements are few: this one simply runs now."""
         self.execute(sql, params)
 
+    def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
+        """A service's own statements are few: one after the other."""
+        return [self.execute(sql, params) for sql, params in statements]
+
 
 class _Login:
     """The idle connections of one login role of a service."""

@@ -101,6 +101,10 @@ class _GuardedTx:
         """A service's own statements are few: this one simply runs now."""
         self.execute(sql, params)
 
+    def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
+        """A service's own statements are few: one after the other."""
+        return [self.execute(sql, params) for sql, params in statements]
+
 
 class SqliteRecords(ServiceRecords):
     """A service's records in an SQLite file (the store's file, through other connections)."""

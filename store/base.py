@@ -48,6 +48,11 @@ from toolgate.store.snapshots import Snapshots
 from toolgate.store.tx import LinkHead, Tx
 from toolgate.store.waits import DurableWaits
 
+CLOCK_REUSE_S = 5.0
+"""How long a reading of the store's clock serves `Store.calibrated_now` (a few seconds: the
+process's monotonic clock drifts by microseconds over them, and a step of the server's clock is
+seen within them)."""
+
 
 class Store(abc.ABC):
     """Durable state with consequences. Every method is safe to call from many threads and processes.
@@ -191,6 +196,17 @@ class Store(abc.ABC):
         with self.transaction(write=False) as tx:
             return parse_iso(self._tx_now(tx))
 
+    def calibrated_now(self) -> datetime:
+        """The store's clock for a judgment no write transaction makes again (the model node's
+        task deadline and deprecation window, dispatch's deadline and its policy screening),
+        where the backend can tell it without a round trip: PostgreSQL's last reading of its
+        clock (by any unit of work of this store) plus the process's monotonic time since, read
+        anew when older than `CLOCK_REUSE_S`. Never the process's wall clock, so a skewed worker
+        judges by the store's time all the same. Expiry at decide and claim, leases and rate
+        windows are never judged with it: the writing transaction's server judges them. Here
+        (SQLite: the host's clock is the store's): `now`."""
+        return self.now()
+
     def set_initializer(self, initializer: Callable[[Store], None]) -> None:
         """Run ``initializer(store)`` once, before the first unit of work (lazy setup for servers)."""
         self._initializer = initializer
@@ -275,4 +291,4 @@ def iter_statements(script: str) -> Iterator[str]:
             yield statement.strip()
 
 
-__all__ = ["Store", "Tx", "iter_statements"]
+__all__ = ["CLOCK_REUSE_S", "Store", "Tx", "iter_statements"]

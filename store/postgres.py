@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -20,9 +22,10 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from toolgate.clock import parse_iso
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
-from toolgate.store.base import Store, Tx
+from toolgate.store.base import CLOCK_REUSE_S, Store, Tx
 from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
@@ -45,17 +48,35 @@ def redact_url(url: str) -> str:
 
 
 class _PgTx:
-    """One transaction on an autocommit session. Statements sent with `send` wait in a queue and
-    go to the server, bound on the client (`psycopg.ClientCursor`, the driver's own quoting), in
-    front of the next statement whose answer is needed, as one multi-statement script: one round
-    trip for all of them. A script stops at its first failing statement, and that failure is the
-    answered statement's, so it fails the transaction as any statement would."""
+    """One unit of work on an autocommit session. In a write transaction nothing reaches the
+    server before the first statement whose answer is needed (or the chain-head script, or the
+    COMMIT): ``BEGIN`` travels in front of it, so opening a transaction costs no round trip of
+    its own, and a write transaction that never sent anything costs none at all. Statements sent
+    with `send` wait in a queue and go to the server, bound on the client (`psycopg.ClientCursor`,
+    the driver's own quoting), in front of the next statement whose answer is needed, as one
+    multi-statement script: one round trip for all of them. A script stops at its first failing
+    statement, and that failure is the answered statement's, so it fails the transaction as any
+    statement would. A read (``write=False``) runs each statement on its own, in autocommit."""
 
-    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], began_at: str | None = None) -> None:
+    def __init__(
+        self,
+        cursor: psycopg.Cursor[dict[str, Any]],
+        *,
+        write: bool = False,
+        clock_read: Callable[[str], None] = lambda now: None,
+    ) -> None:
         self._cursor = cursor
-        self.began_at = began_at
-        """The store's time read with the write transaction's BEGIN (None: a read in autocommit)."""
+        self.write = write
+        """A write transaction (opened lazily by its first script) rather than an autocommit read."""
+        self._begun = not write  # an autocommit read session has no block to open
+        self._now: str | None = None
+        """The write transaction's one time, once someone asked for it or the chain head read it."""
+        self._clock_read = clock_read
+        """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
         self._queued: list[str] = []
+        self.round_trips = 0
+        """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
+        sent statements travel inside them; benchmarks read it)."""
         self._binder: psycopg.ClientCursor[Any] | None = None
         self.link_wants: tuple[int, list[str]] = (0, [])
         """What `PostgresStore._link_head` asks the chain-head script to read: how many audit
@@ -72,65 +93,105 @@ class _PgTx:
         return self._binder.mogrify(sql.replace("?", "%s"), tuple(params))
 
     def send(self, sql: str, params: Sequence[Any] = ()) -> None:
-        if self.began_at is None:  # an autocommit read session: each statement stands alone
+        if not self.write:  # an autocommit read session: each statement stands alone
             self.execute(sql, params)
             return
         self._queued.append(self.bound(sql, params))
 
-    def _script(self, last: str) -> str:
-        """The queued statements, then ``last``: one script (emptying the queue)."""
-        script, self._queued = ";\n".join([*self._queued, last]), []
-        return script
+    def _front(self) -> list[str]:
+        """What must reach the server before the next statement: BEGIN, when the transaction is
+        not open yet, then the queued statements (emptying the queue)."""
+        front = ([] if self._begun else ["BEGIN"]) + self._queued
+        self._begun, self._queued = True, []
+        return front
+
+    def _run(self, statements: Sequence[str]) -> None:
+        """One round trip: `_front` and ``statements`` as one script; the cursor ends on the last
+        statement's result."""
+        self.round_trips += 1
+        self._cursor.execute(";\n".join([*self._front(), *statements]))
+        while self._cursor.nextset():
+            pass
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        if self._queued:
-            self._cursor.execute(self._script(self.bound(sql, params)))
-            while self._cursor.nextset():
-                pass
-        else:
+        if self._begun and not self._queued:  # alone: bound by the server
+            self.round_trips += 1
             self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
+        else:
+            self._run([self.bound(sql, params)])
         return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
 
-    def last_of(self, script: str) -> dict[str, Any] | None:
-        """Run a parameterless script of several statements (after the queued ones) in one round
-        trip (each statement takes its own snapshot); the first row of the last statement's result."""
-        self._cursor.execute(self._script(script))
+    def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
+        """Each statement's rows, in order, for one round trip: the statements (one each) travel
+        as one script after whatever must go first (`_front`). In an autocommit read session the
+        server runs such a script as one implicit transaction, so a failing statement leaves
+        nothing of the others either; each statement still reads its own snapshot (READ
+        COMMITTED)."""
+        if not statements:
+            return []
+        self.round_trips += 1
+        self._cursor.execute(";\n".join([*self._front(), *(self.bound(s, p) for s, p in statements)]))
+        results = [list(self._cursor.fetchall()) if self._cursor.description else []]
         while self._cursor.nextset():
-            pass
+            results.append(list(self._cursor.fetchall()) if self._cursor.description else [])
+        return results[-len(statements) :]
+
+    def last_of(self, script: str) -> dict[str, Any] | None:
+        """Run a parameterless script of several statements (after what must go first) in one
+        round trip (each statement takes its own snapshot); the first row of the last statement's
+        result."""
+        self._run([script])
         return self._cursor.fetchone()
 
+    def now(self) -> str:
+        """The store's time for this unit of work, read by the server. A write transaction reads
+        it once: in the script that opens it when asked before any statement, with the chain head
+        when that reads it first, else with whatever is queued; every later ask gets the same
+        time. A read in autocommit reads it on each ask."""
+        if self._now is not None:
+            return self._now
+        self._run([f"SELECT {NOW_SQL} AS now"])
+        row = self._cursor.fetchone()
+        assert row is not None
+        now = str(row["now"])
+        self.heard(now)
+        return now
+
+    def heard(self, now: str) -> None:
+        """``now`` was read of the store's clock in this unit of work: a write transaction keeps
+        the first such time as its own."""
+        if self.write and self._now is None:
+            self._now = now
+        self._clock_read(now)
+
     def commit(self) -> None:
-        """COMMIT, with the queued statements in front of it: one round trip."""
-        self._cursor.execute(self._script("COMMIT"))
+        """COMMIT, with what must go first in front of it: one round trip; none when the
+        transaction never sent anything (there is nothing to commit)."""
+        if self._begun or self._queued:
+            self._run(["COMMIT"])
 
 
 def _first_value(row: dict[str, Any] | None) -> Any:
     return next(iter(row.values())) if row else None
 
 
-def _write_block(cur: psycopg.Cursor[dict[str, Any]]) -> Iterator[_PgTx]:
-    """One write transaction on an autocommit session: BEGIN and the store's time in one round
-    trip (a parameterless script), the caller's statements, then COMMIT with whatever the caller
-    sent last (`_PgTx.send`: the audit events' INSERT among them) in one round trip. A failure
-    anywhere, the COMMIT's own included (a deferred constraint, a serialization failure), raises;
-    ROLLBACK follows whatever was raised, unless the server already ended the transaction (a
-    failed COMMIT); a failed rollback leaves the connection to the pool, which discards or resets
-    it."""
-    cur.execute(f"BEGIN; SELECT {NOW_SQL} AS now")
-    while cur.nextset():
-        pass
-    row = cur.fetchone()
-    assert row is not None
-    tx = _PgTx(cur, str(row["now"]))
+def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None]) -> Iterator[_PgTx]:
+    """One write transaction on an autocommit session: BEGIN travels with its first answered
+    statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
+    events' INSERT among them) in one round trip. A failure anywhere, the COMMIT's own included
+    (a deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was
+    raised, unless no transaction is open (nothing was sent yet, or a failed COMMIT ended it); a
+    failed rollback leaves the connection to the pool, which discards or resets it."""
+    tx = _PgTx(cur, write=True, clock_read=clock_read)
     try:
         yield tx
         tx.commit()
     except BaseException:
-        if cur.connection.info.transaction_status != TransactionStatus.IDLE:  # a failed COMMIT ended it
+        if cur.connection.info.transaction_status != TransactionStatus.IDLE:  # open, or failed
             with contextlib.suppress(psycopg.Error):
                 cur.execute("ROLLBACK")
         raise
@@ -162,6 +223,8 @@ class PostgresStore(Store):
         self._lock = threading.Lock()
         self._records_schema: str | None = None
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
+        self._clock_mark: tuple[float, datetime] | None = None
+        """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
@@ -189,13 +252,11 @@ class PostgresStore(Store):
             raise StoreError(f"the store {self.url} was opened read-only")
         self._ensure_ready()
         try:
-            with self._get_pool().connection() as conn:
+            with self._get_pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 if write:
-                    with conn.cursor(row_factory=dict_row) as cur:
-                        yield from _write_block(cur)
+                    yield from _write_block(cur, self._clock_read)
                 else:
-                    with conn.cursor(row_factory=dict_row) as cur:
-                        yield _PgTx(cur)
+                    yield _PgTx(cur, clock_read=self._clock_read)
         except PoolTimeout as exc:
             raise StoreError(
                 f"no PostgreSQL connection free after {self._wait_s:g} s: all {self._max_size} of this"
@@ -207,18 +268,47 @@ class PostgresStore(Store):
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
 
     def _tx_now(self, tx: Tx) -> str:
-        """The time read with the write transaction's BEGIN (the store's clock is read once per
-        transaction, in the round trip that opens it); a read transaction asks for it."""
-        began_at = tx.began_at if isinstance(tx, _PgTx) else None
-        if began_at is not None:
-            return began_at
+        """The write transaction's one time, read by the server in that transaction (`_PgTx.now`:
+        with the script that opens it when asked first, no round trip of its own after the chain
+        head read it); a read in autocommit asks for it."""
+        if isinstance(tx, _PgTx):
+            return tx.now()
         row = tx.one(f"SELECT {NOW_SQL} AS now")
         assert row is not None
         return str(row["now"])
 
+    def _clock_read(self, now: str) -> None:
+        """A unit of work read the server's clock: `calibrated_now` counts from this reading."""
+        self._clock_mark = (time.monotonic(), parse_iso(now))
+
+    def calibrated_now(self) -> datetime:
+        """The last reading of the server's clock (`_clock_read`, whichever unit of work made it)
+        plus the monotonic time since: no round trip while that reading is younger than
+        `CLOCK_REUSE_S`, else a reading of its own (`now`). It may lag the server's clock by the
+        reading's own round trip (it arrived that much after the server read it). A clock put in
+        front of the server's (`now` or `_tx_now` replaced: a test's, a case's) is asked each time:
+        the readings of the server's own are not its time."""
+        mark, moment = self._clock_mark, time.monotonic()
+        if mark is None or moment - mark[0] > CLOCK_REUSE_S or self._clock_replaced():
+            return self.now()
+        return mark[1] + timedelta(seconds=moment - mark[0])
+
+    def _clock_replaced(self) -> bool:
+        """Whether this store's time is not the server's clock as it reads it: `now` or `_tx_now`
+        replaced on the store or by a subclass."""
+        mine = vars(self)
+        return (
+            "now" in mine
+            or "_tx_now" in mine
+            or type(self).now is not Store.now
+            or type(self)._tx_now is not PostgresStore._tx_now
+        )
+
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """Lock, then read time and last hash, in one round trip (the statements the transaction
-        queued go first, so they run before the lock is taken). The read is a statement of its
+        queued go first, so they run before the lock is taken; BEGIN before them when nothing
+        opened the transaction yet). The time is the transaction's own when nothing asked for it
+        before (`_PgTx.heard`). The read is a statement of its
         own after the lock statement: under READ COMMITTED it then sees the event the previous
         lock holder committed (a single statement's snapshot could predate the lock). What
         `_link_head` asked for is read by the same statement: the new events' sequence numbers,
@@ -237,6 +327,7 @@ class PostgresStore(Store):
             + extra
         )
         assert row is not None
+        tx.heard(str(row["now"]))
         tx.link_read = (
             sorted(int(n) for n in row["seqs"]) if wanted else [],
             [row[f"v{n}"] for n in range(len(reads))],

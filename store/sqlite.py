@@ -47,6 +47,10 @@ class _SqliteTx:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
 
+    def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
+        """An embedded database has no round trip to save: one after the other."""
+        return [self.execute(sql, params) for sql, params in statements]
+
 
 class SQLiteStore(Store):
     """`Store` on a SQLite file."""

@@ -28,6 +28,14 @@ class Tx(Protocol):
         """First row of a query, or None."""
         ...
 
+    def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
+        """Run ``statements`` (``(sql, params)``, one statement each) in order; each one's rows, in
+        the same order. For reads a caller needs together: on PostgreSQL they travel as one
+        script, one round trip for all of them (with whatever `send` queued in front). A failing
+        statement raises and runs none after it; the unit of work then fails whole, so nothing of
+        the others stays either. On SQLite they simply run one after the other."""
+        ...
+
 
 class LinkHead(NamedTuple):
     """What linking audit events reads under the chain's lock, on PostgreSQL in one round trip."""

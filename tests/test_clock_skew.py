@@ -20,6 +20,11 @@ d. **An overrunning handler keeps its lease.** Same, with the handler's timeout 
    lives; a concurrent ``worker recover --grace 0`` 1 h FAST reconciles the operation as
    ``in_flight`` (effect absent, lease live) and redelivers and dead-letters nothing. Released,
    the late success is recorded (``unknown -> succeeded``) with exactly 1 payment request.
+e. **A deadline is the store's, also without a round trip.** A process 1 h FAST runs a task whose
+   deadline is 30 minutes away on the database clock (by its own clock it passed half an hour
+   ago): the model node and dispatch judge it by `Store.calibrated_now` (the store's last reading
+   of its clock plus monotonic time since, no round trip of its own), so the task runs: the read
+   call is answered and the model speaks; no judgment saw the child's own time.
 
 How: children run with ``LD_PRELOAD=libfaketime.so.1``, ``FAKETIME=-1h|+1h`` and
 ``FAKETIME_DONT_FAKE_MONOTONIC=1`` (timeouts and sleeps keep real durations). Every child first
@@ -228,6 +233,75 @@ store.close()
 """A worker (clock skewed by its environment) delivering one refund whose handler blocks on a file.
 
 argv: operation key, signal directory, the handler's timeout, the claim lease."""
+
+
+DEADLINE = (
+    SLEEP_FIX
+    + """
+import json, os, sys
+from datetime import UTC, datetime
+
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from toolgate.graph import Context
+from toolgate.store import PostgresStore
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.tools import Registry
+from toolgate.tools.demo import REFUND_RELEASE, DemoSystem, demo_specs
+from toolgate.tools.demo.identities import demo_principals
+from toolgate.tools.demo.release import DEMO_RELEASES
+
+deadline_s = float(sys.argv[1])
+store = PostgresStore(os.environ["TOOLGATE_DATABASE_URL"], key=os.environ["TOOLGATE_AUDIT_KEY"].encode())
+system = DemoSystem(store)
+model = ScriptedChatModel(
+    responses=[
+        ai("Hello, how can I help?"),
+        ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")),
+        ai("It is on its way."),
+    ]
+)
+app = open_test_app(tools=Registry.of(REFUND_RELEASE, demo_specs(system), system),
+                    policy=DEMO_RELEASES[REFUND_RELEASE].policy, model=model, store=store, start=False)
+judged = []
+calibrated = store.calibrated_now
+
+
+def counted():
+    mark = store._clock_mark
+    value = calibrated()
+    judged.append({"at": value.isoformat(), "reused": store._clock_mark is mark})
+    return value
+
+
+store.calibrated_now = counted
+graph = app.compiled(checkpointer=InMemorySaver())
+store_clock = store.now()
+turns = []
+for text in ("Hello", "Where is my order O-5512?"):  # the first turn sets the deadline, the second judges it
+    final = graph.invoke(
+        {"messages": [HumanMessage(text)]},
+        {"configurable": {"thread_id": "t-skew-deadline"}},
+        context=Context(principal=demo_principals()["cust-ada"], deadline_s=deadline_s),
+    )
+    turns.append(final["deadline_at"])
+print(json.dumps({
+    "clock": datetime.now(UTC).isoformat(),
+    "store_clock": store_clock.isoformat(),
+    "deadlines": turns,
+    "judged": judged,
+    "status": final.get("status"),
+    "reason": final.get("status_reason"),
+    "answer": final["messages"][-1].content,
+    "tool": [m.status for m in final["messages"] if getattr(m, "tool_call_id", None) == "c1"],
+}), flush=True)
+model.assert_complete()
+store.close()
+"""
+)
+"""A process (clock skewed by its environment) running two turns of one thread with a task deadline
+of argv[1] seconds: the first sets it, the second is judged by it (a read call)."""
 
 
 def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[str, list[dict[str, str]]]:
@@ -500,3 +574,35 @@ def test_an_overrunning_handler_keeps_its_lease_against_a_fast_recovery_clock(
         and count(harness, key, "operation.dead_lettered") == 0
     )
     assert harness.store.operations.dead_letters(open_only=False) == []
+
+
+def test_a_fast_process_judges_a_task_deadline_by_the_store_clock_without_a_round_trip(
+    libfaketime: str, harness: Harness, env: dict[str, str], tmp_path: Path
+) -> None:
+    started = harness.store.now()
+    proc = subprocess.run(
+        [sys.executable, "-c", DEADLINE, str(30 * 60)],
+        env=skewed(env, libfaketime, FAST),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    db_now = harness.store.now()
+    assert_skewed(seen["clock"], db_now, FAST)
+
+    deadline = parse_iso(seen["deadlines"][0])
+    assert seen["deadlines"] == [seen["deadlines"][0]] * 2  # set once, by the first turn
+    # 30 minutes from the store's time, not from the child's an hour ahead
+    assert started + timedelta(minutes=30) <= deadline <= db_now + timedelta(minutes=30)
+    assert datetime.fromisoformat(seen["clock"]) > deadline, "by its own clock the deadline has passed"
+    assert seen["status"] != "needs_review", seen  # neither the model node nor dispatch saw it passed
+    assert seen["tool"] == ["success"]  # the read ran and was answered, then the model spoke
+    assert "lookup_order [c1]: completed" in seen["answer"] and "It is on its way." in seen["answer"]
+    judged = seen["judged"]
+    assert len(judged) >= 4  # the model's three turns and dispatch
+    for judgment in judged:  # each the store's time, none the child's an hour ahead
+        assert started <= datetime.fromisoformat(judgment["at"]) <= db_now, judged
+    assert any(j["reused"] for j in judged), "no judgment was made without a round trip of its own"

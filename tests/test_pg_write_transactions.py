@@ -1,16 +1,27 @@
-"""A PostgreSQL write transaction opens with the store's time in the same round trip as its BEGIN
-(issue 31: the clock is read once per transaction, not once per step that asks for it), commits
-what its block did, and rolls back everything when the block raises, leaving the connection
-ready for the next unit of work."""
+"""A PostgreSQL write transaction sends nothing until its first answered statement (or its
+chain-head script, or its COMMIT), and BEGIN travels in that first script (issue 31): opening a
+transaction costs no round trip of its own. Its time is read once, by the server, in that
+transaction (with the script that opens it when asked first, with the chain head when that reads
+it first); it commits what its block did, and rolls back everything when the block raises,
+leaving the connection ready for the next unit of work. Several reads a caller needs together
+travel as one script (`Tx.many`). The store's clock for judgments no write transaction makes
+again (`Store.calibrated_now`) costs no round trip while a recent reading stands."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 import pytest
-from support import TEST_KEY
+from support import TEST_KEY, wire_round_trips
 
 from toolgate.clock import parse_iso
-from toolgate.store import PostgresStore
+from toolgate.errors import StoreError
+from toolgate.store import AuditEventIn, PostgresStore
+from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.postgres import NOW_SQL
+
+_TX_ID = "SELECT txid_current() AS id, pg_current_xact_id_if_assigned() IS NOT NULL AS wrote"
 
 
 def test_a_write_reads_the_store_clock_once_with_its_begin_and_a_read_asks_for_it(
@@ -59,5 +70,139 @@ def test_a_write_commits_its_block_and_rolls_all_of_it_back_when_the_block_raise
         with store.transaction(write=False) as tx:  # the one connection is idle and usable again
             assert [r["n"] for r in tx.execute("SELECT n FROM tx_probe ORDER BY n")] == [1]
             assert tx.one("SELECT 1 AS one") == {"one": 1}
+    finally:
+        store.close()
+
+
+def test_begin_travels_with_the_first_script_and_a_write_that_sent_nothing_costs_nothing(
+    pg_migrated_url: str,
+) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.now()  # the pool's one connection is open
+        with wire_round_trips() as wire:
+            with store.transaction():
+                pass
+            assert wire["round_trips"] == 0  # nothing to open, nothing to commit
+            with pytest.raises(RuntimeError, match="before any statement"), store.transaction():
+                raise RuntimeError("before any statement")
+            assert wire["round_trips"] == 0  # and nothing to roll back
+            with store.transaction() as tx:
+                tx.send(
+                    "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("s", "w", 1)
+                )
+            assert wire["round_trips"] == 1  # BEGIN, the sent statement and COMMIT: one script
+            wire["round_trips"] = 0
+            with store.transaction() as tx:
+                first = tx.one(_TX_ID)  # BEGIN goes with it
+                tx.execute("UPDATE rate_counters SET count = count + 1 WHERE bucket = ?", ("s",))
+                second = tx.one(_TX_ID)
+            assert wire["round_trips"] == 4  # three statements and COMMIT, no BEGIN of its own
+        assert first is not None and second is not None
+        assert first["id"] == second["id"] and second["wrote"]  # one transaction block for all
+        with store.transaction(write=False) as tx:
+            assert tx.one("SELECT count FROM rate_counters WHERE bucket = ?", ("s",)) == {"count": 2}
+    finally:
+        store.close()
+
+
+def test_the_transactions_one_time_is_read_by_the_script_that_needs_it_first(pg_migrated_url: str) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.now()
+        with wire_round_trips() as wire:
+            with store.transaction() as tx:  # asked before any statement: read with the BEGIN
+                asked = store._tx_now(tx)
+                assert wire["round_trips"] == 1
+                row = tx.one(f"SELECT {NOW_SQL} AS now, " + _TX_ID.removeprefix("SELECT "))
+                assert store._tx_now(tx) == asked and wire["round_trips"] == 2  # no second reading
+            assert row is not None and parse_iso(asked) <= parse_iso(str(row["now"]))
+            wire["round_trips"] = 0
+            with store.transaction() as tx:  # the chain head reads it first: that is the time
+                tx.send(
+                    "INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("t", "w", 1)
+                )
+                linked = store.audit.link(tx, [AuditEventIn(event="lazy.linked", result="recorded")])
+                assert wire["round_trips"] == 1  # BEGIN, the INSERT, lock and head: one script
+                assert store._tx_now(tx) == linked[0].occurred_at and wire["round_trips"] == 1
+            assert wire["round_trips"] == 2  # and the events' INSERT with the COMMIT
+            wire["round_trips"] = 0
+            with store.transaction() as tx:  # asked after a statement: one reading, kept
+                tx.execute("UPDATE rate_counters SET count = count + 1 WHERE bucket = ?", ("t",))
+                later = store._tx_now(tx)
+                assert store._tx_now(tx) == later and wire["round_trips"] == 2
+        assert parse_iso(linked[0].occurred_at) <= parse_iso(later)
+        assert [e.occurred_at for e in store.audit.events() if e.event == "lazy.linked"] == [
+            linked[0].occurred_at
+        ]
+    finally:
+        store.close()
+
+
+def test_many_reads_travel_as_one_script_in_order_on_a_read_and_in_a_write(pg_migrated_url: str) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES ('m', 'w', 3)")
+        reads: list[tuple[str, tuple[Any, ...]]] = [
+            ("SELECT count FROM rate_counters WHERE bucket = ?", ("m",)),
+            ("SELECT count FROM rate_counters WHERE bucket = ?", ("missing",)),
+            ("SELECT 1 AS one UNION ALL SELECT 2 ORDER BY 1", ()),
+        ]
+        with wire_round_trips() as wire:
+            with store.transaction(write=False) as tx:
+                found = tx.many(reads)
+            assert wire["round_trips"] == 1
+            wire["round_trips"] = 0
+            with store.transaction() as tx:
+                tx.send("UPDATE rate_counters SET count = count + 1 WHERE bucket = ?", ("m",))
+                inside = tx.many(reads[:1])  # BEGIN and the sent UPDATE go in front of it
+            assert wire["round_trips"] == 2  # and COMMIT
+        assert found == [[{"count": 3}], [], [{"one": 1}, {"one": 2}]]
+        assert inside == [[{"count": 4}]]
+        with pytest.raises(StoreError, match="division by zero"), store.transaction() as tx:
+            tx.many(
+                [("UPDATE rate_counters SET count = 100 WHERE bucket = ?", ("m",)), ("SELECT 1 / 0 AS x", ())]
+            )
+        with pytest.raises(StoreError, match="division by zero"), store.transaction(write=False) as tx:
+            tx.many(
+                [("UPDATE rate_counters SET count = 200 WHERE bucket = ?", ("m",)), ("SELECT 1 / 0 AS x", ())]
+            )
+        with store.transaction(write=False) as tx:  # neither UPDATE stayed, and the session is usable
+            assert tx.many(reads[:1]) == [[{"count": 4}]]
+    finally:
+        store.close()
+
+
+def test_the_calibrated_clock_reuses_a_recent_reading_of_the_servers_and_reads_anew_when_old(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        with store.transaction(write=False) as tx:  # the pool's one connection is open
+            assert tx.one("SELECT 1 AS one") == {"one": 1}
+        assert store._clock_mark is None  # and no reading of the clock was made
+        with wire_round_trips() as wire:
+            first = store.calibrated_now()  # no reading yet: one of its own
+            assert wire["round_trips"] == 1
+            wire["round_trips"] = 0
+            second = store.calibrated_now()
+            with store.transaction() as tx:  # a transaction's reading serves it as well
+                stamped = parse_iso(store._tx_now(tx))
+            wire["round_trips"] = 0
+            third = store.calibrated_now()
+            exact = store.now()
+            assert wire["round_trips"] == 1  # the exact reading alone
+            assert first <= second <= stamped <= third <= exact
+            assert exact - third < timedelta(seconds=1)  # the monotonic time since, not a stale value
+            at, _ = store._clock_mark or (0.0, None)
+            store._clock_mark = (at - CLOCK_REUSE_S - 1, exact)  # the last reading is older than allowed
+            wire["round_trips"] = 0
+            fourth = store.calibrated_now()
+            assert wire["round_trips"] == 1 and fourth >= exact  # read anew
+            assert store._clock_mark is not None and store._clock_mark[1] == fourth
+            moved = exact + timedelta(hours=3)
+            monkeypatch.setattr(store, "now", lambda: moved)  # a clock put in front of the server's
+            assert store.calibrated_now() == moved
     finally:
         store.close()

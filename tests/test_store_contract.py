@@ -274,6 +274,22 @@ def test_now_is_the_store_clock_and_recorded_times_come_from_it(store: Store) ->
     assert start <= parse_iso(op.created_at) == parse_iso(op.updated_at) <= end
 
 
+def test_calibrated_now_is_the_store_clock_and_follows_a_clock_put_in_front_of_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = store.now()
+    seen = store.calibrated_now()
+    again = store.calibrated_now()
+    after = store.now()
+    assert seen.utcoffset() == timedelta(0)
+    # the last reading plus the monotonic time since: between the readings around it (the margin:
+    # the monotonic clock and the server's may tick apart by microseconds)
+    assert before <= seen <= again <= after + timedelta(milliseconds=50)
+    shift_store_clock(monkeypatch, store, timedelta(hours=2))  # a test's or a case's clock
+    moved = store.calibrated_now()
+    assert after + timedelta(hours=2) <= moved <= store.now() + timedelta(milliseconds=50)
+
+
 def test_a_transaction_commits_on_success_and_rolls_back_on_any_error(store: Store) -> None:
     with store.transaction() as tx:
         inserted = tx.execute(
@@ -302,6 +318,36 @@ def test_a_transaction_commits_on_success_and_rolls_back_on_any_error(store: Sto
         tx.execute("INSERT INTO no_such_table (x) VALUES (?)", (1,))
     with store.transaction(write=False) as tx:
         assert [r["bucket"] for r in tx.execute("SELECT bucket FROM rate_counters")] == ["a"]
+
+
+def test_many_returns_each_statements_rows_in_order_and_a_failing_one_applies_nothing(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("m1", "w", 1))
+        tx.execute("INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("m2", "w", 2))
+        assert tx.many([]) == []
+    reads: list[tuple[str, tuple[object, ...]]] = [
+        ("SELECT count FROM rate_counters WHERE bucket = ?", ("m2",)),
+        ("SELECT bucket FROM rate_counters WHERE bucket = ?", ("missing",)),
+        ("SELECT bucket, count FROM rate_counters WHERE bucket IN (?, ?) ORDER BY bucket", ("m1", "m2")),
+    ]
+    expected = [[{"count": 2}], [], [{"bucket": "m1", "count": 1}, {"bucket": "m2", "count": 2}]]
+    with store.transaction(write=False) as tx:
+        assert tx.many(reads) == expected
+    with store.transaction() as tx:  # in a write, after a statement sent to travel with them
+        tx.send("UPDATE rate_counters SET count = count + 10 WHERE bucket = ?", ("m1",))
+        assert tx.many(reads[2:]) == [[{"bucket": "m1", "count": 11}, {"bucket": "m2", "count": 2}]]
+    failing: list[tuple[str, tuple[object, ...]]] = [
+        ("UPDATE rate_counters SET count = 100 WHERE bucket = ?", ("m2",)),
+        ("INSERT INTO rate_counters (bucket, window_start, count) VALUES (?, ?, ?)", ("m3", "w", 3)),
+        ("INSERT INTO no_such_table (x) VALUES (?)", (1,)),
+        ("UPDATE rate_counters SET count = 200 WHERE bucket = ?", ("m1",)),
+    ]
+    for write in (True, False):
+        with pytest.raises(StoreError), store.transaction(write=write) as tx:
+            tx.many(failing)
+    with store.transaction(write=False) as tx:  # nothing of either attempt stayed
+        assert tx.many(reads[2:]) == [[{"bucket": "m1", "count": 11}, {"bucket": "m2", "count": 2}]]
+        assert tx.execute("SELECT bucket FROM rate_counters WHERE bucket = ?", ("m3",)) == []
 
 
 def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: Callable[..., Store]) -> None:
@@ -1990,6 +2036,7 @@ def test_list_waits_newest_first_filtered_by_state(store: Store, monkeypatch: py
 
 CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "now": (test_now_is_the_store_clock_and_recorded_times_come_from_it,),
+    "calibrated_now": (test_calibrated_now_is_the_store_clock_and_follows_a_clock_put_in_front_of_it,),
     "transaction": (
         test_a_transaction_commits_on_success_and_rolls_back_on_any_error,
         test_a_read_only_store_reads_and_refuses_every_write,

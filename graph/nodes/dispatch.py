@@ -76,7 +76,7 @@ def make_dispatch_node(gw: Gateway) -> Any:
         principal = principal_of(state, runtime)
         ctx = context_of(runtime)
         budget = budget_of(state, ctx)
-        now = gw.store.now()
+        now = gw.store.calibrated_now()  # deadline, deprecation, time-of-day rules: no round trip
         last = state["messages"][-1]
         assert isinstance(last, AIMessage)
         counts = dict(state.get("call_counts", {}))

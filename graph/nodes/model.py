@@ -84,7 +84,7 @@ def make_model_node(gw: Gateway) -> Any:
             "release": gw.registry.release,
             **(finished_turn_dropped(state) if new_turn else {}),
         }
-        now = gw.store.now()
+        now = gw.store.calibrated_now()  # deadline, deprecation window: no round trip of its own
         deadline = state.get("deadline_at")
         deadline_at = parse_iso(deadline) if deadline else now + timedelta(seconds=ctx.deadline_s)
         if not deadline:
