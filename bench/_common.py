@@ -96,6 +96,33 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+class CpuClock:
+    """Process CPU seconds per round, beside the wall-clock samples (every thread of the process:
+    LangGraph's checkpoint thread and the handler workers included). Other processes' load
+    stretches wall time (waiting for a core, for the disk's fsync) far more than CPU time, so
+    the CPU ratio is the steadier figure of the work each side does; wall time is still what a
+    caller waits for and what the targets are judged by."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+        self._started = 0.0
+
+    def start(self) -> None:
+        self._started = time.process_time()
+
+    def stop(self, name: str, round_no: int) -> None:
+        if round_no >= 0:  # warm-up rounds are not kept, as in `alternate`
+            self.samples.setdefault(name, []).append(time.process_time() - self._started)
+
+    def ratio(self, subject: str, baseline: str) -> dict[str, float]:
+        """`ratio` of the CPU samples, plus both medians in ms."""
+        return {
+            **ratio(self.samples[subject], self.samples[baseline]),
+            "median_ms": statistics.median(self.samples[subject]) * 1000,
+            "baseline_median_ms": statistics.median(self.samples[baseline]) * 1000,
+        }
+
+
 # ---- counting ---------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (  # bench/ is on sys.path when run as a script
+    CpuClock,
     Demo,
     SaverCounter,
     StoreCounter,
@@ -108,15 +109,18 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
         toolgate = demo.graph(script(total, "g"), saver)
         context = demo.context()
         counts: dict[str, dict[str, int]] = {}
+        cpu = CpuClock()
 
         def run(name: str, graph: Any, **extra: Any) -> Any:
             def one(n: int) -> float:
                 config = {"configurable": {"thread_id": f"{name}-{kind}-{n}"}}
                 store_before, saver_before = counter.snapshot(), saver_counter.snapshot()
                 out: dict[str, Any] = {}
+                cpu.start()
                 seconds = _time(
                     lambda: out.update(graph.invoke({"messages": [HumanMessage(QUESTION)]}, config, **extra))
                 )
+                cpu.stop(name, n)
                 check_answer(out, name)
                 counts[name] = {
                     **delta(counter.snapshot(), store_before),
@@ -135,7 +139,7 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
             },
         )
     store.close()
-    return {"samples": samples, "counts": counts}
+    return {"samples": samples, "counts": counts, "cpu": cpu}
 
 
 def _time(fn: Any) -> float:
@@ -170,6 +174,8 @@ def main() -> None:
         for subject in ("toolnode", "toolgate"):
             r = ratio(samples[subject], samples["react"])
             entry[f"{subject}_vs_react"] = r
+            cpu_r = data["cpu"].ratio(subject, "react")
+            entry[f"{subject}_vs_react_cpu"] = cpu_r
             c = data["counts"][subject]
             rows.append(
                 {
@@ -181,6 +187,8 @@ def main() -> None:
                     "rounds_min-max": f"{r['round_min']:.2f}-{r['round_max']:.2f}",
                     "target": f"<= {TARGET}" if subject == "toolgate" else "",
                     "verdict": verdict(r["ratio"], TARGET) if subject == "toolgate" else "",
+                    "cpu_ms": cpu_r["median_ms"],
+                    "cpu_ratio": cpu_r["ratio"],
                     "store_commits": c.get("write_tx", 0),
                     "audit": c.get("audit", 0),
                     "read_tx": c.get("read_tx", 0),
@@ -189,7 +197,7 @@ def main() -> None:
                     "ckpt_commits": c.get("checkpoint_put", 0) + c.get("checkpoint_writes", 0),
                 }
             )
-        result["kinds"][kind] = {**entry, "samples_s": samples}
+        result["kinds"][kind] = {**entry, "samples_s": samples, "cpu_samples_s": data["cpu"].samples}
     result["table"] = rows
     print_table(
         f"read path: one read call end to end (target toolgate <= {TARGET}x create_react_agent)", rows

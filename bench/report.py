@@ -66,30 +66,37 @@ def _row(measure: str, value: float | None, target: str, met: bool | None, note:
     }
 
 
+def _cpu_note(cpu: Mapping[str, Any] | None) -> str:
+    """The process-CPU ratio of the same rounds (steadier under load than wall time), if measured."""
+    return f"; CPU {cpu['ratio']:.2f}x" if cpu else ""
+
+
 def summary(results: Mapping[str, dict[str, Any] | None]) -> list[dict[str, Any]]:
     """One row per figure issue 31 names, with its target."""
     rows: list[dict[str, Any]] = []
     read, write = results.get("read_path"), results.get("write_path")
     for kind, label in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
         r = (read or {}).get("kinds", {}).get(kind, {}).get("toolgate_vs_react")
+        cpu = (read or {}).get("kinds", {}).get(kind, {}).get("toolgate_vs_react_cpu")
         rows.append(
             _row(
                 f"read call vs create_react_agent, {label}",
                 r and r["ratio"],
                 "<= 1.2x",
                 r and r["ratio"] <= 1.2,
-                r and f"per-round {r['round_min']:.2f}-{r['round_max']:.2f}",
+                r and f"per-round {r['round_min']:.2f}-{r['round_max']:.2f}" + _cpu_note(cpu),
             )
         )
     for kind, label in (("sqlite", "SQLite"), ("postgres", "PostgreSQL")):
         r = (write or {}).get("kinds", {}).get(kind, {}).get("toolgate_vs_plain")
+        cpu = (write or {}).get("kinds", {}).get(kind, {}).get("toolgate_vs_plain_cpu")
         rows.append(
             _row(
                 f"approved write vs plain LangGraph approval flow, {label}",
                 r and r["ratio"],
                 "<= 1.5x",
                 r and r["ratio"] <= 1.5,
-                r and f"per-round {r['round_min']:.2f}-{r['round_max']:.2f}",
+                r and f"per-round {r['round_min']:.2f}-{r['round_max']:.2f}" + _cpu_note(cpu),
             )
         )
     floor = (write or {}).get("kinds", {}).get("postgres", {}).get("floor")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (  # bench/ is on sys.path when run as a script
+    CpuClock,
     Demo,
     SaverCounter,
     StoreCounter,
@@ -138,6 +139,7 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
         context, resume_context = demo.context(), demo.context(user="fiona").__class__()
         counts: dict[str, dict[str, int]] = {}
         steps: dict[str, list[dict[str, Any]]] = {}
+        cpu = CpuClock()
 
         def reset() -> None:
             with store.transaction() as tx:
@@ -149,9 +151,11 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
                 config = {"configurable": {"thread_id": f"{name}-{kind}-{n}"}}
                 before, saver_before = counter.snapshot(), saver_counter.snapshot()
                 logged = len(counter.log)
+                cpu.start()
                 started = time.perf_counter()
                 final = flow(config)
                 seconds = time.perf_counter() - started
+                cpu.stop(name, n)
                 completed(final, name)
                 steps[name] = [
                     {"kind": k, "label": label, "statements": st, "round_trips": rt}
@@ -180,7 +184,7 @@ def run_kind(kind: str, where_store: str, where_saver: str, rounds: int) -> dict
             rounds, {"plain": measure("plain", plain_flow), "toolgate": measure("toolgate", toolgate_flow)}
         )
     store.close()
-    return {"samples": samples, "counts": counts, "steps": steps}
+    return {"samples": samples, "counts": counts, "steps": steps, "cpu": cpu}
 
 
 def floor_table(kind: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -243,6 +247,7 @@ def main() -> None:
     )
     for kind, data in kinds.items():
         r = ratio(data["samples"]["toolgate"], data["samples"]["plain"])
+        cpu_r = data["cpu"].ratio("toolgate", "plain")
         for name in ("plain", "toolgate"):
             c = data["counts"][name]
             is_tg = name == "toolgate"
@@ -255,6 +260,8 @@ def main() -> None:
                     "rounds_min-max": f"{r['round_min']:.2f}-{r['round_max']:.2f}" if is_tg else "",
                     "target": f"<= {TARGET_RATIO}" if is_tg else "",
                     "time": verdict(r["ratio"], TARGET_RATIO) if is_tg else "",
+                    "cpu_ms": cpu_r["median_ms"] if is_tg else cpu_r["baseline_median_ms"],
+                    "cpu_ratio": cpu_r["ratio"] if is_tg else 1.0,
                     "ckpt_commits": c.get("checkpoint_put", 0) + c.get("checkpoint_writes", 0),
                     "store_commits": c.get("write_tx", 0),
                     "of_them_audit": c.get("audit", 0),
@@ -268,6 +275,8 @@ def main() -> None:
             )
         result["kinds"][kind] = {
             "toolgate_vs_plain": r,
+            "toolgate_vs_plain_cpu": cpu_r,
+            "cpu_samples_s": data["cpu"].samples,
             "spread_s": {n: spread(s) for n, s in data["samples"].items()},
             "counts_per_write": data["counts"],
             "samples_s": data["samples"],

@@ -6,16 +6,18 @@ actor key), so the log can answer "was it the same person" without holding who.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import hmac
 from dataclasses import dataclass
 from typing import Any
 
 from toolgate.store.audit_records import AuditEvent, AuditEventIn
 from toolgate.store.base import Store
+from toolgate.store.keys import hmac_sha256
 from toolgate.telemetry import current_trace_id
 
 
+@functools.lru_cache(maxsize=64)
 def key_id(key: bytes) -> str:
     """Short public id of an HMAC key, stored with each hash so keys can be rotated."""
     return hashlib.sha256(b"toolgate-key-id:" + key).hexdigest()[:8]
@@ -23,9 +25,7 @@ def key_id(key: bytes) -> str:
 
 def actor_hash(key: bytes, user_id: str) -> str:
     """Keyed hash of a user id, e.g. ``user_hmac_k1a2b3c4d_3f2a...`` (key id, then the HMAC)."""
-    return (
-        f"user_hmac_k{key_id(key)}_" + hmac.new(key, user_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
-    )
+    return f"user_hmac_k{key_id(key)}_" + hmac_sha256(key, user_id.encode("utf-8")).hex()[:32]
 
 
 def audit_call_id(call_id: str) -> str:

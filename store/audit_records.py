@@ -8,14 +8,13 @@ in the keyed hash chain (sequence, previous hash, payload digest) rather than a 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolgate.canonical import canonical_json
 from toolgate.errors import ConfigurationError
+from toolgate.store.keys import hmac_sha256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +90,7 @@ def audit_hash(event: dict[str, Any], prev_hash: str, key: bytes) -> str:
     if not key:
         raise ConfigurationError("the audit chain needs a key")
     message = (prev_hash + "\n" + canonical_json(event)).encode("utf-8")
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hmac_sha256(key, message).hex()
 
 
 AUDIT_FIELDS = (

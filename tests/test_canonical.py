@@ -76,3 +76,22 @@ def test_nan_and_infinity_are_refused(number: Any) -> None:
 def test_other_types_are_refused() -> None:
     with pytest.raises(TypeError, match="set"):
         canonical_json({"x": {1, 2}})
+
+
+def test_subclasses_of_the_plain_types_encode_as_their_base_types() -> None:
+    """Exact types take a shortcut; their subclasses (an IntEnum, a str or dict subclass, a
+    non-string key) must still come out in the same form as the plain values."""
+    import enum
+
+    class Flag(enum.IntEnum):
+        ON = 1
+
+    class Text(str):
+        pass
+
+    class Record(dict[Any, Any]):
+        pass
+
+    value = Record({Text("b"): [Flag.ON, Text("x"), 2.0], 3: {"a": (True, None)}})
+    plain = {"b": [1, "x", 2], "3": {"a": [True, None]}}
+    assert canonical_json(value) == canonical_json(plain) == '{"3":{"a":[true,null]},"b":[1,"x",2]}'

@@ -32,8 +32,18 @@ import math
 from decimal import Decimal
 from typing import Any
 
+_AS_IS: frozenset[type] = frozenset((str, int, bool, type(None)))
+"""Exact types the form writes as they are (their subclasses take the general path below)."""
+
 
 def _normalize(value: Any) -> Any:
+    kind = type(value)
+    if kind in _AS_IS:  # the common values first, by exact type: the same result, fewer checks
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _normalize(v) for k, v in value.items()}
+    if kind is list:
+        return [_normalize(v) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int):
