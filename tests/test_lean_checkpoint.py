@@ -16,6 +16,7 @@ from support import Harness, principal
 from toolgate.graph.context import Context
 from toolgate.graph.nodes.model import finished_turn_dropped
 from toolgate.graph.seals.seal import Sealer
+from toolgate.graph.state import gateway_state
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -103,7 +104,7 @@ def test_a_channel_never_written_is_not_written_empty(tmp_path: Path) -> None:
     assert "awaiting" not in snapshot.values and "screened" not in snapshot.values
     assert snapshot.values["status"] == "done" and harness.handler_calls["lookup_order"] == 1
     sealer = Sealer(harness.store.keys, "t-empty")
-    assert sealer.tampered_keys(snapshot.values) == []
+    assert sealer.tampered_keys(gateway_state(snapshot.values)) == []
     # the next turn runs on that state as on any other
     assert ask(graph, "and the other one?", "t-empty")["status"] == "done"
     assert harness.handler_calls["lookup_order"] == 2

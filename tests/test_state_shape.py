@@ -30,7 +30,7 @@ from toolgate.clock import parse_iso
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals.seal import SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
-from toolgate.graph.state import MESSAGE_SNAPSHOT_WRITES
+from toolgate.graph.state import GROUPED_KEYS, MESSAGE_SNAPSHOT_WRITES, gateway_state, held
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -64,6 +64,11 @@ class Saved:
         return str(self.facts["thread_id"])
 
     def values(self) -> dict[str, Any]:
+        """The thread's state as clients read it (`gateway_state`: grouped keys as keys of their own)."""
+        return gateway_state(self.stored())
+
+    def stored(self) -> dict[str, Any]:
+        """The thread's state as LangGraph stores it."""
         return dict(self.graph.get_state(cfg(self.thread)).values)
 
     def resume(self) -> dict[str, Any]:
@@ -196,6 +201,11 @@ def test_a_thread_saved_by_aa85c0b_resumes_with_its_handler_run_once(saved_by_aa
     ids = [m.id for m in values["messages"]]
     assert ids[: len(saved.facts["message_ids"])] == saved.facts["message_ids"]
     assert len(ids) == len(set(ids))
+    # saved in today's shape from then on: the grouped keys moved into ``bookkeeping``
+    stored = saved.stored()
+    assert not [k for k in GROUPED_KEYS if held(stored, k)]
+    assert stored["bookkeeping"]["principal"]["user_id"] == "cust-ada"
+    assert values["budget"]["model_turns"] == 6 and values["state_version"] == 2
     assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
     assert saved.events("state.tampered") == [] and verify_chain(saved.harness.store).ok
 
