@@ -163,13 +163,14 @@ GROUPED_KEYS: tuple[str, ...] = (
     "deadline_at",
     "trace",
     "state_version",
+    "seal",
 )
 """The keys of `GatewayState` stored together in the ``bookkeeping`` channel of `StoredState`: set
-when a thread starts or changed by the gateway's own steps, and read by clients rarely. Every
-channel ever written carries a version (about 60 bytes) in every later checkpoint and, unless it
-is a delta channel, its value in each checkpoint; these ten keys in one delta channel carry one
-version, and each step's write holds only the keys it changed. Clients read them with
-`gateway_state`."""
+when a thread starts or changed by the gateway's own steps (the seal at every step), and read by
+clients rarely. Every channel ever written carries a version (about 60 bytes) in every later
+checkpoint and, unless it is a delta channel, its value in each checkpoint; these eleven keys in one
+delta channel carry one version, and each step's write holds only the keys it changed. Clients read
+them with `gateway_state`."""
 
 
 def merge_writes(bookkeeping: dict[str, Any], writes: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -293,8 +293,8 @@ def test_bookkeeping_replayed_from_another_thread_is_refused(harness: Harness) -
     start(harness.graph(other), "status of O-5512", "cust-gina", "t-book-other")
     graph, _ = write_approved_at_interrupt(harness, "t-book-replayed")
     theirs = graph.get_state(cfg("t-book-other")).values["bookkeeping"]
-    assert theirs["principal"]["user_id"] == "cust-gina"
-    graph.update_state(cfg("t-book-replayed"), {"bookkeeping": theirs})  # every grouped key
+    assert theirs["principal"]["user_id"] == "cust-gina" and theirs["seal"]
+    graph.update_state(cfg("t-book-replayed"), {"bookkeeping": theirs})  # every key, its seal too
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-book-replayed"), context=Context())
     assert final["status"] == "refused" and harness.payments() == 0
     assert harness.handler_calls["issue_refund"] == 0
