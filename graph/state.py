@@ -173,12 +173,24 @@ delta channel carry one version, and each step's write holds only the keys it ch
 them with `gateway_state`."""
 
 
+FIELD_WRITTEN_KEYS: tuple[str, ...] = ("budget",)
+"""Grouped keys written to ``bookkeeping`` field by field: a record of fixed fields (`Budget`)
+whose counters change at most steps while its limits never do."""
+
+
 def merge_writes(bookkeeping: dict[str, Any], writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Reducer of the ``bookkeeping`` channel: each write's keys replace the ones before (the
-    gateway writes a key's whole new value); batching-invariant, as a delta channel's replay needs."""
+    gateway writes a key's whole new value), except that the fields written of a
+    `FIELD_WRITTEN_KEYS` record replace those fields; batching-invariant, as a delta channel's
+    replay needs."""
     result = dict(bookkeeping)
     for write in writes:
-        result.update(write)
+        for key, value in write.items():
+            held_value = result.get(key)
+            if key in FIELD_WRITTEN_KEYS and isinstance(value, dict) and isinstance(held_value, dict):
+                result[key] = {**held_value, **value}
+            else:
+                result[key] = value
     return result
 
 
@@ -226,6 +238,7 @@ and declare the key after every older one but ``seal`` (a seal's tags are in key
 
 __all__ = [
     "BOOKKEEPING_SNAPSHOT_WRITES",
+    "FIELD_WRITTEN_KEYS",
     "GROUPED_KEYS",
     "KEYS_ADDED_IN",
     "MESSAGE_SNAPSHOT_WRITES",

@@ -22,7 +22,7 @@ from langgraph.types import Overwrite
 
 from toolgate.graph.context import Context
 from toolgate.graph.seals.updates import apply_update, state_reducers
-from toolgate.graph.state import GROUPED_KEYS, StoredState, gateway_state, held
+from toolgate.graph.state import FIELD_WRITTEN_KEYS, GROUPED_KEYS, StoredState, gateway_state, held
 
 Node = Callable[..., dict[str, Any]]
 
@@ -31,7 +31,8 @@ def stored_update(
     stored: Mapping[str, Any], view: Mapping[str, Any], update: Mapping[str, Any]
 ) -> dict[str, Any]:
     """``update`` (made for the view ``view`` of ``stored``) as LangGraph stores it: the grouped
-    keys it writes as one ``bookkeeping`` write of their new values; a key still in a channel of
+    keys it writes as one ``bookkeeping`` write of their new values (of a budget, the fields that
+    changed: `_changed`); a key still in a channel of
     its own (an older thread) moved into ``bookkeeping`` and its channel written empty (``None``,
     or an `Overwrite` with ``{}`` where the channel merges its writes)."""
     written = [k for k in GROUPED_KEYS if k in update]
@@ -40,12 +41,21 @@ def stored_update(
         return dict(update)
     after = apply_update(view, {k: update[k] for k in written})
     bookkeeping = {k: after.get(k) for k in legacy}
-    bookkeeping.update({k: after.get(k) for k in written})
+    bookkeeping.update({k: _changed(k, view.get(k), after.get(k)) for k in written if k not in legacy})
     out = {k: v for k, v in update.items() if k not in GROUPED_KEYS}
     reducers = state_reducers()
     out.update({k: Overwrite({}) if reducers.get(k) is not None else None for k in legacy})
     out["bookkeeping"] = bookkeeping
     return out
+
+
+def _changed(key: str, before: Any, after: Any) -> Any:
+    """What ``bookkeeping`` is written for ``key`` going from ``before`` to ``after``: the new
+    value, or for a `FIELD_WRITTEN_KEYS` record the fields that changed (`merge_writes`)."""
+    fields = key in FIELD_WRITTEN_KEYS and isinstance(before, dict) and isinstance(after, dict)
+    if fields and before.keys() <= after.keys():  # a record's fields are never removed
+        return {f: v for f, v in after.items() if f not in before or before[f] != v}
+    return after
 
 
 class StoredNode:
