@@ -290,9 +290,10 @@ def test_a_forged_bookkeeping_value_is_refused(harness: Harness) -> None:
 def test_bookkeeping_replayed_from_another_thread_is_refused(harness: Harness) -> None:
     # another thread of another customer, with its own principal, budget and seal
     other = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "o1")), ai("done")])
-    start(harness.graph(other), "status of O-5512", "cust-gina", "t-book-other")
+    other_graph = harness.graph(other)
+    start(other_graph, "status of O-5512", "cust-gina", "t-book-other")
     graph, _ = write_approved_at_interrupt(harness, "t-book-replayed")
-    theirs = graph.get_state(cfg("t-book-other")).values["bookkeeping"]
+    theirs = other_graph.get_state(cfg("t-book-other")).values["bookkeeping"]
     assert theirs["principal"]["user_id"] == "cust-gina" and theirs["seal"]
     graph.update_state(cfg("t-book-replayed"), {"bookkeeping": theirs})  # every key, its seal too
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-book-replayed"), context=Context())
@@ -310,7 +311,8 @@ def test_dropped_bookkeeping_is_refused(harness: Harness) -> None:
     assert final["status"] == "refused" and harness.payments() == 0
     assert harness.handler_calls["issue_refund"] == 0
     (event,) = tampered_events(harness, "t-book-dropped")
-    assert event.code == "state_tampered" and "principal" in event.detail["keys"]
+    # without its seal the thread reads as never sealed, which may hold only the user's input
+    assert event.code == "state_tampered" and "messages" in event.detail["keys"]
     again = graph.invoke(
         {"messages": [HumanMessage("try again")]},
         cfg("t-book-dropped"),
