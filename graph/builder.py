@@ -32,7 +32,7 @@ from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.graph.routing import after_dispatch, after_model, after_proposal
 from toolgate.graph.seals.guard import guarded
 from toolgate.graph.state import StoredState
-from toolgate.graph.stored import StoredNode, stored_route
+from toolgate.graph.stored import stored_node, stored_route
 from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.escalation import check_escalations
@@ -147,7 +147,7 @@ def build_graph(
         node = router.node(name, make) if router is not None else guarded(gateway, name, make(gateway))
         # the input schema LangGraph would infer from the node's first parameter, given so that
         # compiling does not evaluate every annotation of the state once per node
-        builder.add_node(name, StoredNode(name, node), input_schema=StoredState)
+        builder.add_node(name, stored_node(name, node), input_schema=StoredState)
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", stored_route(after_model))
     builder.add_conditional_edges("dispatch", stored_route(after_dispatch))

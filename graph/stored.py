@@ -77,10 +77,15 @@ class StoredNode:
         return f"StoredNode({self.name!r})"
 
     def __call__(
-        self, state: Mapping[str, Any], runtime: Runtime[Context], config: RunnableConfig
+        self, state: StoredState, runtime: Runtime[Context], config: RunnableConfig
     ) -> dict[str, Any]:
         view = gateway_state(state)
         return stored_update(state, view, self.node(view, runtime, config))
+
+
+def stored_node(name: str, node: Node) -> Node:
+    """``node`` run on the `GatewayState` view, its update stored: a `StoredNode`."""
+    return StoredNode(name, node)
 
 
 def stored_route(route: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -96,4 +101,4 @@ def stored_route(route: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return on_view
 
 
-__all__ = ["StoredNode", "stored_route", "stored_update"]
+__all__ = ["StoredNode", "stored_node", "stored_route", "stored_update"]
