@@ -22,7 +22,14 @@ from langgraph.types import Overwrite
 
 from toolgate.graph.context import Context
 from toolgate.graph.seals.updates import apply_update, state_reducers
-from toolgate.graph.state import FIELD_WRITTEN_KEYS, GROUPED_KEYS, StoredState, gateway_state, held
+from toolgate.graph.state import (
+    FIELD_WRITTEN_KEYS,
+    GROUPED_KEYS,
+    StoredState,
+    gateway_state,
+    held,
+    merge_writes,
+)
 
 Node = Callable[..., dict[str, Any]]
 
@@ -32,20 +39,25 @@ def stored_update(
 ) -> dict[str, Any]:
     """``update`` (made for the view ``view`` of ``stored``) as LangGraph stores it: the grouped
     keys it writes as one ``bookkeeping`` write of their new values (of a budget, the fields that
-    changed: `_changed`); a key still in a channel of
-    its own (an older thread) moved into ``bookkeeping`` and its channel written empty (``None``,
-    or an `Overwrite` with ``{}`` where the channel merges its writes)."""
+    changed: `_changed`). A key still in a channel of its own (an older thread, or a client's
+    write, which the seal has judged by now) is moved into ``bookkeeping`` whole, its channel
+    written empty (``None``, or an `Overwrite` with ``{}`` where the channel merges its writes):
+    that step writes all of ``bookkeeping`` as an `Overwrite`, so a moved record replaces the one
+    held instead of merging field by field into it."""
     written = [k for k in GROUPED_KEYS if k in update]
     legacy = [k for k in GROUPED_KEYS if held(stored, k)]
     if not update or not (written or legacy):
         return dict(update)
     after = apply_update(view, {k: update[k] for k in written})
-    bookkeeping = {k: after.get(k) for k in legacy}
-    bookkeeping.update({k: _changed(k, view.get(k), after.get(k)) for k in written if k not in legacy})
+    changed = {k: _changed(k, view.get(k), after.get(k)) for k in written if k not in legacy}
     out = {k: v for k, v in update.items() if k not in GROUPED_KEYS}
-    reducers = state_reducers()
-    out.update({k: Overwrite({}) if reducers.get(k) is not None else None for k in legacy})
-    out["bookkeeping"] = bookkeeping
+    if legacy:
+        reducers = state_reducers()
+        out.update({k: Overwrite({}) if reducers.get(k) is not None else None for k in legacy})
+        held_now = merge_writes(stored.get("bookkeeping") or {}, [changed])
+        out["bookkeeping"] = Overwrite({**held_now, **{k: after.get(k) for k in legacy}})
+    else:
+        out["bookkeeping"] = changed
     return out
 
 
