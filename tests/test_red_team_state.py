@@ -123,7 +123,7 @@ def test_a_thread_sealed_before_form_3_resumes_and_is_sealed_again_in_the_curren
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form2"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form2")
-    assert final["seal"]["v"] == SEAL_VERSION and "all" in final["seal"]
+    assert gateway_state(final)["seal"]["v"] == SEAL_VERSION and "all" in gateway_state(final)["seal"]
 
 
 def test_a_current_seal_cannot_pass_for_form_2_to_shed_its_all(harness: Harness) -> None:
@@ -170,8 +170,8 @@ def test_a_thread_sealed_in_form_3_resumes_and_is_sealed_again_in_the_short_form
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form3"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form3")
-    assert final["seal"]["v"] == SEAL_VERSION and all(
-        len(tag) == TAG_CHARS for tag in seal_tags(final["seal"]).values()
+    assert gateway_state(final)["seal"]["v"] == SEAL_VERSION and all(
+        len(tag) == TAG_CHARS for tag in seal_tags(gateway_state(final)["seal"]).values()
     )
 
 
@@ -237,7 +237,7 @@ def test_a_thread_sealed_in_form_4_resumes_and_is_sealed_again_in_form_5(harness
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form4"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form4")
-    assert final["seal"]["v"] == SEAL_VERSION and set(final["seal"]) == {"v", "tags", "all"}
+    assert gateway_state(final)["seal"]["v"] == SEAL_VERSION and set(gateway_state(final)["seal"]) == {"v", "tags", "all"}
 
 
 def test_a_form_5_seal_cannot_pass_for_form_4_nor_a_form_4_seal_for_form_5(harness: Harness) -> None:
