@@ -8,7 +8,8 @@ limiter still run). Checkpoint bytes per turn are the bytes the turn added to th
 for that thread (checkpoint and metadata blobs plus pending writes).
 
 For the first and the last call, the bytes are broken down by part (`turn_parts`): per channel,
-its value in the checkpoint blobs and its pending writes; LangGraph's ``channel_versions`` and
+its value in the checkpoint blobs and its pending writes (the seal's share of each ``bookkeeping``
+write apart, as ``bookkeeping: seal``); LangGraph's ``channel_versions`` and
 ``versions_seen``; the metadata; the rest of each blob (its framing, id, timestamp and
 ``updated_channels``); with the number of checkpoints (steps) and of messages the turn added.
 
@@ -107,11 +108,20 @@ def turn_parts(
                 inside += size
             parts["blob framing, id, ts, updated_channels"] += len(blob) - inside
             parts["metadata"] += len(meta)
-        for cid, task, idx, channel, value in conn.execute(
-            "SELECT checkpoint_id, task_id, idx, channel, value FROM writes WHERE thread_id = ?", (thread,)
+        for cid, task, idx, channel, kind, value in conn.execute(
+            "SELECT checkpoint_id, task_id, idx, channel, type, value FROM writes WHERE thread_id = ?",
+            (thread,),
         ):
-            if (cid, task, idx) not in before[1]:
-                writes[channel_part(channel)] += len(value)
+            if (cid, task, idx) in before[1]:
+                continue
+            if channel == "bookkeeping":  # the seal's share of it apart (it is written at every step)
+                written = saver.serde.loads_typed((kind, value))
+                if isinstance(written, dict) and "seal" in written:
+                    seal = len(saver.serde.dumps_typed(written["seal"])[1])
+                    writes["bookkeeping: seal"] += seal
+                    writes["bookkeeping"] += len(value) - seal
+                    continue
+            writes[channel_part(channel)] += len(value)
     total = sum(values.values()) + sum(writes.values()) + sum(parts.values())
     return {
         "total": total,

@@ -195,7 +195,8 @@ def summary(results: Mapping[str, dict[str, Any] | None]) -> list[dict[str, Any]
 
 GROUPS = (
     ("messages", ("messages",)),
-    ("seal", ("seal",)),
+    ("seal", ("seal", "bookkeeping: seal")),
+    ("bookkeeping (the other grouped keys)", ("bookkeeping",)),
     ("LangGraph's tasks (the tool node's Send)", ("__pregel_tasks",)),
     ("LangGraph's input and branch channels", ("__start__", "branch:*")),
 )

@@ -31,7 +31,8 @@ from toolgate.graph.nodes.wait import after_wait, make_after_execute, make_wait_
 from toolgate.graph.rollout.router import ReleaseRouter
 from toolgate.graph.routing import after_dispatch, after_model, after_proposal
 from toolgate.graph.seals.guard import guarded
-from toolgate.graph.state import GatewayState
+from toolgate.graph.state import StoredState
+from toolgate.graph.stored import stored_node, stored_route
 from toolgate.policy.authority import Authority
 from toolgate.policy.breaker import BreakerRegistry
 from toolgate.policy.escalation import check_escalations
@@ -141,19 +142,20 @@ def build_graph(
     With a ``router`` (release control: `toolgate.graph.rollout.router`), each node runs the node of the
     release the store pins the thread to; without one, ``gateway`` serves every thread.
     """
-    builder: StateGraph[Any, Any, Any, Any] = StateGraph(GatewayState, context_schema=Context)
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(StoredState, context_schema=Context)
     for name, make in NODE_FACTORIES.items():
         node = router.node(name, make) if router is not None else guarded(gateway, name, make(gateway))
         # the input schema LangGraph would infer from the node's first parameter, given so that
-        # compiling does not evaluate every annotation of GatewayState once per node
-        builder.add_node(name, node, input_schema=GatewayState)
+        # compiling does not evaluate every annotation of the state once per node
+        builder.add_node(name, stored_node(name, node), input_schema=StoredState)
     builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", after_model)
-    builder.add_conditional_edges("dispatch", after_dispatch)
-    builder.add_conditional_edges("proposal", after_proposal)
+    builder.add_conditional_edges("model", stored_route(after_model))
+    builder.add_conditional_edges("dispatch", stored_route(after_dispatch))
+    builder.add_conditional_edges("proposal", stored_route(after_proposal))
     builder.add_edge("approval", "execute")
-    builder.add_conditional_edges("execute", make_after_execute(gateway.registry))  # or a declared wait
-    builder.add_conditional_edges("wait", after_wait)
+    # or a declared wait
+    builder.add_conditional_edges("execute", stored_route(make_after_execute(gateway.registry)))
+    builder.add_conditional_edges("wait", stored_route(after_wait))
     builder.add_edge("respond", END)
     return builder.compile(checkpointer=checkpointer, name="toolgate")
 

@@ -152,6 +152,84 @@ class GatewayState(TypedDict, total=False):
     untrusted input, and a key changed outside the gateway no longer matches its MAC."""
 
 
+GROUPED_KEYS: tuple[str, ...] = (
+    "principal",
+    "release",
+    "screened",
+    "turn_calls",
+    "budget",
+    "call_counts",
+    "validation_failures",
+    "deadline_at",
+    "trace",
+    "state_version",
+    "seal",
+)
+"""The keys of `GatewayState` stored together in the ``bookkeeping`` channel of `StoredState`: set
+when a thread starts or changed by the gateway's own steps (the seal at every step), and read by
+clients rarely. Every channel ever written carries a version (about 60 bytes) in every later
+checkpoint and, unless it is a delta channel, its value in each checkpoint; these eleven keys in one
+delta channel carry one version, and each step's write holds only the keys it changed. Clients read
+them with `gateway_state`."""
+
+
+FIELD_WRITTEN_KEYS: tuple[str, ...] = ("budget",)
+"""Grouped keys written to ``bookkeeping`` field by field: a record of fixed fields (`Budget`)
+whose counters change at most steps while its limits never do."""
+
+
+def merge_writes(bookkeeping: dict[str, Any], writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Reducer of the ``bookkeeping`` channel: each write's keys replace the ones before (the
+    gateway writes a key's whole new value), except that the fields written of a
+    `FIELD_WRITTEN_KEYS` record replace those fields; batching-invariant, as a delta channel's
+    replay needs."""
+    result = dict(bookkeeping)
+    for write in writes:
+        for key, value in write.items():
+            held_value = result.get(key)
+            if key in FIELD_WRITTEN_KEYS and isinstance(value, dict) and isinstance(held_value, dict):
+                result[key] = {**held_value, **value}
+            else:
+                result[key] = value
+    return result
+
+
+BOOKKEEPING_SNAPSHOT_WRITES = 100
+"""Writes to ``bookkeeping`` between two checkpoints that hold all of it (two or three a call)."""
+
+
+class StoredState(GatewayState, total=False):
+    """`GatewayState` as LangGraph stores it: the graph's schema, what ``values`` and a run's
+    output hold. The `GROUPED_KEYS` live in ``bookkeeping`` (a thread saved before they did holds
+    them as channels of their own, moved into it by the thread's next step); `gateway_state`
+    reads them back. Nodes and routes see `GatewayState` (`toolgate.graph.stored`)."""
+
+    bookkeeping: Annotated[
+        dict[str, Any], DeltaChannel(merge_writes, snapshot_frequency=BOOKKEEPING_SNAPSHOT_WRITES)
+    ]
+    """The `GROUPED_KEYS`, by key; a delta channel (a checkpoint holds what its step changed)."""
+
+
+def gateway_state(values: Any) -> dict[str, Any]:
+    """The `GatewayState` a stored state holds (``values`` of a thread, a run's output, a node's
+    input): each of the `GROUPED_KEYS` as a key of its own, read from ``bookkeeping`` unless the
+    key's own channel holds a value (`held`: a thread saved before the keys were grouped, or a client's
+    write: the seal covers this view, so a value written there is checked like any other)."""
+    state = dict(values)
+    bookkeeping = state.pop("bookkeeping", None) or {}
+    for key in GROUPED_KEYS:
+        if key in bookkeeping and not held(state, key):
+            state[key] = bookkeeping[key]
+    return state
+
+
+def held(values: Any, key: str) -> bool:
+    """Whether ``values`` holds something under ``key``: not missing, None or an empty dict or
+    list (what a merge channel never written, or written empty, reads as)."""
+    value = values.get(key)
+    return value is not None and not (type(value) in (dict, list) and not value)
+
+
 KEYS_ADDED_IN: dict[str, int] = {"state_version": 2}
 """The state version that added each key of `GatewayState` younger than version 1: a seal made
 for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key,
@@ -159,6 +237,9 @@ and declare the key after every older one but ``seal`` (a seal's tags are in key
 
 
 __all__ = [
+    "BOOKKEEPING_SNAPSHOT_WRITES",
+    "FIELD_WRITTEN_KEYS",
+    "GROUPED_KEYS",
     "KEYS_ADDED_IN",
     "MESSAGE_SNAPSHOT_WRITES",
     "Budget",
@@ -166,7 +247,11 @@ __all__ = [
     "CallRecord",
     "GatewayState",
     "Outcome",
+    "StoredState",
     "TaskStatus",
     "add_message_writes",
+    "gateway_state",
+    "held",
     "merge_dicts",
+    "merge_writes",
 ]

@@ -28,6 +28,7 @@ from support import principal
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
+from toolgate.graph.state import gateway_state
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.releases.control import ReleaseControl
 from toolgate.releases.evidence import Requirements
@@ -201,11 +202,13 @@ class TwoReleases:
 
 
 def run(graph: Any, text: str, user: str, thread: str) -> dict[str, Any]:
-    """Start (or continue) ``thread`` as ``user``."""
-    return graph.invoke(
-        {"messages": [HumanMessage(text)]},
-        {"configurable": {"thread_id": thread}},
-        context=Context(principal=principal(user)),
+    """Start (or continue) ``thread`` as ``user``; the output as clients read it (`gateway_state`)."""
+    return gateway_state(
+        graph.invoke(
+            {"messages": [HumanMessage(text)]},
+            {"configurable": {"thread_id": thread}},
+            context=Context(principal=principal(user)),
+        )
     )
 
 

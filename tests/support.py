@@ -34,6 +34,7 @@ from toolgate.graph import Context
 from toolgate.graph.bootstrap import App, initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
+from toolgate.graph.state import gateway_state
 from toolgate.policy import Principal
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.retry import ReadRetry
@@ -163,11 +164,14 @@ class Harness:
 
 
 def start(graph: Any, text: str, user: str, thread: str, **context: Any) -> dict[str, Any]:
-    """Start a thread as ``user`` (``context``: further `Context` fields, e.g. ``deadline_s``)."""
-    return graph.invoke(
-        {"messages": [HumanMessage(text)]},
-        {"configurable": {"thread_id": thread}},
-        context=Context(principal=principal(user), **context),
+    """Start a thread as ``user`` (``context``: further `Context` fields, e.g. ``deadline_s``); the
+    run's output as clients read it (`gateway_state`: the grouped keys as keys of their own)."""
+    return gateway_state(
+        graph.invoke(
+            {"messages": [HumanMessage(text)]},
+            {"configurable": {"thread_id": thread}},
+            context=Context(principal=principal(user), **context),
+        )
     )
 
 

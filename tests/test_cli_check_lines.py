@@ -12,6 +12,7 @@ from support import cli_env, kv_lines, open_test_store, seed_people, toolgate
 
 from toolgate.cli.report import continuation_lines, items_preserved, redaction, wrapped_as_data
 from toolgate.graph.messages import result_message, status_message
+from toolgate.graph.state import gateway_state
 
 REQUEST = "My blender arrived broken, order O-5512. Please refund it."
 STATE_KEYS = [
@@ -125,8 +126,11 @@ def test_remaining_calls_come_from_the_store_and_a_tampered_counter_is_named(har
     app = SimpleNamespace(gateway=SimpleNamespace(store=harness.store))
     events = [e for e in harness.store.audit.events() if e.thread_id == "t-budget"]
     (line,) = continuation_lines(app, state, events)  # type: ignore[arg-type]
-    limit = state["budget"]["max_tool_calls"]
+    limit = gateway_state(state)["budget"]["max_tool_calls"]
     assert f"remaining_tool_calls={limit - 1} " in line and "budget_state" not in line
-    tampered = {**state, "budget": {**state["budget"], "tool_calls": 0}}  # the checkpoint claims none
+    tampered = {
+        **state,
+        "budget": {**gateway_state(state)["budget"], "tool_calls": 0},
+    }  # the checkpoint claims none
     (line,) = continuation_lines(app, tampered, events)  # type: ignore[arg-type]
     assert f"remaining_tool_calls={limit - 1} " in line and line.endswith("budget_state=MISMATCH")

@@ -26,6 +26,7 @@ from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals.seal import seal_of
 from toolgate.graph.seals.updates import apply_update
+from toolgate.graph.state import gateway_state
 from toolgate.policy.rules import PolicyRules
 from toolgate.store.records import ProposalRecord
 from toolgate.store.snapshots import GuardSnapshot
@@ -137,7 +138,7 @@ def test_a_checkpoint_claiming_the_lower_class_changes_nothing(rig: Harness) -> 
     call record claims the base class and a smaller amount, fiona alone has approved; nothing runs."""
     graph, facts = propose(rig, ABOVE, "t-forged")
     decide(rig.gateway(), facts["proposal_id"], principal("fiona"), "approve")
-    values = graph.get_state(cfg("t-forged")).values
+    values = gateway_state(graph.get_state(cfg("t-forged")).values)
     record = {**values["calls"]["c1"], "arguments": BELOW, "approval_class": BASE, "escalation": None}
     update = {"calls": {"c1": record}}
     graph.update_state(

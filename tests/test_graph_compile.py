@@ -31,7 +31,8 @@ from toolgate.graph import Context, build_graph
 from toolgate.graph.builder import NODE_FACTORIES
 from toolgate.graph.rollout.router import RoutedNode
 from toolgate.graph.seals.guard import GuardedNode, guarded
-from toolgate.graph.state import GatewayState
+from toolgate.graph.state import GatewayState, StoredState, gateway_state
+from toolgate.graph.stored import StoredNode
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
@@ -61,12 +62,15 @@ def test_every_node_is_a_guarded_object_holding_no_subgraph(harness: Harness) ->
     graph = harness.graph(ScriptedChatModel(responses=[]), InMemorySaver())
     assert set(graph.builder.nodes) == set(NODE_FACTORIES)
     for name, spec in graph.builder.nodes.items():
-        node = spec.runnable.func
+        stored = spec.runnable.func  # the node on the view of the stored state (`toolgate.graph.stored`)
+        assert isinstance(stored, StoredNode) and get_function_nonlocals(stored) == []
+        node = stored.node
         assert isinstance(node, GuardedNode) and not isinstance(node, FunctionType)
         assert get_function_nonlocals(node) == []  # nothing left for LangGraph to disassemble
         assert _searched(node.fn) is None  # and nothing it would have found inside the node itself
         assert (node.__name__, node.name, node.__doc__) == (name, name, node.fn.__doc__)
-        assert spec.input_schema is GatewayState  # as LangGraph inferred it from the first parameter
+        assert stored.__name__ == name
+        assert spec.input_schema is StoredState  # given, as LangGraph would infer it from the first parameter
     assert dict(graph.get_subgraphs()) == {}
 
 
@@ -132,7 +136,7 @@ def _tamper_before_execute(graph: Any, thread: str, user: str = "cust-ada") -> d
         interrupt_before=["execute"],
     )
     assert graph.get_state(cfg(thread)).next == ("execute",)
-    values = graph.get_state(cfg(thread)).values
+    values = gateway_state(graph.get_state(cfg(thread)).values)
     forged = {"c1": {**values["calls"]["c1"], "arguments": {"order_id": "O-7001"}}}
     graph.update_state(cfg(thread), {"calls": forged})
     final: dict[str, Any] = graph.invoke(None, cfg(thread), context=Context(principal=principal(user)))
@@ -164,7 +168,9 @@ def test_the_routed_graph_still_refuses_tampered_state(tmp_path: Path) -> None:
     releases = TwoReleases(store, tmp_path, models={CONTROL: model})
     graph = build_graph(gateway=releases(CONTROL), checkpointer=InMemorySaver(), router=releases.router)
     for name, spec in graph.builder.nodes.items():
-        node = spec.runnable.func
+        stored = spec.runnable.func
+        assert isinstance(stored, StoredNode)
+        node = stored.node
         assert isinstance(node, RoutedNode) and not isinstance(node, FunctionType)
         assert node.__name__ == name and set(graph.nodes[name].bound.func_accepts) == {"config", "runtime"}
         assert _searched(node.make(releases(CONTROL))) is None

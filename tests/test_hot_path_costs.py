@@ -10,6 +10,7 @@ import pytest
 from support import Harness, principal, start
 
 from toolgate.graph.review.decisions import decide
+from toolgate.graph.state import gateway_state
 from toolgate.store import SQLiteStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import registry as registry_module
@@ -109,7 +110,7 @@ def test_a_changed_budget_is_caught_after_the_seal_cache_was_filled(tmp_path: Pa
     config = {"configurable": {"thread_id": "t-cache"}}
     context = Context(principal=principal("cust-ada"))
     assert graph.invoke({"messages": [HumanMessage("one")]}, config, context=context)["status"] == "done"
-    budget = dict(graph.get_state(config).values["budget"])
+    budget = dict(gateway_state(graph.get_state(config).values)["budget"])
     budget["max_tool_calls"] = 10_000
     graph.update_state(config, {"budget": budget})
     state = graph.invoke({"messages": [HumanMessage("two")]}, config, context=context)

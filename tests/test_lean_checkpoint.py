@@ -16,6 +16,7 @@ from support import Harness, principal
 from toolgate.graph.context import Context
 from toolgate.graph.nodes.model import finished_turn_dropped
 from toolgate.graph.seals.seal import Sealer
+from toolgate.graph.state import gateway_state, merge_writes
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -83,6 +84,8 @@ def test_unchanged_channels_are_not_written_again(tmp_path: Path) -> None:
     ):
         for node, update in chunk.items():
             written.setdefault(node, set()).update(update or {})
+            # the grouped keys a step changed are the keys of its bookkeeping write
+            written[node].update((update or {}).get("bookkeeping") or {})
     # the principal, the release and the deadline were set by the first turn and did not change
     assert "model" in written and not written["model"] & {"principal", "release", "deadline_at"}
     # execute found nothing awaiting and the thread already running
@@ -103,7 +106,7 @@ def test_a_channel_never_written_is_not_written_empty(tmp_path: Path) -> None:
     assert "awaiting" not in snapshot.values and "screened" not in snapshot.values
     assert snapshot.values["status"] == "done" and harness.handler_calls["lookup_order"] == 1
     sealer = Sealer(harness.store.keys, "t-empty")
-    assert sealer.tampered_keys(snapshot.values) == []
+    assert sealer.tampered_keys(gateway_state(snapshot.values)) == []
     # the next turn runs on that state as on any other
     assert ask(graph, "and the other one?", "t-empty")["status"] == "done"
     assert harness.handler_calls["lookup_order"] == 2
@@ -123,3 +126,63 @@ def test_a_call_named_like_langgraphs_overwrite_sentinel_is_an_ordinary_call(tmp
     assert state["outcomes"]["__overwrite__"]["status"] == "completed"
     assert harness.handler_calls["lookup_order"] == 1
     assert not [e for e in harness.store.audit.events() if e.event == "state.tampered"]
+
+
+def test_the_grouped_keys_are_written_as_they_change(tmp_path: Path) -> None:
+    """The grouped keys live in one ``bookkeeping`` channel: a step writes only the keys it changed,
+    and of the budget only the counters it moved (its limits never change); the thread reads the
+    whole state back, sealed as before."""
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    graph = harness.graph(lookup_turns(2))
+    config = {"configurable": {"thread_id": "t-grouped"}}
+    ask(graph, "where is my order?", "t-grouped")
+    ask(graph, "and the other one?", "t-grouped")
+    writes = [
+        value
+        for snapshot in reversed(list(graph.get_state_history(config)))
+        for _, channel, value in graph.checkpointer.get_tuple(snapshot.config).pending_writes or []
+        if channel == "bookkeeping"
+    ]
+    budgets = [w["budget"] for w in writes if "budget" in w]
+    assert set(budgets[0]) == {
+        "model_turns",
+        "tool_calls",
+        "max_model_turns",
+        "max_tool_calls",
+        "max_identical_calls",
+        "max_validation_retries",
+    }
+    assert len(budgets) == 6 and all(set(b) <= {"model_turns", "tool_calls"} for b in budgets[1:])
+    assert all(len(b) == 1 for b in budgets[1:])  # each step moved one counter
+    assert ["principal" in w for w in writes].count(True) == 1  # set once, at the first step
+    assert all("seal" in w for w in writes)  # every step seals
+    values = graph.get_state(config).values
+    assert set(values) & {"principal", "budget", "seal"} == set()  # none has a channel of its own
+    state = gateway_state(values)
+    assert state["budget"]["model_turns"] == 4 and state["budget"]["tool_calls"] == 2
+    assert state["budget"]["max_tool_calls"] == Context().max_tool_calls
+    assert Sealer(harness.store.keys, "t-grouped").tampered_keys(state) == []
+
+
+def test_bookkeeping_writes_fold_the_same_in_any_batching() -> None:
+    """A delta channel is replayed in batches other than the steps that wrote it (LangGraph)."""
+    writes = [
+        {
+            "principal": {"user_id": "cust-ada"},
+            "budget": {"model_turns": 1, "tool_calls": 0, "max_tool_calls": 9},
+        },
+        {"budget": {"tool_calls": 1}, "turn_calls": ["c1"]},
+        {"budget": {"model_turns": 2}, "screened": {}},
+        {"budget": None},
+        {"budget": {"model_turns": 3}},
+    ]
+    whole = merge_writes({}, writes)
+    for cut in range(len(writes) + 1):
+        assert merge_writes(merge_writes({}, writes[:cut]), writes[cut:]) == whole
+    assert merge_writes({}, writes[:3])["budget"] == {"model_turns": 2, "tool_calls": 1, "max_tool_calls": 9}
+    assert whole == {
+        "principal": {"user_id": "cust-ada"},
+        "budget": {"model_turns": 3},
+        "turn_calls": ["c1"],
+        "screened": {},
+    }

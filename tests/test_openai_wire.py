@@ -24,6 +24,7 @@ from support import TEST_KEY, log_text
 from toolgate.config import Settings
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import initialize_store
+from toolgate.graph.state import gateway_state
 from toolgate.models.selection import load_chat_model
 from toolgate.policy import Principal
 from toolgate.releases.bundle import ReleaseEnv
@@ -186,7 +187,7 @@ def test_langchain_openai_round_trip_through_gateway(
     assert outcomes[CALL_ID]["tool"] == "lookup_order"
     assert outcomes[CALL_ID]["status"] == "completed"
     assert final["calls"][CALL_ID]["arguments"] == {"order_id": "O-5512"}
-    assert final["budget"]["model_turns"] == 2
+    assert gateway_state(final)["budget"]["model_turns"] == 2
     ai_with_call = next(m for m in final["messages"] if getattr(m, "tool_calls", None))
     assert ai_with_call.response_metadata.get("id") == "chatcmpl-toolgatewire0001"
     assert any(isinstance(m, ToolMessage) and m.tool_call_id == CALL_ID for m in final["messages"])

@@ -25,6 +25,7 @@ from toolgate.graph.seals.seal import (
     sealed_keys,
     tagged_seal,
 )
+from toolgate.graph.state import gateway_state
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 LOOKUP = {"order_id": "O-5512"}
@@ -40,7 +41,7 @@ def tampered(harness: Harness, thread: str) -> list[Any]:
 
 def splice(graph: Any, thread: str, old: dict[str, Any], keys: tuple[str, ...]) -> None:
     """Copy ``keys`` and their MACs from the older values ``old`` into the thread's current state."""
-    now = graph.get_state(cfg(thread)).values
+    now = gateway_state(graph.get_state(cfg(thread)).values)
     tags = {**seal_tags(now["seal"]), **{k: seal_tags(old["seal"])[k] for k in keys}}
     seal = tagged_seal(tags, now["seal"]["all"])
     graph.update_state(cfg(thread), {**{k: old.get(k) for k in keys}, "seal": seal})
@@ -51,7 +52,7 @@ def test_a_refused_thread_cannot_be_unrefused_with_its_own_old_status(harness: H
     model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", refund, "c1")), ai("unreachable")])
     graph = harness.graph(model)
     start(graph, REFUND_REQUEST, "cust-ada", "t-unrefuse")
-    before = graph.get_state(cfg("t-unrefuse")).values
+    before = gateway_state(graph.get_state(cfg("t-unrefuse")).values)
     assert before["status"] == "awaiting_approval"
     # raise the thread's own limits: noticed, refused, and the refusal is sealed
     graph.update_state(
@@ -81,12 +82,12 @@ def test_a_spent_budget_cannot_be_reset_with_an_older_budget_of_the_thread(harne
     )
     graph = harness.graph(model)
     start(graph, "status of O-5512", "cust-ada", "t-budget", max_model_turns=2)
-    spent = graph.get_state(cfg("t-budget")).values
+    spent = gateway_state(graph.get_state(cfg("t-budget")).values)
     assert spent["budget"]["model_turns"] == 2
     early = next(
-        s.values
-        for s in graph.get_state_history(cfg("t-budget"))
-        if (s.values.get("budget") or {}).get("model_turns") == 1 and s.values.get("seal")
+        v
+        for v in (gateway_state(s.values) for s in graph.get_state_history(cfg("t-budget")))
+        if (v.get("budget") or {}).get("model_turns") == 1 and v.get("seal")
     )
     splice(graph, "t-budget", early, ("budget",))
     again = graph.invoke(
@@ -117,12 +118,12 @@ def test_a_thread_sealed_before_form_3_resumes_and_is_sealed_again_in_the_curren
     facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form2")["__interrupt__"][0].value["toolgate"][
         "proposals"
     ][0]
-    values = graph.get_state(cfg("t-form2")).values
+    values = gateway_state(graph.get_state(cfg("t-form2")).values)
     graph.update_state(cfg("t-form2"), {"seal": _form_2(harness, "t-form2", values)})
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form2"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form2")
-    assert final["seal"]["v"] == SEAL_VERSION and "all" in final["seal"]
+    assert gateway_state(final)["seal"]["v"] == SEAL_VERSION and "all" in gateway_state(final)["seal"]
 
 
 def test_a_current_seal_cannot_pass_for_form_2_to_shed_its_all(harness: Harness) -> None:
@@ -131,7 +132,7 @@ def test_a_current_seal_cannot_pass_for_form_2_to_shed_its_all(harness: Harness)
     )
     graph = harness.graph(model)
     start(graph, "status of O-5512", "cust-ada", "t-shed")
-    seal = dict(graph.get_state(cfg("t-shed")).values["seal"])
+    seal = dict(gateway_state(graph.get_state(cfg("t-shed")).values)["seal"])
     del seal["all"]
     graph.update_state(cfg("t-shed"), {"seal": {**seal, "v": PREVIOUS_SEAL_VERSION}})
     again = graph.invoke(
@@ -160,7 +161,7 @@ def test_a_thread_sealed_in_form_3_resumes_and_is_sealed_again_in_the_short_form
     facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form3")["__interrupt__"][0].value["toolgate"][
         "proposals"
     ][0]
-    values = graph.get_state(cfg("t-form3")).values
+    values = gateway_state(graph.get_state(cfg("t-form3")).values)
     assert values["seal"]["v"] == SEAL_VERSION == "5"
     assert len(values["seal"]["tags"]) == TAG_CHARS * len(sealed_keys())  # tags, not MACs
     assert list(seal_tags(values["seal"])) == list(sealed_keys())
@@ -169,8 +170,8 @@ def test_a_thread_sealed_in_form_3_resumes_and_is_sealed_again_in_the_short_form
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form3"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form3")
-    assert final["seal"]["v"] == SEAL_VERSION and all(
-        len(tag) == TAG_CHARS for tag in seal_tags(final["seal"]).values()
+    assert gateway_state(final)["seal"]["v"] == SEAL_VERSION and all(
+        len(tag) == TAG_CHARS for tag in seal_tags(gateway_state(final)["seal"]).values()
     )
 
 
@@ -180,7 +181,7 @@ def test_a_short_seal_cannot_pass_for_form_3_and_a_form_3_seal_must_bind_its_mac
     )
     graph = harness.graph(model)
     start(graph, "status of O-5512", "cust-ada", "t-relabel3")
-    seal = dict(graph.get_state(cfg("t-relabel3")).values["seal"])
+    seal = dict(gateway_state(graph.get_state(cfg("t-relabel3")).values)["seal"])
     graph.update_state(cfg("t-relabel3"), {"seal": {**seal, "v": FULL_MACS_SEAL_VERSION}})
     again = graph.invoke(
         {"messages": [HumanMessage("and now?")]},
@@ -191,7 +192,7 @@ def test_a_short_seal_cannot_pass_for_form_3_and_a_form_3_seal_must_bind_its_mac
     assert len(tampered(harness, "t-relabel3")) == 1
 
     sealer = Sealer(harness.store.keys, "t-form3-all")
-    values = {**graph.get_state(cfg("t-relabel3")).values}
+    values = {**gateway_state(graph.get_state(cfg("t-relabel3")).values)}
     unbound = {**_form_3(harness, "t-form3-all", values), "all": "0" * 64}
     assert sealer.tampered_keys({**values, "seal": unbound}) == ["seal"]
     assert sealer.tampered_keys({**values, "seal": _form_3(harness, "t-form3-all", values)}) == []
@@ -201,7 +202,7 @@ def test_a_short_seal_refuses_a_changed_value_even_when_every_tag_is_kept(harnes
     model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one")])
     graph = harness.graph(model)
     start(graph, "status of O-5512", "cust-ada", "t-tags")
-    values = graph.get_state(cfg("t-tags")).values
+    values = gateway_state(graph.get_state(cfg("t-tags")).values)
     sealer = Sealer(harness.store.keys, "t-tags")
     assert sealer.tampered_keys(values) == []
     # the tags name the key; a tag that happened to match would still leave `all` unequal
@@ -231,19 +232,19 @@ def test_a_thread_sealed_in_form_4_resumes_and_is_sealed_again_in_form_5(harness
     facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form4")["__interrupt__"][0].value["toolgate"][
         "proposals"
     ][0]
-    values = graph.get_state(cfg("t-form4")).values
+    values = gateway_state(graph.get_state(cfg("t-form4")).values)
     graph.update_state(cfg("t-form4"), {"seal": _form_4(harness, "t-form4", values)})
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form4"), context=Context())
     assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form4")
-    assert final["seal"]["v"] == SEAL_VERSION and set(final["seal"]) == {"v", "tags", "all"}
+    assert gateway_state(final)["seal"]["v"] == SEAL_VERSION and set(gateway_state(final)["seal"]) == {"v", "tags", "all"}
 
 
 def test_a_form_5_seal_cannot_pass_for_form_4_nor_a_form_4_seal_for_form_5(harness: Harness) -> None:
     model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one")])
     graph = harness.graph(model)
     start(graph, "status of O-5512", "cust-ada", "t-relabel4")
-    values = {**graph.get_state(cfg("t-relabel4")).values}
+    values = {**gateway_state(graph.get_state(cfg("t-relabel4")).values)}
     sealer = Sealer(harness.store.keys, "t-relabel4")
     assert sealer.tampered_keys(values) == []
     form_4 = _form_4(harness, "t-relabel4", values)

@@ -94,7 +94,7 @@ def start_refund(rig: Rig, user: str = "cust-ada") -> tuple[str, dict[str, Any]]
         assert result.get("status") == "awaiting_approval", result
         (interrupt,) = interrupts_of(client.threads.get_state(thread_id))
         (proposal,) = interrupt["value"]["toolgate"]["proposals"]
-    assert result["principal"]["user_id"] == user
+    assert result["bookkeeping"]["principal"]["user_id"] == user  # `gateway_state` reads it as a key
     return thread_id, proposal
 
 

@@ -45,7 +45,7 @@ def test_langgraph_dev_run_stops_at_approval_interrupt(
         result = client.runs.wait(thread_id, "toolgate", input=run_input)
         assert isinstance(result, dict), result
         assert result.get("status") == "awaiting_approval", result
-        assert result["principal"]["user_id"] == "cust-ada"
+        assert result["bookkeeping"]["principal"]["user_id"] == "cust-ada"  # a grouped key
 
         state: dict[str, Any] = dict(client.threads.get_state(thread_id))
         thread_info: dict[str, Any] = dict(client.threads.get(thread_id))

@@ -30,12 +30,13 @@ from toolgate.clock import parse_iso
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals.seal import SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
-from toolgate.graph.state import MESSAGE_SNAPSHOT_WRITES
+from toolgate.graph.state import GROUPED_KEYS, MESSAGE_SNAPSHOT_WRITES, gateway_state, held
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 FIXTURE = Path(__file__).parent / "fixtures" / "state_v2_full_messages"
+FIXTURE_AA85C0B = Path(__file__).parent / "fixtures" / "state_v2_delta_messages"
 FIXTURE_KEY = b"k" * 32
 WAKE: Command[Any] = Command(resume={"wake": True})
 
@@ -63,6 +64,11 @@ class Saved:
         return str(self.facts["thread_id"])
 
     def values(self) -> dict[str, Any]:
+        """The thread's state as clients read it (`gateway_state`: grouped keys as keys of their own)."""
+        return gateway_state(self.stored())
+
+    def stored(self) -> dict[str, Any]:
+        """The thread's state as LangGraph stores it."""
         return dict(self.graph.get_state(cfg(self.thread)).values)
 
     def resume(self) -> dict[str, Any]:
@@ -78,8 +84,20 @@ class Saved:
 @pytest.fixture
 def saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
     """A copy of the fixture, its store's clock a minute after the proposal was made."""
-    copy = tmp_path / "state_v2_full_messages"
-    shutil.copytree(FIXTURE, copy)
+    yield from open_saved(FIXTURE, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def saved_by_aa85c0b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
+    """A copy of ``fixtures/state_v2_delta_messages`` (a thread saved by aa85c0b: every key but
+    ``messages`` its own plain channel), its store's clock a minute after the proposal was made."""
+    yield from open_saved(FIXTURE_AA85C0B, tmp_path, monkeypatch)
+
+
+def open_saved(fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
+    """A copy of ``fixture``'s thread opened by today's code, with a scripted model for what follows."""
+    copy = tmp_path / fixture.name
+    shutil.copytree(fixture, copy)
     facts = json.loads((copy / "facts.json").read_text())
     store = SQLiteStore(copy / "toolgate.sqlite", key=FIXTURE_KEY)
     shift_store_clock(
@@ -159,6 +177,70 @@ def test_an_old_shape_thread_changed_outside_the_gateway_is_refused(saved: Saved
     assert saved.harness.handler_calls["issue_refund"] == 0 and saved.harness.payments() == 0
     tampered = saved.events("state.tampered")
     assert len(tampered) == 1 and tampered[0].detail["keys"] == ["messages"]
+
+
+def test_a_thread_saved_by_aa85c0b_resumes_with_its_handler_run_once(saved_by_aa85c0b: Saved) -> None:
+    saved = saved_by_aa85c0b
+    values = saved.values()
+    assert [m.id for m in values["messages"]] == saved.facts["message_ids"]
+    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == SEAL_VERSION
+    assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
+    decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
+    done = saved.resume()  # the refund, then the model reads another order and answers
+    assert done["status"] == "done"
+    assert saved.harness.handler_calls["issue_refund"] == 1 and saved.harness.refunds() == 1
+    assert saved.harness.handler_calls["lookup_order"] == 1
+    assert "[r2]: completed" in done["messages"][-1].content
+    op = saved.harness.store.operations.get(saved.facts["operation_key"])
+    assert op is not None and op.status == "succeeded"
+    again = saved.resume()  # a second wake-up runs nothing again
+    assert again["status"] == "done" and saved.harness.handler_calls["issue_refund"] == 1
+    later = start(saved.graph, "Is it refunded?", "cust-ada", saved.thread)  # a later turn
+    assert later["status"] == "done" and "It is refunded." in later["messages"][-1].content
+    values = saved.values()
+    ids = [m.id for m in values["messages"]]
+    assert ids[: len(saved.facts["message_ids"])] == saved.facts["message_ids"]
+    assert len(ids) == len(set(ids))
+    # saved in today's shape from then on: the grouped keys moved into ``bookkeeping``
+    stored = saved.stored()
+    assert not [k for k in GROUPED_KEYS if held(stored, k)]
+    assert stored["bookkeeping"]["principal"]["user_id"] == "cust-ada"
+    assert values["budget"]["model_turns"] == 6 and values["state_version"] == 2
+    assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
+    assert saved.events("state.tampered") == [] and verify_chain(saved.harness.store).ok
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {
+            "budget": {
+                "model_turns": 0,
+                "tool_calls": 0,
+                "max_model_turns": 99,
+                "max_tool_calls": 99,
+                "max_identical_calls": 99,
+                "max_validation_retries": 99,
+            }
+        },
+        {"principal": {"user_id": "cust-ada", "tenant_id": "acme", "roles": ["admin"], "scopes": ["*"]}},
+    ],
+    ids=["budget", "principal"],
+)
+def test_a_thread_saved_by_aa85c0b_changed_outside_the_gateway_is_refused(
+    saved_by_aa85c0b: Saved, forged: dict[str, Any]
+) -> None:
+    saved = saved_by_aa85c0b
+    decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
+    saved.graph.update_state(cfg(saved.thread), forged)
+    final = saved.resume()
+    assert final["status"] == "refused"
+    assert saved.harness.handler_calls["issue_refund"] == 0 and saved.harness.payments() == 0
+    tampered = saved.events("state.tampered")
+    assert len(tampered) == 1 and tampered[0].detail["keys"] == list(forged)
+    assert tampered[0].code == "state_tampered" and final["status_reason"].startswith(
+        "state changed outside the gateway"
+    )
 
 
 def test_a_new_thread_holds_its_messages_as_writes_with_a_snapshot_every_so_often(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langgraph.types import Command
+from langgraph.types import Command, Overwrite
 from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
 from toolgate.errors import RunRefused
@@ -24,7 +24,7 @@ from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals.seal import seal_of, sealed_keys
 from toolgate.graph.seals.updates import apply_update
-from toolgate.graph.state import GatewayState
+from toolgate.graph.state import GatewayState, gateway_state
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
@@ -107,7 +107,7 @@ def test_every_key_of_the_state_is_covered() -> None:
 def test_a_read_tampered_before_execute_runs_nothing(harness: Harness, key: str) -> None:
     thread = f"t-read-{key}"
     graph = read_paused_before_execute(harness, thread)
-    values = graph.get_state(cfg(thread)).values
+    values = gateway_state(graph.get_state(cfg(thread)).values)
     graph.update_state(cfg(thread), {key: TAMPER[key](values)})
     final = graph.invoke(None, cfg(thread), context=Context(principal=principal("cust-ada")))
     assert harness.total_handler_calls() == 0
@@ -132,7 +132,7 @@ def test_a_read_tampered_before_execute_runs_nothing(harness: Harness, key: str)
 def test_an_approved_write_tampered_at_the_interrupt_runs_nothing(harness: Harness, key: str) -> None:
     thread = f"t-write-{key}"
     graph, operation_key = write_approved_at_interrupt(harness, thread)
-    values = graph.get_state(cfg(thread)).values
+    values = gateway_state(graph.get_state(cfg(thread)).values)
     graph.update_state(cfg(thread), {key: TAMPER[key](values)})
     final = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg(thread), context=Context())
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
@@ -144,7 +144,7 @@ def test_an_approved_write_tampered_at_the_interrupt_runs_nothing(harness: Harne
 
 def test_an_update_sent_with_the_resume_is_refused_too(harness: Harness) -> None:
     graph, _ = write_approved_at_interrupt(harness, "t-resume-update")
-    values = graph.get_state(cfg("t-resume-update")).values
+    values = gateway_state(graph.get_state(cfg("t-resume-update")).values)
     command = Command(resume={"wake": True}, update={"calls": TAMPER["calls"](values)})
     final = graph.invoke(command, cfg("t-resume-update"), context=Context())
     assert final["status"] == "refused" and harness.payments() == 0
@@ -186,7 +186,7 @@ def test_a_human_message_added_between_turns_is_just_input(harness: Harness) -> 
 
 def forge(harness: Harness, graph: Any, thread: str, update: dict[str, Any]) -> None:
     """Apply ``update`` with a seal that verifies (as if the store's secret had leaked)."""
-    values = graph.get_state(cfg(thread)).values
+    values = gateway_state(graph.get_state(cfg(thread)).values)
     after = apply_update(values, update)
     graph.update_state(cfg(thread), {**update, "seal": seal_of(harness.store.keys, thread, after)})
 
@@ -200,7 +200,7 @@ def test_a_gated_write_relabelled_as_a_read_never_runs_its_handler(harness: Harn
         context=Context(principal=principal("cust-ada")),
         interrupt_before=["proposal"],
     )
-    values = graph.get_state(cfg("t-relabel")).values
+    values = gateway_state(graph.get_state(cfg("t-relabel")).values)
     forge(harness, graph, "t-relabel", {"calls": {"c1": {**values["calls"]["c1"], "phase": "read"}}})
     final = graph.invoke(None, cfg("t-relabel"), context=Context(principal=principal("cust-ada")))
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
@@ -220,7 +220,7 @@ def test_another_tenants_approved_operation_is_not_run_from_this_thread(harness:
     decide(harness.gateway(), foreign["proposal_id"], principal("gina"), "approve")
     # acme's thread points its own approved call at globex's operation
     graph, _ = write_approved_at_interrupt(harness, "t-steal")
-    values = graph.get_state(cfg("t-steal")).values
+    values = gateway_state(graph.get_state(cfg("t-steal")).values)
     record = {
         **values["calls"]["c1"],
         "operation_key": foreign["operation_key"],
@@ -267,3 +267,56 @@ def test_every_tampered_call_id_gets_an_answer_in_order(harness: Harness) -> Non
     final = graph.invoke(None, cfg("t-two"), context=Context(principal=principal("cust-ada")))
     ids = [m.tool_call_id for m in final["messages"] if isinstance(m, ToolMessage)]
     assert ids == ["c1", "c2"] and harness.total_handler_calls() == 0
+
+
+# ---- the bookkeeping channel (where LangGraph stores the grouped keys: `toolgate.graph.stored`) ----
+
+
+def test_a_forged_bookkeeping_value_is_refused(harness: Harness) -> None:
+    graph, operation_key = write_approved_at_interrupt(harness, "t-book-forged")
+    stored = graph.get_state(cfg("t-book-forged")).values
+    budget = {**stored["bookkeeping"]["budget"], "max_tool_calls": 10**6}
+    graph.update_state(cfg("t-book-forged"), {"bookkeeping": {"budget": budget}})
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-book-forged"), context=Context())
+    assert final["status"] == "refused" and harness.handler_calls["issue_refund"] == 0
+    assert harness.payments() == 0
+    events = tampered_events(harness, "t-book-forged")
+    assert len(events) == 1 and events[0].detail["keys"] == ["budget"]
+    assert events[0].code == "state_tampered"
+    op = harness.store.operations.get(operation_key)
+    assert op is not None and op.status == "approved"
+
+
+def test_bookkeeping_replayed_from_another_thread_is_refused(harness: Harness) -> None:
+    # another thread of another customer, with its own principal, budget and seal
+    other = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "o1")), ai("done")])
+    other_graph = harness.graph(other)
+    start(other_graph, "status of O-5512", "cust-gina", "t-book-other")
+    graph, _ = write_approved_at_interrupt(harness, "t-book-replayed")
+    theirs = other_graph.get_state(cfg("t-book-other")).values["bookkeeping"]
+    assert theirs["principal"]["user_id"] == "cust-gina" and theirs["seal"]
+    graph.update_state(cfg("t-book-replayed"), {"bookkeeping": theirs})  # every key, its seal too
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-book-replayed"), context=Context())
+    assert final["status"] == "refused" and harness.payments() == 0
+    assert harness.handler_calls["issue_refund"] == 0
+    (event,) = tampered_events(harness, "t-book-replayed")
+    assert event.code == "state_tampered" and event.detail["keys"]  # the other thread's seal binds it
+
+
+def test_dropped_bookkeeping_is_refused(harness: Harness) -> None:
+    graph, _ = write_approved_at_interrupt(harness, "t-book-dropped")
+    graph.update_state(cfg("t-book-dropped"), {"bookkeeping": Overwrite({})})
+    assert gateway_state(graph.get_state(cfg("t-book-dropped")).values).get("principal") is None
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-book-dropped"), context=Context())
+    assert final["status"] == "refused" and harness.payments() == 0
+    assert harness.handler_calls["issue_refund"] == 0
+    (event,) = tampered_events(harness, "t-book-dropped")
+    # without its seal the thread reads as never sealed, which may hold only the user's input
+    assert event.code == "state_tampered" and "messages" in event.detail["keys"]
+    again = graph.invoke(
+        {"messages": [HumanMessage("try again")]},
+        cfg("t-book-dropped"),
+        context=Context(principal=principal("cust-ada")),
+    )
+    assert again["status"] == "refused" and harness.total_handler_calls() == 0
+    assert len(tampered_events(harness, "t-book-dropped")) == 1

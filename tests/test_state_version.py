@@ -39,6 +39,7 @@ from toolgate.graph.seals.seal import (
 )
 from toolgate.graph.seals.updates import apply_update
 from toolgate.graph.seals.versions import CURRENT_VERSION, UNSUPPORTED, migrate, pending_update
+from toolgate.graph.state import gateway_state
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -68,7 +69,7 @@ class Saved:
     operation_key: str
 
     def values(self) -> dict[str, Any]:
-        return dict(self.graph.get_state(cfg(self.thread)).values)
+        return dict(gateway_state(self.graph.get_state(cfg(self.thread)).values))
 
     def resume(self, command: Command[Any] = WAKE) -> dict[str, Any]:
         result: dict[str, Any] = self.graph.invoke(
@@ -164,7 +165,7 @@ def test_every_step_after_the_threads_version_runs_once_in_order(
 
     fresh = saved.harness.graph(ScriptedChatModel(responses=[ai("hello")]))
     start(fresh, "hi", "cust-ada", "t-new")
-    assert fresh.get_state(cfg("t-new")).values["state_version"] == 3 and len(seen) == 1
+    assert gateway_state(fresh.get_state(cfg("t-new")).values)["state_version"] == 3 and len(seen) == 1
 
 
 @pytest.mark.parametrize(
@@ -211,7 +212,7 @@ def waiting(harness: Harness, thread: str) -> tuple[Any, str]:
 
 def forge(harness: Harness, graph: Any, thread: str, update: dict[str, Any]) -> None:
     """Apply ``update`` with a seal that verifies: written by trusted code (another release)."""
-    values = graph.get_state(cfg(thread)).values
+    values = gateway_state(graph.get_state(cfg(thread)).values)
     graph.update_state(
         cfg(thread), {**update, "seal": seal_of(harness.store.keys, thread, apply_update(values, update))}
     )
@@ -219,7 +220,7 @@ def forge(harness: Harness, graph: Any, thread: str, update: dict[str, Any]) -> 
 
 def test_a_new_thread_starts_at_the_current_version(harness: Harness) -> None:
     graph, _ = waiting(harness, "t-fresh")
-    values = graph.get_state(cfg("t-fresh")).values
+    values = gateway_state(graph.get_state(cfg("t-fresh")).values)
     assert values["state_version"] == CURRENT_VERSION and values["seal"]["v"] == SEAL_VERSION
     assert Sealer(harness.store.keys, "t-fresh").sealed_version(values) == CURRENT_VERSION
 
@@ -229,12 +230,12 @@ def test_a_newer_state_is_refused_with_a_stable_code_and_left_as_it_is(
 ) -> None:
     graph, operation_key = waiting(harness, "t-newer")
     forge(harness, graph, "t-newer", {"state_version": CURRENT_VERSION + 1})
-    before = graph.get_state(cfg("t-newer")).values
+    before = gateway_state(graph.get_state(cfg("t-newer")).values)
     with pytest.raises(RunRefused, match=UNSUPPORTED) as refused:
         graph.invoke(WAKE, cfg("t-newer"), context=Context(principal=principal("cust-ada")))
     assert refused.value.code == UNSUPPORTED == "state_version_unsupported"
     assert harness.handler_calls["issue_refund"] == 0 and harness.payments() == 0
-    after = graph.get_state(cfg("t-newer")).values
+    after = gateway_state(graph.get_state(cfg("t-newer")).values)
     assert after == before and after["state_version"] == CURRENT_VERSION + 1
     op = harness.store.operations.get(operation_key)
     assert op is not None and op.status == "approved"
@@ -270,7 +271,9 @@ def without_version_tag(seal: Mapping[str, Any]) -> dict[str, str]:
     ("claim", "keys"),
     [
         (lambda v: {"state_version": CURRENT_VERSION + 1}, ["state_version"]),  # newer, unsealed
-        (lambda v: {"state_version": None}, ["state_version"]),  # older, to be migrated again
+        # older, to be migrated again (emptied where the version is stored: an empty channel of
+        # its own reads as the grouped one, `gateway_state`)
+        (lambda v: {"bookkeeping": {"state_version": None}}, ["state_version"]),
         (lambda v: {"seal": without_version_tag(v["seal"])}, ["seal"]),
         (lambda v: {"seal": {"v": LEGACY_SEAL_VERSION}, "state_version": CURRENT_VERSION + 1}, ["seal"]),
     ],
@@ -280,13 +283,16 @@ def test_a_version_claimed_outside_the_gateway_is_tampering(
     harness: Harness, claim: Any, keys: list[str]
 ) -> None:
     graph, _ = waiting(harness, "t-claim")
-    graph.update_state(cfg("t-claim"), claim(graph.get_state(cfg("t-claim")).values))
+    graph.update_state(cfg("t-claim"), claim(gateway_state(graph.get_state(cfg("t-claim")).values)))
     final = graph.invoke(WAKE, cfg("t-claim"), context=Context(principal=principal("cust-ada")))
     assert final["status"] == "refused" and harness.payments() == 0
     tampered = events(harness, "state.tampered")
     assert len(tampered) == 1 and tampered[0].detail["keys"] == keys
     # the refusal seals no version it was not shown by a seal: the thread stays refused, quietly
-    assert graph.get_state(cfg("t-claim")).values.get("state_version") in (None, CURRENT_VERSION)
+    assert gateway_state(graph.get_state(cfg("t-claim")).values).get("state_version") in (
+        None,
+        CURRENT_VERSION,
+    )
     again = graph.invoke(
         {"messages": [HumanMessage("again")]},
         cfg("t-claim"),
@@ -299,7 +305,7 @@ def test_a_version_claimed_outside_the_gateway_is_tampering(
 def test_a_current_seal_cannot_pass_for_one_made_before_versions(harness: Harness) -> None:
     """Every MAC names its seal's form: relabelled as a version-1 seal, none of them verifies."""
     graph, _ = waiting(harness, "t-relabel")
-    values = graph.get_state(cfg("t-relabel")).values
+    values = gateway_state(graph.get_state(cfg("t-relabel")).values)
     assert Sealer(harness.store.keys, "t-relabel").tampered_keys(
         apply_update(values, without_version(values))
     )

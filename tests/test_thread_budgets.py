@@ -11,6 +11,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from support import Harness, principal, tool_messages
 
 from toolgate.graph import Context
+from toolgate.graph.state import gateway_state
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 
@@ -32,7 +33,8 @@ def test_a_later_turn_counts_against_the_limits_the_thread_started_with(harness:
     state = ask(
         first, "t-kept", Context(principal=principal("cust-ada"), max_tool_calls=2, max_identical_calls=9)
     )
-    assert state["budget"]["max_tool_calls"] == 2 and state["budget"]["tool_calls"] == 1
+    budget = gateway_state(state)["budget"]
+    assert budget["max_tool_calls"] == 2 and budget["tool_calls"] == 1
     # a second turn, in a graph of a process whose own defaults are generous (40 calls)
     later = harness.graph(model, saver)
     state = ask(later, "t-kept", Context(principal=principal("cust-ada")))
@@ -40,7 +42,7 @@ def test_a_later_turn_counts_against_the_limits_the_thread_started_with(harness:
     # the turn crosses the thread's budget at c2: the whole turn stops (c1 is answered, not run)
     assert answered["c1"]["error"] == "task_stopped" and answered["c2"]["error"] == "budget_exhausted"
     assert harness.handler_calls["lookup_order"] == 1 and state["status"] == "needs_review"
-    assert state["budget"]["max_tool_calls"] == 2  # the resume did not reset it
+    assert gateway_state(state)["budget"]["max_tool_calls"] == 2  # the resume did not reset it
 
 
 def test_raising_the_thread_budget_through_state_is_refused_as_tampering(harness: Harness) -> None:
@@ -50,7 +52,7 @@ def test_raising_the_thread_budget_through_state_is_refused_as_tampering(harness
     )
     cfg = {"configurable": {"thread_id": "t-raise"}}
     state = ask(graph, "t-raise", Context(principal=principal("cust-ada"), max_tool_calls=1))
-    graph.update_state(cfg, {"budget": {**state["budget"], "max_tool_calls": 1000}})
+    graph.update_state(cfg, {"budget": {**gateway_state(state)["budget"], "max_tool_calls": 1000}})
     state = ask(graph, "t-raise", Context(principal=principal("cust-ada")))
     assert state["status"] == "refused" and harness.handler_calls["lookup_order"] == 1
     tampered = [e for e in harness.store.audit.events() if e.event == "state.tampered"]

@@ -25,6 +25,7 @@ from test_release_control_routing import admin
 from toolgate.errors import ReleaseControlError
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
+from toolgate.graph.state import gateway_state
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.releases.migrate import migrate_thread
@@ -56,7 +57,8 @@ def status_of(graph: Any) -> Any:
 
 
 def resume(graph: Any, thread: str) -> dict[str, Any]:
-    return dict(
+    """Wake ``thread``; the output as clients read it (`gateway_state`)."""
+    return gateway_state(
         graph.invoke(
             Command(resume={"wake": True}), {"configurable": {"thread_id": thread}}, context=Context()
         )

@@ -46,6 +46,7 @@ from toolgate.evals.captured.rows import CapturedCase, body_of
 from toolgate.evals.fixtures import EvalCase
 from toolgate.evals.runner import default_people
 from toolgate.evals.signoff import SIGN_OFF_ROLES
+from toolgate.graph.state import gateway_state
 from toolgate.policy.identities import ALL_TENANTS_AUDITOR_ROLE
 from toolgate.policy.output import redact_personal_text
 from toolgate.policy.principal import Principal
@@ -150,7 +151,7 @@ def capture(
     tenant: str | None = None
     try:
         found = resolve(store, source)
-        values = read_state(found.thread_id) or {}
+        values = gateway_state(read_state(found.thread_id) or {})  # the grouped keys as keys
         claimed = values.get("principal")
         tenant = str(claimed.get("tenant_id")) if isinstance(claimed, Mapping) else None
         if not values.get("messages") or tenant is None:

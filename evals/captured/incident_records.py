@@ -29,6 +29,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from toolgate.errors import REJECTION_CODES, StoreError, ToolgateUsageError
 from toolgate.evals.observation import call_outcomes
 from toolgate.graph.seals.seal import tampered_keys
+from toolgate.graph.state import gateway_state
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import audit_call_id
 from toolgate.store.audit_records import AuditEvent
@@ -135,6 +136,7 @@ def read_incident(
 ) -> Incident:
     """The verified facts of the task turn of ``thread_id`` holding ``focus_call`` (the last task
     turn when None), from its checkpointed ``values`` and the store; `CaptureRefused` otherwise."""
+    values = gateway_state(values)  # the grouped keys (principal, release, budget) as keys
     messages: list[BaseMessage] = list(values.get("messages") or [])
     if not messages:
         raise CaptureRefused("not_found", f"no thread, operation or proposal {thread_id}")

@@ -43,6 +43,7 @@ from toolgate.cli.lines import kv_line
 from toolgate.graph.bootstrap import App
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import PROVENANCE_NOTE
+from toolgate.graph.state import gateway_state
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.output import count_secrets, redact
 from toolgate.policy.principal import Principal
@@ -67,6 +68,7 @@ def report(
 ) -> None:
     """The thread's lines; the check lines too when ``application`` and ``history`` (the thread's
     checkpoints, newest first, as `graph.get_state_history` gives them) are given."""
+    result = gateway_state(result)  # a run's output or a thread's values: grouped keys as keys
     interrupts = result.get("__interrupt__") or []
     print_line(
         _kv(
@@ -190,6 +192,7 @@ def request_state_line(
     application: App, result: dict[str, Any], history: Sequence[Any], events: Sequence[AuditEvent]
 ) -> str:
     """The seeds' request-state line for the thread's last model request."""
+    result = gateway_state(result)
     gw = application.gateway
     response = next((e for e in reversed(events) if e.event == "model.response"), None)
     detail = response.detail if response is not None and isinstance(response.detail, dict) else {}
@@ -255,6 +258,7 @@ def wrapped_as_data(content: str) -> str:
 
 def continuation_lines(application: App, result: dict[str, Any], events: Sequence[AuditEvent]) -> list[str]:
     """One line per tool result of this task turn (after the last user message)."""
+    result = gateway_state(result)
     messages = list(result.get("messages") or [])
     start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
     budget = result.get("budget") or {}
