@@ -245,6 +245,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from toolgate.graph import Context
+from toolgate.graph.state import gateway_state
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
@@ -285,7 +286,7 @@ for text in ("Hello", "Where is my order O-5512?"):  # the first turn sets the d
         {"configurable": {"thread_id": "t-skew-deadline"}},
         context=Context(principal=demo_principals()["cust-ada"], deadline_s=deadline_s),
     )
-    turns.append(final["deadline_at"])
+    turns.append(gateway_state(final)["deadline_at"])  # a grouped key: read through the flat view
 print(json.dumps({
     "clock": datetime.now(UTC).isoformat(),
     "store_clock": store_clock.isoformat(),
