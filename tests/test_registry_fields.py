@@ -263,3 +263,28 @@ def test_an_upstream_tools_scopes_and_roles_must_be_lists_of_names(field: str, v
         operator_policy("set_alert", entry)
     assert refused.value.tool == "set_alert"
     assert operator_policy("set_alert", {**entry, field: ["ops:restart"]}) is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [
+        ("max_output_bytes", True, "an integer"),
+        ("max_output_bytes", "4096", "an integer"),
+        ("max_output_bytes", 4096.5, "an integer"),
+        ("timeout_s", True, "a number"),
+        ("timeout_s", "30", "a number"),
+    ],
+)
+def test_an_upstream_tools_limits_must_be_numbers_as_written(field: str, value: Any, kind: str) -> None:
+    """Before, ``"max_output_bytes": true`` in an MCP upstream's policy file was converted with
+    ``int()`` into a 1-byte output limit, ``"4096.5"`` and ``"30"`` into whatever they parsed to;
+    a limit is now taken only as the JSON number it was written as."""
+    from toolgate.graph.mcp.upstream import operator_policy
+
+    entry = {"risk": "caution", "owner": "ops", "approval": "operator", "effect": "Sets an alert."}
+    entry |= {"no_rollback": "alerts expire", field: value}
+    with pytest.raises(RegistryError, match=f"{field} must be {kind}") as refused:
+        operator_policy("set_alert", entry)
+    assert refused.value.tool == "set_alert"
+    written = operator_policy("set_alert", {**entry, field: 512})
+    assert getattr(written, field) == 512

@@ -72,6 +72,15 @@ def _names(value: Any, field: str) -> frozenset[str]:
     return frozenset(value)
 
 
+def _number(value: Any, field: str, *, whole: bool = False) -> Any:
+    """A JSON number as it was written; ``true``, ``"30"`` or (for a ``whole`` field) ``4096.5``
+    is refused rather than converted (``int(True)`` would be a 1-byte output limit)."""
+    kinds: tuple[type, ...] = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ValueError(f"{field} must be {'an integer' if whole else 'a number'} (got {value!r})")
+    return value
+
+
 def operator_policy(name: str, entry: Mapping[str, Any]) -> OperatorPolicy:
     """One tool's `OperatorPolicy` from its entry in the policy file."""
     unknown = sorted(set(entry) - POLICY_FIELDS)
@@ -86,8 +95,8 @@ def operator_policy(name: str, entry: Mapping[str, Any]) -> OperatorPolicy:
             approval=ApprovalClass.parse(entry["approval"]) if "approval" in entry else None,
             effect=entry.get("effect"),
             rollback=NoRollback(str(entry["no_rollback"])) if "no_rollback" in entry else None,
-            timeout_s=float(entry["timeout_s"]) if "timeout_s" in entry else None,
-            max_output_bytes=int(entry.get("max_output_bytes", 4096)),
+            timeout_s=float(_number(entry["timeout_s"], "timeout_s")) if "timeout_s" in entry else None,
+            max_output_bytes=_number(entry.get("max_output_bytes", 4096), "max_output_bytes", whole=True),
             version=str(entry.get("version", "1.0.0")),
             handler_revision=entry.get("handler_revision"),
             exposed_to_roles=_names(roles, "exposed_to_roles") if roles is not None else None,
