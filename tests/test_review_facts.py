@@ -177,3 +177,28 @@ def test_proposals_show_prints_what_a_purchase_order_buys(tmp_path: Path) -> Non
     assert "review_details_error" not in line, shown.stdout + shown.stderr
     details = json.loads(json.loads(line.removeprefix("review_details=")))  # one quoted token (cli.lines)
     assert details == facts["details"] and details["total_cents"] == preview["total_cents"]
+
+
+def test_a_resume_that_decides_runs_no_lookup(store: Store) -> None:
+    """The payload a resume builds is thrown away (LangGraph returns the resume value instead of
+    pausing), so the tenant's lookup, which is loaded code and may call the tenant's system, runs
+    only when the node pauses. Before, every resume ran it once more for nothing."""
+    calls: list[str] = []
+    base = shared_registry(store)
+    looked_up = base.tools[TOOL].review_details
+    assert looked_up is not None
+
+    def counted(args: Any, ctx: Any) -> Any:
+        calls.append(ctx.tenant_id)
+        return looked_up(args, ctx)
+
+    registry = with_override(base, review_details=counted)
+    graph, facts, _ = pending(store, registry)
+    assert calls == ["acme"] and facts["details"]["total_cents"]  # the pause looked it up, once
+    done = graph.invoke(
+        Command(resume={"decisions": [{"type": "approve"}]}),
+        {"configurable": {"thread_id": "t-create"}},
+        context=Context(principal=principal("paul")),
+    )
+    assert "__interrupt__" not in done and done["outcomes"]["c1"]["status"] == "completed", done
+    assert calls == ["acme"]  # the resume that decided looked nothing up

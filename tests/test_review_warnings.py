@@ -11,10 +11,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from langgraph.types import Command
 from starlette.testclient import TestClient
 from support import Harness, principal, start
 
 import toolgate.graph.server.http as http
+from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.edits import edit_proposal
 from toolgate.graph.review.proposals import MAX_REQUESTER_TEXT
@@ -192,3 +194,56 @@ def test_the_related_proposals_are_only_those_the_caller_could_open(store: Store
         (staff["proposal_id"], "rita")
     ]
     assert [w["kind"] for w in reviewed["warnings"]] == ["same_resource"]
+
+
+def test_the_interrupt_shows_the_warnings_the_console_shows_its_requester(store: Store) -> None:
+    """Before, the approval interrupt (what Studio and chat UIs show) carried the review facts and
+    the identical writes but none of the console's warnings: a reviewer answering in a chat UI
+    approved a refund the console would have flagged. The payload is readable by whoever may read
+    the thread, so it counts the other proposals its requester could open themselves, as the
+    console shows them to her."""
+    harness = Harness(store)
+    staff = propose(harness, "t-staff", 1000, user="rita")  # not ada's to open: never counted for her
+    assert staff["warnings"] == []
+    first = propose(harness, "t-1", 2000)
+    assert first["warnings"] == view(harness, first["proposal_id"], "cust-ada")["warnings"] == []
+    propose(harness, "t-2", 2000)
+    third = propose(harness, "t-3", 2000)
+    assert third["warnings"] == view(harness, third["proposal_id"], "cust-ada")["warnings"]
+    assert third["warnings"] == [
+        {
+            "kind": "same_resource",
+            "message": "2 other issue_refund proposals for order O-5512 are pending or approved (listed below).",
+        },
+        {
+            "kind": "exceeds_remaining",
+            "message": "Together with this one they ask for 6000 cents; only 4999 cents remain."
+            " Approving all of them would fail at execution.",
+        },
+    ]
+
+
+def test_the_interrupt_warns_when_the_tools_own_check_would_refuse_now(store: Store) -> None:
+    """The check runs each time the node pauses: a wake-up after the order changed shows it."""
+    harness = Harness(store)
+    call = tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}, "c1")
+    graph = harness.graph(ScriptedChatModel(responses=[ai("", call), ai("done")]))
+    facts = start(graph, ASK, "cust-ada", "t-over")["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    assert facts["warnings"] == []
+    with store.transaction() as tx:  # meanwhile, part of the order was refunded elsewhere
+        tx.execute("UPDATE sor_orders SET refunded_cents = 2000 WHERE order_id = 'O-5512'")
+    again = graph.invoke(
+        Command(resume={"wake": True}),
+        {"configurable": {"thread_id": "t-over"}},
+        context=Context(principal=principal("cust-ada")),
+    )
+    (shown,) = again["__interrupt__"][0].value["toolgate"]["proposals"]
+    assert shown["proposal_id"] == facts["proposal_id"]
+    assert shown["warnings"] == [
+        {
+            "kind": "semantic_check",
+            "message": "If approved now, execution would be refused: amount_cents must be at most the"
+            " unrefunded amount of the order (2999).",
+        }
+    ]
+    assert shown["details"]["remaining_cents"] == 2999

@@ -1,15 +1,17 @@
 """The approval node: it pauses the thread with `interrupt()`, and records decisions sent with the resume.
 
 LangGraph re-runs this node from its start on resume, so nothing before `interrupt()` may have a
-side effect. The listing of identical writes of the task shown to the reviewer is read only when
-the node pauses (into the payload LangGraph then records); a resume throws the payload away, so
-it reads none. The payload follows LangChain's human-in-the-loop request shape (``action_requests``
-and ``review_configs``) with toolgate's proposal facts alongside, so Studio and chat UIs can answer
-it. A resume is a wake-up, or carries decisions (`toolgate.graph.review.hitl`): those are recorded in the
-store as the authenticated person resuming, with every approval rule applied; refusals come back
-in ``review`` and in the next interrupt (``toolgate.last_review``, and at the head of the refused
-request's description, which chat UIs show). Authority is the store's approval records, which the
-execute node re-checks before the claim.
+side effect. What is shown to the reviewer beside each proposal (the tool's review facts, the
+identical writes of the task, the warnings the console shows) is looked up only when the node
+pauses, into the payload LangGraph then records; a resume throws the payload away, so it runs
+none of those lookups (two of them are loaded code). The payload follows LangChain's
+human-in-the-loop request shape (``action_requests`` and ``review_configs``) with toolgate's
+proposal facts alongside, so Studio and chat UIs can answer it. A resume is a wake-up, or
+carries decisions (`toolgate.graph.review.hitl`): those are recorded in the store as the
+authenticated person resuming, with every approval rule applied; refusals come back in
+``review`` and in the next interrupt (``toolgate.last_review``, and at the head of the refused
+request's description, which chat UIs show). Authority is the store's approval records, which
+the execute node re-checks before the claim.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.hitl import apply_decisions
+from toolgate.graph.review.related import same_resource
+from toolgate.graph.review.warnings import review_warnings
+from toolgate.graph.server.access import visible
 from toolgate.graph.state import GatewayState
+from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
@@ -34,10 +40,10 @@ UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer
 """Refusals made here, before `decide` or `edit_proposal` (which audit their own)."""
 
 
-def hitl_request(gw: Gateway, state: GatewayState, *, identical: bool = True) -> dict[str, Any]:
-    """The interrupt payload for every proposal of this turn that awaits approval (reads only).
-    ``identical=False`` leaves out the listing of identical writes of the task (an empty
-    ``identical_in_thread``, no ``note``) for `add_identical` to fill in once the node pauses."""
+def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
+    """The interrupt payload for every proposal of this turn that awaits approval (reads only),
+    without what is shown to the reviewer beside each (`add_shown` fills that in once the node
+    pauses): what a resume needs to record decisions."""
     calls = state.get("calls", {})
     review = state.get("review") or {}
     actions: list[dict[str, Any]] = []
@@ -59,9 +65,6 @@ def hitl_request(gw: Gateway, state: GatewayState, *, identical: bool = True) ->
             }
         )
         configs.append({"action_name": proposal.tool, "allowed_decisions": ALLOWED_DECISIONS})
-        # the tenant's own lookup; a failing one is shown, never raised (this node re-runs on resume)
-        details, details_error = review_facts(gw.registry, proposal)
-        earlier = identical_in_thread(gw, proposal) if identical else []
         proposals.append(
             {
                 "call_id": call_id,
@@ -81,10 +84,11 @@ def hitl_request(gw: Gateway, state: GatewayState, *, identical: bool = True) ->
                 "expires_at": proposal.expires_at,
                 "status": "pending_approval",
                 "execution_started": False,
-                "details": details,
-                "details_error": details_error,
-                "identical_in_thread": earlier,
-                "note": identical_note(proposal.tool, earlier),
+                "details": None,
+                "details_error": None,
+                "identical_in_thread": [],
+                "note": "",
+                "warnings": [],
             }
         )
     return {
@@ -111,14 +115,29 @@ def identical_note(tool: str, earlier: list[dict[str, str]]) -> str:
     return f"An identical {tool} already ran (or may have) in this task: approving makes a second effect."
 
 
-def add_identical(gw: Gateway, request: dict[str, Any]) -> None:
-    """Fill in each proposal's `identical_in_thread` listing and note in ``request`` (built with
-    ``identical=False``), in place."""
+def add_shown(gw: Gateway, request: dict[str, Any], requester: Principal | None) -> None:
+    """Fill in, in place, what ``request`` (`hitl_request`) shows the reviewer beside each proposal:
+    the tool's review facts (the tenant's own lookup; a failing one is shown, never raised), the
+    identical writes of the task, and the warnings the console shows (`review_warnings`: the
+    tool's semantic check of the stored arguments now, and the other live proposals on the same
+    resource). The payload is readable by whoever may read the thread, so the other proposals a
+    warning counts are only those ``requester`` (the thread's principal; None: none) could open
+    themselves."""
     for shown in request["toolgate"]["proposals"]:
         proposal = gw.executor.proposal(shown["proposal_id"])  # immutable: read once per process
-        if proposal is not None:
-            shown["identical_in_thread"] = identical_in_thread(gw, proposal)
-            shown["note"] = identical_note(proposal.tool, shown["identical_in_thread"])
+        if proposal is None:
+            continue
+        details, details_error = review_facts(gw.registry, proposal)
+        related = [
+            r
+            for r in same_resource(gw.store, gw.registry, proposal)
+            if requester is not None and visible(gw, requester, r.proposal)
+        ]
+        warnings = review_warnings(gw.registry, proposal, "pending_approval", related, details)
+        shown["details"], shown["details_error"] = details, details_error
+        shown["identical_in_thread"] = identical_in_thread(gw, proposal)
+        shown["note"] = identical_note(proposal.tool, shown["identical_in_thread"])
+        shown["warnings"] = [w.view() for w in warnings]
 
 
 def refusal_note(review: dict[str, Any], proposal_id: str) -> str:
@@ -140,14 +159,16 @@ def make_approval_node(gw: Gateway) -> Any:
     """Build the ``approval`` node."""
 
     def approval(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
-        request = hitl_request(gw, state, identical=False)
+        request = hitl_request(gw, state)
         try:
             resume = interrupt(request)
         except GraphInterrupt:
-            # Pausing: the payload LangGraph records and shows is this very ``request``, so the
-            # listing of identical writes (a read, no side effect) is filled in now. On a resume
-            # `interrupt` returns instead and the payload is thrown away: nothing to read.
-            add_identical(gw, request)
+            # Pausing: the payload LangGraph records and shows is this very ``request``, so what
+            # the reviewer is shown (lookups, no side effect) is filled in now. On a resume
+            # `interrupt` returns instead and the payload is thrown away: nothing to look up.
+            # the thread's recorded principal, not the run's: a resume by anyone pauses the same
+            recorded = state.get("principal")
+            add_shown(gw, request, Principal.from_dict(recorded) if recorded else None)
             raise
         principal_of(state, runtime)  # someone of another tenant is refused before anything is recorded
         reviewer = context_of(runtime).principal
@@ -176,7 +197,7 @@ def make_approval_node(gw: Gateway) -> Any:
 
 
 __all__ = [
-    "add_identical",
+    "add_shown",
     "hitl_request",
     "identical_in_thread",
     "identical_note",
