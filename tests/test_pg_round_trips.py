@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 56
+ROUND_TRIPS_PER_APPROVED_WRITE = 59
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -62,7 +62,12 @@ clock: 59 -> 56 (the model node's two turns and dispatch judge the task's deadli
 windows by `Store.calibrated_now`, the store's last reading of its clock plus monotonic time since,
 instead of a standalone clock read each; the execute node still reads the clock, its expiry
 judgment writes). Their reading is the previous transaction's, milliseconds old here; it is read
-anew only when older than `CLOCK_REUSE_S` (5 s; an hour while this write is counted)."""
+anew only when older than `CLOCK_REUSE_S` (5 s; an hour while this write is counted). The
+console's warnings in the approval interrupt: 56 -> 59, on purpose (a reviewer answering in a chat
+UI was not warned that a refund exceeds what remains of the order): the pause runs the tool's
+semantic check (4, the demo order read in a transaction of the system of record) and reads the
+other proposals of the same resource (3), while the resume no longer runs the review lookup for
+a payload it throws away (-4)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 6
 """Every ``BEGIN`` the write sends (the model's two turns, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's
