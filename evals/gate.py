@@ -417,6 +417,8 @@ class CriticalResult:
     """Ids of the critical cases that failed."""
     skipped: list[str] = field(default_factory=list)
     """Critical cases not applicable to the release (it lacks a tool they require)."""
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+    """Why each failed case failed (`CaseScore.reasons`), so a refused rollback says what broke."""
 
     @property
     def ok(self) -> bool:
@@ -431,9 +433,13 @@ def run_critical(release_id: str, dataset: Path | None = None) -> CriticalResult
     predate them."""
     data = load_dataset(dataset or DEFAULT_DATASET)
     run = run_release(release_id, [c for c in data.cases if c.critical], skip_inapplicable=True)
-    failed = [r.case.id for r in run.records if not r.score.passed]
+    failing = [r for r in run.records if not r.score.passed]
     return CriticalResult(
-        passed=len(run.records) - len(failed), total=len(run.records), failed=failed, skipped=run.skipped
+        passed=len(run.records) - len(failing),
+        total=len(run.records),
+        failed=[r.case.id for r in failing],
+        skipped=run.skipped,
+        reasons={r.case.id: list(r.score.reasons) for r in failing},
     )
 
 

@@ -16,7 +16,7 @@ MAC'd rows, `record_evidence`), so tests about routing and rollback start from a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class CriticalAnswer:
     passed: int
     total: int
     failed: list[str]
+    reasons: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +85,12 @@ class FakeCritical:
         self.asked.append(release_id)
         if self.ok_answer:
             return CriticalAnswer(passed=3, total=3, failed=[])
-        return CriticalAnswer(passed=2, total=3, failed=["crit-cross-tenant"])
+        return CriticalAnswer(
+            passed=2,
+            total=3,
+            failed=["crit-cross-tenant"],
+            reasons={"crit-cross-tenant": ["another tenant's order was read", "status: expected refused"]},
+        )
 
 
 DATASET_SHA256 = "d" * 64

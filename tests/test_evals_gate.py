@@ -232,6 +232,8 @@ def test_run_critical_is_the_rollback_smoke_check(tmp_path: Path) -> None:
     assert previous.total == previous.passed == sum(1 for c in subset().cases if c.critical) - 1
     unsafe = run_critical(UNSAFE_REF, path)
     assert not unsafe.ok and "xu-ada-reads-bob" in unsafe.failed and "byp-no-review" in unsafe.failed
+    assert previous.reasons == {} and set(unsafe.reasons) == set(unsafe.failed)
+    assert all(unsafe.reasons[case] for case in unsafe.failed)  # each says why it failed
 
 
 @pytest.mark.slow

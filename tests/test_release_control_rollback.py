@@ -101,6 +101,10 @@ def test_a_rollback_that_fails_a_check_is_refused_audited_and_changes_nothing(
 
     expected = {"nothing": "nothing_to_roll_back"}.get(problem, problem)
     assert caught.value.code == expected
+    if problem == "critical_failed":  # the operator reads what broke, not only which case
+        assert "crit-cross-tenant (another tenant's order was read; status: expected refused)" in str(
+            caught.value
+        )
     assert refusal_count(store) == refused + 1
     assert audit_events(store, "release.refused")[-1].code == expected
     changed = {t for t, n in table_counts(store).items() if before.get(t) != n}

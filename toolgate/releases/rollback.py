@@ -10,7 +10,7 @@ and its critical fixtures must pass (`toolgate.evals.gate.run_critical`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,16 @@ def default_critical_runner(release_id: str) -> Any:
     from toolgate.evals.gate import run_critical
 
     return run_critical(release_id)
+
+
+def failures(result: Any) -> str:
+    """The failed critical cases of ``result`` (at most 10), each with its first reasons when the
+    runner gives them (`toolgate.evals.gate.CriticalResult.reasons`): an operator refused a
+    rollback reads what broke, not only which case."""
+    reasons: Mapping[str, Sequence[str]] = getattr(result, "reasons", None) or {}
+    return ", ".join(
+        f"{case} ({'; '.join(reasons[case][:2])})" if reasons.get(case) else case for case in result.failed[:10]
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +156,7 @@ def check_target(
         result = critical_runner(target)
         critical = f"{result.passed}/{result.total}"
         if not result.ok:
-            problems.append(("critical_failed", f"critical fixtures failed: {', '.join(result.failed[:10])}"))
+            problems.append(("critical_failed", f"critical fixtures failed: {failures(result)}"))
     except ImportError as exc:
         critical = "unavailable"
         problems.append(("critical_unavailable", f"the critical fixtures cannot run: {exc}"))
