@@ -29,7 +29,7 @@ from support import Harness, principal, shift_store_clock, start
 from toolgate.clock import parse_iso
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.graph.seals.seal import SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
+from toolgate.graph.seals.seal import HEX_SEAL_VERSION, SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
 from toolgate.graph.state import GROUPED_KEYS, MESSAGE_SNAPSHOT_WRITES, gateway_state, held
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
@@ -183,7 +183,7 @@ def test_a_thread_saved_by_aa85c0b_resumes_with_its_handler_run_once(saved_by_aa
     saved = saved_by_aa85c0b
     values = saved.values()
     assert [m.id for m in values["messages"]] == saved.facts["message_ids"]
-    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == SEAL_VERSION
+    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == HEX_SEAL_VERSION
     assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
     decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
     done = saved.resume()  # the refund, then the model reads another order and answers
