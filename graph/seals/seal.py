@@ -104,7 +104,7 @@ def _hex_of(text: Any) -> str | None:
     if not isinstance(text, str):
         return None
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).hex()
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True).hex()
     except (binascii.Error, ValueError):
         return None
 
