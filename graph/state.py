@@ -110,6 +110,21 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
     return {**(left or {}), **(right or {})}
 
 
+def merge_call_records(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Reducer of ``calls``: a record written whole (it names its ``call_id``) replaces the one
+    held under its id; a record written without its ``call_id`` holds only the fields that changed
+    (what `toolgate.graph.stored` writes when a step moves a call on: its phase, a replacement
+    proposal's key and id) and replaces those fields of the record held."""
+    result = dict(left or {})
+    for call_id, record in (right or {}).items():
+        held_record = result.get(call_id)
+        if isinstance(record, dict) and "call_id" not in record and isinstance(held_record, dict):
+            result[call_id] = {**held_record, **record}
+        else:
+            result[call_id] = record
+    return result
+
+
 TaskStatus = Literal["running", "awaiting_approval", "waiting", "done", "needs_review", "refused"]
 """``waiting``: suspended on a durable wait for a job (`toolgate.graph.nodes.wait`); ``refused``: the
 thread's state was changed outside the gateway; nothing runs in it any more."""
@@ -125,7 +140,8 @@ class GatewayState(TypedDict, total=False):
     one holds the whole list in its checkpoints, which LangGraph reads as the channel's snapshot."""
     principal: dict[str, Any]
     release: str
-    calls: Annotated[dict[str, CallRecord], merge_dicts]
+    calls: Annotated[dict[str, CallRecord], merge_call_records]
+    """What trusted code decided about each call of the task turn, by call id (`merge_call_records`)."""
     screened: dict[str, str]
     """Calls of the latest model turn moved aside before storing, by call id, with their code
     (`toolgate.graph.nodes._bounds`); dispatch refuses them with that code."""
@@ -252,6 +268,7 @@ __all__ = [
     "add_message_writes",
     "gateway_state",
     "held",
+    "merge_call_records",
     "merge_dicts",
     "merge_writes",
 ]

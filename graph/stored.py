@@ -43,7 +43,11 @@ def stored_update(
     write, which the seal has judged by now) is moved into ``bookkeeping`` whole, its channel
     written empty (``None``, or an `Overwrite` with ``{}`` where the channel merges its writes):
     that step writes all of ``bookkeeping`` as an `Overwrite`, so a moved record replaces the one
-    held instead of merging field by field into it."""
+    held instead of merging field by field into it. A ``calls`` record that moves a call already
+    held on is written as the fields that changed (`moved_calls`)."""
+    calls = update.get("calls")
+    if isinstance(calls, Mapping) and calls:
+        update = {**update, "calls": moved_calls(stored.get("calls") or {}, calls)}
     written = [k for k in GROUPED_KEYS if k in update]
     legacy = [k for k in GROUPED_KEYS if held(stored, k)]
     if not update or not (written or legacy):
@@ -58,6 +62,29 @@ def stored_update(
         out["bookkeeping"] = Overwrite({**held_now, **{k: after.get(k) for k in legacy}})
     else:
         out["bookkeeping"] = changed
+    return out
+
+
+def moved_calls(held_calls: Mapping[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``calls`` write as it is stored: a record that moves a call already held on (its phase,
+    a replacement proposal) holds only the fields that changed, without its ``call_id``
+    (`toolgate.graph.state.merge_call_records` merges it into the record held); a new record, or
+    one that drops a field, is written whole. Execute marking a read done writes ``{"phase":
+    "done"}`` instead of the whole record again (its arguments included)."""
+    out: dict[str, Any] = {}
+    for call_id, record in written.items():
+        before = held_calls.get(call_id)
+        moved = (
+            isinstance(before, dict)
+            and isinstance(record, dict)
+            and before.get("call_id") == record.get("call_id") == call_id
+            and before.keys() <= record.keys()
+        )
+        if moved:
+            assert isinstance(before, dict)
+            out[call_id] = {f: v for f, v in record.items() if f not in before or before[f] != v}
+        else:
+            out[call_id] = record
     return out
 
 
@@ -113,4 +140,4 @@ def stored_route(route: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return on_view
 
 
-__all__ = ["StoredNode", "stored_node", "stored_route", "stored_update"]
+__all__ = ["StoredNode", "moved_calls", "stored_node", "stored_route", "stored_update"]

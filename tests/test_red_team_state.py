@@ -5,6 +5,8 @@ and a spent budget is reset by copying back an old ``budget``."""
 
 from __future__ import annotations
 
+import base64
+import math
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -16,12 +18,14 @@ from toolgate.graph.review.decisions import decide
 from toolgate.graph.seals.seal import (
     FORM_4_TAG_CHARS,
     FULL_MACS_SEAL_VERSION,
+    HEX_SEAL_VERSION,
     PREVIOUS_SEAL_VERSION,
     SEAL_VERSION,
     TAG_CHARS,
     TAGGED_SEAL_VERSION,
     Sealer,
     seal_tags,
+    seal_text,
     sealed_keys,
     tagged_seal,
 )
@@ -162,10 +166,16 @@ def test_a_thread_sealed_in_form_3_resumes_and_is_sealed_again_in_the_short_form
         "proposals"
     ][0]
     values = gateway_state(graph.get_state(cfg("t-form3")).values)
-    assert values["seal"]["v"] == SEAL_VERSION == "5"
-    assert len(values["seal"]["tags"]) == TAG_CHARS * len(sealed_keys())  # tags, not MACs
+    assert values["seal"]["v"] == SEAL_VERSION == "6"
+    # tags, not MACs: two bytes a key, and the 32 bytes of ``all``, as unpadded base64
+    assert len(values["seal"]["tags"]) == math.ceil(TAG_CHARS // 2 * len(sealed_keys()) * 4 / 3)
     assert list(seal_tags(values["seal"])) == list(sealed_keys())
-    assert len(values["seal"]["all"]) == 64
+    assert all(len(tag) == TAG_CHARS for tag in seal_tags(values["seal"]).values())
+    assert len(values["seal"]["all"]) == 43 and values["seal"]["all"] == seal_text(
+        Sealer(harness.store.keys, "t-form3")._all(
+            {k: Sealer(harness.store.keys, "t-form3")._mac(k, values) for k in sealed_keys()}
+        )
+    )
     graph.update_state(cfg("t-form3"), {"seal": _form_3(harness, "t-form3", values)})
     decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
     final = graph.invoke(Command(resume={"wake": True}), cfg("t-form3"), context=Context())
@@ -256,3 +266,57 @@ def test_a_form_5_seal_cannot_pass_for_form_4_nor_a_form_4_seal_for_form_5(harne
     assert sealer.tampered_keys({**values, "seal": as_5}) != []
     # a form-4 seal whose ``all`` binds other MACs: every tag matches, the seal does not
     assert sealer.tampered_keys({**values, "seal": {**form_4, "all": "0" * 64}}) == ["seal"]
+
+
+def _form_5(harness: Harness, thread: str, values: dict[str, Any]) -> dict[str, str]:
+    """The seal a thread saved before form 6 carries: the tags as one hex string and ``all`` in
+    hex, both over MACs naming form 5."""
+    sealer = Sealer(harness.store.keys, thread)
+    macs = {k: sealer._mac(k, values, HEX_SEAL_VERSION) for k in sealed_keys()}
+    tags = "".join(macs[k][:TAG_CHARS] for k in sealed_keys())
+    return {"v": HEX_SEAL_VERSION, "tags": tags, "all": sealer._all(macs, HEX_SEAL_VERSION)}
+
+
+def test_a_thread_sealed_in_form_5_resumes_and_is_sealed_again_in_form_6(harness: Harness) -> None:
+    refund = {**LOOKUP, "amount_cents": 1000, "reason": "damaged"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", refund, "c1")), ai("done")])
+    graph = harness.graph(model)
+    facts = start(graph, REFUND_REQUEST, "cust-ada", "t-form5")["__interrupt__"][0].value["toolgate"][
+        "proposals"
+    ][0]
+    values = gateway_state(graph.get_state(cfg("t-form5")).values)
+    form_5 = _form_5(harness, "t-form5", values)
+    assert Sealer(harness.store.keys, "t-form5").tampered_keys({**values, "seal": form_5}) == []
+    graph.update_state(cfg("t-form5"), {"seal": form_5})
+    decide(harness.gateway(), facts["proposal_id"], principal("fiona"), "approve")
+    final = graph.invoke(Command(resume={"wake": True}), cfg("t-form5"), context=Context())
+    assert final["status"] == "done" and harness.refunds() == 1 and not tampered(harness, "t-form5")
+    seal = gateway_state(final)["seal"]
+    assert seal["v"] == SEAL_VERSION == "6" and set(seal) == {"v", "tags", "all"} and len(seal["all"]) == 43
+
+
+def test_a_form_6_seal_cannot_pass_for_form_5_nor_a_form_5_seal_for_form_6(harness: Harness) -> None:
+    model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", LOOKUP, "c1")), ai("one")])
+    graph = harness.graph(model)
+    start(graph, "status of O-5512", "cust-ada", "t-relabel5")
+    values = {**gateway_state(graph.get_state(cfg("t-relabel5")).values)}
+    sealer = Sealer(harness.store.keys, "t-relabel5")
+    assert sealer.tampered_keys(values) == []
+    form_5 = _form_5(harness, "t-relabel5", values)
+    assert sealer.tampered_keys({**values, "seal": form_5}) == []
+    # the same tags and ``all`` (in hex) under the other label: neither verifies
+    hex_tags = "".join(seal_tags(values["seal"])[k] for k in sealed_keys())
+    as_5 = {"v": HEX_SEAL_VERSION, "tags": hex_tags, "all": _b64(values["seal"]["all"]).hex()}
+    assert sealer.tampered_keys({**values, "seal": as_5}) != []
+    as_6 = tagged_seal(seal_tags(form_5), seal_text(form_5["all"]))
+    assert sealer.tampered_keys({**values, "seal": as_6}) != []
+    # the current form re-encoded is the current seal; its ``all`` binding other MACs is not
+    assert tagged_seal(seal_tags(values["seal"]), values["seal"]["all"]) == values["seal"]
+    assert sealer.tampered_keys({**values, "seal": {**values["seal"], "all": seal_text("0" * 64)}}) == ["seal"]
+    # tags that are not base64, or too many of them, name the seal itself
+    assert sealer.tampered_keys({**values, "seal": {**values["seal"], "tags": "!" * 46}}) == ["seal"]
+    assert sealer.tampered_keys({**values, "seal": {**values["seal"], "tags": hex_tags}}) == ["seal"]
+
+
+def _b64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

@@ -29,7 +29,7 @@ from support import Harness, principal, shift_store_clock, start
 from toolgate.clock import parse_iso
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
-from toolgate.graph.seals.seal import SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
+from toolgate.graph.seals.seal import HEX_SEAL_VERSION, SEAL_VERSION, TAGGED_SEAL_VERSION, Sealer
 from toolgate.graph.state import GROUPED_KEYS, MESSAGE_SNAPSHOT_WRITES, gateway_state, held
 from toolgate.store import SQLiteStore
 from toolgate.store.chain import verify_chain
@@ -37,6 +37,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 FIXTURE = Path(__file__).parent / "fixtures" / "state_v2_full_messages"
 FIXTURE_AA85C0B = Path(__file__).parent / "fixtures" / "state_v2_delta_messages"
+FIXTURE_DA11F05 = Path(__file__).parent / "fixtures" / "state_v2_bookkeeping"
 FIXTURE_KEY = b"k" * 32
 WAKE: Command[Any] = Command(resume={"wake": True})
 
@@ -92,6 +93,13 @@ def saved_by_aa85c0b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     """A copy of ``fixtures/state_v2_delta_messages`` (a thread saved by aa85c0b: every key but
     ``messages`` its own plain channel), its store's clock a minute after the proposal was made."""
     yield from open_saved(FIXTURE_AA85C0B, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def saved_by_da11f05(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
+    """A copy of ``fixtures/state_v2_bookkeeping`` (a thread saved by da11f05: seal form 5, call
+    records written whole), its store's clock a minute after the proposal was made."""
+    yield from open_saved(FIXTURE_DA11F05, tmp_path, monkeypatch)
 
 
 def open_saved(fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Saved]:
@@ -183,7 +191,7 @@ def test_a_thread_saved_by_aa85c0b_resumes_with_its_handler_run_once(saved_by_aa
     saved = saved_by_aa85c0b
     values = saved.values()
     assert [m.id for m in values["messages"]] == saved.facts["message_ids"]
-    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == SEAL_VERSION
+    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == HEX_SEAL_VERSION
     assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
     decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
     done = saved.resume()  # the refund, then the model reads another order and answers
@@ -241,6 +249,92 @@ def test_a_thread_saved_by_aa85c0b_changed_outside_the_gateway_is_refused(
     assert tampered[0].code == "state_tampered" and final["status_reason"].startswith(
         "state changed outside the gateway"
     )
+
+
+def call_writes(saver: SqliteSaver, thread: str) -> list[dict[str, Any]]:
+    """Every write to ``calls`` of ``thread``, oldest first (an `Overwrite` as it was written)."""
+    writes = [w for t in reversed(list(saver.list(cfg(thread)))) for w in t.pending_writes or ()]
+    return [value for _, channel, value in writes if channel == "calls"]
+
+
+def test_a_thread_saved_by_da11f05_resumes_with_its_handler_run_once(saved_by_da11f05: Saved) -> None:
+    saved = saved_by_da11f05
+    values = saved.values()
+    assert [m.id for m in values["messages"]] == saved.facts["message_ids"]
+    assert values["status"] == "awaiting_approval" and values["seal"]["v"] == HEX_SEAL_VERSION
+    assert values["calls"]["c1"]["phase"] == "proposed" and values["calls"]["c1"]["call_id"] == "c1"
+    written = [w for w in call_writes(saved.saver, saved.thread) if isinstance(w, dict)]
+    assert written and all("call_id" in r for w in written for r in w.values())
+    assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
+    decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
+    done = saved.resume()  # the refund, then the model reads another order and answers
+    assert done["status"] == "done"
+    assert saved.harness.handler_calls["issue_refund"] == 1 and saved.harness.refunds() == 1
+    assert saved.harness.handler_calls["lookup_order"] == 1
+    assert "[r2]: completed" in done["messages"][-1].content
+    op = saved.harness.store.operations.get(saved.facts["operation_key"])
+    assert op is not None and op.status == "succeeded"
+    # the refund's record, written whole by da11f05, moved on by a write of the field that changed
+    assert {"c1": {"phase": "done"}} in call_writes(saved.saver, saved.thread)
+    assert saved.values()["seal"]["v"] == SEAL_VERSION
+    again = saved.resume()  # a second wake-up runs nothing again
+    assert again["status"] == "done" and saved.harness.handler_calls["issue_refund"] == 1
+    later = start(saved.graph, "Is it refunded?", "cust-ada", saved.thread)  # a later turn
+    assert later["status"] == "done" and "It is refunded." in later["messages"][-1].content
+    values = saved.values()
+    ids = [m.id for m in values["messages"]]
+    assert ids[: len(saved.facts["message_ids"])] == saved.facts["message_ids"]
+    assert len(ids) == len(set(ids)) and values["budget"]["model_turns"] == 6
+    assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
+    assert saved.events("state.tampered") == [] and verify_chain(saved.harness.store).ok
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"calls": {"c1": {"arguments": {"order_id": "O-5512", "amount_cents": 99_999, "reason": "x"}}}},
+        {"calls": {"c1": {"phase": "read"}}},
+        {"seal": {"v": HEX_SEAL_VERSION, "tags": "", "all": "0" * 64}},
+    ],
+    ids=["calls-field-arguments", "calls-field-phase", "seal"],
+)
+def test_a_thread_saved_by_da11f05_changed_outside_the_gateway_is_refused(
+    saved_by_da11f05: Saved, forged: dict[str, Any]
+) -> None:
+    """A record written field by field (without its ``call_id``) merges into the one held, and
+    the result is judged by the seal like any other change."""
+    saved = saved_by_da11f05
+    decide(saved.harness.gateway(), saved.facts["proposal_id"], principal("fiona"), "approve")
+    saved.graph.update_state(cfg(saved.thread), forged)
+    if "calls" in forged:  # merged into the record held: every other field kept
+        record = saved.values()["calls"]["c1"]
+        assert record["call_id"] == "c1" and record["tool"] == "issue_refund"
+    final = saved.resume()
+    assert final["status"] == "refused"
+    assert saved.harness.handler_calls["issue_refund"] == 0 and saved.harness.payments() == 0
+    tampered = saved.events("state.tampered")
+    assert len(tampered) == 1 and tampered[0].detail["keys"] == list(forged)
+    assert tampered[0].code == "state_tampered"
+
+
+def test_a_read_turn_writes_its_call_record_once_and_then_the_fields_that_change(tmp_path: Path) -> None:
+    """Dispatch writes a read's record whole; execute writes only ``{"phase": "done"}`` (not the
+    record, its arguments included, again); clients read the whole record as before."""
+    store = SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32)
+    harness = Harness(store)
+    conn = sqlite3.connect(tmp_path / "c.sqlite", check_same_thread=False)
+    saver = SqliteSaver(conn)
+    model = ScriptedChatModel(responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")), ai("ok")])
+    graph = harness.graph(model, saver)
+    final = start(graph, "status of O-5512", "cust-ada", "t-calls")
+    assert final["status"] == "done" and harness.handler_calls["lookup_order"] == 1
+    whole = {"call_id": "c1", "tool": "lookup_order", "turn": 1, "arguments": {"order_id": "O-5512"}}
+    assert call_writes(saver, "t-calls") == [{"c1": {**whole, "phase": "read"}}, {"c1": {"phase": "done"}}]
+    assert graph.get_state(cfg("t-calls")).values["calls"] == {"c1": {**whole, "phase": "done"}}
+    seal = gateway_state(graph.get_state(cfg("t-calls")).values)["seal"]
+    assert seal["v"] == SEAL_VERSION and len(seal["all"]) == 43
+    conn.close()
+    store.close()
 
 
 def test_a_new_thread_holds_its_messages_as_writes_with_a_snapshot_every_so_often(tmp_path: Path) -> None:

@@ -54,6 +54,34 @@ def read_paused_before_execute(harness: Harness, thread: str) -> Any:
     return graph
 
 
+@pytest.mark.parametrize(
+    ("fields", "node"),
+    [
+        ({"arguments": {"order_id": "O-7001"}}, "execute"),
+        ({"tool": "issue_refund"}, "execute"),
+        ({"phase": "write"}, "proposal"),
+    ],
+    ids=["arguments", "tool", "phase"],
+)
+def test_a_read_record_changed_field_by_field_before_execute_runs_nothing(
+    harness: Harness, fields: dict[str, Any], node: str
+) -> None:
+    """A ``calls`` record written without its ``call_id`` is merged field by field into the one
+    held (how a step moves a call on); forged that way, the merged record is refused like any
+    other change (a read relabelled as a write is routed to the proposal node, which refuses it)."""
+    thread = f"t-read-fields-{next(iter(fields))}"
+    graph = read_paused_before_execute(harness, thread)
+    graph.update_state(cfg(thread), {"calls": {"c1": fields}})
+    record = graph.get_state(cfg(thread)).values["calls"]["c1"]
+    assert record == {**record, **fields} and record["call_id"] == "c1"  # merged, not replaced
+    final = graph.invoke(None, cfg(thread), context=Context(principal=principal("cust-ada")))
+    assert harness.total_handler_calls() == 0 and final["status"] == "refused"
+    events = tampered_events(harness, thread)
+    assert len(events) == 1 and events[0].detail == {"keys": ["calls"], "node": node}
+    answered = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(final)}
+    assert answered["c1"]["error"] == "state_tampered"
+
+
 def write_approved_at_interrupt(harness: Harness, thread: str) -> tuple[Any, str]:
     """A thread whose refund a finance reviewer approved, still paused at the approval interrupt."""
     model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1")), ai("done")])
