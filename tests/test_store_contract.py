@@ -2584,6 +2584,112 @@ CONTRACT["operations.claim"] = (
 )
 
 
+def test_claim_takes_leases_only_behind_the_claim_that_won_and_a_same_owner_race_takes_none(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the claim and its leases are one script (`Tx.many`): each lease is taken only while the
+    # claim in front of it holds the row; the same owner claiming again at the same instant finds
+    # its own winning claim's row as the condition describes it, so what it took is rolled back
+    store.proposals.create(make_proposal())
+    approve_row(store)
+    instant = iso(store.now())
+    monkeypatch.setattr(store, "_tx_now", lambda tx: instant)  # both claims at one instant
+    claimed = store.operations.claim(
+        "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k1"], "h1")
+    )
+    assert claimed is not None and (claimed.owner, claimed.updated_at, claimed.attempts) == ("w1", instant, 1)
+    before = snapshot(store)
+    lost = store.operations.claim(
+        "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k1", "k9"], "h1")
+    )
+    assert lost is None
+    assert snapshot(store) == before  # k9 (free) not taken, no event, attempts still 1
+    with store.transaction(write=False) as tx:
+        leases = tx.execute("SELECT resource_key, holder FROM resource_leases ORDER BY resource_key")
+    assert leases == [{"resource_key": "k1", "holder": "h1"}]
+    assert len(named(store, "operation.claimed")) == 1
+    # a claim of an operation that is not approved takes none of its (free) resources
+    store.proposals.create(make_proposal(2))
+    before = snapshot(store)
+    assert store.operations.claim("op_test2", "w2", 30, resources=(["k5", "k6"], "h2")) is None
+    assert snapshot(store) == before
+
+
+CONTRACT["operations.claim"] = (
+    *CONTRACT["operations.claim"],
+    test_claim_takes_leases_only_behind_the_claim_that_won_and_a_same_owner_race_takes_none,
+)
+
+
+def test_record_and_settle_sent_again_settles_nothing_and_writes_nothing(store: Store) -> None:
+    # the decision's INSERT and its settlement are one script: the settlement runs only behind a
+    # decision on record, so the very decision sent again (on record already, the operation still
+    # in from_status) would settle: its transaction is rolled back instead
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    decision = make_approval(proposal)
+    assert store.approvals.record(decision, audit=[event("approval.recorded", operation_key="op_test1")])
+    settle = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="approved",
+        audit=[event("operation.approved", operation_key="op_test1")],
+    )
+    before = snapshot(store)
+    assert store.approvals.record_and_settle(
+        decision, audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
+    ) == (False, None)
+    assert snapshot(store) == before
+    op = store.operations.get("op_test1")
+    assert op is not None and op.status == "pending_approval"
+    assert named(store, "operation.approved") == [] and len(named(store, "approval.recorded")) == 1
+    # a rejection settles to rejected in the same script; the settlement's events only then
+    reject = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="rejected",
+        audit=[event("operation.rejected", operation_key="op_test1")],
+    )
+    recorded, settled = store.approvals.record_and_settle(
+        make_approval(proposal, reviewer="rita", decision="reject"), settle=reject
+    )
+    assert recorded and settled is not None and settled == store.operations.get("op_test1")
+    assert settled.status == "rejected" and len(named(store, "operation.rejected")) == 1
+
+
+CONTRACT["approvals.record_and_settle"] = (
+    *CONTRACT["approvals.record_and_settle"],
+    test_record_and_settle_sent_again_settles_nothing_and_writes_nothing,
+)
+
+
+def test_create_proposal_sent_again_or_under_a_key_another_operation_holds_writes_nothing(store: Store) -> None:
+    # the proposal and its operation are one script: the operation's INSERT runs only behind a
+    # proposal stored under its id with its MAC
+    proposal = make_proposal()
+    store.proposals.create(proposal, audit=[event("proposal.created", proposal_id="prop_test1")])
+    before = snapshot(store)
+    stored, op, created = store.proposals.create(proposal, audit=[event("proposal.created")])
+    assert not created and stored == proposal and op == store.operations.get("op_test1")
+    assert snapshot(store) == before  # the same proposal again: nothing written, no event
+    # an operation row under the key without a proposal (written by another path): refused whole
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status, attempts,"
+            " created_at, updated_at) VALUES ('op_test2', NULL, 'issue_refund', 'acme', 'approved', 0, ?, ?)",
+            (proposal.created_at, proposal.created_at),
+        )
+    before = snapshot(store)
+    with pytest.raises(StoreError, match="op_test2"):
+        store.proposals.create(make_proposal(2), audit=[event("proposal.created", proposal_id="prop_test2")])
+    assert snapshot(store) == before and store.proposals.get("prop_test2") is None
+
+
+CONTRACT["proposals.create"] = (
+    *CONTRACT["proposals.create"],
+    test_create_proposal_sent_again_or_under_a_key_another_operation_holds_writes_nothing,
+)
+
+
 def test_record_and_settle_stamps_a_decision_with_its_transactions_time_and_refuses_past_the_expiry(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
