@@ -285,24 +285,13 @@ class PostgresStore(Store):
         """The last reading of the server's clock (`_clock_read`, whichever unit of work made it)
         plus the monotonic time since: no round trip while that reading is younger than
         `CLOCK_REUSE_S`, else a reading of its own (`now`). It may lag the server's clock by the
-        reading's own round trip (it arrived that much after the server read it). A clock put in
-        front of the server's (`now` or `_tx_now` replaced: a test's, a case's) is asked each time:
-        the readings of the server's own are not its time."""
+        reading's own round trip (it arrived that much after the server read it). Whoever puts a
+        clock in front of the server's (`now`, `_tx_now`: a test's) puts it in front of this one
+        too: the readings it counts from are the server's own."""
         mark, moment = self._clock_mark, time.monotonic()
-        if mark is None or moment - mark[0] > CLOCK_REUSE_S or self._clock_replaced():
+        if mark is None or moment - mark[0] > CLOCK_REUSE_S:
             return self.now()
         return mark[1] + timedelta(seconds=moment - mark[0])
-
-    def _clock_replaced(self) -> bool:
-        """Whether this store's time is not the server's clock as it reads it: `now` or `_tx_now`
-        replaced on the store or by a subclass."""
-        mine = vars(self)
-        return (
-            "now" in mine
-            or "_tx_now" in mine
-            or type(self).now is not Store.now
-            or type(self)._tx_now is not PostgresStore._tx_now
-        )
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """Lock, then read time and last hash, in one round trip (the statements the transaction

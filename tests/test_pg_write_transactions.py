@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from support import TEST_KEY, wire_round_trips
+from support import TEST_KEY, shift_store_clock, wire_round_trips
 
 from toolgate.clock import parse_iso
 from toolgate.errors import StoreError
@@ -201,8 +201,13 @@ def test_the_calibrated_clock_reuses_a_recent_reading_of_the_servers_and_reads_a
             fourth = store.calibrated_now()
             assert wire["round_trips"] == 1 and fourth >= exact  # read anew
             assert store._clock_mark is not None and store._clock_mark[1] == fourth
+            # a clock put in front of the server's `now` alone is not this clock's: it counts from
+            # the server's own readings (no check in the store for replaced methods); whoever moves
+            # the store's clock moves this one too (`support.shift_store_clock`, `set_store_now`)
             moved = exact + timedelta(hours=3)
-            monkeypatch.setattr(store, "now", lambda: moved)  # a clock put in front of the server's
-            assert store.calibrated_now() == moved
+            monkeypatch.setattr(store, "now", lambda: moved)
+            assert fourth <= store.calibrated_now() < moved
+            shift_store_clock(monkeypatch, store, timedelta(hours=3))
+            assert store.calibrated_now() - timedelta(hours=3) >= fourth
     finally:
         store.close()
