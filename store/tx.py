@@ -52,6 +52,20 @@ class LinkHead(NamedTuple):
     """The first column of each read asked for (each reads one row at most; None: no row), in order."""
 
 
+class Written(NamedTuple):
+    """ "This transaction wrote that row": the condition under which a group of audit events is
+    linked behind the statements of its transaction (`Database._link_behind`)."""
+
+    statement: int
+    """The statement (its index in the script) that writes the row and returns it when it did."""
+    table: str
+    """The row's table."""
+    column: str
+    """A unique column of that table."""
+    key: str
+    """The row's value in ``column``."""
+
+
 class Database(Protocol):
     """What an aggregate (`toolgate.store.operations`, ``.audit_log``, ...) uses of the `Store`
     that holds it: its units of work, the store's clock read inside one, the audit chain's lock,
@@ -77,5 +91,17 @@ class Database(Protocol):
         (``(sql, params)``) the links need; see `LinkHead`."""
         ...
 
+    def _link_behind(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        groups: Sequence[tuple[int, Written]],
+        values: Sequence[tuple[str, Sequence[Any]]] = (),
+    ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
+        """Run ``statements`` (`Tx.many`) and then, when the first group's row was written by
+        them, `_link_head` for the events of every group (``(how many events, condition)``) whose
+        row was: ``(each statement's rows, the head or None)``; on PostgreSQL in one round trip."""
+        ...
 
-__all__ = ["Database", "LinkHead", "Tx"]
+
+__all__ = ["Database", "LinkHead", "Tx", "Written"]
