@@ -20,7 +20,7 @@ from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
 from toolgate.store.operations import operation_of
 from toolgate.store.records import ApprovalRecord, OperationRecord, Settlement
-from toolgate.store.tx import Database
+from toolgate.store.tx import Database, Written
 
 
 def approval_of(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
@@ -113,16 +113,21 @@ class Approvals:
                         ),
                     )
                 ]
+                groups = [(audit, Written(0, "approvals", "approval_id", approval.approval_id))]
                 if settle is not None:
                     statements.append(_settlement(settle, approval.approval_id, now))
-                answers = tx.many(statements)  # the decision and its settlement: one round trip
+                    groups.append(
+                        (settle.audit, Written(1, "operations", "operation_key", settle.operation_key))
+                    )
+                # the decision, its settlement and the chain head behind them: one round trip on
+                # PostgreSQL (the chain's lock only when the decision was stored here)
+                answers = self._audit.link_behind(tx, statements, groups)
                 settled_rows = answers[1] if settle is not None else []
                 if not answers[0]:
                     if settled_rows:  # this very decision was on record: what it settled is undone
                         raise _AlreadyRecorded
                     return False, None
                 settled = operation_of(settled_rows[0]) if settled_rows else None
-                self._audit.link(tx, [*audit, *(settle.audit if settle and settled else ())])
         except _AlreadyRecorded:  # rolled back: nothing written
             return False, None
         return True, settled

@@ -157,18 +157,21 @@ def release_in(tx: Tx, keys: Sequence[str], holder: str) -> int:
     return len(released)
 
 
-def send_release(tx: Tx, keys: Sequence[str], holder: str) -> None:
-    """`release_in` for a step that does not ask how many leases ``holder`` still held (an
-    operation's outcome gives up whatever it took): sent with the transaction's next answered
-    statement (`Tx.send`), no round trip of its own."""
+def release_statements(keys: Sequence[str], holder: str) -> list[tuple[str, Sequence[Any]]]:
+    """`release_in` as a statement to travel in a script (`Tx.many`) for a step that does not
+    ask how many leases ``holder`` still held (an operation's outcome gives up whatever it took):
+    no round trip of its own."""
     wanted = sorted(set(keys))
-    if wanted:
-        tx.send(
+    if not wanted:
+        return []
+    return [
+        (
             "DELETE FROM resource_leases WHERE holder = ? AND resource_key IN ("
             + ", ".join("?" for _ in wanted)
             + ")",
             (holder, *wanted),
         )
+    ]
 
 
 __all__ = [
@@ -176,7 +179,7 @@ __all__ = [
     "ResourcesBusy",
     "all_taken",
     "release_in",
-    "send_release",
+    "release_statements",
     "take_behind",
     "take_in",
 ]

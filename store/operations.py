@@ -17,9 +17,9 @@ from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
-from toolgate.store.leases import all_taken, send_release, take_behind
+from toolgate.store.leases import all_taken, release_statements, take_behind
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
-from toolgate.store.tx import Database
+from toolgate.store.tx import Database, Written
 
 
 def _loads(value: Any) -> Any:
@@ -96,15 +96,20 @@ class Operations:
             params.insert(1, now)
             if lease_lapsed:
                 params.append(now)
-            rows = tx.execute(sql, tuple(params))
-            if rows:
-                if release_leases is not None:
-                    send_release(tx, *release_leases)
-                self._audit.link(tx, audit)
-            else:
+            statements: list[tuple[str, Sequence[Any]]] = [(sql, tuple(params))]
+            if release_leases is not None:  # behind the change; undone with it when it fails
+                statements += release_statements(*release_leases)
+            # the change, the leases given up and the chain head behind them: one round trip on
+            # PostgreSQL (the chain's lock only when the change happened)
+            answers = self._audit.link_behind(
+                tx, statements, [(audit, Written(0, "operations", "operation_key", operation_key))]
+            )
+            rows = answers[0]
+            if not rows:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
-        if not rows:
-            raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
+                raise InvalidTransitionError(
+                    operation_key, from_status, current["status"] if current else None
+                )
         return operation_of(rows[0])
 
     def claim(
@@ -131,7 +136,8 @@ class Operations:
             with self._db.transaction() as tx:
                 now = self._db._tx_now(tx)
                 lease = later(now, lease_s)
-                answers = tx.many(  # the claim and its leases: one script, one round trip on PostgreSQL
+                answers = self._audit.link_behind(  # the claim, its leases and the chain head behind
+                    tx,  # them: one round trip on PostgreSQL (the chain's lock only when it won)
                     [
                         (
                             "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
@@ -152,15 +158,15 @@ class Operations:
                                 (operation_key, owner, lease, now),
                             ),
                         ),
-                    ]
+                    ],
+                    [(audit, Written(0, "operations", "operation_key", operation_key))],
                 )
                 rows, took = answers[0], answers[1:]
                 if not rows:
                     if any(took):  # the same owner's claim at the same instant won: not this one
                         raise _Lost  # what this one took goes back with the rollback
                     return None
-                all_taken(keys, took)  # busy: all rolled back
-                self._audit.link(tx, audit)
+                all_taken(keys, took)  # busy: all rolled back, the events with them
         except _Lost:
             return None
         return operation_of(rows[0])

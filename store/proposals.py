@@ -20,7 +20,7 @@ from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
 from toolgate.store.operations import operation_of
 from toolgate.store.records import OperationRecord, ProposalRecord
-from toolgate.store.tx import Database, Tx
+from toolgate.store.tx import Database, Tx, Written
 
 
 def proposal_of(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
@@ -88,7 +88,9 @@ class Proposals:
             # the proposal and its operation as one script (`Tx.many`: one round trip on
             # PostgreSQL); the operation's INSERT runs only behind a proposal stored under this id
             # with this MAC, so nothing is inserted when the key holds another proposal already
-            inserted, created = tx.many(
+            # the chain head behind them too (its lock only when the proposal was stored here)
+            inserted, created = self._audit.link_behind(
+                tx,
                 [
                     (
                         "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool,"
@@ -144,7 +146,8 @@ class Proposals:
                             mac,
                         ),
                     ),
-                ]
+                ],
+                [(audit, Written(0, "proposals", "proposal_id", proposal.proposal_id))],
             )
             if inserted:
                 if not created:  # the key's operation row exists without this proposal
@@ -154,7 +157,6 @@ class Proposals:
                     )
                 prow: dict[str, Any] | None = inserted[0]
                 orow: dict[str, Any] | None = created[0]
-                self._audit.link(tx, audit)
             else:  # both rows as stored, in one round trip
                 stored_proposal, stored_operation = tx.many(
                     [
