@@ -59,6 +59,7 @@ from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, curs
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
 from toolgate.store.snapshots import GuardSnapshot
+from toolgate.store.tx import Written
 from toolgate.store.waits import WaitIn
 
 TABLES = (
@@ -2231,6 +2232,73 @@ def test_audit_append_after_appends_what_build_makes_of_the_latest_event(store: 
 
 
 CONTRACT["audit.link"] = (test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it,)
+
+
+def test_audit_link_behind_links_each_group_only_behind_the_row_its_statements_wrote(store: Store) -> None:
+    store.proposals.create(make_proposal(1))
+    store.proposals.create(make_proposal(2, tenant_id="globex"))
+    stamp = iso(store.now())
+
+    def moved(key: str, from_status: str, to_status: str) -> tuple[str, tuple[str, ...]]:
+        return (
+            "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ? AND status = ?"
+            " RETURNING operation_key",
+            (to_status, stamp, key, from_status),
+        )
+
+    def groups(*names: str) -> list[tuple[list[AuditEventIn], Written]]:
+        return [
+            (
+                [event(name, operation_key=f"op_test{n}")],
+                Written(n - 1, "operations", "operation_key", f"op_test{n}"),
+            )
+            for n, name in enumerate(names, start=1)
+        ]
+
+    before = snapshot(store)
+    with store.transaction() as tx:  # the first group's row not written: nothing linked at all
+        answers = store.audit.link_behind(
+            tx,
+            [moved("op_test1", "approved", "executing"), moved("op_test2", "pending_approval", "approved")],
+            groups("behind.first", "behind.second"),
+        )
+    assert answers == [[], [{"operation_key": "op_test2"}]]
+    assert named(store, "behind.first") == named(store, "behind.second") == []
+    assert snapshot(store)["audit_events"] == before["audit_events"]
+    assert store.operations.get("op_test2").status == "approved"  # type: ignore[union-attr]
+    with store.transaction() as tx:  # the first written, the second not: the first group only
+        answers = store.audit.link_behind(
+            tx,
+            [moved("op_test1", "pending_approval", "approved"), moved("op_test2", "pending_approval", "approved")],
+            groups("behind.first", "behind.second"),
+        )
+    assert answers == [[{"operation_key": "op_test1"}], []]
+    assert [(e.operation_key, e.tenant_id) for e in named(store, "behind.first")] == [("op_test1", "acme")]
+    assert named(store, "behind.second") == []
+    with store.transaction() as tx:  # both written: both groups, in order, each with its row's tenant
+        store.audit.link_behind(
+            tx,
+            [moved("op_test1", "approved", "expired"), moved("op_test2", "approved", "expired")],
+            groups("behind.first", "behind.second"),
+        )
+    linked = [e for e in store.audit.events() if e.event.startswith("behind.")]
+    assert [(e.event, e.tenant_id) for e in linked] == [
+        ("behind.first", "acme"),
+        ("behind.first", "acme"),
+        ("behind.second", "globex"),
+    ]
+    assert linked[2].prev_hash == linked[1].hash and linked[1].seq < linked[2].seq
+    before = snapshot(store)
+    with pytest.raises(RuntimeError), store.transaction() as tx:  # rolled back with the change
+        store.audit.link_behind(tx, [moved("op_test1", "expired", "expired")], groups("behind.gone"))
+        raise RuntimeError("the change it records fails")
+    assert snapshot(store) == before
+    assert verify_chain(store).ok
+
+
+CONTRACT["audit.link_behind"] = (
+    test_audit_link_behind_links_each_group_only_behind_the_row_its_statements_wrote,
+)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
