@@ -2,9 +2,11 @@
 
 Events are linked as the last step of the transaction whose change they record, under the
 chain's lock (`Store._chain_head`), so a change and its evidence commit together or not at all:
-another aggregate hands its open transaction to `AuditLog.link`. On PostgreSQL the chain head's
-round trip also reads the events' tenants and reserves their sequence numbers, so their INSERT
-needs no answer and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip.
+another aggregate hands its open transaction to `AuditLog.link`, or its statements and the events
+to link behind them to `AuditLog.link_behind`. On PostgreSQL the chain head's round trip also
+reads the events' tenants and reserves their sequence numbers, so their INSERT needs no answer
+and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip, and none of its
+own when it travels behind the change's statements (`link_behind`).
 Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation

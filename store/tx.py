@@ -30,10 +30,12 @@ class Tx(Protocol):
 
     def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
         """Run ``statements`` (``(sql, params)``, one statement each) in order; each one's rows, in
-        the same order. For reads a caller needs together: on PostgreSQL they travel as one
-        script, one round trip for all of them (with whatever `send` queued in front). A failing
-        statement raises and runs none after it; the unit of work then fails whole, so nothing of
-        the others stays either. On SQLite they simply run one after the other."""
+        the same order. For statements a caller needs together (reads; a write and the writes
+        that must run only behind it, each conditional in its SQL on the one before): on
+        PostgreSQL they travel as one script, one round trip for all of them (with whatever
+        `send` queued in front). A failing statement raises and runs none after it; the unit of
+        work then fails whole, so nothing of the others stays either. On SQLite they simply run
+        one after the other."""
         ...
 
 
