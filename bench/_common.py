@@ -147,7 +147,8 @@ class StoreCounter:
         self.log: list[tuple[str, str, int, int]] = []
         self.store = store
         original_tx = store.transaction
-        original_append = store.audit.link
+        original_append = store.audit._chain
+        original_behind = store._link_behind
         counts, log = self.counts, self.log
         postgres = getattr(store, "dialect", "") == "postgres"
         open_tx: dict[int, dict[str, Any]] = {}
@@ -194,9 +195,11 @@ class StoreCounter:
                     inner_many = tx.many
 
                     def many(statements: Sequence[Any]) -> Any:
+                        if not postgres:  # SQLite runs each through `execute`, counted there
+                            return inner_many(statements)
                         counts["statements"] += len(statements)
                         mine["statements"] += len(statements)
-                        mine["trips"] += len(statements) if not postgres else 1
+                        mine["trips"] += 1
                         if not mine["first"] and statements:
                             mine["first"] = _first_words(statements[0][0])
                         return inner_many(statements)
@@ -226,16 +229,28 @@ class StoreCounter:
             label = "+".join(mine["events"]) if mine["events"] else mine["first"]
             log.append(("write" if write else "read", label, mine["statements"], trips))
 
-        def append_events(tx: Any, events: Any) -> Any:
+        def append_events(tx: Any, events: Any, *linked: Any) -> Any:
             if events:
                 counts["audit"] += 1
                 counts["audit_events"] += len(events)
                 if id(tx) in open_tx:
                     open_tx[id(tx)]["events"] += [str(getattr(e, "event", e)) for e in events]
-            return original_append(tx, events)
+            return original_append(tx, events, *linked)
+
+        def link_behind(tx: Any, statements: Sequence[Any], *rest: Any) -> Any:
+            # PostgreSQL sends the statements with the chain's lock and head read as one script of
+            # its own (`PostgresStore._link_behind`); SQLite runs them through `many`, counted there
+            if postgres and id(tx) in open_tx and "_chain_head" not in vars(store):
+                mine = open_tx[id(tx)]
+                counts["statements"] += len(statements) + 2
+                mine["statements"] += len(statements) + 2
+                if not mine["first"] and statements:
+                    mine["first"] = _first_words(statements[0][0])
+            return original_behind(tx, statements, *rest)
 
         store.transaction = transaction
-        store.audit.link = append_events
+        store.audit._chain = append_events  # each linking of a transaction's events: `link`, `link_behind`
+        store._link_behind = link_behind
         if hasattr(store, "_connect"):
             original_connect = store._connect
 

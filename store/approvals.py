@@ -20,7 +20,7 @@ from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
 from toolgate.store.operations import operation_of
 from toolgate.store.records import ApprovalRecord, OperationRecord, Settlement
-from toolgate.store.tx import Database
+from toolgate.store.tx import Database, Written
 
 
 def approval_of(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
@@ -31,6 +31,31 @@ def approval_of(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
     data["reviewer_tenant_id"] = data.get("reviewer_tenant_id") or ""
     record = ApprovalRecord(**data)
     return dataclasses.replace(record, authentic=keys.verify("approval", record.content(), mac))
+
+
+class _AlreadyRecorded(Exception):
+    """The decision's own row was on record already (the same record sent again): the settlement
+    that ran behind its INSERT must not stay, so the transaction is rolled back."""
+
+
+def _settlement(settle: Settlement, approval_id: str, now: str) -> tuple[str, Sequence[Any]]:
+    """The operation change ``settle`` names, as a statement to run behind the decision's INSERT
+    in one script: it changes the row only while the decision ``approval_id`` is on record (the
+    INSERT in front of it stored it, or it was stored before: `Approvals.record_and_settle` then
+    rolls back) and, for an approval, while no rejection is (one that came in meanwhile leaves
+    the verdict to a judgement of every stored decision)."""
+    unless_rejected = (
+        " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.proposal_id = operations.proposal_id"
+        " AND a.decision = 'reject')"
+        if settle.to_status == "approved"
+        else ""
+    )
+    return (
+        "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ? AND status = ?"
+        + unless_rejected
+        + " AND EXISTS (SELECT 1 FROM approvals d WHERE d.approval_id = ?) RETURNING *",
+        (settle.to_status, now, settle.operation_key, settle.from_status, approval_id),
+    )
 
 
 class Approvals:
@@ -61,49 +86,50 @@ class Approvals:
         text: a decision stamped by the store's clock without a clock read of its own). With
         ``expires_at`` (the proposal's expiry) the decision is judged by that time too: at or
         past it nothing is written and `ApprovalError` ``expired`` is raised."""
-        with self._db.transaction() as tx:
-            now = self._db._tx_now(tx)
-            if expires_at is not None and parse_iso(now) >= parse_iso(expires_at):
-                raise ApprovalError("expired", f"the proposal expired at {expires_at}")
-            if callable(approval):
-                approval = approval(now)
-            inserted = tx.execute(
-                "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id,"
-                " reviewer_roles, decision, digest, reason, decided_at, mac)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT DO NOTHING RETURNING approval_id",
-                (
-                    approval.approval_id,
-                    approval.proposal_id,
-                    approval.reviewer_id,
-                    approval.reviewer_tenant_id,
-                    json.dumps(sorted(approval.reviewer_roles)),
-                    approval.decision,
-                    approval.digest,
-                    approval.reason,
-                    approval.decided_at,
-                    self._db.keys.mac("approval", approval.content()),
-                ),
-            )
-            if not inserted:
-                return False, None
-            settled = None
-            if settle is not None:
-                # an approval settles only while no rejection is on record: one that came in
-                # meanwhile leaves the verdict to a judgement of every stored decision
-                unless_rejected = (
-                    " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.proposal_id = operations.proposal_id"
-                    " AND a.decision = 'reject')"
-                    if settle.to_status == "approved"
-                    else ""
-                )
-                rows = tx.execute(
-                    "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ?"
-                    " AND status = ?" + unless_rejected + " RETURNING *",
-                    (settle.to_status, now, settle.operation_key, settle.from_status),
-                )
-                settled = operation_of(rows[0]) if rows else None
-            self._audit.link(tx, [*audit, *(settle.audit if settle and settled else ())])
+        try:
+            with self._db.transaction() as tx:
+                now = self._db._tx_now(tx)
+                if expires_at is not None and parse_iso(now) >= parse_iso(expires_at):
+                    raise ApprovalError("expired", f"the proposal expired at {expires_at}")
+                if callable(approval):
+                    approval = approval(now)
+                statements: list[tuple[str, Sequence[Any]]] = [
+                    (
+                        "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id,"
+                        " reviewer_roles, decision, digest, reason, decided_at, mac)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " ON CONFLICT DO NOTHING RETURNING approval_id",
+                        (
+                            approval.approval_id,
+                            approval.proposal_id,
+                            approval.reviewer_id,
+                            approval.reviewer_tenant_id,
+                            json.dumps(sorted(approval.reviewer_roles)),
+                            approval.decision,
+                            approval.digest,
+                            approval.reason,
+                            approval.decided_at,
+                            self._db.keys.mac("approval", approval.content()),
+                        ),
+                    )
+                ]
+                groups = [(audit, Written(0, "approvals", "approval_id", approval.approval_id))]
+                if settle is not None:
+                    statements.append(_settlement(settle, approval.approval_id, now))
+                    groups.append(
+                        (settle.audit, Written(1, "operations", "operation_key", settle.operation_key))
+                    )
+                # the decision, its settlement and the chain head behind them: one round trip on
+                # PostgreSQL (the chain's lock only when the decision was stored here)
+                answers = self._audit.link_behind(tx, statements, groups)
+                settled_rows = answers[1] if settle is not None else []
+                if not answers[0]:
+                    if settled_rows:  # this very decision was on record: what it settled is undone
+                        raise _AlreadyRecorded
+                    return False, None
+                settled = operation_of(settled_rows[0]) if settled_rows else None
+        except _AlreadyRecorded:  # rolled back: nothing written
+            return False, None
         return True, settled
 
     def for_proposal(self, proposal_id: str) -> list[ApprovalRecord]:

@@ -2,9 +2,11 @@
 
 Events are linked as the last step of the transaction whose change they record, under the
 chain's lock (`Store._chain_head`), so a change and its evidence commit together or not at all:
-another aggregate hands its open transaction to `AuditLog.link`. On PostgreSQL the chain head's
-round trip also reads the events' tenants and reserves their sequence numbers, so their INSERT
-needs no answer and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip.
+another aggregate hands its open transaction to `AuditLog.link`, or its statements and the events
+to link behind them to `AuditLog.link_behind`. On PostgreSQL the chain head's round trip also
+reads the events' tenants and reserves their sequence numbers, so their INSERT needs no answer
+and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip, and none of its
+own when it travels behind the change's statements (`link_behind`).
 Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
@@ -21,7 +23,7 @@ from typing import Any
 from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.clock import new_id
 from toolgate.store.audit_records import AUDIT_FIELDS, AuditEvent, AuditEventIn, audit_hash, audit_row_content
-from toolgate.store.tx import Database, Tx
+from toolgate.store.tx import Database, LinkHead, Tx, Written
 
 _COLUMNS = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
 
@@ -55,6 +57,14 @@ def _owner_reads(events: Sequence[AuditEventIn]) -> list[tuple[str, str]]:
             if value and (table, value) not in wanted:
                 wanted.append((table, value))
     return wanted
+
+
+def _tenant_reads(owners: Sequence[tuple[str, str]]) -> list[tuple[str, tuple[str]]]:
+    """One read of the tenant of each ``(table, id)`` owner (`_owner_reads`)."""
+    return [
+        (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
+        for table, value in owners
+    ]
 
 
 def _tenant_of(event: AuditEventIn, found: dict[tuple[str, str], str | None]) -> str | None:
@@ -143,6 +153,42 @@ class AuditLog:
         change they record, so the change and its evidence commit together or not at all."""
         if not events:
             return []
+        owners = _owner_reads(events)
+        head = self._db._link_head(tx, len(events), _tenant_reads(owners))
+        return self._chain(tx, events, owners, head)
+
+    def link_behind(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        groups: Sequence[tuple[Sequence[AuditEventIn], Written]],
+    ) -> list[list[dict[str, Any]]]:
+        """Run ``statements`` (`Tx.many`: each one's rows, in order) and link, behind them, the
+        events of each group ``(events, written)`` whose row ``written`` names was written by
+        them, in order: on PostgreSQL the statements, the chain's lock and its head travel as one
+        script (`Database._link_behind`), so a step and its chain head cost one round trip. Only
+        the first group decides whether anything is linked; a later group's row is written only
+        behind the first's (a settlement behind its decision)."""
+        candidates = [event for events, _ in groups for event in events]
+        owners = _owner_reads(candidates)
+        answers, head = self._db._link_behind(
+            tx,
+            statements,
+            [(len(events), written) for events, written in groups if events],
+            _tenant_reads(owners),
+        )
+        if head is not None:
+            linked = [e for events, written in groups if answers[written.statement] for e in events]
+            self._chain(tx, linked, owners, head)
+        return answers
+
+    def _chain(
+        self, tx: Tx, events: Sequence[AuditEventIn], owners: Sequence[tuple[str, str]], head: LinkHead
+    ) -> list[AuditEvent]:
+        """The rows of ``events`` linked after ``head`` (their tenants: ``head.values``, one per
+        owner of ``owners``), inserted (on PostgreSQL, sent with the COMMIT)."""
+        if not events:
+            return []
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
@@ -152,15 +198,6 @@ class AuditLog:
             row["detail"] = "{}"
             row["detail_sha256"] = sha256_hex(payload)
             drafts.append((row, payload))
-        owners = _owner_reads(events)
-        head = self._db._link_head(
-            tx,
-            len(drafts),
-            [
-                (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
-                for table, value in owners
-            ],
-        )
         found = {
             owner: None if value is None else str(value)
             for owner, value in zip(owners, head.values, strict=True)

@@ -45,7 +45,7 @@ from toolgate.store.operations import Operations
 from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
 from toolgate.store.snapshots import Snapshots
-from toolgate.store.tx import LinkHead, Tx
+from toolgate.store.tx import LinkHead, Tx, Written
 from toolgate.store.waits import DurableWaits
 
 CLOCK_REUSE_S = 5.0
@@ -175,6 +175,22 @@ class Store(abc.ABC):
             read = [row[f"v{n}"] for n in range(len(values))]
         now, last_hash = self._chain_head(tx)
         return LinkHead(now, last_hash, [], read)
+
+    def _link_behind(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        groups: Sequence[tuple[int, Written]],
+        values: Sequence[tuple[str, Sequence[Any]]] = (),
+    ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
+        """`Database._link_behind` one step after the other: the statements (`Tx.many`), then,
+        when the first group's statement returned its row, `_link_head` for the groups whose
+        statements did. A backend with round trips to save overrides it."""
+        answers = tx.many(statements)
+        if not groups or not answers[groups[0][1].statement]:
+            return answers, None
+        events = sum(count for count, written in groups if answers[written.statement])
+        return answers, self._link_head(tx, events, values)
 
     @abc.abstractmethod
     def _run_script(self, tx: Tx, migration: Migration) -> None:

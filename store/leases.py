@@ -10,6 +10,7 @@ only its holder can renew or release it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from toolgate.clock import later
 from toolgate.store.tx import Database, Tx
@@ -111,6 +112,36 @@ def take_in(tx: Tx, keys: Sequence[str], holder: str, now: str, lease_s: float) 
             raise ResourcesBusy(key)
 
 
+def take_behind(
+    keys: Sequence[str], holder: str, now: str, lease_s: float, condition: tuple[str, Sequence[Any]]
+) -> list[tuple[str, Sequence[Any]]]:
+    """`take_in` as statements to travel behind another in one script (`Tx.many`): each takes
+    its key (sorted, as `take_in` does) only while the SQL ``condition`` (with its parameters)
+    holds, e.g. that the claim in front of them won, and answers with the key when it took it;
+    `all_taken` judges the answers."""
+    sql, params = condition
+    return [
+        (
+            "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at)"
+            f" SELECT ?, ?, ?, ? WHERE {sql} ON CONFLICT (resource_key) DO UPDATE SET"
+            " holder = excluded.holder, acquired_at = excluded.acquired_at,"
+            " expires_at = excluded.expires_at"
+            " WHERE resource_leases.expires_at <= ? OR resource_leases.holder = excluded.holder"
+            " RETURNING resource_key",
+            (key, holder, now, later(now, lease_s), *params, now),
+        )
+        for key in sorted(set(keys))
+    ]
+
+
+def all_taken(keys: Sequence[str], answers: Sequence[Sequence[Any]]) -> None:
+    """Raise `ResourcesBusy` unless each `take_behind` statement (its ``answers``) took its key;
+    the caller's transaction must then roll back."""
+    for key, answer in zip(sorted(set(keys)), answers, strict=True):
+        if not answer:
+            raise ResourcesBusy(key)
+
+
 def release_in(tx: Tx, keys: Sequence[str], holder: str) -> int:
     """`ResourceLeases.release` inside the caller's transaction ``tx``: a step that ends a lease
     with another change (an operation's outcome) commits both at once, in one round trip fewer."""
@@ -126,18 +157,29 @@ def release_in(tx: Tx, keys: Sequence[str], holder: str) -> int:
     return len(released)
 
 
-def send_release(tx: Tx, keys: Sequence[str], holder: str) -> None:
-    """`release_in` for a step that does not ask how many leases ``holder`` still held (an
-    operation's outcome gives up whatever it took): sent with the transaction's next answered
-    statement (`Tx.send`), no round trip of its own."""
+def release_statements(keys: Sequence[str], holder: str) -> list[tuple[str, Sequence[Any]]]:
+    """`release_in` as a statement to travel in a script (`Tx.many`) for a step that does not
+    ask how many leases ``holder`` still held (an operation's outcome gives up whatever it took):
+    no round trip of its own."""
     wanted = sorted(set(keys))
-    if wanted:
-        tx.send(
+    if not wanted:
+        return []
+    return [
+        (
             "DELETE FROM resource_leases WHERE holder = ? AND resource_key IN ("
             + ", ".join("?" for _ in wanted)
             + ")",
             (holder, *wanted),
         )
+    ]
 
 
-__all__ = ["ResourceLeases", "ResourcesBusy", "release_in", "send_release", "take_in"]
+__all__ = [
+    "ResourceLeases",
+    "ResourcesBusy",
+    "all_taken",
+    "release_in",
+    "release_statements",
+    "take_behind",
+    "take_in",
+]

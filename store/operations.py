@@ -17,9 +17,9 @@ from toolgate.clock import later
 from toolgate.errors import InvalidTransitionError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
-from toolgate.store.leases import send_release, take_in
+from toolgate.store.leases import all_taken, release_statements, take_behind
 from toolgate.store.records import DeadLetter, OperationRecord, OperationStatus
-from toolgate.store.tx import Database
+from toolgate.store.tx import Database, Written
 
 
 def _loads(value: Any) -> Any:
@@ -38,6 +38,11 @@ def _dead_letter(row: dict[str, Any]) -> DeadLetter:
     data = dict(row)
     data["context"] = json.loads(data["context"])
     return DeadLetter(**data)
+
+
+class _Lost(Exception):
+    """A claim that did not win took a lease all the same (another claim of the same owner at the
+    same instant won, so the leases' condition held): its transaction is rolled back."""
 
 
 class Operations:
@@ -91,15 +96,20 @@ class Operations:
             params.insert(1, now)
             if lease_lapsed:
                 params.append(now)
-            rows = tx.execute(sql, tuple(params))
-            if rows:
-                if release_leases is not None:
-                    send_release(tx, *release_leases)
-                self._audit.link(tx, audit)
-            else:
+            statements: list[tuple[str, Sequence[Any]]] = [(sql, tuple(params))]
+            if release_leases is not None:  # behind the change; undone with it when it fails
+                statements += release_statements(*release_leases)
+            # the change, the leases given up and the chain head behind them: one round trip on
+            # PostgreSQL (the chain's lock only when the change happened)
+            answers = self._audit.link_behind(
+                tx, statements, [(audit, Written(0, "operations", "operation_key", operation_key))]
+            )
+            rows = answers[0]
+            if not rows:
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
-        if not rows:
-            raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
+                raise InvalidTransitionError(
+                    operation_key, from_status, current["status"] if current else None
+                )
         return operation_of(rows[0])
 
     def claim(
@@ -121,20 +131,45 @@ class Operations:
         locked before the leases' rows, as in the outcome's transaction that gives them up); when
         another holder has one, the claim is rolled back with them and `ResourcesBusy` raised.
         """
-        with self._db.transaction() as tx:
-            now = self._db._tx_now(tx)
-            rows = tx.execute(
-                "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
-                " attempts = attempts + 1, updated_at = ?"
-                " WHERE operation_key = ? AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
-                " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
-                (owner, later(now, lease_s), now, operation_key, now),
-            )
-            if rows:
-                if resources is not None:
-                    take_in(tx, resources[0], resources[1], now, lease_s)  # busy: all rolled back
-                self._audit.link(tx, audit)
-        return operation_of(rows[0]) if rows else None
+        keys, holder = resources if resources is not None else ((), owner)
+        try:
+            with self._db.transaction() as tx:
+                now = self._db._tx_now(tx)
+                lease = later(now, lease_s)
+                answers = self._audit.link_behind(  # the claim, its leases and the chain head behind
+                    tx,  # them: one round trip on PostgreSQL (the chain's lock only when it won)
+                    [
+                        (
+                            "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
+                            " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
+                            " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                            " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
+                            (owner, lease, now, operation_key, now),
+                        ),
+                        *take_behind(  # each only behind the claim this script made
+                            keys,
+                            holder,
+                            now,
+                            lease_s,
+                            (
+                                "EXISTS (SELECT 1 FROM operations c WHERE c.operation_key = ?"
+                                " AND c.status = 'executing' AND c.owner = ? AND c.lease_expires_at = ?"
+                                " AND c.updated_at = ?)",
+                                (operation_key, owner, lease, now),
+                            ),
+                        ),
+                    ],
+                    [(audit, Written(0, "operations", "operation_key", operation_key))],
+                )
+                rows, took = answers[0], answers[1:]
+                if not rows:
+                    if any(took):  # the same owner's claim at the same instant won: not this one
+                        raise _Lost  # what this one took goes back with the rollback
+                    return None
+                all_taken(keys, took)  # busy: all rolled back, the events with them
+        except _Lost:
+            return None
+        return operation_of(rows[0])
 
     def renew_lease(self, operation_key: str, owner: str, lease_s: float) -> bool:
         """Extend ``owner``'s lease to ``lease_s`` from now while its handler still runs."""

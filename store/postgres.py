@@ -30,7 +30,7 @@ from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.tx import LinkHead
+from toolgate.store.tx import LinkHead, Written
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -105,21 +105,25 @@ class _PgTx:
         self._begun, self._queued = True, []
         return front
 
-    def _run(self, statements: Sequence[str]) -> None:
-        """One round trip: `_front` and ``statements`` as one script; the cursor ends on the last
-        statement's result."""
+    def _run(self, statements: Sequence[str]) -> list[list[dict[str, Any]]]:
+        """One round trip: `_front` and ``statements`` as one script; the rows of each of its
+        results, in order (none for a statement that returns no rows)."""
         self.round_trips += 1
         self._cursor.execute(";\n".join([*self._front(), *statements]))
+        results = [self._rows()]
         while self._cursor.nextset():
-            pass
+            results.append(self._rows())
+        return results
+
+    def _rows(self) -> list[dict[str, Any]]:
+        return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         if self._begun and not self._queued:  # alone: bound by the server
             self.round_trips += 1
             self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
-        else:
-            self._run([self.bound(sql, params)])
-        return list(self._cursor.fetchall()) if self._cursor.description else []
+            return self._rows()
+        return self._run([self.bound(sql, params)])[-1]
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         rows = self.execute(sql, params)
@@ -133,19 +137,14 @@ class _PgTx:
         COMMITTED)."""
         if not statements:
             return []
-        self.round_trips += 1
-        self._cursor.execute(";\n".join([*self._front(), *(self.bound(s, p) for s, p in statements)]))
-        results = [list(self._cursor.fetchall()) if self._cursor.description else []]
-        while self._cursor.nextset():
-            results.append(list(self._cursor.fetchall()) if self._cursor.description else [])
-        return results[-len(statements) :]
+        return self._run([self.bound(sql, params) for sql, params in statements])[-len(statements) :]
 
     def last_of(self, script: str) -> dict[str, Any] | None:
         """Run a parameterless script of several statements (after what must go first) in one
         round trip (each statement takes its own snapshot); the first row of the last statement's
         result."""
-        self._run([script])
-        return self._cursor.fetchone()
+        rows = self._run([script])[-1]
+        return rows[0] if rows else None
 
     def now(self) -> str:
         """The store's time for this unit of work, read by the server. A write transaction reads
@@ -154,10 +153,7 @@ class _PgTx:
         time. A read in autocommit reads it on each ask."""
         if self._now is not None:
             return self._now
-        self._run([f"SELECT {NOW_SQL} AS now"])
-        row = self._cursor.fetchone()
-        assert row is not None
-        now = str(row["now"])
+        now = str(self._run([f"SELECT {NOW_SQL} AS now"])[-1][0]["now"])
         self.heard(now)
         return now
 
@@ -285,24 +281,13 @@ class PostgresStore(Store):
         """The last reading of the server's clock (`_clock_read`, whichever unit of work made it)
         plus the monotonic time since: no round trip while that reading is younger than
         `CLOCK_REUSE_S`, else a reading of its own (`now`). It may lag the server's clock by the
-        reading's own round trip (it arrived that much after the server read it). A clock put in
-        front of the server's (`now` or `_tx_now` replaced: a test's, a case's) is asked each time:
-        the readings of the server's own are not its time."""
+        reading's own round trip (it arrived that much after the server read it). Whoever puts a
+        clock in front of the server's (`now`, `_tx_now`: a test's) puts it in front of this one
+        too: the readings it counts from are the server's own."""
         mark, moment = self._clock_mark, time.monotonic()
-        if mark is None or moment - mark[0] > CLOCK_REUSE_S or self._clock_replaced():
+        if mark is None or moment - mark[0] > CLOCK_REUSE_S:
             return self.now()
         return mark[1] + timedelta(seconds=moment - mark[0])
-
-    def _clock_replaced(self) -> bool:
-        """Whether this store's time is not the server's clock as it reads it: `now` or `_tx_now`
-        replaced on the store or by a subclass."""
-        mine = vars(self)
-        return (
-            "now" in mine
-            or "_tx_now" in mine
-            or type(self).now is not Store.now
-            or type(self)._tx_now is not PostgresStore._tx_now
-        )
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """Lock, then read time and last hash, in one round trip (the statements the transaction
@@ -350,6 +335,58 @@ class PostgresStore(Store):
             return LinkHead(now, last_hash, [], [_first_value(tx.one(sql, params)) for sql, params in values])
         seqs, read = tx.link_read
         return LinkHead(now, last_hash, seqs, read)
+
+    def _link_behind(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        groups: Sequence[tuple[int, Written]],
+        values: Sequence[tuple[str, Sequence[Any]]] = (),
+    ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
+        """The statements and `_chain_head`'s script behind them, in one round trip: the lock
+        and the head's read run only when the first group's row was written by this transaction
+        (its ``xmin``: exact, whatever the statements returned), so a step that links nothing (a
+        claim that lost, a decision on record already) never takes the chain's lock; the
+        sequence numbers reserved are those of the groups whose rows were. The lock is taken
+        after the statements, as `_chain_head` takes it: it covers linking and the COMMIT, not
+        the statements' own work. A `_chain_head` wrapped on this store (a benchmark timing the
+        lock) is honoured: the steps then run one after the other."""
+        assert isinstance(tx, _PgTx)
+        if not groups or "_chain_head" in vars(self):
+            return super()._link_behind(tx, statements, groups, values)
+
+        def written(row: Written) -> str:
+            return tx.bound(
+                f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
+                (row.key,),
+            )
+
+        linked = written(groups[0][1])
+        wanted = " + ".join(
+            f"(CASE WHEN {written(row)} THEN {int(count)} ELSE 0 END)" for count, row in groups
+        )
+        reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
+        results = tx._run(
+            [
+                *(tx.bound(sql, params) for sql, params in statements),
+                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}) WHERE {linked}",
+                f"SELECT {NOW_SQL} AS now,"
+                f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash,"
+                " ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
+                f" FROM generate_series(1, {wanted})) AS seqs{reads} WHERE {linked}",
+            ]
+        )
+        answers, head = results[-len(statements) - 2 : -2], results[-1]
+        if not head:
+            return answers, None
+        row = head[0]
+        tx.heard(str(row["now"]))
+        return answers, LinkHead(
+            str(row["now"]),
+            str(row["hash"]),
+            sorted(int(n) for n in row["seqs"]),
+            [row[f"v{n}"] for n in range(len(values))],
+        )
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

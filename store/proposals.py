@@ -14,12 +14,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolgate.canonical import ordered_json
+from toolgate.errors import StoreError
 from toolgate.store.audit_log import AuditLog
 from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.keys import Keyring
 from toolgate.store.operations import operation_of
 from toolgate.store.records import OperationRecord, ProposalRecord
-from toolgate.store.tx import Database, Tx
+from toolgate.store.tx import Database, Tx, Written
 
 
 def proposal_of(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
@@ -83,61 +84,88 @@ class Proposals:
         with self._db.transaction() as tx:
             now = self._db._tx_now(tx)
             proposal, audit = make(now)
-            inserted = tx.execute(
-                "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool, tool_version,"
-                " handler_revision, release, tenant_id, requester_id, arguments, arguments_sha256, digest,"
-                " risk, effect, rollback, approval_class, created_at, expires_at, supersedes, trace_id, editors,"
-                " escalation_rule_id, escalation_reason, requester_text, mac)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT DO NOTHING RETURNING *",
-                (
-                    proposal.proposal_id,
-                    proposal.operation_key,
-                    proposal.thread_id,
-                    proposal.call_id,
-                    proposal.tool,
-                    proposal.tool_version,
-                    proposal.handler_revision,
-                    proposal.release,
-                    proposal.tenant_id,
-                    proposal.requester_id,
-                    ordered_json(proposal.arguments),  # the model's key order; digests are canonical
-                    proposal.arguments_sha256,
-                    proposal.digest,
-                    proposal.risk,
-                    proposal.effect,
-                    proposal.rollback,
-                    proposal.approval_class,
-                    proposal.created_at,
-                    proposal.expires_at,
-                    proposal.supersedes,
-                    proposal.trace_id,
-                    json.dumps(sorted(proposal.editors)) if proposal.editors else None,
-                    proposal.escalation_rule_id,
-                    proposal.escalation_reason,
-                    proposal.requester_text or None,
-                    keys.mac("proposal", proposal.sealed()),
-                ),
+            mac = keys.mac("proposal", proposal.sealed())
+            # the proposal and its operation as one script (`Tx.many`: one round trip on
+            # PostgreSQL); the operation's INSERT runs only behind a proposal stored under this id
+            # with this MAC, so nothing is inserted when the key holds another proposal already
+            # the chain head behind them too (its lock only when the proposal was stored here)
+            inserted, created = self._audit.link_behind(
+                tx,
+                [
+                    (
+                        "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool,"
+                        " tool_version, handler_revision, release, tenant_id, requester_id, arguments,"
+                        " arguments_sha256, digest, risk, effect, rollback, approval_class, created_at,"
+                        " expires_at, supersedes, trace_id, editors, escalation_rule_id, escalation_reason,"
+                        " requester_text, mac)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " ON CONFLICT DO NOTHING RETURNING *",
+                        (
+                            proposal.proposal_id,
+                            proposal.operation_key,
+                            proposal.thread_id,
+                            proposal.call_id,
+                            proposal.tool,
+                            proposal.tool_version,
+                            proposal.handler_revision,
+                            proposal.release,
+                            proposal.tenant_id,
+                            proposal.requester_id,
+                            ordered_json(proposal.arguments),  # the model's key order; digests are canonical
+                            proposal.arguments_sha256,
+                            proposal.digest,
+                            proposal.risk,
+                            proposal.effect,
+                            proposal.rollback,
+                            proposal.approval_class,
+                            proposal.created_at,
+                            proposal.expires_at,
+                            proposal.supersedes,
+                            proposal.trace_id,
+                            json.dumps(sorted(proposal.editors)) if proposal.editors else None,
+                            proposal.escalation_rule_id,
+                            proposal.escalation_reason,
+                            proposal.requester_text or None,
+                            mac,
+                        ),
+                    ),
+                    (
+                        # ON CONFLICT: the same proposal sent again finds its operation stored
+                        "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
+                        " attempts, created_at, updated_at) SELECT ?, ?, ?, ?, 'pending_approval', 0, ?, ?"
+                        " WHERE EXISTS (SELECT 1 FROM proposals p WHERE p.proposal_id = ? AND p.mac = ?)"
+                        " ON CONFLICT DO NOTHING RETURNING *",
+                        (
+                            proposal.operation_key,
+                            proposal.proposal_id,
+                            proposal.tool,
+                            proposal.tenant_id,
+                            now,
+                            now,
+                            proposal.proposal_id,
+                            mac,
+                        ),
+                    ),
+                ],
+                [(audit, Written(0, "proposals", "proposal_id", proposal.proposal_id))],
             )
             if inserted:
+                if not created:  # the key's operation row exists without this proposal
+                    raise StoreError(
+                        f"operation {proposal.operation_key} exists already; proposal"
+                        f" {proposal.proposal_id} was not stored"
+                    )
                 prow: dict[str, Any] | None = inserted[0]
-                orow = tx.one(
-                    "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
-                    " attempts, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending_approval', 0, ?, ?)"
-                    " RETURNING *",
-                    (
-                        proposal.operation_key,
-                        proposal.proposal_id,
-                        proposal.tool,
-                        proposal.tenant_id,
-                        now,
-                        now,
-                    ),
+                orow: dict[str, Any] | None = created[0]
+            else:  # both rows as stored, in one round trip
+                stored_proposal, stored_operation = tx.many(
+                    [
+                        ("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,)),
+                        ("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,)),
+                    ]
                 )
-                self._audit.link(tx, audit)
-            else:
-                prow = tx.one("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,))
-                orow = tx.one("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,))
+                prow = stored_proposal[0] if stored_proposal else None
+                orow = stored_operation[0] if stored_operation else None
         assert prow is not None and orow is not None
         return proposal_of(prow, keys), operation_of(orow), bool(inserted)
 

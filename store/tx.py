@@ -30,10 +30,12 @@ class Tx(Protocol):
 
     def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
         """Run ``statements`` (``(sql, params)``, one statement each) in order; each one's rows, in
-        the same order. For reads a caller needs together: on PostgreSQL they travel as one
-        script, one round trip for all of them (with whatever `send` queued in front). A failing
-        statement raises and runs none after it; the unit of work then fails whole, so nothing of
-        the others stays either. On SQLite they simply run one after the other."""
+        the same order. For statements a caller needs together (reads; a write and the writes
+        that must run only behind it, each conditional in its SQL on the one before): on
+        PostgreSQL they travel as one script, one round trip for all of them (with whatever
+        `send` queued in front). A failing statement raises and runs none after it; the unit of
+        work then fails whole, so nothing of the others stays either. On SQLite they simply run
+        one after the other."""
         ...
 
 
@@ -50,6 +52,20 @@ class LinkHead(NamedTuple):
     where the database numbers them on insert (SQLite)."""
     values: list[Any]
     """The first column of each read asked for (each reads one row at most; None: no row), in order."""
+
+
+class Written(NamedTuple):
+    """ "This transaction wrote that row": the condition under which a group of audit events is
+    linked behind the statements of its transaction (`Database._link_behind`)."""
+
+    statement: int
+    """The statement (its index in the script) that writes the row and returns it when it did."""
+    table: str
+    """The row's table."""
+    column: str
+    """A unique column of that table."""
+    key: str
+    """The row's value in ``column``."""
 
 
 class Database(Protocol):
@@ -77,5 +93,17 @@ class Database(Protocol):
         (``(sql, params)``) the links need; see `LinkHead`."""
         ...
 
+    def _link_behind(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        groups: Sequence[tuple[int, Written]],
+        values: Sequence[tuple[str, Sequence[Any]]] = (),
+    ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
+        """Run ``statements`` (`Tx.many`) and then, when the first group's row was written by
+        them, `_link_head` for the events of every group (``(how many events, condition)``) whose
+        row was: ``(each statement's rows, the head or None)``; on PostgreSQL in one round trip."""
+        ...
 
-__all__ = ["Database", "LinkHead", "Tx"]
+
+__all__ = ["Database", "LinkHead", "Tx", "Written"]

@@ -17,7 +17,7 @@ import traceback
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -366,14 +366,25 @@ def _exit_code(main: Any) -> int:
 
 
 def shift_store_clock(monkeypatch: Any, store: Store, delta: timedelta) -> None:
-    """Move ``store``'s clock by ``delta`` (expiry, leases and windows all follow the store's clock)."""
+    """Move ``store``'s clock by ``delta`` (expiry, leases and windows all follow the store's clock,
+    and so does `Store.calibrated_now`, which the model node and dispatch judge by)."""
     from toolgate.clock import iso, parse_iso
 
     read = store._tx_now  # type: ignore[attr-defined]
     monkeypatch.setattr(store, "_tx_now", lambda tx: iso(parse_iso(read(tx)) + delta))
-    if isinstance(store, SQLiteStore):
+    if isinstance(store, SQLiteStore):  # `calibrated_now` is `now` there: it follows
         now = store.now
         monkeypatch.setattr(store, "now", lambda: now() + delta)
+    else:  # `now` reads through `_tx_now`; the calibrated clock counts from the server's readings
+        calibrated = store.calibrated_now
+        monkeypatch.setattr(store, "calibrated_now", lambda: calibrated() + delta)
+
+
+def set_store_now(monkeypatch: Any, store: Store, when: datetime) -> None:
+    """Hold ``store``'s clock (`Store.now`) at ``when``, and the calibrated clock the model node and
+    dispatch judge by (`Store.calibrated_now`) with it."""
+    monkeypatch.setattr(store, "now", lambda: when)
+    monkeypatch.setattr(store, "calibrated_now", lambda: when)
 
 
 def open_test_store(data_dir: Path, database_url: str | None = None) -> Store:

@@ -3,7 +3,8 @@
 Each state change (proposal, decision with the approval it completes, claim, outcome) appends its
 audit events in its own transaction: a change without its evidence, or evidence of a change that
 never happened, cannot be left behind. A read call audits with one append. Counted through the
-store's own `_append_events` (each call is one transaction's events) and its transactions."""
+store's own `AuditLog._chain` (each call is one transaction's events, linked by `AuditLog.link` or
+behind its statements by `AuditLog.link_behind`) and its transactions."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Counted:
         store = harness.store
         self.writes = 0
         self.appends: list[tuple[str, ...]] = []
-        real_tx, real_append = store.transaction, store.audit.link
+        real_tx, real_append = store.transaction, store.audit._chain
 
         @contextmanager
         def transaction(*, write: bool = True) -> Iterator[Any]:
@@ -40,13 +41,13 @@ class Counted:
             with real_tx(write=write) as tx:
                 yield tx
 
-        def append(tx: Any, events: Any) -> Any:
+        def append(tx: Any, events: Any, *linked: Any) -> Any:
             if events:
                 self.appends.append(tuple(e.event for e in events))
-            return real_append(tx, events)
+            return real_append(tx, events, *linked)
 
         monkeypatch.setattr(store, "transaction", transaction)
-        monkeypatch.setattr(store.audit, "link", append)
+        monkeypatch.setattr(store.audit, "_chain", append)  # `link` and `link_behind` chain through it
 
     def reset(self) -> None:
         self.writes, self.appends = 0, []

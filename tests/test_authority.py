@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from support import REFUND_REQUEST, Harness, principal, start
+from support import REFUND_REQUEST, Harness, principal, set_store_now, start
 
 from toolgate.errors import IdentityError
 from toolgate.graph.gateway import Gateway
@@ -300,7 +300,7 @@ def test_every_time_decision_is_the_stores_clock_never_the_process_clock(
     op, proposal = approved(harness, gw, "t-clock")
     window = timedelta(minutes=harness.policy.approval_minutes)
 
-    monkeypatch.setattr(harness.store, "now", lambda: real_now + window + timedelta(minutes=1))
+    set_store_now(monkeypatch, harness.store, real_now + window + timedelta(minutes=1))
     assert authority.expired(proposal)  # by the store's clock, whatever this process's says
     # a tool retired by the store's clock is refused at dispatch, the process clock unasked
     sunset = Deprecation(real_now - timedelta(days=1), timedelta(days=1, minutes=1), replacement=None)
@@ -320,7 +320,7 @@ def test_every_time_decision_is_the_stores_clock_never_the_process_clock(
     assert (delivery.status, delivery.claim) == ("expired", "NOT_ATTEMPTED")
     assert harness.refunds() == 0
 
-    monkeypatch.setattr(harness.store, "now", lambda: real_now - timedelta(hours=1))  # the store lags
+    set_store_now(monkeypatch, harness.store, real_now - timedelta(hours=1))  # the store lags
     assert not authority.expired(proposal)
     assert dispatch(later, principal("cust-ada"), "lookup_order", {"order_id": "O-5512"}) is None
 

@@ -70,9 +70,14 @@ class StoreClock:
             monkeypatch.setattr(
                 store, "_tx_now", lambda tx, read=read: iso(parse_iso(read(tx)) + self.offset)
             )
-            if isinstance(store, SQLiteStore):
+            if isinstance(store, SQLiteStore):  # `calibrated_now` is `now` there: it follows
                 now = store.now
                 monkeypatch.setattr(store, "now", lambda now=now: now() + self.offset)
+            else:  # the calibrated clock counts from the server's own readings
+                calibrated = store.calibrated_now
+                monkeypatch.setattr(
+                    store, "calibrated_now", lambda calibrated=calibrated: calibrated() + self.offset
+                )
 
     def advance(self, seconds: float) -> None:
         self.offset += timedelta(seconds=seconds)

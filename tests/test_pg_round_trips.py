@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 59
+ROUND_TRIPS_PER_APPROVED_WRITE = 52
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -67,7 +67,13 @@ console's warnings in the approval interrupt: 56 -> 59, on purpose (a reviewer a
 UI was not warned that a refund exceeds what remains of the order): the pause runs the tool's
 semantic check (4, the demo order read in a transaction of the system of record) and reads the
 other proposals of the same resource (3), while the resume no longer runs the review lookup for
-a payload it throws away (-4)."""
+a payload it throws away (-4). Folded scripts: 59 -> 56 (the proposal's two INSERTs, the
+decision's INSERT with its settlement and the claim's UPDATE with its resource lease each travel
+as one `Tx.many` script: proposal, decision and claim 5 -> 4 round trips each). Chain head behind
+the statements: 56 -> 52 (proposal, decision, claim and outcome each send their statements, the
+chain's lock and its head read as one script, `AuditLog.link_behind`: 4 -> 3 round trips each,
+BEGIN with the clock, that script, the events with the COMMIT; the lock is still held across two
+round trips, and taken only when the step wrote what its events record)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 6
 """Every ``BEGIN`` the write sends (the model's two turns, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

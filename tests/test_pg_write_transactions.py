@@ -13,13 +13,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from support import TEST_KEY, wire_round_trips
+from support import TEST_KEY, shift_store_clock, wire_round_trips
+from test_store_contract import make_proposal
 
 from toolgate.clock import parse_iso
 from toolgate.errors import StoreError
 from toolgate.store import AuditEventIn, PostgresStore
 from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.postgres import NOW_SQL
+from toolgate.store.tx import Written
 
 _TX_ID = "SELECT txid_current() AS id, pg_current_xact_id_if_assigned() IS NOT NULL AS wrote"
 
@@ -201,8 +203,49 @@ def test_the_calibrated_clock_reuses_a_recent_reading_of_the_servers_and_reads_a
             fourth = store.calibrated_now()
             assert wire["round_trips"] == 1 and fourth >= exact  # read anew
             assert store._clock_mark is not None and store._clock_mark[1] == fourth
+            # a clock put in front of the server's `now` alone is not this clock's: it counts from
+            # the server's own readings (no check in the store for replaced methods); whoever moves
+            # the store's clock moves this one too (`support.shift_store_clock`, `set_store_now`)
             moved = exact + timedelta(hours=3)
-            monkeypatch.setattr(store, "now", lambda: moved)  # a clock put in front of the server's
-            assert store.calibrated_now() == moved
+            monkeypatch.setattr(store, "now", lambda: moved)
+            assert fourth <= store.calibrated_now() < moved
+            shift_store_clock(monkeypatch, store, timedelta(hours=3))
+            assert store.calibrated_now() - timedelta(hours=3) >= fourth
+    finally:
+        store.close()
+
+
+_ADVISORY_LOCKS = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+
+
+def test_a_step_links_its_events_behind_its_statements_and_locks_the_chain_only_when_it_wrote(
+    pg_migrated_url: str,
+) -> None:
+    # `AuditLog.link_behind`: the step's statements, the chain's lock and its head read travel as
+    # one script; a step that wrote nothing to link (a claim that lost) never takes the lock
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.proposals.create(make_proposal(1))
+        store.operations.transition("op_test1", "pending_approval", "approved")
+        claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
+        with wire_round_trips() as wire:
+            won = store.operations.claim("op_test1", "w1", 30, audit=claimed)
+        # BEGIN with the clock; the claim with the chain head behind it; the events with the COMMIT
+        assert won is not None and wire["round_trips"] == 3
+        with wire_round_trips() as wire:
+            assert store.operations.claim("op_test1", "w2", 30, audit=claimed) is None
+        assert wire["round_trips"] == 3  # the same script, its lock and head not taken; COMMIT
+        assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.claimed"]
+        claim = "UPDATE operations SET owner = ? WHERE operation_key = ? AND owner = ? RETURNING owner"
+        for owner, locks in (("w9", 0), ("w1", 1)):  # w9 owns nothing: no row written, no lock
+            with store.transaction() as tx:
+                answers = store.audit.link_behind(
+                    tx,
+                    [(claim, ("w1", "op_test1", owner))],
+                    [(claimed, Written(0, "operations", "operation_key", "op_test1"))],
+                )
+                assert len(answers[0]) == locks
+                assert tx.one(_ADVISORY_LOCKS) == {"n": locks}
+        assert len(store.audit.events(operation_key="op_test1")) == 2
     finally:
         store.close()

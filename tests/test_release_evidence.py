@@ -26,6 +26,7 @@ from release_control_support import (
     run,
     text,
 )
+from support import set_store_now
 from test_release_control_routing import STATUS, admin
 
 from toolgate.clock import parse_iso
@@ -202,9 +203,9 @@ def test_promotion_needs_the_canary_to_have_run_long_enough_on_the_stores_clock(
     assert rollout is not None
     began = parse_iso(rollout.updated_at)
     for minutes, code in ((10, "canary_too_short"), (-5, "clock_skew")):
-        monkeypatch.setattr(store, "now", lambda m=minutes: began + timedelta(minutes=m))
+        set_store_now(monkeypatch, store, began + timedelta(minutes=minutes))
         refused(store, lambda: two.control().promote(admin(two)), code)
-    monkeypatch.setattr(store, "now", lambda: began + timedelta(minutes=31))
+    set_store_now(monkeypatch, store, began + timedelta(minutes=31))
     assert two.control().promote(admin(two)).pointer.active == CANDIDATE  # type: ignore[union-attr]
     assert [e.event for e in audit_events(store, "release.promoted")] == ["release.promoted"]
 

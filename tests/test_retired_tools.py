@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from support import Harness, audit_events, principal, start, tool_messages
+from support import Harness, audit_events, principal, set_store_now, start, tool_messages
 
 from toolgate.graph.context import Context
 from toolgate.graph.nodes.tool_offer import offer_for
@@ -115,11 +115,11 @@ def test_the_store_clock_crossing_the_sunset_flips_the_offer(
     since = harness.store.now() - timedelta(hours=1)
     registry = deprecated(harness, since)
     sunset = since + WINDOW
-    monkeypatch.setattr(harness.store, "now", lambda: sunset - timedelta(seconds=1))
+    set_store_now(monkeypatch, harness.store, sunset - timedelta(seconds=1))
     assert offered_to_model(harness, registry, "before-sunset") == ["issue_refund", "lookup_order"]
-    monkeypatch.setattr(harness.store, "now", lambda: sunset)
+    set_store_now(monkeypatch, harness.store, sunset)
     assert offered_to_model(harness, registry, "at-sunset") == ["issue_refund"]
-    monkeypatch.setattr(harness.store, "now", lambda: sunset + timedelta(seconds=1))
+    set_store_now(monkeypatch, harness.store, sunset + timedelta(seconds=1))
     assert offered_to_model(harness, registry, "after-sunset") == ["issue_refund"]
 
 

@@ -48,6 +48,7 @@ def _fresh_suspects_and_one_window(monkeypatch: pytest.MonkeyPatch) -> None:
     now = datetime.now(UTC).replace(second=1, microsecond=0)
     for backend in (SQLiteStore, PostgresStore):
         monkeypatch.setattr(backend, "_tx_now", lambda self, tx: iso(now))
+    monkeypatch.setattr(PostgresStore, "calibrated_now", lambda self: now)  # SQLite's is its `now`
 
 
 def refusals(store: Store) -> list[tuple[str | None, dict[str, int]]]:

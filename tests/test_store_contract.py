@@ -59,6 +59,7 @@ from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, curs
 from toolgate.store.records import Settlement
 from toolgate.store.slots import SlotRow
 from toolgate.store.snapshots import GuardSnapshot
+from toolgate.store.tx import Written
 from toolgate.store.waits import WaitIn
 
 TABLES = (
@@ -2231,6 +2232,73 @@ def test_audit_append_after_appends_what_build_makes_of_the_latest_event(store: 
 
 
 CONTRACT["audit.link"] = (test_audit_link_appends_in_the_callers_transaction_and_rolls_back_with_it,)
+
+
+def test_audit_link_behind_links_each_group_only_behind_the_row_its_statements_wrote(store: Store) -> None:
+    store.proposals.create(make_proposal(1))
+    store.proposals.create(make_proposal(2, tenant_id="globex"))
+    stamp = iso(store.now())
+
+    def moved(key: str, from_status: str, to_status: str) -> tuple[str, tuple[str, ...]]:
+        return (
+            "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ? AND status = ?"
+            " RETURNING operation_key",
+            (to_status, stamp, key, from_status),
+        )
+
+    def groups(*names: str) -> list[tuple[list[AuditEventIn], Written]]:
+        return [
+            (
+                [event(name, operation_key=f"op_test{n}")],
+                Written(n - 1, "operations", "operation_key", f"op_test{n}"),
+            )
+            for n, name in enumerate(names, start=1)
+        ]
+
+    before = snapshot(store)
+    with store.transaction() as tx:  # the first group's row not written: nothing linked at all
+        answers = store.audit.link_behind(
+            tx,
+            [moved("op_test1", "approved", "executing"), moved("op_test2", "pending_approval", "approved")],
+            groups("behind.first", "behind.second"),
+        )
+    assert answers == [[], [{"operation_key": "op_test2"}]]
+    assert named(store, "behind.first") == named(store, "behind.second") == []
+    assert snapshot(store)["audit_events"] == before["audit_events"]
+    assert store.operations.get("op_test2").status == "approved"  # type: ignore[union-attr]
+    with store.transaction() as tx:  # the first written, the second not: the first group only
+        answers = store.audit.link_behind(
+            tx,
+            [moved("op_test1", "pending_approval", "approved"), moved("op_test2", "pending_approval", "approved")],
+            groups("behind.first", "behind.second"),
+        )
+    assert answers == [[{"operation_key": "op_test1"}], []]
+    assert [(e.operation_key, e.tenant_id) for e in named(store, "behind.first")] == [("op_test1", "acme")]
+    assert named(store, "behind.second") == []
+    with store.transaction() as tx:  # both written: both groups, in order, each with its row's tenant
+        store.audit.link_behind(
+            tx,
+            [moved("op_test1", "approved", "expired"), moved("op_test2", "approved", "expired")],
+            groups("behind.first", "behind.second"),
+        )
+    linked = [e for e in store.audit.events() if e.event.startswith("behind.")]
+    assert [(e.event, e.tenant_id) for e in linked] == [
+        ("behind.first", "acme"),
+        ("behind.first", "acme"),
+        ("behind.second", "globex"),
+    ]
+    assert linked[2].prev_hash == linked[1].hash and linked[1].seq < linked[2].seq
+    before = snapshot(store)
+    with pytest.raises(RuntimeError), store.transaction() as tx:  # rolled back with the change
+        store.audit.link_behind(tx, [moved("op_test1", "expired", "expired")], groups("behind.gone"))
+        raise RuntimeError("the change it records fails")
+    assert snapshot(store) == before
+    assert verify_chain(store).ok
+
+
+CONTRACT["audit.link_behind"] = (
+    test_audit_link_behind_links_each_group_only_behind_the_row_its_statements_wrote,
+)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
@@ -2581,6 +2649,112 @@ def test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_wi
 CONTRACT["operations.claim"] = (
     *CONTRACT["operations.claim"],
     test_claim_takes_its_resource_leases_in_its_transaction_or_is_rolled_back_with_them,
+)
+
+
+def test_claim_takes_leases_only_behind_the_claim_that_won_and_a_same_owner_race_takes_none(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the claim and its leases are one script (`Tx.many`): each lease is taken only while the
+    # claim in front of it holds the row; the same owner claiming again at the same instant finds
+    # its own winning claim's row as the condition describes it, so what it took is rolled back
+    store.proposals.create(make_proposal())
+    approve_row(store)
+    instant = iso(store.now())
+    monkeypatch.setattr(store, "_tx_now", lambda tx: instant)  # both claims at one instant
+    claimed = store.operations.claim(
+        "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k1"], "h1")
+    )
+    assert claimed is not None and (claimed.owner, claimed.updated_at, claimed.attempts) == ("w1", instant, 1)
+    before = snapshot(store)
+    lost = store.operations.claim(
+        "op_test1", "w1", 30, audit=[event("operation.claimed")], resources=(["k1", "k9"], "h1")
+    )
+    assert lost is None
+    assert snapshot(store) == before  # k9 (free) not taken, no event, attempts still 1
+    with store.transaction(write=False) as tx:
+        leases = tx.execute("SELECT resource_key, holder FROM resource_leases ORDER BY resource_key")
+    assert leases == [{"resource_key": "k1", "holder": "h1"}]
+    assert len(named(store, "operation.claimed")) == 1
+    # a claim of an operation that is not approved takes none of its (free) resources
+    store.proposals.create(make_proposal(2))
+    before = snapshot(store)
+    assert store.operations.claim("op_test2", "w2", 30, resources=(["k5", "k6"], "h2")) is None
+    assert snapshot(store) == before
+
+
+CONTRACT["operations.claim"] = (
+    *CONTRACT["operations.claim"],
+    test_claim_takes_leases_only_behind_the_claim_that_won_and_a_same_owner_race_takes_none,
+)
+
+
+def test_record_and_settle_sent_again_settles_nothing_and_writes_nothing(store: Store) -> None:
+    # the decision's INSERT and its settlement are one script: the settlement runs only behind a
+    # decision on record, so the very decision sent again (on record already, the operation still
+    # in from_status) would settle: its transaction is rolled back instead
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    decision = make_approval(proposal)
+    assert store.approvals.record(decision, audit=[event("approval.recorded", operation_key="op_test1")])
+    settle = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="approved",
+        audit=[event("operation.approved", operation_key="op_test1")],
+    )
+    before = snapshot(store)
+    assert store.approvals.record_and_settle(
+        decision, audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
+    ) == (False, None)
+    assert snapshot(store) == before
+    op = store.operations.get("op_test1")
+    assert op is not None and op.status == "pending_approval"
+    assert named(store, "operation.approved") == [] and len(named(store, "approval.recorded")) == 1
+    # a rejection settles to rejected in the same script; the settlement's events only then
+    reject = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="rejected",
+        audit=[event("operation.rejected", operation_key="op_test1")],
+    )
+    recorded, settled = store.approvals.record_and_settle(
+        make_approval(proposal, reviewer="rita", decision="reject"), settle=reject
+    )
+    assert recorded and settled is not None and settled == store.operations.get("op_test1")
+    assert settled.status == "rejected" and len(named(store, "operation.rejected")) == 1
+
+
+CONTRACT["approvals.record_and_settle"] = (
+    *CONTRACT["approvals.record_and_settle"],
+    test_record_and_settle_sent_again_settles_nothing_and_writes_nothing,
+)
+
+
+def test_create_proposal_sent_again_or_under_a_key_another_operation_holds_writes_nothing(store: Store) -> None:
+    # the proposal and its operation are one script: the operation's INSERT runs only behind a
+    # proposal stored under its id with its MAC
+    proposal = make_proposal()
+    store.proposals.create(proposal, audit=[event("proposal.created", proposal_id="prop_test1")])
+    before = snapshot(store)
+    stored, op, created = store.proposals.create(proposal, audit=[event("proposal.created")])
+    assert not created and stored == proposal and op == store.operations.get("op_test1")
+    assert snapshot(store) == before  # the same proposal again: nothing written, no event
+    # an operation row under the key without a proposal (written by another path): refused whole
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status, attempts,"
+            " created_at, updated_at) VALUES ('op_test2', NULL, 'issue_refund', 'acme', 'approved', 0, ?, ?)",
+            (proposal.created_at, proposal.created_at),
+        )
+    before = snapshot(store)
+    with pytest.raises(StoreError, match="op_test2"):
+        store.proposals.create(make_proposal(2), audit=[event("proposal.created", proposal_id="prop_test2")])
+    assert snapshot(store) == before and store.proposals.get("prop_test2") is None
+
+
+CONTRACT["proposals.create"] = (
+    *CONTRACT["proposals.create"],
+    test_create_proposal_sent_again_or_under_a_key_another_operation_holds_writes_nothing,
 )
 
 
