@@ -20,7 +20,14 @@ from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.clock import new_id
-from toolgate.store.audit_records import AUDIT_FIELDS, AuditEvent, AuditEventIn, audit_hash, audit_row_content
+from toolgate.store.audit_records import (
+    AUDIT_FIELDS,
+    AuditEvent,
+    AuditEventIn,
+    KeyedEventIn,
+    audit_hash,
+    audit_row_content,
+)
 from toolgate.store.tx import Database, Tx
 
 _COLUMNS = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
@@ -140,32 +147,45 @@ class AuditLog:
 
     def link(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
         """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
-        change they record, so the change and its evidence commit together or not at all."""
+        change they record, so the change and its evidence commit together or not at all. A
+        `KeyedEventIn` whose id the chain holds already is left out (its presence is read with the
+        chain head, under the lock: no round trip of its own on PostgreSQL)."""
         if not events:
             return []
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
             row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
-            row["event_id"] = new_id("evt")
+            row["event_id"] = event.event_id if isinstance(event, KeyedEventIn) else new_id("evt")
             payload = canonical_json(event.detail)
             row["detail"] = "{}"
             row["detail_sha256"] = sha256_hex(payload)
             drafts.append((row, payload))
         owners = _owner_reads(events)
+        keyed = [e.event_id for e in events if isinstance(e, KeyedEventIn)]
         head = self._db._link_head(
             tx,
             len(drafts),
             [
-                (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
-                for table, value in owners
+                *(
+                    (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
+                    for table, value in owners
+                ),
+                *(("SELECT seq FROM audit_events WHERE event_id = ?", (event_id,)) for event_id in keyed),
             ],
         )
         found = {
             owner: None if value is None else str(value)
-            for owner, value in zip(owners, head.values, strict=True)
+            for owner, value in zip(owners, head.values[: len(owners)], strict=True)
         }
-        now, previous, seqs = head.now, head.last_hash, head.seqs
+        linked = {e for e, seq in zip(keyed, head.values[len(owners) :], strict=True) if seq is not None}
+        if linked:  # a keyed event already in the chain (its step ran again): left out
+            kept = [(d, e) for d, e in zip(drafts, events, strict=True) if d[0]["event_id"] not in linked]
+            drafts, events = [d for d, _ in kept], [e for _, e in kept]
+            if not drafts:
+                return []
+        now, previous = head.now, head.last_hash
+        seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
         for (row, _), event in zip(drafts, events, strict=True):
             row["tenant_id"] = _tenant_of(event, found)
             row["occurred_at"] = now
