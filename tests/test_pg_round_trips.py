@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 59
+ROUND_TRIPS_PER_APPROVED_WRITE = 57
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -67,12 +67,17 @@ console's warnings in the approval interrupt: 56 -> 59, on purpose (a reviewer a
 UI was not warned that a refund exceeds what remains of the order): the pause runs the tool's
 semantic check (4, the demo order read in a transaction of the system of record) and reads the
 other proposals of the same resource (3), while the resume no longer runs the review lookup for
-a payload it throws away (-4)."""
-WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 6
-"""Every ``BEGIN`` the write sends (the model's two turns, proposal, decision, claim with the
+a payload it throws away (-4). Model turn folded: 59 -> 57 (the turn that proposes the refund no
+longer appends its ``model.response`` in a transaction of its own, BEGIN with its chain head and
+the COMMIT: the event is linked first in the proposal's transaction, its already-linked check read
+with that transaction's chain head, `toolgate.graph.nodes.response_audit`)."""
+WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
+"""Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's
 third pass (the lease taken in a transaction of its own, the rate limiter's counters in another
-per call). Still 6 with lazy BEGIN: each of them still sends one, in front of its first script."""
+per call). Still 6 with lazy BEGIN: each of them still sends one, in front of its first script.
+5 since the model turn that proposes the write links its ``model.response`` in the proposal's
+transaction instead of its own."""
 
 
 RATE_WINDOW_S = 60
