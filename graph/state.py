@@ -163,7 +163,7 @@ class GatewayState(TypedDict, total=False):
     state_version: int
     """The version of this state's schema (`toolgate.graph.seals.versions`), stamped by the guard;
     a thread saved before states had a version has none and is version 1."""
-    unaudited_response: str | None
+    unaudited_response: int | None
     """A token naming the latest model turn's ``model.response`` event while it waits to be linked
     with the thread's next audited step (`toolgate.graph.nodes.response_audit`); None once it is
     in the audit log."""

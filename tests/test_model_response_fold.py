@@ -288,7 +288,7 @@ def test_a_dropped_marker_is_refused(harness: Harness) -> None:
         interrupt_before=["execute"],
     )
     stored = graph.get_state(cfg("t-dropped")).values["bookkeeping"]
-    assert stored["unaudited_response"]
+    assert isinstance(stored["unaudited_response"], int)
     graph.update_state(cfg("t-dropped"), {"bookkeeping": Overwrite({**stored, "unaudited_response": None})})
     final = graph.invoke(None, cfg("t-dropped"), context=Context(principal=principal("cust-ada")))
     assert final["status"] == "refused" and harness.total_handler_calls() == 0

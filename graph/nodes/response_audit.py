@@ -7,7 +7,7 @@ of the thread that appends audit events links it first, in the same transaction:
 its refusals, execute with the first read's events, the proposal node with the first proposal. A
 text answer and a refused or failed turn still append theirs at once (nothing follows them).
 
-What waits is in checkpointed state only as a marker, ``unaudited_response``: a short random
+What waits is in checkpointed state only as a marker, ``unaudited_response``: a random 32-bit
 token (the turn is the budget's count of model turns, which no step changes before the event is
 linked), sealed like every key, so a dropped, changed or replayed marker is refused
 ``state_tampered``.
@@ -47,10 +47,10 @@ from toolgate.telemetry.tokens import TokenUsage, usage_of
 MARKER = "unaudited_response"
 """The state key of the waiting event's token (`toolgate.graph.state.GatewayState`)."""
 
-TOKEN_BYTES = 6
-"""Random bytes of a token (12 hex characters in the checkpoint): unique among one thread's turns
-however its state was reset (a thread id used again with a fresh checkpointer starts its turns
-from 1 again, which must not name the events of the first)."""
+TOKEN_BITS = 32
+"""Random bits of a token (an integer: 5 bytes in a checkpoint, written twice per tool-calling
+turn): unique among one thread's turns however its state was reset (a thread id used again with a
+fresh checkpointer counts its turns from 1 again, which must not name the events of the first)."""
 
 
 def response_id(message: AIMessage) -> str | None:
@@ -89,7 +89,7 @@ def response_event(
     )
 
 
-def response_event_id(thread: str, token: str) -> str:
+def response_event_id(thread: str, token: int) -> str:
     """The id the ``model.response`` event named ``token`` in ``thread`` is stored under: the same
     in every process and at every re-run, so the chain holds it once."""
     digest = hashlib.sha256(f"toolgate-model-response\x00{thread}\x00{token}".encode()).hexdigest()
@@ -136,7 +136,7 @@ DEFERRED = DeferredResponses()
 def defer_response(event: AuditEventIn, *, thread: str) -> dict[str, Any]:
     """Leave the model node's ``event`` waiting for the thread's next audited step: kept in this
     process, and the state update that marks it."""
-    token = secrets.token_hex(TOKEN_BYTES)
+    token = secrets.randbits(TOKEN_BITS)
     DEFERRED.put(KeyedEventIn.of(event, response_event_id(thread, token)))
     return {MARKER: token}
 
@@ -192,7 +192,7 @@ def pending_response(
     """The event the marker in ``state`` names: this process's, else rebuilt (`rebuilt_event`);
     none without a marker or without the turn's message to rebuild it from."""
     token = state.get("unaudited_response")
-    if not token:
+    if token is None:
         return PendingResponse(None)
     event = DEFERRED.get(response_event_id(thread_id(config), token))
     return PendingResponse(event if event is not None else rebuilt_event(gw, state, runtime, config, token))
@@ -203,7 +203,7 @@ def _calls_tools(message: Any) -> bool:
 
 
 def rebuilt_event(
-    gw: Gateway, state: GatewayState, runtime: Runtime[Context], config: RunnableConfig, token: str
+    gw: Gateway, state: GatewayState, runtime: Runtime[Context], config: RunnableConfig, token: int
 ) -> KeyedEventIn | None:
     """The event ``token`` names, made again from the sealed state: its message (the latest model
     message with calls), its turn (the budget's count of model turns) and the offer its request
@@ -254,7 +254,7 @@ def rebuilt_event(
 __all__ = [
     "DEFERRED",
     "MARKER",
-    "TOKEN_BYTES",
+    "TOKEN_BITS",
     "DeferredResponses",
     "PendingResponse",
     "defer_response",
