@@ -198,6 +198,16 @@ def pending_response(
     return PendingResponse(event if event is not None else rebuilt_event(gw, state, runtime, config, token))
 
 
+def kept_response(state: GatewayState, config: RunnableConfig, *, trusted: bool) -> PendingResponse:
+    """The event the marker in ``state`` names if this process keeps it and the marker is
+    ``trusted`` (the seal vouches for it), else none: for a step that must not rebuild it (a
+    state changed outside the gateway)."""
+    token = state.get("unaudited_response")
+    if token is None or not trusted:
+        return PendingResponse(None)
+    return PendingResponse(DEFERRED.get(response_event_id(thread_id(config), token)))
+
+
 def _calls_tools(message: Any) -> bool:
     return isinstance(message, AIMessage) and bool(message.tool_calls or message.invalid_tool_calls)
 
@@ -258,6 +268,7 @@ __all__ = [
     "DeferredResponses",
     "PendingResponse",
     "defer_response",
+    "kept_response",
     "pending_response",
     "rebuilt_event",
     "response_event",
