@@ -5,7 +5,10 @@ own (an fsync on SQLite, round trips on PostgreSQL) right before the step that a
 of those calls (issue 31). So the model node makes the event and leaves it waiting; the next step
 of the thread that appends audit events links it first, in the same transaction: dispatch with
 its refusals, execute with the first read's events, the proposal node with the first proposal. A
-text answer and a refused or failed turn still append theirs at once (nothing follows them).
+text answer and a refused or failed turn still append theirs at once (nothing follows them). A
+thread refused as changed outside the gateway links it with ``state.tampered``
+(`toolgate.graph.seals.guard`), and a model node that finds one still waiting (no step after its
+turn appended anything) appends it on its own.
 
 What waits is in checkpointed state only as a marker, ``unaudited_response``: a random 32-bit
 token (the turn is the budget's count of model turns, which no step changes before the event is
@@ -48,9 +51,9 @@ MARKER = "unaudited_response"
 """The state key of the waiting event's token (`toolgate.graph.state.GatewayState`)."""
 
 TOKEN_BITS = 32
-"""Random bits of a token (an integer: 5 bytes in a checkpoint, written twice per tool-calling
-turn): unique among one thread's turns however its state was reset (a thread id used again with a
-fresh checkpointer counts its turns from 1 again, which must not name the events of the first)."""
+"""Random bits of a token (an integer: 5 bytes in the checkpoint write that sets it): unique among
+one thread's turns however its state was reset (a thread id used again with a fresh checkpointer
+counts its turns from 1 again, which must not name the events of the first)."""
 
 
 def response_id(message: AIMessage) -> str | None:
