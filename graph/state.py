@@ -163,6 +163,10 @@ class GatewayState(TypedDict, total=False):
     state_version: int
     """The version of this state's schema (`toolgate.graph.seals.versions`), stamped by the guard;
     a thread saved before states had a version has none and is version 1."""
+    unaudited_response: int | None
+    """A token naming the latest model turn's ``model.response`` event while it waits to be linked
+    with the thread's next audited step (`toolgate.graph.nodes.response_audit`); None once it is
+    in the audit log."""
     seal: dict[str, str]
     """One HMAC per key above, made by the last node that ran (`toolgate.graph.seals.seal`): state is
     untrusted input, and a key changed outside the gateway no longer matches its MAC."""
@@ -179,12 +183,13 @@ GROUPED_KEYS: tuple[str, ...] = (
     "deadline_at",
     "trace",
     "state_version",
+    "unaudited_response",
     "seal",
 )
 """The keys of `GatewayState` stored together in the ``bookkeeping`` channel of `StoredState`: set
 when a thread starts or changed by the gateway's own steps (the seal at every step), and read by
 clients rarely. Every channel ever written carries a version (about 60 bytes) in every later
-checkpoint and, unless it is a delta channel, its value in each checkpoint; these eleven keys in one
+checkpoint and, unless it is a delta channel, its value in each checkpoint; these twelve keys in one
 delta channel carry one version, and each step's write holds only the keys it changed. Clients read
 them with `gateway_state`."""
 
@@ -246,7 +251,7 @@ def held(values: Any, key: str) -> bool:
     return value is not None and not (type(value) in (dict, list) and not value)
 
 
-KEYS_ADDED_IN: dict[str, int] = {"state_version": 2}
+KEYS_ADDED_IN: dict[str, int] = {"state_version": 2, "unaudited_response": 3}
 """The state version that added each key of `GatewayState` younger than version 1: a seal made
 for an older version has no MAC for it (`toolgate.graph.seals.seal`). Append a line with every new key,
 and declare the key after every older one but ``seal`` (a seal's tags are in key order)."""

@@ -22,7 +22,14 @@ from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.clock import new_id
-from toolgate.store.audit_records import AUDIT_FIELDS, AuditEvent, AuditEventIn, audit_hash, audit_row_content
+from toolgate.store.audit_records import (
+    AUDIT_FIELDS,
+    AuditEvent,
+    AuditEventIn,
+    KeyedEventIn,
+    audit_hash,
+    audit_row_content,
+)
 from toolgate.store.tx import Database, LinkHead, Tx, Written
 
 _COLUMNS = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
@@ -59,11 +66,20 @@ def _owner_reads(events: Sequence[AuditEventIn]) -> list[tuple[str, str]]:
     return wanted
 
 
-def _tenant_reads(owners: Sequence[tuple[str, str]]) -> list[tuple[str, tuple[str]]]:
-    """One read of the tenant of each ``(table, id)`` owner (`_owner_reads`)."""
+def _keyed(events: Sequence[AuditEventIn]) -> list[str]:
+    """The ids of the `KeyedEventIn` among ``events``, in order: each is linked at most once."""
+    return [e.event_id for e in events if isinstance(e, KeyedEventIn)]
+
+
+def _link_reads(owners: Sequence[tuple[str, str]], keyed: Sequence[str]) -> list[tuple[str, tuple[str]]]:
+    """What linking reads with the chain head: the tenant of each ``(table, id)`` owner
+    (`_owner_reads`), then whether the chain holds each keyed event (`_keyed`) already."""
     return [
-        (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
-        for table, value in owners
+        *(
+            (f"SELECT tenant_id FROM {table} WHERE {dict(_OWNERS)[table]} = ?", (value,))
+            for table, value in owners
+        ),
+        *(("SELECT seq FROM audit_events WHERE event_id = ?", (event_id,)) for event_id in keyed),
     ]
 
 
@@ -150,12 +166,14 @@ class AuditLog:
 
     def link(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
         """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
-        change they record, so the change and its evidence commit together or not at all."""
+        change they record, so the change and its evidence commit together or not at all. A
+        `KeyedEventIn` whose id the chain holds already is left out (its presence is read with the
+        chain head, under the lock: no round trip of its own on PostgreSQL)."""
         if not events:
             return []
-        owners = _owner_reads(events)
-        head = self._db._link_head(tx, len(events), _tenant_reads(owners))
-        return self._chain(tx, events, owners, head)
+        owners, keyed = _owner_reads(events), _keyed(events)
+        head = self._db._link_head(tx, len(events), _link_reads(owners, keyed))
+        return self._chain(tx, events, owners, keyed, head)
 
     def link_behind(
         self,
@@ -170,39 +188,52 @@ class AuditLog:
         the first group decides whether anything is linked; a later group's row is written only
         behind the first's (a settlement behind its decision)."""
         candidates = [event for events, _ in groups for event in events]
-        owners = _owner_reads(candidates)
+        owners, keyed = _owner_reads(candidates), _keyed(candidates)
         answers, head = self._db._link_behind(
             tx,
             statements,
             [(len(events), written) for events, written in groups if events],
-            _tenant_reads(owners),
+            _link_reads(owners, keyed),
         )
         if head is not None:
             linked = [e for events, written in groups if answers[written.statement] for e in events]
-            self._chain(tx, linked, owners, head)
+            self._chain(tx, linked, owners, keyed, head)
         return answers
 
     def _chain(
-        self, tx: Tx, events: Sequence[AuditEventIn], owners: Sequence[tuple[str, str]], head: LinkHead
+        self,
+        tx: Tx,
+        events: Sequence[AuditEventIn],
+        owners: Sequence[tuple[str, str]],
+        keyed: Sequence[str],
+        head: LinkHead,
     ) -> list[AuditEvent]:
-        """The rows of ``events`` linked after ``head`` (their tenants: ``head.values``, one per
-        owner of ``owners``), inserted (on PostgreSQL, sent with the COMMIT)."""
+        """The rows of ``events`` linked after ``head``, inserted (on PostgreSQL, sent with the
+        COMMIT): ``head.values`` holds their tenants (one per owner of ``owners``), then whether
+        the chain held each keyed event of ``keyed`` already (one that did is left out)."""
         if not events:
             return []
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
             row: dict[str, Any] = {name: getattr(event, name, None) for name in AUDIT_FIELDS}
-            row["event_id"] = new_id("evt")
+            row["event_id"] = event.event_id if isinstance(event, KeyedEventIn) else new_id("evt")
             payload = canonical_json(event.detail)
             row["detail"] = "{}"
             row["detail_sha256"] = sha256_hex(payload)
             drafts.append((row, payload))
         found = {
             owner: None if value is None else str(value)
-            for owner, value in zip(owners, head.values, strict=True)
+            for owner, value in zip(owners, head.values[: len(owners)], strict=True)
         }
-        now, previous, seqs = head.now, head.last_hash, head.seqs
+        linked = {e for e, seq in zip(keyed, head.values[len(owners) :], strict=True) if seq is not None}
+        if linked:  # a keyed event already in the chain (its step ran again): left out
+            kept = [(d, e) for d, e in zip(drafts, events, strict=True) if d[0]["event_id"] not in linked]
+            drafts, events = [d for d, _ in kept], [e for _, e in kept]
+            if not drafts:
+                return []
+        now, previous = head.now, head.last_hash
+        seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
         for (row, _), event in zip(drafts, events, strict=True):
             row["tenant_id"] = _tenant_of(event, found)
             row["occurred_at"] = now

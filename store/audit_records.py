@@ -9,7 +9,7 @@ in the keyed hash chain (sequence, previous hash, payload digest) rather than a 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from toolgate.canonical import canonical_json
@@ -55,6 +55,22 @@ class AuditEventIn:
     only all-tenant auditors see."""
     detail: dict[str, Any] = field(default_factory=dict)
     """Bounded, redacted extra facts (audit projection of arguments, digests, reasons)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyedEventIn(AuditEventIn):
+    """An event to append at most once, whoever appends it: its id is fixed by its maker (e.g. a
+    model turn's ``model.response``, linked by whichever step of the thread commits next, which a
+    resumed thread may run again), and linking leaves it out when the chain holds that id already
+    (checked under the chain's lock, `toolgate.store.audit_log.AuditLog.link`)."""
+
+    event_id: str
+    """The id the event is stored under (``evt_`` and hex, like a random one)."""
+
+    @classmethod
+    def of(cls, event: AuditEventIn, event_id: str) -> KeyedEventIn:
+        """``event`` to be stored once, under ``event_id``."""
+        return cls(**{f.name: getattr(event, f.name) for f in fields(AuditEventIn)}, event_id=event_id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,4 +149,12 @@ def audit_row_content(row: dict[str, Any]) -> dict[str, Any]:
     return content
 
 
-__all__ = ["AUDIT_FIELDS", "GENESIS_HASH", "AuditEvent", "AuditEventIn", "audit_hash", "audit_row_content"]
+__all__ = [
+    "AUDIT_FIELDS",
+    "GENESIS_HASH",
+    "AuditEvent",
+    "AuditEventIn",
+    "KeyedEventIn",
+    "audit_hash",
+    "audit_row_content",
+]

@@ -68,10 +68,11 @@ def test_a_read_call_audits_with_one_append(harness: Harness, monkeypatch: pytes
     state = start(harness.graph(model), "where is my order?", "cust-ada", "t-read")
     assert state["status"] == "done"
     assert harness.handler_calls["lookup_order"] == 1
-    # the call's acceptance and outcome in one append; each model turn's response in one more
-    assert counted.appends == [("model.response",), ("call.accepted", "call.completed"), ("model.response",)]
-    # those three plus the rate limiter's one counting transaction
-    assert counted.writes == 4
+    # the call's acceptance and outcome in one append, after the response of the turn that asked
+    # for it (issue 31: that turn's event travels with them); the final answer's in one more
+    assert counted.appends == [("model.response", "call.accepted", "call.completed"), ("model.response",)]
+    # those two plus the rate limiter's one counting transaction (4 before the model turn travelled)
+    assert counted.writes == 3
     assert verify_chain(harness.store).ok
 
 
@@ -80,7 +81,8 @@ def test_an_approved_write_commits_each_change_with_its_evidence(
 ) -> None:
     counted = Counted(harness, monkeypatch)
     proposal = refund_proposal(harness, "t-write")
-    assert ("call.accepted", "proposal.created") in counted.appends
+    # the proposing turn's response travels with the proposal (issue 31)
+    assert ("model.response", "call.accepted", "proposal.created") in counted.appends
     counted.reset()
     outcome = decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
     assert outcome.operation.status == "approved"

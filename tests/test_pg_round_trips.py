@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 52
+ROUND_TRIPS_PER_APPROVED_WRITE = 50
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -73,12 +73,18 @@ as one `Tx.many` script: proposal, decision and claim 5 -> 4 round trips each). 
 the statements: 56 -> 52 (proposal, decision, claim and outcome each send their statements, the
 chain's lock and its head read as one script, `AuditLog.link_behind`: 4 -> 3 round trips each,
 BEGIN with the clock, that script, the events with the COMMIT; the lock is still held across two
-round trips, and taken only when the step wrote what its events record)."""
-WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 6
-"""Every ``BEGIN`` the write sends (the model's two turns, proposal, decision, claim with the
+round trips, and taken only when the step wrote what its events record). Model turn folded:
+52 -> 50 (the turn that proposes the refund no longer appends its ``model.response`` in a
+transaction of its own, BEGIN with its chain head and the COMMIT: the event is linked first in
+the proposal's transaction, its already-linked check read with that transaction's chain head,
+`toolgate.graph.nodes.response_audit`)."""
+WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
+"""Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's
 third pass (the lease taken in a transaction of its own, the rate limiter's counters in another
-per call). Still 6 with lazy BEGIN: each of them still sends one, in front of its first script."""
+per call). Still 6 with lazy BEGIN: each of them still sends one, in front of its first script.
+5 since the model turn that proposes the write links its ``model.response`` in the proposal's
+transaction instead of its own."""
 
 
 RATE_WINDOW_S = 60

@@ -219,6 +219,7 @@ READ_TAMPER: dict[str, Callable[[dict[str, Any], str], Any]] = {
     "trace": lambda v, c: ["0" * 32, "0" * 16, "01"],
     "review": lambda v, c: {"reviewer": "fiona", "outcomes": [{"decision": "approve", "result": "recorded"}]},
     "state_version": lambda v, c: 1,
+    "unaudited_response": lambda v, c: (v.get("unaudited_response") or 0) + 1,  # the waiting model.response renamed
 }
 
 

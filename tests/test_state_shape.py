@@ -213,7 +213,7 @@ def test_a_thread_saved_by_aa85c0b_resumes_with_its_handler_run_once(saved_by_aa
     stored = saved.stored()
     assert not [k for k in GROUPED_KEYS if held(stored, k)]
     assert stored["bookkeeping"]["principal"]["user_id"] == "cust-ada"
-    assert values["budget"]["model_turns"] == 6 and values["state_version"] == 2
+    assert values["budget"]["model_turns"] == 6 and values["state_version"] == 3
     assert Sealer(saved.harness.store.keys, saved.thread).tampered_keys(values) == []
     assert saved.events("state.tampered") == [] and verify_chain(saved.harness.store).ok
 

@@ -123,6 +123,8 @@ TAMPER: dict[str, Callable[[dict[str, Any]], Any]] = {
     "trace": lambda v: ["0" * 32, "0" * 16, "01"],
     "review": lambda v: {"reviewer": "fiona", "outcomes": [{"decision": "approve", "result": "recorded"}]},
     "state_version": lambda v: 1,
+    # a read paused before execute: its turn's marker changed; at the interrupt: one replayed
+    "unaudited_response": lambda v: (v.get("unaudited_response") or 0) + 1,
     "seal": lambda v: {"v": "1"},
 }
 

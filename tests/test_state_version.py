@@ -135,9 +135,9 @@ def test_a_thread_saved_before_versions_resumes_once_approved_and_is_migrated(sa
     op = saved.harness.store.operations.get(saved.operation_key)
     assert op is not None and op.status == "succeeded"
     values = saved.values()
-    assert values["state_version"] == CURRENT_VERSION == 2 and values["seal"]["v"] == SEAL_VERSION
+    assert values["state_version"] == CURRENT_VERSION == 3 and values["seal"]["v"] == SEAL_VERSION
     sealer = Sealer(saved.harness.store.keys, saved.thread)
-    assert sealer.tampered_keys(values) == [] and sealer.sealed_version(values) == 2
+    assert sealer.tampered_keys(values) == [] and sealer.sealed_version(values) == 3
     assert events(saved.harness, "state.tampered") == [] and events(saved.harness, "state.refused") == []
     assert verify_chain(saved.harness.store).ok
 
@@ -145,27 +145,27 @@ def test_a_thread_saved_before_versions_resumes_once_approved_and_is_migrated(sa
 def test_every_step_after_the_threads_version_runs_once_in_order(
     saved: Saved, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fake version 3: the saved thread (version 1) is stamped 2, then given to the new step
-    once, before the first node runs, and carries version 3 from then on; a new thread starts
-    at 3 and never runs a step."""
+    """A fake version 4: the saved thread (version 1) is stamped 2, migrated to 3, then given to
+    the new step once, before the first node runs, and carries version 4 from then on; a new
+    thread starts at 4 and never runs a step."""
     seen: list[Any] = []
 
-    def to_version_3(state: Mapping[str, Any]) -> dict[str, Any]:
+    def to_version_4(state: Mapping[str, Any]) -> dict[str, Any]:
         seen.append((state.get("state_version"), state.get("status")))
         return {}
 
-    monkeypatch.setattr(state_versions, "MIGRATIONS", (*state_versions.MIGRATIONS, to_version_3))
+    monkeypatch.setattr(state_versions, "MIGRATIONS", (*state_versions.MIGRATIONS, to_version_4))
     decide(saved.harness.gateway(), saved.proposal_id, principal("fiona"), "approve")
     done = saved.resume()
     assert done["status"] == "done" and saved.harness.handler_calls["issue_refund"] == 1
-    assert seen == [(2, "awaiting_approval")]
+    assert seen == [(3, "awaiting_approval")]
     values = saved.values()
-    assert values["state_version"] == 3 and events(saved.harness, "state.tampered") == []
-    assert Sealer(saved.harness.store.keys, saved.thread).sealed_version(values) == 3
+    assert values["state_version"] == 4 and events(saved.harness, "state.tampered") == []
+    assert Sealer(saved.harness.store.keys, saved.thread).sealed_version(values) == 4
 
     fresh = saved.harness.graph(ScriptedChatModel(responses=[ai("hello")]))
     start(fresh, "hi", "cust-ada", "t-new")
-    assert gateway_state(fresh.get_state(cfg("t-new")).values)["state_version"] == 3 and len(seen) == 1
+    assert gateway_state(fresh.get_state(cfg("t-new")).values)["state_version"] == 4 and len(seen) == 1
 
 
 @pytest.mark.parametrize(
@@ -349,9 +349,11 @@ def test_the_registry_applies_each_pending_step_in_order_to_what_the_last_left()
 
 
 def test_the_current_version_is_two_and_a_new_thread_is_stamped_not_migrated() -> None:
-    assert CURRENT_VERSION == state_versions.latest_version() == 1 + len(state_versions.MIGRATIONS) == 2
-    assert migrate({"seal": {"v": "1"}}) == {"state_version": 2}
+    """Named when the current version was 2; 3 since ``unaudited_response`` (issue 31)."""
+    assert CURRENT_VERSION == state_versions.latest_version() == 1 + len(state_versions.MIGRATIONS) == 3
+    assert migrate({"seal": {"v": "1"}}) == {"state_version": 3}
+    assert migrate({"seal": {"v": "5"}, "state_version": 2}) == {"state_version": 3}
     assert pending_update({"messages": [HumanMessage("hi")]}, (lambda s: {"status": "x"},) * 3) == {
         "state_version": 4
     }
-    assert pending_update({"seal": {}, "state_version": 2}) == {}
+    assert pending_update({"seal": {}, "state_version": 3}) == {}

@@ -27,6 +27,7 @@ from toolgate.graph.nodes._common import (
     principal_of,
     thread_id,
 )
+from toolgate.graph.nodes.response_audit import PendingResponse, pending_response
 from toolgate.graph.state import CallRecord, GatewayState
 from toolgate.policy.authority import ProposedCall, Verdict
 from toolgate.policy.decisions import Rejection
@@ -145,8 +146,10 @@ def make_dispatch_node(gw: Gateway) -> Any:
             turn.reject_batch(overflow, too_many_calls(ctx.max_calls_per_turn))
         if status:
             turn.stop(status["status_reason"])  # every accepted call of the turn is answered, not run
-        turn.flush()
+        waiting = pending_response(gw, state, runtime, config)  # the turn's model.response
+        turn.flush(waiting)
         return {
+            **waiting.update(),
             "messages": turn.messages,
             "calls": turn.records,
             "turn_calls": list(turn.records),
@@ -169,10 +172,12 @@ class Turn:
         self.events: list[AuditEventIn] = []
         """The turn's refusals, appended together when dispatch ends (`flush`)."""
 
-    def flush(self) -> None:
-        """Append the turn's audit events: one transaction for the whole turn."""
+    def flush(self, waiting: PendingResponse) -> None:
+        """Append the turn's audit events: one transaction for the whole turn, the model turn's
+        ``model.response`` (``waiting``) first. With none (every call accepted), the event waits
+        for the read's or the proposal's append."""
         if self.events:
-            self.gw.auditor.record_all(self.events)
+            waiting.record_all(self.gw.auditor, self.events)
             self.events = []
 
     def accept(self, call: ProposedCall, spec: ToolSpec, arguments: dict[str, Any]) -> None:

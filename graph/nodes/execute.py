@@ -34,6 +34,7 @@ from toolgate.graph.nodes._common import (
 )
 from toolgate.graph.nodes.batch import partition, run_batch
 from toolgate.graph.nodes.execute_calls import run_read, run_write
+from toolgate.graph.nodes.response_audit import PendingResponse, pending_response
 from toolgate.graph.review.edits import current_write
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.policy.authority import RecordedCall
@@ -88,6 +89,7 @@ def make_execute_node(gw: Gateway) -> Any:
             "tenant_id": principal.tenant_id,
         }
         runnable = [r for r in turn if r.get("phase") in ("read", "proposed")]
+        waiting = pending_response(gw, state, runtime, config)  # linked with the first read's events
         release = state.get("release") or gw.registry.release
         model_span_ref = state.get("trace") or []
         if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
@@ -119,7 +121,7 @@ def make_execute_node(gw: Gateway) -> Any:
                     if read and spec is not None and not spec.is_write
                     else None
                 )
-                return refused_call(gw, record, principal, verdict.rejection, common, accepted)
+                return refused_call(gw, record, principal, verdict.rejection, common, accepted, waiting)
             # run_batch may use worker threads, which do not inherit the OpenTelemetry context:
             # link to this turn's model span (another node invocation) inside the worker itself.
             with (
@@ -139,7 +141,9 @@ def make_execute_node(gw: Gateway) -> Any:
                 ) as span,
             ):
                 if read:
-                    result = run_read(gw, spec, record, principal, ctx, traced, runtime.stream_writer)
+                    result = run_read(
+                        gw, spec, record, principal, ctx, traced, runtime.stream_writer, waiting=waiting
+                    )
                 else:
                     key = record.get("operation_key") or ""
                     result = run_write(gw, spec, record, ctx, span, operation=judged.get(key), now=now)
@@ -153,6 +157,7 @@ def make_execute_node(gw: Gateway) -> Any:
         results = run_batch(
             lanes, run, max_concurrency=ctx.max_parallel_calls, deadline_s=ctx.batch_deadline_s
         )
+        waiting.link_alone(gw.auditor)  # no read's append took it (none finished in time)
         finished = len(results)
         for record in runnable:
             call_id = record["call_id"]
@@ -181,6 +186,7 @@ def make_execute_node(gw: Gateway) -> Any:
             if done:
                 records[call_id] = CallRecord(**{**record, "phase": "done"})
         update: dict[str, Any] = {
+            **waiting.update(),
             "messages": messages,
             "calls": records,
             "outcomes": outcomes,
@@ -202,9 +208,10 @@ def refused_call(
     rejection: Rejection,
     common: dict[str, Any],
     accepted: AuditEventIn | None = None,
+    waiting: PendingResponse | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Answer a call the authority refused at execute (audited like a dispatch refusal, in one
-    append with the read's ``accepted`` event)."""
+    append with the read's ``accepted`` event, after the model turn's event ``waiting``)."""
     call_id, tool = record["call_id"], record.get("tool", "unknown")
     refused = gw.auditor.event(
         "call.rejected",
@@ -216,7 +223,7 @@ def refused_call(
         detail={"message": rejection.message[:300], "stage": "execute"},
         **common,
     )
-    gw.auditor.record_all([*([accepted] if accepted else []), refused])
+    (waiting or PendingResponse(None)).record_all(gw.auditor, [*([accepted] if accepted else []), refused])
     outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
     return rejection_message(call_id, tool, rejection), outcome, True
 

@@ -26,6 +26,7 @@ from toolgate.graph.delivery.streamed_output import OutputStream
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
+from toolgate.graph.nodes.response_audit import PendingResponse
 from toolgate.graph.state import CallRecord, Outcome
 from toolgate.policy.admission import Overloaded, admitted
 from toolgate.policy.principal import Principal
@@ -142,11 +143,15 @@ def run_read(
     ctx: Context,
     common: dict[str, Any],
     writer: Callable[[Any], None] | None = None,
+    *,
+    waiting: PendingResponse | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
-    in one append. ``writer`` (the node's custom stream) receives the chunks a streaming handler
+    in one append (after the model turn's event ``waiting``, if no other append took it).
+    ``writer`` (the node's custom stream) receives the chunks a streaming handler
     yields, bounded and redacted; the `ToolMessage` is the bounded result either way."""
     call_id = record["call_id"]
+    appends = waiting or PendingResponse(None)
     accepted = accepted_event(gw.auditor, principal, record, spec, common)
     stream = (
         OutputStream(writer, call_id=call_id, tool=spec.name, max_bytes=spec.max_output_bytes)
@@ -164,7 +169,7 @@ def run_read(
                 audit_fields={"call_id": audit_call_id(call_id), **common},
             )
     except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
-        gw.auditor.record_all([accepted])
+        appends.record_all(gw.auditor, [accepted])
         message = status_message(
             call_id, spec.name, "overloaded", str(exc), retryable=True, error_kind=exc.code
         )
@@ -180,7 +185,7 @@ def run_read(
             handler_revision=spec.handler_revision,
             **common,
         )
-        gw.auditor.record_all([accepted, failed])
+        appends.record_all(gw.auditor, [accepted, failed])
         message = status_message(
             call_id,
             spec.name,
@@ -199,7 +204,7 @@ def run_read(
         handler_revision=spec.handler_revision,
         **common,
     )
-    gw.auditor.record_all([accepted, completed])
+    appends.record_all(gw.auditor, [accepted, completed])
     message = result_message(call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes)
     return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
 

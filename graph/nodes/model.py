@@ -24,19 +24,14 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
 from toolgate.graph.nodes.respond import make_respond_node
-from toolgate.graph.nodes.tool_offer import offer_detail, offer_for
+from toolgate.graph.nodes.response_audit import defer_response, pending_response, response_event, response_id
+from toolgate.graph.nodes.tool_offer import offer_for
 from toolgate.graph.seals.updates import apply_update
 from toolgate.graph.state import GatewayState
 from toolgate.policy.admission import admitted
 from toolgate.policy.refusals import refusal_in_error, refusal_in_response, refused_update
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
 from toolgate.telemetry.tokens import record_usage, usage_of
-
-
-def response_id(message: AIMessage) -> str | None:
-    """Provider response id, for audit correlation without storing the prompt."""
-    meta = message.response_metadata or {}
-    return str(meta.get("id") or message.id or "") or None
 
 
 def invoke_unobserved(runnable: Any, messages: list[Any]) -> Any:
@@ -79,10 +74,14 @@ def make_model_node(gw: Gateway) -> Any:
         principal = principal_of(state, runtime, new_turn=new_turn)
         ctx = context_of(runtime)
         budget = budget_of(state, ctx)
+        # an earlier turn's event still waiting (no step after it appended anything): its own append
+        earlier = pending_response(gw, state, runtime, config)
+        earlier.link_alone(gw.auditor)
         base: dict[str, Any] = {
             "principal": principal.to_dict(),
             "release": gw.registry.release,
             **(finished_turn_dropped(state) if new_turn else {}),
+            **earlier.update(),
         }
         now = gw.store.calibrated_now()  # deadline, deprecation window: no round trip of its own
         deadline = state.get("deadline_at")
@@ -175,21 +174,23 @@ def make_model_node(gw: Gateway) -> Any:
             span.set_response_id(response_id(response))
             span.set_tool_calls(proposed)
             span.set_outcome("refused" if refusal else "completed")
-            gw.auditor.record(
-                "model.response",
-                "received",
-                response_id=response_id(response),
-                detail={
-                    "tools_exposed": len(offer.visible),
-                    **offer_detail(offer),
-                    "tool_calls": proposed,
-                    "turn": turn,
-                    # the task turn: this thread's user messages so far (trace sums tokens per task)
-                    "task": sum(isinstance(m, HumanMessage) for m in history),
-                    "tokens": usage.to_detail(),
-                },
-                **ids,
+            calling = bool(proposed) and refusal is None
+            waiting: dict[str, Any] = {}
+            event = response_event(
+                gw.auditor,
+                response,
+                offer,
+                turn=turn,
+                task=sum(isinstance(m, HumanMessage) for m in history),
+                usage=usage,
+                ids=ids,
+                # linked later, with the next audited step: the time the model answered, kept
+                extra={"answered_at": iso(gw.store.calibrated_now())} if calling else None,
             )
+            if calling:  # linked with what becomes of its calls (`response_audit`)
+                waiting = defer_response(event, thread=thread_id(config))
+            else:
+                gw.store.audit.append(event)
         budget["model_turns"] += 1
         if refusal is not None:  # nothing of a refused turn is kept: no call runs, none is proposed
             return {**base, **trace_update, "budget": budget, **refused_update(gw.auditor, refusal, **ids)}
@@ -202,7 +203,7 @@ def make_model_node(gw: Gateway) -> Any:
             "status": "running",
         }
         if response.tool_calls or response.invalid_tool_calls:
-            return update
+            return {**update, **waiting}
         # A text answer ends the task turn: the final answer is made here, one step (and one
         # checkpoint) fewer than a separate respond node would take.
         final = respond(apply_update(state, update))

@@ -19,6 +19,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.delivery.handler_scope import keep_for_write
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import accepted_event, context_of, principal_of, thread_id
+from toolgate.graph.nodes.response_audit import pending_response
 from toolgate.graph.review.proposals import draft_proposal, requester_words, store_proposal
 from toolgate.graph.state import CallRecord, GatewayState
 from toolgate.graph.waits.delegation import keep_for_wait
@@ -36,6 +37,7 @@ def make_proposal_node(gw: Gateway) -> Any:
         awaiting: list[str] = []
         trace_id = telemetry.audit_trace_id(ctx.trace_id, state.get("trace"))
         words = requester_words(state.get("messages", []))
+        waiting = pending_response(gw, state, runtime, config)  # linked with the first proposal
         for call_id in state.get("turn_calls", []):
             record = calls[call_id]
             if record.get("phase") != "write":
@@ -59,6 +61,7 @@ def make_proposal_node(gw: Gateway) -> Any:
                 draft,
                 actor=principal.user_id,
                 audit={"request_id": ctx.request_id, "trace_id": trace_id},
+                before=waiting.take(),
                 accepted=accepted_event(
                     gw.auditor,
                     principal,
@@ -76,7 +79,9 @@ def make_proposal_node(gw: Gateway) -> Any:
             )
             if operation.status == "pending_approval":
                 awaiting.append(call_id)
+        waiting.link_alone(gw.auditor)  # no write of the turn left (never so after dispatch)
         return {
+            **waiting.update(),
             "calls": records,
             "awaiting": awaiting,
             "status": "awaiting_approval" if awaiting else "running",

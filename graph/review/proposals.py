@@ -112,12 +112,14 @@ def store_proposal(
     actor: str,
     audit: dict[str, Any] | None = None,
     accepted: AuditEventIn | None = None,
+    before: Sequence[AuditEventIn] = (),
 ) -> tuple[ProposalRecord, OperationRecord, bool]:
     """Insert (idempotently) and audit one proposal: ``proposal.created`` (after ``accepted``, the
     model call it came from, if any) commits with the proposal. Its times are the insert
     transaction's (`stamped` from the ``draft``: no clock read of their own). A proposal already
     stored under the same operation key is returned as stored and audited as ``proposal.reused``
-    on its own. The stored proposal goes into the executor's proposal cache
+    on its own. ``before``: events of the step that come first in either append (the model turn's
+    ``model.response``, `toolgate.graph.nodes.response_audit`). The stored proposal goes into the executor's proposal cache
     (`toolgate.graph.review.proposal_cache`)."""
 
     def event(name: str, result: str, proposal: ProposalRecord) -> AuditEventIn:
@@ -147,7 +149,11 @@ def store_proposal(
 
     def at(now: str) -> tuple[ProposalRecord, list[AuditEventIn]]:
         proposal = stamped(draft, parse_iso(now), gw.policy.approval_minutes)
-        return proposal, [*([accepted] if accepted else []), event("proposal.created", "pending_approval", proposal)]
+        return proposal, [
+            *before,
+            *([accepted] if accepted else []),
+            event("proposal.created", "pending_approval", proposal),
+        ]
 
     stored, operation, created = gw.store.proposals.create_at(at)
     # the row as the store returned it (inserted, or found under the key), MAC checked like any
@@ -155,7 +161,7 @@ def store_proposal(
     # it from the cache instead of the store
     gw.executor.proposals.put(stored)
     if not created:
-        gw.store.audit.append(event("proposal.reused", operation.status, stored))
+        gw.store.audit.append_many([*before, event("proposal.reused", operation.status, stored)])
     return stored, operation, created
 
 

@@ -33,6 +33,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.messages import rejection_message
 from toolgate.graph.nodes._common import context_of, thread_id
+from toolgate.graph.nodes.response_audit import kept_response
 from toolgate.graph.seals import versions as state_versions
 from toolgate.graph.seals.seal import Sealer
 from toolgate.graph.seals.updates import apply_update, chain_updates
@@ -74,24 +75,33 @@ def _real_name(gw: Gateway, wire: str) -> str:
 def refuse_tampered(
     gw: Gateway, state: GatewayState, ctx: Context, config: RunnableConfig, node: str, keys: list[str]
 ) -> dict[str, Any]:
-    """Audit the tampering once and stop the thread."""
+    """Audit the tampering once and stop the thread. A model turn's event still waiting in this
+    process, under a marker the seal vouches for, goes first in the same append (nothing else
+    of the thread will link it; one that is not kept is not rebuilt from the changed state)."""
     principal = ctx.principal
-    gw.auditor.record(
-        "state.tampered",
-        "refused",
-        user_id=principal.user_id if principal else None,
-        tenant_id=principal.tenant_id if principal else None,
-        code="state_tampered",
-        thread_id=thread_id(config),
-        request_id=ctx.request_id,
-        trace_id=ctx.trace_id,
-        detail={"keys": keys, "node": node},
+    waiting = kept_response(state, config, trusted="unaudited_response" not in keys)
+    waiting.record_all(
+        gw.auditor,
+        [
+            gw.auditor.event(
+                "state.tampered",
+                "refused",
+                user_id=principal.user_id if principal else None,
+                tenant_id=principal.tenant_id if principal else None,
+                code="state_tampered",
+                thread_id=thread_id(config),
+                request_id=ctx.request_id,
+                trace_id=ctx.trace_id,
+                detail={"keys": keys, "node": node},
+            )
+        ],
     )
     messages = [
         rejection_message(call_id, _real_name(gw, tool), TAMPERED)
         for call_id, tool in unanswered_calls(state)
     ]
     return {
+        **waiting.update(),
         "messages": messages,
         "awaiting": [],
         "status": "refused",

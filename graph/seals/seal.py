@@ -211,8 +211,10 @@ class Sealer:
 
     def _all(self, macs: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
         """The MAC binding every key's full MAC in ``macs`` together (``all`` of forms 3 and 4; in
-        form 3 ``macs`` is the stored seal, in form 4 the MACs the state has now)."""
-        listed = [macs.get(k) if isinstance(macs.get(k), str) else "" for k in sealed_keys()]
+        form 3 ``macs`` is the stored seal, in form 4 the MACs the state has now). A key ``macs``
+        does not name is not listed: a seal made before a key existed (`KEYS_ADDED_IN`; the key must
+        then be empty) bound the keys there were, and a seal made now names every key."""
+        listed = [macs.get(k) if isinstance(macs.get(k), str) else "" for k in sealed_keys() if k in macs]
         text = json.dumps({"v": form, "thread": self.thread_id, "key": "*", "macs": listed})
         return self.keys.mac_text("state", text)
 

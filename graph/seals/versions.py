@@ -29,7 +29,13 @@ def _to_version_2(state: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-MIGRATIONS: tuple[Migration, ...] = (_to_version_2,)
+def _to_version_3(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 3 adds ``unaudited_response``, which a thread saved before has no use for: its model
+    turns' events were appended by the model node itself."""
+    return {}
+
+
+MIGRATIONS: tuple[Migration, ...] = (_to_version_2, _to_version_3)
 """Append-only: ``MIGRATIONS[n - 1]`` brings a state of version ``n`` to version ``n + 1``."""
 
 CURRENT_VERSION = 1 + len(MIGRATIONS)
