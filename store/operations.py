@@ -67,9 +67,9 @@ class Operations:
         if clock is None:
             return self.get(operation_key), self._db.now()
         with self._db.transaction(write=False) as tx:
-            row = tx.one(
-                f"SELECT {clock} AS store_now, o.* FROM (SELECT 1 AS one) t"
-                " LEFT JOIN operations o ON o.operation_key = ?",
+            row = tx.one(  # the one row of ``t`` joined to the operation's, if any
+                f"SELECT {clock} AS store_now, o.* FROM operations o"
+                " RIGHT JOIN (SELECT 1 AS one) t ON o.operation_key = ?",
                 (operation_key,),
             )
         assert row is not None  # one row, with NULL columns when there is no such operation
