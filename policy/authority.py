@@ -545,7 +545,8 @@ class Authority:
             or snapshot.operation is None
             or snapshot.operation.operation_key != op.operation_key
         ):
-            snapshot = self.store.snapshots.for_claim(op.operation_key)
+            snapshot = self.store.snapshots.for_claim(op.operation_key, clock=now is None)
+        now = now or snapshot.now  # the store's time, read with the snapshot when the caller had none
         people = IdentitySnapshot(snapshot.identities)
         verdict = self.approval_validity(spec, proposal, snapshot.decisions, people)
         if verdict.status != "approved":

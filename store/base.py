@@ -212,6 +212,17 @@ class Store(abc.ABC):
         with self.transaction(write=False) as tx:
             return parse_iso(self._tx_now(tx))
 
+    def _clock_sql(self) -> str | None:
+        """SQL for the store's time that a read statement returns beside its rows, so a step that
+        needs a row and the time pays one round trip for both (`Operations.get_at`, the claim's
+        guard snapshot); None where the time costs no round trip (SQLite: the host's clock) or a
+        clock is put in front of the server's: then the caller asks `now`."""
+        return None
+
+    def _clock_heard(self, now: str) -> datetime:
+        """The store's time a statement read by `_clock_sql` (``iso`` text), as a datetime."""
+        return parse_iso(now)
+
     def calibrated_now(self) -> datetime:
         """The store's clock for a judgment no write transaction makes again (the model node's
         task deadline and deprecation window, dispatch's deadline and its policy screening),

@@ -37,6 +37,10 @@ ALLOWED_TRANSITIONS = (
 )
 """The operation state machine; the database refuses any other status change."""
 
+FINAL_STATUSES: frozenset[str] = frozenset(OPERATION_STATUSES) - {a for a, _ in ALLOWED_TRANSITIONS}
+"""The statuses the database lets no operation leave (``succeeded``, ``failed``, ``rejected``,
+``expired``): a row read in one of them reads the same ever after."""
+
 
 _STATUS_LIST = ", ".join(f"'{s}'" for s in OPERATION_STATUSES)
 _TRANSITION_LIST = ", ".join(f"'{a}>{b}'" for a, b in ALLOWED_TRANSITIONS)
@@ -263,4 +267,4 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """The store's own schema, component ``toolgate``."""
 
-__all__ = ["ALLOWED_TRANSITIONS", "MIGRATIONS", "OPERATION_STATUSES", "Migration"]
+__all__ = ["ALLOWED_TRANSITIONS", "FINAL_STATUSES", "MIGRATIONS", "OPERATION_STATUSES", "Migration"]

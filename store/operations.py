@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from toolgate.canonical import canonical_json
@@ -57,6 +58,23 @@ class Operations:
         with self._db.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM operations WHERE operation_key = ?", (operation_key,))
         return operation_of(row) if row else None
+
+    def get_at(self, operation_key: str) -> tuple[OperationRecord | None, datetime]:
+        """The operation (or None) and the store's time, in one statement where the time costs a
+        round trip (PostgreSQL): for a step that judges the row's expiry by the store's clock
+        right after reading it (the execute node), never by the process's own."""
+        clock = self._db._clock_sql()
+        if clock is None:
+            return self.get(operation_key), self._db.now()
+        with self._db.transaction(write=False) as tx:
+            row = tx.one(  # the one row of ``t`` joined to the operation's, if any
+                f"SELECT {clock} AS store_now, o.* FROM operations o"
+                " RIGHT JOIN (SELECT 1 AS one) t ON o.operation_key = ?",
+                (operation_key,),
+            )
+        assert row is not None  # one row, with NULL columns when there is no such operation
+        now = self._db._clock_heard(str(row.pop("store_now")))
+        return (operation_of(row) if row["operation_key"] is not None else None), now
 
     def transition(
         self,

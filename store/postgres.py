@@ -277,6 +277,23 @@ class PostgresStore(Store):
         """A unit of work read the server's clock: `calibrated_now` counts from this reading."""
         self._clock_mark = (time.monotonic(), parse_iso(now))
 
+    def _clock_sql(self) -> str | None:
+        """The server's clock (`NOW_SQL`), unless a clock is put in front of it: `now` or
+        `_tx_now` replaced on this store or by a subclass (a test's), which is then asked."""
+        mine = vars(self)
+        replaced = (
+            "now" in mine
+            or "_tx_now" in mine
+            or type(self).now is not Store.now
+            or type(self)._tx_now is not PostgresStore._tx_now
+        )
+        return None if replaced else NOW_SQL
+
+    def _clock_heard(self, now: str) -> datetime:
+        """A statement read the server's clock: `calibrated_now` counts from this reading too."""
+        self._clock_read(now)
+        return parse_iso(now)
+
     def calibrated_now(self) -> datetime:
         """The last reading of the server's clock (`_clock_read`, whichever unit of work made it)
         plus the monotonic time since: no round trip while that reading is younger than

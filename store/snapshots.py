@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from toolgate.store.approvals import approval_of
@@ -53,6 +54,10 @@ class GuardSnapshot:
     identities: dict[str, IdentityRecord] = field(default_factory=dict)
     """The identity rows that exist of the requester, every decision's reviewer and the people
     asked for, by user id (a missing id is no identity)."""
+    now: datetime | None = None
+    """The store's time, read in the same statement where that saves a round trip (PostgreSQL),
+    else by `Store.now` right after it (`Snapshots.for_claim`; None for `Snapshots.for_decision`,
+    whose writing transaction reads its own)."""
 
 
 class Snapshots:
@@ -69,21 +74,31 @@ class Snapshots:
         target = "SELECT proposal_id, operation_key, requester_id, supersedes FROM proposals WHERE proposal_id = ?"
         return self._read(target, proposal_id, people, with_proposal=True)
 
-    def for_claim(self, operation_key: str, people: Sequence[str] = ()) -> GuardSnapshot:
+    def for_claim(self, operation_key: str, people: Sequence[str] = (), *, clock: bool = False) -> GuardSnapshot:
         """What a delivery judges right before claiming ``operation_key``: the operation, the
         decisions on the proposal it names, and the identities of that proposal's requester, its
-        reviewers and ``people``. The proposal itself is not read (immutable: the caller holds it)."""
+        reviewers and ``people``; with ``clock``, the store's time too (``now``: the operation's
+        expiry and the requester's business rules are judged at it, by a caller that has not read
+        the time yet). The proposal itself is not read (immutable: the caller holds it)."""
         target = (
             "SELECT o.proposal_id, o.operation_key, p.requester_id, p.supersedes FROM operations o"
             " LEFT JOIN proposals p ON p.proposal_id = o.proposal_id WHERE o.operation_key = ?"
         )
-        return self._read(target, operation_key, people, with_proposal=False)
+        return self._read(target, operation_key, people, with_proposal=False, with_clock=clock)
 
-    def _read(self, target: str, key: str, people: Sequence[str], *, with_proposal: bool) -> GuardSnapshot:
+    def _read(
+        self, target: str, key: str, people: Sequence[str], *, with_proposal: bool, with_clock: bool = False
+    ) -> GuardSnapshot:
         wanted = sorted(set(people))
         extra = f" OR i.user_id IN ({', '.join('?' for _ in wanted)})" if wanted else ""
+        clock = self._db._clock_sql() if with_clock else None
         with self._db.transaction(write=False) as tx:
-            row = self._one(tx, self._sql(target, extra, with_proposal), (key, *wanted))
+            row = self._one(tx, self._sql(target, extra, with_proposal, clock), (key, *wanted))
+        now = None
+        if clock is not None:
+            now = self._db._clock_heard(str(row["store_now"]))
+        elif with_clock:
+            now = self._db.now()
         keys = self._db.keys
         proposal = _json(row["proposal"]) if with_proposal else None
         operation = _json(row["operation"])
@@ -98,6 +113,7 @@ class Snapshots:
             replaced_status=row["replaced_status"],
             decisions=decisions,
             identities={record.user_id: record for record in people_rows},
+            now=now,
         )
 
     def _one(self, tx: Tx, sql: str, params: tuple[Any, ...]) -> dict[str, Any]:
@@ -105,9 +121,10 @@ class Snapshots:
         assert found is not None  # a SELECT of scalar subqueries always returns its one row
         return found
 
-    def _sql(self, target: str, extra: str, with_proposal: bool) -> str:
+    def _sql(self, target: str, extra: str, with_proposal: bool, clock: str | None = None) -> str:
         """The one statement: a row of scalar subqueries over the target ``t`` (its proposal id,
-        operation key, requester and the proposal it supersedes)."""
+        operation key, requester and the proposal it supersedes), and ``clock`` (the store's time
+        as SQL) as ``store_now`` when given."""
         t = "(SELECT {} FROM t)"
         proposal = (
             f"(SELECT {self._obj('p', 'proposals')} FROM proposals p WHERE p.proposal_id = {t.format('proposal_id')})"
@@ -130,6 +147,7 @@ class Snapshots:
             " WHERE i.user_id IN (SELECT d.reviewer_id FROM approvals d"
             f" WHERE d.proposal_id = {t.format('proposal_id')})"
             f" OR i.user_id = {t.format('requester_id')}{extra}) x) AS identities"
+            + (f", {clock} AS store_now" if clock is not None else "")
         )
 
     def _obj(self, alias: str, table: str, *extra: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 from toolgate.store.keys import Keyring
@@ -82,6 +83,18 @@ class Database(Protocol):
 
     def _tx_now(self, tx: Tx) -> str:
         """The store's current time as `toolgate.clock.iso` text, read inside ``tx``."""
+        ...
+
+    def now(self) -> datetime:
+        """The store's clock, read in a unit of work of its own (none on SQLite)."""
+        ...
+
+    def _clock_sql(self) -> str | None:
+        """SQL for the store's time a read statement can return beside its rows (None: ask `now`)."""
+        ...
+
+    def _clock_heard(self, now: str) -> datetime:
+        """The store's time a statement read by `_clock_sql`, as a datetime."""
         ...
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:

@@ -4,7 +4,9 @@ backends, and the read is one statement.
 
 `decide` reads the proposal, its operation, its replacement, the status of the operation it
 replaces, its decisions and the reviewer's identity together; a delivery reads the decisions and
-the identities of their reviewers and of the requester together right before its claim."""
+the identities of their reviewers and of the requester together right before its claim. Reads
+folded with the store's time (the execute node's operation read, a worker's claim snapshot) still
+let the claim refuse what changed right after them, where the clock used to be read."""
 
 from __future__ import annotations
 
@@ -14,12 +16,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, audit_events, principal, shift_store_clock, start
 
 from toolgate.errors import ApprovalError
+from toolgate.graph.context import Context
 from toolgate.graph.review import edits
 from toolgate.graph.review.decisions import decide
-from toolgate.store import Store
+from toolgate.store import PostgresStore, Store
+from toolgate.store import postgres as store_postgres
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 REFUND = {"order_id": "O-5512", "amount_cents": 1000, "reason": "damaged"}
@@ -222,3 +227,117 @@ def test_a_claim_does_not_run_an_approval_past_its_expiry_by_the_stores_skewed_c
     assert delivery.status == "expired" and delivery.claim == "NOT_ATTEMPTED"
     assert len(audit_events(harness.store, "proposal.expired")) == 1
     assert harness.handler_calls["issue_refund"] == 0 and harness.refunds() == 0
+
+
+@contextlib.contextmanager
+def _clock_reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every read of the store's clock in a round trip of its own meanwhile (`Store.now` on
+    PostgreSQL; SQLite's clock is the host's and costs none, so nothing is counted there). The
+    calibrated clock's reading is kept for the while, as `tests/test_pg_round_trips.py` does: how
+    long a reading serves is not what this counts."""
+    seen: list[str] = []
+    if isinstance(store, PostgresStore):
+        real = Store.now
+
+        def counted(self: Store) -> Any:
+            seen.append("now")
+            return real(self)
+
+        monkeypatch.setattr(Store, "now", counted)  # on the class: the store's own clock, not replaced
+        monkeypatch.setattr(store_postgres, "CLOCK_REUSE_S", 3600.0)
+    yield seen
+
+
+def _resume(graph: Any, thread: str) -> dict[str, Any]:
+    """Wake ``thread`` after a decision recorded elsewhere (fiona resumes it)."""
+    return graph.invoke(  # type: ignore[no-any-return]
+        Command(resume={"wake": True}),
+        {"configurable": {"thread_id": thread}},
+        context=Context(principal=principal("fiona")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("revoked", "refusal", "voided"),
+    [("cust-ada", "requester_inactive", []), ("fiona", "approval_invalid", ["reviewer_inactive"])],
+)
+def test_the_execute_node_reads_the_operation_with_the_time_and_the_claim_judges_what_changed_after(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, revoked: str, refusal: str, voided: list[str]
+) -> None:
+    """The execute node reads each write's operation and the store's time in one statement (on
+    PostgreSQL the clock was a round trip of its own after it). An identity is revoked right after
+    that read, where the node used to read the clock: the claim's snapshot, still read right
+    before the claim, sees it and refuses; nothing runs and the operation stays approved."""
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", REFUND, "c1")), ai("done")])
+    graph = harness.graph(model)
+    thread = f"t-head-read-{revoked}"
+    paused = start(graph, REFUND_REQUEST, "cust-ada", thread)
+    proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+    store = harness.store
+    read_at = store.operations.get_at
+    heads: list[tuple[str, str | None]] = []
+
+    def read_then_revoked(key: str) -> Any:
+        found, now = read_at(key)
+        heads.append((key, found.status if found else None))
+        store.identities.change(revoked, status="revoked")  # between the old read points
+        return found, now
+
+    monkeypatch.setattr(store.operations, "get_at", read_then_revoked)
+    with _clock_reads(store, monkeypatch) as clock_reads:
+        _resume(graph, thread)
+    assert heads == [(proposal["operation_key"], "approved")]  # one read of the operation with the time
+    assert clock_reads == []  # and none of the clock alone
+    assert harness.handler_calls["issue_refund"] == 0 and harness.refunds() == 0
+    assert _status(harness, proposal["operation_key"]) == "approved"
+    assert [e.code for e in audit_events(store, "approval.refused_at_execution")] == [refusal]
+    assert [e.code for e in audit_events(store, "approval.voided")] == voided
+    assert audit_events(store, "operation.claimed") == []
+
+
+def test_a_delivery_judges_expiry_at_its_snapshots_time_and_the_claim_refuses_one_expired_after_it(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery nothing handed an operation to (a worker's) reads the operation, its decisions,
+    the identities and the store's time in one statement, and judges expiry and the requester's
+    rules at that time (it read the clock twice more on PostgreSQL). The store's clock moves 16
+    minutes on right after that read, where the expiry used to read it: the approval is still
+    valid at the snapshot's time, and the claim's own conditional update, on the clock of its
+    transaction, refuses it; the operation is moved to expired, nothing runs."""
+    proposal = _pending(harness, "t-expired-after-snapshot")
+    gw = harness.gateway()
+    decide(gw, proposal["proposal_id"], principal("fiona"), "approve")
+    store = harness.store
+    snapshot = store.snapshots.for_claim
+    times: list[Any] = []
+
+    def read_then_expired(key: str, people: Any = (), *, clock: bool = False) -> Any:
+        found = snapshot(key, people, clock=clock)
+        times.append(found.now)
+        shift_store_clock(monkeypatch, store, timedelta(minutes=16))  # between the old read points
+        return found
+
+    monkeypatch.setattr(store.snapshots, "for_claim", read_then_expired)
+    delivery = gw.executor.deliver(proposal["operation_key"], worker_id="w")
+    assert len(times) == 1 and times[0] is not None  # the time came with the snapshot
+    assert (delivery.status, delivery.claim) == ("expired", "NOT_ACQUIRED")
+    assert _status(harness, proposal["operation_key"]) == "expired"
+    assert len(audit_events(store, "proposal.expired")) == 1
+    assert audit_events(store, "operation.claimed") == []
+    assert harness.handler_calls["issue_refund"] == 0 and harness.refunds() == 0
+
+
+def test_a_delivery_reads_what_it_judges_before_the_claim_and_the_time_in_one_statement(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's delivery of a valid approval: one read before its claim (the snapshot, which
+    brings the store's time) and no clock read of its own; it runs once."""
+    proposal = _pending(harness, "t-snapshot-clock")
+    gw = harness.gateway()
+    decide(gw, proposal["proposal_id"], principal("fiona"), "approve")
+    with _reads(harness.store, monkeypatch) as reads, _clock_reads(harness.store, monkeypatch) as clock_reads:
+        delivery = gw.executor.deliver(proposal["operation_key"], worker_id="w")
+    assert (delivery.status, delivery.claim) == ("succeeded", "ACQUIRED")
+    assert reads == ["WITH"] and clock_reads == []
+    assert harness.handler_calls["issue_refund"] == 1 and harness.refunds() == 1

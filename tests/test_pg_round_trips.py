@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 50
+ROUND_TRIPS_PER_APPROVED_WRITE = 48
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -77,7 +77,11 @@ round trips, and taken only when the step wrote what its events record). Model t
 52 -> 50 (the turn that proposes the refund no longer appends its ``model.response`` in a
 transaction of its own, BEGIN with its chain head and the COMMIT: the event is linked first in
 the proposal's transaction, its already-linked check read with that transaction's chain head,
-`toolgate.graph.nodes.response_audit`)."""
+`toolgate.graph.nodes.response_audit`). Execute reads: 50 -> 49 when the execute node read each
+write's operation and the store's time in one statement (`Operations.get_at`; the clock was a
+round trip of its own after the operation read). 49 -> 48 when the final answer stopped reading
+again the operation whose outcome's transaction had returned it ``succeeded``, a status the
+database lets no operation leave (`FINAL_STATUSES`)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

@@ -2877,3 +2877,69 @@ CONTRACT["snapshots.for_decision"] = (test_a_decisions_snapshot_holds_each_aggre
 CONTRACT["snapshots.for_claim"] = (
     test_a_claims_snapshot_holds_the_operation_its_decisions_and_their_people_in_one_statement,
 )
+
+
+def _clock_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each `Store.now` meanwhile: PostgreSQL's read of its clock in a round trip of its own
+    (patched on the class: the store's clock is not replaced by it; SQLite's own `now` is the
+    host's clock and costs none)."""
+    seen: list[str] = []
+    real = Store.now
+
+    def counted(self: Store) -> Any:
+        seen.append("now")
+        return real(self)
+
+    monkeypatch.setattr(Store, "now", counted)
+    return seen
+
+
+def test_get_at_reads_the_operation_and_the_stores_time_in_one_statement(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operation as `get` reads it (None when there is none) and the store's time: on
+    PostgreSQL a column of the same statement, on SQLite the host's clock (no statement); a clock
+    put in front of the store's is the one asked."""
+    store.proposals.create(make_proposal(1))
+    approve_row(store, "op_test1")
+    sent = _statements(store)
+    before = store.now()
+    clock_reads = _clock_reads(monkeypatch)
+    found, now = store.operations.get_at("op_test1")
+    missing, later_now = store.operations.get_at("op_missing")
+    monkeypatch.undo()
+    after = store.now()
+    assert clock_reads == []  # no read of the clock alone (PostgreSQL's `Store.now`)
+    assert found == store.operations.get("op_test1") and found is not None and found.status == "approved"
+    assert missing is None
+    assert before <= now <= later_now <= after
+    assert len([sql for sql in sent if "operations" in sql]) == 3  # each get_at and the get: one each
+    shift_store_clock(monkeypatch, store, timedelta(hours=2))
+    _, shifted = store.operations.get_at("op_test1")
+    assert shifted - after > timedelta(hours=1)
+
+
+def test_a_claims_snapshot_asked_for_the_clock_brings_the_stores_time_in_its_one_statement(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _guarded_rows(store)
+    assert store.snapshots.for_claim("op_test1").now is None  # not asked for
+    sent = _statements(store)
+    before = store.now()
+    clock_reads = _clock_reads(monkeypatch)
+    found = store.snapshots.for_claim("op_test1", clock=True)
+    monkeypatch.undo()
+    assert clock_reads == []  # no read of the clock alone (PostgreSQL's `Store.now`)
+    assert len([sql for sql in sent if sql.startswith("WITH")]) == 1
+    assert found.now is not None and before <= found.now <= store.now()
+    assert found.operation == store.operations.get("op_test1")
+    shift_store_clock(monkeypatch, store, timedelta(hours=2))
+    shifted = store.snapshots.for_claim("op_test1", clock=True).now
+    assert shifted is not None and shifted - before > timedelta(hours=1)
+
+
+CONTRACT["operations.get_at"] = (test_get_at_reads_the_operation_and_the_stores_time_in_one_statement,)
+CONTRACT["snapshots.for_claim"] = (
+    *CONTRACT["snapshots.for_claim"],
+    test_a_claims_snapshot_asked_for_the_clock_brings_the_stores_time_in_its_one_statement,
+)

@@ -246,12 +246,14 @@ class Executor:
         on the database's clock) decides; a lost claim reads the row afresh. The decisions and
         the identities judged before the claim are never handed down: they are read right before
         it, in one statement (`toolgate.store.snapshots.Snapshots.for_claim`, with the operation
-        when no step handed it down)."""
+        and the store's time when no step handed them down: the expiry and the authority's
+        judgment then take that time, no clock read of their own)."""
         op = operation if operation is not None and operation.operation_key == operation_key else None
         snapshot = None
-        if op is None:  # the operation with what the authority judges before the claim: one statement
-            snapshot = self.store.snapshots.for_claim(operation_key)
+        if op is None:  # the operation, what the authority judges before the claim and the time: one statement
+            snapshot = self.store.snapshots.for_claim(operation_key, clock=now is None)
             op = snapshot.operation
+            now = now or snapshot.now
         if op is None:
             return Delivery(
                 operation_key=operation_key,

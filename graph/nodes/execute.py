@@ -12,7 +12,7 @@ back to waiting instead of reporting.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -53,9 +53,19 @@ def make_execute_node(gw: Gateway) -> Any:
         calls = state.get("calls", {})
         records: dict[str, CallRecord] = {}
         read: dict[str, OperationRecord] = {}  # operations this step already read, by key
+        clock: list[datetime] = []  # the store's time, read with this step's first operation
+
+        def operation(key: str) -> OperationRecord | None:
+            if clock:
+                return gw.store.operations.get(key)
+            found, at = gw.store.operations.get_at(key)
+            clock.append(at)
+            return found
+
         for call_id in state.get("turn_calls", []):
             record = calls[call_id]
-            found = current_write(gw, record["proposal_id"]) if record.get("phase") == "proposed" else None
+            proposed = record.get("phase") == "proposed"
+            found = current_write(gw, record["proposal_id"], operation) if proposed else None
             latest = found[0] if found is not None else None
             if found is not None and found[1] is not None:
                 read[found[1].operation_key] = found[1]
@@ -65,12 +75,13 @@ def make_execute_node(gw: Gateway) -> Any:
                 )
         turn = [records.get(c, calls[c]) for c in state.get("turn_calls", [])]
         writes = [c for c in turn if c.get("phase") == "proposed"]
-        now = gw.store.now() if writes else None  # this step's one reading of the store's clock
+        now: datetime | None = None  # this step's one reading of the store's clock (with its first operation)
         judged: dict[str, OperationRecord] = {}  # each write's operation with its expiry judged at `now`
         if writes:
             statuses = []
             for record in writes:
-                op = read.get(record["operation_key"]) or gw.store.operations.get(record["operation_key"])
+                op = read.get(record["operation_key"]) or operation(record["operation_key"])
+                now = clock[0]
                 if op is not None:
                     op = judged[op.operation_key] = gw.executor.expire_if_due(op, now=now)
                 statuses.append(op.status if op else "missing")

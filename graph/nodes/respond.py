@@ -1,7 +1,11 @@
 """The respond node: the final answer, whose statement of what happened comes from the store.
 
 The model's last text is kept as a summary, but every action's status is rendered from the
-operation records (never from model prose): "the model said refunded" proves nothing.
+operation records (never from model prose): "the model said refunded" proves nothing. A write
+whose outcome this thread's execute node recorded from its operation's row in a status the
+database lets no operation leave (`toolgate.store.migrations.FINAL_STATUSES`: the outcome's own
+transaction returned it) is not read again: the row says the same ever after. Every other
+write's operation is read now.
 """
 
 from __future__ import annotations
@@ -13,18 +17,35 @@ from langchain_core.messages import AIMessage
 from toolgate import telemetry
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes.execute_calls import AUTHORITATIVE
-from toolgate.graph.state import GatewayState, Outcome, TaskStatus
+from toolgate.graph.state import CallRecord, GatewayState, Outcome, TaskStatus
+from toolgate.store.migrations import FINAL_STATUSES
+
+SETTLED = frozenset(AUTHORITATIVE.get(status, status) for status in FINAL_STATUSES)
+"""Outcome statuses of operations in a final status: the store's row can no longer change."""
+
+
+def settled_status(record: CallRecord, outcome: Outcome | None) -> str | None:
+    """The status of ``record``'s operation as the execute node recorded it (``outcome``, from the
+    operation's row) when that status is final for the same operation key; None: read the store."""
+    key = record.get("operation_key")
+    if outcome is None or not key or outcome.get("operation_key") != key:
+        return None  # none recorded, a refusal (no key), or another operation's (before an edit)
+    status = outcome.get("status")
+    return status if status in SETTLED else None
 
 
 def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcome]:
-    """Per call id: the store's status for writes, the recorded outcome for reads and refusals."""
+    """Per call id: the store's status for writes (read now unless recorded final: see the
+    module), the recorded outcome for reads and refusals."""
     known = dict(state.get("outcomes", {}))
     out: dict[str, Outcome] = {}
     for call_id, record in state.get("calls", {}).items():
         key = record.get("operation_key")
         if key:
-            op = gw.store.operations.get(key)
-            status = AUTHORITATIVE.get(op.status, op.status) if op else "missing"
+            status = settled_status(record, known.get(call_id))
+            if status is None:
+                op = gw.store.operations.get(key)
+                status = AUTHORITATIVE.get(op.status, op.status) if op else "missing"
             out[call_id] = Outcome(
                 call_id=call_id,
                 tool=record["tool"],
@@ -101,4 +122,4 @@ def make_respond_node(gw: Gateway) -> Any:
     return respond
 
 
-__all__ = ["authoritative_outcomes", "make_respond_node", "render"]
+__all__ = ["SETTLED", "authoritative_outcomes", "make_respond_node", "render", "settled_status"]

@@ -10,6 +10,7 @@ its arguments can never count as its approver.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from toolgate.clock import parse_iso
@@ -181,13 +182,20 @@ def current_proposal(gw: Gateway, proposal_id: str) -> ProposalRecord | None:
     return found[0] if found is not None else None
 
 
-def current_write(gw: Gateway, proposal_id: str) -> tuple[ProposalRecord, OperationRecord | None] | None:
+def current_write(
+    gw: Gateway,
+    proposal_id: str,
+    read: Callable[[str], OperationRecord | None] | None = None,
+) -> tuple[ProposalRecord, OperationRecord | None] | None:
     """`current_proposal` with its operation as read to judge it, so a step that goes on to look
-    at that operation (the execute node) needs no second read of it."""
+    at that operation (the execute node) needs no second read of it. ``read``: how the step reads
+    an operation by key (the execute node reads the store's time with its first one); else
+    `Operations.get`."""
+    read = read or gw.store.operations.get
     current = gw.executor.proposal(proposal_id)  # immutable: read once per process
     seen = {proposal_id}
     while current is not None:
-        operation = gw.store.operations.get(current.operation_key)
+        operation = read(current.operation_key)
         if operation is not None and operation.status not in ("pending_approval", "rejected", "expired"):
             return current, operation  # decided and not replaced: an edit that lost the race does not count
         newer = _replacement(gw, current)
