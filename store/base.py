@@ -216,7 +216,7 @@ class Store(abc.ABC):
         """SQL for the store's time that a read statement returns beside its rows, so a step that
         needs a row and the time pays one round trip for both (`Operations.get_at`, the claim's
         guard snapshot); None where the time costs no round trip (SQLite: the host's clock) or a
-        clock is put in front of the server's: then the caller asks `now`."""
+        clock is put in front of the server's (a test's): then the caller asks `now`."""
         return None
 
     def _clock_heard(self, now: str) -> datetime:

@@ -378,6 +378,7 @@ def shift_store_clock(monkeypatch: Any, store: Store, delta: timedelta) -> None:
     else:  # `now` reads through `_tx_now`; the calibrated clock counts from the server's readings
         calibrated = store.calibrated_now
         monkeypatch.setattr(store, "calibrated_now", lambda: calibrated() + delta)
+        monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a read's time is asked of `now`
 
 
 def set_store_now(monkeypatch: Any, store: Store, when: datetime) -> None:
@@ -385,6 +386,7 @@ def set_store_now(monkeypatch: Any, store: Store, when: datetime) -> None:
     dispatch judge by (`Store.calibrated_now`) with it."""
     monkeypatch.setattr(store, "now", lambda: when)
     monkeypatch.setattr(store, "calibrated_now", lambda: when)
+    monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a read's time is asked of `now`
 
 
 def open_test_store(data_dir: Path, database_url: str | None = None) -> Store:

@@ -78,6 +78,7 @@ class StoreClock:
                 monkeypatch.setattr(
                     store, "calibrated_now", lambda calibrated=calibrated: calibrated() + self.offset
                 )
+                monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a read's time: `now`
 
     def advance(self, seconds: float) -> None:
         self.offset += timedelta(seconds=seconds)
