@@ -118,14 +118,24 @@ class Harness:
         return proposal, gateway
 
     def two_status_reads(
-        self, handler: Any, thread: str, result_model: Any = None, read_retry: ReadRetry | None = None
+        self,
+        handler: Any,
+        thread: str,
+        result_model: Any = None,
+        read_retry: ReadRetry | None = None,
+        timeout_s: float | None = None,
     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         """Omar reads the status of ``worker`` (call ``c-worker``) and ``web`` (``c-web``) in one
         turn, with ``handler`` (and ``result_model``, if given) serving ``get_service_status``
-        (reads retried by ``read_retry``, if given): the answers by call id, and the thread's
-        final state."""
+        (reads retried by ``read_retry``, if given; its timeout ``timeout_s``, if given): the
+        answers by call id, and the thread's final state."""
         status = self.registry.tools["get_service_status"]
-        changed = replace(status, handler=handler, result_model=result_model or status.result_model)
+        changed = replace(
+            status,
+            handler=handler,
+            result_model=result_model or status.result_model,
+            timeout_s=timeout_s if timeout_s is not None else status.timeout_s,
+        )
         specs = [changed if s.name == status.name else s for s in self.registry.tools.values()]
         registry = Registry.of(self.registry.release, specs, self.system)
         model = ScriptedChatModel(

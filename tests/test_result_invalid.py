@@ -58,7 +58,9 @@ def test_an_unserializable_read_result_fails_only_its_own_call(kind: str, tmp_pa
             return Loose(value=HOSTILE[kind]())
         return Loose(value=status.handler(args, ctx).model_dump(mode="json"))
 
-    answers, state = harness.two_status_reads(hostile, f"t-result-{kind}", result_model=Loose)
+    # a timeout far beyond the work: at load 15 the 50,000-level result once took longer than the
+    # tool's 5 s, was retried as a timed-out read and ran twice; this test is about its result
+    answers, state = harness.two_status_reads(hostile, f"t-result-{kind}", result_model=Loose, timeout_s=120)
 
     assert sorted(calls) == ["web", "worker"]  # each handler ran once
     assert answers["c-worker"]["status"] == "completed"
