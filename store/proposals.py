@@ -85,10 +85,10 @@ class Proposals:
             now = self._db._tx_now(tx)
             proposal, audit = make(now)
             mac = keys.mac("proposal", proposal.sealed())
-            # the proposal and its operation as one script (`Tx.many`: one round trip on
-            # PostgreSQL); the operation's INSERT runs only behind a proposal stored under this id
-            # with this MAC, so nothing is inserted when the key holds another proposal already
-            # the chain head behind them too (its lock only when the proposal was stored here)
+            # the proposal, its operation and the chain head behind them as one script (one round
+            # trip on PostgreSQL; the chain's lock only when the proposal was stored here). The
+            # operation's INSERT runs only behind a proposal stored under this id with this MAC,
+            # so nothing is inserted when the key holds another proposal already.
             inserted, created = self._audit.link_behind(
                 tx,
                 [

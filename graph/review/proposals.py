@@ -119,8 +119,8 @@ def store_proposal(
     transaction's (`stamped` from the ``draft``: no clock read of their own). A proposal already
     stored under the same operation key is returned as stored and audited as ``proposal.reused``
     on its own. ``before``: events of the step that come first in either append (the model turn's
-    ``model.response``, `toolgate.graph.nodes.response_audit`). The stored proposal goes into the executor's proposal cache
-    (`toolgate.graph.review.proposal_cache`)."""
+    ``model.response``, `toolgate.graph.nodes.response_audit`). The stored proposal goes into the
+    executor's proposal cache (`toolgate.graph.review.proposal_cache`)."""
 
     def event(name: str, result: str, proposal: ProposalRecord) -> AuditEventIn:
         return gw.auditor.event(
