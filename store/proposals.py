@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from toolgate.canonical import ordered_json
@@ -184,18 +184,29 @@ class Proposals:
         )
 
     def for_tool(
-        self, tool: str, tenant_id: str, limit: int = 200
+        self, tool: str, tenant_id: str, limit: int = 200, *, statuses: Collection[str] | None = None
     ) -> list[tuple[ProposalRecord, OperationRecord]]:
         """The newest ``limit`` proposals of ``tool`` in ``tenant_id`` with their operations, newest
         first (a reviewer is shown the others that touch the same resource; bounded, so a busy
-        tool costs one page of rows, not its history)."""
+        tool costs one page of rows, not its history). ``statuses``: only those whose operation is
+        in one of them, chosen by the database (the approval pause counts only live proposals, so
+        a busy tool's finished history is neither read nor verified)."""
+        sql = "SELECT p.proposal_id FROM proposals p WHERE p.tool = ? AND p.tenant_id = ?"
+        params: tuple[Any, ...] = (tool, tenant_id)
+        if statuses is not None:
+            chosen = sorted(statuses)
+            if not chosen:
+                return []
+            sql = (
+                "SELECT p.proposal_id FROM proposals p JOIN operations o ON o.operation_key = p.operation_key"
+                f" WHERE p.tool = ? AND p.tenant_id = ? AND o.status IN ({', '.join('?' for _ in chosen)})"
+            )
+            params += tuple(chosen)
         with self._db.transaction(write=False) as tx:
             ids = [
                 row["proposal_id"]
                 for row in tx.execute(
-                    "SELECT proposal_id FROM proposals WHERE tool = ? AND tenant_id = ?"
-                    " ORDER BY created_at DESC, proposal_id DESC LIMIT ?",
-                    (tool, tenant_id, max(0, int(limit))),
+                    f"{sql} ORDER BY p.created_at DESC, p.proposal_id DESC LIMIT ?", (*params, max(0, int(limit)))
                 )
             ]
         if not ids:

@@ -15,6 +15,7 @@ from langgraph.types import Command
 from starlette.testclient import TestClient
 from support import Harness, principal, start
 
+import toolgate.graph.review.related as related
 import toolgate.graph.server.http as http
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
@@ -131,6 +132,43 @@ def test_a_refund_shows_the_orders_facts_and_the_other_refunds_of_the_same_order
     gone = view(harness, elsewhere["proposal_id"])
     assert gone["related"] == [] and gone["warnings"] == []
     assert view(harness, first["proposal_id"])["warnings"] == []
+
+
+def test_a_live_refund_behind_many_finished_ones_is_still_counted_where_both_warn(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search is bounded to the newest `SCAN_LIMIT` proposals of the tool. Before, the pause
+    read (and verified) that many of every status and kept the live ones: a busy tool paid for its
+    finished history at every pause, and a live refund older than it went uncounted. The warnings
+    now count the newest `SCAN_LIMIT` live ones, found by the database."""
+    monkeypatch.setattr(related, "SCAN_LIMIT", 2)
+    harness = Harness(store)
+    live = propose(harness, "t-live", 2000)
+    for n in range(3):  # three newer refunds of the order, each rejected
+        done = propose(harness, f"t-done{n}", 500)
+        decide(harness.gateway(), done["proposal_id"], principal("fiona"), "reject", reason="duplicate")
+    calls: list[list[str]] = []
+    listing = store.proposals.for_tool
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        found = listing(*args, **kwargs)
+        calls.append([op.status for _, op in found])
+        return found
+
+    monkeypatch.setattr(store.proposals, "for_tool", counted)
+    paused = propose(harness, "t-new", 2000)
+    # the pause read itself and the live one, none of the finished ones
+    assert calls == [["pending_approval", "pending_approval"]]
+    expected = [
+        {
+            "kind": "same_resource",
+            "message": "1 other issue_refund proposal for order O-5512 is pending or approved (listed below).",
+        }
+    ]
+    assert paused["warnings"] == expected
+    shown = view(harness, paused["proposal_id"])
+    assert shown["warnings"] == expected  # the console counts the same live one
+    assert live["proposal_id"] not in [r["proposal_id"] for r in shown["related"]]  # listed: the newest 2
 
 
 def test_a_refund_that_would_fail_at_execution_is_warned_before_approval(store: Store) -> None:

@@ -675,6 +675,33 @@ def test_same_effect_finds_the_other_proposals_of_the_thread_for_the_same_tool_a
     assert store.proposals.same_effect(make_proposal(6, thread_id="t3")) == []
 
 
+def test_for_tool_lists_the_newest_of_a_tool_in_a_tenant_and_with_statuses_only_those(store: Store) -> None:
+    """The approval pause counts live proposals only: the database picks them, so a live one older
+    than the newest ``limit`` of every status is still found and finished ones are not read."""
+    start = utcnow()
+    for n in range(1, 6):
+        store.proposals.create(make_proposal(n, created_at=iso(start + timedelta(seconds=n))))
+    store.proposals.create(make_proposal(6, tool="other_tool", created_at=iso(start + timedelta(seconds=6))))
+    store.proposals.create(make_proposal(7, tenant_id="globex", created_at=iso(start + timedelta(seconds=7))))
+    for n in (3, 4, 5):  # the three newest are finished
+        store.operations.transition(f"op_test{n}", "pending_approval", "rejected")
+    store.operations.transition("op_test2", "pending_approval", "approved")
+
+    def ids(found: list[tuple[ProposalRecord, Any]]) -> list[str]:
+        return [p.proposal_id for p, _ in found]
+
+    assert ids(store.proposals.for_tool("issue_refund", "acme", 2)) == ["prop_test5", "prop_test4"]
+    live = store.proposals.for_tool("issue_refund", "acme", 2, statuses={"pending_approval", "approved"})
+    assert ids(live) == ["prop_test2", "prop_test1"]
+    assert [op.status for _, op in live] == ["approved", "pending_approval"]
+    assert all(p.authentic for p, _ in live)
+    assert ids(store.proposals.for_tool("issue_refund", "acme", 1, statuses={"approved"})) == ["prop_test2"]
+    assert store.proposals.for_tool("issue_refund", "acme", statuses=set()) == []
+    assert ids(store.proposals.for_tool("issue_refund", "globex", statuses={"pending_approval"})) == [
+        "prop_test7"
+    ]
+
+
 def test_superseding_is_the_newest_proposal_that_replaces_one(store: Store) -> None:
     start = utcnow()
     store.proposals.create(make_proposal(1, created_at=iso(start)))

@@ -130,7 +130,7 @@ def add_shown(gw: Gateway, request: dict[str, Any], requester: Principal | None)
         details, details_error = review_facts(gw.registry, proposal)
         related = [
             r
-            for r in same_resource(gw.store, gw.registry, proposal)
+            for r in same_resource(gw.store, gw.registry, proposal, active_only=True)
             if requester is not None and visible(gw, requester, r.proposal)
         ]
         warnings = review_warnings(gw.registry, proposal, "pending_approval", related, details)

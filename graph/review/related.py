@@ -56,14 +56,22 @@ def resources_of(registry: Registry, proposal: ProposalRecord) -> tuple[tuple[st
     )
 
 
-def same_resource(store: Store, registry: Registry, proposal: ProposalRecord) -> list[Related]:
+def same_resource(
+    store: Store, registry: Registry, proposal: ProposalRecord, *, active_only: bool = False
+) -> list[Related]:
     """The other proposals of ``proposal``'s tool and tenant that name one of its resources,
-    newest first (among the newest `SCAN_LIMIT`)."""
+    newest first (among the newest `SCAN_LIMIT`). ``active_only``: only those in `ACTIVE_STATUSES`,
+    chosen by the database, among the newest `SCAN_LIMIT` such: what a warning counts. A busy
+    tool's finished history is then neither read nor MAC-verified, and a live proposal older
+    than its newest `SCAN_LIMIT` is still counted."""
     mine = set(resources_of(registry, proposal))
     if not mine:
         return []
     found: list[Related] = []
-    for other, operation in store.proposals.for_tool(proposal.tool, proposal.tenant_id, SCAN_LIMIT):
+    statuses = ACTIVE_STATUSES if active_only else None
+    for other, operation in store.proposals.for_tool(
+        proposal.tool, proposal.tenant_id, SCAN_LIMIT, statuses=statuses
+    ):
         if other.proposal_id == proposal.proposal_id:
             continue
         shared = mine & set(resources_of(registry, other))

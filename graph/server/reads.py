@@ -18,7 +18,7 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import handler_timeout_s
 from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.related import Related, same_resource
-from toolgate.graph.review.warnings import review_warnings
+from toolgate.graph.review.warnings import CHECKED_STATUSES, review_warnings
 from toolgate.graph.server.access import audited_operation, visible, visible_operation, visible_proposal
 from toolgate.graph.server.serving import Refusal, Reply, ViewInput
 from toolgate.policy.audit_readers import audit_scope
@@ -52,7 +52,7 @@ def _summary(proposal: ProposalRecord, operation: OperationRecord, now: Any) -> 
 
 
 RELATED_SHOWN = 20
-"""How many related proposals a view lists (newest first); the warnings count all that were found."""
+"""How many related proposals a view lists (newest first); the warnings count every live one found."""
 
 
 def _related_view(related: Related) -> dict[str, Any]:
@@ -74,12 +74,16 @@ def _detail(
     open themselves (a customer her own, a reviewer the tenant's; None: every one found)."""
     details, details_error = review_facts(gw.registry, proposal)
     superseded_by = gw.store.proposals.superseding(proposal.proposal_id)
-    related = [
-        r
-        for r in same_resource(gw.store, gw.registry, proposal)
-        if caller is None or visible(gw, caller, r.proposal)
-    ]
-    warnings = review_warnings(gw.registry, proposal, operation.status, related, details)
+
+    def shown(found: list[Related]) -> list[Related]:
+        return [r for r in found if caller is None or visible(gw, caller, r.proposal)]
+
+    related = shown(same_resource(gw.store, gw.registry, proposal))
+    # the warnings count the live ones, as the approval pause does (`add_shown`): also those older
+    # than the listing's newest `SCAN_LIMIT` of every status
+    checked = operation.status in CHECKED_STATUSES
+    live = shown(same_resource(gw.store, gw.registry, proposal, active_only=True)) if checked else []
+    warnings = review_warnings(gw.registry, proposal, operation.status, live, details)
     return {
         **_summary(proposal, operation, gw.store.now()),
         "operation_key": proposal.operation_key,
