@@ -266,8 +266,9 @@ def push_dataset(dataset: Dataset, name: str, client: Any = None) -> dict[str, i
     examples = [case_to_example(c, dataset.name) for c in dataset.cases]
     new = [e for e in examples if e["id"] not in existing]
     old = [e for e in examples if e["id"] in existing]
-    if new:
-        client.create_examples(dataset_id=remote.id, examples=new)
+    if new:  # a new example's expected outputs are `reference_outputs` (``outputs`` is deprecated there)
+        created = [{**{k: v for k, v in e.items() if k != "outputs"}, "reference_outputs": e["outputs"]} for e in new]
+        client.create_examples(dataset_id=remote.id, examples=created)
     if old:
         client.update_examples(dataset_id=remote.id, updates=old)
     return {"created": len(new), "updated": len(old), "examples": len(examples)}

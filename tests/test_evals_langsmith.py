@@ -257,6 +257,7 @@ def test_push_creates_the_dataset_then_updates_the_same_examples(tmp_path: Path)
             first.stdout.strip()
             == f"dataset=toolgate-tool-calling-v1 created={len(cases)} updated=0 examples={len(cases)}"
         )
+        created = json.loads(json.dumps(FakeLangSmith.examples))  # as the first push left them
         second = toolgate(["evals", "push", "--name", "toolgate-tool-calling-v1"], env)
         assert second.stdout.strip().endswith(f"created=0 updated={len(cases)} examples={len(cases)}")
     finally:
@@ -268,6 +269,8 @@ def test_push_creates_the_dataset_then_updates_the_same_examples(tmp_path: Path)
     first_case = case_to_example(cases[0])
     assert stored[first_case["id"]]["inputs"] == first_case["inputs"]
     assert stored[first_case["id"]]["metadata"]["case_id"] == cases[0].id
+    expected = json.loads(json.dumps(first_case["outputs"]))
+    assert created[first_case["id"]]["outputs"] == stored[first_case["id"]]["outputs"] == expected
     assert FakeLangSmith.log.count("POST /datasets") == 1 and "PATCH /examples/bulk" in FakeLangSmith.log
     assert FakeLangSmith.keys == {"lsv2-replay-key"}
 
