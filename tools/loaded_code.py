@@ -15,7 +15,9 @@ on. Each call runs here, on a pooled daemon worker thread, under a deadline:
   with an egress capability runs confined to its allowlist (`confined`).
 
 Lookups (ownership and review details) get `LOOKUP_TIMEOUT_S` through `lookup`: a slow resolver
-refuses its call instead of stalling dispatch and the claim. What the code's exceptions *say* is
+refuses its call instead of stalling dispatch and the claim. A read's ownership lookups at execute
+travel with its handler (`start_checked`): one hop to a worker instead of one per lookup plus one
+for the handler, each lookup still under its own deadline and the handler under its own. What the code's exceptions *say* is
 the caller's to redact (`toolgate.policy.output`): nothing raised here is ever shown raw.
 """
 
@@ -27,7 +29,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolgate.errors import CapabilityDenied
@@ -125,6 +127,107 @@ def start(
     return future
 
 
+class NotStarted(Exception):
+    """The handler of a `start_checked` call did not start: a lookup in front of it failed or did
+    not allow it, or its caller gave up waiting for one (`CheckedCall.give_up`)."""
+
+
+class CheckedCall:
+    """The lookups a handler call waits behind on its worker (`start_checked`): one answer each,
+    and whether the handler may still start. Its caller judges each answer itself, in order, each
+    under its own deadline; the worker starts the handler only once every answer allowed it and
+    the caller has not given up."""
+
+    def __init__(self, count: int) -> None:
+        self.answers: list[concurrent.futures.Future[Any]] = []
+        """Each lookup's answer (what it returned or raised), in order."""
+        for _ in range(count):
+            answer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            answer.set_running_or_notify_cancel()
+            self.answers.append(answer)
+        self._lock = threading.Lock()
+        self._given_up = False
+        self._started = False
+
+    def give_up(self) -> bool:
+        """Stop the handler from starting (a lookup refused the call or outran its deadline).
+        False: too late, every lookup answered in time to allow it and the handler has started
+        (the caller then reads the answers, all done)."""
+        with self._lock:
+            if self._started:
+                return False
+            self._given_up = True
+            return True
+
+    def _start(self) -> bool:
+        with self._lock:
+            if self._given_up:
+                return False
+            self._started = True
+            return True
+
+
+def _checked(
+    call: CheckedCall,
+    lookups: Sequence[Callable[[], Any]],
+    allows: Callable[[int, Any], bool],
+    access: HandlerAccess,
+    egress: Egress | None,
+    fn: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    """On the worker: each lookup in order, as `lookup` runs it (read-only, no egress), its answer
+    handed over at once; then, when every answer allowed it and the caller still waits,
+    ``fn(*args)`` `confined`. Anything a lookup raises is its answer, never this thread's end."""
+    for index, (lookup_fn, answer) in enumerate(zip(lookups, call.answers, strict=True)):
+        try:
+            value = confined(HandlerAccess(), None, lookup_fn)
+        except Exception as exc:
+            answer.set_exception(exc)
+            break
+        except BaseException as exc:  # the lookup's own (see `_Worker._loop`), never this process's
+            answer.set_exception(HandlerAborted(type(exc).__name__))
+            break
+        answer.set_result(value)
+        try:
+            allowed = allows(index, value)
+        except Exception:  # the caller's judgement on its own thread decides; here: stop
+            allowed = False
+        if not allowed:
+            break
+    else:
+        if call._start():
+            return confined(access, egress, fn, *args)
+    for answer in call.answers:  # the lookups that never ran
+        if not answer.done():
+            answer.set_exception(NotStarted())
+    raise NotStarted()
+
+
+def start_checked(
+    lookups: Sequence[Callable[[], Any]],
+    allows: Callable[[int, Any], bool],
+    fn: Callable[..., Any],
+    *args: Any,
+    access: HandlerAccess | None = None,
+) -> tuple[CheckedCall, concurrent.futures.Future[Any]]:
+    """Like `start`, with ``lookups`` run first on the same worker: one hop for all of them and
+    the handler. ``allows(index, answer)`` (trusted and pure: the caller's own judgement) stops
+    the worker at the first answer that does not allow the call. The caller waits for each answer
+    (`CheckedCall.answers`, each under its own deadline, `wait`), gives up at the first refusal or
+    overrun (`CheckedCall.give_up`), and only then waits for the handler's future (its own
+    deadline: it starts right after the last answer); that future raises `NotStarted` when the
+    handler never ran."""
+    call = CheckedCall(len(lookups))
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+    context = contextvars.copy_context()
+    egress = args[-1].http if args and isinstance(args[-1], HandlerContext) else None
+    scoped = (call, lookups, allows, access if access is not None else HandlerAccess(), egress, fn, *args)
+    _POOL.worker().inbox.put((context, _checked, scoped, future))
+    return call, future
+
+
 def first_denial(access: HandlerAccess, egress: Egress | None) -> CapabilityDenied | None:
     """The refusal that fails a call: its first egress refusal, else its first database one."""
     if egress is not None and egress.denials:
@@ -202,11 +305,14 @@ def lookup(fn: Callable[..., Any], *args: Any) -> Any:
 
 __all__ = [
     "LOOKUP_TIMEOUT_S",
+    "CheckedCall",
     "HandlerAborted",
+    "NotStarted",
     "confined",
     "first_denial",
     "lookup",
     "run_with_timeout",
     "start",
+    "start_checked",
     "wait",
 ]
