@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -155,3 +156,57 @@ def test_a_lookup_that_hangs_at_execute_is_refused_by_its_own_deadline_and_holds
         owner.release.set()
     assert harness.handler_calls["lookup_order"] == 1  # the second read's only: the first never ran
     assert len(handler_threads) == 1
+
+
+def test_the_handler_keeps_its_own_deadline_behind_a_lookup(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that overruns its timeout is answered by its own deadline, not the lookup's
+    (the caller sleeps once for both; a handler starting later ends its time no sooner)."""
+    monkeypatch.setattr(loaded_code, "LOOKUP_TIMEOUT_S", 60.0)
+    release = threading.Event()
+    ran: list[int] = []
+
+    def owner() -> str:
+        return "owned"
+
+    def handler(n: int) -> int:
+        ran.append(n)
+        release.wait(30)
+        return n
+
+    started = time.monotonic()
+    checked, future = loaded_code.start_checked([owner], lambda i, v: v == "owned", handler, 7)
+    try:
+        with pytest.raises(TimeoutError):
+            loaded_code.wait_checked(checked, future, loaded_code.LOOKUP_TIMEOUT_S, 0.2)
+        assert time.monotonic() - started < 30  # the lookup's 60 s never held the answer
+        assert ran == [7] and checked.started
+    finally:
+        release.set()
+    assert future.result(timeout=30) == 7
+
+
+def test_a_lookup_that_refuses_stops_the_worker_before_the_handler() -> None:
+    ran: list[int] = []
+    checked, future = loaded_code.start_checked(
+        [lambda: "owned", lambda: "foreign", lambda: "owned"], lambda i, v: v == "owned", ran.append, 1
+    )
+    with pytest.raises(loaded_code.NotStarted):
+        loaded_code.wait_checked(checked, future, 30.0, 30.0)
+    assert ran == [] and not checked.started
+    assert [a.result() for a in checked.answers[:2]] == ["owned", "foreign"]
+    with pytest.raises(loaded_code.NotStarted):
+        checked.answers[2].result()  # never asked
+
+
+def test_a_lookup_that_raises_a_base_exception_is_its_answer_not_the_process_end() -> None:
+    def abort() -> str:
+        raise SystemExit(3)
+
+    checked, future = loaded_code.start_checked([abort], lambda i, v: v == "owned", lambda: "ran")
+    with pytest.raises(loaded_code.NotStarted):
+        loaded_code.wait_checked(checked, future, 30.0, 30.0)
+    with pytest.raises(loaded_code.HandlerAborted):
+        checked.answers[0].result()
+    assert loaded_code.run_with_timeout(lambda: "still serving", 30.0) == "still serving"

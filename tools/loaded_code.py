@@ -129,14 +129,14 @@ def start(
 
 class NotStarted(Exception):
     """The handler of a `start_checked` call did not start: a lookup in front of it failed or did
-    not allow it, or its caller gave up waiting for one (`CheckedCall.give_up`)."""
+    not allow it, or outran its deadline (`wait_checked`)."""
 
 
 class CheckedCall:
     """The lookups a handler call waits behind on its worker (`start_checked`): one answer each,
-    and whether the handler may still start. Its caller judges each answer itself, in order, each
-    under its own deadline; the worker starts the handler only once every answer allowed it and
-    the caller has not given up."""
+    and how far the worker has come (which lookup runs, or the handler, and since when), by which
+    `wait_checked` holds each to its own deadline. The handler starts only once every answer
+    allowed it and its caller has not given up."""
 
     def __init__(self, count: int) -> None:
         self.answers: list[concurrent.futures.Future[Any]] = []
@@ -147,23 +147,35 @@ class CheckedCall:
             self.answers.append(answer)
         self._lock = threading.Lock()
         self._given_up = False
-        self._started = False
+        self._stage = 0  # the lookup running (or next to run); ``count``: the handler
+        self._since = time.monotonic()
+
+    def stage(self) -> tuple[int, float]:
+        """``(stage, since)``: the lookup running (``len(answers)``: the handler) and when it started."""
+        with self._lock:
+            return self._stage, self._since
+
+    @property
+    def started(self) -> bool:
+        """Whether the handler has started (every lookup answered and allowed it)."""
+        with self._lock:
+            return self._stage >= len(self.answers)
 
     def give_up(self) -> bool:
-        """Stop the handler from starting (a lookup refused the call or outran its deadline).
-        False: too late, every lookup answered in time to allow it and the handler has started
-        (the caller then reads the answers, all done)."""
+        """Stop the handler from starting (a lookup outran its deadline). False: too late, every
+        lookup has answered and allowed the call, and the handler has started."""
         with self._lock:
-            if self._started:
+            if self._stage >= len(self.answers):
                 return False
             self._given_up = True
             return True
 
-    def _start(self) -> bool:
+    def _enter(self, stage: int) -> bool:
+        """The worker moves on to ``stage`` (False: its caller gave up, nothing more runs)."""
         with self._lock:
             if self._given_up:
                 return False
-            self._started = True
+            self._stage, self._since = stage, time.monotonic()
             return True
 
 
@@ -180,6 +192,8 @@ def _checked(
     handed over at once; then, when every answer allowed it and the caller still waits,
     ``fn(*args)`` `confined`. Anything a lookup raises is its answer, never this thread's end."""
     for index, (lookup_fn, answer) in enumerate(zip(lookups, call.answers, strict=True)):
+        if not call._enter(index):
+            break
         try:
             value = confined(HandlerAccess(), None, lookup_fn)
         except Exception as exc:
@@ -196,7 +210,7 @@ def _checked(
         if not allowed:
             break
     else:
-        if call._start():
+        if call._enter(len(call.answers)):
             return confined(access, egress, fn, *args)
     for answer in call.answers:  # the lookups that never ran
         if not answer.done():
@@ -212,12 +226,9 @@ def start_checked(
     access: HandlerAccess | None = None,
 ) -> tuple[CheckedCall, concurrent.futures.Future[Any]]:
     """Like `start`, with ``lookups`` run first on the same worker: one hop for all of them and
-    the handler. ``allows(index, answer)`` (trusted and pure: the caller's own judgement) stops
-    the worker at the first answer that does not allow the call. The caller waits for each answer
-    (`CheckedCall.answers`, each under its own deadline, `wait`), gives up at the first refusal or
-    overrun (`CheckedCall.give_up`), and only then waits for the handler's future (its own
-    deadline: it starts right after the last answer); that future raises `NotStarted` when the
-    handler never ran."""
+    the handler. ``allows(index, answer)`` (trusted and pure: the caller's own judgement of an
+    answer) stops the worker at the first answer that does not allow the call; the handler's
+    future then raises `NotStarted`. Wait for it with `wait_checked`."""
     call = CheckedCall(len(lookups))
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     future.set_running_or_notify_cancel()
@@ -226,6 +237,36 @@ def start_checked(
     scoped = (call, lookups, allows, access if access is not None else HandlerAccess(), egress, fn, *args)
     _POOL.worker().inbox.put((context, _checked, scoped, future))
     return call, future
+
+
+def wait_checked(
+    call: CheckedCall, future: concurrent.futures.Future[Any], lookup_timeout_s: float, timeout_s: float
+) -> Any:
+    """The handler's result of a `start_checked` call, waited for once (the caller sleeps until the
+    worker is done, not once per lookup): each lookup under ``lookup_timeout_s`` from its own
+    start, the handler under ``timeout_s`` from its own. `NotStarted` when the handler did not
+    start (a lookup failed, refused or overran: the caller judges `CheckedCall.answers`, one
+    still unanswered having overrun); `TimeoutError` when the handler overran."""
+    while True:
+        stage, since = call.stage()
+        now = time.monotonic()
+        if stage < len(call.answers):
+            left = since + lookup_timeout_s - now
+            if left <= 0:
+                if call.give_up():
+                    raise NotStarted()
+                continue  # the handler started as the lookup's time ran out: its own deadline now
+            # a handler not started yet ends its time no sooner than now + timeout_s
+            remaining = min(left, timeout_s)
+        else:
+            remaining = since + timeout_s - now
+            if remaining <= 0:
+                raise TimeoutError(f"handler exceeded {timeout_s}s")
+        try:
+            return future.result(timeout=remaining)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the handler's own `TimeoutError` (see `wait`)
+                raise
 
 
 def first_denial(access: HandlerAccess, egress: Egress | None) -> CapabilityDenied | None:
@@ -315,4 +356,5 @@ __all__ = [
     "start",
     "start_checked",
     "wait",
+    "wait_checked",
 ]

@@ -209,7 +209,7 @@ class Executor:
         unchecked: list[OwnershipLookups],
     ) -> Any:
         """The read's handler in one of its slots (`HandlerBusy` when none is free), under its
-        timeout, behind the ownership lookups in ``unchecked`` if any (`judged_lookups`); the slot
+        timeout, behind the ownership lookups in ``unchecked`` if any (`first_refusal`); the slot
         is given back when the handler's thread finishes, even past its timeout, or at once when
         the lookups stop it from starting."""
         held = self.handler_slots.acquire(spec.name, spec.max_concurrency)
@@ -232,13 +232,18 @@ class Executor:
             give_back()
             raise
         future.add_done_callback(give_back)
-        if checked is not None and ownership is not None:
-            refusal = judged_lookups(checked, ownership)
-            if refusal is not None:
-                give_back()  # a lookup still hung holds no handler slot
-                raise OwnershipRefused(refusal)
-            unchecked.clear()
-        return loaded_code.wait(future, spec.timeout_s)
+        if checked is None or ownership is None:
+            return loaded_code.wait(future, spec.timeout_s)
+        try:
+            return loaded_code.wait_checked(checked, future, loaded_code.LOOKUP_TIMEOUT_S, spec.timeout_s)
+        except loaded_code.NotStarted:
+            if checked.started:
+                raise  # the handler's own exception
+            give_back()  # a lookup still hung holds no handler slot
+            raise OwnershipRefused(first_refusal(checked, ownership)) from None
+        finally:
+            if checked.started:  # its lookups allowed it: a retried attempt does not look again
+                unchecked.clear()
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -447,28 +452,16 @@ class Executor:
             delay = min(delay * 2, 0.25)
 
 
-def judged_lookups(checked: loaded_code.CheckedCall, ownership: OwnershipLookups) -> Rejection | None:
-    """Judge each ownership answer of ``checked`` in order, as
-    `toolgate.policy.authorization.check_resource` judges a lookup's, each under
-    `toolgate.tools.loaded_code.LOOKUP_TIMEOUT_S` of its own (read at each call). Returns the first
-    refusal (a lookup that raised or overran answered nothing: ``resolver_failed``), after which
-    the handler does not start; None when every answer allowed the call and its handler started."""
+def first_refusal(checked: loaded_code.CheckedCall, ownership: OwnershipLookups) -> Rejection:
+    """The refusal of a read whose handler its ownership lookups did not let start: the first
+    answer, in order, that `OwnershipLookups.judge` refuses (one that raised, or never came
+    within its deadline, answered nothing: ``resolver_failed``)."""
     for index, answer in enumerate(checked.answers):
-        try:
-            status = loaded_code.wait(answer, loaded_code.LOOKUP_TIMEOUT_S)
-        except Exception:  # loaded code failed (a timeout and `HandlerAborted` included): closed
-            status = None
-        refusal = ownership.judge(index, status)
-        if refusal is None:
-            continue
-        if checked.give_up():
+        done = answer.done() and answer.exception() is None
+        refusal = ownership.judge(index, answer.result() if done else None)
+        if refusal is not None:
             return refusal
-        # too late to give up: the answer came in as the wait ended and allowed the handler to start
-        status = answer.result() if answer.done() and answer.exception() is None else None
-        refusal = ownership.judge(index, status)
-        if refusal is not None:  # pragma: no cover - the worker judged the same answer with `allows`
-            return refusal
-    return None
+    return ownership.judge(0, None)  # pragma: no cover - the worker stops only at a refused answer
 
 
-__all__ = ["Executor", "judged_lookups"]
+__all__ = ["Executor", "first_refusal"]
