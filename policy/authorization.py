@@ -130,16 +130,22 @@ class OwnershipLookups:
         """Whether answer ``index`` lets the call go on (`judge` refuses nothing)."""
         return self.judge(index, status) is None
 
+    def unanswered(self, index: int) -> Rejection:
+        """``resolver_failed``: lookup ``index`` raised, overran its deadline or answered no
+        `ResourceStatus` (retryable, with nothing of what it said)."""
+        kind = self.resources[index][0].kind
+        return Rejection(
+            code="resolver_failed",
+            message=f"Who owns this {kind} cannot be checked right now. Tell the user to try again later.",
+            retryable=True,
+        )
+
     def judge(self, index: int, status: Any) -> Rejection | None:
         """The refusal answer ``index`` makes (``status``: what the lookup returned; None when it
         raised or overran its deadline), or None when it lets the call go on."""
         ref = self.resources[index][0]
         if type(status) is not str or status not in RESOURCE_STATUSES:  # never trust its __eq__
-            return Rejection(
-                code="resolver_failed",
-                message=f"Who owns this {ref.kind} cannot be checked right now. Tell the user to try again later.",
-                retryable=True,
-            )
+            return self.unanswered(index)
         if status == "owned" or (status == "not_owner" and self.principal.roles & ref.staff_roles):
             return None
         message = f"No {ref.kind} with that id exists for this account."

@@ -461,7 +461,7 @@ def first_refusal(checked: loaded_code.CheckedCall, ownership: OwnershipLookups)
         refusal = ownership.judge(index, answer.result() if done else None)
         if refusal is not None:
             return refusal
-    return ownership.judge(0, None)  # pragma: no cover - the worker stops only at a refused answer
+    return ownership.unanswered(0)  # pragma: no cover - the worker stops only at a refused answer
 
 
 __all__ = ["Executor", "first_refusal"]
