@@ -27,6 +27,8 @@ graph's execute path or a ``toolgate worker run`` delivery) is not claimed and s
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 import time
 from collections import Counter
@@ -43,7 +45,7 @@ from toolgate.policy.cluster_slots import (
     give_back,
     take_cluster_slot,
 )
-from toolgate.settings import setting
+from toolgate.settings import PREFIX, read_settings
 from toolgate.store.audit import Auditor
 
 Kind = Literal["model", "tool"]
@@ -93,17 +95,10 @@ class AdmissionLimits:
 
     @classmethod
     def from_settings(cls) -> AdmissionLimits:
-        """The limits the ``TOOLGATE_*`` settings give now."""
-        return cls(
-            model=setting("max_concurrent_model_requests"),
-            model_per_tenant=setting("max_concurrent_model_requests_per_tenant"),
-            tool=setting("max_concurrent_tool_executions"),
-            tool_per_tenant=setting("max_concurrent_tool_executions_per_tenant"),
-            wait_s=setting("admission_wait_s"),
-            cluster_model_per_tenant=setting("cluster_model_requests_per_tenant"),
-            cluster_tool_per_tenant=setting("cluster_tool_executions_per_tenant"),
-            cluster_ttl_s=setting("cluster_slot_ttl_s"),
-        )
+        """The limits the ``TOOLGATE_*`` settings give now: their variables read at each call,
+        parsed once per set of values (a read call is admitted three times: its two model turns
+        and its handler)."""
+        return _limits_of(tuple(os.environ.get(variable) or "" for variable in _VARIABLES))
 
     def caps(self, kind: Kind) -> tuple[int, int]:
         """``(process cap, tenant cap)`` of ``kind``."""
@@ -112,6 +107,30 @@ class AdmissionLimits:
     def cluster_cap(self, kind: Kind) -> int:
         """The cap of ``kind`` per tenant across the store's processes (``0``: none)."""
         return self.cluster_model_per_tenant if kind == "model" else self.cluster_tool_per_tenant
+
+
+_SETTINGS: dict[str, str] = {
+    "model": "max_concurrent_model_requests",
+    "model_per_tenant": "max_concurrent_model_requests_per_tenant",
+    "tool": "max_concurrent_tool_executions",
+    "tool_per_tenant": "max_concurrent_tool_executions_per_tenant",
+    "wait_s": "admission_wait_s",
+    "cluster_model_per_tenant": "cluster_model_requests_per_tenant",
+    "cluster_tool_per_tenant": "cluster_tool_executions_per_tenant",
+    "cluster_ttl_s": "cluster_slot_ttl_s",
+}
+"""Each limit's setting (`toolgate.settings.EnvSettings` field)."""
+_VARIABLES: tuple[str, ...] = tuple(PREFIX + name.upper() for name in _SETTINGS.values())
+
+
+@functools.lru_cache(maxsize=32)
+def _limits_of(values: tuple[str, ...]) -> AdmissionLimits:
+    """The limits the variables `_VARIABLES` give with ``values`` (`InvalidSetting` for a bad one,
+    which is not kept)."""
+    parsed = read_settings(
+        {variable: value for variable, value in zip(_VARIABLES, values, strict=True) if value}
+    )
+    return AdmissionLimits(**{limit: getattr(parsed, name) for limit, name in _SETTINGS.items()})
 
 
 class Admission:

@@ -41,6 +41,11 @@ Why each rule runs where it does:
   names the call is client-writable); a write only has to be the call of its stored proposal,
   proposed in this thread, for this tenant and requester, since `before_claim` judges it next.
   Retirement and business policy are not asked again: a call accepted inside the window finishes.
+  The execute node asks for a read's ownership to be looked up in front of its handler, on the
+  handler's own worker (``defer_ownership``; `toolgate.tools.loaded_code.start_checked`): the
+  same lookups judged the same way, right before the handler, in one hop to loaded code instead
+  of two. The read's slots (admission, breaker, handler) are taken first, so a read refused one
+  of those is answered with that refusal before its ownership is looked up again; nothing runs.
 - **Before the claim** of an approved write, the approval is judged again from the store alone:
   the proposal row (its MAC, its digest, its pin to release and handler revision, its approval
   class), the decisions that still count (an approver revoked, moved out of the tenant or
@@ -75,7 +80,12 @@ from toolgate.canonical import canonical_json, sha256_hex
 from toolgate.clock import parse_iso
 from toolgate.errors import IdentityError, ToolExecutionError
 from toolgate.policy.approvals import ApprovalVerdict, verify_for_execution
-from toolgate.policy.authorization import check_resource, check_scopes, closest_visible
+from toolgate.policy.authorization import (
+    OwnershipLookups,
+    check_resource,
+    check_scopes,
+    closest_visible,
+)
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.identities import IdentityDirectory, IdentitySnapshot
 from toolgate.policy.output import redact_text
@@ -127,6 +137,9 @@ class Verdict:
     """None: the call may go on."""
     fingerprint: str = ""
     """The call's identity for loop detection (dispatch only)."""
+    ownership: OwnershipLookups | None = None
+    """A read's ownership lookups still to run, in front of its handler (execute with
+    ``defer_ownership`` only; None: judged already, or nothing to look up)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -477,14 +490,25 @@ class Authority:
         return Verdict(spec, arguments, refused, fingerprint)
 
     def at_execute(
-        self, principal: Principal, call: RecordedCall, *, thread_id: str, proposal: ProposalRecord | None
+        self,
+        principal: Principal,
+        call: RecordedCall,
+        *,
+        thread_id: str,
+        proposal: ProposalRecord | None,
+        defer_ownership: bool = False,
     ) -> Verdict:
         """Judge a call of the turn again before execute runs it (``spec`` of the verdict: the
         tool as it runs for the principal's tenant). A read runs only for a tool that is a read
         in this release and that ``principal`` may use on these resources now; a write only
         through the stored ``proposal`` the call names (read from the store by the caller), made
         in ``thread_id`` for this tenant and requester, for this tool and call. Anything else is
-        ``state_mismatch``: the state does not match the gateway's records."""
+        ``state_mismatch``: the state does not match the gateway's records.
+
+        ``defer_ownership``: a read's ownership is not looked up here but handed back
+        (`Verdict.ownership`) for the executor to look up in front of the handler, in the
+        handler's own hop to loaded code, and judged the same way
+        (`toolgate.policy.authorization.OwnershipRefused`)."""
         spec = self.tool(call.tool, principal.tenant_id)  # the tenant's own, if any
         arguments = dict(call.arguments)
         if call.read:
@@ -494,9 +518,11 @@ class Authority:
                 self.visibility(spec, principal)
                 or outside_roots(spec, arguments)
                 or caller_mismatch(spec, principal, arguments)
-                or self.ownership(spec, principal, arguments)
             )
-            return Verdict(spec, arguments, refused)
+            if refused is not None or not defer_ownership:
+                return Verdict(spec, arguments, refused or self.ownership(spec, principal, arguments))
+            lookups = OwnershipLookups.of(spec, principal, arguments, self.registry.resolver)
+            return Verdict(spec, arguments, None, ownership=lookups if lookups.resources else None)
         if (
             spec is None
             or not spec.is_write

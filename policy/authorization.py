@@ -8,7 +8,9 @@ the principal and the system of record. Neither ever reads an identity from argu
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -81,32 +83,92 @@ def check_resource(
     raises anything, overruns its deadline or answers something that is not a `ResourceStatus`
     refuses the call ``resolver_failed``, retryable, with nothing of its message.
     """
-    ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
-    for ref in spec.resource_refs:
-        for value in values_at(args, ref.argument):
-            try:
-                status = loaded_code.lookup(resource_status, ref, str(value), ctx, resolver)
-            except Exception:  # loaded code failed (a timeout and `HandlerAborted` included): closed
-                status = None
-            if type(status) is not str or status not in RESOURCE_STATUSES:  # never trust its __eq__
-                return Rejection(
-                    code="resolver_failed",
-                    message=f"Who owns this {ref.kind} cannot be checked right now. Tell the user to try again later.",
-                    retryable=True,
-                )
-            if status == "owned" or (status == "not_owner" and principal.roles & ref.staff_roles):
-                continue
-            message = f"No {ref.kind} with that id exists for this account."
-            if status in ("foreign", "not_owner"):
-                code: RejectionCode = "cross_tenant" if status == "foreign" else "not_owner"
-                return Rejection(code=code, message=message, retryable=False)
-            return Rejection(
-                code="semantic_invalid",
-                message=message,
-                retryable=True,
-                suggestion=f"check the {ref.argument} with the user",
-            )
+    lookups = OwnershipLookups.of(spec, principal, args, resolver)
+    for index, lookup in enumerate(lookups.calls()):
+        try:
+            status = loaded_code.lookup(lookup)
+        except Exception:  # loaded code failed (a timeout and `HandlerAborted` included): closed
+            status = None
+        refused = lookups.judge(index, status)
+        if refused is not None:
+            return refused
     return None
+
+
+@dataclass(frozen=True)
+class OwnershipLookups:
+    """The ownership lookups of one call for its principal, and how each answer is judged
+    (`check_resource`). A read at execute runs them in front of its handler, in the handler's own
+    hop to loaded code (`toolgate.tools.loaded_code.start_checked`), judged the same way."""
+
+    principal: Principal
+    """The authenticated caller the resources are resolved for."""
+    resolver: ResourceResolver
+    """The release's per-tenant resolver (for a reference without its own owner check)."""
+    resources: tuple[tuple[ResourceRef, str], ...]
+    """Each resource the call names: its declaration and the id found at its argument path."""
+
+    @classmethod
+    def of(
+        cls, spec: ToolSpec, principal: Principal, args: Mapping[str, Any], resolver: ResourceResolver
+    ) -> OwnershipLookups:
+        """The lookups of a call of ``spec`` with ``args`` (each value at each declared path)."""
+        found = tuple(
+            (ref, str(value)) for ref in spec.resource_refs for value in values_at(args, ref.argument)
+        )
+        return cls(principal, resolver, found)
+
+    def calls(self) -> list[Callable[[], Any]]:
+        """One loaded-code call per resource (`resource_status`), in order."""
+        ctx = HandlerContext(tenant_id=self.principal.tenant_id, user_id=self.principal.user_id)
+        return [
+            functools.partial(resource_status, ref, value, ctx, self.resolver)
+            for ref, value in self.resources
+        ]
+
+    def allows(self, index: int, status: Any) -> bool:
+        """Whether answer ``index`` lets the call go on (`judge` refuses nothing)."""
+        return self.judge(index, status) is None
+
+    def unanswered(self, index: int) -> Rejection:
+        """``resolver_failed``: lookup ``index`` raised, overran its deadline or answered no
+        `ResourceStatus` (retryable, with nothing of what it said)."""
+        kind = self.resources[index][0].kind
+        return Rejection(
+            code="resolver_failed",
+            message=f"Who owns this {kind} cannot be checked right now. Tell the user to try again later.",
+            retryable=True,
+        )
+
+    def judge(self, index: int, status: Any) -> Rejection | None:
+        """The refusal answer ``index`` makes (``status``: what the lookup returned; None when it
+        raised or overran its deadline), or None when it lets the call go on."""
+        ref = self.resources[index][0]
+        if type(status) is not str or status not in RESOURCE_STATUSES:  # never trust its __eq__
+            return self.unanswered(index)
+        if status == "owned" or (status == "not_owner" and self.principal.roles & ref.staff_roles):
+            return None
+        message = f"No {ref.kind} with that id exists for this account."
+        if status in ("foreign", "not_owner"):
+            code: RejectionCode = "cross_tenant" if status == "foreign" else "not_owner"
+            return Rejection(code=code, message=message, retryable=False)
+        return Rejection(
+            code="semantic_invalid",
+            message=message,
+            retryable=True,
+            suggestion=f"check the {ref.argument} with the user",
+        )
+
+
+class OwnershipRefused(Exception):
+    """The ownership lookups run in front of a read's handler refused the call: the handler did
+    not run. Raised by the executor to the execute node, which answers and audits ``rejection``
+    as a refusal at execute; it never leaves the read path."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.code)
+        self.rejection = rejection
+        """The refusal, as `check_resource` makes it."""
 
 
 RESOURCE_STATUSES: frozenset[str] = frozenset(("owned", "foreign", "missing", "not_owner"))
@@ -123,4 +185,13 @@ def resource_status(
     return resolver.resource_status(ref.kind, resource_id, ctx.tenant_id)
 
 
-__all__ = ["check_resource", "check_scopes", "closest_visible", "exposed", "resource_status", "visible_tools"]
+__all__ = [
+    "OwnershipLookups",
+    "OwnershipRefused",
+    "check_resource",
+    "check_scopes",
+    "closest_visible",
+    "exposed",
+    "resource_status",
+    "visible_tools",
+]

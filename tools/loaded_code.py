@@ -15,7 +15,9 @@ on. Each call runs here, on a pooled daemon worker thread, under a deadline:
   with an egress capability runs confined to its allowlist (`confined`).
 
 Lookups (ownership and review details) get `LOOKUP_TIMEOUT_S` through `lookup`: a slow resolver
-refuses its call instead of stalling dispatch and the claim. What the code's exceptions *say* is
+refuses its call instead of stalling dispatch and the claim. A read's ownership lookups at execute
+travel with its handler (`start_checked`): one hop to a worker instead of one per lookup plus one
+for the handler, each lookup still under its own deadline and the handler under its own. What the code's exceptions *say* is
 the caller's to redact (`toolgate.policy.output`): nothing raised here is ever shown raw.
 """
 
@@ -27,7 +29,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolgate.errors import CapabilityDenied
@@ -125,6 +127,148 @@ def start(
     return future
 
 
+class NotStarted(Exception):
+    """The handler of a `start_checked` call did not start: a lookup in front of it failed or did
+    not allow it, or outran its deadline (`wait_checked`)."""
+
+
+class CheckedCall:
+    """The lookups a handler call waits behind on its worker (`start_checked`): one answer each,
+    and how far the worker has come (which lookup runs, or the handler, and since when), by which
+    `wait_checked` holds each to its own deadline. The handler starts only once every answer
+    allowed it and its caller has not given up."""
+
+    def __init__(self, count: int) -> None:
+        self.answers: list[concurrent.futures.Future[Any]] = []
+        """Each lookup's answer (what it returned or raised), in order."""
+        for _ in range(count):
+            answer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            answer.set_running_or_notify_cancel()
+            self.answers.append(answer)
+        self._lock = threading.Lock()
+        self._given_up = False
+        self._stage = 0  # the lookup running (or next to run); ``count``: the handler
+        self._since = time.monotonic()
+
+    def stage(self) -> tuple[int, float]:
+        """``(stage, since)``: the lookup running (``len(answers)``: the handler) and when it started."""
+        with self._lock:
+            return self._stage, self._since
+
+    @property
+    def started(self) -> bool:
+        """Whether the handler has started (every lookup answered and allowed it)."""
+        with self._lock:
+            return self._stage >= len(self.answers)
+
+    def give_up(self) -> bool:
+        """Stop the handler from starting (a lookup outran its deadline). False: too late, every
+        lookup has answered and allowed the call, and the handler has started."""
+        with self._lock:
+            if self._stage >= len(self.answers):
+                return False
+            self._given_up = True
+            return True
+
+    def _enter(self, stage: int) -> bool:
+        """The worker moves on to ``stage`` (False: its caller gave up, nothing more runs)."""
+        with self._lock:
+            if self._given_up:
+                return False
+            self._stage, self._since = stage, time.monotonic()
+            return True
+
+
+def _checked(
+    call: CheckedCall,
+    lookups: Sequence[Callable[[], Any]],
+    allows: Callable[[int, Any], bool],
+    access: HandlerAccess,
+    egress: Egress | None,
+    fn: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    """On the worker: each lookup in order, as `lookup` runs it (read-only, no egress), its answer
+    handed over at once; then, when every answer allowed it and the caller still waits,
+    ``fn(*args)`` `confined`. Anything a lookup raises is its answer, never this thread's end."""
+    for index, (lookup_fn, answer) in enumerate(zip(lookups, call.answers, strict=True)):
+        if not call._enter(index):
+            break
+        try:
+            value = confined(HandlerAccess(), None, lookup_fn)
+        except Exception as exc:
+            answer.set_exception(exc)
+            break
+        except BaseException as exc:  # the lookup's own (see `_Worker._loop`), never this process's
+            answer.set_exception(HandlerAborted(type(exc).__name__))
+            break
+        answer.set_result(value)
+        try:
+            allowed = allows(index, value)
+        except Exception:  # the caller's judgement on its own thread decides; here: stop
+            allowed = False
+        if not allowed:
+            break
+    else:
+        if call._enter(len(call.answers)):
+            return confined(access, egress, fn, *args)
+    for answer in call.answers:  # the lookups that never ran
+        if not answer.done():
+            answer.set_exception(NotStarted())
+    raise NotStarted()
+
+
+def start_checked(
+    lookups: Sequence[Callable[[], Any]],
+    allows: Callable[[int, Any], bool],
+    fn: Callable[..., Any],
+    *args: Any,
+    access: HandlerAccess | None = None,
+) -> tuple[CheckedCall, concurrent.futures.Future[Any]]:
+    """Like `start`, with ``lookups`` run first on the same worker: one hop for all of them and
+    the handler. ``allows(index, answer)`` (trusted and pure: the caller's own judgement of an
+    answer) stops the worker at the first answer that does not allow the call; the handler's
+    future then raises `NotStarted`. Wait for it with `wait_checked`."""
+    call = CheckedCall(len(lookups))
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+    context = contextvars.copy_context()
+    egress = args[-1].http if args and isinstance(args[-1], HandlerContext) else None
+    scoped = (call, lookups, allows, access if access is not None else HandlerAccess(), egress, fn, *args)
+    _POOL.worker().inbox.put((context, _checked, scoped, future))
+    return call, future
+
+
+def wait_checked(
+    call: CheckedCall, future: concurrent.futures.Future[Any], lookup_timeout_s: float, timeout_s: float
+) -> Any:
+    """The handler's result of a `start_checked` call, waited for once (the caller sleeps until the
+    worker is done, not once per lookup): each lookup under ``lookup_timeout_s`` from its own
+    start, the handler under ``timeout_s`` from its own. `NotStarted` when the handler did not
+    start (a lookup failed, refused or overran: the caller judges `CheckedCall.answers`, one
+    still unanswered having overrun); `TimeoutError` when the handler overran."""
+    while True:
+        stage, since = call.stage()
+        now = time.monotonic()
+        if stage < len(call.answers):
+            left = since + lookup_timeout_s - now
+            if left <= 0:
+                if call.give_up():
+                    raise NotStarted()
+                continue  # the handler started as the lookup's time ran out: its own deadline now
+            # a handler not started yet ends its time no sooner than now + timeout_s
+            remaining = min(left, timeout_s)
+        else:
+            remaining = since + timeout_s - now
+            if remaining <= 0:
+                raise TimeoutError(f"handler exceeded {timeout_s}s")
+        try:
+            return future.result(timeout=remaining)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the handler's own `TimeoutError` (see `wait`)
+                raise
+
+
 def first_denial(access: HandlerAccess, egress: Egress | None) -> CapabilityDenied | None:
     """The refusal that fails a call: its first egress refusal, else its first database one."""
     if egress is not None and egress.denials:
@@ -202,11 +346,15 @@ def lookup(fn: Callable[..., Any], *args: Any) -> Any:
 
 __all__ = [
     "LOOKUP_TIMEOUT_S",
+    "CheckedCall",
     "HandlerAborted",
+    "NotStarted",
     "confined",
     "first_denial",
     "lookup",
     "run_with_timeout",
     "start",
+    "start_checked",
     "wait",
+    "wait_checked",
 ]

@@ -15,6 +15,7 @@ its chunks streamed when its handler yields them (`toolgate.graph.delivery.strea
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,9 @@ from toolgate.graph.delivery.same_resource import ResourceHold, deferred
 from toolgate.graph.delivery.streamed_output import OutputStream, drained
 from toolgate.graph.review.proposal_cache import ProposalCache
 from toolgate.policy.authority import Authority
+from toolgate.policy.authorization import OwnershipLookups, OwnershipRefused
 from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBreaker
+from toolgate.policy.decisions import Rejection
 from toolgate.policy.handler_slots import HandlerBusy, HandlerSlots, process_handler_slots
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.output import handler_failure, sanitize_result
@@ -109,6 +112,7 @@ class Executor:
         *,
         stream: OutputStream | None = None,
         audit_fields: Mapping[str, Any] | None = None,
+        ownership: OwnershipLookups | None = None,
     ) -> dict[str, Any]:
         """Run a read-only handler under its timeout and return the sanitized result. The handler
         runs under a read-only `HandlerAccess`: its records open read-only, the store is refused.
@@ -117,11 +121,16 @@ class Executor:
         A read is idempotent, so a timeout or a retryable 5xx-class failure is tried again under
         `read_retry` (each retry audited ``call.retried`` with ``audit_fields``); a write never is.
         A generator handler's chunks go to ``stream`` (`toolgate.graph.delivery.streamed_output`).
+        ``ownership``: the call's ownership lookups still to run (the execute node's, from
+        `Authority.at_execute`), run in front of the handler's first attempt on the same worker
+        (one hop to loaded code for both, each under its own deadline); a refusal raises
+        `OwnershipRefused` and the handler never runs. A retried attempt does not look again.
         """
         args = spec.handler_arguments(arguments)
         ctx = scope.read_context(
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
+        unchecked = [ownership] if ownership is not None else []  # until its lookups all allowed the call
 
         def retried(attempt: int, exc: ToolExecutionError, delay_s: float) -> None:
             self.auditor.record(
@@ -137,7 +146,9 @@ class Executor:
             if stream is not None:
                 stream.next_attempt()
 
-        raw = self.read_retry.call(lambda: self._read_once(spec, args, ctx, principal, stream), retried)
+        raw = self.read_retry.call(
+            lambda: self._read_once(spec, args, ctx, principal, stream, unchecked), retried
+        )
         return sanitize_result(raw, spec.result_model)
 
     def _read_once(
@@ -147,15 +158,25 @@ class Executor:
         ctx: HandlerContext,
         principal: Principal,
         stream: OutputStream | None,
+        unchecked: list[OwnershipLookups],
     ) -> BaseModel:
-        """One attempt of a read: its handler run in a handler slot, under its breaker and timeout."""
+        """One attempt of a read: its handler run in a handler slot, under its breaker and timeout,
+        behind the ownership lookups in ``unchecked`` (emptied once they all allowed the call)."""
         access = HandlerAccess(spec.name)  # a read tool's handler writes nothing, uses no store
+        breaker = self.breakers.get(self.registry.breaker_key(spec.name, principal.tenant_id))
         try:
-            raw: BaseModel = self.breakers.get(
-                self.registry.breaker_key(spec.name, principal.tenant_id)
-            ).call(self._slotted_handler, spec, args, ctx, access, stream)
-        except HandlerBusy:
-            raise  # no slot: nothing ran (a refusal of this gateway, not the handler's failure)
+            breaker.acquire()
+            try:
+                raw: BaseModel = self._slotted_handler(spec, args, ctx, access, stream, unchecked)
+            except OwnershipRefused:
+                breaker.release()  # the dependency was never called: no verdict on it
+                raise
+            except BaseException as exc:
+                breaker.record_outcome(exc)
+                raise
+            breaker.record_success()
+        except (HandlerBusy, OwnershipRefused):
+            raise  # nothing ran (a refusal of this gateway, not the handler's failure)
         except CapabilityDenied as exc:
             scope.audit_denials(self.auditor, ctx, spec, access)  # its egress and database refusals
             audit_denial(self.auditor, exc, ctx, spec.name, access)  # any other (a credential)
@@ -185,19 +206,44 @@ class Executor:
         ctx: HandlerContext,
         access: HandlerAccess,
         stream: OutputStream | None,
+        unchecked: list[OwnershipLookups],
     ) -> Any:
         """The read's handler in one of its slots (`HandlerBusy` when none is free), under its
-        timeout; the slot is given back when the handler's thread finishes, even past its timeout."""
+        timeout, behind the ownership lookups in ``unchecked`` if any (`first_refusal`); the slot
+        is given back when the handler's thread finishes, even past its timeout, or at once when
+        the lookups stop it from starting."""
         held = self.handler_slots.acquire(spec.name, spec.max_concurrency)
-        try:
-            future = loaded_code.start(drained(spec.handler, stream), args, ctx, access=access)
-        except BaseException:
-            if held:
+        given_back = threading.Lock()
+
+        def give_back(_: object = None) -> None:
+            if held and given_back.acquire(blocking=False):  # once, whichever comes first
                 self.handler_slots.release(spec.name)
+
+        handler = drained(spec.handler, stream)
+        ownership = unchecked[0] if unchecked else None
+        try:
+            if ownership is None:
+                checked, future = None, loaded_code.start(handler, args, ctx, access=access)
+            else:
+                checked, future = loaded_code.start_checked(
+                    ownership.calls(), ownership.allows, handler, args, ctx, access=access
+                )
+        except BaseException:
+            give_back()
             raise
-        if held:
-            future.add_done_callback(lambda _: self.handler_slots.release(spec.name))
-        return loaded_code.wait(future, spec.timeout_s)
+        future.add_done_callback(give_back)
+        if checked is None or ownership is None:
+            return loaded_code.wait(future, spec.timeout_s)
+        try:
+            return loaded_code.wait_checked(checked, future, loaded_code.LOOKUP_TIMEOUT_S, spec.timeout_s)
+        except loaded_code.NotStarted:
+            if checked.started:
+                raise  # the handler's own exception
+            give_back()  # a lookup still hung holds no handler slot
+            raise OwnershipRefused(first_refusal(checked, ownership)) from None
+        finally:
+            if checked.started:  # its lookups allowed it: a retried attempt does not look again
+                unchecked.clear()
 
     # ---- writes ------------------------------------------------------------------------
 
@@ -250,7 +296,9 @@ class Executor:
         judgment then take that time, no clock read of their own)."""
         op = operation if operation is not None and operation.operation_key == operation_key else None
         snapshot = None
-        if op is None:  # the operation, what the authority judges before the claim and the time: one statement
+        if (
+            op is None
+        ):  # the operation, what the authority judges before the claim and the time: one statement
             snapshot = self.store.snapshots.for_claim(operation_key, clock=now is None)
             op = snapshot.operation
             now = now or snapshot.now
@@ -291,7 +339,9 @@ class Executor:
                     return deferred(self.auditor, op, "handler_busy", error)
                 common = self._audit_fields(op, call_id)
                 events = [
-                    self.auditor.event("operation.claimed", "acquired", detail={"worker": worker_id}, **common),
+                    self.auditor.event(
+                        "operation.claimed", "acquired", detail={"worker": worker_id}, **common
+                    ),
                     self.auditor.event("handler.started", "started", **common),
                 ]
                 try:  # the claim and the resource leases commit together, or neither (no deadlock)
@@ -402,4 +452,16 @@ class Executor:
             delay = min(delay * 2, 0.25)
 
 
-__all__ = ["Executor"]
+def first_refusal(checked: loaded_code.CheckedCall, ownership: OwnershipLookups) -> Rejection:
+    """The refusal of a read whose handler its ownership lookups did not let start: the first
+    answer, in order, that `OwnershipLookups.judge` refuses (one that raised, or never came
+    within its deadline, answered nothing: ``resolver_failed``)."""
+    for index, answer in enumerate(checked.answers):
+        done = answer.done() and answer.exception() is None
+        refusal = ownership.judge(index, answer.result() if done else None)
+        if refusal is not None:
+            return refusal
+    return ownership.unanswered(0)  # pragma: no cover - the worker stops only at a refused answer
+
+
+__all__ = ["Executor", "first_refusal"]

@@ -3,7 +3,8 @@
 Nothing runs because checkpointed state says so. Besides the seal checked before this node, each
 call is judged again from trusted sources (the authority's second checkpoint,
 `toolgate.policy.authority.Authority.at_execute`; a refusal is answered and audited here, like
-one of dispatch) and then run on its own (`toolgate.graph.nodes.execute_calls`). This node owns
+one of dispatch; a read's ownership is looked up in front of its handler, in the handler's hop to
+loaded code) and then run on its own (`toolgate.graph.nodes.execute_calls`). This node owns
 the turn: it picks up a write's replacement proposal, batches the runnable calls under the
 context's concurrency and deadline, answers a call still running when the batch deadline passes,
 and records what is done. While every write of the turn still awaits a decision, the thread goes
@@ -24,23 +25,19 @@ from toolgate.canonical import canonical_json
 from toolgate.clock import iso
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.messages import rejection_message, status_message
+from toolgate.graph.messages import status_message
 from toolgate.graph.nodes._common import (
     accepted_event,
-    audit_call_id,
     context_of,
     principal_of,
     thread_id,
 )
 from toolgate.graph.nodes.batch import partition, run_batch
-from toolgate.graph.nodes.execute_calls import run_read, run_write
-from toolgate.graph.nodes.response_audit import PendingResponse, pending_response
+from toolgate.graph.nodes.execute_calls import refused_call, run_read, run_write
+from toolgate.graph.nodes.response_audit import pending_response
 from toolgate.graph.review.edits import current_write
 from toolgate.graph.state import CallRecord, GatewayState, Outcome
 from toolgate.policy.authority import RecordedCall
-from toolgate.policy.decisions import Rejection
-from toolgate.policy.principal import Principal
-from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import OperationRecord
 
 
@@ -123,6 +120,7 @@ def make_execute_node(gw: Gateway) -> Any:
                 ),
                 thread_id=thread_id(config),
                 proposal=None if read else gw.executor.proposal(record.get("proposal_id", "")),
+                defer_ownership=read,  # looked up in front of the handler, in its hop (`run_read`)
             )
             spec = verdict.spec
             if verdict.rejection is not None or spec is None:
@@ -153,7 +151,16 @@ def make_execute_node(gw: Gateway) -> Any:
             ):
                 if read:
                     result = run_read(
-                        gw, spec, record, principal, ctx, traced, runtime.stream_writer, waiting=waiting
+                        gw,
+                        spec,
+                        record,
+                        principal,
+                        ctx,
+                        traced,
+                        runtime.stream_writer,
+                        waiting=waiting,
+                        ownership=verdict.ownership,
+                        refusal_fields=common,
                     )
                 else:
                     key = record.get("operation_key") or ""
@@ -212,31 +219,4 @@ def make_execute_node(gw: Gateway) -> Any:
     return execute
 
 
-def refused_call(
-    gw: Gateway,
-    record: CallRecord,
-    principal: Principal,
-    rejection: Rejection,
-    common: dict[str, Any],
-    accepted: AuditEventIn | None = None,
-    waiting: PendingResponse | None = None,
-) -> tuple[ToolMessage, Outcome, bool]:
-    """Answer a call the authority refused at execute (audited like a dispatch refusal, in one
-    append with the read's ``accepted`` event, after the model turn's event ``waiting``)."""
-    call_id, tool = record["call_id"], record.get("tool", "unknown")
-    refused = gw.auditor.event(
-        "call.rejected",
-        "rejected",
-        user_id=principal.user_id,
-        code=rejection.code,
-        call_id=audit_call_id(call_id),
-        tool=tool,
-        detail={"message": rejection.message[:300], "stage": "execute"},
-        **common,
-    )
-    (waiting or PendingResponse(None)).record_all(gw.auditor, [*([accepted] if accepted else []), refused])
-    outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
-    return rejection_message(call_id, tool, rejection), outcome, True
-
-
-__all__ = ["make_execute_node", "refused_call"]
+__all__ = ["make_execute_node"]

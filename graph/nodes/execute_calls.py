@@ -24,13 +24,16 @@ from toolgate.graph.delivery.recovery import reconciled_or_error
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.streamed_output import OutputStream
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.messages import result_message, status_message
+from toolgate.graph.messages import rejection_message, result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
 from toolgate.graph.nodes.response_audit import PendingResponse
 from toolgate.graph.state import CallRecord, Outcome
 from toolgate.policy.admission import Overloaded, admitted
+from toolgate.policy.authorization import OwnershipLookups, OwnershipRefused
+from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import audit_call_id
+from toolgate.store.audit_records import AuditEventIn
 from toolgate.store.records import OperationRecord
 from toolgate.tools.spec import ToolSpec
 
@@ -145,11 +148,16 @@ def run_read(
     writer: Callable[[Any], None] | None = None,
     *,
     waiting: PendingResponse | None = None,
+    ownership: OwnershipLookups | None = None,
+    refusal_fields: dict[str, Any] | None = None,
 ) -> tuple[ToolMessage, Outcome, bool]:
     """Run one authorized read under its limits; answer it, and audit its acceptance and outcome
     in one append (after the model turn's event ``waiting``, if no other append took it).
     ``writer`` (the node's custom stream) receives the chunks a streaming handler
-    yields, bounded and redacted; the `ToolMessage` is the bounded result either way."""
+    yields, bounded and redacted; the `ToolMessage` is the bounded result either way.
+    ``ownership``: the lookups `toolgate.policy.authority.Authority.at_execute` left to run in
+    front of the handler; their refusal is answered as that judgement's would be
+    (`refused_call`, with ``refusal_fields``: the step's audit fields outside the tool span)."""
     call_id = record["call_id"]
     appends = waiting or PendingResponse(None)
     accepted = accepted_event(gw.auditor, principal, record, spec, common)
@@ -167,7 +175,10 @@ def run_read(
                 own_credentials(gw, spec, principal, ctx, common),
                 stream=stream,
                 audit_fields={"call_id": audit_call_id(call_id), **common},
+                ownership=ownership,
             )
+    except OwnershipRefused as exc:  # its lookups in front of the handler refused it: it never ran
+        return refused_call(gw, record, principal, exc.rejection, refusal_fields or common, accepted, appends)
     except Overloaded as exc:  # no slot: the handler never ran (audited as admission.overloaded)
         appends.record_all(gw.auditor, [accepted])
         message = status_message(
@@ -207,6 +218,33 @@ def run_read(
     appends.record_all(gw.auditor, [accepted, completed])
     message = result_message(call_id, spec.name, spec.version, data, max_bytes=spec.max_output_bytes)
     return message, Outcome(call_id=call_id, tool=spec.name, status="completed"), True
+
+
+def refused_call(
+    gw: Gateway,
+    record: CallRecord,
+    principal: Principal,
+    rejection: Rejection,
+    common: dict[str, Any],
+    accepted: AuditEventIn | None = None,
+    waiting: PendingResponse | None = None,
+) -> tuple[ToolMessage, Outcome, bool]:
+    """Answer a call the authority refused at execute (audited like a dispatch refusal, in one
+    append with the read's ``accepted`` event, after the model turn's event ``waiting``)."""
+    call_id, tool = record["call_id"], record.get("tool", "unknown")
+    refused = gw.auditor.event(
+        "call.rejected",
+        "rejected",
+        user_id=principal.user_id,
+        code=rejection.code,
+        call_id=audit_call_id(call_id),
+        tool=tool,
+        detail={"message": rejection.message[:300], "stage": "execute"},
+        **common,
+    )
+    (waiting or PendingResponse(None)).record_all(gw.auditor, [*([accepted] if accepted else []), refused])
+    outcome = Outcome(call_id=call_id, tool=tool, status="rejected", detail=rejection.code)
+    return rejection_message(call_id, tool, rejection), outcome, True
 
 
 def write_tenant(gw: Gateway, record: CallRecord) -> str:
@@ -277,4 +315,4 @@ def run_write(
     return delivery_message(call_id, spec, delivery), outcome, delivery.status != "pending_approval"
 
 
-__all__ = ["AUTHORITATIVE", "delivery_message", "run_read", "run_write", "settle_unknown"]
+__all__ = ["AUTHORITATIVE", "delivery_message", "refused_call", "run_read", "run_write", "settle_unknown"]
