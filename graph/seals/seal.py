@@ -176,8 +176,19 @@ def _message_digest(message: BaseMessage) -> str:
         form["tool_call_id"] = message.tool_call_id
         form["status"] = message.status
         form["name"] = message.name
-    text = json.dumps(form, sort_keys=True, default=repr, ensure_ascii=False)
+    text = _DIGEST_FORM(form)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_DIGEST_FORM = json.JSONEncoder(sort_keys=True, default=repr, ensure_ascii=False).encode
+"""How a message's digested form is encoded (what ``json.dumps(form, sort_keys=True,
+default=repr, ensure_ascii=False)`` writes), by one encoder made once: ``json.dumps`` with
+options makes a new encoder at every call, which costs more than encoding a short value."""
+
+_VALUE_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+"""How a key's value is encoded inside its MAC's text (`Sealer._mac`), by one encoder made once."""
 
 
 def _vouched_version(state: Mapping[str, Any]) -> int | None:
@@ -202,6 +213,7 @@ class Sealer:
         self._version: tuple[Mapping[str, Any], int | None] | None = None
         self._exact: tuple[Mapping[str, Any], dict[str, str] | None] | None = None
         self._recent_key = (thread_id, keys.key("state"))
+        self._thread_json = _VALUE_JSON(thread_id)
 
     def _known_exactly(self, state: Mapping[str, Any]) -> dict[str, str] | None:
         """The full MACs of ``state`` when it is exactly the state the last node of this process
@@ -218,13 +230,16 @@ class Sealer:
         return value
 
     def _mac(self, key: str, state: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
-        value = {"v": form, "thread": self.thread_id, "key": key, "value": self._value(key, state)}
+        """The MAC of ``key``'s value under ``form``: of the JSON text of ``{"v": form, "thread":
+        ..., "key": key, "value": value}`` with sorted keys and no whitespace, its members written
+        one after the other in that sorted order (``value`` last) rather than by encoding a dict
+        made for each MAC."""
         try:
             # deterministic for the values the checkpointer round-trips (types and floats kept as
             # they are); the C encoder keeps sealing a large thread cheap
-            text = json.dumps(
-                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-            )
+            value = _VALUE_JSON(self._value(key, state))
+            head = f'{{"key":{_VALUE_JSON(key)},"thread":{self._thread_json},"v":{_VALUE_JSON(form)}'
+            text = f'{head},"value":{value}}}'
         except (TypeError, ValueError):
             # a value JSON cannot hold (NaN, a foreign object) was never written by trusted code
             return "unsealable"
