@@ -8,7 +8,6 @@ rejection is on record), with the audit events of both.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,10 +26,11 @@ def approval_of(row: dict[str, Any], keys: Keyring) -> ApprovalRecord:
     """An ``approvals`` row as its record, marked ``authentic`` when its MAC verifies."""
     data = dict(row)
     mac = data.pop("mac", None)
+    stored = tuple(data.items())
     data["reviewer_roles"] = tuple(json.loads(data["reviewer_roles"]))
     data["reviewer_tenant_id"] = data.get("reviewer_tenant_id") or ""
-    record = ApprovalRecord(**data)
-    return dataclasses.replace(record, authentic=keys.verify("approval", record.content(), mac))
+    authentic = keys.verify_row("approval", stored, mac, lambda: ApprovalRecord(**data).content())
+    return ApprovalRecord(**data, authentic=authentic)
 
 
 class _AlreadyRecorded(Exception):

@@ -46,12 +46,13 @@ def identity_of(row: dict[str, Any], keys: Keyring) -> IdentityRecord:
     data = dict(row)
     mac = data.pop("mac", None)
     bound = data.pop("bound_sha256", None)
+    stored = tuple(data.items())
     data["roles"] = tuple(json.loads(data["roles"]))
     data["scopes"] = tuple(json.loads(data["scopes"]))
     data["review_tenants"] = tuple(json.loads(data.get("review_tenants") or "[]"))
     data["version"] = int(data.get("version") or 0)
     record = IdentityRecord(**data)
-    if not keys.verify("identity", record.content(), mac):
+    if not keys.verify_row("identity", stored, mac, record.content):
         return record
     key = audited_key(keys, record.user_id)
     replayed = freshness("identity", key, record.version, record.content(), bound) == "replayed"

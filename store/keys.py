@@ -10,6 +10,10 @@ A MAC is computed from the key's prepared HMAC state (`hmac_sha256`): under half
 one-shot `hmac.digest` for a short message, which on OpenSSL 3 sets the digest up again and
 releases the GIL on every call (under load a released GIL can be a thread switch; a node computes
 dozens of MACs).
+
+A row read from the store is judged once per exact content (`Keyring.verify_row`): a reviewer's
+listing and every approval node read the same proposals again, and the same bytes under the same
+MAC and key get the same answer.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,6 +48,33 @@ Purpose = Literal[
 """What a derived key may sign; one key per kind of record."""
 
 
+class VerifiedRows:
+    """What `Keyring.verify_row` answered for the rows it judged lately, by purpose, row as stored
+    and MAC (bounded: the least recently used are forgotten first; shared by threads)."""
+
+    SIZE = 4096
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[Hashable, bool] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> bool | None:
+        """The answer for ``key``, or None when it is not remembered."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: Hashable, verified: bool) -> None:
+        """Remember ``verified`` for ``key``."""
+        with self._lock:
+            self._items[key] = verified
+            self._items.move_to_end(key)
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+
+
 @dataclass(frozen=True)
 class Keyring:
     """One configured secret and the purpose keys derived from it (HMAC-SHA256 with a label)."""
@@ -50,6 +84,9 @@ class Keyring:
 
     _derived: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Purpose keys already derived (a key is derived once, not once per MAC)."""
+
+    _rows: VerifiedRows = field(default_factory=VerifiedRows, init=False, repr=False, compare=False)
+    """Stored rows whose MAC this keyring judged lately (`verify_row`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.secret, bytes) or len(self.secret) < MIN_SECRET_BYTES:
@@ -83,6 +120,24 @@ class Keyring:
         except (TypeError, ValueError):
             return False
         return hmac.compare_digest(expected, mac)
+
+    def verify_row(
+        self, purpose: Purpose, stored: Hashable, mac: str | None, value: Callable[[], Any]
+    ) -> bool:
+        """`verify` of ``value()`` for a row read from the store, judged once per row as stored:
+        ``stored`` is everything the row holds but its MAC (as read, before decoding), from which
+        ``value`` makes what the MAC covers. A reviewer's listing reads the same proposals again
+        and again; the same bytes under the same MAC and key get the same answer, so it is
+        remembered (`VerifiedRows`) instead of encoding and MACing the row again. A row changed
+        in any byte, or under another MAC, is judged afresh."""
+        try:
+            seen = self._rows.get((purpose, stored, mac))
+        except TypeError:  # a column the driver gave as an unhashable value: judged every time
+            return self.verify(purpose, value(), mac)
+        if seen is None:
+            seen = self.verify(purpose, value(), mac)
+            self._rows.put((purpose, stored, mac), seen)
+        return seen
 
 
 _BLOCK = 64
@@ -123,4 +178,4 @@ def hmac_sha256(key: bytes, message: bytes) -> bytes:
     return _prepared(key).digest(message)
 
 
-__all__ = ["MIN_SECRET_BYTES", "Keyring", "Purpose", "hmac_sha256"]
+__all__ = ["MIN_SECRET_BYTES", "Keyring", "Purpose", "VerifiedRows", "hmac_sha256"]

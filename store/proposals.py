@@ -27,11 +27,12 @@ def proposal_of(row: dict[str, Any], keys: Keyring) -> ProposalRecord:
     """A ``proposals`` row as its record, marked ``authentic`` when its MAC verifies."""
     data = dict(row)
     mac = data.pop("mac", None)
+    stored = tuple(data.items())
     data["arguments"] = json.loads(data["arguments"])
     data["editors"] = tuple(json.loads(data["editors"])) if data.get("editors") else ()
-    record = ProposalRecord(**data)
     # no MAC (inserted with database access alone, or before proposals carried one): not authentic
-    return dataclasses.replace(record, authentic=keys.verify("proposal", record.sealed(), mac))
+    authentic = keys.verify_row("proposal", stored, mac, lambda: ProposalRecord(**data).sealed())
+    return ProposalRecord(**data, authentic=authentic)
 
 
 PAGE_SIZE = 100

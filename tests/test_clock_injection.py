@@ -53,3 +53,36 @@ def test_a_read_handler_gets_its_deadline_from_the_injected_clock(harness: Harne
     assert [ctx.deadline for ctx in seen] == [FROZEN + timedelta(seconds=lookup.timeout_s)]
     # the store keeps its own clock: the injected process clock never decides expiry or leases
     assert abs((harness.store.now() - datetime.now(UTC)).total_seconds()) < 3600
+
+
+def test_stored_time_text_parses_as_strptime_reads_it_and_refuses_what_it_refuses() -> None:
+    """`parse_iso` reads `iso`'s fixed-width text by a faster route than ``strptime``; the
+    moment is the same, and text of any other shape is judged by ``strptime`` as before."""
+    from toolgate.clock import iso, parse_iso
+
+    def by_strptime(text: str) -> datetime:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+    for moment in (
+        FROZEN,
+        datetime(2026, 12, 7, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(1970, 1, 1, tzinfo=UTC),
+    ):
+        text = iso(moment)
+        assert parse_iso(text) == by_strptime(text) == moment
+        assert parse_iso(text).tzinfo is UTC
+    assert parse_iso("2026-12-07T08:00:00.12345Z") == by_strptime("2026-12-07T08:00:00.12345Z")
+    for bad in (
+        "2026-12-07T08:00:00Z",
+        "2026-13-07T08:00:00.123456Z",
+        "2026-02-30T08:00:00.123456Z",
+        "2026-12-07 08:00:00.123456Z",
+        "2026-12-07T08:00:00.123456+00:00",
+        "",
+    ):
+        for parse in (parse_iso, by_strptime):
+            try:
+                parse(bad)
+            except ValueError:
+                continue
+            raise AssertionError(f"{parse.__name__} took {bad!r}")

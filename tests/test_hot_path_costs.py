@@ -118,3 +118,46 @@ def test_a_changed_budget_is_caught_after_the_seal_cache_was_filled(tmp_path: Pa
     assert harness.handler_calls["lookup_order"] == 1
     tampered = [e for e in harness.store.audit.events() if e.event == "state.tampered"]
     assert tampered and tampered[0].detail["keys"] == ["budget"]
+
+
+def test_a_state_this_process_just_sealed_is_checked_without_a_mac_and_a_change_is_still_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The next node of a run gets the very state the last node sealed: its check computes no MAC
+    (nor tag, nor ``all``). A value changed after it, or another seal put on it, is judged in full
+    and named as before."""
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    from toolgate.graph.seals.seal import Sealer
+    from toolgate.graph.seals.updates import apply_update
+    from toolgate.store.keys import Keyring
+
+    keys = Keyring(b"k" * 32)
+    thread = f"t-exact-{uuid.uuid4()}"
+    state: dict[str, Any] = {"messages": [HumanMessage("hi", id="h1")]}
+    assert Sealer(keys, thread).tampered_keys(state) == []
+    record = {"call_id": "c1", "tool": "lookup_order", "phase": "read"}
+    update = Sealer(keys, thread).seal_update(
+        state, {"status": "running", "calls": {"c1": record}, "state_version": 3}
+    )
+    sealed = apply_update(state, update)  # what LangGraph hands the next node: the same objects
+
+    macs: list[str] = []
+    real = Keyring.mac_text
+
+    def counted(self: Keyring, purpose: Any, text: str) -> str:
+        macs.append(text)
+        return real(self, purpose, text)
+
+    monkeypatch.setattr(Keyring, "mac_text", counted)
+    checker = Sealer(keys, thread)
+    assert checker.sealed_version(sealed) == 3 and checker.tampered_keys(sealed) == []
+    assert macs == []
+    assert Sealer(keys, thread).tampered_keys({**sealed, "status": "done"}) == ["status"]
+    assert macs  # judged in full
+    forged = {**sealed, "calls": {"c1": {**record, "phase": "done"}}}
+    assert Sealer(keys, thread).tampered_keys(forged) == ["calls"]
+    other = Sealer(keys, thread).seal_update(sealed, {"status": "done"})["seal"]
+    assert Sealer(keys, thread).tampered_keys({**sealed, "seal": other}) == ["status"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import threading
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,44 @@ def test_threads_sharing_a_prepared_key_each_get_their_own_mac() -> None:
 def test_a_short_secret_is_refused() -> None:
     with pytest.raises(ConfigurationError):
         Keyring(b"short")
+
+
+def test_a_stored_row_is_judged_once_and_a_changed_byte_or_mac_is_judged_afresh() -> None:
+    """`Keyring.verify_row` remembers its answer per row as stored and MAC: the same row read
+    again costs no MAC; a row changed in any column, a copied MAC, or another purpose is judged
+    again, and answers as `verify` does."""
+    keys = Keyring(b"a store secret of 32 bytes......")
+    made: list[str] = []
+
+    def value_of(row: tuple[tuple[str, str], ...]) -> Any:
+        made.append(dict(row)["amount"])
+        return dict(row)
+
+    row = (("id", "p1"), ("amount", "100"))
+    mac = keys.mac("proposal", dict(row))
+    assert keys.verify_row("proposal", row, mac, lambda: value_of(row)) is True
+    assert keys.verify_row("proposal", row, mac, lambda: value_of(row)) is True
+    assert made == ["100"]  # judged once
+    changed = (("id", "p1"), ("amount", "900"))
+    assert keys.verify_row("proposal", changed, mac, lambda: value_of(changed)) is False
+    assert keys.verify_row("proposal", changed, mac, lambda: value_of(changed)) is False
+    assert keys.verify_row("proposal", row, None, lambda: value_of(row)) is False  # no MAC
+    assert keys.verify_row("proposal", row, "0" * 64, lambda: value_of(row)) is False
+    assert keys.verify_row("approval", row, mac, lambda: value_of(row)) is False  # another purpose
+    assert made == ["100", "900", "100", "100", "100"]
+    other = Keyring(b"another secret of 32 bytes......")
+    assert other.verify_row("proposal", row, mac, lambda: value_of(row)) is False  # another key
+    unhashable = (("id", "p1"), ("amount", ["100"]))
+    assert keys.verify_row("proposal", unhashable, mac, lambda: {"id": "p1", "amount": "100"}) is True
+
+
+def test_the_rows_judged_are_bounded_and_forget_the_least_recently_used_first() -> None:
+    from toolgate.store.keys import VerifiedRows
+
+    rows = VerifiedRows()
+    for n in range(VerifiedRows.SIZE):
+        rows.put(n, True)
+    assert rows.get(0) is True  # used: now the most recent
+    rows.put("new", False)
+    assert rows.get(1) is None and rows.get(0) is True and rows.get("new") is False
+    assert len(rows._items) == VerifiedRows.SIZE

@@ -61,16 +61,23 @@ def _normalize(value: Any) -> Any:
     raise TypeError(f"canonical JSON cannot encode {type(value).__name__}")
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_ORDERED = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""The encoders of `canonical_json` and `ordered_json`, made once (what ``json.dumps`` writes
+with the same options; with options it makes a new encoder at every call, which costs more than
+encoding a short value)."""
+
+
 def canonical_json(value: Any) -> str:
     """Encode ``value`` in toolgate's canonical JSON form (see the module docstring; not RFC 8785)."""
-    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL(_normalize(value))
 
 
 def ordered_json(value: Any) -> str:
     """``value`` with the canonical form's values (one number form, no whitespace) but its keys in
     the order they came: how the store keeps a proposal's arguments, so the handler receives them
     in the order and shape the model sent. Never digest or key this text: that is `canonical_json`'s."""
-    return json.dumps(_normalize(value), separators=(",", ":"), ensure_ascii=False)
+    return _ORDERED(_normalize(value))
 
 
 def sha256_hex(text: str) -> str:

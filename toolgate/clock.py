@@ -10,6 +10,7 @@ it a fixed or moving one.
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,8 +48,17 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_ISO_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
+"""The exact shape `iso` writes (ASCII digits): parsed by ``fromisoformat``, which reads it as
+``strptime`` does at a tenth of the cost."""
+
+
 def parse_iso(text: str) -> datetime:
-    """Inverse of `iso`."""
+    """Inverse of `iso`: text of its exact shape by ``fromisoformat``, anything else by
+    ``strptime("%Y-%m-%dT%H:%M:%S.%fZ")`` (which also takes what `iso` never writes, such as
+    fewer fraction digits, and refuses the rest with `ValueError`)."""
+    if type(text) is str and _ISO_TEXT.fullmatch(text):
+        return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 

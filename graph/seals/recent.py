@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-SealedEntry = tuple[dict[str, Any], dict[str, str]]
-"""The values the last node sealed, by key, and the seal it wrote for them."""
+SealedEntry = tuple[dict[str, Any], dict[str, str], dict[str, str]]
+"""The values the last node sealed, by key, their full MACs (by key, with the form under
+``"v"``), and the seal it wrote for them (as the state holds it)."""
 
 
 class RecentSeals:
@@ -60,6 +62,21 @@ def _same_objects(value: Any, known: Any) -> bool:
     return False
 
 
+def known_macs(
+    known: SealedEntry | None, state: Mapping[str, Any], keys: Sequence[str]
+) -> dict[str, str] | None:
+    """The full MACs ``known`` holds when ``state`` is exactly what was sealed then: its seal the
+    one written then (equal to it) and the value of every key in ``keys`` made of the very objects
+    sealed then (see `_same_objects`); else None. Such a state passes the seal check as it did
+    when it was sealed (the same MACs, so the same tags and ``all``), without computing any of it."""
+    if known is None or state.get("seal") != known[2]:
+        return None
+    values = known[0]
+    if all(_same_objects(state.get(k), values.get(k)) for k in keys):
+        return known[1]
+    return None
+
+
 def known_mac(known: SealedEntry | None, key: str, value: Any) -> str | None:
     """The MAC ``known`` holds for ``key`` when ``value`` is made of the very objects sealed then
     (see `_same_objects`), else None: the caller MACs ``value`` afresh."""
@@ -68,4 +85,4 @@ def known_mac(known: SealedEntry | None, key: str, value: Any) -> str | None:
     return None
 
 
-__all__ = ["RecentSeals", "SealedEntry", "known_mac"]
+__all__ = ["RecentSeals", "SealedEntry", "known_mac", "known_macs"]

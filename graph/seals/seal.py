@@ -28,11 +28,12 @@ import hashlib
 import json
 import weakref
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from toolgate.graph.seals.recent import RecentSeals, SealedEntry, known_mac
+from toolgate.graph.seals.recent import RecentSeals, SealedEntry, known_mac, known_macs
 from toolgate.graph.seals.updates import apply_update, lean_update, state_reducers
 from toolgate.graph.state import KEYS_ADDED_IN
 from toolgate.store.keys import Keyring
@@ -87,9 +88,11 @@ then is migrated, not refused. Each MAC names its form, so a form-2 seal cannot 
 by losing its ``state_version`` MAC."""
 
 
+@cache
 def sealed_keys() -> tuple[str, ...]:
     """The keys of `GatewayState` the seal covers (all of them but the seal itself), in the order
-    of the form-5 ``tags`` (a new key goes after the keys before it: `KEYS_ADDED_IN`)."""
+    of the form-5 ``tags`` (a new key goes after the keys before it: `KEYS_ADDED_IN`); fixed by
+    the schema, so made once (every seal and check reads it several times)."""
     return tuple(k for k in state_reducers() if k != "seal")
 
 
@@ -173,8 +176,28 @@ def _message_digest(message: BaseMessage) -> str:
         form["tool_call_id"] = message.tool_call_id
         form["status"] = message.status
         form["name"] = message.name
-    text = json.dumps(form, sort_keys=True, default=repr, ensure_ascii=False)
+    text = _DIGEST_FORM(form)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_DIGEST_FORM = json.JSONEncoder(sort_keys=True, default=repr, ensure_ascii=False).encode
+"""How a message's digested form is encoded (what ``json.dumps(form, sort_keys=True,
+default=repr, ensure_ascii=False)`` writes), by one encoder made once: ``json.dumps`` with
+options makes a new encoder at every call, which costs more than encoding a short value."""
+
+_VALUE_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+"""How a key's value is encoded inside its MAC's text (`Sealer._mac`), by one encoder made once."""
+
+
+def _vouched_version(state: Mapping[str, Any]) -> int | None:
+    """The version of ``state`` whose ``state_version`` the seal verified: 1 when it is empty,
+    None when it is not an int."""
+    version = state.get("state_version")
+    if version is None:
+        return 1
+    return version if type(version) is int else None
 
 
 class Sealer:
@@ -188,7 +211,17 @@ class Sealer:
         self.thread_id = thread_id
         self._checked: tuple[Mapping[str, Any], dict[str, str]] | None = None
         self._version: tuple[Mapping[str, Any], int | None] | None = None
+        self._exact: tuple[Mapping[str, Any], dict[str, str] | None] | None = None
         self._recent_key = (thread_id, keys.key("state"))
+        self._thread_json = _VALUE_JSON(thread_id)
+
+    def _known_exactly(self, state: Mapping[str, Any]) -> dict[str, str] | None:
+        """The full MACs of ``state`` when it is exactly the state the last node of this process
+        sealed for this thread (`known_macs`: its seal and the very objects), else None; looked
+        up once per state (`sealed_version` and `tampered_keys` both ask)."""
+        if self._exact is None or self._exact[0] is not state:
+            self._exact = (state, known_macs(_RECENT.get(self._recent_key), state, sealed_keys()))
+        return self._exact[1]
 
     def _value(self, key: str, state: Mapping[str, Any]) -> Any:
         value = state.get(key)
@@ -197,13 +230,16 @@ class Sealer:
         return value
 
     def _mac(self, key: str, state: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
-        value = {"v": form, "thread": self.thread_id, "key": key, "value": self._value(key, state)}
+        """The MAC of ``key``'s value under ``form``: of the JSON text of ``{"v": form, "thread":
+        ..., "key": key, "value": value}`` with sorted keys and no whitespace, its members written
+        one after the other in that sorted order (``value`` last) rather than by encoding a dict
+        made for each MAC."""
         try:
             # deterministic for the values the checkpointer round-trips (types and floats kept as
             # they are); the C encoder keeps sealing a large thread cheap
-            text = json.dumps(
-                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-            )
+            value = _VALUE_JSON(self._value(key, state))
+            head = f'{{"key":{_VALUE_JSON(key)},"thread":{self._thread_json},"v":{_VALUE_JSON(form)}'
+            text = f'{head},"value":{value}}}'
         except (TypeError, ValueError):
             # a value JSON cannot hold (NaN, a foreign object) was never written by trusted code
             return "unsealable"
@@ -258,6 +294,8 @@ class Sealer:
         form = seal.get("v")
         if form == LEGACY_SEAL_VERSION:
             return 1
+        if form == SEAL_VERSION and self._known_exactly(state) is not None:
+            return _vouched_version(state)  # the state this process sealed, as it was then
         if form == SEAL_VERSION:
             mac = self._expected_mac("state_version", state, _RECENT.get(self._recent_key))
             expected = mac[:TAG_CHARS]  # provisional: `tampered_keys` checks ``all`` over the rest
@@ -271,10 +309,7 @@ class Sealer:
             return None
         if seal_tags(seal).get("state_version") != expected:
             return None
-        version = state.get("state_version")
-        if version is None:
-            return 1
-        return version if type(version) is int else None
+        return _vouched_version(state)
 
     def _expected_mac(self, key: str, state: Mapping[str, Any], known: SealedEntry | None) -> str:
         """The current form's MAC of ``state``'s ``key``: the one the last node of this process
@@ -304,6 +339,10 @@ class Sealer:
             LEGACY_SEAL_VERSION,
         ):
             return ["seal"]
+        exact = self._known_exactly(state) if form == SEAL_VERSION else None
+        if exact is not None:  # what this process sealed, unchanged: it verifies as it did then
+            self._checked = (state, exact)
+            return []
         tags = seal_tags(seal)
         version = self.sealed_version(state)
         covered = [
@@ -347,8 +386,11 @@ class Sealer:
         after = apply_update(state, update)
         reuse = self._checked is not None and self._checked[0] is state
         full = self._full_seal(after, set(update) if reuse else None)
-        _RECENT.put(self._recent_key, ({k: after.get(k) for k in sealed_keys()}, full))
-        return lean_update(state, {**update, "seal": self._stored(full, self._all(full))})
+        seal = self._stored(full, self._all(full))
+        _RECENT.put(self._recent_key, ({k: after.get(k) for k in sealed_keys()}, full, seal))
+        if "seal" in state and state["seal"] == seal:  # nothing changed: the seal is not written again
+            return update
+        return {**update, "seal": seal}
 
 
 _RECENT = RecentSeals()
