@@ -78,11 +78,6 @@ class _PgTx:
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
         sent statements travel inside them; benchmarks read it)."""
         self._binder: psycopg.ClientCursor[Any] | None = None
-        self.link_wants: tuple[int, list[str]] = (0, [])
-        """What `PostgresStore._link_head` asks the chain-head script to read: how many audit
-        sequence numbers to reserve, and one-value reads (bound SQL)."""
-        self.link_read: tuple[list[int], list[Any]] | None = None
-        """What the chain-head script read of it: the numbers (ascending) and the values."""
 
     def bound(self, sql: str, params: Sequence[Any]) -> str:
         """``sql`` with ``params`` bound on the client, ready to travel in a script."""
@@ -171,10 +166,6 @@ class _PgTx:
             self._run(["COMMIT"])
 
 
-def _first_value(row: dict[str, Any] | None) -> Any:
-    return next(iter(row.values())) if row else None
-
-
 def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None]) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
     statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
@@ -191,6 +182,36 @@ def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str]
             with contextlib.suppress(psycopg.Error):
                 cur.execute("ROLLBACK")
         raise
+
+
+def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
+    """The chain's lock, then the store's time, the chain's last hash, ``events`` new sequence
+    numbers and the one-value ``reads`` (bound SQL), in one round trip (the statements the
+    transaction queued go first, so they run before the lock is taken; BEGIN before them when
+    nothing opened the transaction yet). The time is the transaction's own when nothing asked for
+    it before (`_PgTx.heard`). The read is a statement of its own after the lock statement: under
+    READ COMMITTED it then sees the event the previous lock holder committed (a single
+    statement's snapshot could predate the lock). The sequence numbers are reserved under the
+    lock, so chain order and sequence order agree."""
+    extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
+    if events:
+        extra += (
+            ", ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
+            f" FROM generate_series(1, {int(events)})) AS seqs"
+        )
+    row = tx.last_of(
+        f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
+        f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+        + extra
+    )
+    assert row is not None
+    tx.heard(str(row["now"]))
+    return LinkHead(
+        str(row["now"]),
+        str(row["hash"]),
+        sorted(int(n) for n in row["seqs"]) if events else [],
+        [row[f"v{n}"] for n in range(len(reads))],
+    )
 
 
 class PostgresStore(Store):
@@ -300,51 +321,16 @@ class PostgresStore(Store):
         return mark[1] + timedelta(seconds=moment - mark[0])
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
-        """Lock, then read time and last hash, in one round trip (the statements the transaction
-        queued go first, so they run before the lock is taken; BEGIN before them when nothing
-        opened the transaction yet). The time is the transaction's own when nothing asked for it
-        before (`_PgTx.heard`). The read is a statement of its
-        own after the lock statement: under READ COMMITTED it then sees the event the previous
-        lock holder committed (a single statement's snapshot could predate the lock). What
-        `_link_head` asked for is read by the same statement: the new events' sequence numbers,
-        reserved under the lock (so chain order and sequence order agree), and its reads."""
+        """Lock, then read time and last hash, in one round trip (`_locked_head`)."""
         assert isinstance(tx, _PgTx)
-        wanted, reads = tx.link_wants
-        extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
-        if wanted:
-            extra += (
-                ", ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
-                f" FROM generate_series(1, {int(wanted)})) AS seqs"
-            )
-        row = tx.last_of(
-            f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
-            f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
-            + extra
-        )
-        assert row is not None
-        tx.heard(str(row["now"]))
-        tx.link_read = (
-            sorted(int(n) for n in row["seqs"]) if wanted else [],
-            [row[f"v{n}"] for n in range(len(reads))],
-        )
-        return str(row["now"]), str(row["hash"])
+        head = _locked_head(tx, 0, [])
+        return head.now, head.last_hash
 
     def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
         """`_chain_head` that also reserves ``events`` sequence numbers and makes the reads
-        ``values``, in its one round trip. When `_chain_head` is wrapped by something that does
-        not reach this backend's, the reads run after it, a statement each, and the database
-        numbers the events on insert."""
+        ``values``, in its one round trip (`_locked_head`)."""
         assert isinstance(tx, _PgTx)
-        tx.link_wants = (events, [tx.bound(sql, params) for sql, params in values])
-        tx.link_read = None
-        try:
-            now, last_hash = self._chain_head(tx)  # through the attribute: wrappers still see it
-        finally:
-            tx.link_wants = (0, [])
-        if tx.link_read is None:  # a wrapper answered without this backend's chain head
-            return LinkHead(now, last_hash, [], [_first_value(tx.one(sql, params)) for sql, params in values])
-        seqs, read = tx.link_read
-        return LinkHead(now, last_hash, seqs, read)
+        return _locked_head(tx, events, [tx.bound(sql, params) for sql, params in values])
 
     def _link_behind(
         self,
@@ -359,10 +345,9 @@ class PostgresStore(Store):
         claim that lost, a decision on record already) never takes the chain's lock; the
         sequence numbers reserved are those of the groups whose rows were. The lock is taken
         after the statements, as `_chain_head` takes it: it covers linking and the COMMIT, not
-        the statements' own work. A `_chain_head` wrapped on this store (a benchmark timing the
-        lock) is honoured: the steps then run one after the other."""
+        the statements' own work."""
         assert isinstance(tx, _PgTx)
-        if not groups or "_chain_head" in vars(self):
+        if not groups:
             return super()._link_behind(tx, statements, groups, values)
 
         def written(row: Written) -> str:
