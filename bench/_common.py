@@ -238,15 +238,19 @@ class StoreCounter:
             return original_append(tx, events, *linked)
 
         def link_behind(tx: Any, statements: Sequence[Any], *rest: Any) -> Any:
-            # PostgreSQL sends the statements with the chain's lock and head read as one script of
-            # its own (`PostgresStore._link_behind`); SQLite runs them through `many`, counted there
+            # PostgreSQL sends the statements with the chain head's read as one script of its own
+            # (`PostgresStore._link_behind`), and, when it linked, a savepoint, the lock with the
+            # head's check and the events' INSERT with the COMMIT (`_link_tail`, not through
+            # `send`); SQLite runs them through `many`, counted there
+            answers, head = original_behind(tx, statements, *rest)
             if postgres and id(tx) in open_tx:
                 mine = open_tx[id(tx)]
-                counts["statements"] += len(statements) + 2
-                mine["statements"] += len(statements) + 2
+                sent = len(statements) + 1 + (3 if head is not None else 0)
+                counts["statements"] += sent
+                mine["statements"] += sent
                 if not mine["first"] and statements:
                     mine["first"] = _first_words(statements[0][0])
-            return original_behind(tx, statements, *rest)
+            return answers, head
 
         store.transaction = transaction
         store.audit._chain = append_events  # each linking of a transaction's events: `link`, `link_behind`

@@ -6,7 +6,10 @@ another aggregate hands its open transaction to `AuditLog.link`, or its statemen
 to link behind them to `AuditLog.link_behind`. On PostgreSQL the chain head's round trip also
 reads the events' tenants and reserves their sequence numbers, so their INSERT needs no answer
 and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip, and none of its
-own when it travels behind the change's statements (`link_behind`).
+own when it travels behind the change's statements (`link_behind`). There the head is read
+without the lock, and the lock is taken in the COMMIT's own script, in front of a check that the
+head has not moved and the events' INSERT (`Database._link_tail`): the chain's lock is held while
+the server commits, not while a client computes its hashes.
 Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
@@ -128,16 +131,30 @@ def _insert_postgres(
     )
 
 
-def _send_numbered(tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]) -> None:
-    """Events whose sequence numbers were reserved with the chain head (``seq`` in each row),
-    and their payloads, in one statement nobody waits for: it goes with the COMMIT (`Tx.send`),
-    so linking costs no round trip beyond the chain head's."""
-    columns = ["seq", *_COLUMNS]
+def _hash_after(rows: Sequence[dict[str, Any]], now: str, last_hash: str, key: bytes) -> None:
+    """Link ``rows`` (their content complete) after ``last_hash`` at ``now``: their time, previous
+    hashes and hashes, in order."""
+    previous = last_hash
+    for row in rows:
+        row["occurred_at"] = now
+        row["prev_hash"] = previous
+        row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
+
+
+def _unanswered(
+    rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]], *, numbered: bool
+) -> tuple[str, tuple[Any, ...]]:
+    """Events and their payloads in one PostgreSQL statement that returns nothing: with the
+    sequence numbers reserved with a locked chain head (``seq`` in each row) when ``numbered``,
+    else numbered by the database as it inserts them (behind the lock, `Database._link_tail`)."""
+    columns = ["seq", *_COLUMNS] if numbered else _COLUMNS
     row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-    tx.send(
+    return (
         "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
         + ", ".join("(?, ?, ?)" for _ in payloads)
-        + f") INSERT INTO audit_events ({', '.join(columns)}) OVERRIDING SYSTEM VALUE VALUES "
+        + f") INSERT INTO audit_events ({', '.join(columns)})"
+        + (" OVERRIDING SYSTEM VALUE" if numbered else "")
+        + " VALUES "
         + ", ".join(row_marks for _ in rows),
         (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
     )
@@ -183,10 +200,14 @@ class AuditLog:
     ) -> list[list[dict[str, Any]]]:
         """Run ``statements`` (`Tx.many`: each one's rows, in order) and link, behind them, the
         events of each group ``(events, written)`` whose row ``written`` names was written by
-        them, in order: on PostgreSQL the statements, the chain's lock and its head travel as one
-        script (`Database._link_behind`), so a step and its chain head cost one round trip. Only
-        the first group decides whether anything is linked; a later group's row is written only
-        behind the first's (a settlement behind its decision)."""
+        them, in order: on PostgreSQL the statements and the chain's head travel as one script
+        (`Database._link_behind`), so a step and its chain head cost one round trip, and the
+        head is read without the chain's lock: the events go with the COMMIT, behind the lock
+        and a check that the head has not moved (`Database._link_tail`; linked again under the
+        lock when it has), so the lock is held for the server's part of the COMMIT's round trip
+        only, never across the client's turn. Only the first group decides whether anything is
+        linked; a later group's row is written only behind the first's (a settlement behind its
+        decision)."""
         candidates = [event for events, _ in groups for event in events]
         owners, keyed = _owner_reads(candidates), _keyed(candidates)
         answers, head = self._db._link_behind(
@@ -210,9 +231,14 @@ class AuditLog:
     ) -> list[AuditEvent]:
         """The rows of ``events`` linked after ``head``, inserted (on PostgreSQL, sent with the
         COMMIT): ``head.values`` holds their tenants (one per owner of ``owners``), then whether
-        the chain held each keyed event of ``keyed`` already (one that did is left out)."""
+        the chain held each keyed event of ``keyed`` already (one that did is left out). When
+        the head was read without the lock, the rows go with the COMMIT unnumbered
+        (`Database._link_tail`; linked again after the head found under the lock if it moved by
+        then) and are returned with ``seq`` 0: the database numbers them as the COMMIT's script
+        inserts them (`link_behind`, their one caller, returns none of them)."""
         if not events:
             return []
+        wanted = list(events)  # what to link again if an unlocked head has moved by the COMMIT
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
@@ -232,17 +258,27 @@ class AuditLog:
             drafts, events = [d for d, _ in kept], [e for _, e in kept]
             if not drafts:
                 return []
-        now, previous = head.now, head.last_hash
-        seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
-        for (row, _), event in zip(drafts, events, strict=True):
+        rows = [row for row, _ in drafts]
+        for row, event in zip(rows, events, strict=True):
             row["tenant_id"] = _tenant_of(event, found)
-            row["occurred_at"] = now
-            row["prev_hash"] = previous
-            row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
-        payloads = [(row["event_id"], now, payload) for row, payload in drafts]
-        if seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
+        _hash_after(rows, head.now, head.last_hash, key)
+        payloads = [(row["event_id"], head.now, payload) for row, payload in drafts]
+        seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
+        if not head.locked:  # the lock, a check of the head and the INSERT go with the COMMIT
+
+            def relink(moved: tuple[str, str] | None) -> tuple[str, Sequence[Any]] | None:
+                if moved is None or keyed:  # the chain may hold a keyed event by now: read it
+                    self._relink(tx, wanted)
+                    return None
+                now, last_hash = moved  # the head under the lock: the same rows, linked after it
+                _hash_after(rows, now, last_hash, key)
+                return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False)
+
+            self._db._link_tail(tx, _unanswered(rows, payloads, numbered=False), head.last_hash, relink)
+            stored = [{**row, "seq": 0} for row in rows]
+        elif seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
             stored = [{**row, "seq": seq} for (row, _), seq in zip(drafts, seqs, strict=True)]
-            _send_numbered(tx, stored, payloads)
+            tx.send(*_unanswered(stored, payloads, numbered=True))
         else:
             stored = _INSERT[self._db.dialect](tx, [row for row, _ in drafts], payloads)
         by_id = {row["event_id"]: payload for row, payload in drafts}
@@ -250,6 +286,14 @@ class AuditLog:
             _audit({**r, "payload": by_id[r["event_id"]]})
             for r in sorted(stored, key=lambda r: int(r["seq"]))
         ]
+
+    def _relink(self, tx: Tx, events: Sequence[AuditEventIn]) -> None:
+        """Link ``events`` under the chain's lock, reading the head again: an unlocked head they
+        were linked after moved before the COMMIT, and they include a keyed event (the chain may
+        hold it by now), or another linking in the same transaction comes first
+        (`Database._link_tail`). Their owners and keyed ids are read with the locked head, so a
+        keyed event another transaction linked meanwhile is left out."""
+        self.link(tx, events)
 
     def latest(self, event: str) -> AuditEvent | None:
         """The most recent event named ``event``, or None."""

@@ -30,7 +30,7 @@ from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.tx import LinkHead, Written
+from toolgate.store.tx import LinkHead, Relink, Written
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -40,6 +40,11 @@ so (psycopg's own 30 s wait, met twice by a worker, read as a hang)."""
 
 _AUDIT_LOCK = 0x7467_0001
 _MIGRATION_LOCK = 0x7467_0002
+_HEAD_MOVED = "TG409"
+"""The SQLSTATE of the check in a COMMIT's script that the chain's head is still the one its
+events were linked after (`PostgresStore._link_tail`)."""
+_LINK_SAVEPOINT = "toolgate_link"
+_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 def redact_url(url: str) -> str:
@@ -64,6 +69,7 @@ class _PgTx:
         *,
         write: bool = False,
         clock_read: Callable[[str], None] = lambda now: None,
+        relinked: Callable[[], None] = lambda: None,
     ) -> None:
         self._cursor = cursor
         self.write = write
@@ -73,6 +79,12 @@ class _PgTx:
         """The write transaction's one time, once someone asked for it or the chain head read it."""
         self._clock_read = clock_read
         """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
+        self._relinked = relinked
+        """Told each time a tail's head had moved and its events were linked again (`commit`)."""
+        self._tail: tuple[list[str], Relink] | None = None
+        """Audit events linked after an unlocked chain head, waiting for the COMMIT: the script
+        that goes in front of it (lock, savepoint, head check, INSERT), and how to link them
+        again (`PostgresStore._link_tail`)."""
         self._queued: list[str] = []
         self.round_trips = 0
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
@@ -159,21 +171,59 @@ class _PgTx:
             self._now = now
         self._clock_read(now)
 
+    def finish_with(self, statements: list[str], relink: Relink) -> None:
+        """Send ``statements`` (a tail: the chain's lock, a savepoint, a check of the chain's
+        head and the audit events' INSERT) in front of the COMMIT, after everything else the
+        transaction sends; ``relink`` links the same events again should the check fail
+        (`commit`) or another linking come first (`settle`)."""
+        self.settle()
+        self._tail = (statements, relink)
+
+    def settle(self) -> None:
+        """Link a waiting tail's events under the lock now (`finish_with`): before any other
+        linking in this transaction, whose chain head must follow them. A round trip."""
+        if self._tail is not None:
+            _, relink = self._tail
+            self._tail = None
+            relink(None)
+
     def commit(self) -> None:
         """COMMIT, with what must go first in front of it: one round trip; none when the
-        transaction never sent anything (there is nothing to commit)."""
+        transaction never sent anything (there is nothing to commit). A tail (`finish_with`)
+        goes right in front of the COMMIT. When its check finds the chain's head moved, the
+        check's error names the head it found, under the lock the transaction still holds (it
+        was taken before the savepoint): the next script rolls back to the savepoint and commits
+        the events linked after that head (one round trip more; two when ``relink`` must read
+        the head again itself)."""
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            statements, relink = tail
+            try:
+                self._run([*statements, "COMMIT"])
+                return
+            except psycopg.Error as exc:
+                if exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
+                    raise
+                now, last_hash = exc.diag.message_detail.split(" ")
+            self._relinked()
+            self._queued = [f"ROLLBACK TO SAVEPOINT {_LINK_SAVEPOINT}"]  # what ran before it stays
+            insert = relink((now, last_hash))
+            if insert is not None:
+                self._queued.append(self.bound(*insert))
         if self._begun or self._queued:
             self._run(["COMMIT"])
 
 
-def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None]) -> Iterator[_PgTx]:
+def _write_block(
+    cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None], relinked: Callable[[], None]
+) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
     statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
     events' INSERT among them) in one round trip. A failure anywhere, the COMMIT's own included
     (a deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was
     raised, unless no transaction is open (nothing was sent yet, or a failed COMMIT ended it); a
     failed rollback leaves the connection to the pool, which discards or resets it."""
-    tx = _PgTx(cur, write=True, clock_read=clock_read)
+    tx = _PgTx(cur, write=True, clock_read=clock_read, relinked=relinked)
     try:
         yield tx
         tx.commit()
@@ -192,7 +242,9 @@ def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
     it before (`_PgTx.heard`). The read is a statement of its own after the lock statement: under
     READ COMMITTED it then sees the event the previous lock holder committed (a single
     statement's snapshot could predate the lock). The sequence numbers are reserved under the
-    lock, so chain order and sequence order agree."""
+    lock, so chain order and sequence order agree. A tail still waiting is linked first
+    (`_PgTx.settle`)."""
+    tx.settle()
     extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
     if events:
         extra += (
@@ -242,6 +294,10 @@ class PostgresStore(Store):
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
         self._clock_mark: tuple[float, datetime] | None = None
         """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
+        self.relinked = 0
+        """Audited steps of this store whose events were linked after an unlocked chain head that
+        had moved by their COMMIT, and were linked again under the lock (`_link_tail`): how often
+        linking behind a step's statements cost its two extra round trips (benchmarks read it)."""
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
@@ -271,7 +327,7 @@ class PostgresStore(Store):
         try:
             with self._get_pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 if write:
-                    yield from _write_block(cur, self._clock_read)
+                    yield from _write_block(cur, self._clock_read, self._relinked)
                 else:
                     yield _PgTx(cur, clock_read=self._clock_read)
         except PoolTimeout as exc:
@@ -339,49 +395,69 @@ class PostgresStore(Store):
         groups: Sequence[tuple[int, Written]],
         values: Sequence[tuple[str, Sequence[Any]]] = (),
     ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
-        """The statements and `_chain_head`'s script behind them, in one round trip: the lock
-        and the head's read run only when the first group's row was written by this transaction
-        (its ``xmin``: exact, whatever the statements returned), so a step that links nothing (a
-        claim that lost, a decision on record already) never takes the chain's lock; the
-        sequence numbers reserved are those of the groups whose rows were. The lock is taken
-        after the statements, as `_chain_head` takes it: it covers linking and the COMMIT, not
-        the statements' own work."""
+        """The statements and the chain head's read behind them, in one round trip, without the
+        chain's lock: the lock is taken in the COMMIT's script, in front of a check that the head
+        is still the one read here and the events' INSERT (`_link_tail`), so it is held while the
+        server commits, never across the client's turn (hashing the events). The head is read
+        only when the first group's row was written by this transaction (its ``xmin``: exact,
+        whatever the statements returned), so a step that links nothing (a claim that lost, a
+        decision on record already) reads no head and never takes the lock."""
         assert isinstance(tx, _PgTx)
         if not groups:
             return super()._link_behind(tx, statements, groups, values)
-
-        def written(row: Written) -> str:
-            return tx.bound(
-                f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
-                (row.key,),
-            )
-
-        linked = written(groups[0][1])
-        wanted = " + ".join(
-            f"(CASE WHEN {written(row)} THEN {int(count)} ELSE 0 END)" for count, row in groups
+        tx.settle()
+        row = groups[0][1]
+        linked = tx.bound(
+            f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
+            (row.key,),
         )
         reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
         results = tx._run(
             [
                 *(tx.bound(sql, params) for sql, params in statements),
-                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}) WHERE {linked}",
                 f"SELECT {NOW_SQL} AS now,"
-                f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash,"
-                " ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
-                f" FROM generate_series(1, {wanted})) AS seqs{reads} WHERE {linked}",
+                f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+                f"{reads} WHERE {linked}",
             ]
         )
-        answers, head = results[-len(statements) - 2 : -2], results[-1]
+        answers, head = results[-len(statements) - 1 : -1], results[-1]
         if not head:
             return answers, None
-        row = head[0]
-        tx.heard(str(row["now"]))
+        found = head[0]
+        tx.heard(str(found["now"]))
         return answers, LinkHead(
-            str(row["now"]),
-            str(row["hash"]),
-            sorted(int(n) for n in row["seqs"]),
-            [row[f"v{n}"] for n in range(len(values))],
+            str(found["now"]), str(found["hash"]), [], [found[f"v{n}"] for n in range(len(values))], locked=False
         )
+
+    def _link_tail(self, tx: Tx, insert: tuple[str, Sequence[Any]], last_hash: str, relink: Relink) -> None:
+        """`Database._link_tail`: in front of the COMMIT, the chain's lock, a savepoint, a check
+        that the head is still ``last_hash``, and the events' INSERT, numbered by the database
+        under the lock. The check is a statement of its own after the lock, so it sees what the
+        previous holder committed; when the head moved it raises `_HEAD_MOVED` with the store's
+        time and the head it found (``now hash``) as its detail, and the script stops there:
+        `_PgTx.commit` rolls back to the savepoint (the lock, taken before it, stays) and
+        commits what ``relink`` links after that head. A last hash that is not a hash (the
+        chain's last row written by hand) is not put into SQL: the events are linked under the
+        lock at once instead."""
+        assert isinstance(tx, _PgTx)
+        if not _HASH.fullmatch(last_hash):
+            relink(None)
+            return
+        tx.finish_with(
+            [
+                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})",
+                f"SAVEPOINT {_LINK_SAVEPOINT}",
+                "DO $$DECLARE head text := COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC"
+                f" LIMIT 1), '{GENESIS_HASH}'); BEGIN IF head <> '{last_hash}' THEN RAISE EXCEPTION"
+                f" 'the audit chain''s head moved' USING ERRCODE = '{_HEAD_MOVED}', DETAIL = {NOW_SQL}"
+                " || ' ' || head; END IF; END$$",
+                tx.bound(*insert),
+            ],
+            relink,
+        )
+
+    def _relinked(self) -> None:
+        self.relinked += 1
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
