@@ -20,7 +20,8 @@ code and release), instead of reading the operation's whole trail on every attem
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
@@ -36,6 +37,11 @@ from toolgate.store.audit_records import (
 from toolgate.store.tx import Database, LinkHead, Tx, Written
 
 _COLUMNS = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+"""A keyed event id that may travel inside the head check's SQL (`link_ahead`)."""
+_HASH = re.compile(r"[0-9a-f]{64}")
+"""A chain hash, as toolgate writes them."""
 
 _LATEST_SQL = (
     "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
@@ -142,20 +148,30 @@ def _hash_after(rows: Sequence[dict[str, Any]], now: str, last_hash: str, key: b
 
 
 def _unanswered(
-    rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]], *, numbered: bool
+    rows: Sequence[dict[str, Any]],
+    payloads: Sequence[tuple[str, str, str]],
+    *,
+    numbered: bool,
+    when: str = "",
 ) -> tuple[str, tuple[Any, ...]]:
     """Events and their payloads in one PostgreSQL statement that returns nothing: with the
     sequence numbers reserved with a locked chain head (``seq`` in each row) when ``numbered``,
-    else numbered by the database as it inserts them (behind the lock, `Database._link_tail`)."""
+    else numbered by the database as it inserts them (behind the lock, `Database._link_tail`);
+    only when the SQL condition ``when`` holds, if one is given (`Database._link_ahead`; every
+    column is text, so the rows can be selected from a ``VALUES`` list)."""
     columns = ["seq", *_COLUMNS] if numbered else _COLUMNS
     row_marks = "(" + ", ".join("?" for _ in columns) + ")"
+    if when:
+        payload_rows = "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
+        event_rows = "SELECT * FROM (VALUES " + ", ".join(row_marks for _ in rows) + f") e WHERE {when}"
+    else:
+        payload_rows = "VALUES " + ", ".join("(?, ?, ?)" for _ in payloads)
+        event_rows = "VALUES " + ", ".join(row_marks for _ in rows)
     return (
-        "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
-        + ", ".join("(?, ?, ?)" for _ in payloads)
-        + f") INSERT INTO audit_events ({', '.join(columns)})"
-        + (" OVERRIDING SYSTEM VALUE" if numbered else "")
-        + " VALUES "
-        + ", ".join(row_marks for _ in rows),
+        f"WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) {payload_rows})"
+        f" INSERT INTO audit_events ({', '.join(columns)})"
+        + (" OVERRIDING SYSTEM VALUE " if numbered else " ")
+        + event_rows,
         (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
     )
 
@@ -221,6 +237,37 @@ class AuditLog:
             self._chain(tx, linked, owners, keyed, head)
         return answers
 
+    def link_ahead(
+        self,
+        tx: Tx,
+        head: LinkHead,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        events: Sequence[AuditEventIn],
+        written: Written,
+        tenants: Mapping[tuple[str, str], str],
+    ) -> list[list[dict[str, Any]]]:
+        """`link_behind` for a step whose rows are new (a proposal and its operation), after a
+        head read first (`Database._head_first`, with the time its statements carry): the
+        events are linked after ``head`` before the statements run, and the statements, the
+        events (only when ``written`` was written by them, behind the chain's lock and a check
+        that the head has not moved and holds none of their keyed ids) and the COMMIT travel
+        as one script (`Database._link_ahead`): the step costs two round trips. ``tenants``
+        holds the tenant of each ``(table, id)`` the statements insert (the events name them:
+        their rows are not there to read yet). Each statement's rows; ``tx`` is committed after
+        it. Events that name another owner, a keyed id that cannot travel in the check's SQL or
+        a head that is not a hash are linked behind the statements instead (`link_behind`)."""
+        owners, keyed = _owner_reads(events), _keyed(events)
+        if (
+            any(owner not in tenants for owner in owners)
+            or not all(_PLAIN_ID.fullmatch(k) for k in keyed)
+            or not _HASH.fullmatch(head.last_hash)
+        ):
+            return self.link_behind(tx, statements, [(events, written)])
+        values = [tenants[owner] for owner in owners] + [None for _ in keyed]  # checked under the lock
+        self._chain(tx, events, owners, keyed, head._replace(seqs=[], values=values, locked=False))
+        return self._db._link_ahead(tx, statements, rereads, written)
+
     def _chain(
         self,
         tx: Tx,
@@ -265,16 +312,20 @@ class AuditLog:
         payloads = [(row["event_id"], head.now, payload) for row, payload in drafts]
         seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
         if not head.locked:  # the lock, a check of the head and the INSERT go with the COMMIT
+            ids = [row["event_id"] for row in rows if row["event_id"] in keyed]
 
             def relink(moved: tuple[str, str] | None) -> tuple[str, Sequence[Any]] | None:
-                if moved is None or keyed:  # the chain may hold a keyed event by now: read it
+                if moved is None or ids:  # the chain may hold a keyed event by now: read it
                     self._relink(tx, wanted)
                     return None
                 now, last_hash = moved  # the head under the lock: the same rows, linked after it
                 _hash_after(rows, now, last_hash, key)
                 return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False)
 
-            self._db._link_tail(tx, _unanswered(rows, payloads, numbered=False), head.last_hash, relink)
+            def insert(when: str) -> tuple[str, Sequence[Any]]:
+                return _unanswered(rows, payloads, numbered=False, when=when)
+
+            self._db._link_tail(tx, insert, head.last_hash, ids, relink)
             stored = [{**row, "seq": 0} for row in rows]
         elif seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
             stored = [{**row, "seq": seq} for (row, _), seq in zip(drafts, seqs, strict=True)]

@@ -30,7 +30,7 @@ from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.tx import LinkHead, Relink, Written
+from toolgate.store.tx import LinkHead, Relink, WhenWritten, Written
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -45,6 +45,7 @@ _HEAD_MOVED = "TG409"
 events were linked after (`PostgresStore._link_tail`)."""
 _LINK_SAVEPOINT = "toolgate_link"
 _HASH = re.compile(r"[0-9a-f]{64}")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
 def redact_url(url: str) -> str:
@@ -81,10 +82,12 @@ class _PgTx:
         """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
         self._relinked = relinked
         """Told each time a tail's head had moved and its events were linked again (`commit`)."""
-        self._tail: tuple[list[str], Relink] | None = None
+        self._tail: tuple[Callable[[str], list[str]], Relink] | None = None
         """Audit events linked after an unlocked chain head, waiting for the COMMIT: the script
-        that goes in front of it (lock, savepoint, head check, INSERT), and how to link them
-        again (`PostgresStore._link_tail`)."""
+        that goes in front of it (lock, savepoint, head check, INSERT) under an SQL condition
+        ("" for none), and how to link them again (`PostgresStore._link_tail`)."""
+        self._done = False
+        """Committed before its block ended (`PostgresStore._link_ahead`): nothing more to send."""
         self._queued: list[str] = []
         self.round_trips = 0
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
@@ -115,6 +118,8 @@ class _PgTx:
     def _run(self, statements: Sequence[str]) -> list[list[dict[str, Any]]]:
         """One round trip: `_front` and ``statements`` as one script; the rows of each of its
         results, in order (none for a statement that returns no rows)."""
+        if self._done:
+            raise StoreError("this unit of work was committed already (`PostgresStore._link_ahead`)")
         self.round_trips += 1
         self._cursor.execute(";\n".join([*self._front(), *statements]))
         results = [self._rows()]
@@ -126,7 +131,7 @@ class _PgTx:
         return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        if self._begun and not self._queued:  # alone: bound by the server
+        if self._begun and not self._queued and not self._done:  # alone: bound by the server
             self.round_trips += 1
             self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
             return self._rows()
@@ -171,13 +176,13 @@ class _PgTx:
             self._now = now
         self._clock_read(now)
 
-    def finish_with(self, statements: list[str], relink: Relink) -> None:
-        """Send ``statements`` (a tail: the chain's lock, a savepoint, a check of the chain's
-        head and the audit events' INSERT) in front of the COMMIT, after everything else the
-        transaction sends; ``relink`` links the same events again should the check fail
-        (`commit`) or another linking come first (`settle`)."""
+    def finish_with(self, tail: Callable[[str], list[str]], relink: Relink) -> None:
+        """Send ``tail("")`` (the chain's lock, a savepoint, a check of the chain's head and the
+        audit events' INSERT) in front of the COMMIT, after everything else the transaction
+        sends; ``relink`` links the same events again should the check fail (`commit`) or
+        another linking come first (`settle`)."""
         self.settle()
-        self._tail = (statements, relink)
+        self._tail = (tail, relink)
 
     def settle(self) -> None:
         """Link a waiting tail's events under the lock now (`finish_with`): before any other
@@ -189,29 +194,43 @@ class _PgTx:
 
     def commit(self) -> None:
         """COMMIT, with what must go first in front of it: one round trip; none when the
-        transaction never sent anything (there is nothing to commit). A tail (`finish_with`)
-        goes right in front of the COMMIT. When its check finds the chain's head moved, the
-        check's error names the head it found, under the lock the transaction still holds (it
-        was taken before the savepoint): the next script rolls back to the savepoint and commits
-        the events linked after that head (one round trip more; two when ``relink`` must read
-        the head again itself)."""
+        transaction never sent anything (there is nothing to commit), or committed already
+        (`commit_with`). A tail (`finish_with`) goes right in front of the COMMIT."""
+        if not self._done:
+            self.commit_with([], [])
+
+    def commit_with(
+        self, statements: Sequence[str], rereads: Sequence[str], when: str = ""
+    ) -> list[list[dict[str, Any]]]:
+        """``statements``, the waiting tail (under the SQL condition ``when``, if any) and the
+        COMMIT as one script; each statement's rows. When the tail's check finds the chain's
+        head moved, the check's error names the head it found, under the lock the transaction
+        still holds (it was taken before the savepoint): the next script rolls back to the
+        savepoint, reads the statements' rows again (``rereads``: the script stopped before
+        they came back) and commits the events linked after that head: one round trip more
+        (two when the tail's ``relink`` must read the head again itself)."""
         tail, self._tail = self._tail, None
-        if tail is not None:
-            statements, relink = tail
-            try:
-                self._run([*statements, "COMMIT"])
-                return
-            except psycopg.Error as exc:
-                if exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
-                    raise
-                now, last_hash = exc.diag.message_detail.split(" ")
-            self._relinked()
-            self._queued = [f"ROLLBACK TO SAVEPOINT {_LINK_SAVEPOINT}"]  # what ran before it stays
-            insert = relink((now, last_hash))
-            if insert is not None:
-                self._queued.append(self.bound(*insert))
-        if self._begun or self._queued:
-            self._run(["COMMIT"])
+        if tail is None and not (self._begun or self._queued or statements):
+            self._done = True
+            return []  # nothing was sent: nothing to commit
+        build, relink = tail if tail is not None else (lambda when: [], None)
+        after = [*build(when), "COMMIT"]
+        try:
+            results = self._run([*statements, *after])
+            self._done = True
+            return results[len(results) - len(after) - len(statements) : len(results) - len(after)]
+        except psycopg.Error as exc:
+            if relink is None or exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
+                raise
+            now, last_hash = exc.diag.message_detail.split(" ")
+        self._relinked()
+        self._queued = [f"ROLLBACK TO SAVEPOINT {_LINK_SAVEPOINT}"]  # what ran before it stays
+        insert = relink((now, last_hash))
+        if insert is not None:
+            self._queued.append(self.bound(*insert))
+        results = self._run([*rereads, "COMMIT"])
+        self._done = True
+        return results[len(results) - 1 - len(rereads) : len(results) - 1]
 
 
 def _write_block(
@@ -232,6 +251,15 @@ def _write_block(
             with contextlib.suppress(psycopg.Error):
                 cur.execute("ROLLBACK")
         raise
+
+
+def _written_sql(tx: _PgTx, row: Written) -> str:
+    """SQL that holds when ``row`` was written by this transaction (its ``xmin``: exact, whatever
+    the statements returned)."""
+    return tx.bound(
+        f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
+        (row.key,),
+    )
 
 
 def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
@@ -406,11 +434,7 @@ class PostgresStore(Store):
         if not groups:
             return super()._link_behind(tx, statements, groups, values)
         tx.settle()
-        row = groups[0][1]
-        linked = tx.bound(
-            f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
-            (row.key,),
-        )
+        linked = _written_sql(tx, groups[0][1])
         reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
         results = tx._run(
             [
@@ -429,32 +453,73 @@ class PostgresStore(Store):
             str(found["now"]), str(found["hash"]), [], [found[f"v{n}"] for n in range(len(values))], locked=False
         )
 
-    def _link_tail(self, tx: Tx, insert: tuple[str, Sequence[Any]], last_hash: str, relink: Relink) -> None:
-        """`Database._link_tail`: in front of the COMMIT, the chain's lock, a savepoint, a check
-        that the head is still ``last_hash``, and the events' INSERT, numbered by the database
-        under the lock. The check is a statement of its own after the lock, so it sees what the
-        previous holder committed; when the head moved it raises `_HEAD_MOVED` with the store's
-        time and the head it found (``now hash``) as its detail, and the script stops there:
-        `_PgTx.commit` rolls back to the savepoint (the lock, taken before it, stays) and
-        commits what ``relink`` links after that head. A last hash that is not a hash (the
-        chain's last row written by hand) is not put into SQL: the events are linked under the
-        lock at once instead."""
+    def _head_first(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_first`: BEGIN with the store's time and the chain's head, one round
+        trip (the transaction's time is this one)."""
         assert isinstance(tx, _PgTx)
-        if not _HASH.fullmatch(last_hash):
+        tx.settle()
+        row = tx.last_of(
+            f"SELECT {NOW_SQL} AS now,"
+            f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+        )
+        assert row is not None
+        tx.heard(str(row["now"]))
+        return LinkHead(str(row["now"]), str(row["hash"]), [], [], locked=False)
+
+    def _link_ahead(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        written: Written,
+    ) -> list[list[dict[str, Any]]]:
+        """`Database._link_ahead`: the statements, the waiting tail (`_link_tail`) under the
+        condition that ``written``'s row is this transaction's (its ``xmin``), and the COMMIT,
+        as one script (`_PgTx.commit_with`)."""
+        assert isinstance(tx, _PgTx)
+        return tx.commit_with(
+            [tx.bound(sql, params) for sql, params in statements],
+            [tx.bound(sql, params) for sql, params in rereads],
+            _written_sql(tx, written),
+        )
+
+    def _link_tail(
+        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+    ) -> None:
+        """`Database._link_tail`: in front of the COMMIT, the chain's lock, a savepoint, a check
+        that the head is still ``last_hash`` and holds none of the ``keyed`` ids, and the
+        events' INSERT, numbered by the database under the lock (each under the tail's
+        condition, when `_link_ahead` gives one). The check is a statement of its own after the
+        lock, so it sees what the previous holder committed; when it fails it raises
+        `_HEAD_MOVED` with the store's time and the head it found (``now hash``) as its detail,
+        and the script stops there: `_PgTx.commit_with` rolls back to the savepoint (the lock,
+        taken before it, stays) and commits what ``relink`` links after that head. A last
+        hash that is not a hash (the chain's last row written by hand) or a keyed id that
+        could not travel in SQL is not put into it: the events are linked under the lock at
+        once instead."""
+        assert isinstance(tx, _PgTx)
+        if not _HASH.fullmatch(last_hash) or not all(_PLAIN_ID.fullmatch(k) for k in keyed):
             relink(None)
             return
-        tx.finish_with(
-            [
-                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})",
-                f"SAVEPOINT {_LINK_SAVEPOINT}",
-                "DO $$DECLARE head text := COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC"
-                f" LIMIT 1), '{GENESIS_HASH}'); BEGIN IF head <> '{last_hash}' THEN RAISE EXCEPTION"
-                f" 'the audit chain''s head moved' USING ERRCODE = '{_HEAD_MOVED}', DETAIL = {NOW_SQL}"
-                " || ' ' || head; END IF; END$$",
-                tx.bound(*insert),
-            ],
-            relink,
+        held = (  # validated: letters, digits and _.:- only
+            " OR EXISTS (SELECT 1 FROM audit_events WHERE event_id IN (" + ", ".join(f"'{k}'" for k in keyed) + "))"
+            if keyed
+            else ""
         )
+
+        def tail(when: str) -> list[str]:
+            only = f" AND {when}" if when else ""
+            return [
+                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})" + (f" WHERE {when}" if when else ""),
+                f"SAVEPOINT {_LINK_SAVEPOINT}",
+                "DO $tg$DECLARE head text := COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC"
+                f" LIMIT 1), '{GENESIS_HASH}'); BEGIN IF (head <> '{last_hash}'{held}){only} THEN RAISE"
+                f" EXCEPTION 'the audit chain''s head moved' USING ERRCODE = '{_HEAD_MOVED}', DETAIL ="
+                f" {NOW_SQL} || ' ' || head; END IF; END$tg$",
+                tx.bound(*insert(when)),
+            ]
+
+        tx.finish_with(tail, relink)
 
     def _relinked(self) -> None:
         self.relinked += 1

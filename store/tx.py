@@ -81,6 +81,11 @@ after it; or, given None (no head read) or when it cannot (a keyed event, which 
 hold by now), it links them itself under the lock (`AuditLog.link`) and returns None."""
 
 
+WhenWritten = Callable[[str], tuple[str, Sequence[Any]]]
+"""The events' INSERT of a step linked ahead of its statements, given the SQL condition under
+which it inserts anything (`Database._link_ahead`: "this transaction wrote the row")."""
+
+
 class Database(Protocol):
     """What an aggregate (`toolgate.store.operations`, ``.audit_log``, ...) uses of the `Store`
     that holds it: its units of work, the store's clock read inside one, the audit chain's lock,
@@ -131,14 +136,37 @@ class Database(Protocol):
         and the head read without the chain's lock (``LinkHead.locked`` False)."""
         ...
 
-    def _link_tail(self, tx: Tx, insert: tuple[str, Sequence[Any]], last_hash: str, relink: Relink) -> None:
+    def _head_first(self, tx: Tx) -> LinkHead | None:
+        """For a step whose rows are new (a proposal): the store's time and the chain's head, read
+        without the lock as ``tx``'s first script, before its statements are known (the time
+        goes into them); None where the backend links behind the statements instead
+        (`_link_behind`)."""
+        ...
+
+    def _link_ahead(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        written: Written,
+    ) -> list[list[dict[str, Any]]]:
+        """Run ``statements`` and COMMIT ``tx`` in one round trip, with the events waiting to go
+        with the COMMIT (`_link_tail`, linked after a `_head_first` head) between them, only
+        when the row ``written`` names was written by the statements. Each statement's rows;
+        ``rereads`` (one per statement) read them again when the head check stopped the
+        script. ``tx`` is committed after it."""
+        ...
+
+    def _link_tail(
+        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+    ) -> None:
         """Send ``insert`` (the events linked after ``last_hash``, an unlocked head) with the
         COMMIT of ``tx``, behind the chain's lock and a check that the head is still
-        ``last_hash``. When it is not (another transaction linked in between), the transaction
-        goes on without that INSERT, still holding the lock, and commits the one ``relink``
-        gives for the head found under it; before any other linking in ``tx``, ``relink(None)``
-        links them under the lock first."""
+        ``last_hash`` and holds none of the ``keyed`` event ids. When the check fails (another
+        transaction linked in between), the transaction goes on without that INSERT, still
+        holding the lock, and commits the one ``relink`` gives for the head found under it;
+        before any other linking in ``tx``, ``relink(None)`` links them under the lock first."""
         ...
 
 
-__all__ = ["Database", "LinkHead", "Relink", "Tx", "Written"]
+__all__ = ["Database", "LinkHead", "Relink", "Tx", "WhenWritten", "Written"]

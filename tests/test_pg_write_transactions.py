@@ -421,3 +421,82 @@ def _leases_held(store: PostgresStore) -> list[str]:
         return [
             str(r["resource_key"]) for r in tx.execute("SELECT resource_key FROM resource_leases ORDER BY 1")
         ]
+
+
+def _created(proposal: Any, *extra: AuditEventIn) -> Any:
+    """A `Proposals.create_at` maker: ``proposal`` and its events (``extra`` first)."""
+    return lambda now: (
+        proposal,
+        [
+            *extra,
+            AuditEventIn(
+                event="proposal.created",
+                result="pending_approval",
+                proposal_id=proposal.proposal_id,
+                operation_key=proposal.operation_key,
+            ),
+        ],
+    )
+
+
+def test_a_proposal_reads_the_chain_head_first_and_commits_with_its_events_in_one_more_round_trip(
+    pg_migrated_url: str,
+) -> None:
+    # its rows are new: BEGIN with the time and the chain head (unlocked), then the INSERTs, the
+    # rows as stored, the events behind the chain's lock and the COMMIT as one script; a proposal
+    # already stored under the key reads the same two scripts and links nothing
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.now()  # the pool's connection is open
+        proposal = make_proposal(1)
+        with wire_round_trips() as wire:
+            stored, operation, created = store.proposals.create_at(_created(proposal))
+        assert wire["round_trips"] == 2 and created
+        assert (stored.proposal_id, stored.authentic, operation.status) == (
+            "prop_test1",
+            True,
+            "pending_approval",
+        )
+        with wire_round_trips() as wire:
+            again, operation_again, created_again = store.proposals.create_at(_created(make_proposal(1)))
+        assert wire["round_trips"] == 2 and not created_again
+        assert again.proposal_id == "prop_test1" and operation_again.operation_key == "op_test1"
+        events = store.audit.events()
+        assert [(e.event, e.tenant_id) for e in events] == [("proposal.created", "acme")]
+        assert verify_chain(store).ok and store.relinked == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_a_proposal_whose_chain_head_moved_before_its_script_links_its_events_after_the_new_head(
+    pg_migrated_url: str, keyed: bool
+) -> None:
+    # another step links between the proposal's head read and its script (inside `make`, which
+    # runs between the two): the script's check refuses, the proposal's INSERTs stay (they ran
+    # before the savepoint), its rows are read again and its events follow the head found under
+    # the lock; a keyed event the other step linked meanwhile is left out
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        shared = KeyedEventIn(event_id="evt-turn", event="model.response", result="recorded")
+        proposal = make_proposal(2)
+        made = _created(proposal, *([shared] if keyed else []))
+
+        def make(now: str) -> Any:
+            store.audit.append_many([shared] if keyed else [AuditEventIn(event="between", result="recorded")])
+            return made(now)
+
+        with wire_round_trips() as wire:
+            stored, operation, created = store.proposals.create_at(make)
+        # the head first; the other step's append (2); the refused script; then the rollback with
+        # the rows read again and the events with the COMMIT (the keyed event's presence read
+        # with the head under the lock first: one more)
+        assert wire["round_trips"] == (6 if keyed else 5) and store.relinked == 1
+        assert created and stored.proposal_id == "prop_test2" and operation.status == "pending_approval"
+        names = [e.event for e in store.audit.events()]
+        assert names == ["first", "model.response" if keyed else "between", "proposal.created"]
+        assert [e.tenant_id for e in store.audit.events()][-1] == "acme"
+        assert verify_chain(store).ok
+    finally:
+        store.close()
