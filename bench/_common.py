@@ -149,6 +149,7 @@ class StoreCounter:
         original_tx = store.transaction
         original_append = store.audit._chain
         original_behind = store._link_behind
+        original_ahead = store._link_ahead
         counts, log = self.counts, self.log
         postgres = getattr(store, "dialect", "") == "postgres"
         open_tx: dict[int, dict[str, Any]] = {}
@@ -252,9 +253,21 @@ class StoreCounter:
                     mine["first"] = _first_words(statements[0][0])
             return answers, head
 
+        def link_ahead(tx: Any, statements: Sequence[Any], *rest: Any) -> Any:
+            # PostgreSQL sends a proposal's statements, the tail (lock, savepoint, head check,
+            # the events' INSERT) and the COMMIT as one script (`PostgresStore._link_ahead`)
+            if id(tx) in open_tx:
+                mine = open_tx[id(tx)]
+                counts["statements"] += len(statements) + 4
+                mine["statements"] += len(statements) + 4
+                if not mine["first"] and statements:
+                    mine["first"] = _first_words(statements[0][0])
+            return original_ahead(tx, statements, *rest)
+
         store.transaction = transaction
         store.audit._chain = append_events  # each linking of a transaction's events: `link`, `link_behind`
         store._link_behind = link_behind
+        store._link_ahead = link_ahead
         if hasattr(store, "_connect"):
             original_connect = store._connect
 
