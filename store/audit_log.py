@@ -282,7 +282,7 @@ class AuditLog:
         the head was read without the lock, the rows go with the COMMIT unnumbered
         (`Database._link_tail`; linked again after the head found under the lock if it moved by
         then) and are returned with ``seq`` 0: the database numbers them as the COMMIT's script
-        inserts them (`link_behind`, their one caller, returns none of them)."""
+        inserts them (`link_behind` and `link_ahead`, their callers, return none of them)."""
         if not events:
             return []
         wanted = list(events)  # what to link again if an unlocked head has moved by the COMMIT
