@@ -240,7 +240,7 @@ class AuditLog:
     def link_ahead(
         self,
         tx: Tx,
-        head: LinkHead,
+        head: LinkHead | None,
         statements: Sequence[tuple[str, Sequence[Any]]],
         rereads: Sequence[tuple[str, Sequence[Any]]],
         events: Sequence[AuditEventIn],
@@ -255,11 +255,14 @@ class AuditLog:
         as one script (`Database._link_ahead`): the step costs two round trips. ``tenants``
         holds the tenant of each ``(table, id)`` the statements insert (the events name them:
         their rows are not there to read yet). Each statement's rows; ``tx`` is committed after
-        it. Events that name another owner, a keyed id that cannot travel in the check's SQL or
-        a head that is not a hash are linked behind the statements instead (`link_behind`)."""
+        it, so nothing may be sent in ``tx`` after it. Where ``head`` is None (a backend that
+        reads no head first: SQLite), or events name another owner, a keyed id cannot travel in
+        the check's SQL or the head is not a hash, the events are linked behind the statements
+        instead (`link_behind`), and the transaction commits at the end of its block."""
         owners, keyed = _owner_reads(events), _keyed(events)
         if (
-            any(owner not in tenants for owner in owners)
+            head is None
+            or any(owner not in tenants for owner in owners)
             or not all(_PLAIN_ID.fullmatch(k) for k in keyed)
             or not _HASH.fullmatch(head.last_hash)
         ):
