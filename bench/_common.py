@@ -149,6 +149,7 @@ class StoreCounter:
         original_tx = store.transaction
         original_append = store.audit._chain
         original_behind = store._link_behind
+        original_ahead = store._link_ahead
         counts, log = self.counts, self.log
         postgres = getattr(store, "dialect", "") == "postgres"
         open_tx: dict[int, dict[str, Any]] = {}
@@ -238,19 +239,35 @@ class StoreCounter:
             return original_append(tx, events, *linked)
 
         def link_behind(tx: Any, statements: Sequence[Any], *rest: Any) -> Any:
-            # PostgreSQL sends the statements with the chain's lock and head read as one script of
-            # its own (`PostgresStore._link_behind`); SQLite runs them through `many`, counted there
-            if postgres and id(tx) in open_tx and "_chain_head" not in vars(store):
+            # PostgreSQL sends the statements with the chain head's read as one script of its own
+            # (`PostgresStore._link_behind`), and, when it linked, a savepoint, the lock with the
+            # head's check and the events' INSERT with the COMMIT (`_link_tail`, not through
+            # `send`); SQLite runs them through `many`, counted there
+            answers, head = original_behind(tx, statements, *rest)
+            if postgres and id(tx) in open_tx:
                 mine = open_tx[id(tx)]
-                counts["statements"] += len(statements) + 2
-                mine["statements"] += len(statements) + 2
+                sent = len(statements) + 1 + (3 if head is not None else 0)
+                counts["statements"] += sent
+                mine["statements"] += sent
                 if not mine["first"] and statements:
                     mine["first"] = _first_words(statements[0][0])
-            return original_behind(tx, statements, *rest)
+            return answers, head
+
+        def link_ahead(tx: Any, statements: Sequence[Any], *rest: Any) -> Any:
+            # PostgreSQL sends a proposal's statements, the tail (lock, savepoint, head check,
+            # the events' INSERT) and the COMMIT as one script (`PostgresStore._link_ahead`)
+            if id(tx) in open_tx:
+                mine = open_tx[id(tx)]
+                counts["statements"] += len(statements) + 4
+                mine["statements"] += len(statements) + 4
+                if not mine["first"] and statements:
+                    mine["first"] = _first_words(statements[0][0])
+            return original_ahead(tx, statements, *rest)
 
         store.transaction = transaction
         store.audit._chain = append_events  # each linking of a transaction's events: `link`, `link_behind`
         store._link_behind = link_behind
+        store._link_ahead = link_ahead
         if hasattr(store, "_connect"):
             original_connect = store._connect
 
@@ -520,18 +537,71 @@ def rate_errorbars(
     axes.legend()
 
 
+AUDIT_LOCK_KEY = 0x7467_0001
+"""The audit chain's advisory lock (`toolgate.store.postgres`'s ``_AUDIT_LOCK``)."""
+
+
+class LockWaits:
+    """How long backends of one database waited for one advisory lock, read from PostgreSQL's
+    own lock table (`pg_locks`: the backends whose request for the lock is not granted yet) by a
+    thread of the benchmark's parent process, with a connection of its own, every ``interval_s``:
+    no code of the store is wrapped or timed. ``waited_s`` is the number of waiting backends
+    integrated over time (each sample counts for the time since the one before), so
+    ``waited_s / (worker time)`` is the share of the workers' time spent waiting for the lock.
+    A sample costs one query: every contender of a round is sampled alike."""
+
+    def __init__(self, url: str, key: int = AUDIT_LOCK_KEY, interval_s: float = 0.005) -> None:
+        import threading
+
+        self.url, self.interval_s = url, interval_s
+        self.sql = (
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            f" AND classid = {key >> 32} AND objid = {key & 0xFFFF_FFFF} AND objsubid = 1"
+        )
+        self.waited_s = 0.0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._ready = threading.Event()
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            self._ready.set()
+            last = time.perf_counter()
+            while not self._stop.wait(self.interval_s):
+                waiting = int(conn.execute(self.sql).fetchone()[0])  # type: ignore[index]
+                moment = time.perf_counter()
+                self.waited_s += waiting * (moment - last)
+                self.samples, last = self.samples + 1, moment
+
+    def __enter__(self) -> LockWaits:
+        self._thread.start()
+        self._ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
 def process_round(
     target: Callable[..., None],
     processes: int,
     args: Callable[[int, Any, Any, Any], tuple[Any, ...]],
     *,
     feed: Callable[[Any], None] | None = None,
+    watch: contextlib.AbstractContextManager[Any] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Run ``processes`` spawned workers from one start signal; their reports, one each.
 
     ``args(i, ready, go, out)`` gives worker ``i``'s arguments: it sets ``ready`` once set up,
     waits for ``go``, and puts one report tuple on ``out`` (the first two items its start and end
-    times). ``feed(queue)``, when given, fills a shared work queue passed as the last argument."""
+    times). ``feed(queue)``, when given, fills a shared work queue passed as the last argument.
+    ``watch`` (a `LockWaits`), when given, runs from just before the start signal until every
+    report is in."""
     ctx = mp.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     queue = ctx.Queue() if feed is not None else None
@@ -546,8 +616,9 @@ def process_round(
         feed(queue)
     for r in readies:
         r.wait(120)
-    go.set()
-    reports = [out.get(timeout=600) for _ in procs]
+    with watch if watch is not None else contextlib.nullcontext():
+        go.set()
+        reports = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(60)
     return reports

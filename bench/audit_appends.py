@@ -7,8 +7,8 @@ fixed number of units of work; contenders alternate per round:
   chain's) then a one-row INSERT, commit (the baseline);
 - ``audit``: `Store.audit.append` (lock the chain, read the last hash, insert event and payload).
 
-Also reported: the share of worker time spent waiting for the audit chain's lock (timed around
-the store's lock step, at the Python level).
+Also reported: the share of worker time spent waiting for the audit chain's lock, read from
+PostgreSQL's lock table while the round runs (`_common.LockWaits`; no store code is wrapped).
 
 Run: ``scripts/with-postgres.sh .venv/bin/python bench/audit_appends.py [--full]``
 """
@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from _common import (  # bench/ is on sys.path when run as a script
+    LockWaits,
     arguments,
     fresh_pg_database,
     new_key,
@@ -43,17 +44,6 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
 
     store = open_store("postgres", url, key=key, max_size=2)
     store.operations.get("warm-up")
-    waited = 0.0
-    lock = store._chain_head
-
-    def timed_lock(tx: Any) -> tuple[str, str]:
-        nonlocal waited
-        started = time.perf_counter()
-        head = lock(tx)
-        waited += time.perf_counter() - started
-        return head
-
-    store._chain_head = timed_lock
     ready.set()
     go.wait()
     started = time.time()
@@ -65,17 +55,18 @@ def worker(kind: str, url: str, key: bytes, count: int, ready: Any, go: Any, out
                 tx.execute(f"SELECT pg_advisory_xact_lock({PLAIN_LOCK})")
                 tx.execute("INSERT INTO bench_plain (note) VALUES (?)", (f"n{n}",))
     ended = time.time()
-    out.put((started, ended, waited))
+    out.put((started, ended))
     store.close()
 
 
 def run_round(kind: str, url: str, key: bytes, processes: int, count: int) -> tuple[float, float]:
+    waits = LockWaits(url)
     reports = process_round(
-        worker, processes, lambda i, ready, go, out: (kind, url, key, count, ready, go, out)
+        worker, processes, lambda i, ready, go, out: (kind, url, key, count, ready, go, out), watch=waits
     )
     wall = max(r[1] for r in reports) - min(r[0] for r in reports)
     busy = sum(r[1] - r[0] for r in reports)
-    return processes * count / wall, sum(r[2] for r in reports) / busy
+    return processes * count / wall, waits.waited_s / busy
 
 
 def main() -> None:

@@ -18,8 +18,14 @@ alternated per round with fresh operations each:
   This is the figure the target applies to: claim-only takes no resource lease, so against
   ``deliver`` the ratio at N workers measures the lease's serialization, not the gateway.
 
-Also reported: the share of deliver workers' time spent taking the audit chain's lock (timed
-around the store's ``_chain_head`` step, which takes the lock and reads the chain's head).
+Also reported: the share of deliver workers' time spent waiting for the audit chain's lock, read
+from PostgreSQL's lock table while the round runs (`_common.LockWaits`: the backends waiting for
+the chain's advisory lock, sampled every 5 ms by the parent; no store code is wrapped). Every
+contender's rounds are sampled alike, so the sampler's cost hits all of them.
+
+Also reported: ``relinked_per_op``, audited steps per spread operation whose chain head (read
+without the lock, behind the step's statements) had moved by their COMMIT and were linked again
+under the lock, two round trips more (`PostgresStore.relinked`).
 
 Duplicate check after every deliver round: each operation succeeded, exactly one downstream
 restart request per operation (none executed twice), none lost. Each claim round: exactly one
@@ -37,6 +43,7 @@ from typing import Any
 
 from _common import (  # bench/ is on sys.path when run as a script
     Demo,
+    LockWaits,
     fresh_pg_database,
     new_key,
     open_store,
@@ -98,18 +105,6 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
     demo.policy = bench_policy(REFUND_RELEASE)
     gw = demo.gateway(ScriptedChatModel(responses=[]))
     store.operations.get("warm-up")  # opens the pool
-    waited = 0.0
-    head = store._chain_head
-
-    def timed_head(tx: Any) -> tuple[str, str]:
-        nonlocal waited
-        begun = time.perf_counter()
-        try:
-            return head(tx)
-        finally:
-            waited += time.perf_counter() - begun
-
-    store._chain_head = timed_head  # lock the audit chain and read its head: the wait is in here
     ready.set()
     go.wait()
     won = 0
@@ -122,7 +117,7 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
             won += store.operations.claim(op, name, 60.0) is not None
         else:
             won += gw.executor.deliver(op, worker_id=name, wait_s=60).claim == "ACQUIRED"
-    out.put((started, time.time(), won, waited))
+    out.put((started, time.time(), won, getattr(store, "relinked", 0)))
     store.close()
 
 
@@ -148,9 +143,12 @@ def prepare(demo: Demo, gw: Any, count: int, tag: str) -> list[str]:
     return keys
 
 
-def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) -> tuple[float, int, float]:
-    """Operations per second, winning claims, and the share of worker time spent taking the
-    audit chain's lock."""
+def run_round(
+    kind: str, url: str, key: bytes, keys: list[str], workers: int
+) -> tuple[float, int, float, int]:
+    """Operations per second, winning claims, the share of worker time spent waiting for the
+    audit chain's lock, and the audited steps whose chain head had moved by their COMMIT (linked
+    again under the lock: `PostgresStore.relinked`)."""
 
     def feed(queue: Any) -> None:
         for k in keys + keys:  # every operation is offered twice: workers race for it
@@ -158,15 +156,17 @@ def run_round(kind: str, url: str, key: bytes, keys: list[str], workers: int) ->
         for _ in range(workers):
             queue.put(None)
 
+    waits = LockWaits(url)
     reports = process_round(
         worker,
         workers,
         lambda i, ready, go, out: (kind, url, key, ready, go, out, f"{kind}-w{i}"),
         feed=feed,
+        watch=waits,
     )
     wall = max(r[1] for r in reports) - min(r[0] for r in reports)
     busy = sum(r[1] - r[0] for r in reports)
-    return len(keys) / wall, sum(r[2] for r in reports), sum(r[3] for r in reports) / busy
+    return len(keys) / wall, sum(r[2] for r in reports), waits.waited_s / busy, sum(r[3] for r in reports)
 
 
 def check_exactly_once(store: Any, keys: list[str]) -> dict[str, int]:
@@ -203,6 +203,7 @@ def main() -> None:
     rates: dict[int, dict[str, list[float]]] = {w: {k: [] for k in KINDS} for w in WORKERS}
     lock_share: dict[int, list[float]] = {w: [] for w in WORKERS}
     spread_lock_share: dict[int, list[float]] = {w: [] for w in WORKERS}
+    spread_relinked: dict[int, list[float]] = {w: [] for w in WORKERS}
     checks: list[dict[str, int]] = []
     with fresh_pg_database(url) as db:
         store = open_store("postgres", db, key=key)
@@ -214,12 +215,14 @@ def main() -> None:
             for w in WORKERS:
                 for kind in KINDS:
                     keys = prepare(demo, gw, ops, f"{kind}-{w}-{r}")
-                    rate, won, waiting = run_round(kind, db, key, keys, w)
+                    rate, won, waiting, relinked = run_round(kind, db, key, keys, w)
                     assert won == len(keys), f"{kind} x{w}: {won} winning claims for {len(keys)} operations"
                     if kind != "claim":
                         check = check_exactly_once(store, keys)
                         checks.append(check)
                         (lock_share if kind == "deliver" else spread_lock_share)[w].append(waiting)
+                        if kind == "spread":
+                            spread_relinked[w].append(relinked / len(keys))
                         assert check == {"succeeded": len(keys), "lost": 0, "duplicates": 0}, check
                     rates[w][kind].append(rate)
                     print(f"  round {r} workers={w} {kind}: {rate:.0f} ops/s", file=sys.stderr)
@@ -240,6 +243,7 @@ def main() -> None:
                 "ratio": sp / c,
                 "one_resource_ratio": d / c,
                 "audit_lock_wait": f"{statistics.median(spread_lock_share[w]):.1%}",
+                "relinked_per_op": round(statistics.median(spread_relinked[w]), 3),
             }
         )
     best = max(rows, key=lambda row: row["spread_ops_s"])
@@ -277,6 +281,7 @@ def main() -> None:
             "best_one_resource_workers": best_one["workers"],
             "best_one_resource_ratio": best_one_ratio,
             "audit_lock_wait_share": spread_lock_share,
+            "relinked_per_spread_op": spread_relinked,
             "one_resource_audit_lock_wait_share": lock_share,
             "audit_lock_wait_at_8": lock_at_8,
             "audit_lock_target": LOCK_TARGET,

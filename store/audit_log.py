@@ -6,7 +6,10 @@ another aggregate hands its open transaction to `AuditLog.link`, or its statemen
 to link behind them to `AuditLog.link_behind`. On PostgreSQL the chain head's round trip also
 reads the events' tenants and reserves their sequence numbers, so their INSERT needs no answer
 and goes to the server with the COMMIT (`Tx.send`): linking costs one round trip, and none of its
-own when it travels behind the change's statements (`link_behind`).
+own when it travels behind the change's statements (`link_behind`). There the head is read
+without the lock, and the lock is taken in the COMMIT's own script, in front of a check that the
+head has not moved and the events' INSERT (`Database._link_tail`): the chain's lock is held while
+the server commits, not while a client computes its hashes.
 Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
@@ -17,7 +20,8 @@ code and release), instead of reading the operation's whole trail on every attem
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolgate.canonical import canonical_json, sha256_hex
@@ -33,6 +37,11 @@ from toolgate.store.audit_records import (
 from toolgate.store.tx import Database, LinkHead, Tx, Written
 
 _COLUMNS = [*AUDIT_FIELDS, "tenant_id", "detail", "detail_sha256", "prev_hash", "hash"]
+
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+"""A keyed event id that may travel inside the head check's SQL (`link_ahead`)."""
+_HASH = re.compile(r"[0-9a-f]{64}")
+"""A chain hash, as toolgate writes them."""
 
 _LATEST_SQL = (
     "SELECT e.*, p.detail AS payload FROM audit_events e LEFT JOIN audit_payloads p"
@@ -128,17 +137,41 @@ def _insert_postgres(
     )
 
 
-def _send_numbered(tx: Tx, rows: Sequence[dict[str, Any]], payloads: Sequence[tuple[str, str, str]]) -> None:
-    """Events whose sequence numbers were reserved with the chain head (``seq`` in each row),
-    and their payloads, in one statement nobody waits for: it goes with the COMMIT (`Tx.send`),
-    so linking costs no round trip beyond the chain head's."""
-    columns = ["seq", *_COLUMNS]
+def _hash_after(rows: Sequence[dict[str, Any]], now: str, last_hash: str, key: bytes) -> None:
+    """Link ``rows`` (their content complete) after ``last_hash`` at ``now``: their time, previous
+    hashes and hashes, in order."""
+    previous = last_hash
+    for row in rows:
+        row["occurred_at"] = now
+        row["prev_hash"] = previous
+        row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
+
+
+def _unanswered(
+    rows: Sequence[dict[str, Any]],
+    payloads: Sequence[tuple[str, str, str]],
+    *,
+    numbered: bool,
+    when: str = "",
+) -> tuple[str, tuple[Any, ...]]:
+    """Events and their payloads in one PostgreSQL statement that returns nothing: with the
+    sequence numbers reserved with a locked chain head (``seq`` in each row) when ``numbered``,
+    else numbered by the database as it inserts them (behind the lock, `Database._link_tail`);
+    only when the SQL condition ``when`` holds, if one is given (`Database._link_ahead`; every
+    column is text, so the rows can be selected from a ``VALUES`` list)."""
+    columns = ["seq", *_COLUMNS] if numbered else _COLUMNS
     row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-    tx.send(
-        "WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) VALUES "
-        + ", ".join("(?, ?, ?)" for _ in payloads)
-        + f") INSERT INTO audit_events ({', '.join(columns)}) OVERRIDING SYSTEM VALUE VALUES "
-        + ", ".join(row_marks for _ in rows),
+    if when:
+        payload_rows = "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
+        event_rows = "SELECT * FROM (VALUES " + ", ".join(row_marks for _ in rows) + f") e WHERE {when}"
+    else:
+        payload_rows = "VALUES " + ", ".join("(?, ?, ?)" for _ in payloads)
+        event_rows = "VALUES " + ", ".join(row_marks for _ in rows)
+    return (
+        f"WITH payload AS (INSERT INTO audit_payloads (event_id, occurred_at, detail) {payload_rows})"
+        f" INSERT INTO audit_events ({', '.join(columns)})"
+        + (" OVERRIDING SYSTEM VALUE " if numbered else " ")
+        + event_rows,
         (*(v for p in payloads for v in p), *(row[c] for row in rows for c in columns)),
     )
 
@@ -183,10 +216,14 @@ class AuditLog:
     ) -> list[list[dict[str, Any]]]:
         """Run ``statements`` (`Tx.many`: each one's rows, in order) and link, behind them, the
         events of each group ``(events, written)`` whose row ``written`` names was written by
-        them, in order: on PostgreSQL the statements, the chain's lock and its head travel as one
-        script (`Database._link_behind`), so a step and its chain head cost one round trip. Only
-        the first group decides whether anything is linked; a later group's row is written only
-        behind the first's (a settlement behind its decision)."""
+        them, in order: on PostgreSQL the statements and the chain's head travel as one script
+        (`Database._link_behind`), so a step and its chain head cost one round trip, and the
+        head is read without the chain's lock: the events go with the COMMIT, behind the lock
+        and a check that the head has not moved (`Database._link_tail`; linked again under the
+        lock when it has), so the lock is held for the server's part of the COMMIT's round trip
+        only, never across the client's turn. Only the first group decides whether anything is
+        linked; a later group's row is written only behind the first's (a settlement behind its
+        decision)."""
         candidates = [event for events, _ in groups for event in events]
         owners, keyed = _owner_reads(candidates), _keyed(candidates)
         answers, head = self._db._link_behind(
@@ -200,6 +237,40 @@ class AuditLog:
             self._chain(tx, linked, owners, keyed, head)
         return answers
 
+    def link_ahead(
+        self,
+        tx: Tx,
+        head: LinkHead | None,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        events: Sequence[AuditEventIn],
+        written: Written,
+        tenants: Mapping[tuple[str, str], str],
+    ) -> list[list[dict[str, Any]]]:
+        """`link_behind` for a step whose rows are new (a proposal and its operation), after a
+        head read first (`Database._head_first`, with the time its statements carry): the
+        events are linked after ``head`` before the statements run, and the statements, the
+        events (only when ``written`` was written by them, behind the chain's lock and a check
+        that the head has not moved and holds none of their keyed ids) and the COMMIT travel
+        as one script (`Database._link_ahead`): the step costs two round trips. ``tenants``
+        holds the tenant of each ``(table, id)`` the statements insert (the events name them:
+        their rows are not there to read yet). Each statement's rows; ``tx`` is committed after
+        it, so nothing may be sent in ``tx`` after it. Where ``head`` is None (a backend that
+        reads no head first: SQLite), or events name another owner, a keyed id cannot travel in
+        the check's SQL or the head is not a hash, the events are linked behind the statements
+        instead (`link_behind`), and the transaction commits at the end of its block."""
+        owners, keyed = _owner_reads(events), _keyed(events)
+        if (
+            head is None
+            or any(owner not in tenants for owner in owners)
+            or not all(_PLAIN_ID.fullmatch(k) for k in keyed)
+            or not _HASH.fullmatch(head.last_hash)
+        ):
+            return self.link_behind(tx, statements, [(events, written)])
+        values = [tenants[owner] for owner in owners] + [None for _ in keyed]  # checked under the lock
+        self._chain(tx, events, owners, keyed, head._replace(seqs=[], values=values, locked=False))
+        return self._db._link_ahead(tx, statements, rereads, written)
+
     def _chain(
         self,
         tx: Tx,
@@ -210,9 +281,14 @@ class AuditLog:
     ) -> list[AuditEvent]:
         """The rows of ``events`` linked after ``head``, inserted (on PostgreSQL, sent with the
         COMMIT): ``head.values`` holds their tenants (one per owner of ``owners``), then whether
-        the chain held each keyed event of ``keyed`` already (one that did is left out)."""
+        the chain held each keyed event of ``keyed`` already (one that did is left out). When
+        the head was read without the lock, the rows go with the COMMIT unnumbered
+        (`Database._link_tail`; linked again after the head found under the lock if it moved by
+        then) and are returned with ``seq`` 0: the database numbers them as the COMMIT's script
+        inserts them (`link_behind` and `link_ahead`, their callers, return none of them)."""
         if not events:
             return []
+        wanted = list(events)  # what to link again if an unlocked head has moved by the COMMIT
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
@@ -232,17 +308,31 @@ class AuditLog:
             drafts, events = [d for d, _ in kept], [e for _, e in kept]
             if not drafts:
                 return []
-        now, previous = head.now, head.last_hash
-        seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
-        for (row, _), event in zip(drafts, events, strict=True):
+        rows = [row for row, _ in drafts]
+        for row, event in zip(rows, events, strict=True):
             row["tenant_id"] = _tenant_of(event, found)
-            row["occurred_at"] = now
-            row["prev_hash"] = previous
-            row["hash"] = previous = audit_hash(audit_row_content(row), previous, key)
-        payloads = [(row["event_id"], now, payload) for row, payload in drafts]
-        if seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
+        _hash_after(rows, head.now, head.last_hash, key)
+        payloads = [(row["event_id"], head.now, payload) for row, payload in drafts]
+        seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
+        if not head.locked:  # the lock, a check of the head and the INSERT go with the COMMIT
+            ids = [row["event_id"] for row in rows if row["event_id"] in keyed]
+
+            def relink(moved: tuple[str, str] | None) -> tuple[str, Sequence[Any]] | None:
+                if moved is None or ids:  # the chain may hold a keyed event by now: read it
+                    self._relink(tx, wanted)
+                    return None
+                now, last_hash = moved  # the head under the lock: the same rows, linked after it
+                _hash_after(rows, now, last_hash, key)
+                return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False)
+
+            def insert(when: str) -> tuple[str, Sequence[Any]]:
+                return _unanswered(rows, payloads, numbered=False, when=when)
+
+            self._db._link_tail(tx, insert, head.last_hash, ids, relink)
+            stored = [{**row, "seq": 0} for row in rows]
+        elif seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
             stored = [{**row, "seq": seq} for (row, _), seq in zip(drafts, seqs, strict=True)]
-            _send_numbered(tx, stored, payloads)
+            tx.send(*_unanswered(stored, payloads, numbered=True))
         else:
             stored = _INSERT[self._db.dialect](tx, [row for row, _ in drafts], payloads)
         by_id = {row["event_id"]: payload for row, payload in drafts}
@@ -250,6 +340,14 @@ class AuditLog:
             _audit({**r, "payload": by_id[r["event_id"]]})
             for r in sorted(stored, key=lambda r: int(r["seq"]))
         ]
+
+    def _relink(self, tx: Tx, events: Sequence[AuditEventIn]) -> None:
+        """Link ``events`` under the chain's lock, reading the head again: an unlocked head they
+        were linked after moved before the COMMIT, and they include a keyed event (the chain may
+        hold it by now), or another linking in the same transaction comes first
+        (`Database._link_tail`). Their owners and keyed ids are read with the locked head, so a
+        keyed event another transaction linked meanwhile is left out."""
+        self.link(tx, events)
 
     def latest(self, event: str) -> AuditEvent | None:
         """The most recent event named ``event``, or None."""

@@ -45,7 +45,7 @@ from toolgate.store.operations import Operations
 from toolgate.store.proposals import Proposals
 from toolgate.store.slots import AdmissionSlots
 from toolgate.store.snapshots import Snapshots
-from toolgate.store.tx import LinkHead, Tx, Written
+from toolgate.store.tx import LinkHead, Relink, Tx, WhenWritten, Written
 from toolgate.store.waits import DurableWaits
 
 CLOCK_REUSE_S = 5.0
@@ -191,6 +191,27 @@ class Store(abc.ABC):
             return answers, None
         events = sum(count for count, written in groups if answers[written.statement])
         return answers, self._link_head(tx, events, values)
+
+    def _head_first(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_first`: None, this backend links behind the statements (`_link_behind`)."""
+        return None
+
+    def _link_ahead(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        written: Written,
+    ) -> list[list[dict[str, Any]]]:
+        """`Database._link_ahead`: only a backend whose `_head_first` reads a head is asked."""
+        raise NotImplementedError(f"{type(self).__name__} links behind the statements")
+
+    def _link_tail(
+        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+    ) -> None:
+        """`Database._link_tail`: only a backend whose `_link_behind` reads the chain head without
+        the lock (PostgreSQL) is handed a tail to send."""
+        raise NotImplementedError(f"{type(self).__name__} reads every chain head under the lock")
 
     @abc.abstractmethod
     def _run_script(self, tx: Tx, migration: Migration) -> None:

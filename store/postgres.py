@@ -30,7 +30,7 @@ from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
-from toolgate.store.tx import LinkHead, Written
+from toolgate.store.tx import LinkHead, Relink, WhenWritten, Written
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
@@ -40,6 +40,12 @@ so (psycopg's own 30 s wait, met twice by a worker, read as a hang)."""
 
 _AUDIT_LOCK = 0x7467_0001
 _MIGRATION_LOCK = 0x7467_0002
+_HEAD_MOVED = "TG409"
+"""The SQLSTATE of the check in a COMMIT's script that the chain's head is still the one its
+events were linked after (`PostgresStore._link_tail`)."""
+_LINK_SAVEPOINT = "toolgate_link"
+_HASH = re.compile(r"[0-9a-f]{64}")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
 def redact_url(url: str) -> str:
@@ -64,6 +70,7 @@ class _PgTx:
         *,
         write: bool = False,
         clock_read: Callable[[str], None] = lambda now: None,
+        relinked: Callable[[], None] = lambda: None,
     ) -> None:
         self._cursor = cursor
         self.write = write
@@ -73,16 +80,19 @@ class _PgTx:
         """The write transaction's one time, once someone asked for it or the chain head read it."""
         self._clock_read = clock_read
         """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
+        self._relinked = relinked
+        """Told each time a tail's head had moved and its events were linked again (`commit`)."""
+        self._tail: tuple[Callable[[str], list[str]], Relink] | None = None
+        """Audit events linked after an unlocked chain head, waiting for the COMMIT: the script
+        that goes in front of it (lock, savepoint, head check, INSERT) under an SQL condition
+        ("" for none), and how to link them again (`PostgresStore._link_tail`)."""
+        self._done = False
+        """Committed before its block ended (`PostgresStore._link_ahead`): nothing more to send."""
         self._queued: list[str] = []
         self.round_trips = 0
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
         sent statements travel inside them; benchmarks read it)."""
         self._binder: psycopg.ClientCursor[Any] | None = None
-        self.link_wants: tuple[int, list[str]] = (0, [])
-        """What `PostgresStore._link_head` asks the chain-head script to read: how many audit
-        sequence numbers to reserve, and one-value reads (bound SQL)."""
-        self.link_read: tuple[list[int], list[Any]] | None = None
-        """What the chain-head script read of it: the numbers (ascending) and the values."""
 
     def bound(self, sql: str, params: Sequence[Any]) -> str:
         """``sql`` with ``params`` bound on the client, ready to travel in a script."""
@@ -108,6 +118,8 @@ class _PgTx:
     def _run(self, statements: Sequence[str]) -> list[list[dict[str, Any]]]:
         """One round trip: `_front` and ``statements`` as one script; the rows of each of its
         results, in order (none for a statement that returns no rows)."""
+        if self._done:
+            raise StoreError("this unit of work was committed already (`PostgresStore._link_ahead`)")
         self.round_trips += 1
         self._cursor.execute(";\n".join([*self._front(), *statements]))
         results = [self._rows()]
@@ -119,7 +131,7 @@ class _PgTx:
         return list(self._cursor.fetchall()) if self._cursor.description else []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        if self._begun and not self._queued:  # alone: bound by the server
+        if self._begun and not self._queued and not self._done:  # alone: bound by the server
             self.round_trips += 1
             self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
             return self._rows()
@@ -164,25 +176,73 @@ class _PgTx:
             self._now = now
         self._clock_read(now)
 
+    def finish_with(self, tail: Callable[[str], list[str]], relink: Relink) -> None:
+        """Send ``tail("")`` (the chain's lock, a savepoint, a check of the chain's head and the
+        audit events' INSERT) in front of the COMMIT, after everything else the transaction
+        sends; ``relink`` links the same events again should the check fail (`commit`) or
+        another linking come first (`settle`)."""
+        self.settle()
+        self._tail = (tail, relink)
+
+    def settle(self) -> None:
+        """Link a waiting tail's events under the lock now (`finish_with`): before any other
+        linking in this transaction, whose chain head must follow them. A round trip."""
+        if self._tail is not None:
+            _, relink = self._tail
+            self._tail = None
+            relink(None)
+
     def commit(self) -> None:
         """COMMIT, with what must go first in front of it: one round trip; none when the
-        transaction never sent anything (there is nothing to commit)."""
-        if self._begun or self._queued:
-            self._run(["COMMIT"])
+        transaction never sent anything (there is nothing to commit), or committed already
+        (`commit_with`). A tail (`finish_with`) goes right in front of the COMMIT."""
+        if not self._done:
+            self.commit_with([], [])
+
+    def commit_with(
+        self, statements: Sequence[str], rereads: Sequence[str], when: str = ""
+    ) -> list[list[dict[str, Any]]]:
+        """``statements``, the waiting tail (under the SQL condition ``when``, if any) and the
+        COMMIT as one script; each statement's rows. When the tail's check finds the chain's
+        head moved, the check's error names the head it found, under the lock the transaction
+        still holds (it was taken before the savepoint): the next script rolls back to the
+        savepoint, reads the statements' rows again (``rereads``: the script stopped before
+        they came back) and commits the events linked after that head: one round trip more
+        (two when the tail's ``relink`` must read the head again itself)."""
+        tail, self._tail = self._tail, None
+        if tail is None and not (self._begun or self._queued or statements):
+            self._done = True
+            return []  # nothing was sent: nothing to commit
+        build, relink = tail if tail is not None else (lambda when: [], None)
+        after = [*build(when), "COMMIT"]
+        try:
+            results = self._run([*statements, *after])
+            self._done = True
+            return results[len(results) - len(after) - len(statements) : len(results) - len(after)]
+        except psycopg.Error as exc:
+            if relink is None or exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
+                raise
+            now, last_hash = exc.diag.message_detail.split(" ")
+        self._relinked()
+        self._queued = [f"ROLLBACK TO SAVEPOINT {_LINK_SAVEPOINT}"]  # what ran before it stays
+        insert = relink((now, last_hash))
+        if insert is not None:
+            self._queued.append(self.bound(*insert))
+        results = self._run([*rereads, "COMMIT"])
+        self._done = True
+        return results[len(results) - 1 - len(rereads) : len(results) - 1]
 
 
-def _first_value(row: dict[str, Any] | None) -> Any:
-    return next(iter(row.values())) if row else None
-
-
-def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None]) -> Iterator[_PgTx]:
+def _write_block(
+    cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None], relinked: Callable[[], None]
+) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
     statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
     events' INSERT among them) in one round trip. A failure anywhere, the COMMIT's own included
     (a deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was
     raised, unless no transaction is open (nothing was sent yet, or a failed COMMIT ended it); a
     failed rollback leaves the connection to the pool, which discards or resets it."""
-    tx = _PgTx(cur, write=True, clock_read=clock_read)
+    tx = _PgTx(cur, write=True, clock_read=clock_read, relinked=relinked)
     try:
         yield tx
         tx.commit()
@@ -191,6 +251,47 @@ def _write_block(cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str]
             with contextlib.suppress(psycopg.Error):
                 cur.execute("ROLLBACK")
         raise
+
+
+def _written_sql(tx: _PgTx, row: Written) -> str:
+    """SQL that holds when ``row`` was written by this transaction (its ``xmin``: exact, whatever
+    the statements returned)."""
+    return tx.bound(
+        f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
+        (row.key,),
+    )
+
+
+def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
+    """The chain's lock, then the store's time, the chain's last hash, ``events`` new sequence
+    numbers and the one-value ``reads`` (bound SQL), in one round trip (the statements the
+    transaction queued go first, so they run before the lock is taken; BEGIN before them when
+    nothing opened the transaction yet). The time is the transaction's own when nothing asked for
+    it before (`_PgTx.heard`). The read is a statement of its own after the lock statement: under
+    READ COMMITTED it then sees the event the previous lock holder committed (a single
+    statement's snapshot could predate the lock). The sequence numbers are reserved under the
+    lock, so chain order and sequence order agree. A tail still waiting is linked first
+    (`_PgTx.settle`)."""
+    tx.settle()
+    extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
+    if events:
+        extra += (
+            ", ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
+            f" FROM generate_series(1, {int(events)})) AS seqs"
+        )
+    row = tx.last_of(
+        f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
+        f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+        + extra
+    )
+    assert row is not None
+    tx.heard(str(row["now"]))
+    return LinkHead(
+        str(row["now"]),
+        str(row["hash"]),
+        sorted(int(n) for n in row["seqs"]) if events else [],
+        [row[f"v{n}"] for n in range(len(reads))],
+    )
 
 
 class PostgresStore(Store):
@@ -221,6 +322,10 @@ class PostgresStore(Store):
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
         self._clock_mark: tuple[float, datetime] | None = None
         """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
+        self.relinked = 0
+        """Audited steps of this store whose events were linked after an unlocked chain head that
+        had moved by their COMMIT, and were linked again under the lock (`_link_tail`): how often
+        a step paid the extra round trip of that (two with a keyed event; benchmarks read it)."""
 
     def _get_pool(self) -> ConnectionPool:
         with self._lock:
@@ -250,7 +355,7 @@ class PostgresStore(Store):
         try:
             with self._get_pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 if write:
-                    yield from _write_block(cur, self._clock_read)
+                    yield from _write_block(cur, self._clock_read, self._relinked)
                 else:
                     yield _PgTx(cur, clock_read=self._clock_read)
         except PoolTimeout as exc:
@@ -300,51 +405,16 @@ class PostgresStore(Store):
         return mark[1] + timedelta(seconds=moment - mark[0])
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
-        """Lock, then read time and last hash, in one round trip (the statements the transaction
-        queued go first, so they run before the lock is taken; BEGIN before them when nothing
-        opened the transaction yet). The time is the transaction's own when nothing asked for it
-        before (`_PgTx.heard`). The read is a statement of its
-        own after the lock statement: under READ COMMITTED it then sees the event the previous
-        lock holder committed (a single statement's snapshot could predate the lock). What
-        `_link_head` asked for is read by the same statement: the new events' sequence numbers,
-        reserved under the lock (so chain order and sequence order agree), and its reads."""
+        """Lock, then read time and last hash, in one round trip (`_locked_head`)."""
         assert isinstance(tx, _PgTx)
-        wanted, reads = tx.link_wants
-        extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
-        if wanted:
-            extra += (
-                ", ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
-                f" FROM generate_series(1, {int(wanted)})) AS seqs"
-            )
-        row = tx.last_of(
-            f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
-            f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
-            + extra
-        )
-        assert row is not None
-        tx.heard(str(row["now"]))
-        tx.link_read = (
-            sorted(int(n) for n in row["seqs"]) if wanted else [],
-            [row[f"v{n}"] for n in range(len(reads))],
-        )
-        return str(row["now"]), str(row["hash"])
+        head = _locked_head(tx, 0, [])
+        return head.now, head.last_hash
 
     def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
         """`_chain_head` that also reserves ``events`` sequence numbers and makes the reads
-        ``values``, in its one round trip. When `_chain_head` is wrapped by something that does
-        not reach this backend's, the reads run after it, a statement each, and the database
-        numbers the events on insert."""
+        ``values``, in its one round trip (`_locked_head`)."""
         assert isinstance(tx, _PgTx)
-        tx.link_wants = (events, [tx.bound(sql, params) for sql, params in values])
-        tx.link_read = None
-        try:
-            now, last_hash = self._chain_head(tx)  # through the attribute: wrappers still see it
-        finally:
-            tx.link_wants = (0, [])
-        if tx.link_read is None:  # a wrapper answered without this backend's chain head
-            return LinkHead(now, last_hash, [], [_first_value(tx.one(sql, params)) for sql, params in values])
-        seqs, read = tx.link_read
-        return LinkHead(now, last_hash, seqs, read)
+        return _locked_head(tx, events, [tx.bound(sql, params) for sql, params in values])
 
     def _link_behind(
         self,
@@ -353,50 +423,108 @@ class PostgresStore(Store):
         groups: Sequence[tuple[int, Written]],
         values: Sequence[tuple[str, Sequence[Any]]] = (),
     ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
-        """The statements and `_chain_head`'s script behind them, in one round trip: the lock
-        and the head's read run only when the first group's row was written by this transaction
-        (its ``xmin``: exact, whatever the statements returned), so a step that links nothing (a
-        claim that lost, a decision on record already) never takes the chain's lock; the
-        sequence numbers reserved are those of the groups whose rows were. The lock is taken
-        after the statements, as `_chain_head` takes it: it covers linking and the COMMIT, not
-        the statements' own work. A `_chain_head` wrapped on this store (a benchmark timing the
-        lock) is honoured: the steps then run one after the other."""
+        """The statements and the chain head's read behind them, in one round trip, without the
+        chain's lock: the lock is taken in the COMMIT's script, in front of a check that the head
+        is still the one read here and the events' INSERT (`_link_tail`), so it is held while the
+        server commits, never across the client's turn (hashing the events). The head is read
+        only when the first group's row was written by this transaction (its ``xmin``: exact,
+        whatever the statements returned), so a step that links nothing (a claim that lost, a
+        decision on record already) reads no head and never takes the lock."""
         assert isinstance(tx, _PgTx)
-        if not groups or "_chain_head" in vars(self):
+        if not groups:
             return super()._link_behind(tx, statements, groups, values)
-
-        def written(row: Written) -> str:
-            return tx.bound(
-                f"EXISTS (SELECT 1 FROM {row.table} WHERE {row.column} = ? AND xmin = pg_current_xact_id()::xid)",
-                (row.key,),
-            )
-
-        linked = written(groups[0][1])
-        wanted = " + ".join(
-            f"(CASE WHEN {written(row)} THEN {int(count)} ELSE 0 END)" for count, row in groups
-        )
+        tx.settle()
+        linked = _written_sql(tx, groups[0][1])
         reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
         results = tx._run(
             [
                 *(tx.bound(sql, params) for sql, params in statements),
-                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}) WHERE {linked}",
                 f"SELECT {NOW_SQL} AS now,"
-                f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash,"
-                " ARRAY(SELECT nextval(pg_get_serial_sequence('audit_events', 'seq'))"
-                f" FROM generate_series(1, {wanted})) AS seqs{reads} WHERE {linked}",
+                f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+                f"{reads} WHERE {linked}",
             ]
         )
-        answers, head = results[-len(statements) - 2 : -2], results[-1]
+        answers, head = results[-len(statements) - 1 : -1], results[-1]
         if not head:
             return answers, None
-        row = head[0]
-        tx.heard(str(row["now"]))
+        found = head[0]
+        tx.heard(str(found["now"]))
         return answers, LinkHead(
-            str(row["now"]),
-            str(row["hash"]),
-            sorted(int(n) for n in row["seqs"]),
-            [row[f"v{n}"] for n in range(len(values))],
+            str(found["now"]), str(found["hash"]), [], [found[f"v{n}"] for n in range(len(values))], locked=False
         )
+
+    def _head_first(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_first`: BEGIN with the store's time and the chain's head, one round
+        trip (the transaction's time is this one)."""
+        assert isinstance(tx, _PgTx)
+        tx.settle()
+        row = tx.last_of(
+            f"SELECT {NOW_SQL} AS now,"
+            f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+        )
+        assert row is not None
+        tx.heard(str(row["now"]))
+        return LinkHead(str(row["now"]), str(row["hash"]), [], [], locked=False)
+
+    def _link_ahead(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        written: Written,
+    ) -> list[list[dict[str, Any]]]:
+        """`Database._link_ahead`: the statements, the waiting tail (`_link_tail`) under the
+        condition that ``written``'s row is this transaction's (its ``xmin``), and the COMMIT,
+        as one script (`_PgTx.commit_with`)."""
+        assert isinstance(tx, _PgTx)
+        return tx.commit_with(
+            [tx.bound(sql, params) for sql, params in statements],
+            [tx.bound(sql, params) for sql, params in rereads],
+            _written_sql(tx, written),
+        )
+
+    def _link_tail(
+        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+    ) -> None:
+        """`Database._link_tail`: in front of the COMMIT, the chain's lock, a savepoint, a check
+        that the head is still ``last_hash`` and holds none of the ``keyed`` ids, and the
+        events' INSERT, numbered by the database under the lock (each under the tail's
+        condition, when `_link_ahead` gives one). The check is a statement of its own after the
+        lock, so it sees what the previous holder committed; when it fails it raises
+        `_HEAD_MOVED` with the store's time and the head it found (``now hash``) as its detail,
+        and the script stops there: `_PgTx.commit_with` rolls back to the savepoint (the lock,
+        taken before it, stays) and commits what ``relink`` links after that head. A last
+        hash that is not a hash (the chain's last row written by hand) or a keyed id that
+        could not travel in SQL is not put into it: the events are linked under the lock at
+        once instead."""
+        assert isinstance(tx, _PgTx)
+        if not _HASH.fullmatch(last_hash) or not all(_PLAIN_ID.fullmatch(k) for k in keyed):
+            relink(None)
+            return
+        held = (  # validated: letters, digits and _.:- only
+            " OR EXISTS (SELECT 1 FROM audit_events WHERE event_id IN (" + ", ".join(f"'{k}'" for k in keyed) + "))"
+            if keyed
+            else ""
+        )
+
+        def tail(when: str) -> list[str]:
+            if "$tg$" in when:  # bound values travel inside the check's dollar-quoted body
+                raise StoreError("a linked row's key cannot travel in the audit chain's head check")
+            only = f" AND {when}" if when else ""
+            return [
+                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})" + (f" WHERE {when}" if when else ""),
+                f"SAVEPOINT {_LINK_SAVEPOINT}",
+                "DO $tg$DECLARE head text := COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC"
+                f" LIMIT 1), '{GENESIS_HASH}'); BEGIN IF (head <> '{last_hash}'{held}){only} THEN RAISE"
+                f" EXCEPTION 'the audit chain''s head moved' USING ERRCODE = '{_HEAD_MOVED}', DETAIL ="
+                f" {NOW_SQL} || ' ' || head; END IF; END$tg$",
+                tx.bound(*insert(when)),
+            ]
+
+        tx.finish_with(tail, relink)
+
+    def _relinked(self) -> None:
+        self.relinked += 1
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

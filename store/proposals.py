@@ -83,73 +83,106 @@ class Proposals:
         transaction, so stamping a proposal costs no clock read of its own."""
         keys = self._db.keys
         with self._db.transaction() as tx:
-            now = self._db._tx_now(tx)
+            # on PostgreSQL the time with the chain head, read first (the rows are new: nothing
+            # of them needs reading before their events are linked)
+            head = self._db._head_first(tx)
+            now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
             proposal, audit = make(now)
             mac = keys.mac("proposal", proposal.sealed())
-            # the proposal, its operation and the chain head behind them as one script (one round
-            # trip on PostgreSQL; the chain's lock only when the proposal was stored here). The
-            # operation's INSERT runs only behind a proposal stored under this id with this MAC,
-            # so nothing is inserted when the key holds another proposal already.
-            inserted, created = self._audit.link_behind(
-                tx,
-                [
+            # The operation's INSERT runs only behind a proposal stored under this id with this
+            # MAC, so nothing is inserted when the key holds another proposal already.
+            statements: list[tuple[str, Sequence[Any]]] = [
+                (
+                    "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool,"
+                    " tool_version, handler_revision, release, tenant_id, requester_id, arguments,"
+                    " arguments_sha256, digest, risk, effect, rollback, approval_class, created_at,"
+                    " expires_at, supersedes, trace_id, editors, escalation_rule_id, escalation_reason,"
+                    " requester_text, mac)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT DO NOTHING RETURNING *",
                     (
-                        "INSERT INTO proposals (proposal_id, operation_key, thread_id, call_id, tool,"
-                        " tool_version, handler_revision, release, tenant_id, requester_id, arguments,"
-                        " arguments_sha256, digest, risk, effect, rollback, approval_class, created_at,"
-                        " expires_at, supersedes, trace_id, editors, escalation_rule_id, escalation_reason,"
-                        " requester_text, mac)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                        " ON CONFLICT DO NOTHING RETURNING *",
-                        (
-                            proposal.proposal_id,
-                            proposal.operation_key,
-                            proposal.thread_id,
-                            proposal.call_id,
-                            proposal.tool,
-                            proposal.tool_version,
-                            proposal.handler_revision,
-                            proposal.release,
-                            proposal.tenant_id,
-                            proposal.requester_id,
-                            ordered_json(proposal.arguments),  # the model's key order; digests are canonical
-                            proposal.arguments_sha256,
-                            proposal.digest,
-                            proposal.risk,
-                            proposal.effect,
-                            proposal.rollback,
-                            proposal.approval_class,
-                            proposal.created_at,
-                            proposal.expires_at,
-                            proposal.supersedes,
-                            proposal.trace_id,
-                            json.dumps(sorted(proposal.editors)) if proposal.editors else None,
-                            proposal.escalation_rule_id,
-                            proposal.escalation_reason,
-                            proposal.requester_text or None,
-                            mac,
-                        ),
+                        proposal.proposal_id,
+                        proposal.operation_key,
+                        proposal.thread_id,
+                        proposal.call_id,
+                        proposal.tool,
+                        proposal.tool_version,
+                        proposal.handler_revision,
+                        proposal.release,
+                        proposal.tenant_id,
+                        proposal.requester_id,
+                        ordered_json(proposal.arguments),  # the model's key order; digests are canonical
+                        proposal.arguments_sha256,
+                        proposal.digest,
+                        proposal.risk,
+                        proposal.effect,
+                        proposal.rollback,
+                        proposal.approval_class,
+                        proposal.created_at,
+                        proposal.expires_at,
+                        proposal.supersedes,
+                        proposal.trace_id,
+                        json.dumps(sorted(proposal.editors)) if proposal.editors else None,
+                        proposal.escalation_rule_id,
+                        proposal.escalation_reason,
+                        proposal.requester_text or None,
+                        mac,
                     ),
+                ),
+                (
+                    # ON CONFLICT: the same proposal sent again finds its operation stored
+                    "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
+                    " attempts, created_at, updated_at) SELECT ?, ?, ?, ?, 'pending_approval', 0, ?, ?"
+                    " WHERE EXISTS (SELECT 1 FROM proposals p WHERE p.proposal_id = ? AND p.mac = ?)"
+                    " ON CONFLICT DO NOTHING RETURNING *",
                     (
-                        # ON CONFLICT: the same proposal sent again finds its operation stored
-                        "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
-                        " attempts, created_at, updated_at) SELECT ?, ?, ?, ?, 'pending_approval', 0, ?, ?"
-                        " WHERE EXISTS (SELECT 1 FROM proposals p WHERE p.proposal_id = ? AND p.mac = ?)"
-                        " ON CONFLICT DO NOTHING RETURNING *",
-                        (
-                            proposal.operation_key,
-                            proposal.proposal_id,
-                            proposal.tool,
-                            proposal.tenant_id,
-                            now,
-                            now,
-                            proposal.proposal_id,
-                            mac,
-                        ),
+                        proposal.operation_key,
+                        proposal.proposal_id,
+                        proposal.tool,
+                        proposal.tenant_id,
+                        now,
+                        now,
+                        proposal.proposal_id,
+                        mac,
                     ),
-                ],
-                [(audit, Written(0, "proposals", "proposal_id", proposal.proposal_id))],
-            )
+                ),
+            ]
+            stored = [
+                ("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,)),
+                ("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,)),
+            ]
+            written = Written(0, "proposals", "proposal_id", proposal.proposal_id)
+            if head is not None:
+                # the INSERTs, the rows as stored, the events (only behind a proposal stored here)
+                # and the COMMIT as one script: two round trips in all
+                tenants = {
+                    ("proposals", proposal.proposal_id): proposal.tenant_id,
+                    ("operations", proposal.operation_key): proposal.tenant_id,
+                }
+                # should a moved chain head stop the script, the proposal was stored here (the
+                # events are linked only then): its INSERTs' rows are read again
+                again = [
+                    stored[0],
+                    (
+                        "SELECT * FROM operations WHERE operation_key = ? AND proposal_id = ?",
+                        (proposal.operation_key, proposal.proposal_id),
+                    ),
+                ]
+                # the script commits: the operation's INSERT runs behind a proposal stored here
+                # and fails the whole script (a unique key) when another operation holds the key
+                strict = (
+                    "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status,"
+                    " attempts, created_at, updated_at) SELECT ?, ?, ?, ?, 'pending_approval', 0, ?, ?"
+                    " WHERE EXISTS (SELECT 1 FROM proposals p WHERE p.proposal_id = ? AND p.mac = ?"
+                    " AND p.xmin = pg_current_xact_id()::xid) RETURNING *",
+                    statements[1][1],
+                )
+                inserted, created, stored_proposal, stored_operation = self._audit.link_ahead(
+                    tx, head, [statements[0], strict, *stored], [*again, *stored], audit, written, tenants
+                )
+            else:  # the proposal, its operation and the chain head behind them
+                inserted, created = self._audit.link_behind(tx, statements, [(audit, written)])
+                stored_proposal = stored_operation = []
             if inserted:
                 if not created:  # the key's operation row exists without this proposal
                     raise StoreError(
@@ -158,13 +191,9 @@ class Proposals:
                     )
                 prow: dict[str, Any] | None = inserted[0]
                 orow: dict[str, Any] | None = created[0]
-            else:  # both rows as stored, in one round trip
-                stored_proposal, stored_operation = tx.many(
-                    [
-                        ("SELECT * FROM proposals WHERE operation_key = ?", (proposal.operation_key,)),
-                        ("SELECT * FROM operations WHERE operation_key = ?", (proposal.operation_key,)),
-                    ]
-                )
+            else:  # both rows as stored, in one round trip (read already on PostgreSQL)
+                if head is None:
+                    stored_proposal, stored_operation = tx.many(stored)
                 prow = stored_proposal[0] if stored_proposal else None
                 orow = stored_operation[0] if stored_operation else None
         assert prow is not None and orow is not None

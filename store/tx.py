@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -53,6 +53,11 @@ class LinkHead(NamedTuple):
     where the database numbers them on insert (SQLite)."""
     values: list[Any]
     """The first column of each read asked for (each reads one row at most; None: no row), in order."""
+    locked: bool = True
+    """Read under the chain's lock. False where the backend read the head without it, behind the
+    step's statements (PostgreSQL's `Database._link_behind`): the events' rows then go to the
+    server with the COMMIT, behind the lock and a check that the head is still ``last_hash``
+    (`Database._link_tail`), and are numbered by the database there."""
 
 
 class Written(NamedTuple):
@@ -67,6 +72,18 @@ class Written(NamedTuple):
     """A unique column of that table."""
     key: str
     """The row's value in ``column``."""
+
+
+Relink = Callable[[tuple[str, str] | None], tuple[str, Sequence[Any]] | None]
+"""How audit events linked after an unlocked chain head are linked again (`Database._link_tail`):
+given the head found under the lock, ``(now, last hash)``, the INSERT of the same events linked
+after it; or, given None (no head read) or when it cannot (a keyed event, which the chain may
+hold by now), it links them itself under the lock (`AuditLog.link`) and returns None."""
+
+
+WhenWritten = Callable[[str], tuple[str, Sequence[Any]]]
+"""The events' INSERT of a step linked ahead of its statements, given the SQL condition under
+which it inserts anything (`Database._link_ahead`: "this transaction wrote the row")."""
 
 
 class Database(Protocol):
@@ -115,8 +132,41 @@ class Database(Protocol):
     ) -> tuple[list[list[dict[str, Any]]], LinkHead | None]:
         """Run ``statements`` (`Tx.many`) and then, when the first group's row was written by
         them, `_link_head` for the events of every group (``(how many events, condition)``) whose
-        row was: ``(each statement's rows, the head or None)``; on PostgreSQL in one round trip."""
+        row was: ``(each statement's rows, the head or None)``; on PostgreSQL in one round trip,
+        and the head read without the chain's lock (``LinkHead.locked`` False)."""
+        ...
+
+    def _head_first(self, tx: Tx) -> LinkHead | None:
+        """For a step whose rows are new (a proposal): the store's time and the chain's head, read
+        without the lock as ``tx``'s first script, before its statements are known (the time
+        goes into them); None where the backend links behind the statements instead
+        (`_link_behind`)."""
+        ...
+
+    def _link_ahead(
+        self,
+        tx: Tx,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        rereads: Sequence[tuple[str, Sequence[Any]]],
+        written: Written,
+    ) -> list[list[dict[str, Any]]]:
+        """Run ``statements`` and COMMIT ``tx`` in one round trip, with the events waiting to go
+        with the COMMIT (`_link_tail`, linked after a `_head_first` head) between them, only
+        when the row ``written`` names was written by the statements. Each statement's rows;
+        ``rereads`` (one per statement) read them again when the head check stopped the
+        script. ``tx`` is committed after it."""
+        ...
+
+    def _link_tail(
+        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+    ) -> None:
+        """Send ``insert`` (the events linked after ``last_hash``, an unlocked head) with the
+        COMMIT of ``tx``, behind the chain's lock and a check that the head is still
+        ``last_hash`` and holds none of the ``keyed`` event ids. When the check fails (another
+        transaction linked in between), the transaction goes on without that INSERT, still
+        holding the lock, and commits the one ``relink`` gives for the head found under it;
+        before any other linking in ``tx``, ``relink(None)`` links them under the lock first."""
         ...
 
 
-__all__ = ["Database", "LinkHead", "Tx", "Written"]
+__all__ = ["Database", "LinkHead", "Relink", "Tx", "WhenWritten", "Written"]

@@ -112,19 +112,18 @@ def test_a_failed_append_leaves_the_claim_untaken(harness: Harness, monkeypatch:
     gateway = harness.gateway()
     decide(gateway, proposal["proposal_id"], principal("fiona"), "approve")
     events_before = len(harness.store.audit.events())
-    real_head = harness.store._chain_head
 
-    def broken(tx: Any) -> Any:
+    def broken(tx: Any, *args: Any) -> Any:  # linking the claim's events, behind its statements
         raise StoreError("audit chain unavailable")
 
-    monkeypatch.setattr(harness.store, "_chain_head", broken)
+    monkeypatch.setattr(harness.store.audit, "_chain", broken)
     with pytest.raises(StoreError):
         gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
     op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "approved" and op.attempts == 0  # the claim rolled back
     assert harness.handler_calls["issue_refund"] == 0
     assert len(harness.store.audit.events()) == events_before
-    monkeypatch.setattr(harness.store, "_chain_head", real_head)
+    monkeypatch.undo()
     assert gateway.executor.deliver(proposal["operation_key"], worker_id="w2").status == "succeeded"
     assert harness.refunds() == 1
     assert verify_chain(harness.store).ok

@@ -47,15 +47,30 @@ def links(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     `AuditLog._chain`, which both ways of linking go through: `AuditLog.link` and
     `AuditLog.link_behind`, the proposal's)."""
     seen: list[list[str]] = []
-    chain = AuditLog._chain
+    chain, ahead = AuditLog._chain, AuditLog.link_ahead
+    waiting: list[list[list[str]]] = []  # inside `link_ahead`: its last chaining, not yet known linked
 
     def counted(self: AuditLog, tx: Any, *args: Any) -> list[AuditEvent]:
         linked = chain(self, tx, *args)
         if linked:
-            seen.append([e.event for e in linked])
+            (waiting[-1] if waiting else seen).append([e.event for e in linked])
         return linked
 
+    def counted_ahead(self: AuditLog, tx: Any, *args: Any) -> Any:
+        # a proposal's events are chained before its script says whether it stored the proposal
+        # (PostgreSQL, `AuditLog.link_ahead`): they count as linked only when it did (its first
+        # statement's rows), and as the last chaining (linked again after a moved chain head)
+        waiting.append([])
+        try:
+            answers = ahead(self, tx, *args)
+        finally:
+            chained = waiting.pop()
+        if answers[0] and chained:
+            seen.append(chained[-1])
+        return answers
+
     monkeypatch.setattr(AuditLog, "_chain", counted)
+    monkeypatch.setattr(AuditLog, "link_ahead", counted_ahead)
     yield seen
 
 

@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 48
+ROUND_TRIPS_PER_APPROVED_WRITE = 47
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -81,7 +81,13 @@ the proposal's transaction, its already-linked check read with that transaction'
 write's operation and the store's time in one statement (`Operations.get_at`; the clock was a
 round trip of its own after the operation read). 49 -> 48 when the final answer stopped reading
 again the operation whose outcome's transaction had returned it ``succeeded``, a status the
-database lets no operation leave (`FINAL_STATUSES`)."""
+database lets no operation leave (`FINAL_STATUSES`). 48 -> 47 when the proposal's transaction
+read the chain head first, with BEGIN and the time its rows carry (its rows are new: nothing of
+them is read before its events are linked), and sent its INSERTs, its rows as stored, the
+events behind the chain's lock and the COMMIT as one script (`AuditLog.link_ahead`): 3 -> 2
+round trips. Unchanged by the chain's lock moving into the COMMIT's script of each step (the
+same three round trips for the decision, the claim and the outcome); a step whose head moved
+before its COMMIT takes one more (two with a keyed event), which this single write never meets."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

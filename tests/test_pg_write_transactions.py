@@ -9,9 +9,12 @@ again (`Store.calibrated_now`) costs no round trip while a recent reading stands
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from support import TEST_KEY, shift_store_clock, wire_round_trips
 from test_store_contract import make_proposal
@@ -19,7 +22,9 @@ from test_store_contract import make_proposal
 from toolgate.clock import parse_iso
 from toolgate.errors import StoreError
 from toolgate.store import AuditEventIn, PostgresStore
+from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
+from toolgate.store.chain import verify_chain
 from toolgate.store.postgres import NOW_SQL
 from toolgate.store.tx import Written
 
@@ -221,8 +226,9 @@ _ADVISORY_LOCKS = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory
 def test_a_step_links_its_events_behind_its_statements_and_locks_the_chain_only_when_it_wrote(
     pg_migrated_url: str,
 ) -> None:
-    # `AuditLog.link_behind`: the step's statements, the chain's lock and its head read travel as
-    # one script; a step that wrote nothing to link (a claim that lost) never takes the lock
+    # `AuditLog.link_behind`: the step's statements and its chain head read travel as one script,
+    # without the chain's lock (taken by the COMMIT's script, in front of the events: see the
+    # tests below); a step that wrote nothing to link (a claim that lost) reads no head
     store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
     try:
         store.proposals.create(make_proposal(1))
@@ -234,18 +240,263 @@ def test_a_step_links_its_events_behind_its_statements_and_locks_the_chain_only_
         assert won is not None and wire["round_trips"] == 3
         with wire_round_trips() as wire:
             assert store.operations.claim("op_test1", "w2", 30, audit=claimed) is None
-        assert wire["round_trips"] == 3  # the same script, its lock and head not taken; COMMIT
+        assert wire["round_trips"] == 3  # the same script, its head not read; COMMIT
         assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.claimed"]
         claim = "UPDATE operations SET owner = ? WHERE operation_key = ? AND owner = ? RETURNING owner"
-        for owner, locks in (("w9", 0), ("w1", 1)):  # w9 owns nothing: no row written, no lock
+        for owner, wrote in (("w9", 0), ("w1", 1)):  # w9 owns nothing: no row written, nothing linked
             with store.transaction() as tx:
                 answers = store.audit.link_behind(
                     tx,
                     [(claim, ("w1", "op_test1", owner))],
                     [(claimed, Written(0, "operations", "operation_key", "op_test1"))],
                 )
-                assert len(answers[0]) == locks
-                assert tx.one(_ADVISORY_LOCKS) == {"n": locks}
+                assert len(answers[0]) == wrote
+                assert tx.one(_ADVISORY_LOCKS) == {"n": 0}  # no lock before the COMMIT's script
         assert len(store.audit.events(operation_key="op_test1")) == 2
+        assert verify_chain(store).ok and store.relinked == 0
+    finally:
+        store.close()
+
+
+_LEASE = (
+    "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at)"
+    " VALUES (?, 'w', '2026-12-07T00:00:00.000000Z', '2026-12-07T01:00:00.000000Z') RETURNING resource_key"
+)
+
+
+def _link_lease(store: PostgresStore, tx: Any, key: str, events: list[AuditEventIn]) -> None:
+    """A step of its own: a lease row written, ``events`` linked behind it (`AuditLog.link_behind`)."""
+    answers = store.audit.link_behind(
+        tx, [(_LEASE, (key,))], [(events, Written(0, "resource_leases", "resource_key", key))]
+    )
+    assert answers == [[{"resource_key": key}]]
+
+
+def _chain_lock_waiters(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s",
+            (0x7467_0001,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_steps_commit_takes_the_chain_lock_behind_its_statements_and_its_client_turn(
+    pg_migrated_url: str,
+) -> None:
+    # the step's transaction holds row locks and has hashed its events before it asks for the
+    # chain's lock: while another session holds that lock, the step's COMMIT script waits for it
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    holder = psycopg.connect(pg_migrated_url)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        linked, failures = threading.Event(), []
+
+        def step() -> None:
+            try:
+                with store.transaction() as tx:
+                    _link_lease(store, tx, "r-1", [AuditEventIn(event="leased", result="recorded")])
+                    assert tx.one(_ADVISORY_LOCKS) == {"n": 0}
+                    linked.set()
+            except BaseException as exc:  # reported to the test's thread
+                failures.append(exc)
+                linked.set()
+
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (0x7467_0001,))  # not the store's: no event
+        worker = threading.Thread(target=step)
+        worker.start()
+        assert linked.wait(60) and not failures
+        deadline = time.monotonic() + 60
+        while _chain_lock_waiters(pg_migrated_url) == 0:  # a condition with a deadline
+            assert time.monotonic() < deadline and worker.is_alive(), "the COMMIT never waited for the lock"
+            time.sleep(0.01)
+        assert [e.event for e in store.audit.events()] == ["first"]  # nothing linked while it waits
+        holder.rollback()  # the lock goes; the step's COMMIT script takes it and commits
+        worker.join(60)
+        assert not worker.is_alive() and not failures, failures
+        assert [e.event for e in store.audit.events()] == ["first", "leased"]
+        assert verify_chain(store).ok and store.relinked == 0  # the head had not moved
+    finally:
+        holder.close()
+        store.close()
+
+
+def _race(store: PostgresStore, first: list[AuditEventIn], second: list[AuditEventIn]) -> int:
+    """Two steps read the same chain head behind their statements (a lease each); the first
+    commits while the second's transaction is open; then the second commits. The second's round
+    trips from its COMMIT on."""
+    first_read, first_go, failures = threading.Event(), threading.Event(), []
+
+    def run_first() -> None:
+        try:
+            with store.transaction() as tx:
+                _link_lease(store, tx, "r-1", first)
+                first_read.set()
+                assert first_go.wait(60)
+        except BaseException as exc:  # reported to the test's thread
+            failures.append(exc)
+            first_read.set()
+
+    worker = threading.Thread(target=run_first)
+    worker.start()
+    assert first_read.wait(60) and not failures
+    with wire_round_trips() as wire, store.transaction() as tx:
+        _link_lease(store, tx, "r-2", second)
+        first_go.set()  # the first commits, behind the head both read
+        worker.join(60)
+        assert not worker.is_alive() and not failures, failures
+        wire["round_trips"] = 0
+    return wire["round_trips"]
+
+
+def test_a_head_that_moved_before_the_commit_is_read_again_under_the_lock_and_linked_once(
+    pg_migrated_url: str,
+) -> None:
+    # two steps read the same chain head; the first commits; the second's COMMIT script finds the
+    # head moved: its savepoint is rolled back, its events linked again under the lock (a keyed
+    # event the first linked meanwhile is left out) and its own statements committed with them
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        shared = KeyedEventIn(event_id="evt-shared", event="model.response", result="recorded")
+        trips = _race(
+            store,
+            [shared, AuditEventIn(event="one", result="recorded")],
+            [shared, AuditEventIn(event="two", result="recorded")],
+        )
+        # the tail and COMMIT (refused: the head moved); the rollback to the savepoint with the
+        # head read again (the keyed event's presence with it); the events with the COMMIT
+        assert trips == 3 and store.relinked == 1
+        events = store.audit.events()
+        assert [e.event for e in events] == ["first", "model.response", "one", "two"]
+        assert [e.event_id for e in events].count("evt-shared") == 1
+        assert _leases_held(store) == ["r-1", "r-2"]  # the second step's own statement committed
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_head_that_moved_is_named_by_the_refused_check_and_the_events_follow_it_in_one_round_trip(
+    pg_migrated_url: str,
+) -> None:
+    # without a keyed event nothing needs reading again: the check that finds the head moved names
+    # it (and the store's time) under the lock the transaction keeps, and the next script rolls
+    # back to the savepoint and commits the events linked after it
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        trips = _race(
+            store,
+            [AuditEventIn(event="one", result="recorded"), AuditEventIn(event="one.more", result="recorded")],
+            [AuditEventIn(event="two", result="recorded"), AuditEventIn(event="two.more", result="recorded")],
+        )
+        assert trips == 2 and store.relinked == 1  # the refused tail; the rollback, events, COMMIT
+        events = store.audit.events()
+        assert [e.event for e in events] == ["first", "one", "one.more", "two", "two.more"]
+        assert events[3].prev_hash == events[2].hash and events[3].occurred_at >= events[2].occurred_at
+        assert _leases_held(store) == ["r-1", "r-2"]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_step_linked_behind_its_statements_and_linked_again_in_its_transaction_keeps_the_order(
+    pg_migrated_url: str,
+) -> None:
+    # a link after a tail in the same transaction must chain after the tail's events: the tail is
+    # linked under the lock first (`_PgTx.settle`)
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        with store.transaction() as tx:
+            _link_lease(store, tx, "r-1", [AuditEventIn(event="behind", result="recorded")])
+            store.audit.link(tx, [AuditEventIn(event="after", result="recorded")])
+        assert [e.event for e in store.audit.events()] == ["behind", "after"]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def _leases_held(store: PostgresStore) -> list[str]:
+    with store.transaction(write=False) as tx:
+        return [
+            str(r["resource_key"]) for r in tx.execute("SELECT resource_key FROM resource_leases ORDER BY 1")
+        ]
+
+
+def _created(proposal: Any, *extra: AuditEventIn) -> Any:
+    """A `Proposals.create_at` maker: ``proposal`` and its events (``extra`` first)."""
+    return lambda now: (
+        proposal,
+        [
+            *extra,
+            AuditEventIn(
+                event="proposal.created",
+                result="pending_approval",
+                proposal_id=proposal.proposal_id,
+                operation_key=proposal.operation_key,
+            ),
+        ],
+    )
+
+
+def test_a_proposal_reads_the_chain_head_first_and_commits_with_its_events_in_one_more_round_trip(
+    pg_migrated_url: str,
+) -> None:
+    # its rows are new: BEGIN with the time and the chain head (unlocked), then the INSERTs, the
+    # rows as stored, the events behind the chain's lock and the COMMIT as one script; a proposal
+    # already stored under the key reads the same two scripts and links nothing
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.now()  # the pool's connection is open
+        proposal = make_proposal(1)
+        with wire_round_trips() as wire:
+            stored, operation, created = store.proposals.create_at(_created(proposal))
+        assert wire["round_trips"] == 2 and created
+        assert (stored.proposal_id, stored.authentic, operation.status) == (
+            "prop_test1",
+            True,
+            "pending_approval",
+        )
+        with wire_round_trips() as wire:
+            again, operation_again, created_again = store.proposals.create_at(_created(make_proposal(1)))
+        assert wire["round_trips"] == 2 and not created_again
+        assert again.proposal_id == "prop_test1" and operation_again.operation_key == "op_test1"
+        events = store.audit.events()
+        assert [(e.event, e.tenant_id) for e in events] == [("proposal.created", "acme")]
+        assert verify_chain(store).ok and store.relinked == 0
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_a_proposal_whose_chain_head_moved_before_its_script_links_its_events_after_the_new_head(
+    pg_migrated_url: str, keyed: bool
+) -> None:
+    # another step links between the proposal's head read and its script (inside `make`, which
+    # runs between the two): the script's check refuses, the proposal's INSERTs stay (they ran
+    # before the savepoint), its rows are read again and its events follow the head found under
+    # the lock; a keyed event the other step linked meanwhile is left out
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        shared = KeyedEventIn(event_id="evt-turn", event="model.response", result="recorded")
+        proposal = make_proposal(2)
+        made = _created(proposal, *([shared] if keyed else []))
+
+        def make(now: str) -> Any:
+            store.audit.append_many([shared] if keyed else [AuditEventIn(event="between", result="recorded")])
+            return made(now)
+
+        with wire_round_trips() as wire:
+            stored, operation, created = store.proposals.create_at(make)
+        # the head first; the other step's append (2); the refused script; then the rollback with
+        # the rows read again and the events with the COMMIT (the keyed event's presence read
+        # with the head under the lock first: one more)
+        assert wire["round_trips"] == (6 if keyed else 5) and store.relinked == 1
+        assert created and stored.proposal_id == "prop_test2" and operation.status == "pending_approval"
+        names = [e.event for e in store.audit.events()]
+        assert names == ["first", "model.response" if keyed else "between", "proposal.created"]
+        assert [e.tenant_id for e in store.audit.events()][-1] == "acme"
+        assert verify_chain(store).ok
     finally:
         store.close()

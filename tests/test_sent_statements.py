@@ -121,11 +121,18 @@ def test_sent_statements_cost_no_round_trip_and_events_go_with_the_commit(pg_mig
 def test_a_chain_head_wrapper_that_answers_itself_still_links_a_verifiable_chain(
     pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # linking on PostgreSQL reads its chain head in a script of its own (`_locked_head`), never
+    # through the `_chain_head` attribute: a wrapper there (a test double, a case clock, a
+    # benchmark's timer, as bench/throughput.py had before it sampled `pg_locks`) neither changes
+    # how events are linked nor is needed for it
     store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
     try:
         first = store.audit.append(_event("before"))
+        calls = 0
 
         def own_head(tx: Any) -> tuple[str, str]:  # as a test double or a case clock would
+            nonlocal calls
+            calls += 1
             tx.execute("SELECT pg_advisory_xact_lock(?)", (0x7467_0001,))
             row = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
             return store._tx_now(tx), str(row["hash"])
@@ -134,7 +141,8 @@ def test_a_chain_head_wrapper_that_answers_itself_still_links_a_verifiable_chain
         wrapped = store.audit.append_many([_event("wrapped", tenant_id="t-1"), _event("wrapped")])
         monkeypatch.undo()
         last = store.audit.append(_event("after"))
-        assert first.seq < wrapped[0].seq < wrapped[1].seq < last.seq  # numbered on insert instead
+        assert calls == 0  # linking took the chain's lock and head in its own script
+        assert first.seq < wrapped[0].seq < wrapped[1].seq < last.seq  # reserved under the lock
         assert [e.tenant_id for e in wrapped] == ["t-1", None]
         assert [e.seq for e in store.audit.events()[-3:-1]] == [e.seq for e in wrapped]
         assert verify_chain(store).ok

@@ -2326,6 +2326,36 @@ def test_audit_link_behind_links_each_group_only_behind_the_row_its_statements_w
 CONTRACT["audit.link_behind"] = (
     test_audit_link_behind_links_each_group_only_behind_the_row_its_statements_wrote,
 )
+
+
+def test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote(store: Store) -> None:
+    # a step whose rows are new reads the chain head first (PostgreSQL; None on SQLite, which
+    # links behind the statements), and its statements, its events and the COMMIT go together:
+    # the events only when the statements wrote the row they record, each statement's rows back
+    lease = (
+        "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at) VALUES (?, 'w',"
+        " '2026-12-07T00:00:00.000000Z', '2026-12-07T01:00:00.000000Z') ON CONFLICT DO NOTHING"
+        " RETURNING resource_key"
+    )
+    held = ("SELECT holder FROM resource_leases WHERE resource_key = ?", ("r-ahead",))
+    for wrote in (True, False):  # the second finds the lease stored: nothing written, nothing linked
+        with store.transaction() as tx:
+            answers = store.audit.link_ahead(
+                tx,
+                store._head_first(tx),
+                [(lease, ("r-ahead",)), held],
+                [held, held],
+                [AuditEventIn(event="ahead.leased", result="recorded", tenant_id="acme")],
+                Written(0, "resource_leases", "resource_key", "r-ahead"),
+                {},
+            )
+        assert answers == [[{"resource_key": "r-ahead"}] if wrote else [], [{"holder": "w"}]]
+    linked = [e for e in store.audit.events() if e.event == "ahead.leased"]
+    assert [(e.event, e.tenant_id) for e in linked] == [("ahead.leased", "acme")]
+    assert verify_chain(store).ok
+
+
+CONTRACT["audit.link_ahead"] = (test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote,)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
