@@ -533,6 +533,29 @@ def test_create_proposal_is_idempotent_by_operation_key(store: Store) -> None:
     assert len(store.proposals.list()) == 1
 
 
+def test_a_proposal_whose_operation_key_another_operation_holds_is_refused_and_nothing_is_stored(
+    store: Store,
+) -> None:
+    """An operation row under the key without this proposal (written with database access
+    alone): the create fails with a `StoreError` naming the key, on both backends (on PostgreSQL
+    the proposal's one script ends in its COMMIT, so it is the key's own constraint that says so),
+    and leaves no proposal, no event and the other row as it was."""
+    now = iso(utcnow())
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO operations (operation_key, tool, tenant_id, status, attempts, created_at, updated_at)"
+            " VALUES ('op_test1', 'issue_refund', 'acme', 'pending_approval', 0, ?, ?)",
+            (now, now),
+        )
+    events = len(store.audit.events())
+    with pytest.raises(StoreError, match="op_test1"):
+        store.proposals.create(make_proposal(1), audit=[event("proposal.created")])
+    assert store.proposals.get("prop_test1") is None and store.proposals.list() == []
+    assert len(store.audit.events()) == events
+    held = store.operations.get("op_test1")
+    assert held is not None and held.proposal_id is None and held.status == "pending_approval"
+
+
 def test_create_proposal_stores_its_operation_and_audit_together_and_a_repeat_appends_nothing(
     store: Store,
 ) -> None:
