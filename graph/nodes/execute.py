@@ -50,14 +50,22 @@ def make_execute_node(gw: Gateway) -> Any:
         calls = state.get("calls", {})
         records: dict[str, CallRecord] = {}
         read: dict[str, OperationRecord] = {}  # operations this step already read, by key
-        clock: list[datetime] = []  # the store's time, read with this step's first operation
+        store_time: datetime | None = None  # the store's time, read with this step's first operation
 
         def operation(key: str) -> OperationRecord | None:
-            if clock:
+            nonlocal store_time
+            if store_time is not None:
                 return gw.store.operations.get(key)
-            found, at = gw.store.operations.get_at(key)
-            clock.append(at)
+            found, store_time = gw.store.operations.get_at(key)
             return found
+
+        def store_now() -> datetime:
+            """This step's one reading of the store's clock: the one its first operation read
+            brought, else read now."""
+            nonlocal store_time
+            if store_time is None:
+                store_time = gw.store.now()
+            return store_time
 
         for call_id in state.get("turn_calls", []):
             record = calls[call_id]
@@ -78,7 +86,7 @@ def make_execute_node(gw: Gateway) -> Any:
             statuses = []
             for record in writes:
                 op = read.get(record["operation_key"]) or operation(record["operation_key"])
-                now = clock[0]
+                now = store_now()
                 if op is not None:
                     op = judged[op.operation_key] = gw.executor.expire_if_due(op, now=now)
                 statuses.append(op.status if op else "missing")
