@@ -10,6 +10,7 @@ Run: ``.venv/bin/python bench/report.py`` (`bench/run_all.sh` runs it last)
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -267,6 +268,8 @@ def generated() -> list[str]:
 
 
 def main() -> None:
+    # no options: parsing still answers --help (and refuses anything else) before BENCHMARKS.md is touched
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     text = TARGET_FILE.read_text(encoding="utf-8")
     body = "\n".join(generated())
     if START in text and END in text:
