@@ -16,6 +16,7 @@ import platform
 import secrets
 import sqlite3
 import statistics
+import subprocess
 import time
 import uuid
 import warnings
@@ -470,12 +471,31 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def measured_commit() -> str:
+    """The commit the benchmark runs on (short), ``+changes`` when tracked files differ from it
+    (the results and BENCHMARKS.md, which a bench run itself rewrites, aside): BENCHMARKS.md names
+    it, not whatever is checked out when the page is regenerated later."""
+    root = str(Path(__file__).resolve().parent.parent)
+    head = subprocess.run(
+        ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not head:
+        return "unknown"
+    changed = subprocess.run(
+        ["git", "-C", root, "diff", "--quiet", "HEAD", "--", ".", ":!bench/results", ":!BENCHMARKS.md"],
+        capture_output=True,
+        check=False,
+    ).returncode
+    return head + ("+changes" if changed else "")
+
+
 def machine() -> dict[str, Any]:
     return {
         "cores": os.cpu_count(),
         "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "commit": measured_commit(),
     }
 
 

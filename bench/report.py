@@ -229,7 +229,9 @@ def breakdown_rows(breakdown: Mapping[str, Mapping[str, Any]], call: str) -> lis
 
 def generated() -> list[str]:
     results = {name: load(name) for name, _ in TABLES}
-    head = subprocess.run(
+    # the commits the results were measured on; results from before they recorded one: this HEAD
+    commits = sorted({r["machine"]["commit"] for r in results.values() if r and "commit" in r.get("machine", {})})
+    head = ", ".join(commits) or subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     loads = sorted(
