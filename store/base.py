@@ -203,15 +203,18 @@ class Store(abc.ABC):
         rereads: Sequence[tuple[str, Sequence[Any]]],
         written: Written,
     ) -> list[list[dict[str, Any]]]:
-        """`Database._link_ahead`: only a backend whose `_head_first` reads a head is asked."""
-        raise NotImplementedError(f"{type(self).__name__} links behind the statements")
+        """`Database._link_ahead`: never asked here, since this backend's `_head_first` reads no
+        head (`AuditLog.link_ahead` then links behind the statements). A caller that asks anyway
+        broke that contract: refused as a store error, never run half-way."""
+        raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
 
     def _link_tail(
         self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
     ) -> None:
-        """`Database._link_tail`: only a backend whose `_link_behind` reads the chain head without
-        the lock (PostgreSQL) is handed a tail to send."""
-        raise NotImplementedError(f"{type(self).__name__} reads every chain head under the lock")
+        """`Database._link_tail`: never asked here, since every head this backend reads is read
+        under its lock (``LinkHead.locked``), so no tail waits for the COMMIT. A caller that asks
+        anyway broke that contract: refused as a store error, nothing sent."""
+        raise StoreError(f"{type(self).__name__} reads every chain head under the lock: no tail to send")
 
     @abc.abstractmethod
     def _run_script(self, tx: Tx, migration: Migration) -> None:

@@ -2378,6 +2378,22 @@ def test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote(store: St
     assert verify_chain(store).ok
 
 
+def test_a_backend_that_reads_no_head_first_refuses_the_tail_calls_and_sends_nothing(store: Store) -> None:
+    # SQLite reads no chain head first and every head under its lock: `_link_ahead` and
+    # `_link_tail` are never its to run; a caller that asks anyway gets a store error, and the
+    # transaction it asked in still commits only what it did itself
+    if isinstance(store, PostgresStore):
+        pytest.skip("PostgreSQL reads its head first and sends tails")
+    events = len(store.audit.events())
+    with store.transaction() as tx:
+        assert store._head_first(tx) is None
+        with pytest.raises(StoreError, match="reads no chain head first"):
+            store._link_ahead(tx, [], [], Written(0, "resource_leases", "resource_key", "r"))
+        with pytest.raises(StoreError, match="reads every chain head under the lock"):
+            store._link_tail(tx, lambda when: ("SELECT 1", ()), "0" * 64, [], lambda moved: None)
+    assert len(store.audit.events()) == events
+
+
 CONTRACT["audit.link_ahead"] = (test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote,)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
