@@ -57,6 +57,20 @@ class ProposalPage:
     """Pass as ``after`` for the next page; None when this page is the last."""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Beside:
+    """The other proposals a reviewer is shown beside one (`Proposals.beside`); a listing not
+    asked for is empty."""
+
+    newest: list[tuple[ProposalRecord, OperationRecord]]
+    """The newest of its tool in its tenant, of every status, newest first."""
+    live: list[tuple[ProposalRecord, OperationRecord]]
+    """The newest of its tool in its tenant whose operation is in the statuses asked for, newest
+    first."""
+    same_effect: list[tuple[ProposalRecord, OperationRecord]]
+    """The others of its thread for the same tool and arguments, oldest first."""
+
+
 class Proposals:
     """The proposals of one store (``store.proposals``)."""
 
@@ -219,6 +233,37 @@ class Proposals:
         if statuses is not None and not statuses:
             return []
         return self._listed({"tool": _newest_of_tool(tool, tenant_id, limit, statuses)})["tool"][::-1]
+
+    def beside(
+        self,
+        proposal: ProposalRecord,
+        limit: int = 200,
+        *,
+        newest: bool = False,
+        live: Collection[str] = (),
+        same_effect: bool = False,
+    ) -> Beside:
+        """The other proposals a reviewer is shown beside ``proposal``, each listing only when asked
+        for, all of them read in one statement (one round trip on PostgreSQL, however many are
+        asked): ``newest``, `for_tool` of its tool and tenant; ``live``, `for_tool` with
+        ``statuses=live``; ``same_effect``, `same_effect`. The tool's listings are bounded as
+        `for_tool` bounds them (``proposal`` counts among the ``limit`` newest when it is one of
+        them) and never hold ``proposal`` itself. A proposal in several listings is read and
+        MAC-verified once."""
+        wanted: dict[str, tuple[str, tuple[Any, ...]]] = {}
+        if newest:
+            wanted["newest"] = _newest_of_tool(proposal.tool, proposal.tenant_id, limit, None)
+        if live:
+            wanted["live"] = _newest_of_tool(proposal.tool, proposal.tenant_id, limit, live)
+        if same_effect:
+            where, params = _same_effect(proposal)
+            wanted["same_effect"] = (f"SELECT p.proposal_id FROM proposals p WHERE {where}", params)
+        found = self._listed(wanted, besides=proposal.proposal_id) if wanted else {}
+        return Beside(
+            newest=found.get("newest", [])[::-1],
+            live=found.get("live", [])[::-1],
+            same_effect=found.get("same_effect", []),
+        )
 
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
@@ -390,6 +435,7 @@ def _by_key(tx: Tx, table: str, keys: Sequence[str]) -> dict[str, dict[str, Any]
 __all__ = [
     "PAGE_MAX",
     "PAGE_SIZE",
+    "Beside",
     "InvalidCursor",
     "ProposalPage",
     "Proposals",
