@@ -240,6 +240,39 @@ def test_the_pause_reads_what_it_shows_once_and_every_row_is_verified_as_before(
     assert listed["warnings"] == shown["warnings"]
 
 
+def test_the_consoles_view_lists_and_counts_the_same_resource_from_one_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's view of a pending proposal lists the newest of every status on its order and
+    counts the live ones; both come from one read (issue 31, seventh pass: two before), and a
+    finished proposal, which counts none, still lists them from one read."""
+    monkeypatch.setattr(related, "SCAN_LIMIT", 2)
+    harness = Harness(store)
+    live = propose(harness, "t-live", 2000)
+    for n in range(2):  # two newer refunds of the order, each rejected
+        done = propose(harness, f"t-done{n}", 500)
+        decide(harness.gateway(), done["proposal_id"], principal("fiona"), "reject", reason="duplicate")
+    paused = propose(harness, "t-new", 1000)
+    reads: list[str] = []
+    for name in ("beside", "for_tool", "same_effect"):
+        real = getattr(store.proposals, name)
+        monkeypatch.setattr(
+            store.proposals, name, lambda *a, _real=real, _name=name, **k: reads.append(_name) or _real(*a, **k)
+        )
+    shown = view(harness, paused["proposal_id"])
+    assert reads == ["beside"]
+    # listed: the newest 2 of every status (itself one of them); counted: the live one behind them
+    assert [(r["proposal_id"], r["status"]) for r in shown["related"]] == [(done["proposal_id"], "rejected")]
+    assert [w["message"] for w in shown["warnings"]] == [
+        "1 other issue_refund proposal for order O-5512 is pending or approved (listed below)."
+    ]
+    assert live["proposal_id"] not in str(shown["related"])
+    del reads[:]
+    finished = view(harness, done["proposal_id"])
+    assert reads == ["beside"] and finished["warnings"] == []
+    assert [r["proposal_id"] for r in finished["related"]] == [paused["proposal_id"]]
+
+
 def test_a_refund_that_would_fail_at_execution_is_warned_before_approval(store: Store) -> None:
     harness = Harness(store)
     facts = propose(harness, "t-fail", 4999)

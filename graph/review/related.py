@@ -5,8 +5,8 @@ Five refunds of one order, pending at once, look identical one by one; side by s
 a warning. "Same resource" is what the tool declares (`ToolSpec.resource_refs`): another proposal
 of the same tool and tenant naming one of the same (kind, id) values. The search is bounded (the
 newest `SCAN_LIMIT` proposals of the tool in the tenant), so a busy tool costs one page of rows.
-What the approval pause shows beside a proposal, its live ones and its identical ones, is read
-in one statement (`Proposals.beside`).
+Whatever a view shows beside a proposal is read in one statement (`Proposals.beside`): the
+approval pause's live ones and identical ones, the console's listing and live ones.
 """
 
 from __future__ import annotations
@@ -103,30 +103,6 @@ def neighbours(
     )
 
 
-def same_resource(
-    store: Store, registry: Registry, proposal: ProposalRecord, *, active_only: bool = False
-) -> list[Related]:
-    """The other proposals of ``proposal``'s tool and tenant that name one of its resources,
-    newest first (among the newest `SCAN_LIMIT`). ``active_only``: only those in `ACTIVE_STATUSES`,
-    chosen by the database, among the newest `SCAN_LIMIT` such: what a warning counts. A busy
-    tool's finished history is then neither read nor MAC-verified, and a live proposal older
-    than its newest `SCAN_LIMIT` is still counted."""
-    mine = set(resources_of(registry, proposal))
-    if not mine:
-        return []
-    found: list[Related] = []
-    statuses = ACTIVE_STATUSES if active_only else None
-    for other, operation in store.proposals.for_tool(
-        proposal.tool, proposal.tenant_id, SCAN_LIMIT, statuses=statuses
-    ):
-        if other.proposal_id == proposal.proposal_id:
-            continue
-        shared = mine & set(resources_of(registry, other))
-        if shared:
-            found.append(Related(proposal=other, operation=operation, resources=tuple(sorted(shared))))
-    return found
-
-
 def _sharing(
     registry: Registry, mine: set[tuple[str, str]], others: list[tuple[ProposalRecord, OperationRecord]]
 ) -> list[Related]:
@@ -139,4 +115,4 @@ def _sharing(
     return found
 
 
-__all__ = ["ACTIVE_STATUSES", "SCAN_LIMIT", "Neighbours", "Related", "neighbours", "resources_of", "same_resource"]
+__all__ = ["ACTIVE_STATUSES", "SCAN_LIMIT", "Neighbours", "Related", "neighbours", "resources_of"]
