@@ -286,10 +286,11 @@ class Proposals:
     def _listed(
         self, wanted: dict[str, tuple[str, tuple[Any, ...]]], *, besides: str | None = None
     ) -> dict[str, list[tuple[ProposalRecord, OperationRecord]]]:
-        """Several listings in one statement, each oldest first by name: ``wanted`` names each one's
-        ``SELECT p.proposal_id`` (over `p` proposals and `o` operations, with its own order and
-        limit) and its parameters; ``besides``, a proposal id none of them is to hold. Each
-        proposal comes back once, with a flag per listing that holds it."""
+        """Several listings read in one statement, by name, each oldest first. ``wanted`` gives
+        each one's ``SELECT p.proposal_id`` (over `p` proposals and `o` operations, with its own
+        order and limit: a CTE of the statement) and its parameters; ``besides``, a proposal id
+        none of them is to hold. Each proposal comes back once, with a flag per listing that
+        holds it, so it is MAC-verified once."""
         names = list(wanted)
         ctes = ", ".join(f"l{n} AS ({wanted[name][0]})" for n, name in enumerate(names))
         flags = "".join(
