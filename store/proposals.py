@@ -57,6 +57,20 @@ class ProposalPage:
     """Pass as ``after`` for the next page; None when this page is the last."""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Beside:
+    """The other proposals a reviewer is shown beside one (`Proposals.beside`); a listing not
+    asked for is empty."""
+
+    newest: list[tuple[ProposalRecord, OperationRecord]]
+    """The newest of its tool in its tenant, of every status, newest first."""
+    live: list[tuple[ProposalRecord, OperationRecord]]
+    """The newest of its tool in its tenant whose operation is in the statuses asked for, newest
+    first."""
+    same_effect: list[tuple[ProposalRecord, OperationRecord]]
+    """The others of its thread for the same tool and arguments, oldest first."""
+
+
 class Proposals:
     """The proposals of one store (``store.proposals``)."""
 
@@ -206,44 +220,50 @@ class Proposals:
         return proposal_of(row, self._db.keys) if row else None
 
     def same_effect(self, proposal: ProposalRecord) -> list[tuple[ProposalRecord, OperationRecord]]:
-        """Other proposals of the same thread for the same tool and arguments (a reviewer is told
-        when an identical operation already ran)."""
-        return self._pairs(
-            "p.thread_id = ? AND p.tool = ? AND p.arguments_sha256 = ? AND p.proposal_id <> ?",
-            (proposal.thread_id, proposal.tool, proposal.arguments_sha256, proposal.proposal_id),
-        )
+        """Other proposals of the same thread for the same tool and arguments, oldest first (a
+        reviewer is told when an identical operation already ran): one statement."""
+        return self._pairs(*_same_effect(proposal))
 
     def for_tool(
         self, tool: str, tenant_id: str, limit: int = 200, *, statuses: Collection[str] | None = None
     ) -> list[tuple[ProposalRecord, OperationRecord]]:
         """The newest ``limit`` proposals of ``tool`` in ``tenant_id`` with their operations, newest
-        first (a reviewer is shown the others that touch the same resource; bounded, so a busy
-        tool costs one page of rows, not its history). ``statuses``: only those whose operation is
-        in one of them, chosen by the database (the approval pause counts only live proposals, so
-        a busy tool's finished history is neither read nor verified)."""
-        sql = "SELECT p.proposal_id FROM proposals p WHERE p.tool = ? AND p.tenant_id = ?"
-        params: tuple[Any, ...] = (tool, tenant_id)
-        if statuses is not None:
-            chosen = sorted(statuses)
-            if not chosen:
-                return []
-            sql = (
-                "SELECT p.proposal_id FROM proposals p JOIN operations o ON o.operation_key = p.operation_key"
-                f" WHERE p.tool = ? AND p.tenant_id = ? AND o.status IN ({', '.join('?' for _ in chosen)})"
-            )
-            params += tuple(chosen)
-        with self._db.transaction(write=False) as tx:
-            ids = [
-                row["proposal_id"]
-                for row in tx.execute(
-                    f"{sql} ORDER BY p.created_at DESC, p.proposal_id DESC LIMIT ?", (*params, max(0, int(limit)))
-                )
-            ]
-        if not ids:
+        first (bounded, so a busy tool costs one page of rows, not its history): one statement.
+        ``statuses``: only those whose operation is in one of them, chosen by the database."""
+        if statuses is not None and not statuses:
             return []
-        marks = ", ".join("?" for _ in ids)
-        pairs = self._pairs(f"p.proposal_id IN ({marks})", tuple(ids))
-        return pairs[::-1]
+        return self._listed({"tool": _newest_of_tool(tool, tenant_id, limit, statuses)})["tool"][::-1]
+
+    def beside(
+        self,
+        proposal: ProposalRecord,
+        limit: int = 200,
+        *,
+        newest: bool = False,
+        live: Collection[str] = (),
+        same_effect: bool = False,
+    ) -> Beside:
+        """The other proposals a reviewer is shown beside ``proposal``, each listing only when asked
+        for, all of them read in one statement (one round trip on PostgreSQL, however many are
+        asked): ``newest``, `for_tool` of its tool and tenant; ``live``, `for_tool` with
+        ``statuses=live``; ``same_effect``, `same_effect`. The tool's listings are bounded as
+        `for_tool` bounds them (``proposal`` counts among the ``limit`` newest when it is one of
+        them) and never hold ``proposal`` itself. A proposal in several listings is read and
+        MAC-verified once."""
+        wanted: dict[str, tuple[str, tuple[Any, ...]]] = {}
+        if newest:
+            wanted["newest"] = _newest_of_tool(proposal.tool, proposal.tenant_id, limit, None)
+        if live:
+            wanted["live"] = _newest_of_tool(proposal.tool, proposal.tenant_id, limit, live)
+        if same_effect:
+            where, params = _same_effect(proposal)
+            wanted["same_effect"] = (f"SELECT p.proposal_id FROM proposals p WHERE {where}", params)
+        found = self._listed(wanted, besides=proposal.proposal_id) if wanted else {}
+        return Beside(
+            newest=found.get("newest", [])[::-1],
+            live=found.get("live", [])[::-1],
+            same_effect=found.get("same_effect", []),
+        )
 
     def superseding(self, proposal_id: str) -> ProposalRecord | None:
         """The newest proposal that replaces ``proposal_id`` (a reviewer's edit), or None."""
@@ -255,16 +275,47 @@ class Proposals:
 
     def _pairs(self, where: str, params: tuple[Any, ...]) -> list[tuple[ProposalRecord, OperationRecord]]:
         """Proposals matching `where` (over `p` proposals and `o` operations) with their operations,
-        oldest first: two statements, whatever the number of rows."""
-        sql = (
-            "SELECT p.* FROM proposals p JOIN operations o"
-            f" ON o.operation_key = p.operation_key WHERE {where} ORDER BY p.created_at, p.proposal_id"
-        )
+        oldest first: one statement, whatever the number of rows."""
         with self._db.transaction(write=False) as tx:
-            prows = tx.execute(sql, params)
-            operations = _operations_of(tx, [str(row["operation_key"]) for row in prows])
+            rows = tx.execute(
+                f"{_SELECT_PAIR}{_FROM_PAIR} WHERE {where} ORDER BY p.created_at, p.proposal_id", params
+            )
         keys = self._db.keys
-        return [(proposal_of(row, keys), operations[str(row["operation_key"])]) for row in prows]
+        return [_pair_of(row, keys) for row in rows]
+
+    def _listed(
+        self, wanted: dict[str, tuple[str, tuple[Any, ...]]], *, besides: str | None = None
+    ) -> dict[str, list[tuple[ProposalRecord, OperationRecord]]]:
+        """Several listings read in one statement, by name, each oldest first. ``wanted`` gives
+        each one's ``SELECT p.proposal_id`` (over `p` proposals and `o` operations, with its own
+        order and limit: a CTE of the statement) and its parameters; ``besides``, a proposal id
+        none of them is to hold. Each proposal comes back once, with a flag per listing that
+        holds it, so it is MAC-verified once."""
+        names = list(wanted)
+        ctes = ", ".join(f"l{n} AS ({wanted[name][0]})" for n, name in enumerate(names))
+        flags = "".join(
+            f', CASE WHEN p.proposal_id IN (SELECT proposal_id FROM l{n}) THEN 1 ELSE 0 END AS "in.{n}"'
+            for n in range(len(names))
+        )
+        union = " UNION ALL ".join(f"SELECT proposal_id FROM l{n}" for n in range(len(names)))
+        params: tuple[Any, ...] = tuple(p for name in names for p in wanted[name][1])
+        where = f"p.proposal_id IN ({union})"
+        if besides is not None:
+            where += " AND p.proposal_id <> ?"
+            params += (besides,)
+        with self._db.transaction(write=False) as tx:
+            rows = tx.execute(
+                f"WITH {ctes} {_SELECT_PAIR}{flags}{_FROM_PAIR} WHERE {where} ORDER BY p.created_at, p.proposal_id",
+                params,
+            )
+        keys = self._db.keys
+        found: dict[str, list[tuple[ProposalRecord, OperationRecord]]] = {name: [] for name in names}
+        for row in rows:
+            held = [name for n, name in enumerate(names) if row.pop(f"in.{n}")]
+            pair = _pair_of(row, keys)
+            for name in held:
+                found[name].append(pair)
+        return found
 
     def page(
         self, status: str | None = None, *, after: str | None = None, limit: int = PAGE_SIZE
@@ -331,6 +382,46 @@ def parse_cursor(text: str) -> tuple[str, str]:
     return value[0], value[1]
 
 
+_OPERATION_COLUMNS = tuple(f.name for f in dataclasses.fields(OperationRecord))
+"""The ``operations`` columns, each a field of `OperationRecord` (`operation_of` builds it from
+the row)."""
+_SELECT_PAIR = "SELECT p.*, " + ", ".join(f'o.{column} AS "o.{column}"' for column in _OPERATION_COLUMNS)
+"""The select list of a proposal's row with its operation's, over `_FROM_PAIR`: the operation's
+columns named ``o.<column>`` (no column of either table has a dot in its name)."""
+_FROM_PAIR = " FROM proposals p JOIN operations o ON o.operation_key = p.operation_key"
+
+
+def _pair_of(row: dict[str, Any], keys: Keyring) -> tuple[ProposalRecord, OperationRecord]:
+    """A `_SELECT_PAIR` row as the proposal (MAC verified) and its operation."""
+    proposal = {name: value for name, value in row.items() if not name.startswith("o.")}
+    return proposal_of(proposal, keys), operation_of({c: row[f"o.{c}"] for c in _OPERATION_COLUMNS})
+
+
+def _newest_of_tool(
+    tool: str, tenant_id: str, limit: int, statuses: Collection[str] | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The ids of the newest ``limit`` proposals of ``tool`` in ``tenant_id`` (only those whose
+    operation is in ``statuses``, when given), for `Proposals._listed`."""
+    sql = "SELECT p.proposal_id FROM proposals p WHERE p.tool = ? AND p.tenant_id = ?"
+    params: tuple[Any, ...] = (tool, tenant_id)
+    if statuses is not None:
+        chosen = sorted(statuses)
+        sql = (
+            "SELECT p.proposal_id FROM proposals p JOIN operations o ON o.operation_key = p.operation_key"
+            f" WHERE p.tool = ? AND p.tenant_id = ? AND o.status IN ({', '.join('?' for _ in chosen)})"
+        )
+        params += tuple(chosen)
+    return f"{sql} ORDER BY p.created_at DESC, p.proposal_id DESC LIMIT ?", (*params, max(0, int(limit)))
+
+
+def _same_effect(proposal: ProposalRecord) -> tuple[str, tuple[Any, ...]]:
+    """The condition (over `p` proposals) of `Proposals.same_effect`, with its parameters."""
+    return (
+        "p.thread_id = ? AND p.tool = ? AND p.arguments_sha256 = ? AND p.proposal_id <> ?",
+        (proposal.thread_id, proposal.tool, proposal.arguments_sha256, proposal.proposal_id),
+    )
+
+
 def _by_key(tx: Tx, table: str, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Rows of ``table`` by ``operation_key``, a statement per `_IN_CHUNK` keys."""
     found: dict[str, dict[str, Any]] = {}
@@ -342,13 +433,10 @@ def _by_key(tx: Tx, table: str, keys: Sequence[str]) -> dict[str, dict[str, Any]
     return found
 
 
-def _operations_of(tx: Tx, keys: Sequence[str]) -> dict[str, OperationRecord]:
-    return {key: operation_of(row) for key, row in _by_key(tx, "operations", keys).items()}
-
-
 __all__ = [
     "PAGE_MAX",
     "PAGE_SIZE",
+    "Beside",
     "InvalidCursor",
     "ProposalPage",
     "Proposals",

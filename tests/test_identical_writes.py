@@ -87,13 +87,20 @@ def test_the_listing_is_read_when_the_thread_pauses_and_recorded_with_its_interr
     )
     graph = harness.graph(model)
     listings: list[str] = []
-    real = type(harness.store.proposals).same_effect
+    reads = type(harness.store.proposals)
 
-    def counted(self: Any, proposal: Any) -> Any:
-        listings.append(proposal.proposal_id)
-        return real(self, proposal)
+    def counted(name: str) -> Any:
+        real = getattr(reads, name)
 
-    monkeypatch.setattr(type(harness.store.proposals), "same_effect", counted)
+        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            proposal = args[0] if name != "for_tool" else None
+            listings.append(proposal.proposal_id if proposal is not None else f"{name}()")
+            return real(self, *args, **kwargs)
+
+        return read
+
+    for name in ("beside", "same_effect", "for_tool"):  # the listing's one read, and any other
+        monkeypatch.setattr(reads, name, counted(name))
     first = start(graph, REFUND_REQUEST, "cust-ada", "t-listed")["__interrupt__"][0].value["toolgate"][
         "proposals"
     ][0]

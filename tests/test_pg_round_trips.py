@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 47
+ROUND_TRIPS_PER_APPROVED_WRITE = 44
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -87,7 +87,12 @@ them is read before its events are linked), and sent its INSERTs, its rows as st
 events behind the chain's lock and the COMMIT as one script (`AuditLog.link_ahead`): 3 -> 2
 round trips. Unchanged by the chain's lock moving into the COMMIT's script of each step (the
 same three round trips for the decision, the claim and the outcome); a step whose head moved
-before its COMMIT takes one more (two with a keyed event), which this single write never meets."""
+before its COMMIT takes one more (two with a keyed event), which this single write never meets.
+The approval pause's listings, seventh pass: 47 -> 45 when a listing of proposals read each with
+its operation in one statement (`Proposals.for_tool` had read the ids, then the rows, then their
+operations; `Proposals.same_effect` the rows, then their operations when there were any);
+45 -> 44 when the pause read both of its listings, the live proposals on the same resource and
+the identical writes of the task, in one statement (`Proposals.beside`)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

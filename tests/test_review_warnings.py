@@ -7,7 +7,8 @@ read through Starlette's test client as the console reads it.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
@@ -18,10 +19,12 @@ from support import Harness, principal, start
 import toolgate.graph.review.related as related
 import toolgate.graph.server.http as http
 from toolgate.graph import Context
+from toolgate.graph.nodes.approval import add_shown
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.edits import edit_proposal
 from toolgate.graph.review.proposals import MAX_REQUESTER_TEXT
 from toolgate.store import Store
+from toolgate.store.records import ProposalRecord
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo.identities import demo_token
 from toolgate.tools.registry import Registry
@@ -148,17 +151,18 @@ def test_a_live_refund_behind_many_finished_ones_is_still_counted_where_both_war
         done = propose(harness, f"t-done{n}", 500)
         decide(harness.gateway(), done["proposal_id"], principal("fiona"), "reject", reason="duplicate")
     calls: list[list[str]] = []
-    listing = store.proposals.for_tool
+    listing = store.proposals.beside
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         found = listing(*args, **kwargs)
-        calls.append([op.status for _, op in found])
+        calls.append([op.status for _, op in (*found.newest, *found.live, *found.same_effect)])
         return found
 
-    monkeypatch.setattr(store.proposals, "for_tool", counted)
+    monkeypatch.setattr(store.proposals, "beside", counted)
     paused = propose(harness, "t-new", 2000)
-    # the pause read itself and the live one, none of the finished ones
-    assert calls == [["pending_approval", "pending_approval"]]
+    # the pause read the live one in its one read (not itself, which it holds), none of the
+    # finished ones (before issue 31's seventh pass: itself and the live one, through `for_tool`)
+    assert calls == [["pending_approval"]]
     expected = [
         {
             "kind": "same_resource",
@@ -169,6 +173,104 @@ def test_a_live_refund_behind_many_finished_ones_is_still_counted_where_both_war
     shown = view(harness, paused["proposal_id"])
     assert shown["warnings"] == expected  # the console counts the same live one
     assert live["proposal_id"] not in [r["proposal_id"] for r in shown["related"]]  # listed: the newest 2
+
+
+def _written(store: Store, proposal: ProposalRecord, status: str, *, keyed: bool) -> None:
+    """``proposal`` and its operation in ``status`` written with database access alone: with the
+    store's MAC (``keyed``: as the store would have) or without one (forged)."""
+    row = {
+        **{k: v for k, v in asdict(proposal).items() if k not in ("authentic", "editors")},
+        "arguments": json.dumps(proposal.arguments),
+        "mac": store.keys.mac("proposal", proposal.sealed()) if keyed else None,
+    }
+    with store.transaction() as tx:
+        tx.execute(
+            f"INSERT INTO proposals ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})", tuple(row.values())
+        )
+        tx.execute(
+            "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status, attempts,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+            (proposal.operation_key, proposal.proposal_id, proposal.tool, proposal.tenant_id, status)
+            + (proposal.created_at,) * 2,
+        )
+
+
+def test_the_pause_reads_what_it_shows_once_and_every_row_is_verified_as_before(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause's two listings (the live proposals on the order, the identical writes of the
+    task) come from one read of the store (issue 31, seventh pass), each row MAC-verified as
+    before: a forged identical write is never offered as having run; a forged live refund of the
+    order is counted, as before, and the console lists it flagged."""
+    harness = Harness(store)
+    paused = propose(harness, "t-here", 1000)
+    mine = store.proposals.get(paused["proposal_id"])
+    assert mine is not None and mine.authentic
+
+    def copy(n: int, thread: str = mine.thread_id) -> ProposalRecord:
+        return replace(mine, proposal_id=f"prop_copy{n}", operation_key=f"op_copy{n}", call_id=f"c{n}", thread_id=thread)
+
+    _written(store, copy(1), "succeeded", keyed=True)  # an identical write of the task that ran
+    _written(store, copy(2), "succeeded", keyed=False)  # the same, forged
+    _written(store, copy(3, "t-there"), "pending_approval", keyed=False)  # a forged live refund elsewhere
+    reads: list[str] = []
+    for name in ("beside", "for_tool", "same_effect"):
+        real = getattr(store.proposals, name)
+        monkeypatch.setattr(
+            store.proposals, name, lambda *a, _real=real, _name=name, **k: reads.append(_name) or _real(*a, **k)
+        )
+    request: dict[str, Any] = {"toolgate": {"proposals": [{"proposal_id": mine.proposal_id}]}}
+    add_shown(harness.gateway(), request, principal("cust-ada"))
+    shown = request["toolgate"]["proposals"][0]
+    assert reads == ["beside"]
+    assert shown["identical_in_thread"] == [{"operation_key": "op_copy1", "status": "succeeded"}]
+    assert "already ran" in shown["note"]
+    assert shown["warnings"] == [
+        {
+            "kind": "same_resource",
+            "message": "1 other issue_refund proposal for order O-5512 is pending or approved (listed below).",
+        }
+    ]
+    listed = view(harness, mine.proposal_id)
+    assert [(r["proposal_id"], r["status"], r["authentic"]) for r in listed["related"]] == [
+        ("prop_copy3", "pending_approval", False),
+        ("prop_copy2", "succeeded", False),
+        ("prop_copy1", "succeeded", True),
+    ]
+    assert listed["warnings"] == shown["warnings"]
+
+
+def test_the_consoles_view_lists_and_counts_the_same_resource_from_one_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's view of a pending proposal lists the newest of every status on its order and
+    counts the live ones; both come from one read (issue 31, seventh pass: two before), and a
+    finished proposal, which counts none, still lists them from one read."""
+    monkeypatch.setattr(related, "SCAN_LIMIT", 2)
+    harness = Harness(store)
+    live = propose(harness, "t-live", 2000)
+    for n in range(2):  # two newer refunds of the order, each rejected
+        done = propose(harness, f"t-done{n}", 500)
+        decide(harness.gateway(), done["proposal_id"], principal("fiona"), "reject", reason="duplicate")
+    paused = propose(harness, "t-new", 1000)
+    reads: list[str] = []
+    for name in ("beside", "for_tool", "same_effect"):
+        real = getattr(store.proposals, name)
+        monkeypatch.setattr(
+            store.proposals, name, lambda *a, _real=real, _name=name, **k: reads.append(_name) or _real(*a, **k)
+        )
+    shown = view(harness, paused["proposal_id"])
+    assert reads == ["beside"]
+    # listed: the newest 2 of every status (itself one of them); counted: the live one behind them
+    assert [(r["proposal_id"], r["status"]) for r in shown["related"]] == [(done["proposal_id"], "rejected")]
+    assert [w["message"] for w in shown["warnings"]] == [
+        "1 other issue_refund proposal for order O-5512 is pending or approved (listed below)."
+    ]
+    assert live["proposal_id"] not in str(shown["related"])
+    del reads[:]
+    finished = view(harness, done["proposal_id"])
+    assert reads == ["beside"] and finished["warnings"] == []
+    assert [r["proposal_id"] for r in finished["related"]] == [paused["proposal_id"]]
 
 
 def test_a_refund_that_would_fail_at_execution_is_warned_before_approval(store: Store) -> None:

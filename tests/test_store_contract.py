@@ -725,6 +725,63 @@ def test_for_tool_lists_the_newest_of_a_tool_in_a_tenant_and_with_statuses_only_
     ]
 
 
+def test_beside_reads_every_listing_shown_beside_a_proposal_in_one_statement(store: Store) -> None:
+    """What a reviewer is shown beside a proposal (the approval pause, the console's view): its
+    tool's newest, its live ones and the identical ones of its thread, each as `for_tool` and
+    `same_effect` list them (a row without a MAC marked), never the proposal itself, and only the
+    listings asked for, read in one statement (issue 31)."""
+    start = utcnow()
+    for n in range(1, 6):
+        store.proposals.create(make_proposal(n, created_at=iso(start + timedelta(seconds=n))))
+    store.proposals.create(make_proposal(6, thread_id="t2", created_at=iso(start + timedelta(seconds=7))))
+    _insert_proposal_row(store, make_proposal(7, created_at=iso(start + timedelta(seconds=8))), None)
+    store.proposals.create(make_proposal(8, tool="other_tool", created_at=iso(start + timedelta(seconds=9))))
+    store.proposals.create(
+        make_proposal(9, tenant_id="globex", thread_id="t9", created_at=iso(start + timedelta(seconds=9)))
+    )
+    for n in (3, 6):
+        store.operations.transition(f"op_test{n}", "pending_approval", "rejected")
+    approve_row(store, "op_test4")
+    target = store.proposals.get("prop_test5")
+    assert target is not None
+    live = {"pending_approval", "approved"}
+
+    def others(
+        found: list[tuple[ProposalRecord, OperationRecord]],
+    ) -> list[tuple[ProposalRecord, OperationRecord]]:
+        return [(p, o) for p, o in found if p.proposal_id != target.proposal_id]
+
+    def ids(found: list[tuple[ProposalRecord, OperationRecord]]) -> list[tuple[str, str, bool]]:
+        return [(p.proposal_id, o.status, p.authentic) for p, o in found]
+
+    sent = _statements(store)
+    beside = store.proposals.beside(target, 3, newest=True, live=live, same_effect=True)
+    assert len(sent) == 1
+    # the newest 3 of the tool in the tenant are 7, 6 and this one; the newest 3 live 7, 5 and 4
+    assert ids(beside.newest) == [("prop_test7", "pending_approval", False), ("prop_test6", "rejected", True)]
+    assert ids(beside.live) == [("prop_test7", "pending_approval", False), ("prop_test4", "approved", True)]
+    assert ids(beside.same_effect) == [
+        ("prop_test1", "pending_approval", True),
+        ("prop_test2", "pending_approval", True),
+        ("prop_test3", "rejected", True),
+        ("prop_test4", "approved", True),
+        ("prop_test7", "pending_approval", False),
+    ]
+    assert beside.newest == others(store.proposals.for_tool("issue_refund", "acme", 3))
+    assert beside.live == others(store.proposals.for_tool("issue_refund", "acme", 3, statuses=live))
+    assert beside.same_effect == store.proposals.same_effect(target)
+    # only what is asked for; nothing asked, nothing read
+    del sent[:]
+    alone = store.proposals.beside(target, live={"approved"})
+    assert ids(alone.live) == [("prop_test4", "approved", True)] and alone.newest == alone.same_effect == []
+    assert store.proposals.beside(target) == store.proposals.beside(target, newest=False, live=())
+    assert store.proposals.beside(target).live == [] and len(sent) == 1
+    alone_in_tenant = store.proposals.get("prop_test9")
+    assert alone_in_tenant is not None
+    empty = store.proposals.beside(alone_in_tenant, newest=True, live=live, same_effect=True)
+    assert empty.newest == empty.live == empty.same_effect == []
+
+
 def test_superseding_is_the_newest_proposal_that_replaces_one(store: Store) -> None:
     start = utcnow()
     store.proposals.create(make_proposal(1, created_at=iso(start)))
@@ -2665,6 +2722,7 @@ CONTRACT["proposals.for_tool"] = (
     test_for_tool_lists_the_tenants_newest_proposals_of_one_tool_with_their_operations,
     test_every_proposal_read_marks_whether_the_rows_mac_verifies,
 )
+CONTRACT["proposals.beside"] = (test_beside_reads_every_listing_shown_beside_a_proposal_in_one_statement,)
 CONTRACT["proposals.create"] = (
     *CONTRACT["proposals.create"],
     test_the_requesters_words_are_stored_under_the_mac_and_outside_the_digest,

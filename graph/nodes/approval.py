@@ -16,6 +16,7 @@ the execute node re-checks before the claim.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -28,12 +29,12 @@ from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import context_of, principal_of, thread_id
 from toolgate.graph.review.facts import review_facts
 from toolgate.graph.review.hitl import apply_decisions
-from toolgate.graph.review.related import same_resource
+from toolgate.graph.review.related import neighbours
 from toolgate.graph.review.warnings import review_warnings
 from toolgate.graph.server.access import visible
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.store.records import ProposalRecord
+from toolgate.store.records import OperationRecord, ProposalRecord
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
 UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer"})
@@ -98,12 +99,15 @@ def hitl_request(gw: Gateway, state: GatewayState) -> dict[str, Any]:
     }
 
 
-def identical_in_thread(gw: Gateway, proposal: ProposalRecord) -> list[dict[str, str]]:
-    """The authentic proposals of the same task, tool and arguments whose operation ran, runs,
-    may have run or is about to (a reviewer is told that approving makes a second effect)."""
+def identical_in_thread(
+    same_effect: Sequence[tuple[ProposalRecord, OperationRecord]],
+) -> list[dict[str, str]]:
+    """Of ``same_effect`` (the other proposals of the same task, tool and arguments, as
+    `Neighbours.identical` reads them), the authentic ones whose operation ran, runs, may have
+    run or is about to (a reviewer is told that approving makes a second effect)."""
     return [
         {"operation_key": op.operation_key, "status": op.status}
-        for other, op in gw.store.proposals.same_effect(proposal)
+        for other, op in same_effect
         if other.authentic and op.status in ("succeeded", "executing", "unknown", "approved")
     ]
 
@@ -122,20 +126,17 @@ def add_shown(gw: Gateway, request: dict[str, Any], requester: Principal | None)
     tool's semantic check of the stored arguments now, and the other live proposals on the same
     resource). The payload is readable by whoever may read the thread, so the other proposals a
     warning counts are only those ``requester`` (the thread's principal; None: none) could open
-    themselves."""
+    themselves. Both listings of a proposal are one read of the store (`neighbours`)."""
     for shown in request["toolgate"]["proposals"]:
         proposal = gw.executor.proposal(shown["proposal_id"])  # immutable: read once per process
         if proposal is None:
             continue
         details, details_error = review_facts(gw.registry, proposal)
-        related = [
-            r
-            for r in same_resource(gw.store, gw.registry, proposal, active_only=True)
-            if requester is not None and visible(gw, requester, r.proposal)
-        ]
+        found = neighbours(gw.store, gw.registry, proposal, live=True, identical=True)
+        related = [r for r in found.live if requester is not None and visible(gw, requester, r.proposal)]
         warnings = review_warnings(gw.registry, proposal, "pending_approval", related, details)
         shown["details"], shown["details_error"] = details, details_error
-        shown["identical_in_thread"] = identical_in_thread(gw, proposal)
+        shown["identical_in_thread"] = identical_in_thread(found.identical)
         shown["note"] = identical_note(proposal.tool, shown["identical_in_thread"])
         shown["warnings"] = [w.view() for w in warnings]
 

@@ -1,9 +1,12 @@
-"""Other proposals that touch the same resource as the one a reviewer is deciding.
+"""Other proposals shown beside the one a reviewer is deciding: those that touch the same
+resource, and the identical ones of its task.
 
 Five refunds of one order, pending at once, look identical one by one; side by side they are
 a warning. "Same resource" is what the tool declares (`ToolSpec.resource_refs`): another proposal
 of the same tool and tenant naming one of the same (kind, id) values. The search is bounded (the
 newest `SCAN_LIMIT` proposals of the tool in the tenant), so a busy tool costs one page of rows.
+Whatever a view shows beside a proposal is read in one statement (`Proposals.beside`): the
+approval pause's live ones and identical ones, the console's listing and live ones.
 """
 
 from __future__ import annotations
@@ -56,28 +59,60 @@ def resources_of(registry: Registry, proposal: ProposalRecord) -> tuple[tuple[st
     )
 
 
-def same_resource(
-    store: Store, registry: Registry, proposal: ProposalRecord, *, active_only: bool = False
-) -> list[Related]:
-    """The other proposals of ``proposal``'s tool and tenant that name one of its resources,
-    newest first (among the newest `SCAN_LIMIT`). ``active_only``: only those in `ACTIVE_STATUSES`,
-    chosen by the database, among the newest `SCAN_LIMIT` such: what a warning counts. A busy
-    tool's finished history is then neither read nor MAC-verified, and a live proposal older
-    than its newest `SCAN_LIMIT` is still counted."""
+@dataclass(frozen=True, kw_only=True)
+class Neighbours:
+    """The other proposals shown beside one (`neighbours`); a kind not asked for is empty."""
+
+    listed: list[Related]
+    """Those on its resources among the newest `SCAN_LIMIT` of its tool in its tenant, of every
+    status, newest first: what the console lists."""
+    live: list[Related]
+    """Those on its resources among the newest `SCAN_LIMIT` of its tool in its tenant in
+    `ACTIVE_STATUSES`, chosen by the database, newest first: what a warning counts. A busy tool's
+    finished history is then neither read nor MAC-verified, and a live proposal older than its
+    newest `SCAN_LIMIT` is still counted."""
+    identical: list[tuple[ProposalRecord, OperationRecord]]
+    """Those of its task for the same tool and arguments, oldest first, authentic or not
+    (`Proposals.same_effect`)."""
+
+
+def neighbours(
+    store: Store,
+    registry: Registry,
+    proposal: ProposalRecord,
+    *,
+    listed: bool = False,
+    live: bool = False,
+    identical: bool = False,
+) -> Neighbours:
+    """The other proposals shown beside ``proposal``, the kinds asked for, in one read of the
+    store (none when nothing is asked for or could be found: a tool that declares no resource
+    has no listing)."""
     mine = set(resources_of(registry, proposal))
-    if not mine:
-        return []
+    found = store.proposals.beside(
+        proposal,
+        SCAN_LIMIT,
+        newest=listed and bool(mine),
+        live=ACTIVE_STATUSES if live and mine else (),
+        same_effect=identical,
+    )
+    return Neighbours(
+        listed=_sharing(registry, mine, found.newest),
+        live=_sharing(registry, mine, found.live),
+        identical=found.same_effect,
+    )
+
+
+def _sharing(
+    registry: Registry, mine: set[tuple[str, str]], others: list[tuple[ProposalRecord, OperationRecord]]
+) -> list[Related]:
+    """Those of ``others`` that name one of the resources ``mine``, in their order."""
     found: list[Related] = []
-    statuses = ACTIVE_STATUSES if active_only else None
-    for other, operation in store.proposals.for_tool(
-        proposal.tool, proposal.tenant_id, SCAN_LIMIT, statuses=statuses
-    ):
-        if other.proposal_id == proposal.proposal_id:
-            continue
+    for other, operation in others:
         shared = mine & set(resources_of(registry, other))
         if shared:
             found.append(Related(proposal=other, operation=operation, resources=tuple(sorted(shared))))
     return found
 
 
-__all__ = ["ACTIVE_STATUSES", "SCAN_LIMIT", "Related", "resources_of", "same_resource"]
+__all__ = ["ACTIVE_STATUSES", "SCAN_LIMIT", "Neighbours", "Related", "neighbours", "resources_of"]

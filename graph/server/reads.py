@@ -17,7 +17,7 @@ from toolgate.forensics import trace
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import handler_timeout_s
 from toolgate.graph.review.facts import review_facts
-from toolgate.graph.review.related import Related, same_resource
+from toolgate.graph.review.related import Related, neighbours
 from toolgate.graph.review.warnings import CHECKED_STATUSES, review_warnings
 from toolgate.graph.server.access import audited_operation, visible, visible_operation, visible_proposal
 from toolgate.graph.server.serving import Refusal, Reply, ViewInput
@@ -78,11 +78,11 @@ def _detail(
     def shown(found: list[Related]) -> list[Related]:
         return [r for r in found if caller is None or visible(gw, caller, r.proposal)]
 
-    related = shown(same_resource(gw.store, gw.registry, proposal))
     # the warnings count the live ones, as the approval pause does (`add_shown`): also those older
-    # than the listing's newest `SCAN_LIMIT` of every status
+    # than the listing's newest `SCAN_LIMIT` of every status (both read in one statement)
     checked = operation.status in CHECKED_STATUSES
-    live = shown(same_resource(gw.store, gw.registry, proposal, active_only=True)) if checked else []
+    found = neighbours(gw.store, gw.registry, proposal, listed=True, live=checked)
+    related, live = shown(found.listed), shown(found.live)
     warnings = review_warnings(gw.registry, proposal, operation.status, live, details)
     return {
         **_summary(proposal, operation, gw.store.now()),
