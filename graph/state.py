@@ -15,7 +15,17 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
-from langchain_core.messages import AnyMessage, convert_to_messages, message_chunk_to_message
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+    message_chunk_to_message,
+)
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import Messages, add_messages
 
@@ -75,8 +85,35 @@ def add_message_writes(messages: Messages, writes: Sequence[Messages]) -> Messag
     """
     result = messages
     for write in writes:
-        result = add_messages(result, _identified(write, len(result) if isinstance(result, list) else 0))
+        appended = _appended(result, write)
+        if appended is None:
+            appended = add_messages(result, _identified(write, len(result) if isinstance(result, list) else 0))
+        result = appended
     return result
+
+
+_WHOLE_MESSAGES = frozenset({AIMessage, ChatMessage, FunctionMessage, HumanMessage, SystemMessage, ToolMessage})
+"""Message classes `_appended` takes as they are: whole messages (no chunk, which ``add_messages``
+converts, and no `RemoveMessage`), by exact type (a subclass takes ``add_messages``'s path)."""
+
+
+def _appended(messages: Any, write: Any) -> list[Any] | None:
+    """``messages`` followed by ``write`` when that is all ``add_messages`` would do with them,
+    else None: when every message on both sides is a whole message (`_WHOLE_MESSAGES`) with an id
+    (it gives one to a message without) and the written ids are new and distinct (it replaces by
+    id), it returns a new list of the same objects, the ones held and then the written ones. A
+    step appends its new messages, and this reducer runs for every write, at every channel update
+    and every conditional edge's read, over the whole list; this answer costs two sets of ids."""
+    if type(messages) is not list:
+        return None
+    items = write if type(write) is list else [write]
+    if not (_WHOLE_MESSAGES.issuperset(map(type, messages)) and _WHOLE_MESSAGES.issuperset(map(type, items))):
+        return None
+    held = {m.id for m in messages}
+    written = {m.id for m in items}
+    if None in held or None in written or len(written) != len(items) or not held.isdisjoint(written):
+        return None
+    return [*messages, *items]
 
 
 MESSAGE_ID_NAMESPACE = uuid.UUID("5f0c7a52-3c1e-4b7e-9d1a-6f3b2c9e8a41")
