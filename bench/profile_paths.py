@@ -213,7 +213,9 @@ def main() -> None:
         demo = Demo(store)
         with open_saver("sqlite", str(Path(tmp) / "ckpt.sqlite")) as saver:
             context = demo.context()
-            question = {"messages": [HumanMessage(QUESTION)]}
+            def question() -> dict[str, Any]:  # a new message each time: a run gives it its id
+                return {"messages": [HumanMessage(QUESTION)]}
+
 
             graph = demo.graph(read_script(rounds + 1, "r"), saver)
             react = create_react_agent(read_script(rounds + 1, "b"), [plain_tool(demo)], checkpointer=saver)
@@ -221,12 +223,12 @@ def main() -> None:
             def reads(g: Any, tag: str, **extra: Any) -> Callable[[], None]:
                 def run() -> None:
                     for n in range(rounds):
-                        g.invoke(question, {"configurable": {"thread_id": f"{tag}{n}"}}, **extra)
+                        g.invoke(question(), {"configurable": {"thread_id": f"{tag}{n}"}}, **extra)
 
                 return run
 
-            graph.invoke(question, {"configurable": {"thread_id": "r-warm"}}, context=context)
-            react.invoke(question, {"configurable": {"thread_id": "b-warm"}})
+            graph.invoke(question(), {"configurable": {"thread_id": "r-warm"}}, context=context)
+            react.invoke(question(), {"configurable": {"thread_id": "b-warm"}})
             subject = profiles.window(reads(graph, "r", context=context))
             base = profiles.window(reads(react, "b"))
             report("read", "read call (lookup_order, then an answer)", rounds, subject, (base, "create_react_agent"))

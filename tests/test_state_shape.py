@@ -421,5 +421,11 @@ def test_the_messages_reducer_appends_new_messages_as_add_messages_does_and_defe
     assert type(chunked[-1]) is AIMessage and chunked[-1].content == "part"
     twice = add_message_writes(held_messages, [[AIMessage("x", id="a4"), AIMessage("y", id="a4")]])
     assert [m.content for m in twice] == ["hi", "", "y"]
+    batch = [[new[0]], [AIMessage("changed", id="a1")], [new[1]], [RemoveMessage(id="h1")], [AIMessage("z", id="a5")]]
+    folded: list[Any] = held_messages
+    for write in batch:  # a replay folds a batch of writes as it folds them one by one
+        folded = add_messages(folded, write)
+    assert add_message_writes(held_messages, batch) == folded
+    assert [m.id for m in folded] == ["a1", "t1", "a2", "a5"] and folded[0].content == "changed"
     unnamed = add_message_writes(held_messages, [[HumanMessage("again")]])[-1].id
     assert unnamed is not None and unnamed == add_message_writes(held_messages, [[HumanMessage("again")]])[-1].id
