@@ -1,6 +1,7 @@
 """cProfile on every thread of toolgate's read call, approved write and one delivery (evidence for BENCHMARKS.md).
 
-Runs the flows of ``read_path.py`` and ``write_path.py`` (SQLite saver and store) for toolgate and
+Runs the flows of ``read_path.py`` and ``write_path.py`` (SQLite saver and store, and PostgreSQL's
+when TOOLGATE_BENCH_PG_URL or TOOLGATE_TEST_PG_URL is set) for toolgate and
 for their bare baselines (``create_react_agent``; the plain LangGraph approval flow), and
 ``Executor.deliver`` of an approved operation (``throughput.py``'s unit), ``--rounds`` times each
 after one warm-up. Every thread is profiled, not only the caller's: LangGraph writes checkpoints
@@ -10,8 +11,9 @@ and in the main thread, each timed by its own thread's CPU clock (`time.thread_t
 thread waiting for a lock, the disk or the GIL costs nothing; a flow's figures are the difference
 of every thread's stats after and before its profiled rounds, merged.
 
-Writes ``bench/results/profile_{read,write,deliver}.txt``: CPU per call by thread (main,
-LangGraph's executor threads, toolgate's handler workers) for toolgate and its baseline, then
+Writes ``bench/results/profile_{read,write,deliver}.txt`` (``..._postgres.txt`` for PostgreSQL):
+CPU per call by thread (main, LangGraph's executor threads, toolgate's handler workers) for
+toolgate and its baseline, then
 toolgate's functions by own time and by cumulative time, and the baseline's by cumulative time.
 The profiler's own overhead roughly doubles CPU; compare entries with each other and with the
 baseline's, never with the benches' figures.
@@ -31,7 +33,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, Demo, arguments, new_key, open_saver, open_store  # bench/ is on sys.path
+from _common import (  # bench/ is on sys.path
+    RESULTS,
+    Demo,
+    arguments,
+    fresh_pg_database,
+    new_key,
+    open_saver,
+    open_store,
+    pg_url,
+)
 from langchain_core.messages import HumanMessage
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command
@@ -177,7 +188,7 @@ def listing(threads: list[tuple[str, Stats]], calls: int, key: int, limit: int) 
 
 def report(name: str, what: str, calls: int, subject: list[tuple[str, Stats]], base: Any) -> None:
     """``base``: the baseline's threads and its label, or None."""
-    lines = [f"# {what}: {calls} profiled calls on SQLite, every thread, thread-CPU clock", ""]
+    lines = [f"# {what}: {calls} profiled calls, every thread, thread-CPU clock", ""]
     sides = [("toolgate", subject)] + ([(base[1], base[0])] if base else [])
     lines.append("CPU ms per call by thread (cProfile's overhead included):")
     lines.append("")
@@ -205,76 +216,105 @@ def report(name: str, what: str, calls: int, subject: list[tuple[str, Stats]], b
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0], quick=20, full=60)
-    rounds = args.rounds
     profiles = ThreadProfiles()
     profiles.install()  # before any thread is started: every pool thread gets its profile
     with tempfile.TemporaryDirectory() as tmp:
-        store = open_store("sqlite", str(Path(tmp) / "store.sqlite"), key=new_key())
-        demo = Demo(store)
-        with open_saver("sqlite", str(Path(tmp) / "ckpt.sqlite")) as saver:
-            context = demo.context()
-            def question() -> dict[str, Any]:  # a new message each time: a run gives it its id
-                return {"messages": [HumanMessage(QUESTION)]}
+        profile_kind(
+            "sqlite", str(Path(tmp) / "store.sqlite"), str(Path(tmp) / "ckpt.sqlite"), args.rounds, profiles
+        )
+    url = pg_url()
+    if url:
+        with fresh_pg_database(url) as db:
+            profile_kind("postgres", db, db, args.rounds, profiles)
+    else:
+        print(
+            "profile_paths: PostgreSQL skipped (set TOOLGATE_BENCH_PG_URL or run via scripts/with-postgres.sh)"
+        )
 
 
-            graph = demo.graph(read_script(rounds + 1, "r"), saver)
-            react = create_react_agent(read_script(rounds + 1, "b"), [plain_tool(demo)], checkpointer=saver)
+def profile_kind(
+    kind: str, where_store: str, where_saver: str, rounds: int, profiles: ThreadProfiles
+) -> None:
+    """Profile the three flows on one backend (store and saver of ``kind``)."""
+    suffix = "" if kind == "sqlite" else f"_{kind}"
+    store = open_store(kind, where_store, key=new_key())
+    demo = Demo(store)
+    with open_saver(kind, where_saver) as saver:
+        context = demo.context()
 
-            def reads(g: Any, tag: str, **extra: Any) -> Callable[[], None]:
-                def run() -> None:
-                    for n in range(rounds):
-                        g.invoke(question(), {"configurable": {"thread_id": f"{tag}{n}"}}, **extra)
+        def question() -> dict[str, Any]:  # a new message each time: a run gives it its id
+            return {"messages": [HumanMessage(QUESTION)]}
 
-                return run
+        graph = demo.graph(read_script(rounds + 1, "r"), saver)
+        react = create_react_agent(read_script(rounds + 1, "b"), [plain_tool(demo)], checkpointer=saver)
 
-            graph.invoke(question(), {"configurable": {"thread_id": "r-warm"}}, context=context)
-            react.invoke(question(), {"configurable": {"thread_id": "b-warm"}})
-            subject = profiles.window(reads(graph, "r", context=context))
-            base = profiles.window(reads(react, "b"))
-            report("read", "read call (lookup_order, then an answer)", rounds, subject, (base, "create_react_agent"))
+        def reads(g: Any, tag: str, **extra: Any) -> Callable[[], None]:
+            def run() -> None:
+                for n in range(rounds):
+                    g.invoke(question(), {"configurable": {"thread_id": f"{tag}{n}"}}, **extra)
 
-            write_app = demo.app(write_script(rounds, "w"))
-            gateway, wgraph = write_app.gateway, write_app.compiled(checkpointer=saver)
-            plain = plain_graph(demo, write_script(rounds, "p"), saver)
-            fiona = demo.principals["fiona"]
+            return run
 
-            def reset() -> None:
-                with store.transaction() as tx:
-                    tx.execute("UPDATE sor_orders SET refunded_cents = 0 WHERE order_id = ?", (ORDER,))
+        graph.invoke(question(), {"configurable": {"thread_id": "r-warm"}}, context=context)
+        react.invoke(question(), {"configurable": {"thread_id": "b-warm"}})
+        subject = profiles.window(reads(graph, "r", context=context))
+        base = profiles.window(reads(react, "b"))
+        report(
+            f"read{suffix}",
+            f"read call (lookup_order, then an answer), {kind}",
+            rounds,
+            subject,
+            (base, "create_react_agent"),
+        )
 
-            def write(n: Any) -> None:
-                reset()
-                config = {"configurable": {"thread_id": f"w{n}"}}
-                paused = wgraph.invoke({"messages": [HumanMessage(REQUEST)]}, config, context=context)
-                proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
-                decide(gateway, proposal["proposal_id"], fiona, "approve")
-                wgraph.invoke(Command(resume={"wake": True}), config, context=type(context)())
+        write_app = demo.app(write_script(rounds, "w"))
+        gateway, wgraph = write_app.gateway, write_app.compiled(checkpointer=saver)
+        plain = plain_graph(demo, write_script(rounds, "p"), saver)
+        fiona = demo.principals["fiona"]
 
-            def plain_write(n: Any) -> None:
-                reset()
-                config = {"configurable": {"thread_id": f"p{n}"}}
-                plain.invoke({"messages": [HumanMessage(REQUEST)]}, config)
-                plain.invoke(Command(resume={"type": "approve"}), config)
+        def reset() -> None:
+            with store.transaction() as tx:
+                tx.execute("UPDATE sor_orders SET refunded_cents = 0 WHERE order_id = ?", (ORDER,))
 
-            write("warm")
-            plain_write("warm")
-            subject = profiles.window(lambda: [write(n) for n in range(rounds)] and None)
-            base = profiles.window(lambda: [plain_write(n) for n in range(rounds)] and None)
-            report(
-                "write",
-                "approved write (proposal, pause, decide, resume, refund, answer)",
-                rounds,
-                subject,
-                (base, "plain LangGraph approval flow"),
-            )
+        def write(n: Any) -> None:
+            reset()
+            config = {"configurable": {"thread_id": f"w{n}"}}
+            paused = wgraph.invoke({"messages": [HumanMessage(REQUEST)]}, config, context=context)
+            proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
+            decide(gateway, proposal["proposal_id"], fiona, "approve")
+            wgraph.invoke(Command(resume={"wake": True}), config, context=type(context)())
 
-            keys = approved_operations(demo, gateway, rounds + 1)
-            gateway.executor.deliver(keys[0], worker_id="w-warm", wait_s=60)
-            subject = profiles.window(
-                lambda: [gateway.executor.deliver(k, worker_id="w", wait_s=60) for k in keys[1:]] and None
-            )
-            report("deliver", "Executor.deliver of an approved restart_service", rounds, subject, None)
-        store.close()
+        def plain_write(n: Any) -> None:
+            reset()
+            config = {"configurable": {"thread_id": f"p{n}"}}
+            plain.invoke({"messages": [HumanMessage(REQUEST)]}, config)
+            plain.invoke(Command(resume={"type": "approve"}), config)
+
+        write("warm")
+        plain_write("warm")
+        subject = profiles.window(lambda: [write(n) for n in range(rounds)] and None)
+        base = profiles.window(lambda: [plain_write(n) for n in range(rounds)] and None)
+        report(
+            f"write{suffix}",
+            f"approved write (proposal, pause, decide, resume, refund, answer), {kind}",
+            rounds,
+            subject,
+            (base, "plain LangGraph approval flow"),
+        )
+
+        keys = approved_operations(demo, gateway, rounds + 1)
+        gateway.executor.deliver(keys[0], worker_id="w-warm", wait_s=60)
+        subject = profiles.window(
+            lambda: [gateway.executor.deliver(k, worker_id="w", wait_s=60) for k in keys[1:]] and None
+        )
+        report(
+            f"deliver{suffix}",
+            f"Executor.deliver of an approved restart_service, {kind}",
+            rounds,
+            subject,
+            None,
+        )
+    store.close()
 
 
 def approved_operations(demo: Demo, gateway: Any, count: int) -> list[str]:
