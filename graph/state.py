@@ -15,7 +15,17 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
-from langchain_core.messages import AnyMessage, convert_to_messages, message_chunk_to_message
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+    message_chunk_to_message,
+)
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import Messages, add_messages
 
@@ -74,9 +84,50 @@ def add_message_writes(messages: Messages, writes: Sequence[Messages]) -> Messag
     id would be a new one each time, and a client could not name the message by it.
     """
     result = messages
+    held: set[Any] | None = None  # the ids in ``result`` while every message in it is whole
     for write in writes:
-        result = add_messages(result, _identified(write, len(result) if isinstance(result, list) else 0))
+        if held is None:
+            held = _whole_ids(result)
+        written = _new_whole(write, held) if held is not None else None
+        if held is None or written is None:
+            result = add_messages(result, _identified(write, len(result) if isinstance(result, list) else 0))
+            held = None
+            continue
+        # what add_messages returns for it: the messages held, then the written ones, the same objects
+        result = [*result, *(write if type(write) is list else [write])]
+        held |= written
     return result
+
+
+_WHOLE_MESSAGES = frozenset({AIMessage, ChatMessage, FunctionMessage, HumanMessage, SystemMessage, ToolMessage})
+"""Message classes appended as they are: whole messages (no chunk, which ``add_messages``
+converts, and no `RemoveMessage`), by exact type (a subclass takes ``add_messages``'s path)."""
+
+
+def _whole_ids(messages: Any) -> set[Any] | None:
+    """The ids of ``messages`` when it is a list of whole messages (`_WHOLE_MESSAGES`), each with
+    an id (``add_messages`` gives one to a message without); else None."""
+    if type(messages) is not list or not _WHOLE_MESSAGES.issuperset(map(type, messages)):
+        return None
+    ids = {m.id for m in messages}
+    return None if None in ids else ids
+
+
+def _new_whole(write: Any, held: set[Any]) -> set[Any] | None:
+    """The ids of ``write`` when all ``add_messages`` would do with it is append it to messages
+    whose ids are ``held``: whole messages with ids, distinct and new (it replaces by id); else None.
+
+    A step appends its new messages, and this reducer runs for every write (at every channel
+    update, every conditional edge's read and every replay of the writes since the last full
+    list, over the whole list each time): appended here, a write costs a set of its ids, and a
+    replay one set of the ids held, not one per write."""
+    items = write if type(write) is list else [write]
+    if not _WHOLE_MESSAGES.issuperset(map(type, items)):
+        return None
+    written = {m.id for m in items}
+    if None in written or len(written) != len(items) or not held.isdisjoint(written):
+        return None
+    return written
 
 
 MESSAGE_ID_NAMESPACE = uuid.UUID("5f0c7a52-3c1e-4b7e-9d1a-6f3b2c9e8a41")

@@ -161,3 +161,32 @@ def test_a_state_this_process_just_sealed_is_checked_without_a_mac_and_a_change_
     assert Sealer(keys, thread).tampered_keys(forged) == ["calls"]
     other = Sealer(keys, thread).seal_update(sealed, {"status": "done"})["seal"]
     assert Sealer(keys, thread).tampered_keys({**sealed, "seal": other}) == ["status"]
+
+
+def test_a_seal_digests_only_the_messages_after_the_same_objects_it_digested_last() -> None:
+    """The digests a seal lists for a thread's messages are reused only when the list it digested
+    last is the leading part of the new one, made of the very same objects in order (a step
+    appends); a message replaced by an equal copy makes the whole list digested again, and the
+    list returned is always the full one."""
+    from toolgate.graph.seals.recent import RecentDigests
+
+    seen: list[str] = []
+
+    def digest(message: Any) -> str | None:
+        seen.append(message["id"])
+        return None if message["type"] == "human" else "d-" + message["id"]
+
+    recent = RecentDigests()
+    key = ("t-digests", b"k")
+    first = [{"id": "h1", "type": "human"}, {"id": "a1", "type": "ai"}]
+    assert recent.digests(key, first, digest) == ["d-a1"] and seen == ["h1", "a1"]
+    grown = [*first, {"id": "t1", "type": "tool"}]
+    seen.clear()
+    assert recent.digests(key, grown, digest) == ["d-a1", "d-t1"] and seen == ["t1"]
+    copied = [grown[0], dict(grown[1]), grown[2]]  # equal, but not the same object
+    seen.clear()
+    assert recent.digests(key, copied, digest) == ["d-a1", "d-t1"] and seen == ["h1", "a1", "t1"]
+    seen.clear()
+    assert recent.digests(key, copied[:1], digest) == [] and seen == ["h1"]  # shorter: afresh
+    seen.clear()
+    assert recent.digests(("t-other", b"k"), grown, digest) == ["d-a1", "d-t1"] and seen == ["h1", "a1", "t1"]

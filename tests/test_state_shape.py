@@ -396,3 +396,36 @@ def test_a_message_sent_without_an_id_keeps_one_id_at_every_read(tmp_path: Path,
     assert len({m.id for m in values["messages"]}) == len(values["messages"])
     conn.close()
     store.close()
+
+
+def test_the_messages_reducer_appends_new_messages_as_add_messages_does_and_defers_anything_else() -> None:
+    """``add_message_writes`` appends a write of whole messages with new ids as they are (the
+    same objects, a new list, what ``add_messages`` returns for them); a replacement by id, a
+    removal, a chunk, a message without an id or a repeated id goes through ``add_messages``."""
+    from langchain_core.messages import AIMessageChunk, RemoveMessage, ToolMessage
+    from langgraph.graph.message import add_messages
+
+    from toolgate.graph.state import add_message_writes
+
+    held_messages = [HumanMessage("hi", id="h1"), AIMessage("", id="a1")]
+    new = [ToolMessage("done", tool_call_id="c1", id="t1"), AIMessage("ok", id="a2")]
+    appended = add_message_writes(held_messages, [new])
+    assert appended == add_messages(held_messages, new) and appended is not held_messages
+    assert [id(m) for m in appended] == [id(m) for m in [*held_messages, *new]]
+    assert add_message_writes([], [new[0]]) == [new[0]]  # a single message, an empty list
+
+    replaced = add_message_writes(held_messages, [[AIMessage("changed", id="a1")]])
+    assert [m.content for m in replaced] == ["hi", "changed"]
+    assert add_message_writes(held_messages, [[RemoveMessage(id="a1")]]) == held_messages[:1]
+    chunked = add_message_writes(held_messages, [[AIMessageChunk("part", id="a3")]])
+    assert type(chunked[-1]) is AIMessage and chunked[-1].content == "part"
+    twice = add_message_writes(held_messages, [[AIMessage("x", id="a4"), AIMessage("y", id="a4")]])
+    assert [m.content for m in twice] == ["hi", "", "y"]
+    batch = [[new[0]], [AIMessage("changed", id="a1")], [new[1]], [RemoveMessage(id="h1")], [AIMessage("z", id="a5")]]
+    folded: list[Any] = held_messages
+    for write in batch:  # a replay folds a batch of writes as it folds them one by one
+        folded = add_messages(folded, write)
+    assert add_message_writes(held_messages, batch) == folded
+    assert [m.id for m in folded] == ["a1", "t1", "a2", "a5"] and folded[0].content == "changed"
+    unnamed = add_message_writes(held_messages, [[HumanMessage("again")]])[-1].id
+    assert unnamed is not None and unnamed == add_message_writes(held_messages, [[HumanMessage("again")]])[-1].id

@@ -66,7 +66,13 @@ def finished_turn_dropped(state: GatewayState) -> dict[str, Any]:
 
 
 def make_model_node(gw: Gateway) -> Any:
-    """Build the ``model`` node."""
+    """Build the ``model`` node.
+
+    What depends only on the gateway's model (its name for spans and metrics, whether it takes a
+    forced tool choice) is read once here, not at every turn: the gateway is frozen, and a gateway
+    with another model (`dataclasses.replace`) builds its own node."""
+    model_label = telemetry.model_name(gw.model)
+    can_force = gw.can_force_tools
 
     def model(state: GatewayState, runtime: Runtime[Context], config: RunnableConfig) -> dict[str, Any]:
         history = state.get("messages", [])
@@ -101,7 +107,7 @@ def make_model_node(gw: Gateway) -> Any:
             new_turn=new_turn,
             last_turn=budget["model_turns"] + 1 >= budget["max_model_turns"],
             now=now,  # the store's clock: a tool past its deprecation window is not offered
-            can_force=gw.can_force_tools,
+            can_force=can_force,
         )
         runnable = gw.model_for(offer.offered, offer.tool_choice)
         if telemetry.langsmith_enabled():  # LangSmith run metadata; nothing is sent otherwise
@@ -110,7 +116,7 @@ def make_model_node(gw: Gateway) -> Any:
         messages = [SystemMessage(gw.instructions), *state.get("messages", [])]
         turn = budget["model_turns"] + 1
         with telemetry.model_span(
-            model=telemetry.model_name(gw.model),
+            model=model_label,
             release=gw.registry.release,
             thread_id=thread_id(config),
             turn=turn,
@@ -167,7 +173,7 @@ def make_model_node(gw: Gateway) -> Any:
             if not isinstance(response, AIMessage):
                 response = AIMessage(content=str(getattr(response, "content", response)))
             usage = usage_of(response)  # read before screening: unknown (never 0) when not reported
-            record_usage(span, usage, model=telemetry.model_name(gw.model), release=gw.registry.release)
+            record_usage(span, usage, model=model_label, release=gw.registry.release)
             refusal = refusal_in_response(response)  # before screening: the provider's own blocks
             response, screened = screen_response(response, gw.registry, max_calls=ctx.max_calls_per_turn)
             proposed = len(response.tool_calls) + len(response.invalid_tool_calls)

@@ -9,9 +9,10 @@ in `toolgate.graph.seals.seal`, and a thread missing here (evicted, another proc
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 SealedEntry = tuple[dict[str, Any], dict[str, str], dict[str, str]]
@@ -42,6 +43,43 @@ class RecentSeals:
                 self._items.popitem(last=False)
 
 
+class RecentDigests:
+    """Per thread, the message list the last seal of this process digested and its digests: the
+    next seal of the thread digests only the messages after the part of the list that is made of
+    the very same objects in the same order (a step appends its messages; LangGraph's reducer
+    rebuilds the list around the same objects). Each message's digest is cached per live object
+    already (`toolgate.graph.seals.seal.message_digest`); this spares the walk that looks every
+    one of them up again, several times per node, over the whole conversation. Bounded; a thread
+    not in it is digested message by message."""
+
+    SIZE = 1024
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[str, bytes], tuple[list[Any], list[str]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def digests(
+        self, key: tuple[str, bytes], messages: Sequence[Any], digest: Callable[[Any], str | None]
+    ) -> list[str]:
+        """The digests of ``messages`` in order, leaving out those ``digest`` gives None for."""
+        with self._lock:
+            known = self._items.get(key)
+        listed: list[Any] = list(messages)
+        start, digests = 0, []
+        if known is not None and len(known[0]) <= len(listed) and all(map(operator.is_, known[0], listed)):
+            start, digests = len(known[0]), list(known[1])
+        for message in listed[start:]:
+            value = digest(message)
+            if value is not None:
+                digests.append(value)
+        with self._lock:
+            self._items[key] = (listed, digests)
+            self._items.move_to_end(key)
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+        return list(digests)
+
+
 def _same_objects(value: Any, known: Any) -> bool:
     """True when ``value`` is made of the very objects the last node of this process sealed (or
     is an equal immutable scalar of the same type), so its MAC is the one computed then.
@@ -56,7 +94,7 @@ def _same_objects(value: Any, known: Any) -> bool:
     if isinstance(value, str | int | float):
         return bool(value == known)
     if isinstance(value, list):
-        return len(value) == len(known) and all(a is b for a, b in zip(value, known, strict=True))
+        return len(value) == len(known) and all(map(operator.is_, value, known))
     if isinstance(value, dict):
         return value.keys() == known.keys() and all(value[k] is known[k] for k in value)
     return False
@@ -85,4 +123,4 @@ def known_mac(known: SealedEntry | None, key: str, value: Any) -> str | None:
     return None
 
 
-__all__ = ["RecentSeals", "SealedEntry", "known_mac", "known_macs"]
+__all__ = ["RecentDigests", "RecentSeals", "SealedEntry", "known_mac", "known_macs"]

@@ -33,7 +33,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from toolgate.graph.seals.recent import RecentSeals, SealedEntry, known_mac, known_macs
+from toolgate.graph.seals.recent import RecentDigests, RecentSeals, SealedEntry, known_mac, known_macs
 from toolgate.graph.seals.updates import apply_update, lean_update, state_reducers
 from toolgate.graph.state import KEYS_ADDED_IN
 from toolgate.store.keys import Keyring
@@ -226,7 +226,9 @@ class Sealer:
     def _value(self, key: str, state: Mapping[str, Any]) -> Any:
         value = state.get(key)
         if key == "messages":
-            return [message_digest(m) for m in value or () if isinstance(m, AIMessage | ToolMessage)]
+            if type(value) is not list:
+                return [message_digest(m) for m in value or () if isinstance(m, AIMessage | ToolMessage)]
+            return _DIGESTED.digests(self._recent_key, value, _sealed_digest)
         return value
 
     def _mac(self, key: str, state: Mapping[str, Any], form: str = SEAL_VERSION) -> str:
@@ -395,6 +397,13 @@ class Sealer:
 
 _RECENT = RecentSeals()
 """This process's recent seals, shared by every `Sealer`."""
+_DIGESTED = RecentDigests()
+"""The message lists this process's seals digested last, per thread, shared by every `Sealer`."""
+
+
+def _sealed_digest(message: Any) -> str | None:
+    """The digest a seal lists for ``message``: AI and tool messages only (None for the others)."""
+    return message_digest(message) if isinstance(message, AIMessage | ToolMessage) else None
 
 
 def seal_of(keys: Keyring, thread_id: str, state: Mapping[str, Any]) -> dict[str, str]:
