@@ -153,15 +153,33 @@ def _unanswered(
     *,
     numbered: bool,
     when: str = "",
+    only: Sequence[str] = (),
 ) -> tuple[str, tuple[Any, ...]]:
     """Events and their payloads in one PostgreSQL statement that returns nothing: with the
     sequence numbers reserved with a locked chain head (``seq`` in each row) when ``numbered``,
     else numbered by the database as it inserts them (behind the lock, `Database._link_tail`);
     only when the SQL condition ``when`` holds, if one is given (`Database._link_ahead`; every
-    column is text, so the rows can be selected from a ``VALUES`` list)."""
+    column is text, so the rows can be selected from a ``VALUES`` list). ``only`` (one per row,
+    "" for none): a further condition of each row (a group of events linked behind a later
+    statement of the script, `AuditLog.link_ahead`), in a column of the ``VALUES`` list the rows
+    are selected from; a later group's rows follow the earlier ones, so whatever a condition
+    leaves out is at the chain's end."""
     columns = ["seq", *_COLUMNS] if numbered else _COLUMNS
     row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-    if when:
+    if any(only):  # each row with its own condition, in a column of its own
+        which = " AND ".join(c for c in ("ok", when) if c)
+        oks = [f"({c})" if c else "TRUE" for c in only]
+        payload_rows = (
+            "SELECT event_id, occurred_at, detail FROM (VALUES "
+            + ", ".join(f"(?, ?, ?, {ok})" for ok in oks)
+            + f") p(event_id, occurred_at, detail, ok) WHERE {which}"
+        )
+        event_rows = (
+            f"SELECT {', '.join(columns)} FROM (VALUES "
+            + ", ".join(row_marks[:-1] + f", {ok})" for ok in oks)
+            + f") e({', '.join(columns)}, ok) WHERE {which}"
+        )
+    elif when:
         payload_rows = "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
         event_rows = "SELECT * FROM (VALUES " + ", ".join(row_marks for _ in rows) + f") e WHERE {when}"
     else:
@@ -237,6 +255,20 @@ class AuditLog:
             self._chain(tx, linked, owners, keyed, head)
         return answers
 
+    def head_first(
+        self, tx: Tx, events: Sequence[AuditEventIn]
+    ) -> tuple[LinkHead | None, dict[tuple[str, str], str | None]]:
+        """The store's time and the chain's head read as ``tx``'s first script, with the tenants
+        of the rows ``events`` name (`Database._head_first`), for a step that links ``events``
+        ahead of its statements (`link_ahead`): ``(head, tenant of each (table, id))``; None and
+        nothing where the backend links behind the statements (SQLite)."""
+        owners = _owner_reads(events)
+        head = self._db._head_first(tx, _link_reads(owners, []))
+        if head is None:
+            return None, {}
+        found = {owner: None if v is None else str(v) for owner, v in zip(owners, head.values, strict=True)}
+        return head._replace(values=[]), found
+
     def link_ahead(
         self,
         tx: Tx,
@@ -245,30 +277,42 @@ class AuditLog:
         rereads: Sequence[tuple[str, Sequence[Any]]],
         events: Sequence[AuditEventIn],
         written: Written,
-        tenants: Mapping[tuple[str, str], str],
+        tenants: Mapping[tuple[str, str], str | None],
+        *,
+        behind: Sequence[tuple[Sequence[AuditEventIn], Written]] = (),
     ) -> list[list[dict[str, Any]]]:
-        """`link_behind` for a step whose rows are new (a proposal and its operation), after a
-        head read first (`Database._head_first`, with the time its statements carry): the
-        events are linked after ``head`` before the statements run, and the statements, the
-        events (only when ``written`` was written by them, behind the chain's lock and a check
-        that the head has not moved and holds none of their keyed ids) and the COMMIT travel
-        as one script (`Database._link_ahead`): the step costs two round trips. ``tenants``
-        holds the tenant of each ``(table, id)`` the statements insert (the events name them:
-        their rows are not there to read yet). Each statement's rows; ``tx`` is committed after
-        it, so nothing may be sent in ``tx`` after it. Where ``head`` is None (a backend that
-        reads no head first: SQLite), or events name another owner, a keyed id cannot travel in
-        the check's SQL or the head is not a hash, the events are linked behind the statements
-        instead (`link_behind`), and the transaction commits at the end of its block."""
-        owners, keyed = _owner_reads(events), _keyed(events)
+        """`link_behind` for a step whose events need nothing its statements return, after a
+        head read first (`Database._head_first`, with the time its statements carry; `head_first`
+        for rows that exist already): the events are linked after ``head`` before the
+        statements run, and the statements, the events (only when ``written`` was written by
+        them, behind the chain's lock and a check that the head has not moved and holds none of
+        their keyed ids) and the COMMIT travel as one script (`Database._link_ahead`): the step
+        costs two round trips. ``behind``: further groups ``(events, written)``, each linked
+        after the ones before it and inserted only when its own row was written too (a
+        settlement behind its decision). ``tenants`` holds the tenant of each ``(table, id)``
+        the events name (rows a proposal's statements insert are not there to read yet). Each
+        statement's rows; ``tx`` is committed after it, so nothing may be sent in ``tx`` after
+        it. Where ``head`` is None (a backend that reads no head first: SQLite), or events name
+        another owner, a keyed id cannot travel in the check's SQL or the head is not a hash,
+        the events are linked behind the statements instead (`link_behind`), and the
+        transaction commits at the end of its block (so too for keyed events with ``behind``:
+        relinking those reads the head again under the lock, which knows no group's row)."""
+        groups = [(events, written), *behind]
+        candidates = [event for group, _ in groups for event in group]
+        owners, keyed = _owner_reads(candidates), _keyed(candidates)
         if (
             head is None
             or any(owner not in tenants for owner in owners)
             or not all(_PLAIN_ID.fullmatch(k) for k in keyed)
             or not _HASH.fullmatch(head.last_hash)
+            or (keyed and len(groups) > 1)  # a keyed relink links under the lock, by no group's row
         ):
-            return self.link_behind(tx, statements, [(events, written)])
+            return self.link_behind(tx, statements, groups)
         values = [tenants[owner] for owner in owners] + [None for _ in keyed]  # checked under the lock
-        self._chain(tx, events, owners, keyed, head._replace(seqs=[], values=values, locked=False))
+        only = [
+            "" if n == 0 else self._db._wrote(tx, row) for n, (group, row) in enumerate(groups) for _ in group
+        ]
+        self._chain(tx, candidates, owners, keyed, head._replace(seqs=[], values=values, locked=False), only)
         return self._db._link_ahead(tx, statements, rereads, written)
 
     def _chain(
@@ -278,6 +322,7 @@ class AuditLog:
         owners: Sequence[tuple[str, str]],
         keyed: Sequence[str],
         head: LinkHead,
+        only: Sequence[str] = (),
     ) -> list[AuditEvent]:
         """The rows of ``events`` linked after ``head``, inserted (on PostgreSQL, sent with the
         COMMIT): ``head.values`` holds their tenants (one per owner of ``owners``), then whether
@@ -285,10 +330,13 @@ class AuditLog:
         the head was read without the lock, the rows go with the COMMIT unnumbered
         (`Database._link_tail`; linked again after the head found under the lock if it moved by
         then) and are returned with ``seq`` 0: the database numbers them as the COMMIT's script
-        inserts them (`link_behind` and `link_ahead`, their callers, return none of them)."""
+        inserts them (`link_behind` and `link_ahead`, their callers, return none of them).
+        ``only`` (one per event of ``events``, "" for none): a further SQL condition of that
+        event's INSERT there (`link_ahead`'s later groups)."""
         if not events:
             return []
         wanted = list(events)  # what to link again if an unlocked head has moved by the COMMIT
+        conditions = dict(zip((id(e) for e in events), only, strict=False))
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
@@ -311,6 +359,7 @@ class AuditLog:
         rows = [row for row, _ in drafts]
         for row, event in zip(rows, events, strict=True):
             row["tenant_id"] = _tenant_of(event, found)
+        extra = [conditions.get(id(event), "") for event in events] if conditions else []
         _hash_after(rows, head.now, head.last_hash, key)
         payloads = [(row["event_id"], head.now, payload) for row, payload in drafts]
         seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
@@ -323,10 +372,10 @@ class AuditLog:
                     return None
                 now, last_hash = moved  # the head under the lock: the same rows, linked after it
                 _hash_after(rows, now, last_hash, key)
-                return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False)
+                return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False, only=extra)
 
             def insert(when: str) -> tuple[str, Sequence[Any]]:
-                return _unanswered(rows, payloads, numbered=False, when=when)
+                return _unanswered(rows, payloads, numbered=False, when=when, only=extra)
 
             self._db._link_tail(tx, insert, head.last_hash, ids, relink)
             stored = [{**row, "seq": 0} for row in rows]

@@ -192,9 +192,14 @@ class Store(abc.ABC):
         events = sum(count for count, written in groups if answers[written.statement])
         return answers, self._link_head(tx, events, values)
 
-    def _head_first(self, tx: Tx) -> LinkHead | None:
+    def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
         """`Database._head_first`: None, this backend links behind the statements (`_link_behind`)."""
         return None
+
+    def _wrote(self, tx: Tx, row: Written) -> str:
+        """`Database._wrote`: never asked here, since this backend links nothing ahead of its
+        statements (`_head_first` reads no head). A caller that asks anyway broke that contract."""
+        raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
 
     def _link_ahead(
         self,

@@ -109,26 +109,52 @@ class Operations:
         if lease_lapsed:
             sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
         sql += " RETURNING *"
+        written = Written(0, "operations", "operation_key", operation_key)
         with self._db.transaction() as tx:
-            now = self._db._tx_now(tx)
+            # on PostgreSQL the time with the chain head and the events' tenants, read first: the
+            # events need nothing the change returns, so they are linked before it runs
+            head, tenants = self._audit.head_first(tx, audit) if audit else (None, {})
+            now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
             params.insert(1, now)
             if lease_lapsed:
                 params.append(now)
             statements: list[tuple[str, Sequence[Any]]] = [(sql, tuple(params))]
             if release_leases is not None:  # behind the change; undone with it when it fails
                 statements += release_statements(*release_leases)
-            # the change, the leases given up and the chain head behind them: one round trip on
-            # PostgreSQL (the chain's lock only when the change happened)
-            answers = self._audit.link_behind(
-                tx, statements, [(audit, Written(0, "operations", "operation_key", operation_key))]
-            )
+            if head is not None:
+                # committed in the change's own script, whether it happened or not: the leases
+                # are given up only behind a change this transaction made
+                wrote = self._db._wrote(tx, written)
+                statements[1:] = [(f"{text} AND {wrote}", values) for text, values in statements[1:]]
+                # the change, the leases given up, the events (only behind the change: the
+                # chain's lock, a check that the head has not moved, their INSERT) and the
+                # COMMIT as one script: two round trips in all. Should a moved head stop the
+                # script, the change's row is read again (it was made before the check).
+                again = [
+                    (
+                        f"SELECT * FROM operations WHERE operation_key = ? AND {wrote}",
+                        (operation_key,),
+                    ),
+                    *(("SELECT 1 WHERE false", ()) for _ in statements[1:]),
+                ]
+                answers = self._audit.link_ahead(tx, head, statements, again, audit, written, tenants)
+            else:  # the change, the leases given up and the chain head behind them
+                answers = self._audit.link_behind(tx, statements, [(audit, written)])
             rows = answers[0]
-            if not rows:
+            if not rows and head is None:  # the leases stay: rolled back with the error
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
                 raise InvalidTransitionError(
                     operation_key, from_status, current["status"] if current else None
                 )
+        if not rows:  # linked ahead: committed with nothing changed; the status is read after it
+            current = self._status(operation_key)
+            raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
         return operation_of(rows[0])
+
+    def _status(self, operation_key: str) -> dict[str, Any] | None:
+        """The operation's status as a row, or None."""
+        with self._db.transaction(write=False) as tx:
+            return tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
 
     def claim(
         self,

@@ -453,18 +453,26 @@ class PostgresStore(Store):
             str(found["now"]), str(found["hash"]), [], [found[f"v{n}"] for n in range(len(values))], locked=False
         )
 
-    def _head_first(self, tx: Tx) -> LinkHead | None:
-        """`Database._head_first`: BEGIN with the store's time and the chain's head, one round
-        trip (the transaction's time is this one)."""
+    def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
+        """`Database._head_first`: BEGIN with the store's time, the chain's head and the reads
+        ``values``, one round trip (the transaction's time is this one)."""
         assert isinstance(tx, _PgTx)
         tx.settle()
+        reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
         row = tx.last_of(
             f"SELECT {NOW_SQL} AS now,"
             f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+            + reads
         )
         assert row is not None
         tx.heard(str(row["now"]))
-        return LinkHead(str(row["now"]), str(row["hash"]), [], [], locked=False)
+        read = [row[f"v{n}"] for n in range(len(values))]
+        return LinkHead(str(row["now"]), str(row["hash"]), [], read, locked=False)
+
+    def _wrote(self, tx: Tx, row: Written) -> str:
+        """`Database._wrote`: the row's ``xmin`` is this transaction (`_written_sql`)."""
+        assert isinstance(tx, _PgTx)
+        return _written_sql(tx, row)
 
     def _link_ahead(
         self,

@@ -136,11 +136,18 @@ class Database(Protocol):
         and the head read without the chain's lock (``LinkHead.locked`` False)."""
         ...
 
-    def _head_first(self, tx: Tx) -> LinkHead | None:
-        """For a step whose rows are new (a proposal): the store's time and the chain's head, read
-        without the lock as ``tx``'s first script, before its statements are known (the time
-        goes into them); None where the backend links behind the statements instead
-        (`_link_behind`)."""
+    def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
+        """For a step whose events can be linked before its statements run (a proposal's rows
+        are new; an outcome's or a decision's events need only the tenants of rows that exist
+        already): the store's time, the chain's head and the one-value reads ``values`` (in
+        ``LinkHead.values``), read without the lock as ``tx``'s first script, before its
+        statements are known (the time goes into them); None where the backend links behind the
+        statements instead (`_link_behind`)."""
+        ...
+
+    def _wrote(self, tx: Tx, row: Written) -> str:
+        """SQL that holds when ``tx`` wrote ``row`` (for a group of events linked ahead that is
+        inserted only behind a later statement of the script: `AuditLog.link_ahead`)."""
         ...
 
     def _link_ahead(

@@ -20,7 +20,7 @@ from support import TEST_KEY, shift_store_clock, wire_round_trips
 from test_store_contract import make_proposal
 
 from toolgate.clock import parse_iso
-from toolgate.errors import StoreError
+from toolgate.errors import InvalidTransitionError, StoreError
 from toolgate.store import AuditEventIn, PostgresStore
 from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
@@ -497,6 +497,52 @@ def test_a_proposal_whose_chain_head_moved_before_its_script_links_its_events_af
         names = [e.event for e in store.audit.events()]
         assert names == ["first", "model.response" if keyed else "between", "proposal.created"]
         assert [e.tenant_id for e in store.audit.events()][-1] == "acme"
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_an_outcome_links_its_events_ahead_of_its_change_in_two_round_trips_and_after_a_moved_head(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an operation's change records events that need only its tenant: BEGIN with the time, the
+    # chain head and that tenant; then the change, the events behind the chain's lock and the
+    # COMMIT as one script. A change that does not apply links nothing and reads the status
+    # after; a head another step moved in between is found by the script's check and the
+    # events follow it, the change kept
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.proposals.create(make_proposal(1, tenant_id="globex"))
+        approved = [AuditEventIn(event="outcome.approved", result="recorded", operation_key="op_test1")]
+        with wire_round_trips() as wire:
+            op = store.operations.transition("op_test1", "pending_approval", "approved", audit=approved)
+        assert wire["round_trips"] == 2 and op.status == "approved"
+        before = len(store.audit.events())
+        with wire_round_trips() as wire, pytest.raises(InvalidTransitionError) as refused:
+            store.operations.transition("op_test1", "pending_approval", "rejected", audit=approved)
+        assert wire["round_trips"] == 3 and refused.value.actual == "approved"  # the status read after
+        assert len(store.audit.events()) == before
+        read = store._tx_now
+
+        def between(tx: Any) -> str:  # another step links after the outcome read the head
+            monkeypatch.setattr(store, "_tx_now", read)
+            store.audit.append(AuditEventIn(event="between", result="recorded"))
+            return read(tx)
+
+        monkeypatch.setattr(store, "_tx_now", between)
+        expired = [AuditEventIn(event="outcome.expired", result="recorded", operation_key="op_test1")]
+        with wire_round_trips() as wire:
+            op = store.operations.transition("op_test1", "approved", "expired", audit=expired)
+        # the head first; the other step's append (2); the refused script; the rollback to the
+        # savepoint with the change's row read again, the events and the COMMIT
+        assert wire["round_trips"] == 5 and store.relinked == 1
+        assert op.status == "expired" and store.operations.get("op_test1").status == "expired"  # type: ignore[union-attr]
+        events = [e for e in store.audit.events() if e.event != "proposal.created"]
+        assert [(e.event, e.tenant_id) for e in events] == [
+            ("outcome.approved", "globex"),
+            ("between", None),
+            ("outcome.expired", "globex"),
+        ]
         assert verify_chain(store).ok
     finally:
         store.close()

@@ -2435,6 +2435,73 @@ def test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote(store: St
     assert verify_chain(store).ok
 
 
+def test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row(
+    store: Store,
+) -> None:
+    # a step whose events name rows that exist (an outcome, a decision) reads the chain head and
+    # those rows' tenants first (PostgreSQL; nothing on SQLite, which links behind the
+    # statements), then its statements, its events and the COMMIT go together: the first group
+    # only behind the first row written, each later group only behind its own row too
+    store.proposals.create(make_proposal(1))
+    store.proposals.create(make_proposal(2, tenant_id="globex"))
+    stamp = iso(store.now())
+
+    def moved(key: str, from_status: str, to_status: str) -> tuple[str, tuple[str, ...]]:
+        return (
+            "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ? AND status = ?"
+            " RETURNING operation_key",
+            (to_status, stamp, key, from_status),
+        )
+
+    def again(key: str) -> tuple[str, tuple[str, ...]]:
+        return ("SELECT operation_key FROM operations WHERE operation_key = ? AND false", (key,))
+
+    def step(first: tuple[str, str], second: tuple[str, str]) -> list[list[dict[str, Any]]]:
+        one = [event("ahead.first", operation_key="op_test1")]
+        two = [event("ahead.second", operation_key="op_test2")]
+        with store.transaction() as tx:
+            head, tenants = store.audit.head_first(tx, [*one, *two])
+            if isinstance(store, PostgresStore):
+                assert head is not None and tenants == {
+                    ("operations", "op_test1"): "acme",
+                    ("operations", "op_test2"): "globex",
+                }
+            else:
+                assert (head, tenants) == (None, {})
+            return store.audit.link_ahead(
+                tx,
+                head,
+                [moved("op_test1", *first), moved("op_test2", *second)],
+                [again("op_test1"), again("op_test2")],
+                one,
+                Written(0, "operations", "operation_key", "op_test1"),
+                tenants,
+                behind=[(two, Written(1, "operations", "operation_key", "op_test2"))],
+            )
+
+    before = snapshot(store)["audit_events"]
+    # the first group's row not written: nothing linked, whatever the second statement did
+    assert step(("approved", "executing"), ("pending_approval", "approved")) == [[], [{"operation_key": "op_test2"}]]
+    assert snapshot(store)["audit_events"] == before
+    # the first written, the second not: the first group only
+    assert step(("pending_approval", "approved"), ("pending_approval", "approved")) == [
+        [{"operation_key": "op_test1"}],
+        [],
+    ]
+    assert [(e.event, e.tenant_id) for e in named(store, "ahead.first")] == [("ahead.first", "acme")]
+    assert named(store, "ahead.second") == []
+    # both written: both groups, in order, each with its row's tenant
+    step(("approved", "expired"), ("approved", "expired"))
+    linked = [e for e in store.audit.events() if e.event.startswith("ahead.")]
+    assert [(e.event, e.tenant_id) for e in linked] == [
+        ("ahead.first", "acme"),
+        ("ahead.first", "acme"),
+        ("ahead.second", "globex"),
+    ]
+    assert linked[2].prev_hash == linked[1].hash and linked[1].seq < linked[2].seq
+    assert verify_chain(store).ok
+
+
 def test_a_backend_that_reads_no_head_first_refuses_the_tail_calls_and_sends_nothing(store: Store) -> None:
     # SQLite reads no chain head first and every head under its lock: `_link_ahead` and
     # `_link_tail` are never its to run; a caller that asks anyway gets a store error, and the
@@ -2446,12 +2513,20 @@ def test_a_backend_that_reads_no_head_first_refuses_the_tail_calls_and_sends_not
         assert store._head_first(tx) is None
         with pytest.raises(StoreError, match="reads no chain head first"):
             store._link_ahead(tx, [], [], Written(0, "resource_leases", "resource_key", "r"))
+        with pytest.raises(StoreError, match="reads no chain head first"):
+            store._wrote(tx, Written(0, "resource_leases", "resource_key", "r"))
         with pytest.raises(StoreError, match="reads every chain head under the lock"):
             store._link_tail(tx, lambda when: ("SELECT 1", ()), "0" * 64, [], lambda moved: None)
     assert len(store.audit.events()) == events
 
 
-CONTRACT["audit.link_ahead"] = (test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote,)
+CONTRACT["audit.link_ahead"] = (
+    test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote,
+    test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row,
+)
+CONTRACT["audit.head_first"] = (
+    test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row,
+)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
