@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from support import TEST_KEY, shift_store_clock, wire_round_trips
-from test_store_contract import make_proposal
+from test_store_contract import make_approval, make_proposal
 
 from toolgate.clock import parse_iso
 from toolgate.errors import InvalidTransitionError, StoreError
@@ -26,6 +26,7 @@ from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.chain import verify_chain
 from toolgate.store.postgres import NOW_SQL
+from toolgate.store.records import Settlement
 from toolgate.store.tx import Written
 
 _TX_ID = "SELECT txid_current() AS id, pg_current_xact_id_if_assigned() IS NOT NULL AS wrote"
@@ -542,6 +543,71 @@ def test_an_outcome_links_its_events_ahead_of_its_change_in_two_round_trips_and_
             ("outcome.approved", "globex"),
             ("between", None),
             ("outcome.expired", "globex"),
+        ]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_decision_and_its_settlement_link_ahead_in_two_round_trips_and_after_a_moved_head(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a decision that settles its operation: BEGIN with the time, the chain head and the tenants
+    # its events name; then the decision, the settlement, both groups of events behind the
+    # chain's lock and the COMMIT as one script. Behind a moved head both groups follow the head
+    # found under the lock, the settlement's only because its row was written; a decision that
+    # does not settle (one recorded by another reviewer first) links its own events only
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        proposal, _, _ = store.proposals.create(make_proposal(1, tenant_id="globex"))
+        proposal_two, _, _ = store.proposals.create(make_proposal(2, tenant_id="globex"))
+
+        def settle(key: str) -> Settlement:
+            return Settlement(
+                operation_key=key,
+                from_status="pending_approval",
+                to_status="approved",
+                audit=[AuditEventIn(event="decided.settled", result="approved", operation_key=key)],
+            )
+
+        def recorded(key: str) -> list[AuditEventIn]:
+            return [AuditEventIn(event="decided.recorded", result="approve", operation_key=key)]
+
+        with wire_round_trips() as wire:
+            done, settled = store.approvals.record_and_settle(
+                make_approval(proposal), audit=recorded("op_test1"), settle=settle("op_test1")
+            )
+        assert wire["round_trips"] == 2 and done and settled is not None and settled.status == "approved"
+        with wire_round_trips() as wire:  # settled already: the decision's own events only
+            done, settled = store.approvals.record_and_settle(
+                make_approval(proposal, reviewer="gina"), audit=recorded("op_test1"), settle=settle("op_test1")
+            )
+        assert wire["round_trips"] == 2 and done and settled is None
+        read = store._tx_now
+
+        def between(tx: Any) -> str:  # another step links after the decision read the head
+            monkeypatch.setattr(store, "_tx_now", read)
+            store.audit.append(AuditEventIn(event="between", result="recorded"))
+            return read(tx)
+
+        monkeypatch.setattr(store, "_tx_now", between)
+        with wire_round_trips() as wire:
+            done, settled = store.approvals.record_and_settle(
+                make_approval(proposal_two), audit=recorded("op_test2"), settle=settle("op_test2")
+            )
+        # the head first; the other step's append (2); the refused script; the rollback to the
+        # savepoint with the rows read again, both groups' events and the COMMIT
+        assert wire["round_trips"] == 5 and store.relinked == 1
+        assert done and settled is not None and settled.status == "approved"
+        assert store.operations.get("op_test2").status == "approved"  # type: ignore[union-attr]
+        events = [e for e in store.audit.events() if e.event != "proposal.created"]
+        assert [(e.event, e.operation_key, e.tenant_id) for e in events] == [
+            ("decided.recorded", "op_test1", "globex"),
+            ("decided.settled", "op_test1", "globex"),
+            ("decided.recorded", "op_test1", "globex"),
+            ("between", None, None),
+            ("decided.recorded", "op_test2", "globex"),
+            ("decided.settled", "op_test2", "globex"),
         ]
         assert verify_chain(store).ok
     finally:

@@ -894,6 +894,28 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
     assert snapshot(store) == before
 
 
+def test_record_and_settle_of_a_decision_on_record_already_settles_nothing(store: Store) -> None:
+    # the very same record sent again (its id stored already) while the operation still waits:
+    # its settlement would find the decision on record, but it was not stored by this call, so
+    # nothing at all is written (rolled back on SQLite; never run behind it on PostgreSQL, whose
+    # script commits whatever it did)
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    decision = make_approval(proposal)
+    assert store.approvals.record(decision)
+    before = snapshot(store)
+    settle = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="approved",
+        audit=[event("operation.approved", operation_key="op_test1")],
+    )
+    assert store.approvals.record_and_settle(
+        decision, audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
+    ) == (False, None)
+    assert snapshot(store) == before
+    assert store.operations.get("op_test1").status == "pending_approval"  # type: ignore[union-attr]
+
+
 def test_record_and_settle_never_approves_past_a_recorded_rejection(store: Store) -> None:
     proposal, _, _ = store.proposals.create(make_proposal(1))
     assert store.approvals.record(make_approval(proposal, reviewer="rita", decision="reject"))
@@ -2173,6 +2195,7 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "approvals.record_and_settle": (
         test_record_and_settle_settles_the_operation_in_the_decisions_transaction,
+        test_record_and_settle_of_a_decision_on_record_already_settles_nothing,
         test_record_and_settle_never_approves_past_a_recorded_rejection,
     ),
     "approvals.for_proposal": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
