@@ -196,6 +196,10 @@ class Store(abc.ABC):
         """`Database._head_first`: None, this backend links behind the statements (`_link_behind`)."""
         return None
 
+    def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
+        """`Database._all_written`: never asked here (nothing is linked ahead, see `_wrote`)."""
+        raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
+
     def _wrote(self, tx: Tx, row: Written) -> str:
         """`Database._wrote`: never asked here, since this backend links nothing ahead of its
         statements (`_head_first` reads no head). A caller that asks anyway broke that contract."""

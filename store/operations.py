@@ -176,36 +176,72 @@ class Operations:
         another holder has one, the claim is rolled back with them and `ResourcesBusy` raised.
         """
         keys, holder = resources if resources is not None else ((), owner)
+        written = Written(0, "operations", "operation_key", operation_key)
         try:
             with self._db.transaction() as tx:
-                now = self._db._tx_now(tx)
+                # on PostgreSQL the time with the chain head and the events' tenants, read first
+                head, tenants = self._audit.head_first(tx, audit) if audit else (None, {})
+                now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
                 lease = later(now, lease_s)
-                answers = self._audit.link_behind(  # the claim, its leases and the chain head behind
-                    tx,  # them: one round trip on PostgreSQL (the chain's lock only when it won)
-                    [
-                        (
-                            "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
-                            " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
-                            " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
-                            " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
-                            (owner, lease, now, operation_key, now),
-                        ),
-                        *take_behind(  # each only behind the claim this script made
-                            keys,
-                            holder,
-                            now,
-                            lease_s,
-                            (
-                                "EXISTS (SELECT 1 FROM operations c WHERE c.operation_key = ?"
-                                " AND c.status = 'executing' AND c.owner = ? AND c.lease_expires_at = ?"
-                                " AND c.updated_at = ?)",
-                                (operation_key, owner, lease, now),
-                            ),
-                        ),
-                    ],
-                    [(audit, Written(0, "operations", "operation_key", operation_key))],
+                claim = (
+                    "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
+                    " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
+                    " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                    " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
+                    (owner, lease, now, operation_key, now),
                 )
-                rows, took = answers[0], answers[1:]
+                if head is None:  # the claim, its leases and the chain head behind them
+                    answers = self._audit.link_behind(
+                        tx,
+                        [
+                            claim,
+                            *take_behind(  # each only behind the claim this script made
+                                keys,
+                                holder,
+                                now,
+                                lease_s,
+                                (
+                                    "EXISTS (SELECT 1 FROM operations c WHERE c.operation_key = ?"
+                                    " AND c.status = 'executing' AND c.owner = ? AND c.lease_expires_at = ?"
+                                    " AND c.updated_at = ?)",
+                                    (operation_key, owner, lease, now),
+                                ),
+                            ),
+                        ],
+                        [(audit, written)],
+                    )
+                else:
+                    # the claim, its leases (only behind a claim this transaction made), a check
+                    # that it took every one (else the whole transaction fails: `ResourcesBusy`),
+                    # the events behind the chain's lock and the COMMIT as one script: two round
+                    # trips in all. Should a moved head stop the script, what the statements
+                    # wrote is read again (it was before the check).
+                    leased = [
+                        Written(n, "resource_leases", "resource_key", k)
+                        for n, k in enumerate(sorted(set(keys)), 1)
+                    ]
+                    takes_behind = self._db._wrote(tx, written)
+                    takes = take_behind(keys, holder, now, lease_s, (takes_behind, ()))
+                    again: list[tuple[str, Sequence[Any]]] = [
+                        (
+                            f"SELECT * FROM operations WHERE operation_key = ? AND {takes_behind}",
+                            (operation_key,),
+                        ),
+                        *(
+                            (
+                                f"SELECT resource_key FROM resource_leases WHERE resource_key = ?"
+                                f" AND {self._db._wrote(tx, row)}",
+                                (row.key,),
+                            )
+                            for row in leased
+                        ),
+                    ]
+                    statements = [claim, *takes]
+                    if leased:
+                        statements.append((self._db._all_written(tx, written, leased), ()))
+                        again.append(("SELECT 1 WHERE false", ()))
+                    answers = self._audit.link_ahead(tx, head, statements, again, audit, written, tenants)
+                rows, took = answers[0], answers[1 : 1 + len(set(keys))]
                 if not rows:
                     if any(took):  # the same owner's claim at the same instant won: not this one
                         raise _Lost  # what this one took goes back with the rollback

@@ -29,6 +29,7 @@ from toolgate.store.base import CLOCK_REUSE_S, Store, Tx
 from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.migrations import Migration
 from toolgate.store.tx import LinkHead, Relink, WhenWritten, Written
 
@@ -43,6 +44,9 @@ _MIGRATION_LOCK = 0x7467_0002
 _HEAD_MOVED = "TG409"
 """The SQLSTATE of the check in a COMMIT's script that the chain's head is still the one its
 events were linked after (`PostgresStore._link_tail`)."""
+_NOT_ALL_WRITTEN = "TG423"
+"""The SQLSTATE of a script's check that it wrote every row it needed behind another
+(`PostgresStore._all_written`): raised as `ResourcesBusy`."""
 _LINK_SAVEPOINT = "toolgate_link"
 _HASH = re.compile(r"[0-9a-f]{64}")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
@@ -366,6 +370,8 @@ class PostgresStore(Store):
                 " max_connections)"
             ) from exc
         except psycopg.Error as exc:
+            if exc.sqlstate == _NOT_ALL_WRITTEN:  # rolled back: the check named what is missing
+                raise ResourcesBusy(exc.diag.message_detail or "") from None
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
 
     def _tx_now(self, tx: Tx) -> str:
@@ -450,7 +456,11 @@ class PostgresStore(Store):
         found = head[0]
         tx.heard(str(found["now"]))
         return answers, LinkHead(
-            str(found["now"]), str(found["hash"]), [], [found[f"v{n}"] for n in range(len(values))], locked=False
+            str(found["now"]),
+            str(found["hash"]),
+            [],
+            [found[f"v{n}"] for n in range(len(values))],
+            locked=False,
         )
 
     def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
@@ -468,6 +478,20 @@ class PostgresStore(Store):
         tx.heard(str(row["now"]))
         read = [row[f"v{n}"] for n in range(len(values))]
         return LinkHead(str(row["now"]), str(row["hash"]), [], read, locked=False)
+
+    def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
+        """`Database._all_written`: a DO block that raises `_NOT_ALL_WRITTEN`, the first missing
+        row's key as its detail (`transaction` raises it as `ResourcesBusy`)."""
+        assert isinstance(tx, _PgTx)
+        cases = " ".join(f"WHEN NOT {_written_sql(tx, row)} THEN {tx.bound('?', (row.key,))}" for row in rows)
+        check = f"IF {_written_sql(tx, first)} THEN missing := CASE {cases} END; END IF;" if rows else ""
+        if "$tg$" in check:  # bound values travel inside the block's dollar-quoted body
+            raise StoreError("a row's key cannot travel in the check that every row was written")
+        return (
+            f"DO $tg$DECLARE missing text; BEGIN {check} IF missing IS NOT NULL THEN RAISE EXCEPTION"
+            f" 'not every row was written' USING ERRCODE = '{_NOT_ALL_WRITTEN}', DETAIL = missing;"
+            " END IF; END$tg$"
+        )
 
     def _wrote(self, tx: Tx, row: Written) -> str:
         """`Database._wrote`: the row's ``xmin`` is this transaction (`_written_sql`)."""
@@ -510,7 +534,9 @@ class PostgresStore(Store):
             relink(None)
             return
         held = (  # validated: letters, digits and _.:- only
-            " OR EXISTS (SELECT 1 FROM audit_events WHERE event_id IN (" + ", ".join(f"'{k}'" for k in keyed) + "))"
+            " OR EXISTS (SELECT 1 FROM audit_events WHERE event_id IN ("
+            + ", ".join(f"'{k}'" for k in keyed)
+            + "))"
             if keyed
             else ""
         )

@@ -145,6 +145,13 @@ class Database(Protocol):
         statements instead (`_link_behind`)."""
         ...
 
+    def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
+        """A statement that fails ``tx`` with `toolgate.store.leases.ResourcesBusy` (naming the
+        first row's key that is missing) when ``tx`` wrote ``first`` but not each of ``rows``:
+        for a script that commits whatever it did (`AuditLog.link_ahead`), where the caller
+        could not roll back after judging its answers (a claim that took some of its leases)."""
+        ...
+
     def _wrote(self, tx: Tx, row: Written) -> str:
         """SQL that holds when ``tx`` wrote ``row`` (for a group of events linked ahead that is
         inserted only behind a later statement of the script: `AuditLog.link_ahead`)."""

@@ -25,6 +25,7 @@ from toolgate.store import AuditEventIn, PostgresStore
 from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.chain import verify_chain
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.postgres import NOW_SQL
 from toolgate.store.records import Settlement
 from toolgate.store.tx import Written
@@ -237,11 +238,12 @@ def test_a_step_links_its_events_behind_its_statements_and_locks_the_chain_only_
         claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
         with wire_round_trips() as wire:
             won = store.operations.claim("op_test1", "w1", 30, audit=claimed)
-        # BEGIN with the clock; the claim with the chain head behind it; the events with the COMMIT
-        assert won is not None and wire["round_trips"] == 3
+        # BEGIN with the clock, the chain head and the tenant (`AuditLog.head_first`); the claim,
+        # the events behind the chain's lock and the COMMIT (`AuditLog.link_ahead`)
+        assert won is not None and wire["round_trips"] == 2
         with wire_round_trips() as wire:
             assert store.operations.claim("op_test1", "w2", 30, audit=claimed) is None
-        assert wire["round_trips"] == 3  # the same script, its head not read; COMMIT
+        assert wire["round_trips"] == 2  # the same two scripts: nothing linked, no lock taken
         assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.claimed"]
         claim = "UPDATE operations SET owner = ? WHERE operation_key = ? AND owner = ? RETURNING owner"
         for owner, wrote in (("w9", 0), ("w1", 1)):  # w9 owns nothing: no row written, nothing linked
@@ -609,6 +611,47 @@ def test_a_decision_and_its_settlement_link_ahead_in_two_round_trips_and_after_a
             ("decided.recorded", "op_test2", "globex"),
             ("decided.settled", "op_test2", "globex"),
         ]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_claim_with_leases_links_ahead_fails_whole_when_one_is_busy_and_follows_a_moved_head(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the claim, its leases behind it, a check that it took every one and its events go in one
+    # script with the COMMIT: a lease another holder keeps fails that script (nothing of it
+    # stays, `ResourcesBusy` names the key); behind a head another step moved the claim and its
+    # leases stay and its events follow the head found under the lock
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.proposals.create(make_proposal(1))
+        store.operations.transition("op_test1", "pending_approval", "approved")
+        assert store.leases.acquire(["k2"], "other", 30)
+        claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
+        events = len(store.audit.events())
+        with wire_round_trips() as wire, pytest.raises(ResourcesBusy) as busy:
+            store.operations.claim("op_test1", "w1", 30, audit=claimed, resources=(["k2", "k1"], "h1"))
+        assert busy.value.args == ("k2",) and wire["round_trips"] == 3  # head first; the script; ROLLBACK
+        assert store.operations.get("op_test1").status == "approved"  # type: ignore[union-attr]
+        assert _leases_held(store) == ["k2"] and len(store.audit.events()) == events
+        store.leases.release(["k2"], "other")
+        read = store._tx_now
+
+        def between(tx: Any) -> str:  # another step links after the claim read the head
+            monkeypatch.setattr(store, "_tx_now", read)
+            store.audit.append(AuditEventIn(event="between", result="recorded"))
+            return read(tx)
+
+        monkeypatch.setattr(store, "_tx_now", between)
+        with wire_round_trips() as wire:
+            won = store.operations.claim("op_test1", "w1", 30, audit=claimed, resources=(["k2", "k1"], "h1"))
+        # the head first; the other step's append (2); the refused script; the rollback to the
+        # savepoint with the claim and its leases read again, the events and the COMMIT
+        assert wire["round_trips"] == 5 and store.relinked == 1
+        assert won is not None and (won.status, won.owner) == ("executing", "w1")
+        assert _leases_held(store) == ["k1", "k2"]
+        assert [e.event for e in store.audit.events()][-2:] == ["between", "operation.claimed"]
         assert verify_chain(store).ok
     finally:
         store.close()

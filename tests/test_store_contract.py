@@ -2538,6 +2538,8 @@ def test_a_backend_that_reads_no_head_first_refuses_the_tail_calls_and_sends_not
             store._link_ahead(tx, [], [], Written(0, "resource_leases", "resource_key", "r"))
         with pytest.raises(StoreError, match="reads no chain head first"):
             store._wrote(tx, Written(0, "resource_leases", "resource_key", "r"))
+        with pytest.raises(StoreError, match="reads no chain head first"):
+            store._all_written(tx, Written(0, "operations", "operation_key", "o"), [])
         with pytest.raises(StoreError, match="reads every chain head under the lock"):
             store._link_tail(tx, lambda when: ("SELECT 1", ()), "0" * 64, [], lambda moved: None)
     assert len(store.audit.events()) == events
