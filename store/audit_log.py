@@ -180,7 +180,9 @@ def _unanswered(
             + f") e({', '.join(columns)}, ok) WHERE {which}"
         )
     elif when:
-        payload_rows = "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
+        payload_rows = (
+            "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
+        )
         event_rows = "SELECT * FROM (VALUES " + ", ".join(row_marks for _ in rows) + f") e WHERE {when}"
     else:
         payload_rows = "VALUES " + ", ".join("(?, ?, ?)" for _ in payloads)
@@ -214,6 +216,28 @@ class AuditLog:
             return []
         with self._db.transaction() as tx:
             return self.link(tx, events)
+
+    def append_ahead(self, events: Sequence[AuditEventIn]) -> None:
+        """`append_many` for a caller that reads nothing back (a refusal, a model's answer): on
+        PostgreSQL the events are linked after the chain's head as this process last saw it
+        (`Database._head_guess`), at the store's calibrated time, and go to the server with the
+        lock, a check that the head is still that one, holds none of their keyed ids and is no
+        later than their time, which is no later than the server's clock, and the COMMIT: one
+        round trip when no other process linked since (linked again under the lock otherwise,
+        after the head and at the time the check found, as `link_behind`'s events are). Events
+        that name a proposal or an operation (their tenant is read with the head), or no head
+        to guess, are linked as `append_many` links them."""
+        if not events:
+            return
+        owners, keyed = _owner_reads(events), _keyed(events)
+        with self._db.transaction() as tx:
+            head = (
+                None if owners or not all(_PLAIN_ID.fullmatch(k) for k in keyed) else self._db._head_guess(tx)
+            )
+            if head is None:
+                self.link(tx, events)
+                return
+            self._chain(tx, events, owners, keyed, head._replace(values=[None for _ in keyed]))
 
     def link(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
         """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
@@ -377,7 +401,7 @@ class AuditLog:
             def insert(when: str) -> tuple[str, Sequence[Any]]:
                 return _unanswered(rows, payloads, numbered=False, when=when, only=extra)
 
-            self._db._link_tail(tx, insert, head.last_hash, ids, relink)
+            self._db._link_tail(tx, insert, head.last_hash, ids, relink, at=head.now if head.guessed else "")
             stored = [{**row, "seq": 0} for row in rows]
         elif seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
             stored = [{**row, "seq": seq} for (row, _), seq in zip(drafts, seqs, strict=True)]

@@ -217,8 +217,19 @@ class Store(abc.ABC):
         broke that contract: refused as a store error, never run half-way."""
         raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
 
+    def _head_guess(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_guess`: None, every head this backend reads is read under its lock."""
+        return None
+
     def _link_tail(
-        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+        self,
+        tx: Tx,
+        insert: WhenWritten,
+        last_hash: str,
+        keyed: Sequence[str],
+        relink: Relink,
+        *,
+        at: str = "",
     ) -> None:
         """`Database._link_tail`: never asked here, since every head this backend reads is read
         under its lock (``LinkHead.locked``), so no tail waits for the COMMIT. A caller that asks

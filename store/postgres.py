@@ -22,7 +22,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from toolgate.clock import parse_iso
+from toolgate.clock import iso, parse_iso
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import CLOCK_REUSE_S, Store, Tx
@@ -44,11 +44,18 @@ _MIGRATION_LOCK = 0x7467_0002
 _HEAD_MOVED = "TG409"
 """The SQLSTATE of the check in a COMMIT's script that the chain's head is still the one its
 events were linked after (`PostgresStore._link_tail`)."""
+_HEAD_AFTER = (
+    f"SELECT {NOW_SQL} AS now,"
+    f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+)
+"""Read in autocommit right after the COMMIT of a transaction that linked audit events, in the
+COMMIT's own script: the chain's head then (`PostgresStore._head_guess`) and the server's clock."""
 _NOT_ALL_WRITTEN = "TG423"
 """The SQLSTATE of a script's check that it wrote every row it needed behind another
 (`PostgresStore._all_written`): raised as `ResourcesBusy`."""
 _LINK_SAVEPOINT = "toolgate_link"
 _HASH = re.compile(r"[0-9a-f]{64}")
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
@@ -75,6 +82,7 @@ class _PgTx:
         write: bool = False,
         clock_read: Callable[[str], None] = lambda now: None,
         relinked: Callable[[], None] = lambda: None,
+        seen: Callable[[str], None] = lambda head: None,
     ) -> None:
         self._cursor = cursor
         self.write = write
@@ -86,6 +94,10 @@ class _PgTx:
         """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
         self._relinked = relinked
         """Told each time a tail's head had moved and its events were linked again (`commit`)."""
+        self._seen = seen
+        """Told the chain's head read right after a COMMIT that linked events (`_HEAD_AFTER`)."""
+        self.linked = False
+        """Linked audit events under the lock or in a tail: the COMMIT's script reads the head after it."""
         self._tail: tuple[Callable[[str], list[str]], Relink] | None = None
         """Audit events linked after an unlocked chain head, waiting for the COMMIT: the script
         that goes in front of it (lock, savepoint, head check, INSERT) under an SQL condition
@@ -187,6 +199,7 @@ class _PgTx:
         another linking come first (`settle`)."""
         self.settle()
         self._tail = (tail, relink)
+        self.linked = True
 
     def settle(self) -> None:
         """Link a waiting tail's events under the lock now (`finish_with`): before any other
@@ -218,10 +231,12 @@ class _PgTx:
             self._done = True
             return []  # nothing was sent: nothing to commit
         build, relink = tail if tail is not None else (lambda when: [], None)
-        after = [*build(when), "COMMIT"]
+        watch = [_HEAD_AFTER] if self.linked else []
+        after = [*build(when), "COMMIT", *watch]
         try:
             results = self._run([*statements, *after])
             self._done = True
+            self._saw(results[-1] if watch else [])
             return results[len(results) - len(after) - len(statements) : len(results) - len(after)]
         except psycopg.Error as exc:
             if relink is None or exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
@@ -232,13 +247,24 @@ class _PgTx:
         insert = relink((now, last_hash))
         if insert is not None:
             self._queued.append(self.bound(*insert))
-        results = self._run([*rereads, "COMMIT"])
+        results = self._run([*rereads, "COMMIT", *watch])
         self._done = True
-        return results[len(results) - 1 - len(rereads) : len(results) - 1]
+        self._saw(results[-1] if watch else [])
+        end = len(results) - 1 - len(watch)
+        return results[end - len(rereads) : end]
+
+    def _saw(self, rows: list[dict[str, Any]]) -> None:
+        """The chain's head and the server's clock read right after the COMMIT (`_HEAD_AFTER`)."""
+        if rows:
+            self._clock_read(str(rows[0]["now"]))
+            self._seen(str(rows[0]["hash"]))
 
 
 def _write_block(
-    cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None], relinked: Callable[[], None]
+    cur: psycopg.Cursor[dict[str, Any]],
+    clock_read: Callable[[str], None],
+    relinked: Callable[[], None],
+    seen: Callable[[str], None],
 ) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
     statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
@@ -246,7 +272,7 @@ def _write_block(
     (a deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was
     raised, unless no transaction is open (nothing was sent yet, or a failed COMMIT ended it); a
     failed rollback leaves the connection to the pool, which discards or resets it."""
-    tx = _PgTx(cur, write=True, clock_read=clock_read, relinked=relinked)
+    tx = _PgTx(cur, write=True, clock_read=clock_read, relinked=relinked, seen=seen)
     try:
         yield tx
         tx.commit()
@@ -277,6 +303,7 @@ def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
     lock, so chain order and sequence order agree. A tail still waiting is linked first
     (`_PgTx.settle`)."""
     tx.settle()
+    tx.linked = True
     extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
     if events:
         extra += (
@@ -326,6 +353,9 @@ class PostgresStore(Store):
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
         self._clock_mark: tuple[float, datetime] | None = None
         """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
+        self._head_seen: str | None = None
+        """The chain's head as this process last saw it, right after a COMMIT that linked
+        (`_HEAD_AFTER`): what the next lone append links after without reading it (`_head_guess`)."""
         self.relinked = 0
         """Audited steps of this store whose events were linked after an unlocked chain head that
         had moved by their COMMIT, and were linked again under the lock (`_link_tail`): how often
@@ -359,7 +389,7 @@ class PostgresStore(Store):
         try:
             with self._get_pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 if write:
-                    yield from _write_block(cur, self._clock_read, self._relinked)
+                    yield from _write_block(cur, self._clock_read, self._relinked, self._saw_head)
                 else:
                     yield _PgTx(cur, clock_read=self._clock_read)
         except PoolTimeout as exc:
@@ -409,6 +439,20 @@ class PostgresStore(Store):
         if mark is None or moment - mark[0] > CLOCK_REUSE_S:
             return self.now()
         return mark[1] + timedelta(seconds=moment - mark[0])
+
+    def _saw_head(self, head: str) -> None:
+        self._head_seen = head
+
+    def _head_guess(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_guess`: the head seen after this process's last COMMIT that linked,
+        with `calibrated_now` while its reading is recent (never a clock read of its own: the
+        guess exists to spare a round trip). Verified under the chain's lock (`_link_tail`)."""
+        mark, head = self._clock_mark, self._head_seen
+        moment = time.monotonic()
+        if head is None or mark is None or moment - mark[0] > CLOCK_REUSE_S:
+            return None
+        now = iso(mark[1] + timedelta(seconds=moment - mark[0]))
+        return LinkHead(now, head, [], [], locked=False, guessed=True)
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """Lock, then read time and last hash, in one round trip (`_locked_head`)."""
@@ -516,7 +560,14 @@ class PostgresStore(Store):
         )
 
     def _link_tail(
-        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+        self,
+        tx: Tx,
+        insert: WhenWritten,
+        last_hash: str,
+        keyed: Sequence[str],
+        relink: Relink,
+        *,
+        at: str = "",
     ) -> None:
         """`Database._link_tail`: in front of the COMMIT, the chain's lock, a savepoint, a check
         that the head is still ``last_hash`` and holds none of the ``keyed`` ids, and the
@@ -540,6 +591,14 @@ class PostgresStore(Store):
             if keyed
             else ""
         )
+        if at:  # a time this transaction did not read: between the head's own and the server's clock
+            if not _ISO.fullmatch(at):
+                relink(None)
+                return
+            held += (
+                f" OR '{at}' > {NOW_SQL} OR '{at}' < COALESCE((SELECT occurred_at FROM audit_events"
+                " ORDER BY seq DESC LIMIT 1), '')"
+            )
 
         def tail(when: str) -> list[str]:
             if "$tg$" in when:  # bound values travel inside the check's dollar-quoted body

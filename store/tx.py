@@ -58,6 +58,10 @@ class LinkHead(NamedTuple):
     step's statements (PostgreSQL's `Database._link_behind`): the events' rows then go to the
     server with the COMMIT, behind the lock and a check that the head is still ``last_hash``
     (`Database._link_tail`), and are numbered by the database there."""
+    guessed: bool = False
+    """Not read at all: the head this process last saw linked, and ``now`` the store's clock as
+    this process calibrated it (`Database._head_guess`); the check under the lock then also
+    holds ``now`` between the head's own time and the server's clock."""
 
 
 class Written(NamedTuple):
@@ -157,6 +161,13 @@ class Database(Protocol):
         inserted only behind a later statement of the script: `AuditLog.link_ahead`)."""
         ...
 
+    def _head_guess(self, tx: Tx) -> LinkHead | None:
+        """A head to link events after without reading it (``LinkHead.guessed``): the chain's
+        head as this process last saw it right after a COMMIT that linked, with the store's
+        calibrated time; None where the backend has none (SQLite, or nothing seen yet, or no
+        recent reading of the clock)."""
+        ...
+
     def _link_ahead(
         self,
         tx: Tx,
@@ -172,14 +183,23 @@ class Database(Protocol):
         ...
 
     def _link_tail(
-        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+        self,
+        tx: Tx,
+        insert: WhenWritten,
+        last_hash: str,
+        keyed: Sequence[str],
+        relink: Relink,
+        *,
+        at: str = "",
     ) -> None:
         """Send ``insert`` (the events linked after ``last_hash``, an unlocked head) with the
         COMMIT of ``tx``, behind the chain's lock and a check that the head is still
-        ``last_hash`` and holds none of the ``keyed`` event ids. When the check fails (another
-        transaction linked in between), the transaction goes on without that INSERT, still
-        holding the lock, and commits the one ``relink`` gives for the head found under it;
-        before any other linking in ``tx``, ``relink(None)`` links them under the lock first."""
+        ``last_hash`` and holds none of the ``keyed`` event ids (given ``at``, the time the
+        events carry, also that it lies between the head's own time and the server's clock).
+        When the check fails (another transaction linked in between), the transaction goes on
+        without that INSERT, still holding the lock, and commits the one ``relink`` gives for
+        the head (and the server's time) found under it; before any other linking in ``tx``,
+        ``relink(None)`` links them under the lock first."""
         ...
 
 

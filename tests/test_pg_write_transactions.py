@@ -9,6 +9,7 @@ again (`Store.calibrated_now`) costs no round trip while a recent reading stands
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from datetime import timedelta
@@ -654,4 +655,43 @@ def test_a_claim_with_leases_links_ahead_fails_whole_when_one_is_busy_and_follow
         assert [e.event for e in store.audit.events()][-2:] == ["between", "operation.claimed"]
         assert verify_chain(store).ok
     finally:
+        store.close()
+
+
+def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_time_is_checked(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a COMMIT that linked reads the chain's head right after it, in its own script; the next
+    # lone append links after that head at the store's calibrated time and sends the lock, the
+    # check and its events with BEGIN and the COMMIT: one round trip. Another process's append
+    # in between, or a calibrated time the server's clock or the head's own time contradicts
+    # (a process whose calibration went wrong), is found by the check: linked again after the
+    # head found under the lock at the server's time, one round trip more
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    other = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        for name in ("one", "two"):
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event=name, result="recorded")])
+            assert wire["round_trips"] == 1 and store.relinked == 0
+        other.audit.append(AuditEventIn(event="between", result="recorded"))
+        with wire_round_trips() as wire:
+            store.audit.append_ahead([AuditEventIn(event="three", result="recorded")])
+        assert wire["round_trips"] == 2 and store.relinked == 1
+        server = store.now()
+        for skew, name in ((timedelta(hours=1), "ahead"), (timedelta(hours=-1), "behind")):
+            monkeypatch.setattr(store, "_clock_mark", (time.monotonic(), server + skew))
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event=name, result="recorded")])
+            assert wire["round_trips"] == 2
+            stamped = parse_iso(store.audit.events()[-1].occurred_at)
+            assert server <= stamped < server + timedelta(minutes=5)  # the server's time, not the guess
+        assert store.relinked == 3
+        events = store.audit.events()
+        assert [e.event for e in events] == ["first", "one", "two", "between", "three", "ahead", "behind"]
+        assert all(a.occurred_at <= b.occurred_at for a, b in itertools.pairwise(events))
+        assert verify_chain(store).ok
+    finally:
+        other.close()
         store.close()

@@ -52,7 +52,7 @@ from toolgate.store import (
     Store,
 )
 from toolgate.store import counters as counters_module
-from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.store.audit_records import GENESIS_HASH, KeyedEventIn, audit_hash, audit_row_content
 from toolgate.store.chain import verify_chain
 from toolgate.store.leases import ResourcesBusy
 from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, cursor_of
@@ -396,6 +396,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "identities.change": lambda s: s.identities.change("ada", status="revoked"),
         "audit.append": lambda s: s.audit.append(event()),
         "audit.append_many": lambda s: s.audit.append_many([event(), event()]),
+        "audit.append_ahead": lambda s: s.audit.append_ahead([event()]),
         "audit.purge_payloads": lambda s: s.audit.purge_payloads(iso(utcnow() + timedelta(days=1))),
         "waits.open": lambda s: s.waits.open(wait_in(9)),
         "waits.record_check": lambda s: s.waits.record_check(
@@ -2552,6 +2553,36 @@ CONTRACT["audit.link_ahead"] = (
 CONTRACT["audit.head_first"] = (
     test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row,
 )
+
+
+def test_audit_append_ahead_appends_in_order_once_each_and_the_chain_verifies(
+    store: Store, reopen: Callable[..., Store]
+) -> None:
+    # appended as `append_many` would (PostgreSQL links them after the head this process last
+    # saw, checked under the lock): in order, each with its tenant, a keyed event the chain
+    # holds already left out, whatever ran in between (another append, another process's)
+    store.proposals.create(make_proposal(1, tenant_id="globex"))
+    shared = KeyedEventIn(event_id="evt-ahead", event="ahead.keyed", result="recorded")
+    store.audit.append_ahead([event("ahead.one"), event("ahead.two", tenant_id="acme")])
+    store.audit.append_ahead([shared])
+    reopen().audit.append(event("ahead.between"))  # another process links meanwhile
+    store.audit.append_ahead([shared, event("ahead.three", operation_key="op_test1")])
+    store.audit.append_ahead([event("ahead.four")])
+    store.audit.append_ahead([])
+    linked = [e for e in store.audit.events() if e.event.startswith("ahead.")]
+    assert [(e.event, e.tenant_id) for e in linked] == [
+        ("ahead.one", None),
+        ("ahead.two", "acme"),
+        ("ahead.keyed", None),
+        ("ahead.between", None),
+        ("ahead.three", "globex"),
+        ("ahead.four", None),
+    ]
+    assert all(a.occurred_at <= b.occurred_at for a, b in itertools.pairwise(linked))
+    assert verify_chain(store).ok
+
+
+CONTRACT["audit.append_ahead"] = (test_audit_append_ahead_appends_in_order_once_each_and_the_chain_verifies,)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 
