@@ -9,7 +9,7 @@ whose outcome stays unknown moves to the dead letters for a person to resolve.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -88,36 +88,56 @@ class Operations:
         lease_lapsed: bool = False,
         audit: Sequence[AuditEventIn] = (),
         release_leases: tuple[Sequence[str], str] | None = None,
+        tenants: Mapping[tuple[str, str], str | None] | None = None,
     ) -> OperationRecord:
         """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
         (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
         ``audit`` is appended in the same transaction, only when the change happened; so are the
-        resource leases ``release_leases`` (keys, holder) given up (`ResourceLeases.release`)."""
-        sql = "UPDATE operations SET status = ?, updated_at = ?"
-        params: list[Any] = [to_status]
-        if result is not None:
-            sql += ", result = ?"
-            params.append(canonical_json(result))
-        if error is not None:
-            sql += ", error = ?"
-            params.append(canonical_json(error))
-        sql += " WHERE operation_key = ? AND status = ?"
-        params += [operation_key, from_status]
-        if owner is not None:
-            sql += " AND owner = ?"
-            params.append(owner)
-        if lease_lapsed:
-            sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
-        sql += " RETURNING *"
+        resource leases ``release_leases`` (keys, holder) given up (`ResourceLeases.release`).
+
+        ``tenants``: the tenant of each ``(table, id)`` the events name, as the caller read it from
+        the store's rows (an outcome: its claimed operation and its stored proposal). With them
+        and no lease to judge, on PostgreSQL the change needs no reading first: its time is the
+        server's clock in its own SQL (`Database._clock_sql`), its events are linked after the
+        chain's head this process last saw (`Database._head_guess`), and the whole transaction
+        is one script (a moved head is linked again under the lock, one round trip more)."""
         written = Written(0, "operations", "operation_key", operation_key)
-        with self._db.transaction() as tx:
-            # on PostgreSQL the time with the chain head and the events' tenants, read first: the
-            # events need nothing the change returns, so they are linked before it runs
-            head, tenants = self._audit.head_first(tx, audit) if audit else (None, {})
-            now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
-            params.insert(1, now)
+        clock = self._db._clock_sql() if tenants is not None and audit and not lease_lapsed else None
+
+        def change(updated_at: str) -> tuple[str, list[Any]]:
+            """The conditional UPDATE, its time ``updated_at`` (``?``: a parameter in front)."""
+            sql = f"UPDATE operations SET status = ?, updated_at = {updated_at}"
+            params: list[Any] = [to_status]
+            if result is not None:
+                sql += ", result = ?"
+                params.append(canonical_json(result))
+            if error is not None:
+                sql += ", error = ?"
+                params.append(canonical_json(error))
+            sql += " WHERE operation_key = ? AND status = ?"
+            params += [operation_key, from_status]
+            if owner is not None:
+                sql += " AND owner = ?"
+                params.append(owner)
             if lease_lapsed:
-                params.append(now)
+                sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
+            return sql + " RETURNING *", params
+
+        with self._db.transaction() as tx:
+            head = self._db._head_guess(tx) if clock is not None else None
+            if head is not None and clock is not None and tenants is not None:
+                # the server's clock in the change's own SQL, the head guessed: one script
+                sql, params = change(clock)
+                found: Mapping[tuple[str, str], str | None] = tenants
+            else:
+                # on PostgreSQL the time with the chain head and the events' tenants, read first:
+                # the events need nothing the change returns, so they are linked before it runs
+                head, found = self._audit.head_first(tx, audit) if audit else (None, {})
+                now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
+                sql, params = change("?")
+                params.insert(1, now)
+                if lease_lapsed:
+                    params.append(now)
             statements: list[tuple[str, Sequence[Any]]] = [(sql, tuple(params))]
             if release_leases is not None:  # behind the change; undone with it when it fails
                 statements += release_statements(*release_leases)
@@ -128,8 +148,9 @@ class Operations:
                 statements[1:] = [(f"{text} AND {wrote}", values) for text, values in statements[1:]]
                 # the change, the leases given up, the events (only behind the change: the
                 # chain's lock, a check that the head has not moved, their INSERT) and the
-                # COMMIT as one script: two round trips in all. Should a moved head stop the
-                # script, the change's row is read again (it was made before the check).
+                # COMMIT as one script: two round trips in all, one after a guessed head.
+                # Should a moved head stop the script, the change's row is read again (it was
+                # made before the check).
                 again = [
                     (
                         f"SELECT * FROM operations WHERE operation_key = ? AND {wrote}",
@@ -137,7 +158,7 @@ class Operations:
                     ),
                     *(("SELECT 1 WHERE false", ()) for _ in statements[1:]),
                 ]
-                answers = self._audit.link_ahead(tx, head, statements, again, audit, written, tenants)
+                answers = self._audit.link_ahead(tx, head, statements, again, audit, written, found)
             else:  # the change, the leases given up and the chain head behind them
                 answers = self._audit.link_behind(tx, statements, [(audit, written)])
             rows = answers[0]

@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 40
+ROUND_TRIPS_PER_APPROVED_WRITE = 39
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -106,7 +106,11 @@ judgment of their answers did before it committed): 3 -> 2.
 41 -> 40 when the final answer's ``model.response``, appended alone, was linked after the chain's
 head this process saw right after its last linking COMMIT (read in that COMMIT's own script) at the
 store's calibrated time, both checked under the chain's lock in its one script
-(`AuditLog.append_ahead`): 2 -> 1."""
+(`AuditLog.append_ahead`): 2 -> 1.
+40 -> 39 when the outcome did the same (`Operations.transition` given the tenants the claim and the
+stored proposal hold): its time is the server's clock in its UPDATE's own SQL, its events linked
+after the head seen after the claim's COMMIT at the calibrated time: 2 -> 1; with a test's clock in
+front of the server's (`_clock_sql` None) it still reads the time first."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

@@ -20,7 +20,7 @@ import pytest
 from support import TEST_KEY, shift_store_clock, wire_round_trips
 from test_store_contract import make_approval, make_proposal
 
-from toolgate.clock import parse_iso
+from toolgate.clock import iso, parse_iso
 from toolgate.errors import InvalidTransitionError, StoreError
 from toolgate.store import AuditEventIn, PostgresStore
 from toolgate.store.audit_records import KeyedEventIn
@@ -694,4 +694,48 @@ def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_
         assert verify_chain(store).ok
     finally:
         other.close()
+        store.close()
+
+
+def test_an_outcome_given_its_tenants_links_after_the_head_last_seen_in_one_round_trip(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an outcome whose caller read its rows' tenants (the claim returned the operation) needs
+    # nothing read first: the server's clock in the change's own SQL, the events linked after
+    # the head this process saw after its last linking COMMIT, all in one script. A change
+    # that does not apply links nothing; with a test's clock in front of the server's
+    # (`_clock_sql` None) the time is read first, as before, and the change stamped with it
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.proposals.create(make_proposal(1, tenant_id="globex"))
+        store.operations.transition("op_test1", "pending_approval", "approved")
+        claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
+        assert store.operations.claim("op_test1", "w1", 30, audit=claimed) is not None
+        tenants: dict[tuple[str, str], str | None] = {("operations", "op_test1"): "globex"}
+        done = [AuditEventIn(event="operation.completed", result="completed", operation_key="op_test1")]
+        before = store.now()
+        with wire_round_trips() as wire:
+            op = store.operations.transition(
+                "op_test1", "executing", "succeeded", owner="w1", result={"ok": 1}, audit=done, tenants=tenants
+            )
+        assert wire["round_trips"] == 1 and store.relinked == 0
+        assert op.status == "succeeded" and parse_iso(op.updated_at) >= before  # the server's time
+        with wire_round_trips() as wire, pytest.raises(InvalidTransitionError):
+            store.operations.transition("op_test1", "executing", "failed", audit=done, tenants=tenants)
+        assert wire["round_trips"] == 2  # the one script, committing nothing; the status read after
+        events = [(e.event, e.tenant_id) for e in store.audit.events() if e.event != "proposal.created"]
+        assert events == [("operation.claimed", "globex"), ("operation.completed", "globex")]
+        store.proposals.create(make_proposal(2, tenant_id="globex"))
+        store.operations.transition("op_test2", "pending_approval", "approved")
+        monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a test's clock: the time is read
+        shift = timedelta(hours=2)
+        read = store._tx_now
+        monkeypatch.setattr(store, "_tx_now", lambda tx: iso(parse_iso(read(tx)) + shift))
+        with wire_round_trips() as wire:
+            op = store.operations.transition(
+                "op_test2", "approved", "expired", audit=done, tenants={("operations", "op_test2"): "globex"}
+            )
+        assert wire["round_trips"] == 2 and parse_iso(op.updated_at) >= before + shift
+        assert verify_chain(store).ok
+    finally:
         store.close()

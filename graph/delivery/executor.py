@@ -437,6 +437,10 @@ class Executor:
             lease_s=lease_s,
             common=common,
             hold=hold,
+            tenants={
+                ("operations", op.operation_key): op.tenant_id,
+                ("proposals", proposal.proposal_id): proposal.tenant_id,
+            },
         )
         return scope.run_write(claimed, proposal, breaker, self.credential_provider, self.clock.now())
 
