@@ -263,6 +263,10 @@ class Store(abc.ABC):
         clock is put in front of the server's (a test's): then the caller asks `now`."""
         return None
 
+    def _script_clock(self, plus_s: float = 0.0) -> str | None:
+        """`Database._script_clock`: None, the caller reads the time (`_tx_now`)."""
+        return None
+
     def _clock_heard(self, now: str) -> datetime:
         """The store's time a statement read by `_clock_sql` (``iso`` text), as a datetime."""
         return parse_iso(now)

@@ -185,6 +185,7 @@ class Operations:
         *,
         audit: Sequence[AuditEventIn] = (),
         resources: tuple[Sequence[str], str] | None = None,
+        tenants: Mapping[tuple[str, str], str | None] | None = None,
     ) -> OperationRecord | None:
         """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
         appended in its transaction when this caller won).
@@ -195,22 +196,43 @@ class Operations:
         taken for ``lease_s`` in the claim's transaction after its update (the operation's row is
         locked before the leases' rows, as in the outcome's transaction that gives them up); when
         another holder has one, the claim is rolled back with them and `ResourcesBusy` raised.
+
+        ``tenants``: the tenant of each ``(table, id)`` the events name, as the caller read it from
+        the store's rows (the operation it claims, its stored proposal). With them, on PostgreSQL
+        the claim needs no reading first: the store's time is the server's clock in the script's
+        own SQL (`Database._script_clock`: the expiry, the lease and the resource leases judged
+        and stamped by it), the events are linked after the chain's head this process last saw
+        (`Database._head_guess`), and the whole transaction is one script.
         """
         keys, holder = resources if resources is not None else ((), owner)
         written = Written(0, "operations", "operation_key", operation_key)
+        clock = self._db._script_clock() if tenants is not None and audit else None
         try:
             with self._db.transaction() as tx:
-                # on PostgreSQL the time with the chain head and the events' tenants, read first
-                head, tenants = self._audit.head_first(tx, audit) if audit else (None, {})
-                now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
-                lease = later(now, lease_s)
-                claim = (
-                    "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
-                    " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
-                    " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
-                    " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
-                    (owner, lease, now, operation_key, now),
-                )
+                head = self._db._head_guess(tx) if clock is not None else None
+                until = self._db._script_clock(lease_s) if head is not None else None
+                found: Mapping[tuple[str, str], str | None]
+                if head is not None and clock is not None and until is not None and tenants is not None:
+                    now, lease, found = clock, until, tenants  # SQL: the server's, in the script
+                    claim: tuple[str, Sequence[Any]] = (
+                        f"UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = {lease},"
+                        f" attempts = attempts + 1, updated_at = {now} WHERE operation_key = ?"
+                        " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                        f" WHERE p.proposal_id = operations.proposal_id AND p.expires_at > {now}) RETURNING *",
+                        (owner, operation_key),
+                    )
+                else:
+                    # on PostgreSQL the time with the chain head and the events' tenants, read first
+                    head, found = self._audit.head_first(tx, audit) if audit else (None, {})
+                    now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
+                    lease = later(now, lease_s)
+                    claim = (
+                        "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
+                        " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
+                        " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                        " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
+                        (owner, lease, now, operation_key, now),
+                    )
                 if head is None:  # the claim, its leases and the chain head behind them
                     answers = self._audit.link_behind(
                         tx,
@@ -235,14 +257,15 @@ class Operations:
                     # the claim, its leases (only behind a claim this transaction made), a check
                     # that it took every one (else the whole transaction fails: `ResourcesBusy`),
                     # the events behind the chain's lock and the COMMIT as one script: two round
-                    # trips in all. Should a moved head stop the script, what the statements
-                    # wrote is read again (it was before the check).
+                    # trips in all, one after a guessed head. Should a moved head stop the
+                    # script, what the statements wrote is read again (it was before the check).
                     leased = [
                         Written(n, "resource_leases", "resource_key", k)
                         for n, k in enumerate(sorted(set(keys)), 1)
                     ]
                     takes_behind = self._db._wrote(tx, written)
-                    takes = take_behind(keys, holder, now, lease_s, (takes_behind, ()))
+                    at = (now, lease) if head.guessed else None  # the script's own clock, as SQL
+                    takes = take_behind(keys, holder, now, lease_s, (takes_behind, ()), at=at)
                     again: list[tuple[str, Sequence[Any]]] = [
                         (
                             f"SELECT * FROM operations WHERE operation_key = ? AND {takes_behind}",
@@ -261,7 +284,7 @@ class Operations:
                     if leased:
                         statements.append((self._db._all_written(tx, written, leased), ()))
                         again.append(("SELECT 1 WHERE false", ()))
-                    answers = self._audit.link_ahead(tx, head, statements, again, audit, written, tenants)
+                    answers = self._audit.link_ahead(tx, head, statements, again, audit, written, found)
                 rows, took = answers[0], answers[1 : 1 + len(set(keys))]
                 if not rows:
                     if any(took):  # the same owner's claim at the same instant won: not this one

@@ -423,6 +423,17 @@ class PostgresStore(Store):
         `_tx_now`: a test's) puts it in front of this one too (None: `now` is asked)."""
         return NOW_SQL
 
+    def _script_clock(self, plus_s: float = 0.0) -> str | None:
+        """`Database._script_clock`: ``statement_timestamp()`` (the same for every statement of
+        one script), as `NOW_SQL` formats the clock; None while `_clock_sql` is None (a test's
+        clock in front of the server's)."""
+        if self._clock_sql() is None:
+            return None
+        shift = f" + make_interval(secs => {float(plus_s)!r})" if plus_s else ""
+        return (
+            f"to_char((statement_timestamp(){shift}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+
     def _clock_heard(self, now: str) -> datetime:
         """A statement read the server's clock: `calibrated_now` counts from this reading too."""
         self._clock_read(now)

@@ -114,6 +114,12 @@ class Database(Protocol):
         """SQL for the store's time a read statement can return beside its rows (None: ask `now`)."""
         ...
 
+    def _script_clock(self, plus_s: float = 0.0) -> str | None:
+        """SQL for the store's time as every statement of one script sees it (PostgreSQL: when
+        the server received the script), ``plus_s`` seconds on; None where the caller reads the
+        time instead (SQLite, or a clock put in front of the server's: `_clock_sql` is None)."""
+        ...
+
     def _clock_heard(self, now: str) -> datetime:
         """The store's time a statement read by `_clock_sql`, as a datetime."""
         ...

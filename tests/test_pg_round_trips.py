@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 39
+ROUND_TRIPS_PER_APPROVED_WRITE = 38
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -110,7 +110,12 @@ store's calibrated time, both checked under the chain's lock in its one script
 40 -> 39 when the outcome did the same (`Operations.transition` given the tenants the claim and the
 stored proposal hold): its time is the server's clock in its UPDATE's own SQL, its events linked
 after the head seen after the claim's COMMIT at the calibrated time: 2 -> 1; with a test's clock in
-front of the server's (`_clock_sql` None) it still reads the time first."""
+front of the server's (`_clock_sql` None) it still reads the time first.
+39 -> 38 when the claim did the same (`Operations.claim` given the tenants the operation and its
+stored proposal hold): the expiry, its lease and its resource leases judged and stamped by the
+server's clock in the script's own SQL (`statement_timestamp`, one instant for every statement of
+it), its events linked after the head last seen at the calibrated time: 2 -> 1; with a test's clock
+in front of the server's it still reads the time first."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

@@ -739,3 +739,60 @@ def test_an_outcome_given_its_tenants_links_after_the_head_last_seen_in_one_roun
         assert verify_chain(store).ok
     finally:
         store.close()
+
+
+def test_a_claim_given_its_tenants_judges_and_stamps_by_the_scripts_clock_in_one_round_trip(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a claim whose caller read its rows' tenants needs nothing read first: the expiry, the
+    # claim's lease and its resource leases judged and stamped by the server's clock in the one
+    # script (the same instant for all of them), the events linked after the head this process
+    # last saw. A lease another holder keeps still fails the script whole; an expired approval
+    # is not claimed; with a test's clock in front of the server's the time is read first
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        expired = iso(store.now() - timedelta(seconds=1))
+        for n in (1, 2, 3):  # the second approval expired a second ago
+            late = {"expires_at": expired} if n == 2 else {}
+            store.proposals.create(make_proposal(n, tenant_id="globex", **late))
+            store.operations.transition(f"op_test{n}", "pending_approval", "approved")
+        store.audit.append(AuditEventIn(event="warm", result="recorded"))  # a linking COMMIT: a head seen
+
+        def claim(n: int, keys: list[str]) -> Any:
+            events = [AuditEventIn(event="operation.claimed", result="claimed", operation_key=f"op_test{n}")]
+            tenants: dict[tuple[str, str], str | None] = {("operations", f"op_test{n}"): "globex"}
+            return store.operations.claim(
+                f"op_test{n}", "w1", 30, audit=events, resources=(keys, "h1"), tenants=tenants
+            )
+
+        assert store.leases.acquire(["k2"], "other", 30)
+        with wire_round_trips() as wire, pytest.raises(ResourcesBusy) as busy:
+            claim(1, ["k1", "k2"])
+        assert busy.value.args == ("k2",) and wire["round_trips"] == 2  # the script; ROLLBACK
+        assert store.operations.get("op_test1").status == "approved"  # type: ignore[union-attr]
+        store.leases.release(["k2"], "other")
+        before = store.now()
+        with wire_round_trips() as wire:
+            won = claim(1, ["k1", "k2"])
+        assert wire["round_trips"] == 1 and store.relinked == 0
+        assert won is not None and won.status == "executing" and parse_iso(won.updated_at) >= before
+        assert won.lease_expires_at is not None
+        assert parse_iso(won.lease_expires_at) - parse_iso(won.updated_at) == timedelta(seconds=30)
+        with store.transaction(write=False) as tx:
+            leases = tx.execute("SELECT * FROM resource_leases ORDER BY resource_key")
+        assert [(r["holder"], r["acquired_at"], r["expires_at"]) for r in leases] == [
+            ("h1", won.updated_at, won.lease_expires_at)
+        ] * 2
+        assert claim(2, []) is None and store.operations.get("op_test2").status == "approved"  # type: ignore[union-attr]
+        monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a test's clock: the time is read
+        with wire_round_trips() as wire:
+            assert claim(3, []) is not None
+        assert wire["round_trips"] == 2
+        claimed = [e for e in store.audit.events() if e.event == "operation.claimed"]
+        assert [(e.operation_key, e.tenant_id) for e in claimed] == [
+            ("op_test1", "globex"),
+            ("op_test3", "globex"),
+        ]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
