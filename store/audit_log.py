@@ -10,6 +10,16 @@ own when it travels behind the change's statements (`link_behind`). There the he
 without the lock, and the lock is taken in the COMMIT's own script, in front of a check that the
 head has not moved and the events' INSERT (`Database._link_tail`): the chain's lock is held while
 the server commits, not while a client computes its hashes.
+
+A step whose events need nothing its statements return links them ahead of its statements
+(`AuditLog.link_ahead`): after a head read with BEGIN and its time (`AuditLog.head_first`, with the
+tenants of the rows the events name), or, when the caller already holds those tenants and the
+step's time can be the server's clock in its own SQL, after the head this process saw right after
+its last linking COMMIT (`Database._head_guess`, read in that COMMIT's own script) at the store's
+calibrated time, both checked under the lock (`AuditLog.append_ahead` for a lone append). The
+statements, the events and the COMMIT then travel as one script; a head that moved (or a time
+the server's clock or the head's own contradicts) is found by the check, and the events are
+linked again under the lock after the head and at the time it found: one round trip more.
 Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
