@@ -35,6 +35,8 @@ from toolgate.store.tx import LinkHead, Relink, WhenWritten, Written
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
+GUESS_PAUSE = 8
+"""Linking steps that take the head-first path after a guessed head missed (`_head_guess`)."""
 POOL_WAIT_S = 10.0
 """How long a unit of work waits for a free connection before it fails with a message that says
 so (psycopg's own 30 s wait, met twice by a worker, read as a hang)."""
@@ -81,7 +83,7 @@ class _PgTx:
         *,
         write: bool = False,
         clock_read: Callable[[str], None] = lambda now: None,
-        relinked: Callable[[], None] = lambda: None,
+        relinked: Callable[[bool], None] = lambda guessed: None,
         seen: Callable[[str], None] = lambda head: None,
     ) -> None:
         self._cursor = cursor
@@ -93,7 +95,10 @@ class _PgTx:
         self._clock_read = clock_read
         """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
         self._relinked = relinked
-        """Told each time a tail's head had moved and its events were linked again (`commit`)."""
+        """Told each time a tail's head had moved and its events were linked again (`commit`),
+        and whether that head was a guess (`PostgresStore._head_guess`)."""
+        self.guessed = False
+        """Its tail was linked after a guessed head (`PostgresStore._link_tail` with ``at``)."""
         self._seen = seen
         """Told the chain's head read right after a COMMIT that linked events (`_HEAD_AFTER`)."""
         self.linked = False
@@ -242,7 +247,7 @@ class _PgTx:
             if relink is None or exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
                 raise
             now, last_hash = exc.diag.message_detail.split(" ")
-        self._relinked()
+        self._relinked(self.guessed)
         self._queued = [f"ROLLBACK TO SAVEPOINT {_LINK_SAVEPOINT}"]  # what ran before it stays
         insert = relink((now, last_hash))
         if insert is not None:
@@ -263,7 +268,7 @@ class _PgTx:
 def _write_block(
     cur: psycopg.Cursor[dict[str, Any]],
     clock_read: Callable[[str], None],
-    relinked: Callable[[], None],
+    relinked: Callable[[bool], None],
     seen: Callable[[str], None],
 ) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
@@ -353,6 +358,11 @@ class PostgresStore(Store):
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
         self._clock_mark: tuple[float, datetime] | None = None
         """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
+        self._guess_pause = 0
+        """Linking steps left that guess no head (`_head_guess`): a guess that missed (another
+        process linked since) pauses guessing for `GUESS_PAUSE` steps, so processes that keep
+        linking into one chain together take the head-first path (no client turn under the
+        lock in a relink) and probe with a guess now and then."""
         self._head_seen: str | None = None
         """The chain's head as this process last saw it, right after a COMMIT that linked
         (`_HEAD_AFTER`): what the next lone append links after without reading it (`_head_guess`)."""
@@ -458,6 +468,9 @@ class PostgresStore(Store):
         """`Database._head_guess`: the head seen after this process's last COMMIT that linked,
         with `calibrated_now` while its reading is recent (never a clock read of its own: the
         guess exists to spare a round trip). Verified under the chain's lock (`_link_tail`)."""
+        if self._guess_pause > 0:  # a recent guess missed: others link into this chain too
+            self._guess_pause -= 1
+            return None
         mark, head = self._clock_mark, self._head_seen
         moment = time.monotonic()
         if head is None or mark is None or moment - mark[0] > CLOCK_REUSE_S:
@@ -610,6 +623,7 @@ class PostgresStore(Store):
                 f" OR '{at}' > {NOW_SQL} OR '{at}' < COALESCE((SELECT occurred_at FROM audit_events"
                 " ORDER BY seq DESC LIMIT 1), '')"
             )
+            tx.guessed = True
 
         def tail(when: str) -> list[str]:
             if "$tg$" in when:  # bound values travel inside the check's dollar-quoted body
@@ -627,8 +641,10 @@ class PostgresStore(Store):
 
         tx.finish_with(tail, relink)
 
-    def _relinked(self) -> None:
+    def _relinked(self, guessed: bool) -> None:
         self.relinked += 1
+        if guessed:
+            self._guess_pause = GUESS_PAUSE
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

@@ -27,7 +27,7 @@ from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.chain import verify_chain
 from toolgate.store.leases import ResourcesBusy
-from toolgate.store.postgres import NOW_SQL
+from toolgate.store.postgres import GUESS_PAUSE, NOW_SQL
 from toolgate.store.records import Settlement
 from toolgate.store.tx import Written
 
@@ -679,8 +679,18 @@ def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_
         with wire_round_trips() as wire:
             store.audit.append_ahead([AuditEventIn(event="three", result="recorded")])
         assert wire["round_trips"] == 2 and store.relinked == 1
+        # a guess that missed: the next steps guess nothing (others link into this chain too),
+        # they read the head under the lock as `append_many` does, and none is linked again
+        for _ in range(GUESS_PAUSE):
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event="paused", result="recorded")])
+            assert wire["round_trips"] == 2 and store.relinked == 1
+        with wire_round_trips() as wire:  # then it guesses again
+            store.audit.append_ahead([AuditEventIn(event="four", result="recorded")])
+        assert wire["round_trips"] == 1 and store.relinked == 1
         server = store.now()
         for skew, name in ((timedelta(hours=1), "ahead"), (timedelta(hours=-1), "behind")):
+            monkeypatch.setattr(store, "_guess_pause", 0)  # each time judged as a guess
             monkeypatch.setattr(store, "_clock_mark", (time.monotonic(), server + skew))
             with wire_round_trips() as wire:
                 store.audit.append_ahead([AuditEventIn(event=name, result="recorded")])
@@ -689,7 +699,17 @@ def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_
             assert server <= stamped < server + timedelta(minutes=5)  # the server's time, not the guess
         assert store.relinked == 3
         events = store.audit.events()
-        assert [e.event for e in events] == ["first", "one", "two", "between", "three", "ahead", "behind"]
+        assert [e.event for e in events] == [
+            "first",
+            "one",
+            "two",
+            "between",
+            "three",
+            *["paused"] * GUESS_PAUSE,
+            "four",
+            "ahead",
+            "behind",
+        ]
         assert all(a.occurred_at <= b.occurred_at for a, b in itertools.pairwise(events))
         assert verify_chain(store).ok
     finally:
