@@ -247,7 +247,7 @@ class StoreCounter:
             answers, head = original_behind(tx, statements, *rest)
             if postgres and id(tx) in open_tx:
                 mine = open_tx[id(tx)]
-                sent = len(statements) + 1 + (3 if head is not None else 0)
+                sent = len(statements) + 1  # the tail, when it links, is counted by `_link_tail`
                 counts["statements"] += sent
                 mine["statements"] += sent
                 if not mine["first"] and statements:
@@ -255,16 +255,29 @@ class StoreCounter:
             return answers, head
 
         def link_ahead(tx: Any, statements: Sequence[Any], *rest: Any) -> Any:
-            # PostgreSQL sends a proposal's statements, the tail (lock, savepoint, head check,
-            # the events' INSERT) and the COMMIT as one script (`PostgresStore._link_ahead`)
+            # PostgreSQL sends a step's statements, the tail (lock, savepoint, head check, the
+            # events' INSERT: counted by `_link_tail`) and the COMMIT as one script
+            # (`PostgresStore._link_ahead`)
             if id(tx) in open_tx:
                 mine = open_tx[id(tx)]
-                counts["statements"] += len(statements) + 4
-                mine["statements"] += len(statements) + 4
+                counts["statements"] += len(statements)
+                mine["statements"] += len(statements)
                 if not mine["first"] and statements:
                     mine["first"] = _first_words(statements[0][0])
             return original_ahead(tx, statements, *rest)
 
+        if postgres:
+            original_tail = store._link_tail
+
+            def link_tail(tx: Any, *args: Any, **kwargs: Any) -> Any:
+                # events linked after an unlocked (or guessed) head: the lock, a savepoint, the
+                # head's check and the events' INSERT go with the COMMIT
+                if id(tx) in open_tx:
+                    counts["statements"] += 4
+                    open_tx[id(tx)]["statements"] += 4
+                return original_tail(tx, *args, **kwargs)
+
+            store._link_tail = link_tail
         store.transaction = transaction
         store.audit._chain = append_events  # each linking of a transaction's events: `link`, `link_behind`
         store._link_behind = link_behind

@@ -38,12 +38,15 @@ class _AlreadyRecorded(Exception):
     that ran behind its INSERT must not stay, so the transaction is rolled back."""
 
 
-def _settlement(settle: Settlement, approval_id: str, now: str) -> tuple[str, Sequence[Any]]:
+def _settlement(
+    settle: Settlement, approval_id: str, now: str, recorded: str = ""
+) -> tuple[str, Sequence[Any]]:
     """The operation change ``settle`` names, as a statement to run behind the decision's INSERT
     in one script: it changes the row only while the decision ``approval_id`` is on record (the
     INSERT in front of it stored it, or it was stored before: `Approvals.record_and_settle` then
-    rolls back) and, for an approval, while no rejection is (one that came in meanwhile leaves
-    the verdict to a judgement of every stored decision)."""
+    rolls back; with ``recorded``, SQL that holds only when this transaction stored it, only
+    then) and, for an approval, while no rejection is (one that came in meanwhile leaves the
+    verdict to a judgement of every stored decision)."""
     unless_rejected = (
         " AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.proposal_id = operations.proposal_id"
         " AND a.decision = 'reject')"
@@ -53,7 +56,9 @@ def _settlement(settle: Settlement, approval_id: str, now: str) -> tuple[str, Se
     return (
         "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ? AND status = ?"
         + unless_rejected
-        + " AND EXISTS (SELECT 1 FROM approvals d WHERE d.approval_id = ?) RETURNING *",
+        + " AND EXISTS (SELECT 1 FROM approvals d WHERE d.approval_id = ?)"
+        + (f" AND {recorded}" if recorded else "")
+        + " RETURNING *",
         (settle.to_status, now, settle.operation_key, settle.from_status, approval_id),
     )
 
@@ -88,7 +93,10 @@ class Approvals:
         past it nothing is written and `ApprovalError` ``expired`` is raised."""
         try:
             with self._db.transaction() as tx:
-                now = self._db._tx_now(tx)
+                # on PostgreSQL the time with the chain head and the tenants the events name,
+                # read first: the events need nothing the statements return
+                head, tenants = self._audit.head_first(tx, [*audit, *(settle.audit if settle else ())])
+                now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
                 if expires_at is not None and parse_iso(now) >= parse_iso(expires_at):
                     raise ApprovalError("expired", f"the proposal expired at {expires_at}")
                 if callable(approval):
@@ -113,15 +121,41 @@ class Approvals:
                         ),
                     )
                 ]
-                groups = [(audit, Written(0, "approvals", "approval_id", approval.approval_id))]
+                recorded = Written(0, "approvals", "approval_id", approval.approval_id)
+                groups = [(audit, recorded)]
                 if settle is not None:
-                    statements.append(_settlement(settle, approval.approval_id, now))
+                    # linked ahead, the script commits whatever it did: the settlement runs only
+                    # behind a decision this transaction stored (nothing to roll back after it)
+                    only = self._db._wrote(tx, recorded) if head is not None else ""
+                    statements.append(_settlement(settle, approval.approval_id, now, only))
                     groups.append(
                         (settle.audit, Written(1, "operations", "operation_key", settle.operation_key))
                     )
-                # the decision, its settlement and the chain head behind them: one round trip on
-                # PostgreSQL (the chain's lock only when the decision was stored here)
-                answers = self._audit.link_behind(tx, statements, groups)
+                if head is not None and audit:
+                    # the decision, its settlement, the events of each (only behind its row: the
+                    # chain's lock, a check that the head has not moved, their INSERT) and the
+                    # COMMIT as one script: two round trips in all. Should a moved head stop the
+                    # script, what the statements stored is read again (it was before the check).
+                    again: list[tuple[str, Sequence[Any]]] = [
+                        (
+                            "SELECT approval_id FROM approvals WHERE approval_id = ?"
+                            f" AND {self._db._wrote(tx, recorded)}",
+                            (approval.approval_id,),
+                        )
+                    ]
+                    if settle is not None:
+                        again.append(
+                            (
+                                "SELECT * FROM operations WHERE operation_key = ?"
+                                f" AND {self._db._wrote(tx, groups[1][1])}",
+                                (settle.operation_key,),
+                            )
+                        )
+                    answers = self._audit.link_ahead(
+                        tx, head, statements, again, audit, recorded, tenants, behind=groups[1:]
+                    )
+                else:  # the decision, its settlement and the chain head behind them
+                    answers = self._audit.link_behind(tx, statements, groups)
                 settled_rows = answers[1] if settle is not None else []
                 if not answers[0]:
                     if settled_rows:  # this very decision was on record: what it settled is undone

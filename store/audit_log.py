@@ -10,6 +10,16 @@ own when it travels behind the change's statements (`link_behind`). There the he
 without the lock, and the lock is taken in the COMMIT's own script, in front of a check that the
 head has not moved and the events' INSERT (`Database._link_tail`): the chain's lock is held while
 the server commits, not while a client computes its hashes.
+
+A step whose events need nothing its statements return links them ahead of its statements
+(`AuditLog.link_ahead`): after a head read with BEGIN and its time (`AuditLog.head_first`, with the
+tenants of the rows the events name), or, when the caller already holds those tenants and the
+step's time can be the server's clock in its own SQL, after the head this process saw right after
+its last linking COMMIT (`Database._head_guess`, read in that COMMIT's own script) at the store's
+calibrated time, both checked under the lock (`AuditLog.append_ahead` for a lone append). The
+statements, the events and the COMMIT then travel as one script; a head that moved (or a time
+the server's clock or the head's own contradicts) is found by the check, and the events are
+linked again under the lock after the head and at the time it found: one round trip more.
 Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
@@ -153,16 +163,36 @@ def _unanswered(
     *,
     numbered: bool,
     when: str = "",
+    only: Sequence[str] = (),
 ) -> tuple[str, tuple[Any, ...]]:
     """Events and their payloads in one PostgreSQL statement that returns nothing: with the
     sequence numbers reserved with a locked chain head (``seq`` in each row) when ``numbered``,
     else numbered by the database as it inserts them (behind the lock, `Database._link_tail`);
     only when the SQL condition ``when`` holds, if one is given (`Database._link_ahead`; every
-    column is text, so the rows can be selected from a ``VALUES`` list)."""
+    column is text, so the rows can be selected from a ``VALUES`` list). ``only`` (one per row,
+    "" for none): a further condition of each row (a group of events linked behind a later
+    statement of the script, `AuditLog.link_ahead`), in a column of the ``VALUES`` list the rows
+    are selected from; a later group's rows follow the earlier ones, so whatever a condition
+    leaves out is at the chain's end."""
     columns = ["seq", *_COLUMNS] if numbered else _COLUMNS
     row_marks = "(" + ", ".join("?" for _ in columns) + ")"
-    if when:
-        payload_rows = "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
+    if any(only):  # each row with its own condition, in a column of its own
+        which = " AND ".join(c for c in ("ok", when) if c)
+        oks = [f"({c})" if c else "TRUE" for c in only]
+        payload_rows = (
+            "SELECT event_id, occurred_at, detail FROM (VALUES "
+            + ", ".join(f"(?, ?, ?, {ok})" for ok in oks)
+            + f") p(event_id, occurred_at, detail, ok) WHERE {which}"
+        )
+        event_rows = (
+            f"SELECT {', '.join(columns)} FROM (VALUES "
+            + ", ".join(row_marks[:-1] + f", {ok})" for ok in oks)
+            + f") e({', '.join(columns)}, ok) WHERE {which}"
+        )
+    elif when:
+        payload_rows = (
+            "SELECT * FROM (VALUES " + ", ".join("(?, ?, ?)" for _ in payloads) + f") p WHERE {when}"
+        )
         event_rows = "SELECT * FROM (VALUES " + ", ".join(row_marks for _ in rows) + f") e WHERE {when}"
     else:
         payload_rows = "VALUES " + ", ".join("(?, ?, ?)" for _ in payloads)
@@ -196,6 +226,28 @@ class AuditLog:
             return []
         with self._db.transaction() as tx:
             return self.link(tx, events)
+
+    def append_ahead(self, events: Sequence[AuditEventIn]) -> None:
+        """`append_many` for a caller that reads nothing back (a refusal, a model's answer): on
+        PostgreSQL the events are linked after the chain's head as this process last saw it
+        (`Database._head_guess`), at the store's calibrated time, and go to the server with the
+        lock, a check that the head is still that one, holds none of their keyed ids and is no
+        later than their time, which is no later than the server's clock, and the COMMIT: one
+        round trip when no other process linked since (linked again under the lock otherwise,
+        after the head and at the time the check found, as `link_behind`'s events are). Events
+        that name a proposal or an operation (their tenant is read with the head), or no head
+        to guess, are linked as `append_many` links them."""
+        if not events:
+            return
+        owners, keyed = _owner_reads(events), _keyed(events)
+        with self._db.transaction() as tx:
+            head = (
+                None if owners or not all(_PLAIN_ID.fullmatch(k) for k in keyed) else self._db._head_guess(tx)
+            )
+            if head is None:
+                self.link(tx, events)
+                return
+            self._chain(tx, events, owners, keyed, head._replace(values=[None for _ in keyed]))
 
     def link(self, tx: Tx, events: Sequence[AuditEventIn]) -> list[AuditEvent]:
         """Link ``events`` to the chain inside ``tx``: the last step of the transaction whose
@@ -237,6 +289,20 @@ class AuditLog:
             self._chain(tx, linked, owners, keyed, head)
         return answers
 
+    def head_first(
+        self, tx: Tx, events: Sequence[AuditEventIn]
+    ) -> tuple[LinkHead | None, dict[tuple[str, str], str | None]]:
+        """The store's time and the chain's head read as ``tx``'s first script, with the tenants
+        of the rows ``events`` name (`Database._head_first`), for a step that links ``events``
+        ahead of its statements (`link_ahead`): ``(head, tenant of each (table, id))``; None and
+        nothing where the backend links behind the statements (SQLite)."""
+        owners = _owner_reads(events)
+        head = self._db._head_first(tx, _link_reads(owners, []))
+        if head is None:
+            return None, {}
+        found = {owner: None if v is None else str(v) for owner, v in zip(owners, head.values, strict=True)}
+        return head._replace(values=[]), found
+
     def link_ahead(
         self,
         tx: Tx,
@@ -245,30 +311,42 @@ class AuditLog:
         rereads: Sequence[tuple[str, Sequence[Any]]],
         events: Sequence[AuditEventIn],
         written: Written,
-        tenants: Mapping[tuple[str, str], str],
+        tenants: Mapping[tuple[str, str], str | None],
+        *,
+        behind: Sequence[tuple[Sequence[AuditEventIn], Written]] = (),
     ) -> list[list[dict[str, Any]]]:
-        """`link_behind` for a step whose rows are new (a proposal and its operation), after a
-        head read first (`Database._head_first`, with the time its statements carry): the
-        events are linked after ``head`` before the statements run, and the statements, the
-        events (only when ``written`` was written by them, behind the chain's lock and a check
-        that the head has not moved and holds none of their keyed ids) and the COMMIT travel
-        as one script (`Database._link_ahead`): the step costs two round trips. ``tenants``
-        holds the tenant of each ``(table, id)`` the statements insert (the events name them:
-        their rows are not there to read yet). Each statement's rows; ``tx`` is committed after
-        it, so nothing may be sent in ``tx`` after it. Where ``head`` is None (a backend that
-        reads no head first: SQLite), or events name another owner, a keyed id cannot travel in
-        the check's SQL or the head is not a hash, the events are linked behind the statements
-        instead (`link_behind`), and the transaction commits at the end of its block."""
-        owners, keyed = _owner_reads(events), _keyed(events)
+        """`link_behind` for a step whose events need nothing its statements return, after a
+        head read first (`Database._head_first`, with the time its statements carry; `head_first`
+        for rows that exist already): the events are linked after ``head`` before the
+        statements run, and the statements, the events (only when ``written`` was written by
+        them, behind the chain's lock and a check that the head has not moved and holds none of
+        their keyed ids) and the COMMIT travel as one script (`Database._link_ahead`): the step
+        costs two round trips. ``behind``: further groups ``(events, written)``, each linked
+        after the ones before it and inserted only when its own row was written too (a
+        settlement behind its decision). ``tenants`` holds the tenant of each ``(table, id)``
+        the events name (rows a proposal's statements insert are not there to read yet). Each
+        statement's rows; ``tx`` is committed after it, so nothing may be sent in ``tx`` after
+        it. Where ``head`` is None (a backend that reads no head first: SQLite), or events name
+        another owner, a keyed id cannot travel in the check's SQL or the head is not a hash,
+        the events are linked behind the statements instead (`link_behind`), and the
+        transaction commits at the end of its block (so too for keyed events with ``behind``:
+        relinking those reads the head again under the lock, which knows no group's row)."""
+        groups = [(events, written), *behind]
+        candidates = [event for group, _ in groups for event in group]
+        owners, keyed = _owner_reads(candidates), _keyed(candidates)
         if (
             head is None
             or any(owner not in tenants for owner in owners)
             or not all(_PLAIN_ID.fullmatch(k) for k in keyed)
             or not _HASH.fullmatch(head.last_hash)
+            or (keyed and len(groups) > 1)  # a keyed relink links under the lock, by no group's row
         ):
-            return self.link_behind(tx, statements, [(events, written)])
+            return self.link_behind(tx, statements, groups)
         values = [tenants[owner] for owner in owners] + [None for _ in keyed]  # checked under the lock
-        self._chain(tx, events, owners, keyed, head._replace(seqs=[], values=values, locked=False))
+        only = [
+            "" if n == 0 else self._db._wrote(tx, row) for n, (group, row) in enumerate(groups) for _ in group
+        ]
+        self._chain(tx, candidates, owners, keyed, head._replace(seqs=[], values=values, locked=False), only)
         return self._db._link_ahead(tx, statements, rereads, written)
 
     def _chain(
@@ -278,6 +356,7 @@ class AuditLog:
         owners: Sequence[tuple[str, str]],
         keyed: Sequence[str],
         head: LinkHead,
+        only: Sequence[str] = (),
     ) -> list[AuditEvent]:
         """The rows of ``events`` linked after ``head``, inserted (on PostgreSQL, sent with the
         COMMIT): ``head.values`` holds their tenants (one per owner of ``owners``), then whether
@@ -285,10 +364,13 @@ class AuditLog:
         the head was read without the lock, the rows go with the COMMIT unnumbered
         (`Database._link_tail`; linked again after the head found under the lock if it moved by
         then) and are returned with ``seq`` 0: the database numbers them as the COMMIT's script
-        inserts them (`link_behind` and `link_ahead`, their callers, return none of them)."""
+        inserts them (`link_behind` and `link_ahead`, their callers, return none of them).
+        ``only`` (one per event of ``events``, "" for none): a further SQL condition of that
+        event's INSERT there (`link_ahead`'s later groups)."""
         if not events:
             return []
         wanted = list(events)  # what to link again if an unlocked head has moved by the COMMIT
+        conditions = dict(zip((id(e) for e in events), only, strict=False))
         key = self._db.keys.key("audit-chain")
         drafts: list[tuple[dict[str, Any], str]] = []
         for event in events:
@@ -311,6 +393,7 @@ class AuditLog:
         rows = [row for row, _ in drafts]
         for row, event in zip(rows, events, strict=True):
             row["tenant_id"] = _tenant_of(event, found)
+        extra = [conditions.get(id(event), "") for event in events] if conditions else []
         _hash_after(rows, head.now, head.last_hash, key)
         payloads = [(row["event_id"], head.now, payload) for row, payload in drafts]
         seqs = head.seqs[: len(drafts)]  # numbers reserved for events left out stay unused (a gap)
@@ -323,12 +406,12 @@ class AuditLog:
                     return None
                 now, last_hash = moved  # the head under the lock: the same rows, linked after it
                 _hash_after(rows, now, last_hash, key)
-                return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False)
+                return _unanswered(rows, [(e, now, p) for e, _, p in payloads], numbered=False, only=extra)
 
             def insert(when: str) -> tuple[str, Sequence[Any]]:
-                return _unanswered(rows, payloads, numbered=False, when=when)
+                return _unanswered(rows, payloads, numbered=False, when=when, only=extra)
 
-            self._db._link_tail(tx, insert, head.last_hash, ids, relink)
+            self._db._link_tail(tx, insert, head.last_hash, ids, relink, at=head.now if head.guessed else "")
             stored = [{**row, "seq": 0} for row in rows]
         elif seqs:  # numbered under the lock: the rows are known, their INSERT goes with the COMMIT
             stored = [{**row, "seq": seq} for (row, _), seq in zip(drafts, seqs, strict=True)]

@@ -192,9 +192,18 @@ class Store(abc.ABC):
         events = sum(count for count, written in groups if answers[written.statement])
         return answers, self._link_head(tx, events, values)
 
-    def _head_first(self, tx: Tx) -> LinkHead | None:
+    def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
         """`Database._head_first`: None, this backend links behind the statements (`_link_behind`)."""
         return None
+
+    def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
+        """`Database._all_written`: never asked here (nothing is linked ahead, see `_wrote`)."""
+        raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
+
+    def _wrote(self, tx: Tx, row: Written) -> str:
+        """`Database._wrote`: never asked here, since this backend links nothing ahead of its
+        statements (`_head_first` reads no head). A caller that asks anyway broke that contract."""
+        raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
 
     def _link_ahead(
         self,
@@ -208,8 +217,19 @@ class Store(abc.ABC):
         broke that contract: refused as a store error, never run half-way."""
         raise StoreError(f"{type(self).__name__} reads no chain head first: link behind the statements")
 
+    def _head_guess(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_guess`: None, every head this backend reads is read under its lock."""
+        return None
+
     def _link_tail(
-        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+        self,
+        tx: Tx,
+        insert: WhenWritten,
+        last_hash: str,
+        keyed: Sequence[str],
+        relink: Relink,
+        *,
+        at: str = "",
     ) -> None:
         """`Database._link_tail`: never asked here, since every head this backend reads is read
         under its lock (``LinkHead.locked``), so no tail waits for the COMMIT. A caller that asks
@@ -241,6 +261,10 @@ class Store(abc.ABC):
         needs a row and the time pays one round trip for both (`Operations.get_at`, the claim's
         guard snapshot); None where the time costs no round trip (SQLite: the host's clock) or a
         clock is put in front of the server's (a test's): then the caller asks `now`."""
+        return None
+
+    def _script_clock(self, plus_s: float = 0.0) -> str | None:
+        """`Database._script_clock`: None, the caller reads the time (`_tx_now`)."""
         return None
 
     def _clock_heard(self, now: str) -> datetime:

@@ -113,22 +113,31 @@ def take_in(tx: Tx, keys: Sequence[str], holder: str, now: str, lease_s: float) 
 
 
 def take_behind(
-    keys: Sequence[str], holder: str, now: str, lease_s: float, condition: tuple[str, Sequence[Any]]
+    keys: Sequence[str],
+    holder: str,
+    now: str,
+    lease_s: float,
+    condition: tuple[str, Sequence[Any]],
+    *,
+    at: tuple[str, str] | None = None,
 ) -> list[tuple[str, Sequence[Any]]]:
     """`take_in` as statements to travel behind another in one script (`Tx.many`): each takes
     its key (sorted, as `take_in` does) only while the SQL ``condition`` (with its parameters)
     holds, e.g. that the claim in front of them won, and answers with the key when it took it;
-    `all_taken` judges the answers."""
+    `all_taken` judges the answers. ``at``: the store's time and the lease's end as SQL (the
+    server's clock in the script itself), instead of ``now`` and ``lease_s`` from it."""
     sql, params = condition
+    start, until = at if at is not None else ("?", "?")
+    times: tuple[Any, ...] = () if at is not None else (now, later(now, lease_s))
     return [
         (
             "INSERT INTO resource_leases (resource_key, holder, acquired_at, expires_at)"
-            f" SELECT ?, ?, ?, ? WHERE {sql} ON CONFLICT (resource_key) DO UPDATE SET"
+            f" SELECT ?, ?, {start}, {until} WHERE {sql} ON CONFLICT (resource_key) DO UPDATE SET"
             " holder = excluded.holder, acquired_at = excluded.acquired_at,"
             " expires_at = excluded.expires_at"
-            " WHERE resource_leases.expires_at <= ? OR resource_leases.holder = excluded.holder"
+            f" WHERE resource_leases.expires_at <= {start} OR resource_leases.holder = excluded.holder"
             " RETURNING resource_key",
-            (key, holder, now, later(now, lease_s), *params, now),
+            (key, holder, *times, *params, *(() if at is not None else (now,))),
         )
         for key in sorted(set(keys))
     ]

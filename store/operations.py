@@ -9,7 +9,7 @@ whose outcome stays unknown moves to the dead letters for a person to resolve.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -88,47 +88,94 @@ class Operations:
         lease_lapsed: bool = False,
         audit: Sequence[AuditEventIn] = (),
         release_leases: tuple[Sequence[str], str] | None = None,
+        tenants: Mapping[tuple[str, str], str | None] | None = None,
     ) -> OperationRecord:
         """Conditional state change; raises `InvalidTransitionError` when the row is not in ``from_status``
         (or not owned by ``owner``, or, with ``lease_lapsed``, while its claim lease is still live).
         ``audit`` is appended in the same transaction, only when the change happened; so are the
-        resource leases ``release_leases`` (keys, holder) given up (`ResourceLeases.release`)."""
-        sql = "UPDATE operations SET status = ?, updated_at = ?"
-        params: list[Any] = [to_status]
-        if result is not None:
-            sql += ", result = ?"
-            params.append(canonical_json(result))
-        if error is not None:
-            sql += ", error = ?"
-            params.append(canonical_json(error))
-        sql += " WHERE operation_key = ? AND status = ?"
-        params += [operation_key, from_status]
-        if owner is not None:
-            sql += " AND owner = ?"
-            params.append(owner)
-        if lease_lapsed:
-            sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
-        sql += " RETURNING *"
-        with self._db.transaction() as tx:
-            now = self._db._tx_now(tx)
-            params.insert(1, now)
+        resource leases ``release_leases`` (keys, holder) given up (`ResourceLeases.release`).
+
+        ``tenants``: the tenant of each ``(table, id)`` the events name, as the caller read it from
+        the store's rows (an outcome: its claimed operation and its stored proposal). With them
+        and no lease to judge, on PostgreSQL the change needs no reading first: its time is the
+        server's clock in its own SQL (`Database._clock_sql`), its events are linked after the
+        chain's head this process last saw (`Database._head_guess`), and the whole transaction
+        is one script (a moved head is linked again under the lock, one round trip more)."""
+        written = Written(0, "operations", "operation_key", operation_key)
+        clock = self._db._clock_sql() if tenants is not None and audit and not lease_lapsed else None
+
+        def change(updated_at: str) -> tuple[str, list[Any]]:
+            """The conditional UPDATE, its time ``updated_at`` (``?``: a parameter in front)."""
+            sql = f"UPDATE operations SET status = ?, updated_at = {updated_at}"
+            params: list[Any] = [to_status]
+            if result is not None:
+                sql += ", result = ?"
+                params.append(canonical_json(result))
+            if error is not None:
+                sql += ", error = ?"
+                params.append(canonical_json(error))
+            sql += " WHERE operation_key = ? AND status = ?"
+            params += [operation_key, from_status]
+            if owner is not None:
+                sql += " AND owner = ?"
+                params.append(owner)
             if lease_lapsed:
-                params.append(now)
+                sql += " AND (lease_expires_at IS NULL OR lease_expires_at < ?)"
+            return sql + " RETURNING *", params
+
+        with self._db.transaction() as tx:
+            head = self._db._head_guess(tx) if clock is not None else None
+            if head is not None and clock is not None and tenants is not None:
+                # the server's clock in the change's own SQL, the head guessed: one script
+                sql, params = change(clock)
+                found: Mapping[tuple[str, str], str | None] = tenants
+            else:
+                # on PostgreSQL the time with the chain head and the events' tenants, read first:
+                # the events need nothing the change returns, so they are linked before it runs
+                head, found = self._audit.head_first(tx, audit) if audit else (None, {})
+                now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
+                sql, params = change("?")
+                params.insert(1, now)
+                if lease_lapsed:
+                    params.append(now)
             statements: list[tuple[str, Sequence[Any]]] = [(sql, tuple(params))]
             if release_leases is not None:  # behind the change; undone with it when it fails
                 statements += release_statements(*release_leases)
-            # the change, the leases given up and the chain head behind them: one round trip on
-            # PostgreSQL (the chain's lock only when the change happened)
-            answers = self._audit.link_behind(
-                tx, statements, [(audit, Written(0, "operations", "operation_key", operation_key))]
-            )
+            if head is not None:
+                # committed in the change's own script, whether it happened or not: the leases
+                # are given up only behind a change this transaction made
+                wrote = self._db._wrote(tx, written)
+                statements[1:] = [(f"{text} AND {wrote}", values) for text, values in statements[1:]]
+                # the change, the leases given up, the events (only behind the change: the
+                # chain's lock, a check that the head has not moved, their INSERT) and the
+                # COMMIT as one script: two round trips in all, one after a guessed head.
+                # Should a moved head stop the script, the change's row is read again (it was
+                # made before the check).
+                again = [
+                    (
+                        f"SELECT * FROM operations WHERE operation_key = ? AND {wrote}",
+                        (operation_key,),
+                    ),
+                    *(("SELECT 1 WHERE false", ()) for _ in statements[1:]),
+                ]
+                answers = self._audit.link_ahead(tx, head, statements, again, audit, written, found)
+            else:  # the change, the leases given up and the chain head behind them
+                answers = self._audit.link_behind(tx, statements, [(audit, written)])
             rows = answers[0]
-            if not rows:
+            if not rows and head is None:  # the leases stay: rolled back with the error
                 current = tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
                 raise InvalidTransitionError(
                     operation_key, from_status, current["status"] if current else None
                 )
+        if not rows:  # linked ahead: committed with nothing changed; the status is read after it
+            current = self._status(operation_key)
+            raise InvalidTransitionError(operation_key, from_status, current["status"] if current else None)
         return operation_of(rows[0])
+
+    def _status(self, operation_key: str) -> dict[str, Any] | None:
+        """The operation's status as a row, or None."""
+        with self._db.transaction(write=False) as tx:
+            return tx.one("SELECT status FROM operations WHERE operation_key = ?", (operation_key,))
 
     def claim(
         self,
@@ -138,6 +185,7 @@ class Operations:
         *,
         audit: Sequence[AuditEventIn] = (),
         resources: tuple[Sequence[str], str] | None = None,
+        tenants: Mapping[tuple[str, str], str | None] | None = None,
     ) -> OperationRecord | None:
         """The one statement that decides who executes: ``approved -> executing`` (with ``audit``
         appended in its transaction when this caller won).
@@ -148,38 +196,96 @@ class Operations:
         taken for ``lease_s`` in the claim's transaction after its update (the operation's row is
         locked before the leases' rows, as in the outcome's transaction that gives them up); when
         another holder has one, the claim is rolled back with them and `ResourcesBusy` raised.
+
+        ``tenants``: the tenant of each ``(table, id)`` the events name, as the caller read it from
+        the store's rows (the operation it claims, its stored proposal). With them, on PostgreSQL
+        the claim needs no reading first: the store's time is the server's clock in the script's
+        own SQL (`Database._script_clock`: the expiry, the lease and the resource leases judged
+        and stamped by it), the events are linked after the chain's head this process last saw
+        (`Database._head_guess`), and the whole transaction is one script.
         """
         keys, holder = resources if resources is not None else ((), owner)
+        written = Written(0, "operations", "operation_key", operation_key)
+        clock = self._db._script_clock() if tenants is not None and audit else None
         try:
             with self._db.transaction() as tx:
-                now = self._db._tx_now(tx)
-                lease = later(now, lease_s)
-                answers = self._audit.link_behind(  # the claim, its leases and the chain head behind
-                    tx,  # them: one round trip on PostgreSQL (the chain's lock only when it won)
-                    [
-                        (
-                            "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
-                            " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
-                            " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
-                            " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
-                            (owner, lease, now, operation_key, now),
-                        ),
-                        *take_behind(  # each only behind the claim this script made
-                            keys,
-                            holder,
-                            now,
-                            lease_s,
-                            (
-                                "EXISTS (SELECT 1 FROM operations c WHERE c.operation_key = ?"
-                                " AND c.status = 'executing' AND c.owner = ? AND c.lease_expires_at = ?"
-                                " AND c.updated_at = ?)",
-                                (operation_key, owner, lease, now),
+                head = self._db._head_guess(tx) if clock is not None else None
+                until = self._db._script_clock(lease_s) if head is not None else None
+                found: Mapping[tuple[str, str], str | None]
+                if head is not None and clock is not None and until is not None and tenants is not None:
+                    now, lease, found = clock, until, tenants  # SQL: the server's, in the script
+                    claim: tuple[str, Sequence[Any]] = (
+                        f"UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = {lease},"
+                        f" attempts = attempts + 1, updated_at = {now} WHERE operation_key = ?"
+                        " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                        f" WHERE p.proposal_id = operations.proposal_id AND p.expires_at > {now}) RETURNING *",
+                        (owner, operation_key),
+                    )
+                else:
+                    # on PostgreSQL the time with the chain head and the events' tenants, read first
+                    head, found = self._audit.head_first(tx, audit) if audit else (None, {})
+                    now = self._db._tx_now(tx)  # that reading, on PostgreSQL (as a test's clock moves it)
+                    lease = later(now, lease_s)
+                    claim = (
+                        "UPDATE operations SET status = 'executing', owner = ?, lease_expires_at = ?,"
+                        " attempts = attempts + 1, updated_at = ? WHERE operation_key = ?"
+                        " AND status = 'approved' AND EXISTS (SELECT 1 FROM proposals p"
+                        " WHERE p.proposal_id = operations.proposal_id AND p.expires_at > ?) RETURNING *",
+                        (owner, lease, now, operation_key, now),
+                    )
+                if head is None:  # the claim, its leases and the chain head behind them
+                    answers = self._audit.link_behind(
+                        tx,
+                        [
+                            claim,
+                            *take_behind(  # each only behind the claim this script made
+                                keys,
+                                holder,
+                                now,
+                                lease_s,
+                                (
+                                    "EXISTS (SELECT 1 FROM operations c WHERE c.operation_key = ?"
+                                    " AND c.status = 'executing' AND c.owner = ? AND c.lease_expires_at = ?"
+                                    " AND c.updated_at = ?)",
+                                    (operation_key, owner, lease, now),
+                                ),
                             ),
+                        ],
+                        [(audit, written)],
+                    )
+                else:
+                    # the claim, its leases (only behind a claim this transaction made), a check
+                    # that it took every one (else the whole transaction fails: `ResourcesBusy`),
+                    # the events behind the chain's lock and the COMMIT as one script: two round
+                    # trips in all, one after a guessed head. Should a moved head stop the
+                    # script, what the statements wrote is read again (it was before the check).
+                    leased = [
+                        Written(n, "resource_leases", "resource_key", k)
+                        for n, k in enumerate(sorted(set(keys)), 1)
+                    ]
+                    takes_behind = self._db._wrote(tx, written)
+                    at = (now, lease) if head.guessed else None  # the script's own clock, as SQL
+                    takes = take_behind(keys, holder, now, lease_s, (takes_behind, ()), at=at)
+                    again: list[tuple[str, Sequence[Any]]] = [
+                        (
+                            f"SELECT * FROM operations WHERE operation_key = ? AND {takes_behind}",
+                            (operation_key,),
                         ),
-                    ],
-                    [(audit, Written(0, "operations", "operation_key", operation_key))],
-                )
-                rows, took = answers[0], answers[1:]
+                        *(
+                            (
+                                f"SELECT resource_key FROM resource_leases WHERE resource_key = ?"
+                                f" AND {self._db._wrote(tx, row)}",
+                                (row.key,),
+                            )
+                            for row in leased
+                        ),
+                    ]
+                    statements = [claim, *takes]
+                    if leased:
+                        statements.append((self._db._all_written(tx, written, leased), ()))
+                        again.append(("SELECT 1 WHERE false", ()))
+                    answers = self._audit.link_ahead(tx, head, statements, again, audit, written, found)
+                rows, took = answers[0], answers[1 : 1 + len(set(keys))]
                 if not rows:
                     if any(took):  # the same owner's claim at the same instant won: not this one
                         raise _Lost  # what this one took goes back with the rollback

@@ -22,18 +22,21 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from toolgate.clock import parse_iso
+from toolgate.clock import iso, parse_iso
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
 from toolgate.store.base import CLOCK_REUSE_S, Store, Tx
 from toolgate.store.changes import Changes, PostgresChanges
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
+from toolgate.store.leases import ResourcesBusy
 from toolgate.store.migrations import Migration
 from toolgate.store.tx import LinkHead, Relink, WhenWritten, Written
 
 NOW_SQL = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 """The server's clock as `toolgate.clock.iso` text: every time decision uses it, never a worker's."""
+GUESS_PAUSE = 8
+"""Linking steps that take the head-first path after a guessed head missed (`_head_guess`)."""
 POOL_WAIT_S = 10.0
 """How long a unit of work waits for a free connection before it fails with a message that says
 so (psycopg's own 30 s wait, met twice by a worker, read as a hang)."""
@@ -43,8 +46,18 @@ _MIGRATION_LOCK = 0x7467_0002
 _HEAD_MOVED = "TG409"
 """The SQLSTATE of the check in a COMMIT's script that the chain's head is still the one its
 events were linked after (`PostgresStore._link_tail`)."""
+_HEAD_AFTER = (
+    f"SELECT {NOW_SQL} AS now,"
+    f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+)
+"""Read in autocommit right after the COMMIT of a transaction that linked audit events, in the
+COMMIT's own script: the chain's head then (`PostgresStore._head_guess`) and the server's clock."""
+_NOT_ALL_WRITTEN = "TG423"
+"""The SQLSTATE of a script's check that it wrote every row it needed behind another
+(`PostgresStore._all_written`): raised as `ResourcesBusy`."""
 _LINK_SAVEPOINT = "toolgate_link"
 _HASH = re.compile(r"[0-9a-f]{64}")
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 
@@ -70,7 +83,8 @@ class _PgTx:
         *,
         write: bool = False,
         clock_read: Callable[[str], None] = lambda now: None,
-        relinked: Callable[[], None] = lambda: None,
+        relinked: Callable[[bool], None] = lambda guessed: None,
+        seen: Callable[[str], None] = lambda head: None,
     ) -> None:
         self._cursor = cursor
         self.write = write
@@ -81,7 +95,14 @@ class _PgTx:
         self._clock_read = clock_read
         """Told each time of the store's clock this unit of work reads (`PostgresStore.calibrated_now`)."""
         self._relinked = relinked
-        """Told each time a tail's head had moved and its events were linked again (`commit`)."""
+        """Told each time a tail's head had moved and its events were linked again (`commit`),
+        and whether that head was a guess (`PostgresStore._head_guess`)."""
+        self.guessed = False
+        """Its tail was linked after a guessed head (`PostgresStore._link_tail` with ``at``)."""
+        self._seen = seen
+        """Told the chain's head read right after a COMMIT that linked events (`_HEAD_AFTER`)."""
+        self.linked = False
+        """Linked audit events under the lock or in a tail: the COMMIT's script reads the head after it."""
         self._tail: tuple[Callable[[str], list[str]], Relink] | None = None
         """Audit events linked after an unlocked chain head, waiting for the COMMIT: the script
         that goes in front of it (lock, savepoint, head check, INSERT) under an SQL condition
@@ -183,6 +204,7 @@ class _PgTx:
         another linking come first (`settle`)."""
         self.settle()
         self._tail = (tail, relink)
+        self.linked = True
 
     def settle(self) -> None:
         """Link a waiting tail's events under the lock now (`finish_with`): before any other
@@ -214,27 +236,40 @@ class _PgTx:
             self._done = True
             return []  # nothing was sent: nothing to commit
         build, relink = tail if tail is not None else (lambda when: [], None)
-        after = [*build(when), "COMMIT"]
+        watch = [_HEAD_AFTER] if self.linked else []
+        after = [*build(when), "COMMIT", *watch]
         try:
             results = self._run([*statements, *after])
             self._done = True
+            self._saw(results[-1] if watch else [])
             return results[len(results) - len(after) - len(statements) : len(results) - len(after)]
         except psycopg.Error as exc:
             if relink is None or exc.sqlstate != _HEAD_MOVED or not exc.diag.message_detail:
                 raise
             now, last_hash = exc.diag.message_detail.split(" ")
-        self._relinked()
+        self._relinked(self.guessed)
         self._queued = [f"ROLLBACK TO SAVEPOINT {_LINK_SAVEPOINT}"]  # what ran before it stays
         insert = relink((now, last_hash))
         if insert is not None:
             self._queued.append(self.bound(*insert))
-        results = self._run([*rereads, "COMMIT"])
+        results = self._run([*rereads, "COMMIT", *watch])
         self._done = True
-        return results[len(results) - 1 - len(rereads) : len(results) - 1]
+        self._saw(results[-1] if watch else [])
+        end = len(results) - 1 - len(watch)
+        return results[end - len(rereads) : end]
+
+    def _saw(self, rows: list[dict[str, Any]]) -> None:
+        """The chain's head and the server's clock read right after the COMMIT (`_HEAD_AFTER`)."""
+        if rows:
+            self._clock_read(str(rows[0]["now"]))
+            self._seen(str(rows[0]["hash"]))
 
 
 def _write_block(
-    cur: psycopg.Cursor[dict[str, Any]], clock_read: Callable[[str], None], relinked: Callable[[], None]
+    cur: psycopg.Cursor[dict[str, Any]],
+    clock_read: Callable[[str], None],
+    relinked: Callable[[bool], None],
+    seen: Callable[[str], None],
 ) -> Iterator[_PgTx]:
     """One write transaction on an autocommit session: BEGIN travels with its first answered
     statement (`_PgTx`), COMMIT with whatever the caller sent last (`_PgTx.send`: the audit
@@ -242,7 +277,7 @@ def _write_block(
     (a deferred constraint, a serialization failure), raises; ROLLBACK follows whatever was
     raised, unless no transaction is open (nothing was sent yet, or a failed COMMIT ended it); a
     failed rollback leaves the connection to the pool, which discards or resets it."""
-    tx = _PgTx(cur, write=True, clock_read=clock_read, relinked=relinked)
+    tx = _PgTx(cur, write=True, clock_read=clock_read, relinked=relinked, seen=seen)
     try:
         yield tx
         tx.commit()
@@ -273,6 +308,7 @@ def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
     lock, so chain order and sequence order agree. A tail still waiting is linked first
     (`_PgTx.settle`)."""
     tx.settle()
+    tx.linked = True
     extra = "".join(f", ({sql}) AS v{n}" for n, sql in enumerate(reads))
     if events:
         extra += (
@@ -322,6 +358,14 @@ class PostgresStore(Store):
         """The schema its tables live in, once asked (`store._records_postgres.store_schema`)."""
         self._clock_mark: tuple[float, datetime] | None = None
         """The last reading of the server's clock: ``(time.monotonic() when it arrived, the time)``."""
+        self._guess_pause = 0
+        """Linking steps left that guess no head (`_head_guess`): a guess that missed (another
+        process linked since) pauses guessing for `GUESS_PAUSE` steps, so processes that keep
+        linking into one chain together take the head-first path (no client turn under the
+        lock in a relink) and probe with a guess now and then."""
+        self._head_seen: str | None = None
+        """The chain's head as this process last saw it, right after a COMMIT that linked
+        (`_HEAD_AFTER`): what the next lone append links after without reading it (`_head_guess`)."""
         self.relinked = 0
         """Audited steps of this store whose events were linked after an unlocked chain head that
         had moved by their COMMIT, and were linked again under the lock (`_link_tail`): how often
@@ -355,7 +399,7 @@ class PostgresStore(Store):
         try:
             with self._get_pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
                 if write:
-                    yield from _write_block(cur, self._clock_read, self._relinked)
+                    yield from _write_block(cur, self._clock_read, self._relinked, self._saw_head)
                 else:
                     yield _PgTx(cur, clock_read=self._clock_read)
         except PoolTimeout as exc:
@@ -366,6 +410,8 @@ class PostgresStore(Store):
                 " max_connections)"
             ) from exc
         except psycopg.Error as exc:
+            if exc.sqlstate == _NOT_ALL_WRITTEN:  # rolled back: the check named what is missing
+                raise ResourcesBusy(exc.diag.message_detail or "") from None
             raise StoreError(f"PostgreSQL store error: {exc}") from exc
 
     def _tx_now(self, tx: Tx) -> str:
@@ -387,6 +433,17 @@ class PostgresStore(Store):
         `_tx_now`: a test's) puts it in front of this one too (None: `now` is asked)."""
         return NOW_SQL
 
+    def _script_clock(self, plus_s: float = 0.0) -> str | None:
+        """`Database._script_clock`: ``statement_timestamp()`` (the same for every statement of
+        one script), as `NOW_SQL` formats the clock; None while `_clock_sql` is None (a test's
+        clock in front of the server's)."""
+        if self._clock_sql() is None:
+            return None
+        shift = f" + make_interval(secs => {float(plus_s)!r})" if plus_s else ""
+        return (
+            f"to_char((statement_timestamp(){shift}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+
     def _clock_heard(self, now: str) -> datetime:
         """A statement read the server's clock: `calibrated_now` counts from this reading too."""
         self._clock_read(now)
@@ -403,6 +460,23 @@ class PostgresStore(Store):
         if mark is None or moment - mark[0] > CLOCK_REUSE_S:
             return self.now()
         return mark[1] + timedelta(seconds=moment - mark[0])
+
+    def _saw_head(self, head: str) -> None:
+        self._head_seen = head
+
+    def _head_guess(self, tx: Tx) -> LinkHead | None:
+        """`Database._head_guess`: the head seen after this process's last COMMIT that linked,
+        with `calibrated_now` while its reading is recent (never a clock read of its own: the
+        guess exists to spare a round trip). Verified under the chain's lock (`_link_tail`)."""
+        if self._guess_pause > 0:  # a recent guess missed: others link into this chain too
+            self._guess_pause -= 1
+            return None
+        mark, head = self._clock_mark, self._head_seen
+        moment = time.monotonic()
+        if head is None or mark is None or moment - mark[0] > CLOCK_REUSE_S:
+            return None
+        now = iso(mark[1] + timedelta(seconds=moment - mark[0]))
+        return LinkHead(now, head, [], [], locked=False, guessed=True)
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """Lock, then read time and last hash, in one round trip (`_locked_head`)."""
@@ -450,21 +524,47 @@ class PostgresStore(Store):
         found = head[0]
         tx.heard(str(found["now"]))
         return answers, LinkHead(
-            str(found["now"]), str(found["hash"]), [], [found[f"v{n}"] for n in range(len(values))], locked=False
+            str(found["now"]),
+            str(found["hash"]),
+            [],
+            [found[f"v{n}"] for n in range(len(values))],
+            locked=False,
         )
 
-    def _head_first(self, tx: Tx) -> LinkHead | None:
-        """`Database._head_first`: BEGIN with the store's time and the chain's head, one round
-        trip (the transaction's time is this one)."""
+    def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
+        """`Database._head_first`: BEGIN with the store's time, the chain's head and the reads
+        ``values``, one round trip (the transaction's time is this one)."""
         assert isinstance(tx, _PgTx)
         tx.settle()
+        reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
         row = tx.last_of(
             f"SELECT {NOW_SQL} AS now,"
             f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
+            + reads
         )
         assert row is not None
         tx.heard(str(row["now"]))
-        return LinkHead(str(row["now"]), str(row["hash"]), [], [], locked=False)
+        read = [row[f"v{n}"] for n in range(len(values))]
+        return LinkHead(str(row["now"]), str(row["hash"]), [], read, locked=False)
+
+    def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
+        """`Database._all_written`: a DO block that raises `_NOT_ALL_WRITTEN`, the first missing
+        row's key as its detail (`transaction` raises it as `ResourcesBusy`)."""
+        assert isinstance(tx, _PgTx)
+        cases = " ".join(f"WHEN NOT {_written_sql(tx, row)} THEN {tx.bound('?', (row.key,))}" for row in rows)
+        check = f"IF {_written_sql(tx, first)} THEN missing := CASE {cases} END; END IF;" if rows else ""
+        if "$tg$" in check:  # bound values travel inside the block's dollar-quoted body
+            raise StoreError("a row's key cannot travel in the check that every row was written")
+        return (
+            f"DO $tg$DECLARE missing text; BEGIN {check} IF missing IS NOT NULL THEN RAISE EXCEPTION"
+            f" 'not every row was written' USING ERRCODE = '{_NOT_ALL_WRITTEN}', DETAIL = missing;"
+            " END IF; END$tg$"
+        )
+
+    def _wrote(self, tx: Tx, row: Written) -> str:
+        """`Database._wrote`: the row's ``xmin`` is this transaction (`_written_sql`)."""
+        assert isinstance(tx, _PgTx)
+        return _written_sql(tx, row)
 
     def _link_ahead(
         self,
@@ -484,7 +584,14 @@ class PostgresStore(Store):
         )
 
     def _link_tail(
-        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+        self,
+        tx: Tx,
+        insert: WhenWritten,
+        last_hash: str,
+        keyed: Sequence[str],
+        relink: Relink,
+        *,
+        at: str = "",
     ) -> None:
         """`Database._link_tail`: in front of the COMMIT, the chain's lock, a savepoint, a check
         that the head is still ``last_hash`` and holds none of the ``keyed`` ids, and the
@@ -502,10 +609,21 @@ class PostgresStore(Store):
             relink(None)
             return
         held = (  # validated: letters, digits and _.:- only
-            " OR EXISTS (SELECT 1 FROM audit_events WHERE event_id IN (" + ", ".join(f"'{k}'" for k in keyed) + "))"
+            " OR EXISTS (SELECT 1 FROM audit_events WHERE event_id IN ("
+            + ", ".join(f"'{k}'" for k in keyed)
+            + "))"
             if keyed
             else ""
         )
+        if at:  # a time this transaction did not read: between the head's own and the server's clock
+            if not _ISO.fullmatch(at):
+                relink(None)
+                return
+            held += (
+                f" OR '{at}' > {NOW_SQL} OR '{at}' < COALESCE((SELECT occurred_at FROM audit_events"
+                " ORDER BY seq DESC LIMIT 1), '')"
+            )
+            tx.guessed = True
 
         def tail(when: str) -> list[str]:
             if "$tg$" in when:  # bound values travel inside the check's dollar-quoted body
@@ -523,8 +641,10 @@ class PostgresStore(Store):
 
         tx.finish_with(tail, relink)
 
-    def _relinked(self) -> None:
+    def _relinked(self, guessed: bool) -> None:
         self.relinked += 1
+        if guessed:
+            self._guess_pause = GUESS_PAUSE
 
     def _lock_migrations(self, tx: Tx) -> None:
         tx.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

@@ -58,6 +58,10 @@ class LinkHead(NamedTuple):
     step's statements (PostgreSQL's `Database._link_behind`): the events' rows then go to the
     server with the COMMIT, behind the lock and a check that the head is still ``last_hash``
     (`Database._link_tail`), and are numbered by the database there."""
+    guessed: bool = False
+    """Not read at all: the head this process last saw linked, and ``now`` the store's clock as
+    this process calibrated it (`Database._head_guess`); the check under the lock then also
+    holds ``now`` between the head's own time and the server's clock."""
 
 
 class Written(NamedTuple):
@@ -110,6 +114,12 @@ class Database(Protocol):
         """SQL for the store's time a read statement can return beside its rows (None: ask `now`)."""
         ...
 
+    def _script_clock(self, plus_s: float = 0.0) -> str | None:
+        """SQL for the store's time as every statement of one script sees it (PostgreSQL: when
+        the server received the script), ``plus_s`` seconds on; None where the caller reads the
+        time instead (SQLite, or a clock put in front of the server's: `_clock_sql` is None)."""
+        ...
+
     def _clock_heard(self, now: str) -> datetime:
         """The store's time a statement read by `_clock_sql`, as a datetime."""
         ...
@@ -136,11 +146,32 @@ class Database(Protocol):
         and the head read without the chain's lock (``LinkHead.locked`` False)."""
         ...
 
-    def _head_first(self, tx: Tx) -> LinkHead | None:
-        """For a step whose rows are new (a proposal): the store's time and the chain's head, read
-        without the lock as ``tx``'s first script, before its statements are known (the time
-        goes into them); None where the backend links behind the statements instead
-        (`_link_behind`)."""
+    def _head_first(self, tx: Tx, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead | None:
+        """For a step whose events can be linked before its statements run (a proposal's rows
+        are new; an outcome's or a decision's events need only the tenants of rows that exist
+        already): the store's time, the chain's head and the one-value reads ``values`` (in
+        ``LinkHead.values``), read without the lock as ``tx``'s first script, before its
+        statements are known (the time goes into them); None where the backend links behind the
+        statements instead (`_link_behind`)."""
+        ...
+
+    def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
+        """A statement that fails ``tx`` with `toolgate.store.leases.ResourcesBusy` (naming the
+        first row's key that is missing) when ``tx`` wrote ``first`` but not each of ``rows``:
+        for a script that commits whatever it did (`AuditLog.link_ahead`), where the caller
+        could not roll back after judging its answers (a claim that took some of its leases)."""
+        ...
+
+    def _wrote(self, tx: Tx, row: Written) -> str:
+        """SQL that holds when ``tx`` wrote ``row`` (for a group of events linked ahead that is
+        inserted only behind a later statement of the script: `AuditLog.link_ahead`)."""
+        ...
+
+    def _head_guess(self, tx: Tx) -> LinkHead | None:
+        """A head to link events after without reading it (``LinkHead.guessed``): the chain's
+        head as this process last saw it right after a COMMIT that linked, with the store's
+        calibrated time; None where the backend has none (SQLite, or nothing seen yet, or no
+        recent reading of the clock)."""
         ...
 
     def _link_ahead(
@@ -158,14 +189,23 @@ class Database(Protocol):
         ...
 
     def _link_tail(
-        self, tx: Tx, insert: WhenWritten, last_hash: str, keyed: Sequence[str], relink: Relink
+        self,
+        tx: Tx,
+        insert: WhenWritten,
+        last_hash: str,
+        keyed: Sequence[str],
+        relink: Relink,
+        *,
+        at: str = "",
     ) -> None:
         """Send ``insert`` (the events linked after ``last_hash``, an unlocked head) with the
         COMMIT of ``tx``, behind the chain's lock and a check that the head is still
-        ``last_hash`` and holds none of the ``keyed`` event ids. When the check fails (another
-        transaction linked in between), the transaction goes on without that INSERT, still
-        holding the lock, and commits the one ``relink`` gives for the head found under it;
-        before any other linking in ``tx``, ``relink(None)`` links them under the lock first."""
+        ``last_hash`` and holds none of the ``keyed`` event ids (given ``at``, the time the
+        events carry, also that it lies between the head's own time and the server's clock).
+        When the check fails (another transaction linked in between), the transaction goes on
+        without that INSERT, still holding the lock, and commits the one ``relink`` gives for
+        the head (and the server's time) found under it; before any other linking in ``tx``,
+        ``relink(None)`` links them under the lock first."""
         ...
 
 

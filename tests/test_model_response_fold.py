@@ -56,13 +56,13 @@ def links(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
             (waiting[-1] if waiting else seen).append([e.event for e in linked])
         return linked
 
-    def counted_ahead(self: AuditLog, tx: Any, *args: Any) -> Any:
+    def counted_ahead(self: AuditLog, tx: Any, *args: Any, **kwargs: Any) -> Any:
         # a proposal's events are chained before its script says whether it stored the proposal
         # (PostgreSQL, `AuditLog.link_ahead`): they count as linked only when it did (its first
         # statement's rows), and as the last chaining (linked again after a moved chain head)
         waiting.append([])
         try:
-            answers = ahead(self, tx, *args)
+            answers = ahead(self, tx, *args, **kwargs)
         finally:
             chained = waiting.pop()
         if answers[0] and chained:

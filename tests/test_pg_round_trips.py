@@ -32,7 +32,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 44
+ROUND_TRIPS_PER_APPROVED_WRITE = 38
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -92,7 +92,30 @@ The approval pause's listings, seventh pass: 47 -> 45 when a listing of proposal
 its operation in one statement (`Proposals.for_tool` had read the ids, then the rows, then their
 operations; `Proposals.same_effect` the rows, then their operations when there were any);
 45 -> 44 when the pause read both of its listings, the live proposals on the same resource and
-the identical writes of the task, in one statement (`Proposals.beside`)."""
+the identical writes of the task, in one statement (`Proposals.beside`).
+44 -> 43 when the outcome's transaction read the chain head and its events' tenant with BEGIN and
+its time (`AuditLog.head_first`: the events need nothing the change returns) and sent the change,
+the leases given up behind it, the events behind the chain's lock and the COMMIT as one script
+(`AuditLog.link_ahead`): 3 -> 2 round trips.
+43 -> 42 when the decision's transaction did the same (its events and its settlement's name rows
+that exist; the settlement runs only behind a decision this transaction stored, so the one script
+commits nothing to roll back): 3 -> 2.
+42 -> 41 when the claim did the same: its leases are taken only behind a claim this transaction
+made, and a check in the script fails it whole when one was busy (`ResourcesBusy`, as the client's
+judgment of their answers did before it committed): 3 -> 2.
+41 -> 40 when the final answer's ``model.response``, appended alone, was linked after the chain's
+head this process saw right after its last linking COMMIT (read in that COMMIT's own script) at the
+store's calibrated time, both checked under the chain's lock in its one script
+(`AuditLog.append_ahead`): 2 -> 1.
+40 -> 39 when the outcome did the same (`Operations.transition` given the tenants the claim and the
+stored proposal hold): its time is the server's clock in its UPDATE's own SQL, its events linked
+after the head seen after the claim's COMMIT at the calibrated time: 2 -> 1; with a test's clock in
+front of the server's (`_clock_sql` None) it still reads the time first.
+39 -> 38 when the claim did the same (`Operations.claim` given the tenants the operation and its
+stored proposal hold): the expiry, its lease and its resource leases judged and stamped by the
+server's clock in the script's own SQL (`statement_timestamp`, one instant for every statement of
+it), its events linked after the head last seen at the calibrated time: 2 -> 1; with a test's clock
+in front of the server's it still reads the time first."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

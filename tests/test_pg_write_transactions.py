@@ -9,6 +9,7 @@ again (`Store.calibrated_now`) costs no round trip while a recent reading stands
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from datetime import timedelta
@@ -17,15 +18,17 @@ from typing import Any
 import psycopg
 import pytest
 from support import TEST_KEY, shift_store_clock, wire_round_trips
-from test_store_contract import make_proposal
+from test_store_contract import make_approval, make_proposal
 
-from toolgate.clock import parse_iso
-from toolgate.errors import StoreError
+from toolgate.clock import iso, parse_iso
+from toolgate.errors import InvalidTransitionError, StoreError
 from toolgate.store import AuditEventIn, PostgresStore
 from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.chain import verify_chain
-from toolgate.store.postgres import NOW_SQL
+from toolgate.store.leases import ResourcesBusy
+from toolgate.store.postgres import GUESS_PAUSE, NOW_SQL
+from toolgate.store.records import Settlement
 from toolgate.store.tx import Written
 
 _TX_ID = "SELECT txid_current() AS id, pg_current_xact_id_if_assigned() IS NOT NULL AS wrote"
@@ -236,11 +239,12 @@ def test_a_step_links_its_events_behind_its_statements_and_locks_the_chain_only_
         claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
         with wire_round_trips() as wire:
             won = store.operations.claim("op_test1", "w1", 30, audit=claimed)
-        # BEGIN with the clock; the claim with the chain head behind it; the events with the COMMIT
-        assert won is not None and wire["round_trips"] == 3
+        # BEGIN with the clock, the chain head and the tenant (`AuditLog.head_first`); the claim,
+        # the events behind the chain's lock and the COMMIT (`AuditLog.link_ahead`)
+        assert won is not None and wire["round_trips"] == 2
         with wire_round_trips() as wire:
             assert store.operations.claim("op_test1", "w2", 30, audit=claimed) is None
-        assert wire["round_trips"] == 3  # the same script, its head not read; COMMIT
+        assert wire["round_trips"] == 2  # the same two scripts: nothing linked, no lock taken
         assert [e.event for e in store.audit.events(operation_key="op_test1")] == ["operation.claimed"]
         claim = "UPDATE operations SET owner = ? WHERE operation_key = ? AND owner = ? RETURNING owner"
         for owner, wrote in (("w9", 0), ("w1", 1)):  # w9 owns nothing: no row written, nothing linked
@@ -497,6 +501,318 @@ def test_a_proposal_whose_chain_head_moved_before_its_script_links_its_events_af
         names = [e.event for e in store.audit.events()]
         assert names == ["first", "model.response" if keyed else "between", "proposal.created"]
         assert [e.tenant_id for e in store.audit.events()][-1] == "acme"
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_an_outcome_links_its_events_ahead_of_its_change_in_two_round_trips_and_after_a_moved_head(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an operation's change records events that need only its tenant: BEGIN with the time, the
+    # chain head and that tenant; then the change, the events behind the chain's lock and the
+    # COMMIT as one script. A change that does not apply links nothing and reads the status
+    # after; a head another step moved in between is found by the script's check and the
+    # events follow it, the change kept
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.proposals.create(make_proposal(1, tenant_id="globex"))
+        approved = [AuditEventIn(event="outcome.approved", result="recorded", operation_key="op_test1")]
+        with wire_round_trips() as wire:
+            op = store.operations.transition("op_test1", "pending_approval", "approved", audit=approved)
+        assert wire["round_trips"] == 2 and op.status == "approved"
+        before = len(store.audit.events())
+        with wire_round_trips() as wire, pytest.raises(InvalidTransitionError) as refused:
+            store.operations.transition("op_test1", "pending_approval", "rejected", audit=approved)
+        assert wire["round_trips"] == 3 and refused.value.actual == "approved"  # the status read after
+        assert len(store.audit.events()) == before
+        read = store._tx_now
+
+        def between(tx: Any) -> str:  # another step links after the outcome read the head
+            monkeypatch.setattr(store, "_tx_now", read)
+            store.audit.append(AuditEventIn(event="between", result="recorded"))
+            return read(tx)
+
+        monkeypatch.setattr(store, "_tx_now", between)
+        expired = [AuditEventIn(event="outcome.expired", result="recorded", operation_key="op_test1")]
+        with wire_round_trips() as wire:
+            op = store.operations.transition("op_test1", "approved", "expired", audit=expired)
+        # the head first; the other step's append (2); the refused script; the rollback to the
+        # savepoint with the change's row read again, the events and the COMMIT
+        assert wire["round_trips"] == 5 and store.relinked == 1
+        assert op.status == "expired" and store.operations.get("op_test1").status == "expired"  # type: ignore[union-attr]
+        events = [e for e in store.audit.events() if e.event != "proposal.created"]
+        assert [(e.event, e.tenant_id) for e in events] == [
+            ("outcome.approved", "globex"),
+            ("between", None),
+            ("outcome.expired", "globex"),
+        ]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_decision_and_its_settlement_link_ahead_in_two_round_trips_and_after_a_moved_head(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a decision that settles its operation: BEGIN with the time, the chain head and the tenants
+    # its events name; then the decision, the settlement, both groups of events behind the
+    # chain's lock and the COMMIT as one script. Behind a moved head both groups follow the head
+    # found under the lock, the settlement's only because its row was written; a decision that
+    # does not settle (one recorded by another reviewer first) links its own events only
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        proposal, _, _ = store.proposals.create(make_proposal(1, tenant_id="globex"))
+        proposal_two, _, _ = store.proposals.create(make_proposal(2, tenant_id="globex"))
+
+        def settle(key: str) -> Settlement:
+            return Settlement(
+                operation_key=key,
+                from_status="pending_approval",
+                to_status="approved",
+                audit=[AuditEventIn(event="decided.settled", result="approved", operation_key=key)],
+            )
+
+        def recorded(key: str) -> list[AuditEventIn]:
+            return [AuditEventIn(event="decided.recorded", result="approve", operation_key=key)]
+
+        with wire_round_trips() as wire:
+            done, settled = store.approvals.record_and_settle(
+                make_approval(proposal), audit=recorded("op_test1"), settle=settle("op_test1")
+            )
+        assert wire["round_trips"] == 2 and done and settled is not None and settled.status == "approved"
+        with wire_round_trips() as wire:  # settled already: the decision's own events only
+            done, settled = store.approvals.record_and_settle(
+                make_approval(proposal, reviewer="gina"), audit=recorded("op_test1"), settle=settle("op_test1")
+            )
+        assert wire["round_trips"] == 2 and done and settled is None
+        read = store._tx_now
+
+        def between(tx: Any) -> str:  # another step links after the decision read the head
+            monkeypatch.setattr(store, "_tx_now", read)
+            store.audit.append(AuditEventIn(event="between", result="recorded"))
+            return read(tx)
+
+        monkeypatch.setattr(store, "_tx_now", between)
+        with wire_round_trips() as wire:
+            done, settled = store.approvals.record_and_settle(
+                make_approval(proposal_two), audit=recorded("op_test2"), settle=settle("op_test2")
+            )
+        # the head first; the other step's append (2); the refused script; the rollback to the
+        # savepoint with the rows read again, both groups' events and the COMMIT
+        assert wire["round_trips"] == 5 and store.relinked == 1
+        assert done and settled is not None and settled.status == "approved"
+        assert store.operations.get("op_test2").status == "approved"  # type: ignore[union-attr]
+        events = [e for e in store.audit.events() if e.event != "proposal.created"]
+        assert [(e.event, e.operation_key, e.tenant_id) for e in events] == [
+            ("decided.recorded", "op_test1", "globex"),
+            ("decided.settled", "op_test1", "globex"),
+            ("decided.recorded", "op_test1", "globex"),
+            ("between", None, None),
+            ("decided.recorded", "op_test2", "globex"),
+            ("decided.settled", "op_test2", "globex"),
+        ]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_claim_with_leases_links_ahead_fails_whole_when_one_is_busy_and_follows_a_moved_head(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the claim, its leases behind it, a check that it took every one and its events go in one
+    # script with the COMMIT: a lease another holder keeps fails that script (nothing of it
+    # stays, `ResourcesBusy` names the key); behind a head another step moved the claim and its
+    # leases stay and its events follow the head found under the lock
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=2)
+    try:
+        store.proposals.create(make_proposal(1))
+        store.operations.transition("op_test1", "pending_approval", "approved")
+        assert store.leases.acquire(["k2"], "other", 30)
+        claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
+        events = len(store.audit.events())
+        with wire_round_trips() as wire, pytest.raises(ResourcesBusy) as busy:
+            store.operations.claim("op_test1", "w1", 30, audit=claimed, resources=(["k2", "k1"], "h1"))
+        assert busy.value.args == ("k2",) and wire["round_trips"] == 3  # head first; the script; ROLLBACK
+        assert store.operations.get("op_test1").status == "approved"  # type: ignore[union-attr]
+        assert _leases_held(store) == ["k2"] and len(store.audit.events()) == events
+        store.leases.release(["k2"], "other")
+        read = store._tx_now
+
+        def between(tx: Any) -> str:  # another step links after the claim read the head
+            monkeypatch.setattr(store, "_tx_now", read)
+            store.audit.append(AuditEventIn(event="between", result="recorded"))
+            return read(tx)
+
+        monkeypatch.setattr(store, "_tx_now", between)
+        with wire_round_trips() as wire:
+            won = store.operations.claim("op_test1", "w1", 30, audit=claimed, resources=(["k2", "k1"], "h1"))
+        # the head first; the other step's append (2); the refused script; the rollback to the
+        # savepoint with the claim and its leases read again, the events and the COMMIT
+        assert wire["round_trips"] == 5 and store.relinked == 1
+        assert won is not None and (won.status, won.owner) == ("executing", "w1")
+        assert _leases_held(store) == ["k1", "k2"]
+        assert [e.event for e in store.audit.events()][-2:] == ["between", "operation.claimed"]
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_time_is_checked(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a COMMIT that linked reads the chain's head right after it, in its own script; the next
+    # lone append links after that head at the store's calibrated time and sends the lock, the
+    # check and its events with BEGIN and the COMMIT: one round trip. Another process's append
+    # in between, or a calibrated time the server's clock or the head's own time contradicts
+    # (a process whose calibration went wrong), is found by the check: linked again after the
+    # head found under the lock at the server's time, one round trip more
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    other = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        for name in ("one", "two"):
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event=name, result="recorded")])
+            assert wire["round_trips"] == 1 and store.relinked == 0
+        other.audit.append(AuditEventIn(event="between", result="recorded"))
+        with wire_round_trips() as wire:
+            store.audit.append_ahead([AuditEventIn(event="three", result="recorded")])
+        assert wire["round_trips"] == 2 and store.relinked == 1
+        # a guess that missed: the next steps guess nothing (others link into this chain too),
+        # they read the head under the lock as `append_many` does, and none is linked again
+        for _ in range(GUESS_PAUSE):
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event="paused", result="recorded")])
+            assert wire["round_trips"] == 2 and store.relinked == 1
+        with wire_round_trips() as wire:  # then it guesses again
+            store.audit.append_ahead([AuditEventIn(event="four", result="recorded")])
+        assert wire["round_trips"] == 1 and store.relinked == 1
+        server = store.now()
+        for skew, name in ((timedelta(hours=1), "ahead"), (timedelta(hours=-1), "behind")):
+            monkeypatch.setattr(store, "_guess_pause", 0)  # each time judged as a guess
+            monkeypatch.setattr(store, "_clock_mark", (time.monotonic(), server + skew))
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event=name, result="recorded")])
+            assert wire["round_trips"] == 2
+            stamped = parse_iso(store.audit.events()[-1].occurred_at)
+            assert server <= stamped < server + timedelta(minutes=5)  # the server's time, not the guess
+        assert store.relinked == 3
+        events = store.audit.events()
+        assert [e.event for e in events] == [
+            "first",
+            "one",
+            "two",
+            "between",
+            "three",
+            *["paused"] * GUESS_PAUSE,
+            "four",
+            "ahead",
+            "behind",
+        ]
+        assert all(a.occurred_at <= b.occurred_at for a, b in itertools.pairwise(events))
+        assert verify_chain(store).ok
+    finally:
+        other.close()
+        store.close()
+
+
+def test_an_outcome_given_its_tenants_links_after_the_head_last_seen_in_one_round_trip(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an outcome whose caller read its rows' tenants (the claim returned the operation) needs
+    # nothing read first: the server's clock in the change's own SQL, the events linked after
+    # the head this process saw after its last linking COMMIT, all in one script. A change
+    # that does not apply links nothing; with a test's clock in front of the server's
+    # (`_clock_sql` None) the time is read first, as before, and the change stamped with it
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        store.proposals.create(make_proposal(1, tenant_id="globex"))
+        store.operations.transition("op_test1", "pending_approval", "approved")
+        claimed = [AuditEventIn(event="operation.claimed", result="claimed", operation_key="op_test1")]
+        assert store.operations.claim("op_test1", "w1", 30, audit=claimed) is not None
+        tenants: dict[tuple[str, str], str | None] = {("operations", "op_test1"): "globex"}
+        done = [AuditEventIn(event="operation.completed", result="completed", operation_key="op_test1")]
+        before = store.now()
+        with wire_round_trips() as wire:
+            op = store.operations.transition(
+                "op_test1", "executing", "succeeded", owner="w1", result={"ok": 1}, audit=done, tenants=tenants
+            )
+        assert wire["round_trips"] == 1 and store.relinked == 0
+        assert op.status == "succeeded" and parse_iso(op.updated_at) >= before  # the server's time
+        with wire_round_trips() as wire, pytest.raises(InvalidTransitionError):
+            store.operations.transition("op_test1", "executing", "failed", audit=done, tenants=tenants)
+        assert wire["round_trips"] == 2  # the one script, committing nothing; the status read after
+        events = [(e.event, e.tenant_id) for e in store.audit.events() if e.event != "proposal.created"]
+        assert events == [("operation.claimed", "globex"), ("operation.completed", "globex")]
+        store.proposals.create(make_proposal(2, tenant_id="globex"))
+        store.operations.transition("op_test2", "pending_approval", "approved")
+        monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a test's clock: the time is read
+        shift = timedelta(hours=2)
+        read = store._tx_now
+        monkeypatch.setattr(store, "_tx_now", lambda tx: iso(parse_iso(read(tx)) + shift))
+        with wire_round_trips() as wire:
+            op = store.operations.transition(
+                "op_test2", "approved", "expired", audit=done, tenants={("operations", "op_test2"): "globex"}
+            )
+        assert wire["round_trips"] == 2 and parse_iso(op.updated_at) >= before + shift
+        assert verify_chain(store).ok
+    finally:
+        store.close()
+
+
+def test_a_claim_given_its_tenants_judges_and_stamps_by_the_scripts_clock_in_one_round_trip(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a claim whose caller read its rows' tenants needs nothing read first: the expiry, the
+    # claim's lease and its resource leases judged and stamped by the server's clock in the one
+    # script (the same instant for all of them), the events linked after the head this process
+    # last saw. A lease another holder keeps still fails the script whole; an expired approval
+    # is not claimed; with a test's clock in front of the server's the time is read first
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        expired = iso(store.now() - timedelta(seconds=1))
+        for n in (1, 2, 3):  # the second approval expired a second ago
+            late = {"expires_at": expired} if n == 2 else {}
+            store.proposals.create(make_proposal(n, tenant_id="globex", **late))
+            store.operations.transition(f"op_test{n}", "pending_approval", "approved")
+        store.audit.append(AuditEventIn(event="warm", result="recorded"))  # a linking COMMIT: a head seen
+
+        def claim(n: int, keys: list[str]) -> Any:
+            events = [AuditEventIn(event="operation.claimed", result="claimed", operation_key=f"op_test{n}")]
+            tenants: dict[tuple[str, str], str | None] = {("operations", f"op_test{n}"): "globex"}
+            return store.operations.claim(
+                f"op_test{n}", "w1", 30, audit=events, resources=(keys, "h1"), tenants=tenants
+            )
+
+        assert store.leases.acquire(["k2"], "other", 30)
+        with wire_round_trips() as wire, pytest.raises(ResourcesBusy) as busy:
+            claim(1, ["k1", "k2"])
+        assert busy.value.args == ("k2",) and wire["round_trips"] == 2  # the script; ROLLBACK
+        assert store.operations.get("op_test1").status == "approved"  # type: ignore[union-attr]
+        store.leases.release(["k2"], "other")
+        before = store.now()
+        with wire_round_trips() as wire:
+            won = claim(1, ["k1", "k2"])
+        assert wire["round_trips"] == 1 and store.relinked == 0
+        assert won is not None and won.status == "executing" and parse_iso(won.updated_at) >= before
+        assert won.lease_expires_at is not None
+        assert parse_iso(won.lease_expires_at) - parse_iso(won.updated_at) == timedelta(seconds=30)
+        with store.transaction(write=False) as tx:
+            leases = tx.execute("SELECT * FROM resource_leases ORDER BY resource_key")
+        assert [(r["holder"], r["acquired_at"], r["expires_at"]) for r in leases] == [
+            ("h1", won.updated_at, won.lease_expires_at)
+        ] * 2
+        assert claim(2, []) is None and store.operations.get("op_test2").status == "approved"  # type: ignore[union-attr]
+        monkeypatch.setattr(store, "_clock_sql", lambda: None)  # a test's clock: the time is read
+        with wire_round_trips() as wire:
+            assert claim(3, []) is not None
+        assert wire["round_trips"] == 2
+        claimed = [e for e in store.audit.events() if e.event == "operation.claimed"]
+        assert [(e.operation_key, e.tenant_id) for e in claimed] == [
+            ("op_test1", "globex"),
+            ("op_test3", "globex"),
+        ]
         assert verify_chain(store).ok
     finally:
         store.close()

@@ -52,7 +52,7 @@ from toolgate.store import (
     Store,
 )
 from toolgate.store import counters as counters_module
-from toolgate.store.audit_records import GENESIS_HASH, audit_hash, audit_row_content
+from toolgate.store.audit_records import GENESIS_HASH, KeyedEventIn, audit_hash, audit_row_content
 from toolgate.store.chain import verify_chain
 from toolgate.store.leases import ResourcesBusy
 from toolgate.store.proposals import PAGE_MAX, InvalidCursor, ProposalPage, cursor_of
@@ -396,6 +396,7 @@ def test_a_read_only_store_reads_and_refuses_every_write(store: Store, reopen: C
         "identities.change": lambda s: s.identities.change("ada", status="revoked"),
         "audit.append": lambda s: s.audit.append(event()),
         "audit.append_many": lambda s: s.audit.append_many([event(), event()]),
+        "audit.append_ahead": lambda s: s.audit.append_ahead([event()]),
         "audit.purge_payloads": lambda s: s.audit.purge_payloads(iso(utcnow() + timedelta(days=1))),
         "waits.open": lambda s: s.waits.open(wait_in(9)),
         "waits.record_check": lambda s: s.waits.record_check(
@@ -892,6 +893,28 @@ def test_record_and_settle_settles_the_operation_in_the_decisions_transaction(st
         make_approval(proposal, approval_id="apr_other"), audit=[event("approval.recorded")], settle=settle
     ) == (False, None)
     assert snapshot(store) == before
+
+
+def test_record_and_settle_of_a_decision_on_record_already_settles_nothing(store: Store) -> None:
+    # the very same record sent again (its id stored already) while the operation still waits:
+    # its settlement would find the decision on record, but it was not stored by this call, so
+    # nothing at all is written (rolled back on SQLite; never run behind it on PostgreSQL, whose
+    # script commits whatever it did)
+    proposal, _, _ = store.proposals.create(make_proposal(1))
+    decision = make_approval(proposal)
+    assert store.approvals.record(decision)
+    before = snapshot(store)
+    settle = Settlement(
+        operation_key="op_test1",
+        from_status="pending_approval",
+        to_status="approved",
+        audit=[event("operation.approved", operation_key="op_test1")],
+    )
+    assert store.approvals.record_and_settle(
+        decision, audit=[event("approval.recorded", operation_key="op_test1")], settle=settle
+    ) == (False, None)
+    assert snapshot(store) == before
+    assert store.operations.get("op_test1").status == "pending_approval"  # type: ignore[union-attr]
 
 
 def test_record_and_settle_never_approves_past_a_recorded_rejection(store: Store) -> None:
@@ -2173,6 +2196,7 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     ),
     "approvals.record_and_settle": (
         test_record_and_settle_settles_the_operation_in_the_decisions_transaction,
+        test_record_and_settle_of_a_decision_on_record_already_settles_nothing,
         test_record_and_settle_never_approves_past_a_recorded_rejection,
     ),
     "approvals.for_proposal": (test_decisions_for_lists_a_proposals_decisions_in_order_marking_forged_rows,),
@@ -2435,6 +2459,73 @@ def test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote(store: St
     assert verify_chain(store).ok
 
 
+def test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row(
+    store: Store,
+) -> None:
+    # a step whose events name rows that exist (an outcome, a decision) reads the chain head and
+    # those rows' tenants first (PostgreSQL; nothing on SQLite, which links behind the
+    # statements), then its statements, its events and the COMMIT go together: the first group
+    # only behind the first row written, each later group only behind its own row too
+    store.proposals.create(make_proposal(1))
+    store.proposals.create(make_proposal(2, tenant_id="globex"))
+    stamp = iso(store.now())
+
+    def moved(key: str, from_status: str, to_status: str) -> tuple[str, tuple[str, ...]]:
+        return (
+            "UPDATE operations SET status = ?, updated_at = ? WHERE operation_key = ? AND status = ?"
+            " RETURNING operation_key",
+            (to_status, stamp, key, from_status),
+        )
+
+    def again(key: str) -> tuple[str, tuple[str, ...]]:
+        return ("SELECT operation_key FROM operations WHERE operation_key = ? AND false", (key,))
+
+    def step(first: tuple[str, str], second: tuple[str, str]) -> list[list[dict[str, Any]]]:
+        one = [event("ahead.first", operation_key="op_test1")]
+        two = [event("ahead.second", operation_key="op_test2")]
+        with store.transaction() as tx:
+            head, tenants = store.audit.head_first(tx, [*one, *two])
+            if isinstance(store, PostgresStore):
+                assert head is not None and tenants == {
+                    ("operations", "op_test1"): "acme",
+                    ("operations", "op_test2"): "globex",
+                }
+            else:
+                assert (head, tenants) == (None, {})
+            return store.audit.link_ahead(
+                tx,
+                head,
+                [moved("op_test1", *first), moved("op_test2", *second)],
+                [again("op_test1"), again("op_test2")],
+                one,
+                Written(0, "operations", "operation_key", "op_test1"),
+                tenants,
+                behind=[(two, Written(1, "operations", "operation_key", "op_test2"))],
+            )
+
+    before = snapshot(store)["audit_events"]
+    # the first group's row not written: nothing linked, whatever the second statement did
+    assert step(("approved", "executing"), ("pending_approval", "approved")) == [[], [{"operation_key": "op_test2"}]]
+    assert snapshot(store)["audit_events"] == before
+    # the first written, the second not: the first group only
+    assert step(("pending_approval", "approved"), ("pending_approval", "approved")) == [
+        [{"operation_key": "op_test1"}],
+        [],
+    ]
+    assert [(e.event, e.tenant_id) for e in named(store, "ahead.first")] == [("ahead.first", "acme")]
+    assert named(store, "ahead.second") == []
+    # both written: both groups, in order, each with its row's tenant
+    step(("approved", "expired"), ("approved", "expired"))
+    linked = [e for e in store.audit.events() if e.event.startswith("ahead.")]
+    assert [(e.event, e.tenant_id) for e in linked] == [
+        ("ahead.first", "acme"),
+        ("ahead.first", "acme"),
+        ("ahead.second", "globex"),
+    ]
+    assert linked[2].prev_hash == linked[1].hash and linked[1].seq < linked[2].seq
+    assert verify_chain(store).ok
+
+
 def test_a_backend_that_reads_no_head_first_refuses_the_tail_calls_and_sends_nothing(store: Store) -> None:
     # SQLite reads no chain head first and every head under its lock: `_link_ahead` and
     # `_link_tail` are never its to run; a caller that asks anyway gets a store error, and the
@@ -2446,12 +2537,52 @@ def test_a_backend_that_reads_no_head_first_refuses_the_tail_calls_and_sends_not
         assert store._head_first(tx) is None
         with pytest.raises(StoreError, match="reads no chain head first"):
             store._link_ahead(tx, [], [], Written(0, "resource_leases", "resource_key", "r"))
+        with pytest.raises(StoreError, match="reads no chain head first"):
+            store._wrote(tx, Written(0, "resource_leases", "resource_key", "r"))
+        with pytest.raises(StoreError, match="reads no chain head first"):
+            store._all_written(tx, Written(0, "operations", "operation_key", "o"), [])
         with pytest.raises(StoreError, match="reads every chain head under the lock"):
             store._link_tail(tx, lambda when: ("SELECT 1", ()), "0" * 64, [], lambda moved: None)
     assert len(store.audit.events()) == events
 
 
-CONTRACT["audit.link_ahead"] = (test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote,)
+CONTRACT["audit.link_ahead"] = (
+    test_audit_link_ahead_links_only_behind_a_row_its_statements_wrote,
+    test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row,
+)
+CONTRACT["audit.head_first"] = (
+    test_audit_head_first_reads_the_tenants_and_link_ahead_links_each_group_only_behind_its_row,
+)
+
+
+def test_audit_append_ahead_appends_in_order_once_each_and_the_chain_verifies(
+    store: Store, reopen: Callable[..., Store]
+) -> None:
+    # appended as `append_many` would (PostgreSQL links them after the head this process last
+    # saw, checked under the lock): in order, each with its tenant, a keyed event the chain
+    # holds already left out, whatever ran in between (another append, another process's)
+    store.proposals.create(make_proposal(1, tenant_id="globex"))
+    shared = KeyedEventIn(event_id="evt-ahead", event="ahead.keyed", result="recorded")
+    store.audit.append_ahead([event("ahead.one"), event("ahead.two", tenant_id="acme")])
+    store.audit.append_ahead([shared])
+    reopen().audit.append(event("ahead.between"))  # another process links meanwhile
+    store.audit.append_ahead([shared, event("ahead.three", operation_key="op_test1")])
+    store.audit.append_ahead([event("ahead.four")])
+    store.audit.append_ahead([])
+    linked = [e for e in store.audit.events() if e.event.startswith("ahead.")]
+    assert [(e.event, e.tenant_id) for e in linked] == [
+        ("ahead.one", None),
+        ("ahead.two", "acme"),
+        ("ahead.keyed", None),
+        ("ahead.between", None),
+        ("ahead.three", "globex"),
+        ("ahead.four", None),
+    ]
+    assert all(a.occurred_at <= b.occurred_at for a, b in itertools.pairwise(linked))
+    assert verify_chain(store).ok
+
+
+CONTRACT["audit.append_ahead"] = (test_audit_append_ahead_appends_in_order_once_each_and_the_chain_verifies,)
 CONTRACT["audit.append_after"] = (test_audit_append_after_appends_what_build_makes_of_the_latest_event,)
 
 

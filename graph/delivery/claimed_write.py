@@ -52,6 +52,10 @@ class ClaimedWrite:
     """The leases on the operation's conflicting resources (taken in the claim's transaction),
     renewed with the claim and released once no handler thread of this delivery can still change
     anything."""
+    tenants: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """The tenant of the claimed operation and of its proposal, as their stored rows say (the
+    claim returned the one, the other is the stored proposal): the outcome's events carry it
+    without reading it again (`toolgate.store.operations.Operations.transition`)."""
     released: threading.Event = field(default_factory=threading.Event)
     """Set once an outcome's transaction gave the resource leases up with it (nothing left to release)."""
 
@@ -170,6 +174,7 @@ class ClaimedWrite:
             owner=self.worker_id,
             audit=events,
             release_leases=(self.hold.keys, self.hold.holder) if ended and self.hold.keys else None,
+            tenants=self.tenants or None,
         )
         if ended:
             self.released.set()

@@ -344,10 +344,11 @@ class Executor:
                     ),
                     self.auditor.event("handler.started", "started", **common),
                 ]
+                tenants = self._tenants(op)  # as the store's rows say: the events need no read of them
                 try:  # the claim and the resource leases commit together, or neither (no deadlock)
                     claimed = hold.claim(
                         lambda: self.store.operations.claim(
-                            operation_key, worker_id, lease_s, audit=events, resources=hold.lease
+                            operation_key, worker_id, lease_s, audit=events, resources=hold.lease, tenants=tenants
                         ),
                         wait_s,
                     )
@@ -396,6 +397,16 @@ class Executor:
         assert spec is not None and proposal is not None
         return ResourceHold.of(self.store, spec, op, proposal.tenant_id, proposal.arguments, worker_id)
 
+    def _tenants(self, op: OperationRecord) -> dict[tuple[str, str], str | None]:
+        """The tenants of ``op`` and of its stored proposal (`_verify` passed: it exists), as
+        their rows say: what a delivery's events carry (`Operations.claim`, `.transition`)."""
+        proposal = self.proposal(op.proposal_id)
+        assert proposal is not None
+        return {
+            ("operations", op.operation_key): op.tenant_id,
+            ("proposals", proposal.proposal_id): proposal.tenant_id,
+        }
+
     def _audit_fields(self, op: OperationRecord, call_id: str | None) -> dict[str, Any]:
         """The fields every event of one delivery of ``op`` carries (its tool and proposal are
         known to exist: `_verify` passed)."""
@@ -437,6 +448,7 @@ class Executor:
             lease_s=lease_s,
             common=common,
             hold=hold,
+            tenants=self._tenants(op),
         )
         return scope.run_write(claimed, proposal, breaker, self.credential_provider, self.clock.now())
 

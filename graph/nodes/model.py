@@ -196,7 +196,7 @@ def make_model_node(gw: Gateway) -> Any:
             if calling:  # linked with what becomes of its calls (`response_audit`)
                 waiting = defer_response(event, thread=thread_id(config))
             else:
-                gw.store.audit.append(event)
+                gw.store.audit.append_ahead([event])  # nothing read back: one round trip
         budget["model_turns"] += 1
         if refusal is not None:  # nothing of a refused turn is kept: no call runs, none is proposed
             return {**base, **trace_update, "budget": budget, **refused_update(gw.auditor, refusal, **ids)}
