@@ -452,6 +452,30 @@ class Demo:
 
         return Context(principal=self.principals[user], **knobs)
 
+    def approved_restarts(self, gw: Any, count: int, tag: str) -> list[str]:
+        """The operation keys of ``count`` ``restart_service`` proposals of sam's, each with a
+        reason of its own, stored and approved by omar through the review path (what
+        `throughput.py` races workers over and `profile_paths.py` delivers)."""
+        from toolgate.graph.review.decisions import decide
+        from toolgate.graph.review.proposals import draft_proposal, store_proposal
+
+        spec = self.registry.tools["restart_service"]
+        keys = []
+        for n in range(count):
+            draft = draft_proposal(
+                gw,
+                spec,
+                tenant_id="acme",
+                requester_id="sam",
+                thread_id=f"t-{tag}",
+                call_id=f"c{n}",
+                arguments={"service_alias": "web", "reason": f"bench {tag} {n}"},
+            )
+            proposal, _, _ = store_proposal(gw, spec, draft, actor="sam")
+            decide(gw, proposal.proposal_id, self.principals["omar"], "approve")
+            keys.append(proposal.operation_key)
+        return keys
+
 
 def new_key() -> bytes:
     return secrets.token_bytes(32)

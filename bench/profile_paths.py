@@ -302,7 +302,7 @@ def profile_kind(
             (base, "plain LangGraph approval flow"),
         )
 
-        keys = approved_operations(demo, gateway, rounds + 1)
+        keys = demo.approved_restarts(gateway, rounds + 1, "prof")
         gateway.executor.deliver(keys[0], worker_id="w-warm", wait_s=60)
         subject = profiles.window(
             lambda: [gateway.executor.deliver(k, worker_id="w", wait_s=60) for k in keys[1:]] and None
@@ -315,28 +315,6 @@ def profile_kind(
             None,
         )
     store.close()
-
-
-def approved_operations(demo: Demo, gateway: Any, count: int) -> list[str]:
-    """``count`` approved operations as `throughput.py` prepares them (one per reason)."""
-    from toolgate.graph.review.proposals import draft_proposal, store_proposal
-
-    spec = demo.registry.tools["restart_service"]
-    keys = []
-    for n in range(count):
-        draft = draft_proposal(
-            gateway,
-            spec,
-            tenant_id="acme",
-            requester_id="sam",
-            thread_id="t-prof",
-            call_id=f"c{n}",
-            arguments={"service_alias": "web", "reason": f"profile {n}"},
-        )
-        proposal, _, _ = store_proposal(gateway, spec, draft, actor="sam")
-        decide(gateway, proposal.proposal_id, demo.principals["omar"], "approve")
-        keys.append(proposal.operation_key)
-    return keys
 
 
 if __name__ == "__main__":

@@ -121,28 +121,6 @@ def worker(kind: str, url: str, key: bytes, ready: Any, go: Any, out: Any, name:
     store.close()
 
 
-def prepare(demo: Demo, gw: Any, count: int, tag: str) -> list[str]:
-    from toolgate.graph.review.decisions import decide
-    from toolgate.graph.review.proposals import draft_proposal, store_proposal
-
-    spec = demo.registry.tools["restart_service"]
-    keys = []
-    for n in range(count):
-        draft = draft_proposal(
-            gw,
-            spec,
-            tenant_id="acme",
-            requester_id="sam",
-            thread_id=f"t-{tag}",
-            call_id=f"c{n}",
-            arguments={"service_alias": "web", "reason": f"bench {tag} {n}"},
-        )
-        proposal, _, _ = store_proposal(gw, spec, draft, actor="sam")
-        decide(gw, proposal.proposal_id, demo.principals["omar"], "approve")
-        keys.append(proposal.operation_key)
-    return keys
-
-
 def run_round(
     kind: str, url: str, key: bytes, keys: list[str], workers: int
 ) -> tuple[float, int, float, int]:
@@ -214,7 +192,7 @@ def main() -> None:
         for r in range(args.rounds):
             for w in WORKERS:
                 for kind in KINDS:
-                    keys = prepare(demo, gw, ops, f"{kind}-{w}-{r}")
+                    keys = demo.approved_restarts(gw, ops, f"{kind}-{w}-{r}")
                     rate, won, waiting, relinked = run_round(kind, db, key, keys, w)
                     assert won == len(keys), f"{kind} x{w}: {won} winning claims for {len(keys)} operations"
                     if kind != "claim":
