@@ -20,7 +20,9 @@ calibrated time, both checked under the lock (`AuditLog.append_ahead` for a lone
 statements, the events and the COMMIT then travel as one script; a head that moved (or a time
 the server's clock or the head's own contradicts) is found by the check, and the events are
 linked again under the lock after the head and at the time it found: one round trip more.
-Payloads live in their own table, so retention can purge them while the chain still verifies.
+Where processes link together, such early heads go stale often: after a relink, a PostgreSQL
+store reads the head behind the statements for its next few steps (`CONTENTION_PAUSE` in
+`toolgate.store.postgres`). Payloads live in their own table, so retention can purge them while the chain still verifies.
 
 The one look-up that is a hint, not an authority: `AuditLog.first` answers "has this operation
 already recorded this event?" with one row at most (e.g. ``delivery.refused``, once per operation,

@@ -27,7 +27,7 @@ from toolgate.store.audit_records import KeyedEventIn
 from toolgate.store.base import CLOCK_REUSE_S
 from toolgate.store.chain import verify_chain
 from toolgate.store.leases import ResourcesBusy
-from toolgate.store.postgres import GUESS_PAUSE, NOW_SQL
+from toolgate.store.postgres import CONTENTION_PAUSE, NOW_SQL
 from toolgate.store.records import Settlement
 from toolgate.store.tx import Written
 
@@ -681,7 +681,7 @@ def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_
         assert wire["round_trips"] == 2 and store.relinked == 1
         # a guess that missed: the next steps guess nothing (others link into this chain too),
         # they read the head under the lock as `append_many` does, and none is linked again
-        for _ in range(GUESS_PAUSE):
+        for _ in range(CONTENTION_PAUSE):
             with wire_round_trips() as wire:
                 store.audit.append_ahead([AuditEventIn(event="paused", result="recorded")])
             assert wire["round_trips"] == 2 and store.relinked == 1
@@ -690,7 +690,7 @@ def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_
         assert wire["round_trips"] == 1 and store.relinked == 1
         server = store.now()
         for skew, name in ((timedelta(hours=1), "ahead"), (timedelta(hours=-1), "behind")):
-            monkeypatch.setattr(store, "_guess_pause", 0)  # each time judged as a guess
+            monkeypatch.setattr(store, "_contended", 0)  # each time judged as a guess
             monkeypatch.setattr(store, "_clock_mark", (time.monotonic(), server + skew))
             with wire_round_trips() as wire:
                 store.audit.append_ahead([AuditEventIn(event=name, result="recorded")])
@@ -705,12 +705,64 @@ def test_a_lone_append_links_after_the_head_last_seen_in_one_round_trip_and_its_
             "two",
             "between",
             "three",
-            *["paused"] * GUESS_PAUSE,
+            *["paused"] * CONTENTION_PAUSE,
             "four",
             "ahead",
             "behind",
         ]
         assert all(a.occurred_at <= b.occurred_at for a, b in itertools.pairwise(events))
+        assert verify_chain(store).ok
+    finally:
+        other.close()
+        store.close()
+
+
+def test_after_a_relink_the_next_steps_read_the_head_behind_their_statements_then_early_again(
+    pg_migrated_url: str,
+) -> None:
+    # processes linking into one chain together: a head read with BEGIN, or guessed, is stale by
+    # the COMMIT more often than one read behind the statements, and each stale head is a relink
+    # (the chain's lock held across a client turn). After a relink, guessed or not, the next
+    # CONTENTION_PAUSE linking steps read the head behind their statements; then the early
+    # heads come back. A proposal shows which: 2 round trips with its head first, 3 behind
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    other = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+
+    def propose(n: int) -> int:
+        with wire_round_trips() as wire:
+            _, _, created = store.proposals.create_at(_created(make_proposal(n)))
+        assert created
+        return int(wire["round_trips"])
+
+    try:
+        store.audit.append(AuditEventIn(event="first", result="recorded"))
+        assert propose(1) == 2
+        other.audit.append(AuditEventIn(event="between", result="recorded"))
+        store.audit.append_ahead([AuditEventIn(event="guess", result="recorded")])  # misses
+        assert store.relinked == 1
+        assert propose(2) == 3  # behind its statements; the head has not moved: no relink
+        for _ in range(CONTENTION_PAUSE - 2):
+            with wire_round_trips() as wire:
+                store.audit.append_ahead([AuditEventIn(event="paused", result="recorded")])
+            assert wire["round_trips"] == 2  # no guess: the head read under the lock
+        assert propose(3) == 3  # the pause's last step
+        assert propose(4) == 2 and store.relinked == 1  # the head first again
+        # a relink of a step whose head was read with BEGIN starts the pause too
+        head_first = store._head_first
+
+        def moved_after_reading(tx: Any, values: Any = ()) -> Any:
+            head = head_first(tx, values)
+            other.audit.append(AuditEventIn(event="moved", result="recorded"))
+            return head
+
+        store._head_first = moved_after_reading  # type: ignore[method-assign]
+        try:
+            propose(5)
+        finally:
+            del store._head_first
+        assert store.relinked == 2
+        assert propose(6) == 3
+        assert [e.event for e in store.audit.events() if e.event != "proposal.created"][-2:] == ["paused", "moved"]
         assert verify_chain(store).ok
     finally:
         other.close()
