@@ -53,10 +53,13 @@ _MIGRATION_LOCK = 0x7467_0002
 _HEAD_MOVED = "TG409"
 """The SQLSTATE of the check in a COMMIT's script that the chain's head is still the one its
 events were linked after (`PostgresStore._link_tail`)."""
-_HEAD_AFTER = (
+_TIME_AND_HEAD = (
     f"SELECT {NOW_SQL} AS now,"
     f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
 )
+"""The server's clock and the chain's head (the last event's hash), as every head read selects
+them; a reading may add columns behind them."""
+_HEAD_AFTER = _TIME_AND_HEAD
 """Read in autocommit right after the COMMIT of a transaction that linked audit events, in the
 COMMIT's own script: the chain's head then (`PostgresStore._head_guess`) and the server's clock."""
 _NOT_ALL_WRITTEN = "TG423"
@@ -320,9 +323,7 @@ def _locked_head(tx: _PgTx, events: int, reads: Sequence[str]) -> LinkHead:
             f" FROM generate_series(1, {int(events)})) AS seqs"
         )
     row = tx.last_of(
-        f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); SELECT {NOW_SQL} AS now,"
-        f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
-        + extra
+        f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK}); {_TIME_AND_HEAD}" + extra
     )
     assert row is not None
     tx.heard(str(row["now"]))
@@ -517,9 +518,7 @@ class PostgresStore(Store):
         results = tx._run(
             [
                 *(tx.bound(sql, params) for sql, params in statements),
-                f"SELECT {NOW_SQL} AS now,"
-                f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
-                f"{reads} WHERE {linked}",
+                f"{_TIME_AND_HEAD}{reads} WHERE {linked}",
             ]
         )
         answers, head = results[-len(statements) - 1 : -1], results[-1]
@@ -544,11 +543,7 @@ class PostgresStore(Store):
             return None
         tx.settle()
         reads = "".join(f", ({tx.bound(sql, params)}) AS v{n}" for n, (sql, params) in enumerate(values))
-        row = tx.last_of(
-            f"SELECT {NOW_SQL} AS now,"
-            f" COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1), '{GENESIS_HASH}') AS hash"
-            + reads
-        )
+        row = tx.last_of(_TIME_AND_HEAD + reads)
         assert row is not None
         tx.heard(str(row["now"]))
         read = [row[f"v{n}"] for n in range(len(values))]
