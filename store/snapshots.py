@@ -90,7 +90,7 @@ class Snapshots:
         self, target: str, key: str, people: Sequence[str], *, with_proposal: bool, with_clock: bool = False
     ) -> GuardSnapshot:
         wanted = sorted(set(people))
-        extra = f" OR i.user_id IN ({', '.join('?' for _ in wanted)})" if wanted else ""
+        extra = "".join(" UNION ALL SELECT ?" for _ in wanted)
         clock = self._db._clock_sql() if with_clock else None
         with self._db.transaction(write=False) as tx:
             row = self._one(tx, self._sql(target, extra, with_proposal, clock), (key, *wanted))
@@ -144,9 +144,11 @@ class Snapshots:
             f" (SELECT {self._agg(self._obj('a', 'approvals'))} FROM approvals a"
             f" WHERE a.proposal_id = {t.format('proposal_id')}) AS decisions,"
             f" (SELECT {self._agg(self._obj('x', 'identities', 'bound_sha256'))} FROM ({identity_row}"
+            # one IN over every id wanted, which both databases answer by the identities' key
+            # (PostgreSQL scans the whole table for an OR of an IN and equalities)
             " WHERE i.user_id IN (SELECT d.reviewer_id FROM approvals d"
-            f" WHERE d.proposal_id = {t.format('proposal_id')})"
-            f" OR i.user_id = {t.format('requester_id')}{extra}) x) AS identities"
+            f" WHERE d.proposal_id = {t.format('proposal_id')}"
+            f" UNION ALL SELECT requester_id FROM t{extra})) x) AS identities"
             + (f", {clock} AS store_now" if clock is not None else "")
         )
 
