@@ -63,9 +63,14 @@ class GuardSnapshot:
 class Snapshots:
     """One-statement reads for the steps that guard a race (``store.snapshots``)."""
 
+    STATEMENTS = 64
+    """Statements kept once made, by shape (the target, how many people are asked for, with the
+    proposal or not, the clock's SQL): a process asks for a handful."""
+
     def __init__(self, db: Database) -> None:
         self._db = db
         self._columns: dict[str, tuple[str, ...]] = {}
+        self._statements: dict[tuple[str, int, bool, str | None], str] = {}
 
     def for_decision(self, proposal_id: str, people: Sequence[str] = ()) -> GuardSnapshot:
         """What recording a decision on ``proposal_id`` judges: the proposal, its operation, its
@@ -90,10 +95,15 @@ class Snapshots:
         self, target: str, key: str, people: Sequence[str], *, with_proposal: bool, with_clock: bool = False
     ) -> GuardSnapshot:
         wanted = sorted(set(people))
-        extra = "".join(" UNION ALL SELECT ?" for _ in wanted)
         clock = self._db._clock_sql() if with_clock else None
+        shape = (target, len(wanted), with_proposal, clock)
+        sql = self._statements.get(shape)
+        if sql is None:  # made once per shape: the text depends on nothing else
+            sql = self._sql(target, "".join(" UNION ALL SELECT ?" for _ in wanted), with_proposal, clock)
+            if len(self._statements) < self.STATEMENTS:
+                self._statements[shape] = sql
         with self._db.transaction(write=False) as tx:
-            row = self._one(tx, self._sql(target, extra, with_proposal, clock), (key, *wanted))
+            row = self._one(tx, sql, (key, *wanted))
         now = None
         if clock is not None:
             now = self._db._clock_heard(str(row["store_now"]))
