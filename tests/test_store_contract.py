@@ -1952,6 +1952,31 @@ def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
 
 
+def test_concurrent_appends_naming_a_proposal_keep_one_chain_with_its_tenant(store: Store) -> None:
+    """Events that name a proposal read its tenant with the chain's head (on SQLite in one
+    statement, under the writer lock BEGIN IMMEDIATE holds): appended by 8 threads at once onto
+    an empty chain, they make one chain from the genesis hash, each with the proposal's tenant
+    (the store's record, not the one the writer gave)."""
+    store.proposals.create(make_proposal(tenant_id="umbrella"))
+    assert store.audit.events() == []
+    together = threading.Barrier(8)
+
+    def append(i: int) -> None:
+        together.wait()
+        for j in range(5):
+            store.audit.append(
+                event("call.accepted", call_id=f"c{i}-{j}", proposal_id="prop_test1", tenant_id="acme")
+            )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(append, range(8)))
+    events = store.audit.events()
+    assert len(events) == 40 and events[0].prev_hash == GENESIS_HASH
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
+    assert {e.tenant_id for e in events} == {"umbrella"}
+    assert verify_chain(store).ok
+
+
 def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
