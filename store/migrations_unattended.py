@@ -148,6 +148,11 @@ _SUPERSEDES = """CREATE INDEX proposals_supersedes_idx ON proposals (supersedes,
 and the console's view look it up, which without this index scans every proposal (partial: the
 proposals that replace none, nearly all, cost their insert nothing)."""
 
+_LIVE_OPERATIONS = "CREATE INDEX operations_live_idx ON operations (tool, tenant_id, status)"
+"""A tool's operations in a tenant by status: the live proposals a reviewer is warned about
+(`Proposals.beside`, `Proposals.for_tool` with statuses) are found among the live operations,
+not by walking every proposal the tool ever had."""
+
 _CHANGE_NOTICES_POSTGRES = (
     _LEASE_WAITERS
     + """;
@@ -255,6 +260,12 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " read a reviewer's edit by index, not by scanning every proposal",
         sqlite=_SUPERSEDES,
         postgres=_SUPERSEDES,
+    ),
+    Migration(
+        name="operations are found by tool, tenant and status: the live proposals beside one under review"
+        " are read from the live operations, not by walking the tool's whole history",
+        sqlite=_LIVE_OPERATIONS,
+        postgres=_LIVE_OPERATIONS,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""
