@@ -142,6 +142,17 @@ UPDATE rate_counters SET window_ends = to_char(
     (window_start::timestamptz + interval '1 day') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
 CREATE INDEX rate_counters_ends_idx ON rate_counters (window_ends)"""
 
+_SUPERSEDES = """CREATE INDEX proposals_supersedes_idx ON proposals (supersedes, created_at)
+    WHERE supersedes IS NOT NULL"""
+"""A reviewer's edit is found by the proposal it replaces: each guard snapshot (a decision, a claim)
+and the console's view look it up, which without this index scans every proposal (partial: the
+proposals that replace none, nearly all, cost their insert nothing)."""
+
+_LIVE_OPERATIONS = "CREATE INDEX operations_live_idx ON operations (tool, tenant_id, status)"
+"""A tool's operations in a tenant by status: the live proposals a reviewer is warned about
+(`Proposals.beside`, `Proposals.for_tool` with statuses) are found among the live operations,
+not by walking every proposal the tool ever had."""
+
 _CHANGE_NOTICES_POSTGRES = (
     _LEASE_WAITERS
     + """;
@@ -243,6 +254,18 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " knowing the limits that wrote them (rows written before: ended a day after their start)",
         sqlite=_RATE_WINDOW_ENDS_SQLITE,
         postgres=_RATE_WINDOW_ENDS_POSTGRES,
+    ),
+    Migration(
+        name="proposals are found by the proposal they supersede: a decision's and a claim's guard snapshots"
+        " read a reviewer's edit by index, not by scanning every proposal",
+        sqlite=_SUPERSEDES,
+        postgres=_SUPERSEDES,
+    ),
+    Migration(
+        name="operations are found by tool, tenant and status: the live proposals beside one under review"
+        " are read from the live operations, not by walking the tool's whole history",
+        sqlite=_LIVE_OPERATIONS,
+        postgres=_LIVE_OPERATIONS,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

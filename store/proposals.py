@@ -406,11 +406,17 @@ def _newest_of_tool(
     params: tuple[Any, ...] = (tool, tenant_id)
     if statuses is not None:
         chosen = sorted(statuses)
+        # found from the operations in those statuses (`operations_live_idx`: an operation
+        # carries its proposal's tool and tenant), so the cost follows how many are in them, not
+        # how many the tool ever had: walking the tool's proposals newest first read its whole
+        # history whenever fewer than ``limit`` were live (nearly always). CROSS JOIN: SQLite
+        # would walk the proposals' index for the order otherwise (PostgreSQL plans it freely)
         sql = (
-            "SELECT p.proposal_id FROM proposals p JOIN operations o ON o.operation_key = p.operation_key"
-            f" WHERE p.tool = ? AND p.tenant_id = ? AND o.status IN ({', '.join('?' for _ in chosen)})"
+            "SELECT p.proposal_id FROM operations o CROSS JOIN proposals p"
+            f" WHERE o.tool = ? AND o.tenant_id = ? AND o.status IN ({', '.join('?' for _ in chosen)})"
+            " AND p.operation_key = o.operation_key AND p.tool = ? AND p.tenant_id = ?"
         )
-        params += tuple(chosen)
+        params += (*chosen, tool, tenant_id)
     return f"{sql} ORDER BY p.created_at DESC, p.proposal_id DESC LIMIT ?", (*params, max(0, int(limit)))
 
 

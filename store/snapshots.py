@@ -63,9 +63,14 @@ class GuardSnapshot:
 class Snapshots:
     """One-statement reads for the steps that guard a race (``store.snapshots``)."""
 
+    STATEMENTS = 64
+    """Statements kept once made, by shape (the target, how many people are asked for, with the
+    proposal or not, the clock's SQL): a process asks for a handful."""
+
     def __init__(self, db: Database) -> None:
         self._db = db
         self._columns: dict[str, tuple[str, ...]] = {}
+        self._statements: dict[tuple[str, int, bool, str | None], str] = {}
 
     def for_decision(self, proposal_id: str, people: Sequence[str] = ()) -> GuardSnapshot:
         """What recording a decision on ``proposal_id`` judges: the proposal, its operation, its
@@ -90,10 +95,15 @@ class Snapshots:
         self, target: str, key: str, people: Sequence[str], *, with_proposal: bool, with_clock: bool = False
     ) -> GuardSnapshot:
         wanted = sorted(set(people))
-        extra = f" OR i.user_id IN ({', '.join('?' for _ in wanted)})" if wanted else ""
         clock = self._db._clock_sql() if with_clock else None
+        shape = (target, len(wanted), with_proposal, clock)
+        sql = self._statements.get(shape)
+        if sql is None:  # made once per shape: the text depends on nothing else
+            sql = self._sql(target, "".join(" UNION ALL SELECT ?" for _ in wanted), with_proposal, clock)
+            if len(self._statements) < self.STATEMENTS:
+                self._statements[shape] = sql
         with self._db.transaction(write=False) as tx:
-            row = self._one(tx, self._sql(target, extra, with_proposal, clock), (key, *wanted))
+            row = self._one(tx, sql, (key, *wanted))
         now = None
         if clock is not None:
             now = self._db._clock_heard(str(row["store_now"]))
@@ -144,9 +154,11 @@ class Snapshots:
             f" (SELECT {self._agg(self._obj('a', 'approvals'))} FROM approvals a"
             f" WHERE a.proposal_id = {t.format('proposal_id')}) AS decisions,"
             f" (SELECT {self._agg(self._obj('x', 'identities', 'bound_sha256'))} FROM ({identity_row}"
+            # one IN over every id wanted, which both databases answer by the identities' key
+            # (PostgreSQL scans the whole table for an OR of an IN and equalities)
             " WHERE i.user_id IN (SELECT d.reviewer_id FROM approvals d"
-            f" WHERE d.proposal_id = {t.format('proposal_id')})"
-            f" OR i.user_id = {t.format('requester_id')}{extra}) x) AS identities"
+            f" WHERE d.proposal_id = {t.format('proposal_id')}"
+            f" UNION ALL SELECT requester_id FROM t{extra})) x) AS identities"
             + (f", {clock} AS store_now" if clock is not None else "")
         )
 

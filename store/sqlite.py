@@ -28,6 +28,10 @@ from toolgate.store.base import Store, Tx, iter_statements
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
+from toolgate.store.tx import LinkHead
+
+_LAST_HASH = "SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1"
+"""The hash of the audit chain's last event (no row: the chain is empty)."""
 
 
 class _SqliteTx:
@@ -146,8 +150,25 @@ class SQLiteStore(Store):
 
     def _chain_head(self, tx: Tx) -> tuple[str, str]:
         """BEGIN IMMEDIATE already holds SQLite's single writer lock: no other lock to take."""
-        last = tx.one("SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+        last = tx.one(_LAST_HASH)
         return iso(utcnow()), last["hash"] if last else GENESIS_HASH
+
+    def _link_head(self, tx: Tx, events: int, values: Sequence[tuple[str, Sequence[Any]]] = ()) -> LinkHead:
+        """`Database._link_head` with the reads ``values`` and the chain's last hash in one
+        statement: BEGIN IMMEDIATE already holds SQLite's single writer lock, so the head read
+        beside them is the locked one `_chain_head` reads (a statement fewer per linking step)."""
+        if not values:
+            return super()._link_head(tx, events, values)
+        row = tx.one(
+            "SELECT "
+            + ", ".join(f"({sql}) AS v{n}" for n, (sql, _) in enumerate(values))
+            + f", ({_LAST_HASH}) AS last_hash",
+            tuple(param for _, params in values for param in params),
+        )
+        assert row is not None  # a SELECT of scalar subqueries always returns its one row
+        last_hash = row["last_hash"]
+        read = [row[f"v{n}"] for n in range(len(values))]
+        return LinkHead(iso(utcnow()), last_hash if last_hash is not None else GENESIS_HASH, [], read)
 
     def _lock_migrations(self, tx: Tx) -> None:
         """BEGIN IMMEDIATE already holds SQLite's single writer lock."""

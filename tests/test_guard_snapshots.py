@@ -11,6 +11,7 @@ let the claim refuse what changed right after them, where the clock used to be r
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -340,4 +341,59 @@ def test_a_delivery_reads_what_it_judges_before_the_claim_and_the_time_in_one_st
         delivery = gw.executor.deliver(proposal["operation_key"], worker_id="w")
     assert (delivery.status, delivery.claim) == ("succeeded", "ACQUIRED")
     assert reads == ["WITH"] and clock_reads == []
+    assert harness.handler_calls["issue_refund"] == 1 and harness.refunds() == 1
+
+
+@contextlib.contextmanager
+def _statements(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
+    """Every guard snapshot's statement (``WITH``) of a read-only transaction of ``store``
+    meanwhile, with its parameters."""
+    seen: list[tuple[str, Any]] = []
+    real = store.transaction
+
+    @contextlib.contextmanager
+    def kept(*, write: bool = True) -> Iterator[Any]:
+        with real(write=write) as tx:
+            if not write:
+                execute = tx.execute
+
+                def keep(sql: str, params: Any = ()) -> Any:
+                    if sql.startswith("WITH t AS"):
+                        seen.append((sql, params))
+                    return execute(sql, params)
+
+                tx.execute = keep
+            yield tx
+
+    with monkeypatch.context() as m:
+        m.setattr(store, "transaction", kept)
+        yield seen
+
+
+def _full_scans(store: Store, sql: str, params: Any) -> list[str]:
+    """The tables ``sql``'s plan reads whole (its CTE ``t`` aside). PostgreSQL is told to avoid
+    sequential scans, so one it still plans has no index to use instead (a small table's plan
+    would scan it whatever the indexes), in a transaction of its own (a read there is autocommit)."""
+    postgres = isinstance(store, PostgresStore)
+    with store.transaction(write=postgres) as tx:
+        if postgres:
+            tx.execute("SET LOCAL enable_seqscan = off")
+            lines = [str(r["QUERY PLAN"]) for r in tx.execute(f"EXPLAIN {sql}", params)]
+            return [m.group(1) for line in lines if (m := re.search(r"Seq Scan on (\w+)", line))]
+        lines = [str(r["detail"]) for r in tx.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        return [m.group(1) for line in lines if (m := re.match(r"SCAN (\w+)$", line)) and m.group(1) != "t"]
+
+
+def test_the_guard_snapshots_read_no_table_whole(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision's and a claim's snapshots find every row they judge through an index (a
+    reviewer's edit by the proposal it supersedes too), so their cost does not grow with the
+    proposals the store holds; the write runs once."""
+    proposal = _pending(harness, "t-snapshot-plans")
+    gw = harness.gateway()
+    with _statements(harness.store, monkeypatch) as statements:
+        decide(gw, proposal["proposal_id"], principal("fiona"), "approve")
+        delivery = gw.executor.deliver(proposal["operation_key"], worker_id="w")
+    assert (delivery.status, delivery.claim) == ("succeeded", "ACQUIRED")
+    assert len(statements) == 2  # the decision's snapshot, the claim's
+    assert [_full_scans(harness.store, sql, params) for sql, params in statements] == [[], []]
     assert harness.handler_calls["issue_refund"] == 1 and harness.refunds() == 1

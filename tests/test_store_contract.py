@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -724,6 +725,90 @@ def test_for_tool_lists_the_newest_of_a_tool_in_a_tenant_and_with_statuses_only_
     assert ids(store.proposals.for_tool("issue_refund", "globex", statuses={"pending_approval"})) == [
         "prop_test7"
     ]
+
+
+def _listing_work(store: Store, proposal: ProposalRecord) -> int:
+    """The work of the statement that lists the live proposals beside ``proposal`` (the approval
+    pause's, `Proposals.beside`): SQLite's virtual machine steps, PostgreSQL's buffers touched
+    (after ANALYZE, as a live server's statistics would be)."""
+    sent: list[tuple[str, Any]] = []
+    real = store.transaction
+
+    @contextlib.contextmanager
+    def kept(*, write: bool = True) -> Iterator[Any]:
+        with real(write=write) as tx:
+            execute = tx.execute
+
+            def keep(sql: str, params: Any = ()) -> Any:
+                sent.append((sql, params))
+                return execute(sql, params)
+
+            tx.execute = keep  # type: ignore[method-assign]
+            yield tx
+
+    store.transaction = kept  # type: ignore[method-assign]
+    try:
+        found = store.proposals.beside(proposal, live={"pending_approval", "approved"})
+    finally:
+        del store.transaction
+    assert [p.proposal_id for p, _ in found.live] == ["prop_test2"]
+    [(sql, params)] = sent
+    if isinstance(store, PostgresStore):
+        with store.transaction() as tx:
+            tx.execute("ANALYZE proposals")
+            tx.execute("ANALYZE operations")
+        with store.transaction() as tx:
+            [row] = tx.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params)
+        plan = row["QUERY PLAN"]
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        return int(plan[0]["Plan"]["Shared Hit Blocks"]) + int(plan[0]["Plan"]["Shared Read Blocks"])
+    assert isinstance(store, SQLiteStore)
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn = sqlite3.connect(store.path)
+    try:
+        conn.set_progress_handler(step, 1)
+        conn.execute(sql, tuple(params)).fetchall()
+    finally:
+        conn.close()
+    return steps
+
+
+def test_the_live_proposals_beside_one_cost_the_same_however_long_the_tools_history(store: Store) -> None:
+    """The approval pause lists the live proposals of the tool in the tenant: found among the live
+    operations, its work does not grow with the finished ones (a tool's history grows with every
+    write; on SQLite, whose planner has no statistics, walking it made each pause cost more than
+    the write: 711 -> 33,713 steps here; PostgreSQL's own plan did not walk it)."""
+    for n in (1, 2):
+        store.proposals.create(make_proposal(n))
+    before = _listing_work(store, make_proposal(1))
+    columns = ("proposal_id", "operation_key", "thread_id", "call_id", "tool", "tool_version")
+    columns += ("handler_revision", "release", "tenant_id", "requester_id", "arguments_sha256", "digest")
+    columns += ("risk", "effect", "rollback", "approval_class", "created_at", "expires_at")
+    with store.transaction() as tx:  # 3,000 finished proposals of the tool in the tenant, older
+        for n in range(3, 3003):
+            finished = make_proposal(n, created_at="2026-01-01T00:00:00.000000Z")
+            tx.execute(
+                f"INSERT INTO proposals ({', '.join(columns)}, arguments)"
+                f" VALUES ({', '.join('?' for _ in columns)}, ?)",
+                (*(getattr(finished, c) for c in columns), json.dumps(finished.arguments)),
+            )
+            tx.execute(
+                "INSERT INTO operations (operation_key, proposal_id, tool, tenant_id, status, attempts,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, 'succeeded', 1, ?, ?)",
+                (
+                    *(getattr(finished, c) for c in ("operation_key", "proposal_id", "tool", "tenant_id")),
+                    finished.created_at,
+                    finished.created_at,
+                ),
+            )
+    after = _listing_work(store, make_proposal(1))
+    assert after - before < 300, (before, after)  # a tenth of a unit of work per finished proposal
 
 
 def test_beside_reads_every_listing_shown_beside_a_proposal_in_one_statement(store: Store) -> None:
@@ -1950,6 +2035,31 @@ def test_concurrent_audit_appends_keep_one_chain(store: Store) -> None:
     assert len(events) == 40
     assert events[0].prev_hash == GENESIS_HASH
     assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
+
+
+def test_concurrent_appends_naming_a_proposal_keep_one_chain_with_its_tenant(store: Store) -> None:
+    """Events that name a proposal read its tenant with the chain's head (on SQLite in one
+    statement, under the writer lock BEGIN IMMEDIATE holds): appended by 8 threads at once onto
+    an empty chain, they make one chain from the genesis hash, each with the proposal's tenant
+    (the store's record, not the one the writer gave)."""
+    store.proposals.create(make_proposal(tenant_id="umbrella"))
+    assert store.audit.events() == []
+    together = threading.Barrier(8)
+
+    def append(i: int) -> None:
+        together.wait()
+        for j in range(5):
+            store.audit.append(
+                event("call.accepted", call_id=f"c{i}-{j}", proposal_id="prop_test1", tenant_id="acme")
+            )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(append, range(8)))
+    events = store.audit.events()
+    assert len(events) == 40 and events[0].prev_hash == GENESIS_HASH
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(events))
+    assert {e.tenant_id for e in events} == {"umbrella"}
+    assert verify_chain(store).ok
 
 
 def test_append_audits_links_events_in_order_in_one_transaction_all_or_nothing(
