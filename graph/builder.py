@@ -137,7 +137,8 @@ def build_graph(
     connects here: the store opens connections on first use. Pass ``checkpointer=None`` for the
     LangGraph server, which brings its own (and build the gateway with ``server_mode=True``: the
     acting principal then comes from the server's auth handler, never from the client's
-    ``context``).
+    ``context``). Compiled with a checkpointer, a run writes its checkpoints on one background
+    thread (`RUN_THREADS`).
 
     With a ``router`` (release control: `toolgate.graph.rollout.router`), each node runs the node of the
     release the store pins the thread to; without one, ``gateway`` serves every thread.
@@ -157,7 +158,21 @@ def build_graph(
     builder.add_conditional_edges("execute", stored_route(make_after_execute(gateway.registry)))
     builder.add_conditional_edges("wait", stored_route(after_wait))
     builder.add_edge("respond", END)
-    return builder.compile(checkpointer=checkpointer, name="toolgate")
+    compiled = builder.compile(checkpointer=checkpointer, name="toolgate")
+    if checkpointer is None:  # the server's graph: its runs are async and start no threads
+        return compiled
+    return compiled.with_config(max_concurrency=RUN_THREADS)
 
 
-__all__ = ["NODE_FACTORIES", "build_gateway", "build_graph"]
+RUN_THREADS = 1
+"""Threads of a run's background executor (LangGraph's ``max_concurrency``) in a graph compiled
+with a checkpointer. LangGraph makes a thread pool for every sync run and gives it the
+checkpoint writes (each step's ``put_writes``, then its ``put``, which waits for the writes and
+the put before it); a write submitted while the others wait starts a thread of its own, about
+4.5 thread starts per read call, each costing the caller CPU and a wait for the thread to start.
+Every step of this graph runs one node, inline on the caller's thread, so the pool carries only
+those writes, which go one after another anyway: one thread does the same work in the same
+order. A run's own ``max_concurrency`` in its config still wins."""
+
+
+__all__ = ["NODE_FACTORIES", "RUN_THREADS", "build_gateway", "build_graph"]
