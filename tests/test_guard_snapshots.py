@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -42,30 +42,46 @@ GUARDED = ("proposals", "operations", "approvals", "identities")
 
 
 @contextlib.contextmanager
-def _reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The first word of every statement of a read-only transaction of ``store`` meanwhile that
-    reads a table the guards judge (the store's clock and the proposal cache's own read of an
-    immutable proposal, say, are not of them)."""
-    seen: list[str] = []
-    store.snapshots.for_claim("warm-up")  # SQLite names the tables' columns once per store
+def _read_only(
+    store: Store, monkeypatch: pytest.MonkeyPatch, keep: Callable[[str, Any], Any | None]
+) -> Iterator[list[Any]]:
+    """What ``keep`` makes of each statement (with its parameters) of a read-only transaction of
+    ``store`` meanwhile, where it makes anything (None: not kept)."""
+    seen: list[Any] = []
     real = store.transaction
 
     @contextlib.contextmanager
-    def counted(*, write: bool = True) -> Iterator[Any]:
+    def watched(*, write: bool = True) -> Iterator[Any]:
         with real(write=write) as tx:
             if not write:
                 execute = tx.execute
 
-                def guarded(sql: str, params: Any = ()) -> Any:
-                    if sql.startswith("WITH") or any(f"FROM {t}" in sql for t in GUARDED[1:]):
-                        seen.append(sql.split()[0])
+                def kept(sql: str, params: Any = ()) -> Any:
+                    if (item := keep(sql, params)) is not None:
+                        seen.append(item)
                     return execute(sql, params)
 
-                tx.execute = guarded
+                tx.execute = kept
             yield tx
 
     with monkeypatch.context() as m:
-        m.setattr(store, "transaction", counted)
+        m.setattr(store, "transaction", watched)
+        yield seen
+
+
+@contextlib.contextmanager
+def _reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The first word of every statement of a read-only transaction of ``store`` meanwhile that
+    reads a table the guards judge (the store's clock and the proposal cache's own read of an
+    immutable proposal, say, are not of them)."""
+    store.snapshots.for_claim("warm-up")  # SQLite names the tables' columns once per store
+
+    def guarded(sql: str, params: Any) -> str | None:
+        if sql.startswith("WITH") or any(f"FROM {t}" in sql for t in GUARDED[1:]):
+            return sql.split()[0]
+        return None
+
+    with _read_only(store, monkeypatch, guarded) as seen:
         yield seen
 
 
@@ -348,25 +364,9 @@ def test_a_delivery_reads_what_it_judges_before_the_claim_and_the_time_in_one_st
 def _statements(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, Any]]]:
     """Every guard snapshot's statement (``WITH``) of a read-only transaction of ``store``
     meanwhile, with its parameters."""
-    seen: list[tuple[str, Any]] = []
-    real = store.transaction
-
-    @contextlib.contextmanager
-    def kept(*, write: bool = True) -> Iterator[Any]:
-        with real(write=write) as tx:
-            if not write:
-                execute = tx.execute
-
-                def keep(sql: str, params: Any = ()) -> Any:
-                    if sql.startswith("WITH t AS"):
-                        seen.append((sql, params))
-                    return execute(sql, params)
-
-                tx.execute = keep
-            yield tx
-
-    with monkeypatch.context() as m:
-        m.setattr(store, "transaction", kept)
+    with _read_only(
+        store, monkeypatch, lambda sql, params: (sql, params) if sql.startswith("WITH t AS") else None
+    ) as seen:
         yield seen
 
 
