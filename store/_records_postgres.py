@@ -356,6 +356,37 @@ class PostgresRecords(ServiceRecords):
             idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             login.checkin(conn, reusable=reusable and idle and not conn.closed)
 
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """`ServiceRecords.read` in one round trip: BEGIN READ ONLY, the statement and COMMIT
+        sent as one pipeline (the extended protocol: one statement, whatever its text holds),
+        where a unit of work waits for each of them. A refused or failed statement leaves the
+        transaction failed: its connection is closed, never reused."""
+        conn = self._login.checkout()
+        reusable = False
+        try:
+            with conn.cursor(row_factory=dict_row) as cur:
+                with conn.pipeline():  # one sync, at its end
+                    conn.execute("BEGIN READ ONLY")
+                    cur.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
+                    conn.execute("COMMIT")
+                result = cur.pgresult
+                has_rows = result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+                rows = list(cur.fetchall()) if has_rows else []
+            reusable = True
+            return rows
+        except psycopg.errors.InsufficientPrivilege as exc:
+            found = _DENIED_ON.search(exc.diag.message_primary or "")
+            raise records_denied(self.scope, found.group(1) if found else "statement", "this") from None
+        except psycopg.errors.ReadOnlySqlTransaction:
+            found = _WRITTEN.match(sql)
+            target = found.group(1).lower() if found else "statement"
+            raise records_denied(self.scope, target, "a write outside a write transaction") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
+        finally:
+            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            self._login.checkin(conn, reusable=reusable and idle and not conn.closed)
+
     def close(self) -> None:
         self._login.close()
         if self._reads is not None:

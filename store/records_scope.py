@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from toolgate.errors import CapabilityDenied, ConfigurationError
 from toolgate.store.handler_access import noted
@@ -73,6 +74,14 @@ class ServiceRecords(abc.ABC):
         """A unit of work on the service's tables; ``write=False`` refuses every write, and so does
         ``write=True`` inside a handler call that may not write
         (`toolgate.store.handler_access.writable`): it opens read-only."""
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """The rows of one statement, run in a read-only unit of work of its own (refused as
+        ``write=False`` refuses: the engine refuses every write in it). For a lookup that is a
+        single read (an ownership check): a backend may send it in fewer round trips than a
+        unit of work it must keep open for statements still to come."""
+        with self.transaction(write=False) as tx:
+            return tx.execute(sql, params)
 
     @abc.abstractmethod
     def close(self) -> None:

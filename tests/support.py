@@ -15,7 +15,7 @@ import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,6 +29,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from psycopg import sql
+from psycopg.waiting import Ready, Wait
 
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import App, initialize_store
@@ -489,34 +490,44 @@ def check_each_free_of(texts: Sequence[str], forbidden: Sequence[str]) -> None:
             assert needle not in text, needle
 
 
+def answer_waits(gen: Any, counted: Callable[[], None]) -> Any:
+    """``gen`` (a psycopg generator run by ``Connection.wait``), calling ``counted`` once if it
+    waited for the server's answer: it asked to wait for reading (`Wait.R`), or for reading or
+    writing (`Wait.RW`) and the socket had data to read. A wait only to write (a pipeline queueing
+    a statement behind another, nothing answered yet) is no round trip: the pipeline's answers
+    are all waited for once, behind its sync."""
+    ready, waited = None, False
+    while True:
+        try:
+            state = gen.send(ready)
+        except StopIteration as done:
+            return done.value
+        ready = yield state
+        if not waited and (state == Wait.R or (state == Wait.RW and ready is not None and ready & Ready.R)):
+            waited = True
+            counted()
+
+
 @contextlib.contextmanager
 def wire_round_trips() -> Iterator[dict[str, int]]:
     """Count this process's PostgreSQL round trips while the block runs: ``counts["round_trips"]``.
 
     A round trip is the client waiting for the server's answer. psycopg does every exchange with
     the server through ``Connection.wait(generator)``, and the generator yields whenever it must
-    wait on the socket: one ``wait`` whose generator yielded at least once is one round trip (a
-    statement, a multi-statement script however many statements it carries, a BEGIN or COMMIT of
-    ``Connection.transaction()``). A ``wait`` that returns without waiting is none (the pool's
-    ``commit()`` of an idle autocommit session sends nothing). Statements queued to travel with a
-    later one (`toolgate.store.tx.Tx.send`) are therefore counted with the one that carries them."""
+    wait on the socket: one ``wait`` whose generator waited for an answer (`answer_waits`) is one
+    round trip (a statement, a multi-statement script however many statements it carries, a BEGIN
+    or COMMIT of ``Connection.transaction()``, a pipeline's statements behind its one sync). A
+    ``wait`` that returns without waiting is none (the pool's ``commit()`` of an idle autocommit
+    session sends nothing). Statements queued to travel with a later one
+    (`toolgate.store.tx.Tx.send`) are therefore counted with the one that carries them."""
     counts = {"round_trips": 0}
     wait = psycopg.Connection.wait
 
-    def answered(gen: Any) -> Any:
-        ready, waited = None, False
-        while True:
-            try:
-                state = gen.send(ready)
-            except StopIteration as done:
-                return done.value
-            if not waited:
-                waited = True
-                counts["round_trips"] += 1
-            ready = yield state
+    def one() -> None:
+        counts["round_trips"] += 1
 
     def counted_wait(self: psycopg.Connection[Any], gen: Any, *args: Any, **kwargs: Any) -> Any:
-        return wait(self, answered(gen), *args, **kwargs)
+        return wait(self, answer_waits(gen, one), *args, **kwargs)
 
     psycopg.Connection.wait = counted_wait  # type: ignore[method-assign]
     try:

@@ -316,6 +316,46 @@ def _stores_reachable(obj: Any, depth: int = 0, seen: set[int] | None = None) ->
     return found
 
 
+def test_a_single_read_is_confined_as_a_read_only_unit_of_work_is(store: Store) -> None:
+    # `ServiceRecords.read`, the one-statement form an ownership lookup uses (on PostgreSQL its
+    # BEGIN READ ONLY, statement and COMMIT travel together): the same rows, the same refusals
+    Harness(store)
+    services = DemoServices.on(store, secret=b"test-secret-0123456789")
+    records = services.inventory.records
+    sku = ("acme", "SKU-7")
+    (row,) = records.read("SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", sku)
+    with records.transaction(write=False) as tx:
+        assert tx.execute("SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", sku) == [row]
+    assert records.read("SELECT on_hand FROM sor_inventory WHERE tenant_id = ?", ("nobody",)) == []
+    approvals, events, on_hand = _count(store, "approvals"), _count(store, "audit_events"), row["on_hand"]
+
+    def attempt(statement: str, params: tuple[Any, ...] = ()) -> CapabilityDenied:
+        return _refused(lambda: records.read(statement, params))
+
+    assert attempt("SELECT * FROM approvals").target == "approvals"
+    assert attempt("SELECT * FROM sor_crm_tokens").target == "sor_crm_tokens"  # another service's
+    assert attempt("DELETE FROM approvals").target == "approvals"
+    # its own table, written: refused by the engine as in any read-only unit of work
+    assert attempt("UPDATE sor_inventory SET on_hand = 0 WHERE tenant_id = ?", ("acme",)).target in (
+        "sor_inventory",
+        "statement",
+    )
+    # one statement, whatever its text holds: a second one behind it never runs (PostgreSQL
+    # refuses the text whole, SQLite's authorizer the transaction control and the write)
+    with pytest.raises((CapabilityDenied, StoreError)):
+        records.read("SELECT 1 AS one; COMMIT; UPDATE sor_inventory SET on_hand = 0", ())
+    # a refused or failed read leaves nothing behind: the next one reads on a clean connection
+    with pytest.raises(StoreError):
+        records.read("SELECT no_such_column FROM sor_inventory")
+    for _ in range(6):  # more than the idle connections kept
+        assert records.read("SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", sku) == [row]
+    with records.transaction() as tx:  # a write unit of work on the same connections still writes
+        tx.execute("UPDATE sor_inventory SET on_hand = on_hand WHERE tenant_id = ?", ("acme",))
+    assert (_count(store, "approvals"), _count(store, "audit_events")) == (approvals, events)
+    (after,) = records.read("SELECT on_hand FROM sor_inventory WHERE tenant_id = ? AND sku = ?", sku)
+    assert after["on_hand"] == on_hand
+
+
 def test_no_demo_service_or_downstream_holds_the_store(store: Store) -> None:
     harness = Harness(store)
     services = DemoServices.on(store, secret=b"test-secret-0123456789")

@@ -5,15 +5,16 @@ would be). A change that adds a round trip to the write path fails here and must
 commit; one that removes some lowers the pinned figure.
 
 What counts as a round trip: the client waiting for the server's answer, counted by
-`support.wire_round_trips` (one ``psycopg`` ``Connection.wait`` that had to wait on the socket: a
-statement, a multi-statement script however many statements it carries, a BEGIN or COMMIT of
-``Connection.transaction()`` as the system of record uses). Statements the store queues
+`support.wire_round_trips` (one ``psycopg`` ``Connection.wait`` that had to wait for the server's
+answer: a statement, a multi-statement script however many statements it carries, a BEGIN or
+COMMIT of ``Connection.transaction()`` as the system of record uses, a pipeline behind its sync). Statements the store queues
 (`toolgate.store.tx.Tx.send`) travel with the next answered statement or the COMMIT and count with
 it. Counting ``Cursor.execute`` calls instead (as this test did up to 78) missed the system of
 record's BEGIN/COMMIT and could not see statements queued to travel with a later one."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -22,17 +23,28 @@ import psycopg
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from support import REFUND_REQUEST, TEST_KEY, Harness, principal, start, wire_round_trips
+from support import (
+    REFUND_REQUEST,
+    TEST_KEY,
+    Harness,
+    answer_waits,
+    audit_events,
+    principal,
+    start,
+    wire_round_trips,
+)
 
 from toolgate.graph.context import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore
 from toolgate.store import postgres as store_postgres
+from toolgate.store.audit_records import AuditEventIn
+from toolgate.store.chain import verify_chain
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 38
+ROUND_TRIPS_PER_APPROVED_WRITE = 32
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -115,7 +127,11 @@ front of the server's (`_clock_sql` None) it still reads the time first.
 stored proposal hold): the expiry, its lease and its resource leases judged and stamped by the
 server's clock in the script's own SQL (`statement_timestamp`, one instant for every statement of
 it), its events linked after the head last seen at the calibrated time: 2 -> 1; with a test's clock
-in front of the server's it still reads the time first."""
+in front of the server's it still reads the time first.
+38 -> 32 when the two ownership lookups of the refund's order (dispatch's and the claim's) each
+read it with `ServiceRecords.read`, BEGIN READ ONLY, the SELECT and COMMIT sent as one pipeline
+and answered behind its one sync: 4 -> 1 each (counted as the client waiting for an answer, a
+pipeline's queued statements waiting for none, `support.answer_waits`)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's
@@ -123,6 +139,16 @@ third pass (the lease taken in a transaction of its own, the rate limiter's coun
 per call). Still 6 with lazy BEGIN: each of them still sends one, in front of its first script.
 5 since the model turn that proposes the write links its ``model.response`` in the proposal's
 transaction instead of its own."""
+
+STORE_ROUND_TRIPS_PER_READ_CALL = 2
+"""The store's own round trips of one read call (its system of record's are not counted here:
+the demo's lookups and handler are loaded code's, on connections of the service's role): the
+read's ``call.accepted`` and ``call.completed`` with the turn's ``model.response``, then the
+final answer's ``model.response``, each one write transaction. 3 -> 2 when the read's events,
+like the final answer's, were linked after the chain's head this process last saw, checked under
+the lock in the COMMIT's script (`AuditLog.append_ahead`), where its chain head was read under
+the lock in a round trip of its own first."""
+READ_QUESTION = "Where is my order O-5512?"
 
 
 RATE_WINDOW_S = 60
@@ -176,7 +202,10 @@ def test_one_approved_write_makes_the_pinned_number_of_round_trips(
         execute = psycopg.Cursor.execute
 
         def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-            sent["begins"] += str(query).startswith("BEGIN")  # the store's write transactions
+            # the store's write transactions (a system of record's single read sends its BEGIN
+            # READ ONLY as a statement too, on its service role's connection: not the store's)
+            store_side = not str(self.connection.info.user).startswith("tg_sor_")
+            sent["begins"] += store_side and str(query).startswith("BEGIN")
             return execute(self, query, *args, **kwargs)
 
         monkeypatch.setattr(psycopg.Cursor, "execute", counted)
@@ -193,4 +222,96 @@ def test_one_approved_write_makes_the_pinned_number_of_round_trips(
         assert sent["begins"] == WRITE_TRANSACTIONS_PER_APPROVED_WRITE
         assert sent["round_trips"] == ROUND_TRIPS_PER_APPROVED_WRITE, sent
     finally:
+        store.close()
+
+
+def _listening(store: PostgresStore) -> None:
+    """The change-notice listener is up before anything is warmed, as on a server."""
+    store.changes.start()
+    connected_by = time.monotonic() + 60
+    while not store.changes.live:  # a condition with a deadline, not a timing window
+        assert time.monotonic() < connected_by, "the change-notice listener never connected"
+        time.sleep(0.01)
+
+
+def _read_calls(harness: Harness, count: int) -> Any:
+    responses = []
+    for n in range(count):
+        responses += [ai("", tool_call("lookup_order", {"order_id": "O-5512"}, f"r{n}")), ai("Here it is.")]
+    return harness.app(ScriptedChatModel(responses=responses)).compiled(checkpointer=InMemorySaver())
+
+
+def _store_round_trips(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """The store's round trips (``store``), the system of record's (``records``, on the service
+    role's connections) and the test harness's (``harness``: its hidden-write digests, on the
+    handler's thread, where no gateway code uses the store), counted as
+    `support.wire_round_trips` counts them."""
+    counts: Counter[str] = Counter()
+    wait = psycopg.Connection.wait
+
+    def counted_wait(self: psycopg.Connection[Any], gen: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(self.info.user).startswith("tg_sor_"):
+            side = "records"
+        else:
+            side = "harness" if threading.current_thread().name == "toolgate-handler" else "store"
+        return wait(self, answer_waits(gen, lambda: counts.update([side])), *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "wait", counted_wait)
+    monkeypatch.setattr(store_postgres, "CLOCK_REUSE_S", 3600.0)  # as the approved write's count
+    return counts
+
+
+def test_one_read_call_makes_the_pinned_number_of_store_round_trips(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY)
+    try:
+        harness = Harness(store)
+        graph = _read_calls(harness, 2)
+        _listening(store)
+        _rate_window_with_time_left(store)
+        start(graph, READ_QUESTION, "cust-ada", "t-warm")  # warms what a server keeps warm
+        counts = _store_round_trips(monkeypatch)
+        final = start(graph, READ_QUESTION, "cust-ada", "t-counted")
+        monkeypatch.undo()
+
+        assert harness.handler_calls["lookup_order"] == 2
+        assert final["outcomes"]["r1"]["status"] == "completed"
+        assert counts["records"] > 0  # the system of record was read, on its own connections
+        assert counts["store"] == STORE_ROUND_TRIPS_PER_READ_CALL, counts
+        assert [e.event for e in store.audit.events()].count("call.completed") == 2
+        assert len(audit_events(store, "model.response")) == 4
+        assert verify_chain(store).ok and store.relinked == 0
+    finally:
+        store.close()
+
+
+def test_a_read_calls_events_follow_a_chain_head_another_process_moved_and_are_linked_once(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the head this process saw last is stale when the read's events go (another process linked
+    # since): the COMMIT's check refuses it, and they are linked again after the head it found,
+    # each once, in the same transaction as the turn's model.response
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY)
+    other = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    try:
+        harness = Harness(store)
+        graph = _read_calls(harness, 2)
+        _listening(store)
+        _rate_window_with_time_left(store)
+        start(graph, READ_QUESTION, "cust-ada", "t-warm")
+        other.audit.append(AuditEventIn(event="elsewhere", result="recorded"))
+        monkeypatch.setattr(store_postgres, "CLOCK_REUSE_S", 3600.0)  # the guess is made, and misses
+        final = start(graph, READ_QUESTION, "cust-ada", "t-counted")
+        monkeypatch.undo()
+
+        assert final["outcomes"]["r1"]["status"] == "completed"
+        assert store.relinked == 1  # the read's events, once: later steps read the head behind them
+        names = [e.event for e in store.audit.events()]
+        at = names.index("elsewhere")
+        assert names[at + 1 :] == ["model.response", "call.accepted", "call.completed", "model.response"]
+        assert len({e.event_id for e in store.audit.events()}) == len(names)
+        assert verify_chain(store).ok
+    finally:
+        other.close()
         store.close()

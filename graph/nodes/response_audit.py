@@ -173,9 +173,11 @@ class PendingResponse:
     def record_all(self, auditor: Auditor, events: Sequence[AuditEventIn]) -> None:
         """Append ``events`` (in one transaction), after the waiting event if no append took it
         yet. Appends of the step's calls (which may run at once, in worker threads) go one at a
-        time, so the one that takes the event commits before the others."""
+        time, so the one that takes the event commits before the others. Nothing is read back:
+        on PostgreSQL they link after the head this process last saw (`AuditLog.append_ahead`,
+        checked under the chain's lock), one round trip where reading the head first made two."""
         with self._lock:
-            auditor.record_all([*self._take(), *events])
+            auditor.store.audit.append_ahead([*self._take(), *events])
 
     def link_alone(self, auditor: Auditor) -> None:
         """Append the event on its own unless an append took it (a step whose appends did not
@@ -183,7 +185,7 @@ class PendingResponse:
         with self._lock:
             first = self._take()
             if first:
-                auditor.record_all(first)
+                auditor.store.audit.append_ahead(first)
 
     def update(self) -> dict[str, Any]:
         """The state update of a step that linked the event: the marker cleared."""

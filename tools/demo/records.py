@@ -131,9 +131,8 @@ class DemoSystem(DemoService):
     def order_ownership(self, order_id: str, ctx: HandlerContext) -> ResourceStatus:
         """An order belongs to one customer of one tenant: staff reach it through the tool's
         staff roles, other customers never."""
-        with self.records.transaction(write=False) as tx:
-            row = tx.one("SELECT tenant_id, customer_id FROM sor_orders WHERE order_id = ?", (order_id,))
-        return ownership(row, ctx.tenant_id, ctx.user_id, owner_column="customer_id")
+        rows = self.records.read("SELECT tenant_id, customer_id FROM sor_orders WHERE order_id = ?", (order_id,))
+        return ownership(rows[0] if rows else None, ctx.tenant_id, ctx.user_id, owner_column="customer_id")
 
     # ---- reads -------------------------------------------------------------------------
 

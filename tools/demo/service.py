@@ -176,8 +176,7 @@ class DemoService:
         if stored_id is None:
             return "missing"
         params = (stored_id, tenant_id) if owner.within_tenant else (stored_id,)
-        with self.records.transaction(write=False) as tx:
-            rows = tx.execute(owner.sql, params)
+        rows = self.records.read(owner.sql, params)  # one statement: one round trip on PostgreSQL
         if any(row["tenant_id"] == tenant_id for row in rows):
             return "owned"
         return "foreign" if rows else "missing"
