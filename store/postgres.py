@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg import abc as pg_abc
+from psycopg.adapt import Transformer
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -76,6 +78,16 @@ def redact_url(url: str) -> str:
     return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
+@lru_cache(maxsize=1024)
+def _template(sql: str) -> tuple[str, ...] | None:
+    """``sql`` cut at its ``?`` placeholders, for `_PgTx.bound` to put literals between: the
+    store's statements are few texts sent many times, and psycopg splits a statement anew on
+    each binding (it caches none over 4,096 bytes or 50 values, the audit INSERT's case). None
+    for a text with a ``%``, which psycopg's own binding reads (``%%``) and `_PgTx.bound` leaves
+    to it."""
+    return None if "%" in sql else tuple(sql.split("?"))
+
+
 class _PgTx:
     """One unit of work on an autocommit session. In a write transaction nothing reaches the
     server before the first statement whose answer is needed (or the chain-head script, or the
@@ -120,15 +132,30 @@ class _PgTx:
         self.round_trips = 0
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
         sent statements travel inside them; benchmarks read it)."""
-        self._binder: psycopg.ClientCursor[Any] | None = None
+        self._literals: pg_abc.Transformer | None = None
 
     def bound(self, sql: str, params: Sequence[Any]) -> str:
-        """``sql`` with ``params`` bound on the client, ready to travel in a script."""
+        """``sql`` with ``params`` bound on the client, ready to travel in a script: each value
+        as the driver's own literal (`psycopg.adapt.Transformer.as_literal`, what
+        `psycopg.ClientCursor.mogrify` puts in), between the parts of the statement's cached
+        `_template`."""
         if not params:
             return sql
-        if self._binder is None:
-            self._binder = psycopg.ClientCursor(self._cursor.connection)
-        return self._binder.mogrify(sql.replace("?", "%s"), tuple(params))
+        parts = _template(sql)
+        if parts is None:  # psycopg's own binding, which reads the text's ``%``
+            return psycopg.ClientCursor(self._cursor.connection).mogrify(sql.replace("?", "%s"), tuple(params))
+        if len(parts) != len(params) + 1:
+            raise psycopg.ProgrammingError(
+                f"the query has {len(parts) - 1} placeholders but {len(params)} parameters were passed"
+            )
+        if self._literals is None:
+            self._literals = Transformer.from_context(self._cursor.connection)
+        literal, encoding = self._literals.as_literal, self._literals.encoding
+        pieces = [parts[0]]
+        for value, part in zip(params, parts[1:], strict=True):
+            pieces.append("NULL" if value is None else literal(value).decode(encoding))
+            pieces.append(part)
+        return "".join(pieces)
 
     def send(self, sql: str, params: Sequence[Any] = ()) -> None:
         if not self.write:  # an autocommit read session: each statement stands alone
@@ -156,7 +183,10 @@ class _PgTx:
         return results
 
     def _rows(self) -> list[dict[str, Any]]:
-        return list(self._cursor.fetchall()) if self._cursor.description else []
+        """The current result's rows (none for a statement that returns none). Judged by the
+        result's status, not by ``description``, which builds a column object per column."""
+        result = self._cursor.pgresult
+        return list(self._cursor.fetchall()) if result is not None and result.status == ExecStatus.TUPLES_OK else []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         if self._begun and not self._queued and not self._done:  # alone: bound by the server
