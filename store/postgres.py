@@ -580,17 +580,18 @@ class PostgresStore(Store):
         return LinkHead(str(row["now"]), str(row["hash"]), [], read, locked=False)
 
     def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
-        """`Database._all_written`: a DO block that raises `_NOT_ALL_WRITTEN`, the first missing
-        row's key as its detail (`transaction` raises it as `ResourcesBusy`)."""
+        """`Database._all_written`: a statement that raises `_NOT_ALL_WRITTEN` through
+        ``toolgate_raise`` (a function of the schema, compiled once per session), the first
+        missing row's key as its detail (`transaction` raises it as `ResourcesBusy`); it selects
+        the function only when ``first`` is this transaction's and a row is not."""
         assert isinstance(tx, _PgTx)
+        if not rows:
+            return "SELECT 1 WHERE false"
         cases = " ".join(f"WHEN NOT {_written_sql(tx, row)} THEN {tx.bound('?', (row.key,))}" for row in rows)
-        check = f"IF {_written_sql(tx, first)} THEN missing := CASE {cases} END; END IF;" if rows else ""
-        if "$tg$" in check:  # bound values travel inside the block's dollar-quoted body
-            raise StoreError("a row's key cannot travel in the check that every row was written")
         return (
-            f"DO $tg$DECLARE missing text; BEGIN {check} IF missing IS NOT NULL THEN RAISE EXCEPTION"
-            f" 'not every row was written' USING ERRCODE = '{_NOT_ALL_WRITTEN}', DETAIL = missing;"
-            " END IF; END$tg$"
+            f"SELECT toolgate_raise('{_NOT_ALL_WRITTEN}', 'not every row was written', missing)"
+            f" FROM (SELECT CASE {cases} END AS missing WHERE {_written_sql(tx, first)}) AS m"
+            " WHERE missing IS NOT NULL"
         )
 
     def _wrote(self, tx: Tx, row: Written) -> str:
@@ -657,16 +658,13 @@ class PostgresStore(Store):
             )
 
         def tail(when: str) -> list[str]:
-            if "$tg$" in when:  # bound values travel inside the check's dollar-quoted body
-                raise StoreError("a linked row's key cannot travel in the audit chain's head check")
             only = f" AND {when}" if when else ""
             return [
                 f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})" + (f" WHERE {when}" if when else ""),
                 f"SAVEPOINT {_LINK_SAVEPOINT}",
-                "DO $tg$DECLARE head text := COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC"
-                f" LIMIT 1), '{GENESIS_HASH}'); BEGIN IF (head <> '{last_hash}'{held}){only} THEN RAISE"
-                f" EXCEPTION 'the audit chain''s head moved' USING ERRCODE = '{_HEAD_MOVED}', DETAIL ="
-                f" {NOW_SQL} || ' ' || head; END IF; END$tg$",
+                f"SELECT toolgate_raise('{_HEAD_MOVED}', 'the audit chain''s head moved', {NOW_SQL} || ' ' || head)"
+                " FROM (SELECT COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1),"
+                f" '{GENESIS_HASH}') AS head) AS h WHERE (head <> '{last_hash}'{held}){only}",
                 tx.bound(*insert(when)),
             ]
 
