@@ -79,13 +79,13 @@ def redact_url(url: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _template(sql: str) -> tuple[str, ...] | None:
-    """``sql`` cut at its ``?`` placeholders, for `_PgTx.bound` to put literals between: the
-    store's statements are few texts sent many times, and psycopg splits a statement anew on
-    each binding (it caches none over 4,096 bytes or 50 values, the audit INSERT's case). None
-    for a text with a ``%``, which psycopg's own binding reads (``%%``) and `_PgTx.bound` leaves
-    to it."""
-    return None if "%" in sql else tuple(sql.split("?"))
+def _template(sql: str, encoding: str) -> tuple[bytes, int] | None:
+    """``sql`` as a template for `_PgTx.bound` to put literals in (``%s`` at its ``?``, encoded),
+    and how many it takes: the store's statements are few texts sent many times, and psycopg
+    splits a statement anew on each binding (it caches none over 4,096 bytes or 50 values, the
+    audit INSERT's case). None for a text with a ``%``, which psycopg's own binding reads
+    (``%%``) and `_PgTx.bound` leaves to it."""
+    return None if "%" in sql else (sql.replace("?", "%s").encode(encoding), sql.count("?"))
 
 
 class _PgTx:
@@ -137,25 +137,23 @@ class _PgTx:
     def bound(self, sql: str, params: Sequence[Any]) -> str:
         """``sql`` with ``params`` bound on the client, ready to travel in a script: each value
         as the driver's own literal (`psycopg.adapt.Transformer.as_literal`, what
-        `psycopg.ClientCursor.mogrify` puts in), between the parts of the statement's cached
-        `_template`."""
+        `psycopg.ClientCursor.mogrify` puts in), in the statement's cached `_template`."""
         if not params:
             return sql
-        parts = _template(sql)
-        if parts is None:  # psycopg's own binding, which reads the text's ``%``
-            return psycopg.ClientCursor(self._cursor.connection).mogrify(sql.replace("?", "%s"), tuple(params))
-        if len(parts) != len(params) + 1:
-            raise psycopg.ProgrammingError(
-                f"the query has {len(parts) - 1} placeholders but {len(params)} parameters were passed"
-            )
         if self._literals is None:
             self._literals = Transformer.from_context(self._cursor.connection)
-        literal, encoding = self._literals.as_literal, self._literals.encoding
-        pieces = [parts[0]]
-        for value, part in zip(params, parts[1:], strict=True):
-            pieces.append("NULL" if value is None else literal(value).decode(encoding))
-            pieces.append(part)
-        return "".join(pieces)
+        literals = self._literals
+        template = _template(sql, literals.encoding)
+        if template is None:  # psycopg's own binding, which reads the text's ``%``
+            return psycopg.ClientCursor(self._cursor.connection).mogrify(sql.replace("?", "%s"), tuple(params))
+        text, count = template
+        if count != len(params):
+            raise psycopg.ProgrammingError(
+                f"the query has {count} placeholders but {len(params)} parameters were passed"
+            )
+        literal = literals.as_literal
+        values = tuple([b"NULL" if value is None else literal(value) for value in params])
+        return (text % values).decode(literals.encoding)
 
     def send(self, sql: str, params: Sequence[Any] = ()) -> None:
         if not self.write:  # an autocommit read session: each statement stands alone
