@@ -173,8 +173,8 @@ CREATE FUNCTION toolgate_raise(code TEXT, message TEXT, detail TEXT) RETURNS BOO
 BEGIN RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail; END $$"""
 """What a script's check calls to fail it with a code of the store's own (`toolgate.store.postgres`:
 the chain's head moved, a row not written): a statement that selects it only when the check
-fails, planned like any other, where a ``DO`` block was compiled anew each time (about 0.2 ms of
-the server's CPU per check, three checks per delivery)."""
+fails, planned like any other, where a ``DO`` block was compiled anew each time (three checks per
+delivery; the head's check alone in a loop: 65 us of the server's CPU as a block, 20 as a statement)."""
 
 _SUPERSEDES_INDEX = """
 CREATE INDEX proposals_supersedes_idx ON proposals (supersedes, created_at)"""
