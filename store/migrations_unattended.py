@@ -176,9 +176,6 @@ the chain's head moved, a row not written): a statement that selects it only whe
 fails, planned like any other, where a ``DO`` block was compiled anew each time (three checks per
 delivery; the head's check alone in a loop: 65 us of the server's CPU as a block, 20 as a statement)."""
 
-_SUPERSEDES_INDEX = """
-CREATE INDEX proposals_supersedes_idx ON proposals (supersedes, created_at)"""
-
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -260,12 +257,6 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " one compiled function that raises, not an anonymous block compiled at every check",
         sqlite="",
         postgres=_SCRIPT_CHECKS_POSTGRES,
-    ),
-    Migration(
-        name="proposals are found by the proposal they supersede through an index (every claim's and"
-        " decision's guard snapshot asks for the edit of its proposal): not a scan of every proposal",
-        sqlite=_SUPERSEDES_INDEX,
-        postgres=_SUPERSEDES_INDEX,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""
