@@ -202,6 +202,9 @@ def _schema(tx: Tx) -> str:
     return str(row["s"])
 
 
+_ROWS = psycopg.pq.ExecStatus.TUPLES_OK
+"""The status of a result that has rows (none for a statement that returns none)."""
+
 _INHERITED: list[object] = []
 """Connections a forked child inherited from its parent."""
 
@@ -226,7 +229,8 @@ class _GuardedTx:
             found = _WRITTEN.match(sql)
             target = found.group(1).lower() if found else "statement"
             raise records_denied(self._scope, target, "a write outside a write transaction") from None
-        return list(self._cursor.fetchall()) if self._cursor.description else []
+        result = self._cursor.pgresult  # its status tells rows; ``description`` builds every column
+        return list(self._cursor.fetchall()) if result is not None and result.status == _ROWS else []
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         rows = self.execute(sql, params)
@@ -345,9 +349,11 @@ class PostgresRecords(ServiceRecords):
         conn = login.checkout()
         reusable = False
         try:
+            # read-only from its BEGIN where it may not write (the server refuses every write in
+            # it): one round trip, where a BEGIN and a SET TRANSACTION READ ONLY were two; a
+            # write's BEGIN says nothing (a read-only store's sessions stay read-only)
+            conn.read_only = None if write else True
             with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                if not write:
-                    cur.execute("SET TRANSACTION READ ONLY")
                 yield _GuardedTx(cur, self.scope)
             reusable = True
         except psycopg.Error as exc:

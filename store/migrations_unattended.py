@@ -179,6 +179,14 @@ CREATE TRIGGER breaker_states_changed AFTER INSERT OR UPDATE OR DELETE ON breake
 """A given-up lease is announced to the oldest live waiter for it (``lease:<key>><holder>``; no
 holder after ``>`` when none waits), a changed breaker to everyone (`toolgate.store.changes`)."""
 
+_SCRIPT_CHECKS_POSTGRES = """
+CREATE FUNCTION toolgate_raise(code TEXT, message TEXT, detail TEXT) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail; END $$"""
+"""What a script's check calls to fail it with a code of the store's own (`toolgate.store.postgres`:
+the chain's head moved, a row not written): a statement that selects it only when the check
+fails, planned like any other, where a ``DO`` block was compiled anew each time (three checks per
+delivery; the head's check alone in a loop: 65 us of the server's CPU as a block, 20 as a statement)."""
+
 UNATTENDED_STEPS: tuple[Migration, ...] = (
     Migration(
         name="audit events carry their tenant (null for process-level events and those before it)",
@@ -266,6 +274,12 @@ UNATTENDED_STEPS: tuple[Migration, ...] = (
         " are read from the live operations, not by walking the tool's whole history",
         sqlite=_LIVE_OPERATIONS,
         postgres=_LIVE_OPERATIONS,
+    ),
+    Migration(
+        name="PostgreSQL scripts check what they need (the audit chain's head, every row written) with"
+        " one compiled function that raises, not an anonymous block compiled at every check",
+        sqlite="",
+        postgres=_SCRIPT_CHECKS_POSTGRES,
     ),
 )
 """Appended to `toolgate.store.migrations.MIGRATIONS`, in this order."""

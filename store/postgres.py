@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg import abc as pg_abc
+from psycopg.adapt import Transformer
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -76,6 +78,16 @@ def redact_url(url: str) -> str:
     return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
+@lru_cache(maxsize=1024)
+def _template(sql: str, encoding: str) -> tuple[bytes, int] | None:
+    """``sql`` as a template for `_PgTx.bound` to put literals in (``%s`` at its ``?``, encoded),
+    and how many it takes: the store's statements are few texts sent many times, and psycopg
+    splits a statement anew on each binding (it caches none over 4,096 bytes or 50 values, the
+    audit INSERT's case). None for a text with a ``%``, which psycopg's own binding reads
+    (``%%``) and `_PgTx.bound` leaves to it."""
+    return None if "%" in sql else (sql.replace("?", "%s").encode(encoding), sql.count("?"))
+
+
 class _PgTx:
     """One unit of work on an autocommit session. In a write transaction nothing reaches the
     server before the first statement whose answer is needed (or the chain-head script, or the
@@ -120,15 +132,28 @@ class _PgTx:
         self.round_trips = 0
         """Statements and scripts this unit of work sent and waited for: its round trips (BEGIN and
         sent statements travel inside them; benchmarks read it)."""
-        self._binder: psycopg.ClientCursor[Any] | None = None
+        self._literals: pg_abc.Transformer | None = None
 
     def bound(self, sql: str, params: Sequence[Any]) -> str:
-        """``sql`` with ``params`` bound on the client, ready to travel in a script."""
+        """``sql`` with ``params`` bound on the client, ready to travel in a script: each value
+        as the driver's own literal (`psycopg.adapt.Transformer.as_literal`, what
+        `psycopg.ClientCursor.mogrify` puts in), in the statement's cached `_template`."""
         if not params:
             return sql
-        if self._binder is None:
-            self._binder = psycopg.ClientCursor(self._cursor.connection)
-        return self._binder.mogrify(sql.replace("?", "%s"), tuple(params))
+        if self._literals is None:
+            self._literals = Transformer.from_context(self._cursor.connection)
+        literals = self._literals
+        template = _template(sql, literals.encoding)
+        if template is None:  # psycopg's own binding, which reads the text's ``%``
+            return psycopg.ClientCursor(self._cursor.connection).mogrify(sql.replace("?", "%s"), tuple(params))
+        text, count = template
+        if count != len(params):
+            raise psycopg.ProgrammingError(
+                f"the query has {count} placeholders but {len(params)} parameters were passed"
+            )
+        literal = literals.as_literal
+        values = tuple([b"NULL" if value is None else literal(value) for value in params])
+        return (text % values).decode(literals.encoding)
 
     def send(self, sql: str, params: Sequence[Any] = ()) -> None:
         if not self.write:  # an autocommit read session: each statement stands alone
@@ -156,7 +181,10 @@ class _PgTx:
         return results
 
     def _rows(self) -> list[dict[str, Any]]:
-        return list(self._cursor.fetchall()) if self._cursor.description else []
+        """The current result's rows (none for a statement that returns none). Judged by the
+        result's status, not by ``description``, which builds a column object per column."""
+        result = self._cursor.pgresult
+        return list(self._cursor.fetchall()) if result is not None and result.status == ExecStatus.TUPLES_OK else []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         if self._begun and not self._queued and not self._done:  # alone: bound by the server
@@ -550,17 +578,18 @@ class PostgresStore(Store):
         return LinkHead(str(row["now"]), str(row["hash"]), [], read, locked=False)
 
     def _all_written(self, tx: Tx, first: Written, rows: Sequence[Written]) -> str:
-        """`Database._all_written`: a DO block that raises `_NOT_ALL_WRITTEN`, the first missing
-        row's key as its detail (`transaction` raises it as `ResourcesBusy`)."""
+        """`Database._all_written`: a statement that raises `_NOT_ALL_WRITTEN` through
+        ``toolgate_raise`` (a function of the schema, compiled once per session), the first
+        missing row's key as its detail (`transaction` raises it as `ResourcesBusy`); it selects
+        the function only when ``first`` is this transaction's and a row is not."""
         assert isinstance(tx, _PgTx)
+        if not rows:
+            return "SELECT 1 WHERE false"
         cases = " ".join(f"WHEN NOT {_written_sql(tx, row)} THEN {tx.bound('?', (row.key,))}" for row in rows)
-        check = f"IF {_written_sql(tx, first)} THEN missing := CASE {cases} END; END IF;" if rows else ""
-        if "$tg$" in check:  # bound values travel inside the block's dollar-quoted body
-            raise StoreError("a row's key cannot travel in the check that every row was written")
         return (
-            f"DO $tg$DECLARE missing text; BEGIN {check} IF missing IS NOT NULL THEN RAISE EXCEPTION"
-            f" 'not every row was written' USING ERRCODE = '{_NOT_ALL_WRITTEN}', DETAIL = missing;"
-            " END IF; END$tg$"
+            f"SELECT toolgate_raise('{_NOT_ALL_WRITTEN}', 'not every row was written', missing)"
+            f" FROM (SELECT CASE {cases} END AS missing WHERE {_written_sql(tx, first)}) AS m"
+            " WHERE missing IS NOT NULL"
         )
 
     def _wrote(self, tx: Tx, row: Written) -> str:
@@ -627,16 +656,13 @@ class PostgresStore(Store):
             )
 
         def tail(when: str) -> list[str]:
-            if "$tg$" in when:  # bound values travel inside the check's dollar-quoted body
-                raise StoreError("a linked row's key cannot travel in the audit chain's head check")
             only = f" AND {when}" if when else ""
             return [
                 f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK})" + (f" WHERE {when}" if when else ""),
                 f"SAVEPOINT {_LINK_SAVEPOINT}",
-                "DO $tg$DECLARE head text := COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC"
-                f" LIMIT 1), '{GENESIS_HASH}'); BEGIN IF (head <> '{last_hash}'{held}){only} THEN RAISE"
-                f" EXCEPTION 'the audit chain''s head moved' USING ERRCODE = '{_HEAD_MOVED}', DETAIL ="
-                f" {NOW_SQL} || ' ' || head; END IF; END$tg$",
+                f"SELECT toolgate_raise('{_HEAD_MOVED}', 'the audit chain''s head moved', {NOW_SQL} || ' ' || head)"
+                " FROM (SELECT COALESCE((SELECT hash FROM audit_events ORDER BY seq DESC LIMIT 1),"
+                f" '{GENESIS_HASH}') AS head) AS h WHERE (head <> '{last_hash}'{held}){only}",
                 tx.bound(*insert(when)),
             ]
 

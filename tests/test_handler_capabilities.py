@@ -97,6 +97,28 @@ def test_a_service_capability_reaches_its_own_tables_and_nothing_else(store: Sto
     assert _count(store, "sor_inventory") > 0
 
 
+def test_a_records_unit_of_work_commits_its_block_or_none_of_it(store: Store) -> None:
+    # a write commits whatever its block wrote; one whose block raises (or whose statement fails)
+    # leaves nothing, and the next unit of work, on the same connection, starts clean
+    Harness(store)
+    records = DemoServices.on(store, secret=b"test-secret-0123456789").inventory.records
+    on_hand = "SELECT on_hand FROM sor_inventory WHERE tenant_id = 'acme' AND sku = 'SKU-7'"
+    with records.transaction(write=False) as tx:
+        before = tx.one(on_hand)
+    assert before is not None
+    bump = "UPDATE sor_inventory SET on_hand = on_hand + 1 WHERE tenant_id = 'acme' AND sku = 'SKU-7'"
+    with pytest.raises(RuntimeError, match="the handler failed"), records.transaction() as tx:
+        tx.execute(bump)
+        raise RuntimeError("the handler failed")
+    with pytest.raises(CapabilityDenied), records.transaction() as tx:
+        tx.execute(bump)
+        tx.execute("DELETE FROM sor_orders")  # refused: the bump goes with it
+    with records.transaction() as tx:
+        tx.execute(bump)
+    with records.transaction(write=False) as tx:
+        assert tx.one(on_hand) == {"on_hand": before["on_hand"] + 1}
+
+
 def test_sqlite_refuses_attach_pragma_schema_and_transaction_control(tmp_path: Any) -> None:
     store = SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY)
     Harness(store)

@@ -44,7 +44,7 @@ from toolgate.testing import ScriptedChatModel, ai, tool_call
 
 pytestmark = pytest.mark.postgres
 
-ROUND_TRIPS_PER_APPROVED_WRITE = 32
+ROUND_TRIPS_PER_APPROVED_WRITE = 29
 """Counted on the wire (waits on the server's answer), the refund's own system-of-record statements
 included. Before issue 31's second pass: 86 (the proposal read 7 times, the clock 9 times, 9 write
 transactions: the resource leases released in a transaction of their own); 78 after it, counted as
@@ -128,10 +128,14 @@ stored proposal hold): the expiry, its lease and its resource leases judged and 
 server's clock in the script's own SQL (`statement_timestamp`, one instant for every statement of
 it), its events linked after the head last seen at the calibrated time: 2 -> 1; with a test's clock
 in front of the server's it still reads the time first.
+38 -> 33 when the system of record's read units of work opened with ``BEGIN READ ONLY`` (one round
+trip) instead of ``BEGIN`` and ``SET TRANSACTION READ ONLY`` (two): five such reads per write.
 38 -> 32 when the two ownership lookups of the refund's order (dispatch's and the claim's) each
 read it with `ServiceRecords.read`, BEGIN READ ONLY, the SELECT and COMMIT sent as one pipeline
 and answered behind its one sync: 4 -> 1 each (counted as the client waiting for an answer, a
-pipeline's queued statements waiting for none, `support.answer_waits`)."""
+pipeline's queued statements waiting for none, `support.answer_waits`).
+29 with both (the three read units of work left open with BEGIN READ ONLY, the two lookups in
+their pipelines)."""
 WRITE_TRANSACTIONS_PER_APPROVED_WRITE = 5
 """Every ``BEGIN`` the write sends (the model's final turn, proposal, decision, claim with the
 resource lease taken in its transaction, outcome with the lease given up). 8 before issue 31's

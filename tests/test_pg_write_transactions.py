@@ -63,6 +63,33 @@ def test_a_write_reads_the_store_clock_once_with_its_begin_and_a_read_asks_for_i
         store.close()
 
 
+def test_values_bound_on_the_client_arrive_exactly_and_a_wrong_count_fails_the_transaction(
+    pg_migrated_url: str,
+) -> None:
+    # statements queued with `send` travel in a script, bound on the client (`_PgTx.bound`):
+    # hostile text, a placeholder inside a value, NULL, numbers and a text with ``%`` arrive as sent
+    store = PostgresStore(pg_migrated_url, key=TEST_KEY, min_size=1, max_size=1)
+    values: list[Any] = [
+        "it's", "back\\slash'; DROP TABLE bound_probe; --", "a ? b", "$tg$ END$tg$", "ünï", "100%", None, "",
+    ]
+    try:
+        with store.transaction() as tx:
+            tx.execute("CREATE TABLE bound_probe (n INTEGER PRIMARY KEY, v TEXT, x BIGINT, f DOUBLE PRECISION)")
+        with store.transaction() as tx:
+            for n, value in enumerate(values):
+                tx.send("INSERT INTO bound_probe (n, v, x, f) VALUES (?, ?, ?, ?)", (n, value, -(2**40), -0.5))
+            tx.send("UPDATE bound_probe SET v = v || '%%' WHERE n = ?", (5,))  # psycopg's own binding
+            rows = tx.execute("SELECT n, v, x, f FROM bound_probe ORDER BY n")
+        assert [r["v"] for r in rows] == [*values[:5], "100%%", *values[6:]]
+        assert {(r["x"], r["f"]) for r in rows} == {(-(2**40), -0.5)}
+        with pytest.raises(StoreError, match="2 placeholders but 1"), store.transaction() as tx:
+            tx.send("INSERT INTO bound_probe (n, v) VALUES (?, ?)", (99,))
+        with store.transaction(write=False) as tx:  # nothing of the failed transaction stayed
+            assert tx.one("SELECT COUNT(*) AS n FROM bound_probe") == {"n": len(values)}
+    finally:
+        store.close()
+
+
 def test_a_write_commits_its_block_and_rolls_all_of_it_back_when_the_block_raises(
     pg_migrated_url: str,
 ) -> None:
