@@ -173,11 +173,10 @@ class PendingResponse:
     def record_all(self, auditor: Auditor, events: Sequence[AuditEventIn]) -> None:
         """Append ``events`` (in one transaction), after the waiting event if no append took it
         yet. Appends of the step's calls (which may run at once, in worker threads) go one at a
-        time, so the one that takes the event commits before the others. Nothing is read back:
-        on PostgreSQL they link after the head this process last saw (`AuditLog.append_ahead`,
-        checked under the chain's lock), one round trip where reading the head first made two."""
+        time, so the one that takes the event commits before the others. Nothing is read back
+        (`Auditor.record_all`: one round trip on PostgreSQL)."""
         with self._lock:
-            auditor.store.audit.append_ahead([*self._take(), *events])
+            auditor.record_all([*self._take(), *events])
 
     def link_alone(self, auditor: Auditor) -> None:
         """Append the event on its own unless an append took it (a step whose appends did not
@@ -185,7 +184,7 @@ class PendingResponse:
         with self._lock:
             first = self._take()
             if first:
-                auditor.store.audit.append_ahead(first)
+                auditor.record_all(first)
 
     def update(self) -> dict[str, Any]:
         """The state update of a step that linked the event: the marker cleared."""
