@@ -246,7 +246,8 @@ _LEADING = re.compile(r"\s+|--[^\n]*(?:\n|$)|\(")
 _WORD = re.compile(r"[A-Za-z_]+")
 _PLAIN = re.compile(r"\s*([A-Za-z_]+)(?![^\s(])(?:\s+([A-Za-z_]+))?")
 _MULTIPLE = "cannot insert multiple commands into a prepared statement"
-"""PostgreSQL's refusal of a text of several statements sent with the extended protocol."""
+"""PostgreSQL's refusal of a text of several statements sent with the extended protocol (a syntax
+error without a position, unlike the parser's)."""
 
 
 def _leading_words(sql: str) -> list[str]:
@@ -301,7 +302,10 @@ def _refusal(scope: RecordsScope, exc: psycopg.Error, sql: str) -> CapabilityDen
         return records_denied(scope, target, "a write outside a write transaction")
     if isinstance(exc, psycopg.errors.ActiveSqlTransaction):  # e.g. READ WRITE after the snapshot
         return records_denied(scope, "statement", "a change of the transaction's mode")
-    if isinstance(exc, psycopg.errors.SyntaxError) and (exc.diag.message_primary or "") == _MULTIPLE:
+    if isinstance(exc, psycopg.errors.SyntaxError) and (
+        exc.diag.message_primary == _MULTIPLE  # or in the server's language: the only one without a position
+        or (exc.diag.statement_position is None and ";" in sql)
+    ):
         return records_denied(scope, "statement", "several statements in one")
     return None
 
