@@ -12,7 +12,12 @@ role's sessions pin ``search_path`` to the store's schema: its unqualified table
 to the store's tables, whatever the role's own default search path would find.
 
 Inside a read tool's call (`toolgate.store.handler_access`) every unit of work is ``READ ONLY``,
-so the server refuses any write; a service whose reads append by design
+so the server refuses any write. The role may write its own tables, so nothing the handler sends
+may undo that (`_GuardedTx`): each statement goes to the server alone (a text of several is
+refused whole), and only reads and writes of tables are sent (no transaction control, no session
+state a pooled connection would carry into the next unit of work); a read unit of work takes its
+snapshot with its BEGIN, after which the server refuses to make it READ WRITE. A service whose
+reads append by design
 (`RecordsScope.read_appends`) has a second login role for those calls, with SELECT on its tables
 and INSERT on exactly those (`grants`).
 """
@@ -36,7 +41,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
-from toolgate.errors import ConfigurationError, StoreError
+from toolgate.errors import CapabilityDenied, ConfigurationError, StoreError
 from toolgate.store.base import Tx
 from toolgate.store.handler_access import unit_of_work
 from toolgate.store.keys import Keyring
@@ -205,6 +210,11 @@ def _schema(tx: Tx) -> str:
 _ROWS = psycopg.pq.ExecStatus.TUPLES_OK
 """The status of a result that has rows (none for a statement that returns none)."""
 
+_BEGIN_READ = "BEGIN READ ONLY; SELECT"
+"""A read unit of work's start, one round trip: the empty SELECT takes the transaction's snapshot."""
+_BEGIN_WRITE = "BEGIN"
+"""A write unit of work's start (a read-only store's sessions stay read-only: `PostgresRecords.of`)."""
+
 _INHERITED: list[object] = []
 """Connections a forked child inherited from its parent."""
 
@@ -214,21 +224,129 @@ def _close_all(idle: list[psycopg.Connection[dict[str, Any]]]) -> None:
         conn.close()
 
 
+_KINDS = frozenset({"select", "insert", "update", "delete", "merge", "with", "values", "table"})
+"""The statements a unit of work may send: reads and writes of tables, which the role's
+privileges and a READ ONLY transaction confine. Nothing else runs: transaction control (the
+connection is autocommit, so a COMMIT would let what follows run outside the unit of work, and
+outside its READ ONLY), session state a pooled connection would carry into the next unit of work
+(``SET``, ``RESET``, ``DISCARD``, ``PREPARE``, ``DECLARE``, ``LISTEN``), ``DO``, ``CALL``,
+``COPY`` and schema changes (which SQLite's authorizer denies too)."""
+_IN_TRANSACTION = ("local", "transaction", "constraints")
+"""``SET LOCAL`` / ``SET TRANSACTION`` / ``SET CONSTRAINTS``: they last as long as the unit of work
+(the server refuses ``SET TRANSACTION READ WRITE`` once a read unit of work took its snapshot)."""
+_DOUBTFUL = re.compile(
+    r"set_config|advisory_(?:un)?lock|u&|_to_xml|ts_stat|ts_rewrite|pg_temp|\btemp(?:orary)?\b|dblink",
+    re.IGNORECASE,
+)
+"""What, inside an allowed statement, may change session state (a session setting, a session
+advisory lock, a temporary table of ``SELECT INTO TEMP``, which later units of work would read
+before the service's own, a name spelled in Unicode escapes, a query run from a string): the
+unit of work still runs it, and its connection is closed afterwards, never reused."""
+_LEADING = re.compile(r"\s+|--[^\n]*(?:\n|$)|\(")
+_WORD = re.compile(r"[A-Za-z_]+")
+_PLAIN = re.compile(r"\s*([A-Za-z_]+)(?![^\s(])(?:\s+([A-Za-z_]+))?")
+_MULTIPLE = "cannot insert multiple commands into a prepared statement"
+"""PostgreSQL's refusal of a text of several statements sent with the extended protocol (a syntax
+error without a position, unlike the parser's)."""
+
+
+def _leading_words(sql: str) -> list[str]:
+    """The statement's first two words, lower-case, after white space, comments (``/* */``
+    nest in PostgreSQL) and opening parentheses."""
+    plain = _PLAIN.match(sql)  # most statements: no comment or parenthesis in front
+    if plain is not None:
+        return [w.lower() for w in plain.groups() if w]
+    at, depth = 0, 0
+    while at < len(sql):
+        if sql.startswith("/*", at):
+            depth, at = depth + 1, at + 2
+        elif depth and sql.startswith("*/", at):
+            depth, at = depth - 1, at + 2
+        elif depth:
+            at += 1
+        elif found := _LEADING.match(sql, at):
+            at = found.end()
+        else:
+            break
+    words = []
+    for _ in range(2):
+        found = _WORD.match(sql, at)
+        if found is None:
+            break
+        words.append(found.group().lower())
+        at = found.end()
+        while at < len(sql) and sql[at].isspace():
+            at += 1
+    return words
+
+
+def _refuse_kind(scope: RecordsScope, sql: str) -> None:
+    """Refuse, before it is sent, a statement that is not a read or write of tables (`_KINDS`)."""
+    words = _leading_words(sql)
+    if words and words[0] in _KINDS:
+        return
+    if len(words) == 2 and words[0] == "set" and words[1] in _IN_TRANSACTION:
+        return
+    what = f"{words[0].upper()} statements" if words else "this statement"
+    raise records_denied(scope, "statement", what) from None  # as the server's refusals: no cause
+
+
+def _refusal(scope: RecordsScope, exc: psycopg.Error, sql: str) -> CapabilityDenied | None:
+    """The `CapabilityDenied` a server refusal of the handler's statement is reported as."""
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        found = _DENIED_ON.search(exc.diag.message_primary or "")
+        return records_denied(scope, found.group(1) if found else "statement", "this")
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        written = _WRITTEN.match(sql)
+        target = written.group(1).lower() if written else "statement"
+        return records_denied(scope, target, "a write outside a write transaction")
+    if isinstance(exc, psycopg.errors.ActiveSqlTransaction):  # e.g. READ WRITE after the snapshot
+        return records_denied(scope, "statement", "a change of the transaction's mode")
+    if isinstance(exc, psycopg.errors.SyntaxError) and (
+        exc.diag.message_primary == _MULTIPLE  # or in the server's language: the only one without a position
+        or (exc.diag.statement_position is None and ";" in sql)
+    ):
+        return records_denied(scope, "statement", "several statements in one")
+    return None
+
+
 class _GuardedTx:
-    def __init__(self, cursor: psycopg.Cursor[dict[str, Any]], scope: RecordsScope) -> None:
+    """The handler's side of one unit of work: one statement at a time (`_refuse_kind`), each
+    sent alone with the extended protocol (a text of several statements is refused whole by the
+    server, before any of it runs), and the transaction still open after each (else the
+    connection is closed and the unit of work refused)."""
+
+    def __init__(
+        self, conn: psycopg.Connection[dict[str, Any]], cursor: psycopg.Cursor[dict[str, Any]], scope: RecordsScope
+    ) -> None:
+        self._conn = conn
         self._cursor = cursor
         self._scope = scope
+        self.doubtful = False
+        """A statement may have changed session state: the connection is not reused."""
+        self.ended: CapabilityDenied | None = None
+        """The refusal of a statement that ended the transaction: every later use raises it."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        if self.ended is not None:
+            raise self.ended from None
+        _refuse_kind(self._scope, sql)
+        self.doubtful = self.doubtful or _DOUBTFUL.search(sql) is not None
         try:
-            self._cursor.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
-        except psycopg.errors.InsufficientPrivilege as exc:
-            found = _DENIED_ON.search(exc.diag.message_primary or "")
-            raise records_denied(self._scope, found.group(1) if found else "statement", "this") from None
-        except psycopg.errors.ReadOnlySqlTransaction:
-            found = _WRITTEN.match(sql)
-            target = found.group(1).lower() if found else "statement"
-            raise records_denied(self._scope, target, "a write outside a write transaction") from None
+            if params:  # with parameters psycopg sends the extended protocol: one statement
+                self._cursor.execute(sql.replace("?", "%s"), tuple(params))
+            else:  # without, the simple protocol (which runs every statement of the text) unless piped
+                with self._conn.pipeline():
+                    self._cursor.execute(sql)
+        except psycopg.Error as exc:
+            refused = _refusal(self._scope, exc, sql)
+            if refused is None:
+                raise
+            raise refused from None
+        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+            self._conn.close()  # the handler ended the transaction: nothing more runs on it
+            self.ended = records_denied(self._scope, "statement", "transaction control")
+            raise self.ended from None
         result = self._cursor.pgresult  # its status tells rows; ``description`` builds every column
         return list(self._cursor.fetchall()) if result is not None and result.status == _ROWS else []
 
@@ -349,24 +467,30 @@ class PostgresRecords(ServiceRecords):
         conn = login.checkout()
         reusable = False
         try:
-            # read-only from its BEGIN where it may not write (the server refuses every write in
-            # it): one round trip, where a BEGIN and a SET TRANSACTION READ ONLY were two; a
-            # write's BEGIN says nothing (a read-only store's sessions stay read-only)
-            conn.read_only = None if write else True
-            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                yield _GuardedTx(cur, self.scope)
-            reusable = True
+            # a read is READ ONLY from its BEGIN, and takes its snapshot in the same round trip,
+            # before the handler's first statement: from then on the server refuses to make the
+            # transaction READ WRITE (``SET TRANSACTION``, ``transaction_read_only``)
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(_BEGIN_WRITE if write else _BEGIN_READ, prepare=False)
+                tx = _GuardedTx(conn, cur, self.scope)
+                yield tx
+                if tx.ended is not None:  # refused, and the handler swallowed it
+                    raise tx.ended from None
+                cur.execute("COMMIT", prepare=False)
+            reusable = not tx.doubtful
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
-        finally:
+        finally:  # a unit of work that raised is not rolled back: its connection closes
             idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             login.checkin(conn, reusable=reusable and idle and not conn.closed)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """`ServiceRecords.read` in one round trip: BEGIN READ ONLY, the statement and COMMIT
         sent as one pipeline (the extended protocol: one statement, whatever its text holds),
-        where a unit of work waits for each of them. A refused or failed statement leaves the
-        transaction failed: its connection is closed, never reused."""
+        where a unit of work waits for each of them. The statement is confined as a unit of
+        work's is (`_refuse_kind`; a doubtful one closes its connection). A refused or failed
+        statement leaves the transaction failed: its connection is closed, never reused."""
+        _refuse_kind(self.scope, sql)
         conn = self._login.checkout()
         reusable = False
         try:
@@ -378,16 +502,12 @@ class PostgresRecords(ServiceRecords):
                 result = cur.pgresult
                 has_rows = result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
                 rows = list(cur.fetchall()) if has_rows else []
-            reusable = True
+            reusable = _DOUBTFUL.search(sql) is None
             return rows
-        except psycopg.errors.InsufficientPrivilege as exc:
-            found = _DENIED_ON.search(exc.diag.message_primary or "")
-            raise records_denied(self.scope, found.group(1) if found else "statement", "this") from None
-        except psycopg.errors.ReadOnlySqlTransaction:
-            found = _WRITTEN.match(sql)
-            target = found.group(1).lower() if found else "statement"
-            raise records_denied(self.scope, target, "a write outside a write transaction") from None
         except psycopg.Error as exc:
+            refused = _refusal(self.scope, exc, sql)
+            if refused is not None:
+                raise refused from None
             raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
         finally:
             idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

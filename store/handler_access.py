@@ -8,7 +8,8 @@ store consult it:
 - `toolgate.store.records_scope.ServiceRecords`: in a call that may not write (a read, a status
   check, a job-status check), a unit of work asked with ``write=True`` opens read-only, exactly
   as ``write=False`` does, so the *database engine* refuses every write statement in it
-  (SQLite: the connection's authorizer; PostgreSQL: ``SET TRANSACTION READ ONLY``) and the
+  (SQLite: the connection's authorizer; PostgreSQL: ``BEGIN READ ONLY``, which the handler's
+  statements cannot undo: `toolgate.store._records_postgres`) and the
   refusal names the table the handler wrote to. A read tool's handler that only reads in such a
   unit of work still works; one that writes changes nothing. Only an approved write's handler
   (``writes=True``) gets units of work that write its own tables. The one exception is declared

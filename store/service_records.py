@@ -12,7 +12,9 @@ can write proposals, approvals, operations or the audit log, nor read them:
   transaction control and every schema change is denied while the statement is compiled.
 - PostgreSQL: a separate connection logged in as a per-service, per-database LOGIN role that
   trusted setup (`provision_service_records`, with the store's own connection) grants privileges
-  on exactly the declared tables.
+  on exactly the declared tables. The role may write its own tables, so the capability sends
+  each statement alone and only reads and writes of tables: no transaction control, no session
+  state (`toolgate.store._records_postgres`), and a read's READ ONLY cannot be undone.
 
 A refused statement raises `toolgate.errors.CapabilityDenied` (``"records"``, the table or
 ``"statement"``), never the driver's error; the gateway audits it as ``handler.capability_denied``.
