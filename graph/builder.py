@@ -137,8 +137,7 @@ def build_graph(
     connects here: the store opens connections on first use. Pass ``checkpointer=None`` for the
     LangGraph server, which brings its own (and build the gateway with ``server_mode=True``: the
     acting principal then comes from the server's auth handler, never from the client's
-    ``context``). Compiled with a checkpointer, a run writes its checkpoints on one background
-    thread (`RUN_THREADS`).
+    ``context``). Compiled with a checkpointer, a run's background pool has `RUN_THREADS` threads.
 
     With a ``router`` (release control: `toolgate.graph.rollout.router`), each node runs the node of the
     release the store pins the thread to; without one, ``gateway`` serves every thread.
@@ -164,15 +163,18 @@ def build_graph(
     return compiled.with_config(max_concurrency=RUN_THREADS)
 
 
-RUN_THREADS = 1
+RUN_THREADS = 2
 """Threads of a run's background executor (LangGraph's ``max_concurrency``) in a graph compiled
 with a checkpointer. LangGraph makes a thread pool for every sync run and gives it the
 checkpoint writes (each step's ``put_writes``, then its ``put``, which waits for the writes and
 the put before it); a write submitted while the others wait starts a thread of its own, about
 4.5 thread starts per read call, each costing the caller CPU and a wait for the thread to start.
-Every step of this graph runs one node, inline on the caller's thread, so the pool carries only
-those writes, which go one after another anyway: one thread does the same work in the same
-order. A run's own ``max_concurrency`` in its config still wins."""
+Every step of this graph runs one node, and those writes go one after another anyway. Two, not
+one: a streamed run (``custom`` or ``messages`` mode) keeps one waiter for the stream on the
+pool (a coroutine holding the pool's semaphore in an async run) and runs its node on the pool
+too, so with one thread the node never starts. Each write waits only for writes submitted
+before it, and the pool takes them in order, so the second thread never waits for itself. A
+run's own ``max_concurrency`` in its config still wins."""
 
 
 __all__ = ["NODE_FACTORIES", "RUN_THREADS", "build_gateway", "build_graph"]

@@ -1,10 +1,12 @@
-"""The threads a run starts: a graph compiled with a checkpointer writes its checkpoints on one
-background thread (`toolgate.graph.builder.RUN_THREADS`), where LangGraph's default pool started
-one per checkpoint write still pending (about 4.5 per read call, issue 31).
+"""The threads a run starts: a graph compiled with a checkpointer gives each run a background
+pool of `toolgate.graph.builder.RUN_THREADS` threads, where LangGraph's default pool started one
+per checkpoint write still pending (about 4.5 per read call, issue 31).
 
-Held here: a read call starts one pool thread and still reads, answers and audits as before; a
-run's own ``max_concurrency`` still wins; an async run with a checkpointer (its writes gated to
-one at a time) finishes; the server's graph (compiled without a checkpointer) keeps LangGraph's
+Held here: a read call starts at most that many pool threads and still reads, answers and audits
+as before; a run's own ``max_concurrency`` still wins; an async run with a checkpointer (its
+writes gated by the pool's semaphore) finishes; a streamed run, sync and async, whose stream
+waiter holds a pool thread (or the semaphore) while its node runs on the pool, finishes (with one
+thread it never did); the server's graph (compiled without a checkpointer) keeps LangGraph's
 defaults.
 """
 
@@ -85,14 +87,14 @@ def ask(graph: Any, thread: str, **config: Any) -> dict[str, Any]:
     )
 
 
-def test_a_read_call_starts_one_pool_thread_and_reads_answers_and_audits_as_before(
+def test_a_read_call_starts_at_most_its_pool_threads_and_reads_answers_and_audits_as_before(
     harness: Harness, pool_threads: list[str]
 ) -> None:
     graph = harness.graph(reads(3))
     for n in range(3):
         before = len(pool_threads)
         final = ask(graph, f"t-{n}")
-        assert len(pool_threads) - before == RUN_THREADS == 1  # LangGraph's default started about 4.5
+        assert 1 <= len(pool_threads) - before <= RUN_THREADS == 2  # LangGraph's default started about 4.5
         answers = tool_messages(final)
         assert len(answers) == 1 and "O-5512" in str(answers[0].content)
         assert final["status"] == "done" and final["messages"][-1].content
@@ -129,6 +131,46 @@ def test_an_async_run_with_a_checkpointer_finishes(harness: Harness) -> None:
         saved = gateway_state(graph.get_state({"configurable": {"thread_id": thread}}).values)
         assert saved["seal"] == final["seal"]  # the last checkpoint was written
     assert harness.total_handler_calls() == 2
+
+
+def streamed(graph: Any, thread: str, *, use_async: bool) -> list[Any]:
+    """Every chunk of a read call streamed in ``custom`` and ``updates`` modes (LangGraph then
+    keeps a waiter for the stream on the run's pool and runs each node there), on a thread of its
+    own: a run that deadlocks fails the test after a minute instead of hanging the suite."""
+    chunks: list[Any] = []
+    failed: list[BaseException] = []
+    args = ({"messages": [HumanMessage("Where is O-5512?")]}, {"configurable": {"thread_id": thread}})
+    kwargs: dict[str, Any] = {"context": Context(principal=principal("cust-ada")), "stream_mode": ["custom", "updates"]}
+
+    async def collect() -> None:
+        async for chunk in graph.astream(*args, **kwargs):
+            chunks.append(chunk)
+
+    def run() -> None:
+        try:
+            if use_async:
+                asyncio.run(collect())
+            else:
+                chunks.extend(graph.stream(*args, **kwargs))
+        except BaseException as exc:  # reported to the test's thread
+            failed.append(exc)
+
+    runner = threading.Thread(target=run, name=f"streamed-{thread}", daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the streamed run never finished (its node never started)"
+    assert not failed, failed
+    return chunks
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_streamed_run_whose_waiter_holds_a_pool_thread_finishes(harness: Harness, use_async: bool) -> None:
+    graph = harness.graph(reads(1))
+    chunks = streamed(graph, f"t-streamed-{use_async}", use_async=use_async)
+    assert any(mode == "updates" and "execute" in update for mode, update in chunks)
+    final = gateway_state(graph.get_state({"configurable": {"thread_id": f"t-streamed-{use_async}"}}).values)
+    assert final["status"] == "done" and len(tool_messages(final)) == 1
+    assert harness.total_handler_calls() == 1
 
 
 def test_the_servers_graph_keeps_langgraphs_defaults(harness: Harness) -> None:
