@@ -174,9 +174,10 @@ def _provision(
         tx.execute(f"CREATE ROLE \"{role}\" LOGIN NOINHERIT PASSWORD '{verifier}'")
     elif me["can"]:
         tx.execute(f"ALTER ROLE \"{role}\" LOGIN NOINHERIT PASSWORD '{verifier}'")
-    tx.execute(f'GRANT USAGE ON SCHEMA "{_schema(tx)}" TO "{role}"')  # public grants it to all; others do not
-    tx.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{_schema(tx)}" FROM "{role}"')
-    tx.execute(f'REVOKE ALL ON ALL SEQUENCES IN SCHEMA "{_schema(tx)}" FROM "{role}"')
+    schema = _schema(tx)
+    usage = tx.one(_HAS_USAGE, (role,))
+    if usage is None or not usage["direct"]:  # public grants it to all; other schemas do not
+        tx.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
     existing = {
         row["relname"]
         for row in tx.execute(
@@ -185,10 +186,27 @@ def _provision(
             (sorted(scope.readable),),
         )
     }
-    for granted, tables in privileges:
-        if tables & existing:
-            listed = ", ".join(f'"{t}"' for t in sorted(tables & existing))
-            tx.execute(f'GRANT {granted} ON {listed} TO "{role}"')
+    wanted = {
+        (table, privilege)
+        for granted, tables in privileges
+        for table in tables & existing
+        for privilege in granted.split(", ")
+    }
+    held = list(tx.execute(_HELD, (role,)))
+    extra = any(r["on_column"] or r["grantable"] for r in held)  # column grants, grant options
+    if extra or {(r["relname"], r["privilege"]) for r in held} != wanted:
+        # only the relations the role holds something on are revoked: a REVOKE ... ON ALL TABLES
+        # IN SCHEMA rewrites every relation's catalog row, and another process's schema change
+        # (the checkpointer's setup altering its tables) then fails with "tuple concurrently updated"
+        for kind, sequence in (("TABLE", False), ("SEQUENCE", True)):
+            listed = sorted({r["relname"] for r in held if r["is_sequence"] == sequence})
+            if listed:
+                names = ", ".join('"' + t.replace('"', '""') + '"' for t in listed)  # any name: quoted
+                tx.execute(f'REVOKE ALL ON {kind} {names} FROM "{role}"')
+        for granted, tables in privileges:
+            if tables & existing:
+                listed_tables = ", ".join(f'"{t}"' for t in sorted(tables & existing))
+                tx.execute(f'GRANT {granted} ON {listed_tables} TO "{role}"')
     wide = tx.one(
         "SELECT has_schema_privilege(?, current_schema(), 'CREATE')"
         " OR has_database_privilege(?, current_database(), 'CREATE') AS wide",
@@ -197,8 +215,28 @@ def _provision(
     if wide is not None and wide["wide"]:
         raise ConfigurationError(
             f"PostgreSQL role {role} could create tables (PUBLIC has CREATE on the schema or database): "
-            f'run REVOKE CREATE ON SCHEMA "{_schema(tx)}" FROM PUBLIC'
+            f'run REVOKE CREATE ON SCHEMA "{schema}" FROM PUBLIC'
         )
+
+
+_HAS_USAGE = (
+    "SELECT EXISTS (SELECT 1 FROM pg_namespace n, aclexplode(n.nspacl) a"
+    " WHERE n.nspname = current_schema() AND a.privilege_type = 'USAGE'"
+    " AND a.grantee = (SELECT oid FROM pg_roles WHERE rolname = ?)) AS direct"
+)
+"""Whether the role was granted USAGE on the store's schema itself (not through PUBLIC)."""
+_HELD = (
+    "WITH r AS (SELECT oid FROM pg_roles WHERE rolname = ?)"
+    " SELECT c.relname, c.relkind = 'S' AS is_sequence, a.privilege_type AS privilege,"
+    " a.is_grantable AS grantable, false AS on_column"
+    " FROM r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) a"
+    " WHERE n.nspname = current_schema() AND a.grantee = r.oid"
+    " UNION ALL SELECT c.relname, false, a.privilege_type, a.is_grantable, true"
+    " FROM r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " JOIN pg_attribute t ON t.attrelid = c.oid, aclexplode(t.attacl) a"
+    " WHERE n.nspname = current_schema() AND a.grantee = r.oid"
+)
+"""Every privilege the role holds in the store's schema, on relations and on columns."""
 
 
 def _schema(tx: Tx) -> str:
