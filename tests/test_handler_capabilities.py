@@ -227,14 +227,22 @@ def test_postgres_without_createrole_fails_with_one_clear_line(pg_url: str, pg_a
 # ---- hostile handlers registered as tools, through the gateway --------------------------------
 
 
-def _gateway(harness: Harness, name: str, handler: Any) -> Any:
+def _app_with(harness: Harness, name: str, handler: Any, *responses: Any) -> Any:
+    """The test app with ``name``'s handler replaced by ``handler``, its model answering ``responses``."""
     spec = harness.registry.tools[name]
     specs = [replace(spec, handler=handler) if s.name == name else s for s in harness.registry.tools.values()]
     registry = Registry.of(harness.registry.release, specs, harness.system)
-    model = ScriptedChatModel(responses=[])
-    return registry, open_test_app(
-        model=model, tools=registry, policy=harness.policy, store=harness.store, start=False
-    ).gateway
+    model = ScriptedChatModel(responses=list(responses))
+    return open_test_app(model=model, tools=registry, policy=harness.policy, store=harness.store, start=False)
+
+
+def _lookup_answer(harness: Harness, handler: Any, thread_id: str) -> dict[str, Any]:
+    """What a customer's ``lookup_order`` call answers when its handler is ``handler``."""
+    app = _app_with(
+        harness, "lookup_order", handler, ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c-1")), ai("ok")
+    )
+    state = start(app.compiled(), "where is my order", "cust-ada", thread_id)
+    return dict(json.loads(str(tool_messages(state)[0].content)))
 
 
 @pytest.mark.parametrize(
@@ -258,14 +266,8 @@ def test_a_hostile_read_handler_is_refused_fails_and_is_audited(
             tx.execute(statement)
         raise AssertionError("the capability let the statement through")
 
-    registry, _ = _gateway(harness, "lookup_order", hostile)
     before = (_count(store, "approvals"), _count(store, "sor_crm_tokens"))
-    model = ScriptedChatModel(
-        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c-1")), ai("ok")]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
-    state = start(app.compiled(), "where is my order", "cust-ada", f"t-hostile-{target}")
-    answer = json.loads(str(tool_messages(state)[0].content))
+    answer = _lookup_answer(harness, hostile, f"t-hostile-{target}")
     assert reached == ["acme"]
     assert answer["status"] == "failed" and answer["error"] == "server_error", answer
     assert target not in json.dumps(answer) or "capability" in json.dumps(answer)
@@ -295,13 +297,7 @@ def test_a_read_handler_leaving_its_read_only_unit_of_work_fails_audited(store: 
             tx.execute(write)
         raise AssertionError("the capability let the statements through")
 
-    registry, _ = _gateway(harness, "lookup_order", hostile)
-    model = ScriptedChatModel(
-        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c-1")), ai("ok")]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
-    state = start(app.compiled(), "where is my order", "cust-ada", "t-hostile-mode")
-    answer = json.loads(str(tool_messages(state)[0].content))
+    answer = _lookup_answer(harness, hostile, "t-hostile-mode")
     assert answer["status"] == "failed" and answer["error"] == "server_error", answer
     assert [(e.tool, e.detail) for e in _denials(store)] == [
         ("lookup_order", {"capability": "records", "target": "statement", "tool": "lookup_order"})
@@ -321,13 +317,7 @@ def test_a_refusal_the_handler_wraps_in_its_own_error_is_still_audited(store: St
             raise RuntimeError("lookup failed") from exc
         raise AssertionError("the capability let the statement through")
 
-    registry, _ = _gateway(harness, "lookup_order", wrapping)
-    model = ScriptedChatModel(
-        responses=[ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c-1")), ai("ok")]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
-    state = start(app.compiled(), "where is my order", "cust-ada", "t-wrapped")
-    answer = json.loads(str(tool_messages(state)[0].content))
+    answer = _lookup_answer(harness, wrapping, "t-wrapped")
     assert answer["status"] == "failed" and answer["error"] == "server_error", answer
     assert [e.detail["target"] for e in _denials(store)] == ["identities"]
 
@@ -346,16 +336,8 @@ def test_a_hostile_write_handler_cannot_forge_audit_events_and_fails_audited(sto
             )
         raise AssertionError("the capability let the statement through")
 
-    registry, _ = _gateway(harness, "issue_refund", hostile)
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("issue_refund", {"order_id": "O-5512", "amount_cents": 100, "reason": "damaged"}),
-            )
-        ]
-    )
-    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
+    refund = {"order_id": "O-5512", "amount_cents": 100, "reason": "damaged"}
+    app = _app_with(harness, "issue_refund", hostile, ai("", tool_call("issue_refund", refund)))
     gateway = app.gateway
     state = start(app.compiled(), "refund O-5512", "cust-ada", "t-hostile-write")
     proposal = state["__interrupt__"][0].value["toolgate"]["proposals"][0]

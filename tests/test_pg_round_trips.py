@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -169,62 +170,12 @@ def _rate_window_with_time_left(store: PostgresStore) -> None:
         time.sleep(min(1.0, RATE_WINDOW_S - into))
 
 
-def _refund(n: int) -> dict[str, Any]:
-    return {"order_id": "O-5512", "amount_cents": 100 + n, "reason": "damaged"}
-
-
-def test_one_approved_write_makes_the_pinned_number_of_round_trips(
-    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def store(pg_migrated_url: str) -> Iterator[PostgresStore]:
+    """A store on a migrated database, closed after the test."""
     store = PostgresStore(pg_migrated_url, key=TEST_KEY)
     try:
-        harness = Harness(store)
-        responses = []
-        for n in range(2):
-            responses += [ai("", tool_call("issue_refund", _refund(n), f"c{n}")), ai("Refunded.")]
-        app = harness.app(ScriptedChatModel(responses=responses))
-        graph = app.compiled(checkpointer=InMemorySaver())  # the saver's own work is not counted
-
-        def approved_write(thread: str) -> dict[str, Any]:
-            paused = start(graph, REFUND_REQUEST, "cust-ada", thread)
-            proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
-            decide(app.gateway, proposal["proposal_id"], principal("fiona"), "approve")
-            return graph.invoke(  # type: ignore[no-any-return]
-                Command(resume={"wake": True}),
-                {"configurable": {"thread_id": thread}},
-                context=Context(principal=principal("fiona")),
-            )
-
-        store.changes.start()  # the notice listener is up before anything is warmed, as on a server
-        connected_by = time.monotonic() + 60
-        while not store.changes.live:  # a condition with a deadline, not a timing window
-            assert time.monotonic() < connected_by, "the change-notice listener never connected"
-            time.sleep(0.01)
-        _rate_window_with_time_left(store)
-        approved_write("t-warm")  # the process's first write warms what a server keeps warm
-        sent: Counter[str] = Counter()
-        execute = psycopg.Cursor.execute
-
-        def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-            # the store's write transactions (a system of record's single read sends its BEGIN
-            # READ ONLY as a statement too, on its service role's connection: not the store's)
-            store_side = not str(self.connection.info.user).startswith("tg_sor_")
-            sent["begins"] += store_side and str(query).startswith("BEGIN")
-            return execute(self, query, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-        # a loaded machine may pause a step for seconds: the calibrated clock's reading is then
-        # read anew, by chance; how long a reading serves is not what this counts
-        monkeypatch.setattr(store_postgres, "CLOCK_REUSE_S", 3600.0)
-        with wire_round_trips() as wire:
-            final = approved_write("t-counted")
-        monkeypatch.undo()
-        sent["round_trips"] = wire["round_trips"]
-
-        assert harness.handler_calls["issue_refund"] == 2  # both writes ran, once each
-        assert final["outcomes"]["c1"]["status"] == "completed"
-        assert sent["begins"] == WRITE_TRANSACTIONS_PER_APPROVED_WRITE
-        assert sent["round_trips"] == ROUND_TRIPS_PER_APPROVED_WRITE, sent
+        yield store
     finally:
         store.close()
 
@@ -236,6 +187,58 @@ def _listening(store: PostgresStore) -> None:
     while not store.changes.live:  # a condition with a deadline, not a timing window
         assert time.monotonic() < connected_by, "the change-notice listener never connected"
         time.sleep(0.01)
+
+
+def _refund(n: int) -> dict[str, Any]:
+    return {"order_id": "O-5512", "amount_cents": 100 + n, "reason": "damaged"}
+
+
+def test_one_approved_write_makes_the_pinned_number_of_round_trips(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness = Harness(store)
+    responses = []
+    for n in range(2):
+        responses += [ai("", tool_call("issue_refund", _refund(n), f"c{n}")), ai("Refunded.")]
+    app = harness.app(ScriptedChatModel(responses=responses))
+    graph = app.compiled(checkpointer=InMemorySaver())  # the saver's own work is not counted
+
+    def approved_write(thread: str) -> dict[str, Any]:
+        paused = start(graph, REFUND_REQUEST, "cust-ada", thread)
+        proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
+        decide(app.gateway, proposal["proposal_id"], principal("fiona"), "approve")
+        return graph.invoke(  # type: ignore[no-any-return]
+            Command(resume={"wake": True}),
+            {"configurable": {"thread_id": thread}},
+            context=Context(principal=principal("fiona")),
+        )
+
+    _listening(store)
+    _rate_window_with_time_left(store)
+    approved_write("t-warm")  # the process's first write warms what a server keeps warm
+    sent: Counter[str] = Counter()
+    execute = psycopg.Cursor.execute
+
+    def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        # the store's write transactions (a system of record's single read sends its BEGIN
+        # READ ONLY as a statement too, on its service role's connection: not the store's)
+        store_side = not str(self.connection.info.user).startswith("tg_sor_")
+        sent["begins"] += store_side and str(query).startswith("BEGIN")
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    # a loaded machine may pause a step for seconds: the calibrated clock's reading is then
+    # read anew, by chance; how long a reading serves is not what this counts
+    monkeypatch.setattr(store_postgres, "CLOCK_REUSE_S", 3600.0)
+    with wire_round_trips() as wire:
+        final = approved_write("t-counted")
+    monkeypatch.undo()
+    sent["round_trips"] = wire["round_trips"]
+
+    assert harness.handler_calls["issue_refund"] == 2  # both writes ran, once each
+    assert final["outcomes"]["c1"]["status"] == "completed"
+    assert sent["begins"] == WRITE_TRANSACTIONS_PER_APPROVED_WRITE
+    assert sent["round_trips"] == ROUND_TRIPS_PER_APPROVED_WRITE, sent
 
 
 def _read_calls(harness: Harness, count: int) -> Any:
@@ -266,28 +269,24 @@ def _store_round_trips(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
 
 def test_one_read_call_makes_the_pinned_number_of_store_round_trips(
-    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = PostgresStore(pg_migrated_url, key=TEST_KEY)
-    try:
-        harness = Harness(store)
-        graph = _read_calls(harness, 2)
-        _listening(store)
-        _rate_window_with_time_left(store)
-        start(graph, READ_QUESTION, "cust-ada", "t-warm")  # warms what a server keeps warm
-        counts = _store_round_trips(monkeypatch)
-        final = start(graph, READ_QUESTION, "cust-ada", "t-counted")
-        monkeypatch.undo()
+    harness = Harness(store)
+    graph = _read_calls(harness, 2)
+    _listening(store)
+    _rate_window_with_time_left(store)
+    start(graph, READ_QUESTION, "cust-ada", "t-warm")  # warms what a server keeps warm
+    counts = _store_round_trips(monkeypatch)
+    final = start(graph, READ_QUESTION, "cust-ada", "t-counted")
+    monkeypatch.undo()
 
-        assert harness.handler_calls["lookup_order"] == 2
-        assert final["outcomes"]["r1"]["status"] == "completed"
-        assert counts["records"] > 0  # the system of record was read, on its own connections
-        assert counts["store"] == STORE_ROUND_TRIPS_PER_READ_CALL, counts
-        assert [e.event for e in store.audit.events()].count("call.completed") == 2
-        assert len(audit_events(store, "model.response")) == 4
-        assert verify_chain(store).ok and store.relinked == 0
-    finally:
-        store.close()
+    assert harness.handler_calls["lookup_order"] == 2
+    assert final["outcomes"]["r1"]["status"] == "completed"
+    assert counts["records"] > 0  # the system of record was read, on its own connections
+    assert counts["store"] == STORE_ROUND_TRIPS_PER_READ_CALL, counts
+    assert [e.event for e in store.audit.events()].count("call.completed") == 2
+    assert len(audit_events(store, "model.response")) == 4
+    assert verify_chain(store).ok and store.relinked == 0
 
 
 def test_a_read_calls_events_follow_a_chain_head_another_process_moved_and_are_linked_once(
