@@ -165,14 +165,7 @@ class Store(abc.ABC):
         """`_chain_head` for linking ``events`` events, after the reads ``values`` (one statement
         for all of them); no sequence numbers reserved: the database numbers the events on insert.
         A backend with round trips to save overrides it."""
-        read: list[Any] = []
-        if values:
-            row = tx.one(
-                "SELECT " + ", ".join(f"({sql}) AS v{n}" for n, (sql, _) in enumerate(values)),
-                tuple(param for _, params in values for param in params),
-            )
-            assert row is not None
-            read = [row[f"v{n}"] for n in range(len(values))]
+        read = select_values(tx, values)[0] if values else []
         now, last_hash = self._chain_head(tx)
         return LinkHead(now, last_hash, [], read)
 
@@ -359,6 +352,17 @@ class Store(abc.ABC):
         self.close()
 
 
+def select_values(tx: Tx, values: Sequence[tuple[str, Sequence[Any]]], *columns: str) -> tuple[list[Any], dict[str, Any]]:
+    """The reads ``values`` (each a scalar subquery and its parameters) and any further
+    ``columns`` in one statement: the reads in order, and the whole row."""
+    row = tx.one(
+        "SELECT " + ", ".join([*(f"({sql}) AS v{n}" for n, (sql, _) in enumerate(values)), *columns]),
+        tuple(param for _, params in values for param in params),
+    )
+    assert row is not None  # a SELECT of scalar subqueries always returns its one row
+    return [row[f"v{n}"] for n in range(len(values))], row
+
+
 def iter_statements(script: str) -> Iterator[str]:
     """Split a SQLite migration script into statements (trigger bodies keep ``; END`` on one line)."""
     for statement in script.split(";\n"):
@@ -366,4 +370,4 @@ def iter_statements(script: str) -> Iterator[str]:
             yield statement.strip()
 
 
-__all__ = ["CLOCK_REUSE_S", "Store", "Tx", "iter_statements"]
+__all__ = ["CLOCK_REUSE_S", "Store", "Tx", "iter_statements", "select_values"]

@@ -24,7 +24,7 @@ from typing import Any
 from toolgate.clock import iso, utcnow
 from toolgate.errors import StoreError
 from toolgate.store.audit_records import GENESIS_HASH
-from toolgate.store.base import Store, Tx, iter_statements
+from toolgate.store.base import Store, Tx, iter_statements, select_values
 from toolgate.store.handler_access import refuse_store
 from toolgate.store.keys import Keyring
 from toolgate.store.migrations import Migration
@@ -159,15 +159,8 @@ class SQLiteStore(Store):
         beside them is the locked one `_chain_head` reads (a statement fewer per linking step)."""
         if not values:
             return super()._link_head(tx, events, values)
-        row = tx.one(
-            "SELECT "
-            + ", ".join(f"({sql}) AS v{n}" for n, (sql, _) in enumerate(values))
-            + f", ({_LAST_HASH}) AS last_hash",
-            tuple(param for _, params in values for param in params),
-        )
-        assert row is not None  # a SELECT of scalar subqueries always returns its one row
+        read, row = select_values(tx, values, f"({_LAST_HASH}) AS last_hash")
         last_hash = row["last_hash"]
-        read = [row[f"v{n}"] for n in range(len(values))]
         return LinkHead(iso(utcnow()), last_hash if last_hash is not None else GENESIS_HASH, [], read)
 
     def _lock_migrations(self, tx: Tx) -> None:
