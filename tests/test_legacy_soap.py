@@ -9,6 +9,7 @@ executor, an approved refund whose legacy service answers with each fault ends `
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -107,11 +108,12 @@ def legacy() -> Iterator[Any]:
                     status, data = service.script.pop(0)
                 if service.hold is not None:
                     service.hold.wait(30)  # the client gives up first; released at teardown
-                self.send_response(status)
-                self.send_header("Content-Type", "text/xml; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a held answer's client gave up
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/xml; charset=utf-8")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
