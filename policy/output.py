@@ -174,13 +174,17 @@ def bound(payload: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
 
 
 def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any]:
-    """Validate a handler result against its contract and reduce it to allowed, redacted fields."""
+    """Validate a handler result against its contract and reduce it to allowed, redacted fields.
+
+    Every result is validated, an instance of the result model too: a subclass's own fields (a
+    richer internal record returned as it is) and a ``model_construct``-ed instance (never
+    validated: nested keys the contract lacks, values of the wrong type) would otherwise reach the
+    model, since an instance serializes as its own class and holds what it was given. The dump
+    keeps pydantic's serializer warnings quiet: they quote the values (loaded code's data) into
+    the log."""
     try:
-        if isinstance(result, result_model):
-            model = result
-        else:
-            data = result.model_dump() if isinstance(result, BaseModel) else result
-            model = result_model.model_validate(data)
+        data = result.model_dump(round_trip=True, warnings=False) if isinstance(result, BaseModel) else result
+        model = result_model.model_validate(data)
     except ValidationError as exc:
         raise ToolExecutionError(
             "server_error", f"the tool's result broke its contract ({exc.error_count()} problem(s))"
