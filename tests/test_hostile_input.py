@@ -148,6 +148,17 @@ def test_a_secret_in_arguments_is_refused_and_never_stored(harness: Harness) -> 
     assert harness.store.proposals.list() == []
 
 
+def test_a_secret_as_an_argument_name_is_refused_and_never_stored(harness: Harness) -> None:
+    """An argument's name is the model's text as much as its value is (a key the schema refuses
+    would otherwise sit in the checkpointed messages)."""
+    key = "sk-live-" + "Zq9" * 10
+    state = run_turn(harness, [raw_call("issue_refund", {**REFUND, "reason": "damaged", key: 1}, "c1")], "t-sec-key")
+    assert answers(state)["c1"]["error"] == "secret_in_arguments"
+    assert key not in repr(state["messages"]) and key not in repr(state["calls"])
+    assert all(key not in json.dumps(e.detail) for e in harness.store.audit.events())
+    assert harness.store.proposals.list() == []
+
+
 def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
     harness: Harness,
 ) -> None:

@@ -131,7 +131,8 @@ def call_id_problem(call_id: Any) -> tuple[str, str] | None:
 
 
 def holds_secret(value: Any) -> bool:
-    """True when any string in a JSON value looks like a secret (API key, token, card number...)."""
+    """True when any string in a JSON value, a key included, looks like a secret (API key, token,
+    card number...): an argument's name is the model's text as much as its value."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -139,6 +140,7 @@ def holds_secret(value: Any) -> bool:
             if count_secrets(item):
                 return True
         elif isinstance(item, dict):
+            stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
