@@ -153,14 +153,18 @@ def redact_personal_text(text: str) -> str:
 
 
 def redact_personal(value: Any, key: str = "") -> Any:
-    """`redact` with `redact_personal_text` for every string (JSON-like values kept for later readers)."""
-    if key and _SECRET_KEYS.search(key) and not isinstance(value, dict | list):
-        return REDACTED
+    """`redact` with `redact_personal_text` for every string, keys included (JSON-like values kept
+    for later readers)."""
+    if key and _SECRET_KEYS.search(key):
+        return _redact_all(value)
     if isinstance(value, str):
         return redact_personal_text(value)
     if isinstance(value, dict):
-        return {k: redact_personal(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
+        return {
+            (redact_personal_text(k) if isinstance(k, str) else k): redact_personal(v, str(k))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
         return [redact_personal(v, key) for v in value]
     return value
 

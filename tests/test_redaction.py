@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolgate.policy.output import REDACTED, count_secrets, redact, redact_text
+from toolgate.policy.output import REDACTED, count_secrets, redact, redact_personal, redact_text
 
 TEST_CARDS = [
     "4111111111111111",  # Visa
@@ -400,3 +400,10 @@ def test_case_insensitive_keywords_are_found_whatever_letters_spell_them(text: s
     """The pattern's ``(?i)`` matches the long s, the Kelvin sign and the dotless i; the cheap
     check before it must find them too."""
     assert "hunter2" not in redact_text(text) and count_secrets(text) == 1
+
+
+def test_kept_records_lose_personal_data_and_secrets_in_keys_tuples_and_nested_values() -> None:
+    out = redact_personal(
+        {"ada@example.com": {"note": "password=hunter2"}, "pair": ("ada@example.com",), "secret": {"v": "x"}}
+    )
+    assert out == {REDACTED: {"note": REDACTED}, "pair": [REDACTED], "secret": {"v": REDACTED}}
