@@ -280,6 +280,7 @@ def _invalid(exc: BaseException) -> ToolExecutionError:
 
 
 __all__ = [
+    "MAX_FAILURE_MESSAGE",
     "REDACTED",
     "TRUNCATED",
     "bound",
