@@ -35,14 +35,31 @@ _SECRET_PATTERNS = [
     # "Bearer <token>" as written in headers; a lower-case "bearer" in prose ("payable to the
     # bearer notwithstanding ...") only counts when the token has a digit.
     re.compile(rf"\b(?:(?:Bearer|BEARER)\s+|(?i:bearer)\s+(?={_TOKEN_CHARS}*\d)){_TOKEN_CHARS}{{12,}}=*"),
-    # key=value / key: value. Not the JSON literals (``secret: false``), not a value that is
-    # already redacted (keeps redact_text idempotent and count_secrets at 0 on redacted text),
-    # and not ``PWD=/home/...`` (the working directory, not a password).
-    re.compile(
-        r"(?i)\b(?:password|passwd|pwd(?!\s*[:=]\s*[/~])|secret|api[_-]?key|token)\s*[:=]\s*"
-        r"(?!\[REDACTED\])(?!(?:true|false|null|none)\b)\S+"
-    ),
+    # a password in a URL's user part (``postgresql://app:hunter2@db``): the user part goes whole
+    re.compile(r"(?<=://)[^\s:/@\[\]]+:[^\s/@]+(?=@)"),
+    # any scheme's credential in an Authorization header (Bearer's has its own pattern above)
+    re.compile(r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?[A-Za-z]+\s+[A-Za-z0-9+/=._~-]{8,}"),
+    # a PEM private key, to its END line (or the end of the text, when cut)
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
 ]
+
+_KEY_VALUE = re.compile(
+    r"(?i)(?:p(?:ass(?:word|wd|phrase)|wd(?![\"']?\s*[:=]\s*[/~])|rivate[_-]?key)|secret(?:[_-]?key)?"
+    r"|a(?:pi|ccess)[_-]?key|(?<!preview_)token)[\"']?\s*[:=]\s*"
+    r"(?![\"']?\[REDACTED\])(?![\"']?(?:true|false|null|none)\b)(?:\"[^\"\n]*\"|'[^'\n]*'|\S+)"
+)
+"""key=value / key: value, as configuration, exception texts and raw JSON bodies write it: the
+keyword may end a compound name (``client_secret``, ``DB_PASSWORD``, ``accessToken``: the name's
+head stays) and be quoted (``"api_key": "..."``, a quoted value taken whole). Not the JSON
+literals (``secret: false``), not a value that is already redacted (keeps redact_text idempotent
+and count_secrets at 0 on redacted text), not a ``preview_token`` (see _SECRET_KEYS), and not
+``PWD=/home/...`` (the working directory, not a password)."""
+_KEY_VALUE_WORDS = ("pass", "pwd", "secret", "key", "token")
+"""One of these is in every text `_KEY_VALUE` matches, once casefolded (``(?i)`` also matches the
+long s and the Kelvin sign, which casefold to ``s`` and ``k``; the dotless and dotted i only occur
+in keywords that hold ``key`` too). A keyword may sit anywhere in a word, so the pattern is tried
+at every character, about ten times the cost of the others: most texts hold none of these words
+and skip it."""
 
 # Card candidates: 13-19 digits, bare or grouped by one consistent single space or dash (first
 # group of 4, then groups of 3-6: 4-4-4-4, 4-6-5, 4-4-4-4-3), never part of a decimal number or of
@@ -81,7 +98,7 @@ def _is_card(candidate: str) -> bool:
 
 
 _SECRET_KEYS = re.compile(
-    r"(?i)(password|passwd|secret(?!ar)|(?<!preview_)token(?!s|iz)|api[_-]?key|(?<!dis)card(?!inal)|iban"
+    r"(?i)(password|passwd|passphrase|private_?key|secret(?!ar)|(?<!preview_)token(?!s|iz)|api[_-]?key|(?<!dis)card(?!inal)|iban"
     r"|account_?number)"
     r"|(?<![A-Za-z])(?i:ssn)(?![a-z])|(?<![A-Z])SSN|(?<=[a-z])Ssn(?![a-z])"
 )
@@ -96,6 +113,10 @@ def _scrub(text: str) -> tuple[str, int]:
     count = 0
     for pattern in _SECRET_PATTERNS:
         text, n = pattern.subn(REDACTED, text)
+        count += n
+    folded = text.casefold()
+    if any(word in folded for word in _KEY_VALUE_WORDS):
+        text, n = _KEY_VALUE.subn(REDACTED, text)
         count += n
 
     def card(match: re.Match[str]) -> str:
@@ -132,29 +153,50 @@ def redact_personal_text(text: str) -> str:
 
 
 def redact_personal(value: Any, key: str = "") -> Any:
-    """`redact` with `redact_personal_text` for every string (JSON-like values kept for later readers)."""
-    if key and _SECRET_KEYS.search(key) and not isinstance(value, dict | list):
-        return REDACTED
+    """`redact` with `redact_personal_text` for every string, keys included (JSON-like values kept
+    for later readers)."""
+    if key and _SECRET_KEYS.search(key):
+        return _redact_all(value)
     if isinstance(value, str):
         return redact_personal_text(value)
     if isinstance(value, dict):
-        return {k: redact_personal(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
+        return {
+            (redact_personal_text(k) if isinstance(k, str) else k): redact_personal(v, str(k))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
         return [redact_personal(v, key) for v in value]
     return value
 
 
 def redact(value: Any, key: str = "") -> Any:
-    """Redact a JSON-like value recursively (by key name and by value pattern)."""
-    if key and _SECRET_KEYS.search(key) and not isinstance(value, dict | list):
-        return REDACTED
+    """Redact a JSON-like value recursively (by key name and by value pattern).
+
+    Keys are text the model reads too, so they are redacted like values; a tuple is a list (a
+    streamed chunk may be one); everything under a secret key is secret, however deeply nested
+    (``{"api_key": {"value": ...}}``)."""
+    if key and _SECRET_KEYS.search(key):
+        return _redact_all(value)
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
-        return {k: redact(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
+        return {_redact_key(k): redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
         return [redact(v, key) for v in value]
     return value
+
+
+def _redact_key(key: Any) -> Any:
+    return redact_text(key) if isinstance(key, str) else key
+
+
+def _redact_all(value: Any) -> Any:
+    """``value`` under a secret key: every scalar in it replaced, its structure kept."""
+    if isinstance(value, dict):
+        return {_redact_key(k): _redact_all(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_all(v) for v in value]
+    return REDACTED
 
 
 def bound(payload: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
@@ -174,13 +216,17 @@ def bound(payload: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
 
 
 def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any]:
-    """Validate a handler result against its contract and reduce it to allowed, redacted fields."""
+    """Validate a handler result against its contract and reduce it to allowed, redacted fields.
+
+    Every result is validated, an instance of the result model too: a subclass's own fields (a
+    richer internal record returned as it is) and a ``model_construct``-ed instance (never
+    validated: nested keys the contract lacks, values of the wrong type) would otherwise reach the
+    model, since an instance serializes as its own class and holds what it was given. The dump
+    keeps pydantic's serializer warnings quiet: they quote the values (loaded code's data) into
+    the log."""
     try:
-        if isinstance(result, result_model):
-            model = result
-        else:
-            data = result.model_dump() if isinstance(result, BaseModel) else result
-            model = result_model.model_validate(data)
+        data = result.model_dump(round_trip=True, warnings=False) if isinstance(result, BaseModel) else result
+        model = result_model.model_validate(data)
     except ValidationError as exc:
         raise ToolExecutionError(
             "server_error", f"the tool's result broke its contract ({exc.error_count()} problem(s))"
@@ -234,6 +280,7 @@ def _invalid(exc: BaseException) -> ToolExecutionError:
 
 
 __all__ = [
+    "MAX_FAILURE_MESSAGE",
     "REDACTED",
     "TRUNCATED",
     "bound",

@@ -137,3 +137,45 @@ def test_a_crashing_read_answers_its_own_call_and_the_batch_goes_on(tmp_path: An
     assert state["status"] == "done"
     failed = [e for e in harness.store.audit.events() if e.event == "call.failed"]
     assert [(e.tool, e.code) for e in failed] == [("get_service_status", "server_error")]
+
+
+LEAKY_TIMEOUT = "connect to postgresql://app:hunter2@db:5432/orders timed out (password=hunter2)"
+"""What a downstream driver's own timeout may say."""
+
+
+def test_a_handlers_own_timeout_reaches_the_model_redacted(tmp_path: Any) -> None:
+    """A `TimeoutError` the handler raised is reported as ``timeout`` like the gateway's own, and
+    its text is loaded code's text: redacted and bounded like any handler failure's message."""
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    status = harness.registry.tools["get_service_status"]
+
+    def leaky(args: Any, ctx: Any) -> Any:
+        if args.service_alias == "web":
+            raise TimeoutError(LEAKY_TIMEOUT)
+        return status.handler(args, ctx)
+
+    answers, state = harness.two_status_reads(leaky, "t-read-leaky-timeout")
+    assert answers["c-worker"]["status"] == "completed"
+    assert answers["c-web"]["status"] == "failed" and answers["c-web"]["error"] == "timeout"
+    assert "hunter2" not in json.dumps(answers) and "hunter2" not in json.dumps(state["outcomes"], default=str)
+    assert all("hunter2" not in json.dumps(e.detail) for e in harness.store.audit.events())
+
+
+def test_a_writes_own_timeout_is_stored_redacted(tmp_path: Any) -> None:
+    """The write's outcome is unknown (the status check settles it); the operation's record keeps
+    the timeout's text redacted."""
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    refund = harness.registry.tools["issue_refund"]
+
+    def leaky(args: Any, ctx: Any) -> Any:
+        raise TimeoutError(LEAKY_TIMEOUT)
+
+    specs = [replace(refund, handler=leaky) if s.name == refund.name else s for s in harness.registry.tools.values()]
+    registry = Registry.of(harness.registry.release, specs, harness.system)
+    proposal, gateway = harness.approved_refund(registry, "t-write-leaky-timeout")
+    delivery = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
+
+    assert delivery.error is not None and delivery.error["kind"] == "timeout"
+    op = harness.store.operations.get(proposal["operation_key"])
+    assert op is not None and "hunter2" not in json.dumps(op.error) and "hunter2" not in json.dumps(delivery.error)
+    assert all("hunter2" not in json.dumps(e.detail) for e in harness.store.audit.events())

@@ -148,6 +148,42 @@ def test_a_secret_in_arguments_is_refused_and_never_stored(harness: Harness) -> 
     assert harness.store.proposals.list() == []
 
 
+def test_calls_that_share_a_call_id_in_one_turn_are_all_refused_and_none_runs(harness: Harness) -> None:
+    """One id names one call: a turn with two calls under the same id cannot be answered call by
+    call (the state keeps one record per id, so one accepted call vanished unanswered while the
+    other went on to a proposal). Every call under the shared id is refused; the others run."""
+    state = run_turn(
+        harness,
+        [
+            raw_call("lookup_order", {"order_id": "O-5512"}, "c1"),
+            raw_call("issue_refund", REFUND, "c1"),
+            raw_call("lookup_order", {"order_id": "O-5512"}, "c2"),
+        ],
+        "t-shared-id",
+    )
+    messages = [(m.tool_call_id, json.loads(str(m.content))) for m in tool_messages(state)]
+    assert [(i, a.get("error")) for i, a in messages] == [
+        ("c1", "malformed_arguments"),
+        ("c1", "malformed_arguments"),
+        ("c2", None),
+    ]
+    assert messages[2][1]["status"] == "completed"
+    assert harness.store.proposals.list() == []
+    assert [e.code for e in rejected_events(harness)] == ["malformed_arguments", "malformed_arguments"]
+    assert "__interrupt__" not in state
+
+
+def test_a_secret_as_an_argument_name_is_refused_and_never_stored(harness: Harness) -> None:
+    """An argument's name is the model's text as much as its value is (a key the schema refuses
+    would otherwise sit in the checkpointed messages)."""
+    key = "sk-live-" + "Zq9" * 10
+    state = run_turn(harness, [raw_call("issue_refund", {**REFUND, "reason": "damaged", key: 1}, "c1")], "t-sec-key")
+    assert answers(state)["c1"]["error"] == "secret_in_arguments"
+    assert key not in repr(state["messages"]) and key not in repr(state["calls"])
+    assert all(key not in json.dumps(e.detail) for e in harness.store.audit.events())
+    assert harness.store.proposals.list() == []
+
+
 def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
     harness: Harness,
 ) -> None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolgate.policy.output import REDACTED, count_secrets, redact, redact_text
+from toolgate.policy.output import REDACTED, count_secrets, redact, redact_personal, redact_text
 
 TEST_CARDS = [
     "4111111111111111",  # Visa
@@ -319,3 +319,91 @@ def test_count_secrets_counts_exactly_what_redact_text_replaces(pieces: list[str
     assert count == out.count(REDACTED) if glue else count >= out.count(REDACTED)
     assert count_secrets(out) == 0
     assert redact_text(out) == out
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("access_token=abcdef123456", ""),
+        ("client_secret: s3cr3tvalue", ""),
+        ("DB_PASSWORD=hunter2 retrying", " retrying"),
+        ("spring.datasource.password=hunter2", ""),
+        ("accessToken: abcdef123456", ""),
+        ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""),
+        ('{"password": "hunter 2", "user": "bob"}', ', "user": "bob"}'),
+        ('{"api_key":"abc123def456"}', "}"),
+        ("passphrase=hunter2", ""),
+        ("connect to postgresql://app:hunter2@db:5432/x failed", "@db:5432/x failed"),
+        ("Authorization: Basic dXNlcjpodW50ZXIy", ""),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\nnext", "\nnext"),
+    ],
+)
+def test_secrets_written_as_configuration_json_urls_and_headers_are_redacted(text: str, kept: str) -> None:
+    """What a handler's exception or a raw body says: compound and JSON-quoted key names, a
+    password in a URL, a Basic credential, a PEM private key."""
+    out = redact_text(text)
+    assert REDACTED in out and out.endswith(kept)
+    for secret in ("abcdef123456", "s3cr3tvalue", "hunter", "wJalrXUtnFEMI", "abc123def456", "dXNlcjpodW50ZXIy", "MIIE"):
+        assert secret not in out
+    assert count_secrets(text) == out.count(REDACTED)
+    assert redact_text(out) == out and count_secrets(out) == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"total_tokens": 2048, "max_tokens": 4096}',
+        "preview_token: pv-123",
+        '{"secret": false, "password": null}',
+        "secretary: Ada",
+        "PWD=/home/ada OLDPWD=~/src",
+        "see https://example.com:8080/path?x=a@b for details",
+        "Basic information about the order",
+        "token_count: 12",
+    ],
+)
+def test_counts_flags_and_plain_urls_next_to_keywords_stay(text: str) -> None:
+    assert redact_text(text) == text
+    assert count_secrets(text) == 0
+
+
+def test_secrets_in_keys_tuples_and_structures_under_a_secret_key_are_redacted() -> None:
+    """Keys are text the model reads too; a tuple is a list (a streamed chunk may be one); a
+    structure under a secret key is secret all through."""
+    out = redact(
+        {
+            "sk-live-abcdefghijklmnopqrstuvwxyz": 1,
+            "env": {"password=hunter2": "x"},
+            "api_key": {"value": "abc", "rotated": ["def"]},
+            "pair": ("password=hunter2", {"password": "hunter2"}),
+            "usage": {"total_tokens": 12},
+        }
+    )
+    text = json.dumps(out)
+    assert "sk-live" not in text and "hunter2" not in text and "abc" not in text and "def" not in text
+    assert out["api_key"] == {"value": REDACTED, "rotated": [REDACTED]}
+    assert out["pair"] == [REDACTED, {"password": REDACTED}]
+    assert out["usage"] == {"total_tokens": 12}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pa\u017f\u017fword=hunter2",
+        "API_\u212aEY: hunter2",
+        "TO\u212aEN=hunter2",
+        "pr\u0131vate_key=hunter2",
+        "SECRET=hunter2",
+    ],
+)
+def test_case_insensitive_keywords_are_found_whatever_letters_spell_them(text: str) -> None:
+    """The pattern's ``(?i)`` matches the long s, the Kelvin sign and the dotless i; the cheap
+    check before it must find them too."""
+    assert "hunter2" not in redact_text(text) and count_secrets(text) == 1
+
+
+def test_kept_records_lose_personal_data_and_secrets_in_keys_tuples_and_nested_values() -> None:
+    out = redact_personal(
+        {"ada@example.com": {"note": "password=hunter2"}, "pair": ("ada@example.com",), "secret": {"v": "x"}}
+    )
+    assert out == {REDACTED: {"note": REDACTED}, "pair": [REDACTED], "secret": {"v": REDACTED}}

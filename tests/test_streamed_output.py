@@ -91,6 +91,16 @@ def test_an_output_stream_restarts_numbering_for_a_retried_attempt() -> None:
     assert "secret-value" not in sent[2]["chunk"]
 
 
+def test_a_chunk_that_is_a_tuple_or_has_a_secret_in_a_key_is_redacted() -> None:
+    """A chunk is any value the handler yields: a tuple is redacted like a list (by its keys too),
+    not serialized past the redaction."""
+    sent: list[dict[str, Any]] = []
+    stream = OutputStream(sent.append, call_id="c1", tool="t", max_bytes=10_000)
+    stream.emit(({"password": "hunter2", "line": 1},))
+    stream.emit({"sk-live-abcdefghijklmnopqrstuvwxyz": "rotated"})
+    assert [json.loads(e["chunk"]) for e in sent] == [[{"password": "[REDACTED]", "line": 1}], {"[REDACTED]": "rotated"}]
+
+
 def test_a_plain_handler_is_unchanged_and_a_write_cannot_stream(tmp_path: Path) -> None:
     def plain(args: Any, ctx: Any) -> str:
         return "result"

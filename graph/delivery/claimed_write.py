@@ -24,7 +24,7 @@ from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold
 from toolgate.policy.breaker import CircuitBreaker
-from toolgate.policy.output import handler_failure, sanitize_result
+from toolgate.policy.output import MAX_FAILURE_MESSAGE, handler_failure, redact_text, sanitize_result
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
@@ -88,7 +88,8 @@ class ClaimedWrite:
             delivery = self.finish(
                 "unknown",
                 code="timeout",
-                error={"kind": "timeout", "message": str(exc), "retryable": False},
+                # the handler's own TimeoutError says what loaded code wrote: redacted, bounded
+                error={"kind": "timeout", "message": redact_text(str(exc))[:MAX_FAILURE_MESSAGE], "retryable": False},
                 ended=False,
             )
             if future is not None:  # the effect may still happen: keep the lease while the thread lives

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -131,7 +132,8 @@ def call_id_problem(call_id: Any) -> tuple[str, str] | None:
 
 
 def holds_secret(value: Any) -> bool:
-    """True when any string in a JSON value looks like a secret (API key, token, card number...)."""
+    """True when any string in a JSON value, a key included, looks like a secret (API key, token,
+    card number...): an argument's name is the model's text as much as its value."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -139,6 +141,7 @@ def holds_secret(value: Any) -> bool:
             if count_secrets(item):
                 return True
         elif isinstance(item, dict):
+            stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
@@ -235,9 +238,14 @@ def screen_response(
     moved: list[Any] = []
     screened: dict[str, str] = {}
     calls = [(c, False) for c in message.tool_calls] + [(c, True) for c in message.invalid_tool_calls]
+    # one id names one call: the turn keeps one record per id, so of two calls under one id one
+    # would vanish unanswered while the other ran; neither can be answered as itself
+    uses = Counter(str(call.get("id") or "") for call, _ in calls)
     for index, (call, invalid) in enumerate(calls):
         call_id = str(call.get("id") or "")
         problem = call_id_problem(call_id)
+        if problem is None and call_id and uses[call_id] > 1:
+            problem = ("malformed_arguments", "another call of this turn has the same call id")
         if problem is None and index >= max_calls:
             problem = ("too_many_calls", f"more than {max_calls} calls in one turn")
         if problem is None and not invalid:
