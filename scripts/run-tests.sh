@@ -6,8 +6,10 @@
 # - Phase 1 runs every test not marked `exclusive` with pytest-xdist, one process per worker
 #   (TOOLGATE_TEST_WORKERS, default: cores + 1, since many tests wait on subprocesses, servers
 #   and databases), whole files per worker (--dist loadfile: a file's module-scoped server or
-#   store is set up once). Each test has its own database, temporary directory and ports, so
-#   workers share nothing but the PostgreSQL server.
+#   store is set up once), the slowest files first (tests/suite_order.py; --no-loadscope-reorder
+#   keeps that order, where xdist would start the files with the most tests first). Each test has
+#   its own database, temporary directory and ports, so workers share nothing but the PostgreSQL
+#   server.
 # - Phase 2 runs the tests marked `exclusive` (bursts of processes sized for the whole machine,
 #   or a claim about every commit on the PostgreSQL server)
 #   one at a time with nothing beside them.
@@ -59,7 +61,7 @@ phase() {
     summaries+=("$name: $(grep -E '(passed|failed|errors?|no tests ran|deselected).* in [0-9.]+s' "$OUT/test-$name.log" | tail -1 | tr -d '=' | xargs) ($((SECONDS - began))s)")
 }
 
-phase parallel -n "$WORKERS" --dist loadfile -m "not exclusive" -p no:cacheprovider "$@"
+phase parallel -n "$WORKERS" --dist loadfile --no-loadscope-reorder -m "not exclusive" -p no:cacheprovider "$@"
 parallel_rc=$rc
 exclusive_rc=0
 if [[ $parallel_rc -ne 124 && $parallel_rc -ne 137 ]]; then

@@ -136,6 +136,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             sink.write(f"{report.duration:.2f}s {report.when:<8} {report.nodeid}\n")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files start first (tests/suite_order.py), so none runs alone at the end."""
+    import suite_order
+
+    suite_order.slowest_first(items)
+
+
 os.environ["TOOLGATE_ALLOW_MODEL_REQUESTS"] = "0"  # no test constructs a real provider model by accident
 # their checks fail with detailed messages
 pytest.register_assert_rewrite("provider_flows", "support", "hidden_writes")
