@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -155,18 +156,7 @@ def redact_personal_text(text: str) -> str:
 def redact_personal(value: Any, key: str = "") -> Any:
     """`redact` with `redact_personal_text` for every string, keys included (JSON-like values kept
     for later readers)."""
-    if key and _SECRET_KEYS.search(key):
-        return _redact_all(value)
-    if isinstance(value, str):
-        return redact_personal_text(value)
-    if isinstance(value, dict):
-        return {
-            (redact_personal_text(k) if isinstance(k, str) else k): redact_personal(v, str(k))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact_personal(v, key) for v in value]
-    return value
+    return _redacted(value, key, redact_personal_text)
 
 
 def redact(value: Any, key: str = "") -> Any:
@@ -175,27 +165,29 @@ def redact(value: Any, key: str = "") -> Any:
     Keys are text the model reads too, so they are redacted like values; a tuple is a list (a
     streamed chunk may be one); everything under a secret key is secret, however deeply nested
     (``{"api_key": {"value": ...}}``)."""
+    return _redacted(value, key, redact_text)
+
+
+def _redacted(value: Any, key: str, text: Callable[[str], str]) -> Any:
+    """`redact` with ``text`` as the redaction of every string, a key or a value."""
     if key and _SECRET_KEYS.search(key):
-        return _redact_all(value)
+        return _redact_all(value, text)
     if isinstance(value, str):
-        return redact_text(value)
+        return text(value)
     if isinstance(value, dict):
-        return {_redact_key(k): redact(v, str(k)) for k, v in value.items()}
+        return {(text(k) if isinstance(k, str) else k): _redacted(v, str(k), text) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(v, key) for v in value]
+        return [_redacted(v, key, text) for v in value]
     return value
 
 
-def _redact_key(key: Any) -> Any:
-    return redact_text(key) if isinstance(key, str) else key
-
-
-def _redact_all(value: Any) -> Any:
-    """``value`` under a secret key: every scalar in it replaced, its structure kept."""
+def _redact_all(value: Any, text: Callable[[str], str]) -> Any:
+    """``value`` under a secret key: every scalar in it replaced, its structure (keys redacted by
+    ``text``) kept."""
     if isinstance(value, dict):
-        return {_redact_key(k): _redact_all(v) for k, v in value.items()}
+        return {(text(k) if isinstance(k, str) else k): _redact_all(v, text) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_redact_all(v) for v in value]
+        return [_redact_all(v, text) for v in value]
     return REDACTED
 
 
