@@ -148,6 +148,26 @@ def _provision_once(
             raise
 
 
+_HAS_USAGE = (
+    "SELECT EXISTS (SELECT 1 FROM pg_namespace n, aclexplode(n.nspacl) a"
+    " WHERE n.nspname = current_schema() AND a.privilege_type = 'USAGE'"
+    " AND a.grantee = (SELECT oid FROM pg_roles WHERE rolname = ?)) AS direct"
+)
+"""Whether the role was granted USAGE on the store's schema itself (not through PUBLIC)."""
+_HELD = (
+    "WITH r AS (SELECT oid FROM pg_roles WHERE rolname = ?)"
+    " SELECT c.relname, c.relkind = 'S' AS is_sequence, a.privilege_type AS privilege,"
+    " a.is_grantable AS grantable, false AS on_column"
+    " FROM r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) a"
+    " WHERE n.nspname = current_schema() AND a.grantee = r.oid"
+    " UNION ALL SELECT c.relname, false, a.privilege_type, a.is_grantable, true"
+    " FROM r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " JOIN pg_attribute t ON t.attrelid = c.oid, aclexplode(t.attacl) a"
+    " WHERE n.nspname = current_schema() AND a.grantee = r.oid"
+)
+"""Every privilege the role holds in the store's schema, on relations and on columns."""
+
+
 def _provision(
     tx: Tx, role: str, verifier: str, scope: RecordsScope, privileges: tuple[tuple[str, frozenset[str]], ...]
 ) -> None:
@@ -217,26 +237,6 @@ def _provision(
             f"PostgreSQL role {role} could create tables (PUBLIC has CREATE on the schema or database): "
             f'run REVOKE CREATE ON SCHEMA "{schema}" FROM PUBLIC'
         )
-
-
-_HAS_USAGE = (
-    "SELECT EXISTS (SELECT 1 FROM pg_namespace n, aclexplode(n.nspacl) a"
-    " WHERE n.nspname = current_schema() AND a.privilege_type = 'USAGE'"
-    " AND a.grantee = (SELECT oid FROM pg_roles WHERE rolname = ?)) AS direct"
-)
-"""Whether the role was granted USAGE on the store's schema itself (not through PUBLIC)."""
-_HELD = (
-    "WITH r AS (SELECT oid FROM pg_roles WHERE rolname = ?)"
-    " SELECT c.relname, c.relkind = 'S' AS is_sequence, a.privilege_type AS privilege,"
-    " a.is_grantable AS grantable, false AS on_column"
-    " FROM r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) a"
-    " WHERE n.nspname = current_schema() AND a.grantee = r.oid"
-    " UNION ALL SELECT c.relname, false, a.privilege_type, a.is_grantable, true"
-    " FROM r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-    " JOIN pg_attribute t ON t.attrelid = c.oid, aclexplode(t.attacl) a"
-    " WHERE n.nspname = current_schema() AND a.grantee = r.oid"
-)
-"""Every privilege the role holds in the store's schema, on relations and on columns."""
 
 
 def _schema(tx: Tx) -> str:

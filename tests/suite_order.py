@@ -20,49 +20,40 @@ from collections.abc import Sequence
 import pytest
 
 SLOWEST: tuple[str, ...] = (
-    "test_evals_capture.py",  # 337 s
-    "test_evals_gate.py",  # 289 s
-    "test_mcp_drift.py",  # 225 s
-    "test_verify.py",  # 184 s
-    "test_release_control_cli.py",  # 182 s
-    "test_release_control_rollback.py",  # 174 s
-    "test_gate_derived.py",  # 165 s
-    "test_release_evidence.py",  # 161 s
-    "test_readme_commands.py",  # 160 s
-    "test_worker_run.py",  # 158 s
-    "test_mcp_serve.py",  # 140 s
-    "test_gate_mutation_demo.py",  # 130 s
-    "test_public_corpus.py",  # 129 s
-    "test_state_tampering.py",  # 126 s
-    "test_records_confinement.py",  # 114 s
-    "test_gate_mutation_demo_wide.py",  # 102 s
-    "test_clock_skew.py",  # 98 s
-    "test_server_tampering.py",  # 90 s
-    "test_cost_gate.py",  # 89 s
-    "test_thread_pinning.py",  # 84 s
-    "test_hostile_input.py",  # 79 s
-    "test_guard_snapshots.py",  # 78 s
-    "test_reconcile_delegation.py",  # 75 s
-    "test_otel_env.py",  # 74 s
-    "test_evals_review.py",  # 74 s
-    "test_http_api.py",  # 71 s
-    "test_audit_access.py",  # 71 s
-    "test_store_contract.py",  # 70 s
-    "test_schema_semantics.py",  # 70 s
-    "test_hitl.py",  # 67 s
-    "test_cli_doors.py",  # 66 s
-    "test_sign_in_throttle.py",  # 61 s
-    "test_multiprocess.py",  # 60 s
-    "test_release_control_stop.py",  # 60 s
-    "test_wait_delegation.py",  # 56 s
-    "test_console_browser.py",  # 56 s
-    "test_ownership.py",  # 54 s
-    "test_model_response_fold.py",  # 54 s
-    "test_registry_fields.py",  # 53 s
+    "test_evals_gate.py",  # 88 s
+    "test_evals_capture.py",  # 78 s
+    "test_server_tampering.py",  # 77 s
+    "test_verify.py",  # 61 s
+    "test_release_control_cli.py",  # 60 s
+    "test_gate_mutation_demo_wide.py",  # 57 s
+    "test_mcp_drift.py",  # 54 s
+    "test_state_tampering.py",  # 54 s
+    "test_worker_run.py",  # 49 s
+    "test_multiprocess.py",  # 41 s
+    "test_clock_skew.py",  # 41 s
+    "test_readme_commands.py",  # 41 s
+    "test_records_confinement.py",  # 38 s
+    "test_gate_mutation_demo.py",  # 37 s
+    "test_store_contract.py",  # 36 s
+    "test_gate_derived.py",  # 35 s
+    "test_public_corpus.py",  # 33 s
+    "test_mcp_serve.py",  # 32 s
+    "test_console_browser.py",  # 32 s
+    "test_reconcile_delegation.py",  # 29 s
+    "test_evals_review.py",  # 28 s
+    "test_audit_access.py",  # 28 s
+    "test_cli_doors.py",  # 27 s
+    "test_release_evidence.py",  # 25 s
+    "test_server_resume_shapes.py",  # 25 s
+    "test_registry_fields.py",  # 25 s
+    "test_shared_breaker.py",  # 24 s
+    "test_release_control_rollback.py",  # 24 s
+    "test_same_resource.py",  # 21 s
+    "test_otel_env.py",  # 21 s
 )
 """File names (``test_x.py``), slowest first, with each file's seconds (setup, call and teardown of
-all its tests) in the parallel phase of `make test` on c7a611b, on 2 cores shared with other work
-(load 10-25, so about twice CI's); the list runs down to files of about 50 s."""
+all its tests) in CI's run of the whole suite on a1d1c1c, on 2 quiet cores (load under 3); the list
+runs down to files of about 20 s."""
 
 
 def slowest_first(items: list[pytest.Item], slowest: Sequence[str] = SLOWEST) -> None:
