@@ -192,7 +192,9 @@ class GatewayState(TypedDict, total=False):
     principal: dict[str, Any]
     release: str
     calls: Annotated[dict[str, CallRecord], merge_call_records]
-    """What trusted code decided about each call of the task turn, by call id (`merge_call_records`)."""
+    """What trusted code decided about each call of the task turn, by call id (`merge_call_records`);
+    an earlier call whose id a later model turn used again is held as ``<id>#<n>``
+    (`toolgate.graph.nodes.model.reused_ids_moved_aside`)."""
     screened: dict[str, str]
     """Calls of the latest model turn moved aside before storing, by call id, with their code
     (`toolgate.graph.nodes._bounds`); dispatch refuses them with that code."""
@@ -200,6 +202,7 @@ class GatewayState(TypedDict, total=False):
     awaiting: list[str]
     budget: Budget
     outcomes: Annotated[dict[str, Outcome], merge_dicts]
+    """Each call's outcome, keyed as ``calls`` keys its record."""
     status: TaskStatus
     status_reason: str
     call_counts: Annotated[dict[str, int], merge_dicts]

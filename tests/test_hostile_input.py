@@ -22,6 +22,8 @@ from support import Harness, principal, start, tool_messages
 
 from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
+from toolgate.graph.state import gateway_state
+from toolgate.graph.worker.answers import answer_thread
 from toolgate.store import PostgresStore, open_checkpointer
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 
@@ -171,6 +173,99 @@ def test_calls_that_share_a_call_id_in_one_turn_are_all_refused_and_none_runs(ha
     assert harness.store.proposals.list() == []
     assert [e.code for e in rejected_events(harness)] == ["malformed_arguments", "malformed_arguments"]
     assert "__interrupt__" not in state
+
+
+def test_a_call_id_a_later_model_turn_uses_again_keeps_both_calls(harness: Harness) -> None:
+    """Some providers number call ids per response (``call_0`` in every turn). The lookup of turn 1
+    and the refund of turn 2 share ``c1``: each is answered, proposed and reported as itself; the
+    earlier call's record and outcome move to ``c1#1``, never read as the new call's."""
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")),
+            ai("", tool_call("issue_refund", REFUND, "c1")),
+            ai("done"),
+        ]
+    )
+    graph = harness.graph(model)
+    paused = start(graph, "refund", "cust-ada", "t-reused-id")
+    assert paused["status"] == "awaiting_approval"
+    assert {k: (c["call_id"], c["tool"], c["phase"]) for k, c in paused["calls"].items()} == {
+        "c1#1": ("c1", "lookup_order", "done"),
+        "c1": ("c1", "issue_refund", "proposed"),
+    }
+    # before the fix, clients read the lookup's "completed" as the pending refund's outcome
+    assert set(paused["outcomes"]) == {"c1#1"} and paused["outcomes"]["c1#1"]["tool"] == "lookup_order"
+    assert paused["awaiting"] == ["c1"]
+    proposal = paused["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    decide(harness.gateway(), proposal["proposal_id"], principal("fiona"), "approve")
+    config: Any = {"configurable": {"thread_id": "t-reused-id"}}
+    final = gateway_state(graph.invoke(Command(resume={"wake": True}), config, context=Context()))
+    outcomes = {k: (o["call_id"], o["tool"], o["status"]) for k, o in final["outcomes"].items()}
+    assert outcomes == {"c1#1": ("c1", "lookup_order", "completed"), "c1": ("c1", "issue_refund", "completed")}
+    answer = final["messages"][-1].content
+    assert "lookup_order [c1]: completed" in answer and "issue_refund [c1]: completed" in answer
+    assert [m.tool_call_id for m in tool_messages(final)] == ["c1", "c1"]
+    assert dict(harness.handler_calls) == {"lookup_order": 1, "issue_refund": 1} and harness.refunds() == 1
+    model.assert_complete()
+
+
+def test_new_input_whose_call_reuses_a_pending_writes_id_leaves_that_write_answerable(harness: Harness) -> None:
+    """A thread left awaiting approval gets new input, and the new turn's lookup reuses the pending
+    refund's call id. The refund's record stays in the thread (as ``c1#1``), so the final answer
+    reports it pending, and once a worker delivers it the thread is answered with its outcome
+    (before the fix its record was replaced: the thread said ``done`` and never learned of it)."""
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("issue_refund", REFUND, "c1")),
+            ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1")),
+            ai("looked"),
+        ]
+    )
+    graph = harness.graph(model)
+    config: Any = {"configurable": {"thread_id": "t-reused-pending"}}
+    first = start(graph, "refund", "cust-ada", "t-reused-pending")
+    proposal = first["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    second = start(graph, "and look it up", "cust-ada", "t-reused-pending")
+    assert second["status"] == "awaiting_approval"
+    assert second["calls"]["c1#1"]["proposal_id"] == proposal["proposal_id"]
+    assert second["outcomes"]["c1#1"]["status"] == "pending_approval"
+    assert "issue_refund [c1]: pending_approval" in second["messages"][-1].content
+    gw = harness.gateway()
+    decide(gw, proposal["proposal_id"], principal("fiona"), "approve")
+    assert gw.executor.deliver(proposal["operation_key"], worker_id="w-elsewhere").status == "succeeded"
+    assert answer_thread(graph, harness.store, "t-reused-pending") == "answered"
+    now = gateway_state(dict(graph.get_state(config).values))
+    assert (now["status"], now["outcomes"]["c1#1"]["status"]) == ("done", "completed")
+    assert "issue_refund [c1]: completed" in now["messages"][-1].content
+    assert dict(harness.handler_calls) == {"lookup_order": 1, "issue_refund": 1} and harness.refunds() == 1
+
+
+def test_a_call_id_used_in_every_turn_moves_each_earlier_call_to_its_own_key(harness: Harness) -> None:
+    """A model that names every call ``c1`` (and one that sends no id at all, named by its place)
+    across four turns: each earlier call gets the first free ``#n`` key, none is lost."""
+    lookup = {"order_id": "O-5512"}
+    unnamed = [AIMessage(content="", tool_calls=[]) for _ in range(2)]
+    for message in unnamed:
+        message.tool_calls = [raw_call("lookup_order", lookup, None)]  # type: ignore[list-item]
+    model = ScriptedChatModel(
+        responses=[
+            *[ai("", tool_call("lookup_order", lookup, "c1")) for _ in range(3)],
+            ai("", tool_call("lookup_order", lookup, "c1#1")),  # a model id that is an aside key
+            *unnamed,
+            ai("done"),
+        ]
+    )
+    state = start(harness.graph(model), "look", "cust-ada", "t-reused-often", max_identical_calls=6)
+    assert sorted(state["outcomes"]) == [
+        "c1", "c1#1", "c1#1#1", "c1#2", "call_missing_0", "call_missing_0#1"
+    ]  # fmt: skip
+    assert sorted(o["call_id"] for o in state["outcomes"].values()) == [
+        "c1", "c1", "c1", "c1#1", "call_missing_0", "call_missing_0"
+    ]  # fmt: skip
+    assert state["outcomes"]["c1#1"]["call_id"] == "c1#1"  # the newest call keeps its own id as key
+    assert {o["status"] for o in state["outcomes"].values()} == {"completed"}
+    assert harness.handler_calls["lookup_order"] == 6
+    assert state["messages"][-1].content.count("lookup_order [") == 6
 
 
 def test_a_secret_as_an_argument_name_is_refused_and_never_stored(harness: Harness) -> None:

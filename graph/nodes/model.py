@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._bounds import screen_response
 from toolgate.graph.nodes._common import budget_of, context_of, principal_of, thread_id
+from toolgate.graph.nodes.dispatch import proposed_calls
 from toolgate.graph.nodes.respond import make_respond_node
 from toolgate.graph.nodes.response_audit import defer_response, pending_response, response_event, response_id
 from toolgate.graph.nodes.tool_offer import offer_for
@@ -62,6 +64,44 @@ def finished_turn_dropped(state: GatewayState) -> dict[str, Any]:
         update["calls"] = Overwrite(open_calls)
     if state.get("outcomes"):
         update["outcomes"] = Overwrite({})
+    return update
+
+
+def reused_ids_moved_aside(state: GatewayState, base: Mapping[str, Any], ids: Iterable[str]) -> dict[str, Any]:
+    """When a model turn uses a call id again that an earlier call of the task still holds, the
+    earlier call's record, its outcome and its place in ``awaiting`` move to ``<id>#<n>`` (the
+    first such key not taken), keeping the ``call_id`` its answer carried.
+
+    Call ids are the provider's: some number them per response (``call_0`` in every turn), and a
+    call without one is named by its place in the turn. Kept under one key, the new call's record
+    replaced the earlier one, so the earlier call vanished from the final answer, and until the
+    new call settled clients read the earlier call's outcome as the new call's. ``base`` is the
+    update made so far (`finished_turn_dropped`'s rewrite of ``calls`` and ``outcomes``, if any)."""
+
+    def held(key: str) -> Mapping[str, Any]:
+        written = base.get(key)
+        value = written.value if isinstance(written, Overwrite) else state.get(key)
+        return value if isinstance(value, Mapping) else {}
+
+    calls, outcomes = held("calls"), held("outcomes")
+    new_ids = list(dict.fromkeys(ids))
+    reused = [call_id for call_id in new_ids if call_id in calls or call_id in outcomes]
+    if not reused:
+        return {}
+    taken = {*calls, *outcomes, *new_ids}
+    aside: dict[str, str] = {}
+    for call_id in reused:
+        n = 1
+        while f"{call_id}#{n}" in taken:
+            n += 1
+        aside[call_id] = f"{call_id}#{n}"
+        taken.add(aside[call_id])
+    update: dict[str, Any] = {"calls": Overwrite({aside.get(k, k): v for k, v in calls.items()})}
+    if outcomes:
+        update["outcomes"] = Overwrite({aside.get(k, k): v for k, v in outcomes.items()})
+    awaiting = state.get("awaiting") or []
+    if any(call_id in aside for call_id in awaiting):
+        update["awaiting"] = [aside.get(call_id, call_id) for call_id in awaiting]
     return update
 
 
@@ -202,6 +242,7 @@ def make_model_node(gw: Gateway) -> Any:
             return {**base, **trace_update, "budget": budget, **refused_update(gw.auditor, refusal, **ids)}
         update = {
             **base,
+            **reused_ids_moved_aside(state, base, (call.call_id for call in proposed_calls(response))),
             **trace_update,
             "messages": [response],
             "screened": screened,
@@ -219,4 +260,4 @@ def make_model_node(gw: Gateway) -> Any:
     return model
 
 
-__all__ = ["finished_turn_dropped", "make_model_node", "response_id"]
+__all__ = ["finished_turn_dropped", "make_model_node", "response_id", "reused_ids_moved_aside"]

@@ -35,18 +35,20 @@ def settled_status(record: CallRecord, outcome: Outcome | None) -> str | None:
 
 
 def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcome]:
-    """Per call id: the store's status for writes (read now unless recorded final: see the
-    module), the recorded outcome for reads and refusals."""
+    """Per call (keyed as ``calls`` keys it: see `toolgate.graph.nodes.model.reused_ids_moved_aside`):
+    the store's status for writes (read now unless recorded final: see the module), the recorded
+    outcome for reads and refusals."""
     known = dict(state.get("outcomes", {}))
     out: dict[str, Outcome] = {}
-    for call_id, record in state.get("calls", {}).items():
+    for held_as, record in state.get("calls", {}).items():
+        call_id = record.get("call_id") or held_as  # the id the call's answer carried
         key = record.get("operation_key")
         if key:
-            status = settled_status(record, known.get(call_id))
+            status = settled_status(record, known.get(held_as))
             if status is None:
                 op = gw.store.operations.get(key)
                 status = AUTHORITATIVE.get(op.status, op.status) if op else "missing"
-            out[call_id] = Outcome(
+            out[held_as] = Outcome(
                 call_id=call_id,
                 tool=record["tool"],
                 status=status,
@@ -54,11 +56,11 @@ def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcom
                 proposal_id=record.get("proposal_id", ""),
             )
         elif record.get("phase") == "rejected":
-            out[call_id] = Outcome(
+            out[held_as] = Outcome(
                 call_id=call_id, tool=record["tool"], status="rejected", detail=record.get("code", "")
             )
-        elif call_id in known:
-            out[call_id] = known[call_id]
+        elif held_as in known:
+            out[held_as] = known[held_as]
     return out
 
 
