@@ -272,14 +272,25 @@ outside its READ ONLY), session state a pooled connection would carry into the n
 _IN_TRANSACTION = ("local", "transaction", "constraints")
 """``SET LOCAL`` / ``SET TRANSACTION`` / ``SET CONSTRAINTS``: they last as long as the unit of work
 (the server refuses ``SET TRANSACTION READ WRITE`` once a read unit of work took its snapshot)."""
-_DOUBTFUL = re.compile(
-    r"set_config|advisory_(?:un)?lock|u&|_to_xml|ts_stat|ts_rewrite|pg_temp|\btemp(?:orary)?\b|dblink",
+_DOUBTFUL = re.compile(r"set_config|pg_temp|\btemp(?:orary)?\b", re.IGNORECASE)
+"""What, inside an allowed statement, may change session state (a session setting, a temporary
+table of ``SELECT INTO TEMP``, which later units of work would read before the service's own):
+the unit of work still runs it, and its connection is closed afterwards, never reused."""
+_OUTSIDE_TABLES = re.compile(
+    r"\blo_(?:creat|create|open|close|lseek|lseek64|tell|tell64|truncate|truncate64|unlink|import|export"
+    r"|from_bytea|put|get)\b|\blo(?:read|write)\b|\bpg_notify\b|\bpg_logical_emit_message\b"
+    r"|\bpg_(?:try_)?advisory_|\bpg_(?:terminate|cancel)_backend\b"
+    r'|\bquery_to_xml|\bts_stat\b|\bts_rewrite\b|\bdblink|u&"',
     re.IGNORECASE,
 )
-"""What, inside an allowed statement, may change session state (a session setting, a session
-advisory lock, a temporary table of ``SELECT INTO TEMP``, which later units of work would read
-before the service's own, a name spelled in Unicode escapes, a query run from a string): the
-unit of work still runs it, and its connection is closed afterwards, never reused."""
+"""Functions PUBLIC may call that act outside the role's tables, where neither its privileges nor
+a READ ONLY transaction stop them: large objects (a read call would store data, and any call
+outside its tables), ``pg_notify`` (the store's own change notices among others), WAL messages
+(seen by logical decoding), advisory locks (the gateway's: a handler holding the audit chain's
+would stall every process's appends while it ran), signals to other sessions of the role; and
+what would hide such a call from this check (a query run from a string, a name spelled in
+Unicode escapes, ``dblink``). A statement naming one is refused before it is sent; a service
+serializes its own work with its rows' locks."""
 _LEADING = re.compile(r"\s+|--[^\n]*(?:\n|$)|\(")
 _WORD = re.compile(r"[A-Za-z_]+")
 _PLAIN = re.compile(r"\s*([A-Za-z_]+)(?![^\s(])(?:\s+([A-Za-z_]+))?")
@@ -319,13 +330,17 @@ def _leading_words(sql: str) -> list[str]:
 
 
 def _refuse_kind(scope: RecordsScope, sql: str) -> None:
-    """Refuse, before it is sent, a statement that is not a read or write of tables (`_KINDS`)."""
+    """Refuse, before it is sent, a statement that is not a read or write of tables (`_KINDS`),
+    or that calls a function acting outside them (`_OUTSIDE_TABLES`)."""
     words = _leading_words(sql)
-    if words and words[0] in _KINDS:
-        return
-    if len(words) == 2 and words[0] == "set" and words[1] in _IN_TRANSACTION:
-        return
-    what = f"{words[0].upper()} statements" if words else "this statement"
+    if (words and words[0] in _KINDS) or (len(words) == 2 and words[0] == "set" and words[1] in _IN_TRANSACTION):
+        outside = _OUTSIDE_TABLES.search(sql)
+        if outside is None:
+            return
+        name = outside.group().lower()
+        what = "names spelled in Unicode escapes" if name == 'u&"' else f"calls of {name.rstrip('_')}"
+    else:
+        what = f"{words[0].upper()} statements" if words else "this statement"
     raise records_denied(scope, "statement", what) from None  # as the server's refusals: no cause
 
 
