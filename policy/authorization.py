@@ -7,9 +7,10 @@ the principal and the system of record. Neither ever reads an identity from argu
 
 from __future__ import annotations
 
+import concurrent.futures
 import difflib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -79,20 +80,37 @@ def check_resource(
     roles) and a missing one all get the same model-facing message, so a refusal is no oracle
     for ids the caller may not see; the audit log keeps the precise code. Authorization refusals
     are not retryable; a missing id is (the user may have mistyped it). An owner check or resolver
-    is loaded code, called through its boundary (`toolgate.tools.loaded_code.lookup`): one that
-    raises anything, overruns its deadline or answers something that is not a `ResourceStatus`
-    refuses the call ``resolver_failed``, retryable, with nothing of its message.
+    is loaded code, called through its boundary (`toolgate.tools.loaded_code`): one that raises
+    anything, overruns its deadline or answers something that is not a `ResourceStatus` refuses
+    the call ``resolver_failed``, retryable, with nothing of its message.
+
+    The call's lookups travel to loaded code in one hop, in order, each under its own
+    `LOOKUP_TIMEOUT_S` from its own start, the worker stopping at the first answer that refuses:
+    a call naming n resources costs one hop, not n (a hop is a few hundred microseconds inside a
+    run, where the worker waits for the GIL behind LangGraph's checkpoint thread). A single
+    lookup takes the plain hop (`toolgate.tools.loaded_code.lookup`), which costs less.
     """
     lookups = OwnershipLookups.of(spec, principal, args, resolver)
-    for index, lookup in enumerate(lookups.calls()):
+    if not lookups.resources:
+        return None
+    if len(lookups.resources) == 1:
         try:
-            status = loaded_code.lookup(lookup)
+            status = loaded_code.lookup(lookups.calls()[0])
         except Exception:  # loaded code failed (a timeout and `HandlerAborted` included): closed
             status = None
-        refused = lookups.judge(index, status)
-        if refused is not None:
-            return refused
-    return None
+        return lookups.judge(0, status)
+    checked, future = loaded_code.start_checked(lookups.calls(), lookups.allows, _every_lookup_allowed)
+    try:
+        loaded_code.wait_checked(checked, future, loaded_code.LOOKUP_TIMEOUT_S, loaded_code.LOOKUP_TIMEOUT_S)
+    except loaded_code.NotStarted:  # one refused, raised or overran: the call is refused, always
+        return lookups.refusal(checked.answers) or lookups.unanswered(checked.stage()[0])
+    except TimeoutError:  # every lookup answered in time; only the end marker's wait ran out
+        pass
+    return lookups.refusal(checked.answers)
+
+
+def _every_lookup_allowed() -> None:
+    """What a `check_resource` hop runs once every lookup allowed the call: nothing."""
 
 
 @dataclass(frozen=True)
@@ -133,12 +151,23 @@ class OwnershipLookups:
     def unanswered(self, index: int) -> Rejection:
         """``resolver_failed``: lookup ``index`` raised, overran its deadline or answered no
         `ResourceStatus` (retryable, with nothing of what it said)."""
-        kind = self.resources[index][0].kind
+        kind = self.resources[min(index, len(self.resources) - 1)][0].kind
         return Rejection(
             code="resolver_failed",
             message=f"Who owns this {kind} cannot be checked right now. Tell the user to try again later.",
             retryable=True,
         )
+
+    def refusal(self, answers: Sequence[concurrent.futures.Future[Any]]) -> Rejection | None:
+        """The first refusal among the answers of a `toolgate.tools.loaded_code.start_checked`
+        hop, in order (one that raised, or is not in yet, answered nothing: ``resolver_failed``),
+        or None when every lookup allowed the call."""
+        for index, answer in enumerate(answers):
+            done = answer.done() and answer.exception() is None
+            refused = self.judge(index, answer.result() if done else None)
+            if refused is not None:
+                return refused
+        return None
 
     def judge(self, index: int, status: Any) -> Rejection | None:
         """The refusal answer ``index`` makes (``status``: what the lookup returned; None when it
