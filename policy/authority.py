@@ -71,6 +71,7 @@ audits it itself (never on a read-only store: a verification run reports, it nev
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -88,7 +89,7 @@ from toolgate.policy.authorization import (
 )
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.identities import IdentityDirectory, IdentitySnapshot
-from toolgate.policy.output import redact_text
+from toolgate.policy.output import redact_text, redacted_traceback
 from toolgate.policy.principal import Principal
 from toolgate.policy.ratelimit import InboundRateLimiter
 from toolgate.policy.rules import PolicyRules
@@ -96,10 +97,13 @@ from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.records import ApprovalRecord, OperationRecord, ProposalRecord
 from toolgate.store.snapshots import GuardSnapshot
+from toolgate.tools import loaded_code
 from toolgate.tools.argpaths import values_at
 from toolgate.tools.paths import path_problem
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import ArgumentsInvalid, HandlerContext, ToolSpec
+
+log = logging.getLogger(__name__)
 
 MAX_ERRORS_SHOWN = 5
 STATE_MISMATCH = Rejection(
@@ -474,18 +478,9 @@ class Authority:
         if refused:
             return Verdict(spec, arguments, refused, fingerprint)
         if spec.semantic_check is not None:
-            try:
-                problem = spec.semantic_check(
-                    spec.handler_arguments(arguments),
-                    HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id),
-                )
-            except ToolExecutionError as exc:
-                problem = exc.message
-            if problem:
-                rejection = Rejection(
-                    code="semantic_invalid", message=redact_text(problem)[:300], retryable=True
-                )
-                return Verdict(spec, arguments, rejection, fingerprint)
+            refused = semantic_refusal(spec, principal, arguments)
+            if refused:
+                return Verdict(spec, arguments, refused, fingerprint)
         refused = self.business_policy(spec, principal, arguments, now)
         return Verdict(spec, arguments, refused, fingerprint)
 
@@ -647,12 +642,69 @@ class Authority:
         return ClaimRefusal(code, reason)
 
 
+
+class CheckUnanswered(Exception):
+    """A tool's semantic check raised (anything but a `ToolExecutionError`), overran its deadline
+    (``timed_out``) or answered something that is neither None nor text."""
+
+    def __init__(self, *, timed_out: bool) -> None:
+        super().__init__("the semantic check did not answer")
+        self.timed_out = timed_out
+
+
+def semantic_problem(spec: ToolSpec, arguments: Any, ctx: HandlerContext) -> str | None:
+    """What the tool's own semantic check finds wrong with ``arguments`` (its handler arguments)
+    for ``ctx``'s tenant and user: the text it returns, or a `ToolExecutionError`'s message; None
+    when it passes. Raises `CheckUnanswered`.
+
+    The check is loaded code, run through its boundary (`toolgate.tools.loaded_code.lookup`: a
+    worker thread under `LOOKUP_TIMEOUT_S`); a failure's traceback is logged redacted, and of
+    what it answers only a text's characters are read (a subclass's own methods never run)."""
+    assert spec.semantic_check is not None
+    try:
+        problem: Any = loaded_code.lookup(spec.semantic_check, arguments, ctx)
+    except ToolExecutionError as exc:  # the check's own finding (e.g. the order is gone)
+        problem = exc.message
+    except TimeoutError:
+        log.warning("semantic check of %s did not answer in time", spec.name)
+        raise CheckUnanswered(timed_out=True) from None
+    except Exception as exc:  # loaded code failed (`HandlerAborted` included): closed
+        log.warning("semantic check of %s failed:\n%s", spec.name, redacted_traceback(exc))
+        raise CheckUnanswered(timed_out=False) from None
+    if problem is None:
+        return None
+    if not isinstance(problem, str):
+        log.warning("semantic check of %s answered neither None nor text", spec.name)
+        raise CheckUnanswered(timed_out=False)
+    return str.__str__(problem) or None
+
+
+def semantic_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]) -> Rejection | None:
+    """The tool's semantic check of judged ``arguments``, as ``principal``, at dispatch:
+    ``semantic_invalid`` with the problem it names (redacted), or ``check_failed``, retryable,
+    with nothing of what it said, when it did not answer (`semantic_problem`). Run inline, a
+    check that raised failed the whole run with its message, and one that hung held dispatch
+    with no deadline."""
+    ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
+    try:
+        problem = semantic_problem(spec, spec.handler_arguments(arguments), ctx)
+    except CheckUnanswered:
+        return Rejection(
+            code="check_failed",
+            message=f"The rules of {spec.name} cannot be checked right now. Tell the user to try again later.",
+            retryable=True,
+        )
+    if problem is None:
+        return None
+    return Rejection(code="semantic_invalid", message=redact_text(problem)[:300], retryable=True)
+
 __all__ = [
     "DELIVERY_REFUSED",
     "PROPOSAL_MISSING",
     "STATE_MISMATCH",
     "TOOL_NOT_IN_RELEASE",
     "Authority",
+    "CheckUnanswered",
     "ClaimRefusal",
     "ProposedCall",
     "RecordedCall",
@@ -663,5 +715,7 @@ __all__ = [
     "outside_roots",
     "proposal_binding",
     "retirement",
+    "semantic_problem",
+    "semantic_refusal",
     "smuggled_identity",
 ]

@@ -320,6 +320,21 @@ def test_a_failing_check_is_shown_as_unchecked_and_never_raised(store: Store, fa
     assert shown["review_details"]["order_id"] == "O-5512"  # the rest of the view stands
 
 
+@pytest.mark.parametrize("answer", [{"problem": "secret=hunter2"}, 7, ["hunter2"]])
+def test_a_check_answering_neither_none_nor_text_is_shown_as_unchecked(store: Store, answer: Any) -> None:
+    harness = Harness(store)
+    facts = propose(harness, "t-odd-answer", 1000)
+    specs = [
+        replace(s, semantic_check=lambda args, ctx: answer) if s.name == "issue_refund" else s
+        for s in harness.registry.tools.values()
+    ]
+    harness.registry = Registry.of(harness.registry.release, specs, harness.system)
+    shown = view(harness, facts["proposal_id"])
+    (warning,) = shown["warnings"]
+    assert warning["kind"] == "check_unavailable" and "could not be checked" in warning["message"]
+    assert "hunter2" not in str(shown)
+
+
 def test_the_related_proposals_are_only_those_the_caller_could_open(store: Store) -> None:
     harness = Harness(store)
     staff = propose(harness, "t-staff", 1000, user="rita")  # support acts on ada's order for her

@@ -22,9 +22,10 @@ from toolgate.refusal_codes import RejectionCode
 REJECTION_CODES: tuple[str, ...] = get_args(RejectionCode)
 STATE_CODES: tuple[str, ...] = ("state_tampered", "state_mismatch")
 """Refusals caused by checkpointed state changed outside the gateway, never by a model's call."""
-LOADED_CODE_CODES: tuple[str, ...] = ("resolver_failed",)
-"""Refusals caused by the release's own loaded code failing (an ownership check that raises),
-never by a model's call: no adversarial dispatch case can provoke them (tests/test_hostile_resolver.py)."""
+LOADED_CODE_CODES: tuple[str, ...] = ("resolver_failed", "check_failed")
+"""Refusals caused by the release's own loaded code failing (an ownership check or a tool's
+semantic check that raises), never by a model's call: no adversarial dispatch case can provoke
+them (tests/test_hostile_resolver.py, tests/test_hostile_semantic_check.py)."""
 PUBLISHED_TOOL_CODES: tuple[str, ...] = ("undeclared_argument", "caller_mismatch")
 """Refusals only a tool loaded from a published JSON definition emits (a key its schema leaves open,
 a declared caller field): the adversarial set runs the demo's typed tools, which cannot provoke

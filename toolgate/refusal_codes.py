@@ -68,6 +68,7 @@ RejectionCode = Literal[
     "task_stopped",
     "tool_deprecated",
     "resolver_failed",
+    "check_failed",
     "path_not_allowed",
     "undeclared_argument",
     "caller_mismatch",
@@ -197,6 +198,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "The release's ownership check raised instead of answering; the call is refused (fail "
             "closed), at dispatch, at execute or before the claim, and may succeed later.",
             "tests/test_hostile_resolver.py",
+        ),
+        _Row(
+            "check_failed", "dispatch", True,
+            "The tool's own semantic check raised, overran its deadline or answered something that is "
+            "not a problem text; the call is refused (fail closed) and may succeed later.",
+            "tests/test_hostile_semantic_check.py",
         ),
         _Row(
             "path_not_allowed", "dispatch", False,

@@ -19,20 +19,16 @@ the check would describe the world after its own effect.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolgate.errors import ToolExecutionError
 from toolgate.graph.review.related import Related, resources_of
-from toolgate.policy.output import redact_text, redacted_traceback
+from toolgate.policy.authority import CheckUnanswered, semantic_problem
+from toolgate.policy.output import redact_text
 from toolgate.store.records import ProposalRecord
-from toolgate.tools import loaded_code
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext
-
-log = logging.getLogger(__name__)
 
 CHECKED_STATUSES: frozenset[str] = frozenset({"pending_approval", "approved"})
 """Statuses of the proposal being decided for which the warnings are computed."""
@@ -63,29 +59,19 @@ def semantic_warning(registry: Registry, proposal: ProposalRecord) -> ReviewWarn
     if spec is None or spec.semantic_check is None:
         return None
     try:
-        problem = loaded_code.lookup(
-            spec.semantic_check,
+        problem = semantic_problem(
+            spec,
             spec.handler_arguments(proposal.arguments),
             HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
         )
-    except ToolExecutionError as exc:  # the check's own refusal (e.g. the order is gone): a finding
-        problem = exc.message
-    except TimeoutError:
-        return ReviewWarning(
-            kind="check_unavailable",
-            message=f"The tool's own check {UNCHECKED}: it did not answer in time. Do not approve blind.",
-        )
-    except Exception as exc:  # any other failure of loaded code: logged redacted, never shown raw
-        log.warning("semantic check of %s failed:\n%s", proposal.proposal_id, redacted_traceback(exc))
-        return ReviewWarning(
-            kind="check_unavailable",
-            message=f"The tool's own check {UNCHECKED} (see the server log). Do not approve blind.",
-        )
-    if not problem:
+    except CheckUnanswered as exc:  # logged redacted, never shown raw
+        why = ": it did not answer in time" if exc.timed_out else " (see the server log)"
+        message = f"The tool's own check {UNCHECKED}{why}. Do not approve blind."
+        return ReviewWarning(kind="check_unavailable", message=message)
+    if problem is None:
         return None
     return ReviewWarning(
-        kind="semantic_check",
-        message="If approved now, execution would be refused: " + redact_text(str(problem))[:300],
+        kind="semantic_check", message="If approved now, execution would be refused: " + redact_text(problem)[:300]
     )
 
 

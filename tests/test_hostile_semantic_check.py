@@ -1,0 +1,123 @@
+"""A tool's own semantic check is loaded code: whatever it raises, however long it blocks and
+whatever it returns, the call it judges is refused ``check_failed`` (fail closed, retryable) at
+dispatch, the run goes on, the other calls of the turn are answered, nothing is proposed and
+nothing of its message reaches the model, the state or the audit log. Run inline, a check that
+raised failed the whole run with its message, and one that hung held dispatch with no deadline."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from support import Harness, start, tool_messages
+
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools import loaded_code
+
+PLANTED = "password=hunter2 api_key=sk-live-planted-0002"
+REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+
+
+class Shouting(str):
+    """Text whose own methods raise: only its characters may be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError(PLANTED)
+
+    def __len__(self) -> int:
+        raise RuntimeError(PLANTED)
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(PLANTED)
+
+
+@pytest.fixture
+def released() -> Iterator[threading.Event]:
+    """Set at the end of the test: a check held on it returns (its abandoned thread ends)."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _refund_with_check(harness: Harness, check: Callable[[Any, Any], Any]) -> dict[str, Any]:
+    """Ada's refund (``c-refund``) and her order's lookup (``c-order``) in one turn, with ``check``
+    as the refund's semantic check; the thread's final state."""
+    refund = harness.registry.tools["issue_refund"]
+    harness.registry = replace(
+        harness.registry, tools={**harness.registry.tools, refund.name: replace(refund, semantic_check=check)}
+    )
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("issue_refund", REFUND, "c-refund"),
+                tool_call("lookup_order", {"order_id": "O-5512"}, "c-order"),
+            ),
+            ai("done"),
+        ]
+    )
+    return start(harness.graph(model), "refund O-5512", "cust-ada", "t-semantic")
+
+
+def _raises(args: Any, ctx: Any) -> Any:
+    raise RuntimeError(f"balance service down ({PLANTED})")
+
+
+def _answers_a_number(args: Any, ctx: Any) -> Any:
+    return 42
+
+
+def _answers_a_mapping(args: Any, ctx: Any) -> Any:
+    return {"problem": PLANTED}
+
+
+def _aborts(args: Any, ctx: Any) -> Any:
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize("check", [_raises, _answers_a_number, _answers_a_mapping, _aborts])
+def test_a_check_that_fails_refuses_its_call_only(harness: Harness, check: Any) -> None:
+    state = _refund_with_check(harness, check)
+    _refused_alone(harness, state)
+
+
+def test_a_check_that_hangs_is_refused_at_its_deadline(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, released: threading.Event
+) -> None:
+    monkeypatch.setattr(loaded_code, "LOOKUP_TIMEOUT_S", 0.3)
+    entered = threading.Event()
+
+    def hangs(args: Any, ctx: Any) -> Any:
+        entered.set()
+        released.wait(120)
+        return None
+
+    state = _refund_with_check(harness, hangs)
+    assert entered.is_set()
+    _refused_alone(harness, state)
+
+
+def test_a_problem_text_of_a_hostile_str_subclass_is_read_as_its_characters(harness: Harness) -> None:
+    state = _refund_with_check(harness, lambda args, ctx: Shouting("amount too high; " + PLANTED))
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert answers["c-refund"]["error"] == "semantic_invalid"
+    assert "amount too high" in answers["c-refund"]["message"]
+    assert "hunter2" not in json.dumps(answers) and "sk-live-planted" not in json.dumps(answers)
+    assert answers["c-order"]["status"] == "completed"
+    assert harness.store.proposals.list() == []
+
+
+def _refused_alone(harness: Harness, state: dict[str, Any]) -> None:
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert answers["c-refund"]["error"] == "check_failed" and answers["c-refund"]["retryable"] is True
+    assert answers["c-order"]["status"] == "completed"  # the turn's other call, answered on its own
+    assert state["status"] == "done"
+    assert harness.store.proposals.list() == [] and harness.counter.calls.get("issue_refund", 0) == 0
+    rejected = [e for e in harness.store.audit.events() if e.event == "call.rejected"]
+    assert [(e.tool, e.code) for e in rejected] == [("issue_refund", "check_failed")]
+    assert PLANTED not in json.dumps([str(m.content) for m in state["messages"]])
+    assert PLANTED not in repr(harness.store.audit.events()) and PLANTED not in repr(state)
