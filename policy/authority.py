@@ -452,6 +452,9 @@ class Authority:
             else:
                 rejection = Rejection(code="schema_invalid", message=describe_invalid(exc), retryable=True)
             return Verdict(spec, {}, rejection)
+        except Exception as exc:  # the tool's argument model's own code (a validator, a serializer) raised
+            log.warning("arguments of %s could not be judged:\n%s", spec.name, redacted_traceback(exc))
+            return Verdict(spec, {}, unchecked(spec))
         refused = caller_mismatch(spec, principal, arguments)
         if refused:
             return Verdict(spec, arguments, refused)
@@ -652,17 +655,23 @@ class CheckUnanswered(Exception):
         self.timed_out = timed_out
 
 
-def semantic_problem(spec: ToolSpec, arguments: Any, ctx: HandlerContext) -> str | None:
-    """What the tool's own semantic check finds wrong with ``arguments`` (its handler arguments)
-    for ``ctx``'s tenant and user: the text it returns, or a `ToolExecutionError`'s message; None
-    when it passes. Raises `CheckUnanswered`.
+def semantic_problem(spec: ToolSpec, arguments: Mapping[str, Any], ctx: HandlerContext) -> str | None:
+    """What the tool's own semantic check finds wrong with judged ``arguments`` for ``ctx``'s
+    tenant and user: the text it returns, or a `ToolExecutionError`'s message; None when it
+    passes. Raises `CheckUnanswered`.
 
-    The check is loaded code, run through its boundary (`toolgate.tools.loaded_code.lookup`: a
-    worker thread under `LOOKUP_TIMEOUT_S`); a failure's traceback is logged redacted, and of
-    what it answers only a text's characters are read (a subclass's own methods never run)."""
-    assert spec.semantic_check is not None
+    The check, and the handler arguments it is given (the tool's argument model), are loaded
+    code, run through its boundary (`toolgate.tools.loaded_code.lookup`: a worker thread under
+    `LOOKUP_TIMEOUT_S`); a failure's traceback is logged redacted, and of what it answers only a
+    text's characters are read (a subclass's own methods never run)."""
+    check = spec.semantic_check
+    assert check is not None
+
+    def checked(kept: Mapping[str, Any], ctx: HandlerContext) -> Any:
+        return check(spec.handler_arguments(kept), ctx)
+
     try:
-        problem: Any = loaded_code.lookup(spec.semantic_check, arguments, ctx)
+        problem: Any = loaded_code.lookup(checked, arguments, ctx)
     except ToolExecutionError as exc:  # the check's own finding (e.g. the order is gone)
         problem = exc.message
     except TimeoutError:
@@ -687,16 +696,23 @@ def semantic_refusal(spec: ToolSpec, principal: Principal, arguments: Mapping[st
     with no deadline."""
     ctx = HandlerContext(tenant_id=principal.tenant_id, user_id=principal.user_id)
     try:
-        problem = semantic_problem(spec, spec.handler_arguments(arguments), ctx)
+        problem = semantic_problem(spec, arguments, ctx)
     except CheckUnanswered:
-        return Rejection(
-            code="check_failed",
-            message=f"The rules of {spec.name} cannot be checked right now. Tell the user to try again later.",
-            retryable=True,
-        )
+        return unchecked(spec)
     if problem is None:
         return None
     return Rejection(code="semantic_invalid", message=redact_text(problem)[:300], retryable=True)
+
+
+def unchecked(spec: ToolSpec) -> Rejection:
+    """``check_failed``: the tool's own code that judges a call (its argument model's validators
+    and serializers, its semantic check) raised, overran its deadline or answered nonsense; the
+    call is refused, retryable, with nothing of what it said."""
+    return Rejection(
+        code="check_failed",
+        message=f"The rules of {spec.name} cannot be checked right now. Tell the user to try again later.",
+        retryable=True,
+    )
 
 __all__ = [
     "DELIVERY_REFUSED",
@@ -718,4 +734,5 @@ __all__ = [
     "semantic_problem",
     "semantic_refusal",
     "smuggled_identity",
+    "unchecked",
 ]

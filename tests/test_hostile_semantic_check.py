@@ -1,6 +1,6 @@
-"""A tool's own semantic check is loaded code: whatever it raises, however long it blocks and
-whatever it returns, the call it judges is refused ``check_failed`` (fail closed, retryable) at
-dispatch, the run goes on, the other calls of the turn are answered, nothing is proposed and
+"""A tool's own semantic check, and its argument model's validators, are loaded code: whatever
+they raise, however long the check blocks and whatever it returns, the call they judge is refused
+``check_failed`` (fail closed, retryable) at dispatch, the run goes on, the other calls of the turn are answered, nothing is proposed and
 nothing of its message reaches the model, the state or the audit log. Run inline, a check that
 raised failed the whole run with its message, and one that hung held dispatch with no deadline."""
 
@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from pydantic import field_validator
 from support import Harness, start, tool_messages
 
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -121,3 +122,34 @@ def _refused_alone(harness: Harness, state: dict[str, Any]) -> None:
     assert [(e.tool, e.code) for e in rejected] == [("issue_refund", "check_failed")]
     assert PLANTED not in json.dumps([str(m.content) for m in state["messages"]])
     assert PLANTED not in repr(harness.store.audit.events()) and PLANTED not in repr(state)
+
+
+def test_an_argument_model_whose_validator_raises_refuses_its_call_only(harness: Harness) -> None:
+    """The argument model is the tool's code too: a validator that raises anything but what
+    Pydantic turns into a validation error (here for one crafted value) refused nothing and
+    failed the whole run with its message."""
+    refund = harness.registry.tools["issue_refund"]
+
+    class TrippedArgs(refund.args_model):  # type: ignore[name-defined,misc]
+        @field_validator("reason")
+        @classmethod
+        def trips(cls, value: str) -> str:
+            if value == "other":
+                raise RuntimeError(f"reason table unreachable ({PLANTED})")
+            return value
+
+    harness.registry = replace(
+        harness.registry, tools={**harness.registry.tools, refund.name: replace(refund, args_model=TrippedArgs)}
+    )
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("issue_refund", {**REFUND, "reason": "other"}, "c-refund"),
+                tool_call("lookup_order", {"order_id": "O-5512"}, "c-order"),
+            ),
+            ai("done"),
+        ]
+    )
+    state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-validator")
+    _refused_alone(harness, state)

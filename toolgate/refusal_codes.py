@@ -201,8 +201,9 @@ CATALOG: tuple[CodeEntry, ...] = (
         ),
         _Row(
             "check_failed", "dispatch", True,
-            "The tool's own semantic check raised, overran its deadline or answered something that is "
-            "not a problem text; the call is refused (fail closed) and may succeed later.",
+            "The tool's own code that judges a call (its semantic check, its argument model's "
+            "validators) raised, overran its deadline or answered something that is not a problem "
+            "text; the call is refused (fail closed) and may succeed later.",
             "tests/test_hostile_semantic_check.py",
         ),
         _Row(

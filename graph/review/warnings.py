@@ -60,9 +60,7 @@ def semantic_warning(registry: Registry, proposal: ProposalRecord) -> ReviewWarn
         return None
     try:
         problem = semantic_problem(
-            spec,
-            spec.handler_arguments(proposal.arguments),
-            HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id),
+            spec, proposal.arguments, HandlerContext(tenant_id=proposal.tenant_id, user_id=proposal.requester_id)
         )
     except CheckUnanswered as exc:  # logged redacted, never shown raw
         why = ": it did not answer in time" if exc.timed_out else " (see the server log)"
