@@ -14,11 +14,13 @@ on. Each call runs here, on a pooled daemon worker thread, under a deadline:
   caller says it writes: only an approved write's handler does; lookups read), and a handler
   with an egress capability runs confined to its allowlist (`confined`).
 
-Lookups (ownership and review details) get `LOOKUP_TIMEOUT_S` through `lookup`: a slow resolver
-refuses its call instead of stalling dispatch and the claim. A read's ownership lookups at execute
-travel with its handler (`start_checked`): one hop to a worker instead of one per lookup plus one
-for the handler, each lookup still under its own deadline and the handler under its own. What the code's exceptions *say* is
-the caller's to redact (`toolgate.policy.output`): nothing raised here is ever shown raw.
+Lookups (ownership, a tool's semantic check, review details) get `LOOKUP_TIMEOUT_S` through
+`lookup`: a slow resolver or check refuses its call instead of stalling dispatch and the claim.
+Several ownership lookups of one call travel in one hop (`start_checked`), and a read's lookups
+at execute travel with its handler: one hop to a worker instead of one per lookup plus one for
+the handler, each lookup still under its own deadline and the handler under its own. What the
+code's exceptions *say* is the caller's to redact (`toolgate.policy.output`): nothing raised here
+is ever shown raw.
 """
 
 from __future__ import annotations

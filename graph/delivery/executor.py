@@ -468,12 +468,8 @@ def first_refusal(checked: loaded_code.CheckedCall, ownership: OwnershipLookups)
     """The refusal of a read whose handler its ownership lookups did not let start: the first
     answer, in order, that `OwnershipLookups.judge` refuses (one that raised, or never came
     within its deadline, answered nothing: ``resolver_failed``)."""
-    for index, answer in enumerate(checked.answers):
-        done = answer.done() and answer.exception() is None
-        refusal = ownership.judge(index, answer.result() if done else None)
-        if refusal is not None:
-            return refusal
-    return ownership.unanswered(0)  # pragma: no cover - the worker stops only at a refused answer
+    # the worker stops only at a refused answer: a refusal is always found
+    return ownership.refusal(checked.answers) or ownership.unanswered(0)
 
 
 __all__ = ["Executor", "first_refusal"]
