@@ -1,8 +1,10 @@
 """A tool's own semantic check, and its argument model's validators, are loaded code: whatever
 they raise, however long the check blocks and whatever it returns, the call they judge is refused
-``check_failed`` (fail closed, retryable) at dispatch, the run goes on, the other calls of the turn are answered, nothing is proposed and
-nothing of its message reaches the model, the state or the audit log. Run inline, a check that
-raised failed the whole run with its message, and one that hung held dispatch with no deadline."""
+``check_failed`` (fail closed, retryable) at dispatch, the run goes on, the other calls of the
+turn are answered, nothing is proposed and nothing of its message reaches the model, the state or
+the audit log. Run inline, a check that raised failed the whole run with its message, and one that
+hung held dispatch with no deadline. (A validator that hangs still holds dispatch: the arguments
+are judged inline.)"""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from typing import Any
 
 import pytest
 from pydantic import field_validator
-from support import Harness, start, tool_messages
+from support import Harness, principal, start, tool_messages
 
+from toolgate.errors import ToolExecutionError
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools import loaded_code
 
@@ -153,3 +156,21 @@ def test_an_argument_model_whose_validator_raises_refuses_its_call_only(harness:
     )
     state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-validator")
     _refused_alone(harness, state)
+
+
+def test_a_read_whose_arguments_cannot_be_built_at_execute_fails_that_call(harness: Harness) -> None:
+    """At execute the handler's arguments are built again from the kept ones: an argument model
+    that raises there (a stateful validator) fails the read ``server_error``, handler not run."""
+    lookup = harness.registry.tools["lookup_order"]
+
+    class TrippedArgs(lookup.args_model):  # type: ignore[name-defined,misc]
+        @field_validator("order_id")
+        @classmethod
+        def trips(cls, value: str) -> str:
+            raise RuntimeError(f"order table unreachable ({PLANTED})")
+
+    tripped = replace(lookup, args_model=TrippedArgs)
+    with pytest.raises(ToolExecutionError) as caught:
+        harness.gateway().executor.run_read(tripped, {"order_id": "O-5512"}, principal("cust-ada"))
+    assert caught.value.kind == "server_error" and PLANTED not in str(caught.value)
+    assert harness.counter.calls.get("lookup_order", 0) == 0

@@ -15,6 +15,7 @@ its chunks streamed when its handler yields them (`toolgate.graph.delivery.strea
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -41,7 +42,7 @@ from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBr
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.handler_slots import HandlerBusy, HandlerSlots, process_handler_slots
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.output import handler_failure, sanitize_result
+from toolgate.policy.output import handler_failure, redacted_traceback, sanitize_result
 from toolgate.policy.principal import Principal
 from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store.audit import Auditor
@@ -54,6 +55,8 @@ from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider
 from toolgate.tools.registry import Registry
 from toolgate.tools.spec import HandlerContext, ToolSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,11 @@ class Executor:
         (one hop to loaded code for both, each under its own deadline); a refusal raises
         `OwnershipRefused` and the handler never runs. A retried attempt does not look again.
         """
-        args = spec.handler_arguments(arguments)
+        try:
+            args = spec.handler_arguments(arguments)
+        except Exception as exc:  # the tool's argument model's own code raised (a validator, a default)
+            log.warning("arguments of %s could not be built:\n%s", spec.name, redacted_traceback(exc))
+            raise ToolExecutionError("server_error", "The tool's arguments could not be built.", retryable=False) from None
         ctx = scope.read_context(
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
