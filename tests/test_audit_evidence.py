@@ -222,3 +222,37 @@ def test_a_payload_rewritten_in_any_way_fails_verify_and_leaves_the_log_readable
     assert (report.ok, report.first_bad_seq, report.events) == (False, stored[2].seq, 4)
     assert report.reason == "payload does not match the digest in the chain (modified)"
     assert [e.seq for e in store.audit.events()] == [e.seq for e in stored]
+
+
+def test_a_tail_cut_off_fails_verify_against_the_head_recorded_earlier(store: Store) -> None:
+    """Removing the newest events leaves a chain whose every link holds: no walk of the database
+    alone can tell. The head a verify reported (sequence and hash, kept by the operator outside
+    the database) is what shows it: verify given that head fails when its event is gone or
+    differs, and passes while the chain still holds it, however much was appended since."""
+    stored = [
+        store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{n}"))
+        for n in range(6)
+    ]
+    report = verify_chain(store)
+    assert report.ok and (report.head_seq, report.head_hash) == (stored[-1].seq, stored[-1].hash)
+    head = (report.head_seq, report.head_hash)
+    store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id="later"))
+    assert verify_chain(store, expect_head=head).ok
+    assert verify_chain(store, expect_head=(0, "0" * 64)).ok  # the empty chain's head: nothing to miss
+    bypass_guards(store)
+    with store.transaction() as tx:  # the newest events (the recorded head among them) cut off
+        tx.execute("DELETE FROM audit_events WHERE seq >= ?", (stored[4].seq,))
+    assert verify_chain(store).ok  # the rest still links
+    cut = verify_chain(store, expect_head=head)
+    assert (cut.ok, cut.first_bad_seq, cut.first_bad_event_id) == (False, stored[-1].seq, None)
+    assert cut.reason == "the head recorded earlier is gone (events at the chain's end were removed)"
+    store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id="after the cut"))
+    again = verify_chain(store, expect_head=head)  # appending after the cut hides nothing
+    assert (again.ok, again.first_bad_seq) == (False, stored[-1].seq)
+    forged = verify_chain(store, expect_head=(stored[2].seq, "f" * 64))
+    assert (forged.ok, forged.first_bad_seq, forged.first_bad_event_id) == (
+        False,
+        stored[2].seq,
+        stored[2].event_id,
+    )
+    assert forged.reason == "differs from the head recorded earlier (the chain was rewritten)"
