@@ -232,14 +232,14 @@ class IdentityDirectory:
 
     def revoke(self, user_id: str, *, by: Principal | None) -> IdentityRecord:
         """Revoke ``user_id``: it can no longer act, and its pending decisions stop counting."""
-        self._authorize(by, self._tenant_of(user_id), "revoke")
+        self._authorize_on(by, user_id, "revoke")
         record = self.store.identities.change(user_id, status="revoked")
         self._record("identity.revoked", by, record)
         return record
 
     def rotate_token(self, user_id: str, *, by: Principal | None) -> str:
         """Issue a new token for ``user_id`` (returned once); the old one stops working at once."""
-        self._authorize(by, self._tenant_of(user_id), "rotate")
+        self._authorize_on(by, user_id, "rotate")
         issued = new_token()
         record = self.store.identities.change(user_id, token_hash=self.store.identities.token_hash(issued))
         self._record("identity.token_rotated", by, record)
@@ -251,13 +251,13 @@ class IdentityDirectory:
         """Replace the roles (and, when given, the scopes) of ``user_id``; audited with the
         administrator, the roles and scopes before and after. Granting ``auditor:all`` needs a holder
         of it, as in `add`."""
-        self._authorize(by, self._tenant_of(user_id), "change roles of")
+        self._authorize_on(by, user_id, "change roles of")
         if by is not None and ALL_TENANTS_AUDITOR_ROLE in roles - by.roles:
             self._refuse(
                 by.user_id, "cross_tenant", f"{by.user_id!r} may not grant {ALL_TENANTS_AUDITOR_ROLE}"
             )
         before = self.store.identities.get(user_id)
-        assert before is not None  # _tenant_of found it
+        assert before is not None  # _authorize_on found it
         record = self.store.identities.change(
             user_id, roles=sorted(roles), scopes=None if scopes is None else sorted(scopes)
         )
@@ -283,11 +283,17 @@ class IdentityDirectory:
 
     # ---- internals ---------------------------------------------------------------------
 
-    def _tenant_of(self, user_id: str) -> str:
+    def _authorize_on(self, by: Principal | None, user_id: str, action: str) -> None:
+        """`_authorize` for acting on the identity ``user_id``: the admin role is judged before
+        the identity is looked up, so a person without it learns nothing of which user ids exist,
+        and an identity that does not exist is a refusal like the others (audited)."""
+        if by is not None and ADMIN_ROLE not in by.roles:
+            self._authorize(by, by.tenant_id, action)  # refused: not_admin
         record = self.store.identities.get(user_id)
         if record is None:
-            raise IdentityError(f"unknown identity {user_id!r}", code="unknown_identity")
-        return record.tenant_id
+            self._refuse(by.user_id if by else None, "unknown_identity", f"unknown identity {user_id!r}")
+        assert record is not None
+        self._authorize(by, record.tenant_id, action)
 
     def _authorize(self, by: Principal | None, tenant_id: str, action: str) -> None:
         if by is None:
@@ -306,7 +312,7 @@ class IdentityDirectory:
         self.throttle.failed(code, source=source, identity=user_id if claimed else None, user_id=user_id)
         raise IdentityError(message, code=code)
 
-    def _refuse(self, user_id: str, code: str, message: str) -> None:
+    def _refuse(self, user_id: str | None, code: str, message: str) -> None:
         if self.auditor is not None and not self.store.read_only:
             self.auditor.record("identity.refused", "refused", user_id=user_id, code=code)
         raise IdentityError(message, code=code)

@@ -104,6 +104,39 @@ def test_administrators_act_only_in_their_own_tenant(harness: Harness) -> None:
     assert "gina" not in {r.user_id for r in people.visible_to(principal("ivy"))}
 
 
+@pytest.mark.parametrize("action", ["revoke", "rotate_token", "change_roles"])
+def test_managing_an_identity_is_refused_alike_for_a_missing_one_and_every_refusal_is_audited(
+    harness: Harness, action: str
+) -> None:
+    """A person without the admin role learns nothing from the answer (whether a user id exists
+    in any tenant: ``not_admin`` for every target), and an administrator's attempt on a user id
+    that does not exist is a refusal like the others: audited, naming who tried."""
+    people = directory(harness)
+
+    def attempt(user_id: str, by: str) -> str:
+        act = getattr(people, action)
+        with pytest.raises(IdentityError) as exc:
+            if action == "change_roles":
+                act(user_id, roles=frozenset({"admin"}), scopes=None, by=principal(by))
+            else:
+                act(user_id, by=principal(by))
+        return exc.value.code
+
+    before = harness.store.audit.events()[-1].seq
+    codes = [attempt("gina", "rita"), attempt("no-such-user", "rita"), attempt("no-such-user", "ivy")]
+    assert codes == ["not_admin", "not_admin", "unknown_identity"]
+    refusals = [
+        (e.event, e.code, e.actor_id) for e in harness.store.audit.events() if e.seq > before
+    ]
+    actor = harness.gateway().auditor.actor
+    assert refusals == [
+        ("identity.refused", "not_admin", actor("rita")),
+        ("identity.refused", "not_admin", actor("rita")),
+        ("identity.refused", "unknown_identity", actor("ivy")),
+    ]
+    assert people.active("gina", "globex") is not None
+
+
 def test_a_row_promoted_with_database_access_alone_cannot_act(harness: Harness) -> None:
     raw(harness.store, "UPDATE identities SET roles = ? WHERE user_id = 'rita'", ('["finance", "support"]',))
     with pytest.raises(IdentityError) as forged:
