@@ -239,7 +239,7 @@ class IdentityDirectory:
 
     def rotate_token(self, user_id: str, *, by: Principal | None) -> str:
         """Issue a new token for ``user_id`` (returned once); the old one stops working at once."""
-        self._authorize_on(by, user_id, "rotate")
+        self._widening(by, self._authorize_on(by, user_id, "rotate"), "rotate the token of")
         issued = new_token()
         record = self.store.identities.change(user_id, token_hash=self.store.identities.token_hash(issued))
         self._record("identity.token_rotated", by, record)
@@ -251,13 +251,13 @@ class IdentityDirectory:
         """Replace the roles (and, when given, the scopes) of ``user_id``; audited with the
         administrator, the roles and scopes before and after. Granting ``auditor:all`` needs a holder
         of it, as in `add`."""
-        self._authorize_on(by, user_id, "change roles of")
+        before = self._authorize_on(by, user_id, "change roles of")
+        if roles - set(before.roles):
+            self._widening(by, before, "grant roles to")
         if by is not None and ALL_TENANTS_AUDITOR_ROLE in roles - by.roles:
             self._refuse(
                 by.user_id, "cross_tenant", f"{by.user_id!r} may not grant {ALL_TENANTS_AUDITOR_ROLE}"
             )
-        before = self.store.identities.get(user_id)
-        assert before is not None  # _authorize_on found it
         record = self.store.identities.change(
             user_id, roles=sorted(roles), scopes=None if scopes is None else sorted(scopes)
         )
@@ -283,10 +283,11 @@ class IdentityDirectory:
 
     # ---- internals ---------------------------------------------------------------------
 
-    def _authorize_on(self, by: Principal | None, user_id: str, action: str) -> None:
-        """`_authorize` for acting on the identity ``user_id``: the admin role is judged before
-        the identity is looked up, so a person without it learns nothing of which user ids exist,
-        and an identity that does not exist is a refusal like the others (audited)."""
+    def _authorize_on(self, by: Principal | None, user_id: str, action: str) -> IdentityRecord:
+        """`_authorize` for acting on the identity ``user_id``, whose row it returns: the admin
+        role is judged before the identity is looked up, so a person without it learns nothing
+        of which user ids exist, and an identity that does not exist is a refusal like the
+        others (audited)."""
         if by is not None and ADMIN_ROLE not in by.roles:
             self._authorize(by, by.tenant_id, action)  # refused: not_admin
         record = self.store.identities.get(user_id)
@@ -294,6 +295,19 @@ class IdentityDirectory:
             self._refuse(by.user_id if by else None, "unknown_identity", f"unknown identity {user_id!r}")
         assert record is not None
         self._authorize(by, record.tenant_id, action)
+        return record
+
+    def _widening(self, by: Principal | None, record: IdentityRecord, action: str) -> None:
+        """Refuse ``by`` widening what a staff reviewer may do (roles added, a new token shown to
+        ``by``) unless ``by`` reviews for each of their further tenants too, as granting that
+        review does (`add`): their roles and their token carry it."""
+        beyond = sorted(set(record.review_tenants) - by.review_tenants) if by is not None else []
+        if by is not None and beyond:
+            self._refuse(
+                by.user_id,
+                "cross_tenant",
+                f"{by.user_id!r} may not {action} {record.user_id!r}, who reviews for tenant {beyond[0]!r}",
+            )
 
     def _authorize(self, by: Principal | None, tenant_id: str, action: str) -> None:
         if by is None:
