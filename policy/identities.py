@@ -239,7 +239,7 @@ class IdentityDirectory:
 
     def rotate_token(self, user_id: str, *, by: Principal | None) -> str:
         """Issue a new token for ``user_id`` (returned once); the old one stops working at once."""
-        self._widening(by, self._authorize_on(by, user_id, "rotate"), "rotate the token of")
+        self._widening(by, self._authorize_on(by, user_id, "rotate"), "rotate the token of", token=True)
         issued = new_token()
         record = self.store.identities.change(user_id, token_hash=self.store.identities.token_hash(issued))
         self._record("identity.token_rotated", by, record)
@@ -297,16 +297,25 @@ class IdentityDirectory:
         self._authorize(by, record.tenant_id, action)
         return record
 
-    def _widening(self, by: Principal | None, record: IdentityRecord, action: str) -> None:
-        """Refuse ``by`` widening what a staff reviewer may do (roles added, a new token shown to
-        ``by``) unless ``by`` reviews for each of their further tenants too, as granting that
-        review does (`add`): their roles and their token carry it."""
-        beyond = sorted(set(record.review_tenants) - by.review_tenants) if by is not None else []
-        if by is not None and beyond:
+    def _widening(self, by: Principal | None, record: IdentityRecord, action: str, *, token: bool = False) -> None:
+        """Refuse ``by`` widening what someone may do beyond their tenant (roles added to a staff
+        reviewer, or a new ``token`` shown to ``by``) unless ``by`` could grant it, as `add`
+        demands: reviewing for each of their further tenants (their roles and their token carry
+        that review), and, for a token, holding ``auditor:all`` when they hold it."""
+        if by is None:
+            return
+        beyond = sorted(set(record.review_tenants) - by.review_tenants)
+        if beyond:
             self._refuse(
                 by.user_id,
                 "cross_tenant",
                 f"{by.user_id!r} may not {action} {record.user_id!r}, who reviews for tenant {beyond[0]!r}",
+            )
+        if token and ALL_TENANTS_AUDITOR_ROLE in set(record.roles) - by.roles:
+            self._refuse(
+                by.user_id,
+                "cross_tenant",
+                f"{by.user_id!r} may not {action} {record.user_id!r}, who holds {ALL_TENANTS_AUDITOR_ROLE}",
             )
 
     def _authorize(self, by: Principal | None, tenant_id: str, action: str) -> None:

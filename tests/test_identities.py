@@ -137,6 +137,23 @@ def test_managing_an_identity_is_refused_alike_for_a_missing_one_and_every_refus
     assert people.active("gina", "globex") is not None
 
 
+def test_the_token_of_an_all_tenant_auditor_is_rotated_only_by_a_holder_of_that_role(harness: Harness) -> None:
+    """A new token is shown to the administrator who asked for it: rotating the token of otto,
+    who reads every tenant's evidence (``auditor:all``), hands that reading to the administrator,
+    which only a holder may grant (`IdentityDirectory.add`). Refused ``cross_tenant``, audited,
+    the old token still otto's."""
+    people = directory(harness)
+    sid = Principal(user_id="sid", tenant_id="toolgate-staff", roles=frozenset({"admin"}))
+    people.add(sid, by=None)
+    with pytest.raises(IdentityError) as rekeyed:
+        people.rotate_token("otto", by=sid)
+    assert rekeyed.value.code == "cross_tenant" and refused(harness, "cross_tenant") == 1
+    assert people.authenticate("otto", demo_token("otto")).user_id == "otto"
+    holder = Principal(user_id="hal", tenant_id="toolgate-staff", roles=frozenset({"admin", "auditor:all"}))
+    people.add(holder, by=None)
+    assert people.rotate_token("otto", by=holder).startswith("tg_")
+
+
 def test_a_row_promoted_with_database_access_alone_cannot_act(harness: Harness) -> None:
     raw(harness.store, "UPDATE identities SET roles = ? WHERE user_id = 'rita'", ('["finance", "support"]',))
     with pytest.raises(IdentityError) as forged:
