@@ -121,7 +121,7 @@ class IdentityDirectory:
             self._fail(user_id, "authentication_failed", f"authentication failed for {user_id!r}", source)
         assert record is not None
         if record.status != "active":
-            self._fail(user_id, "revoked", f"identity {user_id!r} has been revoked", source)
+            self._fail(user_id, "revoked", f"identity {user_id!r} has been revoked", source, proven=True)
         return principal_of(record)
 
     def authenticate_bearer(self, token: str | None, *, source: str | None = None) -> Principal:
@@ -329,10 +329,26 @@ class IdentityDirectory:
             self._refuse(by.user_id, "cross_tenant", f"{by.user_id!r} administers another tenant")
 
     def _fail(
-        self, user_id: str, code: str, message: str, source: str | None, *, claimed: bool = True
+        self,
+        user_id: str,
+        code: str,
+        message: str,
+        source: str | None,
+        *,
+        claimed: bool = True,
+        proven: bool = False,
     ) -> None:
-        """Refuse one sign-in: counted (and audited when the count writes a row) by the throttle."""
-        self.throttle.failed(code, source=source, identity=user_id if claimed else None, user_id=user_id)
+        """Refuse one sign-in: counted (and audited when the count writes a row) by the throttle.
+
+        ``claimed``: ``user_id`` is only the name the caller gave, which anyone can give: it is
+        counted and recorded as claimed, and is the event's actor only when the token presented
+        was theirs (``proven``); otherwise ``user_id`` is the person the token belongs to."""
+        self.throttle.failed(
+            code,
+            source=source,
+            identity=user_id if claimed else None,
+            user_id=user_id if proven or not claimed else None,
+        )
         raise IdentityError(message, code=code)
 
     def _refuse(self, user_id: str | None, code: str, message: str) -> None:

@@ -87,6 +87,32 @@ def test_every_failed_authentication_is_refused_and_audited(
     assert exc.value.code == code and refused(harness, code) == 1
 
 
+def test_a_failed_sign_in_names_the_claimed_person_but_never_as_its_actor(harness: Harness) -> None:
+    """Anyone may name fiona with a wrong token: the refusal records whom they claimed to be
+    (``detail.claimed``, a keyed hash), not fiona as the one who acted, so nobody can append
+    events that say fiona did something. Only a token that was fiona's makes her the actor (a
+    revoked identity signing in with its own token)."""
+    people = directory(harness)
+    actor = harness.gateway().auditor.actor
+    for token in ("wrong-token", None):
+        with pytest.raises(IdentityError):
+            people.authenticate("fiona", token)
+    nora_token = people.add(NEWBIE, by=None)
+    people.revoke("nora", by=None)
+    with pytest.raises(IdentityError):
+        people.authenticate("nora", nora_token)
+    refusals = [
+        (e.code, e.actor_id, e.detail.get("claimed"))
+        for e in harness.store.audit.events()
+        if e.event == "identity.refused"
+    ]
+    assert refusals == [
+        ("authentication_failed", None, actor("fiona")),
+        ("missing_token", None, actor("fiona")),
+        ("revoked", actor("nora"), actor("nora")),
+    ]
+
+
 def test_administrators_act_only_in_their_own_tenant(harness: Harness) -> None:
     people = directory(harness)
     with pytest.raises(IdentityError) as not_admin:
