@@ -121,7 +121,7 @@ class IdentityDirectory:
             self._fail(user_id, "authentication_failed", f"authentication failed for {user_id!r}", source)
         assert record is not None
         if record.status != "active":
-            self._fail(user_id, "revoked", f"identity {user_id!r} has been revoked", source)
+            self._fail(user_id, "revoked", f"identity {user_id!r} has been revoked", source, proven=True)
         return principal_of(record)
 
     def authenticate_bearer(self, token: str | None, *, source: str | None = None) -> Principal:
@@ -232,14 +232,14 @@ class IdentityDirectory:
 
     def revoke(self, user_id: str, *, by: Principal | None) -> IdentityRecord:
         """Revoke ``user_id``: it can no longer act, and its pending decisions stop counting."""
-        self._authorize(by, self._tenant_of(user_id), "revoke")
+        self._authorize_on(by, user_id, "revoke")
         record = self.store.identities.change(user_id, status="revoked")
         self._record("identity.revoked", by, record)
         return record
 
     def rotate_token(self, user_id: str, *, by: Principal | None) -> str:
         """Issue a new token for ``user_id`` (returned once); the old one stops working at once."""
-        self._authorize(by, self._tenant_of(user_id), "rotate")
+        self._widening(by, self._authorize_on(by, user_id, "rotate"), "rotate the token of", token=True)
         issued = new_token()
         record = self.store.identities.change(user_id, token_hash=self.store.identities.token_hash(issued))
         self._record("identity.token_rotated", by, record)
@@ -251,13 +251,13 @@ class IdentityDirectory:
         """Replace the roles (and, when given, the scopes) of ``user_id``; audited with the
         administrator, the roles and scopes before and after. Granting ``auditor:all`` needs a holder
         of it, as in `add`."""
-        self._authorize(by, self._tenant_of(user_id), "change roles of")
+        before = self._authorize_on(by, user_id, "change roles of")
+        if roles - set(before.roles):
+            self._widening(by, before, "grant roles to")
         if by is not None and ALL_TENANTS_AUDITOR_ROLE in roles - by.roles:
             self._refuse(
                 by.user_id, "cross_tenant", f"{by.user_id!r} may not grant {ALL_TENANTS_AUDITOR_ROLE}"
             )
-        before = self.store.identities.get(user_id)
-        assert before is not None  # _tenant_of found it
         record = self.store.identities.change(
             user_id, roles=sorted(roles), scopes=None if scopes is None else sorted(scopes)
         )
@@ -283,11 +283,40 @@ class IdentityDirectory:
 
     # ---- internals ---------------------------------------------------------------------
 
-    def _tenant_of(self, user_id: str) -> str:
+    def _authorize_on(self, by: Principal | None, user_id: str, action: str) -> IdentityRecord:
+        """`_authorize` for acting on the identity ``user_id``, whose row it returns: the admin
+        role is judged before the identity is looked up, so a person without it learns nothing
+        of which user ids exist, and an identity that does not exist is a refusal like the
+        others (audited)."""
+        if by is not None and ADMIN_ROLE not in by.roles:
+            self._authorize(by, by.tenant_id, action)  # refused: not_admin
         record = self.store.identities.get(user_id)
         if record is None:
-            raise IdentityError(f"unknown identity {user_id!r}", code="unknown_identity")
-        return record.tenant_id
+            self._refuse(by.user_id if by else None, "unknown_identity", f"unknown identity {user_id!r}")
+        assert record is not None
+        self._authorize(by, record.tenant_id, action)
+        return record
+
+    def _widening(self, by: Principal | None, record: IdentityRecord, action: str, *, token: bool = False) -> None:
+        """Refuse ``by`` widening what someone may do beyond their tenant (roles added to a staff
+        reviewer, or a new ``token`` shown to ``by``) unless ``by`` could grant it, as `add`
+        demands: reviewing for each of their further tenants (their roles and their token carry
+        that review), and, for a token, holding ``auditor:all`` when they hold it."""
+        if by is None:
+            return
+        beyond = sorted(set(record.review_tenants) - by.review_tenants)
+        if beyond:
+            self._refuse(
+                by.user_id,
+                "cross_tenant",
+                f"{by.user_id!r} may not {action} {record.user_id!r}, who reviews for tenant {beyond[0]!r}",
+            )
+        if token and ALL_TENANTS_AUDITOR_ROLE in set(record.roles) - by.roles:
+            self._refuse(
+                by.user_id,
+                "cross_tenant",
+                f"{by.user_id!r} may not {action} {record.user_id!r}, who holds {ALL_TENANTS_AUDITOR_ROLE}",
+            )
 
     def _authorize(self, by: Principal | None, tenant_id: str, action: str) -> None:
         if by is None:
@@ -300,13 +329,29 @@ class IdentityDirectory:
             self._refuse(by.user_id, "cross_tenant", f"{by.user_id!r} administers another tenant")
 
     def _fail(
-        self, user_id: str, code: str, message: str, source: str | None, *, claimed: bool = True
+        self,
+        user_id: str,
+        code: str,
+        message: str,
+        source: str | None,
+        *,
+        claimed: bool = True,
+        proven: bool = False,
     ) -> None:
-        """Refuse one sign-in: counted (and audited when the count writes a row) by the throttle."""
-        self.throttle.failed(code, source=source, identity=user_id if claimed else None, user_id=user_id)
+        """Refuse one sign-in: counted (and audited when the count writes a row) by the throttle.
+
+        ``claimed``: ``user_id`` is only the name the caller gave, which anyone can give: it is
+        counted and recorded as claimed, and is the event's actor only when the token presented
+        was theirs (``proven``); otherwise ``user_id`` is the person the token belongs to."""
+        self.throttle.failed(
+            code,
+            source=source,
+            identity=user_id if claimed else None,
+            user_id=user_id if proven or not claimed else None,
+        )
         raise IdentityError(message, code=code)
 
-    def _refuse(self, user_id: str, code: str, message: str) -> None:
+    def _refuse(self, user_id: str | None, code: str, message: str) -> None:
         if self.auditor is not None and not self.store.read_only:
             self.auditor.record("identity.refused", "refused", user_id=user_id, code=code)
         raise IdentityError(message, code=code)

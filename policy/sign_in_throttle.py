@@ -163,21 +163,22 @@ class SignInThrottle:
             elif failures >= limit:
                 failures = self.store.counters.increment(bucket, self.limits.window_s)
                 if _counted(failures, limit):
-                    self._audit(identity, "sign_in_throttled", {scope: failures}, source=source)
+                    self._audit(None, "sign_in_throttled", {scope: failures}, source=source, claimed=identity)
                 raise SignInThrottled(
                     f"too many failed sign-ins from this {scope}; try again in up to "
                     f"{self.limits.window_s} s",
                     retry_after_s=self.limits.window_s,
                 )
 
-    def failed(self, code: str, *, source: str | None, identity: str | None, user_id: str) -> None:
+    def failed(self, code: str, *, source: str | None, identity: str | None, user_id: str | None) -> None:
         """Count one failed sign-in (``code``) for ``source`` and the claimed ``identity``; audit it
-        (as ``user_id``) when the count is one that writes a row."""
+        (as ``user_id``, the person the token proved, or None; the claimed identity as
+        ``detail.claimed``) when the count is one that writes a row."""
         if not self._active():
             return
         keys = self._keys(source, identity)
         if not keys:  # nothing to count by (a local bearer token): every failure is its own row
-            self._audit(user_id, code, {}, source=source)
+            self._audit(user_id, code, {}, source=source, claimed=identity)
             return
         window = self.limits.window_s
         counts: dict[str, int] = {}
@@ -191,9 +192,19 @@ class SignInThrottle:
             self.store.counters.forget_ended(BUCKET_PREFIX, window)
         detailed = self.limits.detailed_rows
         if (counted and everyone <= detailed) or (everyone > detailed and _counted(everyone, detailed)):
-            self._audit(user_id, code, {**counts, "all": everyone}, source=source)
+            self._audit(user_id, code, {**counts, "all": everyone}, source=source, claimed=identity)
 
-    def _audit(self, user_id: str | None, code: str, counts: dict[str, int], *, source: str | None) -> None:
+    def _audit(
+        self,
+        user_id: str | None,
+        code: str,
+        counts: dict[str, int],
+        *,
+        source: str | None,
+        claimed: str | None = None,
+    ) -> None:
+        """One ``identity.refused`` row: ``user_id`` its actor (only a person a token proved),
+        ``claimed`` the user id the caller named (anyone may name anyone), as a keyed hash."""
         if self.auditor is None:
             return
         detail: dict[str, object] = {"window_s": self.limits.window_s}
@@ -201,6 +212,8 @@ class SignInThrottle:
             detail["failures"] = counts
         if source:
             detail["source"] = source[:64]
+        if claimed:
+            detail["claimed"] = self.auditor.actor(claimed)
         self.auditor.record("identity.refused", "refused", user_id=user_id or "", code=code, detail=detail)
 
 

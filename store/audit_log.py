@@ -61,14 +61,30 @@ _LATEST_SQL = (
 )
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value toolgate writes")
+
+
+def _detail(text: str) -> dict[str, Any]:
+    """The detail a stored payload (or an old event's inline detail) holds; {} when the text is
+    not a JSON object toolgate could have written (NaN, infinity, not JSON at all): only a
+    rewrite outside toolgate stores such a text, and `toolgate.store.chain.verify_chain` names
+    it, where parsing it here would break every reader of the log, verify first."""
+    try:
+        found = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 def _audit(row: dict[str, Any]) -> AuditEvent:
     data = dict(row)
     payload = data.pop("payload", None)
     if data.get("detail_sha256"):
-        data["detail"] = json.loads(payload) if payload is not None else {}
+        data["detail"] = _detail(payload) if payload is not None else {}
         data["payload_retained"] = payload is not None
     else:
-        data["detail"] = json.loads(data["detail"])
+        data["detail"] = _detail(data["detail"])
     return AuditEvent(**data)
 
 
@@ -459,6 +475,16 @@ class AuditLog:
                 "DELETE FROM audit_payloads WHERE occurred_at < ? RETURNING event_id", (before,)
             )
         return len(rows)
+
+    def with_payloads(self) -> list[tuple[AuditEvent, str | None]]:
+        """Every event in chain order with its payload's stored text (None: purged), which must be
+        the very text its digest covers (`toolgate.store.chain.verify_chain`)."""
+        with self._db.transaction(write=False) as tx:
+            rows = tx.execute(
+                "SELECT e.*, p.detail AS payload FROM audit_events e"
+                " LEFT JOIN audit_payloads p ON p.event_id = e.event_id ORDER BY e.seq"
+            )
+        return [(_audit(r), r["payload"]) for r in rows]
 
     def events(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from toolgate.canonical import digest
+from toolgate.canonical import sha256_hex
 from toolgate.store.audit_records import GENESIS_HASH, AuditEvent, audit_hash, audit_row_content
 from toolgate.store.base import Store
 from toolgate.store.record_versions import EVENT, VersionedRow
@@ -25,14 +25,23 @@ class ChainReport:
     first_bad_seq: int | None = None
     first_bad_event_id: str | None = None
     reason: str = ""
+    head_seq: int = 0
+    """The sequence number of the last event walked (0: none), for the operator to keep."""
+    head_hash: str = GENESIS_HASH
+    """Its hash: with ``head_seq``, the head a later verify is given (``expect_head``)."""
 
 
-def verify_chain(store: Store) -> ChainReport:
-    """Recompute every hash in sequence order; name the first event that does not fit."""
+def verify_chain(store: Store, *, expect_head: tuple[int, str] | None = None) -> ChainReport:
+    """Recompute every hash in sequence order; name the first event that does not fit.
+
+    A chain whose newest events were cut off still links whole, so the database alone cannot
+    show it: ``expect_head`` is a head an earlier verify reported (``head_seq``, ``head_hash``),
+    kept outside the database by the operator; the chain must still hold that very event."""
     previous = GENESIS_HASH
     last_seq = 0
-    events = store.audit.events()
-    for event in events:
+    chain = store.audit.with_payloads()
+    events = [event for event, _ in chain]
+    for event, payload in chain:
         row = dataclasses.asdict(event)
         problem = ""
         if event.seq <= last_seq:
@@ -41,7 +50,9 @@ def verify_chain(store: Store) -> ChainReport:
             problem = "previous-hash link broken (an event before it was removed, reordered or forged)"
         elif audit_hash(audit_row_content(row), event.prev_hash, store.keys.key("audit-chain")) != event.hash:
             problem = "content does not match its hash (modified)"
-        elif event.detail_sha256 and event.payload_retained and digest(event.detail) != event.detail_sha256:
+        elif event.detail_sha256 and payload is not None and sha256_hex(payload) != event.detail_sha256:
+            # the stored text itself, not what it parses to: another key order, number form or a
+            # duplicate key reads back as the same detail here, and differently elsewhere
             problem = "payload does not match the digest in the chain (modified)"
         if problem:
             return ChainReport(
@@ -52,7 +63,20 @@ def verify_chain(store: Store) -> ChainReport:
                 reason=problem,
             )
         previous, last_seq = event.hash, event.seq
-    return ChainReport(events=len(events), ok=True)
+    if expect_head is not None and expect_head != (0, GENESIS_HASH):
+        seq, expected = expect_head
+        held = next((event for event in events if event.seq == seq), None)
+        if held is None or held.hash != expected:
+            return ChainReport(
+                events=len(events),
+                ok=False,
+                first_bad_seq=seq,
+                first_bad_event_id=held.event_id if held else None,
+                reason="the head recorded earlier is gone (events at the chain's end were removed)"
+                if held is None
+                else "differs from the head recorded earlier (the chain was rewritten)",
+            )
+    return ChainReport(events=len(events), ok=True, head_seq=last_seq, head_hash=previous)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -140,3 +140,18 @@ def test_retention_needs_an_all_tenant_auditor_and_names_them(
     assert kv_lines(applied.stdout)[0]["tamper_check"] == "PASS"
     [(result, actor, detail)] = _events(store, "audit.retention_applied")
     assert (result, actor, detail["older_than_days"]) == ("applied", Auditor(store, "x").actor("otto"), 0.0)
+
+
+def test_adding_a_user_id_that_exists_is_refused_and_audited(env_and_store: tuple[dict[str, str], Store]) -> None:
+    """An administrator's add of a user id that exists (of their tenant or another's: user ids
+    are one namespace) is a refusal like the others: exit 2, ``exists``, audited with its actor,
+    the existing row untouched."""
+    env, store = env_and_store
+    before = store.identities.get("gina")
+    refused = toolgate(
+        ["identities", "add", "gina", "--tenant", "acme", "--roles", "finance", "--as", "ivy"], env, check=False
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith("error=exists "), refused.stderr
+    assert store.identities.get("gina") == before
+    last = [e for e in store.audit.events() if e.event == "identity.refused"][-1]
+    assert (last.code, last.actor_id) == ("exists", Auditor(store, "x").actor("ivy"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from langgraph.types import Command
-from support import Harness, cli_env, open_test_store, principal, start, toolgate
+from support import Harness, cli_env, kv_lines, open_test_store, principal, start, toolgate
 
 from toolgate.errors import IdentityError
 from toolgate.graph.review.decisions import decide
@@ -245,6 +245,31 @@ def test_the_chain_verifies_with_old_rows_and_a_changed_tenant_breaks_it(world: 
         tx.execute("UPDATE audit_events SET tenant_id = 'globex' WHERE seq = ?", (target.seq,))
         tx.execute("UPDATE audit_events SET tenant_id = 'acme' WHERE seq = ?", (legacy.seq,))
     assert verify_chain(world.store).first_bad_seq == legacy.seq  # giving an old row a tenant breaks it too
+
+
+def test_verify_prints_the_head_and_fails_on_a_chain_cut_off_after_it(world: World) -> None:
+    """The head one verify prints, given to the next, shows that the newest events were cut off
+    (the rest of the chain still links, and verify alone passes)."""
+    first = kv_lines(toolgate(["audit", "verify", "--as", "otto"], world.env).stdout)[-1]
+    seq, head_hash = first["head"].split(":")
+    events = world.store.audit.events()
+    assert [e.hash for e in events if e.seq == int(seq)] == [head_hash]
+    assert [e.event for e in events if e.seq > int(seq)] == ["audit.read"]  # the verify's own, after it
+    again = toolgate(["audit", "verify", "--as", "otto", "--expect-head", first["head"]], world.env)
+    assert kv_lines(again.stdout)[-1]["tamper_check"] == "PASS"
+    with world.store.transaction() as tx:  # an attacker with database access cuts off the newest events
+        if isinstance(world.store, PostgresStore):
+            tx.execute("ALTER TABLE audit_events DISABLE TRIGGER USER")
+        else:
+            tx.execute("DROP TRIGGER audit_no_delete")
+        tx.execute("DELETE FROM audit_events WHERE seq >= ?", (int(seq) - 2,))
+    assert kv_lines(toolgate(["audit", "verify", "--as", "otto"], world.env).stdout)[-1]["chain"] == "PASS"
+    cut = toolgate(["audit", "verify", "--as", "otto", "--expect-head", first["head"]], world.env, check=False)
+    verdict = kv_lines(cut.stdout)[-1]
+    assert cut.returncode == 1
+    assert (verdict["tamper_check"], verdict["chain"], verdict["first_bad_seq"]) == ("FAIL", "FAIL", seq)
+    malformed = toolgate(["audit", "verify", "--as", "otto", "--expect-head", "7"], world.env, check=False)
+    assert malformed.returncode == 2 and "SEQ:HASH" in malformed.stderr
 
 
 def test_the_store_sets_the_tenant_from_its_own_records(store: Store) -> None:

@@ -186,3 +186,73 @@ def test_planted_secrets_reach_no_audit_row_checkpoint_or_model_message(
     raw = checkpoint_bytes(pg_url, tmp_path)
     assert b"Mixer" in raw and b"REDACTED" in raw  # the scan sees the stored messages
     assert not [s for s in planted if s.encode() in raw]
+
+
+PAYLOAD_REWRITES = {
+    # each parses to the payload the chain's digest covers, or to nothing at all
+    "key order": '{"n":2,"a":"x"}',
+    "number form": '{"a":"x","n":2.0}',
+    "duplicate key": '{"a":"x","n":99,"n":2}',
+    "whitespace": '{"a": "x", "n": 2}',
+    "not JSON": "{'a': 'x', 'n': 2}",
+    "NaN": '{"a":"x","n":NaN}',
+    "not an object": '["x", 2]',
+}
+
+
+@pytest.mark.parametrize("rewrite", PAYLOAD_REWRITES)
+def test_a_payload_rewritten_in_any_way_fails_verify_and_leaves_the_log_readable(
+    store: Store, rewrite: str
+) -> None:
+    """The payload table is the text the chain's digest covers, byte for byte: a rewrite that
+    reads back as the same detail (another key order, number form, a duplicate key a first-wins
+    reader sees instead) is tampering all the same, and one that does not parse is named too,
+    without breaking verify or any reader of the log."""
+    stored = [
+        store.audit.append(AuditEventIn(event="call.accepted", result="allowed", detail={"a": "x", "n": n}))
+        for n in range(4)
+    ]
+    assert verify_chain(store).ok
+    with store.transaction() as tx:
+        tx.execute(
+            "UPDATE audit_payloads SET detail = ? WHERE event_id = ?",
+            (PAYLOAD_REWRITES[rewrite], stored[2].event_id),
+        )
+    report = verify_chain(store)
+    assert (report.ok, report.first_bad_seq, report.events) == (False, stored[2].seq, 4)
+    assert report.reason == "payload does not match the digest in the chain (modified)"
+    assert [e.seq for e in store.audit.events()] == [e.seq for e in stored]
+
+
+def test_a_tail_cut_off_fails_verify_against_the_head_recorded_earlier(store: Store) -> None:
+    """Removing the newest events leaves a chain whose every link holds: no walk of the database
+    alone can tell. The head a verify reported (sequence and hash, kept by the operator outside
+    the database) is what shows it: verify given that head fails when its event is gone or
+    differs, and passes while the chain still holds it, however much was appended since."""
+    stored = [
+        store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id=f"c{n}"))
+        for n in range(6)
+    ]
+    report = verify_chain(store)
+    assert report.ok and (report.head_seq, report.head_hash) == (stored[-1].seq, stored[-1].hash)
+    head = (report.head_seq, report.head_hash)
+    store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id="later"))
+    assert verify_chain(store, expect_head=head).ok
+    assert verify_chain(store, expect_head=(0, "0" * 64)).ok  # the empty chain's head: nothing to miss
+    bypass_guards(store)
+    with store.transaction() as tx:  # the newest events (the recorded head among them) cut off
+        tx.execute("DELETE FROM audit_events WHERE seq >= ?", (stored[4].seq,))
+    assert verify_chain(store).ok  # the rest still links
+    cut = verify_chain(store, expect_head=head)
+    assert (cut.ok, cut.first_bad_seq, cut.first_bad_event_id) == (False, stored[-1].seq, None)
+    assert cut.reason == "the head recorded earlier is gone (events at the chain's end were removed)"
+    store.audit.append(AuditEventIn(event="call.accepted", result="allowed", call_id="after the cut"))
+    again = verify_chain(store, expect_head=head)  # appending after the cut hides nothing
+    assert (again.ok, again.first_bad_seq) == (False, stored[-1].seq)
+    forged = verify_chain(store, expect_head=(stored[2].seq, "f" * 64))
+    assert (forged.ok, forged.first_bad_seq, forged.first_bad_event_id) == (
+        False,
+        stored[2].seq,
+        stored[2].event_id,
+    )
+    assert forged.reason == "differs from the head recorded earlier (the chain was rewritten)"

@@ -87,6 +87,32 @@ def test_every_failed_authentication_is_refused_and_audited(
     assert exc.value.code == code and refused(harness, code) == 1
 
 
+def test_a_failed_sign_in_names_the_claimed_person_but_never_as_its_actor(harness: Harness) -> None:
+    """Anyone may name fiona with a wrong token: the refusal records whom they claimed to be
+    (``detail.claimed``, a keyed hash), not fiona as the one who acted, so nobody can append
+    events that say fiona did something. Only a token that was fiona's makes her the actor (a
+    revoked identity signing in with its own token)."""
+    people = directory(harness)
+    actor = harness.gateway().auditor.actor
+    for token in ("wrong-token", None):
+        with pytest.raises(IdentityError):
+            people.authenticate("fiona", token)
+    nora_token = people.add(NEWBIE, by=None)
+    people.revoke("nora", by=None)
+    with pytest.raises(IdentityError):
+        people.authenticate("nora", nora_token)
+    refusals = [
+        (e.code, e.actor_id, e.detail.get("claimed"))
+        for e in harness.store.audit.events()
+        if e.event == "identity.refused"
+    ]
+    assert refusals == [
+        ("authentication_failed", None, actor("fiona")),
+        ("missing_token", None, actor("fiona")),
+        ("revoked", actor("nora"), actor("nora")),
+    ]
+
+
 def test_administrators_act_only_in_their_own_tenant(harness: Harness) -> None:
     people = directory(harness)
     with pytest.raises(IdentityError) as not_admin:
@@ -102,6 +128,56 @@ def test_administrators_act_only_in_their_own_tenant(harness: Harness) -> None:
     assert people.active("gina", "globex") is not None
     assert {r.user_id for r in people.visible_to(principal("ivy"))} >= {"fiona", "rita"}
     assert "gina" not in {r.user_id for r in people.visible_to(principal("ivy"))}
+
+
+@pytest.mark.parametrize("action", ["revoke", "rotate_token", "change_roles"])
+def test_managing_an_identity_is_refused_alike_for_a_missing_one_and_every_refusal_is_audited(
+    harness: Harness, action: str
+) -> None:
+    """A person without the admin role learns nothing from the answer (whether a user id exists
+    in any tenant: ``not_admin`` for every target), and an administrator's attempt on a user id
+    that does not exist is a refusal like the others: audited, naming who tried."""
+    people = directory(harness)
+
+    def attempt(user_id: str, by: str) -> str:
+        act = getattr(people, action)
+        with pytest.raises(IdentityError) as exc:
+            if action == "change_roles":
+                act(user_id, roles=frozenset({"admin"}), scopes=None, by=principal(by))
+            else:
+                act(user_id, by=principal(by))
+        return exc.value.code
+
+    before = harness.store.audit.events()[-1].seq
+    codes = [attempt("gina", "rita"), attempt("no-such-user", "rita"), attempt("no-such-user", "ivy")]
+    assert codes == ["not_admin", "not_admin", "unknown_identity"]
+    refusals = [
+        (e.event, e.code, e.actor_id) for e in harness.store.audit.events() if e.seq > before
+    ]
+    actor = harness.gateway().auditor.actor
+    assert refusals == [
+        ("identity.refused", "not_admin", actor("rita")),
+        ("identity.refused", "not_admin", actor("rita")),
+        ("identity.refused", "unknown_identity", actor("ivy")),
+    ]
+    assert people.active("gina", "globex") is not None
+
+
+def test_the_token_of_an_all_tenant_auditor_is_rotated_only_by_a_holder_of_that_role(harness: Harness) -> None:
+    """A new token is shown to the administrator who asked for it: rotating the token of otto,
+    who reads every tenant's evidence (``auditor:all``), hands that reading to the administrator,
+    which only a holder may grant (`IdentityDirectory.add`). Refused ``cross_tenant``, audited,
+    the old token still otto's."""
+    people = directory(harness)
+    sid = Principal(user_id="sid", tenant_id="toolgate-staff", roles=frozenset({"admin"}))
+    people.add(sid, by=None)
+    with pytest.raises(IdentityError) as rekeyed:
+        people.rotate_token("otto", by=sid)
+    assert rekeyed.value.code == "cross_tenant" and refused(harness, "cross_tenant") == 1
+    assert people.authenticate("otto", demo_token("otto")).user_id == "otto"
+    holder = Principal(user_id="hal", tenant_id="toolgate-staff", roles=frozenset({"admin", "auditor:all"}))
+    people.add(holder, by=None)
+    assert people.rotate_token("otto", by=holder).startswith("tg_")
 
 
 def test_a_row_promoted_with_database_access_alone_cannot_act(harness: Harness) -> None:

@@ -185,6 +185,38 @@ def test_an_unmapped_fault_or_an_unreadable_answer_is_an_unknown_outcome(legacy:
     assert isinstance(unknown.value, TimeoutError) and "reconcile" in str(unknown.value)
 
 
+def _entity_answer(tmp_path: Any, kind: str) -> bytes:
+    """A 200 answer whose result field is an XML entity: ten levels of tenfold expansion (a
+    billion "lol"s), or a file on this host (the external entity a hostile service names)."""
+    if kind == "billion laughs":
+        levels = '<!ENTITY lol0 "lol">' + "".join(
+            f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)
+        )
+        dtd, use = f"<!DOCTYPE e [{levels}]>", "&lol9;"
+    else:
+        secret = tmp_path / "host-secret.txt"
+        secret.write_text("HOST-SECRET-0042", encoding="utf-8")
+        dtd, use = f'<!DOCTYPE e [<!ENTITY x SYSTEM "file://{secret}">]>', "&x;"
+    return (
+        f'<?xml version="1.0"?>{dtd}<soap:Envelope xmlns:soap="{SOAP_ENV}"><soap:Body>'
+        f"<m:IssueRefundResponse xmlns:m=\"urn:x\"><m:refund_id>{use}</m:refund_id>"
+        "</m:IssueRefundResponse></soap:Body></soap:Envelope>"
+    ).encode()
+
+
+@pytest.mark.parametrize("kind", ["billion laughs", "external entity"])
+def test_an_answer_with_an_entity_expansion_or_an_external_entity_is_never_expanded(
+    legacy: Any, tmp_path: Any, kind: str
+) -> None:
+    """A hostile service's entities are not expanded (the parser's amplification limit) nor
+    fetched (no external entity is resolved): the answer is unreadable, an unknown outcome to
+    reconcile, and nothing of the host's files reaches the result or the message."""
+    service = legacy((200, _entity_answer(tmp_path, kind)))
+    with pytest.raises(SoapOutcomeUnknown) as unknown:
+        client_for(service).call("IssueRefund", {"order_id": "O-5512"})
+    assert "unreadable answer" in str(unknown.value) and "HOST-SECRET" not in str(unknown.value)
+
+
 def test_no_answer_in_time_is_an_unknown_outcome(legacy: Any) -> None:
     service = legacy((200, ok_body("R-78")), hold=True)
     with pytest.raises(SoapOutcomeUnknown, match="no answer"):

@@ -342,6 +342,40 @@ def test_only_someone_reviewing_for_a_tenant_may_grant_its_review(harness: Harne
     assert events == [("identity.refused", "cross_tenant")]
 
 
+def test_a_staff_reviewers_token_and_roles_change_only_by_someone_reviewing_for_their_tenants(
+    harness: Harness,
+) -> None:
+    """A staff reviewer's roles and token carry the review of other tenants (stella reviews for
+    acme): their own tenant's administrator who does not review for acme may not re-role them
+    (more approval power in acme) or re-key them (the new token, shown to that administrator, is
+    acme's review), as they may not grant acme's review in the first place; taking a role away
+    or revoking only takes power away and stays theirs. Refusals audited, the row unchanged."""
+    auditor = harness.gateway().auditor
+    directory = IdentityDirectory(harness.store, auditor)
+    staff_admin = Principal(user_id="sid", tenant_id="toolgate-staff", roles=frozenset({"admin"}))
+    directory.add(staff_admin, by=None)
+    before = harness.store.identities.get("stella")
+    with pytest.raises(IdentityError) as rekeyed:
+        directory.rotate_token("stella", by=staff_admin)
+    with pytest.raises(IdentityError) as reroled:
+        directory.change_roles("stella", roles=frozenset({"finance", "operator"}), scopes=None, by=staff_admin)
+    assert (rekeyed.value.code, reroled.value.code) == ("cross_tenant", "cross_tenant")
+    assert harness.store.identities.get("stella") == before
+    refused = [(e.code, e.actor_id) for e in harness.store.audit.events() if e.event == "identity.refused"]
+    assert refused == [("cross_tenant", auditor.actor("sid"))] * 2
+    acme_staff_admin = Principal(
+        user_id="sue",
+        tenant_id="toolgate-staff",
+        roles=frozenset({"admin"}),
+        review_tenants=frozenset({"acme"}),
+    )
+    directory.add(acme_staff_admin, by=None)
+    assert directory.rotate_token("stella", by=acme_staff_admin).startswith("tg_")
+    narrowed = directory.change_roles("stella", roles=frozenset({"support"}), scopes=None, by=staff_admin)
+    assert narrowed.roles == ("support",)  # taking a role away widens nothing
+    assert directory.revoke("stella", by=staff_admin).status == "revoked"
+
+
 def test_a_review_grant_written_into_the_row_directly_does_not_count(harness: Harness) -> None:
     """Database access alone cannot make a reviewer staff: the row's MAC covers its grants."""
     with harness.store.transaction() as tx:

@@ -2118,6 +2118,19 @@ def test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain(store: St
     assert store.audit.purge_payloads(new.occurred_at) == 0
 
 
+def test_audit_with_payloads_gives_every_event_with_the_text_its_digest_covers(store: Store) -> None:
+    old = store.audit.append(event("old", detail={"b": 1, "a": "x"}))
+    new = store.audit.append(event("new", detail={"n": 2}))
+    before = snapshot(store)
+    assert store.audit.with_payloads() == [(old, '{"a":"x","b":1}'), (new, '{"n":2}')]
+    assert [digest(e.detail) for e, _ in store.audit.with_payloads()] == [old.detail_sha256, new.detail_sha256]
+    store.audit.purge_payloads(new.occurred_at)
+    [(purged, text), (kept, kept_text)] = store.audit.with_payloads()
+    assert (purged.event_id, purged.payload_retained, text) == (old.event_id, False, None)
+    assert (kept, kept_text) == (new, '{"n":2}')
+    assert snapshot(store)["audit_events"] == before["audit_events"]  # reading changes nothing
+
+
 def test_audit_events_match_any_filter_in_chain_order(store: Store) -> None:
     a = store.audit.append(event("a", operation_key="op_1"))
     b = store.audit.append(event("b", proposal_id="prop_1"))
@@ -2381,6 +2394,7 @@ CONTRACT: dict[str, tuple[Callable[..., None], ...]] = {
     "audit.latest": (test_latest_audit_event_is_the_most_recent_of_a_name,),
     "audit.purge_payloads": (test_purge_audit_payloads_deletes_old_payloads_and_keeps_the_chain,),
     "audit.events": (test_audit_events_match_any_filter_in_chain_order,),
+    "audit.with_payloads": (test_audit_with_payloads_gives_every_event_with_the_text_its_digest_covers,),
     "waits.open": (test_open_wait_schedules_by_the_store_clock_and_returns_an_existing_wait_unchanged,),
     "waits.get": (test_get_wait_verifies_the_row_mac_and_a_foreign_key_reads_it_unverified,),
     "waits.due": (test_due_waits_are_judged_by_the_store_clock_oldest_first,),

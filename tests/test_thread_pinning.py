@@ -29,6 +29,7 @@ from toolgate.graph.state import gateway_state
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.releases.migrate import migrate_thread
+from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.thread_releases import ThreadReleases
@@ -181,7 +182,8 @@ def test_a_thread_pinned_to_a_release_this_process_cannot_load_stops_then_migrat
     before, moved = migrate_thread(two.control(), admin(two), "t-gone", A, thread_status=status_of(graph))
     assert (before, moved.release, moved.version, moved.changed_by) == (GONE, A, 3, "ivy")
     [migrated] = audit_events(store, "release.thread_migrated")
-    assert migrated.detail == {"from": GONE, "to": A, "by": "ivy", "version": 3}
+    assert migrated.detail == {"from": GONE, "to": A, "version": 3}  # who: its actor, a keyed hash
+    assert migrated.actor_id == Auditor(store, A).actor("ivy") and "ivy" not in str(migrated.detail)
     assert (migrated.thread_id, migrated.tool_release, migrated.tenant_id) == ("t-gone", A, "acme")
     state = run(graph, "once more?", "sam", "t-gone")
     assert state["status"] == "done" and state["release"] == A and len(model_a.requests) == 2

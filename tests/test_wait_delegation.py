@@ -25,6 +25,7 @@ from langgraph.types import Command
 from support import TEST_KEY, principal, shift_store_clock, tool_messages
 from wait_support import WaitWorld
 
+from toolgate.errors import ToolExecutionError
 from toolgate.graph import Context
 from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.review.decisions import decide
@@ -36,6 +37,7 @@ from toolgate.graph.waits.delegation import (
     wait_key,
 )
 from toolgate.graph.waits.progress import WaitPass
+from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
 from toolgate.store.waits import WaitIn, WaitRecord
 from toolgate.tools import Registry
@@ -422,3 +424,50 @@ def test_a_tenants_own_status_tool_is_the_one_the_worker_runs_with_its_declared_
     assert world.seen == [{"reports_token": LEE_TOKEN}]  # acme's implementation ran, as Lee
     assert world.counter.calls["check_job_status"] == 1
     assert (world.wait().state, world.wait().outcome) == ("resumed", "done") and sealed_rows(store) == []
+
+
+def test_a_tenants_own_status_tool_failing_counts_against_its_own_breaker_not_the_shared_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant's own implementation is its own dependency (`Registry.breaker_key`): its status
+    checks failing must not open the breaker every other tenant's checks of the shared one pass."""
+    world = OverriddenWaitWorld(store, monkeypatch)
+    own = world.registry.overrides["acme"]["check_job_status"]
+
+    def down(args: Any, ctx: HandlerContext) -> Any:
+        raise ToolExecutionError("server_error", "acme's own reports service is down", retryable=True)
+
+    world.registry.overrides["acme"]["check_job_status"] = replace(own, handler=down)
+    graph = world.graph()
+    world.propose(graph, {"reports_token": LEE_TOKEN})
+    assert world.resume(graph, reviewer())["status"] == "waiting"
+    world.advance(60)
+    assert world.wait_pass(graph)() == 1
+    assert world.wait().last_status == "error:server_error"
+    shared, acme = store.breakers.row("check_job_status"), store.breakers.row("check_job_status@acme")
+    assert shared is None or shared.failures == 0
+    assert acme is not None and acme.failures == 1
+
+
+def test_a_requester_revoked_while_waiting_has_their_sealed_token_used_no_more(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoking a person stops toolgate acting as them: the status checks of a job they started
+    no longer run with their sealed token (``requester_inactive``, audited, the handler never
+    runs); the wait ends refused at once and the seal goes."""
+    world, graph, row = started(store, monkeypatch)
+    world.advance(60)
+    assert world.wait_pass(graph)() == 1 and world.seen == [{"reports_token": LEE_TOKEN}]
+    IdentityDirectory(store).revoke("lee", by=None)
+    world.advance(60)
+    assert world.wait_pass(graph)() == 1
+    assert world.seen == [{"reports_token": LEE_TOKEN}] and world.counter.calls["check_job_status"] == 1
+    (refused,) = refusals(store)
+    assert (refused.code, refused.operation_key, refused.tenant_id) == (
+        "requester_inactive",
+        row.operation_key,
+        "acme",
+    )
+    ended = world.wait()
+    assert (ended.state, ended.outcome, ended.last_status) == ("resumed", "refused", "error:requester_inactive")
+    assert sealed_rows(store) == []

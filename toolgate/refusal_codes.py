@@ -253,7 +253,8 @@ CATALOG: tuple[CodeEntry, ...] = (
         ),
         _Row(
             "requester_inactive", "delivery", False,
-            "The approved write's requester is no longer an active identity of its tenant; it does not run.",
+            "The approved write's requester is no longer an active identity of its tenant; it does not run"
+            " (nor does a status check of their waited job with their sealed credentials).",
             "tests/test_identities.py",
         ),
         _Row(

@@ -25,6 +25,7 @@ from toolgate.canonical import canonical_json
 from toolgate.clock import parse_iso
 from toolgate.graph.delivery.delegation import DelegationRefused, open_text, seal_text
 from toolgate.graph.delivery.handler_scope import declared
+from toolgate.policy.identities import active_in
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -175,8 +176,14 @@ def _pending(store: Store, auditor: Auditor, row: WaitRecord, proposal: Proposal
 
 def open_for_wait(store: Store, row: WaitRecord) -> dict[str, str]:
     """The credentials sealed for the wait ``row`` (a verified row); `DelegationRefused` when
-    there are none (``delegation_missing``), they do not open or belong to another wait
+    the requesting user is no longer an active identity of the wait's tenant
+    (``requester_inactive``: revoking a person ends toolgate acting as them), when there are
+    none (``delegation_missing``), they do not open or belong to another wait
     (``delegation_invalid``), or they expired with the wait (``delegation_expired``)."""
+    if active_in(store.identities.get(row.user_id), row.tenant_id) is None:
+        raise DelegationRefused(
+            "requester_inactive", "the requesting user is no longer an active identity of the tenant"
+        )
     record = store.delegations.get(wait_key(row.operation_key))
     if record is None:
         raise DelegationRefused(

@@ -66,7 +66,8 @@ def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any]
     access = HandlerAccess(spec.name)  # a status tool reads: it never writes
     try:
         args = spec.handler_arguments(spec.parse_arguments({wait.argument: row.job_ref}))
-        raw = executor.breakers.get(spec.name).call(
+        breaker = executor.breakers.get(executor.registry.breaker_key(row.status_tool, row.tenant_id))
+        raw = breaker.call(
             loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx, access=access
         )
         data = sanitize_result(raw, spec.result_model)

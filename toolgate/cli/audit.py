@@ -107,19 +107,42 @@ def _in_scope(store: Store, scope: AuditScope) -> tuple[set[str], set[str], set[
     return approvals, identities, proposals
 
 
+def _head(text: str | None) -> tuple[int, str] | None:
+    """``SEQ:HASH`` (a ``head=`` an earlier verify printed) as a head to expect, or None."""
+    if text is None:
+        return None
+    seq, _, hash_ = text.partition(":")
+    if not seq.isdigit() or len(hash_) != 64:
+        raise typer.BadParameter("give the head as SEQ:HASH, as an earlier verify printed it (head=...)")
+    return int(seq), hash_
+
+
 @audit_app.command("verify")
-def audit_verify(as_user: AsAuditor = None) -> None:
+def audit_verify(
+    as_user: AsAuditor = None,
+    expect_head: Annotated[
+        str | None,
+        typer.Option(
+            "--expect-head",
+            help="SEQ:HASH: the head an earlier verify printed (kept outside the database); fail when"
+            " the chain no longer holds that event (its newest events were cut off, or rewritten).",
+        ),
+    ] = None,
+) -> None:
     """Recompute the whole hash chain and every proposal, approval and identity MAC, and judge every
     release-control, pin and identity row against the latest version the chain bound; name what
     does not fit.
 
     The chain is one for every tenant and is checked whole; the approvals, identities and replayed
     rows counted and named are those of the auditor's tenants (release-control rows are
-    process-level: all-tenant auditors see them). Writes nothing but its own ``audit.read``."""
+    process-level: all-tenant auditors see them). Writes nothing but its own ``audit.read``.
+    Prints the chain's head (``head=SEQ:HASH``): a chain cut off at its end still links, so keep
+    the head outside the database and give it to the next verify (``--expect-head``)."""
+    expected = _head(expect_head)
     application = closed_at_exit(open_for_audit())
     scope = authenticate_auditor(application, as_user, "verify")
     store = application.store
-    report = verify_chain(store)
+    report = verify_chain(store, expect_head=expected)
     records = verify_records(store)
     versions = verify_versions(store)
     replayed = [r.describe() for r in versions.replayed if scope.covers(r.tenant_id)]
@@ -132,7 +155,7 @@ def audit_verify(as_user: AsAuditor = None) -> None:
     # one verdict: anything forged or replayed fails it, however whole the chain is (a line that
     # said PASS beside a forged approval read as a pass to anything that greps its first verdict)
     chain = (
-        {"chain": "PASS"}
+        {"chain": "PASS", "head": f"{report.head_seq}:{report.head_hash}"}
         if report.ok
         else {
             "chain": "FAIL",

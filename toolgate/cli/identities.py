@@ -65,7 +65,10 @@ def identities_add(
         review_tenants=_split(review_tenants) - {tenant},
     )
     token = application.gateway.directory.add(principal, by=admin)
-    if token is None:
+    if token is None:  # refused like any other: audited with who asked
+        application.gateway.auditor.record(
+            "identity.refused", "refused", user_id=admin.user_id if admin else None, code="exists"
+        )
         raise IdentityError(f"identity {user_id!r} already exists", code="exists")
     kv(identity=user_id, tenant=tenant, roles=",".join(sorted(principal.roles)) or "-", token=token)
 

@@ -5,8 +5,9 @@ it is this change, made by an authenticated person holding a role in `RELEASE_RO
 thread's own tenant (the tenant of the person whose first turn pinned it). The target must load
 and verify against its reviewed manifest now; a finished thread (nothing pending, status
 ``done`` or ``refused``) is not moved. The change is one conditional write of the MAC-bound pin
-and one ``release.thread_migrated`` audit event with the actor, ``from`` and ``to``; every
-refusal changes nothing and is audited as ``release.refused`` with a stable code
+and one ``release.thread_migrated`` audit event with the actor (its keyed hash, as every actor
+in the log), ``from`` and ``to``; every refusal changes nothing and is audited as
+``release.refused`` with a stable code
 (``unknown_thread``, ``thread_pin_tampered``, ``other_tenant``, ``thread_finished``,
 ``same_release``, ``unknown_release``, ``bundle_unverified``, ``state_changed``).
 """
@@ -65,7 +66,7 @@ def migrate_thread(
             user_id=actor.user_id,
             thread_id=thread,
             tenant_id=pin.tenant_id or None,
-            detail={"from": pin.release, "to": to, "by": actor.user_id, "version": moved.version},
+            detail={"from": pin.release, "to": to, "version": moved.version},  # who: the actor id
         )
         return pin.release, moved
 
