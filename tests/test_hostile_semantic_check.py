@@ -50,15 +50,21 @@ def released() -> Iterator[threading.Event]:
 def _refund_with_check(harness: Harness, check: Callable[[Any, Any], Any]) -> dict[str, Any]:
     """Ada's refund (``c-refund``) and her order's lookup (``c-order``) in one turn, with ``check``
     as the refund's semantic check; the thread's final state."""
+    return _refund_turn(harness, semantic_check=check)
+
+
+def _refund_turn(harness: Harness, refund_args: dict[str, Any] = REFUND, **changed: Any) -> dict[str, Any]:
+    """Ada's refund (``c-refund``, ``refund_args``) and her order's lookup (``c-order``) in one
+    turn, the refund tool ``changed`` (`dataclasses.replace`); the thread's final state."""
     refund = harness.registry.tools["issue_refund"]
     harness.registry = replace(
-        harness.registry, tools={**harness.registry.tools, refund.name: replace(refund, semantic_check=check)}
+        harness.registry, tools={**harness.registry.tools, refund.name: replace(refund, **changed)}
     )
     model = ScriptedChatModel(
         responses=[
             ai(
                 "",
-                tool_call("issue_refund", REFUND, "c-refund"),
+                tool_call("issue_refund", refund_args, "c-refund"),
                 tool_call("lookup_order", {"order_id": "O-5512"}, "c-order"),
             ),
             ai("done"),
@@ -141,20 +147,7 @@ def test_an_argument_model_whose_validator_raises_refuses_its_call_only(harness:
                 raise RuntimeError(f"reason table unreachable ({PLANTED})")
             return value
 
-    harness.registry = replace(
-        harness.registry, tools={**harness.registry.tools, refund.name: replace(refund, args_model=TrippedArgs)}
-    )
-    model = ScriptedChatModel(
-        responses=[
-            ai(
-                "",
-                tool_call("issue_refund", {**REFUND, "reason": "other"}, "c-refund"),
-                tool_call("lookup_order", {"order_id": "O-5512"}, "c-order"),
-            ),
-            ai("done"),
-        ]
-    )
-    state = start(harness.graph(model), "refund O-5512", "cust-ada", "t-validator")
+    state = _refund_turn(harness, {**REFUND, "reason": "other"}, args_model=TrippedArgs)
     _refused_alone(harness, state)
 
 
