@@ -19,6 +19,7 @@ are token buckets held by that integration's client.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -80,7 +81,9 @@ class InboundRateLimiter:
     ) -> list[tuple[str, RateLimit]]:
         limits = self.limits
         windows: list[tuple[str, RateLimit | None]] = [
-            (f"pt:{principal.tenant_id}:{principal.user_id}:{tool}", limits.per_principal_tool),
+            # its parts as a JSON list: joined with ":", tenant "acme:ada" and user "x" shared the
+            # bucket of tenant "acme" and user "ada:x" (ids may hold any character)
+            ("pt:" + json.dumps([principal.tenant_id, principal.user_id, tool]), limits.per_principal_tool),
             # the tool's own limit (its spec's ``rate_limit``): every principal of every tenant
             (
                 f"tool:{tool}",

@@ -117,3 +117,14 @@ def test_a_share_ends_with_its_window_on_the_store_clock_whatever_the_process_cl
         assert limiter.check(ADA, "lookup_order") is None
         assert opened == [True, True]  # a new share, asked of the store
         assert store.counters.value("t:acme", window_s) == 10  # the new window's share
+
+
+def test_principals_whose_ids_join_alike_never_share_a_bucket(store: Store) -> None:
+    """Joined with ":", tenant ``acme:ada`` with user ``x`` and tenant ``acme`` with user ``ada:x``
+    named one principal-tool bucket: one of them spent the other's limit."""
+    limiter = InboundRateLimiter(store, RateLimits(per_principal_tool=RateLimit(limit=1, window_s=WINDOW)))
+    first, second = Principal(user_id="ada:x", tenant_id="acme"), Principal(user_id="x", tenant_id="acme:ada")
+    assert limiter.check(first, "lookup_order") is None
+    assert limiter.check(second, "lookup_order") is None
+    refused = limiter.check(first, "lookup_order")
+    assert refused is not None and refused.code == "rate_limited"
