@@ -35,6 +35,20 @@ def test_a_malformed_body_from_a_signed_in_reviewer_is_audited(rig: Api) -> None
     assert rig.unchanged(facts)
 
 
+def test_a_bad_page_or_a_forged_cursor_from_a_signed_in_reviewer_is_audited(rig: Api) -> None:
+    """A listing refused ``invalid_page`` (a limit out of range, a cursor the store never handed
+    out) is audited as ``api.refused`` like a bad status, where it answered 422 with nothing in
+    the log: a caller probing the cursor's form left no trace."""
+    _, facts = rig.pending("t-bad-page")
+    for query in ("limit=0", "limit=x", "after=not-a-position"):
+        listing = rig.get(f"/toolgate/proposals?{query}", "fiona")
+        assert listing.status_code == 422 and listing.json()["error"] == "invalid_page", query
+    refused = [e for e in rig.store.audit.events() if e.event == "api.refused"]
+    assert [e.code for e in refused] == ["invalid_page"] * 3
+    assert {e.actor_id for e in refused} == {rig.gw.auditor.actor("fiona")}
+    assert rig.unchanged(facts)
+
+
 @pytest.mark.parametrize("route", ["approve", "reject", "edit"])
 def test_a_body_nested_9000_deep_is_invalid_json_audited_never_a_500(rig: Api, route: str) -> None:
     """Python's JSON parser recurses per level: 9,000 brackets raised RecursionError (a 500,

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body read; a decision or an edit is far smaller."""
-BAD_REQUEST = frozenset({"invalid_json", "invalid_body", "invalid_status"})
+BAD_REQUEST = frozenset({"invalid_json", "invalid_body", "invalid_status", "invalid_page"})
 """Codes of requests refused for their shape (422), audited here as ``api.refused``."""
 NO_STORE = {"Cache-Control": "no-store"}
 """Headers of every API answer: none is ever cached."""
