@@ -25,7 +25,10 @@ release ids:
 
 The newest row of a binding is its verdict: a FAIL recorded after a PASS revokes it, also during
 a rollout. A row whose MAC does not verify is never counted and refuses the move
-(``evidence_tampered``). What is required (the dataset, the canary's minimum calls and minutes) is
+(``evidence_tampered``), and so does a deleted row (`toolgate.store.evidence.lost_rows`: a number
+left out of the rows, or fewer gate rows of the candidate than the audit chain's
+``release.gate_recorded`` events for it), since deleting a FAIL would bring back the PASS before
+it. What is required (the dataset, the canary's minimum calls and minutes) is
 the operator's setting (`Requirements.from_settings`), never the candidate's.
 """
 
