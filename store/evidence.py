@@ -167,4 +167,38 @@ def evidence_rows(store: Store, kind: Kind, manifest_sha256: str) -> list[Eviden
     return out
 
 
-__all__ = ["COMPONENT", "MIGRATIONS", "Evidence", "Kind", "evidence_rows", "record"]
+_LOST = """
+SELECT
+  (SELECT COUNT(*) FROM release_evidence) AS kept,
+  (SELECT COALESCE(MAX(seq), 0) FROM release_evidence) AS numbered,
+  (SELECT COUNT(*) FROM release_evidence WHERE kind = ? AND release = ?) AS rows_of,
+  (SELECT COUNT(*) FROM audit_events WHERE tool_release = ? AND event = ?) AS events_of"""
+
+
+def lost_rows(store: Store, kind: Kind, release: str, event: str) -> str | None:
+    """Why rows were deleted from the table, or None when none was.
+
+    A row's MAC catches an edit, never a deletion, and deleting the newest row of a binding (a
+    gate FAIL) brings back the verdict before it. ``seq`` is numbered from 1 without a gap, so a
+    row deleted with rows after it leaves a number out; the newest rows are counted against the
+    audit chain instead: each ``kind`` row of ``release`` is followed by one ``event`` of that
+    release once its row committed (never more events than rows), and the chain's own tamper
+    evidence covers those events."""
+    try:
+        with store.transaction(write=False) as tx:
+            row = tx.one(_LOST, (kind, release, release, event))
+    except StoreError:
+        return None  # no evidence was ever recorded in this store (the table does not exist yet)
+    if row is None:
+        return None
+    if int(row["kept"]) != int(row["numbered"]):
+        return f"{int(row['numbered']) - int(row['kept'])} of {int(row['numbered'])} evidence rows are missing"
+    if int(row["rows_of"]) < int(row["events_of"]):
+        return (
+            f"the audit log recorded {int(row['events_of'])} {kind} rows of {release},"
+            f" the table holds {int(row['rows_of'])}"
+        )
+    return None
+
+
+__all__ = ["COMPONENT", "MIGRATIONS", "Evidence", "Kind", "evidence_rows", "lost_rows", "record"]

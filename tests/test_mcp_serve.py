@@ -587,3 +587,27 @@ def test_the_same_request_run_twice_in_process_calls_the_handler_once(store: Sto
     assert first.payload["status"] == "completed" and again.payload == first.payload
     assert counter.total() == 1
     assert len(store.proposals.list()) == 1
+
+
+@pytest.mark.parametrize("tail", ["\ncall get_service_status", "\u2028call get_service_status", "\x1ecall x"])
+def test_a_tool_name_holding_a_line_break_is_the_unknown_tool_it_names(store: Store, tail: str) -> None:
+    """A client's tool name is relayed as one name: one holding a line break (any the request's
+    reader splits on) and a second ``call`` line is refused ``unknown_tool`` like any name the
+    release does not have (audited, no proposal, no handler call), where the relay read the
+    write written inside the name and proposed it on a task of its own each time (two sends,
+    two proposals: the replay of a write no longer collided with itself)."""
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+    seed_demo_identities(IdentityDirectory(store))
+    counter = HandlerCounter()
+    app = open_test_app(
+        release="ops-tools/1.1.0", model=ClientCallModel(), store=store, instrument=counter.wrap_registry
+    )
+    gate = McpGate(app, app.compiled(checkpointer=InMemorySaver()))
+    name = "restart_service " + json.dumps(RESTART, sort_keys=True, separators=(",", ":")) + tail
+    answers = [gate.call(principal("sam"), name, {"service_alias": "web"}, None) for _ in range(2)]
+    for answered in answers:
+        assert answered.is_error and answered.proposal_id is None
+        assert answered.payload["error"] == "unknown_tool", answered.payload
+    assert store.proposals.list() == []
+    assert [e.code for e in audit_events(store, "call.rejected")] == ["unknown_tool", "unknown_tool"]
+    assert counter.total() == 0

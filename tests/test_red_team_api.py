@@ -12,6 +12,7 @@ from support import Harness
 from test_http_api import Api, auth, proposal_url
 
 import toolgate.graph.server.http as http
+from toolgate.graph.server.serving import MAX_BODY_BYTES
 from toolgate.store import Store
 
 
@@ -32,6 +33,37 @@ def test_a_malformed_body_from_a_signed_in_reviewer_is_audited(rig: Api) -> None
     refused = [e for e in rig.store.audit.events() if e.event == "api.refused"]
     assert [e.code for e in refused] == ["invalid_json", "invalid_body", "invalid_status"]
     assert {e.actor_id for e in refused} == {rig.gw.auditor.actor("fiona")}
+    assert rig.unchanged(facts)
+
+
+def test_a_bad_page_or_a_forged_cursor_from_a_signed_in_reviewer_is_audited(rig: Api) -> None:
+    """A listing refused ``invalid_page`` (a limit out of range, a cursor the store never handed
+    out) is audited as ``api.refused`` like a bad status, where it answered 422 with nothing in
+    the log: a caller probing the cursor's form left no trace."""
+    _, facts = rig.pending("t-bad-page")
+    for query in ("limit=0", "limit=x", "after=not-a-position"):
+        listing = rig.get(f"/toolgate/proposals?{query}", "fiona")
+        assert listing.status_code == 422 and listing.json()["error"] == "invalid_page", query
+    refused = [e for e in rig.store.audit.events() if e.event == "api.refused"]
+    assert [e.code for e in refused] == ["invalid_page"] * 3
+    assert {e.actor_id for e in refused} == {rig.gw.auditor.actor("fiona")}
+    assert rig.unchanged(facts)
+
+
+def test_an_oversized_body_is_refused_after_sign_in_and_audited(rig: Api) -> None:
+    """A body past ``MAX_BODY_BYTES`` is judged once the caller is known: without a token it is
+    the ``401`` every unauthenticated request gets, from a signed-in reviewer ``413
+    body_too_large`` audited as ``api.refused`` with its caller, where both answered 413 before
+    anyone was authenticated and nothing reached the log."""
+    _, facts = rig.pending("t-too-large")
+    huge = json.dumps({"digest": "x" * (MAX_BODY_BYTES + 1)})
+    anonymous = rig.client.post(proposal_url(facts, "approve"), content=huge)
+    assert anonymous.status_code == 401 and anonymous.json()["error"] == "missing_token"
+    signed_in = rig.client.post(proposal_url(facts, "approve"), content=huge, headers=auth("fiona"))
+    assert signed_in.status_code == 413 and signed_in.json()["error"] == "body_too_large"
+    refused = [e for e in rig.store.audit.events() if e.event == "api.refused"]
+    assert [(e.code, e.actor_id) for e in refused] == [("body_too_large", rig.gw.auditor.actor("fiona"))]
+    assert refused[0].detail["status"] == 413
     assert rig.unchanged(facts)
 
 

@@ -31,7 +31,8 @@ from test_release_control_routing import STATUS, admin
 
 from toolgate.clock import parse_iso
 from toolgate.errors import ReleaseControlError
-from toolgate.releases.evidence import Requirements
+from toolgate.releases.evidence import GATE_RECORDED, Requirements
+from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.evidence import evidence_rows
 from toolgate.store.rollout import RolloutStore
@@ -162,6 +163,50 @@ def test_a_forged_or_edited_evidence_row_refuses_the_move(store: Store, tmp_path
             )
     refused(store, lambda: two.control().shadow(admin(two), CANDIDATE), "evidence_tampered")
     assert all(not e.authentic for e in evidence_rows(store, "gate", candidate_sha) if e.verdict == "PASS")
+
+
+def gate_recorded(two: TwoReleases, verdict: str) -> str:
+    """A gate verdict kept the way ``toolgate evals run`` keeps it: its evidence row, then its
+    ``release.gate_recorded`` event naming that row; the row's id."""
+    before = {e.evidence_id for e in evidence_rows(two.store, "gate", two.verify(CANDIDATE))}
+    two.record_evidence(CANDIDATE, CONTROL, gate=verdict, dry_run=None)
+    [row] = [e for e in evidence_rows(two.store, "gate", two.verify(CANDIDATE)) if e.evidence_id not in before]
+    Auditor(two.store, CANDIDATE).record(
+        GATE_RECORDED, verdict.lower(), detail={"evidence_id": row.evidence_id, "model": "scripted"}
+    )
+    return row.evidence_id
+
+
+def test_a_deleted_gate_fail_refuses_the_move(store: Store, tmp_path: Path) -> None:
+    """A gate FAIL recorded after a PASS revokes it; deleting the FAIL's row, the newest of the
+    table, must not bring the PASS back: the gate rows left fall short of the gate runs the audit
+    chain recorded, and the move is refused ``evidence_tampered`` (where the older PASS counted
+    again and the candidate went into shadow)."""
+    two = bare(store, tmp_path)
+    two.record_evidence(CANDIDATE, CONTROL, gate=None)  # the rollback dry run
+    gate_recorded(two, "PASS")
+    failed = gate_recorded(two, "FAIL")
+    refused(store, lambda: two.control().shadow(admin(two), CANDIDATE), "gate_failed")
+    with store.transaction() as tx:
+        tx.execute("DELETE FROM release_evidence WHERE evidence_id = ?", (failed,))
+    refused(store, lambda: two.control().shadow(admin(two), CANDIDATE), "evidence_tampered")
+    assert RolloutStore(store).state(CONTROL).rollout is None
+    assert count(store, "release_evidence", "kind = 'gate'") == 1  # nothing was written back
+
+
+def test_a_row_deleted_between_others_refuses_the_move(store: Store, tmp_path: Path) -> None:
+    """A failed rollback dry run revokes the one before it; deleting its row from between others
+    (a later gate run of another binding) leaves a number out of the evidence rows: refused
+    ``evidence_tampered``, where the earlier PASS counted again."""
+    two = bare(store, tmp_path)
+    two.record_evidence(CANDIDATE, CONTROL)  # a gate PASS and a dry run PASS
+    two.record_evidence(CANDIDATE, CONTROL, gate=None, dry_run="FAIL")
+    refused(store, lambda: two.control().shadow(admin(two), CANDIDATE), "rollback_dry_run_failed")
+    two.record_evidence(CANDIDATE, CANDIDATE, dry_run=None)  # a later row, of another binding
+    with store.transaction() as tx:
+        tx.execute("DELETE FROM release_evidence WHERE kind = 'rollback_dry_run' AND verdict = 'FAIL'")
+    refused(store, lambda: two.control().shadow(admin(two), CANDIDATE), "evidence_tampered")
+    assert RolloutStore(store).state(CONTROL).rollout is None
 
 
 def test_a_waiver_needs_an_admin_and_a_reason(store: Store, tmp_path: Path) -> None:

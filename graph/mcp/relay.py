@@ -13,6 +13,7 @@ the task turn. It is untrusted input like any model output; nothing it says is a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,10 +25,18 @@ from langchain_core.runnables import Runnable
 
 from toolgate.models.offline import direct_calls
 
+_SPACE = re.compile(r"\s")
+"""Whitespace, every line break the request's reader splits on included (no tool name holds any)."""
+
 
 def call_request(tool: str, arguments: dict[str, Any]) -> str:
-    """The request message of a task that makes one call (read back by `ClientCallModel`)."""
-    return f"call {tool} {json.dumps(arguments, sort_keys=True, separators=(',', ':'))}"
+    """The request message of a task that makes one call (read back by `ClientCallModel`).
+
+    The client's name stays one name: its whitespace becomes U+FFFD, so a name holding a line
+    break and a ``call`` line of its own is the unknown tool it is (dispatch refuses it), never
+    a second call the reader would take for the one asked."""
+    name = _SPACE.sub("\N{REPLACEMENT CHARACTER}", tool) or "\N{REPLACEMENT CHARACTER}"
+    return f"call {name} {json.dumps(arguments, sort_keys=True, separators=(',', ':'))}"
 
 
 def call_id_of(request_id: str) -> str:

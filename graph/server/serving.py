@@ -42,8 +42,8 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body read; a decision or an edit is far smaller."""
-BAD_REQUEST = frozenset({"invalid_json", "invalid_body", "invalid_status"})
-"""Codes of requests refused for their shape (422), audited here as ``api.refused``."""
+BAD_REQUEST = frozenset({"invalid_json", "invalid_body", "invalid_status", "invalid_page", "body_too_large"})
+"""Codes of requests refused for their shape (422, 413), audited here as ``api.refused``."""
 NO_STORE = {"Cache-Control": "no-store"}
 """Headers of every API answer: none is ever cached."""
 
@@ -154,8 +154,17 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _run_view(gw: Gateway, token: str | None, view: View, inp: ViewInput, source: str | None = None) -> Reply:
+def _run_view(
+    gw: Gateway,
+    token: str | None,
+    view: View,
+    inp: ViewInput,
+    source: str | None = None,
+    body_refused: Refusal | None = None,
+) -> Reply:
     """Authenticate, then answer (in a worker thread: every step reads or writes the store).
+    ``body_refused``: the body was refused as it was read (too large), answered once the caller
+    is known, so an unauthenticated request gets its ``401`` and a signed-in one is audited.
 
     Failed sign-ins are throttled per client address (``source``) and audited as counted events
     (`toolgate.policy.sign_in_throttle`): a throttled caller gets ``429 sign_in_throttled`` with
@@ -167,6 +176,8 @@ def _run_view(gw: Gateway, token: str | None, view: View, inp: ViewInput, source
     except IdentityError as exc:
         raise Refusal(401, exc.code, str(exc)) from exc
     try:
+        if body_refused is not None:
+            raise body_refused
         return view(gw, caller, inp)
     except Refusal as exc:
         if exc.code in BAD_REQUEST:  # refused before any rule that audits its own refusals
@@ -194,15 +205,21 @@ async def serve(
     decision changed (default: this LangGraph server's loopback run; the MCP server wakes its own
     tasks)."""
     try:
+        raw_body, body_refused = None, None
+        if body:
+            try:
+                raw_body = await _read_body(request)
+            except Refusal as exc:  # judged after sign-in (`_run_view`)
+                body_refused = exc
         inp = ViewInput(
             path=dict(request.path_params),
             query=dict(request.query_params),
-            raw_body=await _read_body(request) if body else None,
+            raw_body=raw_body,
             reviewing=reviewing,
         )
         gw = await run_in_threadpool(gateway)
         source = client_address(request.scope)
-        reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp, source)
+        reply = await run_in_threadpool(_run_view, gw, _bearer(request), view, inp, source, body_refused)
     except Refusal as exc:
         return _error(exc.status, exc.code, str(exc), **exc.extra)
     except Overloaded as exc:  # no free slot: audited where it was refused; try again later

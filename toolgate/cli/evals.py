@@ -35,6 +35,7 @@ from toolgate.evals.gate import GateResult, evaluate_gate
 from toolgate.evals.live_model import SCRIPTED, choose_model
 from toolgate.evals.report import build_report, coverage_lines, lines, write_reports
 from toolgate.evals.signoff import refuse, reviewed_cases, sign_off
+from toolgate.releases.evidence import GATE_RECORDED
 from toolgate.store.audit import Auditor
 from toolgate.store.evidence import record as record_evidence
 from toolgate.store.factory import open_store
@@ -156,7 +157,7 @@ def _record(
             },
         )
         Auditor(store, candidate.release).record(
-            "release.gate_recorded",
+            GATE_RECORDED,
             evidence.verdict.lower(),
             detail={
                 "evidence_id": evidence.evidence_id,

@@ -25,7 +25,10 @@ release ids:
 
 The newest row of a binding is its verdict: a FAIL recorded after a PASS revokes it, also during
 a rollout. A row whose MAC does not verify is never counted and refuses the move
-(``evidence_tampered``). What is required (the dataset, the canary's minimum calls and minutes) is
+(``evidence_tampered``), and so does a deleted row (`toolgate.store.evidence.lost_rows`: a number
+left out of the rows, or fewer gate rows of the candidate than the audit chain's
+``release.gate_recorded`` events for it), since deleting a FAIL would bring back the PASS before
+it. What is required (the dataset, the canary's minimum calls and minutes) is
 the operator's setting (`Requirements.from_settings`), never the candidate's.
 """
 
@@ -40,9 +43,11 @@ from toolgate.policy.principal import Principal
 from toolgate.settings import read_settings
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.evidence import Evidence, evidence_rows, record
+from toolgate.store.evidence import Evidence, evidence_rows, lost_rows, record
 from toolgate.store.rollout_records import Rollout
 
+GATE_RECORDED = "release.gate_recorded"
+"""The audit event ``toolgate evals run`` appends after each gate row it keeps, naming the row."""
 SCRIPTED_GATE = "scripted"
 """The model of the gate runs release control counts (`toolgate.evals.fixtures.SCRIPTED`)."""
 MIN_WAIVER_REASON = 12
@@ -141,6 +146,9 @@ def missing_evidence(store: Store, binding: Binding, requirements: Requirements)
                 f"evidence rows do not verify ({', '.join(forged[:5])}); refusing to count them",
             )
         )
+    lost = lost_rows(store, "gate", binding.candidate, GATE_RECORDED)
+    if lost is not None:  # a deleted gate FAIL would let the PASS before it count again
+        problems.append(("evidence_tampered", f"{lost}; refusing to count what is left"))
     # a row whose MAC fails is refused above whatever its detail claims; of the rest, only
     # complete scripted runs count (the others are kept for the record, see the module doc)
     gate = next((e for e in reversed(gates) if e.authentic and counted_run(e)), None)
@@ -289,6 +297,7 @@ class EvidenceDesk:
 
 
 __all__ = [
+    "GATE_RECORDED",
     "MIN_WAIVER_REASON",
     "SCRIPTED_GATE",
     "Binding",
