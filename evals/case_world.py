@@ -40,6 +40,7 @@ from toolgate.clock import iso, utcnow
 from toolgate.evals.fixtures import EvalCase, Fault
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
+from toolgate.policy.ratelimit import bucket_of
 from toolgate.policy.rules import RateLimits
 from toolgate.store.base import Tx
 from toolgate.store.sqlite import SQLiteStore
@@ -119,15 +120,15 @@ def _window(
     """The bucket and window length `toolgate.policy.ratelimit.InboundRateLimiter` counts in."""
     if fault.window == "per_principal_tool":
         found = limits.per_principal_tool
-        return f"pt:{principal.tenant_id}:{principal.user_id}:{tool_name}", found.window_s if found else None
+        return bucket_of("per_principal_tool", principal, tool_name), found.window_s if found else None
     if fault.window == "tool":
         own = tool.rate_limit if tool is not None else None
-        return f"tool:{tool_name}", own.window_s if own else None
+        return bucket_of("tool", principal, tool_name), own.window_s if own else None
     if fault.window == "per_tenant":
         found = limits.per_tenant
-        return f"t:{principal.tenant_id}", found.window_s if found else None
+        return bucket_of("per_tenant", principal, tool_name), found.window_s if found else None
     found = limits.global_
-    return "g:", found.window_s if found else None
+    return bucket_of("global", principal, tool_name), found.window_s if found else None
 
 
 class CaseScriptModel(ScriptedChatModel):

@@ -23,6 +23,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.principal import Principal
@@ -68,6 +69,23 @@ class _Shares:
         self.held[key].left -= 1
 
 
+Window = Literal["per_principal_tool", "tool", "per_tenant", "global"]
+
+
+def bucket_of(window: Window, principal: Principal, tool: str) -> str:
+    """The counter ``window`` counts ``principal``'s calls of ``tool`` in (what a test world fills
+    to stand for a window all but used: `toolgate.evals.case_world`). The principal-tool bucket
+    names its parts as a JSON list: joined with ":", tenant "acme:ada" with user "x" shared the
+    bucket of tenant "acme" with user "ada:x" (ids may hold any character)."""
+    if window == "per_principal_tool":
+        return "pt:" + json.dumps([principal.tenant_id, principal.user_id, tool])
+    if window == "tool":
+        return f"tool:{tool}"
+    if window == "per_tenant":
+        return f"t:{principal.tenant_id}"
+    return "g:"
+
+
 @dataclass(frozen=True)
 class InboundRateLimiter:
     """Counts one hit per accepted-so-far call and refuses past the limit."""
@@ -81,16 +99,14 @@ class InboundRateLimiter:
     ) -> list[tuple[str, RateLimit]]:
         limits = self.limits
         windows: list[tuple[str, RateLimit | None]] = [
-            # its parts as a JSON list: joined with ":", tenant "acme:ada" and user "x" shared the
-            # bucket of tenant "acme" and user "ada:x" (ids may hold any character)
-            ("pt:" + json.dumps([principal.tenant_id, principal.user_id, tool]), limits.per_principal_tool),
+            (bucket_of("per_principal_tool", principal, tool), limits.per_principal_tool),
             # the tool's own limit (its spec's ``rate_limit``): every principal of every tenant
             (
-                f"tool:{tool}",
+                bucket_of("tool", principal, tool),
                 RateLimit(limit=per_tool.limit, window_s=per_tool.window_s) if per_tool else None,
             ),
-            (f"t:{principal.tenant_id}", limits.per_tenant),
-            ("g:", limits.global_),
+            (bucket_of("per_tenant", principal, tool), limits.per_tenant),
+            (bucket_of("global", principal, tool), limits.global_),
         ]
         return [(bucket, limit) for bucket, limit in windows if limit is not None]
 
@@ -166,4 +182,11 @@ def _limited(limit: RateLimit) -> Rejection:
     )
 
 
-__all__ = ["MAX_SHARE", "SHARE_FRACTION", "InboundRateLimiter", "share_of"]
+__all__ = [
+    "MAX_SHARE",
+    "SHARE_FRACTION",
+    "InboundRateLimiter",
+    "Window",
+    "bucket_of",
+    "share_of",
+]

@@ -8,6 +8,7 @@ and a throttled address would refuse the other modules' clients too. Its window 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,12 @@ def test_a_guesser_at_the_port_is_throttled_on_every_route_and_counted_not_logge
 ) -> None:
     server, store = server_and_store
     assert request(server, "POST", "/threads/search", demo_token("fiona"), json={}).status_code == 200
+    # the server records its bundle (``release.loaded``) at its store's first use, which a busy
+    # machine may delay past the first request: counted from then on, it read as a change
+    deadline = time.monotonic() + 120
+    while not any(e.event == "release.loaded" for e in store.audit.events()):
+        assert time.monotonic() < deadline, "the server never recorded the bundle it serves"
+        time.sleep(0.05)
     before = {e.seq for e in store.audit.events()}
     limit = DEFAULT_LIMITS.per_source
     answers = []
