@@ -120,7 +120,8 @@ def test_a_dry_run_reports_and_records_only_its_verdict(store: Store, tmp_path: 
     failing = two.control(FakeCritical(ok=False)).rollback(admin(two), dry_run=True)
     assert failing.status == "FAIL" and failing.problems[0][0] == "critical_failed"
     changed = {t: n - before[t] for t, n in table_counts(store).items() if before.get(t) != n}
-    assert changed == {"release_evidence": 2, "audit_events": 2, "audit_payloads": 2}  # no release state
+    # no release state; two events per dry run kept: its check, and its row's (counted by lost_rows)
+    assert changed == {"release_evidence": 2, "audit_events": 4, "audit_payloads": 4}
     rows = evidence_rows(store, "rollback_dry_run", two.verify(CONTROL))
     assert [(e.verdict, e.recorded_by, e.authentic) for e in rows[-2:]] == [
         ("PASS", "ivy", True),

@@ -209,6 +209,23 @@ def test_a_row_deleted_between_others_refuses_the_move(store: Store, tmp_path: P
     assert RolloutStore(store).state(CONTROL).rollout is None
 
 
+def test_a_deleted_newest_rollback_dry_run_fail_refuses_the_move(store: Store, tmp_path: Path) -> None:
+    """A failed dry run revokes the pass before it; deleting its row, the newest of the table (no
+    number left out), must not bring the pass back: the control's dry-run rows fall short of the
+    ``release.rollback_dry_run_recorded`` events the chain holds for it (where ``shadow`` went on)."""
+    two = bare(store, tmp_path)
+    two.record_evidence(CANDIDATE, CONTROL, dry_run=None)  # a gate PASS
+    control = two.control()
+    assert control.rollback(admin(two), dry_run=True).status == "PASS"
+    assert two.control(FakeCritical(ok=False)).rollback(admin(two), dry_run=True).status == "FAIL"
+    refused(store, lambda: control.shadow(admin(two), CANDIDATE), "rollback_dry_run_failed")
+    with store.transaction() as tx:
+        tx.execute("DELETE FROM release_evidence WHERE kind = 'rollback_dry_run' AND verdict = 'FAIL'")
+    refused(store, lambda: control.shadow(admin(two), CANDIDATE), "evidence_tampered")
+    assert RolloutStore(store).state(CONTROL).rollout is None
+    assert len(audit_events(store, "release.rollback_dry_run_recorded")) == 2
+
+
 def test_a_waiver_needs_an_admin_and_a_reason(store: Store, tmp_path: Path) -> None:
     two = bare(store, tmp_path)
     directory = two.app.gateway.directory

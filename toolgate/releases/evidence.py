@@ -26,10 +26,11 @@ release ids:
 The newest row of a binding is its verdict: a FAIL recorded after a PASS revokes it, also during
 a rollout. A row whose MAC does not verify is never counted and refuses the move
 (``evidence_tampered``), and so does a deleted row (`toolgate.store.evidence.lost_rows`: a number
-left out of the rows, or fewer gate rows of the candidate than the audit chain's
-``release.gate_recorded`` events for it), since deleting a FAIL would bring back the PASS before
-it. What is required (the dataset, the canary's minimum calls and minutes) is
-the operator's setting (`Requirements.from_settings`), never the candidate's.
+left out of the rows, or fewer gate rows of the candidate, or dry-run rows of the control, than
+the audit chain's ``release.gate_recorded`` / ``release.rollback_dry_run_recorded`` events for
+it), since deleting a FAIL would bring back the PASS before it. What is required (the dataset,
+the canary's minimum calls and minutes) is the operator's setting (`Requirements.from_settings`),
+never the candidate's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from datetime import datetime
 from toolgate.clock import parse_iso
 from toolgate.errors import ReleaseControlError
 from toolgate.policy.principal import Principal
+from toolgate.releases.rollback import DRY_RUN_RECORDED
 from toolgate.settings import read_settings
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -146,9 +148,15 @@ def missing_evidence(store: Store, binding: Binding, requirements: Requirements)
                 f"evidence rows do not verify ({', '.join(forged[:5])}); refusing to count them",
             )
         )
-    lost = lost_rows(store, "gate", binding.candidate, GATE_RECORDED)
-    if lost is not None:  # a deleted gate FAIL would let the PASS before it count again
-        problems.append(("evidence_tampered", f"{lost}; refusing to count what is left"))
+    # a deleted FAIL (a gate run's, a rollback dry run's) would let the PASS before it count again
+    for kind, release, event in (
+        ("gate", binding.candidate, GATE_RECORDED),
+        ("rollback_dry_run", binding.control, DRY_RUN_RECORDED),
+    ):
+        lost = lost_rows(store, kind, release, event)
+        if lost is not None:
+            problems.append(("evidence_tampered", f"{lost}; refusing to count what is left"))
+            break
     # a row whose MAC fails is refused above whatever its detail claims; of the rest, only
     # complete scripted runs count (the others are kept for the record, see the module doc)
     gate = next((e for e in reversed(gates) if e.authentic and counted_run(e)), None)

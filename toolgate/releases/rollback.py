@@ -170,12 +170,19 @@ def check_target(
     )
 
 
+DRY_RUN_RECORDED = "release.rollback_dry_run_recorded"
+"""The audit event, filed under the target, that follows each dry-run row kept: the rows of a
+target are counted against these (`toolgate.store.evidence.lost_rows`), so deleting the newest
+row (a FAIL, which revokes the PASS before it) is seen."""
+
+
 def record_dry_run(store: Store, configured: str, user_id: str, plan: RollbackPlan) -> None:
     """Keep a dry run's verdict as release evidence bound to the target's verified digest (a
-    target that did not verify has no digest to bind and stays without evidence), and audit it
-    (``release.rollback_checked``)."""
+    target that did not verify has no digest to bind and stays without evidence), then audit it:
+    ``release.rollback_checked`` under the configured release, and for a kept row
+    `DRY_RUN_RECORDED` under the target, naming the row."""
     if plan.target is not None and plan.target_sha256 is not None:
-        record(
+        kept = record(
             store,
             "rollback_dry_run",
             release=plan.target,
@@ -183,6 +190,12 @@ def record_dry_run(store: Store, configured: str, user_id: str, plan: RollbackPl
             verdict=plan.status,
             recorded_by=user_id,
             detail={"hashes": plan.hashes, "critical": plan.critical, "problems": plan.problems[:5]},
+        )
+        Auditor(store, plan.target).record(
+            DRY_RUN_RECORDED,
+            plan.status.lower(),
+            user_id=user_id,
+            detail={"evidence_id": kept.evidence_id, "seq": kept.seq},
         )
     Auditor(store, configured).record(
         "release.rollback_checked",
@@ -199,6 +212,7 @@ def record_dry_run(store: Store, configured: str, user_id: str, plan: RollbackPl
 
 
 __all__ = [
+    "DRY_RUN_RECORDED",
     "CriticalRunner",
     "RollbackPlan",
     "check_target",
