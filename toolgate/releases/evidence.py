@@ -45,7 +45,7 @@ from toolgate.releases.rollback import DRY_RUN_RECORDED
 from toolgate.settings import read_settings
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
-from toolgate.store.evidence import Evidence, evidence_rows, lost_rows, record
+from toolgate.store.evidence import Evidence, Kind, evidence_rows, lost_rows, record
 from toolgate.store.rollout_records import Rollout
 
 GATE_RECORDED = "release.gate_recorded"
@@ -149,10 +149,11 @@ def missing_evidence(store: Store, binding: Binding, requirements: Requirements)
             )
         )
     # a deleted FAIL (a gate run's, a rollback dry run's) would let the PASS before it count again
-    for kind, release, event in (
+    counted: tuple[tuple[Kind, str, str], ...] = (
         ("gate", binding.candidate, GATE_RECORDED),
         ("rollback_dry_run", binding.control, DRY_RUN_RECORDED),
-    ):
+    )
+    for kind, release, event in counted:
         lost = lost_rows(store, kind, release, event)
         if lost is not None:
             problems.append(("evidence_tampered", f"{lost}; refusing to count what is left"))
