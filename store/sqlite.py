@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -54,6 +55,31 @@ class _SqliteTx:
     def many(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[dict[str, Any]]]:
         """An embedded database has no round trip to save: one after the other."""
         return [self.execute(sql, params) for sql, params in statements]
+
+
+_pause = time.sleep
+"""How a connection waits before asking for WAL again (a test replaces it to act in between)."""
+
+
+def _write_ahead(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Put the file in WAL mode (it stays so: the first process to ask sets it for every other).
+
+    While another connection of a file still in rollback-journal mode holds its write lock (a
+    process starting beside this one, writing first), SQLite refuses the change at once with
+    "database is locked", without waiting out the busy timeout as it does for a statement: asked
+    again, with a growing pause, until ``timeout_s``; once another process has set WAL, asking
+    again is a no-op."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        _pause(pause)
+        pause = min(pause * 2, 0.1)
 
 
 class SQLiteStore(Store):
@@ -111,7 +137,7 @@ class SQLiteStore(Store):
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
         if not self._wal_ready and not self.read_only:
-            conn.execute("PRAGMA journal_mode = WAL")
+            _write_ahead(conn, self._busy_timeout_ms / 1000)
             self._wal_ready = True
         return conn
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from toolgate.errors import StoreError
 from toolgate.store import SQLiteStore
 from toolgate.store import sqlite as sqlite_module
 
@@ -101,3 +102,44 @@ def test_threads_share_the_pool_without_losing_a_write(tmp_path: Path) -> None:
     assert store.counters.value("shared", 10**9) == 200
     assert len(store._idle) <= SQLiteStore.MAX_IDLE
     store.close()
+
+
+def test_a_store_opened_while_another_process_writes_in_rollback_mode_waits_for_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file still in rollback-journal mode whose write lock another connection holds (a process
+    starting beside this one and writing first): SQLite refuses the change to WAL at once, without
+    the busy timeout a statement gets ("database is locked": CI's first-start flake). The store
+    asks again after a pause, here the moment the other connection commits."""
+    path = tmp_path / "s.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE elsewhere (x)")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO elsewhere VALUES (1)")
+    pauses: list[float] = []
+
+    def committed_meanwhile(seconds: float) -> None:
+        pauses.append(seconds)
+        if other.in_transaction:
+            other.execute("COMMIT")
+
+    monkeypatch.setattr(sqlite_module, "_pause", committed_meanwhile)
+    store = SQLiteStore(path, key=KEY)
+    store.setup()
+    assert len(pauses) == 1  # refused once while the other held its lock, then set
+    with store.transaction(write=False) as tx:
+        assert tx.one("PRAGMA journal_mode") == {"journal_mode": "wal"}
+    other.close()
+
+
+def test_a_store_gives_up_on_wal_after_its_busy_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.sqlite"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("CREATE TABLE elsewhere (x)")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO elsewhere VALUES (1)")
+    monkeypatch.setattr(sqlite_module, "_pause", lambda seconds: None)
+    with pytest.raises(StoreError, match="database is locked"):
+        SQLiteStore(path, key=KEY, busy_timeout_ms=50).setup()
+    other.execute("ROLLBACK")
+    other.close()
