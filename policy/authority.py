@@ -714,6 +714,7 @@ def unchecked(spec: ToolSpec) -> Rejection:
         retryable=True,
     )
 
+
 __all__ = [
     "DELIVERY_REFUSED",
     "PROPOSAL_MISSING",
