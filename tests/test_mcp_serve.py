@@ -611,3 +611,43 @@ def test_a_tool_name_holding_a_line_break_is_the_unknown_tool_it_names(store: St
     assert store.proposals.list() == []
     assert [e.code for e in audit_events(store, "call.rejected")] == ["unknown_tool", "unknown_tool"]
     assert counter.total() == 0
+
+
+def test_a_session_is_refused_to_anyone_but_the_person_who_opened_it(http_url: str, data_dir: Path) -> None:
+    """Each request is authenticated on its own, and the session id is random; but another valid
+    token holder who learned it could read the session's event stream (the answers to the opener's
+    calls) or close it. Named with anyone else's token it is ``404 session_not_found``, audited,
+    and the session still serves its opener."""
+    accept = {"Accept": "application/json, text/event-stream"}
+
+    def post(token: str, body: dict[str, Any], session: str | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}", **accept, **({"mcp-session-id": session} if session else {})}
+        return httpx.post(f"{http_url}/mcp", headers=headers, json=body, timeout=60)
+
+    opened = post(
+        demo_token("sam"),
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        },
+    )
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    before = len(_events(data_dir, "identity.refused"))
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    for stranger in ("omar", "fiona"):  # another tenant's reviewer too
+        refused = post(demo_token(stranger), listing, session)
+        assert refused.status_code == 404, (refused.status_code, refused.text)  # 200 before: sam's tools
+        assert refused.json()["error"] == "session_not_found"
+        closed = httpx.delete(
+            f"{http_url}/mcp",
+            headers={"Authorization": f"Bearer {demo_token(stranger)}", "mcp-session-id": session},
+            timeout=60,
+        )
+        assert closed.status_code == 404
+    assert [e.code for e in _events(data_dir, "identity.refused")[before:]] == ["session_not_found"] * 4
+    post(demo_token("sam"), {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    served = post(demo_token("sam"), listing, session)
+    assert served.status_code == 200 and "restart_service" in served.text  # still the opener's

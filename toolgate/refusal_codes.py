@@ -559,6 +559,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_mcp_serve.py",
         ),
         _Row(
+            "session_not_found", "auth", False,
+            "An HTTP request to `toolgate mcp serve` names a session another person opened (or none "
+            "this server knows): refused 404, audited, the session untouched.",
+            "tests/test_mcp_serve.py",
+        ),
+        _Row(
             "thread_owner", "auth", False,
             "The thread belongs to another principal.",
             "tests/test_hitl.py",

@@ -24,6 +24,7 @@ client asks ``toolgate_outcome`` later.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -37,7 +38,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolgate.errors import ConfigurationError, IdentityError, ToolgateError
 from toolgate.graph.mcp.calls import OUTCOME_TOOL, REQUEST_ID_META, CallAnswer, McpGate
@@ -270,19 +271,33 @@ def bearer(request: Request) -> str | None:
 
 
 
+SESSION_HEADER = "mcp-session-id"
+SESSION_NOT_FOUND = "session_not_found"
+MAX_SESSIONS = 10_000
+"""Sessions whose opener is remembered; past it the oldest is forgotten, and a request naming it
+is refused like one naming a session that never was (closed, never open to anyone else)."""
+
+
 class BearerRequired:
     """ASGI middleware: an MCP request without a valid bearer token is refused ``401`` (audited
     by the directory) before it reaches a session; an address past its failed sign-ins is refused
-    ``429 sign_in_throttled`` with ``Retry-After``, as the approval API refuses it."""
+    ``429 sign_in_throttled`` with ``Retry-After``, as the approval API refuses it.
+
+    A session belongs to the person who opened it: the session id the server hands out is
+    remembered with its opener, and a request naming it with anyone else's token is answered
+    ``404 session_not_found`` (audited ``identity.refused``), as a session that does not exist
+    is, where another valid token holder who learned the id could read its event stream (the
+    answers to the opener's calls) or close it."""
 
     def __init__(self, app: ASGIApp, gate: McpGate) -> None:
         self.app, self.gate = app, gate
+        self.openers: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             request = Request(scope)
             try:
-                await anyio.to_thread.run_sync(
+                principal = await anyio.to_thread.run_sync(
                     self.gate.authenticate, bearer(request), client_address(request.scope)
                 )
             except SignInThrottled as exc:
@@ -304,7 +319,37 @@ class BearerRequired:
                 )
                 await response(scope, receive, send)
                 return
+            session = request.headers.get(SESSION_HEADER)
+            if session is None:  # a new session: remember who opens it
+                send = self._remembering(send, principal.user_id)
+            elif self.openers.get(session) != principal.user_id:
+                refused = IdentityError("no such session for this caller", code=SESSION_NOT_FOUND)
+                await anyio.to_thread.run_sync(self._refused, principal.user_id)
+                response = JSONResponse(
+                    {"error": refused.code, "message": str(refused)},
+                    status_code=404,
+                    headers={"Cache-Control": "no-store"},
+                )
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    def _remembering(self, send: Send, user_id: str) -> Send:
+        """``send``, noting the session id the response hands out as ``user_id``'s."""
+
+        async def noted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.decode("latin-1").lower() == SESSION_HEADER:
+                        self.openers[value.decode("latin-1")] = user_id
+                        while len(self.openers) > MAX_SESSIONS:
+                            self.openers.popitem(last=False)
+            await send(message)
+
+        return noted
+
+    def _refused(self, user_id: str) -> None:
+        self.gate.app.gateway.auditor.record("identity.refused", "refused", user_id=user_id, code=SESSION_NOT_FOUND)
 
 
 def http_app(gate: McpGate, options: ServeOptions) -> Starlette:
