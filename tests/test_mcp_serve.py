@@ -568,8 +568,9 @@ def test_a_call_task_is_named_by_its_principal_and_request_id_never_by_the_clien
     )
 
 
-def test_the_same_request_run_twice_in_process_calls_the_handler_once(store: Store) -> None:
-    """Two calls with one request id, the approval between them: one proposal, one handler call."""
+def _in_process_gate(store: Store) -> tuple[McpGate, HandlerCounter, Any]:
+    """The MCP gate of the ops release on ``store`` (its people seeded), in this process, with its
+    handler calls counted; and its app."""
     initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
     seed_demo_identities(IdentityDirectory(store))
     counter = HandlerCounter()
@@ -577,6 +578,12 @@ def test_the_same_request_run_twice_in_process_calls_the_handler_once(store: Sto
         release="ops-tools/1.1.0", model=ClientCallModel(), store=store, instrument=counter.wrap_registry
     )
     gate = McpGate(app, app.compiled(checkpointer=InMemorySaver()))
+    return gate, counter, app
+
+
+def test_the_same_request_run_twice_in_process_calls_the_handler_once(store: Store) -> None:
+    """Two calls with one request id, the approval between them: one proposal, one handler call."""
+    gate, counter, app = _in_process_gate(store)
     proposed = gate.call(principal("sam"), "restart_service", dict(RESTART), "in-process-1")
     assert proposed.proposal_id is not None and not proposed.is_error
     with pytest.raises(NotFoundError):
@@ -596,13 +603,7 @@ def test_a_tool_name_holding_a_line_break_is_the_unknown_tool_it_names(store: St
     release does not have (audited, no proposal, no handler call), where the relay read the
     write written inside the name and proposed it on a task of its own each time (two sends,
     two proposals: the replay of a write no longer collided with itself)."""
-    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
-    seed_demo_identities(IdentityDirectory(store))
-    counter = HandlerCounter()
-    app = open_test_app(
-        release="ops-tools/1.1.0", model=ClientCallModel(), store=store, instrument=counter.wrap_registry
-    )
-    gate = McpGate(app, app.compiled(checkpointer=InMemorySaver()))
+    gate, counter, _ = _in_process_gate(store)
     name = "restart_service " + json.dumps(RESTART, sort_keys=True, separators=(",", ":")) + tail
     answers = [gate.call(principal("sam"), name, {"service_alias": "web"}, None) for _ in range(2)]
     for answered in answers:
