@@ -232,6 +232,16 @@ def host_name(header: str) -> str:
     return name if colon and port.isdigit() else header
 
 
+def refusal(status: int, refused: ToolgateError, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """The answer to a request refused before it reaches a session or a route: ``refused``'s code
+    and message (and ``extra`` fields), never cached."""
+    return JSONResponse(
+        {"error": refused.code, "message": str(refused), **extra},
+        status_code=status,
+        headers={**(headers or {}), "Cache-Control": "no-store"},
+    )
+
+
 class HostAllowed:
     """ASGI middleware over the whole HTTP server (``/mcp``, the approval API, the console): a
     request whose ``Host`` names none of the server's names is refused ``421 host_not_allowed``
@@ -248,12 +258,7 @@ class HostAllowed:
             if named not in self.hosts:
                 refused = IdentityError("this server does not answer to that host name", code=HOST_NOT_ALLOWED)
                 await anyio.to_thread.run_sync(self._refused, client_address(request.scope))
-                response = JSONResponse(
-                    {"error": refused.code, "message": str(refused)},
-                    status_code=421,
-                    headers={"Cache-Control": "no-store"},
-                )
-                await response(scope, receive, send)
+                await refusal(421, refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -301,23 +306,13 @@ class BearerRequired:
                     self.gate.authenticate, bearer(request), client_address(request.scope)
                 )
             except SignInThrottled as exc:
-                response = JSONResponse(
-                    {"error": exc.code, "message": str(exc), "retry_after_s": exc.retry_after_s},
-                    status_code=429,
-                    headers={
-                        "Retry-After": retry_after_header(exc.retry_after_s),
-                        "Cache-Control": "no-store",
-                    },
+                throttled = refusal(
+                    429, exc, {"Retry-After": retry_after_header(exc.retry_after_s)}, retry_after_s=exc.retry_after_s
                 )
-                await response(scope, receive, send)
+                await throttled(scope, receive, send)
                 return
             except IdentityError as exc:
-                response = JSONResponse(
-                    {"error": exc.code, "message": str(exc)},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"},
-                )
-                await response(scope, receive, send)
+                await refusal(401, exc, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return
             session = request.headers.get(SESSION_HEADER)
             if session is None:  # a new session: remember who opens it
@@ -325,12 +320,7 @@ class BearerRequired:
             elif self.openers.get(session) != principal.user_id:
                 refused = IdentityError("no such session for this caller", code=SESSION_NOT_FOUND)
                 await anyio.to_thread.run_sync(self._refused, principal.user_id)
-                response = JSONResponse(
-                    {"error": refused.code, "message": str(refused)},
-                    status_code=404,
-                    headers={"Cache-Control": "no-store"},
-                )
-                await response(scope, receive, send)
+                await refusal(404, refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
