@@ -34,7 +34,7 @@ import secrets
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -46,6 +46,7 @@ from toolgate.store.base import Tx
 from toolgate.store.handler_access import unit_of_work
 from toolgate.store.keys import Keyring
 from toolgate.store.postgres import PostgresStore, redact_url
+from toolgate.store.records_expiry import OpenUnit
 from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_denied
 
 _ROLE_LOCK = 0x7467_0010
@@ -370,11 +371,16 @@ class _GuardedTx:
     connection is closed and the unit of work refused)."""
 
     def __init__(
-        self, conn: psycopg.Connection[dict[str, Any]], cursor: psycopg.Cursor[dict[str, Any]], scope: RecordsScope
+        self,
+        conn: psycopg.Connection[dict[str, Any]],
+        cursor: psycopg.Cursor[dict[str, Any]],
+        scope: RecordsScope,
+        unit: OpenUnit | None,
     ) -> None:
         self._conn = conn
         self._cursor = cursor
         self._scope = scope
+        self._unit = unit
         self.doubtful = False
         """A statement may have changed session state: the connection is not reused."""
         self.ended: CapabilityDenied | None = None
@@ -386,22 +392,26 @@ class _GuardedTx:
         _refuse_kind(self._scope, sql)
         self.doubtful = self.doubtful or _DOUBTFUL.search(sql) is not None
         try:
-            if params:  # with parameters psycopg sends the extended protocol: one statement
-                self._cursor.execute(sql.replace("?", "%s"), tuple(params))
-            else:  # without, the simple protocol (which runs every statement of the text) unless piped
-                with self._conn.pipeline():
-                    self._cursor.execute(sql)
+            with self._unit.statement() if self._unit is not None else nullcontext():
+                if params:  # with parameters psycopg sends the extended protocol: one statement
+                    self._cursor.execute(sql.replace("?", "%s"), tuple(params))
+                else:  # without, the simple protocol (which runs every statement of the text) unless piped
+                    with self._conn.pipeline():
+                        self._cursor.execute(sql)
+                left = self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS
+                if left:
+                    self._conn.close()  # the handler ended the transaction: nothing more runs on it
+                result = self._cursor.pgresult  # its status tells rows; ``description`` builds every column
+                rows = list(self._cursor.fetchall()) if result is not None and result.status == _ROWS else []
         except psycopg.Error as exc:
             refused = _refusal(self._scope, exc, sql)
             if refused is None:
                 raise
             raise refused from None
-        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
-            self._conn.close()  # the handler ended the transaction: nothing more runs on it
+        if left:
             self.ended = records_denied(self._scope, "statement", "transaction control")
             raise self.ended from None
-        result = self._cursor.pgresult  # its status tells rows; ``description`` builds every column
-        return list(self._cursor.fetchall()) if result is not None and result.status == _ROWS else []
+        return rows
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         rows = self.execute(sql, params)
@@ -518,24 +528,31 @@ class PostgresRecords(ServiceRecords):
             raise StoreError(f"the records of {self.scope.name} were opened read-only")
         login = login or self._login
         conn = login.checkout()
+        # inside a handler call: ended (rolled back, its locks freed) if the call's time runs out
+        # first (`toolgate.store.records_expiry`)
+        unit = OpenUnit.of_call(self.scope, stop=conn.cancel, close=conn.close)
+        statement = unit.statement if unit is not None else nullcontext
         reusable = False
         try:
             # a read is READ ONLY from its BEGIN, and takes its snapshot in the same round trip,
             # before the handler's first statement: from then on the server refuses to make the
             # transaction READ WRITE (``SET TRANSACTION``, ``transaction_read_only``)
             with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(_BEGIN_WRITE if write else _BEGIN_READ, prepare=False)
-                tx = _GuardedTx(conn, cur, self.scope)
+                with statement():
+                    cur.execute(_BEGIN_WRITE if write else _BEGIN_READ, prepare=False)
+                tx = _GuardedTx(conn, cur, self.scope, unit)
                 yield tx
                 if tx.ended is not None:  # refused, and the handler swallowed it
                     raise tx.ended from None
-                cur.execute("COMMIT", prepare=False)
+                with statement():
+                    cur.execute("COMMIT", prepare=False)
             reusable = not tx.doubtful
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
         finally:  # a unit of work that raised is not rolled back: its connection closes
-            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            login.checkin(conn, reusable=reusable and idle and not conn.closed)
+            if unit is None or unit.finish():  # else ended: closed, never reused
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                login.checkin(conn, reusable=reusable and idle and not conn.closed)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """`ServiceRecords.read` in one round trip: BEGIN READ ONLY, the statement and COMMIT
@@ -545,9 +562,10 @@ class PostgresRecords(ServiceRecords):
         statement leaves the transaction failed: its connection is closed, never reused."""
         _refuse_kind(self.scope, sql)
         conn = self._login.checkout()
+        unit = OpenUnit.of_call(self.scope, stop=conn.cancel, close=conn.close)
         reusable = False
         try:
-            with conn.cursor(row_factory=dict_row) as cur:
+            with conn.cursor(row_factory=dict_row) as cur, unit.statement() if unit is not None else nullcontext():
                 with conn.pipeline():  # one sync, at its end
                     conn.execute("BEGIN READ ONLY")
                     cur.execute(sql.replace("?", "%s") if params else sql, tuple(params) or None)
@@ -563,8 +581,9 @@ class PostgresRecords(ServiceRecords):
                 raise refused from None
             raise StoreError(f"PostgreSQL error in the records of {self.scope.name}: {exc}") from exc
         finally:
-            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            self._login.checkin(conn, reusable=reusable and idle and not conn.closed)
+            if unit is None or unit.finish():  # else ended: closed, never reused
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                self._login.checkin(conn, reusable=reusable and idle and not conn.closed)
 
     def close(self) -> None:
         self._login.close()

@@ -10,18 +10,20 @@ statement is compiled, and so authorized, in the unit of work that runs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from toolgate.errors import StoreError
+from toolgate.errors import CapabilityDenied, StoreError
 from toolgate.store.base import Tx
 from toolgate.store.handler_access import UnitOfWork, unit_of_work
+from toolgate.store.records_expiry import OpenUnit
 from toolgate.store.records_scope import RecordsScope, ServiceRecords, records_denied
 from toolgate.store.sqlite import SQLiteStore
 
@@ -77,15 +79,17 @@ def _close_all(idle: list[tuple[sqlite3.Connection, _Guard]]) -> None:
 
 
 class _GuardedTx:
-    def __init__(self, conn: sqlite3.Connection, guard: _Guard) -> None:
+    def __init__(self, conn: sqlite3.Connection, guard: _Guard, unit: OpenUnit | None) -> None:
         self._conn = conn
         self._guard = guard
+        self._unit = unit
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         self._guard.refused = None
         try:
-            cursor = self._conn.execute(sql, tuple(params))
-            rows = cursor.fetchall() if cursor.description else []
+            with self._unit.statement() if self._unit is not None else nullcontext():
+                cursor = self._conn.execute(sql, tuple(params))
+                rows = cursor.fetchall() if cursor.description else []
         except sqlite3.DatabaseError:
             refused = self._guard.refused
             if refused is None:
@@ -162,12 +166,13 @@ class SqliteRecords(ServiceRecords):
         held[0].close()
 
     @staticmethod
-    def _control(conn: sqlite3.Connection, guard: _Guard, statement: str) -> None:
-        guard.control = True
-        try:
-            conn.execute(statement)
-        finally:
-            guard.control = False
+    def _control(conn: sqlite3.Connection, guard: _Guard, statement: str, unit: OpenUnit | None = None) -> None:
+        with unit.statement() if unit is not None else nullcontext():
+            guard.control = True
+            try:
+                conn.execute(statement)
+            finally:
+                guard.control = False
 
     def _writes(self, kind: UnitOfWork) -> dict[str, frozenset[str]]:
         if kind == "write":
@@ -188,22 +193,27 @@ class SqliteRecords(ServiceRecords):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the records of {self.scope.name}: {exc}") from exc
         conn, guard = held
+        # inside a handler call: ended (rolled back, the file's write lock freed) if the call's
+        # time runs out first (`toolgate.store.records_expiry`)
+        unit = OpenUnit.of_call(self.scope, stop=conn.interrupt, close=conn.close)
         reusable = False
         try:
             guard.writes = writes
-            self._control(conn, guard, "BEGIN IMMEDIATE" if write else "BEGIN")
+            self._control(conn, guard, "BEGIN IMMEDIATE" if write else "BEGIN", unit)
             try:
-                yield _GuardedTx(conn, guard)
+                yield _GuardedTx(conn, guard, unit)
             except BaseException:
-                self._control(conn, guard, "ROLLBACK")
+                with contextlib.suppress(CapabilityDenied):  # ended: its connection's close rolled back
+                    self._control(conn, guard, "ROLLBACK", unit)
                 raise
-            self._control(conn, guard, "COMMIT")
+            self._control(conn, guard, "COMMIT", unit)
             reusable = True
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error in the records of {self.scope.name}: {exc}") from exc
         finally:
             guard.writes = {}
-            self._checkin(held, reusable=reusable and not conn.in_transaction)
+            if unit is None or unit.finish():
+                self._checkin(held, reusable=reusable and not conn.in_transaction)
 
     def close(self) -> None:
         with self._lock:

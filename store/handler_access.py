@@ -32,6 +32,11 @@ Every refusal is remembered on the `HandlerAccess` (`HandlerAccess.denials`), so
 even when the handler swallowed the `CapabilityDenied`, and the caller audits each one as
 ``handler.capability_denied``.
 
+No records unit of work of a handler call stays open longer than the call's timeout
+(`HandlerAccess.timeout_s`; `toolgate.store.records_expiry`): a hung handler's Python thread
+cannot be killed, but its transaction is ended, which would otherwise hold its rows' locks
+(PostgreSQL) or the write lock of the whole file the gateway's own store shares (SQLite).
+
 What this does not do: the scope is a context variable of the handler's thread. A handler that
 starts threads of its own, resets the variable, opens the database file or a connection itself,
 or reaches a connection's private attributes is not stopped by it (as with egress, the boundary
@@ -58,6 +63,9 @@ class HandlerAccess:
     """The tool whose handler (or status check) runs ("" when unnamed)."""
     writes: bool = False
     """True only for an approved write's handler: its records capability writes its own tables."""
+    timeout_s: float | None = None
+    """The call's timeout: how long one of its records units of work may stay open (None: the
+    default bound, `toolgate.store.records_expiry.UNIT_TIMEOUT_S`)."""
     denials: list[CapabilityDenied] = field(default_factory=list)
     """Every refusal during the call, in order (the first fails the call)."""
 

@@ -6,7 +6,9 @@ model: whatever they raise, return or block on, one call fails with a stable cod
 on. Each call runs here, on a pooled daemon worker thread, under a deadline:
 
 - a timeout is the caller's `TimeoutError` (the thread cannot be killed and keeps running; for a
-  write the outcome is then unknown and `toolgate.graph.delivery.overruns` keeps its lease alive);
+  write the outcome is then unknown and `toolgate.graph.delivery.overruns` keeps its lease alive),
+  but none of its records units of work stays open longer than its timeout, so a hung handler
+  holds no database lock past it (`toolgate.store.records_expiry`);
 - any `BaseException` the code raises (``SystemExit``, ``KeyboardInterrupt``, one of its own) is
   raised in *its* worker thread, where it can never be the process's own shutdown (signals reach
   only the main thread): it becomes `HandlerAborted`, that call's failure;
@@ -197,7 +199,7 @@ def _checked(
         if not call._enter(index):
             break
         try:
-            value = confined(HandlerAccess(), None, lookup_fn)
+            value = confined(HandlerAccess(timeout_s=LOOKUP_TIMEOUT_S), None, lookup_fn)
         except Exception as exc:
             answer.set_exception(exc)
             break
@@ -329,8 +331,9 @@ def wait(
 def run_with_timeout(
     fn: Callable[..., Any], timeout_s: float, *args: Any, access: HandlerAccess | None = None
 ) -> Any:
-    """``fn(*args)`` under ``timeout_s`` and ``access`` (reads and checks: no lease to keep)."""
-    return wait(start(fn, *args, access=access), timeout_s)
+    """``fn(*args)`` under ``timeout_s`` and ``access`` (reads and checks: no lease to keep; a
+    read-only access bounded by ``timeout_s`` when None)."""
+    return wait(start(fn, *args, access=access if access is not None else HandlerAccess(timeout_s=timeout_s)), timeout_s)
 
 
 LOOKUP_TIMEOUT_S = 5.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,7 +98,7 @@ class ClaimedWrite:
                     self.operation_key,
                     future,
                     renew=self.renew,
-                    finished=self.finished_late,
+                    finished=functools.partial(self.finished_late, ctx=ctx),
                     interval_s=interval,
                 )
             return delivery
@@ -196,10 +197,15 @@ class ClaimedWrite:
         self.hold.renew(self.lease_s)
         return self.store.operations.renew_lease(self.operation_key, self.worker_id, self.lease_s)
 
-    def finished_late(self, future: concurrent.futures.Future[Any]) -> None:
-        """An overrunning handler ended: record a late success, then give up the lease."""
+    def finished_late(self, future: concurrent.futures.Future[Any], *, ctx: HandlerContext) -> None:
+        """An overrunning handler ended: record a late success (or audit the capability it was
+        refused after its time: its records work, `toolgate.store.records_expiry`), then give up
+        the lease."""
         try:
-            if future.exception() is None:
+            late = future.exception()
+            if late is not None:
+                audit_denial(self.auditor, late, ctx, self.spec.name, **self.common)
+            else:
                 result = sanitize_result(future.result(), self.spec.result_model)
                 with contextlib.suppress(InvalidTransitionError):
                     self.store.operations.transition(

@@ -169,7 +169,7 @@ class Executor:
     ) -> BaseModel:
         """One attempt of a read: its handler run in a handler slot, under its breaker and timeout,
         behind the ownership lookups in ``unchecked`` (emptied once they all allowed the call)."""
-        access = HandlerAccess(spec.name)  # a read tool's handler writes nothing, uses no store
+        access = HandlerAccess(spec.name, timeout_s=spec.timeout_s)  # a read writes nothing, uses no store
         breaker = self.breakers.get(self.registry.breaker_key(spec.name, principal.tenant_id))
         try:
             breaker.acquire()

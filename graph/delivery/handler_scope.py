@@ -225,7 +225,8 @@ def run_write(
         # checks of an outcome that may become unknown (even if this worker dies mid-handler)
         window = reconcile_window_s(claimed.lease_s, spec.timeout_s)
         seal_for_reconcile(store, proposal, ctx.credentials, window)
-    access = HandlerAccess(spec.name, writes=True)  # an approved write: its own records, never the store
+    # an approved write: its own records, never the store
+    access = HandlerAccess(spec.name, writes=True, timeout_s=spec.timeout_s)
     delivery = claimed.run(proposal.arguments, ctx, breaker, access)
     audit_denials(claimed.auditor, ctx, spec, access, **claimed.common)
     return settled(store, delivery, spec)
@@ -274,7 +275,7 @@ def status_check(
                 "delegation.refused", "refused", code=exc.kind, detail={"reason": exc.message}, **fields
             )
             raise
-        access = HandlerAccess(spec.name)  # a status check reads: it never writes
+        access = HandlerAccess(spec.name, timeout_s=spec.timeout_s)  # a status check reads: it never writes
         try:
             found: BaseModel | None = loaded_code.run_with_timeout(
                 check, spec.timeout_s, args, ctx, access=access

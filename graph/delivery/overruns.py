@@ -1,7 +1,8 @@
 """Handlers that outlive their timeout: their claims stay leased until they end.
 
 A Python thread cannot be killed (`toolgate.tools.loaded_code`), so a write handler that overruns
-its timeout keeps running and its effect may still happen. While the thread lives, its owner keeps
+its timeout keeps running and its effect may still happen (though no unit of work on its records
+stays open longer than its timeout: `toolgate.store.records_expiry`). While the thread lives, its owner keeps
 renewing the claim's lease (from the store's clock), so no other worker's recovery treats the
 operation as abandoned and delivers it a second time. When the thread ends, its late outcome is
 handed to a callback and the lease is given up.

@@ -63,7 +63,7 @@ def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any]
         credentials=credentials,  # the requesting user's own, sealed for this wait; never the worker's
         deadline=scope.deadline_of(executor.clock.now(), spec),
     )
-    access = HandlerAccess(spec.name)  # a status tool reads: it never writes
+    access = HandlerAccess(spec.name, timeout_s=spec.timeout_s)  # a status tool reads: it never writes
     try:
         args = spec.handler_arguments(spec.parse_arguments({wait.argument: row.job_ref}))
         breaker = executor.breakers.get(executor.registry.breaker_key(row.status_tool, row.tenant_id))
