@@ -3,8 +3,9 @@ they raise, however long the check blocks and whatever it returns, the call they
 ``check_failed`` (fail closed, retryable) at dispatch, the run goes on, the other calls of the
 turn are answered, nothing is proposed and nothing of its message reaches the model, the state or
 the audit log. Run inline, a check that raised failed the whole run with its message, and one that
-hung held dispatch with no deadline. (A validator that hangs still holds dispatch: the arguments
-are judged inline.)"""
+hung held dispatch with no deadline; so did a validator of the argument model that hung, which
+now runs as loaded code too when the model brings code of its own
+(`toolgate.tools.argument_code`)."""
 
 from __future__ import annotations
 
@@ -166,4 +167,47 @@ def test_a_read_whose_arguments_cannot_be_built_at_execute_fails_that_call(harne
     with pytest.raises(ToolExecutionError) as caught:
         harness.gateway().executor.run_read(tripped, {"order_id": "O-5512"}, principal("cust-ada"))
     assert caught.value.kind == "server_error" and PLANTED not in str(caught.value)
+    assert harness.counter.calls.get("lookup_order", 0) == 0
+
+
+def test_an_argument_model_whose_validator_hangs_is_refused_at_its_deadline(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, released: threading.Event
+) -> None:
+    """A validator that hung (for one crafted value) held dispatch, and so the run, for as long
+    as it hung."""
+    monkeypatch.setattr(loaded_code, "LOOKUP_TIMEOUT_S", 0.3)
+    refund = harness.registry.tools["issue_refund"]
+    entered = threading.Event()
+
+    class HangingArgs(refund.args_model):  # type: ignore[name-defined,misc]
+        @field_validator("reason")
+        @classmethod
+        def hangs(cls, value: str) -> str:
+            if value == "other":
+                entered.set()
+                released.wait(120)
+            return value
+
+    state = _refund_turn(harness, {**REFUND, "reason": "other"}, args_model=HangingArgs)
+    assert entered.is_set()
+    _refused_alone(harness, state)
+
+
+def test_a_read_whose_argument_model_hangs_at_execute_fails_that_call_at_its_deadline(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, released: threading.Event
+) -> None:
+    monkeypatch.setattr(loaded_code, "LOOKUP_TIMEOUT_S", 0.3)
+    lookup = harness.registry.tools["lookup_order"]
+
+    class HangingArgs(lookup.args_model):  # type: ignore[name-defined,misc]
+        @field_validator("order_id")
+        @classmethod
+        def hangs(cls, value: str) -> str:
+            released.wait(120)
+            return value
+
+    hanging = replace(lookup, args_model=HangingArgs)
+    with pytest.raises(ToolExecutionError) as caught:
+        harness.gateway().executor.run_read(hanging, {"order_id": "O-5512"}, principal("cust-ada"))
+    assert caught.value.kind == "server_error" and not released.is_set()
     assert harness.counter.calls.get("lookup_order", 0) == 0

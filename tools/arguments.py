@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from toolgate.tools.argument_code import contained
 from toolgate.tools.arguments_frozen import FrozenArguments, FrozenList, freeze, thaw
 from toolgate.tools.schema.walk import field_paths
 
@@ -118,7 +119,11 @@ class ModelArguments:
         )
 
     def parse(self, raw: Any) -> dict[str, Any]:
-        """Validate with the model; keep what was given plus non-``None`` defaults."""
+        """Validate with the model; keep what was given plus non-``None`` defaults. A model that
+        runs its own code is validated contained (`toolgate.tools.argument_code`)."""
+        return contained(self.model, self._parse, raw)
+
+    def _parse(self, raw: Any) -> dict[str, Any]:
         try:
             instance = _validated(self.model, raw)
         except ValidationError as exc:
@@ -131,8 +136,9 @@ class ModelArguments:
         return restored
 
     def for_handler(self, arguments: Mapping[str, Any]) -> BaseModel:
-        """The model instance; fields not kept hold their model defaults and are not in ``model_fields_set``."""
-        return _validated(self.model, arguments)
+        """The model instance; fields not kept hold their model defaults and are not in
+        ``model_fields_set`` (contained as `parse` is)."""
+        return contained(self.model, _validated, self.model, arguments)
 
     def json_schema(self) -> dict[str, Any]:
         """The model's own JSON Schema (a copy of the one generated first for this model class:
