@@ -16,6 +16,7 @@ import json
 import re
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -232,6 +233,45 @@ def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any
     return redacted
 
 
+@dataclass(frozen=True)
+class PlainResult:
+    """A handler's result made plain data where the handler ran (`plain_result`): the JSON
+    `sanitize_result` keeps, or why it could not be kept, raised by `unwrap` in the caller."""
+
+    data: dict[str, Any] | None = None
+    failure: ToolExecutionError | None = None
+
+    def unwrap(self) -> dict[str, Any]:
+        """The sanitized result, or the `ToolExecutionError` that sanitizing it raised."""
+        if self.failure is not None:
+            raise self.failure
+        assert self.data is not None
+        return self.data
+
+
+def plain_result(
+    fn: Callable[..., Any], result_model: type[BaseModel], *, none_passes: bool = False
+) -> Callable[..., PlainResult | None]:
+    """``fn`` (a handler or status check) with its result sanitized as soon as it returns, in
+    its own thread: what loaded code returns is its own objects, whose methods (a ``model_dump``,
+    a serializer, a dict subclass's ``items``) are its code too and would otherwise run in the
+    caller's thread, where a hang would hold the run past every deadline. A failure to sanitize
+    is a value (`PlainResult.failure`), never the call's exception: callers tell a result that
+    broke its contract from a handler that failed. ``none_passes``: a None result (a status
+    check's "not found") is returned as None."""
+
+    def run(*args: Any) -> PlainResult | None:
+        raw = fn(*args)
+        if raw is None and none_passes:
+            return None
+        try:
+            return PlainResult(data=sanitize_result(raw, result_model))
+        except ToolExecutionError as exc:
+            return PlainResult(failure=exc)
+
+    return run
+
+
 def redacted_traceback(exc: BaseException) -> str:
     """``exc``'s traceback for a log, its messages redacted (`redact_text`): loaded code (a handler,
     an owner check, a review lookup) may put a password or a key into what it raises, and a log is
@@ -275,9 +315,11 @@ __all__ = [
     "MAX_FAILURE_MESSAGE",
     "REDACTED",
     "TRUNCATED",
+    "PlainResult",
     "bound",
     "count_secrets",
     "handler_failure",
+    "plain_result",
     "redact",
     "redact_personal",
     "redact_personal_text",

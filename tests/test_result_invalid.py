@@ -6,12 +6,14 @@ reaches the model (issue 27, item 2)."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from support import Harness
 
+from toolgate.policy.retry import ReadRetry
 from toolgate.store import SQLiteStore
 from toolgate.tools import Registry
 from toolgate.tools.spec import ToolResult
@@ -94,3 +96,57 @@ def test_a_write_whose_result_cannot_be_serialized_is_unknown_never_failed(tmp_p
     assert harness.refunds() == 1 and harness.payments() == 1
     op = harness.store.operations.get(proposal["operation_key"])
     assert op is not None and op.status == "unknown"
+
+
+# ---- results whose own methods are hostile: they run where the handler ran -------------------
+
+
+class Dumps(Loose):
+    """A result whose ``model_dump`` is its handler's code (held on ``gate``, or raising)."""
+
+    gate: ClassVar[threading.Event | None] = None
+    abort: ClassVar[bool] = False
+
+    def model_dump(self, *args: Any, **kwargs: Any) -> Any:
+        if type(self).abort:
+            raise SystemExit(f"{PLANTED}")
+        assert type(self).gate is not None and type(self).gate.wait(120)
+        return super().model_dump(*args, **kwargs)
+
+
+PLANTED = "password=hunter2-result-dump"
+
+
+@pytest.mark.parametrize("behaviour", ["hangs", "exits"])
+def test_a_read_result_whose_own_dump_hangs_or_exits_fails_only_its_own_call(
+    behaviour: str, tmp_path: Any
+) -> None:
+    """A result's methods ran in the caller's thread: a ``model_dump`` that hung held the run past
+    every deadline, one that raised ``SystemExit`` ended it. Both now run on the handler's
+    worker, under its timeout: the call fails alone, the run goes on."""
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    status = harness.registry.tools["get_service_status"]
+    gate = threading.Event()
+
+    class Hostile(Dumps):
+        pass
+
+    Hostile.gate, Hostile.abort = gate, behaviour == "exits"
+
+    def hostile(args: Any, ctx: Any) -> Any:
+        if args.service_alias == "web":
+            return Hostile(value="x")
+        return Loose(value=status.handler(args, ctx).model_dump(mode="json"))
+
+    try:
+        answers, state = harness.two_status_reads(
+            hostile, f"t-dump-{behaviour}", result_model=Loose, read_retry=ReadRetry(max_attempts=1), timeout_s=0.5
+        )
+    finally:
+        gate.set()
+    assert answers["c-worker"]["status"] == "completed" and state["status"] == "done"
+    expected = "timeout" if behaviour == "hangs" else "server_error"
+    assert answers["c-web"]["status"] == "failed" and answers["c-web"]["error"] == expected, answers
+    assert PLANTED not in json.dumps(answers) and PLANTED not in repr(harness.store.audit.events())
+    failed = [e for e in harness.store.audit.events() if e.event == "call.failed"]
+    assert [(e.tool, e.code) for e in failed] == [("get_service_status", expected)]

@@ -25,7 +25,7 @@ from toolgate.graph.delivery.overruns import Overruns
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.same_resource import ResourceHold
 from toolgate.policy.breaker import CircuitBreaker
-from toolgate.policy.output import MAX_FAILURE_MESSAGE, handler_failure, redact_text, sanitize_result
+from toolgate.policy.output import MAX_FAILURE_MESSAGE, handler_failure, plain_result, redact_text
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
@@ -82,7 +82,8 @@ class ClaimedWrite:
         try:
             args = spec.handler_arguments(arguments)
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
-                future = loaded_code.start(spec.handler, args, ctx, access=access)
+                # its result made plain data on its worker, under its timeout (`plain_result`)
+                future = loaded_code.start(plain_result(spec.handler, spec.result_model), args, ctx, access=access)
                 raw = loaded_code.wait(future, spec.timeout_s, heartbeat=self.renew, interval_s=interval)
         except TimeoutError as exc:
             self.renew()  # the effect may still happen: the lease starts over before anything else
@@ -133,7 +134,7 @@ class ClaimedWrite:
             self.interrupted()
             raise
         try:
-            result = sanitize_result(raw, spec.result_model)
+            result = raw.unwrap()
         except ToolExecutionError as exc:
             # The handler returned, so its effect may well be done: a result that breaks its contract
             # or cannot be serialized makes the outcome unknown (the status check settles it), never
@@ -206,7 +207,7 @@ class ClaimedWrite:
             if late is not None:
                 audit_denial(self.auditor, late, ctx, self.spec.name, **self.common)
             else:
-                result = sanitize_result(future.result(), self.spec.result_model)
+                result = future.result().unwrap()
                 with contextlib.suppress(InvalidTransitionError):
                     self.store.operations.transition(
                         self.operation_key,

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
 from toolgate.clock import SYSTEM_CLOCK, Clock
 from toolgate.errors import CapabilityDenied, ConfigurationError, InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery import handler_scope as scope
@@ -42,7 +40,7 @@ from toolgate.policy.breaker import BreakerOpenError, BreakerRegistry, CircuitBr
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.handler_slots import HandlerBusy, HandlerSlots, process_handler_slots
 from toolgate.policy.identities import IdentityDirectory
-from toolgate.policy.output import handler_failure, redacted_traceback, sanitize_result
+from toolgate.policy.output import PlainResult, handler_failure, plain_result, redacted_traceback
 from toolgate.policy.principal import Principal
 from toolgate.policy.retry import DEFAULT_READ_RETRY, ReadRetry
 from toolgate.store.audit import Auditor
@@ -156,7 +154,7 @@ class Executor:
         raw = self.read_retry.call(
             lambda: self._read_once(spec, args, ctx, principal, stream, unchecked), retried
         )
-        return sanitize_result(raw, spec.result_model)
+        return raw.unwrap()
 
     def _read_once(
         self,
@@ -166,7 +164,7 @@ class Executor:
         principal: Principal,
         stream: OutputStream | None,
         unchecked: list[OwnershipLookups],
-    ) -> BaseModel:
+    ) -> PlainResult:
         """One attempt of a read: its handler run in a handler slot, under its breaker and timeout,
         behind the ownership lookups in ``unchecked`` (emptied once they all allowed the call)."""
         access = HandlerAccess(spec.name, timeout_s=spec.timeout_s)  # a read writes nothing, uses no store
@@ -174,7 +172,7 @@ class Executor:
         try:
             breaker.acquire()
             try:
-                raw: BaseModel = self._slotted_handler(spec, args, ctx, access, stream, unchecked)
+                raw: PlainResult = self._slotted_handler(spec, args, ctx, access, stream, unchecked)
             except OwnershipRefused:
                 breaker.release()  # the dependency was never called: no verdict on it
                 raise
@@ -226,7 +224,8 @@ class Executor:
             if held and given_back.acquire(blocking=False):  # once, whichever comes first
                 self.handler_slots.release(spec.name)
 
-        handler = drained(spec.handler, stream)
+        # its result made plain data on its worker, under its timeout: the objects it returns run its code
+        handler = plain_result(drained(spec.handler, stream), spec.result_model)
         ownership = unchecked[0] if unchecked else None
         try:
             if ownership is None:

@@ -19,8 +19,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel
-
 from toolgate.canonical import idempotency_key_for
 from toolgate.clock import Clock
 from toolgate.errors import CapabilityDenied, ToolExecutionError
@@ -35,6 +33,7 @@ from toolgate.graph.delivery.delegation import (
     unseal_for_check,
 )
 from toolgate.graph.delivery.result import Delivery
+from toolgate.policy.output import PlainResult, plain_result
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -248,16 +247,17 @@ class Runtime(Protocol):
 
 def status_check(
     executor: Runtime, spec: ToolSpec, proposal: ProposalRecord, **fields: Any
-) -> Callable[[], BaseModel | None]:
+) -> Callable[[], PlainResult | None]:
     """One call of ``spec``'s status check per call of the result, as the requesting user (their
-    sealed credentials) and confined like the write, under the tool's timeout. Raises
+    sealed credentials) and confined like the write, under the tool's timeout: None when it found
+    no effect, else what it found made plain data (`PlainResult`). Raises
     `ToolExecutionError`: ``timeout``, a refused reach (audited), or `DelegationRefused` (audited
     once; the check never runs without the user's credentials)."""
     assert spec.reconcile is not None
     check, args = spec.reconcile, spec.handler_arguments(proposal.arguments)
     refused: list[DelegationRefused] = []
 
-    def run() -> BaseModel | None:
+    def run() -> PlainResult | None:
         if refused:
             raise refused[0]
         try:
@@ -277,8 +277,9 @@ def status_check(
             raise
         access = HandlerAccess(spec.name, timeout_s=spec.timeout_s)  # a status check reads: it never writes
         try:
-            found: BaseModel | None = loaded_code.run_with_timeout(
-                check, spec.timeout_s, args, ctx, access=access
+            # its answer made plain data on its worker, under its timeout (`plain_result`)
+            found: PlainResult | None = loaded_code.run_with_timeout(
+                plain_result(check, spec.result_model, none_passes=True), spec.timeout_s, args, ctx, access=access
             )
         except CapabilityDenied as exc:
             audit_denials(executor.auditor, ctx, spec, access, **fields)  # its egress and database refusals

@@ -20,7 +20,7 @@ from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery import handler_scope as scope
 from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.delivery.executor import Executor
-from toolgate.policy.output import redacted_traceback, sanitize_result
+from toolgate.policy.output import redacted_traceback
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def reconcile(
                 continue
             if found is not None:
                 try:
-                    result = sanitize_result(found, spec.result_model)
+                    result = found.unwrap()
                 except ToolExecutionError as exc:  # an answer that breaks its contract proves nothing
                     history.append({"check": str(checks), "error": exc.kind})
                     continue

@@ -33,7 +33,7 @@ from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.delivery.executor import Executor
 from toolgate.graph.nodes.wait import INVALID
 from toolgate.graph.waits.delegation import forget, open_for_wait
-from toolgate.policy.output import handler_failure, sanitize_result
+from toolgate.policy.output import handler_failure, plain_result
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
 from toolgate.store.waits import WaitRecord
@@ -67,10 +67,15 @@ def job_status(executor: Executor, row: WaitRecord) -> tuple[str, dict[str, Any]
     try:
         args = spec.handler_arguments(spec.parse_arguments({wait.argument: row.job_ref}))
         breaker = executor.breakers.get(executor.registry.breaker_key(row.status_tool, row.tenant_id))
-        raw = breaker.call(
-            loaded_code.run_with_timeout, spec.handler, spec.timeout_s, args, ctx, access=access
+        raw = breaker.call(  # its result made plain data on its worker (`plain_result`)
+            loaded_code.run_with_timeout,
+            plain_result(spec.handler, spec.result_model),
+            spec.timeout_s,
+            args,
+            ctx,
+            access=access,
         )
-        data = sanitize_result(raw, spec.result_model)
+        data = raw.unwrap()
     except CapabilityDenied as exc:
         scope.audit_denials(executor.auditor, ctx, spec, access)
         audit_denial(executor.auditor, exc, ctx, spec.name, access)
