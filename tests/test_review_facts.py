@@ -10,6 +10,7 @@ its own lookup (its system holds that tenant's previews); an override without on
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from toolgate.graph import Context
 from toolgate.graph.review.facts import UNAVAILABLE
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.tools import loaded_code
 from toolgate.tools.demo import WIDE_RELEASE, DemoServices, DemoSystem, build_wide_registry
 from toolgate.tools.demo.identities import demo_token
 from toolgate.tools.demo.release import DEMO_RELEASES
@@ -159,6 +161,43 @@ def test_a_failing_lookup_is_shown_and_never_stops_the_thread(store: Store, fail
         context=Context(principal=principal("lee")),
     )
     assert again["__interrupt__"][0].value["toolgate"]["proposals"][0]["proposal_id"] == facts["proposal_id"]
+
+
+class _Facts(dict):  # type: ignore[type-arg]
+    """A lookup's answer whose own ``items`` is its code: held on ``gate``, or raising ``SystemExit``."""
+
+    gate: threading.Event | None = None
+
+    def items(self) -> Any:
+        if self.gate is None:
+            raise SystemExit("secret=hunter2")
+        assert self.gate.wait(120)
+        return super().items()
+
+
+@pytest.mark.parametrize("behaviour", ["hangs", "exits"])
+def test_a_lookup_answer_whose_own_methods_hang_or_exit_is_unavailable_never_the_thread(
+    store: Store, behaviour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a lookup returns was turned into JSON in the caller's thread: a dict subclass whose
+    ``items`` hung held the approval node (and every proposal view) past the lookup's deadline,
+    and one raising ``SystemExit`` ended the run. Both run on the lookup's worker now."""
+    monkeypatch.setattr(loaded_code, "LOOKUP_TIMEOUT_S", 0.5)
+    gate = threading.Event()
+
+    def hostile(args: Any, ctx: Any) -> dict[str, Any]:
+        answer = _Facts(order="O-1")
+        answer.gate = gate if behaviour == "hangs" else None
+        return answer
+
+    registry = with_override(shared_registry(store), review_details=hostile)
+    try:
+        _, facts, _ = pending(store, registry)  # the approval node ran the lookup and still paused
+    finally:
+        gate.set()
+    expected = "did not answer in time" if behaviour == "hangs" else "(see the server log)"
+    assert facts["details"] is None and expected in facts["details_error"], facts["details_error"]
+    assert "hunter2" not in facts["details_error"]
 
 
 def test_proposals_show_prints_what_a_purchase_order_buys(tmp_path: Path) -> None:

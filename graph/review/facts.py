@@ -9,15 +9,17 @@ proposal's tenant, never a thread's): a tenant whose tool runs on its own system
 looked up there. A failing lookup never hides the rest of the proposal and never stops the
 thread: the facts are None and the reason is shown, so the reviewer is warned not to approve
 blind. The lookup is loaded code: it runs through `toolgate.tools.loaded_code.lookup` (a worker
-thread, a deadline, any `BaseException` contained) and what it raises is redacted before a
-reviewer or a log sees it. A lookup runs as the requester with no credential (the declared ones are named, none
-given): it reads what the tool's own service shows for the tenant.
+thread, a deadline, any `BaseException` contained), what it returns is made JSON there too, and
+what it raises is redacted before a reviewer or a log sees it. A lookup runs as the requester
+with no credential (the declared ones are named, none given): it reads what the tool's own
+service shows for the tenant.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from toolgate.errors import ToolExecutionError
@@ -41,7 +43,8 @@ def review_facts(registry: Registry, proposal: ProposalRecord) -> tuple[dict[str
     if spec is None or spec.review_details is None:
         return {}, None
     try:
-        facts = loaded_code.lookup(
+        text, unshowable = loaded_code.lookup(
+            _as_json,
             spec.review_details,
             spec.handler_arguments(proposal.arguments),
             HandlerContext(
@@ -57,17 +60,26 @@ def review_facts(registry: Registry, proposal: ProposalRecord) -> tuple[dict[str
     except Exception as exc:  # any other failure of a tool's lookup: logged redacted, never shown raw
         log.warning("review details of %s failed:\n%s", proposal.proposal_id, redacted_traceback(exc))
         return None, f"{UNAVAILABLE} (see the server log)"
-    try:  # what it returned is shown to reviewers and checkpointed: JSON, redacted, bounded
-        if not isinstance(facts, dict):
-            raise TypeError(f"the lookup returned a {type(facts).__name__}, not a dict")
-        text = json.dumps(_redacted(facts), ensure_ascii=False, allow_nan=False)
-    except Exception as exc:  # bytes, a cycle, 50,000 levels (RecursionError), not a dict
-        log.warning("review details of %s cannot be shown: %s", proposal.proposal_id, type(exc).__name__)
+    if text is None:  # bytes, a cycle, 50,000 levels (RecursionError), not a dict
+        log.warning("review details of %s cannot be shown: %s", proposal.proposal_id, unshowable)
         return None, f"{UNAVAILABLE}: the lookup's answer cannot be shown"
     if len(text.encode("utf-8")) > MAX_FACTS_BYTES:
         return None, f"{UNAVAILABLE}: the lookup's answer is over {MAX_FACTS_BYTES} bytes"
     shown: dict[str, Any] = json.loads(text)
     return shown, None
+
+
+def _as_json(lookup: Callable[..., Any], *args: Any) -> tuple[str | None, str]:
+    """On the lookup's worker, under its deadline: what it returned as redacted JSON text, or None
+    and why not (the exception's class). What it returned is its own objects: a dict subclass's
+    ``items``, a key's ``__str__`` are its code, and run here, never in the caller's thread."""
+    facts = lookup(*args)
+    try:  # what it returned is shown to reviewers and checkpointed: JSON, redacted, bounded
+        if not isinstance(facts, dict):
+            raise TypeError("not a dict")
+        return json.dumps(_redacted(facts), ensure_ascii=False, allow_nan=False), ""
+    except Exception as exc:
+        return None, type(exc).__name__
 
 
 def _redacted(value: Any) -> Any:
