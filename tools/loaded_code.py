@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolgate.errors import CapabilityDenied
+from toolgate.errors import CapabilityDenied, ToolDrifted, ToolExecutionError
+from toolgate.refusal_codes import lookup as catalogued
 from toolgate.store.handler_access import HandlerAccess, handler_access
 from toolgate.tools.egress import EGRESS_SCOPE, Egress
 from toolgate.tools.handler import HandlerContext
@@ -50,6 +51,78 @@ class HandlerAborted(Exception):
     def __init__(self, kind: str) -> None:
         super().__init__(f"the handler raised {kind}")
         self.kind = kind
+
+
+_OWN_ERRORS: frozenset[type[BaseException]] = frozenset({ToolExecutionError, CapabilityDenied, ToolDrifted})
+"""The classified failures trusted code raises inside a call (a capability's refusal, a remote
+tool's drift) or that loaded code may raise itself, whose fields every caller reads."""
+_CAUSE = BaseException.__dict__["__cause__"]
+_CONTEXT = BaseException.__dict__["__context__"]
+_ARGS = BaseException.__dict__["args"]
+"""The chain and arguments of an exception, read without its own code (a subclass may override them)."""
+
+
+def _handler_kind(kind: str) -> str:
+    """``kind`` when the catalog lists it as a handler's failure, else ``server_error``."""
+    entry = catalogued("execution", kind)
+    return kind if entry is not None and entry.owner == "handler" else "server_error"
+
+
+def _text(value: object) -> str:
+    """``value``'s characters as a plain ``str`` (never its own ``__str__``), or ""."""
+    return str.__str__(value) if isinstance(value, str) else ""
+
+
+def denial_in_chain(exc: BaseException) -> CapabilityDenied | None:
+    """The first `CapabilityDenied` of trusted code's class in ``exc``'s chain (read without its code)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if type(current) is CapabilityDenied:
+            return current
+        seen.add(id(current))
+        current = _CAUSE.__get__(current) or _CONTEXT.__get__(current)
+    return None
+
+
+def plain_failure(exc: Exception) -> Exception:
+    """What loaded code raised, as trusted code may read it, made on the code's own worker thread:
+    whatever runs here is under the call's deadline, never in the caller's thread.
+
+    A classified failure (`ToolExecutionError`) is what callers read fields of and branch on by
+    type. One of trusted code's classes keeps its class, its text fields made plain characters (a
+    ``str`` subclass's methods are loaded code's); any other subclass, a hostile one with
+    properties that hang or raise ``SystemExit``, or one of the gateway's own control-flow
+    failures the code forged (a busy slot, an open breaker, a refused delegation: raised only by
+    trusted code outside a call), is rebuilt as a plain `ToolExecutionError` (a `CapabilityDenied`
+    as one) from fields read here, chained to the refusal it wrapped, if any; a kind the catalog
+    does not list for handlers is ``server_error``, never retryable, before its breaker judges
+    it (as `toolgate.policy.output.handler_failure` reports it). A handler's own
+    ``TimeoutError`` becomes a plain one. Anything else is returned as it is: callers read only
+    its class's name, and its chain through `denial_in_chain`."""
+    if isinstance(exc, ToolExecutionError):
+        if type(exc) in _OWN_ERRORS:
+            for name, value in list(vars(exc).items()):
+                if isinstance(value, str) and type(value) is not str:
+                    setattr(exc, name, _text(value))
+            exc.args = (exc.message,)  # what ``str(exc)`` reads: its message, as every class sets it
+            if type(exc) is ToolExecutionError and _handler_kind(exc.kind) != exc.kind:
+                exc.kind, exc.retryable = "server_error", False  # made up: unclassified (its breaker counts it)
+            return exc
+        message = _text(getattr(exc, "message", ""))
+        plain: ToolExecutionError
+        if isinstance(exc, CapabilityDenied):
+            plain = CapabilityDenied(_text(getattr(exc, "capability", "")), _text(getattr(exc, "target", "")), message)
+        else:
+            kind = _text(getattr(exc, "kind", ""))
+            retryable = getattr(exc, "retryable", False) is True and _handler_kind(kind) == kind
+            plain = ToolExecutionError(_handler_kind(kind), message, retryable=retryable)
+        plain.__cause__ = denial_in_chain(exc)
+        return plain
+    if isinstance(exc, TimeoutError):
+        args = _ARGS.__get__(exc)
+        return TimeoutError(_text(args[0]) if args else "")
+    return exc
 
 
 class _Worker:
@@ -67,8 +140,8 @@ class _Worker:
             context, fn, args, future = self.inbox.get()
             try:
                 future.set_result(context.run(fn, *args))
-            except Exception as exc:  # handed to whoever waits on the future
-                future.set_exception(exc)
+            except Exception as exc:  # handed to whoever waits on the future, as it may read it
+                future.set_exception(_readable(exc))
             except BaseException as exc:  # the handler's own, never this process's
                 # SystemExit, KeyboardInterrupt or a BaseException of its own raised by the handler
                 # in this worker thread (signals reach only the main thread): that call's failure,
@@ -77,6 +150,14 @@ class _Worker:
             del context, fn, args, future  # nothing of this call outlives it in an idle worker
             if not self._pool.give_back(self):
                 return
+
+
+def _readable(exc: Exception) -> Exception:
+    """`plain_failure`, or `HandlerAborted` when reading the failure itself raised (in this thread)."""
+    try:
+        return plain_failure(exc)
+    except BaseException as broken:
+        return HandlerAborted(type(broken).__name__)
 
 
 class _WorkerPool:
@@ -201,7 +282,7 @@ def _checked(
         try:
             value = confined(HandlerAccess(timeout_s=LOOKUP_TIMEOUT_S), None, lookup_fn)
         except Exception as exc:
-            answer.set_exception(exc)
+            answer.set_exception(_readable(exc))
             break
         except BaseException as exc:  # the lookup's own (see `_Worker._loop`), never this process's
             answer.set_exception(HandlerAborted(type(exc).__name__))
@@ -355,8 +436,10 @@ __all__ = [
     "HandlerAborted",
     "NotStarted",
     "confined",
+    "denial_in_chain",
     "first_denial",
     "lookup",
+    "plain_failure",
     "run_with_timeout",
     "start",
     "start_checked",

@@ -18,19 +18,15 @@ from typing import Any
 from toolgate.errors import CapabilityDenied
 from toolgate.store.audit import Auditor
 from toolgate.store.handler_access import HandlerAccess
+from toolgate.tools.loaded_code import denial_in_chain
 from toolgate.tools.spec import HandlerContext
 
 
 def denial_in(exc: BaseException) -> CapabilityDenied | None:
-    """The `CapabilityDenied` that ``exc`` is or was raised from (its cause/context chain)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, CapabilityDenied):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    """The `CapabilityDenied` that ``exc`` is or was raised from (its cause/context chain), read
+    without running any of the chain's own code (`toolgate.tools.loaded_code.denial_in_chain`:
+    the exceptions are loaded code's)."""
+    return denial_in_chain(exc)
 
 
 def audit_denial(
