@@ -142,5 +142,12 @@ def test_plain_failure_keeps_trusted_codes_own_classes_and_their_fields() -> Non
         "no such order",
         True,
     )
+    odd = ToolExecutionError("caller_error", "x", retryable=True)
+    odd.kind, odd.message, odd.retryable = Shouting("timeout"), 42, "yes"  # type: ignore[assignment]
+    plain = loaded_code.plain_failure(odd)
+    assert type(plain) is ToolExecutionError and type(plain.kind) is str and plain.kind == "timeout"
+    assert (plain.message, plain.retryable) == ("", False)
+    made_up = loaded_code.plain_failure(ToolExecutionError("meltdown", "boom", retryable=True))
+    assert (made_up.kind, made_up.retryable) == ("server_error", False)  # type: ignore[attr-defined]
     own_timeout = loaded_code.plain_failure(TimeoutError(Shouting("read timed out")))
     assert type(own_timeout) is TimeoutError and str(own_timeout) == "read timed out"

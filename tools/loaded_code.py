@@ -105,6 +105,11 @@ def plain_failure(exc: Exception) -> Exception:
             for name, value in list(vars(exc).items()):
                 if isinstance(value, str) and type(value) is not str:
                     setattr(exc, name, _text(value))
+            if type(exc.kind) is not str:
+                exc.kind = "server_error"
+            if type(exc.message) is not str:
+                exc.message = ""
+            exc.retryable = exc.retryable is True
             exc.args = (exc.message,)  # what ``str(exc)`` reads: its message, as every class sets it
             if type(exc) is ToolExecutionError and _handler_kind(exc.kind) != exc.kind:
                 exc.kind, exc.retryable = "server_error", False  # made up: unclassified (its breaker counts it)
