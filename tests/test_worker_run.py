@@ -276,6 +276,53 @@ def test_a_broken_status_check_is_reported_and_retried_never_fatal(store: Store)
     assert status(store, key) == "approved" and loop.summary.reconciled == 1
 
 
+def test_a_status_check_that_always_breaks_is_audited_and_dead_lettered_after_its_schedule(
+    store: Store,
+) -> None:
+    """A hostile status check that raises on every call: each broken check is audited with a
+    stable code, and after the schedule's last check the operation goes to a person (dead
+    letter), where it used to stay ``unknown`` for ever, checked again and again, unaudited."""
+    gw = gateway_on(store)
+    key = approved(gw, "always-broken")
+    assert store.operations.claim(key, "dead-worker", 0.0) is not None
+    wait_for(lambda: bool(store.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    spec = gw.registry.get(TOOL)
+    assert spec is not None and spec.reconcile is not None
+    calls: list[str] = []
+
+    def broken(args: Any, ctx: Any) -> Any:
+        calls.append(ctx.idempotency_key)
+        raise RuntimeError("downstream bug")
+
+    object.__setattr__(spec, "reconcile", broken)
+    clock = [0.0]
+    lines: list[dict[str, Any]] = []
+    loop = WorkerLoop(
+        gw.executor,
+        LoopOptions(worker_id="w", grace_s=0.0, delays=(1.0, 2.0)),
+        monotonic=lambda: clock[0],
+        report=lines.append,
+    )
+    loop.recover()
+    clock[0] = 1.0
+    loop.check_due()
+    assert len(calls) == 1 and status(store, key) == "unknown"  # not the last check: still waiting
+    clock[0] = 3.0
+    loop.check_due()  # the last check of the schedule broke too: a person decides
+    assert len(calls) == 2 and status(store, key) == "dead_lettered"
+    assert loop.summary.errors == 2 and loop.summary.dead_lettered == 1
+    assert {"operation_key": key, "reconciled": "dead_lettered", "checks": 2} in lines
+    seen = events(store, key)
+    assert seen.count(("operation.status_check_failed", "error", "status_check_broke")) == 2
+    assert ("operation.dead_lettered", "dead_lettered", "status_check_broke") in seen
+    letters = store.operations.dead_letters()
+    assert [d.operation_key for d in letters] == [key] and effects(store, key) == 0
+    assert letters[0].context["history"] == [{"check": "2", "error": "RuntimeError"}]
+    clock[0] = 1000.0
+    loop.check_due()
+    assert len(calls) == 2  # settled by a person from now on: never checked again
+
+
 def test_a_long_running_loop_survives_a_store_outage(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     gw = gateway_on(store)
     key = approved(gw, "outage")
