@@ -10,7 +10,8 @@ credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`
 Authorization, on every thread and run:
 
 * threads are owned: created with the caller as ``owner`` and their ``tenant`` in metadata
-  (whatever the client sent there); the owner reads, runs, streams and cancels them;
+  (whatever the client sent there); the owner reads, runs, streams and cancels them (and is the
+  only one a create naming an existing thread answers);
 * reviewers (people holding a role that approves some tool of the release) may read their
   tenant's threads and *resume* them, with decisions or as a wake-up, in any shape LangChain's
   clients send it (`is_resume_only`); nothing else: a new turn in someone else's thread is refused;
@@ -126,8 +127,13 @@ def _thread_filter(ctx: Auth.types.AuthContext) -> dict[str, str]:
 
 
 @auth.on.threads.create
-async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> None:
+async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> dict[str, str]:
     """A new thread belongs to its creator, in their tenant (client metadata cannot say otherwise).
+
+    A create naming an existing thread (``thread_id`` with ``if_exists: "do_nothing"``) answers
+    that thread, its whole state included: the caller's own filter is returned, which the runtime
+    checks against the existing thread's metadata, so someone else's thread is a 409 and nothing
+    of it is answered (without it, anyone who knew a thread's id read it).
 
     A copy (``POST /threads/{id}/copy``) comes here without metadata: the runtime gives the copy
     the *source's* metadata, its owner included, whatever this handler sets. Its read check lets a
@@ -144,6 +150,7 @@ async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.Thread
         )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant
+    return {"owner": identity, "tenant": tenant}
 
 
 @auth.on.threads.read

@@ -1,0 +1,63 @@
+"""Red team (redteam5): a thread's owner and state through the REAL ``langgraph dev`` server's
+thread doors that the read and run checks do not cover.
+
+* Creating a thread with another person's thread id and ``if_exists: "do_nothing"`` answered
+  with that thread as it stands: its metadata and its whole state (the conversation, the order,
+  the proposed refund), to anyone who knew the id, of any tenant. The create handler now hands
+  the runtime the caller's own filter, so an existing thread of someone else is a 409 and
+  nothing of it is answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from server_support import client_as, people_server_and_store
+from test_server_auth import BOB, Rig, start_refund
+
+from toolgate.policy.identities import IdentityDirectory
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    with people_server_and_store(tmp_path_factory.mktemp("lgdev-threads")) as (server, store):
+        IdentityDirectory(store).add(BOB, by=None, token="demo-token-cust-bob")
+        yield Rig(server, store)
+
+
+def post_as(rig: Rig, user: str, method: str, path: str, body: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer demo-token-{user}"}
+    with httpx.Client(base_url=rig.server.url, headers=headers, timeout=60.0) as client:
+        return client.request(method, path, json=body)
+
+
+def owner_view(rig: Rig, thread_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The thread's metadata and state as its owner reads them."""
+    with client_as(rig.server, "cust-ada") as owner:
+        return owner.threads.get(thread_id)["metadata"], owner.threads.get_state(thread_id)
+
+
+@pytest.mark.parametrize("intruder", ["cust-bob", "cust-gina", "fiona"])
+def test_creating_a_thread_under_someone_elses_id_answers_nothing_of_it(rig: Rig, intruder: str) -> None:
+    thread_id, proposal = start_refund(rig)
+    stored = rig.store.proposals.get(proposal["proposal_id"])
+    assert stored is not None
+    order = str(stored.arguments["order_id"])
+    answer = post_as(rig, intruder, "POST", "/threads", {"thread_id": thread_id, "if_exists": "do_nothing"})
+    assert answer.status_code == 409, answer.text[:300]
+    assert "blender" not in answer.text and "cust-ada" not in answer.text
+    assert order not in answer.text and proposal["operation_key"] not in answer.text
+    metadata, state = owner_view(rig, thread_id)
+    assert (metadata["owner"], metadata["tenant"]) == ("cust-ada", "acme")
+    assert state["values"]["status"] == "awaiting_approval" and list(state["next"]) == ["approval"]
+
+
+def test_the_owner_still_creates_and_finds_their_own_thread_idempotently(rig: Rig) -> None:
+    thread_id, _ = start_refund(rig)
+    again = post_as(rig, "cust-ada", "POST", "/threads", {"thread_id": thread_id, "if_exists": "do_nothing"})
+    assert again.status_code == 200 and again.json()["thread_id"] == thread_id
