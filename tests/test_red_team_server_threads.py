@@ -6,6 +6,10 @@ thread doors that the read and run checks do not cover.
   the proposed refund), to anyone who knew the id, of any tenant. The create handler now hands
   the runtime the caller's own filter, so an existing thread of someone else is a 409 and
   nothing of it is answered.
+* An operator may repair a thread's state, which carries no authority (the graph seals it); a
+  thread's ``owner`` and ``tenant`` metadata are authority (the server's read and run checks are
+  filters on them). An operator rewriting them handed one customer's thread to another (who then
+  read it) or took it to delete it. Refused ``thread_owner_refused``, audited, nothing changed.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from server_support import client_as, people_server_and_store
-from test_server_auth import BOB, Rig, start_refund
+from test_server_auth import BOB, Rig, start_refund, status_code
 
 from toolgate.policy.identities import IdentityDirectory
 
@@ -61,3 +65,32 @@ def test_the_owner_still_creates_and_finds_their_own_thread_idempotently(rig: Ri
     thread_id, _ = start_refund(rig)
     again = post_as(rig, "cust-ada", "POST", "/threads", {"thread_id": thread_id, "if_exists": "do_nothing"})
     assert again.status_code == 200 and again.json()["thread_id"] == thread_id
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"owner": "cust-bob"}, {"tenant": "globex"}, {"owner": "omar", "note": "mine now"}],
+    ids=["to-another-customer", "to-another-tenant", "to-the-operator"],
+)
+def test_an_operator_cannot_hand_a_thread_to_someone_else(rig: Rig, metadata: dict[str, str]) -> None:
+    thread_id, proposal = start_refund(rig)
+    refused_before = len(rig.events("access.refused", "thread_owner_refused"))
+    changed = post_as(rig, "omar", "PATCH", f"/threads/{thread_id}", {"metadata": metadata})
+    assert changed.status_code == 403 and "thread_owner_refused" in changed.text, changed.text[:300]
+    assert len(rig.events("access.refused", "thread_owner_refused")) == refused_before + 1
+    owner, _ = owner_view(rig, thread_id)
+    assert (owner["owner"], owner["tenant"]) == ("cust-ada", "acme") and "note" not in owner
+    with client_as(rig.server, "cust-bob") as bob, pytest.raises(httpx.HTTPStatusError) as unseen:
+        bob.threads.get_state(thread_id)
+    assert status_code(unseen.value) == 404
+    pruned = post_as(rig, "omar", "POST", "/threads/prune", {"thread_ids": [thread_id]})
+    assert pruned.status_code == 404  # only the owner deletes
+    assert rig.payments(proposal["operation_key"]) == 0
+
+
+def test_an_operator_still_writes_other_metadata(rig: Rig) -> None:
+    thread_id, _ = start_refund(rig)
+    noted = post_as(rig, "omar", "PATCH", f"/threads/{thread_id}", {"metadata": {"repair_note": "checked"}})
+    assert noted.status_code == 200, noted.text[:300]
+    metadata, _ = owner_view(rig, thread_id)
+    assert metadata["repair_note"] == "checked" and metadata["owner"] == "cust-ada"

@@ -17,7 +17,8 @@ Authorization, on every thread and run:
   clients send it (`is_resume_only`); nothing else: a new turn in someone else's thread is refused;
 * nobody names a principal in ``context`` (the principal is the authenticated caller);
 * state updates (``update_state``) are refused unless the caller is an ``operator``, and even
-  then state carries no authority (the graph seals it and refuses a rewritten thread);
+  then state carries no authority (the graph seals it and refuses a rewritten thread); nobody
+  changes a thread's ``owner`` or ``tenant`` metadata, which every check here filters on;
 * assistants are read-only for clients; the store API (long-term memory) is not used and closed.
 
 Every refusal is audited and answers with a stable code in its message.
@@ -39,6 +40,9 @@ auth = Auth()
 
 OPERATOR_ROLE = "operator"
 """May update thread state (for repairs); the graph still trusts nothing in it."""
+OWNERSHIP_KEYS = frozenset({"owner", "tenant"})
+"""Thread metadata the server sets at creation and every access check filters on; no update
+changes it."""
 CREDENTIAL_HEADER = "x-toolgate-credential-"
 API_KEY_HEADER = "x-api-key"
 """Where the LangGraph SDK's ``apiKey`` travels; a toolgate token there counts as a bearer token."""
@@ -207,7 +211,11 @@ def is_resume_only(kwargs: Mapping[str, Any]) -> bool:
 
 @auth.on.threads.update
 async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate) -> dict[str, str]:
-    """Cancelling one's own run is fine; changing a thread's state or metadata is for operators."""
+    """Cancelling one's own run is fine; changing a thread's state or metadata is for operators.
+
+    Never its ``owner`` or ``tenant``: those are what every read and run check filters on, set
+    when the thread is created (an operator rewriting them handed a customer's thread to another
+    person, who then read it, or took it to delete it): refused ``thread_owner_refused``."""
     identity, tenant, roles = _user(ctx)
     if value.get("action") in ("interrupt", "rollback"):
         return {"owner": identity, "tenant": tenant}
@@ -216,6 +224,13 @@ async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.Thread
             403,
             "state_update_refused",
             "thread state is written by the gateway only; updates need the operator role",
+            identity,
+        )
+    if OWNERSHIP_KEYS & set(value.get("metadata") or {}):
+        raise await _refuse(
+            403,
+            "thread_owner_refused",
+            "a thread's owner and tenant are set when it is created and never change",
             identity,
         )
     return {"tenant": tenant}
