@@ -10,17 +10,22 @@ thread doors that the read and run checks do not cover.
   thread's ``owner`` and ``tenant`` metadata are authority (the server's read and run checks are
   filters on them). An operator rewriting them handed one customer's thread to another (who then
   read it) or took it to delete it. Refused ``thread_owner_refused``, audited, nothing changed.
+* A reviewer may resume a thread of their tenant, nothing more. A resume that names an earlier
+  checkpoint (``checkpoint_id``) forks the thread there and runs it again from that step: the
+  owner's turn, its model request and its reads, started by the reviewer. It is the owner's
+  alone now, like a resume with a ``goto`` (someone else's thread is not found).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from server_support import client_as, people_server_and_store
-from test_server_auth import BOB, Rig, start_refund, status_code
+from test_server_auth import BOB, GRAPH, Rig, start_refund, status_code
 
 from toolgate.policy.identities import IdentityDirectory
 
@@ -94,3 +99,25 @@ def test_an_operator_still_writes_other_metadata(rig: Rig) -> None:
     assert noted.status_code == 200, noted.text[:300]
     metadata, _ = owner_view(rig, thread_id)
     assert metadata["repair_note"] == "checked" and metadata["owner"] == "cust-ada"
+
+
+def model_turns(rig: Rig, thread_id: str) -> int:
+    return len([e for e in rig.store.audit.events() if e.event == "model.response" and e.thread_id == thread_id])
+
+
+def test_a_reviewers_resume_at_an_earlier_checkpoint_is_only_the_owners(rig: Rig) -> None:
+    thread_id, proposal = start_refund(rig)
+    with client_as(rig.server, "cust-ada") as owner:
+        history = owner.threads.get_history(thread_id, limit=100)
+    first = history[-1]["checkpoint"]["checkpoint_id"]  # before the owner's first turn
+    turns = model_turns(rig, thread_id)
+    _, before = owner_view(rig, thread_id)
+    for fork in ({"checkpoint_id": first}, {"checkpoint": {"checkpoint_id": first, "checkpoint_ns": ""}}):
+        body = {"assistant_id": GRAPH, "command": {"resume": {"wake": True}}, **fork}
+        forked = post_as(rig, "fiona", "POST", f"/threads/{thread_id}/runs/wait", body)
+        assert forked.status_code in (403, 404), (fork, forked.status_code, forked.text[:300])
+    assert model_turns(rig, thread_id) == turns  # no model request started by the reviewer
+    _, after = owner_view(rig, thread_id)
+    assert after["checkpoint"] == before["checkpoint"] and list(after["next"]) == ["approval"]
+    assert json.dumps(after["values"], sort_keys=True) == json.dumps(before["values"], sort_keys=True)
+    assert rig.payments(proposal["operation_key"]) == 0

@@ -14,7 +14,8 @@ Authorization, on every thread and run:
   only one a create naming an existing thread answers);
 * reviewers (people holding a role that approves some tool of the release) may read their
   tenant's threads and *resume* them, with decisions or as a wake-up, in any shape LangChain's
-  clients send it (`is_resume_only`); nothing else: a new turn in someone else's thread is refused;
+  clients send it (`is_resume_only`), from the thread's latest checkpoint (`at_latest_checkpoint`);
+  nothing else: a new turn in someone else's thread is refused;
 * nobody names a principal in ``context`` (the principal is the authenticated caller);
 * state updates (``update_state``) are refused unless the caller is an ``operator``, and even
   then state carries no authority (the graph seals it and refuses a rewritten thread); nobody
@@ -30,11 +31,13 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 from langgraph_sdk import Auth
 
 from toolgate.errors import IdentityError
 from toolgate.graph.server.client_address import client_address
 from toolgate.graph.server.process import server_parts
+from toolgate.graph.worker.waker import langgraph_client
 
 auth = Auth()
 
@@ -185,9 +188,36 @@ async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreat
         )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant  # used when the run creates its thread
-    if is_resume_only(kwargs) and roles & _reviewer_roles():
+    if (
+        is_resume_only(kwargs)
+        and roles & _reviewer_roles()
+        and await at_latest_checkpoint(value.get("thread_id"), configurable)
+    ):
         return {"tenant": tenant}
     return {"owner": identity, "tenant": tenant}
+
+
+async def at_latest_checkpoint(thread_id: Any, configurable: Mapping[str, Any]) -> bool:
+    """True when a run starts from the thread's latest checkpoint: it names none, or names that one
+    (agent-chat-ui sends the head checkpoint it fetched with every resume). A run naming an earlier
+    checkpoint (``checkpoint_id`` or ``checkpoint``, both in ``config.configurable``) forks the
+    thread there and runs it again from that step, the owner's turn, its model request and its
+    reads included: that is a new turn, never a reviewer's resume. The head is read through the
+    server's own loopback client (`toolgate.graph.worker.waker.langgraph_client`)."""
+    if not isinstance(configurable, Mapping) or configurable.get("checkpoint_map") or configurable.get(
+        "checkpoint_ns"
+    ):
+        return False
+    named = configurable.get("checkpoint_id")
+    if not named:
+        return True
+    if thread_id is None:
+        return False
+    try:
+        head = await langgraph_client().threads.get_state(str(thread_id))
+    except httpx.HTTPStatusError:  # no such thread: nothing to resume
+        return False
+    return bool((head.get("checkpoint") or {}).get("checkpoint_id") == str(named))
 
 
 def is_resume_only(kwargs: Mapping[str, Any]) -> bool:
@@ -262,4 +292,4 @@ async def deny_everything_else(ctx: Auth.types.AuthContext, value: Any) -> bool:
     )
 
 
-__all__ = ["auth", "is_resume_only"]
+__all__ = ["at_latest_checkpoint", "auth", "is_resume_only"]
