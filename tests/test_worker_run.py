@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from worker_run_release import TOOL, release
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import StoreError
 from toolgate.graph.bootstrap import initialize_store
+from toolgate.graph.delivery.recovery import reconcile, recover_abandoned
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.proposals import draft_proposal, store_proposal
@@ -321,6 +323,41 @@ def test_a_status_check_that_always_breaks_is_audited_and_dead_lettered_after_it
     clock[0] = 1000.0
     loop.check_due()
     assert len(calls) == 2  # settled by a person from now on: never checked again
+
+
+def test_two_workers_racing_one_reconcile_record_one_outcome_and_no_false_in_flight(
+    two: tuple[Store, Store],
+) -> None:
+    """Two workers (each its own store connection, as two processes) check the same unknown
+    outcome at once: both status checks answer absent (a barrier holds each inside its check until
+    the other is there), one re-approves it, and the other's record stands for both: the loser
+    says nothing, where it used to audit ``operation.reconciled in_flight`` (a handler that might
+    still be running) for an operation the winner had just approved."""
+    first, second = two
+    gateways = [gateway_on(first), gateway_on(second)]
+    key = approved(gateways[0], "raced-check")
+    assert first.operations.claim(key, "dead-worker", 0.0) is not None
+    wait_for(lambda: bool(first.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    assert recover_abandoned(gateways[0].executor, 0.0) == [key]
+    both_checking = threading.Barrier(2)
+    for gw in gateways:
+        spec = gw.registry.get(TOOL)
+        assert spec is not None and spec.reconcile is not None
+
+        def at_once(args: Any, ctx: Any, check: Any = spec.reconcile) -> Any:
+            both_checking.wait(timeout=WAIT_S)
+            return check(args, ctx)
+
+        object.__setattr__(spec, "reconcile", at_once)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(
+            pool.map(lambda gw: reconcile(gw.executor, key, delays=(0.0,), sleep=lambda _: None), gateways)
+        )
+    assert sorted(r.status for r in done) == ["approved", "unchanged"]
+    assert status(first, key) == "approved" and effects(first, key) == 0
+    reconciled = [(name, result) for name, result, _ in events(first, key) if name == "operation.reconciled"]
+    assert reconciled == [("operation.reconciled", "absent_retry_safe")]
+    assert first.operations.dead_letters() == []
 
 
 def test_a_long_running_loop_survives_a_store_outage(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -174,10 +174,12 @@ def _to_a_person(
         "arguments_sha256": proposal.arguments_sha256 if proposal else None,
         "history": history,
     }
-    if (
-        executor.overruns.running(operation_key)
-        or store.operations.dead_letter(operation_key, reason, context) is None
-    ):
+    running = executor.overruns.running(operation_key)
+    if running or store.operations.dead_letter(operation_key, reason, context) is None:
+        current = None if running else store.operations.get(operation_key)
+        if current is not None and current.status != "unknown":
+            # another worker settled it meanwhile (a raced check): its record stands, nothing to say
+            return Reconciliation(operation_key=operation_key, status="unchanged", checks=checks, found=False)
         # its handler may still be running (here, or under a live lease elsewhere): not a person's case yet
         auditor.record("operation.reconciled", "in_flight", detail={"checks": checks}, **common)
         return Reconciliation(operation_key=operation_key, status="in_flight", checks=checks, found=False)
