@@ -5,7 +5,9 @@ Authentication: ``Authorization: Bearer <token>`` (or ``X-Api-Key: <token>``, as
 the LangGraph SDK's ``apiKey`` send it) names one person of the identity store
 (`IdentityDirectory.authenticate_bearer`; tokens are kept only as keyed hashes). The user handed
 to the graph carries that person's user id, tenant, roles and scopes, plus their own forwarded
-credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state).
+credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state),
+sealed: the server keeps the user in every run's record, which the thread's reviewers read
+(`toolgate.graph.server.context.seal_forwarded`).
 
 Authorization, on every thread and run:
 
@@ -36,6 +38,7 @@ from langgraph_sdk import Auth
 
 from toolgate.errors import IdentityError
 from toolgate.graph.server.client_address import client_address
+from toolgate.graph.server.context import seal_forwarded
 from toolgate.graph.server.process import server_parts
 from toolgate.graph.worker.waker import langgraph_client
 
@@ -109,6 +112,8 @@ async def authenticate(
         for key, value in headers.items()
         if key.decode("latin-1").lower().startswith(CREDENTIAL_HEADER)
     }
+    keys = server_parts().gateway.store.keys
+    sealed = seal_forwarded(keys, credentials, principal.user_id, principal.tenant_id)  # the run record keeps it
     return {
         "identity": principal.user_id,
         "display_name": principal.display_name or principal.user_id,
@@ -116,7 +121,7 @@ async def authenticate(
         "tenant_id": principal.tenant_id,
         "roles": sorted(principal.roles),
         "scopes": sorted(principal.scopes),
-        "credentials": credentials,
+        "credentials": sealed,
     }
 
 
