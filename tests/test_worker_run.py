@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from worker_run_release import TOOL, release
 from toolgate.canonical import idempotency_key_for
 from toolgate.errors import StoreError
 from toolgate.graph.bootstrap import initialize_store
+from toolgate.graph.delivery.recovery import reconcile, recover_abandoned
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.review.proposals import draft_proposal, store_proposal
@@ -274,6 +276,88 @@ def test_a_broken_status_check_is_reported_and_retried_never_fatal(store: Store)
     clock[0] = 3.0  # retried after the schedule's longest delay: absent and retry-safe, so approved
     loop.check_due()
     assert status(store, key) == "approved" and loop.summary.reconciled == 1
+
+
+def test_a_status_check_that_always_breaks_is_audited_and_dead_lettered_after_its_schedule(
+    store: Store,
+) -> None:
+    """A hostile status check that raises on every call: each broken check is audited with a
+    stable code, and after the schedule's last check the operation goes to a person (dead
+    letter), where it used to stay ``unknown`` for ever, checked again and again, unaudited."""
+    gw = gateway_on(store)
+    key = approved(gw, "always-broken")
+    assert store.operations.claim(key, "dead-worker", 0.0) is not None
+    wait_for(lambda: bool(store.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    spec = gw.registry.get(TOOL)
+    assert spec is not None and spec.reconcile is not None
+    calls: list[str] = []
+
+    def broken(args: Any, ctx: Any) -> Any:
+        calls.append(ctx.idempotency_key)
+        raise RuntimeError("downstream bug")
+
+    object.__setattr__(spec, "reconcile", broken)
+    clock = [0.0]
+    lines: list[dict[str, Any]] = []
+    loop = WorkerLoop(
+        gw.executor,
+        LoopOptions(worker_id="w", grace_s=0.0, delays=(1.0, 2.0)),
+        monotonic=lambda: clock[0],
+        report=lines.append,
+    )
+    loop.recover()
+    clock[0] = 1.0
+    loop.check_due()
+    assert len(calls) == 1 and status(store, key) == "unknown"  # not the last check: still waiting
+    clock[0] = 3.0
+    loop.check_due()  # the last check of the schedule broke too: a person decides
+    assert len(calls) == 2 and status(store, key) == "dead_lettered"
+    assert loop.summary.errors == 2 and loop.summary.dead_lettered == 1
+    assert {"operation_key": key, "reconciled": "dead_lettered", "checks": 2} in lines
+    seen = events(store, key)
+    assert seen.count(("operation.status_check_failed", "error", "status_check_broke")) == 2
+    assert ("operation.dead_lettered", "dead_lettered", "status_check_broke") in seen
+    letters = store.operations.dead_letters()
+    assert [d.operation_key for d in letters] == [key] and effects(store, key) == 0
+    assert letters[0].context["history"] == [{"check": "2", "error": "RuntimeError"}]
+    clock[0] = 1000.0
+    loop.check_due()
+    assert len(calls) == 2  # settled by a person from now on: never checked again
+
+
+def test_two_workers_racing_one_reconcile_record_one_outcome_and_no_false_in_flight(
+    two: tuple[Store, Store],
+) -> None:
+    """Two workers (each its own store connection, as two processes) check the same unknown
+    outcome at once: both status checks answer absent (a barrier holds each inside its check until
+    the other is there), one re-approves it, and the other's record stands for both: the loser
+    says nothing, where it used to audit ``operation.reconciled in_flight`` (a handler that might
+    still be running) for an operation the winner had just approved."""
+    first, second = two
+    gateways = [gateway_on(first), gateway_on(second)]
+    key = approved(gateways[0], "raced-check")
+    assert first.operations.claim(key, "dead-worker", 0.0) is not None
+    wait_for(lambda: bool(first.operations.stale_executing(0)), "the dead worker's lease to lapse (store clock)")
+    assert recover_abandoned(gateways[0].executor, 0.0) == [key]
+    both_checking = threading.Barrier(2)
+    for gw in gateways:
+        spec = gw.registry.get(TOOL)
+        assert spec is not None and spec.reconcile is not None
+
+        def at_once(args: Any, ctx: Any, check: Any = spec.reconcile) -> Any:
+            both_checking.wait(timeout=WAIT_S)
+            return check(args, ctx)
+
+        object.__setattr__(spec, "reconcile", at_once)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(
+            pool.map(lambda gw: reconcile(gw.executor, key, delays=(0.0,), sleep=lambda _: None), gateways)
+        )
+    assert sorted(r.status for r in done) == ["approved", "unchanged"]
+    assert status(first, key) == "approved" and effects(first, key) == 0
+    reconciled = [(name, result) for name, result, _ in events(first, key) if name == "operation.reconciled"]
+    assert reconciled == [("operation.reconciled", "absent_retry_safe")]
+    assert first.operations.dead_letters() == []
 
 
 def test_a_long_running_loop_survives_a_store_outage(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,11 +21,14 @@ from toolgate.graph.delivery import handler_scope as scope
 from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.delivery.executor import Executor
 from toolgate.policy.output import redacted_traceback
+from toolgate.store.records import OperationRecord
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DELAYS: tuple[float, ...] = (1, 2, 4, 8, 16)
 """Status-check backoff: five checks over 31 seconds, time for a slow downstream to settle."""
+STATUS_CHECK_BROKE = "status_check_broke"
+"""The code of a status check that raised (loaded code broke; it proves nothing either way)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,8 +37,9 @@ class Reconciliation:
 
     operation_key: str
     status: Literal["succeeded", "approved", "dead_lettered", "in_flight", "pending", "unchanged", "error"]
-    """``error``: the status check itself broke (loaded code: it raised, or exited in its thread);
-    the operation stays ``unknown`` and is checked again later. ``in_flight``: the effect is not
+    """``error``: the status check itself broke (loaded code: it raised, or exited in its thread;
+    audited ``operation.status_check_failed``); the operation stays ``unknown`` and is checked
+    again later (the worker's schedule ends in `dead_letter_broken`). ``in_flight``: the effect is not
     found yet, but its handler may still be running (its owner's lease is live); nothing is
     delivered again and nothing is dead-lettered until that lease ends. ``pending``: not found by
     these checks, and they were not the last of its schedule (``final``)."""
@@ -87,6 +91,15 @@ def reconcile(
             except ToolExecutionError as exc:
                 history.append({"check": str(checks), "error": exc.kind})
                 continue
+            except Exception as exc:  # loaded code broke: audited here; the caller decides what next
+                auditor.record(
+                    "operation.status_check_failed",
+                    "error",
+                    code=STATUS_CHECK_BROKE,
+                    detail={"checks": checks, "error": type(exc).__name__},
+                    **common,
+                )
+                raise
             if found is not None:
                 try:
                     result = found.unwrap()
@@ -125,6 +138,34 @@ def reconcile(
         if spec is None or spec.reconcile is None
         else (f"effect not found after {checks} status checks")
     )
+    return _to_a_person(executor, op, reason, history, checks, "unresolved")
+
+
+def dead_letter_broken(executor: Executor, operation_key: str, *, error: str, checks: int) -> Reconciliation:
+    """The last check of an ``unknown`` outcome's schedule broke (loaded code raised ``error``,
+    audited by `reconcile`): a person decides, as for an effect never found (code
+    ``status_check_broke``), so no outcome stays unknown for ever behind a check that always breaks."""
+    op = executor.store.operations.get(operation_key)
+    if op is None or op.status != "unknown":
+        return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
+    reason = f"the status check broke ({error}) on the last of {checks} checks"
+    history = [{"check": str(checks), "error": error}]
+    return _to_a_person(executor, op, reason, history, checks, STATUS_CHECK_BROKE)
+
+
+def _to_a_person(
+    executor: Executor, op: OperationRecord, reason: str, history: list[dict[str, str]], checks: int, code: str
+) -> Reconciliation:
+    """Dead-letter the ``unknown`` ``op`` with the context a person needs (audited with ``code``),
+    unless its handler may still be running (``in_flight``: not a person's case yet)."""
+    store, auditor, operation_key = executor.store, executor.auditor, op.operation_key
+    proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
+    common = {
+        "operation_key": operation_key,
+        "proposal_id": op.proposal_id,
+        "tool": op.tool,
+        "handler_revision": proposal.handler_revision if proposal else None,
+    }
     context = {
         "tool": op.tool,
         "proposal_id": op.proposal_id,
@@ -133,16 +174,16 @@ def reconcile(
         "arguments_sha256": proposal.arguments_sha256 if proposal else None,
         "history": history,
     }
-    if (
-        executor.overruns.running(operation_key)
-        or store.operations.dead_letter(operation_key, reason, context) is None
-    ):
+    running = executor.overruns.running(operation_key)
+    if running or store.operations.dead_letter(operation_key, reason, context) is None:
+        current = None if running else store.operations.get(operation_key)
+        if current is not None and current.status != "unknown":
+            # another worker settled it meanwhile (a raced check): its record stands, nothing to say
+            return Reconciliation(operation_key=operation_key, status="unchanged", checks=checks, found=False)
         # its handler may still be running (here, or under a live lease elsewhere): not a person's case yet
         auditor.record("operation.reconciled", "in_flight", detail={"checks": checks}, **common)
         return Reconciliation(operation_key=operation_key, status="in_flight", checks=checks, found=False)
-    auditor.record(
-        "operation.dead_lettered", "dead_lettered", code="unresolved", detail={"reason": reason}, **common
-    )
+    auditor.record("operation.dead_lettered", "dead_lettered", code=code, detail={"reason": reason}, **common)
     return Reconciliation(operation_key=operation_key, status="dead_lettered", checks=checks, found=False)
 
 
@@ -258,8 +299,10 @@ def recover_abandoned(executor: Executor, grace_s: float) -> list[str]:
 
 __all__ = [
     "DEFAULT_DELAYS",
+    "STATUS_CHECK_BROKE",
     "Reconciliation",
     "RecoveryReport",
+    "dead_letter_broken",
     "reconcile",
     "reconciled_or_error",
     "recover",

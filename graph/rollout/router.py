@@ -211,7 +211,7 @@ def run_principal(primary: Gateway, runtime: Runtime[Context]) -> Principal | No
     if primary.server_mode:
         user = runtime.server_info.user if runtime.server_info is not None else None
         try:
-            ctx = server_context(ctx, user, primary.directory)
+            ctx = server_context(ctx, user, primary.directory, primary.store.keys)
         except ToolgateError:
             return None
     return ctx.principal

@@ -165,7 +165,7 @@ class GuardedNode:
         task = thread_id(config)
         if gw.server_mode:
             user = runtime.server_info.user if runtime.server_info is not None else None
-            trusted = server_context(context_of(runtime), user, gw.directory)
+            trusted = server_context(context_of(runtime), user, gw.directory, gw.store.keys)
             runtime = runtime.override(context=trusted)
         sealer = Sealer(gw.store.keys, task)
         version = sealer.sealed_version(state)

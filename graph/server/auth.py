@@ -5,18 +5,23 @@ Authentication: ``Authorization: Bearer <token>`` (or ``X-Api-Key: <token>``, as
 the LangGraph SDK's ``apiKey`` send it) names one person of the identity store
 (`IdentityDirectory.authenticate_bearer`; tokens are kept only as keyed hashes). The user handed
 to the graph carries that person's user id, tenant, roles and scopes, plus their own forwarded
-credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state).
+credentials from ``X-Toolgate-Credential-<name>`` headers (never from ``context`` or state),
+sealed: the server keeps the user in every run's record, which the thread's reviewers read
+(`toolgate.graph.server.context.seal_forwarded`).
 
 Authorization, on every thread and run:
 
 * threads are owned: created with the caller as ``owner`` and their ``tenant`` in metadata
-  (whatever the client sent there); the owner reads, runs, streams and cancels them;
+  (whatever the client sent there); the owner reads, runs, streams and cancels them (and is the
+  only one a create naming an existing thread answers);
 * reviewers (people holding a role that approves some tool of the release) may read their
   tenant's threads and *resume* them, with decisions or as a wake-up, in any shape LangChain's
-  clients send it (`is_resume_only`); nothing else: a new turn in someone else's thread is refused;
+  clients send it (`is_resume_only`), from the thread's latest checkpoint (`at_latest_checkpoint`);
+  nothing else: a new turn in someone else's thread is refused;
 * nobody names a principal in ``context`` (the principal is the authenticated caller);
 * state updates (``update_state``) are refused unless the caller is an ``operator``, and even
-  then state carries no authority (the graph seals it and refuses a rewritten thread);
+  then state carries no authority (the graph seals it and refuses a rewritten thread); nobody
+  changes a thread's ``owner`` or ``tenant`` metadata, which every check here filters on;
 * assistants are read-only for clients; the store API (long-term memory) is not used and closed.
 
 Every refusal is audited and answers with a stable code in its message.
@@ -28,16 +33,22 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 from langgraph_sdk import Auth
 
 from toolgate.errors import IdentityError
 from toolgate.graph.server.client_address import client_address
+from toolgate.graph.server.context import seal_forwarded
 from toolgate.graph.server.process import server_parts
+from toolgate.graph.worker.waker import langgraph_client
 
 auth = Auth()
 
 OPERATOR_ROLE = "operator"
 """May update thread state (for repairs); the graph still trusts nothing in it."""
+OWNERSHIP_KEYS = frozenset({"owner", "tenant"})
+"""Thread metadata the server sets at creation and every access check filters on; no update
+changes it."""
 CREDENTIAL_HEADER = "x-toolgate-credential-"
 API_KEY_HEADER = "x-api-key"
 """Where the LangGraph SDK's ``apiKey`` travels; a toolgate token there counts as a bearer token."""
@@ -101,6 +112,8 @@ async def authenticate(
         for key, value in headers.items()
         if key.decode("latin-1").lower().startswith(CREDENTIAL_HEADER)
     }
+    keys = server_parts().gateway.store.keys
+    sealed = seal_forwarded(keys, credentials, principal.user_id, principal.tenant_id)  # the run record keeps it
     return {
         "identity": principal.user_id,
         "display_name": principal.display_name or principal.user_id,
@@ -108,7 +121,7 @@ async def authenticate(
         "tenant_id": principal.tenant_id,
         "roles": sorted(principal.roles),
         "scopes": sorted(principal.scopes),
-        "credentials": credentials,
+        "credentials": sealed,
     }
 
 
@@ -126,8 +139,13 @@ def _thread_filter(ctx: Auth.types.AuthContext) -> dict[str, str]:
 
 
 @auth.on.threads.create
-async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> None:
+async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate) -> dict[str, str]:
     """A new thread belongs to its creator, in their tenant (client metadata cannot say otherwise).
+
+    A create naming an existing thread (``thread_id`` with ``if_exists: "do_nothing"``) answers
+    that thread, its whole state included: the caller's own filter is returned, which the runtime
+    checks against the existing thread's metadata, so someone else's thread is a 409 and nothing
+    of it is answered (without it, anyone who knew a thread's id read it).
 
     A copy (``POST /threads/{id}/copy``) comes here without metadata: the runtime gives the copy
     the *source's* metadata, its owner included, whatever this handler sets. Its read check lets a
@@ -144,6 +162,7 @@ async def on_thread_create(ctx: Auth.types.AuthContext, value: Auth.types.Thread
         )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant
+    return {"owner": identity, "tenant": tenant}
 
 
 @auth.on.threads.read
@@ -174,9 +193,36 @@ async def on_run_create(ctx: Auth.types.AuthContext, value: Auth.types.RunsCreat
         )
     metadata = value.setdefault("metadata", {})
     metadata["owner"], metadata["tenant"] = identity, tenant  # used when the run creates its thread
-    if is_resume_only(kwargs) and roles & _reviewer_roles():
+    if (
+        is_resume_only(kwargs)
+        and roles & _reviewer_roles()
+        and await at_latest_checkpoint(value.get("thread_id"), configurable)
+    ):
         return {"tenant": tenant}
     return {"owner": identity, "tenant": tenant}
+
+
+async def at_latest_checkpoint(thread_id: Any, configurable: Mapping[str, Any]) -> bool:
+    """True when a run starts from the thread's latest checkpoint: it names none, or names that one
+    (agent-chat-ui sends the head checkpoint it fetched with every resume). A run naming an earlier
+    checkpoint (``checkpoint_id`` or ``checkpoint``, both in ``config.configurable``) forks the
+    thread there and runs it again from that step, the owner's turn, its model request and its
+    reads included: that is a new turn, never a reviewer's resume. The head is read through the
+    server's own loopback client (`toolgate.graph.worker.waker.langgraph_client`)."""
+    if not isinstance(configurable, Mapping) or configurable.get("checkpoint_map") or configurable.get(
+        "checkpoint_ns"
+    ):
+        return False
+    named = configurable.get("checkpoint_id")
+    if not named:
+        return True
+    if thread_id is None:
+        return False
+    try:
+        head = await langgraph_client().threads.get_state(str(thread_id))
+    except httpx.HTTPStatusError:  # no such thread: nothing to resume
+        return False
+    return bool((head.get("checkpoint") or {}).get("checkpoint_id") == str(named))
 
 
 def is_resume_only(kwargs: Mapping[str, Any]) -> bool:
@@ -200,7 +246,11 @@ def is_resume_only(kwargs: Mapping[str, Any]) -> bool:
 
 @auth.on.threads.update
 async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate) -> dict[str, str]:
-    """Cancelling one's own run is fine; changing a thread's state or metadata is for operators."""
+    """Cancelling one's own run is fine; changing a thread's state or metadata is for operators.
+
+    Never its ``owner`` or ``tenant``: those are what every read and run check filters on, set
+    when the thread is created (an operator rewriting them handed a customer's thread to another
+    person, who then read it, or took it to delete it): refused ``thread_owner_refused``."""
     identity, tenant, roles = _user(ctx)
     if value.get("action") in ("interrupt", "rollback"):
         return {"owner": identity, "tenant": tenant}
@@ -209,6 +259,13 @@ async def on_thread_update(ctx: Auth.types.AuthContext, value: Auth.types.Thread
             403,
             "state_update_refused",
             "thread state is written by the gateway only; updates need the operator role",
+            identity,
+        )
+    if OWNERSHIP_KEYS & set(value.get("metadata") or {}):
+        raise await _refuse(
+            403,
+            "thread_owner_refused",
+            "a thread's owner and tenant are set when it is created and never change",
             identity,
         )
     return {"tenant": tenant}
@@ -240,4 +297,4 @@ async def deny_everything_else(ctx: Auth.types.AuthContext, value: Any) -> bool:
     )
 
 
-__all__ = ["auth", "is_resume_only"]
+__all__ = ["at_latest_checkpoint", "auth", "is_resume_only"]

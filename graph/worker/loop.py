@@ -17,7 +17,8 @@ schedules a status check of every unknown outcome; then, until stopped, it
 - checks each unknown outcome on its schedule (``delays``, the ``TOOLGATE_RECONCILE_DELAYS``
   backoff), never sleeping on one: a found effect becomes ``succeeded``, an absent retry-safe one
   ``approved`` again (and is delivered by the next pass), and after the last check the rest go to
-  the dead letters;
+  the dead letters; a check that breaks (loaded code raised: audited ``status_check_broke``)
+  counts as one of the schedule, so a check that always breaks ends in the dead letters too;
 - recovers abandoned claims again every ``recover_every_s`` (lease lapsed by the store's clock,
   plus ``grace_s``: a worker's own clock never judges a lease).
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 from toolgate.errors import StoreError
 from toolgate.graph.delivery.executor import Executor
-from toolgate.graph.delivery.recovery import reconcile, recover_abandoned
+from toolgate.graph.delivery.recovery import dead_letter_broken, reconcile, recover_abandoned
 from toolgate.graph.worker.backoff import Backoff
 from toolgate.graph.worker.delivery import DeliveryPass
 from toolgate.graph.worker.options import LoopOptions, LoopSummary, Report
@@ -135,11 +136,15 @@ class WorkerLoop(DeliveryPass):
             final = check.done + 1 >= len(delays)
             try:
                 item = reconcile(self._executor(key), key, delays=(0.0,), sleep=lambda _: None, final=final)
-            except Exception as exc:  # a broken status check never stops the worker; it stays unknown
+            except Exception as exc:  # a broken status check never stops the worker
                 self.summary.errors += 1
-                check.due = self.monotonic() + delays[-1]
                 self.report({"operation_key": key, "reconciled": "error", "error": type(exc).__name__})
-                continue
+                if isinstance(exc, StoreError) or not final:  # checked again later: it stays unknown
+                    check.done += not isinstance(exc, StoreError)
+                    check.due = self.monotonic() + delays[-1]
+                    continue
+                # the schedule's last check broke too: a person decides (never unknown for ever)
+                item = dead_letter_broken(self._executor(key), key, error=type(exc).__name__, checks=check.done + 1)
             check.done += 1
             if item.status in ("pending", "in_flight"):
                 check.due = self.monotonic() + delays[min(check.done, len(delays) - 1)]
