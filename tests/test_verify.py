@@ -19,6 +19,7 @@ from toolgate.evals.adversarial.cases import CASES
 from toolgate.evals.adversarial.runner import RunReport
 from toolgate.graph.bootstrap import open_app
 from toolgate.testing import ScriptedChatModel
+from toolgate.tools.demo.identities import demo_token
 
 OTHER_CHECKS = [name for name in verify.CHECKS if name != "adversarial_dispatch"]
 """Every check but the adversarial cases, in checklist order."""
@@ -28,7 +29,12 @@ OTHER_CHECKS = [name for name in verify.CHECKS if name != "adversarial_dispatch"
 def test_verify_passes_then_fails_after_audit_tampering(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
     toolgate(["init"], env)  # verify checks an existing store; it creates none
-    healthy = toolgate(["verify", *(arg for name in OTHER_CHECKS for arg in ("--check", name))], env)
+    toolgate(["identities", "seed-demo"], env)
+    # the idempotency check runs a write: an administrator of the demo people's tenant runs it
+    env = {**env, "TOOLGATE_TOKEN": demo_token("ivy")}
+    healthy = toolgate(
+        ["verify", "--as", "ivy", *(arg for name in OTHER_CHECKS for arg in ("--check", name))], env
+    )
     lines = healthy.stdout.splitlines()
     assert [line.split("=", 1)[0] for line in lines] == [*OTHER_CHECKS, "verify"]
     assert "idempotency=PASS deliveries=20 executions=1 stored_result_returned=19" in lines
@@ -37,7 +43,7 @@ def test_verify_passes_then_fails_after_audit_tampering(tmp_path: Path) -> None:
 
     key = next(
         line.split("=", 1)[1]
-        for line in toolgate(["verify", "idempotency", "--concurrency", "5"], env).stdout.splitlines()
+        for line in toolgate(["verify", "idempotency", "--concurrency", "5", "--as", "ivy"], env).stdout.splitlines()
         if line.startswith("operation_key=")
     )
     checked = toolgate(["worker", "verify", "--operation-key", key], env)

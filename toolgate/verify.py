@@ -28,12 +28,60 @@ from toolgate.tools.schema.quality import release_quality
 VERIFY_PRINCIPALS = demo_principals()
 
 
-def verify_identity(app: App, user_id: str) -> Principal:
-    """A demo person the checks act as: an active identity in the store (added with a random token
-    nobody sees when missing, so the check can never become a way in)."""
+ACTS_AS = ("sam", "omar")
+"""The demo people the idempotency check proposes (sam) and approves (omar) as."""
+
+
+def authorize_verifier(app: App, as_user: str | None) -> Principal:
+    """The person who runs the idempotency check, which proposes, approves and delivers a restart
+    as the demo's sam and omar on the configured store: an authenticated administrator of their
+    tenant (``--as`` with that person's ``TOOLGATE_TOKEN``, or the token alone), on a demo release
+    only (on any other it would run that release's own ``restart_service`` handler, a real
+    effect). Every refusal is audited ``identity.refused`` and raised: `IdentityError`
+    (``missing_token``, a failed sign-in, ``not_admin``) or `ConfigurationError`."""
+    from toolgate.errors import ConfigurationError, IdentityError
+    from toolgate.policy.identities import ADMIN_ROLE
+    from toolgate.settings import read_settings
+    from toolgate.tools.demo.release import DEMO_RELEASES
+
+    token = read_settings().token
+    secret = token.get_secret_value() if token else None
+    directory, auditor = app.gateway.directory, app.gateway.auditor
+    detail = {"command": "verify idempotency"}
+    if as_user is None and not secret:
+        auditor.record("identity.refused", "refused", code="missing_token", detail=detail)
+        raise IdentityError(
+            "the idempotency check approves and runs a write: --as ADMIN with their TOOLGATE_TOKEN",
+            code="missing_token",
+        )
+    principal = directory.authenticate(as_user, secret) if as_user else directory.authenticate_bearer(secret)
+    tenant = VERIFY_PRINCIPALS[ACTS_AS[0]].tenant_id
+    if ADMIN_ROLE not in principal.roles or principal.tenant_id != tenant:
+        auditor.record(
+            "identity.refused", "refused", user_id=principal.user_id, code="not_admin", detail=detail
+        )
+        raise IdentityError(
+            f"{principal.user_id!r} may not run the idempotency check (an administrator of {tenant!r} may)",
+            code="not_admin",
+        )
+    if app.release.id not in DEMO_RELEASES:
+        auditor.record(
+            "identity.refused", "refused", user_id=principal.user_id, code="not_a_demo_release", detail=detail
+        )
+        raise ConfigurationError(
+            f"the idempotency check delivers the demo's restart_service; release {app.release.id!r} "
+            "is not a demo release, whose handler would act for real"
+        )
+    return principal
+
+
+def verify_identity(app: App, user_id: str, by: Principal) -> Principal:
+    """A demo person the checks act as: an active identity in the store (added by ``by``, the
+    authenticated administrator running the check, with a random token nobody sees when missing,
+    so the check can never become a way in)."""
     principal = VERIFY_PRINCIPALS[user_id]
     if app.store.identities.get(user_id) is None:
-        app.gateway.directory.add(principal, by=None)
+        app.gateway.directory.add(principal, by=by)
     active = app.gateway.directory.active(user_id, principal.tenant_id)
     if active is None:
         raise RuntimeError(f"verification identity {user_id!r} is not active in this store")
@@ -94,10 +142,18 @@ class IdempotencyResult:
     operation_key: str
 
 
-def run_idempotency(app: App, concurrency: int) -> IdempotencyResult:
-    """Propose, approve and deliver one restart ``concurrency`` times at once; count the effects."""
+def run_idempotency(app: App, concurrency: int, by: Principal) -> IdempotencyResult:
+    """Propose, approve and deliver one restart ``concurrency`` times at once; count the effects.
+    ``by``: the administrator running it (`authorize_verifier`), on the record as who did."""
     gw = app.gateway
-    requester, reviewer = verify_identity(app, "sam"), verify_identity(app, "omar")
+    requester, reviewer = verify_identity(app, ACTS_AS[0], by), verify_identity(app, ACTS_AS[1], by)
+    gw.auditor.record(
+        "verify.idempotency",
+        "started",
+        user_id=by.user_id,
+        tenant_id=by.tenant_id,
+        detail={"acts_as": list(ACTS_AS), "concurrency": concurrency},
+    )
     spec = app.registry.get("restart_service")
     assert spec is not None
     draft = draft_proposal(
@@ -131,8 +187,8 @@ def run_idempotency(app: App, concurrency: int) -> IdempotencyResult:
     )
 
 
-def check_idempotency(app: App, concurrency: int = 20) -> CheckResult:
-    result = run_idempotency(app, concurrency)
+def check_idempotency(app: App, by: Principal, concurrency: int = 20) -> CheckResult:
+    result = run_idempotency(app, concurrency, by)
     ok = result.executions == 1 and result.stored_result_returned == concurrency - 1
     return CheckResult(
         "idempotency",
@@ -216,7 +272,7 @@ def check_rollback(app: App) -> CheckResult:
     return CheckResult("rollback_dry_run", plan.status, detail)
 
 
-CHECKS: dict[str, Callable[[App], CheckResult]] = {
+CHECKS: dict[str, Callable[..., CheckResult]] = {
     "registry_audit": check_registry,
     "schema_quality": check_schema_quality,
     "adversarial_dispatch": check_adversarial,
@@ -228,9 +284,32 @@ CHECKS: dict[str, Callable[[App], CheckResult]] = {
 }
 
 
-def run_checks(app: App, names: list[str] | None = None) -> list[CheckResult]:
-    """Run the named checks (all by default), in checklist order."""
-    return [CHECKS[name](app) for name in (names or list(CHECKS))]
+WRITES = frozenset({"idempotency"})
+"""The checks that propose, approve and run a write: run for the administrator `authorize_verifier`
+let in, and for nobody else."""
 
 
-__all__ = ["CHECKS", "CheckResult", "IdempotencyResult", "run_checks", "run_idempotency"]
+def run_checks(app: App, names: list[str] | None = None, by: Principal | None = None) -> list[CheckResult]:
+    """Run the named checks (all by default), in checklist order; ``by``: the authorized
+    administrator, needed when a check of `WRITES` is among them."""
+    results = []
+    for name in names or list(CHECKS):
+        if name in WRITES:
+            if by is None:
+                raise ValueError(f"the {name} check runs only for an authorized administrator")
+            results.append(CHECKS[name](app, by))
+        else:
+            results.append(CHECKS[name](app))
+    return results
+
+
+__all__ = [
+    "ACTS_AS",
+    "CHECKS",
+    "WRITES",
+    "CheckResult",
+    "IdempotencyResult",
+    "authorize_verifier",
+    "run_checks",
+    "run_idempotency",
+]
