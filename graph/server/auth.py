@@ -220,7 +220,7 @@ async def at_latest_checkpoint(thread_id: Any, configurable: Mapping[str, Any]) 
         return False
     try:
         head = await langgraph_client().threads.get_state(str(thread_id))
-    except httpx.HTTPStatusError:  # no such thread: nothing to resume
+    except httpx.HTTPError:  # no such thread, or the loopback failed: not shown to be the head
         return False
     return bool((head.get("checkpoint") or {}).get("checkpoint_id") == str(named))
 
