@@ -121,3 +121,24 @@ def test_a_reviewers_resume_at_an_earlier_checkpoint_is_only_the_owners(rig: Rig
     assert after["checkpoint"] == before["checkpoint"] and list(after["next"]) == ["approval"]
     assert json.dumps(after["values"], sort_keys=True) == json.dumps(before["values"], sort_keys=True)
     assert rig.payments(proposal["operation_key"]) == 0
+
+
+def test_a_head_checkpoint_that_cannot_be_read_is_never_taken_for_the_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reviewer's resume naming a checkpoint whose head the loopback could not read (the
+    transport failed, not an HTTP status) surfaced as a 500; it is not shown to be the head, so
+    the run is the owner's only (404 to the reviewer)."""
+    import asyncio
+
+    import httpx
+
+    from toolgate.graph.server import auth as server_auth
+
+    class Down:
+        class threads:
+            @staticmethod
+            async def get_state(thread_id: str) -> Any:
+                raise httpx.ConnectError("loopback down")
+
+    monkeypatch.setattr(server_auth, "langgraph_client", lambda: Down)
+    assert asyncio.run(server_auth.at_latest_checkpoint("t-1", {"checkpoint_id": "c-1"})) is False
+    assert asyncio.run(server_auth.at_latest_checkpoint("t-1", {})) is True  # names none: the head
