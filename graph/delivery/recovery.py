@@ -14,14 +14,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from toolgate.errors import InvalidTransitionError, ToolExecutionError
 from toolgate.graph.delivery import handler_scope as scope
 from toolgate.graph.delivery.delegation import DelegationRefused
 from toolgate.graph.delivery.executor import Executor
 from toolgate.policy.output import redacted_traceback
-from toolgate.store.records import OperationRecord
+from toolgate.store.records import OperationRecord, ProposalRecord
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,7 @@ def reconcile(
         return Reconciliation(operation_key=operation_key, status="unchanged", checks=0, found=False)
     spec = executor.registry.get_for(op.tool, op.tenant_id)
     proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
-    common = {
-        "operation_key": operation_key,
-        "proposal_id": op.proposal_id,
-        "tool": op.tool,
-        "handler_revision": proposal.handler_revision if proposal else None,
-    }
+    common = _audit_fields(op, proposal)
     history: list[dict[str, str]] = []
     checks = 0
     if spec is not None and spec.reconcile is not None and proposal is not None:
@@ -153,6 +148,16 @@ def dead_letter_broken(executor: Executor, operation_key: str, *, error: str, ch
     return _to_a_person(executor, op, reason, history, checks, STATUS_CHECK_BROKE)
 
 
+def _audit_fields(op: OperationRecord, proposal: ProposalRecord | None) -> dict[str, Any]:
+    """The fields every audit event about reconciling ``op`` carries."""
+    return {
+        "operation_key": op.operation_key,
+        "proposal_id": op.proposal_id,
+        "tool": op.tool,
+        "handler_revision": proposal.handler_revision if proposal else None,
+    }
+
+
 def _to_a_person(
     executor: Executor, op: OperationRecord, reason: str, history: list[dict[str, str]], checks: int, code: str
 ) -> Reconciliation:
@@ -160,12 +165,7 @@ def _to_a_person(
     unless its handler may still be running (``in_flight``: not a person's case yet)."""
     store, auditor, operation_key = executor.store, executor.auditor, op.operation_key
     proposal = store.proposals.get(op.proposal_id) if op.proposal_id else None
-    common = {
-        "operation_key": operation_key,
-        "proposal_id": op.proposal_id,
-        "tool": op.tool,
-        "handler_revision": proposal.handler_revision if proposal else None,
-    }
+    common = _audit_fields(op, proposal)
     context = {
         "tool": op.tool,
         "proposal_id": op.proposal_id,
