@@ -13,7 +13,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pydantic import field_validator
@@ -21,7 +21,7 @@ from support import Harness, principal, start, tool_messages
 
 from toolgate.errors import ToolExecutionError
 from toolgate.testing import ScriptedChatModel, ai, tool_call
-from toolgate.tools import loaded_code
+from toolgate.tools import Registry, loaded_code
 
 PLANTED = "password=hunter2 api_key=sk-live-planted-0002"
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
@@ -211,3 +211,31 @@ def test_a_read_whose_argument_model_hangs_at_execute_fails_that_call_at_its_dea
         harness.gateway().executor.run_read(hanging, {"order_id": "O-5512"}, principal("cust-ada"))
     assert caught.value.kind == "server_error" and not released.is_set()
     assert harness.counter.calls.get("lookup_order", 0) == 0
+
+
+def test_a_write_whose_arguments_cannot_be_built_at_execute_fails_and_never_runs(harness: Harness) -> None:
+    """The handler never started, so nothing can have happened: the write is ``failed``, never
+    ``unknown`` (which sent it to reconciliation and a person for an effect that cannot exist)."""
+    refund = harness.registry.tools["issue_refund"]
+
+    class ArmedArgs(refund.args_model):  # type: ignore[name-defined,misc]
+        armed: ClassVar[bool] = False
+
+        @field_validator("reason")
+        @classmethod
+        def trips(cls, value: str) -> str:
+            if cls.armed:
+                raise RuntimeError(f"reason table unreachable ({PLANTED})")
+            return value
+
+    armed = replace(refund, args_model=ArmedArgs)
+    specs = [armed if s.name == refund.name else s for s in harness.registry.tools.values()]
+    registry = Registry.of(harness.registry.release, specs, harness.system)
+    proposal, gateway = harness.approved_refund(registry, "t-armed")
+    ArmedArgs.armed = True
+    delivery = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
+    assert delivery.status == "failed" and delivery.error is not None
+    assert delivery.error["kind"] == "server_error" and PLANTED not in json.dumps(delivery.error)
+    assert harness.counter.calls.get("issue_refund", 0) == 0 and harness.payments() == 0
+    op = harness.store.operations.get(proposal["operation_key"])
+    assert op is not None and op.status == "failed"

@@ -81,6 +81,14 @@ class ClaimedWrite:
         future = None
         try:
             args = spec.handler_arguments(arguments)
+        except Exception:  # the argument model's own code raised or overran: the handler never ran
+            breaker.release()  # the dependency was never called: no verdict on it
+            return self.finish(
+                "failed",
+                code="server_error",
+                error={"kind": "server_error", "message": "The tool's arguments could not be built.", "retryable": False},
+            )
+        try:
             with breaker.reporting():  # acquired in deliver(); timeouts and server errors count
                 # its result made plain data on its worker, under its timeout (`plain_result`)
                 future = loaded_code.start(plain_result(spec.handler, spec.result_model), args, ctx, access=access)
