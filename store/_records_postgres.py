@@ -528,8 +528,8 @@ class PostgresRecords(ServiceRecords):
             raise StoreError(f"the records of {self.scope.name} were opened read-only")
         login = login or self._login
         conn = login.checkout()
-        # inside a handler call: ended (rolled back, its locks freed) if the call's time runs out
-        # first (`toolgate.store.records_expiry`)
+        # inside a handler call: ended (rolled back, its locks freed) once open longer than the
+        # call's timeout (`toolgate.store.records_expiry`)
         unit = OpenUnit.of_call(self.scope, stop=conn.cancel, close=conn.close)
         statement = unit.statement if unit is not None else nullcontext
         reusable = False

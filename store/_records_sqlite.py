@@ -193,8 +193,8 @@ class SqliteRecords(ServiceRecords):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the records of {self.scope.name}: {exc}") from exc
         conn, guard = held
-        # inside a handler call: ended (rolled back, the file's write lock freed) if the call's
-        # time runs out first (`toolgate.store.records_expiry`)
+        # inside a handler call: ended (rolled back, the file's write lock freed) once open longer
+        # than the call's timeout (`toolgate.store.records_expiry`)
         unit = OpenUnit.of_call(self.scope, stop=conn.interrupt, close=conn.close)
         reusable = False
         try:
@@ -212,7 +212,7 @@ class SqliteRecords(ServiceRecords):
             raise StoreError(f"SQLite error in the records of {self.scope.name}: {exc}") from exc
         finally:
             guard.writes = {}
-            if unit is None or unit.finish():
+            if unit is None or unit.finish():  # else ended: closed, never reused
                 self._checkin(held, reusable=reusable and not conn.in_transaction)
 
     def close(self) -> None:
