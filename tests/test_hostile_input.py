@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -24,8 +24,13 @@ from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.state import gateway_state
 from toolgate.graph.worker.answers import answer_thread
+from toolgate.policy import PolicyRules
+from toolgate.releases.bundle import NoResources
 from toolgate.store import PostgresStore, open_checkpointer
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.tools import Registry
+from toolgate.tools.shapes.definitions import from_openai
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 
@@ -341,3 +346,89 @@ def test_tool_messages_answer_screened_calls_in_model_order(harness: Harness) ->
     state = run_turn(harness, calls, "t-order")
     ids = [m.tool_call_id for m in state["messages"] if isinstance(m, ToolMessage)]
     assert sorted(ids) == ["a", "b", "c"] and answers(state)["a"]["status"] == "completed"
+
+
+COUNT_ITEMS = {
+    "type": "function",
+    "function": {
+        "name": "count_items",
+        "description": "Count the items of a shelf.",
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "weight": {"type": "number"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+    },
+}
+"""A published definition with an integer bounded by nothing (as most are)."""
+
+
+@pytest.mark.parametrize("n", [1e300, 1e19, -1e19], ids=["1e300", "1e19", "-1e19"])
+def test_an_integral_float_past_64_bits_for_a_declared_integer_is_refused_never_a_crash(
+    harness: Harness, tmp_path: Path, n: float
+) -> None:
+    """JSON Schema counts ``1e300`` as an integer and a declared tool keeps an integral number
+    where only ``integer`` is allowed as an integer: a 301-digit one that screening (which saw a
+    finite float) never judged. Writing the turn's checkpoint raised (``Integer exceeds 64-bit
+    range``) and the run crashed; it is one refused call now, on the real checkpointer."""
+    seen: list[dict[str, Any]] = []
+
+    def count_items(**arguments: Any) -> str:
+        seen.append(arguments)
+        return "ok"
+
+    policy = OperatorPolicy(risk="read-only", owner="shelves", scopes=frozenset({"ops:read"}))
+    registry = Registry.of("shelves/1.0.0", [from_openai(COUNT_ITEMS, count_items, policy)], NoResources())
+    rules = PolicyRules(policy_version="t", sha256="0" * 64, approval_minutes=15, rules=())
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("count_items", {"n": n}, "c1"), tool_call("count_items", {"n": 7}, "c2")),
+            ai("done"),
+        ]
+    )
+    pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None  # type: ignore[attr-defined]
+    with open_checkpointer(pg_url, tmp_path) as saver:
+        graph = open_test_app(model=model, tools=registry, policy=rules, store=harness.store, start=False)
+        state = start(graph.compiled(checkpointer=saver), "count", "sam", "t-wide-int")
+    assert answers(state)["c1"]["error"] == "schema_invalid"
+    assert answers(state)["c2"]["status"] == "completed" and seen == [{"n": 7}]
+    assert state["status"] == "done"
+    assert [e.code for e in rejected_events(harness)] == ["schema_invalid"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [({"weight": "nan"}, "weight"), ({"weight": "-inf"}, "weight"), ({"count": "1" + "0" * 30}, "count")],
+    ids=["nan", "-inf", "int_of_31_digits"],
+)
+def test_a_number_a_lax_argument_model_makes_of_text_is_refused_never_a_crash(
+    harness: Harness, args: dict[str, Any], field: str
+) -> None:
+    """A tool registered with a plain (lax) Pydantic model turns the text ``"nan"`` into NaN and
+    a 31-digit text into a 31-digit int: the model sent strings, which screening lets through.
+    NaN crashed dispatch itself (the digest's canonical JSON has no form for it) and the wide int
+    the checkpoint; each is one refused call now, naming the field."""
+    from pydantic import BaseModel, ConfigDict
+
+    class LaxStatusArgs(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        service_alias: Literal["web", "worker", "scheduler"]
+        weight: float = 1.0
+        count: int = 1
+
+    status = harness.registry.tools["get_service_status"]
+    lax = replace(status, args_model=LaxStatusArgs)
+    harness.registry = replace(harness.registry, tools={**harness.registry.tools, status.name: lax})
+    state = run_turn(
+        harness,
+        [raw_call("get_service_status", {"service_alias": "web", **args}, "c1")],
+        f"t-lax-{field}",
+        context=Context(principal=principal("omar")),
+    )
+    answer = answers(state)["c1"]
+    assert answer["error"] == "schema_invalid" and field in answer["message"]
+    assert harness.total_handler_calls() == 0 and state["status"] == "done"
+    [event] = rejected_events(harness)
+    assert event.code == "schema_invalid" and event.tool == "get_service_status"
+

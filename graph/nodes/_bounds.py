@@ -29,13 +29,14 @@ from langchain_core.messages import AIMessage
 
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.output import count_secrets, redact_text
+from toolgate.tools.arguments import INT64_RANGE
 from toolgate.tools.registry import Registry
 
 MAX_ARGUMENT_BYTES = 65_536
 MAX_ARGUMENT_DEPTH = 16
 MAX_CALL_ID_CHARS = 256
 PREVIEW_CHARS = 200
-INT_RANGE = (-(2**63), 2**63 - 1)
+INT_RANGE = INT64_RANGE
 """Integers the checkpoint serializer and every database column can hold."""
 
 
