@@ -432,3 +432,31 @@ def test_a_number_a_lax_argument_model_makes_of_text_is_refused_never_a_crash(
     [event] = rejected_events(harness)
     assert event.code == "schema_invalid" and event.tool == "get_service_status"
 
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"order_id": "O-5512", "amount_cents": float("nan"), "reason": "damaged"},
+        {"order_id": "O-5512", "amount_cents": 2**64, "reason": "damaged"},
+        {"order_id": "O-55\x0012", "amount_cents": 10, "reason": "damaged"},
+        {"order_id": "sk-live-" + "Zq9" * 10, "amount_cents": 10, "reason": "damaged"},
+    ],
+    ids=["nan", "int_above_64_bits", "nul", "secret"],
+)
+def test_arguments_screened_out_count_against_the_validation_retry_cap(
+    harness: Harness, args: dict[str, Any]
+) -> None:
+    """Invalid arguments may be retried twice (``max_validation_retries``), then the task stops
+    for review. Arguments screening refuses (NaN, a 65-bit integer, a NUL, a secret) are invalid
+    arguments too, but did not count: a model sending them again ran on until the turn budget
+    (24 turns), where a schema-invalid one stops at its third attempt."""
+    turns = [ai("", tool_call("issue_refund", {"order_id": "O-5512"}, f"c{i}")) for i in range(6)]
+    for message in turns:
+        message.tool_calls[0]["args"] = args  # as parsed upstream, unvalidated
+    model = ScriptedChatModel(responses=[*turns, ai("done")])
+    state = start(harness.graph(model), "refund", "cust-ada", "t-cap")
+    assert state["status"] == "needs_review"
+    assert state["status_reason"] == "arguments for issue_refund stayed invalid after retries"
+    assert state["budget"]["model_turns"] == 3 and len(tool_messages(state)) == 3
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
