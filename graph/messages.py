@@ -25,7 +25,8 @@ def _clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 def _message(
     call_id: str, tool: str, payload: dict[str, Any], *, error: bool, max_bytes: int = 16384
 ) -> ToolMessage:
-    text, truncated = bound(payload, max_bytes)
+    label: dict[str, Any] = {key: payload[key] for key in ("status", "provenance") if key in payload}
+    text, truncated = bound(payload, max_bytes, keep=label)  # a cut answer still says both
     return ToolMessage(
         content=text,
         tool_call_id=call_id,
