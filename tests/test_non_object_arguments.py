@@ -31,7 +31,7 @@ from support import TEST_KEY, Harness, principal
 
 from toolgate.config import Settings
 from toolgate.graph import Context
-from toolgate.models.argument_screen import NOT_AN_OBJECT, screened_arguments
+from toolgate.models.argument_screen import NOT_AN_OBJECT, REPEATED_KEY, screened_arguments
 from toolgate.models.selection import load_chat_model
 from toolgate.store import SQLiteStore
 from toolgate.testing import open_test_app
@@ -117,6 +117,65 @@ def test_a_non_object_call_is_refused_malformed_and_the_run_goes_on(
     assert harness.counter.calls.get("lookup_order", 0) == 1  # only the honest call ran
     rejected = [(e.call_id, e.code) for e in harness.store.audit.events() if e.event == "call.rejected"]
     assert [code for _, code in rejected] == ["malformed_arguments"]
+    assert state["status"] == "done"
+
+
+REFUND_TWICE = '{"order_id":"O-5512","amount_cents":1,"reason":"damaged","amount_cents":4999}'
+
+
+@pytest.mark.parametrize(
+    "text", [REFUND_TWICE, '{"a": {"x": 1, "x": 2}}', '{"items": [{"sku": "S-1", "sku": "S-2"}]}']
+)
+def test_arguments_that_repeat_a_key_no_longer_parse(text: str) -> None:
+    screened = screened_arguments(text)
+    assert screened == REPEATED_KEY + text
+    with pytest.raises(ValueError):
+        json.loads(screened)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_call_that_repeats_a_key_is_refused_malformed_never_proposed(
+    api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JSON leaves a repeated key's meaning open (RFC 8259 4): Python's parser kept the last
+    ``amount_cents``, so ``{"amount_cents":1,...,"amount_cents":4999}`` became a proposal to
+    refund 4999 while the provider's copy of the call (the Responses item kept verbatim in the
+    thread, what a transcript shows) and any parser that keeps the first say 1. Such a call has no
+    one meaning to judge: it is refused ``malformed_arguments``, nothing is proposed, the run goes on."""
+    local_only_here(monkeypatch)
+    script = _chat_turns(REFUND_TWICE) if api == "chat" else _responses_turns(REFUND_TWICE)
+    for reply in script[:1]:  # the bad call names the refund tool
+        body: Any = reply.body
+        calls = body["choices"][0]["message"]["tool_calls"] if api == "chat" else body["output"]
+        (calls[0]["function"] if api == "chat" else calls[0])["name"] = "issue_refund"
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    with ReplayServer(script, path=CHAT_PATH if api == "chat" else RESPONSES_PATH) as replay:
+        settings = Settings(
+            data_dir=tmp_path,
+            model="openai:gpt-4.1-mini",
+            model_base_url=replay.base_url,
+            allow_model_requests=True,
+            openai_api=api,
+        )
+        app = open_test_app(
+            model=load_chat_model(settings),
+            tools=harness.registry,
+            policy=harness.policy,
+            store=harness.store,
+            start=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = app.compiled().invoke(
+            {"messages": [HumanMessage("refund O-5512")]},
+            {"configurable": {"thread_id": f"t-{api}"}},
+            context=Context(principal=principal("cust-ada")),
+        )
+        assert replay.script == []
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
+    assert answers["call_bad"]["error"] == "malformed_arguments"
+    assert answers["call_good"]["status"] == "completed"
+    assert harness.store.proposals.list() == [] and "__interrupt__" not in state
+    assert harness.counter.calls.get("issue_refund", 0) == 0
     assert state["status"] == "done"
 
 

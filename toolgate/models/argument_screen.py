@@ -15,6 +15,12 @@ to text that is not JSON at all (the original kept after a marker), so the clien
 Nothing else in the reply changes; a reply that is not JSON passes untouched (the client reports
 it). An empty arguments string stays as it is: the clients read it as ``{}``, a call without
 arguments.
+
+An object that repeats a key, at any depth (``{"amount_cents": 1, ..., "amount_cents": 4999}``),
+is marked the same way (`REPEATED_KEY`): JSON leaves its meaning open (RFC 8259 section 4) and
+parsers differ, Python's keeping the last value while the provider's copy of the call (a
+Responses item is kept verbatim in the thread) shows both, so no one meaning could be judged,
+proposed and shown to a reviewer.
 """
 
 from __future__ import annotations
@@ -29,17 +35,31 @@ from toolgate import json_limits
 
 NOT_AN_OBJECT = "<arguments are not a JSON object> "
 """What a screened arguments text starts with (so it no longer parses as JSON)."""
+REPEATED_KEY = "<arguments repeat a key> "
+"""What a screened arguments text whose object repeats a key starts with."""
+
+
+class _RepeatedKey(Exception):
+    """An object of the arguments names one key twice (not a `ValueError`: the text is JSON)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise _RepeatedKey
+    return dict(pairs)
 
 
 def screened_arguments(text: Any) -> Any:
-    """``text`` unchanged when it is a JSON object (or empty, or not JSON at all: the client files
-    that as invalid itself), else marked so it no longer parses."""
+    """``text`` unchanged when it is a JSON object that names each key once (or empty, or not
+    JSON at all: the client files that as invalid itself), else marked so it no longer parses."""
     if not isinstance(text, str) or not text.strip():
         return text
     try:
-        value = json_limits.loads(text, strict=False)
+        value = json_limits.loads(text, strict=False, object_pairs_hook=_unique_keys)
     except json_limits.JSONTooDeep:
         return NOT_AN_OBJECT + text  # the client's own parser would crash on it (RecursionError)
+    except _RepeatedKey:
+        return REPEATED_KEY + text
     except ValueError:
         return text
     return text if isinstance(value, dict) else NOT_AN_OBJECT + text
@@ -157,4 +177,11 @@ def screening_openai_clients() -> tuple[Any, Any]:
     return client, DefaultAsyncHttpxClient(transport=asynchronous())
 
 
-__all__ = ["NOT_AN_OBJECT", "screen_reply", "screened_arguments", "screened_content", "screening_openai_clients"]
+__all__ = [
+    "NOT_AN_OBJECT",
+    "REPEATED_KEY",
+    "screen_reply",
+    "screened_arguments",
+    "screened_content",
+    "screening_openai_clients",
+]
