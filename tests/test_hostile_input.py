@@ -284,6 +284,28 @@ def test_a_secret_as_an_argument_name_is_refused_and_never_stored(harness: Harne
     assert harness.store.proposals.list() == []
 
 
+def test_a_secret_as_a_tool_name_is_refused_and_never_stored_or_sent_back(harness: Harness) -> None:
+    """A tool name is the model's text too: one holding a secret-looking value (a key it read in
+    the conversation) was refused ``unknown_tool`` but kept in the checkpointed message, streamed
+    to clients and sent back to the provider on every later turn. Parsed or not, such a call is
+    screened like a secret in its arguments."""
+    key = "sk-live-" + "Zq9" * 10
+    unparsed = AIMessage(content="", tool_calls=[])
+    unparsed.tool_calls = [raw_call(key, {"order_id": "O-5512"}, "c1")]  # type: ignore[list-item]
+    unparsed.invalid_tool_calls = [
+        {"type": "invalid_tool_call", "name": key, "args": "{not json", "id": "c2", "error": "bad JSON"}
+    ]
+    model = ScriptedChatModel(responses=[unparsed, ai("done")])
+    state = start(harness.graph(model), "hostile", "cust-ada", "t-sec-name")
+    assert {call_id: answer["error"] for call_id, answer in answers(state).items()} == {
+        "c1": "secret_in_arguments",
+        "c2": "secret_in_arguments",
+    }
+    assert key not in repr(state["messages"]) and key not in repr(model.requests[1].messages)
+    assert all(key not in json.dumps(e.detail) for e in harness.store.audit.events())
+    assert harness.total_handler_calls() == 0
+
+
 def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
     harness: Harness,
 ) -> None:

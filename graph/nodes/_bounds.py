@@ -11,7 +11,8 @@ with that code and a `ToolMessage` carrying the same call id.
 Secret-looking values in arguments are never rewritten: what runs must be what was judged and
 approved. A call holding one is screened (``secret_in_arguments``) unless its tool declares
 ``secret_arguments="review"``, in which case its real arguments go on to a proposal that a
-reviewer sees as they are. The model's text itself carries no authority and is redacted; the
+reviewer sees as they are. A call whose tool name holds one, parsed or not, is screened the same
+way, always (no tool is named so). The model's text itself carries no authority and is redacted; the
 provider's opaque items (reasoning with its encrypted content, signatures, item and call ids) are
 kept byte for byte, since the next request must carry them back as they came.
 """
@@ -249,6 +250,8 @@ def screen_response(
             problem = ("malformed_arguments", "another call of this turn has the same call id")
         if problem is None and index >= max_calls:
             problem = ("too_many_calls", f"more than {max_calls} calls in one turn")
+        if problem is None and count_secrets(str(call.get("name") or "")):  # the model's text too
+            problem = ("secret_in_arguments", "the tool name holds a secret-looking value")
         if problem is None and not invalid:
             problem = argument_problem(call.get("args"))
             if problem is None and holds_secret(call.get("args")):
