@@ -482,3 +482,26 @@ def test_arguments_screened_out_count_against_the_validation_retry_cap(
     assert state["status_reason"] == "arguments for issue_refund stayed invalid after retries"
     assert state["budget"]["model_turns"] == 3 and len(tool_messages(state)) == 3
     assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
+
+
+def test_calls_without_an_id_are_answered_under_the_id_the_provider_is_sent_back(harness: Harness) -> None:
+    """A provider (an OpenAI-compatible server) that sends calls without ids: each is named by
+    its place (``call_missing_<n>``) and answered under that name, but the assistant message kept
+    in the thread, and sent back on the next request, still carried no id, so no answer matched
+    its call there (OpenAI refuses such a history with a 400). The name is given to the call in
+    the kept message too, for a parsed call and for one that could not be judged."""
+    unnamed = AIMessage(content="", tool_calls=[])
+    unnamed.tool_calls = [  # type: ignore[list-item]
+        raw_call("lookup_order", {"order_id": "O-5512"}, None),  # runs
+        raw_call("lookup_order", {"order_id": float("nan")}, ""),  # screened
+        raw_call("lookup_order", {"order_id": "O-5513"}, None),  # refused (not hers)
+    ]
+    model = ScriptedChatModel(responses=[unnamed, ai("done")])
+    state = start(harness.graph(model), "hostile", "cust-ada", "t-no-ids")
+    sent = model.requests[1].messages
+    [assistant] = [m for m in sent if isinstance(m, AIMessage)]
+    asked = sorted(str(c["id"]) for c in [*assistant.tool_calls, *assistant.invalid_tool_calls])
+    answered = sorted(m.tool_call_id for m in sent if isinstance(m, ToolMessage))
+    assert asked == answered == ["call_missing_0", "call_missing_1", "call_missing_2"]
+    assert sorted(answers(state)) == answered
+    assert harness.handler_calls == {"lookup_order": 1}

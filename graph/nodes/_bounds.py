@@ -239,7 +239,11 @@ def screen_response(
     kept: list[Any] = []
     moved: list[Any] = []
     screened: dict[str, str] = {}
-    calls = [(c, False) for c in message.tool_calls] + [(c, True) for c in message.invalid_tool_calls]
+    listed: list[tuple[Mapping[str, Any], bool]] = [(c, False) for c in message.tool_calls]
+    listed += [(c, True) for c in message.invalid_tool_calls]
+    # a call without an id is named by its place here, in the kept message too: its answer must
+    # name a call the provider is sent back (dispatch names it the same: `proposed_calls`)
+    calls = [(c if c.get("id") else {**c, "id": f"call_missing_{i}"}, bad) for i, (c, bad) in enumerate(listed)]
     # one id names one call: the turn keeps one record per id, so of two calls under one id one
     # would vanish unanswered while the other ran; neither can be answered as itself
     uses = Counter(str(call.get("id") or "") for call, _ in calls)
