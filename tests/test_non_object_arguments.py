@@ -191,3 +191,44 @@ def test_the_offline_models_call_lines_refuse_a_deep_json_instead_of_crashing() 
 
     assert direct_calls('call lookup_order {"order_id": "O-5512"}') == [("lookup_order", {"order_id": "O-5512"})]
     assert direct_calls("call lookup_order {\"order_id\": " + "[" * 9000 + "]" * 9000 + "}") is None
+
+
+def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``langchain-openai`` files unparseable arguments under ``invalid_tool_calls`` with an
+    ``error`` that repeats them whole ("Function lookup_order arguments: ... are not valid
+    JSON"). Screening bounded and redacted the call's ``args`` but kept that error as it came: a
+    secret in the arguments stayed in the checkpointed message (and what clients stream), and
+    300 KB of arguments were kept whole there. The error is bounded and redacted like the args."""
+    key = "sk-live-" + "Zq9" * 10
+    local_only_here(monkeypatch)
+    script = _chat_turns('{"order_id": "' + key + '", "note": "' + "x" * 300_000 + '", oops')
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    with ReplayServer(script, path=CHAT_PATH) as replay:
+        settings = Settings(
+            data_dir=tmp_path,
+            model="openai:gpt-4.1-mini",
+            model_base_url=replay.base_url,
+            allow_model_requests=True,
+            openai_api="chat",
+        )
+        app = open_test_app(
+            model=load_chat_model(settings),
+            tools=harness.registry,
+            policy=harness.policy,
+            store=harness.store,
+            start=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = app.compiled().invoke(
+            {"messages": [HumanMessage("where is O-5512?")]},
+            {"configurable": {"thread_id": "t-unparseable"}},
+            context=Context(principal=principal("cust-ada")),
+        )
+        assert replay.script == []
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
+    assert answers["call_bad"]["error"] == "malformed_arguments"
+    [invalid] = [c for m in state["messages"] for c in getattr(m, "invalid_tool_calls", None) or []]
+    assert "not valid JSON" in invalid["error"] and len(invalid["error"]) <= 200
+    assert key not in repr(state["messages"])

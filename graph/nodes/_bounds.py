@@ -165,6 +165,17 @@ def _safe_text(value: Any, limit: int = PREVIEW_CHARS) -> str:
     return redact_text(value)[:limit]
 
 
+def _parse_error(call: Mapping[str, Any]) -> str:
+    """The client's reason an unparseable call is invalid, as it may be stored: without the
+    arguments it repeats (``langchain-openai`` quotes them whole: "Function f arguments: <all of
+    them> are not valid JSON"), redacted and bounded like a preview."""
+    error = str(call.get("error") or "arguments are not valid JSON")
+    args = call.get("args")
+    if isinstance(args, str) and args.strip():
+        error = error.replace(args, "<the arguments>")
+    return _safe_text(error)
+
+
 def _screened(call: Mapping[str, Any], message: str) -> dict[str, Any]:
     return {
         "type": "invalid_tool_call",
@@ -268,7 +279,9 @@ def screen_response(
             if call_id:
                 screened[call_id] = code
         elif invalid:
-            moved.append({**call, "args": _safe_text(call.get("args"), MAX_ARGUMENT_BYTES)})
+            moved.append(
+                {**call, "args": _safe_text(call.get("args"), MAX_ARGUMENT_BYTES), "error": _parse_error(call)}
+            )
         else:
             kept.append(call)
     # the raw provider copy of the calls would carry what was just screened out; tool_calls is the record
