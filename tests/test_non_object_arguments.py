@@ -232,3 +232,31 @@ def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
     [invalid] = [c for m in state["messages"] for c in getattr(m, "invalid_tool_calls", None) or []]
     assert "not valid JSON" in invalid["error"] and len(invalid["error"]) <= 200
     assert key not in repr(state["messages"])
+
+
+@pytest.mark.parametrize("tool_input", [[1, 2, 3], "O-5512", 3, None, True], ids=["list", "str", "int", "null", "true"])
+def test_an_anthropic_tool_use_whose_input_is_not_an_object_is_refused_and_the_run_goes_on(
+    tool_input: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same promise on the Messages API: ``langchain-anthropic`` takes a ``tool_use`` block's
+    ``input`` as the call's arguments, and one that is not an object failed the ``AIMessage``'s
+    own validation, so the run crashed before dispatch saw the call."""
+    from provider_flows import ANTHROPIC, run_task
+    from replay_anthropic import message, text_block, tool_use_block, usage
+
+    bad = {**tool_use_block("toolu_bad", "lookup_order", {}), "input": tool_input}
+    good = tool_use_block("toolu_good", "lookup_order", {"order_id": "O-5512"})
+    turn = message("msg_n1", [text_block("Looking."), good], stop_reason="tool_use", tokens=usage(10, 5))
+    turn = Reply(turn.status, {**turn.body, "content": [turn.body["content"][0], bad, good]})
+    done = message("msg_n2", [text_block("done")], stop_reason="end_turn", tokens=usage(20, 1))
+    ANTHROPIC.local_only_here(monkeypatch)
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    state, replay = run_task(ANTHROPIC, harness, [turn, done], "where is O-5512?", "t-anthropic-not-object")
+    assert replay.script == []  # both turns were asked for: the run went on past the bad call
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
+    assert answers["toolu_bad"]["error"] == "malformed_arguments"
+    assert answers["toolu_good"]["status"] == "completed"
+    assert harness.counter.calls.get("lookup_order", 0) == 1
+    assert state["status"] == "done"
+    (assistant,) = [m for m in replay.bodies()[1]["messages"] if m["role"] == "assistant"]
+    assert [b["id"] for b in assistant["content"] if b["type"] == "tool_use"] == ["toolu_bad", "toolu_good"]

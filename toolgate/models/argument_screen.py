@@ -16,6 +16,12 @@ Nothing else in the reply changes; a reply that is not JSON passes untouched (th
 it). An empty arguments string stays as it is: the clients read it as ``{}``, a call without
 arguments.
 
+The Messages API sends a ``tool_use`` block's ``input`` as parsed JSON, which
+``langchain-anthropic`` takes as the call's arguments: one that is not an object failed the
+``AIMessage``'s own validation the same way. Its client (`toolgate.models.anthropic_property_keys`)
+sets such an input aside before the message is built (`tool_uses_set_aside`) and files that call
+under ``invalid_tool_calls`` after (`filed_invalid`), so dispatch refuses it ``malformed_arguments``.
+
 An object that repeats a key, at any depth (``{"amount_cents": 1, ..., "amount_cents": 4999}``),
 is marked the same way (`REPEATED_KEY`): JSON leaves its meaning open (RFC 8259 section 4) and
 parsers differ, Python's keeping the last value while the provider's copy of the call (a
@@ -30,6 +36,10 @@ import functools
 import importlib
 import json
 from typing import Any
+
+from langchain_core.messages import AIMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
 
 from toolgate import json_limits
 
@@ -63,6 +73,44 @@ def screened_arguments(text: Any) -> Any:
     except ValueError:
         return text
     return text if isinstance(value, dict) else NOT_AN_OBJECT + text
+
+
+def tool_uses_set_aside(response: Any) -> tuple[Any, dict[str, Any]]:
+    """A Messages API response (the SDK's ``Message``) whose ``tool_use`` inputs that are not
+    objects are ``{}``, and those inputs by block id (empty, and the same response, when none)."""
+    content = getattr(response, "content", None)
+    aside: dict[str, Any] = {}
+    blocks: list[Any] = []
+    for block in content if isinstance(content, list) else ():
+        if getattr(block, "type", None) == "tool_use" and not isinstance(block.input, dict):
+            aside[str(block.id)] = block.input
+            block = block.model_copy(update={"input": {}})
+        blocks.append(block)
+    return (response.model_copy(update={"content": blocks}) if aside else response), aside
+
+
+def filed_invalid(result: ChatResult, aside: dict[str, Any]) -> ChatResult:
+    """``result`` with the calls whose inputs `tool_uses_set_aside` set aside moved from
+    ``tool_calls`` to ``invalid_tool_calls``, each with its input as the JSON text it was."""
+    for generation in result.generations if aside else ():
+        message = generation.message
+        if not isinstance(message, AIMessage):
+            continue
+        moved = [c for c in message.tool_calls if str(c.get("id")) in aside]
+        invalid = [
+            invalid_tool_call(
+                name=c["name"], args=json.dumps(aside[str(c.get("id"))]), id=c.get("id"),
+                error="arguments are not a JSON object",
+            )
+            for c in moved
+        ]  # fmt: skip
+        generation.message = message.model_copy(
+            update={
+                "tool_calls": [c for c in message.tool_calls if c not in moved],
+                "invalid_tool_calls": [*message.invalid_tool_calls, *invalid],
+            }
+        )
+    return result
 
 
 def screen_reply(body: Any) -> bool:
@@ -180,8 +228,10 @@ def screening_openai_clients() -> tuple[Any, Any]:
 __all__ = [
     "NOT_AN_OBJECT",
     "REPEATED_KEY",
+    "filed_invalid",
     "screen_reply",
     "screened_arguments",
     "screened_content",
     "screening_openai_clients",
+    "tool_uses_set_aside",
 ]
