@@ -505,3 +505,20 @@ def test_calls_without_an_id_are_answered_under_the_id_the_provider_is_sent_back
     assert asked == answered == ["call_missing_0", "call_missing_1", "call_missing_2"]
     assert sorted(answers(state)) == answered
     assert harness.handler_calls == {"lookup_order": 1}
+
+
+@pytest.mark.parametrize("odd", ["resp_\x00evil", "resp_" + "r" * 1_000_000, "resp\nforged"], ids=["nul", "1mb", "newline"])
+def test_a_provider_response_id_is_audited_bounded_and_never_ends_the_run(harness: Harness, odd: str) -> None:
+    """The provider's response id (or a proxy's, or a compatible server's) went into every
+    ``model.response`` event as it came: a NUL in it made the audit append fail on PostgreSQL and
+    the run crash, and a megabyte of it was stored once per turn. An id that is not a short
+    printable word is audited as its digest; an ordinary one stays as it is."""
+    first = ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1"))
+    first.response_metadata = {"id": odd}
+    last = ai("done")
+    last.response_metadata = {"id": "chatcmpl-ordinary01"}
+    state = start(harness.graph(ScriptedChatModel(responses=[first, last])), "x", "cust-ada", "t-odd-response-id")
+    assert state["status"] == "done" and answers(state)["c1"]["status"] == "completed"
+    ids = [e.response_id for e in harness.store.audit.events() if e.event == "model.response"]
+    assert ids[-1] == "chatcmpl-ordinary01"
+    assert ids[0] is not None and ids[0].startswith("sha256:") and len(ids[0]) <= 256 and ids[0].isprintable()
