@@ -522,3 +522,27 @@ def test_a_provider_response_id_is_audited_bounded_and_never_ends_the_run(harnes
     ids = [e.response_id for e in harness.store.audit.events() if e.event == "model.response"]
     assert ids[-1] == "chatcmpl-ordinary01"
     assert ids[0] is not None and ids[0].startswith("sha256:") and len(ids[0]) <= 256 and ids[0].isprintable()
+
+
+def test_provider_numbers_past_64_bits_in_a_response_never_end_the_run(harness: Harness, tmp_path: Path) -> None:
+    """Token counts, metadata and opaque items are the provider's (or a proxy's) numbers, kept in
+    the checkpointed message: a prompt_tokens of 2**70 (``langchain-openai`` passes it through as
+    the message's usage) made the checkpoint write raise and the run crash. Such a number is kept
+    as its decimal text (usage the model node has already counted is dropped); an ordinary
+    item stays the very same object."""
+    wide = 2**70
+    first = ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1"))
+    first.usage_metadata = {"input_tokens": wide, "output_tokens": 5, "total_tokens": wide + 5}
+    first.response_metadata = {"id": "resp_wide", "created": wide, "nested": {"values": [1, -wide]}}
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"}
+    first.content = [item, {"type": "reasoning", "id": "rs_2", "summary": [], "index": wide}]
+    model = ScriptedChatModel(responses=[first, ai("done")])
+    pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None  # type: ignore[attr-defined]
+    with open_checkpointer(pg_url, tmp_path) as saver:
+        state = start(harness.graph(model, saver), "x", "cust-ada", "t-wide-usage")
+    assert state["status"] == "done" and answers(state)["c1"]["status"] == "completed"
+    [kept] = [m for m in state["messages"] if isinstance(m, AIMessage) and m.tool_calls]
+    assert kept.usage_metadata is None
+    assert kept.response_metadata["created"] == str(wide)
+    assert kept.response_metadata["nested"] == {"values": [1, str(-wide)]}
+    assert kept.content == [item, {"type": "reasoning", "id": "rs_2", "summary": [], "index": str(wide)}]

@@ -14,7 +14,9 @@ approved. A call holding one is screened (``secret_in_arguments``) unless its to
 reviewer sees as they are. A call whose tool name holds one, parsed or not, is screened the same
 way, always (no tool is named so). The model's text itself carries no authority and is redacted; the
 provider's opaque items (reasoning with its encrypted content, signatures, item and call ids) are
-kept byte for byte, since the next request must carry them back as they came.
+kept byte for byte, since the next request must carry them back as they came, except that an
+integer past 64 bits anywhere in the response (a token count, metadata, an item's field: the
+provider's or a proxy's number) is kept as its decimal text, which the checkpoint can hold.
 """
 
 from __future__ import annotations
@@ -243,6 +245,32 @@ def _screened_content(content: Any, kept: set[str], moved: Mapping[str, Mapping[
     return out
 
 
+def _fits(value: Any, depth: int = 0) -> bool:
+    """Whether every integer in ``value`` fits in 64 bits (what the checkpoint serializer holds)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return INT_RANGE[0] <= value <= INT_RANGE[1]
+    if depth > MAX_ARGUMENT_DEPTH * 4:
+        return True
+    if isinstance(value, dict):
+        return all(_fits(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_fits(v, depth + 1) for v in value)
+    return True
+
+
+def _storable(value: Any, depth: int = 0) -> Any:
+    """``value`` with each integer past 64 bits written as its decimal text: the provider's (or a
+    proxy's) numbers in metadata and opaque items, which the checkpoint serializer refuses. The
+    very same object when it holds none."""
+    if _fits(value, depth):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _storable(v, depth + 1) for k, v in value.items()}
+    return [_storable(v, depth + 1) for v in value]
+
+
 def screen_response(
     message: AIMessage, registry: Registry, *, max_calls: int
 ) -> tuple[AIMessage, dict[str, str]]:
@@ -288,11 +316,15 @@ def screen_response(
     extra = {k: v for k, v in message.additional_kwargs.items() if k not in ("tool_calls", "function_call")}
     moved_ids = {str(c.get("id") or "") for c in moved}
     kept_ids = {str(c.get("id") or "") for c in kept} - moved_ids
+    content = _screened_content(message.content, kept_ids, {str(c.get("id") or ""): c for c in moved})
     update: dict[str, Any] = {
         "tool_calls": kept,
         "invalid_tool_calls": moved,
-        "additional_kwargs": extra,
-        "content": _screened_content(message.content, kept_ids, {str(c.get("id") or ""): c for c in moved}),
+        "additional_kwargs": _storable(extra),
+        "content": [_storable(block) for block in content] if isinstance(content, list) else content,
+        "response_metadata": _storable(message.response_metadata),
+        # the model node has counted it already; a count past 64 bits is no count to keep
+        "usage_metadata": message.usage_metadata if _fits(message.usage_metadata) else None,
     }
     return message.model_copy(update=update), screened
 
