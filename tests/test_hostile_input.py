@@ -546,3 +546,17 @@ def test_provider_numbers_past_64_bits_in_a_response_never_end_the_run(harness: 
     assert kept.response_metadata["created"] == str(wide)
     assert kept.response_metadata["nested"] == {"values": [1, str(-wide)]}
     assert kept.content == [item, {"type": "reasoning", "id": "rs_2", "summary": [], "index": str(wide)}]
+
+
+def test_a_tool_name_longer_than_any_tool_is_refused_and_never_stored_whole(harness: Harness) -> None:
+    """No tool is named in more than 128 characters (`MAX_NAME_LENGTH`), but a call's name was
+    kept whole in the checkpointed message (arguments are bounded to 64 KB, names were not) and
+    sent back to the provider on every later turn. Such a call is screened ``unknown_tool``, its
+    name kept as a short preview."""
+    name = "lookup_order_" + "x" * 1_000_000
+    model = ScriptedChatModel(responses=[ai("", tool_call(name, {"order_id": "O-5512"}, "c1")), ai("done")])
+    state = start(harness.graph(model), "x", "cust-ada", "t-long-name")
+    assert answers(state)["c1"]["error"] == "unknown_tool"
+    assert len(repr(state["messages"])) < 20_000 and len(repr(model.requests[1].messages)) < 20_000
+    [event] = rejected_events(harness)
+    assert event.code == "unknown_tool" and len(event.detail["requested_name"]) <= 64

@@ -3,10 +3,11 @@
 A tool call's arguments and even its id are untrusted input. Some values cannot be judged at
 all, and some would crash the machinery before dispatch could refuse them: integers beyond 64
 bits (the checkpoint serializer), NaN and Infinity (canonical JSON), NUL characters (PostgreSQL
-text), arguments that are too large or too deeply nested, and more calls in one turn than the
-gateway judges. Such a call is *screened*: moved to ``invalid_tool_calls`` with a short, safe
-preview instead of its arguments, and its stable code kept in ``screened`` so dispatch refuses it
-with that code and a `ToolMessage` carrying the same call id.
+text), arguments that are too large or too deeply nested, a tool name longer than any tool's
+(``unknown_tool``), and more calls in one turn than the gateway judges. Such a call is
+*screened*: moved to ``invalid_tool_calls`` with a short, safe preview instead of its arguments,
+and its stable code kept in ``screened`` so dispatch refuses it with that code and a
+`ToolMessage` carrying the same call id.
 
 Secret-looking values in arguments are never rewritten: what runs must be what was judged and
 approved. A call holding one is screened (``secret_in_arguments``) unless its tool declares
@@ -34,6 +35,7 @@ from toolgate.policy.decisions import Rejection
 from toolgate.policy.output import count_secrets, redact_text
 from toolgate.tools.arguments import INT64_RANGE
 from toolgate.tools.registry import Registry
+from toolgate.tools.spec import MAX_NAME_LENGTH
 
 MAX_ARGUMENT_BYTES = 65_536
 MAX_ARGUMENT_DEPTH = 16
@@ -62,6 +64,11 @@ SCREEN_REJECTIONS: dict[str, Rejection] = {
     "nul_character": Rejection(
         code="nul_character",
         message="Text, names and call ids must not contain NUL characters.",
+        retryable=True,
+    ),
+    "unknown_tool": Rejection(
+        code="unknown_tool",
+        message="No tool with that name is available.",
         retryable=True,
     ),
     "secret_in_arguments": Rejection(
@@ -293,6 +300,8 @@ def screen_response(
             problem = ("malformed_arguments", "another call of this turn has the same call id")
         if problem is None and index >= max_calls:
             problem = ("too_many_calls", f"more than {max_calls} calls in one turn")
+        if problem is None and len(str(call.get("name") or "")) > MAX_NAME_LENGTH:  # names no tool
+            problem = ("unknown_tool", f"the tool name is longer than {MAX_NAME_LENGTH} characters")
         if problem is None and count_secrets(str(call.get("name") or "")):  # the model's text too
             problem = ("secret_in_arguments", "the tool name holds a secret-looking value")
         if problem is None and not invalid:
