@@ -260,3 +260,57 @@ def test_an_anthropic_tool_use_whose_input_is_not_an_object_is_refused_and_the_r
     assert state["status"] == "done"
     (assistant,) = [m for m in replay.bodies()[1]["messages"] if m["role"] == "assistant"]
     assert [b["id"] for b in assistant["content"] if b["type"] == "tool_use"] == ["toolu_bad", "toolu_good"]
+
+
+ODD_CALLS = {
+    "arguments_as_json": ({"name": "lookup_order", "arguments": {"order_id": "O-5512"}}, "c1", "completed"),
+    "arguments_as_list": ({"name": "lookup_order", "arguments": ["O-5512"]}, "c1", "malformed_arguments"),
+    "id_as_number": ({"name": "lookup_order", "arguments": '{"order_id": "O-5512"}'}, 7, "completed"),
+    "no_function": (None, "c1", "unknown_tool"),
+}
+"""What OpenAI-compatible servers send in a Chat Completions ``tool_calls`` entry: arguments as
+JSON itself instead of its text, an id that is a number, an entry with no ``function``."""
+
+
+@pytest.mark.parametrize("odd", sorted(ODD_CALLS))
+def test_a_chat_call_of_an_odd_shape_is_judged_and_the_run_goes_on(
+    odd: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shape crashed the client's own message building (``Input should be a valid
+    string``, a ``None`` call) before dispatch saw it. Screened with the reply: JSON arguments are
+    their text (judged as any), a number id its text, an entry with no function an invalid call."""
+    function, call_id, expected = ODD_CALLS[odd]
+    script = _chat_turns("{}")
+    entry: dict[str, Any] = {"id": call_id, "type": "function"}
+    if function is not None:
+        entry["function"] = function
+    body: Any = script[0].body
+    body["choices"][0]["message"]["tool_calls"][0] = entry
+    local_only_here(monkeypatch)
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    with ReplayServer(script, path=CHAT_PATH) as replay:
+        settings = Settings(
+            data_dir=tmp_path,
+            model="openai:gpt-4.1-mini",
+            model_base_url=replay.base_url,
+            allow_model_requests=True,
+            openai_api="chat",
+        )
+        app = open_test_app(
+            model=load_chat_model(settings),
+            tools=harness.registry,
+            policy=harness.policy,
+            store=harness.store,
+            start=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = app.compiled().invoke(
+            {"messages": [HumanMessage("where is O-5512?")]},
+            {"configurable": {"thread_id": f"t-{odd}"}},
+            context=Context(principal=principal("cust-ada")),
+        )
+        assert replay.script == []
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
+    odd_answer = answers[str(call_id)]
+    assert odd_answer.get("error", odd_answer["status"]) == expected
+    assert answers["call_good"]["status"] == "completed" and state["status"] == "done"

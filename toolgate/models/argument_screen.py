@@ -22,6 +22,9 @@ The Messages API sends a ``tool_use`` block's ``input`` as parsed JSON, which
 sets such an input aside before the message is built (`tool_uses_set_aside`) and files that call
 under ``invalid_tool_calls`` after (`filed_invalid`), so dispatch refuses it ``malformed_arguments``.
 
+A Chat Completions call entry of another shape than the client expects (arguments sent as JSON
+itself, an id that is a number, no ``function``) is given that shape first (`_chat_call_shaped`).
+
 An object that repeats a key, at any depth (``{"amount_cents": 1, ..., "amount_cents": 4999}``),
 is marked the same way (`REPEATED_KEY`): JSON leaves its meaning open (RFC 8259 section 4) and
 parsers differ, Python's keeping the last value while the provider's copy of the call (a
@@ -113,6 +116,27 @@ def filed_invalid(result: ChatResult, aside: dict[str, Any]) -> ChatResult:
     return result
 
 
+def _chat_call_shaped(call: dict[str, Any]) -> bool:
+    """Give a Chat Completions ``tool_calls`` entry the shape the client builds a message from, in
+    place; True when it changed. OpenAI-compatible servers send arguments as JSON itself (an
+    object, not its text: kept as its text, then screened like any), an id that is a number (its
+    text), an entry with no ``function`` (an invalid call with no name). Each made the client's
+    message building raise, and the run crash."""
+    changed = False
+    if call.get("id") is not None and not isinstance(call["id"], str):
+        call["id"], changed = json.dumps(call["id"]), True
+    function = call.get("function")
+    if not isinstance(function, dict):
+        call["function"] = {"name": "", "arguments": NOT_AN_OBJECT}
+        return True
+    if function.get("name") is not None and not isinstance(function["name"], str):
+        function["name"], changed = json.dumps(function["name"]), True
+    arguments = function.get("arguments")
+    if arguments is not None and not isinstance(arguments, str):
+        function["arguments"], changed = json.dumps(arguments), True
+    return changed
+
+
 def screen_reply(body: Any) -> bool:
     """Screen every function call's arguments in one decoded reply, in place; True when any changed."""
     changed = False
@@ -123,6 +147,7 @@ def screen_reply(body: Any) -> bool:
         message = choice.get("message") if isinstance(choice, dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         for call in calls if isinstance(calls, list) else ():
+            changed |= isinstance(call, dict) and _chat_call_shaped(call)
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and "arguments" in function:
                 screened = screened_arguments(function["arguments"])
