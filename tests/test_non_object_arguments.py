@@ -314,3 +314,27 @@ def test_a_chat_call_of_an_odd_shape_is_judged_and_the_run_goes_on(
     odd_answer = answers[str(call_id)]
     assert odd_answer.get("error", odd_answer["status"]) == expected
     assert answers["call_good"]["status"] == "completed" and state["status"] == "done"
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [("id", 7, "completed"), ("name", None, "unknown_tool")])
+def test_an_anthropic_tool_use_whose_id_or_name_is_not_text_is_judged_and_the_run_goes_on(
+    field: str, value: Any, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``tool_use`` id that is a number, or a null name (a compatible server's), failed the
+    ``AIMessage``'s own validation and crashed the run; each is text now, and the call judged."""
+    from provider_flows import ANTHROPIC, run_task
+    from replay_anthropic import message, text_block, tool_use_block, usage
+
+    odd = {**tool_use_block("toolu_odd", "lookup_order", {"order_id": "O-5512"}), field: value}
+    good = tool_use_block("toolu_good", "lookup_order", {"order_id": "O-5512"})
+    turn = message("msg_n1", [good], stop_reason="tool_use", tokens=usage(10, 5))
+    turn = Reply(turn.status, {**turn.body, "content": [odd, good]})
+    done = message("msg_n2", [text_block("done")], stop_reason="end_turn", tokens=usage(20, 1))
+    ANTHROPIC.local_only_here(monkeypatch)
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    state, replay = run_task(ANTHROPIC, harness, [turn, done], "where is O-5512?", "t-anthropic-odd")
+    assert replay.script == []
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
+    odd_answer = answers["7" if field == "id" else "toolu_odd"]
+    assert odd_answer.get("error", odd_answer["status"]) == expected
+    assert answers["toolu_good"]["status"] == "completed" and state["status"] == "done"

@@ -80,16 +80,27 @@ def screened_arguments(text: Any) -> Any:
 
 def tool_uses_set_aside(response: Any) -> tuple[Any, dict[str, Any]]:
     """A Messages API response (the SDK's ``Message``) whose ``tool_use`` inputs that are not
-    objects are ``{}``, and those inputs by block id (empty, and the same response, when none)."""
+    objects are ``{}``, and those inputs by block id (empty, and the same response, when none).
+    A block's id or name that is not text (a number, a null name: a compatible server's) becomes
+    text too, which the message's own validation needs as much."""
     content = getattr(response, "content", None)
     aside: dict[str, Any] = {}
     blocks: list[Any] = []
+    changed = False
     for block in content if isinstance(content, list) else ():
-        if getattr(block, "type", None) == "tool_use" and not isinstance(block.input, dict):
-            aside[str(block.id)] = block.input
-            block = block.model_copy(update={"input": {}})
+        if getattr(block, "type", None) == "tool_use":
+            update: dict[str, Any] = {}
+            if block.id is not None and not isinstance(block.id, str):
+                update["id"] = json.dumps(block.id)
+            if not isinstance(block.name, str):
+                update["name"] = "" if block.name is None else json.dumps(block.name)
+            if not isinstance(block.input, dict):
+                aside[str(update.get("id", block.id))] = block.input
+                update["input"] = {}
+            if update:
+                block, changed = block.model_copy(update=update), True
         blocks.append(block)
-    return (response.model_copy(update={"content": blocks}) if aside else response), aside
+    return (response.model_copy(update={"content": blocks}) if changed else response), aside
 
 
 def filed_invalid(result: ChatResult, aside: dict[str, Any]) -> ChatResult:
