@@ -338,3 +338,50 @@ def test_an_anthropic_tool_use_whose_id_or_name_is_not_text_is_judged_and_the_ru
     odd_answer = answers["7" if field == "id" else "toolu_odd"]
     assert odd_answer.get("error", odd_answer["status"]) == expected
     assert answers["toolu_good"]["status"] == "completed" and state["status"] == "done"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design decision: a reply the provider's client cannot turn into a message at all "
+    "(content that is a number, no choices, tool_calls that are not a list) raises an exception "
+    "the model node does not classify, so it re-raises it as a bug ('never hidden') and the run "
+    "crashes; whether such a reply ends the turn for review (model.failed, like a transport "
+    "failure) or stays a crash is open (same decision as tests/test_anthropic_errors.py's deep input)",
+)
+@pytest.mark.parametrize("shape", ["content_number", "no_choices", "tool_calls_not_a_list"])
+def test_a_chat_reply_the_client_cannot_read_ends_the_turn_for_review(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _chat_turns("{}")
+    body: Any = script[0].body
+    if shape == "content_number":
+        body["choices"][0]["message"]["content"] = 5
+    elif shape == "no_choices":
+        body["choices"] = []
+    else:
+        body["choices"][0]["message"]["tool_calls"] = {"id": "call_bad"}
+    local_only_here(monkeypatch)
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    with ReplayServer(script, path=CHAT_PATH) as replay:
+        settings = Settings(
+            data_dir=tmp_path,
+            model="openai:gpt-4.1-mini",
+            model_base_url=replay.base_url,
+            allow_model_requests=True,
+            openai_api="chat",
+        )
+        app = open_test_app(
+            model=load_chat_model(settings),
+            tools=harness.registry,
+            policy=harness.policy,
+            store=harness.store,
+            start=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = app.compiled().invoke(
+            {"messages": [HumanMessage("where is O-5512?")]},
+            {"configurable": {"thread_id": f"t-{shape}"}},
+            context=Context(principal=principal("cust-ada")),
+        )
+    assert state["status"] == "needs_review" and harness.counter.total() == 0
+    assert [e.event for e in harness.store.audit.events() if e.event == "model.failed"] == ["model.failed"]
