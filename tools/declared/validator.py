@@ -10,9 +10,10 @@ says) and divided exactly. Formats are asserted as `toolgate.tools.declared.form
 ``re``, and the two differ exactly where an anchored pattern bounds a string: Python's ``$``
 also matches before a final newline (``^[a-z]+\.txt$`` took ``"a.txt\n"``) and its ``\d``,
 ``\w`` and ``\b`` take letters and digits of every script (``^\d{4}$`` took ``"٢٠٢٦"``).
-Here a ``$`` outside a character class is the end of the text (``\Z``) and the pattern is
-compiled ASCII-only, as ECMA-262 means it; one Python cannot compile that way is searched as
-``jsonschema`` does.
+Here a ``$`` outside a character class is the end of the text (``\Z``) and ``\d``, ``\w``
+(and ``\D``, ``\W`` outside a class) are their ASCII classes, as ECMA-262 means them; ``\s`` and
+``\b`` keep Python's Unicode meaning, close to ECMA-262's. A pattern Python cannot compile that
+way is searched as ``jsonschema`` does.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def _multiple_of(
         yield ValidationError(f"is not a multiple of {step}")
 
 
+_ASCII_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_"}
+r"""ECMA-262's ``\d`` and ``\w``: ASCII only, where Python's take every script's digits and letters."""
+
+
 @functools.lru_cache(maxsize=1024)
 def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
     """``pattern`` compiled as ECMA-262 means it (see the module docstring), or None when Python
@@ -54,7 +59,12 @@ def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
     while i < len(pattern):
         char = pattern[i]
         if char == "\\":
-            out.append(pattern[i : i + 2])  # an escape (``\$`` too) stays as written
+            escape = pattern[i : i + 2]
+            letter = escape[1:]
+            if letter.lower() in _ASCII_CLASSES and not (in_class and letter.isupper()):
+                members = _ASCII_CLASSES[letter.lower()]
+                escape = members if in_class else f"[{'^' if letter.isupper() else ''}{members}]"
+            out.append(escape)  # any other escape (``\$`` too) stays as written
             i += 2
             continue
         if in_class:
@@ -71,7 +81,7 @@ def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
         out.append(char)
         i += 1
     try:
-        return re.compile("".join(out), re.ASCII)
+        return re.compile("".join(out))
     except re.error:
         return None
 
