@@ -25,7 +25,8 @@ def _clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 def _message(
     call_id: str, tool: str, payload: dict[str, Any], *, error: bool, max_bytes: int = 16384
 ) -> ToolMessage:
-    text, truncated = bound(payload, max_bytes)
+    label: dict[str, Any] = {key: payload[key] for key in ("status", "provenance") if key in payload}
+    text, truncated = bound(payload, max_bytes, keep=label)  # a cut answer still says both
     return ToolMessage(
         content=text,
         tool_call_id=call_id,
@@ -50,6 +51,12 @@ def rejection_message(call_id: str, tool: str, rejection: Rejection) -> ToolMess
     return _message(call_id, tool, payload, error=True)
 
 
+def provenance(tool: str, version: str) -> dict[str, str]:
+    """The label of an answer holding the tool's own output: its result, or its failure's message
+    (an MCP server's ``isError`` text, a handler's error): the model reads either as data."""
+    return {"tool": tool, "version": version, "note": PROVENANCE_NOTE}
+
+
 def result_message(
     call_id: str,
     tool: str,
@@ -62,7 +69,7 @@ def result_message(
     """A completed call's sanitized data, labelled with its provenance."""
     payload: dict[str, Any] = {
         "status": "completed",
-        "provenance": {"tool": tool, "version": version, "note": PROVENANCE_NOTE},
+        "provenance": provenance(tool, version),
         "data": data,
         **(extra or {}),
     }
@@ -91,4 +98,4 @@ def status_message(
     return _message(call_id, tool, payload, error=status != "pending_approval")
 
 
-__all__ = ["rejection_message", "result_message", "status_message"]
+__all__ = ["provenance", "rejection_message", "result_message", "status_message"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,20 +192,37 @@ def _redact_all(value: Any, text: Callable[[str], str]) -> Any:
     return REDACTED
 
 
-def bound(payload: dict[str, Any], max_bytes: int) -> tuple[str, bool]:
-    """Serialize ``payload`` within ``max_bytes``; over-long output is cut with a marker."""
+def bound(payload: dict[str, Any], max_bytes: int, keep: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+    """Serialize ``payload`` within ``max_bytes``; over-long output is cut with a marker.
+
+    ``keep``: fields the cut answer carries whole, ahead of the cut text, wherever they fit (a
+    message's ``status`` and provenance label: cut from the sorted text, they went first, since
+    ``data`` sorts before both)."""
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     if len(text.encode("utf-8")) <= max_bytes:
         return text, False
-    budget = max(0, max_bytes - len(TRUNCATED) - 64)
-    clipped = text.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
-    wrapper = json.dumps({"truncated": True, "marker": TRUNCATED, "partial": clipped}, ensure_ascii=False)
+    for head in (dict(keep or {}), {}):  # the label only where the bound leaves room for it
+        wrapper = _cut(text, max_bytes, head)
+        if len(wrapper.encode("utf-8")) <= max_bytes:
+            break
+    return wrapper, True
+
+
+def _cut(text: str, max_bytes: int, head: dict[str, Any]) -> str:
+    """``{**head, truncated, marker, partial}`` with as much of ``text`` as fits ``max_bytes``."""
+
+    def wrapped(part: str) -> str:
+        return json.dumps({**head, "truncated": True, "marker": TRUNCATED, "partial": part}, ensure_ascii=False)
+
+    room = max(0, max_bytes - len(wrapped("").encode("utf-8")))  # what the empty wrapper leaves
+    clipped = text.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+    wrapper = wrapped(clipped)
     # the partial JSON is itself escaped inside the wrapper (every quote gains a backslash): cut
     # until the wrapper fits; each character cut removes at least one byte
     while (over := len(wrapper.encode("utf-8")) - max_bytes) > 0 and clipped:
         clipped = clipped[: max(0, len(clipped) - over)]
-        wrapper = json.dumps({"truncated": True, "marker": TRUNCATED, "partial": clipped}, ensure_ascii=False)
-    return wrapper, True
+        wrapper = wrapped(clipped)
+    return wrapper
 
 
 def sanitize_result(result: Any, result_model: type[BaseModel]) -> dict[str, Any]:

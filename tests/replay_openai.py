@@ -71,6 +71,9 @@ class Reply:
 
     status: int
     body: Mapping[str, Any]
+    text: str | None = None
+    """The body exactly as sent, when set: JSON no encoder here can write (nested past the
+    recursion limit); ``body`` then only names it for the test."""
 
 
 def error_reply(status: int, message: str, type_: str, code: str | None) -> Reply:
@@ -280,7 +283,7 @@ def _handler(replay: ReplayServer) -> type[BaseHTTPRequestHandler]:
             return
 
         def _send(self, reply: Reply) -> None:
-            data = json.dumps(reply.body).encode("utf-8")
+            data = (reply.text if reply.text is not None else json.dumps(reply.body)).encode("utf-8")
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

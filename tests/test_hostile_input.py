@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -24,8 +24,13 @@ from toolgate.graph import Context
 from toolgate.graph.review.decisions import decide
 from toolgate.graph.state import gateway_state
 from toolgate.graph.worker.answers import answer_thread
+from toolgate.policy import PolicyRules
+from toolgate.releases.bundle import NoResources
 from toolgate.store import PostgresStore, open_checkpointer
-from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.tools import Registry
+from toolgate.tools.shapes.definitions import from_openai
+from toolgate.tools.shapes.operator_policy import OperatorPolicy
 
 REFUND = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
 
@@ -279,6 +284,28 @@ def test_a_secret_as_an_argument_name_is_refused_and_never_stored(harness: Harne
     assert harness.store.proposals.list() == []
 
 
+def test_a_secret_as_a_tool_name_is_refused_and_never_stored_or_sent_back(harness: Harness) -> None:
+    """A tool name is the model's text too: one holding a secret-looking value (a key it read in
+    the conversation) was refused ``unknown_tool`` but kept in the checkpointed message, streamed
+    to clients and sent back to the provider on every later turn. Parsed or not, such a call is
+    screened like a secret in its arguments."""
+    key = "sk-live-" + "Zq9" * 10
+    unparsed = AIMessage(content="", tool_calls=[])
+    unparsed.tool_calls = [raw_call(key, {"order_id": "O-5512"}, "c1")]  # type: ignore[list-item]
+    unparsed.invalid_tool_calls = [
+        {"type": "invalid_tool_call", "name": key, "args": "{not json", "id": "c2", "error": "bad JSON"}
+    ]
+    model = ScriptedChatModel(responses=[unparsed, ai("done")])
+    state = start(harness.graph(model), "hostile", "cust-ada", "t-sec-name")
+    assert {call_id: answer["error"] for call_id, answer in answers(state).items()} == {
+        "c1": "secret_in_arguments",
+        "c2": "secret_in_arguments",
+    }
+    assert key not in repr(state["messages"]) and key not in repr(model.requests[1].messages)
+    assert all(key not in json.dumps(e.detail) for e in harness.store.audit.events())
+    assert harness.total_handler_calls() == 0
+
+
 def test_a_tool_that_takes_secrets_proposes_them_as_they_are_and_runs_what_was_approved(
     harness: Harness,
 ) -> None:
@@ -341,3 +368,195 @@ def test_tool_messages_answer_screened_calls_in_model_order(harness: Harness) ->
     state = run_turn(harness, calls, "t-order")
     ids = [m.tool_call_id for m in state["messages"] if isinstance(m, ToolMessage)]
     assert sorted(ids) == ["a", "b", "c"] and answers(state)["a"]["status"] == "completed"
+
+
+COUNT_ITEMS = {
+    "type": "function",
+    "function": {
+        "name": "count_items",
+        "description": "Count the items of a shelf.",
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "weight": {"type": "number"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+    },
+}
+"""A published definition with an integer bounded by nothing (as most are)."""
+
+
+@pytest.mark.parametrize("n", [1e300, 1e19, -1e19], ids=["1e300", "1e19", "-1e19"])
+def test_an_integral_float_past_64_bits_for_a_declared_integer_is_refused_never_a_crash(
+    harness: Harness, tmp_path: Path, n: float
+) -> None:
+    """JSON Schema counts ``1e300`` as an integer and a declared tool keeps an integral number
+    where only ``integer`` is allowed as an integer: a 301-digit one that screening (which saw a
+    finite float) never judged. Writing the turn's checkpoint raised (``Integer exceeds 64-bit
+    range``) and the run crashed; it is one refused call now, on the real checkpointer."""
+    seen: list[dict[str, Any]] = []
+
+    def count_items(**arguments: Any) -> str:
+        seen.append(arguments)
+        return "ok"
+
+    policy = OperatorPolicy(risk="read-only", owner="shelves", scopes=frozenset({"ops:read"}))
+    registry = Registry.of("shelves/1.0.0", [from_openai(COUNT_ITEMS, count_items, policy)], NoResources())
+    rules = PolicyRules(policy_version="t", sha256="0" * 64, approval_minutes=15, rules=())
+    model = ScriptedChatModel(
+        responses=[
+            ai("", tool_call("count_items", {"n": n}, "c1"), tool_call("count_items", {"n": 7}, "c2")),
+            ai("done"),
+        ]
+    )
+    pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None  # type: ignore[attr-defined]
+    with open_checkpointer(pg_url, tmp_path) as saver:
+        graph = open_test_app(model=model, tools=registry, policy=rules, store=harness.store, start=False)
+        state = start(graph.compiled(checkpointer=saver), "count", "sam", "t-wide-int")
+    assert answers(state)["c1"]["error"] == "schema_invalid"
+    assert answers(state)["c2"]["status"] == "completed" and seen == [{"n": 7}]
+    assert state["status"] == "done"
+    assert [e.code for e in rejected_events(harness)] == ["schema_invalid"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [({"weight": "nan"}, "weight"), ({"weight": "-inf"}, "weight"), ({"count": "1" + "0" * 30}, "count")],
+    ids=["nan", "-inf", "int_of_31_digits"],
+)
+def test_a_number_a_lax_argument_model_makes_of_text_is_refused_never_a_crash(
+    harness: Harness, args: dict[str, Any], field: str
+) -> None:
+    """A tool registered with a plain (lax) Pydantic model turns the text ``"nan"`` into NaN and
+    a 31-digit text into a 31-digit int: the model sent strings, which screening lets through.
+    NaN crashed dispatch itself (the digest's canonical JSON has no form for it) and the wide int
+    the checkpoint; each is one refused call now, naming the field."""
+    from pydantic import BaseModel, ConfigDict
+
+    class LaxStatusArgs(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        service_alias: Literal["web", "worker", "scheduler"]
+        weight: float = 1.0
+        count: int = 1
+
+    status = harness.registry.tools["get_service_status"]
+    lax = replace(status, args_model=LaxStatusArgs)
+    harness.registry = replace(harness.registry, tools={**harness.registry.tools, status.name: lax})
+    state = run_turn(
+        harness,
+        [raw_call("get_service_status", {"service_alias": "web", **args}, "c1")],
+        f"t-lax-{field}",
+        context=Context(principal=principal("omar")),
+    )
+    answer = answers(state)["c1"]
+    assert answer["error"] == "schema_invalid" and field in answer["message"]
+    assert harness.total_handler_calls() == 0 and state["status"] == "done"
+    [event] = rejected_events(harness)
+    assert event.code == "schema_invalid" and event.tool == "get_service_status"
+
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"order_id": "O-5512", "amount_cents": float("nan"), "reason": "damaged"},
+        {"order_id": "O-5512", "amount_cents": 2**64, "reason": "damaged"},
+        {"order_id": "O-55\x0012", "amount_cents": 10, "reason": "damaged"},
+        {"order_id": "sk-live-" + "Zq9" * 10, "amount_cents": 10, "reason": "damaged"},
+    ],
+    ids=["nan", "int_above_64_bits", "nul", "secret"],
+)
+def test_arguments_screened_out_count_against_the_validation_retry_cap(
+    harness: Harness, args: dict[str, Any]
+) -> None:
+    """Invalid arguments may be retried twice (``max_validation_retries``), then the task stops
+    for review. Arguments screening refuses (NaN, a 65-bit integer, a NUL, a secret) are invalid
+    arguments too, but did not count: a model sending them again ran on until the turn budget
+    (24 turns), where a schema-invalid one stops at its third attempt."""
+    turns = [ai("", tool_call("issue_refund", {"order_id": "O-5512"}, f"c{i}")) for i in range(6)]
+    for message in turns:
+        message.tool_calls[0]["args"] = args  # as parsed upstream, unvalidated
+    model = ScriptedChatModel(responses=[*turns, ai("done")])
+    state = start(harness.graph(model), "refund", "cust-ada", "t-cap")
+    assert state["status"] == "needs_review"
+    assert state["status_reason"] == "arguments for issue_refund stayed invalid after retries"
+    assert state["budget"]["model_turns"] == 3 and len(tool_messages(state)) == 3
+    assert harness.total_handler_calls() == 0 and harness.store.proposals.list() == []
+
+
+def test_calls_without_an_id_are_answered_under_the_id_the_provider_is_sent_back(harness: Harness) -> None:
+    """A provider (an OpenAI-compatible server) that sends calls without ids: each is named by
+    its place (``call_missing_<n>``) and answered under that name, but the assistant message kept
+    in the thread, and sent back on the next request, still carried no id, so no answer matched
+    its call there (OpenAI refuses such a history with a 400). The name is given to the call in
+    the kept message too, for a parsed call and for one that could not be judged."""
+    unnamed = AIMessage(content="", tool_calls=[])
+    unnamed.tool_calls = [  # type: ignore[list-item]
+        raw_call("lookup_order", {"order_id": "O-5512"}, None),  # runs
+        raw_call("lookup_order", {"order_id": float("nan")}, ""),  # screened
+        raw_call("lookup_order", {"order_id": "O-5513"}, None),  # refused (not hers)
+    ]
+    model = ScriptedChatModel(responses=[unnamed, ai("done")])
+    state = start(harness.graph(model), "hostile", "cust-ada", "t-no-ids")
+    sent = model.requests[1].messages
+    [assistant] = [m for m in sent if isinstance(m, AIMessage)]
+    asked = sorted(str(c["id"]) for c in [*assistant.tool_calls, *assistant.invalid_tool_calls])
+    answered = sorted(m.tool_call_id for m in sent if isinstance(m, ToolMessage))
+    assert asked == answered == ["call_missing_0", "call_missing_1", "call_missing_2"]
+    assert sorted(answers(state)) == answered
+    assert harness.handler_calls == {"lookup_order": 1}
+
+
+@pytest.mark.parametrize("odd", ["resp_\x00evil", "resp_" + "r" * 1_000_000, "resp\nforged"], ids=["nul", "1mb", "newline"])
+def test_a_provider_response_id_is_audited_bounded_and_never_ends_the_run(harness: Harness, odd: str) -> None:
+    """The provider's response id (or a proxy's, or a compatible server's) went into every
+    ``model.response`` event as it came: a NUL in it made the audit append fail on PostgreSQL and
+    the run crash, and a megabyte of it was stored once per turn. An id that is not a short
+    printable word is audited as its digest; an ordinary one stays as it is."""
+    first = ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1"))
+    first.response_metadata = {"id": odd}
+    last = ai("done")
+    last.response_metadata = {"id": "chatcmpl-ordinary01"}
+    state = start(harness.graph(ScriptedChatModel(responses=[first, last])), "x", "cust-ada", "t-odd-response-id")
+    assert state["status"] == "done" and answers(state)["c1"]["status"] == "completed"
+    ids = [e.response_id for e in harness.store.audit.events() if e.event == "model.response"]
+    assert ids[-1] == "chatcmpl-ordinary01"
+    assert ids[0] is not None and ids[0].startswith("sha256:") and len(ids[0]) <= 256 and ids[0].isprintable()
+
+
+def test_provider_numbers_past_64_bits_in_a_response_never_end_the_run(harness: Harness, tmp_path: Path) -> None:
+    """Token counts, metadata and opaque items are the provider's (or a proxy's) numbers, kept in
+    the checkpointed message: a prompt_tokens of 2**70 (``langchain-openai`` passes it through as
+    the message's usage) made the checkpoint write raise and the run crash. Such a number is kept
+    as its decimal text (usage the model node has already counted is dropped); an ordinary
+    item stays the very same object."""
+    wide = 2**70
+    first = ai("", tool_call("lookup_order", {"order_id": "O-5512"}, "c1"))
+    first.usage_metadata = {"input_tokens": wide, "output_tokens": 5, "total_tokens": wide + 5}
+    first.response_metadata = {"id": "resp_wide", "created": wide, "nested": {"values": [1, -wide]}}
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"}
+    first.content = [item, {"type": "reasoning", "id": "rs_2", "summary": [], "index": wide}]
+    model = ScriptedChatModel(responses=[first, ai("done")])
+    pg_url = harness.store._conninfo if isinstance(harness.store, PostgresStore) else None  # type: ignore[attr-defined]
+    with open_checkpointer(pg_url, tmp_path) as saver:
+        state = start(harness.graph(model, saver), "x", "cust-ada", "t-wide-usage")
+    assert state["status"] == "done" and answers(state)["c1"]["status"] == "completed"
+    [kept] = [m for m in state["messages"] if isinstance(m, AIMessage) and m.tool_calls]
+    assert kept.usage_metadata is None
+    assert kept.response_metadata["created"] == str(wide)
+    assert kept.response_metadata["nested"] == {"values": [1, str(-wide)]}
+    assert kept.content == [item, {"type": "reasoning", "id": "rs_2", "summary": [], "index": str(wide)}]
+
+
+def test_a_tool_name_longer_than_any_tool_is_refused_and_never_stored_whole(harness: Harness) -> None:
+    """No tool is named in more than 128 characters (`MAX_NAME_LENGTH`), but a call's name was
+    kept whole in the checkpointed message (arguments are bounded to 64 KB, names were not) and
+    sent back to the provider on every later turn. Such a call is screened ``unknown_tool``, its
+    name kept as a short preview."""
+    name = "lookup_order_" + "x" * 1_000_000
+    model = ScriptedChatModel(responses=[ai("", tool_call(name, {"order_id": "O-5512"}, "c1")), ai("done")])
+    state = start(harness.graph(model), "x", "cust-ada", "t-long-name")
+    assert answers(state)["c1"]["error"] == "unknown_tool"
+    assert len(repr(state["messages"])) < 20_000 and len(repr(model.requests[1].messages)) < 20_000
+    [event] = rejected_events(harness)
+    assert event.code == "unknown_tool" and len(event.detail["requested_name"]) <= 64

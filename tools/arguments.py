@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -50,6 +51,34 @@ class ArgumentsInvalid(ValueError):
                 for err in exc.errors(include_url=False, include_input=False, include_context=False)
             ]
         )
+
+
+INT64_RANGE = (-(2**63), 2**63 - 1)
+"""Integers the checkpoint serializer and every database column can hold."""
+
+
+def unrepresentable(kept: Any) -> list[tuple[str, str]]:
+    """``(path, problem)`` for each number in kept arguments that toolgate cannot hold: NaN or
+    an infinity (canonical JSON, hence the digest, has no form for them) and an integer beyond
+    64 bits (the checkpoint serializer refuses it).
+
+    Screening refuses such numbers as the model sent them, but a contract can make one of what
+    passed: a lax Pydantic model turns the text ``"nan"`` into NaN and a 31-digit text into a
+    31-digit int; a declared ``integer`` sent as ``1e300`` (integral, so JSON Schema's integer)
+    is kept as the int it equals. Iterative: kept arguments are as deep as what was screened."""
+    problems: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [("", kept)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}.{index}" if path else str(index), item) for index, item in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append((path or "(arguments)", "must be a finite number"))
+        elif isinstance(value, int) and not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+            problems.append((path or "(arguments)", "must fit in 64 bits"))
+    return sorted(problems)
 
 
 class ArgumentContract(Protocol):
@@ -248,6 +277,7 @@ def _reordered_set(raw: list[Any] | tuple[Any, ...], kept: list[Any]) -> bool:
 
 
 __all__ = [
+    "INT64_RANGE",
     "ArgumentContract",
     "ArgumentsInvalid",
     "FrozenArguments",
@@ -255,4 +285,5 @@ __all__ = [
     "ModelArguments",
     "freeze",
     "thaw",
+    "unrepresentable",
 ]

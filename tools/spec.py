@@ -46,7 +46,7 @@ from pydantic import BaseModel
 
 from toolgate.errors import RegistryError
 from toolgate.tools.argpaths import parse_path
-from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments
+from toolgate.tools.arguments import ArgumentContract, ArgumentsInvalid, ModelArguments, unrepresentable
 from toolgate.tools.credentials import ServiceScope
 from toolgate.tools.declared.tools import contract_of
 from toolgate.tools.egress import host_problems
@@ -296,8 +296,14 @@ class ToolSpec:
 
         An omitted argument stays omitted; one with a declared default is filled with it; ``null``
         is kept only where the schema allows it. Raises `ArgumentsInvalid` naming each problem's
-        field path (never the input values). See `toolgate.tools.arguments`."""
-        return self.contract.parse(raw)
+        field path (never the input values). See `toolgate.tools.arguments`; what the contract
+        kept is refused too when it holds a number toolgate cannot hold
+        (`toolgate.tools.arguments.unrepresentable`)."""
+        kept = self.contract.parse(raw)
+        problems = unrepresentable(kept)
+        if problems:
+            raise ArgumentsInvalid(problems)
+        return kept
 
     def handler_arguments(self, arguments: Mapping[str, Any]) -> Any:
         """What the handler receives for arguments this tool kept: the model instance (Python-typed

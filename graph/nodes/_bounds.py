@@ -3,17 +3,21 @@
 A tool call's arguments and even its id are untrusted input. Some values cannot be judged at
 all, and some would crash the machinery before dispatch could refuse them: integers beyond 64
 bits (the checkpoint serializer), NaN and Infinity (canonical JSON), NUL characters (PostgreSQL
-text), arguments that are too large or too deeply nested, and more calls in one turn than the
-gateway judges. Such a call is *screened*: moved to ``invalid_tool_calls`` with a short, safe
-preview instead of its arguments, and its stable code kept in ``screened`` so dispatch refuses it
-with that code and a `ToolMessage` carrying the same call id.
+text), arguments that are too large or too deeply nested, a tool name longer than any tool's
+(``unknown_tool``), and more calls in one turn than the gateway judges. Such a call is
+*screened*: moved to ``invalid_tool_calls`` with a short, safe preview instead of its arguments,
+and its stable code kept in ``screened`` so dispatch refuses it with that code and a
+`ToolMessage` carrying the same call id.
 
 Secret-looking values in arguments are never rewritten: what runs must be what was judged and
 approved. A call holding one is screened (``secret_in_arguments``) unless its tool declares
 ``secret_arguments="review"``, in which case its real arguments go on to a proposal that a
-reviewer sees as they are. The model's text itself carries no authority and is redacted; the
+reviewer sees as they are. A call whose tool name holds one, parsed or not, is screened the same
+way, always (no tool is named so). The model's text itself carries no authority and is redacted; the
 provider's opaque items (reasoning with its encrypted content, signatures, item and call ids) are
-kept byte for byte, since the next request must carry them back as they came.
+kept byte for byte, since the next request must carry them back as they came, except that an
+integer past 64 bits anywhere in the response (a token count, metadata, an item's field: the
+provider's or a proxy's number) is kept as its decimal text, which the checkpoint can hold.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ from langchain_core.messages import AIMessage
 
 from toolgate.policy.decisions import Rejection
 from toolgate.policy.output import count_secrets, redact_text
+from toolgate.tools.arguments import INT64_RANGE
 from toolgate.tools.registry import Registry
+from toolgate.tools.spec import MAX_NAME_LENGTH
 
 MAX_ARGUMENT_BYTES = 65_536
 MAX_ARGUMENT_DEPTH = 16
 MAX_CALL_ID_CHARS = 256
 PREVIEW_CHARS = 200
-INT_RANGE = (-(2**63), 2**63 - 1)
+INT_RANGE = INT64_RANGE
 """Integers the checkpoint serializer and every database column can hold."""
 
 
@@ -58,6 +64,11 @@ SCREEN_REJECTIONS: dict[str, Rejection] = {
     "nul_character": Rejection(
         code="nul_character",
         message="Text, names and call ids must not contain NUL characters.",
+        retryable=True,
+    ),
+    "unknown_tool": Rejection(
+        code="unknown_tool",
+        message="No tool with that name is available.",
         retryable=True,
     ),
     "secret_in_arguments": Rejection(
@@ -163,6 +174,17 @@ def _safe_text(value: Any, limit: int = PREVIEW_CHARS) -> str:
     return redact_text(value)[:limit]
 
 
+def _parse_error(call: Mapping[str, Any]) -> str:
+    """The client's reason an unparseable call is invalid, as it may be stored: without the
+    arguments it repeats (``langchain-openai`` quotes them whole: "Function f arguments: <all of
+    them> are not valid JSON"), redacted and bounded like a preview."""
+    error = str(call.get("error") or "arguments are not valid JSON")
+    args = call.get("args")
+    if isinstance(args, str) and args.strip():
+        error = error.replace(args, "<the arguments>")
+    return _safe_text(error)
+
+
 def _screened(call: Mapping[str, Any], message: str) -> dict[str, Any]:
     return {
         "type": "invalid_tool_call",
@@ -230,6 +252,32 @@ def _screened_content(content: Any, kept: set[str], moved: Mapping[str, Mapping[
     return out
 
 
+def _fits(value: Any, depth: int = 0) -> bool:
+    """Whether every integer in ``value`` fits in 64 bits (what the checkpoint serializer holds)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return INT_RANGE[0] <= value <= INT_RANGE[1]
+    if depth > MAX_ARGUMENT_DEPTH * 4:
+        return True
+    if isinstance(value, dict):
+        return all(_fits(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_fits(v, depth + 1) for v in value)
+    return True
+
+
+def _storable(value: Any, depth: int = 0) -> Any:
+    """``value`` with each integer past 64 bits written as its decimal text: the provider's (or a
+    proxy's) numbers in metadata and opaque items, which the checkpoint serializer refuses. The
+    very same object when it holds none."""
+    if _fits(value, depth):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _storable(v, depth + 1) for k, v in value.items()}
+    return [_storable(v, depth + 1) for v in value]
+
+
 def screen_response(
     message: AIMessage, registry: Registry, *, max_calls: int
 ) -> tuple[AIMessage, dict[str, str]]:
@@ -237,7 +285,11 @@ def screen_response(
     kept: list[Any] = []
     moved: list[Any] = []
     screened: dict[str, str] = {}
-    calls = [(c, False) for c in message.tool_calls] + [(c, True) for c in message.invalid_tool_calls]
+    listed: list[tuple[Mapping[str, Any], bool]] = [(c, False) for c in message.tool_calls]
+    listed += [(c, True) for c in message.invalid_tool_calls]
+    # a call without an id is named by its place here, in the kept message too: its answer must
+    # name a call the provider is sent back (dispatch names it the same: `proposed_calls`)
+    calls = [(c if c.get("id") else {**c, "id": f"call_missing_{i}"}, bad) for i, (c, bad) in enumerate(listed)]
     # one id names one call: the turn keeps one record per id, so of two calls under one id one
     # would vanish unanswered while the other ran; neither can be answered as itself
     uses = Counter(str(call.get("id") or "") for call, _ in calls)
@@ -248,6 +300,10 @@ def screen_response(
             problem = ("malformed_arguments", "another call of this turn has the same call id")
         if problem is None and index >= max_calls:
             problem = ("too_many_calls", f"more than {max_calls} calls in one turn")
+        if problem is None and len(str(call.get("name") or "")) > MAX_NAME_LENGTH:  # names no tool
+            problem = ("unknown_tool", f"the tool name is longer than {MAX_NAME_LENGTH} characters")
+        if problem is None and count_secrets(str(call.get("name") or "")):  # the model's text too
+            problem = ("secret_in_arguments", "the tool name holds a secret-looking value")
         if problem is None and not invalid:
             problem = argument_problem(call.get("args"))
             if problem is None and holds_secret(call.get("args")):
@@ -260,18 +316,24 @@ def screen_response(
             if call_id:
                 screened[call_id] = code
         elif invalid:
-            moved.append({**call, "args": _safe_text(call.get("args"), MAX_ARGUMENT_BYTES)})
+            moved.append(
+                {**call, "args": _safe_text(call.get("args"), MAX_ARGUMENT_BYTES), "error": _parse_error(call)}
+            )
         else:
             kept.append(call)
     # the raw provider copy of the calls would carry what was just screened out; tool_calls is the record
     extra = {k: v for k, v in message.additional_kwargs.items() if k not in ("tool_calls", "function_call")}
     moved_ids = {str(c.get("id") or "") for c in moved}
     kept_ids = {str(c.get("id") or "") for c in kept} - moved_ids
+    content = _screened_content(message.content, kept_ids, {str(c.get("id") or ""): c for c in moved})
     update: dict[str, Any] = {
         "tool_calls": kept,
         "invalid_tool_calls": moved,
-        "additional_kwargs": extra,
-        "content": _screened_content(message.content, kept_ids, {str(c.get("id") or ""): c for c in moved}),
+        "additional_kwargs": _storable(extra),
+        "content": [_storable(block) for block in content] if isinstance(content, list) else content,
+        "response_metadata": _storable(message.response_metadata),
+        # the model node has counted it already; a count past 64 bits is no count to keep
+        "usage_metadata": message.usage_metadata if _fits(message.usage_metadata) else None,
     }
     return message.model_copy(update=update), screened
 

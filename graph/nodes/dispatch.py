@@ -44,8 +44,14 @@ VALIDATION_CODES = frozenset(
         "schema_invalid",
         "undeclared_argument",
         "semantic_invalid",
+        # arguments screening refused (`toolgate.graph.nodes._bounds`): invalid arguments too
+        "non_finite_number",
+        "number_out_of_range",
+        "nul_character",
+        "secret_in_arguments",
     }
 )
+"""Refusals of a call's arguments: each counts against the tool's validation retries."""
 ENDS_TASK = frozenset({"budget_exhausted", "loop_detected"})
 
 

@@ -24,7 +24,7 @@ from toolgate.graph.delivery.recovery import reconciled_or_error
 from toolgate.graph.delivery.result import Delivery
 from toolgate.graph.delivery.streamed_output import OutputStream
 from toolgate.graph.gateway import Gateway
-from toolgate.graph.messages import rejection_message, result_message, status_message
+from toolgate.graph.messages import provenance, rejection_message, result_message, status_message
 from toolgate.graph.nodes._common import accepted_event
 from toolgate.graph.nodes.response_audit import PendingResponse
 from toolgate.graph.state import CallRecord, Outcome
@@ -42,7 +42,7 @@ AUTHORITATIVE = {"succeeded": "completed"}
 
 def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMessage:
     """The model-facing result of one write delivery, stated from the store's record."""
-    facts = {
+    facts: dict[str, Any] = {
         "operation_key": delivery.operation_key,
         "authoritative_status": AUTHORITATIVE.get(delivery.status, delivery.status),
     }
@@ -80,6 +80,8 @@ def delivery_message(call_id: str, spec: ToolSpec, delivery: Delivery) -> ToolMe
         ),
     }
     message, kind = texts.get(status, (f"Not executed (status {status}).", "server_error"))
+    if status == "failed":  # the message may be the tool's own
+        facts = {**facts, "provenance": provenance(spec.name, spec.version)}
     return status_message(
         call_id,
         spec.name,
@@ -204,6 +206,7 @@ def run_read(
             exc.message,
             retryable=exc.kind in ("caller_error", "handler_busy"),  # busy: nothing ran, try later
             error_kind=exc.kind,
+            extra={"provenance": provenance(spec.name, spec.version)},  # the message may be the tool's
         )
         return message, Outcome(call_id=call_id, tool=spec.name, status="failed", detail=exc.kind), True
     completed = gw.auditor.event(

@@ -10,6 +10,8 @@ write's operation is read now.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -64,19 +66,34 @@ def authoritative_outcomes(gw: Gateway, state: GatewayState) -> dict[str, Outcom
     return out
 
 
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:#-]+")
+"""A call id written as it is in an outcome line; any other is written as a JSON string."""
+
+
 def render(outcomes: dict[str, Outcome], summary: str, status: TaskStatus, reason: str) -> str:
-    """Plain-text final answer: authoritative lines first, then the model's summary."""
+    """Plain-text final answer: authoritative lines first, then the model's summary.
+
+    Only the store's words start a line. A call id comes from the provider (some from the
+    model's own tokens) and the summary is the model's: an id that is not a plain word is written
+    as a JSON string, and every line of the summary is quoted (``> ``), so neither can start an
+    outcome line or a second "Authoritative outcome" block of its own."""
     lines = ["Authoritative outcome (from the operation store):"]
     for outcome in outcomes.values():
+        call_id = outcome["call_id"]
+        shown = call_id if _PLAIN_ID.fullmatch(call_id) else json.dumps(call_id)
         extra = f", operation {outcome['operation_key']}" if outcome.get("operation_key") else ""
         detail = f" ({outcome['detail']})" if outcome.get("detail") else ""
-        lines.append(f"- {outcome['tool']} [{outcome['call_id']}]: {outcome['status']}{detail}{extra}")
+        lines.append(f"- {outcome['tool']} [{shown}]: {outcome['status']}{detail}{extra}")
     if not outcomes:
         lines.append("- no tool calls were made")
     if status == "needs_review":
         lines.append(f"Task stopped for human review: {reason}.")
-    if summary:
-        lines.append(f"Assistant summary (not authoritative): {summary}")
+    said = summary.splitlines()  # at every line break Python knows, U+2028 and NEL included
+    if len(said) == 1:
+        lines.append(f"Assistant summary (not authoritative): {said[0]}")
+    elif said:
+        lines.append("Assistant summary (not authoritative):")
+        lines.extend(f"> {line}" for line in said)
     return "\n".join(lines)
 
 

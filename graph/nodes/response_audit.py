@@ -60,10 +60,21 @@ left out of the chain as linked already: with 32 bits that is about one thread i
 reader of the state (a JavaScript client's numbers) holds exactly."""
 
 
+MAX_RESPONSE_ID_CHARS = 256
+"""The longest response id audited as it is."""
+
+
 def response_id(message: AIMessage) -> str | None:
-    """Provider response id, for audit correlation without storing the prompt."""
+    """Provider response id, for audit correlation without storing the prompt.
+
+    The id is the provider's (or a proxy's) text: one that is not a short printable word (a NUL
+    made the audit append fail on PostgreSQL, and so the run; a megabyte of it was stored every
+    turn) is audited as ``sha256:<hex>`` of it, which still correlates."""
     meta = message.response_metadata or {}
-    return str(meta.get("id") or message.id or "") or None
+    text = str(meta.get("id") or message.id or "")
+    if len(text) > MAX_RESPONSE_ID_CHARS or not text.isprintable():
+        return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return text or None
 
 
 def response_event(
@@ -272,6 +283,7 @@ def rebuilt_event(
 __all__ = [
     "DEFERRED",
     "MARKER",
+    "MAX_RESPONSE_ID_CHARS",
     "TOKEN_BITS",
     "DeferredResponses",
     "PendingResponse",

@@ -14,6 +14,9 @@ events and reviewers only ever see the declared names:
   block's ``input`` as `declared_args`, before toolgate validates them. An unknown key stays as
   sent and is refused by validation.
 
+A ``tool_use`` whose ``input`` is not an object becomes an invalid call instead of failing the
+message (`toolgate.models.argument_screen.tool_uses_set_aside`).
+
 Streaming is disabled (``disable_streaming``): ``stream`` falls back to ``invoke``, so no path
 returns a tool call that skipped the mapping (the gateway never streams model output anyway).
 """
@@ -29,6 +32,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
 
+from toolgate.models.argument_screen import filed_invalid, tool_uses_set_aside
 from toolgate.tools.wire import declared_args, wire_args, wire_schema
 
 KNOWN_TOOLS = 1024
@@ -122,6 +126,11 @@ def key_mapping_chat_anthropic() -> type[BaseChatModel]:
 
         disable_streaming: bool = True
         _known: dict[str, Mapping[str, Any]] = PrivateAttr(default_factory=dict)
+
+        def _format_output(self, data: Any, **kwargs: Any) -> ChatResult:
+            # a tool_use input that is not an object would fail the message's own validation
+            data, aside = tool_uses_set_aside(data)
+            return filed_invalid(super()._format_output(data, **kwargs), aside)
 
         def _get_request_payload(
             self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any

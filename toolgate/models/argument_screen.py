@@ -15,6 +15,21 @@ to text that is not JSON at all (the original kept after a marker), so the clien
 Nothing else in the reply changes; a reply that is not JSON passes untouched (the client reports
 it). An empty arguments string stays as it is: the clients read it as ``{}``, a call without
 arguments.
+
+The Messages API sends a ``tool_use`` block's ``input`` as parsed JSON, which
+``langchain-anthropic`` takes as the call's arguments: one that is not an object failed the
+``AIMessage``'s own validation the same way. Its client (`toolgate.models.anthropic_property_keys`)
+sets such an input aside before the message is built (`tool_uses_set_aside`) and files that call
+under ``invalid_tool_calls`` after (`filed_invalid`), so dispatch refuses it ``malformed_arguments``.
+
+A Chat Completions call entry of another shape than the client expects (arguments sent as JSON
+itself, an id that is a number, no ``function``) is given that shape first (`_chat_call_shaped`).
+
+An object that repeats a key, at any depth (``{"amount_cents": 1, ..., "amount_cents": 4999}``),
+is marked the same way (`REPEATED_KEY`): JSON leaves its meaning open (RFC 8259 section 4) and
+parsers differ, Python's keeping the last value while the provider's copy of the call (a
+Responses item is kept verbatim in the thread) shows both, so no one meaning could be judged,
+proposed and shown to a reviewer.
 """
 
 from __future__ import annotations
@@ -25,24 +40,112 @@ import importlib
 import json
 from typing import Any
 
+from langchain_core.messages import AIMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
+
 from toolgate import json_limits
 
 NOT_AN_OBJECT = "<arguments are not a JSON object> "
 """What a screened arguments text starts with (so it no longer parses as JSON)."""
+REPEATED_KEY = "<arguments repeat a key> "
+"""What a screened arguments text whose object repeats a key starts with."""
+
+
+class _RepeatedKey(Exception):
+    """An object of the arguments names one key twice (not a `ValueError`: the text is JSON)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise _RepeatedKey
+    return dict(pairs)
 
 
 def screened_arguments(text: Any) -> Any:
-    """``text`` unchanged when it is a JSON object (or empty, or not JSON at all: the client files
-    that as invalid itself), else marked so it no longer parses."""
+    """``text`` unchanged when it is a JSON object that names each key once (or empty, or not
+    JSON at all: the client files that as invalid itself), else marked so it no longer parses."""
     if not isinstance(text, str) or not text.strip():
         return text
     try:
-        value = json_limits.loads(text, strict=False)
+        value = json_limits.loads(text, strict=False, object_pairs_hook=_unique_keys)
     except json_limits.JSONTooDeep:
         return NOT_AN_OBJECT + text  # the client's own parser would crash on it (RecursionError)
+    except _RepeatedKey:
+        return REPEATED_KEY + text
     except ValueError:
         return text
     return text if isinstance(value, dict) else NOT_AN_OBJECT + text
+
+
+def tool_uses_set_aside(response: Any) -> tuple[Any, dict[str, Any]]:
+    """A Messages API response (the SDK's ``Message``) whose ``tool_use`` inputs that are not
+    objects are ``{}``, and those inputs by block id (empty, and the same response, when none).
+    A block's id or name that is not text (a number, a null name: a compatible server's) becomes
+    text too, which the message's own validation needs as much."""
+    content = getattr(response, "content", None)
+    aside: dict[str, Any] = {}
+    blocks: list[Any] = []
+    changed = False
+    for block in content if isinstance(content, list) else ():
+        if getattr(block, "type", None) == "tool_use":
+            update: dict[str, Any] = {}
+            if block.id is not None and not isinstance(block.id, str):
+                update["id"] = json.dumps(block.id)
+            if not isinstance(block.name, str):
+                update["name"] = "" if block.name is None else json.dumps(block.name)
+            if not isinstance(block.input, dict):
+                aside[str(update.get("id", block.id))] = block.input
+                update["input"] = {}
+            if update:
+                block, changed = block.model_copy(update=update), True
+        blocks.append(block)
+    return (response.model_copy(update={"content": blocks}) if changed else response), aside
+
+
+def filed_invalid(result: ChatResult, aside: dict[str, Any]) -> ChatResult:
+    """``result`` with the calls whose inputs `tool_uses_set_aside` set aside moved from
+    ``tool_calls`` to ``invalid_tool_calls``, each with its input as the JSON text it was."""
+    for generation in result.generations if aside else ():
+        message = generation.message
+        if not isinstance(message, AIMessage):
+            continue
+        moved = [c for c in message.tool_calls if str(c.get("id")) in aside]
+        invalid = [
+            invalid_tool_call(
+                name=c["name"], args=json.dumps(aside[str(c.get("id"))]), id=c.get("id"),
+                error="arguments are not a JSON object",
+            )
+            for c in moved
+        ]  # fmt: skip
+        generation.message = message.model_copy(
+            update={
+                "tool_calls": [c for c in message.tool_calls if c not in moved],
+                "invalid_tool_calls": [*message.invalid_tool_calls, *invalid],
+            }
+        )
+    return result
+
+
+def _chat_call_shaped(call: dict[str, Any]) -> bool:
+    """Give a Chat Completions ``tool_calls`` entry the shape the client builds a message from, in
+    place; True when it changed. OpenAI-compatible servers send arguments as JSON itself (an
+    object, not its text: kept as its text, then screened like any), an id that is a number (its
+    text), an entry with no ``function`` (an invalid call with no name). Each made the client's
+    message building raise, and the run crash."""
+    changed = False
+    if call.get("id") is not None and not isinstance(call["id"], str):
+        call["id"], changed = json.dumps(call["id"]), True
+    function = call.get("function")
+    if not isinstance(function, dict):
+        call["function"] = {"name": "", "arguments": NOT_AN_OBJECT}
+        return True
+    if function.get("name") is not None and not isinstance(function["name"], str):
+        function["name"], changed = json.dumps(function["name"]), True
+    arguments = function.get("arguments")
+    if arguments is not None and not isinstance(arguments, str):
+        function["arguments"], changed = json.dumps(arguments), True
+    return changed
 
 
 def screen_reply(body: Any) -> bool:
@@ -55,6 +158,7 @@ def screen_reply(body: Any) -> bool:
         message = choice.get("message") if isinstance(choice, dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         for call in calls if isinstance(calls, list) else ():
+            changed |= isinstance(call, dict) and _chat_call_shaped(call)
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict) and "arguments" in function:
                 screened = screened_arguments(function["arguments"])
@@ -157,4 +261,13 @@ def screening_openai_clients() -> tuple[Any, Any]:
     return client, DefaultAsyncHttpxClient(transport=asynchronous())
 
 
-__all__ = ["NOT_AN_OBJECT", "screen_reply", "screened_arguments", "screened_content", "screening_openai_clients"]
+__all__ = [
+    "NOT_AN_OBJECT",
+    "REPEATED_KEY",
+    "filed_invalid",
+    "screen_reply",
+    "screened_arguments",
+    "screened_content",
+    "screening_openai_clients",
+    "tool_uses_set_aside",
+]

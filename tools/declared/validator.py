@@ -1,14 +1,25 @@
-"""The validator of declared JSON Schemas: Draft 2020-12, with ``multipleOf`` in exact decimals.
+r"""The validator of declared JSON Schemas: Draft 2020-12, with ``multipleOf`` in exact decimals.
 
 ``jsonschema`` checks ``multipleOf`` in binary floating point, so a price of ``19.99`` is "not a
 multiple of 0.01" (``19.99 / 0.01`` is ``1998.9999999999998``): about one cent value in nine
 would be refused against the schema's plain meaning. Here both numbers are read as the decimals
 they were written as (the shortest text that round-trips, what the model sent and the schema
 says) and divided exactly. Formats are asserted as `toolgate.tools.declared.formats` says.
+
+``pattern`` is an ECMA-262 regular expression, which ``jsonschema`` searches with Python's
+``re``, and the two differ exactly where an anchored pattern bounds a string: Python's ``$``
+also matches before a final newline (``^[a-z]+\.txt$`` took ``"a.txt\n"``) and its ``\d``,
+``\w`` and ``\b`` take letters and digits of every script (``^\d{4}$`` took ``"٢٠٢٦"``).
+Here a ``$`` outside a character class is the end of the text (``\Z``) and ``\d``, ``\w``
+(and ``\D``, ``\W`` outside a class) are their ASCII classes, as ECMA-262 means them; ``\s`` and
+``\b`` keep Python's Unicode meaning, close to ECMA-262's. A pattern Python cannot compile that
+way is searched as ``jsonschema`` does.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
@@ -35,8 +46,56 @@ def _multiple_of(
         yield ValidationError(f"is not a multiple of {step}")
 
 
-DeclaredValidator: Any = extend(Draft202012Validator, {"multipleOf": _multiple_of})
-"""`Draft202012Validator` with an exact ``multipleOf``."""
+_ASCII_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_"}
+r"""ECMA-262's ``\d`` and ``\w``: ASCII only, where Python's take every script's digits and letters."""
+
+
+@functools.lru_cache(maxsize=1024)
+def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
+    """``pattern`` compiled as ECMA-262 means it (see the module docstring), or None when Python
+    cannot compile it so."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            escape = pattern[i : i + 2]
+            letter = escape[1:]
+            if letter.lower() in _ASCII_CLASSES and not (in_class and letter.isupper()):
+                members = _ASCII_CLASSES[letter.lower()]
+                escape = members if in_class else f"[{'^' if letter.isupper() else ''}{members}]"
+            out.append(escape)  # any other escape (``\$`` too) stays as written
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            start = i + 2 if pattern.startswith("[^", i) else i + 1
+            if pattern.startswith("]", start):  # Python: a ``]`` first in a class is a member
+                out.append(pattern[i : start + 1])
+                i = start + 1
+                continue
+        elif char == "$":
+            char = r"\Z"
+        out.append(char)
+        i += 1
+    try:
+        return re.compile("".join(out))
+    except re.error:
+        return None
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "string"):
+        return
+    compiled = ecma_pattern(pattern)
+    if not (compiled.search(instance) if compiled is not None else re.search(pattern, instance)):
+        yield ValidationError(f"does not match {pattern!r}")
+
+
+DeclaredValidator: Any = extend(Draft202012Validator, {"multipleOf": _multiple_of, "pattern": _pattern})
+"""`Draft202012Validator` with an exact ``multipleOf`` and ECMA-262 ``pattern``."""
 
 
 def declared_validator(schema: Mapping[str, Any]) -> Any:
@@ -44,4 +103,4 @@ def declared_validator(schema: Mapping[str, Any]) -> Any:
     return DeclaredValidator(schema, format_checker=ASSERTED_FORMATS)
 
 
-__all__ = ["DeclaredValidator", "declared_validator"]
+__all__ = ["DeclaredValidator", "declared_validator", "ecma_pattern"]
