@@ -81,25 +81,20 @@ def test_a_retried_model_turn_after_an_approved_write_never_runs_it_again(harnes
 DEEP = "[" * 3000 + "]" * 3000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: a Messages API reply nested past the parser's recursion limit is "
-    "parsed by the anthropic SDK itself (no screening transport on this path, unlike OpenAI's "
-    "argument_screen), so RecursionError leaves the model node and the run crashes; whether to "
-    "screen the body (and refuse which call, when the reply cannot be read) or to end the turn "
-    "for review is open",
-)
-def test_a_tool_use_input_nested_past_the_parser_is_refused_not_a_crash(harness: Harness) -> None:
+def test_a_reply_nested_past_the_parser_ends_the_turn_for_review_never_the_run(harness: Harness) -> None:
     """The OpenAI path screens arguments nested past the parser (issue 29); a tool_use ``input``
-    of 3,000 nested arrays (6 KB, well inside the output budget) still crashes the Anthropic run."""
+    of 3,000 nested arrays (6 KB, well inside the output budget) crashed the Anthropic run inside
+    the SDK's own parsing. The reply cannot be read, so no call of it can be judged: the turn ends
+    for review, ``model.failed`` (``malformed_reply``, not retried), nothing runs
+    (`toolgate.models.malformed_reply`)."""
     turn = message(
         "msg_01ErrDeepT1", [tool_use_block("toolu_01Deep", "lookup_order", {"order_id": "O-5512", "x": "D"})],
         stop_reason="tool_use", tokens=usage(300, 700),
     )  # fmt: skip
     deep = Reply(turn.status, turn.body, text=json.dumps(turn.body).replace('"x": "D"', f'"x": {DEEP}'))
     final, _ = errors.run(harness, [deep, ANSWER], "where is O-5512?")
-    answers = [m for m in final["messages"] if m.type == "tool"]
-    assert [(m.tool_call_id, json.loads(m.content)["error"]) for m in answers] == [
-        ("toolu_01Deep", "malformed_arguments")
-    ]
-    assert harness.handler_calls == {} and final["status"] == "done"
+    assert final["status"] == "needs_review" and "could not be read" in final["status_reason"]
+    failed = [(e.code, e.detail) for e in harness.store.audit.events() if e.event == "model.failed"]
+    assert failed == [("malformed_reply", {"error": "RecursionError"})]
+    assert [e for e in harness.store.audit.events() if e.event == "model.retry"] == []
+    assert harness.handler_calls == {}

@@ -340,14 +340,6 @@ def test_an_anthropic_tool_use_whose_id_or_name_is_not_text_is_judged_and_the_ru
     assert answers["toolu_good"]["status"] == "completed" and state["status"] == "done"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design decision: a reply the provider's client cannot turn into a message at all "
-    "(content that is a number, no choices, tool_calls that are not a list) raises an exception "
-    "the model node does not classify, so it re-raises it as a bug ('never hidden') and the run "
-    "crashes; whether such a reply ends the turn for review (model.failed, like a transport "
-    "failure) or stays a crash is open (same decision as tests/test_anthropic_errors.py's deep input)",
-)
 @pytest.mark.parametrize("shape", ["content_number", "no_choices", "tool_calls_not_a_list"])
 def test_a_chat_reply_the_client_cannot_read_ends_the_turn_for_review(
     shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -383,5 +375,9 @@ def test_a_chat_reply_the_client_cannot_read_ends_the_turn_for_review(
             {"configurable": {"thread_id": f"t-{shape}"}},
             context=Context(principal=principal("cust-ada")),
         )
+    # the client raised while building the message (a TypeError, an IndexError...), which crashed
+    # the run; now the reply is a failed request, not retried (`toolgate.models.malformed_reply`)
     assert state["status"] == "needs_review" and harness.counter.total() == 0
-    assert [e.event for e in harness.store.audit.events() if e.event == "model.failed"] == ["model.failed"]
+    failed = [e for e in harness.store.audit.events() if e.event == "model.failed"]
+    assert [e.code for e in failed] == ["malformed_reply"] and failed[0].detail is not None
+    assert [e for e in harness.store.audit.events() if e.event == "model.retry"] == []

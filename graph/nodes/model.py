@@ -30,6 +30,7 @@ from toolgate.graph.nodes.response_audit import defer_response, pending_response
 from toolgate.graph.nodes.tool_offer import offer_for
 from toolgate.graph.seals.updates import apply_update
 from toolgate.graph.state import GatewayState
+from toolgate.models.malformed_reply import MALFORMED, MalformedReply
 from toolgate.policy.admission import admitted
 from toolgate.policy.refusals import refusal_in_error, refusal_in_response, refused_update
 from toolgate.policy.retry import DEFAULT_RETRY_MATRIX, call_with_retry, classify_model_error
@@ -199,16 +200,20 @@ def make_model_node(gw: Gateway) -> Any:
                 if refusal is not None:  # the refusal class: explained, ends for review, never retried
                     span.set_outcome("refused", error_kind=refusal.kind)
                     return {**base, **trace_update, **refused_update(gw.auditor, refusal, **ids)}
-                status = classify_model_error(exc)
-                if status is None:
-                    raise  # neither transport nor a refusal (a bug): never hidden
-                span.set_outcome("failed", error_kind=f"http_{status}")
-                gw.auditor.record("model.failed", "failed", code=f"http_{status}", **ids)
+                if isinstance(exc, MalformedReply):  # answered, but unreadable: never retried
+                    code, reason, detail = MALFORMED, f"model reply could not be read ({exc.kind})", {"error": exc.kind}
+                else:
+                    status = classify_model_error(exc)
+                    if status is None:
+                        raise  # neither transport, a refusal nor the reply (a bug): never hidden
+                    code, reason, detail = f"http_{status}", f"model request failed (HTTP {status})", None
+                span.set_outcome("failed", error_kind=code)
+                gw.auditor.record("model.failed", "failed", code=code, detail=detail, **ids)
                 return {
                     **base,
                     **trace_update,
                     "status": DEFAULT_RETRY_MATRIX.decision("model_transport").fallback,
-                    "status_reason": f"model request failed (HTTP {status})",
+                    "status_reason": reason,
                 }
             if not isinstance(response, AIMessage):
                 response = AIMessage(content=str(getattr(response, "content", response)))

@@ -67,6 +67,7 @@ def anthropic_chat_model(name: str, settings: Settings) -> BaseChatModel:
             f"pip install 'langgraph-toolgate[{EXTRA}]'"
         ) from exc
     from toolgate.models.anthropic_property_keys import key_mapping_chat_anthropic
+    from toolgate.models.malformed_reply import reading_replies
 
     options: dict[str, Any] = {
         "model": name,
@@ -77,7 +78,7 @@ def anthropic_chat_model(name: str, settings: Settings) -> BaseChatModel:
     }
     if settings.model_base_url:
         options["base_url"] = settings.model_base_url
-    model: BaseChatModel = key_mapping_chat_anthropic()(**options)
+    model: BaseChatModel = reading_replies(key_mapping_chat_anthropic())(**options)
     return model
 
 

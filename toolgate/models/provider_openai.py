@@ -19,7 +19,8 @@ restart:
   which is what lets it be replayed statelessly (``langchain-openai`` drops a reasoning item without
   it under ``store=False``). A model whose profile says it returns no reasoning is not asked for it
   (OpenAI refuses the ``include`` for such models).
-* ``max_retries=0``: toolgate's own retry policy (`toolgate.policy.retry`) decides what is retried.
+* ``max_retries=0``: toolgate's own retry policy (`toolgate.policy.retry`) decides what is retried;
+  a reply the client cannot read is a failed request, a 502 (`toolgate.models.malformed_reply`).
 * its HTTP clients screen every function call's arguments before the client parses them
   (`toolgate.models.argument_screen`): arguments that are not a JSON object become an invalid
   call that dispatch refuses ``malformed_arguments``, instead of crashing the client's parsing.
@@ -86,9 +87,12 @@ def openai_chat_model(name: str, settings: Settings) -> BaseChatModel:
 
     The key is read by the client from ``OPENAI_API_KEY``; toolgate never reads, prints or logs it.
     """
-    from langchain_openai import ChatOpenAI
+    from langchain_openai import ChatOpenAI as Client
 
     from toolgate.models.argument_screen import screening_openai_clients
+    from toolgate.models.malformed_reply import reading_replies
+
+    ChatOpenAI = reading_replies(Client)
 
     http_client, http_async_client = screening_openai_clients()
     common: dict[str, Any] = {
