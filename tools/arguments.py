@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from toolgate.tools.argument_code import contained
 from toolgate.tools.arguments_frozen import FrozenArguments, FrozenList, freeze, thaw
+from toolgate.tools.declared.validator import declared_validator
 from toolgate.tools.schema.walk import field_paths
 
 
@@ -158,11 +160,29 @@ class ModelArguments:
         except ValidationError as exc:
             raise ArgumentsInvalid.from_validation_error(exc) from None
         kept: dict[str, Any] = instance.model_dump(mode="json", by_alias=True, exclude=_omitted(instance))
-        problems = list(_booleans_lost(raw, kept, ""))
+        problems = list(_booleans_lost(raw, kept, "")) or self._published_patterns_broken(kept)
         if problems:
             raise ArgumentsInvalid(problems)
         restored: dict[str, Any] = _integers_restored(raw, kept)
         return restored
+
+    def _published_patterns_broken(self, kept: dict[str, Any]) -> list[tuple[str, str]]:
+        r"""``(path, problem)`` for each kept string the model's *published* ``pattern`` refuses.
+
+        The schema the model is shown says ``pattern`` in ECMA-262, where ``\d`` and ``\w`` are
+        ASCII; Pydantic matches ``Field(pattern=...)`` with Rust's regex, where they take every
+        script's digits and letters (``^\d{4}$`` took ``"٢٠٢٦"``). For a model whose schema has
+        such a class, the kept arguments are checked against its patterns as published
+        (`toolgate.tools.declared.validator`), so what is enforced is what was shown; any other
+        model costs nothing more."""
+        validator = _pattern_validator(self.model, self._schema())
+        if validator is None:
+            return []
+        return sorted(
+            (".".join(str(p) for p in error.absolute_path) or "(arguments)", "does not match its pattern")
+            for error in validator.iter_errors(kept)
+            if error.validator == "pattern"
+        )
 
     def for_handler(self, arguments: Mapping[str, Any]) -> BaseModel:
         """The model instance; fields not kept hold their model defaults and are not in
@@ -203,6 +223,38 @@ _FIELDS: weakref.WeakKeyDictionary[type[BaseModel], tuple[tuple[str, str], ...]]
 """Each argument model's declared properties (`ModelArguments.declared_fields`), walked from the
 schema in `_SCHEMAS` and kept as long as it is."""
 _SCHEMAS_LOCK = threading.Lock()
+
+
+_SCRIPT_CLASSES = re.compile(r"\\[dDwW]")
+r"""``\d``, ``\D``, ``\w``, ``\W`` in a pattern: where ECMA-262 (ASCII) and Pydantic's regex differ."""
+_PATTERN_VALIDATORS: weakref.WeakKeyDictionary[type[BaseModel], Any] = weakref.WeakKeyDictionary()
+"""Each argument model's validator of its published patterns (None: none needs one)."""
+
+
+def _pattern_validator(model: type[BaseModel], schema: dict[str, Any]) -> Any:
+    """The validator of ``model``'s published schema when one of its patterns uses a class whose
+    meaning differs between ECMA-262 and Pydantic, else None (worked out once per model class)."""
+    with _SCHEMAS_LOCK:
+        if model in _PATTERN_VALIDATORS:
+            return _PATTERN_VALIDATORS[model]
+    found = declared_validator(schema) if any(_SCRIPT_CLASSES.search(p) for p in _walk_patterns(schema)) else None
+    with _SCHEMAS_LOCK:
+        return _PATTERN_VALIDATORS.setdefault(model, found)
+
+
+def _walk_patterns(node: Any, depth: int = 0) -> Iterator[str]:
+    """Every string ``pattern`` keyword in a JSON Schema."""
+    if depth > 64:
+        return
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            else:
+                yield from _walk_patterns(value, depth + 1)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _walk_patterns(item, depth + 1)
 
 
 def _validated(model: type[BaseModel], value: Any) -> BaseModel:
