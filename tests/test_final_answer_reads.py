@@ -174,3 +174,15 @@ def test_model_text_and_call_ids_cannot_forge_a_line_of_the_authoritative_outcom
         f"- lookup_order [{json.dumps(odd_id)}]: completed"
     ]
     assert final["outcomes"][odd_id]["status"] == "completed"  # the state keeps the id as it came
+
+
+def test_a_secret_looking_call_id_is_redacted_in_the_final_answer() -> None:
+    """A call id is the provider's text (some providers let the model's tokens into it): one
+    holding a key was written into the final answer as it was (redteam4's note)."""
+    from toolgate.graph.nodes.respond import render
+    from toolgate.graph.state import Outcome
+
+    planted = "sk-live-0123456789abcdefghijklmnop"
+    outcomes = {planted: Outcome(call_id=planted, tool="lookup_order", status="completed")}
+    text = render(outcomes, "done", "done", "")
+    assert planted not in text and "[REDACTED]" in text

@@ -20,6 +20,7 @@ from toolgate import telemetry
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes.execute_calls import AUTHORITATIVE
 from toolgate.graph.state import CallRecord, GatewayState, Outcome, TaskStatus
+from toolgate.policy.output import redact_text
 from toolgate.store.migrations import FINAL_STATUSES
 
 SETTLED = frozenset(AUTHORITATIVE.get(status, status) for status in FINAL_STATUSES)
@@ -79,7 +80,7 @@ def render(outcomes: dict[str, Outcome], summary: str, status: TaskStatus, reaso
     outcome line or a second "Authoritative outcome" block of its own."""
     lines = ["Authoritative outcome (from the operation store):"]
     for outcome in outcomes.values():
-        call_id = outcome["call_id"]
+        call_id = redact_text(outcome["call_id"])  # the provider's text: a secret-looking one is not shown
         shown = call_id if _PLAIN_ID.fullmatch(call_id) else json.dumps(call_id)
         extra = f", operation {outcome['operation_key']}" if outcome.get("operation_key") else ""
         detail = f" ({outcome['detail']})" if outcome.get("detail") else ""
