@@ -193,18 +193,9 @@ def test_the_offline_models_call_lines_refuse_a_deep_json_instead_of_crashing() 
     assert direct_calls("call lookup_order {\"order_id\": " + "[" * 9000 + "]" * 9000 + "}") is None
 
 
-def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``langchain-openai`` files unparseable arguments under ``invalid_tool_calls`` with an
-    ``error`` that repeats them whole ("Function lookup_order arguments: ... are not valid
-    JSON"). Screening bounded and redacted the call's ``args`` but kept that error as it came: a
-    secret in the arguments stayed in the checkpointed message (and what clients stream), and
-    300 KB of arguments were kept whole there. The error is bounded and redacted like the args."""
-    key = "sk-live-" + "Zq9" * 10
-    local_only_here(monkeypatch)
-    script = _chat_turns('{"order_id": "' + key + '", "note": "' + "x" * 300_000 + '", oops')
-    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+def _run_chat(harness: Harness, script: list[Reply], tmp_path: Path, thread: str) -> tuple[dict[str, Any], Any]:
+    """cust-ada asks where O-5512 is, with the real Chat Completions client on the replay of
+    ``script``: the thread's final state, and the replay (what of the script is left)."""
     with ReplayServer(script, path=CHAT_PATH) as replay:
         settings = Settings(
             data_dir=tmp_path,
@@ -223,10 +214,26 @@ def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
         )
         state: dict[str, Any] = app.compiled().invoke(
             {"messages": [HumanMessage("where is O-5512?")]},
-            {"configurable": {"thread_id": "t-unparseable"}},
+            {"configurable": {"thread_id": thread}},
             context=Context(principal=principal("cust-ada")),
         )
-        assert replay.script == []
+    return state, replay
+
+
+def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``langchain-openai`` files unparseable arguments under ``invalid_tool_calls`` with an
+    ``error`` that repeats them whole ("Function lookup_order arguments: ... are not valid
+    JSON"). Screening bounded and redacted the call's ``args`` but kept that error as it came: a
+    secret in the arguments stayed in the checkpointed message (and what clients stream), and
+    300 KB of arguments were kept whole there. The error is bounded and redacted like the args."""
+    key = "sk-live-" + "Zq9" * 10
+    local_only_here(monkeypatch)
+    script = _chat_turns('{"order_id": "' + key + '", "note": "' + "x" * 300_000 + '", oops')
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
+    state, replay = _run_chat(harness, script, tmp_path, "t-unparseable")
+    assert replay.script == []
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
     assert answers["call_bad"]["error"] == "malformed_arguments"
     [invalid] = [c for m in state["messages"] for c in getattr(m, "invalid_tool_calls", None) or []]
@@ -288,28 +295,8 @@ def test_a_chat_call_of_an_odd_shape_is_judged_and_the_run_goes_on(
     body["choices"][0]["message"]["tool_calls"][0] = entry
     local_only_here(monkeypatch)
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    with ReplayServer(script, path=CHAT_PATH) as replay:
-        settings = Settings(
-            data_dir=tmp_path,
-            model="openai:gpt-4.1-mini",
-            model_base_url=replay.base_url,
-            allow_model_requests=True,
-            openai_api="chat",
-        )
-        app = open_test_app(
-            model=load_chat_model(settings),
-            tools=harness.registry,
-            policy=harness.policy,
-            store=harness.store,
-            start=False,
-            checkpointer=InMemorySaver(),
-        )
-        state: dict[str, Any] = app.compiled().invoke(
-            {"messages": [HumanMessage("where is O-5512?")]},
-            {"configurable": {"thread_id": f"t-{odd}"}},
-            context=Context(principal=principal("cust-ada")),
-        )
-        assert replay.script == []
+    state, replay = _run_chat(harness, script, tmp_path, f"t-{odd}")
+    assert replay.script == []
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
     odd_answer = answers[str(call_id)]
     assert odd_answer.get("error", odd_answer["status"]) == expected
@@ -354,27 +341,7 @@ def test_a_chat_reply_the_client_cannot_read_ends_the_turn_for_review(
         body["choices"][0]["message"]["tool_calls"] = {"id": "call_bad"}
     local_only_here(monkeypatch)
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    with ReplayServer(script, path=CHAT_PATH) as replay:
-        settings = Settings(
-            data_dir=tmp_path,
-            model="openai:gpt-4.1-mini",
-            model_base_url=replay.base_url,
-            allow_model_requests=True,
-            openai_api="chat",
-        )
-        app = open_test_app(
-            model=load_chat_model(settings),
-            tools=harness.registry,
-            policy=harness.policy,
-            store=harness.store,
-            start=False,
-            checkpointer=InMemorySaver(),
-        )
-        state: dict[str, Any] = app.compiled().invoke(
-            {"messages": [HumanMessage("where is O-5512?")]},
-            {"configurable": {"thread_id": f"t-{shape}"}},
-            context=Context(principal=principal("cust-ada")),
-        )
+    state, _ = _run_chat(harness, script, tmp_path, f"t-{shape}")
     # the client raised while building the message (a TypeError, an IndexError...), which crashed
     # the run; now the reply is a failed request, not retried (`toolgate.models.malformed_reply`)
     assert state["status"] == "needs_review" and harness.counter.total() == 0
