@@ -39,6 +39,35 @@ from toolgate.testing import open_test_app
 NOT_OBJECTS = ["[1,2,3]", '"O-5512"', "3", "null", "true"]
 
 
+def _run_openai(
+    harness: Harness, script: list[Reply], tmp_path: Path, thread: str, *, api: str = "chat", text: str = "where is O-5512?"
+) -> tuple[dict[str, Any], Any]:
+    """cust-ada's ``text``, with the real OpenAI client on ``api`` (``chat`` or ``responses``) and
+    the replay of ``script``: the thread's final state, and the replay (what of it is left)."""
+    with ReplayServer(script, path=CHAT_PATH if api == "chat" else RESPONSES_PATH) as replay:
+        settings = Settings(
+            data_dir=tmp_path,
+            model="openai:gpt-4.1-mini",
+            model_base_url=replay.base_url,
+            allow_model_requests=True,
+            openai_api=api,
+        )
+        app = open_test_app(
+            model=load_chat_model(settings),
+            tools=harness.registry,
+            policy=harness.policy,
+            store=harness.store,
+            start=False,
+            checkpointer=InMemorySaver(),
+        )
+        state: dict[str, Any] = app.compiled().invoke(
+            {"messages": [HumanMessage(text)]},
+            {"configurable": {"thread_id": thread}},
+            context=Context(principal=principal("cust-ada")),
+        )
+    return state, replay
+
+
 @pytest.mark.parametrize("text", NOT_OBJECTS)
 def test_arguments_that_are_not_an_object_no_longer_parse(text: str) -> None:
     screened = screened_arguments(text)
@@ -86,30 +115,10 @@ def test_a_non_object_call_is_refused_malformed_and_the_run_goes_on(
     api: str, text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     local_only_here(monkeypatch)
-    script, path = (_chat_turns(text), CHAT_PATH) if api == "chat" else (_responses_turns(text), RESPONSES_PATH)
+    script = _chat_turns(text) if api == "chat" else _responses_turns(text)
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    with ReplayServer(script, path=path) as replay:
-        settings = Settings(
-            data_dir=tmp_path,
-            model="openai:gpt-4.1-mini",
-            model_base_url=replay.base_url,
-            allow_model_requests=True,
-            openai_api=api,
-        )
-        app = open_test_app(
-            model=load_chat_model(settings),
-            tools=harness.registry,
-            policy=harness.policy,
-            store=harness.store,
-            start=False,
-            checkpointer=InMemorySaver(),
-        )
-        state: dict[str, Any] = app.compiled().invoke(
-            {"messages": [HumanMessage("where is O-5512?")]},
-            {"configurable": {"thread_id": f"t-{api}"}},
-            context=Context(principal=principal("cust-ada")),
-        )
-        assert replay.script == []  # both turns were asked for: the run went on past the bad call
+    state, replay = _run_openai(harness, script, tmp_path, f"t-{api}", api=api)
+    assert replay.script == []  # both turns were asked for: the run went on past the bad call
 
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
     assert answers["call_bad"]["error"] == "malformed_arguments"
@@ -149,28 +158,8 @@ def test_a_call_that_repeats_a_key_is_refused_malformed_never_proposed(
         calls = body["choices"][0]["message"]["tool_calls"] if api == "chat" else body["output"]
         (calls[0]["function"] if api == "chat" else calls[0])["name"] = "issue_refund"
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    with ReplayServer(script, path=CHAT_PATH if api == "chat" else RESPONSES_PATH) as replay:
-        settings = Settings(
-            data_dir=tmp_path,
-            model="openai:gpt-4.1-mini",
-            model_base_url=replay.base_url,
-            allow_model_requests=True,
-            openai_api=api,
-        )
-        app = open_test_app(
-            model=load_chat_model(settings),
-            tools=harness.registry,
-            policy=harness.policy,
-            store=harness.store,
-            start=False,
-            checkpointer=InMemorySaver(),
-        )
-        state: dict[str, Any] = app.compiled().invoke(
-            {"messages": [HumanMessage("refund O-5512")]},
-            {"configurable": {"thread_id": f"t-{api}"}},
-            context=Context(principal=principal("cust-ada")),
-        )
-        assert replay.script == []
+    state, replay = _run_openai(harness, script, tmp_path, f"t-{api}", api=api, text="refund O-5512")
+    assert replay.script == []
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
     assert answers["call_bad"]["error"] == "malformed_arguments"
     assert answers["call_good"]["status"] == "completed"
@@ -193,33 +182,6 @@ def test_the_offline_models_call_lines_refuse_a_deep_json_instead_of_crashing() 
     assert direct_calls("call lookup_order {\"order_id\": " + "[" * 9000 + "]" * 9000 + "}") is None
 
 
-def _run_chat(harness: Harness, script: list[Reply], tmp_path: Path, thread: str) -> tuple[dict[str, Any], Any]:
-    """cust-ada asks where O-5512 is, with the real Chat Completions client on the replay of
-    ``script``: the thread's final state, and the replay (what of the script is left)."""
-    with ReplayServer(script, path=CHAT_PATH) as replay:
-        settings = Settings(
-            data_dir=tmp_path,
-            model="openai:gpt-4.1-mini",
-            model_base_url=replay.base_url,
-            allow_model_requests=True,
-            openai_api="chat",
-        )
-        app = open_test_app(
-            model=load_chat_model(settings),
-            tools=harness.registry,
-            policy=harness.policy,
-            store=harness.store,
-            start=False,
-            checkpointer=InMemorySaver(),
-        )
-        state: dict[str, Any] = app.compiled().invoke(
-            {"messages": [HumanMessage("where is O-5512?")]},
-            {"configurable": {"thread_id": thread}},
-            context=Context(principal=principal("cust-ada")),
-        )
-    return state, replay
-
-
 def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,7 +194,7 @@ def test_unparseable_arguments_leave_no_copy_of_themselves_in_the_parsers_error(
     local_only_here(monkeypatch)
     script = _chat_turns('{"order_id": "' + key + '", "note": "' + "x" * 300_000 + '", oops')
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    state, replay = _run_chat(harness, script, tmp_path, "t-unparseable")
+    state, replay = _run_openai(harness, script, tmp_path, "t-unparseable")
     assert replay.script == []
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
     assert answers["call_bad"]["error"] == "malformed_arguments"
@@ -295,7 +257,7 @@ def test_a_chat_call_of_an_odd_shape_is_judged_and_the_run_goes_on(
     body["choices"][0]["message"]["tool_calls"][0] = entry
     local_only_here(monkeypatch)
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    state, replay = _run_chat(harness, script, tmp_path, f"t-{odd}")
+    state, replay = _run_openai(harness, script, tmp_path, f"t-{odd}")
     assert replay.script == []
     answers = {m.tool_call_id: json.loads(str(m.content)) for m in state["messages"] if isinstance(m, ToolMessage)}
     odd_answer = answers[str(call_id)]
@@ -341,7 +303,7 @@ def test_a_chat_reply_the_client_cannot_read_ends_the_turn_for_review(
         body["choices"][0]["message"]["tool_calls"] = {"id": "call_bad"}
     local_only_here(monkeypatch)
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY))
-    state, _ = _run_chat(harness, script, tmp_path, f"t-{shape}")
+    state, _ = _run_openai(harness, script, tmp_path, f"t-{shape}")
     # the client raised while building the message (a TypeError, an IndexError...), which crashed
     # the run; now the reply is a failed request, not retried (`toolgate.models.malformed_reply`)
     assert state["status"] == "needs_review" and harness.counter.total() == 0
