@@ -245,6 +245,20 @@ def test_unknown_outcomes_are_checked_on_their_schedule_then_dead_lettered(store
     assert len(calls) == 3  # settled: never checked again
 
 
+
+def _stepped_loop(gw: Any) -> tuple[WorkerLoop, list[float], list[dict[str, Any]]]:
+    """A worker loop on ``gw`` whose clock the test moves (``clock[0]``), checking each unknown
+    outcome after 1 and 2 s, with the lines it reports."""
+    clock = [0.0]
+    lines: list[dict[str, Any]] = []
+    loop = WorkerLoop(
+        gw.executor,
+        LoopOptions(worker_id="w", grace_s=0.0, delays=(1.0, 2.0)),
+        monotonic=lambda: clock[0],
+        report=lines.append,
+    )
+    return loop, clock, lines
+
 def test_a_broken_status_check_is_reported_and_retried_never_fatal(store: Store) -> None:
     gw = gateway_on(store)
     key = approved(gw, "broken-check")
@@ -260,14 +274,7 @@ def test_a_broken_status_check_is_reported_and_retried_never_fatal(store: Store)
         return check(args, ctx)
 
     object.__setattr__(spec, "reconcile", flaky)
-    clock = [0.0]
-    lines: list[dict[str, Any]] = []
-    loop = WorkerLoop(
-        gw.executor,
-        LoopOptions(worker_id="w", grace_s=0.0, delays=(1.0, 2.0)),
-        monotonic=lambda: clock[0],
-        report=lines.append,
-    )
+    loop, clock, lines = _stepped_loop(gw)
     loop.recover()
     clock[0] = 1.0
     loop.check_due()
@@ -297,14 +304,7 @@ def test_a_status_check_that_always_breaks_is_audited_and_dead_lettered_after_it
         raise RuntimeError("downstream bug")
 
     object.__setattr__(spec, "reconcile", broken)
-    clock = [0.0]
-    lines: list[dict[str, Any]] = []
-    loop = WorkerLoop(
-        gw.executor,
-        LoopOptions(worker_id="w", grace_s=0.0, delays=(1.0, 2.0)),
-        monotonic=lambda: clock[0],
-        report=lines.append,
-    )
+    loop, clock, lines = _stepped_loop(gw)
     loop.recover()
     clock[0] = 1.0
     loop.check_due()
