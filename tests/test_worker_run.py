@@ -240,6 +240,8 @@ def test_unknown_outcomes_are_checked_on_their_schedule_then_dead_lettered(store
     assert len(calls) == 3 and status(store, key) == "dead_lettered"
     assert (loop.summary.reconciled, loop.summary.dead_lettered) == (1, 1)
     assert [d.operation_key for d in store.operations.dead_letters()] == [key] and effects(store, key) == 0
+    dead = [e.code for e in store.audit.events(operation_key=key) if e.event == "operation.dead_lettered"]
+    assert dead == ["unresolved"]  # the effect was never found (a broken check is status_check_broke)
     clock[0] = 1000.0
     loop.check_due()
     assert len(calls) == 3  # settled: never checked again

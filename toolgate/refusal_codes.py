@@ -272,6 +272,17 @@ CATALOG: tuple[CodeEntry, ...] = (
             "The operation names no proposal, or one the store does not hold.",
             "tests/test_delivery_refusals.py",
         ),
+        _Row(
+            "unresolved", "delivery", False,
+            "An unknown outcome's status checks never found its effect: dead-lettered for a person.",
+            "tests/test_worker_run.py",
+        ),
+        _Row(
+            "status_check_broke", "delivery", False,
+            "An unknown outcome's status check raised (loaded code broke); after the last of its "
+            "schedule the operation is dead-lettered for a person (each broken check audited).",
+            "tests/test_worker_run.py",
+        ),
     ),
     *_family(
         "execution",
@@ -568,6 +579,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "thread_owner", "auth", False,
             "The thread belongs to another principal.",
             "tests/test_hitl.py",
+        ),
+        _Row(
+            "thread_owner_refused", "auth", False,
+            "A thread update naming its owner or tenant metadata, which every access check filters "
+            "on and no update changes.",
+            "tests/test_red_team_server_threads.py",
         ),
         _Row(
             "missing_principal", "auth", False,
