@@ -174,6 +174,19 @@ class Harness:
         return self.system.count("sor_refunds", order_id=order_id)
 
 
+def in_process_auth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    """A harness whose gateway and registry the LangGraph server's auth handler uses
+    (`toolgate.graph.server.auth`'s ``server_parts``), so its handlers can be called in process."""
+    from types import SimpleNamespace
+
+    from toolgate.graph.server import auth as auth_module
+
+    harness = Harness(SQLiteStore(tmp_path / "auth.sqlite", key=TEST_KEY))
+    parts = SimpleNamespace(gateway=harness.gateway(), registry=harness.registry)
+    monkeypatch.setattr(auth_module, "server_parts", lambda: parts)
+    return harness
+
+
 def start(graph: Any, text: str, user: str, thread: str, **context: Any) -> dict[str, Any]:
     """Start a thread as ``user`` (``context``: further `Context` fields, e.g. ``deadline_s``); the
     run's output as clients read it (`gateway_state`: the grouped keys as keys of their own)."""

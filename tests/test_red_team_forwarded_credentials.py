@@ -14,17 +14,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
 from server_support import client_as, people_server_and_store
-from support import REFUND_REQUEST, TEST_KEY, Harness
+from support import REFUND_REQUEST, Harness, in_process_auth
 from test_server_auth import GRAPH, Rig, new_order
 
 from toolgate.graph.server import auth as auth_module
 from toolgate.graph.server.context import server_context
-from toolgate.store import SQLiteStore
 from toolgate.tools.demo.identities import demo_token
 
 SECRET = "crm-session-of-ada-0042-do-not-share"
@@ -32,11 +30,7 @@ SECRET = "crm-session-of-ada-0042-do-not-share"
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    harness = Harness(SQLiteStore(tmp_path / "auth.sqlite", key=TEST_KEY))
-    gateway = harness.gateway()
-    parts = SimpleNamespace(gateway=gateway, registry=harness.registry)
-    monkeypatch.setattr(auth_module, "server_parts", lambda: parts)
-    return harness
+    return in_process_auth(tmp_path, monkeypatch)
 
 
 def authenticated(user: str, **credentials: str) -> dict[str, object]:

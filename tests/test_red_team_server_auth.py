@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from langgraph_sdk import Auth
-from support import TEST_KEY, Harness, audit_events
+from support import Harness, audit_events, in_process_auth
 
 from toolgate.graph.server import auth as auth_module
-from toolgate.store import SQLiteStore
 
 
 class _User(dict):  # type: ignore[type-arg]
@@ -28,11 +26,7 @@ class _User(dict):  # type: ignore[type-arg]
 
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    harness = Harness(SQLiteStore(tmp_path / "auth.sqlite", key=TEST_KEY))
-    gateway = harness.gateway()
-    parts = SimpleNamespace(gateway=gateway, registry=harness.registry)
-    monkeypatch.setattr(auth_module, "server_parts", lambda: parts)
-    return harness
+    return in_process_auth(tmp_path, monkeypatch)
 
 
 _ABSENT = object()
