@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolgate.cli.common import signed_in
 from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, IdentityError
 from toolgate.graph.bootstrap import App, open_app
 from toolgate.policy.audit_readers import ALL_TENANTS, AuditScope, audit_scope, own_tenant_scope
 from toolgate.policy.identities import AUDITOR_ROLE
-from toolgate.settings import read_settings
 from toolgate.store.factory import open_store
 
 
@@ -48,18 +48,7 @@ def open_for_audit() -> App:
 def authenticate_auditor(application: App, as_user: str | None, command: str) -> AuditScope:
     """The caller's audit scope, or `IdentityError` (audited) for a missing, wrong or revoked
     credential and for a person without an auditor role."""
-    token = read_settings().token
-    secret = token.get_secret_value() if token else None
-    directory = application.gateway.directory
-    if as_user is None and not secret:
-        application.gateway.auditor.record(
-            "identity.refused", "refused", code="missing_token", detail={"command": f"audit {command}"}
-        )
-        raise IdentityError(
-            "audit reads need a credential: --as USER with that person's TOOLGATE_TOKEN",
-            code="missing_token",
-        )
-    principal = directory.authenticate(as_user, secret) if as_user else directory.authenticate_bearer(secret)
+    principal = signed_in(application, as_user, f"audit {command}", "audit reads need a credential")
     scope = audit_scope(principal)
     if scope is None:
         record_read(application, own_tenant_scope(principal), command, result="refused", code="not_auditor")

@@ -39,22 +39,13 @@ def authorize_verifier(app: App, as_user: str | None) -> Principal:
     only (on any other it would run that release's own ``restart_service`` handler, a real
     effect). Every refusal is audited ``identity.refused`` and raised: `IdentityError`
     (``missing_token``, a failed sign-in, ``not_admin``) or `ConfigurationError`."""
+    from toolgate.cli.common import signed_in
     from toolgate.errors import ConfigurationError, IdentityError
     from toolgate.policy.identities import ADMIN_ROLE
-    from toolgate.settings import read_settings
     from toolgate.tools.demo.release import DEMO_RELEASES
 
-    token = read_settings().token
-    secret = token.get_secret_value() if token else None
-    directory, auditor = app.gateway.directory, app.gateway.auditor
-    detail = {"command": "verify idempotency"}
-    if as_user is None and not secret:
-        auditor.record("identity.refused", "refused", code="missing_token", detail=detail)
-        raise IdentityError(
-            "the idempotency check approves and runs a write: --as ADMIN with their TOOLGATE_TOKEN",
-            code="missing_token",
-        )
-    principal = directory.authenticate(as_user, secret) if as_user else directory.authenticate_bearer(secret)
+    auditor, detail = app.gateway.auditor, {"command": "verify idempotency"}
+    principal = signed_in(app, as_user, detail["command"], "the idempotency check approves and runs a write")
     tenant = VERIFY_PRINCIPALS[ACTS_AS[0]].tenant_id
     if ADMIN_ROLE not in principal.roles or principal.tenant_id != tenant:
         auditor.record(

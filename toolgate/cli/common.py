@@ -111,6 +111,24 @@ def person(application: App, user_id: str) -> Principal:
     return directory.authenticate(user_id, token.get_secret_value() if token else None)
 
 
+def signed_in(application: App, as_user: str | None, command: str, needs: str) -> Principal:
+    """The person a command acts for, proven: ``--as USER`` with that person's ``TOOLGATE_TOKEN``,
+    or the token alone (its holder). Neither is refused ``missing_token`` (``needs``: what for),
+    audited ``identity.refused`` naming ``command``; a wrong or revoked token is refused, and
+    audited, by the directory."""
+    from toolgate.settings import read_settings
+
+    token = read_settings().token
+    secret = token.get_secret_value() if token else None
+    directory = application.gateway.directory
+    if as_user is None and not secret:
+        application.gateway.auditor.record(
+            "identity.refused", "refused", code="missing_token", detail={"command": command}
+        )
+        raise IdentityError(f"{needs}: --as USER with that person's {TOKEN_ENV}", code="missing_token")
+    return directory.authenticate(as_user, secret) if as_user else directory.authenticate_bearer(secret)
+
+
 NO_IDENTITIES = (
     "this store has no people yet: point TOOLGATE_DATA_DIR at the store you meant (the demo's is "
     ".toolgate/demo), or add people with 'toolgate identities import FILE' "
