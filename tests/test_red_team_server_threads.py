@@ -28,6 +28,7 @@ from server_support import client_as, people_server_and_store
 from test_server_auth import BOB, GRAPH, Rig, start_refund, status_code
 
 from toolgate.policy.identities import IdentityDirectory
+from toolgate.store.audit import actor_hash
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -142,3 +143,56 @@ def test_a_head_checkpoint_that_cannot_be_read_is_never_taken_for_the_head(monke
     monkeypatch.setattr(server_auth, "langgraph_client", lambda: Down)
     assert asyncio.run(server_auth.at_latest_checkpoint("t-1", {"checkpoint_id": "c-1"})) is False
     assert asyncio.run(server_auth.at_latest_checkpoint("t-1", {})) is True  # names none: the head
+
+
+def refusals_of(rig: Rig, user: str, path: str, since: int = 0) -> list[Any]:
+    """``access.refused`` events of ``user`` for a request to ``path``, after the first ``since``
+    events of the trail (the module's server is shared)."""
+    actor = actor_hash(rig.store.keys.key("actor"), user)
+    return [
+        e
+        for e in rig.store.audit.events()[since:]
+        if e.event == "access.refused" and e.actor_id == actor and e.detail.get("path") == path
+    ]
+
+
+@pytest.mark.parametrize("intruder", ["cust-bob", "cust-gina"])
+def test_what_the_runtimes_filters_refuse_is_audited(rig: Rig, intruder: str) -> None:
+    """The auth handler hands the runtime a filter; the runtime answers a thread it does not reach
+    with 404 and a create naming it with 409. Both are refusals toolgate's own code never saw:
+    each is on the audit trail now (`toolgate.graph.server.runtime_refusals`), with the caller."""
+    thread_id, _ = start_refund(rig)
+    path, since = f"/threads/{thread_id}", len(rig.store.audit.events())
+    read = post_as(rig, intruder, "GET", path, None)
+    assert read.status_code == 404, read.text[:300]
+    (hidden,) = refusals_of(rig, intruder, path)
+    assert (hidden.code, hidden.result, hidden.detail["method"], hidden.detail["status"]) == (
+        "not_found_or_hidden",
+        "refused",
+        "GET",
+        404,
+    )
+    state = post_as(rig, intruder, "GET", f"{path}/state", None)
+    assert state.status_code == 404 and refusals_of(rig, intruder, f"{path}/state")
+    created = post_as(rig, intruder, "POST", "/threads", {"thread_id": thread_id, "if_exists": "do_nothing"})
+    assert created.status_code == 409
+    (conflict,) = refusals_of(rig, intruder, "/threads", since)
+    assert conflict.code == "conflict"
+    # the owner's own reads are answered and audit nothing
+    assert post_as(rig, "cust-ada", "GET", path, None).status_code == 200
+    assert not refusals_of(rig, "cust-ada", path)
+
+
+def test_a_body_the_runtime_cannot_read_is_audited_and_sign_in_refusals_once(rig: Rig) -> None:
+    """A 422 from the runtime is audited ``invalid_request``; a 403 of the auth handler stays one
+    event (its own ``not_allowed``), never a second one from the middleware."""
+    since = len(rig.store.audit.events())
+    unreadable = post_as(rig, "cust-bob", "POST", "/threads/search", {"limit": "many"})
+    assert unreadable.status_code == 422, unreadable.text[:300]
+    (event,) = refusals_of(rig, "cust-bob", "/threads/search", since)
+    assert event.code == "invalid_request"
+    refused = post_as(rig, "cust-bob", "POST", "/assistants", {"graph_id": GRAPH})
+    assert refused.status_code == 403
+    assert not refusals_of(rig, "cust-bob", "/assistants", since)  # the handler's event carries no path
+    new = rig.store.audit.events()[since:]
+    assert [e.code for e in new if e.event == "access.refused" and e.code == "not_allowed"] == ["not_allowed"]

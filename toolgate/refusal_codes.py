@@ -587,6 +587,28 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_red_team_server_threads.py",
         ),
         _Row(
+            "not_found_or_hidden", "auth", False,
+            "The LangGraph runtime answered 404: the thread or run does not exist, or the caller's "
+            "filter does not reach it (someone else's); the answer does not say which, the audit "
+            "event records the request.",
+            "tests/test_red_team_server_threads.py",
+        ),
+        _Row(
+            "conflict", "auth", False,
+            "The LangGraph runtime answered 409, e.g. a create naming a thread id someone else owns.",
+            "tests/test_red_team_server_threads.py",
+        ),
+        _Row(
+            "invalid_request", "auth", False,
+            "The LangGraph runtime answered 422: a request body or query it cannot read.",
+            "tests/test_red_team_server_threads.py",
+        ),
+        _Row(
+            "request_refused", "auth", False,
+            "Any other client error the LangGraph runtime answered a signed-in caller (405, 400...).",
+            "tests/test_runtime_refusals.py",
+        ),
+        _Row(
             "missing_principal", "auth", False,
             "The run has no authenticated principal.",
             "tests/test_server_context.py",

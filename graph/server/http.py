@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -32,6 +33,7 @@ from starlette.routing import BaseRoute, Route
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.server.decisions import approve, edit, reject
 from toolgate.graph.server.reads import list_proposals, me, show_operation, show_proposal, show_trace
+from toolgate.graph.server.runtime_refusals import RuntimeRefusals
 from toolgate.graph.server.serving import View, serve
 from toolgate.graph.worker.waker import WAKER_INTERVAL_S, run_waker, wake_quietly
 from toolgate.graph.worker.waker import langgraph_client as loopback_client
@@ -135,7 +137,9 @@ def create_app(
             "/console/console.css", _console_file("console.css", "text/css; charset=utf-8"), methods=["GET"]
         ),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    # with langgraph.json's middleware_order auth_first, the runtime runs this inside its own
+    # authentication, around its routes too: what it refuses a caller is audited
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RuntimeRefusals)])
 
 
 def _configured_waker_interval() -> float | None:
