@@ -354,11 +354,14 @@ def open_app(
     """
     settings = settings or Settings.from_env()
     signing = settings.service_signing_key_file  # read before anything opens: a bad key starts nothing
-    provider = AsymmetricCredentialProvider(signing_key_file(signing)) if signing is not None else None
+    signing_key = signing_key_file(signing) if signing is not None else None
     owns_store = store is None
     if store is None:
         key = settings.audit_key(create=not read_only)
         store = open_store(settings.database_url, settings.data_dir, key=key, read_only=read_only)
+    provider = (  # credentials issued and expiring by the store's clock, never a worker's own
+        AsymmetricCredentialProvider(signing_key, clock=store.calibrated_now) if signing_key is not None else None
+    )
     configured = release if release is not None else settings.release
     configured_id = configured if isinstance(configured, str) else configured.id
     # the configured bundle is verified before the store is touched

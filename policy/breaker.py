@@ -123,12 +123,12 @@ class CircuitBreaker:
             self._probe_owner = None
 
     def record_failure(self) -> None:
-        """The dependency failed: count it; at the threshold, or for a probe, open with a fresh timer."""
+        """The dependency failed: count it; at the threshold, or for this thread's probe, open with
+        a fresh timer. A straggler admitted before the breaker opened never overrules the probe."""
         with self._lock:
             self._failures += 1
-            if self._state == "half_open" or (
-                self._state == "closed" and self._failures >= self.failure_threshold
-            ):
+            probe = self._state == "half_open" and self._probe_owner == threading.get_ident()
+            if probe or (self._state == "closed" and self._failures >= self.failure_threshold):
                 self._open()
 
     def record_outcome(self, exc: BaseException | None = None) -> None:

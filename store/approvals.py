@@ -82,6 +82,7 @@ class Approvals:
         audit: Sequence[AuditEventIn] = (),
         settle: Settlement | None = None,
         expires_at: str | None = None,
+        while_pending: str | None = None,
     ) -> tuple[bool, OperationRecord | None]:
         """`record`, and in the same transaction the operation change ``settle`` names
         (conditional on its ``from_status``): ``(recorded, settled operation or None)``. Used when
@@ -90,7 +91,11 @@ class Approvals:
         ``approval`` may be built from the transaction's time (``approval(now)``, `toolgate.clock.iso`
         text: a decision stamped by the store's clock without a clock read of its own). With
         ``expires_at`` (the proposal's expiry) the decision is judged by that time too: at or
-        past it nothing is written and `ApprovalError` ``expired`` is raised."""
+        past it nothing is written and `ApprovalError` ``expired`` is raised. With ``while_pending``
+        (the proposal's operation key) the decision is stored only while that operation is
+        ``pending_approval``, judged by its INSERT (on PostgreSQL behind the operation row's lock,
+        so a decision that settled it meanwhile is waited for): a decision racing the one that
+        settled it is not recorded, ``(False, None)``, as if it came after."""
         try:
             with self._db.transaction() as tx:
                 # on PostgreSQL the time with the chain head and the tenants the events name,
@@ -101,24 +106,31 @@ class Approvals:
                     raise ApprovalError("expired", f"the proposal expired at {expires_at}")
                 if callable(approval):
                     approval = approval(now)
+                values: tuple[Any, ...] = (
+                    approval.approval_id,
+                    approval.proposal_id,
+                    approval.reviewer_id,
+                    approval.reviewer_tenant_id,
+                    json.dumps(sorted(approval.reviewer_roles)),
+                    approval.decision,
+                    approval.digest,
+                    approval.reason,
+                    approval.decided_at,
+                    self._db.keys.mac("approval", approval.content()),
+                )
                 statements: list[tuple[str, Sequence[Any]]] = [
                     (
                         "INSERT INTO approvals (approval_id, proposal_id, reviewer_id, reviewer_tenant_id,"
                         " reviewer_roles, decision, digest, reason, decided_at, mac)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                        " ON CONFLICT DO NOTHING RETURNING approval_id",
-                        (
-                            approval.approval_id,
-                            approval.proposal_id,
-                            approval.reviewer_id,
-                            approval.reviewer_tenant_id,
-                            json.dumps(sorted(approval.reviewer_roles)),
-                            approval.decision,
-                            approval.digest,
-                            approval.reason,
-                            approval.decided_at,
-                            self._db.keys.mac("approval", approval.content()),
-                        ),
+                        + (
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                            if while_pending is None
+                            else " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM operations"
+                            " WHERE operation_key = ? AND status = 'pending_approval'"
+                            + (" FOR UPDATE)" if self._db.dialect == "postgres" else ")")
+                        )
+                        + " ON CONFLICT DO NOTHING RETURNING approval_id",
+                        values if while_pending is None else (*values, while_pending),
                     )
                 ]
                 recorded = Written(0, "approvals", "approval_id", approval.approval_id)

@@ -62,6 +62,7 @@ from toolgate.clock import parse_iso
 from toolgate.graph.review.decisions import decide
 from toolgate.store import PostgresStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.credentials import HmacCredentialProvider
 from toolgate.tools.demo import REFUND_RELEASE
 
 pytestmark = pytest.mark.postgres
@@ -303,6 +304,37 @@ store.close()
 )
 """A process (clock skewed by its environment) running two turns of one thread with a task deadline
 of argv[1] seconds: the first sets it, the second is judged by it (a read call)."""
+
+
+CREDENTIAL = (
+    SLEEP_FIX
+    + """
+import json, os
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from toolgate.graph.delivery.handler_scope import handler_context
+from toolgate.store import PostgresStore
+from toolgate.tools.credentials import ServiceScope
+from toolgate.tools.demo import DemoSystem, demo_specs
+
+store = PostgresStore(os.environ["TOOLGATE_DATABASE_URL"], key=os.environ["TOOLGATE_AUDIT_KEY"].encode())
+status = next(s for s in demo_specs(DemoSystem(store)) if s.name == "get_service_status")
+spec = replace(status, service_credential=ServiceScope("status-api", frozenset({"status:read"})))
+ctx = handler_context(
+    spec, store=store, provider=None, tenant_id="acme", user_id="cust-ada", credentials=None, deadline=None
+)
+credential = ctx.service_credential
+print(json.dumps({
+    "clock": datetime.now(UTC).isoformat(),
+    "issued_at": credential.issued_at.isoformat(),
+    "expires_at": credential.expires_at.isoformat(),
+    "token": credential.token,
+}), flush=True)
+store.close()
+"""
+)
+"""A process (clock skewed by its environment) handing a handler the built-in service credential."""
 
 
 def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[str, list[dict[str, str]]]:
@@ -607,3 +639,31 @@ def test_a_fast_process_judges_a_task_deadline_by_the_store_clock_without_a_roun
     for judgment in judged:  # each the store's time, none the child's an hour ahead
         assert started <= datetime.fromisoformat(judgment["at"]) <= db_now, judged
     assert any(j["reused"] for j in judged), "no judgment was made without a round trip of its own"
+
+
+@pytest.mark.parametrize("skew", [SLOW, FAST])
+def test_a_skewed_process_issues_service_credentials_by_the_store_clock(
+    libfaketime: str, harness: Harness, env: dict[str, str], tmp_path: Path, skew: str
+) -> None:
+    """f. A handler's service credential is issued and expires by the database clock (redteam8):
+    minted by a process an hour fast it lived an hour past its five minutes (a handler, loaded
+    code, could keep using it), an hour slow it was expired on arrival (every downstream refused)."""
+    started = harness.store.now()
+    proc = subprocess.run(
+        [sys.executable, "-c", CREDENTIAL],
+        env=skewed(env, libfaketime, skew),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    db_now = harness.store.now()
+    assert_skewed(seen["clock"], db_now, skew)
+    issued, expires = datetime.fromisoformat(seen["issued_at"]), datetime.fromisoformat(seen["expires_at"])
+    assert started - timedelta(seconds=1) <= issued <= db_now, (issued, started, db_now)  # iat: whole seconds
+    assert expires - issued == timedelta(minutes=5) and expires <= db_now + timedelta(minutes=5)
+    # a downstream on the database's time accepts it now (not expired, not signed by a future key)
+    on_store_time = HmacCredentialProvider(harness.store.keys.secret, clock=harness.store.now)
+    assert on_store_time.verify(seen["token"], "status-api")["scope"] == "status:read"

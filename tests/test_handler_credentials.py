@@ -73,7 +73,7 @@ def test_a_declared_service_scope_gives_a_short_lived_credential_for_that_audien
     credential = ctx.service_credential
     assert credential is not None and credential.audience == "status-api"
     assert credential.token not in repr(credential) and credential.token not in repr(ctx)
-    provider = builtin_provider(store.keys)
+    provider = builtin_provider(store)
     claims = provider.verify(credential.token, "status-api")
     assert claims["scope"] == "status:read" and claims["sub"] == "tool:get_service_status"
     assert credential.expires_at - credential.issued_at <= timedelta(minutes=5)

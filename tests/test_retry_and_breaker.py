@@ -548,6 +548,39 @@ def test_release_never_cancels_another_threads_probe() -> None:
         breaker.acquire()
 
 
+def test_a_stragglers_failure_never_overrules_the_probe() -> None:
+    """A call admitted before the breaker opened fails while the probe is out (redteam8): it is
+    counted, but the probe decides, as a straggler's success is ignored while open and as the
+    shared breaker decides. It reopened the breaker with a fresh timer, and the probe's success
+    that followed was taken for a straggler's and ignored: the tool stayed refused 30 s more."""
+    clock = FakeClock()
+    breaker = CircuitBreaker("carrier", failure_threshold=1, clock=clock)
+    admitted, fail_now, failed = threading.Event(), threading.Event(), threading.Event()
+
+    def straggler() -> None:
+        breaker.acquire()  # closed: admitted
+        admitted.set()
+        assert fail_now.wait(timeout=60)
+        breaker.record_failure()  # its timeout, long after the breaker opened
+        failed.set()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        slow = pool.submit(straggler)
+        assert admitted.wait(timeout=60)
+        with pytest.raises(ToolExecutionError), breaker.reporting():
+            server_down()  # the threshold: open
+        assert breaker.state == "open"
+        clock.now += 30.0
+        breaker.acquire()  # this thread's probe
+        assert breaker.state == "half_open"
+        fail_now.set()
+        assert failed.wait(timeout=60)
+        slow.result(timeout=60)
+    assert breaker.state == "half_open"  # on the base: open again, the probe's timer restarted
+    breaker.record_success()  # the probe's verdict
+    assert breaker.state == "closed" and breaker.call(lambda: "up") == "up"
+
+
 def test_registry_gives_one_breaker_per_key_across_threads() -> None:
     clock = FakeClock()
     registry = BreakerRegistry(failure_threshold=2, reset_timeout_s=5.0, clock=clock)

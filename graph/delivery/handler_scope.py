@@ -15,6 +15,7 @@ refused reach (an undeclared host, a sealed record that does not open) is audite
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,7 +39,6 @@ from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.handler_access import HandlerAccess
-from toolgate.store.keys import Keyring
 from toolgate.store.records import TERMINAL_STATUSES, ProposalRecord
 from toolgate.tools import loaded_code
 from toolgate.tools.credentials import CredentialProvider, HmacCredentialProvider
@@ -49,16 +49,18 @@ if TYPE_CHECKING:
     from toolgate.graph.delivery.claimed_write import ClaimedWrite
     from toolgate.policy.breaker import CircuitBreaker
 
-_PROVIDERS: dict[Keyring, HmacCredentialProvider] = {}
+_PROVIDERS: weakref.WeakKeyDictionary[Store, HmacCredentialProvider] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def builtin_provider(keys: Keyring) -> HmacCredentialProvider:
-    """The process's built-in service-credential provider for the store secret in ``keys``."""
+def builtin_provider(store: Store) -> HmacCredentialProvider:
+    """The process's built-in service-credential provider for ``store``: signed under its secret,
+    issued and expiring by its clock (`Store.calibrated_now`), never the process's wall clock (a
+    worker an hour fast handed its handlers credentials that lived an hour past their ttl)."""
     with _LOCK:
-        found = _PROVIDERS.get(keys)
+        found = _PROVIDERS.get(store)
         if found is None:
-            found = _PROVIDERS[keys] = HmacCredentialProvider(keys.secret)
+            found = _PROVIDERS[store] = HmacCredentialProvider(store.keys.secret, clock=store.calibrated_now)
         return found
 
 
@@ -81,7 +83,7 @@ def handler_context(
     """The context of one call of ``spec``: only what it declares."""
     service = None
     if spec.service_credential is not None:
-        service = (provider or builtin_provider(store.keys)).credential_for(
+        service = (provider or builtin_provider(store)).credential_for(
             spec.name, spec.service_credential
         )
     http = None

@@ -156,7 +156,11 @@ def decide(
 
         try:  # one reading of the store's clock: the transaction's own, free on PostgreSQL
             recorded, settled = gw.store.approvals.record_and_settle(
-                at, audit=[recorded_event], settle=settle, expires_at=proposal.expires_at
+                at,
+                audit=[recorded_event],
+                settle=settle,
+                expires_at=proposal.expires_at,
+                while_pending=proposal.operation_key,  # a decision that settled it meanwhile wins
             )
         except ApprovalError as late:
             if late.code != "expired":
@@ -165,6 +169,9 @@ def decide(
             raise ApprovalError("expired", f"proposal {proposal_id} expired at {proposal.expires_at}") from late
         record = stamped[-1]
         if not recorded:
+            latest = gw.store.operations.get(proposal.operation_key)
+            if latest is not None and latest.status != "pending_approval":  # settled since the snapshot
+                raise ApprovalError("not_pending", f"proposal is {latest.status}, not pending_approval")
             raise ApprovalError("already_decided", "this reviewer already decided this proposal")
     except ApprovalError as exc:
         gw.auditor.record(
