@@ -6,10 +6,12 @@ about (`toolgate.graph.review.hitl` binds it to that proposal's digest). Another
 replaces the proposal and wakes the thread, which pauses again on the edit, in the same place: a
 reviewer who still looks at the original and approves it approves arguments they never saw.
 
-On the base this approval is recorded and the edited refund runs. Closing it needs a decision:
-tests/test_server_resume_shapes.py holds that a chat UI approves an edit with a bare
-``{"type": "approve"}``, and the server cannot tell that reviewer (who saw the new interrupt)
-from this one (who did not). The strict xfail below states the rule we would take.
+On the base this approval was recorded and the edited refund ran. The server cannot tell that
+reviewer from one who saw the new interrupt, so the decision taken: a resume's approval of a
+reviewer's edit (a proposal that supersedes another) must carry the digest the reviewer saw,
+else it is refused ``digest_required`` (audited, nothing recorded). A bare chat-UI approve of an
+edit is refused with it (tests/test_server_resume_shapes.py); an original proposal is still
+approved with a bare approve, which the server binds to the head checkpoint a chat UI names.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from langgraph.types import Command
 from support import REFUND_REQUEST, Harness, principal, start, tool_messages
 
@@ -37,16 +38,6 @@ def resume(graph: Any, thread: str, value: Any, who: str) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "decision needed: a resume's approval of a reviewer's edit (a proposal that supersedes"
-        " another) must name the digest the reviewer saw, refused digest_required otherwise (audited,"
-        " nothing recorded), so a stale chat UI cannot approve an edit it never showed; this takes"
-        " bare chat-UI approval of edits away (test_server_resume_shapes' edit test). The same"
-        " holds for any digestless approval from a stale tab (a later turn's proposal)"
-    ),
-)
 def test_a_stale_approval_without_a_digest_never_approves_an_edit_the_reviewer_did_not_see(
     harness: Harness,
 ) -> None:

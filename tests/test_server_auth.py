@@ -230,9 +230,10 @@ def test_an_edit_is_a_new_proposal_its_editor_cannot_approve(rig: Rig) -> None:
         waiting["proposal_id"] == outcome["new_proposal_id"]
         and interrupt["value"]["action_requests"][0]["args"] == edited_args
     )
-    own = resume(rig, "rita", thread_id, [{"type": "approve"}])
+    # an edit is approved with the digest its reviewer saw (a bare approve: `digest_required`)
+    own = resume(rig, "rita", thread_id, [{"type": "approve", "digest": waiting["digest"]}])
     assert own["review"]["outcomes"][0]["code"] == "editor_approval"
-    done = resume(rig, "fiona", thread_id, [{"type": "approve"}])
+    done = resume(rig, "fiona", thread_id, [{"type": "approve", "digest": waiting["digest"]}])
     assert done["status"] == "done"
     assert rig.payments(waiting["operation_key"]) == 1 and rig.payments(proposal["operation_key"]) == 0
     result = json.loads(next(m["content"] for m in reversed(done["messages"]) if m.get("type") == "tool"))

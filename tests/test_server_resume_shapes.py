@@ -8,7 +8,9 @@ makes, in its current LangChain HITL shape (``{"decisions": [...]}``) and its ol
 shape (``[{"type": "accept" | "response" | "edit", "args": ...}]``); and the Python SDK's (no
 ``input``). Proven, with the store's rows, the handler's effects and the audit log:
 
-* approve, reject, edit and respond each work (an approval runs the refund once);
+* approve, reject, edit and respond each work (an approval runs the refund once); a reviewer's
+  edit is approved with the digest the reviewer saw, a bare approve of it refused
+  ``digest_required`` (a resume names no interrupt: tests/test_red_team_stale_decisions.py);
 * a refused decision (a reviewer lacking the tool's role, a rejection without a reason) changes
   nothing and says why in the streamed output, in the next interrupt's ``last_review`` and in the
   description of the action request the UI shows again;
@@ -172,7 +174,7 @@ def test_a_reviewer_rejects_or_responds_with_agent_chat_uis_request(rig: Rig, re
     assert [u for u, _ in audited(rig, "proposal.rejected", proposal["proposal_id"])] == ["fiona"]
 
 
-def test_a_reviewer_edits_with_agent_chat_uis_request_and_the_edit_waits_for_its_own_approval(
+def test_a_reviewer_edits_with_agent_chat_uis_request_and_the_edit_waits_for_its_own_digest_bound_approval(
     rig: Rig,
 ) -> None:
     thread_id, proposal = start_refund(rig)
@@ -195,7 +197,15 @@ def test_a_reviewer_edits_with_agent_chat_uis_request_and_the_edit_waits_for_its
     original = rig.store.operations.get(proposal["operation_key"])
     assert original is not None and original.status == "rejected"
 
-    done = decide_as_chat_ui(rig, "fiona", thread_id, {"decisions": [{"type": "approve"}]})
+    # a bare approve names no interrupt: sent from a view older than the edit it would approve
+    # arguments it never showed, so an edit is approved with the digest the reviewer saw
+    bare = decide_as_chat_ui(rig, "fiona", thread_id, {"decisions": [{"type": "approve"}]})
+    (refused,) = bare["review"]["outcomes"]
+    assert (refused["result"], refused["code"]) == ("refused", "digest_required"), bare["review"]
+    assert bare["status"] == "awaiting_approval" and rig.payments(waiting["operation_key"]) == 0
+    done = decide_as_chat_ui(
+        rig, "fiona", thread_id, {"decisions": [{"type": "approve", "digest": waiting["digest"]}]}
+    )
     assert done["status"] == "done", done
     assert rig.payments(waiting["operation_key"]) == 1 and rig.payments(proposal["operation_key"]) == 0
 

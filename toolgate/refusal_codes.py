@@ -378,6 +378,13 @@ CATALOG: tuple[CodeEntry, ...] = (
             "digest_mismatch", "approval", False,
             "The digest the reviewer saw is not the proposal's digest.",
         ),
+        _Row(
+            "digest_required", "approval", False,
+            "A resume approved a reviewer's edit without the digest the reviewer saw: a resume names "
+            "no interrupt, so a bare approve from an older view would approve arguments it never "
+            "showed; nothing is recorded (approve with the digest, or in the console, API or CLI).",
+            "tests/test_red_team_stale_decisions.py",
+        ),
         _Row("expired", "approval", False, "The proposal's approval window has passed."),
         _Row("reason_required", "review", False, "A rejection needs a reason for the requester."),
         _Row(

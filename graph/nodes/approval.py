@@ -37,7 +37,7 @@ from toolgate.policy.principal import Principal
 from toolgate.store.records import OperationRecord, ProposalRecord
 
 ALLOWED_DECISIONS = ["approve", "edit", "reject"]
-UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer"})
+UNAUDITED = frozenset({"malformed_decision", "decision_count", "missing_reviewer", "digest_required"})
 """Refusals made here, before `decide` or `edit_proposal` (which audit their own)."""
 
 

@@ -148,6 +148,15 @@ def _apply(gw: Gateway, reviewer: Principal, proposal: dict[str, Any], decision:
                 gw, pid, reviewer, tool=decision.tool or str(proposal["tool"]), arguments=arguments
             )
             return Outcome(pid, "edit", "recorded", new_proposal_id=edited.proposal_id)
+        if decision.kind == "approve" and decision.digest is None and _is_edit(gw, pid):
+            # a resume names no interrupt: a bare approve lands on whatever the thread is paused
+            # on now, and another reviewer's edit replaces what a stale chat UI still shows
+            raise ApprovalError(
+                "digest_required",
+                "this is a reviewer's edit: approve it with the digest you reviewed (the console, the "
+                "API or `toolgate approve` show it), so an approval sent from an older view never "
+                "approves arguments it did not show",
+            )
         decide(
             gw,
             pid,
@@ -159,6 +168,12 @@ def _apply(gw: Gateway, reviewer: Principal, proposal: dict[str, Any], decision:
         return Outcome(pid, decision.kind, "recorded")
     except (ToolgateUsageError, NotFoundError) as exc:
         return _refused(pid, decision.kind, exc)
+
+
+def _is_edit(gw: Gateway, proposal_id: str) -> bool:
+    """True when the stored proposal replaces another (a reviewer's edit)."""
+    stored = gw.executor.proposal(proposal_id)  # immutable: read once per process
+    return stored is not None and bool(stored.supersedes)
 
 
 def _json_kind(value: Any) -> str:
