@@ -55,6 +55,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -288,8 +289,9 @@ class Route:
     gateway: Gateway
     arm: str
     rollout: Rollout | None = None
-    shadow: Gateway | None = None
-    """The candidate to shadow this (control model) turn with."""
+    shadow: Callable[[], Gateway] | None = None
+    """Loads the candidate to shadow this (control model) turn with (inside the shadow, so a
+    candidate this process cannot load fails only its shadow record)."""
     monitored: bool = False
     """Evaluate the automatic stop after the node (a canary's candidate arm)."""
     halted: bool = False
@@ -369,7 +371,7 @@ class ReleaseRouter:
             return Route(self.gateways(active, False), "control")
         if rollout.phase == "shadow":
             control = self.gateways(rollout.control, False)
-            shadow = self.gateways(rollout.candidate, False) if name == "model" else None
+            shadow = partial(self.gateways, rollout.candidate, False) if name == "model" else None
             return Route(control, "control", rollout, shadow=shadow)
         task = thread_id(config)
         pin = self.rollouts.get_pin(rollout.rollout_id, task)

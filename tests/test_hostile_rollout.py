@@ -1,0 +1,65 @@
+"""A rollout's candidate is code loaded into the gateway, untrusted like any: when this process
+cannot load it (its package raises, or its bundle drifted on this host), the control's traffic
+carries on and the failure is seen, on both backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from release_control_support import CANDIDATE, CONTROL, TwoReleases, run, text
+from support import tool_messages
+
+from toolgate.errors import RegistryError
+from toolgate.graph import bootstrap
+from toolgate.policy.principal import Principal
+from toolgate.store.base import Store
+from toolgate.store.rollout import RolloutStore
+from toolgate.testing import ScriptedChatModel, ai, tool_call
+from toolgate.tools.demo.identities import demo_token
+
+STATUS = {"service_alias": "web"}
+
+
+def admin(two: TwoReleases) -> Principal:
+    return two.app.gateway.directory.authenticate("ivy", demo_token("ivy"))
+
+
+def unloadable(monkeypatch: pytest.MonkeyPatch, two: TwoReleases, release: str) -> list[str]:
+    """From now on this process cannot load ``release`` (as on a host where its bundle drifted);
+    the loads it was asked for."""
+    asked: list[str] = []
+    real = bootstrap.load_served_release
+
+    def load(reference: Any, **kwargs: Any) -> Any:
+        if reference == release:
+            asked.append(reference)
+            raise RegistryError(f"release {release}: tool get_service_status drifted from its manifest")
+        return real(reference, **kwargs)
+
+    monkeypatch.setattr(bootstrap, "load_served_release", load)
+    for key in [k for k in two.gateways._built if k[0] == release]:
+        del two.gateways._built[key]
+    return asked
+
+
+def test_a_shadow_candidate_this_process_cannot_load_fails_no_control_turn_and_is_recorded(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = ScriptedChatModel(responses=[ai("", tool_call("get_service_status", STATUS)), text("web is up")])
+    two = TwoReleases(store, tmp_path, models={CONTROL: control})
+    rollout = two.control().shadow(admin(two), CANDIDATE)
+    asked = unloadable(monkeypatch, two, CANDIDATE)
+
+    state = run(two.graph(), "is web up?", "sam", "t-unloadable")
+
+    assert state["status"] == "done" and state["release"] == CONTROL
+    assert [m.status for m in tool_messages(state)] == ["success"]
+    assert two.handler_calls(CONTROL) == 1 and two.handler_calls(CANDIDATE) == 0
+    assert asked  # the router did ask for the candidate
+    records = RolloutStore(store).shadow_records(rollout.rollout_id)
+    assert len(records) == 2  # each control model turn
+    assert all(r.error == "RegistryError" and not r.matched and r.candidate == [] for r in records)
+    assert all(r.candidate_release == CANDIDATE for r in records)
+    control.assert_complete()
