@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from release_control_support import CANDIDATE, CONTROL, TwoReleases, run, text
+from release_control_support import CANDIDATE, CONTROL, TwoReleases, audit_events, run, text
 from support import tool_messages
 
-from toolgate.errors import RegistryError
+from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
 from toolgate.graph import bootstrap
 from toolgate.policy.principal import Principal
+from toolgate.releases.rollback import default_critical_runner
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.testing import ScriptedChatModel, ai, tool_call
@@ -63,3 +64,45 @@ def test_a_shadow_candidate_this_process_cannot_load_fails_no_control_turn_and_i
     assert all(r.error == "RegistryError" and not r.matched and r.candidate == [] for r in records)
     assert all(r.candidate_release == CANDIDATE for r in records)
     control.assert_complete()
+
+
+def uninstalled(monkeypatch: pytest.MonkeyPatch, release: str) -> None:
+    """From now on ``release``'s package is gone from this host (every door that loads it by id)."""
+    from toolgate.evals import runner
+
+    def load(real: Any) -> Any:
+        def loading(reference: Any, *args: Any, **kwargs: Any) -> Any:
+            if reference == release:
+                raise UnknownReleaseError(release)
+            return real(reference, *args, **kwargs)
+
+        return loading
+
+    monkeypatch.setattr(bootstrap, "load_release", load(bootstrap.load_release))
+    monkeypatch.setattr(runner, "load_release", load(runner.load_release))
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "rollback"])
+def test_a_rollback_target_that_no_longer_loads_is_refused_with_a_code_and_audited(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool
+) -> None:
+    two = TwoReleases(store, tmp_path)
+    two.control().shadow(admin(two), CANDIDATE)
+    uninstalled(monkeypatch, CONTROL)
+    release_control = two.control(critical=default_critical_runner)  # the real fixtures
+    before = two.router.state()
+
+    if dry_run:
+        plan = release_control.rollback(admin(two), dry_run=True)
+        assert plan.status == "FAIL" and plan.hashes == "unverified" and plan.critical == "not_run"
+        assert [code for code, _ in plan.problems] == ["bundle_unverified"]
+        [checked] = audit_events(store, "release.rollback_checked")
+        assert checked.result == "fail" and checked.detail["problems"] == ["bundle_unverified"]
+    else:
+        with pytest.raises(ReleaseControlError) as refused:
+            release_control.rollback(admin(two))
+        assert refused.value.code == "bundle_unverified"
+        [event] = audit_events(store, "release.refused")
+        assert event.code == "bundle_unverified" and event.detail["action"] == "rollback"
+    after = two.router.state()
+    assert after.rollout == before.rollout and after.pointer == before.pointer  # nothing moved
