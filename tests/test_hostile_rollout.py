@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from release_control_support import CANDIDATE, CONTROL, TwoReleases, audit_events, run, text
-from support import tool_messages
+from release_control_support import CANDIDATE, CONTROL, RESTART, TwoReleases, audit_events, run, text
+from support import principal, tool_messages
 
 from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
 from toolgate.graph import bootstrap
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.principal import Principal
 from toolgate.releases.rollback import default_critical_runner
 from toolgate.store.base import Store
@@ -106,3 +107,64 @@ def test_a_rollback_target_that_no_longer_loads_is_refused_with_a_code_and_audit
         assert event.code == "bundle_unverified" and event.detail["action"] == "rollback"
     after = two.router.state()
     assert after.rollout == before.rollout and after.pointer == before.pointer  # nothing moved
+
+
+def test_a_canary_candidate_this_process_cannot_load_stops_no_delivery_of_the_control(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
+    two = TwoReleases(store, tmp_path, models={CONTROL: control_model})
+    release_control = two.control()
+    waiting = run(two.graph(), "restart web", "sam", "t-control")  # before the rollout: the control
+    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    assert proposal["release"] == CONTROL
+    key = proposal["operation_key"]
+    decide(two.app.gateway_for_proposal(proposal["proposal_id"]), proposal["proposal_id"], principal("omar"), "approve")
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 50)
+    unloadable(monkeypatch, two, CANDIDATE)
+
+    delivered = two.app.executor_gateway(key).executor.deliver(key, worker_id="worker-1")
+
+    assert delivered.status == "succeeded"
+    assert two.handler_calls(CONTROL) == 1 and two.handler_calls(CANDIDATE) == 0
+    assert store.operations.get(key).status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_after_promotion_a_previous_release_this_process_cannot_load_stops_no_delivery_of_the_active(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
+    two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    release_control.promote(admin(two))
+    waiting = run(two.graph(), "restart web", "sam", "t-promoted")
+    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    assert proposal["release"] == CANDIDATE
+    key = proposal["operation_key"]
+    decide(two.app.gateway_for_proposal(proposal["proposal_id"]), proposal["proposal_id"], principal("omar"), "approve")
+    unloadable(monkeypatch, two, CONTROL)  # the previous release's package is gone from this host
+
+    delivered = two.app.executor_gateway(key).executor.deliver(key, worker_id="worker-1")
+
+    assert delivered.status == "succeeded"
+    assert two.handler_calls(CANDIDATE) == 1 and two.handler_calls(CONTROL) == 0
+
+
+def test_a_canary_thread_whose_candidate_this_process_cannot_load_stops_for_review_with_a_code(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two = TwoReleases(store, tmp_path)
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    unloadable(monkeypatch, two, CANDIDATE)
+
+    state = run(two.graph(), "is web up?", "sam", "t-canary")
+
+    assert state["status"] == "needs_review"
+    assert two.handler_calls(CONTROL) == 0 and two.handler_calls(CANDIDATE) == 0
+    [stopped] = audit_events(store, "release.thread_stopped")
+    assert stopped.code == "release_unavailable" and stopped.detail["pinned"] == CANDIDATE

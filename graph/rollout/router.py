@@ -136,10 +136,11 @@ class ThreadPinning:
             return None
         return rollout if rollout.candidate == pin.release else None
 
-    def serving(self, release: str) -> Gateway | None:
-        """The full gateway of ``release`` when this process can serve it, else None."""
+    def serving(self, release: str, canary: bool = False) -> Gateway | None:
+        """The full gateway of ``release`` (``canary``: its canary arm's) when this process can
+        serve it, else None."""
         try:
-            return self.router.gateways(release, False)
+            return self.router.gateways(release, canary)
         except (ToolgateError, ImportError):
             return None
 
@@ -387,7 +388,12 @@ class ReleaseRouter:
             return Route(self.gateways(active, False), "control", rollout)
         if pin.arm == "candidate":
             canary = rollout.phase == "canary"
-            return Route(self.gateways(rollout.candidate, canary), "candidate", rollout, monitored=canary)
+            candidate = self.pins.serving(rollout.candidate, canary)
+            if candidate is None:  # its package raises or drifted here: the thread stops, not the run
+                why = f"release {rollout.candidate}, which this task is pinned to, cannot be served here"
+                control = Route(self.gateways(active, False), "control", rollout)
+                return ThreadPinning._halted(name, control, ("release_unavailable", why, rollout.candidate))
+            return Route(candidate, "candidate", rollout, monitored=canary)
         return Route(self.gateways(rollout.control, False), "control", rollout)
 
     def executing_gateway(self, release_id: str, thread: str | None = None) -> Gateway:
@@ -407,12 +413,12 @@ class ReleaseRouter:
         active = current.pointer.active if current.pointer else self.configured
         rollout = current.rollout
         if rollout is not None and rollout.phase in ("canary", "promoted"):
-            candidate = self.gateways(rollout.candidate, rollout.phase == "canary")
-            if release_id == candidate.registry.release:
-                return candidate
-            control = self.gateways(rollout.control, False)
-            if release_id == control.registry.release:
-                return control
+            # an arm this process cannot load delivers nothing of its own (the active release's
+            # executor refuses its proposals) and never stops the other arm's deliveries
+            for arm, canary in ((rollout.candidate, rollout.phase == "canary"), (rollout.control, False)):
+                gateway = self.pins.serving(arm, canary)
+                if gateway is not None and release_id == gateway.registry.release:
+                    return gateway
         return self.gateways(active, False)
 
     def reviewing_gateway(self, release_id: str, thread: str | None = None) -> Gateway | None:
