@@ -168,3 +168,25 @@ def test_a_canary_thread_whose_candidate_this_process_cannot_load_stops_for_revi
     assert two.handler_calls(CONTROL) == 0 and two.handler_calls(CANDIDATE) == 0
     [stopped] = audit_events(store, "release.thread_stopped")
     assert stopped.code == "release_unavailable" and stopped.detail["pinned"] == CANDIDATE
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: should `release migrate-thread` demand of its target the evidence a rollout "
+    "demands (the active or previous release, or a passed gate, review and rollback dry run against "
+    "the active release), refusing with the evidence code? Today any installed release that "
+    "verifies serves the moved thread, with its high-risk tools and no automatic stop, and "
+    "test_migrate_thread_through_the_cli moves a thread to a release with no evidence at all",
+)
+def test_a_thread_is_not_migrated_to_a_release_no_gate_passed(store: Store, tmp_path: Path) -> None:
+    from test_thread_pinning import status_of
+
+    from toolgate.releases.migrate import migrate_thread
+
+    model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
+    two = TwoReleases(store, tmp_path, models={CONTROL: model}, evidence=False)  # nothing gated
+    graph = two.graph()
+    run(graph, "restart web, it is stuck", "sam", "t-wait")  # awaiting approval under the control
+    with pytest.raises(ReleaseControlError) as refused:
+        migrate_thread(two.control(), admin(two), "t-wait", CANDIDATE, thread_status=status_of(graph))
+    assert refused.value.code == "gate_not_passed"
