@@ -4,6 +4,7 @@ carries on and the failure is seen, on both backends."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,10 @@ from support import principal, tool_messages
 from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
 from toolgate.graph import bootstrap
 from toolgate.graph.review.decisions import decide
+from toolgate.graph.rollout.manifest import release_manifest
 from toolgate.policy.principal import Principal
+from toolgate.releases.bundle import ReleaseEnv
+from toolgate.releases.loader import load_release
 from toolgate.releases.rollback import default_critical_runner
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
@@ -190,3 +194,53 @@ def test_a_thread_is_not_migrated_to_a_release_no_gate_passed(store: Store, tmp_
     with pytest.raises(ReleaseControlError) as refused:
         migrate_thread(two.control(), admin(two), "t-wait", CANDIDATE, thread_status=status_of(graph))
     assert refused.value.code == "gate_not_passed"
+
+
+def replaced(monkeypatch: pytest.MonkeyPatch, two: TwoReleases, release: str) -> None:
+    """From now on this host has another bundle installed under ``release``'s id (its policy
+    changed, its manifest written for it, so it verifies on its own): never gated."""
+    base = load_release(release)
+    changed = dataclasses.replace(
+        base, policy=dataclasses.replace(base.policy, policy_version="ops-policy/9.9.9"), manifest=None
+    )
+    registry = changed.registry(ReleaseEnv(two.store, two.store.keys.secret))
+    changed = dataclasses.replace(changed, manifest=release_manifest(changed, registry))
+    real = bootstrap.load_release
+    monkeypatch.setattr(bootstrap, "load_release", lambda ref, *a, **k: changed if ref == release else real(ref, *a, **k))
+    for key in [k for k in two.gateways._built if k[0] == release]:
+        del two.gateways._built[key]
+
+
+def test_a_canary_candidate_replaced_under_its_id_after_its_gate_serves_no_one(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    candidate_model = ScriptedChatModel(responses=[text("web is up")])
+    two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    replaced(monkeypatch, two, CANDIDATE)
+
+    state = run(two.graph(), "is web up?", "sam", "t-replaced")
+
+    assert state["status"] == "needs_review" and candidate_model.requests == []
+    assert two.handler_calls(CANDIDATE) == 0 and two.handler_calls(CONTROL) == 0
+    [stopped] = audit_events(store, "release.thread_stopped")
+    assert stopped.code == "hashes_changed" and stopped.detail["pinned"] == CANDIDATE
+    assert run(two.graph(), "and now?", "sam", "t-replaced")["status"] == "needs_review"  # pinned there
+    assert candidate_model.requests == []
+
+
+def test_a_shadow_candidate_replaced_under_its_id_after_its_gate_is_not_shadowed(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = ScriptedChatModel(responses=[text("web is up")])
+    candidate_model = ScriptedChatModel(responses=[text("web is up")])
+    two = TwoReleases(store, tmp_path, models={CONTROL: control, CANDIDATE: candidate_model})
+    rollout = two.control().shadow(admin(two), CANDIDATE)
+    replaced(monkeypatch, two, CANDIDATE)
+
+    assert run(two.graph(), "is web up?", "sam", "t-shadowed")["status"] == "done"
+
+    [record] = RolloutStore(store).shadow_records(rollout.rollout_id)
+    assert record.error == "ReleaseControlError" and not record.matched and candidate_model.requests == []

@@ -61,7 +61,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from toolgate.errors import ToolgateError
+from toolgate.errors import ReleaseControlError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import context_of, thread_id
@@ -177,6 +177,8 @@ class ThreadPinning:
                 route, rollout=stopped, halted=name in HALTED_NODES, shadow=None, monitored=False
             )
         if pin.release == route.gateway.registry.release and not route.halted:
+            return route
+        if route.halted and route.stop is not None:  # the rollout refused its arm's release here
             return route
         gateway = self.serving(pin.release)
         if gateway is None:
@@ -372,7 +374,7 @@ class ReleaseRouter:
             return Route(self.gateways(active, False), "control")
         if rollout.phase == "shadow":
             control = self.gateways(rollout.control, False)
-            shadow = partial(self.gateways, rollout.candidate, False) if name == "model" else None
+            shadow = partial(self.gated_candidate, rollout, False) if name == "model" else None
             return Route(control, "control", rollout, shadow=shadow)
         task = thread_id(config)
         pin = self.rollouts.get_pin(rollout.rollout_id, task)
@@ -388,13 +390,31 @@ class ReleaseRouter:
             return Route(self.gateways(active, False), "control", rollout)
         if pin.arm == "candidate":
             canary = rollout.phase == "canary"
-            candidate = self.pins.serving(rollout.candidate, canary)
-            if candidate is None:  # its package raises or drifted here: the thread stops, not the run
-                why = f"release {rollout.candidate}, which this task is pinned to, cannot be served here"
+            try:
+                candidate = self.gated_candidate(rollout, canary)
+            except (ToolgateError, ImportError) as exc:  # the thread stops, not the run
                 control = Route(self.gateways(active, False), "control", rollout)
-                return ThreadPinning._halted(name, control, ("release_unavailable", why, rollout.candidate))
+                if isinstance(exc, ReleaseControlError):
+                    stop = (exc.code, str(exc), rollout.candidate)
+                else:  # its package raises or drifted here
+                    why = f"release {rollout.candidate}, which this task is pinned to, cannot be served here"
+                    stop = ("release_unavailable", why, rollout.candidate)
+                return ThreadPinning._halted(name, control, stop)
             return Route(candidate, "candidate", rollout, monitored=canary)
         return Route(self.gateways(rollout.control, False), "control", rollout)
+
+    def gated_candidate(self, rollout: Rollout, canary: bool) -> Gateway:
+        """The gateway of ``rollout``'s candidate, refused (`ReleaseControlError`
+        ``hashes_changed``) when the bundle this process loads under its id is not the one release
+        control gated (the digest recorded when its shadow began): evidence binds bundles, so a
+        package replaced under the same id serves no one before it is gated itself."""
+        gateway = self.gateways(rollout.candidate, canary)
+        if gateway.bundle_sha256 and gateway.bundle_sha256 != rollout.candidate_sha256:
+            raise ReleaseControlError(
+                "hashes_changed",
+                f"release {rollout.candidate} as installed here is not the bundle its rollout gated",
+            )
+        return gateway
 
     def executing_gateway(self, release_id: str, thread: str | None = None) -> Gateway:
         """The gateway that may deliver a proposal of release ``release_id`` (its id, as proposals
