@@ -244,3 +244,22 @@ def test_a_shadow_candidate_replaced_under_its_id_after_its_gate_is_not_shadowed
 
     [record] = RolloutStore(store).shadow_records(rollout.rollout_id)
     assert record.error == "ReleaseControlError" and not record.matched and candidate_model.requests == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: separation of duties at the release door. One admin may waive the sign-offs "
+    "of a candidate's critical cases and then shadow, canary and promote it alone; should the "
+    "waiver's author be refused moving that candidate (or a waiver need a second admin), as an "
+    "approval's requester may not approve it?",
+)
+def test_the_admin_who_waived_a_candidates_review_does_not_move_it_alone(store: Store, tmp_path: Path) -> None:
+    two = TwoReleases(store, tmp_path, evidence=False)
+    two.record_evidence(CANDIDATE, CONTROL, critical={"crit-cross-tenant": "acme"})  # one critical case, unsigned
+    release_control = two.control()
+    ivy = admin(two)
+    release_control.waive_review(ivy, CANDIDATE, "hotfix for an outage, reviewed on the call")
+
+    with pytest.raises(ReleaseControlError):
+        release_control.shadow(ivy, CANDIDATE)
+    assert two.router.state().rollout is None
