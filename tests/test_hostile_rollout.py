@@ -263,3 +263,20 @@ def test_the_admin_who_waived_a_candidates_review_does_not_move_it_alone(store: 
     with pytest.raises(ReleaseControlError):
         release_control.shadow(ivy, CANDIDATE)
     assert two.router.state().rollout is None
+
+
+@pytest.mark.parametrize("percent", [1e-9, float("nan"), float("inf"), -0.0], ids=["1e-9", "nan", "inf", "-0"])
+def test_a_canary_share_that_rounds_to_no_one_or_is_no_number_is_refused_and_audited(
+    store: Store, tmp_path: Path, percent: float
+) -> None:
+    two = TwoReleases(store, tmp_path)
+    release_control = two.control()
+    shadowed = release_control.shadow(admin(two), CANDIDATE)
+
+    with pytest.raises(ReleaseControlError) as refused:
+        release_control.canary(admin(two), CANDIDATE, percent)
+
+    assert refused.value.code == "invalid_percent"
+    assert two.router.state().rollout == shadowed  # still in shadow, nothing changed
+    [event] = audit_events(store, "release.refused")
+    assert event.code == "invalid_percent" and event.detail["action"] == "canary"
