@@ -280,3 +280,29 @@ def test_a_canary_share_that_rounds_to_no_one_or_is_no_number_is_refused_and_aud
     assert two.router.state().rollout == shadowed  # still in shadow, nothing changed
     [event] = audit_events(store, "release.refused")
     assert event.code == "invalid_percent" and event.detail["action"] == "canary"
+
+
+@pytest.mark.parametrize("raised", [RuntimeError("no such table"), SystemExit(3)], ids=["error", "exit"])
+def test_a_candidate_whose_setup_raises_is_refused_with_a_code_and_audited(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException
+) -> None:
+    from toolgate.releases import control as control_module
+
+    def setup(_: Store) -> None:
+        raise raised
+
+    real = control_module.load_release
+    monkeypatch.setattr(
+        control_module,
+        "load_release",
+        lambda ref: dataclasses.replace(real(ref), setup=setup) if ref == CANDIDATE else real(ref),
+    )
+    two = TwoReleases(store, tmp_path)
+
+    with pytest.raises(ReleaseControlError) as refused:
+        two.control().shadow(admin(two), CANDIDATE)
+
+    assert refused.value.code == "bundle_unverified"
+    assert two.router.state().rollout is None
+    [event] = audit_events(store, "release.refused")
+    assert event.code == "bundle_unverified" and event.detail["action"] == "shadow"
