@@ -5,6 +5,8 @@ carries on and the failure is seen, on both backends."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from toolgate.graph.review.decisions import decide
 from toolgate.graph.rollout.manifest import release_manifest
 from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import ReleaseEnv
+from toolgate.releases.evidence import EvidenceDesk
 from toolgate.releases.loader import load_release
 from toolgate.releases.rollback import default_critical_runner
 from toolgate.store.base import Store
@@ -306,3 +309,39 @@ def test_a_candidate_whose_setup_raises_is_refused_with_a_code_and_audited(
     assert two.router.state().rollout is None
     [event] = audit_events(store, "release.refused")
     assert event.code == "bundle_unverified" and event.detail["action"] == "shadow"
+
+
+def test_two_promotions_racing_move_the_pointer_once_and_the_loser_is_refused_audited(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two = TwoReleases(store, tmp_path)
+    setup = two.control()
+    setup.shadow(admin(two), CANDIDATE)
+    setup.canary(admin(two), CANDIDATE, 100)
+    both_checked = threading.Barrier(2, timeout=60)
+    real = EvidenceDesk.require_canary
+
+    def require_canary(desk: EvidenceDesk, judged: int, began: str) -> None:
+        real(desk, judged, began)
+        both_checked.wait()  # each promoter has read the state and its evidence before either writes
+
+    monkeypatch.setattr(EvidenceDesk, "require_canary", require_canary)
+    controls = [two.control(), two.control()]
+
+    def promote(index: int) -> str:
+        try:
+            controls[index].promote(admin(two))
+            return "promoted"
+        except ReleaseControlError as exc:
+            return exc.code
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = sorted(pool.map(promote, range(2)))
+
+    assert outcomes == ["promoted", "state_changed"]
+    state = two.router.state()
+    assert state.pointer is not None and state.pointer.active == CANDIDATE and state.pointer.previous == CONTROL
+    assert state.rollout is not None and state.rollout.phase == "promoted"
+    assert len(audit_events(store, "release.promoted")) == 1
+    [refused] = audit_events(store, "release.refused")
+    assert refused.code == "state_changed" and refused.detail["action"] == "promote"
