@@ -345,3 +345,24 @@ def test_two_promotions_racing_move_the_pointer_once_and_the_loser_is_refused_au
     assert len(audit_events(store, "release.promoted")) == 1
     [refused] = audit_events(store, "release.refused")
     assert refused.code == "state_changed" and refused.detail["action"] == "promote"
+
+
+def test_a_canary_proposal_is_not_delivered_by_a_candidate_replaced_under_its_id(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
+    two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    waiting = run(two.graph(), "restart web", "sam", "t-canary-write")
+    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    assert proposal["release"] == CANDIDATE
+    key = proposal["operation_key"]
+    decide(two.app.gateway_for_proposal(proposal["proposal_id"]), proposal["proposal_id"], principal("omar"), "approve")
+    replaced(monkeypatch, two, CANDIDATE)
+
+    delivered = two.app.executor_gateway(key).executor.deliver(key, worker_id="worker-1")
+
+    assert delivered.claim == "NOT_ATTEMPTED" and two.handler_calls(CANDIDATE) == 0
+    assert store.operations.get(key).status == "approved"  # type: ignore[union-attr]

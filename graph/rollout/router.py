@@ -72,7 +72,14 @@ from toolgate.graph.seals.seal import tampered_keys
 from toolgate.graph.server.context import server_context
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.releases.rules import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
+from toolgate.releases.rules import (
+    DEFAULT_THRESHOLDS,
+    LIVE_PHASES,
+    Signals,
+    StopThresholds,
+    arm_for,
+    stop_reason,
+)
 from toolgate.releases.signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -205,6 +212,9 @@ class ThreadPinning:
             return None
         if self.stopped_by(pin, current) is not None:
             return None
+        rollout = current.rollout
+        if rollout is not None and rollout.phase in LIVE_PHASES and rollout.candidate == release_id:
+            return self.router.servable_candidate(rollout, False)  # only the bundle it gated
         return self.serving(release_id)
 
 
@@ -416,6 +426,13 @@ class ReleaseRouter:
             )
         return gateway
 
+    def servable_candidate(self, rollout: Rollout, canary: bool) -> Gateway | None:
+        """`gated_candidate`, or None where this process cannot serve it."""
+        try:
+            return self.gated_candidate(rollout, canary)
+        except (ToolgateError, ImportError):
+            return None
+
     def executing_gateway(self, release_id: str, thread: str | None = None) -> Gateway:
         """The gateway that may deliver a proposal of release ``release_id`` (its id, as proposals
         record it) outside a graph run (the worker): that release's while release control serves
@@ -435,8 +452,10 @@ class ReleaseRouter:
         if rollout is not None and rollout.phase in ("canary", "promoted"):
             # an arm this process cannot load delivers nothing of its own (the active release's
             # executor refuses its proposals) and never stops the other arm's deliveries
-            for arm, canary in ((rollout.candidate, rollout.phase == "canary"), (rollout.control, False)):
-                gateway = self.pins.serving(arm, canary)
+            for gateway in (
+                self.servable_candidate(rollout, rollout.phase == "canary"),
+                self.pins.serving(rollout.control),
+            ):
                 if gateway is not None and release_id == gateway.registry.release:
                     return gateway
         return self.gateways(active, False)
