@@ -366,3 +366,21 @@ def test_a_canary_proposal_is_not_delivered_by_a_candidate_replaced_under_its_id
 
     assert delivered.claim == "NOT_ATTEMPTED" and two.handler_calls(CANDIDATE) == 0
     assert store.operations.get(key).status == "approved"  # type: ignore[union-attr]
+
+
+def test_an_active_release_replaced_under_its_id_after_promotion_serves_no_one(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    candidate_model = ScriptedChatModel(responses=[text("web is up")])
+    two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    release_control.promote(admin(two))
+    replaced(monkeypatch, two, CANDIDATE)
+
+    state = run(two.graph(), "is web up?", "sam", "t-after-promotion")
+
+    assert state["status"] == "needs_review" and candidate_model.requests == []  # the rollout's arm
+    [stopped] = audit_events(store, "release.thread_stopped")
+    assert stopped.code == "hashes_changed" and stopped.detail["pinned"] == CANDIDATE

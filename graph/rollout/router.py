@@ -403,13 +403,13 @@ class ReleaseRouter:
             try:
                 candidate = self.gated_candidate(rollout, canary)
             except (ToolgateError, ImportError) as exc:  # the thread stops, not the run
-                control = Route(self.gateways(active, False), "control", rollout)
+                served = Route(self.gateways(active, False), "control", rollout)
                 if isinstance(exc, ReleaseControlError):
                     stop = (exc.code, str(exc), rollout.candidate)
                 else:  # its package raises or drifted here
                     why = f"release {rollout.candidate}, which this task is pinned to, cannot be served here"
                     stop = ("release_unavailable", why, rollout.candidate)
-                return ThreadPinning._halted(name, control, stop)
+                return ThreadPinning._halted(name, served, stop)
             return Route(candidate, "candidate", rollout, monitored=canary)
         return Route(self.gateways(rollout.control, False), "control", rollout)
 
