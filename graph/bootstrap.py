@@ -21,6 +21,7 @@ store's records. The primary release's change is recorded once per store (``rele
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -92,6 +93,9 @@ class ServedRelease:
     registry: Registry
     """Its tools as built for this process (`Release.registry`), verified unless the caller
     opted out."""
+    verified_sha256: str = ""
+    """The digest of the effective manifest that was verified, taken before the registry was
+    narrowed or instrumented ("" when not verified): what a rollout's records are compared with."""
 
     def manifest_sha256(self) -> str:
         """The digest of the effective manifest (what release evidence is recorded against)."""
@@ -121,11 +125,13 @@ def load_served_release(
     if registry is not None:
         return ServedRelease(release, registry)
     registry = release.registry(ReleaseEnv(store=store, secret=store.keys.secret))
+    verified = ""
     if verify:
         verified_release(release, registry, model)
+        verified = ServedRelease(release, registry).manifest_sha256()
     if canary:
         registry = registry.narrowed(canary_specs(registry.tools.values()))
-    return ServedRelease(release, instrument(registry) if instrument is not None else registry)
+    return ServedRelease(release, instrument(registry) if instrument is not None else registry, verified)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +153,7 @@ class GatewayParts:
 
     def gateway(self, served: ServedRelease, model: BaseChatModel) -> Gateway:
         """``served``'s gateway around ``model`` (the one call of `build_gateway` in the root)."""
-        return build_gateway(
+        gateway = build_gateway(
             model=model,
             registry=served.registry,
             policy=served.release.policy,
@@ -160,6 +166,7 @@ class GatewayParts:
             credential_provider=self.credential_provider,
             read_retry=self.read_retry,
         )
+        return dataclasses.replace(gateway, bundle_sha256=served.verified_sha256)
 
 
 class Gateways:

@@ -51,6 +51,10 @@ class Gateway:
     (`toolgate.graph.nodes.tool_offer`)."""
     clock: Clock = SYSTEM_CLOCK
     """The process clock (handler deadlines); the store keeps its own for expiry and leases."""
+    bundle_sha256: str = ""
+    """The verified digest of the bundle it serves (`toolgate.graph.bootstrap.ServedRelease`;
+    "" when it was not verified): the router serves a rollout's candidate only when it is the
+    bundle release control gated."""
     _bound: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, compare=False, repr=False)
     """Models bound per tool set (`model_for`); a copy made with `dataclasses.replace` starts empty."""
 

@@ -55,12 +55,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from toolgate.errors import ToolgateError
+from toolgate.errors import ReleaseControlError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import context_of, thread_id
@@ -71,7 +72,14 @@ from toolgate.graph.seals.seal import tampered_keys
 from toolgate.graph.server.context import server_context
 from toolgate.graph.state import GatewayState
 from toolgate.policy.principal import Principal
-from toolgate.releases.rules import DEFAULT_THRESHOLDS, Signals, StopThresholds, arm_for, stop_reason
+from toolgate.releases.rules import (
+    DEFAULT_THRESHOLDS,
+    LIVE_PHASES,
+    Signals,
+    StopThresholds,
+    arm_for,
+    stop_reason,
+)
 from toolgate.releases.signals import ChainCursor, candidate_signals
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -135,10 +143,11 @@ class ThreadPinning:
             return None
         return rollout if rollout.candidate == pin.release else None
 
-    def serving(self, release: str) -> Gateway | None:
-        """The full gateway of ``release`` when this process can serve it, else None."""
+    def serving(self, release: str, canary: bool = False) -> Gateway | None:
+        """The full gateway of ``release`` (``canary``: its canary arm's) when this process can
+        serve it, else None."""
         try:
-            return self.router.gateways(release, False)
+            return self.router.gateways(release, canary)
         except (ToolgateError, ImportError):
             return None
 
@@ -176,6 +185,8 @@ class ThreadPinning:
             )
         if pin.release == route.gateway.registry.release and not route.halted:
             return route
+        if route.halted and route.stop is not None:  # the rollout refused its arm's release here
+            return route
         gateway = self.serving(pin.release)
         if gateway is None:
             why = f"release {pin.release}, which this task is pinned to, cannot be served here"
@@ -201,6 +212,9 @@ class ThreadPinning:
             return None
         if self.stopped_by(pin, current) is not None:
             return None
+        rollout = current.rollout
+        if rollout is not None and rollout.phase in LIVE_PHASES and rollout.candidate == release_id:
+            return self.router.servable_candidate(rollout, False)  # only the bundle it gated
         return self.serving(release_id)
 
 
@@ -288,8 +302,9 @@ class Route:
     gateway: Gateway
     arm: str
     rollout: Rollout | None = None
-    shadow: Gateway | None = None
-    """The candidate to shadow this (control model) turn with."""
+    shadow: Callable[[], Gateway] | None = None
+    """Loads the candidate to shadow this (control model) turn with (inside the shadow, so a
+    candidate this process cannot load fails only its shadow record)."""
     monitored: bool = False
     """Evaluate the automatic stop after the node (a canary's candidate arm)."""
     halted: bool = False
@@ -369,7 +384,7 @@ class ReleaseRouter:
             return Route(self.gateways(active, False), "control")
         if rollout.phase == "shadow":
             control = self.gateways(rollout.control, False)
-            shadow = self.gateways(rollout.candidate, False) if name == "model" else None
+            shadow = partial(self.gated_candidate, rollout, False) if name == "model" else None
             return Route(control, "control", rollout, shadow=shadow)
         task = thread_id(config)
         pin = self.rollouts.get_pin(rollout.rollout_id, task)
@@ -385,8 +400,38 @@ class ReleaseRouter:
             return Route(self.gateways(active, False), "control", rollout)
         if pin.arm == "candidate":
             canary = rollout.phase == "canary"
-            return Route(self.gateways(rollout.candidate, canary), "candidate", rollout, monitored=canary)
+            try:
+                candidate = self.gated_candidate(rollout, canary)
+            except (ToolgateError, ImportError) as exc:  # the thread stops, not the run
+                served = Route(self.gateways(active, False), "control", rollout)
+                if isinstance(exc, ReleaseControlError):
+                    stop = (exc.code, str(exc), rollout.candidate)
+                else:  # its package raises or drifted here
+                    why = f"release {rollout.candidate}, which this task is pinned to, cannot be served here"
+                    stop = ("release_unavailable", why, rollout.candidate)
+                return ThreadPinning._halted(name, served, stop)
+            return Route(candidate, "candidate", rollout, monitored=canary)
         return Route(self.gateways(rollout.control, False), "control", rollout)
+
+    def gated_candidate(self, rollout: Rollout, canary: bool) -> Gateway:
+        """The gateway of ``rollout``'s candidate, refused (`ReleaseControlError`
+        ``hashes_changed``) when the bundle this process loads under its id is not the one release
+        control gated (the digest recorded when its shadow began): evidence binds bundles, so a
+        package replaced under the same id serves no one before it is gated itself."""
+        gateway = self.gateways(rollout.candidate, canary)
+        if gateway.bundle_sha256 and gateway.bundle_sha256 != rollout.candidate_sha256:
+            raise ReleaseControlError(
+                "hashes_changed",
+                f"release {rollout.candidate} as installed here is not the bundle its rollout gated",
+            )
+        return gateway
+
+    def servable_candidate(self, rollout: Rollout, canary: bool) -> Gateway | None:
+        """`gated_candidate`, or None where this process cannot serve it."""
+        try:
+            return self.gated_candidate(rollout, canary)
+        except (ToolgateError, ImportError):
+            return None
 
     def executing_gateway(self, release_id: str, thread: str | None = None) -> Gateway:
         """The gateway that may deliver a proposal of release ``release_id`` (its id, as proposals
@@ -405,12 +450,14 @@ class ReleaseRouter:
         active = current.pointer.active if current.pointer else self.configured
         rollout = current.rollout
         if rollout is not None and rollout.phase in ("canary", "promoted"):
-            candidate = self.gateways(rollout.candidate, rollout.phase == "canary")
-            if release_id == candidate.registry.release:
-                return candidate
-            control = self.gateways(rollout.control, False)
-            if release_id == control.registry.release:
-                return control
+            # an arm this process cannot load delivers nothing of its own (the active release's
+            # executor refuses its proposals) and never stops the other arm's deliveries
+            for gateway in (
+                self.servable_candidate(rollout, rollout.phase == "canary"),
+                self.pins.serving(rollout.control),
+            ):
+                if gateway is not None and release_id == gateway.registry.release:
+                    return gateway
         return self.gateways(active, False)
 
     def reviewing_gateway(self, release_id: str, thread: str | None = None) -> Gateway | None:

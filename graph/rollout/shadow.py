@@ -7,12 +7,14 @@ principal, and each call it proposes is judged by the candidate's authority in p
 judged the same way, so both sides are compared on equal terms. Only the comparison is written
 (`RolloutStore.record_shadow`): the shadow calls no handler, makes no proposal or operation,
 writes to no system of record and adds nothing to the thread's state. A failing candidate never
-fails the control's turn; its record says why.
+fails the control's turn; its record says why. That includes loading it: the candidate is code
+this process may be unable to load (its package raises, its bundle drifted on this host), so it is
+loaded inside the shadow and such a turn is recorded with the error, never raised into the control.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage, SystemMessage
@@ -108,7 +110,7 @@ def _key(decisions: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 def shadow_turn(
     *,
     control: Gateway,
-    candidate: Gateway,
+    candidate: Callable[[], Gateway],
     rollout: Rollout,
     thread_id: str,
     state: Mapping[str, Any],
@@ -116,7 +118,8 @@ def shadow_turn(
     ctx: Context,
 ) -> ShadowRecord | None:
     """Shadow one control model turn (``update`` is what the control's model node returned for
-    ``state``); the record written, or None when the turn had no new response to compare."""
+    ``state``; ``candidate`` loads the candidate's gateway); the record written, or None when the
+    turn had no new response to compare."""
     messages = update.get("messages") or []
     response = messages[0] if messages else None  # the model's response (a final answer follows it)
     recorded = update.get("principal") or state.get("principal")  # unchanged keys are not written
@@ -134,10 +137,12 @@ def shadow_turn(
         control, principal, response, update.get("screened") or {}, counts, max_identical
     )
     error: str | None = None
+    shadowing: Gateway | None = None
     try:
-        shadow_response, screened = ask_candidate(candidate, principal, list(state.get("messages", [])), ctx)
+        shadowing = candidate()
+        shadow_response, screened = ask_candidate(shadowing, principal, list(state.get("messages", [])), ctx)
         candidate_decisions = judge_turn(
-            candidate, principal, shadow_response, screened, counts, max_identical
+            shadowing, principal, shadow_response, screened, counts, max_identical
         )
     except Exception as exc:  # the candidate's failure is evidence, never the control's failure
         candidate_decisions, error = [], type(exc).__name__
@@ -146,7 +151,7 @@ def shadow_turn(
         thread_id=thread_id,
         turn=int(budget.get("model_turns", 0)),
         control_release=control.registry.release,
-        candidate_release=candidate.registry.release,
+        candidate_release=shadowing.registry.release if shadowing is not None else rollout.candidate,
         control=control_decisions,
         candidate=candidate_decisions,
         matched=error is None and _key(control_decisions) == _key(candidate_decisions),

@@ -27,7 +27,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from toolgate.errors import RegistryError, ReleaseControlError
+from toolgate.errors import RegistryError, ReleaseControlError, StoreError
 from toolgate.graph.bootstrap import App
 from toolgate.policy.principal import Principal
 from toolgate.releases.evidence import Binding, EvidenceDesk, Requirements
@@ -144,9 +144,7 @@ class ReleaseControl:
                 raise ReleaseControlError("same_release", f"{candidate} is the same bundle as {control}")
             self._check_contracts(control, candidate)
             self.evidence.require(Binding(candidate, candidate_sha, control, control_sha))
-            release = load_release(candidate)
-            if release.setup is not None:
-                release.setup(self.app.store)  # its own tables, as a process serving it would create
+            self._set_up(candidate)
             rollout = Rollout(
                 rollout_id=RolloutStore.new_rollout_id(),
                 configured=self.configured,
@@ -243,6 +241,21 @@ class ReleaseControl:
             return done
 
         return self._act(actor, "promote", run)
+
+    def _set_up(self, candidate: str) -> None:
+        """Create ``candidate``'s own tables, as a process serving it would. Its setup is the
+        release's code: whatever it raises refuses the shadow ``bundle_unverified``, audited."""
+        release = load_release(candidate)
+        if release.setup is None:
+            return
+        try:
+            release.setup(self.app.store)
+        except StoreError:
+            raise
+        except (Exception, SystemExit) as exc:
+            raise ReleaseControlError(
+                "bundle_unverified", f"release {candidate}: its setup raised {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _check_contracts(self, control: str, candidate: str) -> None:
         """Refuse a candidate whose tools fail the schema-quality check, or whose argument schemas

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolgate.errors import ReleaseControlError
+from toolgate.errors import RegistryError, ReleaseControlError
 from toolgate.releases.rules import LIVE_PHASES
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
@@ -139,7 +139,9 @@ def check_target(
     manifest_sha256: Callable[[str], str],
     critical_runner: CriticalRunner,
 ) -> RollbackPlan:
-    """Load ``target`` afresh, compare it with ``recorded`` and run its critical fixtures."""
+    """Load ``target`` afresh, compare it with ``recorded`` and run its critical fixtures (not
+    for a target that does not load: it is refused with the loader's code, and a bundle the
+    fixtures' runner cannot load is ``critical_unavailable``, never an unaudited crash)."""
     problems: list[tuple[str, str]] = []
     digest: str | None = None
     try:
@@ -152,12 +154,14 @@ def check_target(
     except ReleaseControlError as exc:
         hashes = "unverified"
         problems.append((exc.code, str(exc)))
+    critical = "not_run"  # a target that does not load has no fixtures to run: refused above
     try:
-        result = critical_runner(target)
-        critical = f"{result.passed}/{result.total}"
-        if not result.ok:
-            problems.append(("critical_failed", f"critical fixtures failed: {failures(result)}"))
-    except ImportError as exc:
+        if hashes != "unverified":
+            result = critical_runner(target)
+            critical = f"{result.passed}/{result.total}"
+            if not result.ok:
+                problems.append(("critical_failed", f"critical fixtures failed: {failures(result)}"))
+    except (ImportError, RegistryError) as exc:
         critical = "unavailable"
         problems.append(("critical_unavailable", f"the critical fixtures cannot run: {exc}"))
     return RollbackPlan(

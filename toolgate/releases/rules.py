@@ -65,11 +65,12 @@ def arm_for(salt: str, canary_bp: int, tenant_id: str, user_id: str) -> Arm:
 
 
 def percent_to_bp(percent: float) -> int:
-    """A canary percentage as basis points; `ValueError` outside ``(0, 100]`` or finer than 0.01."""
+    """A canary percentage as basis points; `ValueError` outside ``(0, 100]`` or finer than 0.01
+    (a share so small it rounds to no basis point at all included: a canary of no one)."""
     if not 0 < percent <= 100:
         raise ValueError(f"canary percent must be in (0, 100], not {percent}")
     bp = round(percent * 100)
-    if abs(bp - percent * 100) > 1e-6:
+    if bp < 1 or abs(bp - percent * 100) > 1e-6:
         raise ValueError(f"canary percent {percent} is finer than 0.01")
     return bp
 
