@@ -25,6 +25,7 @@ from toolgate.releases.loader import load_release
 from toolgate.releases.rollback import default_critical_runner
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
+from toolgate.store.thread_releases import ThreadReleases
 from toolgate.testing import ScriptedChatModel, ai, tool_call
 from toolgate.tools.demo.identities import demo_token
 
@@ -177,15 +178,11 @@ def test_a_canary_thread_whose_candidate_this_process_cannot_load_stops_for_revi
     assert stopped.code == "release_unavailable" and stopped.detail["pinned"] == CANDIDATE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decision: should `release migrate-thread` demand of its target the evidence a rollout "
-    "demands (the active or previous release, or a passed gate, review and rollback dry run against "
-    "the active release), refusing with the evidence code? Today any installed release that "
-    "verifies serves the moved thread, with its high-risk tools and no automatic stop, and "
-    "test_migrate_thread_through_the_cli moves a thread to a release with no evidence at all",
-)
 def test_a_thread_is_not_migrated_to_a_release_no_gate_passed(store: Store, tmp_path: Path) -> None:
+    """`release migrate-thread` demands of its target what a rollout demands: the active release
+    or the rollback target as the pointer recorded them, or a candidate with a passed gate, its
+    review and a rollback dry run against the active release. Before, any installed release that
+    verified served the moved thread, its high-risk tools included, with no automatic stop."""
     from test_thread_pinning import status_of
 
     from toolgate.releases.migrate import migrate_thread
@@ -197,6 +194,13 @@ def test_a_thread_is_not_migrated_to_a_release_no_gate_passed(store: Store, tmp_
     with pytest.raises(ReleaseControlError) as refused:
         migrate_thread(two.control(), admin(two), "t-wait", CANDIDATE, thread_status=status_of(graph))
     assert refused.value.code == "gate_not_passed"
+    assert ThreadReleases(store).get("t-wait").release == CONTROL  # type: ignore[union-attr]
+    [audited] = audit_events(store, "release.refused")
+    assert (audited.code, audited.detail["action"]) == ("gate_not_passed", "migrate_thread")
+    assert audit_events(store, "release.thread_migrated") == []
+    two.record_evidence(CANDIDATE, CONTROL)  # the evidence a rollout demands: now it may move
+    before, moved = migrate_thread(two.control(), admin(two), "t-wait", CANDIDATE, thread_status=status_of(graph))
+    assert (before, moved.release) == (CONTROL, CANDIDATE)
 
 
 def replaced(monkeypatch: pytest.MonkeyPatch, two: TwoReleases, release: str) -> None:

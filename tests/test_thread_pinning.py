@@ -259,6 +259,7 @@ def test_migrate_thread_through_the_cli(tmp_path: Path) -> None:
         audit_since,
         run_each,
     )
+    from test_release_control_cli import with_evidence
 
     data_dir = tmp_path / "data"
     seed_people(data_dir)
@@ -277,6 +278,10 @@ def test_migrate_thread_through_the_cli(tmp_path: Path) -> None:
     assert_only_refusals_recorded(before, after)
     assert sorted(audit_since(db, seq)) == sorted(c for _, _, c in ADMIN_CREDENTIALS.values())
 
+    # an admin with a credential still moves it only to what a rollout could serve
+    ungated = toolgate([*command, "ivy"], env, check=False)
+    assert_refused(ungated, "gate_not_passed")
+    with_evidence(data_dir)  # what `evals run` and `release rollback --dry-run` record
     done = kv_lines(toolgate([*command, "ivy"], env).stdout)[0]
     assert done == {"thread": thread, "migrated": "done", "from": A, "to": B, "by": "ivy"}
     assert ("release.thread_migrated", None) in audit_since(db, seq)

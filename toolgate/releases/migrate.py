@@ -3,7 +3,10 @@
 A thread keeps the release it started with (`toolgate.graph.rollout.router`); the only way to move
 it is this change, made by an authenticated person holding a role in `RELEASE_ROLES` of the
 thread's own tenant (the tenant of the person whose first turn pinned it). The target must load
-and verify against its reviewed manifest now; a finished thread (nothing pending, status
+and verify against its reviewed manifest now, and be what a rollout could serve: the active
+release or the rollback target (the bundles the release pointer recorded), or a candidate with
+the evidence a rollout demands against the active release (refused with the missing evidence's
+code, e.g. ``gate_not_passed``); a finished thread (nothing pending, status
 ``done`` or ``refused``) is not moved. The change is one conditional write of the MAC-bound pin
 and one ``release.thread_migrated`` audit event with the actor (its keyed hash, as every actor
 in the log), ``from`` and ``to``; every refusal changes nothing and is audited as
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
 from toolgate.policy.principal import Principal
 from toolgate.releases.control import ReleaseControl
+from toolgate.releases.evidence import Binding
 from toolgate.store.audit import Auditor
 from toolgate.store.rollout_records import ThreadRelease
 from toolgate.store.thread_releases import ThreadReleases
@@ -54,11 +58,12 @@ def migrate_thread(
         if to == pin.release:
             raise ReleaseControlError("same_release", f"thread {thread} is already pinned to {to}")
         try:
-            control.gateways.verify(to)
+            to_sha = control.gateways.verify(to)
         except UnknownReleaseError as exc:
             raise ReleaseControlError("unknown_release", str(exc)[:300]) from exc
         except RegistryError as exc:
             raise ReleaseControlError("bundle_unverified", f"release {to}: {exc}") from exc
+        _require_evidence(control, to, to_sha)
         moved = pins.migrate(thread, to, by=actor.user_id, expect_version=pin.version)
         Auditor(control.app.store, to).record(
             "release.thread_migrated",
@@ -72,6 +77,22 @@ def migrate_thread(
 
     result: tuple[str, ThreadRelease] = control._act(actor, "migrate_thread", run)
     return result
+
+
+def _require_evidence(control: ReleaseControl, to: str, to_sha: str) -> None:
+    """Refuse ``to`` (its verified bundle ``to_sha``) unless it is what everyone may be served: the
+    active release or the rollback target, as the pointer recorded their bundles, or a candidate
+    holding the evidence a rollout demands against the active release (a passed gate on the
+    required dataset, its review, a rollback dry run of the active release). Without this a
+    thread moved to any installed release served its high-risk tools with no gate and no stop."""
+    state = control.state()
+    active = control.active(state)
+    pointer = state.pointer
+    if to == active and (pointer is None or to_sha == pointer.active_sha256):
+        return
+    if pointer is not None and to == pointer.previous and to_sha == pointer.previous_sha256:
+        return
+    control.evidence.require(Binding(to, to_sha, active, control.manifest_sha256(active)))
 
 
 __all__ = ["FINISHED_STATUSES", "ThreadStatus", "migrate_thread"]
