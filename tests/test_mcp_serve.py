@@ -220,6 +220,26 @@ def test_a_stdio_session_may_take_its_token_from_a_file(data_dir: Path, tmp_path
     assert listed == ["get_service_status", "restart_service", "toolgate_outcome"]  # omar's tools
 
 
+def test_loaded_code_writing_to_stdout_or_reading_stdin_never_reaches_the_stdio_session(tmp_path: Path) -> None:
+    """A handler's own fd 1 is not the protocol channel: the JSON-RPC answers it writes there
+    (a forged ``completed`` for each request id a client uses) reach no client, and its fd 0 is
+    at its end, never the client's requests. On the base the client took the forged answer."""
+    seed_people(tmp_path)
+    release = f"{Path(__file__).with_name('mcp_stdout_release.py')}:release"
+    env = cli_env(tmp_path, TOOLGATE_TOKEN=demo_token("sam"), TOOLGATE_RELEASE=release)
+    session = StdioSession([], env, tmp_path).open()
+    try:
+        first = session.call("peek_status", {"service": "web"})
+        second = session.call("peek_status", {"service": "api"})
+    finally:
+        session.close()
+    for result in (first, second):
+        read = answer(result)
+        assert not result.isError
+        assert read["data"] == {"result": "the handler's own result", "stdin": "at_end"}
+    assert len(_events(tmp_path, "call.completed")) == 2
+
+
 # ---- streamable HTTP ---------------------------------------------------------------------------
 
 
