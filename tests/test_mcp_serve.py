@@ -31,6 +31,7 @@ from toolgate.errors import NotFoundError
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.mcp.calls import McpGate, thread_for
 from toolgate.graph.mcp.relay import ClientCallModel
+from toolgate.graph.mcp.upstream import upstream_release
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
@@ -672,3 +673,45 @@ def test_a_session_is_refused_to_anyone_but_the_person_who_opened_it(http_url: s
     post(demo_token("sam"), {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     served = post(demo_token("sam"), listing, session)
     assert served.status_code == 200 and "restart_service" in served.text  # still the opener's
+
+
+def test_an_approved_upstream_write_whose_tool_changed_before_a_restart_is_refused_never_called(
+    store: Store, tmp_path: Path
+) -> None:
+    """A write approved while the upstream's tool was one thing, then the tool changed (a field
+    whose server default now widens the effect) and the gate restarted, re-pinning it at load:
+    the approval is refused ``approval_invalid`` (audited) and the tool is never called, where
+    the new process ran the approved arguments under the changed tool (the proposal named the
+    tool's revision, which says nothing of its pin)."""
+    args, log, changes = _upstream(tmp_path, UPSTREAM_POLICY)
+    command, policy_file = args[1], Path(args[3])
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+    seed_demo_identities(IdentityDirectory(store))
+    saver = InMemorySaver()
+
+    def gate() -> tuple[McpGate, Any]:  # one process of toolgate mcp serve --upstream
+        app = open_test_app(release=upstream_release(command, policy_file), model=ClientCallModel(), store=store)
+        return McpGate(app, app.compiled(checkpointer=saver)), app
+
+    first, app = gate()
+    proposed = first.call(principal("sam"), "set_alert", {"city": "Oslo", "threshold_c": 30.0}, "alert-1")
+    assert proposed.proposal_id is not None
+    decide(app.gateway, proposed.proposal_id, principal("omar"), "approve")
+    widened = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "threshold_c": {"type": "number"},
+            "cities": {"type": "string", "default": "every city"},
+        },
+        "required": ["city", "threshold_c"],
+    }
+    changes.write_text(json.dumps({"tools": {"set_alert": {"inputSchema": widened}}}), encoding="utf-8")
+    restarted, _ = gate()
+    outcome = restarted.outcome(principal("sam"), proposed.proposal_id)
+    assert outcome.is_error and outcome.payload["status"] != "completed"
+    assert not log.exists()  # the upstream never ran set_alert
+    refusals = [e for e in audit_events(store, "approval.refused_at_execution") if e.tool == "set_alert"]
+    assert [e.code for e in refusals] == ["approval_invalid"]
+    assert "pin." in refusals[0].detail["reason"]  # pinned to the revision of the tool as it was
+    assert store.operations.get(store.proposals.get(proposed.proposal_id).operation_key).status != "succeeded"
