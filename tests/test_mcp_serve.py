@@ -715,3 +715,27 @@ def test_an_approved_upstream_write_whose_tool_changed_before_a_restart_is_refus
     assert [e.code for e in refusals] == ["approval_invalid"]
     assert "pin." in refusals[0].detail["reason"]  # pinned to the revision of the tool as it was
     assert store.operations.get(store.proposals.get(proposed.proposal_id).operation_key).status != "succeeded"
+
+
+def test_a_request_id_that_names_another_call_is_refused_never_answered_with_that_calls_outcome(
+    store: Store,
+) -> None:
+    """A client's request id names one call: the same id sent again with another tool or other
+    arguments is refused ``request_id_reused`` (audited, nothing proposed or run), where the gate
+    answered it from the first call's task, a read's ``completed`` for a write never proposed."""
+    gate, counter, _ = _in_process_gate(store)
+    sam = principal("sam")
+    read = gate.call(sam, "get_service_status", {"service_alias": "web"}, "req-7")
+    assert read.payload["status"] == "completed"
+    reused = gate.call(sam, "restart_service", dict(RESTART), "req-7")
+    assert reused.is_error and reused.payload["error"] == "request_id_reused"
+    other_arguments = gate.call(sam, "get_service_status", {"service_alias": "worker"}, "req-7")
+    assert other_arguments.is_error and other_arguments.payload["error"] == "request_id_reused"
+    again = gate.call(sam, "get_service_status", {"service_alias": "web"}, "req-7")  # the same call
+    assert again.payload == read.payload
+    assert store.proposals.list() == [] and counter.total() == 1
+    refusals = audit_events(store, "mcp.request_refused")
+    assert [(e.code, e.tool) for e in refusals] == [
+        ("request_id_reused", "restart_service"),
+        ("request_id_reused", "get_service_status"),
+    ]

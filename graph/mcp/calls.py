@@ -50,6 +50,9 @@ REQUEST_ID_META = "toolgate/request_id"
 send the same one)."""
 OUTCOME_TOOL = "toolgate_outcome"
 """The tool a client asks the outcome of one of its proposals with."""
+REQUEST_ID_REUSED = "request_id_reused"
+"""The refusal of a call whose request id names the task of another call (another tool or
+other arguments): answering it from that task would report another call's outcome as its own."""
 FINISHED_OK = frozenset({"completed", "succeeded"})
 """Statuses of a call result that are not an error for the client."""
 
@@ -122,14 +125,31 @@ class McpGate:
             request_key = f"once:{uuid.uuid4().hex}"  # a read: nothing to repeat
         thread = thread_for(principal, tool, arguments, request_key)
         config: RunnableConfig = {"configurable": {"thread_id": thread}}
+        request = call_request(tool, arguments)
         with self._task(thread):
             snapshot = self.graph.get_state(config)
             if not snapshot.values.get("calls"):
-                message = HumanMessage(call_request(tool, arguments), id=f"req-{thread}")
+                message = HumanMessage(request, id=f"req-{thread}")
                 self.graph.invoke({"messages": [message]}, config, context=Context(principal=principal))
+            elif _asked(snapshot.values, thread) != request:
+                message = "this request id names another call; send a new one"
+                return self._refused(principal, tool, thread, REQUEST_ID_REUSED, message)
             elif snapshot.next and not snapshot.interrupts:  # a run that stopped half way: go on
                 self.graph.invoke(None, config, context=Context(principal=principal))
             return self._answer(thread)
+
+    def _refused(self, principal: Principal, tool: str, thread: str, code: str, message: str) -> CallAnswer:
+        """A call refused before any task ran for it, audited ``mcp.request_refused``."""
+        self.app.gateway.auditor.record(
+            "mcp.request_refused",
+            "refused",
+            user_id=principal.user_id,
+            tenant_id=principal.tenant_id,
+            code=code,
+            tool=tool,
+            thread_id=thread,
+        )
+        return CallAnswer({"status": "refused", "error": code, "message": message}, is_error=True)
 
     def outcome(self, principal: Principal, proposal_id: str) -> CallAnswer:
         """The outcome of one of ``principal``'s own proposals: waiting, or (once a reviewer
@@ -226,6 +246,14 @@ class McpGate:
             yield
 
 
+def _asked(values: Mapping[str, Any], thread: str) -> str | None:
+    """The request message the task ``thread`` was started with (the call it runs)."""
+    for message in values.get("messages") or []:
+        if isinstance(message, HumanMessage) and message.id == f"req-{thread}":
+            return str(message.content)
+    return None
+
+
 def _payload(message: ToolMessage) -> dict[str, Any]:
     try:
         loaded = json_limits.loads(str(message.content))
@@ -238,6 +266,7 @@ __all__ = [
     "FINISHED_OK",
     "OUTCOME_TOOL",
     "REQUEST_ID_META",
+    "REQUEST_ID_REUSED",
     "CallAnswer",
     "McpGate",
     "ReviewPlaces",
