@@ -132,8 +132,8 @@ class McpGate:
                 message = HumanMessage(request, id=f"req-{thread}")
                 self.graph.invoke({"messages": [message]}, config, context=Context(principal=principal))
             elif _asked(snapshot.values, thread) != request:
-                message = "this request id names another call; send a new one"
-                return self._refused(principal, tool, thread, REQUEST_ID_REUSED, message)
+                said = "this request id names another call; send a new one"
+                return self._refused(principal, tool, thread, REQUEST_ID_REUSED, said)
             elif snapshot.next and not snapshot.interrupts:  # a run that stopped half way: go on
                 self.graph.invoke(None, config, context=Context(principal=principal))
             return self._answer(thread)
