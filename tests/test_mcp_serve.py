@@ -739,3 +739,29 @@ def test_a_request_id_that_names_another_call_is_refused_never_answered_with_tha
         ("request_id_reused", "restart_service"),
         ("request_id_reused", "get_service_status"),
     ]
+
+
+def test_an_upstream_that_dies_during_an_approved_write_leaves_it_unknown_never_failed(
+    store: Store, tmp_path: Path
+) -> None:
+    """The upstream ran the approved write and died before it answered: the outcome is ``unknown``
+    (reconciled by its key, never retried), not ``failed``, which would invite a second effect.
+    Found sound: passes on the base."""
+    args, log, changes = _upstream(tmp_path, UPSTREAM_POLICY)
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+    seed_demo_identities(IdentityDirectory(store))
+    app = open_test_app(release=upstream_release(args[1], Path(args[3])), model=ClientCallModel(), store=store)
+    gate = McpGate(app, app.compiled(checkpointer=InMemorySaver()))
+    proposed = gate.call(principal("sam"), "set_alert", {"city": "Oslo", "threshold_c": 30.0}, "alert-9")
+    assert proposed.proposal_id is not None
+    decide(app.gateway, proposed.proposal_id, principal("omar"), "approve")
+    changes.write_text(json.dumps({"exit_in_call": 3}), encoding="utf-8")
+    outcome = gate.outcome(principal("sam"), proposed.proposal_id)
+    assert outcome.is_error and outcome.payload["status"] == "unknown"
+    assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == ["set_alert"]
+    proposal = store.proposals.get(proposed.proposal_id)
+    assert proposal is not None
+    operation = store.operations.get(proposal.operation_key)
+    assert operation is not None and operation.status == "unknown"
+    finished = [e for e in audit_events(store, "handler.finished") if e.operation_key == operation.operation_key]
+    assert [e.code for e in finished] == ["handler_crash"]
