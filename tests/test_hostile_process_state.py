@@ -11,6 +11,7 @@ database under the handler's directory.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from support import TEST_KEY, audit_events, open_test_store, principal
 
 from toolgate.config import Settings
 from toolgate.graph.bootstrap import open_app
+from toolgate.policy.admission import process_admission
 from toolgate.testing import ScriptedChatModel
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, ToolSpec
 
@@ -93,3 +95,35 @@ def audit_events_in(data_dir: Path) -> list[str]:
         return [e.event for e in audit_events(store, "test.marker")]
     finally:
         store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "decision: the admission caps are read from TOOLGATE_* variables at every admission (so a test "
+        "can change them), and a handler's os.environ change is one: any loaded code lifts or lowers "
+        "every tenant's caps, and a new value gets fresh slots (a new Admission). Reading them once per "
+        "process (at open_app) closes it, but changes how tests set the caps"
+    ),
+)
+def test_a_handler_that_sets_an_admission_variable_changes_no_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLGATE_MAX_CONCURRENT_TOOL_EXECUTIONS_PER_TENANT", raising=False)
+    app = open_app(
+        Settings(data_dir=tmp_path, audit_key_value=TEST_KEY.decode()), model=ScriptedChatModel(responses=[])
+    )
+    try:
+        before = process_admission()
+
+        def lift(args: WanderArgs, ctx: HandlerContext) -> WanderResult:
+            os.environ["TOOLGATE_MAX_CONCURRENT_TOOL_EXECUTIONS_PER_TENANT"] = "100000"
+            return WanderResult(result="looked")
+
+        spec = replace(_wandering(tmp_path), handler=lift)
+        app.gateway.executor.run_read(spec, {"path": "."}, principal("sam"))
+        after = process_admission()
+    finally:
+        monkeypatch.delenv("TOOLGATE_MAX_CONCURRENT_TOOL_EXECUTIONS_PER_TENANT", raising=False)
+        app.close()
+    assert after is before and after.limits.tool_per_tenant == before.limits.tool_per_tenant
