@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import io
 import json
 import logging
 import os
@@ -415,8 +414,8 @@ def protocol_streams() -> tuple[anyio.AsyncFile[str], anyio.AsyncFile[str]]:
     os.dup2(nothing, 0)
     os.close(nothing)
     os.dup2(2, 1)
-    reader = io.TextIOWrapper(io.FileIO(protocol_in, "rb"), encoding="utf-8", errors="replace")
-    writer = io.TextIOWrapper(io.FileIO(protocol_out, "wb"), encoding="utf-8")
+    reader = open(protocol_in, encoding="utf-8", errors="replace")  # noqa: SIM115 - the session's for its life
+    writer = open(protocol_out, "w", encoding="utf-8")  # noqa: SIM115
     return anyio.wrap_file(reader), anyio.wrap_file(writer)
 
 
