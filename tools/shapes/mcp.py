@@ -61,6 +61,7 @@ def from_mcp(
     The code hash of an MCP tool is its server and tool identity (command or URL without
     credentials, tool name) and its pin: the code itself runs elsewhere, so pin its version with
     ``handler_revision``; a tool that changed drifts the release from its reviewed manifest.
+    The pin is also part of the handler revision proposals are pinned to (`pinned_revision`).
     """
     try:
         from langchain_mcp_adapters.sessions import create_session
