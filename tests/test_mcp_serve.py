@@ -733,7 +733,11 @@ def test_a_request_id_that_names_another_call_is_refused_never_answered_with_tha
     assert other_arguments.is_error and other_arguments.payload["error"] == "request_id_reused"
     again = gate.call(sam, "get_service_status", {"service_alias": "web"}, "req-7")  # the same call
     assert again.payload == read.payload
-    assert store.proposals.list() == [] and counter.total() == 1
+    refund = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+    first = gate.call(sam, "issue_refund", refund, "req-8")
+    respelled = gate.call(sam, "issue_refund", {**refund, "amount_cents": 4999.0}, "req-8")  # one number
+    assert first.proposal_id is not None and respelled.payload == first.payload
+    assert len(store.proposals.list()) == 1 and counter.total() == 1  # the refund's, once
     refusals = audit_events(store, "mcp.request_refused")
     assert [(e.code, e.tool) for e in refusals] == [
         ("request_id_reused", "restart_service"),

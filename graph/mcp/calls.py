@@ -40,6 +40,7 @@ from toolgate.errors import NotFoundError
 from toolgate.graph.bootstrap import App
 from toolgate.graph.context import Context
 from toolgate.graph.mcp.relay import call_id_of, call_request
+from toolgate.models.offline import direct_calls
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
@@ -125,13 +126,12 @@ class McpGate:
             request_key = f"once:{uuid.uuid4().hex}"  # a read: nothing to repeat
         thread = thread_for(principal, tool, arguments, request_key)
         config: RunnableConfig = {"configurable": {"thread_id": thread}}
-        request = call_request(tool, arguments)
         with self._task(thread):
             snapshot = self.graph.get_state(config)
             if not snapshot.values.get("calls"):
-                message = HumanMessage(request, id=f"req-{thread}")
+                message = HumanMessage(call_request(tool, arguments), id=f"req-{thread}")
                 self.graph.invoke({"messages": [message]}, config, context=Context(principal=principal))
-            elif _asked(snapshot.values, thread) != request:
+            elif _asked(snapshot.values, thread) != _request_identity(call_request(tool, arguments)):
                 said = "this request id names another call; send a new one"
                 return self._refused(principal, tool, thread, REQUEST_ID_REUSED, said)
             elif snapshot.next and not snapshot.interrupts:  # a run that stopped half way: go on
@@ -246,11 +246,25 @@ class McpGate:
             yield
 
 
+def _request_identity(request: str) -> str:
+    """The call a request message asks for, as its identity: its tool and canonical arguments
+    (``30`` and ``30.0`` are one), read as the relay reads it; the text itself when it reads as
+    no call or has no canonical form."""
+    calls = direct_calls(request)
+    if not calls:
+        return request
+    name, arguments = calls[0]
+    try:
+        return digest({"tool": name, "args": arguments})
+    except (TypeError, ValueError):
+        return request
+
+
 def _asked(values: Mapping[str, Any], thread: str) -> str | None:
-    """The request message the task ``thread`` was started with (the call it runs)."""
+    """`_request_identity` of the call the task ``thread`` was started with."""
     for message in values.get("messages") or []:
         if isinstance(message, HumanMessage) and message.id == f"req-{thread}":
-            return str(message.content)
+            return _request_identity(str(message.content))
     return None
 
 
