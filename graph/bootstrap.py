@@ -25,7 +25,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -360,6 +360,9 @@ def open_app(
       rollouts (no router).
     """
     settings = settings or Settings.from_env()
+    # the data directory as it is now: loaded code may change the process's directory (``os.chdir``
+    # in a handler or a status check) before a checkpointer or a store connection is opened in it
+    settings = replace(settings, data_dir=settings.data_dir.absolute())
     signing = settings.service_signing_key_file  # read before anything opens: a bad key starts nothing
     signing_key = signing_key_file(signing) if signing is not None else None
     owns_store = store is None

@@ -90,7 +90,10 @@ class SQLiteStore(Store):
     def __init__(
         self, path: str | Path, *, key: bytes, read_only: bool = False, busy_timeout_ms: int = 30_000
     ) -> None:
-        self.path = Path(path)
+        # absolute from here on: a connection is opened whenever a unit of work finds none idle,
+        # and loaded code may have changed the process's directory by then (``os.chdir`` in a
+        # handler); a relative path (the default ``.toolgate``) would open a new, empty database there
+        self.path = Path(path).absolute()
         self.url = f"sqlite:///{self.path}"
         self.keys = Keyring(key)
         self.read_only = read_only

@@ -11,12 +11,15 @@ on every tools/list and every call (the tests write it between calls), shaped
   ``annotations``...), or null to stop listing it (it stays callable: only the list changes);
 - ``page_size``: list the tools in pages of this many (cursor-paginated);
 - ``fail``: the tool still runs (and logs) but answers an error result with this message;
-- ``exit_at_start``: the server exits with this status before it answers anything.
+- ``exit_at_start``: the server exits with this status before it answers anything;
+- ``exit_in_call``: the tool runs (and logs), then the server exits with this status before it
+  answers the call (a server that dies mid-call).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -36,6 +39,8 @@ def _changes() -> dict[str, Any]:
 def _log(tool: str, arguments: dict[str, object]) -> None:
     with open(sys.argv[1], "a", encoding="utf-8") as log:
         log.write(json.dumps({"tool": tool, "args": arguments}) + "\n")
+    if _changes().get("exit_in_call"):
+        os._exit(int(_changes()["exit_in_call"]))
     failure = _changes().get("fail", {}).get(tool)
     if failure:
         raise ValueError(failure)

@@ -253,6 +253,7 @@ def test_a_reload_pins_the_changed_tool_and_drifts_the_release(tmp_path: Path) -
     assert handler_source_hash(reloaded["get_forecast"]) == handler_source_hash(loaded["get_forecast"])
     assert digest(manifest(reloaded)) != digest(reviewed)
     assert manifest_drift(reviewed, manifest(reloaded)) == [
+        "tool set_alert: handler_revision drifted",  # the revision proposals are pinned to holds the pin
         "tool set_alert: code_sha256 drifted",
         "tool set_alert: remote_pin drifted",
     ]

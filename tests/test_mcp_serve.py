@@ -31,6 +31,7 @@ from toolgate.errors import NotFoundError
 from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.mcp.calls import McpGate, thread_for
 from toolgate.graph.mcp.relay import ClientCallModel
+from toolgate.graph.mcp.upstream import upstream_release
 from toolgate.graph.review.decisions import decide
 from toolgate.policy.identities import IdentityDirectory
 from toolgate.store import Store
@@ -218,6 +219,26 @@ def test_a_stdio_session_may_take_its_token_from_a_file(data_dir: Path, tmp_path
     finally:
         session.close()
     assert listed == ["get_service_status", "restart_service", "toolgate_outcome"]  # omar's tools
+
+
+def test_loaded_code_writing_to_stdout_or_reading_stdin_never_reaches_the_stdio_session(tmp_path: Path) -> None:
+    """A handler's own fd 1 is not the protocol channel: the JSON-RPC answers it writes there
+    (a forged ``completed`` for each request id a client uses) reach no client, and its fd 0 is
+    at its end, never the client's requests. On the base the client took the forged answer."""
+    seed_people(tmp_path)
+    release = f"{Path(__file__).with_name('mcp_stdout_release.py')}:release"
+    env = cli_env(tmp_path, TOOLGATE_TOKEN=demo_token("sam"), TOOLGATE_RELEASE=release)
+    session = StdioSession([], env, tmp_path).open()
+    try:
+        first = session.call("peek_status", {"service": "web"})
+        second = session.call("peek_status", {"service": "api"})
+    finally:
+        session.close()
+    for result in (first, second):
+        read = answer(result)
+        assert not result.isError
+        assert read["data"] == {"result": "the handler's own result", "stdin": "at_end"}
+    assert len(_events(tmp_path, "call.completed")) == 2
 
 
 # ---- streamable HTTP ---------------------------------------------------------------------------
@@ -652,3 +673,99 @@ def test_a_session_is_refused_to_anyone_but_the_person_who_opened_it(http_url: s
     post(demo_token("sam"), {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     served = post(demo_token("sam"), listing, session)
     assert served.status_code == 200 and "restart_service" in served.text  # still the opener's
+
+
+def test_an_approved_upstream_write_whose_tool_changed_before_a_restart_is_refused_never_called(
+    store: Store, tmp_path: Path
+) -> None:
+    """A write approved while the upstream's tool was one thing, then the tool changed (a field
+    whose server default now widens the effect) and the gate restarted, re-pinning it at load:
+    the approval is refused ``approval_invalid`` (audited) and the tool is never called, where
+    the new process ran the approved arguments under the changed tool (the proposal named the
+    tool's revision, which says nothing of its pin)."""
+    args, log, changes = _upstream(tmp_path, UPSTREAM_POLICY)
+    command, policy_file = args[1], Path(args[3])
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+    seed_demo_identities(IdentityDirectory(store))
+    saver = InMemorySaver()
+
+    def gate() -> tuple[McpGate, Any]:  # one process of toolgate mcp serve --upstream
+        app = open_test_app(release=upstream_release(command, policy_file), model=ClientCallModel(), store=store)
+        return McpGate(app, app.compiled(checkpointer=saver)), app
+
+    first, app = gate()
+    proposed = first.call(principal("sam"), "set_alert", {"city": "Oslo", "threshold_c": 30.0}, "alert-1")
+    assert proposed.proposal_id is not None
+    decide(app.gateway, proposed.proposal_id, principal("omar"), "approve")
+    widened = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "threshold_c": {"type": "number"},
+            "cities": {"type": "string", "default": "every city"},
+        },
+        "required": ["city", "threshold_c"],
+    }
+    changes.write_text(json.dumps({"tools": {"set_alert": {"inputSchema": widened}}}), encoding="utf-8")
+    restarted, _ = gate()
+    outcome = restarted.outcome(principal("sam"), proposed.proposal_id)
+    assert outcome.is_error and outcome.payload["status"] != "completed"
+    assert not log.exists()  # the upstream never ran set_alert
+    refusals = [e for e in audit_events(store, "approval.refused_at_execution") if e.tool == "set_alert"]
+    assert [e.code for e in refusals] == ["approval_invalid"]
+    assert "pin." in refusals[0].detail["reason"]  # pinned to the revision of the tool as it was
+    assert store.operations.get(store.proposals.get(proposed.proposal_id).operation_key).status != "succeeded"
+
+
+def test_a_request_id_that_names_another_call_is_refused_never_answered_with_that_calls_outcome(
+    store: Store,
+) -> None:
+    """A client's request id names one call: the same id sent again with another tool or other
+    arguments is refused ``request_id_reused`` (audited, nothing proposed or run), where the gate
+    answered it from the first call's task, a read's ``completed`` for a write never proposed."""
+    gate, counter, _ = _in_process_gate(store)
+    sam = principal("sam")
+    read = gate.call(sam, "get_service_status", {"service_alias": "web"}, "req-7")
+    assert read.payload["status"] == "completed"
+    reused = gate.call(sam, "restart_service", dict(RESTART), "req-7")
+    assert reused.is_error and reused.payload["error"] == "request_id_reused"
+    other_arguments = gate.call(sam, "get_service_status", {"service_alias": "worker"}, "req-7")
+    assert other_arguments.is_error and other_arguments.payload["error"] == "request_id_reused"
+    again = gate.call(sam, "get_service_status", {"service_alias": "web"}, "req-7")  # the same call
+    assert again.payload == read.payload
+    refund = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged"}
+    first = gate.call(sam, "issue_refund", refund, "req-8")
+    respelled = gate.call(sam, "issue_refund", {**refund, "amount_cents": 4999.0}, "req-8")  # one number
+    assert first.proposal_id is not None and respelled.payload == first.payload
+    assert len(store.proposals.list()) == 1 and counter.total() == 1  # the refund's, once
+    refusals = audit_events(store, "mcp.request_refused")
+    assert [(e.code, e.tool) for e in refusals] == [
+        ("request_id_reused", "restart_service"),
+        ("request_id_reused", "get_service_status"),
+    ]
+
+
+def test_an_upstream_that_dies_during_an_approved_write_leaves_it_unknown_never_failed(
+    store: Store, tmp_path: Path
+) -> None:
+    """The upstream ran the approved write and died before it answered: the outcome is ``unknown``
+    (reconciled by its key, never retried), not ``failed``, which would invite a second effect.
+    Found sound: passes on the base."""
+    args, log, changes = _upstream(tmp_path, UPSTREAM_POLICY)
+    initialize_store(store, DEMO_RELEASES["ops-tools/1.1.0"])
+    seed_demo_identities(IdentityDirectory(store))
+    app = open_test_app(release=upstream_release(args[1], Path(args[3])), model=ClientCallModel(), store=store)
+    gate = McpGate(app, app.compiled(checkpointer=InMemorySaver()))
+    proposed = gate.call(principal("sam"), "set_alert", {"city": "Oslo", "threshold_c": 30.0}, "alert-9")
+    assert proposed.proposal_id is not None
+    decide(app.gateway, proposed.proposal_id, principal("omar"), "approve")
+    changes.write_text(json.dumps({"exit_in_call": 3}), encoding="utf-8")
+    outcome = gate.outcome(principal("sam"), proposed.proposal_id)
+    assert outcome.is_error and outcome.payload["status"] == "unknown"
+    assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == ["set_alert"]
+    proposal = store.proposals.get(proposed.proposal_id)
+    assert proposal is not None
+    operation = store.operations.get(proposal.operation_key)
+    assert operation is not None and operation.status == "unknown"
+    finished = [e for e in audit_events(store, "handler.finished") if e.operation_key == operation.operation_key]
+    assert [e.code for e in finished] == ["handler_crash"]

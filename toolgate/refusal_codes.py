@@ -577,6 +577,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_mcp_serve.py",
         ),
         _Row(
+            "request_id_reused", "server", False,
+            "An MCP call to `toolgate mcp serve` whose `toolgate/request_id` names the task of another "
+            "call (another tool or other arguments): refused, audited, nothing proposed or run.",
+            "tests/test_mcp_serve.py",
+        ),
+        _Row(
             "session_not_found", "auth", False,
             "An HTTP request to `toolgate mcp serve` names a session another person opened (or none "
             "this server knows): refused 404, audited, the session untouched.",

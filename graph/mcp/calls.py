@@ -40,6 +40,7 @@ from toolgate.errors import NotFoundError
 from toolgate.graph.bootstrap import App
 from toolgate.graph.context import Context
 from toolgate.graph.mcp.relay import call_id_of, call_request
+from toolgate.models.offline import direct_calls
 from toolgate.policy.authorization import visible_tools
 from toolgate.policy.principal import Principal
 from toolgate.store.records import ProposalRecord
@@ -50,6 +51,9 @@ REQUEST_ID_META = "toolgate/request_id"
 send the same one)."""
 OUTCOME_TOOL = "toolgate_outcome"
 """The tool a client asks the outcome of one of its proposals with."""
+REQUEST_ID_REUSED = "request_id_reused"
+"""The refusal of a call whose request id names the task of another call (another tool or
+other arguments): answering it from that task would report another call's outcome as its own."""
 FINISHED_OK = frozenset({"completed", "succeeded"})
 """Statuses of a call result that are not an error for the client."""
 
@@ -127,9 +131,25 @@ class McpGate:
             if not snapshot.values.get("calls"):
                 message = HumanMessage(call_request(tool, arguments), id=f"req-{thread}")
                 self.graph.invoke({"messages": [message]}, config, context=Context(principal=principal))
+            elif _asked(snapshot.values, thread) != _request_identity(call_request(tool, arguments)):
+                said = "this request id names another call; send a new one"
+                return self._refused(principal, tool, thread, REQUEST_ID_REUSED, said)
             elif snapshot.next and not snapshot.interrupts:  # a run that stopped half way: go on
                 self.graph.invoke(None, config, context=Context(principal=principal))
             return self._answer(thread)
+
+    def _refused(self, principal: Principal, tool: str, thread: str, code: str, message: str) -> CallAnswer:
+        """A call refused before any task ran for it, audited ``mcp.request_refused``."""
+        self.app.gateway.auditor.record(
+            "mcp.request_refused",
+            "refused",
+            user_id=principal.user_id,
+            tenant_id=principal.tenant_id,
+            code=code,
+            tool=tool,
+            thread_id=thread,
+        )
+        return CallAnswer({"status": "refused", "error": code, "message": message}, is_error=True)
 
     def outcome(self, principal: Principal, proposal_id: str) -> CallAnswer:
         """The outcome of one of ``principal``'s own proposals: waiting, or (once a reviewer
@@ -226,6 +246,28 @@ class McpGate:
             yield
 
 
+def _request_identity(request: str) -> str:
+    """The call a request message asks for, as its identity: its tool and canonical arguments
+    (``30`` and ``30.0`` are one), read as the relay reads it; the text itself when it reads as
+    no call or has no canonical form."""
+    calls = direct_calls(request)
+    if not calls:
+        return request
+    name, arguments = calls[0]
+    try:
+        return digest({"tool": name, "args": arguments})
+    except (TypeError, ValueError):
+        return request
+
+
+def _asked(values: Mapping[str, Any], thread: str) -> str | None:
+    """`_request_identity` of the call the task ``thread`` was started with."""
+    for message in values.get("messages") or []:
+        if isinstance(message, HumanMessage) and message.id == f"req-{thread}":
+            return _request_identity(str(message.content))
+    return None
+
+
 def _payload(message: ToolMessage) -> dict[str, Any]:
     try:
         loaded = json_limits.loads(str(message.content))
@@ -238,6 +280,7 @@ __all__ = [
     "FINISHED_OK",
     "OUTCOME_TOOL",
     "REQUEST_ID_META",
+    "REQUEST_ID_REUSED",
     "CallAnswer",
     "McpGate",
     "ReviewPlaces",

@@ -28,6 +28,8 @@ import collections
 import contextlib
 import json
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -393,8 +395,28 @@ async def serve_stdio(gate: McpGate, token: str | None, options: ServeOptions) -
     from mcp.server.stdio import stdio_server
 
     server = build_server(gate, lambda: token, options)
-    async with stdio_server() as (read, write):
+    stdin, stdout = protocol_streams()
+    async with stdio_server(stdin, stdout) as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+def protocol_streams() -> tuple[anyio.AsyncFile[str], anyio.AsyncFile[str]]:
+    """The stdio session's channel, taken away from everything else this process runs.
+
+    Why: over stdio, file descriptors 0 and 1 are the MCP client's. Loaded code (a handler, an
+    ownership resolver, a process either starts) writing there would speak JSON-RPC to the
+    client past the gate (a forged answer to a request id, a request of its own), and reading
+    there would take the client's requests. So the session keeps its own copies of both, and
+    descriptor 0 becomes ``/dev/null`` (at its end) and 1 a copy of stderr (the operator's log)."""
+    protocol_in, protocol_out = os.dup(0), os.dup(1)
+    sys.stdout.flush()
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(nothing, 0)
+    os.close(nothing)
+    os.dup2(2, 1)
+    reader = open(protocol_in, encoding="utf-8", errors="replace")  # noqa: SIM115 - the session's for its life
+    writer = open(protocol_out, "w", encoding="utf-8")  # noqa: SIM115
+    return anyio.wrap_file(reader), anyio.wrap_file(writer)
 
 
 __all__ = [
@@ -413,6 +435,7 @@ __all__ = [
     "http_app",
     "mcp_tool",
     "outcome_tool",
+    "protocol_streams",
     "refused",
     "result_of",
     "serve_stdio",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,6 +61,7 @@ def from_mcp(
     The code hash of an MCP tool is its server and tool identity (command or URL without
     credentials, tool name) and its pin: the code itself runs elsewhere, so pin its version with
     ``handler_revision``; a tool that changed drifts the release from its reviewed manifest.
+    The pin is also part of the handler revision proposals are pinned to (`pinned_revision`).
     """
     try:
         from langchain_mcp_adapters.sessions import create_session
@@ -124,7 +126,7 @@ def from_mcp(
         specs.append(
             langchain_spec(
                 offered[name],
-                policy,
+                pinned_revision(policy, name, pin),
                 name=None,
                 description=None,
                 result_model=(result_models or {}).get(name),
@@ -134,6 +136,19 @@ def from_mcp(
             )
         )
     return specs
+
+
+def pinned_revision(policy: OperatorPolicy, name: str, pin: str) -> OperatorPolicy:
+    """``policy`` with the tool's pin in its handler revision (``<revision>+pin.<pin>``).
+
+    Why: a proposal is approved for the handler revision it names, and re-checked against the
+    serving tool's at execute. A server may change a tool between two loads (a gateway restarted
+    re-pins it: `toolgate mcp serve --upstream` without reviewed pins), and the arguments a
+    reviewer approved can mean another effect under the changed tool (a new field whose default
+    widens it). With the pin in the revision, a write approved under one definition is refused
+    ``approval_invalid`` under any other, never run."""
+    revision = policy.handler_revision or f"{name}/{policy.version}"
+    return replace(policy, handler_revision=f"{revision}+pin.{pin}")
 
 
 def _connection_identity(connection: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,4 +165,4 @@ def _connection_identity(connection: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["from_mcp"]
+__all__ = ["from_mcp", "pinned_revision"]
