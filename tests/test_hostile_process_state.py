@@ -100,10 +100,10 @@ def audit_events_in(data_dir: Path) -> list[str]:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "decision: the admission caps are read from TOOLGATE_* variables at every admission (so a test "
-        "can change them), and a handler's os.environ change is one: any loaded code lifts or lowers "
-        "every tenant's caps, and a new value gets fresh slots (a new Admission). Reading them once per "
-        "process (at open_app) closes it, but changes how tests set the caps"
+        "decided, kept as a known limit: loaded code runs in the gateway's process, where it can change "
+        "any process state (the environment the admission caps are read from at every admission, "
+        "module attributes, other tools' classes); reading only the caps once would close one door of "
+        "many. The fix is running loaded code out of process; until then this test marks the limit"
     ),
 )
 def test_a_handler_that_sets_an_admission_variable_changes_no_cap(
