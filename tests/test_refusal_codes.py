@@ -15,7 +15,12 @@ module-level ``UPPER_CASE`` string constant) in one of these shapes:
   parameter that it hands on (``code=code``, or into a typed refusal), e.g. ``self._refused(op,
   "forged_proposal", ...)`` or ``audit_once(auditor, op, TOOL_NOT_IN_RELEASE, ...)``; its family
   is the typed refusal it builds, if any;
-- ``code = "..."`` (an assignment or a class attribute) and a ``code`` parameter's default.
+- ``code = "..."`` (an assignment or a class attribute) and a ``code`` parameter's default;
+- in release control's modules (`RELEASE_MODULES`), a ``(code, message, ...)`` problem that a
+  `ReleaseControlError` or a thread's stop is made of later (``release``): a tuple literal
+  appended to a list named ``...problems``, returned by a function annotated to return
+  ``tuple[str, str]...``, assigned to ``stop`` or handed to ``_halted``. (Elsewhere such tuples
+  are other vocabularies: a bundle's registry problems, which are not listed, or return values.)
 
 A code emitted in a typed shape must be listed under that family; one emitted through a helper or
 an assignment under any family.
@@ -47,6 +52,8 @@ TYPED: dict[str, tuple[int | None, str, str]] = {
     "RunRefused": (0, "code", "request"),
 }
 """Typed refusal constructors: (position of the code, its keyword, its family)."""
+RELEASE_MODULES = ("toolgate/releases/", "graph/rollout/")
+"""Where a ``(code, message)`` tuple is a release-control problem (see the module docstring)."""
 HTTP = ("Refusal", "_error")
 """HTTP API refusals: ``(status, code, message)``, recognized by an integer status first."""
 
@@ -100,6 +107,34 @@ def _helpers(tree: ast.Module) -> dict[str, tuple[int, str | None]]:
                 family = TYPED[callee][2] if callee in TYPED else "request" if callee in HTTP else family
         if forwards:
             found[node.name] = (params.index("code") - (params[:1] == ["self"]), family)
+    return found
+
+
+def _leading_codes(node: ast.expr | None) -> list[ast.expr]:
+    """The code of a ``(code, message, ...)`` problem tuple literal (none for anything else)."""
+    if isinstance(node, ast.Tuple) and len(node.elts) >= 2 and _literal(node.elts[0]) is not None:
+        return [node.elts[0]]
+    return []
+
+
+def _release_problems(node: ast.AST) -> list[ast.expr]:
+    """The codes of the ``(code, message, ...)`` problems ``node`` makes, in release control's
+    shapes (see the module docstring)."""
+    found: list[ast.expr] = []
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
+        if ast.unparse(node.returns).startswith("tuple[str, str"):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Return):
+                    found += _leading_codes(inner.value)
+    elif isinstance(node, ast.Call) and node.args:
+        func = node.func
+        appended = isinstance(func, ast.Attribute) and func.attr == "append"
+        if appended and (_name(func.value) or "").endswith("problems"):  # type: ignore[union-attr]
+            found += _leading_codes(node.args[0])
+        if (_name(func) or "") == "_halted" and len(node.args) > 2:
+            found += _leading_codes(node.args[2])
+    elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "stop" for t in node.targets):
+        found += _leading_codes(node.value)
     return found
 
 
@@ -157,7 +192,9 @@ def scan_emissions(trees: dict[Path, ast.Module]) -> list[Emission]:
                     value = node.value
                     literals = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
                     hits += [(v, None, "code =") for v in literals if _literal(v)]
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if str(path).startswith(RELEASE_MODULES):
+                hits += [(t, "release", "problem") for t in _release_problems(node)]
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = node.args.posonlyargs + node.args.args
                 defaults = [
                     *zip(args[len(args) - len(node.args.defaults) :], node.args.defaults, strict=True),
@@ -226,6 +263,36 @@ record(code="brand_audit_only")
         ("brand_a", None),
         ("brand_b", None),
     }
+
+
+def test_the_scanner_reads_release_control_problems_only_in_release_control() -> None:
+    """A ``(code, message)`` tuple is a release-control problem in release control's modules;
+    the same shapes elsewhere (a bundle's registry problems, a return value) are not codes."""
+    source = """
+def shortfall(x) -> tuple[str, str] | None:
+    if x:
+        return "brand_short", "m"
+    return None
+
+def other(x) -> tuple[int, str]:
+    return "not_a_problem", "m"
+
+found.problems.append(("brand_missing", "m"))
+problems.append(("brand_again", f"m {x}"))
+stop = ("brand_stop", why, release)
+self._halted(name, route, ("brand_halted", "m", ""))
+seen.append(("not_a_problem_either", "m"))
+"""
+    tree = ast.parse(source)
+    inside = {(e.code, e.family) for e in scan_emissions({Path("toolgate/releases/x.py"): tree})}
+    assert inside == {
+        ("brand_short", "release"),
+        ("brand_missing", "release"),
+        ("brand_again", "release"),
+        ("brand_stop", "release"),
+        ("brand_halted", "release"),
+    }
+    assert scan_emissions({Path("tools/x.py"): tree}) == []
 
 
 def _catalog_where(entry: CodeEntry) -> str:

@@ -30,7 +30,7 @@ from release_control_support import (
 from support import principal
 from test_release_control_routing import admin, table_counts
 
-from toolgate.errors import ReleaseControlError
+from toolgate.errors import RegistryError, ReleaseControlError
 from toolgate.graph import Context
 from toolgate.graph.bootstrap import served_release
 from toolgate.graph.review.decisions import decide
@@ -132,6 +132,30 @@ def test_a_dry_run_reports_and_records_only_its_verdict(store: Store, tmp_path: 
         ("pass", [], True),
         ("fail", ["critical_failed"], True),
     ]
+
+
+def test_critical_fixtures_that_cannot_run_refuse_the_rollback_audited(store: Store, tmp_path: Path) -> None:
+    """A fixture runner that cannot load what it needs (`RegistryError`) is a failed check
+    (``critical_unavailable``), never an exception out of release control: the rollback is
+    refused and audited, the pointer unchanged."""
+    two = TwoReleases(store, tmp_path)
+    promoted(two)
+
+    def broken(release_id: str) -> Any:
+        raise RegistryError(f"release {release_id}: the fixture dataset does not load")
+
+    plan = two.control(broken).rollback(admin(two), dry_run=True)
+    assert (plan.status, plan.critical, [code for code, _ in plan.problems]) == (
+        "FAIL",
+        "unavailable",
+        ["critical_unavailable"],
+    )
+    with pytest.raises(ReleaseControlError) as refused:
+        two.control(broken).rollback(admin(two))
+    assert refused.value.code == "critical_unavailable"
+    state = two.router.state()
+    assert state.pointer is not None and state.pointer.active == CANDIDATE
+    assert [e.code for e in audit_events(store, "release.refused")] == ["critical_unavailable"]
 
 
 @pytest.mark.parametrize("stage", ["canary", "promoted"])

@@ -791,6 +791,68 @@ CATALOG: tuple[CodeEntry, ...] = (
             "tests/test_schema_quality.py",
         ),
         _Row(
+            "gate_not_passed", "release", False,
+            "No complete gate run of the candidate against the active release on the required dataset "
+            "(a rollout, or a thread migrated to it, needs one).",
+            "tests/test_hostile_rollout.py",
+        ),
+        _Row(
+            "gate_failed", "release", False,
+            "The candidate's latest counted gate run failed.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "review_missing", "release", False,
+            "Critical cases of the candidate's gate run have no reviewer's sign-off and no waiver.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "evidence_tampered", "release", False,
+            "Evidence rows do not verify, or a recorded gate run or rollback dry run is missing from them.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "rollback_dry_run_missing", "release", False,
+            "No rollback dry run of the active release, which the candidate would replace.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "rollback_dry_run_failed", "release", False,
+            "The latest rollback dry run of the active release failed.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "canary_traffic_too_low", "release", True,
+            "The canary has judged fewer calls than promotion needs; it may later.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "canary_too_short", "release", True,
+            "The canary has run fewer minutes than promotion needs; it may later.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "clock_skew", "release", True,
+            "The store's clock reads before the canary began: its minutes are not counted.",
+            "tests/test_release_evidence.py",
+        ),
+        _Row(
+            "critical_failed", "release", False,
+            "The rollback target's critical fixtures failed.",
+            "tests/test_release_control_rollback.py",
+        ),
+        _Row(
+            "critical_unavailable", "release", False,
+            "The rollback target's critical fixtures cannot run (what they need does not load).",
+            "tests/test_release_control_rollback.py",
+        ),
+        _Row(
+            "release_unavailable", "release", False,
+            "A thread's release (its pin, or its canary arm) cannot be loaded by this process: the "
+            "task stops for review and none of its proposals is delivered here.",
+            "tests/test_hostile_rollout.py",
+        ),
+        _Row(
             "hashes_changed", "release", False,
             "The candidate's bundle changed since its shadow began.",
             "tests/test_release_control_rollback.py",
