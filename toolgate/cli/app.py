@@ -8,6 +8,7 @@ before it touches anything; ``--help`` and ``--version`` need no settings.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -26,6 +27,7 @@ from toolgate.cli.common import (
     person,
 )
 from toolgate.cli.lines import kv_line
+from toolgate.cli.own_output import command_output
 from toolgate.errors import ApprovalError, ConfigurationError, InvalidFilter, NotFoundError, ToolgateError
 
 if TYPE_CHECKING:
@@ -442,7 +444,10 @@ def main() -> None:
             from toolgate.telemetry.otel_env import configure_from_env
 
             configure_from_env()  # OTEL_* variables: spans and metrics to an OTLP endpoint, flushed at exit
-        command_line(args).main(args, standalone_mode=True)
+        # the command's stdout is its own: loaded code's prints and writes go to stderr
+        routed = contextlib.nullcontext() if args[:2] == ["mcp", "serve"] else command_output()
+        with routed:
+            command_line(args).main(args, standalone_mode=True)
     except ToolgateError as exc:
         typer.echo(error_line(exc), err=True)
         raise SystemExit(2) from None
