@@ -201,3 +201,57 @@ def test_concurrent_pins_of_one_thread_agree_on_the_first_arm(
     assert len({(p.arm, p.release, p.pinned_at) for p in pins}) == 1
     assert all(p.authentic for p in pins)
     assert count(store, "release_pins", "thread_id = ?", ("t-race",)) == 1
+
+
+def test_a_canary_proposal_is_decided_though_this_process_cannot_load_the_control(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reviewer's decision on a candidate's proposal loads the candidate only: the control (on
+    this host a drifted bundle) was loaded first to compare ids, and its `RegistryError` refused
+    every decision on every candidate proposal."""
+    from test_hostile_rollout import admin, unloadable
+
+    from toolgate.graph.review.decisions import decide
+
+    candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
+    two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    waiting = run(two.graph(), "restart web", "sam", "t-control-gone")
+    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    assert proposal["release"] == CANDIDATE
+    asked = unloadable(monkeypatch, two, CONTROL)
+
+    gateway = two.app.gateway_for_proposal(proposal["proposal_id"])
+    decide(gateway, proposal["proposal_id"], two.app.gateway.directory.authenticate("omar", demo_token("omar")), "approve")
+
+    assert gateway.registry.release == CANDIDATE and asked == []
+    assert store.operations.get(proposal["operation_key"]).status == "approved"  # type: ignore[union-attr]
+
+
+def test_a_proposal_whose_own_release_cannot_load_here_is_refused_a_decision_not_crashed(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_hostile_rollout import admin, unloadable
+
+    from toolgate.errors import ApprovalError
+    from toolgate.graph.review.decisions import decide
+
+    candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
+    two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    waiting = run(two.graph(), "restart web", "sam", "t-candidate-gone")
+    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    unloadable(monkeypatch, two, CANDIDATE)
+
+    gateway = two.app.gateway_for_proposal(proposal["proposal_id"])  # this process's own
+    omar = two.app.gateway.directory.authenticate("omar", demo_token("omar"))
+    with pytest.raises(ApprovalError) as refused:
+        decide(gateway, proposal["proposal_id"], omar, "approve")
+
+    assert gateway.registry.release == CONTROL and refused.value.code == "wrong_release"
+    assert store.operations.get(proposal["operation_key"]).status == "pending_approval"  # type: ignore[union-attr]
+    assert store.approvals.for_proposal(proposal["proposal_id"]) == []

@@ -61,7 +61,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from toolgate.errors import ReleaseControlError, ToolgateError
+from toolgate.errors import RegistryError, ReleaseControlError, ToolgateError
 from toolgate.graph.context import Context
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.nodes._common import context_of, thread_id
@@ -470,7 +470,13 @@ class ReleaseRouter:
         if current.rollout is not None:
             known += [current.rollout.control, current.rollout.candidate]
         for reference in dict.fromkeys(r for r in known if r and not current.tampered):
-            gateway = self.gateways(reference, False)
+            if reference != release_id:
+                continue  # another release is never loaded for it: one this process cannot load
+                # (a drifted bundle on this host) refused every decision on a candidate's proposal
+            try:
+                gateway = self.gateways(reference, False)
+            except RegistryError:  # not loadable here: this process's gateway refuses the decision
+                return None
             if gateway.registry.release == release_id:
                 return gateway
         return self.pins.gateway_for(thread, release_id, current) if self._installed else None
