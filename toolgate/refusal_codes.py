@@ -840,6 +840,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "A review waiver needs a reason of a minimum length.",
             "tests/test_release_evidence.py",
         ),
+        _Row(
+            "own_waiver", "release", False,
+            "The admin whose waiver stands in for a candidate's missing sign-offs may not shadow, "
+            "canary or promote it; another admin may.",
+            "tests/test_hostile_rollout.py",
+        ),
     ),
 )
 # fmt: on
