@@ -846,6 +846,12 @@ CATALOG: tuple[CodeEntry, ...] = (
             "canary or promote it; another admin may.",
             "tests/test_hostile_rollout.py",
         ),
+        _Row(
+            "report_unknown", "review", False,
+            "`evals review` signs only a report whose digest a gate run recorded in the store; this "
+            "one no gate run recorded (written by hand, or by a run without a control or a store).",
+            "tests/test_hostile_signoff.py",
+        ),
     ),
 )
 # fmt: on
