@@ -171,9 +171,9 @@ def evidence_rows(store: Store, kind: Kind, manifest_sha256: str) -> list[Eviden
 def recorded_gate(store: Store, report_digest: str, candidate_sha256: str, dataset_sha256: str) -> Evidence:
     """The gate row a ``toolgate evals run`` recorded for the report of ``report_digest`` (its MAC
     verifies, for that candidate bundle and dataset): what makes a report one a reviewer may sign
-    (`toolgate.evals.signoff`). A report's digest is an unkeyed SHA-256 anyone recomputes, so a report written by hand (or by a
-    run that recorded nothing: no control, no store, ``--critical-only``) is refused
-    ``report_unknown``."""
+    (`toolgate.evals.signoff`). A report's digest is an unkeyed SHA-256 anyone recomputes, so a
+    report written by hand (or by a run that recorded nothing: no control, no store,
+    ``--critical-only``) is refused ``report_unknown``."""
     for gate in reversed(evidence_rows(store, "gate", candidate_sha256)):
         named = gate.detail.get("report_digest") == report_digest
         if gate.authentic and named and gate.dataset_sha256 == dataset_sha256:
