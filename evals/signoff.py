@@ -13,12 +13,20 @@ database access alone does not count) and whose reviewer still holds a sign-off 
 case's tenant. Re-running the same candidate on the same dataset keeps its sign-offs; any change
 to the bundle or to the dataset needs a new review.
 
+A report is signed only when a gate run recorded it in this store: its digest is an unkeyed
+SHA-256 anyone recomputes, so ``report_tampered`` catches careless edits only, and a report
+written by hand with its critical cases shown passing would otherwise count for the real
+candidate's gate. The MAC'd ``gate`` evidence row that ``toolgate evals run`` writes (with
+``--control``, on an existing store, not ``--critical-only``) names its report's digest
+(`toolgate.store.evidence.recorded_gate`); any other report is refused ``report_unknown``.
+
 A report is signed only as `toolgate evals run` writes it, redacted (`toolgate.evals.redaction`):
 one holding a secret-looking value (written before reports were redacted, or by hand) is refused
 ``report_unredacted``, so no sign-off, and no evidence that cites it, binds an unredacted export.
 
-Refusals (unreadable, tampered or unredacted report, a live model's run, a report dated in the store's future,
-wrong role, another tenant) raise `ReviewRefused` with a stable code and audit it, nothing else.
+Refusals (unreadable, tampered or unredacted report, a live model's run, a report dated in the
+store's future, wrong role, another tenant, a report no gate run recorded) raise `ReviewRefused`
+with a stable code and audit it, nothing else.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from typing import Any
 
 from toolgate.canonical import canonical_json
 from toolgate.clock import iso, parse_iso
-from toolgate.errors import StoreError, ToolgateUsageError
+from toolgate.errors import ReleaseControlError, StoreError, ToolgateUsageError
 from toolgate.evals.fixtures import SCRIPTED
 from toolgate.evals.redaction import unredacted
 from toolgate.evals.report import REPORT_KIND, REPORT_SCHEMA_VERSION, report_digest
@@ -41,6 +49,7 @@ from toolgate.policy.identities import IdentityDirectory
 from toolgate.policy.principal import Principal
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.evidence import recorded_gate
 from toolgate.store.migrations import Migration
 
 SIGN_OFF_ROLES = frozenset({"admin", "release_reviewer"})
@@ -231,6 +240,10 @@ def sign_off(
             user_id=current.user_id,
             digest=digest,
         )
+    try:  # last: only a person who may sign learns whether the store knows the report
+        recorded_gate(store, digest, str(candidate["manifest_sha256"]), str(report["dataset"]["sha256"]))
+    except ReleaseControlError as exc:
+        raise refuse(auditor, exc.code, str(exc), user_id=current.user_id, digest=digest) from exc
     store.migrate(COMPONENT, MIGRATIONS)
     signed: list[str] = []
     already: list[str] = []

@@ -1,5 +1,6 @@
 """Release evidence rows: append-only, numbered, MAC-bound records of gate runs, rollback dry
-runs and review waivers (what `toolgate.releases.evidence` judges a move by).
+runs and review waivers (what `toolgate.releases.evidence` judges a move by, and what tells a
+report a gate run wrote from any other, `recorded_gate`).
 
 ``seq`` is assigned under a lock (SQLite's writer lock, a PostgreSQL advisory lock) and covered
 by the MAC with every other column, so rows cannot be reordered, re-pointed at another bundle or
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolgate.clock import iso, new_id
-from toolgate.errors import StoreError
+from toolgate.errors import ReleaseControlError, StoreError
 from toolgate.store.base import Store, Tx
 from toolgate.store.migrations import Migration
 
@@ -167,6 +168,23 @@ def evidence_rows(store: Store, kind: Kind, manifest_sha256: str) -> list[Eviden
     return out
 
 
+def recorded_gate(store: Store, report_digest: str, candidate_sha256: str, dataset_sha256: str) -> Evidence:
+    """The gate row a ``toolgate evals run`` recorded for the report of ``report_digest`` (its MAC
+    verifies, for that candidate bundle and dataset): what makes a report one a reviewer may sign
+    (`toolgate.evals.signoff`). A report's digest is an unkeyed SHA-256 anyone recomputes, so a
+    report written by hand (or by a run that recorded nothing: no control, no store,
+    ``--critical-only``) is refused ``report_unknown``."""
+    for gate in reversed(evidence_rows(store, "gate", candidate_sha256)):
+        named = gate.detail.get("report_digest") == report_digest
+        if gate.authentic and named and gate.dataset_sha256 == dataset_sha256:
+            return gate
+    raise ReleaseControlError(
+        "report_unknown",
+        f"no gate run recorded report {report_digest[:16]} in this store: sign the report of a"
+        " `toolgate evals run --control ...` on this store",
+    )
+
+
 _LOST = """
 SELECT
   (SELECT COUNT(*) FROM release_evidence) AS kept,
@@ -201,4 +219,4 @@ def lost_rows(store: Store, kind: Kind, release: str, event: str) -> str | None:
     return None
 
 
-__all__ = ["COMPONENT", "MIGRATIONS", "Evidence", "Kind", "evidence_rows", "lost_rows", "record"]
+__all__ = ["COMPONENT", "MIGRATIONS", "Evidence", "Kind", "evidence_rows", "lost_rows", "record", "recorded_gate"]

@@ -30,6 +30,7 @@ from toolgate.graph.bootstrap import initialize_store
 from toolgate.graph.gateway import Gateway
 from toolgate.graph.state import gateway_state
 from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.principal import Principal
 from toolgate.releases.control import ReleaseControl
 from toolgate.releases.evidence import Requirements
 from toolgate.releases.loader import load_release
@@ -205,6 +206,14 @@ class TwoReleases:
     def handler_calls(self, release_id: str) -> int:
         """Handler invocations of ``release_id``'s tools (every arm and canary variant)."""
         return self.counters[release_id].total()
+
+
+def second_admin(two: TwoReleases) -> Principal:
+    """Ines, an acme admin beside Ivy (the demo's only one), added and authenticated with her token:
+    the other admin four eyes at the release door need (``own_waiver``)."""
+    ines = Principal(user_id="ines", tenant_id="acme", roles=frozenset({"admin"}))
+    two.app.gateway.directory.add(ines, by=None, token=demo_token("ines"))
+    return two.app.gateway.directory.authenticate("ines", demo_token("ines"))
 
 
 def run(graph: Any, text: str, user: str, thread: str) -> dict[str, Any]:

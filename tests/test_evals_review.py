@@ -16,6 +16,7 @@ from toolgate.clock import iso, parse_iso
 from toolgate.errors import StoreError
 from toolgate.evals.fixtures import DEFAULT_DATASET, dump_cases, load_dataset
 from toolgate.evals.gate import evaluate_gate
+from toolgate.evals.gate_record import record_gate_run
 from toolgate.evals.report import build_report, report_digest, write_reports
 from toolgate.evals.signoff import ReviewRefused, reviewed_cases, sign_off
 from toolgate.policy.identities import IdentityDirectory
@@ -33,7 +34,8 @@ PEOPLE = {
 
 @pytest.fixture
 def world(tmp_path: Path) -> dict[str, Any]:
-    """A store with the demo people (and a globex and an initech admin), a dataset file and its report."""
+    """A store with the demo people (and a globex and an initech admin), a dataset file and the
+    report of its gate run against the control, recorded in the store."""
     data = tmp_path / "data"
     data.mkdir()
     seed_people(data)
@@ -43,9 +45,10 @@ def world(tmp_path: Path) -> dict[str, Any]:
     full = load_dataset(DEFAULT_DATASET)
     dataset_path = tmp_path / "subset.jsonl"
     dataset_path.write_text(dump_cases([c for c in full.cases if c.id in CASES]), encoding="utf-8")
-    result = evaluate_gate(load_dataset(dataset_path), "ops-tools/1.1.0")
+    result = evaluate_gate(load_dataset(dataset_path), "ops-tools/1.1.0", "ops-tools/1.0.0")
     report = build_report(result)
     report_path, _ = write_reports(report, tmp_path / "reports")
+    record_gate_run(store, result, report["digest"])  # as `evals run` keeps it: only such a report is signed
     return {
         "data": data,
         "store": store,
@@ -173,6 +176,11 @@ def _rewrite(path: Path, change: Any, *, keep_digest: bool) -> Path:
             "report_clock_skew",
         ),
         (lambda r: r.update(kind="something-else"), False, "report_unreadable"),
+        (  # re-digested after the edit: a report no gate run recorded in this store
+            lambda r: r["candidate"]["cases"][1].update(passed=not r["candidate"]["cases"][1]["passed"]),
+            False,
+            "report_unknown",
+        ),
     ],
 )
 def test_a_changed_or_misdated_report_is_refused(

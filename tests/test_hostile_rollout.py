@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from release_control_support import CANDIDATE, CONTROL, RESTART, TwoReleases, audit_events, run, text
+from release_control_support import (
+    CANDIDATE,
+    CONTROL,
+    RESTART,
+    TwoReleases,
+    audit_events,
+    run,
+    second_admin,
+    text,
+)
 from support import principal, tool_messages
 
 from toolgate.errors import RegistryError, ReleaseControlError, UnknownReleaseError
@@ -23,6 +32,7 @@ from toolgate.releases.bundle import ReleaseEnv
 from toolgate.releases.evidence import EvidenceDesk
 from toolgate.releases.loader import load_release
 from toolgate.releases.rollback import default_critical_runner
+from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
 from toolgate.store.rollout import RolloutStore
 from toolgate.store.thread_releases import ThreadReleases
@@ -253,23 +263,44 @@ def test_a_shadow_candidate_replaced_under_its_id_after_its_gate_is_not_shadowed
     assert record.error == "ReleaseControlError" and not record.matched and candidate_model.requests == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decision: separation of duties at the release door. One admin may waive the sign-offs "
-    "of a candidate's critical cases and then shadow, canary and promote it alone; should the "
-    "waiver's author be refused moving that candidate (or a waiver need a second admin), as an "
-    "approval's requester may not approve it?",
-)
 def test_the_admin_who_waived_a_candidates_review_does_not_move_it_alone(store: Store, tmp_path: Path) -> None:
+    """Four eyes at the release door: the admin who waived the sign-offs of a candidate's critical
+    cases may not shadow, canary or promote that candidate (``own_waiver``, audited
+    ``release.refused``, nothing changes), as an approval's requester may not approve it; another
+    admin may, and the waiver's author may not move further what that other admin started."""
     two = TwoReleases(store, tmp_path, evidence=False)
     two.record_evidence(CANDIDATE, CONTROL, critical={"crit-cross-tenant": "acme"})  # one critical case, unsigned
     release_control = two.control()
     ivy = admin(two)
     release_control.waive_review(ivy, CANDIDATE, "hotfix for an outage, reviewed on the call")
 
-    with pytest.raises(ReleaseControlError):
+    with pytest.raises(ReleaseControlError) as refused:
         release_control.shadow(ivy, CANDIDATE)
+    assert refused.value.code == "own_waiver"
     assert two.router.state().rollout is None
+    [event] = audit_events(store, "release.refused")
+    assert (event.code, event.actor_id, event.detail["action"]) == (
+        "own_waiver",
+        Auditor(store, CANDIDATE).actor("ivy"),
+        "shadow",
+    )
+
+    ines = second_admin(two)
+    rollout = release_control.shadow(ines, CANDIDATE)
+    assert (rollout.phase, rollout.changed_by) == ("shadow", "ines")
+    with pytest.raises(ReleaseControlError) as refused:
+        release_control.canary(ivy, CANDIDATE, 100)
+    assert refused.value.code == "own_waiver" and two.router.state().rollout == rollout  # still ines's shadow
+    canary = release_control.canary(ines, CANDIDATE, 100)
+    with pytest.raises(ReleaseControlError) as refused:
+        release_control.promote(ivy)
+    assert refused.value.code == "own_waiver" and two.router.state().rollout == canary
+    assert [(e.code, e.detail["action"]) for e in audit_events(store, "release.refused")] == [
+        ("own_waiver", "shadow"),
+        ("own_waiver", "canary"),
+        ("own_waiver", "promote"),
+    ]
+    assert release_control.promote(ines).pointer.active == CANDIDATE
 
 
 @pytest.mark.parametrize("percent", [1e-9, float("nan"), float("inf"), -0.0], ids=["1e-9", "nan", "inf", "-0"])

@@ -16,20 +16,19 @@ from toolgate.policy.identities import IdentityDirectory
 from toolgate.releases.loader import load_release
 from toolgate.store.audit import Auditor
 from toolgate.store.base import Store
+from toolgate.store.evidence import record
 from toolgate.tools.demo.identities import seed_demo_identities
 
 CANDIDATE = "ops-tools/1.1.0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decision: should `evals review` sign only a report whose digest a gate run recorded in "
-    "the store (`release.gate_recorded` names it), refusing any other (`report_unknown`)? A report's "
-    "digest is an unkeyed SHA-256 anyone recomputes, so `report_tampered` only catches careless "
-    "edits: a report written by hand, with critical cases shown passing, is signed and counts for "
-    "the real candidate's gate. Requiring a recorded run refuses reports of runs without a control or store",
-)
 def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) -> None:
+    """`evals review` signs only a report whose digest a gate run recorded in the store (the MAC'd
+    gate row, and its ``release.gate_recorded`` event, name it); any other report is refused
+    ``report_unknown`` (audited ``evals.review_refused``), nothing signed. A report's digest is an
+    unkeyed SHA-256 anyone recomputes, so ``report_tampered`` only catches careless edits: a report
+    written by hand, with critical cases shown passing, would count for the real candidate's gate.
+    The price: reports of runs without a control or a store cannot be signed."""
     initialize_store(store, load_release(CANDIDATE))
     directory = IdentityDirectory(store)
     seed_demo_identities(directory)
@@ -47,6 +46,63 @@ def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) 
         },
     }
     forged["digest"] = report_digest(forged)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    ivy = directory.active("ivy", "acme")
+    assert ivy is not None
+
+    with pytest.raises(ReviewRefused) as refused:
+        sign_off(store, Auditor(store, CANDIDATE), directory, path, ivy)
+
+    assert refused.value.code == "report_unknown"
+    assert reviewed_cases(store, dataset_sha, manifest_sha, {"xt-ada-reads-globex": "acme"}) == []
+    [event] = [e for e in store.audit.events() if e.event.startswith("evals.")]
+    assert (event.event, event.code, event.detail["report_digest"]) == (
+        "evals.review_refused",
+        "report_unknown",
+        forged["digest"],
+    )
+
+
+def test_a_gate_row_written_without_the_stores_key_does_not_make_a_report_known(
+    store: Store, tmp_path: Path
+) -> None:
+    """Database access alone cannot make a hand-written report signable: the gate row that names
+    its digest must verify under the store's key (edited here to name the forged report)."""
+    initialize_store(store, load_release(CANDIDATE))
+    directory = IdentityDirectory(store)
+    seed_demo_identities(directory)
+    dataset_sha, manifest_sha = digest("the operator's dataset"), digest("the candidate's bundle")
+    forged = {
+        "kind": REPORT_KIND,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generated_at": iso(store.now()),
+        "model": "scripted",
+        "dataset": {"sha256": dataset_sha},
+        "candidate": {
+            "release": CANDIDATE,
+            "manifest_sha256": manifest_sha,
+            "cases": [{"id": "xt-ada-reads-globex", "critical": True, "tenant": "acme", "passed": True}],
+        },
+    }
+    forged["digest"] = report_digest(forged)
+    gate = record(
+        store,
+        "gate",
+        release=CANDIDATE,
+        manifest_sha256=manifest_sha,
+        control="ops-tools/1.0.0",
+        control_sha256=digest("the control's bundle"),
+        dataset_sha256=dataset_sha,
+        verdict="PASS",
+        recorded_by="toolgate.evals",
+        detail={"report_digest": "0" * 64, "model": "scripted", "derived": 3},
+    )
+    with store.transaction() as tx:  # what a writer without the key can do: point the row at the forgery
+        tx.execute(
+            "UPDATE release_evidence SET detail = ? WHERE evidence_id = ?",
+            (json.dumps({"report_digest": forged["digest"], "model": "scripted", "derived": 3}), gate.evidence_id),
+        )
     path = tmp_path / "report.json"
     path.write_text(json.dumps(forged), encoding="utf-8")
     ivy = directory.active("ivy", "acme")

@@ -31,9 +31,12 @@ from test_cli_doors import (
 from toolgate.canonical import digest
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.graph.bootstrap import release_manifest
+from toolgate.policy.identities import IdentityDirectory
+from toolgate.policy.principal import Principal
 from toolgate.releases.bundle import ReleaseEnv
 from toolgate.releases.loader import load_release
 from toolgate.store.evidence import record as record_evidence
+from toolgate.tools.demo.identities import demo_token
 
 CONTROL, CANDIDATE = "ops-tools/1.0.0", "ops-tools/1.1.0"
 STATUS_CALL = 'call get_service_status {"service_alias": "web"}'
@@ -53,6 +56,16 @@ def world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return data_dir, cli_env(
         data_dir, TOOLGATE_RELEASE=CONTROL, TOOLGATE_CANARY_MIN_CALLS="1", TOOLGATE_CANARY_MIN_MINUTES="0"
     )
+
+
+def add_admin(data_dir: Path, user_id: str) -> None:
+    """Another admin beside ivy, with the demo token for ``user_id``."""
+    store = open_test_store(data_dir)
+    try:
+        admin = Principal(user_id=user_id, tenant_id="acme", roles=frozenset({"admin"}))
+        IdentityDirectory(store).add(admin, by=None, token=demo_token(user_id))
+    finally:
+        store.close()
 
 
 def with_evidence(data_dir: Path) -> None:
@@ -119,21 +132,16 @@ def test_shadow_canary_promote_and_rollback_through_the_cli(world: tuple[Path, d
         "review_missing",
         "rollback_dry_run_missing",
     ]
-    waived = facts(
-        toolgate(
-            [
-                "release",
-                "waive-review",
-                CANDIDATE,
-                "--reason",
-                "demo release, cases read in the walkthrough",
-                "--as",
-                "ivy",
-            ],
-            env,
-        )
-    )
-    assert (waived["review"], waived["by"]) == ("waived", "ivy")
+    add_admin(data_dir, "ines")
+    waive = [
+        "release",
+        "waive-review",
+        CANDIDATE,
+        "--reason",
+        "demo release, cases read in the walkthrough",
+    ]
+    waived = facts(toolgate([*waive, "--as", "ines"], env))  # four eyes: ines waives, ivy moves it
+    assert (waived["review"], waived["by"]) == ("waived", "ines")
     assert_refused(toolgate(shadow, env, check=False), "rollback_dry_run_missing")
     ready = facts(toolgate(["release", "rollback", "--dry-run", "--as", "ivy"], env))
     assert (ready["rollback_dry_run"], ready["from"], ready["target"], ready["evidence"]) == (
@@ -155,6 +163,8 @@ def test_shadow_canary_promote_and_rollback_through_the_cli(world: tuple[Path, d
         "complete",
     )
 
+    own = toolgate(["release", "shadow", CANDIDATE, "--as", "ines"], env, check=False)
+    assert_refused(own, "own_waiver")  # the waiver's author does not move it herself
     assert facts(toolgate(shadow, env))["phase"] == "shadow"
     assert facts(toolgate(["run", STATUS_CALL, "--as", "sam"], env))["release"] == CONTROL
     status = facts(toolgate(["release", "status"], env))

@@ -908,6 +908,18 @@ CATALOG: tuple[CodeEntry, ...] = (
             "A review waiver needs a reason of a minimum length.",
             "tests/test_release_evidence.py",
         ),
+        _Row(
+            "own_waiver", "release", False,
+            "The admin whose waiver stands in for a candidate's missing sign-offs may not shadow, "
+            "canary or promote it; another admin may.",
+            "tests/test_hostile_rollout.py",
+        ),
+        _Row(
+            "report_unknown", "review", False,
+            "`evals review` signs only a report whose digest a gate run recorded in the store; this "
+            "one no gate run recorded (written by hand, or by a run without a control or a store).",
+            "tests/test_hostile_signoff.py",
+        ),
     ),
 )
 # fmt: on

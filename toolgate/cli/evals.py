@@ -6,7 +6,8 @@ when the gate fails; missing sign-offs fail it unless ``--no-require-review``. T
 store is read for sign-offs and, when the run covered a whole dataset against a control, gets the
 verdict as release evidence (`toolgate.releases.evidence`; ``evidence=recorded``): what ``release
 shadow``, ``canary`` and ``promote`` later demand. ``evals review`` signs a report as an
-authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``). ``evals capture`` and
+authenticated person (``--as`` plus ``TOOLGATE_TOKEN``, like ``approve``), and only a report whose
+digest such a recorded run names (else ``report_unknown``, `toolgate.evals.signoff`). ``evals capture`` and
 ``evals captured`` turn production incidents into cases that count once reviewed
 (`toolgate.cli.captured`).
 
@@ -32,12 +33,10 @@ from toolgate.config import Settings
 from toolgate.errors import ConfigurationError, IdentityError, StoreError
 from toolgate.evals.fixtures import DEFAULT_DATASET, load_dataset
 from toolgate.evals.gate import GateResult, evaluate_gate
+from toolgate.evals.gate_record import record_gate_run
 from toolgate.evals.live_model import SCRIPTED, choose_model
 from toolgate.evals.report import build_report, coverage_lines, lines, write_reports
 from toolgate.evals.signoff import refuse, reviewed_cases, sign_off
-from toolgate.releases.evidence import GATE_RECORDED
-from toolgate.store.audit import Auditor
-from toolgate.store.evidence import record as record_evidence
 from toolgate.store.factory import open_store
 
 evals_app = typer.Typer(
@@ -134,42 +133,9 @@ def _record(
         store = open_store(settings.database_url, settings.data_dir, key=settings.audit_key(create=False))
     except (ConfigurationError, StoreError):
         return {"evidence": "not_recorded", "reason": "no_store"}
-    candidate, control = result.candidate.facts, result.control.facts
-    failures = result.tested_failures()
     try:
         store.setup()  # a store used for the first time: its schema, as any first command makes it
-        evidence = record_evidence(
-            store,
-            "gate",
-            release=candidate.release,
-            manifest_sha256=candidate.manifest_sha256,
-            control=control.release,
-            control_sha256=control.manifest_sha256,
-            dataset_sha256=result.dataset.sha256,
-            verdict="FAIL" if failures else "PASS",
-            recorded_by="toolgate.evals",
-            detail={
-                "report_digest": report_digest,
-                "model": result.candidate.model,
-                "derived": len(result.derived),
-                "critical": result.critical_tenants(),
-                "failures": [f[:300] for f in failures[:20]],
-            },
-        )
-        Auditor(store, candidate.release).record(
-            GATE_RECORDED,
-            evidence.verdict.lower(),
-            detail={
-                "evidence_id": evidence.evidence_id,
-                "candidate_sha256": candidate.manifest_sha256,
-                "control": control.release,
-                "control_sha256": control.manifest_sha256,
-                "dataset_sha256": result.dataset.sha256,
-                "report_digest": report_digest,
-                "model": result.candidate.model,
-                "derived": len(result.derived),
-            },
-        )
+        evidence = record_gate_run(store, result, report_digest)
     except StoreError:
         return {"evidence": "not_recorded", "reason": "store_error"}
     finally:

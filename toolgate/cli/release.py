@@ -144,7 +144,8 @@ def waive_review(
     reason: Annotated[str, typer.Option(help="Why the sign-offs are waived (kept and audited).")],
     as_user: AsAdmin,
 ) -> None:
-    """Let CANDIDATE's exact bundle move without sign-offs of its critical cases (audited)."""
+    """Let CANDIDATE's exact bundle move without sign-offs of its critical cases (audited), moved
+    by another admin: the waiver's author is refused shadow, canary and promote (own_waiver)."""
     from toolgate.releases.control import ReleaseControl
 
     application = open_from_env()

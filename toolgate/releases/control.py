@@ -9,6 +9,8 @@ store transaction over MAC-bound rows (`toolgate.store.rollout`) and one audit e
 
 No candidate moves without evidence: shadow, canary and promote each refuse with the first
 piece `toolgate.releases.evidence` finds missing (gate, review, rollback dry run, canary time).
+Four eyes: the admin whose waiver is all that stands in for the sign-offs of a candidate's
+critical cases may not shadow, canary or promote it (``own_waiver``); another admin may.
 
 No candidate enters its shadow with a poor or silently broken contract: a tool failing the
 schema-quality check (`toolgate.tools.schema.quality`) refuses it ``schema_quality``, and a tool
@@ -143,7 +145,7 @@ class ReleaseControl:
             if candidate_sha == control_sha:
                 raise ReleaseControlError("same_release", f"{candidate} is the same bundle as {control}")
             self._check_contracts(control, candidate)
-            self.evidence.require(Binding(candidate, candidate_sha, control, control_sha))
+            self._require_evidence(actor, Binding(candidate, candidate_sha, control, control_sha))
             self._set_up(candidate)
             rollout = Rollout(
                 rollout_id=RolloutStore.new_rollout_id(),
@@ -193,7 +195,7 @@ class ReleaseControl:
                 )
             if current.candidate != candidate:
                 raise ReleaseControlError("wrong_candidate", f"the rollout under way is {current.candidate}")
-            self._still_evidenced(current)
+            self._still_evidenced(actor, current)
             done = self._change(
                 state,
                 lambda p, r: (
@@ -220,7 +222,7 @@ class ReleaseControl:
                 raise ReleaseControlError(
                     "automatic_stop", f"the candidate tripped the automatic stop: {reason}"
                 )
-            self._still_evidenced(current)
+            self._still_evidenced(actor, current)
             judged = self.router.signals(current, self.gateways(current.candidate, False)).calls_judged
             self.evidence.require_canary(judged, current.updated_at)
 
@@ -281,12 +283,25 @@ class ReleaseControl:
                 + "; ".join(breaks[:3]),
             )
 
-    def _still_evidenced(self, rollout: Rollout) -> None:
+    def _still_evidenced(self, actor: Principal, rollout: Rollout) -> None:
         """Refuse when the candidate's bundle changed since its shadow began or its evidence was
         revoked since (a later failed gate or dry run, a new unsigned critical case)."""
         if self.manifest_sha256(rollout.candidate) != rollout.candidate_sha256:
             raise ReleaseControlError("hashes_changed", f"{rollout.candidate} changed since its shadow began")
-        self.evidence.require(Binding.of(rollout))
+        self._require_evidence(actor, Binding.of(rollout))
+
+    def _require_evidence(self, actor: Principal, binding: Binding) -> None:
+        """The candidate's evidence (`EvidenceDesk.require`), with four eyes on a waiver: when
+        critical cases are unsigned and only ``actor``'s own waiver stands in for their sign-offs,
+        ``actor`` may not move the candidate (``own_waiver``), as a requester may not approve their
+        own call; another admin may, or ``actor`` once the cases are signed."""
+        found = self.evidence.require(binding)
+        if found.unsigned and found.waivers and all(w.recorded_by == actor.user_id for w in found.waivers):
+            raise ReleaseControlError(
+                "own_waiver",
+                f"{actor.user_id} waived the review of {binding.candidate}'s critical cases"
+                f" ({', '.join(found.unsigned[:5])}): another admin moves it, or a reviewer signs them",
+            )
 
     def _change(self, state: ReleaseState, change: Any) -> ReleaseState:
         return self.rollouts.change(self.configured, state.pointer.version if state.pointer else 0, change)

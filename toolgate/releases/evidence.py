@@ -19,7 +19,9 @@ release ids:
   derived cases never asked whether the candidate loosened what no dataset case touches.
 - review: every one of those critical cases signed off (`toolgate.evals.signoff.reviewed_cases`,
   re-read when asked, so a reviewer who lost the role no longer counts), or a ``review_waiver``
-  an admin recorded for that candidate digest with a reason (`record_waiver`, audited).
+  an admin recorded for that candidate digest with a reason (`record_waiver`, audited). A waiver
+  stands in for sign-offs only for another admin: release control refuses the waiver's author
+  moving that candidate ``own_waiver`` (`Found.unsigned`, `Found.waivers`).
 - ``rollback_dry_run``: written by ``toolgate release rollback --dry-run`` for the bundle a
   rollback would restore (the control), with whether its hashes and critical fixtures passed.
 
@@ -110,6 +112,10 @@ class Found:
 
     gate: Evidence | None = None
     reviewed: str = "0/0"
+    unsigned: list[str] = field(default_factory=list)
+    """Critical cases of the gate run with no sign-off (what a waiver stands in for)."""
+    waivers: list[Evidence] = field(default_factory=list)
+    """The candidate bundle's authentic review waivers, oldest first."""
     waiver: Evidence | None = None
     rollback_dry_run: Evidence | None = None
     problems: list[tuple[str, str]] = field(default_factory=list)
@@ -178,8 +184,9 @@ def missing_evidence(store: Store, binding: Binding, requirements: Requirements)
         critical = {str(k): str(v) for k, v in dict(gate.detail.get("critical", {})).items()}
         signed = set(reviewed_cases(store, requirements.dataset_sha256, binding.candidate_sha256, critical))
         found.reviewed = f"{len(signed & set(critical))}/{len(critical)}"
-        found.waiver = next((e for e in reversed(waivers) if e.authentic), None)
-        unsigned = sorted(set(critical) - signed)
+        found.waivers = [e for e in waivers if e.authentic]
+        found.waiver = found.waivers[-1] if found.waivers else None
+        found.unsigned = unsigned = sorted(set(critical) - signed)
         if unsigned and found.waiver is None:
             problems.append(
                 (
