@@ -46,6 +46,15 @@ def admin(two: TwoReleases) -> Principal:
     return two.app.gateway.directory.authenticate("ivy", demo_token("ivy"))
 
 
+def canaried(two: TwoReleases, *, promote: bool = False) -> None:
+    """The candidate shadowed and canaried to everyone by ivy (and promoted, with ``promote``)."""
+    release_control = two.control()
+    release_control.shadow(admin(two), CANDIDATE)
+    release_control.canary(admin(two), CANDIDATE, 100)
+    if promote:
+        release_control.promote(admin(two))
+
+
 def unloadable(monkeypatch: pytest.MonkeyPatch, two: TwoReleases, release: str) -> list[str]:
     """From now on this process cannot load ``release`` (as on a host where its bundle drifted);
     the loads it was asked for."""
@@ -154,10 +163,7 @@ def test_after_promotion_a_previous_release_this_process_cannot_load_stops_no_de
 ) -> None:
     candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    release_control = two.control()
-    release_control.shadow(admin(two), CANDIDATE)
-    release_control.canary(admin(two), CANDIDATE, 100)
-    release_control.promote(admin(two))
+    canaried(two, promote=True)
     waiting = run(two.graph(), "restart web", "sam", "t-promoted")
     [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
     assert proposal["release"] == CANDIDATE
@@ -175,9 +181,7 @@ def test_a_canary_thread_whose_candidate_this_process_cannot_load_stops_for_revi
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     two = TwoReleases(store, tmp_path)
-    release_control = two.control()
-    release_control.shadow(admin(two), CANDIDATE)
-    release_control.canary(admin(two), CANDIDATE, 100)
+    canaried(two)
     unloadable(monkeypatch, two, CANDIDATE)
 
     state = run(two.graph(), "is web up?", "sam", "t-canary")
@@ -233,9 +237,7 @@ def test_a_canary_candidate_replaced_under_its_id_after_its_gate_serves_no_one(
 ) -> None:
     candidate_model = ScriptedChatModel(responses=[text("web is up")])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    release_control = two.control()
-    release_control.shadow(admin(two), CANDIDATE)
-    release_control.canary(admin(two), CANDIDATE, 100)
+    canaried(two)
     replaced(monkeypatch, two, CANDIDATE)
 
     state = run(two.graph(), "is web up?", "sam", "t-replaced")
@@ -387,9 +389,7 @@ def test_a_canary_proposal_is_not_delivered_by_a_candidate_replaced_under_its_id
 ) -> None:
     candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    release_control = two.control()
-    release_control.shadow(admin(two), CANDIDATE)
-    release_control.canary(admin(two), CANDIDATE, 100)
+    canaried(two)
     waiting = run(two.graph(), "restart web", "sam", "t-canary-write")
     [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
     assert proposal["release"] == CANDIDATE
@@ -408,10 +408,7 @@ def test_an_active_release_replaced_under_its_id_after_promotion_serves_no_one(
 ) -> None:
     candidate_model = ScriptedChatModel(responses=[text("web is up")])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    release_control = two.control()
-    release_control.shadow(admin(two), CANDIDATE)
-    release_control.canary(admin(two), CANDIDATE, 100)
-    release_control.promote(admin(two))
+    canaried(two, promote=True)
     replaced(monkeypatch, two, CANDIDATE)
 
     state = run(two.graph(), "is web up?", "sam", "t-after-promotion")
