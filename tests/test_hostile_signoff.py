@@ -20,6 +20,28 @@ from toolgate.store.evidence import record
 from toolgate.tools.demo.identities import seed_demo_identities
 
 CANDIDATE = "ops-tools/1.1.0"
+DATASET_SHA, MANIFEST_SHA = digest("the operator's dataset"), digest("the candidate's bundle")
+
+
+def forged_report(store: Store, directory: IdentityDirectory) -> dict[str, object]:
+    """A report written by hand, digest and all, its critical case shown passing; the store set up
+    with the demo people."""
+    initialize_store(store, load_release(CANDIDATE))
+    seed_demo_identities(directory)
+    forged: dict[str, object] = {
+        "kind": REPORT_KIND,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generated_at": iso(store.now()),
+        "model": "scripted",
+        "dataset": {"sha256": DATASET_SHA},
+        "candidate": {
+            "release": CANDIDATE,
+            "manifest_sha256": MANIFEST_SHA,
+            "cases": [{"id": "xt-ada-reads-globex", "critical": True, "tenant": "acme", "passed": True}],
+        },
+    }
+    forged["digest"] = report_digest(forged)
+    return forged
 
 
 def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) -> None:
@@ -29,23 +51,8 @@ def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) 
     unkeyed SHA-256 anyone recomputes, so ``report_tampered`` only catches careless edits: a report
     written by hand, with critical cases shown passing, would count for the real candidate's gate.
     The price: reports of runs without a control or a store cannot be signed."""
-    initialize_store(store, load_release(CANDIDATE))
     directory = IdentityDirectory(store)
-    seed_demo_identities(directory)
-    dataset_sha, manifest_sha = digest("the operator's dataset"), digest("the candidate's bundle")
-    forged = {
-        "kind": REPORT_KIND,
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "generated_at": iso(store.now()),
-        "model": "scripted",
-        "dataset": {"sha256": dataset_sha},
-        "candidate": {
-            "release": CANDIDATE,
-            "manifest_sha256": manifest_sha,
-            "cases": [{"id": "xt-ada-reads-globex", "critical": True, "tenant": "acme", "passed": True}],
-        },
-    }
-    forged["digest"] = report_digest(forged)
+    forged = forged_report(store, directory)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(forged), encoding="utf-8")
     ivy = directory.active("ivy", "acme")
@@ -55,7 +62,7 @@ def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) 
         sign_off(store, Auditor(store, CANDIDATE), directory, path, ivy)
 
     assert refused.value.code == "report_unknown"
-    assert reviewed_cases(store, dataset_sha, manifest_sha, {"xt-ada-reads-globex": "acme"}) == []
+    assert reviewed_cases(store, DATASET_SHA, MANIFEST_SHA, {"xt-ada-reads-globex": "acme"}) == []
     [event] = [e for e in store.audit.events() if e.event.startswith("evals.")]
     assert (event.event, event.code, event.detail["report_digest"]) == (
         "evals.review_refused",
@@ -69,31 +76,16 @@ def test_a_gate_row_written_without_the_stores_key_does_not_make_a_report_known(
 ) -> None:
     """Database access alone cannot make a hand-written report signable: the gate row that names
     its digest must verify under the store's key (edited here to name the forged report)."""
-    initialize_store(store, load_release(CANDIDATE))
     directory = IdentityDirectory(store)
-    seed_demo_identities(directory)
-    dataset_sha, manifest_sha = digest("the operator's dataset"), digest("the candidate's bundle")
-    forged = {
-        "kind": REPORT_KIND,
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "generated_at": iso(store.now()),
-        "model": "scripted",
-        "dataset": {"sha256": dataset_sha},
-        "candidate": {
-            "release": CANDIDATE,
-            "manifest_sha256": manifest_sha,
-            "cases": [{"id": "xt-ada-reads-globex", "critical": True, "tenant": "acme", "passed": True}],
-        },
-    }
-    forged["digest"] = report_digest(forged)
+    forged = forged_report(store, directory)
     gate = record(
         store,
         "gate",
         release=CANDIDATE,
-        manifest_sha256=manifest_sha,
+        manifest_sha256=MANIFEST_SHA,
         control="ops-tools/1.0.0",
         control_sha256=digest("the control's bundle"),
-        dataset_sha256=dataset_sha,
+        dataset_sha256=DATASET_SHA,
         verdict="PASS",
         recorded_by="toolgate.evals",
         detail={"report_digest": "0" * 64, "model": "scripted", "derived": 3},
@@ -112,4 +104,4 @@ def test_a_gate_row_written_without_the_stores_key_does_not_make_a_report_known(
         sign_off(store, Auditor(store, CANDIDATE), directory, path, ivy)
 
     assert refused.value.code == "report_unknown"
-    assert reviewed_cases(store, dataset_sha, manifest_sha, {"xt-ada-reads-globex": "acme"}) == []
+    assert reviewed_cases(store, DATASET_SHA, MANIFEST_SHA, {"xt-ada-reads-globex": "acme"}) == []
