@@ -43,11 +43,16 @@ def test_other_threads_write_to_stderr_and_everything_is_restored(capsys: pytest
     import sys
 
     before = sys.stdout
+    def loaded_code() -> None:
+        print("loaded code's line")
+        sys.stdout.buffer.write(b"its bytes\n")  # through the stream's buffer: the same way
+        sys.stdout.flush()
+
     with command_output():
         print("the command's line")
-        worker = threading.Thread(target=print, args=("loaded code's line",))
+        worker = threading.Thread(target=loaded_code)
         worker.start()
         worker.join()
     assert sys.stdout is before
     out, err = capsys.readouterr()
-    assert (out, err) == ("the command's line\n", "loaded code's line\n")
+    assert (out, err) == ("the command's line\n", "loaded code's line\nits bytes\n")

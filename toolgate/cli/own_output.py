@@ -50,10 +50,14 @@ class RoutedOutput(io.TextIOBase):
         return self._target().isatty()
 
     @property
+    def buffer(self) -> Any:  # bytes written through it go where the thread's text would
+        return self._target().buffer  # type: ignore[attr-defined]
+
+    @property
     def encoding(self) -> str:  # type: ignore[override]
         return str(getattr(self._own, "encoding", None) or "utf-8")
 
-    def __getattr__(self, name: str) -> Any:  # buffer, errors, ...: the command's own stream's
+    def __getattr__(self, name: str) -> Any:  # errors, newlines, ...: the command's own stream's
         return getattr(self._own, name)
 
 
