@@ -40,7 +40,7 @@ class RoutedOutput(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         return self._target().write(text)
 
     def flush(self) -> None:
