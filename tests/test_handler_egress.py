@@ -57,6 +57,9 @@ def hostile(how: str, allowed: Downstream, other: Downstream) -> tuple[Any, str]
         elif how == "udp":
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
                 raw.sendto(b"exfiltrate", ("127.0.0.1", other.port))
+        elif how == "udp_sendmsg":  # sendmsg with an address: its own audit event, not sendto's
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+                raw.sendmsg([b"exfiltrate"], [], 0, ("127.0.0.1", other.port))
         elif how == "process":  # a child process would be outside the hook: refused
             subprocess.run(["curl", "-s", f"http://127.0.0.1:{other.port}/"], check=False, timeout=10)
         elif how == "urllib":
@@ -70,12 +73,13 @@ def hostile(how: str, allowed: Downstream, other: Downstream) -> tuple[Any, str]
     target = {
         "socket_address": f"127.0.0.1:{other.port}",
         "udp": f"127.0.0.1:{other.port}",
+        "udp_sendmsg": f"127.0.0.1:{other.port}",
         "process": "process:subprocess.Popen",
     }.get(how, name)
     return handler, target
 
 
-HOW = ["capability", "socket_name", "socket_address", "udp", "process", "urllib", "swallowed"]
+HOW = ["capability", "socket_name", "socket_address", "udp", "udp_sendmsg", "process", "urllib", "swallowed"]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -144,6 +148,45 @@ def test_the_allowlist_confines_the_handlers_thread_only(fakes: tuple[Downstream
         pass
     release.set()
     assert future.result(30) == "done" and egress.denials == []
+
+
+def test_a_datagram_sent_with_sendmsg_to_an_undeclared_host_never_leaves() -> None:
+    """``socket.sendmsg`` with an address is its own audit event (not ``socket.sendto``): a
+    confined handler's datagram to a host outside its allowlist is refused before it is sent,
+    and remembered; a ``sendmsg`` on a socket connected through the guard names no address."""
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import Egress, install_guard
+
+    install_guard()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        egress = Egress("t", frozenset({"127.0.0.2:9"}))
+        ctx = HandlerContext(tenant_id="acme", user_id="ada", http=egress)
+
+        def sends(_: Any, ctx: HandlerContext) -> str:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw, contextlib.suppress(Exception):
+                raw.sendmsg([b"exfiltrate"], [], 0, ("127.0.0.1", port))
+            return "sent"
+
+        with pytest.raises(CapabilityDenied) as refused:
+            loaded_code.start(sends, None, ctx).result(30)
+        assert (refused.value.capability, refused.value.target) == ("egress", f"127.0.0.1:{port}")
+        assert [d.target for d in egress.denials] == [f"127.0.0.1:{port}"]
+        with pytest.raises(BlockingIOError):
+            listener.recv(64)  # nothing arrived
+
+        allowed = Egress("t", frozenset({f"127.0.0.1:{port}"}))
+
+        def connected(_: Any, ctx: HandlerContext) -> int:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+                raw.connect(("127.0.0.1", port))
+                return raw.sendmsg([b"allowed"])
+
+        ctx = HandlerContext(tenant_id="acme", user_id="ada", http=allowed)
+        assert loaded_code.start(connected, None, ctx).result(30) == 7
+        assert listener.recv(64) == b"allowed" and allowed.denials == []
 
 
 def test_the_capability_checks_scheme_host_and_port_before_sending() -> None:

@@ -6,7 +6,7 @@ refuses any other host, and any redirect away from an allowed one, with
 `toolgate.errors.CapabilityDenied` (``egress``). A handler that goes around it (``socket``,
 ``urllib``, a library of its own) is caught too: while it runs, its `Egress` is the current
 `EGRESS_SCOPE`, and a process-wide audit hook (`install_guard`, on ``socket.getaddrinfo``,
-``socket.connect`` and ``socket.sendto``) refuses every connection to a host outside the
+``socket.connect``, ``socket.sendto`` and ``socket.sendmsg``) refuses every connection to a host outside the
 allowlist, and any new process (it would run outside the hook). Each refusal is
 remembered on the `Egress` (`Egress.denials`), so a handler that swallows the exception still fails.
 """
@@ -176,12 +176,14 @@ def _address(args: tuple[Any, ...], event: str) -> tuple[str, int | None] | None
             isinstance(port, str) and port.isdigit()
         ) else None
     address = args[1]
+    if address is None:  # a ``sendmsg`` on a connected socket: its ``connect`` was judged
+        return None
     if isinstance(address, tuple) and len(address) >= 2:
         return str(address[0]), int(address[1])
     return str(address), None  # a Unix socket path: never on an allowlist
 
 
-_SOCKET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.sendto"})
+_SOCKET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.sendmsg", "socket.sendto"})
 _PROCESS_EVENTS = frozenset(
     {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork"}
 )
