@@ -159,6 +159,62 @@ def test_a_symlink_swapped_in_after_dispatch_is_refused_at_execute(
     assert calls == []
 
 
+class OptionalPathsArgs(StrictArgs):
+    path: PathArgument | None = Field(default=None, description="A runbook file, e.g. notes/restart.md.")
+    more: list[PathArgument] = Field(default_factory=list, description="More runbook files.")
+
+
+def test_an_optional_or_listed_path_argument_is_judged_like_any_other(
+    store: Store, tree: dict[str, Path]
+) -> None:
+    """``PathArgument | None`` and ``list[PathArgument]`` are path arguments too (their marker
+    sits inside the annotation, not on the field): judged at dispatch, and needing roots to load."""
+    assert path_fields(OptionalPathsArgs) == ("path", "more")
+    harness = Harness(store)
+    calls: list[str] = []
+    root = tree["root"]
+
+    def read_files(args: OptionalPathsArgs, ctx: HandlerContext) -> ReadFileResult:
+        texts = []
+        for path in [p for p in (args.path, *args.more) if p is not None]:
+            calls.append(path)
+            with open(path if os.path.isabs(path) else os.path.join(root, path), encoding="utf-8") as handle:
+                texts.append(handle.read(4096))
+        return ReadFileResult(text="\n".join(texts))
+
+    spec = replace(
+        read_file_spec(root, []), args_model=OptionalPathsArgs, handler=read_files, handler_revision="files/1"
+    )
+    assert spec.path_arguments == ("path", "more")
+    with pytest.raises(RegistryError, match="need file_roots"):
+        replace(spec, file_roots=())
+    registry = Registry.of(harness.registry.release, [*harness.registry.tools.values(), spec], harness.system)
+    asked = {
+        "c-ok": {"path": "notes/restart.md", "more": ["alias.md"]},
+        "c-abs": {"path": str(tree["outside"] / "secret.txt")},
+        "c-list": {"more": ["notes/restart.md", "escape"]},
+        "c-list-dots": {"more": ["../outside/secret.txt"]},
+        "c-nested": {"more": [["escape"]]},
+    }
+    model = ScriptedChatModel(
+        responses=[ai("", *(tool_call("read_runbook", args, c) for c, args in asked.items())), ai("done")]
+    )
+    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
+    state = start(app.compiled(), "read the runbooks", "omar", "t-optional-files")
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert calls == ["notes/restart.md", "alias.md"]  # the handler ran for the allowed call only
+    assert answers["c-ok"]["status"] == "completed"
+    for refused in ("c-abs", "c-list", "c-list-dots"):
+        assert answers[refused]["status"] == "rejected" and answers[refused]["error"] == "path_not_allowed"
+    assert answers["c-nested"]["status"] == "rejected"  # not a list of strings: never reaches the handler
+    assert "the outside secret" not in json.dumps(answers)
+    rejected = [e for e in audit_events(store, "call.rejected") if e.code == "path_not_allowed"]
+    assert sorted(e.call_id for e in rejected) == ["c-abs", "c-list", "c-list-dots"]
+    assert path_problem((str(root),), ("more",), {"more": [{"p": "escape"}]}) == (
+        "argument 'more' must be a path string or a list of path strings"
+    )
+
+
 def test_a_path_argument_needs_absolute_roots(tree: dict[str, Path]) -> None:
     spec = read_file_spec(tree["root"], [])
     assert spec.path_arguments == ("path",) and path_fields(ReadFileArgs) == ("path",)
