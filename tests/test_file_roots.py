@@ -11,12 +11,14 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import Field
-from support import Harness, audit_events, principal, start, tool_messages
+from support import REFUND_REQUEST, Harness, audit_events, principal, start, tool_messages
 
 from toolgate.errors import RegistryError
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.authority import RecordedCall
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
@@ -213,6 +215,53 @@ def test_an_optional_or_listed_path_argument_is_judged_like_any_other(
     assert path_problem((str(root),), ("more",), {"more": [{"p": "escape"}]}) == (
         "argument 'more' must be a path string or a list of path strings"
     )
+
+
+def test_a_symlink_swapped_in_after_approval_is_refused_before_the_write_runs(
+    store: Store, tree: dict[str, Path]
+) -> None:
+    """A write's path is judged again right before its claim: approved while it named a file under
+    the root, it is refused ``path_not_allowed`` (audited, the handler never runs) once a symlink
+    out of the root has been swapped in, however long after the approval."""
+    harness = Harness(store)
+    refund = harness.registry.tools["issue_refund"]
+    root = tree["root"]
+
+    class ReceiptArgs(refund.args_model):  # type: ignore[name-defined,misc]
+        receipt: PathArgument = Field(description="Where to file the receipt, e.g. receipts/today.txt.")
+
+    written: list[str] = []
+
+    def file_receipt(args: Any, ctx: HandlerContext) -> Any:
+        written.append(args.receipt)
+        with open(os.path.join(root, args.receipt), "w", encoding="utf-8") as handle:
+            handle.write("refund receipt")
+        return refund.result_model(
+            refund_id="R-1", order_id=args.order_id, amount_cents=args.amount_cents, status="refunded"
+        )
+
+    spec = replace(
+        refund, args_model=ReceiptArgs, handler=file_receipt, handler_revision="receipt/1", file_roots=(str(root),)
+    )
+    harness.registry = Registry.of(
+        harness.registry.release,
+        [spec if s.name == "issue_refund" else s for s in harness.registry.tools.values()],
+        harness.system,
+    )
+    arguments = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged", "receipt": "today.txt"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", arguments, "c1")), ai("done")])
+    state = start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-receipt")
+    facts = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    gateway = harness.gateway()
+    decide(gateway, facts["proposal_id"], principal("fiona"), "approve")
+    (root / "today.txt").symlink_to(tree["outside"] / "secret.txt")  # swapped in after the approval
+    key = facts["operation_key"]
+    gateway.executor.deliver(key, worker_id="w1")
+    assert written == []  # the handler never ran
+    assert (tree["outside"] / "secret.txt").read_text() == "the outside secret"
+    refused = [e for e in store.audit.events(operation_key=key) if e.event == "operation.refused"]
+    assert [e.code for e in refused] == ["path_not_allowed"]
+    assert store.operations.get(key).status == "approved"  # not claimed: it stays approved
 
 
 def test_a_path_argument_needs_absolute_roots(tree: dict[str, Path]) -> None:
