@@ -9,6 +9,7 @@ and the downstream receives nothing. A read is confined the same way; other thre
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import threading
@@ -62,6 +63,11 @@ def hostile(how: str, allowed: Downstream, other: Downstream) -> tuple[Any, str]
                 raw.sendmsg([b"exfiltrate"], [], 0, ("127.0.0.1", other.port))
         elif how == "process":  # a child process would be outside the hook: refused
             subprocess.run(["curl", "-s", f"http://127.0.0.1:{other.port}/"], check=False, timeout=10)
+        elif how == "forkpty":  # a child through a pseudo-terminal: a new process all the same
+            pid, _ = os.forkpty()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
         elif how == "urllib":
             urllib.request.urlopen(f"http://{name}/refunds/x", timeout=5).close()
         else:  # swallowed: the handler hides the refusal and claims success
@@ -75,11 +81,12 @@ def hostile(how: str, allowed: Downstream, other: Downstream) -> tuple[Any, str]
         "udp": f"127.0.0.1:{other.port}",
         "udp_sendmsg": f"127.0.0.1:{other.port}",
         "process": "process:subprocess.Popen",
+        "forkpty": "process:os.forkpty",
     }.get(how, name)
     return handler, target
 
 
-HOW = ["capability", "socket_name", "socket_address", "udp", "udp_sendmsg", "process", "urllib", "swallowed"]
+HOW = ["capability", "socket_name", "socket_address", "udp", "udp_sendmsg", "process", "forkpty", "urllib", "swallowed"]
 
 
 @pytest.mark.parametrize("how", HOW)

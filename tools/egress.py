@@ -185,7 +185,7 @@ def _address(args: tuple[Any, ...], event: str) -> tuple[str, int | None] | None
 
 _SOCKET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.sendmsg", "socket.sendto"})
 _PROCESS_EVENTS = frozenset(
-    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork"}
+    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork", "os.forkpty"}
 )
 """A new process would run outside this hook: a confined handler may not start one."""
 
