@@ -212,3 +212,70 @@ def test_the_capability_checks_scheme_host_and_port_before_sending() -> None:
         egress.get("file:///etc/passwd")
     assert [d.target for d in egress.denials] == ["169.254.169.254:80"]
     assert "api.internal" in repr(egress)
+
+
+@contextlib.contextmanager
+def listening() -> Iterator[tuple[socket.socket, int]]:
+    """A loopback TCP listener no tool declares, and its port."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        server.settimeout(0.1)
+        yield server, server.getsockname()[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: a tool that declares no egress_hosts runs with no egress scope at all, so its "
+    "handler (and an ownership resolver's lookup, 'no egress' in loaded_code._checked) reaches any host; "
+    "confining them to no host would refuse MCP-backed tools (their stdio server process, their HTTP "
+    "server) and bring-your-own tools with clients of their own unless each declares its hosts",
+)
+def test_a_handler_of_a_tool_that_declares_no_egress_reaches_no_host() -> None:
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import install_guard
+
+    install_guard()
+    with listening() as (_, port):
+
+        def reaches(_: Any, ctx: HandlerContext) -> str:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return "reached"
+
+        ctx = HandlerContext(tenant_id="acme", user_id="ada")  # no egress_hosts: no ctx.http
+        with pytest.raises(CapabilityDenied):
+            loaded_code.start(reaches, None, ctx).result(30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: the egress scope is a context variable of the handler's thread and Python 3.11 "
+    "audits no thread start, so a thread the handler starts runs unconfined (as store/handler_access "
+    "documents for the database scope); closing it means copying the scope into threads started "
+    "under it (patching threading) or refusing them, which breaks handlers that use thread pools",
+)
+def test_a_thread_the_handler_starts_is_confined_too() -> None:
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import Egress, install_guard
+
+    install_guard()
+    with listening() as (_, port):
+        egress = Egress("t", frozenset({"127.0.0.2:9"}))
+
+        def reaches_from_a_thread(_: Any, ctx: HandlerContext) -> str:
+            failures: list[BaseException] = []
+
+            def connect() -> None:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                except BaseException as exc:
+                    failures.append(exc)
+
+            thread = threading.Thread(target=connect)
+            thread.start()
+            thread.join(30)
+            return "refused" if failures else "reached"
+
+        ctx = HandlerContext(tenant_id="acme", user_id="ada", http=egress)
+        with pytest.raises(CapabilityDenied):
+            loaded_code.start(reaches_from_a_thread, None, ctx).result(30)
