@@ -214,6 +214,52 @@ def test_the_capability_checks_scheme_host_and_port_before_sending() -> None:
     assert "api.internal" in repr(egress)
 
 
+def test_a_downstream_answering_without_end_is_read_no_further_than_the_bound() -> None:
+    """An allowed downstream that answers 64 MiB (or without end) is not held in memory whole:
+    the capability reads one byte past `MAX_RESPONSE_BYTES`, raises `ResponseTooLarge` (a read
+    fails, a write's outcome is unknown) and hangs up, so the downstream never sends it all."""
+    import http.server
+
+    from toolgate.tools.egress import MAX_RESPONSE_BYTES, Egress, ResponseTooLarge
+
+    total, block = 64 * 1024 * 1024, b"x" * 65536
+    sent: list[int] = []
+    done = threading.Event()
+
+    class Flood(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            count = 0
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(total))
+                self.end_headers()
+                while count < total:
+                    self.wfile.write(block)
+                    count += len(block)
+            except OSError:
+                pass  # the client hung up
+            finally:
+                sent.append(count)
+                done.set()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flood)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        egress = Egress("t", frozenset({f"127.0.0.1:{server.server_address[1]}"}))
+        with pytest.raises(ResponseTooLarge):
+            egress.get(f"http://127.0.0.1:{server.server_address[1]}/log")
+        assert done.wait(30)
+        assert MAX_RESPONSE_BYTES <= sent[0] < total  # it stopped sending once the client hung up
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
 @contextlib.contextmanager
 def listening() -> Iterator[tuple[socket.socket, int]]:
     """A loopback TCP listener no tool declares, and its port."""
