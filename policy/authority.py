@@ -16,7 +16,7 @@ that moment:
 | visibility: scopes, roles, tenant (`visibility`) | ``unauthorized`` | reads | the requester's |
 | retirement (`retirement`) | ``tool_deprecated`` | - | - |
 | no identity in arguments (`smuggled_identity`) | ``identity_in_arguments`` | - | - |
-| path arguments under the tool's roots (`outside_roots`) | ``path_not_allowed`` | reads | - |
+| path arguments under the tool's roots (`outside_roots`) | ``path_not_allowed`` | reads | ``path_not_allowed`` |
 | caller fields name the caller (`caller_mismatch`) | ``caller_mismatch`` | reads | - |
 | ownership of each resource (`ownership`) | ``cross_tenant``, ``not_owner`` | reads | the requester's |
 | business policy (`business_policy`) | ``policy_violation`` | - | the requester's, now |
@@ -225,7 +225,7 @@ def smuggled_identity(spec: ToolSpec, args: Mapping[str, Any]) -> Rejection | No
 def outside_roots(spec: ToolSpec, arguments: Mapping[str, Any]) -> Rejection | None:
     """``path_not_allowed`` when a path argument climbs out with ``..`` or resolves (symlinks
     followed) outside the tool's allow-listed roots (`toolgate.tools.paths`). Judged again for a
-    read at execute: a symlink can change between the two."""
+    read at execute and for a write before its claim: a symlink can change in between."""
     if not spec.path_arguments:
         return None
     problem = path_problem(spec.file_roots, spec.path_arguments, arguments)
@@ -588,6 +588,9 @@ class Authority:
         # theirs; the operation stays approved (a rule of hours may allow it later)
         refusal = (
             self.visibility(spec, requester)
+            # a path that resolved under the roots when it was approved may not now: a symlink
+            # swapped in since (hours may pass) would have the handler write outside them
+            or outside_roots(spec, proposal.arguments)
             or self.business_policy(
                 spec, requester, proposal.arguments, self.store.now() if now is None else now
             )

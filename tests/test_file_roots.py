@@ -11,12 +11,14 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import Field
-from support import Harness, audit_events, principal, start, tool_messages
+from support import REFUND_REQUEST, Harness, audit_events, principal, start, tool_messages
 
 from toolgate.errors import RegistryError
+from toolgate.graph.review.decisions import decide
 from toolgate.policy.authority import RecordedCall
 from toolgate.store import Store
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
@@ -157,6 +159,109 @@ def test_a_symlink_swapped_in_after_dispatch_is_refused_at_execute(
     verdict = gateway.authority.at_execute(principal("omar"), call, thread_id="t", proposal=None)
     assert verdict.rejection is not None and verdict.rejection.code == "path_not_allowed"
     assert calls == []
+
+
+class OptionalPathsArgs(StrictArgs):
+    path: PathArgument | None = Field(default=None, description="A runbook file, e.g. notes/restart.md.")
+    more: list[PathArgument] = Field(default_factory=list, description="More runbook files.")
+
+
+def test_an_optional_or_listed_path_argument_is_judged_like_any_other(
+    store: Store, tree: dict[str, Path]
+) -> None:
+    """``PathArgument | None`` and ``list[PathArgument]`` are path arguments too (their marker
+    sits inside the annotation, not on the field): judged at dispatch, and needing roots to load."""
+    assert path_fields(OptionalPathsArgs) == ("path", "more")
+    harness = Harness(store)
+    calls: list[str] = []
+    root = tree["root"]
+
+    def read_files(args: OptionalPathsArgs, ctx: HandlerContext) -> ReadFileResult:
+        texts = []
+        for path in [p for p in (args.path, *args.more) if p is not None]:
+            calls.append(path)
+            with open(path if os.path.isabs(path) else os.path.join(root, path), encoding="utf-8") as handle:
+                texts.append(handle.read(4096))
+        return ReadFileResult(text="\n".join(texts))
+
+    spec = replace(
+        read_file_spec(root, []), args_model=OptionalPathsArgs, handler=read_files, handler_revision="files/1"
+    )
+    assert spec.path_arguments == ("path", "more")
+    with pytest.raises(RegistryError, match="need file_roots"):
+        replace(spec, file_roots=())
+    registry = Registry.of(harness.registry.release, [*harness.registry.tools.values(), spec], harness.system)
+    asked = {
+        "c-ok": {"path": "notes/restart.md", "more": ["alias.md"]},
+        "c-abs": {"path": str(tree["outside"] / "secret.txt")},
+        "c-list": {"more": ["notes/restart.md", "escape"]},
+        "c-list-dots": {"more": ["../outside/secret.txt"]},
+        "c-nested": {"more": [["escape"]]},
+    }
+    model = ScriptedChatModel(
+        responses=[ai("", *(tool_call("read_runbook", args, c) for c, args in asked.items())), ai("done")]
+    )
+    app = open_test_app(model=model, tools=registry, policy=harness.policy, store=store, start=False)
+    state = start(app.compiled(), "read the runbooks", "omar", "t-optional-files")
+    answers = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert calls == ["notes/restart.md", "alias.md"]  # the handler ran for the allowed call only
+    assert answers["c-ok"]["status"] == "completed"
+    for refused in ("c-abs", "c-list", "c-list-dots"):
+        assert answers[refused]["status"] == "rejected" and answers[refused]["error"] == "path_not_allowed"
+    assert answers["c-nested"]["status"] == "rejected"  # not a list of strings: never reaches the handler
+    assert "the outside secret" not in json.dumps(answers)
+    rejected = [e for e in audit_events(store, "call.rejected") if e.code == "path_not_allowed"]
+    assert sorted(e.call_id for e in rejected) == ["c-abs", "c-list", "c-list-dots"]
+    assert path_problem((str(root),), ("more",), {"more": [{"p": "escape"}]}) == (
+        "argument 'more' must be a path string or a list of path strings"
+    )
+
+
+def test_a_symlink_swapped_in_after_approval_is_refused_before_the_write_runs(
+    store: Store, tree: dict[str, Path]
+) -> None:
+    """A write's path is judged again right before its claim: approved while it named a file under
+    the root, it is refused ``path_not_allowed`` (audited, the handler never runs) once a symlink
+    out of the root has been swapped in, however long after the approval."""
+    harness = Harness(store)
+    refund = harness.registry.tools["issue_refund"]
+    root = tree["root"]
+
+    class ReceiptArgs(refund.args_model):  # type: ignore[name-defined,misc]
+        receipt: PathArgument = Field(description="Where to file the receipt, e.g. receipts/today.txt.")
+
+    written: list[str] = []
+
+    def file_receipt(args: Any, ctx: HandlerContext) -> Any:
+        written.append(args.receipt)
+        with open(os.path.join(root, args.receipt), "w", encoding="utf-8") as handle:
+            handle.write("refund receipt")
+        return refund.result_model(
+            refund_id="R-1", order_id=args.order_id, amount_cents=args.amount_cents, status="refunded"
+        )
+
+    spec = replace(
+        refund, args_model=ReceiptArgs, handler=file_receipt, handler_revision="receipt/1", file_roots=(str(root),)
+    )
+    harness.registry = Registry.of(
+        harness.registry.release,
+        [spec if s.name == "issue_refund" else s for s in harness.registry.tools.values()],
+        harness.system,
+    )
+    arguments = {"order_id": "O-5512", "amount_cents": 4999, "reason": "damaged", "receipt": "today.txt"}
+    model = ScriptedChatModel(responses=[ai("", tool_call("issue_refund", arguments, "c1")), ai("done")])
+    state = start(harness.graph(model), REFUND_REQUEST, "cust-ada", "t-receipt")
+    facts = state["__interrupt__"][0].value["toolgate"]["proposals"][0]
+    gateway = harness.gateway()
+    decide(gateway, facts["proposal_id"], principal("fiona"), "approve")
+    (root / "today.txt").symlink_to(tree["outside"] / "secret.txt")  # swapped in after the approval
+    key = facts["operation_key"]
+    gateway.executor.deliver(key, worker_id="w1")
+    assert written == []  # the handler never ran
+    assert (tree["outside"] / "secret.txt").read_text() == "the outside secret"
+    refused = [e for e in store.audit.events(operation_key=key) if e.event == "operation.refused"]
+    assert [e.code for e in refused] == ["path_not_allowed"]
+    assert store.operations.get(key).status == "approved"  # not claimed: it stays approved
 
 
 def test_a_path_argument_needs_absolute_roots(tree: dict[str, Path]) -> None:

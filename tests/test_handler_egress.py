@@ -9,6 +9,7 @@ and the downstream receives nothing. A read is confined the same way; other thre
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import threading
@@ -57,8 +58,16 @@ def hostile(how: str, allowed: Downstream, other: Downstream) -> tuple[Any, str]
         elif how == "udp":
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
                 raw.sendto(b"exfiltrate", ("127.0.0.1", other.port))
+        elif how == "udp_sendmsg":  # sendmsg with an address: its own audit event, not sendto's
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+                raw.sendmsg([b"exfiltrate"], [], 0, ("127.0.0.1", other.port))
         elif how == "process":  # a child process would be outside the hook: refused
             subprocess.run(["curl", "-s", f"http://127.0.0.1:{other.port}/"], check=False, timeout=10)
+        elif how == "forkpty":  # a child through a pseudo-terminal: a new process all the same
+            pid, _ = os.forkpty()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
         elif how == "urllib":
             urllib.request.urlopen(f"http://{name}/refunds/x", timeout=5).close()
         else:  # swallowed: the handler hides the refusal and claims success
@@ -70,12 +79,14 @@ def hostile(how: str, allowed: Downstream, other: Downstream) -> tuple[Any, str]
     target = {
         "socket_address": f"127.0.0.1:{other.port}",
         "udp": f"127.0.0.1:{other.port}",
+        "udp_sendmsg": f"127.0.0.1:{other.port}",
         "process": "process:subprocess.Popen",
+        "forkpty": "process:os.forkpty",
     }.get(how, name)
     return handler, target
 
 
-HOW = ["capability", "socket_name", "socket_address", "udp", "process", "urllib", "swallowed"]
+HOW = ["capability", "socket_name", "socket_address", "udp", "udp_sendmsg", "process", "forkpty", "urllib", "swallowed"]
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -146,6 +157,45 @@ def test_the_allowlist_confines_the_handlers_thread_only(fakes: tuple[Downstream
     assert future.result(30) == "done" and egress.denials == []
 
 
+def test_a_datagram_sent_with_sendmsg_to_an_undeclared_host_never_leaves() -> None:
+    """``socket.sendmsg`` with an address is its own audit event (not ``socket.sendto``): a
+    confined handler's datagram to a host outside its allowlist is refused before it is sent,
+    and remembered; a ``sendmsg`` on a socket connected through the guard names no address."""
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import Egress, install_guard
+
+    install_guard()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        egress = Egress("t", frozenset({"127.0.0.2:9"}))
+        ctx = HandlerContext(tenant_id="acme", user_id="ada", http=egress)
+
+        def sends(_: Any, ctx: HandlerContext) -> str:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw, contextlib.suppress(Exception):
+                raw.sendmsg([b"exfiltrate"], [], 0, ("127.0.0.1", port))
+            return "sent"
+
+        with pytest.raises(CapabilityDenied) as refused:
+            loaded_code.start(sends, None, ctx).result(30)
+        assert (refused.value.capability, refused.value.target) == ("egress", f"127.0.0.1:{port}")
+        assert [d.target for d in egress.denials] == [f"127.0.0.1:{port}"]
+        with pytest.raises(BlockingIOError):
+            listener.recv(64)  # nothing arrived
+
+        allowed = Egress("t", frozenset({f"127.0.0.1:{port}"}))
+
+        def connected(_: Any, ctx: HandlerContext) -> int:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+                raw.connect(("127.0.0.1", port))
+                return raw.sendmsg([b"allowed"])
+
+        ctx = HandlerContext(tenant_id="acme", user_id="ada", http=allowed)
+        assert loaded_code.start(connected, None, ctx).result(30) == 7
+        assert listener.recv(64) == b"allowed" and allowed.denials == []
+
+
 def test_the_capability_checks_scheme_host_and_port_before_sending() -> None:
     from toolgate.errors import ToolExecutionError
     from toolgate.tools.egress import Egress
@@ -162,3 +212,150 @@ def test_the_capability_checks_scheme_host_and_port_before_sending() -> None:
         egress.get("file:///etc/passwd")
     assert [d.target for d in egress.denials] == ["169.254.169.254:80"]
     assert "api.internal" in repr(egress)
+
+
+def test_a_downstream_answering_without_end_is_read_no_further_than_the_bound() -> None:
+    """An allowed downstream that answers 64 MiB (or without end) is not held in memory whole:
+    the capability reads one byte past `MAX_RESPONSE_BYTES`, raises `ResponseTooLarge` (a read
+    fails, a write's outcome is unknown) and hangs up, so the downstream never sends it all."""
+    import http.server
+
+    from toolgate.tools.egress import MAX_RESPONSE_BYTES, Egress, ResponseTooLarge
+
+    total, block = 64 * 1024 * 1024, b"x" * 65536
+    sent: list[int] = []
+    done = threading.Event()
+
+    class Flood(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            count = 0
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(total))
+                self.end_headers()
+                while count < total:
+                    self.wfile.write(block)
+                    count += len(block)
+            except OSError:
+                pass  # the client hung up
+            finally:
+                sent.append(count)
+                done.set()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flood)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        egress = Egress("t", frozenset({f"127.0.0.1:{server.server_address[1]}"}))
+        with pytest.raises(ResponseTooLarge):
+            egress.get(f"http://127.0.0.1:{server.server_address[1]}/log")
+        assert done.wait(30)
+        assert MAX_RESPONSE_BYTES <= sent[0] < total  # it stopped sending once the client hung up
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def listening() -> Iterator[tuple[socket.socket, int]]:
+    """A loopback TCP listener no tool declares, and its port."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        server.settimeout(0.1)
+        yield server, server.getsockname()[1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: a tool that declares no egress_hosts runs with no egress scope at all, so its "
+    "handler (and an ownership resolver's lookup, 'no egress' in loaded_code._checked) reaches any host; "
+    "confining them to no host would refuse MCP-backed tools (their stdio server process, their HTTP "
+    "server) and bring-your-own tools with clients of their own unless each declares its hosts",
+)
+def test_a_handler_of_a_tool_that_declares_no_egress_reaches_no_host() -> None:
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import install_guard
+
+    install_guard()
+    with listening() as (_, port):
+
+        def reaches(_: Any, ctx: HandlerContext) -> str:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return "reached"
+
+        ctx = HandlerContext(tenant_id="acme", user_id="ada")  # no egress_hosts: no ctx.http
+        with pytest.raises(CapabilityDenied):
+            loaded_code.start(reaches, None, ctx).result(30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: the egress scope is a context variable of the handler's thread and Python 3.11 "
+    "audits no thread start, so a thread the handler starts runs unconfined (as store/handler_access "
+    "documents for the database scope); closing it means copying the scope into threads started "
+    "under it (patching threading) or refusing them, which breaks handlers that use thread pools",
+)
+def test_a_thread_the_handler_starts_is_confined_too() -> None:
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import Egress, install_guard
+
+    install_guard()
+    with listening() as (_, port):
+        egress = Egress("t", frozenset({"127.0.0.2:9"}))
+
+        def reaches_from_a_thread(_: Any, ctx: HandlerContext) -> str:
+            failures: list[BaseException] = []
+
+            def connect() -> None:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+                except BaseException as exc:
+                    failures.append(exc)
+
+            thread = threading.Thread(target=connect)
+            thread.start()
+            thread.join(30)
+            return "refused" if failures else "reached"
+
+        ctx = HandlerContext(tenant_id="acme", user_id="ada", http=egress)
+        with pytest.raises(CapabilityDenied):
+            loaded_code.start(reaches_from_a_thread, None, ctx).result(30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: the guard is an audit hook inside the gateway's process, and CPython 3.11 audits "
+    "no call of _posixsubprocess.fork_exec (subprocess audits it in Python, before calling it), nor "
+    "what ctypes calls in libc; refusing these needs handlers in a process of their own (seccomp, a "
+    "sandbox), not another hook",
+)
+def test_a_process_started_below_subprocess_is_refused() -> None:
+    import _posixsubprocess  # type: ignore[import-not-found]
+
+    from toolgate.tools import loaded_code
+    from toolgate.tools.egress import Egress, install_guard
+
+    install_guard()
+    egress = Egress("t", frozenset({"127.0.0.2:9"}))
+
+    def spawns(_: Any, ctx: HandlerContext) -> int:
+        read, write = os.pipe()
+        try:
+            pid: int = _posixsubprocess.fork_exec(
+                ["/bin/true"], [b"/bin/true"], True, (write,), None, None, -1, -1, -1, -1, -1, -1,
+                read, write, True, False, -1, None, None, None, -1, None, False,
+            )
+        finally:
+            os.close(read)
+            os.close(write)
+        os.waitpid(pid, 0)
+        return pid
+
+    ctx = HandlerContext(tenant_id="acme", user_id="ada", http=egress)
+    with pytest.raises(CapabilityDenied):
+        loaded_code.start(spawns, None, ctx).result(30)

@@ -8,6 +8,7 @@ redacted and bounded by the tool's ``max_output_bytes``, while the model gets on
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -148,3 +149,52 @@ def test_a_client_of_the_real_server_receives_the_chunks_with_stream_mode_custom
     body = json.loads(answer["content"])
     assert body["status"] == "completed" and body["data"]["lines_read"] == LINES
     assert PLANTED_KEY not in json.dumps(state["values"])
+
+
+def test_an_attempt_given_up_sends_no_late_chunk_and_is_closed_at_its_next_yield(tmp_path: Path) -> None:
+    """A read's first attempt times out while it still yields: its chunks after that would go out
+    under the retry's attempt number (and eat its budget), and a generator that yields forever
+    would hold its worker and handler slot for good. It is closed at its next chunk instead;
+    the client sees each attempt's own chunks only, and nothing after the call was answered."""
+    from support import Harness
+
+    from toolgate.graph.delivery.executor import Executor
+    from toolgate.policy.retry import ReadRetry
+    from toolgate.tools import Registry
+
+    store = SQLiteStore(tmp_path / "t.sqlite", key=TEST_KEY)
+    harness = Harness(store)
+    status = harness.registry.tools["get_service_status"]
+    release_first, first_ended, started = threading.Event(), threading.Event(), iter(range(1, 10))
+    late: list[int] = []
+
+    def handler(args: Any, ctx: Any) -> Generator[str, None, Any]:
+        if next(started) == 1:
+            try:
+                yield "attempt one, in time\n"
+                assert release_first.wait(60)  # held past its timeout, then yields on
+                for n in range(1000):
+                    late.append(n)
+                    yield f"attempt one, late {n}\n"
+                return status.result_model(service_alias="web", state="stale", restarts=0)
+            finally:
+                first_ended.set()
+        yield "attempt two\n"
+        return status.result_model(service_alias="web", state="running", restarts=0)
+
+    spec = replace(status, handler=handler, handler_revision="stream-retry/1", timeout_s=2, max_output_bytes=4096)
+    registry = Registry.of(harness.registry.release, [spec], harness.system)
+    gateway = harness.gateway()
+    retry = ReadRetry(max_attempts=2, sleep=lambda _: None)
+    executor = Executor(store, registry, gateway.auditor, gateway.directory, read_retry=retry)
+    sent: list[dict[str, Any]] = []
+    stream = OutputStream(sent.append, call_id="c1", tool=spec.name, max_bytes=4096)
+    result = executor.run_read(spec, {"service_alias": "web"}, principal("cust-ada"), stream=stream)
+    assert result["state"] == "running"
+    release_first.set()
+    assert first_ended.wait(30)
+    assert late == [0]  # closed at its first chunk past its timeout, not run to its end
+    assert [(e["attempt"], e["seq"], e["chunk"]) for e in sent] == [
+        (1, 0, "attempt one, in time\n"),
+        (2, 0, "attempt two\n"),
+    ]

@@ -209,7 +209,8 @@ CATALOG: tuple[CodeEntry, ...] = (
         _Row(
             "path_not_allowed", "dispatch", False,
             "A path argument climbs out with '..' or resolves (symlinks followed) outside the tool's "
-            "allow-listed roots; refused before any handler runs.",
+            "allow-listed roots; refused before any handler runs (before the claim of an approved"
+            " write: judged again, a symlink swapped in since; the write stays approved).",
         ),
         _Row(
             "undeclared_argument", "dispatch", True,

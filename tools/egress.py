@@ -3,12 +3,13 @@
 A tool that calls out declares `toolgate.tools.spec.ToolSpec.egress_hosts` (``host`` for any port,
 ``host:port`` for one). Its handler gets an `Egress` in ``ctx.http``: an urllib-based client that
 refuses any other host, and any redirect away from an allowed one, with
-`toolgate.errors.CapabilityDenied` (``egress``). A handler that goes around it (``socket``,
-``urllib``, a library of its own) is caught too: while it runs, its `Egress` is the current
-`EGRESS_SCOPE`, and a process-wide audit hook (`install_guard`, on ``socket.getaddrinfo``,
-``socket.connect`` and ``socket.sendto``) refuses every connection to a host outside the
-allowlist, and any new process (it would run outside the hook). Each refusal is
-remembered on the `Egress` (`Egress.denials`), so a handler that swallows the exception still fails.
+`toolgate.errors.CapabilityDenied` (``egress``), and reads no body past `MAX_RESPONSE_BYTES`.
+A handler that goes around it (``socket``, ``urllib``, a library of its own) is caught too: while
+it runs, its `Egress` is the current `EGRESS_SCOPE`, and a process-wide audit hook
+(`install_guard`, on ``socket.getaddrinfo``, ``socket.connect``, ``socket.sendto`` and
+``socket.sendmsg``) refuses every connection to a host outside the allowlist, and any new process
+(it would run outside the hook). Each refusal is remembered on the `Egress` (`Egress.denials`), so
+a handler that swallows the exception still fails.
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ class EgressResponse:
         return self
 
 
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""The largest body `Egress` reads from a downstream: a larger one is never held in memory whole
+(`ResponseTooLarge`), whatever the tool's own output bound, which applies only once the handler
+returned."""
+
+
+class ResponseTooLarge(Exception):
+    """A downstream answered with more than the capability reads (`MAX_RESPONSE_BYTES`). Not a
+    `ToolExecutionError`: the downstream did answer, so a write's outcome is unknown (reconciled),
+    never failed; a read fails ``server_error``."""
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # a 3xx is returned as is: following it could leave the allowlist
@@ -83,10 +96,18 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 class Egress:
     """HTTP for one handler call, limited to its tool's allowlist."""
 
-    def __init__(self, tool: str, hosts: frozenset[str], *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        tool: str,
+        hosts: frozenset[str],
+        *,
+        timeout_s: float = 10.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.tool = tool
         self.hosts = frozenset(_split(entry) for entry in hosts)
         self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
         self.denials: list[CapabilityDenied] = []
         self._addresses: dict[str, set[str]] = {}
         self._opener = urllib.request.build_opener(_NoRedirect())
@@ -155,9 +176,17 @@ class Egress:
             request.add_header("Content-Type", "application/json")
         try:
             with self._opener.open(request, timeout=timeout_s or self.timeout_s) as response:
-                return EgressResponse(response.status, dict(response.headers.items()), response.read())
+                return EgressResponse(response.status, dict(response.headers.items()), self._body(response))
         except urllib.error.HTTPError as exc:
-            return EgressResponse(exc.code, dict(exc.headers.items()), exc.read())
+            with exc:
+                return EgressResponse(exc.code, dict(exc.headers.items()), self._body(exc))
+
+    def _body(self, response: Any) -> bytes:
+        """The body, read no further than one byte past the bound (`ResponseTooLarge` then)."""
+        data: bytes = response.read(self.max_response_bytes + 1)
+        if len(data) > self.max_response_bytes:
+            raise ResponseTooLarge(f"the downstream answered more than {self.max_response_bytes} bytes")
+        return data
 
     def get(self, url: str, **kwargs: Any) -> EgressResponse:
         return self.request("GET", url, **kwargs)
@@ -176,14 +205,16 @@ def _address(args: tuple[Any, ...], event: str) -> tuple[str, int | None] | None
             isinstance(port, str) and port.isdigit()
         ) else None
     address = args[1]
+    if address is None:  # a ``sendmsg`` on a connected socket: its ``connect`` was judged
+        return None
     if isinstance(address, tuple) and len(address) >= 2:
         return str(address[0]), int(address[1])
     return str(address), None  # a Unix socket path: never on an allowlist
 
 
-_SOCKET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.sendto"})
+_SOCKET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.sendmsg", "socket.sendto"})
 _PROCESS_EVENTS = frozenset(
-    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork"}
+    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork", "os.forkpty"}
 )
 """A new process would run outside this hook: a confined handler may not start one."""
 
@@ -213,4 +244,12 @@ def install_guard() -> None:
             _done.append(True)
 
 
-__all__ = ["EGRESS_SCOPE", "Egress", "EgressResponse", "host_problems", "install_guard"]
+__all__ = [
+    "EGRESS_SCOPE",
+    "MAX_RESPONSE_BYTES",
+    "Egress",
+    "EgressResponse",
+    "ResponseTooLarge",
+    "host_problems",
+    "install_guard",
+]

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import BaseModel
 
@@ -36,10 +36,29 @@ PathArgument = Annotated[str, ToolPath()]
 """A path argument: ``path: PathArgument``."""
 
 
+def _marked(annotation: Any, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether a `ToolPath` marks ``annotation`` anywhere inside it (``PathArgument | None``,
+    ``list[PathArgument]``, a nested model's field), not only at its top."""
+    if isinstance(annotation, ToolPath):
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if id(annotation) in seen:
+            return False
+        inner, fields = seen | {id(annotation)}, annotation.model_fields.values()
+        return any(_marked(m, inner) for info in fields for m in (*info.metadata, info.annotation))
+    return any(_marked(arg, seen) for arg in get_args(annotation))
+
+
 def path_fields(args_model: type[BaseModel]) -> tuple[str, ...]:
-    """The top-level argument fields of ``args_model`` annotated as paths."""
+    """The top-level argument fields of ``args_model`` whose annotation marks a path anywhere: a
+    `PathArgument` that is optional or in a list is a path argument all the same (judged, and
+    needing roots), never one the dispatch check silently skips."""
     fields = getattr(args_model, "model_fields", {})
-    return tuple(name for name, info in fields.items() if any(isinstance(m, ToolPath) for m in info.metadata))
+    return tuple(
+        name
+        for name, info in fields.items()
+        if any(isinstance(m, ToolPath) for m in info.metadata) or _marked(info.annotation)
+    )
 
 
 def root_problems(roots: tuple[str, ...]) -> list[str]:
@@ -69,14 +88,16 @@ def path_problem(roots: tuple[str, ...], fields: tuple[str, ...], arguments: Map
     message names the argument and the rule, never the path (it may be an injected instruction)."""
     for name in fields:
         value = arguments.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            return f"argument {name!r} must be a path string"
-        if ".." in PurePath(value).parts:
-            return f"argument {name!r} climbs out with '..'; name a path under the allowed roots"
-        if resolve(value, roots) is None:
-            return f"argument {name!r} resolves outside the allowed roots (symlinks are followed)"
+        values = value if isinstance(value, list | tuple) else [value]
+        for item in values:
+            if item is None:
+                continue
+            if not isinstance(item, str):  # a nested path (a mapping, a model) fails closed
+                return f"argument {name!r} must be a path string or a list of path strings"
+            if ".." in PurePath(item).parts:
+                return f"argument {name!r} climbs out with '..'; name a path under the allowed roots"
+            if resolve(item, roots) is None:
+                return f"argument {name!r} resolves outside the allowed roots (symlinks are followed)"
     return None
 
 

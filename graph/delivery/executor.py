@@ -136,6 +136,8 @@ class Executor:
             self.store, self.credential_provider, spec, principal, credentials, self.clock
         )
         unchecked = [ownership] if ownership is not None else []  # until its lookups all allowed the call
+        # without a client's stream the chunks are dropped, but a given-up attempt still stops
+        chunks = stream or OutputStream(lambda _: None, call_id="", tool=spec.name, max_bytes=0)
 
         def retried(attempt: int, exc: ToolExecutionError, delay_s: float) -> None:
             self.auditor.record(
@@ -148,12 +150,14 @@ class Executor:
                 detail={"attempt": attempt, "delay_ms": round(delay_s * 1000)},
                 **dict(audit_fields or {}),
             )
-            if stream is not None:
-                stream.next_attempt()
+            chunks.next_attempt()
 
-        raw = self.read_retry.call(
-            lambda: self._read_once(spec, args, ctx, principal, stream, unchecked), retried
-        )
+        try:
+            raw = self.read_retry.call(
+                lambda: self._read_once(spec, args, ctx, principal, chunks, unchecked), retried
+            )
+        finally:
+            chunks.close()  # answered: an attempt still running past its timeout sends nothing more
         return raw.unwrap()
 
     def _read_once(
