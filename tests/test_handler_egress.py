@@ -272,10 +272,11 @@ def listening() -> Iterator[tuple[socket.socket, int]]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="decision: a tool that declares no egress_hosts runs with no egress scope at all, so its "
-    "handler (and an ownership resolver's lookup, 'no egress' in loaded_code._checked) reaches any host; "
-    "confining them to no host would refuse MCP-backed tools (their stdio server process, their HTTP "
-    "server) and bring-your-own tools with clients of their own unless each declares its hosts",
+    reason="decided, not yet done: a tool that declares no egress_hosts runs with no egress scope, so its "
+    "handler (and an ownership resolver's lookup, 'no egress' in loaded_code._checked) reaches any host. "
+    "The rule to take is no declared host, no network (bring-your-own tools with clients of their own "
+    "declare their hosts; an MCP HTTP session's host declared by the adapter); it changes what every "
+    "undeclared tool may do, so it lands with its own migration note, not in a red-team pass",
 )
 def test_a_handler_of_a_tool_that_declares_no_egress_reaches_no_host() -> None:
     from toolgate.tools import loaded_code
@@ -295,10 +296,10 @@ def test_a_handler_of_a_tool_that_declares_no_egress_reaches_no_host() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="decision: the egress scope is a context variable of the handler's thread and Python 3.11 "
-    "audits no thread start, so a thread the handler starts runs unconfined (as store/handler_access "
-    "documents for the database scope); closing it means copying the scope into threads started "
-    "under it (patching threading) or refusing them, which breaks handlers that use thread pools",
+    reason="decided, kept as a known limit of in-process loaded code: the egress scope is a context "
+    "variable of the handler's thread and Python 3.11 audits no thread start, so a thread the handler "
+    "starts runs unconfined (as store/handler_access documents for the database scope); the fix is "
+    "handlers in a process of their own, as for every other process state they can change",
 )
 def test_a_thread_the_handler_starts_is_confined_too() -> None:
     from toolgate.tools import loaded_code
@@ -329,10 +330,10 @@ def test_a_thread_the_handler_starts_is_confined_too() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="decision: the guard is an audit hook inside the gateway's process, and CPython 3.11 audits "
-    "no call of _posixsubprocess.fork_exec (subprocess audits it in Python, before calling it), nor "
-    "what ctypes calls in libc; refusing these needs handlers in a process of their own (seccomp, a "
-    "sandbox), not another hook",
+    reason="decided, kept as a known limit of in-process loaded code: the guard is an audit hook inside "
+    "the gateway's process, and CPython 3.11 audits no call of _posixsubprocess.fork_exec (subprocess "
+    "audits it in Python, before calling it), nor what ctypes calls in libc; refusing these needs "
+    "handlers in a process of their own (seccomp, a sandbox), not another hook",
 )
 def test_a_process_started_below_subprocess_is_refused() -> None:
     import _posixsubprocess  # type: ignore[import-not-found]
