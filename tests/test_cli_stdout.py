@@ -16,7 +16,7 @@ import pytest
 from mcp_stdout_release import FORGED, FORGED_LINE
 from support import cli_env, kv_lines, seed_people, toolgate
 
-from toolgate.cli.own_output import command_output
+from toolgate.cli.own_output import command_output, speaking_for_the_command
 from toolgate.tools.demo.identities import demo_token
 
 RELEASE = f"{Path(__file__).with_name('mcp_stdout_release.py')}:release"
@@ -56,3 +56,21 @@ def test_other_threads_write_to_stderr_and_everything_is_restored(capsys: pytest
     assert sys.stdout is before
     out, err = capsys.readouterr()
     assert (out, err) == ("the command's line\n", "loaded code's line\nits bytes\n")
+
+
+def test_a_thread_the_command_started_speaks_for_it_only_while_it_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``worker run``'s signal thread writes its ``event=stopping`` line (scripts wait for it)."""
+
+    def command_thread() -> None:
+        with speaking_for_the_command():
+            print("event=stopping")
+        print("after the line")
+
+    with command_output():
+        thread = threading.Thread(target=command_thread)
+        thread.start()
+        thread.join()
+    out, err = capsys.readouterr()
+    assert (out, err) == ("event=stopping\n", "after the line\n")

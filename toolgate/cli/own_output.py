@@ -6,7 +6,9 @@ own setup), and that code shared the stream: a handler's ``print("status=approve
 write straight to file descriptor 1 (by it or a process it starts), landed among the command's
 lines, where a script took it for the command's answer.
 
-`command_output` gives the command's stdout to the command's own thread for the command's life.
+`command_output` gives the command's stdout to the command's own thread for the command's life
+(and to a thread the command itself started, while it writes a line for it:
+`speaking_for_the_command`).
 Every write to ``sys.stdout`` from any other thread (loaded code runs on worker threads, and any
 thread it starts is another) goes to stderr, the operator's log, where it is still seen. In a
 process whose stdout is file descriptor 1, the command keeps a private copy of that descriptor
@@ -25,6 +27,25 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
+_SPEAKERS: set[int] = set()
+"""Threads the command itself started that speak for it now (`speaking_for_the_command`)."""
+_SPEAKERS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def speaking_for_the_command() -> Iterator[None]:
+    """The current thread writes the command's own lines for the block: a thread the command
+    itself started (``worker run``'s signal thread, whose ``event=stopping`` line scripts wait
+    for), never one loaded code runs on."""
+    me = threading.get_ident()
+    with _SPEAKERS_LOCK:
+        _SPEAKERS.add(me)
+    try:
+        yield
+    finally:
+        with _SPEAKERS_LOCK:
+            _SPEAKERS.discard(me)
+
 
 class RoutedOutput(io.TextIOBase):
     """``sys.stdout`` for the command's life: ``owner``'s writes to ``own``, any other thread's to
@@ -35,7 +56,8 @@ class RoutedOutput(io.TextIOBase):
         self._own, self._other, self._owner = own, other, owner
 
     def _target(self) -> IO[str]:
-        return self._own if threading.current_thread() is self._owner else self._other
+        mine = threading.current_thread() is self._owner or threading.get_ident() in _SPEAKERS
+        return self._own if mine else self._other
 
     def writable(self) -> bool:
         return True
@@ -105,4 +127,4 @@ def command_output() -> Iterator[None]:
                 own.close()
 
 
-__all__ = ["RoutedOutput", "command_output"]
+__all__ = ["RoutedOutput", "command_output", "speaking_for_the_command"]

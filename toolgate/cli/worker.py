@@ -11,6 +11,7 @@ import typer
 
 from toolgate.cli.common import EXIT_OVERLOADED, open_from_env
 from toolgate.cli.common import kv as _kv
+from toolgate.cli.own_output import speaking_for_the_command
 from toolgate.cli.waits import worker_wait_pass, worker_waits
 from toolgate.errors import NotFoundError
 from toolgate.graph.bootstrap import App
@@ -102,9 +103,11 @@ def worker_run(
         executor_for=lambda key: application.executor_gateway(key).executor,
         report=report,
     )
-    restore = stop_on_signals(
-        loop.stop, lambda name: report({"worker": options.worker_id, "event": "stopping", "signal": name})
-    )
+    def stopping(name: str) -> None:  # on the signal's own short thread: a line of the command's
+        with speaking_for_the_command():
+            report({"worker": options.worker_id, "event": "stopping", "signal": name})
+
+    restore = stop_on_signals(loop.stop, stopping)
     try:
         report({"worker": options.worker_id, "event": "started", "release": application.release.id})
         with application.graph() as graph:  # the wait pass resumes threads whose job wait is over
