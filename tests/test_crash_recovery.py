@@ -251,3 +251,46 @@ def test_an_overrunning_handler_paused_past_its_lease_has_its_late_effect_audite
     assert [(e.result, e.code) for e in late] == [("unknown", "timeout"), ("not_stored", "outcome_not_stored")]
     assert late[1].detail == {"outcome": "succeeded", "status": "dead_lettered", "worker": "doomed-worker"}
     harness.store.close()
+
+
+@pytest.mark.postgres
+def test_a_paused_worker_resumed_after_its_write_was_delivered_again_makes_no_second_effect(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Stopped (SIGSTOP) after its claim, before its effect, past its lease: recovery proves the
+    refund absent and delivers it again under the same operation key. Resumed (SIGCONT), the first
+    worker's handler reaches the payment system with that key: one refund, never two, and its
+    outcome overwrites nothing (audited ``outcome_not_stored``)."""
+    harness = Harness(PostgresStore(pg_url, key=TEST_KEY))
+    key = approved_refund(harness, "t-paused-again")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSING_WORKER, pg_url, key, "paused"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        stale = threading.Event()
+        for _ in range(200):
+            if harness.store.operations.stale_executing(0):
+                break
+            stale.wait(0.05)
+        report = recover(harness.gateway().executor, worker_id="recovery", grace_s=0, delays=(0.01,))
+        assert report.recovered == [key] and report.redelivered == [key]
+        assert harness.refunds() == 1 and harness.payments() == 1
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.split() == ["succeeded"]  # the record recovery's delivery stored
+    assert harness.refunds() == 1, "never two effects"
+    assert harness.payments() == 2  # the resumed handler's request, deduplicated by the operation key
+    op = harness.store.operations.get(key)
+    assert op is not None and op.status == "succeeded" and op.owner == "recovery" and op.attempts == 2
+    late = [e for e in harness.store.audit.events(operation_key=key) if e.event == "handler.finished"]
+    assert [(e.result, e.code) for e in late] == [("completed", None), ("not_stored", "outcome_not_stored")]
+    assert late[1].detail == {"outcome": "succeeded", "status": "succeeded", "worker": "doomed-worker"}
+    harness.store.close()
