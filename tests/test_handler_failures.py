@@ -17,6 +17,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from support import Harness
 
 from toolgate.graph.delivery.overruns import Overruns
@@ -225,3 +226,33 @@ def test_a_writes_own_failure_text_reaches_the_model_labelled_as_untrusted_outpu
     answer = json.loads(str(delivery_message("c1", refund, delivery).content))
     assert answer["status"] == "failed" and planted in answer["message"]
     assert answer["provenance"] == {"tool": refund.name, "version": refund.version, "note": PROVENANCE_NOTE}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="decision: a write's retryable server_error (a 502/504 from a proxy after the downstream"
+    " committed) is stored failed and retryable, so the model may propose the same refund again under a"
+    " new operation key; should a write's 5xx-class failure be an unknown outcome, settled by its status"
+    " check like a timeout, instead of trusting the handler's classification?",
+)
+def test_a_writes_retryable_server_error_after_its_effect_is_reconciled_not_failed(tmp_path: Any) -> None:
+    harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
+    refund = harness.registry.tools["issue_refund"]
+
+    def committed_then_502(args: Any, ctx: Any) -> Any:
+        from toolgate.errors import ToolExecutionError
+
+        refund.handler(args, ctx)  # the payment system committed the refund
+        raise ToolExecutionError("server_error", "502 Bad Gateway from the payments proxy", retryable=True)
+
+    specs = [
+        replace(refund, handler=committed_then_502) if s.name == refund.name else s
+        for s in harness.registry.tools.values()
+    ]
+    registry = Registry.of(harness.registry.release, specs, harness.system)
+    proposal, gateway = harness.approved_refund(registry, "t-write-502")
+    delivery = gateway.executor.deliver(proposal["operation_key"], worker_id="w1")
+    assert harness.refunds() == 1
+    assert delivery.status == "unknown" and delivery.error is not None and delivery.error["retryable"] is False
+    settled = reconcile(gateway.executor, proposal["operation_key"], delays=(0.0,))
+    assert settled.status == "succeeded" and harness.refunds() == 1

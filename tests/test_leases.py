@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from support import REFUND_REQUEST, Harness, principal, start
 
 from toolgate.graph.delivery.recovery import reconcile, recover, recover_abandoned
@@ -141,3 +142,31 @@ def test_a_claim_whose_worker_vanished_is_marked_worker_lost(harness: Harness) -
     assert op is not None and op.status == "unknown" and op.error is not None
     assert (op.error["kind"], op.error["retryable"]) == ("worker_lost", False)
     assert harness.payments() == 0
+
+
+def test_a_claim_renewed_after_recovery_read_it_stale_is_not_marked_lost(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery lists the lapsed claims, then marks each ``unknown``; a worker that was only
+    slow renews its lease between the two (its heartbeat lands after the listing). The change
+    is conditional on the lease still being lapsed by the store's clock, so the live worker keeps
+    its claim and stores its own outcome (on the base it was marked ``worker_lost`` regardless,
+    and its real outcome could no longer be stored)."""
+    key = approved_refund(harness, "t-renewed")
+    store = harness.store
+    assert store.operations.claim(key, "slow", 0.05) is not None
+    _wait_for(lambda: bool(store.operations.stale_executing(0)))
+    listed = store.operations.stale_executing
+
+    def heartbeat_after_listing(grace_s: float) -> Any:
+        stale = listed(grace_s)
+        assert store.operations.renew_lease(key, "slow", 60) is True  # the slow worker's heartbeat
+        return stale
+
+    monkeypatch.setattr(store.operations, "stale_executing", heartbeat_after_listing)
+    assert recover_abandoned(harness.gateway().executor, grace_s=0) == []
+    op = store.operations.get(key)
+    assert op is not None and (op.status, op.owner, op.error) == ("executing", "slow", None)
+    assert not [e for e in store.audit.events(operation_key=key) if e.event == "operation.recovered"]
+    done = store.operations.transition(key, "executing", "succeeded", result={"ok": True}, owner="slow")
+    assert done.status == "succeeded"

@@ -176,17 +176,20 @@ class ClaimedWrite:
         events = [self.auditor.event("handler.finished", word, code=code, **self.common)]
         if status == "succeeded":
             events.append(self.auditor.event("operation.completed", "completed", **self.common))
-        final = self.store.operations.transition(
-            self.operation_key,
-            "executing",
-            status,
-            result=result,
-            error=error,
-            owner=self.worker_id,
-            audit=events,
-            release_leases=(self.hold.keys, self.hold.holder) if ended and self.hold.keys else None,
-            tenants=self.tenants or None,
-        )
+        try:
+            final = self.store.operations.transition(
+                self.operation_key,
+                "executing",
+                status,
+                result=result,
+                error=error,
+                owner=self.worker_id,
+                audit=events,
+                release_leases=(self.hold.keys, self.hold.holder) if ended and self.hold.keys else None,
+                tenants=self.tenants or None,
+            )
+        except InvalidTransitionError as exc:
+            return self.claim_lost(status, exc.actual)
         if ended:
             self.released.set()
         reason = "outcome unknown; reconcile before any retry" if status == "unknown" else ""
@@ -198,6 +201,35 @@ class ClaimedWrite:
             result=result,
             error=error,
             reason=reason,
+        )
+
+    def claim_lost(self, status: OperationStatus, found: str | None) -> Delivery:
+        """The outcome ``status`` could not be stored: this worker's claim was taken from it while
+        it stood still past its lease (a paused process; recovery marked it ``unknown`` and
+        reconciled it). The stored record stands (a late outcome never overwrites it) and the
+        resource leases go back in `run`; what the handler did is audited ``outcome_not_stored``,
+        so an effect made after its operation was settled or dead-lettered is never unseen."""
+        self.audit_not_stored(status, found)
+        current = self.store.operations.get(self.operation_key)  # what the caller is told: the record
+        return Delivery(
+            operation_key=self.operation_key,
+            status=current.status if current is not None else "missing",
+            claim="ACQUIRED",
+            duplicate=False,
+            result=current.result if current is not None else None,
+            error=current.error if current is not None else None,
+            reason="the claim lapsed while the handler ran; its outcome was not stored",
+        )
+
+    def audit_not_stored(self, status: OperationStatus, found: str | None) -> None:
+        """Audit a handler that ended with ``status`` after its operation moved on without it
+        (to ``found``): its effect, if any, is evidence for whoever settles the operation."""
+        self.auditor.record(
+            "handler.finished",
+            "not_stored",
+            code="outcome_not_stored",
+            detail={"outcome": status, "status": found or "missing", "worker": self.worker_id},
+            **self.common,
         )
 
     def renew(self) -> bool:
@@ -216,7 +248,7 @@ class ClaimedWrite:
                 audit_denial(self.auditor, late, ctx, self.spec.name, **self.common)
             else:
                 result = future.result().unwrap()
-                with contextlib.suppress(InvalidTransitionError):
+                try:
                     self.store.operations.transition(
                         self.operation_key,
                         "unknown",
@@ -228,6 +260,8 @@ class ClaimedWrite:
                             self.auditor.event("operation.completed", "completed", **self.common),
                         ],
                     )
+                except InvalidTransitionError as exc:  # settled or dead-lettered while it stood still
+                    self.audit_not_stored("succeeded", exc.actual)
         except ToolExecutionError:
             pass  # the status check decides what happened
         finally:

@@ -281,10 +281,11 @@ def recover_abandoned(executor: Executor, grace_s: float) -> list[str]:
                 "executing",
                 "unknown",
                 owner=op.owner,
+                lease_lapsed=True,  # by the store's clock now, not only when listed: a slow owner renews
                 error={"kind": "worker_lost", "message": f"claim of {op.owner} lapsed", "retryable": False},
             )
         except InvalidTransitionError:
-            continue  # the owner finished in the meantime
+            continue  # the owner finished or renewed its lease in the meantime
         executor.auditor.record(
             "operation.recovered",
             "unknown",
