@@ -17,6 +17,7 @@ from typing import Any
 
 from jsonschema.exceptions import ValidationError as SchemaViolation
 
+from toolgate.tools.declared.validator import PATTERN_TIMEOUT
 from toolgate.tools.schema.walk import join
 
 MAX_VALUE_DEPTH = 64
@@ -100,6 +101,8 @@ def describe(error: SchemaViolation) -> list[tuple[str, str]]:
         return [(where, f"must be {_short(value)}")]
     if keyword == "anyOf":
         return _describe_any_of(error, where)
+    if keyword == "pattern" and error.message == PATTERN_TIMEOUT:
+        return [(where, f"{PATTERN_TIMEOUT} {_short(value)}")]
     if error.validator is None:  # a `false` subschema; jsonschema reports it at its parent's path
         return [(where, "holds a property or item that must not be sent")]
     if keyword == "False" or value is False:

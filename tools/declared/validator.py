@@ -14,16 +14,25 @@ Here a ``$`` outside a character class is the end of the text (``\Z``) and ``\d`
 (and ``\D``, ``\W`` outside a class) are their ASCII classes, as ECMA-262 means them; ``\s`` and
 ``\b`` keep Python's Unicode meaning, close to ECMA-262's. A pattern Python cannot compile that
 way is searched as ``jsonschema`` does.
+
+A published ``pattern`` is a third party's program run on the model's text: ``^(a|a)*$`` against
+``"aaa…!"`` backtracks for ever, and Python's ``re`` cannot be interrupted. Patterns are searched
+with ``regex`` (``re``'s syntax, with a timeout) inside a time budget of one call
+(`pattern_budget`, `CALL_PATTERN_SECONDS`): a value the budget runs out on is refused
+``schema_invalid`` ("could not be checked against the pattern in time"), never searched longer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-import re
+import time
 from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
+import regex
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
@@ -50,8 +59,29 @@ _ASCII_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_"}
 r"""ECMA-262's ``\d`` and ``\w``: ASCII only, where Python's take every script's digits and letters."""
 
 
+CALL_PATTERN_SECONDS = 1.0
+"""Time all ``pattern`` searches of one call's validation may take together (a legitimate pattern
+takes microseconds on the largest argument a call may carry)."""
+
+PATTERN_TIMEOUT = "could not be checked against the pattern in time"
+"""The message of a ``pattern`` error whose search ran out of time (`toolgate.tools.declared.errors`)."""
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pattern_deadline", default=None)
+
+
+@contextlib.contextmanager
+def pattern_budget(seconds: float = CALL_PATTERN_SECONDS) -> Iterator[None]:
+    """Share ``seconds`` among every ``pattern`` search made inside (one call's validation);
+    outside any budget each search has ``seconds`` of its own."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 @functools.lru_cache(maxsize=1024)
-def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
+def ecma_pattern(pattern: str) -> regex.Pattern[str] | None:
     """``pattern`` compiled as ECMA-262 means it (see the module docstring), or None when Python
     cannot compile it so."""
     out: list[str] = []
@@ -81,16 +111,25 @@ def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
         out.append(char)
         i += 1
     try:
-        return re.compile("".join(out))
-    except re.error:
+        return regex.compile("".join(out))
+    except regex.error:
         return None
 
 
 def _pattern(validator: Any, pattern: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "string"):
         return
-    compiled = ecma_pattern(pattern)
-    if not (compiled.search(instance) if compiled is not None else re.search(pattern, instance)):
+    deadline = _DEADLINE.get()
+    left = CALL_PATTERN_SECONDS if deadline is None else deadline - time.monotonic()
+    try:
+        if left <= 0:
+            raise TimeoutError
+        compiled = ecma_pattern(pattern)
+        found = (compiled if compiled is not None else regex.compile(pattern)).search(instance, timeout=left)
+    except TimeoutError:
+        yield ValidationError(PATTERN_TIMEOUT)
+        return
+    if not found:
         yield ValidationError(f"does not match {pattern!r}")
 
 
@@ -103,4 +142,11 @@ def declared_validator(schema: Mapping[str, Any]) -> Any:
     return DeclaredValidator(schema, format_checker=ASSERTED_FORMATS)
 
 
-__all__ = ["DeclaredValidator", "declared_validator", "ecma_pattern"]
+__all__ = [
+    "CALL_PATTERN_SECONDS",
+    "PATTERN_TIMEOUT",
+    "DeclaredValidator",
+    "declared_validator",
+    "ecma_pattern",
+    "pattern_budget",
+]

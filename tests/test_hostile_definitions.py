@@ -1,0 +1,113 @@
+"""Published tool definitions as hostile input: a third party writes the schema, a model writes the
+arguments, and neither may hang the gateway, change what a call means, or go unseen."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from shapes_harness import READ
+from support import Harness, start, tool_messages
+
+from toolgate.policy import PolicyRules
+from toolgate.releases.bundle import NoResources
+from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
+from toolgate.tools import Registry
+from toolgate.tools.declared.validator import CALL_PATTERN_SECONDS
+from toolgate.tools.shapes.definitions import from_openai
+from toolgate.tools.spec import ArgumentsInvalid
+
+RULES = PolicyRules(policy_version="t", sha256="0" * 64, approval_minutes=15, rules=())
+
+CATASTROPHIC = "^(a|a)*$"
+"""Backtracks 2**n times on ``"a" * n + "!"``: Python's ``re`` never returns on 64 letters."""
+
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup_code",
+        "description": "Look up one code.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": CATASTROPHIC},
+                "codes": {"type": "array", "items": {"type": "string", "pattern": CATASTROPHIC}},
+            },
+        },
+    },
+}
+
+
+class Implementation:
+    """Records exactly the keywords it is called with."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **arguments: Any) -> str:
+        self.calls.append(arguments)
+        return "found"
+
+
+def test_a_catastrophic_published_pattern_is_refused_in_bounded_time() -> None:
+    """The base searched with ``re`` and never returned (the test hung until killed)."""
+    spec = from_openai(LOOKUP, Implementation(), READ)
+    assert spec.parse_arguments({"code": "aaaa"}) == {"code": "aaaa"}
+    began = time.monotonic()
+    try:
+        spec.parse_arguments({"code": "a" * 64 + "!"})
+    except ArgumentsInvalid as exc:
+        refused = exc
+    else:
+        raise AssertionError("a value the pattern could not be checked against was accepted")
+    assert time.monotonic() - began < 30 * CALL_PATTERN_SECONDS
+    assert refused.code == "schema_invalid"
+    assert refused.problems == [
+        ("code", 'could not be checked against the pattern in time "^(a|a)*$"')
+    ]
+
+
+def test_one_calls_pattern_searches_share_one_budget() -> None:
+    """Two hundred hostile items cost one call's budget, not two hundred searches' each."""
+    spec = from_openai(LOOKUP, Implementation(), READ)
+    began = time.monotonic()
+    try:
+        spec.parse_arguments({"codes": ["a" * 64 + "!"] * 200})
+    except ArgumentsInvalid as exc:
+        refused = exc
+    else:
+        raise AssertionError("hostile items were accepted")
+    assert time.monotonic() - began < 30 * CALL_PATTERN_SECONDS
+    assert refused.code == "schema_invalid" and len(refused.problems) == 200
+    assert {problem for _, problem in refused.problems} == {
+        'could not be checked against the pattern in time "^(a|a)*$"'
+    }
+
+
+def test_a_hostile_pattern_fails_its_call_not_the_run_and_is_audited(harness: Harness) -> None:
+    implementation = Implementation()
+    spec = from_openai(LOOKUP, implementation, READ)
+    registry = Registry.of("codes/1.0.0", [spec], NoResources())
+    model = ScriptedChatModel(
+        responses=[
+            ai(
+                "",
+                tool_call("lookup_code", {"code": "a" * 64 + "!"}, "call_slow"),
+                tool_call("lookup_code", {"code": "aaa"}, "call_fine"),
+            ),
+            ai("Done."),
+        ]
+    )
+    graph = open_test_app(
+        model=model, tools=registry, policy=RULES, store=harness.store, start=False
+    ).compiled()
+    state = start(graph, "Look up the codes.", "sam", "t-redos")
+    model.assert_complete()
+    by_call = {m.tool_call_id: json.loads(str(m.content)) for m in tool_messages(state)}
+    assert by_call["call_slow"]["status"] == "rejected"
+    assert by_call["call_slow"]["error"] == "schema_invalid"
+    assert "in time" in by_call["call_slow"]["message"]
+    assert implementation.calls == [{"code": "aaa"}]
+    events = harness.store.audit.events(call_ids=["call_slow"])
+    assert [(e.event, e.code) for e in events] == [("call.rejected", "schema_invalid")]
