@@ -8,9 +8,10 @@ import time
 from typing import Any
 
 from shapes_harness import READ
-from support import Harness, start, tool_messages
+from support import Harness, principal, start, tool_messages
 
 from toolgate.policy import PolicyRules
+from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.releases.bundle import NoResources
 from toolgate.testing import ScriptedChatModel, ai, open_test_app, tool_call
 from toolgate.tools import Registry
@@ -111,3 +112,30 @@ def test_a_hostile_pattern_fails_its_call_not_the_run_and_is_audited(harness: Ha
     assert implementation.calls == [{"code": "aaa"}]
     events = harness.store.audit.events(call_ids=["call_slow"])
     assert [(e.event, e.code) for e in events] == [("call.rejected", "schema_invalid")]
+
+
+def _lookup(name: str, pattern: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": "Look up one code.",
+            "parameters": {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}},
+        },
+    }
+
+
+def test_tool_selection_searches_a_published_pattern_in_bounded_time() -> None:
+    """The selector scores every visible tool's pattern against the user's request: with ``re``
+    on the base a catastrophic one hung the model node before any model call (the test hung until
+    killed); now the search is bounded and a timed-out pattern is no signal."""
+    specs = [from_openai(_lookup(f"lookup_{i}", "^O-[0-9]{3,8}$"), Implementation(), READ) for i in range(9)]
+    specs.append(from_openai(_lookup("lookup_hostile", "(a|a)*!b"), Implementation(), READ))
+    registry = Registry.of("codes/1.0.0", specs, NoResources())
+    began = time.monotonic()
+    visible, offered = select_tools(
+        registry, principal("sam"), Conversation(request="a" * 64 + "! and O-5512"), 8, now=None
+    )
+    assert time.monotonic() - began < 30 * CALL_PATTERN_SECONDS
+    assert len(visible) == 10 and len(offered) == 8
+    assert "lookup_hostile" not in {s.name for s in offered}
