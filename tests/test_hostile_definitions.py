@@ -7,9 +7,11 @@ import json
 import time
 from typing import Any
 
+import pytest
 from shapes_harness import READ
 from support import Harness, principal, start, tool_messages
 
+from toolgate.errors import RegistryError
 from toolgate.policy import PolicyRules
 from toolgate.policy.tool_selection import Conversation, select_tools
 from toolgate.releases.bundle import NoResources
@@ -139,3 +141,54 @@ def test_tool_selection_searches_a_published_pattern_in_bounded_time() -> None:
     assert time.monotonic() - began < 30 * CALL_PATTERN_SECONDS
     assert len(visible) == 10 and len(offered) == 8
     assert "lookup_hostile" not in {s.name for s in offered}
+
+
+CYCLE = {
+    "type": "function",
+    "function": {
+        "name": "lookup_cycle",
+        "description": "Look up one thing.",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a"}, "code": {"type": "string", "maxLength": 8}},
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+        },
+    },
+}
+
+
+
+def _cycle(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "lookup_cycle", "description": "Look.", "parameters": parameters}}
+
+
+def test_a_ref_loop_that_never_checks_the_value_is_refused_at_load() -> None:
+    """On the base ``a -> b -> a`` (and a loop through an ``anyOf`` branch) loaded, and every call
+    carrying ``x`` recursed until RecursionError: refused ``check_failed``, retryable, for ever."""
+    loops = [
+        CYCLE["function"]["parameters"],
+        {
+            "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a"}},
+            "$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/a"}]}},
+        },
+        {"type": "object", "properties": {"x": {"type": "string"}}, "anyOf": [{"$ref": "#"}]},
+    ]
+    for parameters in loops:
+        with pytest.raises(RegistryError) as refused:
+            from_openai(_cycle(parameters), Implementation(), READ)
+        assert [code for code, _ in refused.value.problems] == ["invalid_schema"]
+        assert "loops back to the same value" in str(refused.value)
+
+
+def test_a_recursive_schema_through_its_properties_still_loads() -> None:
+    """A tree (``$ref: "#"`` under ``properties``) walks into the value and ends: not a loop."""
+    tree = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 9}, "child": {"$ref": "#"}},
+    }
+    spec = from_openai(_cycle(tree), Implementation(), READ)
+    assert spec.parse_arguments({"name": "a", "child": {"name": "b"}}) == {"name": "a", "child": {"name": "b"}}
+    with pytest.raises(ArgumentsInvalid) as refused:
+        spec.parse_arguments({"child": {"child": {"name": 3}}})
+    assert refused.value.code == "schema_invalid"

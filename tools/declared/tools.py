@@ -18,7 +18,8 @@ The handler receives `toolgate.tools.arguments.FrozenArguments`: exactly the kep
 
 Registration refuses (`RegistryError` naming the tool and the schema's JSON path; the checks
 are `toolgate.tools.declared.checks`): a schema that is not a valid Draft 2020-12 object schema;
-non-local or unresolvable ``$ref``; keywords whose branches toolgate's static checks do not follow
+non-local or unresolvable ``$ref``; a ``$ref`` loop back to the same value (``a -> b -> a``, or
+through an ``anyOf`` branch: no call could be checked there); keywords whose branches toolgate's static checks do not follow
 (`toolgate.tools.declared.checks.UNSUPPORTED`); type lists other than one type plus ``null``;
 OpenAPI's ``nullable: true`` (JSON Schema ignores it); a closed object whose ``required`` names a
 property it does not declare (no call could pass); defaults that do not satisfy their own
