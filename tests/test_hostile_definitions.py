@@ -192,3 +192,34 @@ def test_a_recursive_schema_through_its_properties_still_loads() -> None:
     with pytest.raises(ArgumentsInvalid) as refused:
         spec.parse_arguments({"child": {"child": {"name": 3}}})
     assert refused.value.code == "schema_invalid"
+
+
+ESCAPED = {
+    "type": "function",
+    "function": {
+        "name": "send_note",
+        "description": "Send a note.",
+        "parameters": {
+            "type": "object",
+            "properties": {"note": {"$ref": "#/$defs/a%20b"}},
+            "$defs": {
+                # what a `$ref` means is the validator's: "a%20b" is the pointer to "a b"
+                "a%20b": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 5}},
+                "a b": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 20}}},
+            },
+        },
+    },
+}
+
+
+def test_a_percent_encoded_ref_means_for_the_static_checks_what_it_means_for_the_validator() -> None:
+    """On the base the closed-at-call-time check read ``#/$defs/a%20b`` literally (a map: every key
+    declared) while jsonschema validated the call against ``a b`` (open): ``forward_all_to`` passed
+    both and reached the function."""
+    implementation = Implementation()
+    spec = from_openai(ESCAPED, implementation, READ)
+    assert spec.parse_arguments({"note": {"text": "hello"}}) == {"note": {"text": "hello"}}
+    with pytest.raises(ArgumentsInvalid) as refused:
+        spec.parse_arguments({"note": {"text": "hi", "forward_all_to": "x@evil"}})
+    assert refused.value.code == "undeclared_argument"
+    assert refused.value.problems == [("note.forward_all_to", "is not a declared argument")]
