@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 from shapes_harness import READ
 from support import Harness, principal, start, tool_messages
 
@@ -223,3 +224,62 @@ def test_a_percent_encoded_ref_means_for_the_static_checks_what_it_means_for_the
         spec.parse_arguments({"note": {"text": "hi", "forward_all_to": "x@evil"}})
     assert refused.value.code == "undeclared_argument"
     assert refused.value.problems == [("note.forward_all_to", "is not a declared argument")]
+
+
+UNIQUE = {
+    "type": "function",
+    "function": {
+        "name": "tag_items",
+        "description": "Tag items.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "tags": {
+                    "type": "array",
+                    "uniqueItems": True,
+                    "items": {"type": "object", "properties": {"k": {"type": "integer"}}},
+                },
+                "values": {"type": "array", "uniqueItems": True},
+            },
+        },
+    },
+}
+
+
+def test_unique_items_of_objects_take_linear_time() -> None:
+    """On the base ``jsonschema`` compared every pair of objects: 5,000 of them (under the 64 KiB a
+    call may carry) held dispatch for over a minute on this machine; now a fraction of a second."""
+    spec = from_openai(UNIQUE, Implementation(), READ)
+    tags = [{"k": i} for i in range(5000)]
+    assert len(json.dumps({"tags": tags})) < 65_536
+    began = time.monotonic()
+    assert spec.parse_arguments({"tags": tags}) == {"tags": tags}
+    assert time.monotonic() - began < 15
+
+
+def test_unique_items_keeps_json_schemas_equality() -> None:
+    """Equal by JSON Schema (``jsonschema`` is the oracle): numbers by value, ``true`` is not ``1``,
+    objects whatever their key order, arrays in order."""
+    spec = from_openai(UNIQUE, Implementation(), READ, open_paths=("values",))
+    oracle = Draft202012Validator({"type": "array", "uniqueItems": True})
+    cases = [
+        [1, 1.0],
+        [1, True],
+        [0, False],
+        [None, False],
+        [{"a": 1, "b": 2}, {"b": 2, "a": 1.0}],
+        [[1, 2], [2, 1]],
+        [[1, 2], [1.0, 2]],
+        [{"a": [True]}, {"a": [1]}],
+        ["1", 1],
+        [10**20, 1e20],
+    ]
+    for values in cases:
+        expected = oracle.is_valid(values)
+        try:
+            spec.parse_arguments({"values": values})
+        except ArgumentsInvalid as exc:
+            assert not expected, values
+            assert exc.code == "schema_invalid" and exc.problems == [("values", "items must be unique")]
+        else:
+            assert expected, values
