@@ -283,3 +283,48 @@ def test_unique_items_keeps_json_schemas_equality() -> None:
             assert exc.code == "schema_invalid" and exc.problems == [("values", "items must be unique")]
         else:
             assert expected, values
+
+
+def _enum_tool(members: list[Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": "pick",
+            "description": "Pick values.",
+            "parameters": {
+                "type": "object",
+                "properties": {"picks": {"type": "array", "items": {"enum": members}}},
+            },
+        },
+    }
+
+
+def test_a_huge_published_enum_is_checked_and_described_in_linear_time() -> None:
+    """On the base every refused item was compared with all 20,000 members and the whole enum was
+    dumped once per item to describe it (the test ran for minutes); now a set lookup and one dump."""
+    spec = from_openai(_enum_tool([f"v{i}" for i in range(20000)]), Implementation(), READ)
+    picks = ["z"] * 12000
+    assert len(json.dumps({"picks": picks})) < 65_536
+    began = time.monotonic()
+    with pytest.raises(ArgumentsInvalid) as refused:
+        spec.parse_arguments({"picks": picks})
+    assert time.monotonic() - began < 15
+    assert refused.value.code == "schema_invalid" and len(refused.value.problems) == 12000
+    assert refused.value.problems[0][0] == "picks.0"
+    assert refused.value.problems[0][1].startswith('must be one of ["v0", "v1", ')
+    assert spec.parse_arguments({"picks": ["v19999", "v0"]}) == {"picks": ["v19999", "v0"]}
+
+
+def test_enum_keeps_json_schemas_equality() -> None:
+    members: list[Any] = [1, {"a": 1, "b": [2]}, None, "x", [True]]
+    spec = from_openai(_enum_tool(members), Implementation(), READ, open_paths=("picks",))
+    oracle = Draft202012Validator({"enum": members})
+    for value in [1.0, True, {"b": [2.0], "a": 1}, False, 0, "x", "1", [1], [True], None, {"a": 1}]:
+        expected = oracle.is_valid(value)
+        try:
+            spec.parse_arguments({"picks": [value]})
+        except ArgumentsInvalid as exc:
+            assert not expected, value
+            assert exc.code == "schema_invalid", value
+        else:
+            assert expected, value

@@ -134,9 +134,22 @@ def _shown_key(key: str) -> str:
     return shown + ("..." if len(key) > 64 else "")
 
 
+_SHOWN: dict[int, tuple[Any, str]] = {}
+"""Each declared list or object's shown text, by identity (kept alive beside it): a published
+enum of 20,000 names was dumped whole once per refused array item, 13,000 times in one call."""
+
+
 def _short(value: Any) -> str:
+    entry = _SHOWN.get(id(value))
+    if entry is not None and entry[0] is value:
+        return entry[1]
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+    shown = text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+    if isinstance(value, list | dict):
+        if len(_SHOWN) > 4096:
+            _SHOWN.clear()
+        _SHOWN[id(value)] = (value, shown)
+    return shown
 
 
 __all__ = ["MAX_VALUE_DEPTH", "describe", "error_order", "value_problems"]

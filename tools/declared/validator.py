@@ -161,11 +161,34 @@ def _unique_items(
         yield ValidationError("has non-unique elements")
 
 
+_MEMBERS: dict[int, tuple[Any, frozenset[Any]]] = {}
+"""Each declared ``enum`` list's member keys, by the list's identity (the list kept alive beside
+them, so an identity is never reused while cached)."""
+
+
+def _members(enums: list[Any]) -> frozenset[Any]:
+    entry = _MEMBERS.get(id(enums))
+    if entry is None or entry[0] is not enums:
+        if len(_MEMBERS) > 4096:
+            _MEMBERS.clear()
+        entry = (enums, frozenset(_json_key(member) for member in enums))
+        _MEMBERS[id(enums)] = entry
+    return entry[1]
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    """``enum`` by one set lookup: ``jsonschema`` compares the value with every member, and a
+    published enum of 20,000 names checked 13,000 array items for well over a minute."""
+    if _json_key(instance) not in _members(enums):
+        yield ValidationError("is not one of the declared values")
+
+
 DeclaredValidator: Any = extend(
     Draft202012Validator,
-    {"multipleOf": _multiple_of, "pattern": _pattern, "uniqueItems": _unique_items},
+    {"multipleOf": _multiple_of, "pattern": _pattern, "uniqueItems": _unique_items, "enum": _enum},
 )
-"""`Draft202012Validator` with an exact ``multipleOf``, ECMA-262 ``pattern`` and linear ``uniqueItems``."""
+"""`Draft202012Validator` with an exact ``multipleOf``, ECMA-262 ``pattern`` and ``uniqueItems``
+and ``enum`` in linear time."""
 
 
 def declared_validator(schema: Mapping[str, Any]) -> Any:
