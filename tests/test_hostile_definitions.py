@@ -352,3 +352,16 @@ def test_an_enormous_published_description_is_bounded_at_load() -> None:
     except RegistryError:
         return
     assert len(spec.description) <= 10_000 and spec.load_warnings
+
+
+@pytest.mark.filterwarnings("ignore:Possible nested set:FutureWarning")  # re's, at registration
+def test_a_pattern_means_what_re_and_ecma_262_mean_under_the_bounded_search() -> None:
+    """``regex`` reads ``[[:alpha:]]`` as a POSIX class; ECMA-262 (and ``re``, which the base
+    searched with) read a class of ``[:alph`` followed by ``]``. The switch to ``regex`` must not
+    change what a published pattern accepts."""
+    definition = _lookup("lookup_posix", "^[[:alpha:]]+$")
+    spec = from_openai(definition, Implementation(), READ)
+    assert spec.parse_arguments({"code": "a]"}) == {"code": "a]"}
+    with pytest.raises(ArgumentsInvalid) as refused:
+        spec.parse_arguments({"code": "ab"})
+    assert refused.value.code == "schema_invalid"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import re
 import time
 from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation, localcontext
@@ -99,6 +100,8 @@ def ecma_pattern(pattern: str) -> regex.Pattern[str] | None:
             continue
         if in_class:
             in_class = char != "]"
+            if char == "[":  # a member, as in ECMA-262 and re; regex would read ``[:alpha:]`` as a class
+                char = r"\["
         elif char == "[":
             in_class = True
             start = i + 2 if pattern.startswith("[^", i) else i + 1
@@ -110,9 +113,11 @@ def ecma_pattern(pattern: str) -> regex.Pattern[str] | None:
             char = r"\Z"
         out.append(char)
         i += 1
+    translated = "".join(out)
     try:
-        return regex.compile("".join(out))
-    except regex.error:
+        re.compile(translated)  # what re cannot compile (``\p{L}``, ``\K``) stays refused as before
+        return regex.compile(translated)
+    except (re.error, regex.error):
         return None
 
 
