@@ -181,10 +181,10 @@ def _walk(
         _walk(defs.get(ref.rsplit("/", 1)[1]), defs, patterns, enums, depth + 1)
     pattern = node.get("pattern")
     if isinstance(pattern, str):
-        with contextlib.suppress(regex.error):  # a pattern Python cannot compile is no signal
-            patterns.append(
-                regex.compile(r"(?<![\w-])" + pattern.strip("^$") + r"(?![\w-])", regex.IGNORECASE)
-            )
+        text = r"(?<![\w-])" + pattern.strip("^$") + r"(?![\w-])"
+        with contextlib.suppress(re.error, regex.error):  # a pattern re cannot compile is no signal
+            re.compile(text, re.IGNORECASE)
+            patterns.append(regex.compile(text, regex.IGNORECASE))
     enums.update(str(v) for v in node.get("enum", ()) if isinstance(v, str))
     for child in (*node.get("properties", {}).values(), node.get("items"), *node.get("anyOf", ())):
         _walk(child, defs, patterns, enums, depth + 1)
