@@ -27,16 +27,23 @@ A tool past its deprecation window (`toolgate.tools.spec.Deprecation`, ``retired
 the store's clock, the ``now`` the caller passes) is never offered: every call of it is refused
 ``tool_deprecated``. Inside its window it is offered like any other, its description telling the
 model it is deprecated.
+
+An argument pattern is a published definition's program run on the user's text, so it is
+searched with ``regex`` inside one time budget per selection (`SELECTION_PATTERN_SECONDS`): a
+pattern that backtracks past it (``(a|a)*!``) is no signal, never a hung model request.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import regex
 
 from toolgate.errors import RegistryError
 from toolgate.policy.authorization import visible_tools
@@ -100,6 +107,9 @@ _STOP = frozenset(
 )
 _MAX_SCHEMA_DEPTH = 6
 
+SELECTION_PATTERN_SECONDS = 0.5
+"""Time every argument pattern's search of one selection may take together (see the module doc)."""
+
 
 def words(text: str) -> set[str]:
     """Normalized words of ``text``: lower case, 3+ characters, no stop words, plural ``s`` cut."""
@@ -131,7 +141,7 @@ class ToolProfile:
 
     name_words: frozenset[str]
     description_words: frozenset[str]
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[regex.Pattern[str], ...]
     enum_words: frozenset[str]
     arguments: frozenset[str] = field(default_factory=frozenset)
 
@@ -145,7 +155,7 @@ def profile(spec: ToolSpec) -> ToolProfile:
     if cached is not None and cached[0] is spec:
         return cached[1]
     schema = spec.contract.json_schema()
-    patterns: list[re.Pattern[str]] = []
+    patterns: list[regex.Pattern[str]] = []
     enums: set[str] = set()
     _walk(schema, schema.get("$defs", {}), patterns, enums, 0)
     made = ToolProfile(
@@ -162,7 +172,7 @@ def profile(spec: ToolSpec) -> ToolProfile:
 
 
 def _walk(
-    node: Any, defs: dict[str, Any], patterns: list[re.Pattern[str]], enums: set[str], depth: int
+    node: Any, defs: dict[str, Any], patterns: list[regex.Pattern[str]], enums: set[str], depth: int
 ) -> None:
     if not isinstance(node, dict) or depth > _MAX_SCHEMA_DEPTH:
         return
@@ -171,20 +181,30 @@ def _walk(
         _walk(defs.get(ref.rsplit("/", 1)[1]), defs, patterns, enums, depth + 1)
     pattern = node.get("pattern")
     if isinstance(pattern, str):
-        with contextlib.suppress(re.error):  # a pattern Python cannot compile is no signal
-            patterns.append(re.compile(r"(?<![\w-])" + pattern.strip("^$") + r"(?![\w-])", re.IGNORECASE))
+        text = r"(?<![\w-])" + pattern.strip("^$") + r"(?![\w-])"
+        with contextlib.suppress(re.error, regex.error):  # a pattern re cannot compile is no signal
+            re.compile(text, re.IGNORECASE)
+            patterns.append(regex.compile(text, regex.IGNORECASE))
     enums.update(str(v) for v in node.get("enum", ()) if isinstance(v, str))
     for child in (*node.get("properties", {}).values(), node.get("items"), *node.get("anyOf", ())):
         _walk(child, defs, patterns, enums, depth + 1)
 
 
-def score(spec: ToolSpec, principal: Principal, conversation: Conversation, request: set[str]) -> int:
-    """The tool's relevance to this request (see the module doc for the weights)."""
+def score(
+    spec: ToolSpec,
+    principal: Principal,
+    conversation: Conversation,
+    request: set[str],
+    deadline: float | None = None,
+) -> int:
+    """The tool's relevance to this request (see the module doc for the weights); its patterns
+    are searched until ``deadline`` (`time.monotonic`; None: `SELECTION_PATTERN_SECONDS` from now)."""
     p = profile(spec)
     total = 3 if spec.exposed_to_roles and principal.roles & spec.exposed_to_roles else 0
     total += 1 if spec.required_scopes else 0
     total += 4 * len(p.name_words & request) + min(6, len(p.description_words & request))
-    total += min(12, 6 * sum(1 for pattern in p.patterns if pattern.search(conversation.request)))
+    until = time.monotonic() + SELECTION_PATTERN_SECONDS if deadline is None else deadline
+    total += min(12, 6 * sum(1 for pattern in p.patterns if _accepts(pattern, conversation.request, until)))
     total += min(6, 3 * len(p.enum_words & request))
     if spec.name in conversation.pending:
         total += 20
@@ -219,8 +239,20 @@ def select_tools(
         result_keys=conversation.result_keys | called_args,
         pending=conversation.pending,
     )
-    ranked = sorted(live, key=lambda s: (-score(s, principal, state, request), s.name))
+    deadline = time.monotonic() + SELECTION_PATTERN_SECONDS
+    ranked = sorted(live, key=lambda s: (-score(s, principal, state, request, deadline), s.name))
     return visible, sorted(ranked[: max(0, limit)], key=lambda s: s.name)
+
+
+def _accepts(pattern: regex.Pattern[str], text: str, deadline: float) -> bool:
+    """Whether ``pattern`` finds a value in ``text`` before ``deadline``; a timeout is no signal."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
+    try:
+        return pattern.search(text, timeout=left) is not None
+    except TimeoutError:
+        return False
 
 
 def offered_names(offered: Sequence[ToolSpec]) -> list[str]:

@@ -11,6 +11,7 @@ fixes a schema in one pass; `SchemaRefused` carries them to the registry, which 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
@@ -89,6 +90,9 @@ def checked_schema(schema: Mapping[str, Any], open_objects: OpenObjects | None) 
         raise SchemaRefused(
             [Refusal("invalid_schema", where, f"not a valid JSON Schema ({exc.message[:160]})")]
         ) from None
+    cycle = _in_place_cycle(effective)
+    if cycle:
+        raise SchemaRefused([cycle])
     checker = _Checker(effective, open_objects)
     checker.check()
     if checker.refusals:
@@ -313,6 +317,51 @@ def _shape_problems(schema: Any) -> list[Refusal]:
             step = f"[{key}]" if isinstance(key, int) else f".{key}"
             stack.append((child, path + step, depth + 1))
     return []
+
+
+_IN_PLACE = ("anyOf", "oneOf", "allOf", "not", "if", "then", "else")
+"""Keywords whose subschemas apply to the same value (as ``$ref`` does)."""
+
+
+def _in_place_cycle(root: Mapping[str, Any]) -> Refusal | None:
+    """A ``$ref`` loop that applies a schema to the same value again (``a -> b -> a``, or through
+    an ``anyOf`` branch) never reaches a check: validating any value there recursed until
+    `RecursionError`, so every call carrying it failed ``check_failed`` (retryable, for ever).
+    A ``$ref`` reached through ``properties`` or ``items`` (a tree) walks into the value and ends."""
+    edges: dict[int, list[Any]] = {}
+    paths: dict[int, str] = {}
+    for path, node, _ in _subschemas(root, "$"):
+        if not isinstance(node, Mapping):
+            continue
+        paths.setdefault(id(node), path)
+        out: list[Any] = []
+        for keyword in _IN_PLACE:
+            sub = node.get(keyword)
+            out.extend(sub if isinstance(sub, list) else [sub])
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            with contextlib.suppress(KeyError):  # refused by the checker with its path
+                out.append(resolve_pointer(root, ref))
+        edges[id(node)] = [n for n in out if isinstance(n, Mapping)]
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    for start in edges:
+        if state.get(start):
+            continue
+        stack: list[tuple[int, Iterator[Any]]] = [(start, iter(edges[start]))]
+        state[start] = 1
+        while stack:
+            here, rest = stack[-1]
+            nxt = next(rest, None)
+            if nxt is None:
+                state[here] = 2
+                stack.pop()
+            elif state.get(id(nxt)) == 1:
+                where = paths.get(id(nxt), "$")
+                return Refusal("invalid_schema", where, "$ref loops back to the same value without checking it")
+            elif not state.get(id(nxt)):
+                state[id(nxt)] = 1
+                stack.append((id(nxt), iter(edges.get(id(nxt), ()))))
+    return None
 
 
 def _json_problems(value: Any, path: str) -> list[Refusal]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from jsonschema.exceptions import ValidationError as SchemaViolation
 
+from toolgate.tools.declared.validator import PATTERN_TIMEOUT
 from toolgate.tools.schema.walk import join
 
 MAX_VALUE_DEPTH = 64
@@ -100,6 +101,8 @@ def describe(error: SchemaViolation) -> list[tuple[str, str]]:
         return [(where, f"must be {_short(value)}")]
     if keyword == "anyOf":
         return _describe_any_of(error, where)
+    if keyword == "pattern" and error.message == PATTERN_TIMEOUT:
+        return [(where, f"{PATTERN_TIMEOUT} {_short(value)}")]
     if error.validator is None:  # a `false` subschema; jsonschema reports it at its parent's path
         return [(where, "holds a property or item that must not be sent")]
     if keyword == "False" or value is False:
@@ -131,9 +134,22 @@ def _shown_key(key: str) -> str:
     return shown + ("..." if len(key) > 64 else "")
 
 
+_SHOWN: dict[int, tuple[Any, str]] = {}
+"""Each declared list or object's shown text, by identity (kept alive beside it): a published
+enum of 20,000 names was dumped whole once per refused array item, 13,000 times in one call."""
+
+
 def _short(value: Any) -> str:
+    entry = _SHOWN.get(id(value))
+    if entry is not None and entry[0] is value:
+        return entry[1]
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+    shown = text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+    if isinstance(value, list | dict):
+        if len(_SHOWN) > 4096:
+            _SHOWN.clear()
+        _SHOWN[id(value)] = (value, shown)
+    return shown
 
 
 __all__ = ["MAX_VALUE_DEPTH", "describe", "error_order", "value_problems"]

@@ -18,7 +18,8 @@ The handler receives `toolgate.tools.arguments.FrozenArguments`: exactly the kep
 
 Registration refuses (`RegistryError` naming the tool and the schema's JSON path; the checks
 are `toolgate.tools.declared.checks`): a schema that is not a valid Draft 2020-12 object schema;
-non-local or unresolvable ``$ref``; keywords whose branches toolgate's static checks do not follow
+non-local or unresolvable ``$ref``; a ``$ref`` loop back to the same value (``a -> b -> a``, or
+through an ``anyOf`` branch: no call could be checked there); keywords whose branches toolgate's static checks do not follow
 (`toolgate.tools.declared.checks.UNSUPPORTED`); type lists other than one type plus ``null``;
 OpenAPI's ``nullable: true`` (JSON Schema ignores it); a closed object whose ``required`` names a
 property it does not declare (no call could pass); defaults that do not satisfy their own
@@ -57,7 +58,7 @@ from toolgate.tools.declared.checks import (
 )
 from toolgate.tools.declared.closed import undeclared_keys
 from toolgate.tools.declared.errors import describe, error_order, value_problems
-from toolgate.tools.declared.validator import declared_validator
+from toolgate.tools.declared.validator import declared_validator, pattern_budget
 from toolgate.tools.schema.walk import field_paths, resolve_pointer
 
 
@@ -136,6 +137,10 @@ class JsonSchemaArguments:
         problems = list(value_problems(raw, ""))
         if problems:
             raise ArgumentsInvalid(problems)
+        with pattern_budget():  # a published pattern's search is bounded (validator's docstring)
+            return self._parse(raw)
+
+    def _parse(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         if self.open_objects is None:
             undeclared = undeclared_keys(self._schema, raw, self.open_paths)
             if undeclared:
@@ -154,7 +159,8 @@ class JsonSchemaArguments:
 
     def for_handler(self, arguments: Mapping[str, Any]) -> FrozenArguments:
         """Exactly ``arguments``, read-only, after checking they still satisfy the schema."""
-        errors = sorted(self._validator.iter_errors(dict(arguments)), key=error_order)
+        with pattern_budget():
+            errors = sorted(self._validator.iter_errors(dict(arguments)), key=error_order)
         if errors:
             raise ArgumentsInvalid([p for error in errors for p in describe(error)])
         frozen: FrozenArguments = freeze(arguments)

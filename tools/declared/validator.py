@@ -14,16 +14,26 @@ Here a ``$`` outside a character class is the end of the text (``\Z``) and ``\d`
 (and ``\D``, ``\W`` outside a class) are their ASCII classes, as ECMA-262 means them; ``\s`` and
 ``\b`` keep Python's Unicode meaning, close to ECMA-262's. A pattern Python cannot compile that
 way is searched as ``jsonschema`` does.
+
+A published ``pattern`` is a third party's program run on the model's text: ``^(a|a)*$`` against
+``"aaa…!"`` backtracks for ever, and Python's ``re`` cannot be interrupted. Patterns are searched
+with ``regex`` (``re``'s syntax, with a timeout) inside a time budget of one call
+(`pattern_budget`, `CALL_PATTERN_SECONDS`): a value the budget runs out on is refused
+``schema_invalid`` ("could not be checked against the pattern in time"), never searched longer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import re
+import time
 from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
+import regex
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
@@ -50,8 +60,29 @@ _ASCII_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_"}
 r"""ECMA-262's ``\d`` and ``\w``: ASCII only, where Python's take every script's digits and letters."""
 
 
+CALL_PATTERN_SECONDS = 1.0
+"""Time all ``pattern`` searches of one call's validation may take together (a legitimate pattern
+takes microseconds on the largest argument a call may carry)."""
+
+PATTERN_TIMEOUT = "could not be checked against the pattern in time"
+"""The message of a ``pattern`` error whose search ran out of time (`toolgate.tools.declared.errors`)."""
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pattern_deadline", default=None)
+
+
+@contextlib.contextmanager
+def pattern_budget(seconds: float = CALL_PATTERN_SECONDS) -> Iterator[None]:
+    """Share ``seconds`` among every ``pattern`` search made inside (one call's validation);
+    outside any budget each search has ``seconds`` of its own."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 @functools.lru_cache(maxsize=1024)
-def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
+def ecma_pattern(pattern: str) -> regex.Pattern[str] | None:
     """``pattern`` compiled as ECMA-262 means it (see the module docstring), or None when Python
     cannot compile it so."""
     out: list[str] = []
@@ -69,6 +100,8 @@ def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
             continue
         if in_class:
             in_class = char != "]"
+            if char == "[":  # a member, as in ECMA-262 and re; regex would read ``[:alpha:]`` as a class
+                char = r"\["
         elif char == "[":
             in_class = True
             start = i + 2 if pattern.startswith("[^", i) else i + 1
@@ -80,22 +113,87 @@ def ecma_pattern(pattern: str) -> re.Pattern[str] | None:
             char = r"\Z"
         out.append(char)
         i += 1
+    translated = "".join(out)
     try:
-        return re.compile("".join(out))
-    except re.error:
+        re.compile(translated)  # what re cannot compile (``\p{L}``, ``\K``) stays refused as before
+        return regex.compile(translated)
+    except (re.error, regex.error):
         return None
 
 
 def _pattern(validator: Any, pattern: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "string"):
         return
-    compiled = ecma_pattern(pattern)
-    if not (compiled.search(instance) if compiled is not None else re.search(pattern, instance)):
+    deadline = _DEADLINE.get()
+    left = CALL_PATTERN_SECONDS if deadline is None else deadline - time.monotonic()
+    try:
+        if left <= 0:
+            raise TimeoutError
+        compiled = ecma_pattern(pattern)
+        found = (compiled if compiled is not None else regex.compile(pattern)).search(instance, timeout=left)
+    except TimeoutError:
+        yield ValidationError(PATTERN_TIMEOUT)
+        return
+    if not found:
         yield ValidationError(f"does not match {pattern!r}")
 
 
-DeclaredValidator: Any = extend(Draft202012Validator, {"multipleOf": _multiple_of, "pattern": _pattern})
-"""`Draft202012Validator` with an exact ``multipleOf`` and ECMA-262 ``pattern``."""
+def _json_key(value: Any) -> Any:
+    """A hashable key equal for two JSON values exactly when JSON Schema calls them equal: numbers
+    by value (``1`` and ``1.0``), ``true`` apart from ``1``, objects whatever their key order."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, int | float):
+        return ("number", value)  # Python's equal int and float hash alike
+    if isinstance(value, Mapping):
+        return ("object", frozenset((key, _json_key(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_json_key(item) for item in value))
+    return ("other", id(value))
+
+
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """``uniqueItems`` in linear time: ``jsonschema`` compares unsortable items (objects) pairwise,
+    and 5,000 small objects in one 64 KiB call took over a minute of dispatch."""
+    if not (unique and validator.is_type(instance, "array")):
+        return
+    keys = {_json_key(item) for item in instance}
+    if len(keys) != len(instance):
+        yield ValidationError("has non-unique elements")
+
+
+_MEMBERS: dict[int, tuple[Any, frozenset[Any]]] = {}
+"""Each declared ``enum`` list's member keys, by the list's identity (the list kept alive beside
+them, so an identity is never reused while cached)."""
+
+
+def _members(enums: list[Any]) -> frozenset[Any]:
+    entry = _MEMBERS.get(id(enums))
+    if entry is None or entry[0] is not enums:
+        if len(_MEMBERS) > 4096:
+            _MEMBERS.clear()
+        entry = (enums, frozenset(_json_key(member) for member in enums))
+        _MEMBERS[id(enums)] = entry
+    return entry[1]
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    """``enum`` by one set lookup: ``jsonschema`` compares the value with every member, and a
+    published enum of 20,000 names checked 13,000 array items for well over a minute."""
+    if _json_key(instance) not in _members(enums):
+        yield ValidationError("is not one of the declared values")
+
+
+DeclaredValidator: Any = extend(
+    Draft202012Validator,
+    {"multipleOf": _multiple_of, "pattern": _pattern, "uniqueItems": _unique_items, "enum": _enum},
+)
+"""`Draft202012Validator` with an exact ``multipleOf``, ECMA-262 ``pattern`` and ``uniqueItems``
+and ``enum`` in linear time."""
 
 
 def declared_validator(schema: Mapping[str, Any]) -> Any:
@@ -103,4 +201,11 @@ def declared_validator(schema: Mapping[str, Any]) -> Any:
     return DeclaredValidator(schema, format_checker=ASSERTED_FORMATS)
 
 
-__all__ = ["DeclaredValidator", "declared_validator", "ecma_pattern"]
+__all__ = [
+    "CALL_PATTERN_SECONDS",
+    "PATTERN_TIMEOUT",
+    "DeclaredValidator",
+    "declared_validator",
+    "ecma_pattern",
+    "pattern_budget",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 MAX_DEPTH = 32
 """Deeper schemas are not walked further (a recursive ``$ref`` is followed once per path)."""
@@ -20,13 +21,16 @@ _ANY_KEY = ("additionalProperties", "unevaluatedProperties")
 
 
 def resolve_pointer(root: Any, ref: str) -> Any:
-    """The subschema a local ``$ref`` (``#``, ``#/$defs/Name``) points at; `KeyError` when absent."""
+    """The subschema a local ``$ref`` (``#``, ``#/$defs/Name``) points at; `KeyError` when absent.
+
+    The fragment is percent-decoded first, as ``jsonschema`` (``referencing``) decodes it, so
+    ``#/$defs/a%20b`` is ``a b`` for every static check too, never a sibling spelled ``a%20b``."""
     if ref == "#":
         return root
     if not ref.startswith("#/"):
         raise KeyError(ref)
     node = root
-    for raw in ref[2:].split("/"):
+    for raw in unquote(ref[2:]).split("/"):
         token = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and token in node:
             node = node[token]
