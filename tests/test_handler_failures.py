@@ -17,7 +17,6 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from support import Harness
 
 from toolgate.graph.delivery.overruns import Overruns
@@ -228,14 +227,11 @@ def test_a_writes_own_failure_text_reaches_the_model_labelled_as_untrusted_outpu
     assert answer["provenance"] == {"tool": refund.name, "version": refund.version, "note": PROVENANCE_NOTE}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decision: a write's retryable server_error (a 502/504 from a proxy after the downstream"
-    " committed) is stored failed and retryable, so the model may propose the same refund again under a"
-    " new operation key; should a write's 5xx-class failure be an unknown outcome, settled by its status"
-    " check like a timeout, instead of trusting the handler's classification?",
-)
 def test_a_writes_retryable_server_error_after_its_effect_is_reconciled_not_failed(tmp_path: Any) -> None:
+    """A write whose downstream answered a transient server error (a 502 from a proxy after the
+    payment system committed) may have had its effect: its outcome is unknown and its status check
+    settles it, like a timeout's. Stored failed and retryable, the model proposed the same refund
+    again under a new operation key, and the reviewer was not told an identical one may have run."""
     harness = Harness(SQLiteStore(tmp_path / "t.sqlite", key=b"k" * 32))
     refund = harness.registry.tools["issue_refund"]
 

@@ -58,7 +58,8 @@ class RetryCheck:
 
     @property
     def passed(self) -> bool:
-        """Only transient classes retried, within the cap; the write ran once."""
+        """Only transient classes retried, within the cap; the write ran once and is reconciled
+        (its 503 may have come after its effect), never retried blindly."""
         cap = self.matrix.max_attempts
         return (
             (
@@ -70,8 +71,13 @@ class RetryCheck:
             and self.read_handler_calls == 2
             and self.read_retries_audited == 1
             and self.write_handler_calls == 1
-            and self.write_status == "failed"
+            and self.write_status == "unknown"  # writes reconcile: a 503 may have followed the effect
         )
+
+    def _write_503(self) -> str:
+        if self.write_handler_calls > 1:
+            return "retried"
+        return "reconcile" if self.write_status == "unknown" else "no_retry"
 
     def lines(self) -> list[str]:
         """The matrix's check line, the observed line, and the verdict."""
@@ -80,7 +86,7 @@ class RetryCheck:
             f"model_429_attempts={self.model_429_attempts} model_400_attempts={self.model_400_attempts} "
             f"read_503={'retried' if self.read_handler_calls > 1 else 'no_retry'} "
             f"read_handler_calls={self.read_handler_calls} "
-            f"write_503={'retried' if self.write_handler_calls > 1 else 'no_retry'} "
+            f"write_503={self._write_503()} "
             f"write_handler_calls={self.write_handler_calls} write_status={self.write_status} "
             f"read_retries_audited={self.read_retries_audited}",
             f"retries={'PASS' if self.passed else 'FAIL'}",

@@ -188,7 +188,7 @@ def unknown_outcome() -> list[EvalCase]:
                 cat,
                 tool,
                 [{"kind": "server_error", "tool": tool}],
-                operations=["failed"],
+                operations=["unknown"],  # a write's 503 may have followed its effect: reconciled
             )
         )
     for tool in ("restart_service", "update_inventory"):
@@ -223,7 +223,7 @@ def unknown_outcome() -> list[EvalCase]:
             cat,
             "update_inventory",
             [{"kind": "server_error", "tool": "update_inventory"}],
-            operations=["failed"],
+            operations=["unknown"],
         )
     )
     return cases

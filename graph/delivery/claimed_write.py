@@ -116,8 +116,12 @@ class ClaimedWrite:
             audit_drift(self.auditor, exc, ctx, spec.name, **self.common)  # a remote tool changed
             reported = handler_failure(exc)  # its kind catalogued, its message redacted
             # a downstream that timed out may still have made the effect: unknown (reconciled by
-            # the operation key, never retried), as when the gateway's own timeout fires above
-            status: OperationStatus = "unknown" if reported.kind == "timeout" else "failed"
+            # the operation key, never retried), as when the gateway's own timeout fires above; so
+            # may one that answered a transient server error (a 502 from a proxy after the
+            # downstream committed): stored failed and retryable, the same write would be proposed
+            # again under a new key, and no reviewer told it may already have run
+            uncertain = reported.kind == "timeout" or (reported.kind == "server_error" and reported.retryable)
+            status: OperationStatus = "unknown" if uncertain else "failed"
             return self.finish(
                 status,
                 code=reported.kind,
