@@ -375,8 +375,29 @@ ProblemCode = Literal[
     "invalid_deprecation",
     "invalid_max_concurrency",
     "invalid_file_roots",
+    "description_too_long",
 ]
 """Why a spec is refused; the registry audit counts these."""
+
+MAX_DESCRIBED_CHARS = 16_384
+"""What a tool may tell the model about itself, its description and every ``description`` in its
+arguments' schema together: every model request of every principal who may see the tool carries
+them (the public corpus's largest of 9,314 definitions is 5,369; the public tool suite sends one of
+about 8,000 whole). A definition past it is refused at load, never cut: the bundle's reviewers
+read what it says, and a cut would say something else."""
+
+
+def _described_chars(schema: Any) -> int:
+    """Characters of every ``description`` string in ``schema`` (bounded: schemas past their node
+    limit are refused before they are offered)."""
+    if isinstance(schema, dict):
+        return sum(
+            len(value) if key == "description" and isinstance(value, str) else _described_chars(value)
+            for key, value in schema.items()
+        )
+    if isinstance(schema, list):
+        return sum(_described_chars(value) for value in schema)
+    return 0
 
 
 def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
@@ -394,6 +415,15 @@ def spec_problems(spec: ToolSpec) -> list[tuple[ProblemCode, str]]:
         problems.append(("missing_owner", "owner is required"))
     if not spec.description.strip():
         problems.append(("missing_description", "description is required"))
+    described = len(spec.description) + _described_chars(spec.contract.json_schema())
+    if described > MAX_DESCRIBED_CHARS:
+        problems.append(
+            (
+                "description_too_long",
+                f"the description and the arguments' descriptions hold {described} characters, more than"
+                f" {MAX_DESCRIBED_CHARS}: every model request that offers the tool would carry them",
+            )
+        )
     if not spec.effect.strip():
         problems.append(("missing_effect", "effect is required"))
     timeout = spec.timeout_s
