@@ -9,18 +9,13 @@ stream is cut at the bound.
 
 from __future__ import annotations
 
-import secrets
-import tempfile
 from collections.abc import Generator
-from dataclasses import replace
-from pathlib import Path
 
 from pydantic import Field
+from release_files import with_manifest
 
-from toolgate.graph.bootstrap import release_manifest
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import Release, ReleaseEnv
-from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, ToolSpec
 
 RELEASE_ID = "streamed-output/1.0.0"
@@ -73,16 +68,7 @@ def tools(env: ReleaseEnv) -> list[ToolSpec]:
     ]
 
 
-def _with_manifest(bundle: Release) -> Release:
-    with tempfile.TemporaryDirectory() as tmp:
-        key = secrets.token_bytes(32)
-        store = SQLiteStore(Path(tmp) / "specs-only.sqlite", key=key)
-        manifest = release_manifest(bundle, bundle.registry(ReleaseEnv(store, secret=key)))
-        store.close()
-    return replace(bundle, manifest=manifest)
-
-
-release = _with_manifest(
+release = with_manifest(
     Release(
         id=RELEASE_ID,
         tools=tools,

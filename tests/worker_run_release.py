@@ -15,24 +15,20 @@ test creates ``release`` there.
 from __future__ import annotations
 
 import os
-import secrets
-import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from pydantic import Field
+from release_files import with_manifest
 
 from toolgate.clock import iso, utcnow
 from toolgate.errors import ToolExecutionError
-from toolgate.graph.bootstrap import release_manifest
 from toolgate.policy.rules import PolicyRules
 from toolgate.releases.bundle import Release, ReleaseEnv
 from toolgate.store.base import Store
 from toolgate.store.migration import Migration
 from toolgate.store.records_scope import RecordsScope
 from toolgate.store.service_records import open_service_records, provision_service_records
-from toolgate.store.sqlite import SQLiteStore
 from toolgate.tools.spec import ApprovalClass, HandlerContext, NoRollback, StrictArgs, ToolResult, ToolSpec
 
 RELEASE_ID = "worker-run/1.0.0"
@@ -120,16 +116,7 @@ def tools(env: ReleaseEnv) -> list[ToolSpec]:
     ]
 
 
-def _with_manifest(bundle: Release) -> Release:
-    with tempfile.TemporaryDirectory() as tmp:
-        key = secrets.token_bytes(32)
-        store = SQLiteStore(Path(tmp) / "specs-only.sqlite", key=key)
-        manifest = release_manifest(bundle, bundle.registry(ReleaseEnv(store, secret=key)))
-        store.close()
-    return replace(bundle, manifest=manifest)
-
-
-release = _with_manifest(
+release = with_manifest(
     Release(
         id=RELEASE_ID,
         tools=tools,
