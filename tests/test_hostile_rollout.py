@@ -55,6 +55,16 @@ def canaried(two: TwoReleases, *, promote: bool = False) -> None:
         release_control.promote(admin(two))
 
 
+def canary_proposal(two: TwoReleases, thread: str) -> dict[str, Any]:
+    """A restart proposed on the candidate's arm of a canary to everyone, awaiting approval (the
+    interrupt's facts of it)."""
+    canaried(two)
+    waiting = run(two.graph(), "restart web", "sam", thread)
+    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    proposal_facts: dict[str, Any] = proposal
+    return proposal_facts
+
+
 def unloadable(monkeypatch: pytest.MonkeyPatch, two: TwoReleases, release: str) -> list[str]:
     """From now on this process cannot load ``release`` (as on a host where its bundle drifted);
     the loads it was asked for."""
@@ -389,9 +399,7 @@ def test_a_canary_proposal_is_not_delivered_by_a_candidate_replaced_under_its_id
 ) -> None:
     candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    canaried(two)
-    waiting = run(two.graph(), "restart web", "sam", "t-canary-write")
-    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    proposal = canary_proposal(two, "t-canary-write")
     assert proposal["release"] == CANDIDATE
     key = proposal["operation_key"]
     decide(two.app.gateway_for_proposal(proposal["proposal_id"]), proposal["proposal_id"], principal("omar"), "approve")

@@ -44,6 +44,20 @@ def forged_report(store: Store, directory: IdentityDirectory) -> dict[str, objec
     return forged
 
 
+def signed_by_ivy(
+    store: Store, directory: IdentityDirectory, report: dict[str, object], tmp_path: Path
+) -> ReviewRefused:
+    """ivy, a reviewer of acme, signs ``report`` written to a file; the refusal (a signature
+    fails the test)."""
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report), encoding="utf-8")
+    ivy = directory.active("ivy", "acme")
+    assert ivy is not None
+    with pytest.raises(ReviewRefused) as refused:
+        sign_off(store, Auditor(store, CANDIDATE), directory, path, ivy)
+    return refused.value
+
+
 def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) -> None:
     """`evals review` signs only a report whose digest a gate run recorded in the store (the MAC'd
     gate row, and its ``release.gate_recorded`` event, name it); any other report is refused
@@ -53,15 +67,9 @@ def test_a_report_no_gate_run_wrote_is_not_signed(store: Store, tmp_path: Path) 
     The price: reports of runs without a control or a store cannot be signed."""
     directory = IdentityDirectory(store)
     forged = forged_report(store, directory)
-    path = tmp_path / "report.json"
-    path.write_text(json.dumps(forged), encoding="utf-8")
-    ivy = directory.active("ivy", "acme")
-    assert ivy is not None
+    refused = signed_by_ivy(store, directory, forged, tmp_path)
 
-    with pytest.raises(ReviewRefused) as refused:
-        sign_off(store, Auditor(store, CANDIDATE), directory, path, ivy)
-
-    assert refused.value.code == "report_unknown"
+    assert refused.code == "report_unknown"
     assert reviewed_cases(store, DATASET_SHA, MANIFEST_SHA, {"xt-ada-reads-globex": "acme"}) == []
     [event] = [e for e in store.audit.events() if e.event.startswith("evals.")]
     assert (event.event, event.code, event.detail["report_digest"]) == (
@@ -95,13 +103,7 @@ def test_a_gate_row_written_without_the_stores_key_does_not_make_a_report_known(
             "UPDATE release_evidence SET detail = ? WHERE evidence_id = ?",
             (json.dumps({"report_digest": forged["digest"], "model": "scripted", "derived": 3}), gate.evidence_id),
         )
-    path = tmp_path / "report.json"
-    path.write_text(json.dumps(forged), encoding="utf-8")
-    ivy = directory.active("ivy", "acme")
-    assert ivy is not None
+    refused = signed_by_ivy(store, directory, forged, tmp_path)
 
-    with pytest.raises(ReviewRefused) as refused:
-        sign_off(store, Auditor(store, CANDIDATE), directory, path, ivy)
-
-    assert refused.value.code == "report_unknown"
+    assert refused.code == "report_unknown"
     assert reviewed_cases(store, DATASET_SHA, MANIFEST_SHA, {"xt-ada-reads-globex": "acme"}) == []

@@ -209,15 +209,13 @@ def test_a_canary_proposal_is_decided_though_this_process_cannot_load_the_contro
     """A reviewer's decision on a candidate's proposal loads the candidate only: the control (on
     this host a drifted bundle) was loaded first to compare ids, and its `RegistryError` refused
     every decision on every candidate proposal."""
-    from test_hostile_rollout import canaried, unloadable
+    from test_hostile_rollout import canary_proposal, unloadable
 
     from toolgate.graph.review.decisions import decide
 
     candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    canaried(two)
-    waiting = run(two.graph(), "restart web", "sam", "t-control-gone")
-    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    proposal = canary_proposal(two, "t-control-gone")
     assert proposal["release"] == CANDIDATE
     asked = unloadable(monkeypatch, two, CONTROL)
 
@@ -231,16 +229,14 @@ def test_a_canary_proposal_is_decided_though_this_process_cannot_load_the_contro
 def test_a_proposal_whose_own_release_cannot_load_here_is_refused_a_decision_not_crashed(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_hostile_rollout import canaried, unloadable
+    from test_hostile_rollout import canary_proposal, unloadable
 
     from toolgate.errors import ApprovalError
     from toolgate.graph.review.decisions import decide
 
     candidate_model = ScriptedChatModel(responses=[ai("", tool_call("restart_service", RESTART))])
     two = TwoReleases(store, tmp_path, models={CANDIDATE: candidate_model})
-    canaried(two)
-    waiting = run(two.graph(), "restart web", "sam", "t-candidate-gone")
-    [proposal] = waiting["__interrupt__"][0].value["toolgate"]["proposals"]
+    proposal = canary_proposal(two, "t-candidate-gone")
     unloadable(monkeypatch, two, CANDIDATE)
 
     gateway = two.app.gateway_for_proposal(proposal["proposal_id"])  # this process's own
